@@ -1,0 +1,41 @@
+//! Device discovery: what CDERs this node has.
+//!
+//! Each configured type is discovered its own way: `static` types are taken
+//! from the config as written, `nvml` types are asked of the NVIDIA driver
+//! through nvml-wrapper (or of the fake NVML library the tests build).
+
+use cder_model::{CderType, Config, Device, Discovery};
+
+mod nvml;
+
+pub use nvml::discover_nvml;
+
+/// Why discovery failed; each variant names what failed so that an admin
+/// can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("type {cder_type:?}: cannot load NVML from {library}: {source}")]
+    NvmlLoad { cder_type: String, library: String, source: nvml_wrapper::error::NvmlError },
+    #[error("type {cder_type:?}: NVML call {call} failed{device}: {source}")]
+    NvmlCall { cder_type: String, call: &'static str, device: String, source: nvml_wrapper::error::NvmlError },
+}
+
+/// Discovers the devices of every configured type, in config order and,
+/// within a type, by index.
+pub fn discover(config: &Config) -> Result<Vec<Device>, InventoryError> {
+    let mut devices = Vec::new();
+    for cder in &config.cders {
+        devices.extend(discover_type(cder)?);
+    }
+    Ok(devices)
+}
+
+/// Discovers the devices of one type.
+pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
+    let mut devices = match cder.discovery {
+        Discovery::Static => cder.static_devices(),
+        Discovery::Nvml => discover_nvml(cder)?,
+    };
+    devices.sort_by_key(|d| d.index);
+    Ok(devices)
+}

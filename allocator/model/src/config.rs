@@ -1,0 +1,682 @@
+//! `/etc/cder/cder.toml`: the node section and the configured CDER types.
+//!
+//! Every error names the file, the line and column, and the key, so an admin
+//! can go straight to the mistake:
+//! `cder.toml:14:13: cder.device.memory_mb: invalid type: string "lots", expected u64`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use toml::Spanned;
+
+use crate::device::{ComputeCapability, Device, Health};
+
+/// Where the config lives unless `--config` or `CDER_CONFIG` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/cder/cder.toml";
+/// The node daemon's socket unless `[node] socket` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/cder/cderd.sock";
+/// The environment variable that overrides [`DEFAULT_CONFIG_PATH`].
+pub const CONFIG_ENV: &str = "CDER_CONFIG";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub node: NodeConfig,
+    /// The `[[cder]]` tables, in file order.
+    #[serde(default, rename = "cder")]
+    pub cders: Vec<CderType>,
+}
+
+/// `[node]`: how the node daemon runs.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The Unix socket cderd listens on.
+    #[serde(default = "default_socket")]
+    pub socket: PathBuf,
+    /// Octal mode of the socket. Any uid may connect (to read its own jobs
+    /// and `status`); what it may do is decided per request by SO_PEERCRED.
+    #[serde(default = "default_socket_mode", deserialize_with = "octal_mode")]
+    pub socket_mode: u32,
+    /// Where the durable state (SQLite) lives.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// Users (names or numeric uids) allowed, besides root, to allocate,
+    /// release, drain, resume and reconcile — e.g. `slurm`.
+    #[serde(default)]
+    pub operators: Vec<String>,
+    /// Longest request line cderd accepts, in bytes.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// Device-file ownership and NVML compute-mode enforcement.
+    #[serde(default)]
+    pub enforcement: Enforcement,
+}
+
+/// `[node.enforcement]`: real exclusivity, where root allows it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Enforcement {
+    /// On allocation, chown each device file to the job's uid with `job_mode`.
+    #[serde(default)]
+    pub device_files: bool,
+    #[serde(default = "default_job_mode", deserialize_with = "octal_mode")]
+    pub job_mode: u32,
+    /// Owner, group and mode restored on release (the driver's defaults).
+    #[serde(default)]
+    pub idle_owner: u32,
+    #[serde(default)]
+    pub idle_group: u32,
+    #[serde(default = "default_idle_mode", deserialize_with = "octal_mode")]
+    pub idle_mode: u32,
+    /// Set NVML compute mode EXCLUSIVE_PROCESS on allocation, DEFAULT on release.
+    #[serde(default)]
+    pub nvml_exclusive_process: bool,
+}
+
+impl Default for Enforcement {
+    fn default() -> Self {
+        Enforcement {
+            device_files: false,
+            job_mode: default_job_mode(),
+            idle_owner: 0,
+            idle_group: 0,
+            idle_mode: default_idle_mode(),
+            nvml_exclusive_process: false,
+        }
+    }
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            socket: default_socket(),
+            socket_mode: default_socket_mode(),
+            state_dir: default_state_dir(),
+            operators: Vec::new(),
+            max_request_bytes: default_max_request_bytes(),
+            enforcement: Enforcement::default(),
+        }
+    }
+}
+
+fn default_socket() -> PathBuf {
+    DEFAULT_SOCKET.into()
+}
+fn default_socket_mode() -> u32 {
+    0o666
+}
+fn default_state_dir() -> PathBuf {
+    "/var/lib/cder".into()
+}
+fn default_max_request_bytes() -> usize {
+    64 * 1024
+}
+fn default_job_mode() -> u32 {
+    0o600
+}
+fn default_idle_mode() -> u32 {
+    0o666
+}
+
+/// How a type's devices are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discovery {
+    /// Ask the NVIDIA driver through NVML.
+    Nvml,
+    /// Take the `[[cder.device]]` entries of the config as they are.
+    Static,
+}
+
+/// Which identifiers go into the visibility variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VisibleIds {
+    /// Indices in PCI bus order (with `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+    #[default]
+    Index,
+    /// Device UUIDs (`GPU-…`), immune to renumbering.
+    Uuid,
+}
+
+/// The vendor families whose visibility variables cder knows by default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum VendorKind {
+    Nvidia,
+    Amd,
+    Intel,
+    /// Intel Xeon Phi (MIC) coprocessors, made visible by `OFFLOAD_DEVICES`.
+    XeonPhi,
+    /// Anything else; its visibility variables must be configured.
+    Other(String),
+}
+
+impl VendorKind {
+    /// The vendor name as published (`GPGPUVendor=Nvidia`, as the seed thesis writes it).
+    pub fn published_name(&self) -> &str {
+        match self {
+            VendorKind::Nvidia => "Nvidia",
+            VendorKind::Amd => "AMD",
+            VendorKind::Intel | VendorKind::XeonPhi => "Intel",
+            VendorKind::Other(name) => name,
+        }
+    }
+
+    /// The variables that make this vendor's devices visible to a job.
+    pub fn default_visible_env(&self) -> Option<Vec<String>> {
+        let names: &[&str] = match self {
+            VendorKind::Nvidia => &["CUDA_VISIBLE_DEVICES"],
+            VendorKind::Amd => &["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"],
+            VendorKind::Intel => &["ZE_AFFINITY_MASK"],
+            VendorKind::XeonPhi => &["OFFLOAD_DEVICES"],
+            VendorKind::Other(_) => return None,
+        };
+        Some(names.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// Constant variables set alongside the visible list.
+    pub fn default_extra_env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        if *self == VendorKind::Nvidia {
+            // Without it CUDA numbers devices fastest-first, not as NVML does.
+            env.insert("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string());
+        }
+        env
+    }
+}
+
+impl<'de> Deserialize<'de> for VendorKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim().is_empty() {
+            return Err(serde::de::Error::custom("vendor must not be empty"));
+        }
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "nvidia" => VendorKind::Nvidia,
+            "amd" | "ati" => VendorKind::Amd,
+            "intel" => VendorKind::Intel,
+            "xeon-phi" | "xeonphi" | "mic" => VendorKind::XeonPhi,
+            _ => VendorKind::Other(s),
+        })
+    }
+}
+
+/// One `[[cder]]` table: a configured device type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CderType {
+    /// Short lowercase name used in requests: `gpgpu`, `fpga`.
+    pub name: Spanned<String>,
+    pub vendor: VendorKind,
+    pub discovery: Discovery,
+    /// Prefix of the published attributes; defaults to the upper-cased name
+    /// (`gpgpu` → `GPGPUTotalInstances`).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Variables that carry the visible list; defaults by vendor.
+    #[serde(default)]
+    pub visible_env: Option<Vec<String>>,
+    /// Constant variables set for every job; defaults by vendor.
+    #[serde(default)]
+    pub extra_env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub visible_ids: VisibleIds,
+    /// NVML library to load instead of the driver's `libnvidia-ml.so.1`.
+    #[serde(default)]
+    pub nvml_library: Option<PathBuf>,
+    /// Device file of a discovered device; `{index}` and `{minor}` are replaced.
+    #[serde(default = "default_device_path")]
+    pub device_path: String,
+    /// Devices of a `static` type.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<StaticDevice>,
+}
+
+fn default_device_path() -> String {
+    "/dev/nvidia{minor}".to_string()
+}
+
+impl CderType {
+    pub fn name(&self) -> &str {
+        self.name.get_ref()
+    }
+
+    /// The attribute prefix this type publishes under.
+    pub fn prefix(&self) -> String {
+        self.prefix.clone().unwrap_or_else(|| self.name().to_ascii_uppercase())
+    }
+
+    /// Variables that carry the visible device list.
+    pub fn visible_env(&self) -> Vec<String> {
+        self.visible_env
+            .clone()
+            .or_else(|| self.vendor.default_visible_env())
+            .unwrap_or_default()
+    }
+
+    /// Constant variables set beside the visible list.
+    pub fn extra_env(&self) -> BTreeMap<String, String> {
+        self.extra_env.clone().unwrap_or_else(|| self.vendor.default_extra_env())
+    }
+
+    /// The statically configured devices as full [`Device`]s.
+    pub fn static_devices(&self) -> Vec<Device> {
+        self.devices.iter().map(|d| d.to_device(self)).collect()
+    }
+}
+
+/// One `[[cder.device]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticDevice {
+    pub index: Spanned<u32>,
+    /// Defaults to `<type>-<index>`, unique on the node.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    #[serde(default)]
+    pub pci_bus_id: String,
+    pub model: String,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub compute_capability: Option<ComputeCapability>,
+    #[serde(default)]
+    pub multiprocessors: Option<u32>,
+    #[serde(default)]
+    pub cores_per_mp: Option<u32>,
+    #[serde(default)]
+    pub cores: Option<u32>,
+    #[serde(default)]
+    pub clock_mhz: Option<u32>,
+    #[serde(default)]
+    pub ecc: bool,
+    pub path: PathBuf,
+    #[serde(default)]
+    pub numa_node: u32,
+    #[serde(default)]
+    pub health: Health,
+}
+
+impl StaticDevice {
+    fn to_device(&self, cder: &CderType) -> Device {
+        let index = *self.index.get_ref();
+        Device {
+            cder_type: cder.name().to_string(),
+            vendor: cder.vendor.published_name().to_string(),
+            index,
+            uuid: self.uuid.clone().unwrap_or_else(|| format!("{}-{index}", cder.name())),
+            pci_bus_id: self.pci_bus_id.clone(),
+            model: self.model.clone(),
+            memory_mb: self.memory_mb,
+            compute_capability: self.compute_capability,
+            multiprocessors: self.multiprocessors,
+            cores_per_mp: self.cores_per_mp,
+            cores: self.cores.or_else(|| Some(self.multiprocessors? * self.cores_per_mp?)),
+            clock_mhz: self.clock_mhz,
+            ecc: self.ecc,
+            path: self.path.clone(),
+            numa_node: self.numa_node,
+            health: self.health,
+        }
+    }
+}
+
+fn octal_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let s = String::deserialize(d)?;
+    let digits = s.strip_prefix("0o").unwrap_or(&s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 => Ok(mode),
+        _ => Err(serde::de::Error::custom(format!("{s:?} is not an octal file mode such as \"0660\""))),
+    }
+}
+
+/// A configuration error, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    /// 1-based line and column, when the error has a place in the file.
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// The dotted key the error is about (`cder.device.memory_mb`).
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        write!(f, ": ")?;
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl Config {
+    /// The config file to read: `explicit` (from `--config`), else
+    /// `$CDER_CONFIG`, else `/etc/cder/cder.toml`.
+    pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
+        explicit
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
+            .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into())
+    }
+
+    /// Reads and validates the config chosen by [`Config::resolve_path`].
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = Self::resolve_path(explicit);
+        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+            path: path.clone(),
+            line: None,
+            column: None,
+            key: None,
+            message: format!("cannot read the config: {e}"),
+        })?;
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and validates config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let (line, column, key) = match e.span() {
+                Some(span) => {
+                    let (line, column) = line_col(text, span.start);
+                    (Some(line), Some(column), key_at(text, span.start, e.message()))
+                }
+                None => (None, None, None),
+            };
+            ConfigError { path: path.to_path_buf(), line, column, key, message: e.message().trim().to_string() }
+        })?;
+        config.validate(text, path)?;
+        Ok(config)
+    }
+
+    /// The configured type called `name`.
+    pub fn cder(&self, name: &str) -> Option<&CderType> {
+        self.cders.iter().find(|c| c.name() == name)
+    }
+
+    /// Checks what TOML types cannot: names, uniqueness, consistency.
+    fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let at = |offset: usize, key: &str, message: String| {
+            let (line, column) = line_col(text, offset);
+            ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
+        };
+        let anywhere = |key: &str, message: String| ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+            key: Some(key.to_string()),
+            message,
+        };
+        if self.node.max_request_bytes < 256 {
+            return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
+        }
+        let mut names = BTreeSet::new();
+        for cder in &self.cders {
+            let name_at = cder.name.span().start;
+            let name = cder.name();
+            let valid_name = name.len() <= 32
+                && name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+            if !valid_name {
+                return Err(at(name_at, "cder.name", format!("{name:?} must be lowercase letters, digits, '-' or '_', starting with a letter")));
+            }
+            if !names.insert(name) {
+                return Err(at(name_at, "cder.name", format!("type {name:?} is configured twice")));
+            }
+            let prefix = cder.prefix();
+            if prefix.is_empty() || !prefix.starts_with(|c: char| c.is_ascii_alphabetic()) || !prefix.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return Err(at(name_at, "cder.prefix", format!("{prefix:?} must be letters and digits, starting with a letter")));
+            }
+            if cder.vendor.default_visible_env().is_none() && cder.visible_env.is_none() {
+                return Err(at(
+                    name_at,
+                    "cder.visible_env",
+                    format!("type {name:?} has vendor {:?}, whose visibility variables cder does not know: list them in visible_env", cder.vendor.published_name()),
+                ));
+            }
+            let mut env_names: Vec<&String> = cder.visible_env.iter().flatten().collect();
+            env_names.extend(cder.extra_env.iter().flat_map(|m| m.keys()));
+            for var in env_names {
+                if var.is_empty() || var.starts_with(|c: char| c.is_ascii_digit()) || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    return Err(at(name_at, "cder.visible_env", format!("{var:?} is not a valid environment variable name")));
+                }
+            }
+            match cder.discovery {
+                Discovery::Nvml if !cder.devices.is_empty() => {
+                    return Err(at(
+                        cder.devices[0].index.span().start,
+                        "cder.device",
+                        format!("type {name:?} uses discovery = \"nvml\"; [[cder.device]] entries are only for discovery = \"static\""),
+                    ));
+                }
+                Discovery::Static if cder.nvml_library.is_some() => {
+                    return Err(at(name_at, "cder.nvml_library", format!("type {name:?} uses discovery = \"static\"; nvml_library is only for discovery = \"nvml\"")));
+                }
+                _ => {}
+            }
+            let mut indices = BTreeSet::new();
+            let mut uuids = BTreeSet::new();
+            for dev in &cder.devices {
+                let index = *dev.index.get_ref();
+                if !indices.insert(index) {
+                    return Err(at(dev.index.span().start, "cder.device.index", format!("index {index} of type {name:?} is configured twice")));
+                }
+                let uuid = dev.uuid.clone().unwrap_or_else(|| format!("{name}-{index}"));
+                if uuid.is_empty() || !uuids.insert(uuid.clone()) {
+                    return Err(at(dev.index.span().start, "cder.device.uuid", format!("uuid {uuid:?} of device {index} is empty or not unique")));
+                }
+                if dev.model.trim().is_empty() {
+                    return Err(at(dev.index.span().start, "cder.device.model", format!("device {index} of type {name:?} has an empty model")));
+                }
+                if !dev.path.is_absolute() {
+                    return Err(at(dev.index.span().start, "cder.device.path", format!("device {index}: {:?} is not an absolute path", dev.path)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The dotted key an error at `offset` is about: the table header above it
+/// plus the `key =` on its line, or the field a serde message names.
+fn key_at(text: &str, offset: usize, message: &str) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = &text[line_start..line_end];
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    // serde names the field in "unknown field `x`" / "missing field `x`".
+    let named = message.split('`').nth(1).filter(|_| message.contains("field `"));
+    let leaf = match named {
+        Some(field) => Some(field.to_string()),
+        None => line
+            .split_once('=')
+            .filter(|(k, _)| line_start + k.len() <= offset || offset == line_start)
+            .map(|(k, _)| k.trim().trim_matches('"').to_string())
+            .filter(|k| !k.is_empty() && !k.starts_with('[')),
+    };
+    match (table, leaf) {
+        (Some(t), Some(k)) if !line.trim_start().starts_with('[') => Some(format!("{t}.{k}")),
+        (_, Some(k)) => Some(k),
+        (Some(t), None) => Some(t),
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("cder.toml"))
+    }
+
+    const GOOD: &str = r#"
+[node]
+socket = "/tmp/cderd.sock"
+operators = ["slurm", "450"]
+
+[[cder]]
+name = "gpgpu"
+vendor = "nvidia"
+discovery = "static"
+
+[[cder.device]]
+index = 0
+uuid = "GPU-aaaa"
+pci_bus_id = "0000:3b:00.0"
+model = "Tesla K20m"
+memory_mb = 4800
+compute_capability = "3.5"
+multiprocessors = 13
+cores_per_mp = 192
+clock_mhz = 705
+ecc = true
+path = "/dev/nvidia0"
+numa_node = 1
+
+[[cder]]
+name = "fpga"
+vendor = "Xilinx"
+discovery = "static"
+visible_env = ["XILINX_VISIBLE_DEVICES"]
+
+[[cder.device]]
+index = 0
+model = "Alveo U250"
+memory_mb = 65536
+path = "/dev/xclmgmt0"
+"#;
+
+    #[test]
+    fn good_file_parses_with_defaults() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.node.socket, PathBuf::from("/tmp/cderd.sock"));
+        assert_eq!(c.node.socket_mode, 0o666);
+        assert_eq!(c.node.operators, vec!["slurm", "450"]);
+        assert_eq!(c.cders.len(), 2);
+        let gpu = c.cder("gpgpu").unwrap();
+        assert_eq!(gpu.prefix(), "GPGPU");
+        assert_eq!(gpu.visible_env(), vec!["CUDA_VISIBLE_DEVICES"]);
+        assert_eq!(gpu.extra_env().get("CUDA_DEVICE_ORDER").map(String::as_str), Some("PCI_BUS_ID"));
+        let devs = gpu.static_devices();
+        assert_eq!(devs[0].cores, Some(13 * 192));
+        assert_eq!(devs[0].vendor, "Nvidia");
+        assert_eq!(devs[0].numa_node, 1);
+        let fpga = c.cder("fpga").unwrap();
+        assert_eq!(fpga.prefix(), "FPGA");
+        assert_eq!(fpga.vendor.published_name(), "Xilinx");
+        assert_eq!(fpga.static_devices()[0].uuid, "fpga-0");
+        assert_eq!(fpga.static_devices()[0].cores, None);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let text = GOOD.replace("memory_mb = 4800", "memory_mb = 4800\nmemroy = 1");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, Some(17), "{e}");
+        assert_eq!(e.key.as_deref(), Some("cder.device.memroy"), "{e}");
+        assert!(e.to_string().starts_with("cder.toml:17:"), "{e}");
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_line() {
+        let text = GOOD.replace("memory_mb = 4800", "memory_mb = \"lots\"");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, Some(16), "{e}");
+        assert_eq!(e.column, Some(13), "{e}");
+        assert_eq!(e.key.as_deref(), Some("cder.device.memory_mb"), "{e}");
+
+        let e = parse(&GOOD.replace("compute_capability = \"3.5\"", "compute_capability = \"three\"")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.device.compute_capability"), "{e}");
+        assert!(e.message.contains("MAJOR.MINOR"), "{e}");
+
+        let e = parse(&GOOD.replace("discovery = \"static\"\n\n[[cder.device]]\nindex = 0\nuuid", "discovery = \"magic\"\n\n[[cder.device]]\nindex = 0\nuuid")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.discovery"), "{e}");
+        assert_eq!(e.line, Some(9), "{e}");
+
+        let e = parse("[node]\nsocket_mode = \"0999\"\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(2), Some("node.socket_mode")), "{e}");
+    }
+
+    #[test]
+    fn missing_key_is_named() {
+        let text = GOOD.replace("model = \"Tesla K20m\"\n", "");
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("missing field `model`"), "{e}");
+        assert!(e.key.as_deref().unwrap().ends_with("model"), "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+
+    #[test]
+    fn syntax_error_has_line() {
+        let e = parse("[node\nsocket = 1").unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_are_located() {
+        let dup = GOOD.replace("name = \"fpga\"", "name = \"gpgpu\"");
+        let e = parse(&dup).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(26), Some("cder.name")), "{e}");
+        assert!(e.message.contains("configured twice"));
+
+        let no_env = GOOD.replace("visible_env = [\"XILINX_VISIBLE_DEVICES\"]\n", "");
+        let e = parse(&no_env).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.visible_env"), "{e}");
+
+        let dup_index = format!("{GOOD}\n[[cder.device]]\nindex = 0\nmodel = \"x\"\nmemory_mb = 1\npath = \"/dev/x1\"\n");
+        let e = parse(&dup_index).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(38), Some("cder.device.index")), "{e}");
+
+        let nvml_with_devices = GOOD.replacen("discovery = \"static\"", "discovery = \"nvml\"", 1);
+        let e = parse(&nvml_with_devices).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.device"), "{e}");
+
+        let bad_name = GOOD.replace("name = \"fpga\"", "name = \"FPGA cards\"");
+        assert_eq!(parse(&bad_name).unwrap_err().key.as_deref(), Some("cder.name"));
+
+        let relative = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"xclmgmt0\"");
+        assert_eq!(parse(&relative).unwrap_err().key.as_deref(), Some("cder.device.path"));
+    }
+
+    #[test]
+    fn empty_file_is_a_valid_node_without_devices() {
+        let c = parse("").unwrap();
+        assert!(c.cders.is_empty());
+        assert_eq!(c.node.socket, PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn load_reports_unreadable_file() {
+        let e = Config::load(Some(Path::new("/nonexistent/cder.toml"))).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/cder.toml: cannot read the config"), "{e}");
+    }
+}

@@ -1,0 +1,176 @@
+//! One device and its quantitative attributes.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A device as discovery reports it and as `cderctl inventory --json` prints
+/// it. Field names are the snake_case names used in `[[cder.device]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    /// The CDER type this device belongs to (`gpgpu`, `fpga`, …).
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    /// The vendor's name for it as published (`Nvidia`, `AMD`, …).
+    pub vendor: String,
+    /// Index in the vendor's enumeration; for NVIDIA this is PCI bus order.
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub model: String,
+    pub memory_mb: u64,
+    pub compute_capability: Option<ComputeCapability>,
+    pub multiprocessors: Option<u32>,
+    pub cores_per_mp: Option<u32>,
+    /// Total cores: multiprocessors × cores per MP unless configured.
+    pub cores: Option<u32>,
+    pub clock_mhz: Option<u32>,
+    pub ecc: bool,
+    /// The device file that guards it (`/dev/nvidia0`).
+    pub path: PathBuf,
+    /// NUMA node / locality domain, used by the allocator's locality policy.
+    pub numa_node: u32,
+    pub health: Health,
+}
+
+impl Device {
+    /// The published attributes of this device under the type's prefix, in
+    /// the order design.md lists them (`GPGPUMainMemorySize` …). Per-node
+    /// counts (`…TotalInstances`) are the provider's business, not a device's.
+    pub fn published_attributes(&self, prefix: &str) -> Vec<(String, String)> {
+        let mut out = vec![
+            (format!("{prefix}Vendor"), self.vendor.clone()),
+            (format!("{prefix}Model"), self.model.clone()),
+            (format!("{prefix}MainMemorySize"), self.memory_mb.to_string()),
+        ];
+        if let Some(cc) = self.compute_capability {
+            out.push((format!("{prefix}CUDAComputeCapability"), cc.to_string()));
+        }
+        if let Some(v) = self.multiprocessors {
+            out.push((format!("{prefix}MP"), v.to_string()));
+        }
+        if let Some(v) = self.cores_per_mp {
+            out.push((format!("{prefix}CoresPerMP"), v.to_string()));
+        }
+        if let Some(v) = self.cores {
+            out.push((format!("{prefix}Cores"), v.to_string()));
+        }
+        if let Some(v) = self.clock_mhz {
+            out.push((format!("{prefix}ClockSpeed"), v.to_string()));
+        }
+        out.push((format!("{prefix}ECCSupport"), if self.ecc { "true" } else { "false" }.into()));
+        out
+    }
+}
+
+/// Whether a device can be given to a job. Administrative draining is a
+/// state of the allocator, not of the device, so it is not listed here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    #[default]
+    Healthy,
+    Unhealthy,
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Health::Healthy => "healthy",
+            Health::Unhealthy => "unhealthy",
+        })
+    }
+}
+
+/// A CUDA-style compute capability, `major.minor`. Written as the string
+/// `"8.6"` (or the TOML float `8.6`) so that `8.10` never collapses to `8.1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ComputeCapability {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for ComputeCapability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("compute capability {s:?} is not of the form MAJOR.MINOR (e.g. \"8.6\")");
+        let (major, minor) = s.trim().split_once('.').ok_or_else(bad)?;
+        Ok(ComputeCapability {
+            major: major.parse().map_err(|_| bad())?,
+            minor: minor.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl Serialize for ComputeCapability {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputeCapability {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Text(String),
+            Number(f64),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Text(s) => s.parse().map_err(serde::de::Error::custom),
+            // A TOML float 8.6 is taken at its one-decimal reading.
+            Repr::Number(f) if f >= 0.0 && f.is_finite() => format!("{f:.1}").parse().map_err(serde::de::Error::custom),
+            Repr::Number(f) => Err(serde::de::Error::custom(format!("compute capability {f} is negative"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_capability_round_trips_as_text() {
+        let cc: ComputeCapability = "8.10".parse().unwrap();
+        assert_eq!(cc, ComputeCapability { major: 8, minor: 10 });
+        assert_eq!(cc.to_string(), "8.10");
+        assert_eq!(serde_json::to_string(&cc).unwrap(), "\"8.10\"");
+        assert!("eight".parse::<ComputeCapability>().is_err());
+        assert!("8".parse::<ComputeCapability>().is_err());
+    }
+
+    #[test]
+    fn published_attributes_use_the_prefix() {
+        let d = Device {
+            cder_type: "gpgpu".into(),
+            vendor: "Nvidia".into(),
+            index: 0,
+            uuid: "GPU-1".into(),
+            pci_bus_id: "0000:01:00.0".into(),
+            model: "GeForce GTS 450".into(),
+            memory_mb: 1023,
+            compute_capability: Some("2.1".parse().unwrap()),
+            multiprocessors: Some(4),
+            cores_per_mp: Some(48),
+            cores: Some(192),
+            clock_mhz: Some(1566),
+            ecc: false,
+            path: "/dev/nvidia0".into(),
+            numa_node: 0,
+            health: Health::Healthy,
+        };
+        let attrs = d.published_attributes("GPGPU");
+        assert!(attrs.contains(&("GPGPUCUDAComputeCapability".into(), "2.1".into())));
+        assert!(attrs.contains(&("GPGPUCores".into(), "192".into())));
+        assert!(attrs.contains(&("GPGPUECCSupport".into(), "false".into())));
+    }
+}

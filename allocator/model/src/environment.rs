@@ -1,0 +1,122 @@
+//! The environment that makes a job's devices, and only those, visible.
+
+use std::collections::BTreeMap;
+
+use crate::config::{CderType, VisibleIds};
+use crate::device::Device;
+
+/// Variables to set in a job, in a stable (sorted) order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct JobEnvironment(pub BTreeMap<String, String>);
+
+impl JobEnvironment {
+    /// The environment for a job holding `devices`, for every configured
+    /// type. A type the job holds nothing of still gets its variables, set
+    /// to the empty list: an unset `CUDA_VISIBLE_DEVICES` means "all".
+    pub fn for_devices(types: &[CderType], devices: &[Device]) -> JobEnvironment {
+        let mut env = BTreeMap::new();
+        for cder in types {
+            let mut mine: Vec<&Device> = devices.iter().filter(|d| d.cder_type == cder.name()).collect();
+            mine.sort_by_key(|d| d.index);
+            let list = mine
+                .iter()
+                .map(|d| match cder.visible_ids {
+                    VisibleIds::Index => d.index.to_string(),
+                    VisibleIds::Uuid => d.uuid.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            for var in cder.visible_env() {
+                env.insert(var, list.clone());
+            }
+            env.extend(cder.extra_env());
+        }
+        JobEnvironment(env)
+    }
+
+    /// The empty visible list for every type: what a job that asked for
+    /// nothing, or that runs `fail=open` without cderd, gets.
+    pub fn empty(types: &[CderType]) -> JobEnvironment {
+        Self::for_devices(types, &[])
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// `KEY=VALUE` lines, as `cderctl alloc` prints them.
+    pub fn to_lines(&self) -> String {
+        self.0.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use std::path::Path;
+
+    fn config() -> Config {
+        Config::parse(
+            r#"
+[[cder]]
+name = "gpgpu"
+vendor = "nvidia"
+discovery = "static"
+[[cder.device]]
+index = 0
+model = "A"
+memory_mb = 1
+path = "/dev/nvidia0"
+[[cder.device]]
+index = 1
+model = "A"
+memory_mb = 1
+path = "/dev/nvidia1"
+[[cder.device]]
+index = 3
+uuid = "GPU-3"
+model = "A"
+memory_mb = 1
+path = "/dev/nvidia3"
+[[cder]]
+name = "amdgpu"
+vendor = "amd"
+discovery = "static"
+"#,
+            Path::new("t.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nvidia_indices_in_order_with_pci_order() {
+        let c = config();
+        let devs = c.cders[0].static_devices();
+        let env = JobEnvironment::for_devices(&c.cders, &[devs[2].clone(), devs[1].clone()]);
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some("1,3"));
+        assert_eq!(env.get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+        // The AMD type is configured but not held: its twins are empty, not absent.
+        assert_eq!(env.get("ROCR_VISIBLE_DEVICES"), Some(""));
+        assert_eq!(env.get("HIP_VISIBLE_DEVICES"), Some(""));
+        assert_eq!(env.get("GPU_DEVICE_ORDINAL"), Some(""));
+        assert_eq!(env.to_lines().lines().next(), Some("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
+    }
+
+    #[test]
+    fn no_devices_means_empty_never_all() {
+        let c = config();
+        let env = JobEnvironment::empty(&c.cders);
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+
+    #[test]
+    fn uuids_by_option() {
+        let mut c = config();
+        c.cders[0].visible_ids = VisibleIds::Uuid;
+        let devs = c.cders[0].static_devices();
+        let env = JobEnvironment::for_devices(&c.cders, &[devs[0].clone(), devs[2].clone()]);
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some("gpgpu-0,GPU-3"));
+    }
+}

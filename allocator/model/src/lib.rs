@@ -1,0 +1,26 @@
+//! The CDER model shared by every part of cder.
+//!
+//! A *CDER* (CPU-Dependent Execution Resource) is any accelerator a job can be
+//! given exclusively: GPUs first, FPGAs or other cards by configuration. This
+//! crate holds the light types that the node daemon, the batch-system plugins,
+//! the information provider and the grid tools all agree on, and nothing that
+//! pulls in SQLite, LDAP or a driver:
+//!
+//! * [`CderType`] — a configured device type: vendor, discovery, published
+//!   prefix, visibility variables, guarding device files;
+//! * [`Device`] — one device with its quantitative attributes;
+//! * [`JobKey`] — the `<lrms>:<job id>` identity of a job;
+//! * [`Config`] — `/etc/cder/cder.toml`, with errors that name key and line;
+//! * [`JobEnvironment`] — the variables that make a job's devices visible.
+
+pub mod config;
+pub mod device;
+pub mod environment;
+pub mod job;
+
+pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
+pub use device::{ComputeCapability, Device, Health};
+pub use environment::JobEnvironment;
+pub use job::{JobKey, JobKeyError, Lrms};
+
+pub use config::{CderType, Discovery, VendorKind, VisibleIds};

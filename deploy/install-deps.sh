@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Debian packages cder and its tests need, plus the Python venv
+# holding HTCondor's classad2 (the reference for the ClassAd engine's tests).
+# Idempotent: safe to run again; it only installs what is missing.
+#
+#   CDER_VENV   where the reference venv goes (default: /opt/cder-venv)
+set -euo pipefail
+
+packages=(
+  # build: bindgen needs libclang; pkg-config finds the libraries
+  build-essential pkg-config libclang-dev clang
+  # SLURM 22.05: daemons, headers for the plugins, libslurmfull
+  slurm-wlm slurm-client libslurm-dev slurm-wlm-plugins-dev
+  # the information system: OpenLDAP, the GLUE schemas, BDII
+  slapd ldap-utils glue-schema bdii
+  # MUNGE: cluster credentials for the vGPGPU registry
+  munge libmunge-dev
+  # the ClassAd reference and the test harness
+  python3 python3-venv python3-pip
+  # small tools the tests use
+  procps psmisc util-linux iproute2 jq
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Package scripts must not start services on this machine: tests start
+  # their own on loopback in temp dirs.
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; created_policy=1
+  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  [ "$created_policy" = 1 ] && rm -f "$policy"
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+venv=${CDER_VENV:-/opt/cder-venv}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import classad2' 2>/dev/null; then
+  echo "install-deps: creating $venv with htcondor (classad2)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q htcondor ldap3
+fi
+"$venv/bin/python" -c 'import classad2; print("install-deps: classad2 ok")'

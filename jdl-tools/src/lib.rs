@@ -1,0 +1,1 @@
+//! The ClassAd / gLite JDL language: parse, evaluate, match, rank.

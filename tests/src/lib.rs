@@ -1,0 +1,2 @@
+//! The integration-test harness: starts real components on loopback in a
+//! temp dir and stops them when dropped.
