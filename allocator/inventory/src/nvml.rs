@@ -1,0 +1,148 @@
+//! Discovery through NVML, by way of nvml-wrapper.
+//!
+//! The library is the driver's `libnvidia-ml.so.1` unless the type names
+//! another (`nvml_library`): the tests point it at the fake NVML cdylib built
+//! in this workspace, so the same FFI path runs on CI as on a GPU node.
+
+use std::ffi::OsStr;
+
+use cder_model::{CderType, ComputeCapability, Device, Health};
+use nvml_wrapper::enum_wrappers::device::Clock;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+
+use crate::InventoryError;
+
+/// The driver's library name, as the dynamic loader finds it.
+pub const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Opens NVML for a type: its configured library, or the driver's.
+pub fn open_nvml(cder: &CderType) -> Result<Nvml, InventoryError> {
+    let library = cder
+        .nvml_library
+        .as_ref()
+        .map(|p| p.as_os_str().to_owned())
+        .unwrap_or_else(|| DRIVER_LIBRARY.into());
+    Nvml::builder().lib_path(OsStr::new(&library)).init().map_err(|source| InventoryError::NvmlLoad {
+        cder_type: cder.name().to_string(),
+        library: library.to_string_lossy().into_owned(),
+        source,
+    })
+}
+
+/// Discovers every device NVML reports for this type.
+pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
+    let nvml = open_nvml(cder)?;
+    let call_failed = |call: &'static str, index: Option<u32>| {
+        let device = index.map(|i| format!(" for device {i}")).unwrap_or_default();
+        move |source: NvmlError| InventoryError::NvmlCall { cder_type: cder.name().to_string(), call, device, source }
+    };
+    let count = nvml.device_count().map_err(call_failed("nvmlDeviceGetCount_v2", None))?;
+    let mut devices = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let at = Some(index);
+        let device = nvml.device_by_index(index).map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?;
+        let uuid = device.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
+        let model = device.name().map_err(call_failed("nvmlDeviceGetName", at))?;
+        let pci_bus_id = device.pci_info().map_err(call_failed("nvmlDeviceGetPciInfo_v3", at))?.bus_id;
+        let memory_mb = device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
+        let cc = device
+            .cuda_compute_capability()
+            .map_err(call_failed("nvmlDeviceGetCudaComputeCapability", at))?;
+        let compute_capability = ComputeCapability { major: cc.major as u32, minor: cc.minor as u32 };
+        let cores = optional(device.num_cores()).map_err(call_failed("nvmlDeviceGetNumGpuCores", at))?;
+        let clock_mhz = optional(device.max_clock_info(Clock::Graphics)).map_err(call_failed("nvmlDeviceGetMaxClockInfo", at))?;
+        // Boards without ECC answer NotSupported: that is "no ECC", not a failure.
+        let ecc = optional(device.is_ecc_enabled())
+            .map_err(call_failed("nvmlDeviceGetEccMode", at))?
+            .is_some_and(|state| state.currently_enabled);
+        let numa_node = optional(device.numa_node_id()).map_err(call_failed("nvmlDeviceGetNumaNodeId", at))?;
+        let numa_node = match numa_node {
+            Some(node) => node,
+            None => sysfs_numa_node(&pci_bus_id).unwrap_or(0),
+        };
+        let minor = device.minor_number().map_err(call_failed("nvmlDeviceGetMinorNumber", at))?;
+        let cores_per_mp = cores_per_multiprocessor(compute_capability);
+        let multiprocessors = match (cores, cores_per_mp) {
+            (Some(c), Some(per)) if per > 0 => Some(c / per),
+            _ => None,
+        };
+        devices.push(Device {
+            cder_type: cder.name().to_string(),
+            vendor: cder.vendor.published_name().to_string(),
+            index,
+            uuid,
+            pci_bus_id,
+            model,
+            memory_mb,
+            compute_capability: Some(compute_capability),
+            multiprocessors,
+            cores_per_mp,
+            cores,
+            clock_mhz,
+            ecc,
+            path: cder
+                .device_path
+                .replace("{index}", &index.to_string())
+                .replace("{minor}", &minor.to_string())
+                .into(),
+            numa_node,
+            health: Health::Healthy,
+        });
+    }
+    Ok(devices)
+}
+
+/// Turns "this board does not support the query" into `None`; other errors stay errors.
+fn optional<T>(result: Result<T, NvmlError>) -> Result<Option<T>, NvmlError> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported | NvmlError::FunctionNotFound | NvmlError::FailedToLoadSymbol(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The NUMA node the kernel reports for a PCI device, for drivers whose NVML
+/// predates `nvmlDeviceGetNumaNodeId`. `-1` (no NUMA) reads as node 0.
+fn sysfs_numa_node(pci_bus_id: &str) -> Option<u32> {
+    // NVML writes an 8-digit PCI domain; sysfs uses 4.
+    let id = pci_bus_id.to_ascii_lowercase();
+    let short = id.strip_prefix("0000").filter(|rest| rest.len() == 8).unwrap_or(&id);
+    let text = std::fs::read_to_string(format!("/sys/bus/pci/devices/{short}/numa_node")).ok()?;
+    let node: i64 = text.trim().parse().ok()?;
+    Some(node.max(0) as u32)
+}
+
+/// CUDA cores per multiprocessor by architecture, as the CUDA samples'
+/// `_ConvertSMVer2Cores` table has it (NVML reports cores, not MPs).
+pub fn cores_per_multiprocessor(cc: ComputeCapability) -> Option<u32> {
+    Some(match (cc.major, cc.minor) {
+        (1, _) => 8,
+        (2, 0) => 32,
+        (2, _) => 48,
+        (3, _) => 192,
+        (5, _) => 128,
+        (6, 0) => 64,
+        (6, _) => 128,
+        (7, _) => 64,
+        (8, 0) => 64,
+        (8, _) => 128,
+        (9, _) | (10, _) | (12, _) => 128,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cores_per_mp_follows_the_cuda_table() {
+        let cc = |major, minor| ComputeCapability { major, minor };
+        assert_eq!(cores_per_multiprocessor(cc(2, 1)), Some(48)); // GTS 450, the thesis's card
+        assert_eq!(cores_per_multiprocessor(cc(3, 5)), Some(192));
+        assert_eq!(cores_per_multiprocessor(cc(8, 0)), Some(64));
+        assert_eq!(cores_per_multiprocessor(cc(8, 6)), Some(128));
+        assert_eq!(cores_per_multiprocessor(cc(4, 0)), None);
+    }
+}
