@@ -1,0 +1,41 @@
+//! The cderd node protocol (version 1): request and reply types, the strict
+//! request parser the daemon uses, and a blocking client.
+//!
+//! The wire format is specified in `docs/protocol.md`: newline-delimited JSON
+//! over a Unix stream socket, every request carrying `"v": 1` and an `"op"`.
+//! This crate is deliberately light (serde, serde_json, thiserror and
+//! cder-model only) because the SLURM plugin, loaded into slurmd and
+//! slurmstepd, and the TORQUE hooks link it.
+//!
+//! Typical use from a batch-system hook:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cder_protocol::{AllocRequest, Client, ErrorCode};
+//!
+//! let job = "torque:17.ce.example.org".parse()?;
+//! let mut cderd = Client::connect(cder_model::DEFAULT_SOCKET, Duration::from_secs(10))?;
+//! match cderd.alloc(&AllocRequest::new(job, 1000, 1)) {
+//!     Ok(allocation) => print!("{}", allocation.env.to_lines()),
+//!     Err(e) if e.code() == Some(ErrorCode::Insufficient) => eprintln!("{e}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod client;
+pub mod reply;
+pub mod request;
+
+pub use client::{Client, ClientError, MAX_REPLY_BYTES};
+pub use reply::{
+    error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, DeviceState, DeviceStatus,
+    ErrorCode, ErrorReply, Pong, Reconciled, Released, Status, TypeCounts, Utilisation,
+};
+pub use request::{
+    AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request, DEFAULT_TYPE,
+    MAX_COUNT, MAX_TEXT_LEN,
+};
+
+/// The protocol version this crate speaks (`"v": 1`).
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,313 @@
+//! Replies: `{"v":1,"ok":true,"result":{…}}` or
+//! `{"v":1,"ok":false,"error":{"code":…,"message":…}}`, and the typed results.
+//!
+//! Result types accept unknown fields when read, so that a newer daemon may
+//! add fields without breaking older clients; requests are the strict side.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use cder_model::{JobEnvironment, JobKey};
+
+use crate::PROTOCOL_VERSION;
+
+/// Why a request failed, as a stable machine-readable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON, unknown op or field, wrong type, a value out of bounds.
+    BadRequest,
+    /// The line was longer than the daemon's limit; the connection is closed.
+    TooLarge,
+    /// `v` names a protocol version the daemon does not speak.
+    UnsupportedVersion,
+    /// The caller's uid may not do this.
+    PermissionDenied,
+    /// Too few free devices satisfy the request; the reply carries `free`.
+    Insufficient,
+    /// The job holds no allocation here.
+    UnknownJob,
+    /// No such device (or type) on this node.
+    UnknownDevice,
+    /// The request contradicts the job's existing allocation or a device's owner.
+    Conflict,
+    /// The daemon failed (database, enforcement); the state is unchanged.
+    Internal,
+    /// A code this client does not know (from a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The wire name, e.g. `insufficient`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::UnsupportedVersion => "unsupported_version",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Insufficient => "insufficient",
+            ErrorCode::UnknownJob => "unknown_job",
+            ErrorCode::UnknownDevice => "unknown_device",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `error` object of a failed reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ErrorReply {
+    pub code: ErrorCode,
+    /// One line for a person: what was wrong and, where it helps, what to do.
+    pub message: String,
+    /// With `insufficient`: how many devices are free that satisfy the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free: Option<u32>,
+}
+
+impl ErrorReply {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
+        ErrorReply { code, message: message.into(), free: None }
+    }
+}
+
+/// One reply line as it travels.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WireReply {
+    v: u32,
+    ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorReply>,
+}
+
+/// The success line for `result`, newline-terminated.
+pub fn ok_line<T: Serialize>(result: &T) -> String {
+    #[derive(Serialize)]
+    struct OkReply<'a, T> {
+        v: u32,
+        ok: bool,
+        result: &'a T,
+    }
+    // Result types are plain data; serialising them cannot fail, but a
+    // failure would still be an error reply rather than a panic.
+    let mut line = serde_json::to_string(&OkReply { v: PROTOCOL_VERSION, ok: true, result }).unwrap_or_else(|e| {
+        error_line(&ErrorReply::new(ErrorCode::Internal, format!("cannot encode the result: {e}"))).trim_end().to_string()
+    });
+    line.push('\n');
+    line
+}
+
+/// The failure line for `error`, newline-terminated.
+pub fn error_line(error: &ErrorReply) -> String {
+    let mut line = serde_json::to_string(&WireReply { v: PROTOCOL_VERSION, ok: false, result: None, error: Some(error.clone()) })
+        .unwrap_or_default();
+    line.push('\n');
+    line
+}
+
+/// Reads a reply line: `Ok(Ok(result))`, `Ok(Err(error))`, or `Err` with a
+/// description when the line is not a well-formed reply.
+pub fn parse_reply(line: &str) -> Result<Result<Value, ErrorReply>, String> {
+    let wire: WireReply = serde_json::from_str(line.trim_end()).map_err(|e| format!("malformed reply from cderd: {e}"))?;
+    if wire.v != PROTOCOL_VERSION {
+        return Err(format!("cderd replied with protocol version {}, this client speaks {PROTOCOL_VERSION}", wire.v));
+    }
+    match (wire.ok, wire.result, wire.error) {
+        (true, Some(result), _) => Ok(Ok(result)),
+        (false, _, Some(error)) => Ok(Err(error)),
+        _ => Err("malformed reply from cderd: neither a result nor an error".into()),
+    }
+}
+
+/// One allocated device, as `alloc` and `env` list it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedDevice {
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    pub index: u32,
+    pub uuid: String,
+}
+
+/// The result of `alloc` and `env`: a job's devices and its environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub job: JobKey,
+    pub uid: u32,
+    /// By type, then index.
+    pub devices: Vec<AllocatedDevice>,
+    /// The variables to set in the job (`CUDA_VISIBLE_DEVICES=1,3` …).
+    pub env: JobEnvironment,
+}
+
+/// The result of `release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub job: JobKey,
+    /// How many devices were released; 0 when the job held none.
+    pub released: u32,
+}
+
+/// What a device is doing now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceState {
+    Free,
+    /// Held by a job (even if drained meanwhile: it goes offline on release).
+    Allocated,
+    /// Drained by an operator; never allocated.
+    Offline,
+    /// Reported unhealthy, or no longer found by discovery; never allocated.
+    Unhealthy,
+}
+
+/// One device in `status` (and the reply of `drain` / `resume`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub memory_mb: u64,
+    pub numa_node: u32,
+    pub state: DeviceState,
+    /// The job holding it; `null` unless allocated.
+    pub job: Option<JobKey>,
+    pub uid: Option<u32>,
+    /// Why it is offline or unhealthy; `null` otherwise.
+    pub reason: Option<String>,
+}
+
+/// Device counts of one type. `total` = free + allocated + offline + unhealthy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeCounts {
+    pub total: u32,
+    pub free: u32,
+    pub allocated: u32,
+    pub offline: u32,
+    pub unhealthy: u32,
+}
+
+/// The result of `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// By type (config order), then index.
+    pub devices: Vec<DeviceStatus>,
+    pub counts: BTreeMap<String, TypeCounts>,
+}
+
+/// The result of `reconcile`: the jobs whose allocations were freed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconciled {
+    pub released: Vec<JobKey>,
+}
+
+/// One job's use of one device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountingRecord {
+    pub job: JobKey,
+    pub uid: u32,
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    pub index: u32,
+    pub uuid: String,
+    /// Unix seconds.
+    pub start: i64,
+    /// Unix seconds; `null` while the job still holds the device.
+    pub end: Option<i64>,
+    /// `end − start`, or `now − start` while still held.
+    pub device_seconds: i64,
+}
+
+/// The pool's utilisation over a period (the seed thesis, Appendix C):
+/// device-seconds allocated ÷ (pool size × period).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Utilisation {
+    pub since: i64,
+    pub until: i64,
+    /// Devices on the node (all types) over which the ratio is taken.
+    pub pool_size: u32,
+    /// Device-seconds allocated inside `[since, until]`.
+    pub device_seconds: i64,
+    pub ratio: f64,
+}
+
+/// The result of `accounting`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accounting {
+    pub records: Vec<AccountingRecord>,
+    pub utilisation: Utilisation,
+}
+
+/// The result of `ping`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pong {
+    /// The daemon's version.
+    pub version: String,
+    /// The protocol version it speaks.
+    pub protocol: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_lines_match_the_protocol_doc() {
+        let mut e = ErrorReply::new(ErrorCode::Insufficient, "2 gpgpu devices requested, 1 free");
+        e.free = Some(1);
+        assert_eq!(
+            error_line(&e),
+            "{\"v\":1,\"ok\":false,\"error\":{\"code\":\"insufficient\",\"message\":\"2 gpgpu devices requested, 1 free\",\"free\":1}}\n"
+        );
+        assert_eq!(parse_reply(&error_line(&e)).unwrap().unwrap_err(), e);
+        let pong = Pong { version: "0.1.0".into(), protocol: 1 };
+        let line = ok_line(&pong);
+        assert_eq!(line, "{\"v\":1,\"ok\":true,\"result\":{\"version\":\"0.1.0\",\"protocol\":1}}\n");
+        let v = parse_reply(&line).unwrap().unwrap();
+        assert_eq!(serde_json::from_value::<Pong>(v).unwrap(), pong);
+    }
+
+    #[test]
+    fn unknown_codes_and_bad_replies() {
+        let r = parse_reply(r#"{"v":1,"ok":false,"error":{"code":"melted","message":"x"}}"#).unwrap().unwrap_err();
+        assert_eq!(r.code, ErrorCode::Unknown);
+        assert!(parse_reply("garbage").is_err());
+        assert!(parse_reply(r#"{"v":2,"ok":true,"result":{}}"#).is_err());
+        assert!(parse_reply(r#"{"v":1,"ok":true}"#).is_err());
+    }
+
+    #[test]
+    fn status_shape() {
+        let s = DeviceStatus {
+            cder_type: "gpgpu".into(),
+            index: 0,
+            uuid: "GPU-0".into(),
+            model: "K20".into(),
+            memory_mb: 4800,
+            numa_node: 0,
+            state: DeviceState::Free,
+            job: None,
+            uid: None,
+            reason: None,
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["state"], "free");
+        assert_eq!(v["type"], "gpgpu");
+        assert!(v["job"].is_null());
+    }
+}

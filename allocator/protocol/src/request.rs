@@ -1,0 +1,389 @@
+//! Requests: what a client may ask of cderd, and the strict parser the
+//! daemon runs on every line it reads.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use cder_model::JobKey;
+
+use crate::reply::{ErrorCode, ErrorReply};
+use crate::PROTOCOL_VERSION;
+
+/// The CDER type a request means when it names none.
+pub const DEFAULT_TYPE: &str = "gpgpu";
+
+/// Most devices one `alloc` may ask for; anything larger is a malformed request.
+pub const MAX_COUNT: u32 = 4096;
+
+/// Longest free-text field (`reason`, `model`, a device name) accepted.
+pub const MAX_TEXT_LEN: usize = 1024;
+
+/// One request, as sent on the wire: `{"v":1,"op":"<op>", …fields}`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Liveness check; answered with [`crate::Pong`].
+    Ping,
+    /// Give a job devices (operators only).
+    Alloc(AllocRequest),
+    /// Take a job's devices back (operators only).
+    Release(JobRequest),
+    /// The environment of a job's allocation (the job's uid, operators).
+    Env(JobRequest),
+    /// Every device with its state and owner (anyone).
+    Status,
+    /// Take a device out of service (operators only).
+    Drain(DrainRequest),
+    /// Put a drained device back into service (operators only).
+    Resume(DeviceRequest),
+    /// Release every allocation whose job is not live any more (operators only).
+    Reconcile(ReconcileRequest),
+    /// Per-job, per-device usage records and the pool's utilisation.
+    Accounting(AccountingRequest),
+}
+
+/// `alloc`: give `job`, run by `uid`, `count` devices of `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocRequest {
+    pub job: JobKey,
+    /// The uid the job runs as; `env` is allowed to it.
+    pub uid: u32,
+    /// How many devices; 0 records the job with an empty visible list.
+    pub count: u32,
+    /// The CDER type (`gpgpu` unless given).
+    #[serde(rename = "type", default = "default_type")]
+    pub cder_type: String,
+    /// Only devices with at least this much memory, in MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_memory_mb: Option<u64>,
+    /// Only devices whose model contains this text (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Record exactly these device indices instead of choosing (used when the
+    /// batch system has already chosen, e.g. SLURM `mode=observe`). When
+    /// given, its length must equal `count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<u32>>,
+}
+
+fn default_type() -> String {
+    DEFAULT_TYPE.to_string()
+}
+
+impl AllocRequest {
+    /// A request for `count` devices of the default type, no constraints.
+    pub fn new(job: JobKey, uid: u32, count: u32) -> AllocRequest {
+        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None }
+    }
+}
+
+/// `release` and `env`: one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    pub job: JobKey,
+}
+
+/// `drain`: take `device` out of service, saying why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// `"<type>:<index>"` (`gpgpu:3`) or the device's UUID.
+    pub device: String,
+    pub reason: String,
+}
+
+/// `resume`: one device, named as in [`DrainRequest::device`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceRequest {
+    pub device: String,
+}
+
+/// `reconcile`: the jobs the batch system still knows; every other job
+/// holding devices here (of `lrms`, when given) is released.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileRequest {
+    pub live_jobs: Vec<JobKey>,
+    /// `slurm`, `torque` or `local`: only jobs of that batch system are
+    /// considered, so that a SLURM job list never frees TORQUE jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lrms: Option<String>,
+}
+
+/// `accounting`: records overlapping `[since, until]` (unix seconds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountingRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+}
+
+/// `ping` and `status` take no fields; this rejects any that are sent.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+impl Request {
+    /// The `op` name of this request.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::Alloc(_) => "alloc",
+            Request::Release(_) => "release",
+            Request::Env(_) => "env",
+            Request::Status => "status",
+            Request::Drain(_) => "drain",
+            Request::Resume(_) => "resume",
+            Request::Reconcile(_) => "reconcile",
+            Request::Accounting(_) => "accounting",
+        }
+    }
+
+    /// Whether only root and the configured operators may send it.
+    pub fn needs_operator(&self) -> bool {
+        matches!(self, Request::Alloc(_) | Request::Release(_) | Request::Drain(_) | Request::Resume(_) | Request::Reconcile(_))
+    }
+
+    /// The wire form: one JSON object followed by `\n`.
+    pub fn to_line(&self) -> String {
+        let fields = match self {
+            Request::Ping | Request::Status => Ok(Value::Object(Map::new())),
+            Request::Alloc(r) => serde_json::to_value(r),
+            Request::Release(r) | Request::Env(r) => serde_json::to_value(r),
+            Request::Drain(r) => serde_json::to_value(r),
+            Request::Resume(r) => serde_json::to_value(r),
+            Request::Reconcile(r) => serde_json::to_value(r),
+            Request::Accounting(r) => serde_json::to_value(r),
+        };
+        // These types serialise to objects by construction; the fallback only
+        // keeps this total.
+        let mut object = match fields {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        // `v` and `op` first, as the protocol document writes requests.
+        let mut text = format!("{{\"v\":{PROTOCOL_VERSION},\"op\":\"{}\"", self.op());
+        for (key, value) in std::mem::take(&mut object) {
+            text.push(',');
+            text.push_str(&Value::String(key).to_string());
+            text.push(':');
+            text.push_str(&value.to_string());
+        }
+        text.push_str("}\n");
+        text
+    }
+
+    /// Parses one request line (without or with its trailing newline) as the
+    /// daemon does: the version first, then the op, then the op's fields with
+    /// unknown ones rejected, then the values' own rules.
+    pub fn from_line(line: &[u8]) -> Result<Request, ErrorReply> {
+        let bad = |message: String| ErrorReply::new(ErrorCode::BadRequest, message);
+        let text = std::str::from_utf8(line).map_err(|e| bad(format!("request is not UTF-8: {e}")))?;
+        let value: Value = serde_json::from_str(text.trim_end_matches(['\n', '\r'])).map_err(|e| bad(format!("request is not JSON: {e}")))?;
+        let Value::Object(mut object) = value else {
+            return Err(bad("request must be a JSON object".into()));
+        };
+        match object.remove("v") {
+            None => return Err(bad("missing field `v` (the protocol version, 1)".into())),
+            Some(Value::Number(n)) if n.as_u64() == Some(u64::from(PROTOCOL_VERSION)) => {}
+            Some(Value::Number(n)) => {
+                return Err(ErrorReply::new(ErrorCode::UnsupportedVersion, format!("protocol version {n} is not supported; this daemon speaks {PROTOCOL_VERSION}")))
+            }
+            Some(other) => return Err(bad(format!("field `v` must be the number {PROTOCOL_VERSION}, not {other}"))),
+        }
+        let op = match object.remove("op") {
+            None => return Err(bad("missing field `op`".into())),
+            Some(Value::String(op)) => op,
+            Some(other) => return Err(bad(format!("field `op` must be a string, not {other}"))),
+        };
+        let fields = Value::Object(object);
+        fn parse<T: serde::de::DeserializeOwned>(op: &str, fields: Value) -> Result<T, ErrorReply> {
+            serde_json::from_value(fields).map_err(|e| ErrorReply::new(ErrorCode::BadRequest, format!("{op}: {e}")))
+        }
+        let request = match op.as_str() {
+            "ping" => parse::<NoFields>(&op, fields).map(|_| Request::Ping)?,
+            "status" => parse::<NoFields>(&op, fields).map(|_| Request::Status)?,
+            "alloc" => Request::Alloc(parse(&op, fields)?),
+            "release" => Request::Release(parse(&op, fields)?),
+            "env" => Request::Env(parse(&op, fields)?),
+            "drain" => Request::Drain(parse(&op, fields)?),
+            "resume" => Request::Resume(parse(&op, fields)?),
+            "reconcile" => Request::Reconcile(parse(&op, fields)?),
+            "accounting" => Request::Accounting(parse(&op, fields)?),
+            _ => {
+                let shown: String = op.chars().take(64).collect();
+                return Err(bad(format!(
+                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile or accounting)"
+                )));
+            }
+        };
+        request.validate().map_err(bad)?;
+        Ok(request)
+    }
+
+    /// The rules serde's types cannot say: bounds, names, consistency.
+    fn validate(&self) -> Result<(), String> {
+        match self {
+            Request::Alloc(r) => {
+                if r.count > MAX_COUNT {
+                    return Err(format!("alloc: count {} is larger than {MAX_COUNT}", r.count));
+                }
+                if r.uid == u32::MAX {
+                    return Err("alloc: uid 4294967295 is not a user".into());
+                }
+                check_type_name(&r.cder_type)?;
+                if let Some(model) = &r.model {
+                    check_text("model", model)?;
+                }
+                if let Some(devices) = &r.devices {
+                    if devices.len() != r.count as usize {
+                        return Err(format!("alloc: {} devices listed but count is {}", devices.len(), r.count));
+                    }
+                    let mut sorted = devices.clone();
+                    sorted.sort_unstable();
+                    sorted.dedup();
+                    if sorted.len() != devices.len() {
+                        return Err("alloc: a device index is listed twice".into());
+                    }
+                }
+                Ok(())
+            }
+            Request::Drain(r) => {
+                check_device_name(&r.device)?;
+                check_text("reason", &r.reason)?;
+                if r.reason.trim().is_empty() {
+                    return Err("drain: the reason must not be empty".into());
+                }
+                Ok(())
+            }
+            Request::Resume(r) => check_device_name(&r.device),
+            Request::Reconcile(r) => match r.lrms.as_deref() {
+                None | Some("slurm" | "torque" | "local") => Ok(()),
+                Some(other) => Err(format!("reconcile: lrms {:?} is not slurm, torque or local", other.chars().take(32).collect::<String>())),
+            },
+            Request::Accounting(r) => match (r.since, r.until) {
+                (Some(s), Some(u)) if s > u => Err(format!("accounting: since {s} is after until {u}")),
+                (Some(s), _) if s < 0 => Err("accounting: since must not be negative".into()),
+                (_, Some(u)) if u < 0 => Err("accounting: until must not be negative".into()),
+                _ => Ok(()),
+            },
+            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) => Ok(()),
+        }
+    }
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), String> {
+    if text.len() > MAX_TEXT_LEN {
+        return Err(format!("{what} is longer than {MAX_TEXT_LEN} bytes"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!("{what} must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn check_type_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("type {:?} is not a CDER type name", name.chars().take(40).collect::<String>()))
+    }
+}
+
+/// A device is `<type>:<index>` or a UUID-like token; nothing else gets in.
+fn check_device_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_:.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "device {:?} is neither <type>:<index> nor a UUID",
+            name.chars().take(40).collect::<String>()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(line: &str) -> ErrorCode {
+        Request::from_line(line.as_bytes()).unwrap_err().code
+    }
+
+    #[test]
+    fn round_trips_every_op() {
+        let job: JobKey = "slurm:4242".parse().unwrap();
+        let requests = vec![
+            Request::Ping,
+            Request::Status,
+            Request::Alloc(AllocRequest { min_memory_mb: Some(4096), model: Some("K20".into()), ..AllocRequest::new(job.clone(), 1000, 2) }),
+            Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
+            Request::Release(JobRequest { job: job.clone() }),
+            Request::Env(JobRequest { job: job.clone() }),
+            Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
+            Request::Resume(DeviceRequest { device: "GPU-aaaa".into() }),
+            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()) }),
+            Request::Accounting(AccountingRequest { since: Some(1), until: Some(2) }),
+        ];
+        for r in requests {
+            let line = r.to_line();
+            assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+            assert_eq!(Request::from_line(line.as_bytes()).unwrap(), r, "{line}");
+        }
+    }
+
+    #[test]
+    fn protocol_doc_examples_parse() {
+        let r = Request::from_line(br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#).unwrap();
+        let Request::Alloc(a) = r else { panic!("not alloc") };
+        assert_eq!((a.uid, a.count, a.min_memory_mb), (1000, 2, Some(4096)));
+        assert!(Request::from_line(br#"{"v":1,"op":"drain","device":"gpgpu:3","reason":"Xid 79"}"#).is_ok());
+        assert!(Request::from_line(br#"{"v":1,"op":"reconcile","live_jobs":["slurm:4243"],"lrms":"slurm"}"#).is_ok());
+        let Request::Alloc(a) = Request::from_line(br#"{"v":1,"op":"alloc","job":"local:a","uid":1,"count":1}"#).unwrap() else { panic!() };
+        assert_eq!(a.cder_type, "gpgpu");
+    }
+
+    #[test]
+    fn rejects_malformed_requests_with_codes() {
+        assert_eq!(code("{not json"), ErrorCode::BadRequest);
+        assert_eq!(code("[1,2]"), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"op":"ping"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":"1","op":"ping"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":2,"op":"ping"}"#), ErrorCode::UnsupportedVersion);
+        assert_eq!(code(r#"{"v":1,"op":"explode"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"ping","extra":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":-1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":"2"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"colour":"red"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1; rm -rf /","uid":1,"count":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":99999}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1]}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1,1]}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"type":"GPU'; DROP"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"drain","device":"gpgpu:1","reason":""}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"drain","device":"../etc","reason":"x"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"lsf"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"accounting","since":5,"until":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code("\u{0}\u{1}"), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn operator_ops_are_marked() {
+        let job: JobKey = "slurm:1".parse().unwrap();
+        assert!(Request::Alloc(AllocRequest::new(job.clone(), 1, 1)).needs_operator());
+        assert!(Request::Release(JobRequest { job: job.clone() }).needs_operator());
+        assert!(!Request::Env(JobRequest { job }).needs_operator());
+        assert!(!Request::Status.needs_operator());
+        assert!(!Request::Accounting(AccountingRequest::default()).needs_operator());
+    }
+}
