@@ -1,0 +1,74 @@
+//! `cderctl inventory`: what discovery finds on this node.
+
+use std::path::Path;
+
+use cder_model::{Config, Device};
+
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print a JSON array of device objects instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(config_path: Option<&Path>, args: &Args) -> Result<(), Failure> {
+    let config = Config::load(config_path).map_err(Failure::usage)?;
+    let devices = cder_inventory::discover(&config).map_err(Failure::runtime)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&devices).map_err(Failure::runtime)?;
+        crate::print(&(text + "\n"))
+    } else {
+        crate::print(&table(&devices))
+    }
+}
+
+/// A fixed-width table, one device per line, the way `nvidia-smi -L` users read.
+fn table(devices: &[Device]) -> String {
+    let header = ["TYPE", "IDX", "MODEL", "MEM(MB)", "CC", "CORES", "MHZ", "ECC", "NUMA", "HEALTH", "PATH", "UUID"];
+    let rows: Vec<[String; 12]> = devices
+        .iter()
+        .map(|d| {
+            let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+            [
+                d.cder_type.clone(),
+                d.index.to_string(),
+                d.model.clone(),
+                d.memory_mb.to_string(),
+                d.compute_capability.map_or("-".into(), |c| c.to_string()),
+                opt(d.cores),
+                opt(d.clock_mhz),
+                if d.ecc { "on" } else { "off" }.to_string(),
+                d.numa_node.to_string(),
+                d.health.to_string(),
+                d.path.display().to_string(),
+                d.uuid.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        out.truncate(out.trim_end().len());
+        out + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in &rows {
+        out += &line(row.iter().map(String::as_str).collect());
+    }
+    if devices.is_empty() {
+        out += "(no devices configured or discovered)\n";
+    }
+    out
+}
