@@ -1,0 +1,457 @@
+//! Expression trees and ClassAds.
+//!
+//! Attribute names are interned into [`Sym`]s (case-folded), so lookups in an
+//! ad are a binary search over integers, never a string hash or compare.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::functions::Func;
+use crate::value::{format_real, quote_str, Value};
+
+/// An interned, case-folded attribute name.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sym(pub u32);
+
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<Box<str>, u32>,
+}
+
+fn interner() -> &'static RwLock<Interner> {
+    static I: OnceLock<RwLock<Interner>> = OnceLock::new();
+    I.get_or_init(Default::default)
+}
+
+impl Sym {
+    /// The symbol of an attribute name (case-insensitive).
+    pub fn of(name: &str) -> Sym {
+        let folded = name.to_ascii_lowercase();
+        if let Some(&id) = interner().read().unwrap_or_else(|e| e.into_inner()).ids.get(folded.as_str()) {
+            return Sym(id);
+        }
+        let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
+        let n = w.ids.len() as u32;
+        Sym(*w.ids.entry(folded.into_boxed_str()).or_insert(n))
+    }
+}
+
+/// A position in the source: 1-based line and column (in characters).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pos {
+    /// Line, from 1.
+    pub line: u32,
+    /// Column, from 1.
+    pub col: u32,
+}
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+/// Where an attribute reference looks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Unqualified: the current ad, then enclosing ads (and, in matchmaking, the other ad).
+    Plain,
+    /// `my.`: the ad being evaluated.
+    My,
+    /// `other.` / `target.`: the ad being matched against.
+    Target,
+    /// `parent.`: the enclosing ad.
+    Parent,
+}
+
+/// Unary operators.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    /// `-`
+    Neg,
+    /// `+`
+    Plus,
+    /// `!`
+    Not,
+    /// `~`
+    BitNot,
+}
+
+/// Binary operators.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    /// `||`
+    Or,
+    /// `&&`
+    And,
+    /// `|`
+    BitOr,
+    /// `^`
+    BitXor,
+    /// `&`
+    BitAnd,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `=?=` / `is`
+    Is,
+    /// `=!=` / `isnt`
+    Isnt,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<<`
+    Shl,
+    /// `>>`
+    Shr,
+    /// `>>>`
+    UShr,
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `%`
+    Mod,
+}
+
+impl BinOp {
+    /// Binding strength: higher binds tighter.
+    pub fn precedence(self) -> u8 {
+        use BinOp::*;
+        match self {
+            Or => 1,
+            And => 2,
+            BitOr => 3,
+            BitXor => 4,
+            BitAnd => 5,
+            Eq | Ne | Is | Isnt => 6,
+            Lt | Le | Gt | Ge => 7,
+            Shl | Shr | UShr => 8,
+            Add | Sub => 9,
+            Mul | Div | Mod => 10,
+        }
+    }
+
+    /// The operator as written.
+    pub fn symbol(self) -> &'static str {
+        use BinOp::*;
+        match self {
+            Or => "||",
+            And => "&&",
+            BitOr => "|",
+            BitXor => "^",
+            BitAnd => "&",
+            Eq => "==",
+            Ne => "!=",
+            Is => "=?=",
+            Isnt => "=!=",
+            Lt => "<",
+            Le => "<=",
+            Gt => ">",
+            Ge => ">=",
+            Shl => "<<",
+            Shr => ">>",
+            UShr => ">>>",
+            Add => "+",
+            Sub => "-",
+            Mul => "*",
+            Div => "/",
+            Mod => "%",
+        }
+    }
+}
+
+/// A function call: the resolved function and its arguments.
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// The function (or [`Func::Unknown`]).
+    pub func: Func,
+    /// The name as written.
+    pub name: Arc<str>,
+    /// Arguments.
+    pub args: Vec<Expr>,
+    /// A regular expression compiled ahead of time when its pattern and options are constant.
+    pub regex: Option<Arc<regex::Regex>>,
+    /// Where the call was written.
+    pub pos: Pos,
+}
+
+/// An expression tree.
+#[derive(Clone, Debug)]
+pub enum Expr {
+    /// A constant.
+    Lit(Value),
+    /// An attribute reference.
+    Attr {
+        /// Where to look.
+        scope: Scope,
+        /// The interned name.
+        sym: Sym,
+        /// The name as written.
+        name: Arc<str>,
+    },
+    /// `expr.name`
+    Select(Box<Expr>, Sym, Arc<str>),
+    /// `expr[index]`
+    Index(Box<(Expr, Expr)>),
+    /// A unary operation.
+    Unary(UnOp, Box<Expr>),
+    /// A binary operation.
+    Binary(BinOp, Box<(Expr, Expr)>),
+    /// `c ? a : b`
+    Cond(Box<(Expr, Expr, Expr)>),
+    /// A function call.
+    Call(Box<Call>),
+    /// `{ a, b, ... }`
+    List(Vec<Expr>),
+    /// `[ a = ...; ... ]`
+    Ad(ClassAd),
+}
+
+/// One attribute of an ad.
+#[derive(Clone, Debug)]
+pub struct Attribute {
+    /// The name as written.
+    pub name: Arc<str>,
+    /// Its symbol.
+    pub sym: Sym,
+    /// Its expression.
+    pub expr: Expr,
+    /// Where the name was written (default for ads built in code).
+    pub pos: Pos,
+}
+
+#[derive(Clone, Debug, Default)]
+struct AdData {
+    attrs: Vec<Attribute>,
+    /// `(sym, index into attrs)`, sorted by sym.
+    index: Vec<(Sym, u32)>,
+}
+
+/// A ClassAd: named expressions. Cheap to clone (shared until modified).
+#[derive(Clone, Debug, Default)]
+pub struct ClassAd(Arc<AdData>);
+
+impl ClassAd {
+    /// An empty ad.
+    pub fn new() -> ClassAd {
+        ClassAd::default()
+    }
+
+    /// Parses an ad in any accepted form (see [`crate::parser::parse_classad`]).
+    pub fn parse(src: &str) -> Result<ClassAd, crate::ParseError> {
+        crate::parser::parse_classad(src)
+    }
+
+    /// Sets an attribute (replacing one of the same name, whatever its case).
+    pub fn insert(&mut self, name: &str, expr: Expr) {
+        self.insert_at(name, expr, Pos::default());
+    }
+
+    /// Sets an attribute, remembering where it was written.
+    pub fn insert_at(&mut self, name: &str, expr: Expr, pos: Pos) {
+        let sym = Sym::of(name);
+        let data = Arc::make_mut(&mut self.0);
+        match data.index.binary_search_by_key(&sym, |e| e.0) {
+            Ok(i) => {
+                let slot = data.index[i].1 as usize;
+                data.attrs[slot] = Attribute { name: Arc::from(name), sym, expr, pos };
+            }
+            Err(i) => {
+                data.index.insert(i, (sym, data.attrs.len() as u32));
+                data.attrs.push(Attribute { name: Arc::from(name), sym, expr, pos });
+            }
+        }
+    }
+
+    /// Looks an attribute up by symbol.
+    #[inline]
+    pub fn get_sym(&self, sym: Sym) -> Option<&Attribute> {
+        let idx = &self.0.index;
+        // Ads are small: a linear scan beats binary search below a handful.
+        if idx.len() <= 8 {
+            return idx.iter().find(|e| e.0 == sym).map(|e| &self.0.attrs[e.1 as usize]);
+        }
+        idx.binary_search_by_key(&sym, |e| e.0).ok().map(|i| &self.0.attrs[idx[i].1 as usize])
+    }
+
+    /// Looks an attribute's expression up by name (case-insensitive).
+    pub fn lookup(&self, name: &str) -> Option<&Expr> {
+        self.get_sym(Sym::of(name)).map(|a| &a.expr)
+    }
+
+    /// The attribute record by name.
+    pub fn attribute(&self, name: &str) -> Option<&Attribute> {
+        self.get_sym(Sym::of(name))
+    }
+
+    /// Attributes in the order written.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Expr)> {
+        self.0.attrs.iter().map(|a| (&*a.name, &a.expr))
+    }
+
+    /// Attribute records in the order written.
+    pub fn attributes(&self) -> &[Attribute] {
+        &self.0.attrs
+    }
+
+    /// Number of attributes.
+    pub fn len(&self) -> usize {
+        self.0.attrs.len()
+    }
+
+    /// True when the ad has no attributes.
+    pub fn is_empty(&self) -> bool {
+        self.0.attrs.is_empty()
+    }
+
+    /// An address that identifies this ad's shared data (for cycle detection).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Evaluates one attribute of this ad, with no target.
+    pub fn eval_attr(&self, name: &str) -> Value {
+        crate::eval::eval_attr(self, name, None)
+    }
+}
+
+impl fmt::Display for ClassAd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[ ")?;
+        for (i, a) in self.0.attrs.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{} = {}", a.name, a.expr)?;
+        }
+        f.write_str(" ]")
+    }
+}
+
+fn write_name(name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain {
+        f.write_str(name)
+    } else {
+        f.write_str("'")?;
+        for c in name.chars() {
+            match c {
+                '\'' => f.write_str("\\'")?,
+                '\\' => f.write_str("\\\\")?,
+                c => write!(f, "{c}")?,
+            }
+        }
+        f.write_str("'")
+    }
+}
+
+impl Expr {
+    fn fmt_prec(&self, f: &mut fmt::Formatter<'_>, min: u8) -> fmt::Result {
+        match self {
+            Expr::Lit(v) => match v {
+                Value::Real(r) => f.write_str(&format_real(*r)),
+                Value::Str(s) => {
+                    let mut o = String::new();
+                    quote_str(s, &mut o);
+                    f.write_str(&o)
+                }
+                v => write!(f, "{v}"),
+            },
+            Expr::Attr { scope, name, .. } => {
+                match scope {
+                    Scope::Plain => {}
+                    Scope::My => f.write_str("MY.")?,
+                    Scope::Target => f.write_str("TARGET.")?,
+                    Scope::Parent => f.write_str("PARENT.")?,
+                }
+                write_name(name, f)
+            }
+            Expr::Select(e, _, name) => {
+                e.fmt_prec(f, 12)?;
+                f.write_str(".")?;
+                write_name(name, f)
+            }
+            Expr::Index(b) => {
+                b.0.fmt_prec(f, 12)?;
+                write!(f, "[{}]", b.1)
+            }
+            Expr::Unary(op, e) => {
+                f.write_str(match op {
+                    UnOp::Neg => "-",
+                    UnOp::Plus => "+",
+                    UnOp::Not => "!",
+                    UnOp::BitNot => "~",
+                })?;
+                e.fmt_prec(f, 11)
+            }
+            Expr::Binary(op, b) => {
+                let p = op.precedence();
+                if p < min {
+                    f.write_str("(")?;
+                }
+                b.0.fmt_prec(f, p)?;
+                write!(f, " {} ", op.symbol())?;
+                b.1.fmt_prec(f, p + 1)?;
+                if p < min {
+                    f.write_str(")")?;
+                }
+                Ok(())
+            }
+            Expr::Cond(b) => {
+                if min > 0 {
+                    f.write_str("(")?;
+                }
+                b.0.fmt_prec(f, 1)?;
+                f.write_str(" ? ")?;
+                b.1.fmt_prec(f, 0)?;
+                f.write_str(" : ")?;
+                b.2.fmt_prec(f, 0)?;
+                if min > 0 {
+                    f.write_str(")")?;
+                }
+                Ok(())
+            }
+            Expr::Call(c) => {
+                write!(f, "{}(", c.name)?;
+                for (i, a) in c.args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{a}")?;
+                }
+                f.write_str(")")
+            }
+            Expr::List(l) => {
+                f.write_str("{ ")?;
+                for (i, a) in l.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{a}")?;
+                }
+                f.write_str(" }")
+            }
+            Expr::Ad(ad) => write!(f, "{ad}"),
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    /// ClassAd syntax, parenthesised where precedence needs it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_prec(f, 0)
+    }
+}

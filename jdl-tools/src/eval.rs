@@ -1,0 +1,506 @@
+//! The evaluator: HTCondor's ClassAd semantics.
+//!
+//! Evaluation never loops and never overflows the stack: attributes under
+//! evaluation are tracked (a reference back to one is a cycle and evaluates to
+//! `error`), and the evaluation depth is bounded.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::ast::{BinOp, ClassAd, Expr, Scope, Sym, UnOp};
+use crate::value::Value;
+
+/// Deepest chain of nested evaluations (attribute references included).
+pub const MAX_EVAL_DEPTH: u32 = 1200;
+
+/// A nested ad as a value: the ad and the scope it was written in.
+#[derive(Debug)]
+pub struct ScopeNode {
+    /// The ad.
+    pub ad: ClassAd,
+    /// The enclosing ad, where unqualified names not found here are looked up.
+    pub parent: Option<Arc<ScopeNode>>,
+}
+
+/// Where an expression is being evaluated.
+#[derive(Clone, Copy)]
+pub(crate) struct Frame<'a> {
+    /// The innermost ad (unqualified names look here first).
+    pub ad: Option<&'a ClassAd>,
+    /// Enclosing ads.
+    pub parent: Option<&'a Arc<ScopeNode>>,
+    /// `MY`.
+    pub my: Option<&'a ClassAd>,
+    /// `TARGET` / `OTHER`.
+    pub target: Option<&'a ClassAd>,
+}
+
+impl<'a> Frame<'a> {
+    /// Evaluation inside `ad`, with an optional target.
+    pub fn root(ad: Option<&'a ClassAd>, target: Option<&'a ClassAd>) -> Frame<'a> {
+        Frame { ad, parent: None, my: ad, target }
+    }
+}
+
+const INLINE: usize = 16;
+
+/// Per-evaluation state: depth and the attributes being evaluated.
+pub(crate) struct Ctx {
+    depth: u32,
+    /// Unqualified names not found in MY are looked up in TARGET (matchmaking).
+    pub fallback: bool,
+    stack: [(usize, Sym); INLINE],
+    len: usize,
+    spill: Vec<(usize, Sym)>,
+}
+
+impl Ctx {
+    pub fn new(fallback: bool) -> Ctx {
+        Ctx { depth: 0, fallback, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
+    }
+
+    fn push(&mut self, key: (usize, Sym)) -> bool {
+        if self.stack[..self.len].contains(&key) || self.spill.contains(&key) {
+            return false;
+        }
+        if self.len < INLINE {
+            self.stack[self.len] = key;
+            self.len += 1;
+        } else {
+            self.spill.push(key);
+        }
+        true
+    }
+
+    fn pop(&mut self) {
+        if self.spill.pop().is_none() {
+            self.len -= 1;
+        }
+    }
+
+    /// Evaluates an expression in a frame.
+    pub fn eval(&mut self, e: &Expr, f: Frame<'_>) -> Value {
+        if let Expr::Lit(v) = e {
+            return v.clone();
+        }
+        self.depth += 1;
+        let v = if self.depth > MAX_EVAL_DEPTH { Value::Error } else { self.eval_inner(e, f) };
+        self.depth -= 1;
+        v
+    }
+
+    /// Evaluates the attribute `sym` of `ad` in `f` (whose innermost ad is `ad`).
+    fn eval_attr_in(&mut self, ad: &ClassAd, sym: Sym, f: Frame<'_>) -> Option<Value> {
+        let a = ad.get_sym(sym)?;
+        if let Expr::Lit(v) = &a.expr {
+            return Some(v.clone());
+        }
+        let key = (ad.id(), sym);
+        if !self.push(key) {
+            // A reference back to an attribute under evaluation: a cycle.
+            return Some(Value::Error);
+        }
+        let v = self.eval(&a.expr, f);
+        self.pop();
+        Some(v)
+    }
+
+    fn lookup_plain(&mut self, sym: Sym, f: Frame<'_>) -> Value {
+        if let Some(ad) = f.ad {
+            if let Some(v) = self.eval_attr_in(ad, sym, f) {
+                return v;
+            }
+        }
+        let mut node = f.parent;
+        while let Some(n) = node {
+            let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+            if let Some(v) = self.eval_attr_in(&n.ad, sym, nf) {
+                return v;
+            }
+            node = n.parent.as_ref();
+        }
+        if self.fallback {
+            if f.target.is_some() {
+                return self.lookup_target(sym, f);
+            }
+        }
+        Value::Undefined
+    }
+
+    /// `TARGET.x`: x is evaluated in the target ad, whose own TARGET is MY.
+    fn lookup_target(&mut self, sym: Sym, f: Frame<'_>) -> Value {
+        match f.target {
+            Some(t) => {
+                let tf = Frame { ad: Some(t), parent: None, my: Some(t), target: f.my };
+                self.eval_attr_in(t, sym, tf).unwrap_or(Value::Undefined)
+            }
+            None => Value::Undefined,
+        }
+    }
+
+    /// Looks `sym` up inside a nested ad value (no search of enclosing ads).
+    pub fn select(&mut self, v: &Value, sym: Sym, f: Frame<'_>) -> Value {
+        match v {
+            Value::Ad(n) => {
+                let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+                self.eval_attr_in(&n.ad, sym, nf).unwrap_or(Value::Undefined)
+            }
+            Value::List(l) => Value::List(l.iter().map(|x| self.select(x, sym, f)).collect::<Vec<_>>().into()),
+            Value::Undefined => Value::Undefined,
+            _ => Value::Error,
+        }
+    }
+
+    fn eval_inner(&mut self, e: &Expr, f: Frame<'_>) -> Value {
+        match e {
+            Expr::Lit(v) => v.clone(),
+            Expr::Attr { scope, sym, .. } => match scope {
+                Scope::Plain => self.lookup_plain(*sym, f),
+                Scope::My => match f.my {
+                    Some(my) => {
+                        let mf = Frame { ad: Some(my), parent: None, my: Some(my), target: f.target };
+                        self.eval_attr_in(my, *sym, mf).unwrap_or(Value::Undefined)
+                    }
+                    None => Value::Undefined,
+                },
+                Scope::Target => self.lookup_target(*sym, f),
+                Scope::Parent => match f.parent {
+                    Some(n) => {
+                        let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+                        self.eval_attr_in(&n.ad, *sym, nf).unwrap_or(Value::Undefined)
+                    }
+                    None => Value::Undefined,
+                },
+            },
+            Expr::Select(base, sym, _) => {
+                let b = self.eval(base, f);
+                self.select(&b, *sym, f)
+            }
+            Expr::Index(b) => {
+                let base = self.eval(&b.0, f);
+                let idx = self.eval(&b.1, f);
+                index(&base, &idx, self, f)
+            }
+            Expr::Unary(op, x) => {
+                let v = self.eval(x, f);
+                unary(*op, &v)
+            }
+            Expr::Binary(op, b) => match op {
+                BinOp::And => {
+                    let l = self.eval(&b.0, f);
+                    let lt = match truth(&l) {
+                        Truth::False => return Value::Bool(false),
+                        Truth::Error => return Value::Error,
+                        t => t,
+                    };
+                    let r = self.eval(&b.1, f);
+                    match truth(&r) {
+                        Truth::False => Value::Bool(false),
+                        Truth::Error => Value::Error,
+                        Truth::True if lt == Truth::True => Value::Bool(true),
+                        _ => Value::Undefined,
+                    }
+                }
+                BinOp::Or => {
+                    let l = self.eval(&b.0, f);
+                    let lt = match truth(&l) {
+                        Truth::True => return Value::Bool(true),
+                        Truth::Error => return Value::Error,
+                        t => t,
+                    };
+                    let r = self.eval(&b.1, f);
+                    match truth(&r) {
+                        Truth::True => Value::Bool(true),
+                        Truth::Error => Value::Error,
+                        Truth::False if lt == Truth::False => Value::Bool(false),
+                        _ => Value::Undefined,
+                    }
+                }
+                _ => {
+                    let l = self.eval(&b.0, f);
+                    let r = self.eval(&b.1, f);
+                    binary(*op, &l, &r)
+                }
+            },
+            Expr::Cond(b) => {
+                let c = self.eval(&b.0, f);
+                match truth(&c) {
+                    Truth::True => self.eval(&b.1, f),
+                    Truth::False => self.eval(&b.2, f),
+                    Truth::Undefined => Value::Undefined,
+                    Truth::Error => Value::Error,
+                }
+            }
+            Expr::Call(c) => crate::functions::call(self, c, f),
+            Expr::List(items) => Value::List(items.iter().map(|x| self.eval(x, f)).collect::<Vec<_>>().into()),
+            Expr::Ad(ad) => {
+                // The nested ad remembers where it was written, for references to enclosing attributes.
+                let parent = match f.ad {
+                    Some(cur) => Some(Arc::new(ScopeNode { ad: cur.clone(), parent: f.parent.cloned() })),
+                    None => f.parent.cloned(),
+                };
+                Value::Ad(Arc::new(ScopeNode { ad: ad.clone(), parent }))
+            }
+        }
+    }
+}
+
+fn index(base: &Value, idx: &Value, ctx: &mut Ctx, f: Frame<'_>) -> Value {
+    match (base, idx) {
+        (Value::Error, _) | (_, Value::Error) => Value::Error,
+        (Value::Undefined, _) | (_, Value::Undefined) => Value::Undefined,
+        (Value::List(l), Value::Int(i)) => {
+            if *i < 0 || *i as u64 >= l.len() as u64 {
+                Value::Error
+            } else {
+                l[*i as usize].clone()
+            }
+        }
+        (Value::Ad(_), Value::Str(s)) => ctx.select(base, Sym::of(s), f),
+        _ => Value::Error,
+    }
+}
+
+/// How a value reads as a condition.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Truth {
+    True,
+    False,
+    Undefined,
+    Error,
+}
+
+/// Booleans and numbers are conditions (non-zero is true); anything else is an error.
+pub(crate) fn truth(v: &Value) -> Truth {
+    match v {
+        Value::Bool(true) => Truth::True,
+        Value::Bool(false) => Truth::False,
+        Value::Int(i) => {
+            if *i != 0 {
+                Truth::True
+            } else {
+                Truth::False
+            }
+        }
+        Value::Real(r) => {
+            if *r != 0.0 {
+                Truth::True
+            } else {
+                Truth::False
+            }
+        }
+        Value::Undefined => Truth::Undefined,
+        _ => Truth::Error,
+    }
+}
+
+pub(crate) fn unary(op: UnOp, v: &Value) -> Value {
+    match (op, v) {
+        (_, Value::Error) => Value::Error,
+        (_, Value::Undefined) => Value::Undefined,
+        (UnOp::Not, v) => match truth(v) {
+            Truth::True => Value::Bool(false),
+            Truth::False => Value::Bool(true),
+            _ => Value::Error,
+        },
+        (UnOp::Neg, Value::Int(i)) => Value::Int(i.wrapping_neg()),
+        (UnOp::Neg, Value::Real(r)) => Value::Real(-r),
+        (UnOp::Neg, Value::Bool(b)) => Value::Int(-(*b as i64)),
+        (UnOp::Plus, Value::Int(_) | Value::Real(_)) => v.clone(),
+        (UnOp::Plus, Value::Bool(b)) => Value::Int(*b as i64),
+        (UnOp::BitNot, Value::Int(i)) => Value::Int(!i),
+        (UnOp::BitNot, Value::Bool(b)) => Value::Bool(!b),
+        _ => Value::Error,
+    }
+}
+
+/// A number for arithmetic: booleans count as integers.
+enum Num {
+    I(i64),
+    R(f64),
+}
+
+fn num(v: &Value) -> Option<Num> {
+    match v {
+        Value::Int(i) => Some(Num::I(*i)),
+        Value::Real(r) => Some(Num::R(*r)),
+        Value::Bool(b) => Some(Num::I(*b as i64)),
+        _ => None,
+    }
+}
+
+fn as_f(n: &Num) -> f64 {
+    match n {
+        Num::I(i) => *i as f64,
+        Num::R(r) => *r,
+    }
+}
+
+/// Case-insensitive string order, as HTCondor's strcasecmp.
+pub(crate) fn str_icmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    for (x, y) in a.iter().zip(b.iter()) {
+        let (x, y) = (x.to_ascii_lowercase(), y.to_ascii_lowercase());
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// A binary operation other than `&&` / `||` (which short-circuit).
+pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
+    use BinOp::*;
+    match op {
+        Is | Isnt => {
+            return match l.identical(r) {
+                Some(b) => Value::Bool(b == (op == Is)),
+                None => Value::Error,
+            }
+        }
+        And | Or => {
+            // Only reached through constant folding of already-evaluated operands.
+            let (lt, rt) = (truth(l), truth(r));
+            return match op {
+                And => match (lt, rt) {
+                    (Truth::False, _) => Value::Bool(false),
+                    (Truth::Error, _) | (_, Truth::Error) => Value::Error,
+                    (_, Truth::False) => Value::Bool(false),
+                    (Truth::True, Truth::True) => Value::Bool(true),
+                    _ => Value::Undefined,
+                },
+                _ => match (lt, rt) {
+                    (Truth::True, _) => Value::Bool(true),
+                    (Truth::Error, _) | (_, Truth::Error) => Value::Error,
+                    (_, Truth::True) => Value::Bool(true),
+                    (Truth::False, Truth::False) => Value::Bool(false),
+                    _ => Value::Undefined,
+                },
+            };
+        }
+        _ => {}
+    }
+    if matches!(l, Value::Error) || matches!(r, Value::Error) {
+        return Value::Error;
+    }
+    if matches!(l, Value::Undefined) || matches!(r, Value::Undefined) {
+        return Value::Undefined;
+    }
+    match op {
+        Eq | Ne | Lt | Le | Gt | Ge => {
+            let ord = match (l, r) {
+                (Value::Str(a), Value::Str(b)) => str_icmp(a, b),
+                _ => match (num(l), num(r)) {
+                    (Some(Num::I(a)), Some(Num::I(b))) => a.cmp(&b),
+                    (Some(a), Some(b)) => match as_f(&a).partial_cmp(&as_f(&b)) {
+                        Some(o) => o,
+                        // NaN: every comparison but != is false.
+                        None => return Value::Bool(op == Ne),
+                    },
+                    _ => return Value::Error,
+                },
+            };
+            Value::Bool(match op {
+                Eq => ord == Ordering::Equal,
+                Ne => ord != Ordering::Equal,
+                Lt => ord == Ordering::Less,
+                Le => ord != Ordering::Greater,
+                Gt => ord == Ordering::Greater,
+                _ => ord != Ordering::Less,
+            })
+        }
+        BitAnd | BitOr | BitXor => match (l, r) {
+            (Value::Bool(a), Value::Bool(b)) => Value::Bool(match op {
+                BitAnd => a & b,
+                BitOr => a | b,
+                _ => a ^ b,
+            }),
+            (Value::Int(a), Value::Int(b)) => Value::Int(match op {
+                BitAnd => a & b,
+                BitOr => a | b,
+                _ => a ^ b,
+            }),
+            _ => Value::Error,
+        },
+        Shl | Shr | UShr => match (l, r) {
+            (Value::Int(a), Value::Int(b)) => {
+                let s = (*b & 63) as u32;
+                Value::Int(match op {
+                    Shl => a.wrapping_shl(s),
+                    Shr => a.wrapping_shr(s),
+                    _ => ((*a as u64) >> s) as i64,
+                })
+            }
+            _ => Value::Error,
+        },
+        Add | Sub | Mul | Div | Mod => {
+            let (Some(a), Some(b)) = (num(l), num(r)) else {
+                return Value::Error;
+            };
+            match (a, b) {
+                (Num::I(a), Num::I(b)) => match op {
+                    Add => Value::Int(a.wrapping_add(b)),
+                    Sub => Value::Int(a.wrapping_sub(b)),
+                    Mul => Value::Int(a.wrapping_mul(b)),
+                    Div => {
+                        if b == 0 {
+                            Value::Error
+                        } else if a == i64::MIN && b == -1 {
+                            // HTCondor saturates the one overflowing quotient.
+                            Value::Int(i64::MAX)
+                        } else {
+                            Value::Int(a / b)
+                        }
+                    }
+                    _ => {
+                        if b == 0 {
+                            Value::Error
+                        } else {
+                            Value::Int(a.wrapping_rem(b))
+                        }
+                    }
+                },
+                (a, b) => {
+                    let (a, b) = (as_f(&a), as_f(&b));
+                    match op {
+                        Add => Value::Real(a + b),
+                        Sub => Value::Real(a - b),
+                        Mul => Value::Real(a * b),
+                        Div => {
+                            if b == 0.0 {
+                                Value::Error
+                            } else {
+                                Value::Real(a / b)
+                            }
+                        }
+                        // HTCondor has no real remainder.
+                        _ => Value::Error,
+                    }
+                }
+            }
+        }
+        _ => Value::Error,
+    }
+}
+
+/// Evaluates attribute `name` of `ad` (with an optional target), without the
+/// matchmaking fallback.
+pub fn eval_attr(ad: &ClassAd, name: &str, target: Option<&ClassAd>) -> Value {
+    let mut ctx = Ctx::new(false);
+    let f = Frame::root(Some(ad), target);
+    ctx.eval_attr_in(ad, Sym::of(name), f).unwrap_or(Value::Undefined)
+}
+
+/// Evaluates an expression in the scope of `ad` (if any), with an optional target.
+/// Unqualified names are looked up in `ad` and its enclosing ads only.
+pub fn eval_expr(e: &Expr, ad: Option<&ClassAd>, target: Option<&ClassAd>) -> Value {
+    let mut ctx = Ctx::new(false);
+    ctx.eval(e, Frame::root(ad, target))
+}
+
+/// As [`eval_expr`], but unqualified names not found in `ad` are then looked
+/// up in `target` (HTCondor's matchmaking rule).
+pub fn eval_expr_matching(e: &Expr, ad: &ClassAd, target: &ClassAd) -> Value {
+    let mut ctx = Ctx::new(true);
+    ctx.eval(e, Frame::root(Some(ad), Some(target)))
+}

@@ -1,0 +1,443 @@
+//! Recursive-descent parser for ClassAd expressions and ads.
+//!
+//! Accepted ad forms: `[ a = 1; b = 2 ]` (old-style ClassAd / gLite JDL), the
+//! same without the brackets, and one `Name = expr` per line as
+//! `condor_status -l` prints it. Nesting and tree height are bounded, so
+//! hostile input gets an error instead of a stack overflow.
+
+use std::sync::Arc;
+
+use crate::ast::{BinOp, Call, ClassAd, Expr, Pos, Scope, Sym, UnOp};
+use crate::functions::Func;
+use crate::lexer::{tokenize, Tok, Token};
+use crate::value::Value;
+use crate::ParseError;
+
+/// Deepest nesting of parentheses, lists, ads and calls.
+pub const MAX_NESTING: u32 = 200;
+/// Tallest expression tree (long operator chains count too).
+pub const MAX_HEIGHT: u32 = 1000;
+
+/// Parses one expression.
+pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
+    let mut p = Parser::new(src)?;
+    let (e, _) = p.expr()?;
+    p.expect_eof()?;
+    Ok(e)
+}
+
+/// Parses one ad: `[ ... ]`, or attribute definitions separated by `;` or
+/// newlines (the bracket-less JDL form and `condor_status -l` output).
+pub fn parse_classad(src: &str) -> Result<ClassAd, ParseError> {
+    let mut p = Parser::new(src)?;
+    let ad = if p.is_punct("[") {
+        let (e, _) = p.ad_literal()?;
+        p.eat_punct(";");
+        p.expect_eof()?;
+        match e {
+            Expr::Ad(ad) => ad,
+            _ => unreachable_ad(),
+        }
+    } else {
+        let ad = p.attr_lines(false)?;
+        p.expect_eof()?;
+        ad
+    };
+    Ok(ad)
+}
+
+/// Parses several ads: a sequence of `[ ... ]`, or `condor_status -l` blocks
+/// separated by blank lines.
+pub fn parse_classads(src: &str) -> Result<Vec<ClassAd>, ParseError> {
+    let mut p = Parser::new(src)?;
+    let mut out = Vec::new();
+    loop {
+        while p.eat_punct(";") || p.eat_punct(",") {}
+        if p.at_eof() {
+            return Ok(out);
+        }
+        if p.is_punct("[") {
+            let (e, _) = p.ad_literal()?;
+            if let Expr::Ad(ad) = e {
+                out.push(ad);
+            }
+        } else {
+            out.push(p.attr_lines(true)?);
+        }
+    }
+}
+
+fn unreachable_ad() -> ClassAd {
+    // ad_literal always returns Expr::Ad; an empty ad keeps this total.
+    ClassAd::new()
+}
+
+struct Parser {
+    toks: Vec<Token>,
+    i: usize,
+    nesting: u32,
+}
+
+fn is_keyword(s: &str) -> bool {
+    ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(s))
+}
+
+impl Parser {
+    fn new(src: &str) -> Result<Parser, ParseError> {
+        Ok(Parser { toks: tokenize(src)?, i: 0, nesting: 0 })
+    }
+
+    fn tok(&self) -> &Token {
+        &self.toks[self.i.min(self.toks.len() - 1)]
+    }
+
+    fn pos(&self) -> Pos {
+        self.tok().pos
+    }
+
+    fn advance(&mut self) -> Token {
+        let t = self.tok().clone();
+        if self.i < self.toks.len() - 1 {
+            self.i += 1;
+        }
+        t
+    }
+
+    fn at_eof(&self) -> bool {
+        self.tok().tok == Tok::Eof
+    }
+
+    fn is_punct(&self, p: &str) -> bool {
+        matches!(&self.tok().tok, Tok::Punct(q) if *q == p)
+    }
+
+    fn eat_punct(&mut self, p: &str) -> bool {
+        if self.is_punct(p) {
+            self.advance();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn err<T>(&self, expected: &str) -> Result<T, ParseError> {
+        Err(ParseError { pos: self.pos(), message: format!("expected {expected}, found {}", self.tok().tok.describe()) })
+    }
+
+    fn expect_punct(&mut self, p: &str, what: &str) -> Result<(), ParseError> {
+        if self.eat_punct(p) {
+            Ok(())
+        } else {
+            self.err(what)
+        }
+    }
+
+    fn expect_eof(&self) -> Result<(), ParseError> {
+        if self.at_eof() {
+            Ok(())
+        } else {
+            self.err("an operator or end of input")
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), ParseError> {
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            return Err(ParseError { pos: self.pos(), message: format!("nesting deeper than {MAX_NESTING} levels") });
+        }
+        Ok(())
+    }
+
+    fn height(&self, h: u32) -> Result<u32, ParseError> {
+        if h > MAX_HEIGHT {
+            return Err(ParseError { pos: self.pos(), message: format!("expression deeper than {MAX_HEIGHT} levels") });
+        }
+        Ok(h)
+    }
+
+    /// `Name = expr` definitions separated by `;` or line breaks. With
+    /// `stop_at_blank`, a blank line ends the ad.
+    fn attr_lines(&mut self, stop_at_blank: bool) -> Result<ClassAd, ParseError> {
+        let mut ad = ClassAd::new();
+        loop {
+            while self.eat_punct(";") {}
+            if self.at_eof() || self.is_punct("[") {
+                return Ok(ad);
+            }
+            let (name, pos) = self.attr_name()?;
+            self.expect_punct("=", "'=' after the attribute name")?;
+            let (e, _) = self.expr()?;
+            ad.insert_at(&name, e, pos);
+            let prev_end = self.toks[self.i.saturating_sub(1)].end_line;
+            if self.eat_punct(";") {
+                continue;
+            }
+            if self.at_eof() {
+                return Ok(ad);
+            }
+            let next_line = self.pos().line;
+            if next_line <= prev_end {
+                return self.err("';' or a line break between attributes");
+            }
+            if stop_at_blank && next_line > prev_end + 1 {
+                return Ok(ad);
+            }
+        }
+    }
+
+    fn attr_name(&mut self) -> Result<(String, Pos), ParseError> {
+        let pos = self.pos();
+        match &self.tok().tok {
+            Tok::Ident(s) if !is_keyword(s) => {
+                let s = s.clone();
+                self.advance();
+                Ok((s, pos))
+            }
+            Tok::QuotedIdent(s) => {
+                let s = s.clone();
+                self.advance();
+                Ok((s, pos))
+            }
+            _ => self.err("an attribute name"),
+        }
+    }
+
+    fn ad_literal(&mut self) -> Result<(Expr, u32), ParseError> {
+        self.enter()?;
+        self.expect_punct("[", "'['")?;
+        let mut ad = ClassAd::new();
+        let mut h = 1;
+        loop {
+            if self.eat_punct("]") {
+                break;
+            }
+            let (name, pos) = self.attr_name()?;
+            self.expect_punct("=", "'=' after the attribute name")?;
+            let (e, eh) = self.expr()?;
+            h = h.max(eh + 1);
+            ad.insert_at(&name, e, pos);
+            if self.eat_punct(";") {
+                continue;
+            }
+            if self.eat_punct("]") {
+                break;
+            }
+            return self.err("';' or ']'");
+        }
+        self.nesting -= 1;
+        Ok((Expr::Ad(ad), h))
+    }
+
+    fn expr(&mut self) -> Result<(Expr, u32), ParseError> {
+        self.enter()?;
+        let (c, ch) = self.binary(1)?;
+        let r = if self.eat_punct("?") {
+            let (a, ah) = self.expr()?;
+            self.expect_punct(":", "':' in a conditional expression")?;
+            let (b, bh) = self.expr()?;
+            let h = self.height(1 + ch.max(ah).max(bh))?;
+            (Expr::Cond(Box::new((c, a, b))), h)
+        } else {
+            (c, ch)
+        };
+        self.nesting -= 1;
+        Ok(r)
+    }
+
+    fn binop(&self) -> Option<BinOp> {
+        use BinOp::*;
+        Some(match &self.tok().tok {
+            Tok::Punct(p) => match *p {
+                "||" => Or,
+                "&&" => And,
+                "|" => BitOr,
+                "^" => BitXor,
+                "&" => BitAnd,
+                "==" => Eq,
+                "!=" => Ne,
+                "=?=" => Is,
+                "=!=" => Isnt,
+                "<" => Lt,
+                "<=" => Le,
+                ">" => Gt,
+                ">=" => Ge,
+                "<<" => Shl,
+                ">>" => Shr,
+                ">>>" => UShr,
+                "+" => Add,
+                "-" => Sub,
+                "*" => Mul,
+                "/" => Div,
+                "%" => Mod,
+                _ => return None,
+            },
+            Tok::Ident(s) if s.eq_ignore_ascii_case("is") => Is,
+            Tok::Ident(s) if s.eq_ignore_ascii_case("isnt") => Isnt,
+            _ => return None,
+        })
+    }
+
+    /// Precedence climbing: all binary operators are left-associative.
+    fn binary(&mut self, min: u8) -> Result<(Expr, u32), ParseError> {
+        let (mut lhs, mut lh) = self.unary()?;
+        while let Some(op) = self.binop() {
+            let p = op.precedence();
+            if p < min {
+                break;
+            }
+            self.advance();
+            let (rhs, rh) = self.binary(p + 1)?;
+            lh = self.height(1 + lh.max(rh))?;
+            lhs = Expr::Binary(op, Box::new((lhs, rhs)));
+        }
+        Ok((lhs, lh))
+    }
+
+    fn unary(&mut self) -> Result<(Expr, u32), ParseError> {
+        let op = match &self.tok().tok {
+            Tok::Punct("-") => UnOp::Neg,
+            Tok::Punct("+") => UnOp::Plus,
+            Tok::Punct("!") => UnOp::Not,
+            Tok::Punct("~") => UnOp::BitNot,
+            _ => return self.postfix(),
+        };
+        self.advance();
+        self.enter()?;
+        let (e, h) = self.unary()?;
+        self.nesting -= 1;
+        // Negative literals are folded so that -9223372036854775808 is a literal.
+        let e = match (op, e) {
+            (UnOp::Neg, Expr::Lit(Value::Int(i))) => Expr::Lit(Value::Int(i.wrapping_neg())),
+            (UnOp::Neg, Expr::Lit(Value::Real(r))) => Expr::Lit(Value::Real(-r)),
+            (op, e) => Expr::Unary(op, Box::new(e)),
+        };
+        Ok((e, self.height(h + 1)?))
+    }
+
+    fn postfix(&mut self) -> Result<(Expr, u32), ParseError> {
+        let (mut e, mut h) = self.primary()?;
+        loop {
+            if self.eat_punct(".") {
+                let (name, _) = self.attr_name()?;
+                e = Expr::Select(Box::new(e), Sym::of(&name), Arc::from(name.as_str()));
+                h = self.height(h + 1)?;
+            } else if self.is_punct("[") {
+                self.advance();
+                let (i, ih) = self.expr()?;
+                self.expect_punct("]", "']' after the list index")?;
+                e = Expr::Index(Box::new((e, i)));
+                h = self.height(1 + h.max(ih))?;
+            } else {
+                return Ok((e, h));
+            }
+        }
+    }
+
+    fn primary(&mut self) -> Result<(Expr, u32), ParseError> {
+        let t = self.tok().clone();
+        match t.tok {
+            Tok::Int(i) => {
+                self.advance();
+                Ok((Expr::Lit(Value::Int(i)), 1))
+            }
+            Tok::Real(r) => {
+                self.advance();
+                Ok((Expr::Lit(Value::Real(r)), 1))
+            }
+            Tok::Str(s) => {
+                self.advance();
+                Ok((Expr::Lit(Value::str(&s)), 1))
+            }
+            Tok::Punct("(") => {
+                self.advance();
+                let r = self.expr()?;
+                self.expect_punct(")", "')'")?;
+                Ok(r)
+            }
+            Tok::Punct("{") => {
+                self.advance();
+                self.enter()?;
+                let mut items = Vec::new();
+                let mut h = 1;
+                if !self.eat_punct("}") {
+                    loop {
+                        let (e, eh) = self.expr()?;
+                        h = h.max(eh + 1);
+                        items.push(e);
+                        if self.eat_punct(",") {
+                            continue;
+                        }
+                        self.expect_punct("}", "',' or '}' in a list")?;
+                        break;
+                    }
+                }
+                self.nesting -= 1;
+                Ok((Expr::List(items), h))
+            }
+            Tok::Punct("[") => self.ad_literal(),
+            Tok::QuotedIdent(name) => {
+                self.advance();
+                Ok((Expr::Attr { scope: Scope::Plain, sym: Sym::of(&name), name: Arc::from(name.as_str()) }, 1))
+            }
+            Tok::Ident(name) => {
+                self.advance();
+                let lower = name.to_ascii_lowercase();
+                match lower.as_str() {
+                    "true" => return Ok((Expr::Lit(Value::Bool(true)), 1)),
+                    "false" => return Ok((Expr::Lit(Value::Bool(false)), 1)),
+                    "undefined" => return Ok((Expr::Lit(Value::Undefined), 1)),
+                    "error" => return Ok((Expr::Lit(Value::Error), 1)),
+                    "is" | "isnt" => {
+                        return Err(ParseError { pos: t.pos, message: format!("expected an expression, found keyword '{name}'") })
+                    }
+                    _ => {}
+                }
+                if self.is_punct("(") {
+                    return self.call(name, t.pos);
+                }
+                let scope = match lower.as_str() {
+                    "my" => Scope::My,
+                    "other" | "target" => Scope::Target,
+                    "parent" => Scope::Parent,
+                    _ => Scope::Plain,
+                };
+                if scope != Scope::Plain && self.is_punct(".") {
+                    self.advance();
+                    let (attr, _) = self.attr_name()?;
+                    return Ok((Expr::Attr { scope, sym: Sym::of(&attr), name: Arc::from(attr.as_str()) }, 1));
+                }
+                Ok((Expr::Attr { scope: Scope::Plain, sym: Sym::of(&name), name: Arc::from(name.as_str()) }, 1))
+            }
+            _ => self.err("an expression"),
+        }
+    }
+
+    fn call(&mut self, name: String, pos: Pos) -> Result<(Expr, u32), ParseError> {
+        self.expect_punct("(", "'('")?;
+        self.enter()?;
+        let mut args = Vec::new();
+        let mut h = 1;
+        if !self.eat_punct(")") {
+            loop {
+                let (e, eh) = self.expr()?;
+                h = h.max(eh + 1);
+                args.push(e);
+                if self.eat_punct(",") {
+                    continue;
+                }
+                self.expect_punct(")", "',' or ')' in the argument list")?;
+                break;
+            }
+        }
+        self.nesting -= 1;
+        Ok((make_call(&name, args, pos), h))
+    }
+}
+
+/// Builds a call node, compiling a constant regular expression once.
+pub fn make_call(name: &str, args: Vec<Expr>, pos: Pos) -> Expr {
+    let func = Func::from_name(name);
+    let mut call = Call { func, name: Arc::from(name), args, regex: None, pos };
+    crate::functions::precompile_regex(&mut call);
+    Expr::Call(Box::new(call))
+}
