@@ -1,0 +1,100 @@
+//! `cderd --config FILE`: the cder node daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use cder_model::Config;
+
+/// The cder node daemon: exclusive, durable allocation of this node's CDERs.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cderd",
+    version,
+    about = "The cder node daemon: gives each of this node's CDERs (GPUs …) to one job at a time",
+    long_about = "cderd owns the CDERs of a worker node and hands them to jobs, one job per device. \
+The SLURM plugin, the TORQUE hooks and cderctl are its clients; they talk to it over a Unix \
+stream socket ([node] socket, default /run/cder/cderd.sock) with newline-delimited JSON \
+(docs/protocol.md). Callers are identified by SO_PEERCRED: root and [node] operators may \
+allocate, release, drain, resume and reconcile; any user may read status and its own jobs.\n\n\
+State lives in SQLite (WAL, synchronous=FULL) at <[node] state_dir>/cderd.db; every change is \
+committed before it is acknowledged, so the daemon may be killed at any moment. At start it \
+discovers the devices (NVML or the static config), reconciles the device table with them \
+(a vanished device keeps its allocation until released) and re-asserts device-file \
+enforcement when [node.enforcement] is on.\n\n\
+Logs go to stderr (journald captures them under systemd); set RUST_LOG (e.g. cderd=debug) \
+for more or less detail.",
+    after_help = "EXAMPLES:\n    cderd --config /etc/cder/cder.toml\n    CDER_CONFIG=/tmp/test.toml RUST_LOG=debug cderd\n    cderd --config /etc/cder/cder.toml --check    # validate config, discovery and state, then exit\n\n\
+EXIT STATUS:\n    2  bad command line or configuration\n    1  cannot start (discovery, state, socket) or serving failed"
+)]
+struct Args {
+    /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Check the configuration, discovery and state, print a summary and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cderd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let socket = config.node.socket.clone();
+    let mode = config.node.socket_mode;
+    let daemon = match cderd::Daemon::start(config) {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            eprintln!("cderd: cannot start: {e}");
+            return ExitCode::from(if matches!(e, cderd::StartError::Operator(_)) { 2 } else { 1 });
+        }
+    };
+    if args.check {
+        return match daemon.status().and_then(|s| daemon.check_invariants().map(|p| (s, p))) {
+            Ok((status, problems)) if problems.is_empty() => {
+                for (t, c) in &status.counts {
+                    println!("{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy", c.total, c.free, c.allocated, c.offline, c.unhealthy);
+                }
+                ExitCode::SUCCESS
+            }
+            Ok((_, problems)) => {
+                for p in problems {
+                    eprintln!("cderd: state: {p}");
+                }
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("cderd: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let listener = match cderd::server::bind(&socket, mode) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cderd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(socket = %socket.display(), mode = format!("{mode:o}"), version = env!("CARGO_PKG_VERSION"), "cderd listening");
+    match cderd::server::serve(daemon, listener) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cderd: serving: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

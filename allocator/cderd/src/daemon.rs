@@ -1,0 +1,344 @@
+//! The daemon's brain: authorization and the operations, over the store,
+//! the selection policy and enforcement. The socket lives in [`crate::server`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use cder_model::{Config, Device, JobEnvironment, JobKey};
+use cder_protocol::{
+    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, DeviceState, ErrorCode, ErrorReply, Pong,
+    ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation, PROTOCOL_VERSION,
+};
+
+use crate::enforce::Enforcer;
+use crate::policy::{LocalityPolicy, SelectionPolicy};
+use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("discovery: {0}")]
+    Inventory(#[from] cder_inventory::InventoryError),
+    #[error("state: {0}")]
+    Store(#[from] StoreError),
+    #[error("enforcement: {0}")]
+    Enforcement(#[from] crate::enforce::EnforcementError),
+    #[error("[node] operators: {0}")]
+    Operator(String),
+    #[error("state dir {}: {source}", path.display())]
+    StateDir { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// Who sent a request, from SO_PEERCRED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub pid: i32,
+}
+
+/// The node daemon's state and operations. Thread-safe: every operation
+/// takes the one store lock, which serializes writers (SQLite has one
+/// writer anyway) and keeps enforcement in step with the database.
+pub struct Daemon {
+    config: Config,
+    store: Mutex<Store>,
+    policy: Box<dyn SelectionPolicy>,
+    enforcer: Enforcer,
+    operators: BTreeSet<u32>,
+    /// The inventory found at start, by UUID, for the job environment.
+    inventory: HashMap<String, Device>,
+}
+
+/// Unix seconds now.
+pub fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// Resolves `[node] operators`: numeric uids as they are, names through NSS.
+pub fn resolve_operators(names: &[String]) -> Result<BTreeSet<u32>, String> {
+    let mut out = BTreeSet::new();
+    for name in names {
+        if let Ok(uid) = name.parse::<u32>() {
+            out.insert(uid);
+            continue;
+        }
+        match crate::sys::uid_of_user(name) {
+            Ok(Some(uid)) => {
+                out.insert(uid);
+            }
+            Ok(None) => return Err(format!("no user {name:?} on this node")),
+            Err(e) => return Err(format!("looking up user {name:?}: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+impl Daemon {
+    /// Discovers devices, opens the state under `[node] state_dir`, brings
+    /// the device table in line with the inventory and re-asserts
+    /// enforcement on every device (a crash may have left it half done).
+    pub fn start(config: Config) -> Result<Daemon, StartError> {
+        Self::start_with(config, Box::new(LocalityPolicy))
+    }
+
+    /// As [`Daemon::start`], with another selection policy.
+    pub fn start_with(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
+        let operators = resolve_operators(&config.node.operators).map_err(StartError::Operator)?;
+        let devices = cder_inventory::discover(&config)?;
+        let dir = &config.node.state_dir;
+        std::fs::create_dir_all(dir).map_err(|source| StartError::StateDir { path: dir.clone(), source })?;
+        let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
+        let mut store = Store::open(&dir.join("cderd.db"), &types)?;
+        store.sync_inventory(&devices)?;
+        let enforcer = Enforcer::new(&config)?;
+        let daemon = Daemon {
+            inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
+            config,
+            store: Mutex::new(store),
+            policy,
+            enforcer,
+            operators,
+        };
+        daemon.reassert_enforcement()?;
+        Ok(daemon)
+    }
+
+    /// The configuration the daemon runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock rolled its transaction back (the
+        // Transaction drop does), so the store is still consistent.
+        self.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn reassert_enforcement(&self) -> Result<(), StartError> {
+        if !self.enforcer.is_active() {
+            return Ok(());
+        }
+        let store = self.store();
+        for d in store.devices()?.iter().filter(|d| d.present) {
+            match d.uid {
+                Some(uid) => {
+                    if let Err(e) = self.enforcer.apply(uid, std::slice::from_ref(d)) {
+                        tracing::error!(device = %d.name(), "re-applying enforcement: {e}");
+                    }
+                }
+                None => {
+                    for e in self.enforcer.restore(std::slice::from_ref(d)) {
+                        tracing::error!(device = %d.name(), "restoring idle ownership: {e}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `uid` may alloc, release, drain, resume and reconcile.
+    pub fn is_operator(&self, uid: u32) -> bool {
+        uid == 0 || self.operators.contains(&uid)
+    }
+
+    /// Answers one request: the result value or the error to send.
+    pub fn handle(&self, caller: Caller, request: &Request) -> Result<Value, ErrorReply> {
+        if request.needs_operator() && !self.is_operator(caller.uid) {
+            return Err(ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!("{} is only for root and the operators in [node] operators; uid {} is neither", request.op(), caller.uid),
+            ));
+        }
+        let result = match request {
+            Request::Ping => Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION })),
+            Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
+            Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
+            Request::Env(r) => self.env(caller, &r.job).map(|a| to_value(&a)),
+            Request::Status => self.status().map(|s| to_value(&s)),
+            Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
+            Request::Resume(r) => self.set_drained(&r.device, None),
+            Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
+            Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
+        };
+        result
+    }
+
+    fn allocation(&self, a: &JobAllocation) -> Allocation {
+        let devices: Vec<Device> = a
+            .devices
+            .iter()
+            .map(|d| self.inventory.get(&d.uuid).cloned().unwrap_or_else(|| device_from_row(d)))
+            .collect();
+        Allocation {
+            job: a.job.clone(),
+            uid: a.uid,
+            devices: a.devices.iter().map(|d| AllocatedDevice { cder_type: d.cder_type.clone(), index: d.index, uuid: d.uuid.clone() }).collect(),
+            env: JobEnvironment::for_devices(&self.config.cders, &devices),
+        }
+    }
+
+    /// `alloc`: idempotent per job; enforced after commit, undone if enforcement fails.
+    pub fn alloc(&self, request: &AllocRequest) -> Result<Allocation, ErrorReply> {
+        if self.config.cder(&request.cder_type).is_none() {
+            return Err(ErrorReply::new(
+                ErrorCode::UnknownDevice,
+                format!("type {:?} is not configured on this node (configured: {})", request.cder_type, self.type_list()),
+            ));
+        }
+        let mut store = self.store();
+        let (allocation, new) = store.alloc(request, self.policy.as_ref(), now()).map_err(StoreError::into_reply)?;
+        if new {
+            if let Err(e) = self.enforcer.apply(allocation.uid, &allocation.devices) {
+                tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
+                let released = store.release(&allocation.job, now()).map_err(StoreError::into_reply)?;
+                for e in self.enforcer.restore(&released) {
+                    tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
+                }
+                return Err(ErrorReply::new(ErrorCode::Internal, format!("enforcement failed, allocation undone: {e}")));
+            }
+            let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
+            tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
+        }
+        Ok(self.allocation(&allocation))
+    }
+
+    /// `release`: idempotent; the number of devices freed.
+    pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
+        let mut store = self.store();
+        let released = store.release(job, now()).map_err(StoreError::into_reply)?;
+        for e in self.enforcer.restore(&released) {
+            tracing::error!(job = %job, "restoring idle ownership: {e}");
+        }
+        if !released.is_empty() {
+            tracing::info!(job = %job, devices = released.len(), "released");
+        }
+        Ok(released.len() as u32)
+    }
+
+    /// `env`: the job's own uid or an operator.
+    pub fn env(&self, caller: Caller, job: &JobKey) -> Result<Allocation, ErrorReply> {
+        let store = self.store();
+        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        drop(store);
+        match allocation {
+            Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => Ok(self.allocation(&a)),
+            Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),
+            None => Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node"))),
+        }
+    }
+
+    /// `status`: one snapshot, read under the lock, so it agrees with the database.
+    pub fn status(&self) -> Result<Status, ErrorReply> {
+        let devices = self.store().devices().map_err(StoreError::into_reply)?;
+        let mut counts: BTreeMap<String, TypeCounts> = self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
+        for d in &devices {
+            let c = counts.entry(d.cder_type.clone()).or_default();
+            c.total += 1;
+            match d.state() {
+                DeviceState::Free => c.free += 1,
+                DeviceState::Allocated => c.allocated += 1,
+                DeviceState::Offline => c.offline += 1,
+                DeviceState::Unhealthy => c.unhealthy += 1,
+            }
+        }
+        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts })
+    }
+
+    fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
+        let row = self.store().set_drained(device, reason).map_err(StoreError::into_reply)?;
+        match reason {
+            Some(r) => tracing::warn!(device = %row.name(), reason = r, "drained"),
+            None => tracing::info!(device = %row.name(), "resumed"),
+        }
+        Ok(to_value(&row.status()))
+    }
+
+    /// `reconcile`: frees every job (of the given batch system) not in the live list.
+    pub fn reconcile(&self, request: &ReconcileRequest) -> Result<Reconciled, ErrorReply> {
+        let live: BTreeSet<&JobKey> = request.live_jobs.iter().collect();
+        let lrms = request.lrms.as_deref();
+        let mut store = self.store();
+        let released = store
+            .release_where(|job| live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l), now())
+            .map_err(StoreError::into_reply)?;
+        let mut jobs = Vec::new();
+        for (job, devices) in released {
+            for e in self.enforcer.restore(&devices) {
+                tracing::error!(job = %job, "restoring idle ownership: {e}");
+            }
+            tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
+            jobs.push(job);
+        }
+        // Free devices go back to their idle owner too, in case a crash left one behind.
+        if self.enforcer.is_active() {
+            let free: Vec<DeviceRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
+            for e in self.enforcer.restore(&free) {
+                tracing::error!("restoring idle ownership: {e}");
+            }
+        }
+        Ok(Reconciled { released: jobs })
+    }
+
+    /// `accounting`: records and the Appendix C utilisation over the period.
+    pub fn accounting(&self, caller: Caller, request: &AccountingRequest) -> Result<Accounting, ErrorReply> {
+        let now = now();
+        let store = self.store();
+        let until = request.until.unwrap_or(now);
+        let since = match request.since {
+            Some(s) => s,
+            None => store.first_start().map_err(StoreError::into_reply)?.unwrap_or(until).min(until),
+        };
+        let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
+        let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
+        let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
+        drop(store);
+        let device_seconds: i64 = records.iter().map(|r| (r.end.unwrap_or(now).min(until) - r.start.max(since)).max(0)).sum();
+        let capacity = i64::from(pool_size) * (until - since);
+        let ratio = if capacity > 0 { device_seconds as f64 / capacity as f64 } else { 0.0 };
+        Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio } })
+    }
+
+    fn type_list(&self) -> String {
+        let names: Vec<&str> = self.config.cders.iter().map(|c| c.name()).collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// Checks the store's invariants (for tests and `--check`).
+    pub fn check_invariants(&self) -> Result<Vec<String>, ErrorReply> {
+        self.store().check_invariants().map_err(StoreError::into_reply)
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// A device that discovery no longer reports, rebuilt from its row: enough
+/// for the environment (type, index, UUID).
+fn device_from_row(d: &DeviceRow) -> Device {
+    Device {
+        cder_type: d.cder_type.clone(),
+        vendor: String::new(),
+        index: d.index,
+        uuid: d.uuid.clone(),
+        pci_bus_id: String::new(),
+        model: d.model.clone(),
+        memory_mb: d.memory_mb,
+        compute_capability: None,
+        multiprocessors: None,
+        cores_per_mp: None,
+        cores: None,
+        clock_mhz: None,
+        ecc: false,
+        path: d.path.clone(),
+        numa_node: d.numa_node,
+        health: cder_model::Health::Unhealthy,
+    }
+}

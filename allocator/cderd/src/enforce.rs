@@ -1,0 +1,184 @@
+//! Real exclusivity where root allows it (`[node.enforcement]`): the device
+//! files of an allocation belong to the job's uid with `job_mode`, and return
+//! to `idle_owner:idle_group` with `idle_mode` on release; NVIDIA devices
+//! found through NVML may also be put in EXCLUSIVE_PROCESS compute mode.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use nvml_wrapper::enum_wrappers::device::ComputeMode;
+use nvml_wrapper::Nvml;
+
+use cder_model::{Config, Discovery, VendorKind};
+use cder_model::config::Enforcement;
+
+use crate::store::DeviceRow;
+
+/// The NVIDIA driver's library, as the dynamic loader finds it.
+const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// An enforcement step that failed, naming the device and the call.
+#[derive(Debug, thiserror::Error)]
+pub enum EnforcementError {
+    #[error("{device}: {action} {}: {source}", path.display())]
+    File { device: String, action: &'static str, path: std::path::PathBuf, source: std::io::Error },
+    #[error("type {cder_type:?}: cannot load NVML from {library}: {source}")]
+    NvmlLoad { cder_type: String, library: String, source: nvml_wrapper::error::NvmlError },
+    #[error("{device}: NVML {call}: {source}")]
+    Nvml { device: String, call: &'static str, source: nvml_wrapper::error::NvmlError },
+    #[error("{device}: NVML index {index} has UUID {found}, not {expected}; refusing to change its compute mode")]
+    NvmlMismatch { device: String, index: u32, found: String, expected: String },
+}
+
+/// Applies and undoes enforcement on devices.
+pub struct Enforcer {
+    settings: Enforcement,
+    /// NVML handles of the types whose compute mode is managed.
+    nvml: HashMap<String, Nvml>,
+}
+
+impl std::fmt::Debug for Enforcer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enforcer").field("settings", &self.settings).field("nvml_types", &self.nvml.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl Enforcer {
+    /// Loads NVML for every NVIDIA type discovered through NVML when compute
+    /// modes are managed: failing here, at start, beats failing every job.
+    pub fn new(config: &Config) -> Result<Enforcer, EnforcementError> {
+        let settings = config.node.enforcement.clone();
+        let mut nvml = HashMap::new();
+        if settings.nvml_exclusive_process {
+            for cder in config.cders.iter().filter(|c| c.discovery == Discovery::Nvml && c.vendor == VendorKind::Nvidia) {
+                let library = cder.nvml_library.as_ref().map(|p| p.as_os_str().to_owned()).unwrap_or_else(|| DRIVER_LIBRARY.into());
+                let handle = Nvml::builder().lib_path(OsStr::new(&library)).init().map_err(|source| EnforcementError::NvmlLoad {
+                    cder_type: cder.name().to_string(),
+                    library: library.to_string_lossy().into_owned(),
+                    source,
+                })?;
+                nvml.insert(cder.name().to_string(), handle);
+            }
+        }
+        Ok(Enforcer { settings, nvml })
+    }
+
+    /// Whether anything is enforced at all.
+    pub fn is_active(&self) -> bool {
+        self.settings.device_files || !self.nvml.is_empty()
+    }
+
+    /// Gives `devices` to `uid`. Stops at the first failure; the caller
+    /// then releases the allocation (which restores what was changed).
+    pub fn apply(&self, uid: u32, devices: &[DeviceRow]) -> Result<(), EnforcementError> {
+        for d in devices {
+            if self.settings.device_files {
+                set_owner(d, &d.path, uid, None, self.settings.job_mode)?;
+            }
+            self.compute_mode(d, ComputeMode::ExclusiveProcess)?;
+        }
+        Ok(())
+    }
+
+    /// Returns `devices` to their idle owner and mode. Tries every device
+    /// and step, and reports every failure.
+    pub fn restore(&self, devices: &[DeviceRow]) -> Vec<EnforcementError> {
+        let mut errors = Vec::new();
+        for d in devices {
+            if !d.present {
+                continue;
+            }
+            if self.settings.device_files {
+                if let Err(e) = set_owner(d, &d.path, self.settings.idle_owner, Some(self.settings.idle_group), self.settings.idle_mode) {
+                    errors.push(e);
+                }
+            }
+            if let Err(e) = self.compute_mode(d, ComputeMode::Default) {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
+    fn compute_mode(&self, d: &DeviceRow, mode: ComputeMode) -> Result<(), EnforcementError> {
+        let Some(nvml) = self.nvml.get(&d.cder_type) else {
+            return Ok(());
+        };
+        let nvml_err = |call, source| EnforcementError::Nvml { device: d.name(), call, source };
+        let mut device = nvml.device_by_index(d.index).map_err(|e| nvml_err("nvmlDeviceGetHandleByIndex", e))?;
+        // Indices can shift when a GPU falls off the bus; never touch the wrong board.
+        let uuid = device.uuid().map_err(|e| nvml_err("nvmlDeviceGetUUID", e))?;
+        if uuid != d.uuid {
+            return Err(EnforcementError::NvmlMismatch { device: d.name(), index: d.index, found: uuid, expected: d.uuid.clone() });
+        }
+        device.set_compute_mode(mode).map_err(|e| nvml_err("nvmlDeviceSetComputeMode", e))
+    }
+}
+
+fn set_owner(d: &DeviceRow, path: &Path, uid: u32, gid: Option<u32>, mode: u32) -> Result<(), EnforcementError> {
+    let err = |action, source| EnforcementError::File { device: d.name(), action, path: path.to_path_buf(), source };
+    // Mode first when tightening, so the file is never owned by the job
+    // while still open to others; chown clears setuid bits, mode is set again.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| err("chmod", e))?;
+    std::os::unix::fs::chown(path, Some(uid), gid).map_err(|e| err("chown", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| err("chmod", e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn row(path: &Path) -> DeviceRow {
+        DeviceRow {
+            uuid: "gpgpu-0".into(),
+            cder_type: "gpgpu".into(),
+            index: 0,
+            model: "x".into(),
+            memory_mb: 1,
+            numa_node: 0,
+            path: path.to_path_buf(),
+            present: true,
+            healthy: true,
+            drained: false,
+            drain_reason: None,
+            job: None,
+            uid: None,
+        }
+    }
+
+    #[test]
+    fn file_ownership_round_trip() {
+        // chown to another uid needs root; as a normal user, only check the mode path.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvidia0");
+        std::fs::write(&path, b"").unwrap();
+        let me = std::fs::metadata(&path).unwrap().uid();
+        let mut config = Config::default();
+        config.node.enforcement.device_files = true;
+        config.node.enforcement.idle_owner = me;
+        config.node.enforcement.idle_group = std::fs::metadata(&path).unwrap().gid();
+        let job_uid = if me == 0 { 65534 } else { me };
+        let e = Enforcer::new(&config).unwrap();
+        assert!(e.is_active());
+        e.apply(job_uid, &[row(&path)]).unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o7777), (job_uid, 0o600));
+        assert!(e.restore(&[row(&path)]).is_empty());
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o7777), (me, 0o666));
+    }
+
+    #[test]
+    fn missing_file_is_reported_with_device_and_path() {
+        let mut config = Config::default();
+        config.node.enforcement.device_files = true;
+        let e = Enforcer::new(&config).unwrap();
+        let err = e.apply(1000, &[row(Path::new("/nonexistent/nvidia0"))]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("gpgpu:0") && text.contains("/nonexistent/nvidia0"), "{text}");
+    }
+}

@@ -1,0 +1,21 @@
+//! `cderd`, the cder node daemon: it owns the node's CDERs and gives each to
+//! one job at a time.
+//!
+//! * [`store`] — durable state in SQLite (WAL, `synchronous=FULL`); the
+//!   database itself forbids two live owners of a device.
+//! * [`policy`] — which free devices a job gets ([`policy::SelectionPolicy`],
+//!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
+//! * [`enforce`] — device-file ownership and NVML compute mode, as root.
+//! * [`daemon`] — authorization by SO_PEERCRED and the operations.
+//! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
+//!   (types in the `cder-protocol` crate).
+
+pub mod daemon;
+pub mod enforce;
+pub mod policy;
+pub mod server;
+pub mod store;
+mod sys;
+
+pub use daemon::{Caller, Daemon, StartError};
+pub use policy::{Candidate, LocalityPolicy, SelectionPolicy};

@@ -1,0 +1,166 @@
+//! The node socket: a Unix stream socket, one thread per connection (up to
+//! [`MAX_CONNECTIONS`]), one newline-terminated request per line, each line
+//! read with a bound so no client can make the daemon buffer without limit.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cder_protocol::{error_line, ok_line, ErrorCode, ErrorReply, Request};
+
+use crate::daemon::{Caller, Daemon};
+
+/// Connections served at once; more are answered with an error and closed.
+pub const MAX_CONNECTIONS: usize = 256;
+/// A connection idle this long is closed, freeing its slot.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A client that does not read its reply within this is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("socket {}: another cderd is already listening there", .0.display())]
+    InUse(PathBuf),
+    #[error("socket {}: {what}: {source}", path.display())]
+    Io { path: PathBuf, what: &'static str, source: std::io::Error },
+}
+
+/// Binds the node socket at `path` with `mode`: creates the parent dir,
+/// removes a stale socket left by a crash (but never a live one, nor a file
+/// that is not a socket), binds, then sets the mode.
+pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
+    let io = |what, source| ServeError::Io { path: path.to_path_buf(), what, source };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io("creating its directory", e))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(ServeError::InUse(path.to_path_buf()));
+            }
+            std::fs::remove_file(path).map_err(|e| io("removing the stale socket", e))?;
+        }
+        Ok(_) => return Err(io("refusing to replace it", std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not a socket"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("inspecting it", e)),
+    }
+    // The socket is created under the process umask (tighter or equal), then
+    // opened up to the configured mode: never looser than configured.
+    let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| io("setting its mode", e))?;
+    Ok(listener)
+}
+
+/// Serves `listener` forever (until accept fails fatally).
+pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
+    let active = Arc::new(AtomicUsize::new(0));
+    let max_line = daemon.config().node.max_request_bytes;
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends pass; keep serving the others.
+                tracing::warn!("accept: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, format!("cderd is serving {MAX_CONNECTIONS} connections; try again"))).as_bytes());
+            continue;
+        }
+        let daemon = Arc::clone(&daemon);
+        let active_here = Arc::clone(&active);
+        let spawned = std::thread::Builder::new().name("cderd-conn".into()).spawn(move || {
+            connection(&daemon, stream, max_line);
+            active_here.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::SeqCst);
+            tracing::error!("cannot start a connection thread: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Serves one connection until it closes, idles out, or sends a line too long.
+fn connection(daemon: &Daemon, stream: UnixStream, max_line: usize) {
+    let cred = match crate::sys::peer_cred(&stream) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("SO_PEERCRED failed, dropping the connection: {e}");
+            return;
+        }
+    };
+    let caller = Caller { uid: cred.uid, pid: cred.pid };
+    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read_half);
+    let mut writer = stream;
+    let mut line = Vec::with_capacity(512);
+    loop {
+        line.clear();
+        let limit = max_line as u64 + 1;
+        let n = match (&mut reader).take(limit).read_until(b'\n', &mut line) {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+        if n == 0 {
+            return;
+        }
+        let complete = line.last() == Some(&b'\n');
+        let body_len = if complete { line.len() - 1 } else { line.len() };
+        if body_len > max_line {
+            let reply = ErrorReply::new(ErrorCode::TooLarge, format!("request line longer than {max_line} bytes; closing the connection"));
+            tracing::warn!(uid = caller.uid, pid = caller.pid, "request too large");
+            let _ = writer.write_all(error_line(&reply).as_bytes());
+            return;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            // An empty line is not a request; ignore it rather than answer.
+            if !complete {
+                return;
+            }
+            continue;
+        }
+        let reply = answer(daemon, caller, &line);
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+        if !complete {
+            // The client closed its side after a last unterminated line.
+            return;
+        }
+    }
+}
+
+/// One request line in, one reply line out; never panics.
+pub fn answer(daemon: &Daemon, caller: Caller, line: &[u8]) -> String {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let request = Request::from_line(line)?;
+        let result = daemon.handle(caller, &request);
+        if let Err(e) = &result {
+            if e.code == ErrorCode::PermissionDenied || e.code == ErrorCode::Internal {
+                tracing::warn!(uid = caller.uid, pid = caller.pid, op = request.op(), "{e}");
+            }
+        }
+        result
+    }));
+    match outcome {
+        Ok(Ok(value)) => ok_line(&value),
+        Ok(Err(e)) => error_line(&e),
+        Err(_) => {
+            tracing::error!(uid = caller.uid, "a request handler panicked; any open transaction was rolled back");
+            error_line(&ErrorReply::new(ErrorCode::Internal, "internal error (see the cderd log)"))
+        }
+    }
+}
