@@ -1,1 +1,218 @@
 //! The GLUE 2.0 information provider: publishes a site's CDERs to the BDII.
+//!
+//! `cder-glue-provider` is a GIP provider: `bdii-update` runs it from its
+//! provider directory and loads the LDIF it prints. It publishes what the
+//! site's CDERs are (static: model, memory, compute capability …) and how
+//! many are free right now (dynamic: from cderd, SLURM or TORQUE), by the
+//! strategies of the seed thesis (chapter 3) — see [`strategy`].
+//!
+//! The pipeline is: [`config::ProviderConfig`] → [`site::node_groups`]
+//! (static config or this node's inventory) → a [`sources::CountSource`]
+//! and a [`sources::VirtualGpgpuSource`] → [`strategy::render`] →
+//! [`ldif::write`]. All output is built in memory; the binary writes it in
+//! one go only when everything succeeded, so `bdii-update` never reads half
+//! an entry.
+//!
+//! ```no_run
+//! use cder_glue_provider::{config::ProviderConfig, publish, sources, strategy::Strategy};
+//! let config = ProviderConfig::load(None)?;
+//! let counts = sources::from_config(&config);
+//! let vgpus = sources::StaticVirtual::from_config(&config.virtual_environments);
+//! let ldif = publish(&config, counts.as_ref(), &vgpus, &[Strategy::AttributeExtension], 1_700_000_000)?;
+//! print!("{ldif}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod config;
+pub mod hostlist;
+pub mod ldif;
+pub mod site;
+pub mod sources;
+pub mod strategy;
+
+use cder_model::ConfigError;
+
+pub use config::ProviderConfig;
+
+/// Why the provider could not publish. Each variant says what failed and
+/// where, and maps to the CLI exit code of design.md.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider's config (or the node config it reads) is wrong.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The input is inconsistent or cannot be published as asked.
+    #[error("{0}")]
+    Input(String),
+    /// cderd, the LRMS or the device inventory failed or gave unusable data.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl ProviderError {
+    /// 2 for bad input, 1 for a runtime failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ProviderError::Config(_) | ProviderError::Input(_) => 2,
+            ProviderError::Runtime(_) => 1,
+        }
+    }
+}
+
+/// Gathers everything and renders the LDIF for `strategies`, with
+/// `GLUE2EntityCreationTime` set from `now` (unix seconds).
+pub fn publish(
+    config: &ProviderConfig,
+    counts: &dyn sources::CountSource,
+    virtual_gpgpus: &dyn sources::VirtualGpgpuSource,
+    strategies: &[strategy::Strategy],
+    now: u64,
+) -> Result<String, ProviderError> {
+    let snapshot = snapshot(config, counts, virtual_gpgpus, now)?;
+    Ok(ldif::write(&strategy::render(config, &snapshot, strategies)?))
+}
+
+/// The groups with their live counts and the vGPGPU environments.
+pub fn snapshot(
+    config: &ProviderConfig,
+    counts: &dyn sources::CountSource,
+    virtual_gpgpus: &dyn sources::VirtualGpgpuSource,
+    now: u64,
+) -> Result<strategy::Snapshot, ProviderError> {
+    let groups = site::node_groups(config)?;
+    let group_counts = counts.counts(&groups)?;
+    let virtual_environments = virtual_gpgpus.environments()?;
+    Ok(strategy::Snapshot { groups: groups.into_iter().zip(group_counts).collect(), virtual_environments, created: now })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::SAMPLE;
+    use crate::strategy::Strategy;
+    use std::path::Path;
+
+    fn sample(extra: &str) -> config::ProviderConfig {
+        config::ProviderConfig::parse(&format!("{SAMPLE}{extra}"), Path::new("t.toml")).unwrap()
+    }
+
+    fn run(config: &config::ProviderConfig, strategies: &[Strategy]) -> Vec<ldif::Entry> {
+        let counts = sources::from_config(config);
+        let v = sources::StaticVirtual::from_config(&config.virtual_environments);
+        let text = publish(config, counts.as_ref(), &v, strategies, 1_795_291_140).unwrap();
+        ldif::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn attribute_extension_carries_table_3_2() {
+        let entries = run(&sample(""), &[Strategy::AttributeExtension]);
+        assert_eq!(entries.len(), 1);
+        let ee = &entries[0];
+        assert_eq!(ee.dn, "GLUE2ResourceID=ce.example.org_gts450,GLUE2ServiceID=ce.example.org_ComputingElement,GLUE2GroupID=resource,o=glue");
+        let info: Vec<&str> = ee.values("GLUE2EntityOtherInfo").collect();
+        for expected in [
+            "GPGPUTotalInstances=32",
+            "GPGPUFreeInstances=30",
+            "GPGPUUsedInstances=2",
+            "GPGPUOfflineInstances=0",
+            "GPGPUPerNode=2",
+            "GPGPUCUDAComputeCapability=2.1",
+            "GPGPUMainMemorySize=1024",
+            "GPGPUMP=4",
+            "GPGPUCoresPerMP=48",
+            "GPGPUCores=192",
+            "GPGPUClockSpeed=1660",
+            "GPGPUECCSupport=false",
+            "GPGPUVendor=Nvidia",
+            "GPGPUModel=GeForce GTS 450",
+        ] {
+            assert!(info.contains(&expected), "{expected} missing from {info:?}");
+        }
+        assert_eq!(ee.values("GLUE2ExecutionEnvironmentTotalInstances").collect::<Vec<_>>(), ["16"]);
+        assert_eq!(ee.values("GLUE2ExecutionEnvironmentComputingManagerForeignKey").collect::<Vec<_>>(), ["ce.example.org_ComputingElement_Manager"]);
+        assert_eq!(ee.values("GLUE2EntityCreationTime").collect::<Vec<_>>(), ["2026-11-21T19:59:00Z"]);
+    }
+
+    #[test]
+    fn class_extension_makes_one_object_per_key() {
+        let entries = run(&sample(""), &[Strategy::ClassExtension]);
+        assert!(entries[0].values("GLUE2EntityOtherInfo").next().is_none());
+        let ext: Vec<_> = entries[1..].iter().collect();
+        assert_eq!(ext.len(), 14);
+        let free = ext.iter().find(|e| e.values("GLUE2ExtensionKey").any(|k| k == "GPGPUFreeInstances")).unwrap();
+        assert_eq!(free.values("GLUE2ExtensionValue").collect::<Vec<_>>(), ["30"]);
+        assert_eq!(free.values("GLUE2ExtensionEntityForeignKey").collect::<Vec<_>>(), ["ce.example.org_gts450"]);
+        assert!(free.dn.starts_with("GLUE2ExtensionLocalID=GPGPUFreeInstances,GLUE2ResourceID=ce.example.org_gts450,"), "{}", free.dn);
+    }
+
+    #[test]
+    fn hybrid_splits_static_and_dynamic() {
+        let entries = run(&sample(""), &[Strategy::Hybrid]);
+        let info: Vec<&str> = entries[0].values("GLUE2EntityOtherInfo").collect();
+        assert!(info.contains(&"GPGPUModel=GeForce GTS 450"));
+        assert!(!info.iter().any(|i| i.starts_with("GPGPUFreeInstances")));
+        let keys: Vec<&str> = entries[1..].iter().flat_map(|e| e.values("GLUE2ExtensionKey")).collect();
+        assert_eq!(keys, ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"]);
+    }
+
+    #[test]
+    fn tagged_environment_writes_glue13_tags() {
+        let entries = run(&sample(""), &[Strategy::TaggedEnvironment]);
+        assert_eq!(entries.len(), 1);
+        let sub = &entries[0];
+        assert_eq!(sub.dn, "GlueSubClusterUniqueID=ce.example.org_gts450,GlueClusterUniqueID=ce.example.org,mds-vo-name=resource,o=grid");
+        let tags: Vec<&str> = sub.values("GlueHostApplicationSoftwareRunTimeEnvironment").collect();
+        assert!(tags.contains(&"NvidiaGPGPU") && tags.contains(&"GPGPUFreeInstances=30"), "{tags:?}");
+
+        let no_cluster = sample("").clone();
+        let mut no_cluster = no_cluster;
+        no_cluster.site.cluster_id = None;
+        let counts = sources::from_config(&no_cluster);
+        let e = publish(&no_cluster, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::TaggedEnvironment], 0).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("site.cluster_id"), "{e}");
+    }
+
+    #[test]
+    fn non_ascii_model_is_base64_in_glue2_and_refused_in_glue13() {
+        let cfg = config::ProviderConfig::parse(&SAMPLE.replace("GeForce GTS 450", "GeForce GTS 450™"), Path::new("t.toml")).unwrap();
+        let counts = sources::from_config(&cfg);
+        let text = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0).unwrap();
+        assert!(text.contains("GLUE2EntityOtherInfo:: "), "{text}");
+        assert!(ldif::parse(&text).unwrap()[0].values("GLUE2EntityOtherInfo").any(|v| v == "GPGPUModel=GeForce GTS 450™"));
+        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::TaggedEnvironment], 0).unwrap_err();
+        assert!(e.to_string().contains("not ASCII"), "{e}");
+    }
+
+    #[test]
+    fn service_and_virtual_environments() {
+        let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";
+        // [service] and [[virtual]] must come before [[group]] entries' sub-tables in TOML
+        // only by table rules; appended tables are fine.
+        let entries = run(&sample(extra), &[Strategy::AttributeExtension, Strategy::TaggedEnvironment]);
+        let dns: Vec<&str> = entries.iter().map(|e| e.dn.split(',').next().unwrap()).collect();
+        assert_eq!(
+            dns,
+            [
+                "GLUE2ServiceID=ce.example.org_ComputingElement",
+                "GLUE2ManagerID=ce.example.org_ComputingElement_Manager",
+                "GLUE2ResourceID=ce.example.org_gts450",
+                "GLUE2ApplicationEnvironmentID=ce.example.org_ComputingElement_Manager_rCUDA",
+                "GlueClusterUniqueID=ce.example.org",
+                "GlueSubClusterUniqueID=ce.example.org_gts450",
+            ]
+        );
+        let app = &entries[3];
+        assert_eq!(app.values("GLUE2ApplicationEnvironmentAppName").collect::<Vec<_>>(), ["rCUDA"]);
+        assert!(app.values("GLUE2EntityOtherInfo").any(|v| v == "FreeVGPGPU=5"));
+        assert!(entries[5].values("GlueHostApplicationSoftwareRunTimeEnvironment").any(|v| v == "rCUDAFreeVGPGPU=5"));
+    }
+
+    #[test]
+    fn static_counts_must_add_up() {
+        let cfg = config::ProviderConfig::parse(&SAMPLE.replace("used = 2", "used = 2\nfree = 31"), Path::new("t.toml")).unwrap();
+        let counts = sources::from_config(&cfg);
+        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0).unwrap_err();
+        assert!(e.to_string().contains("free 31 + used 2 + offline 0 is not the 32 devices"), "{e}");
+    }
+}

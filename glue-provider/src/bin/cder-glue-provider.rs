@@ -1,0 +1,82 @@
+//! `cder-glue-provider`: prints the site's CDERs as GLUE LDIF for bdii-update.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+
+use cder_glue_provider::config::ProviderConfig;
+use cder_glue_provider::strategy::Strategy;
+use cder_glue_provider::{publish, sources, ProviderError};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cder-glue-provider",
+    version,
+    about = "GIP provider: publish a site's CDERs (GPUs …) to the BDII as GLUE 2.0 LDIF",
+    long_about = "cder-glue-provider is an information provider for the BDII. bdii-update runs every \
+executable in its provider directory (/var/lib/bdii/gip/provider/) and loads the LDIF they print.\n\n\
+It publishes one GLUE2ExecutionEnvironment per group of identical worker nodes, under \
+GLUE2ServiceID=<service>,GLUE2GroupID=resource,o=glue, with the CDER attributes \
+(GPGPUTotalInstances, GPGPUFreeInstances, GPGPUUsedInstances, GPGPUOfflineInstances, \
+GPGPUPerNode, GPGPUModel, …) attached by the chosen strategies; vGPGPU services become \
+GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU.\n\n\
+Counts come from the local cderd (single node), SLURM (scontrol show node -o), TORQUE \
+(pbsnodes -x) or the config. Everything is built in memory and printed only if it all \
+succeeded: on any error the provider prints one line to stderr, nothing to stdout, and exits \
+non-zero (2: bad config or input, 1: cderd / LRMS / inventory failure).\n\n\
+The config is --config, else $CDER_GLUE_CONFIG, else /etc/cder/glue-provider.toml; see \
+docs/glue-provider.md.",
+    after_help = "Examples:\n  \
+cder-glue-provider                                   # strategies from [site] strategies, default attribute-extension\n  \
+cder-glue-provider --strategy class-extension\n  \
+cder-glue-provider --strategy hybrid --strategy tagged-environment\n  \
+cder-glue-provider --config /etc/cder/glue-provider.toml | ldapadd -x -H ldap://localhost:2170 -D o=glue -w secret\n\n\
+Install into the BDII: deploy/bdii/install-provider.sh"
+)]
+struct Cli {
+    /// The provider config (default: $CDER_GLUE_CONFIG or /etc/cder/glue-provider.toml).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// How to publish CDER attributes; repeat or comma-separate for several
+    /// (default: [site] strategies, else attribute-extension).
+    #[arg(long, short = 's', value_enum, value_delimiter = ',', value_name = "STRATEGY")]
+    strategy: Vec<Strategy>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CDER_LOG").unwrap_or_else(|_| "warn".into()))
+        .init();
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(ldif) => {
+            // One write of the whole document: bdii-update sees all or nothing.
+            let mut out = std::io::stdout().lock();
+            match out.write_all(ldif.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cder-glue-provider: writing the LDIF: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("cder-glue-provider: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<String, ProviderError> {
+    let config = ProviderConfig::load(cli.config.as_deref())?;
+    let strategies = if cli.strategy.is_empty() { config.default_strategies() } else { cli.strategy.clone() };
+    tracing::debug!(?strategies, source = ?config.counts.source.get_ref(), "publishing");
+    let counts = sources::from_config(&config);
+    let vgpus = sources::StaticVirtual::from_config(&config.virtual_environments);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    publish(&config, counts.as_ref(), &vgpus, &strategies, now)
+}

@@ -1,0 +1,591 @@
+//! `/etc/cder/glue-provider.toml`: what the provider publishes and where it
+//! reads the counts.
+//!
+//! The provider has its own file because `cder.toml` is the node's config
+//! (and rejects unknown tables). Errors are [`cder_model::ConfigError`]s that
+//! name the file, line, column and key, as `cder.toml`'s do.
+//!
+//! ```toml
+//! [site]
+//! computing_service_id = "ce.example.org_ComputingElement"
+//! computing_manager_id = "ce.example.org_ComputingElement_Manager"
+//! ce_unique_id = "ce.example.org:8443/cream-slurm-gpgpu"
+//! cluster_id = "ce.example.org"          # GLUE 1.3, for tagged-environment
+//! strategies = ["attribute-extension"]
+//!
+//! [counts]
+//! source = "slurm"                       # cderd | slurm | torque | static
+//!
+//! [[group]]
+//! id = "ce.example.org_gts450"
+//! nodes = ["wn[01-16]"]
+//! platform = "amd64"
+//! main_memory_mb = 16384
+//!
+//! [[group.device]]
+//! model = "GeForce GTS 450"
+//! count = 2
+//! memory_mb = 1024
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use cder_model::{ComputeCapability, ConfigError};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::hostlist;
+use crate::strategy::Strategy;
+
+/// Where the provider's config lives unless `--config` or `CDER_GLUE_CONFIG` says otherwise.
+pub const DEFAULT_PROVIDER_CONFIG: &str = "/etc/cder/glue-provider.toml";
+/// The environment variable that overrides [`DEFAULT_PROVIDER_CONFIG`].
+pub const PROVIDER_CONFIG_ENV: &str = "CDER_GLUE_CONFIG";
+
+/// The whole provider configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub site: Site,
+    /// Present when this provider also publishes the ComputingService and
+    /// ComputingManager entries (a site whose CE does not publish them).
+    #[serde(default)]
+    pub service: Option<Service>,
+    pub counts: CountsConfig,
+    /// The node groups: one ExecutionEnvironment each.
+    #[serde(rename = "group")]
+    pub groups: Vec<GroupConfig>,
+    /// Virtual-GPGPU application environments (rCUDA, VCL).
+    #[serde(default, rename = "virtual")]
+    pub virtual_environments: Vec<VirtualConfig>,
+}
+
+/// `[site]`: the ids the published entries hang from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    /// `GLUE2ServiceID` of the CE's ComputingService (the parent in the DN).
+    pub computing_service_id: Spanned<String>,
+    /// `GLUE2ManagerID` of the LRMS's ComputingManager (the foreign key).
+    pub computing_manager_id: Spanned<String>,
+    /// The CE endpoint / GLUE 1.3 `GlueCEUniqueID`.
+    pub ce_unique_id: Spanned<String>,
+    /// GLUE 1.3 `GlueClusterUniqueID`; required by `tagged-environment`.
+    #[serde(default)]
+    pub cluster_id: Option<Spanned<String>>,
+    /// `GLUE2EntityValidity` in seconds: how long consumers may trust a value.
+    #[serde(default = "default_validity")]
+    pub validity: u64,
+    /// Strategies used when `--strategy` is not given.
+    #[serde(default)]
+    pub strategies: Option<Spanned<Vec<Strategy>>>,
+    /// The node config that `inventory = true` groups discover through.
+    #[serde(default)]
+    pub cder_config: Option<PathBuf>,
+}
+
+fn default_validity() -> u64 {
+    600
+}
+
+/// `[service]`: the CE's own entries, for sites whose CE does not publish them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// `GLUE2ServiceType`, e.g. `org.glite.ce.CREAM` or `org.nordugrid.arex`.
+    #[serde(rename = "type")]
+    pub service_type: String,
+    #[serde(default = "default_quality")]
+    pub quality_level: String,
+    /// `GLUE2ServiceAdminDomainForeignKey`: the site's GOCDB name.
+    pub admin_domain: String,
+    /// `GLUE2ManagerProductName`, e.g. `SLURM`, `TORQUE`.
+    pub manager_product: String,
+    #[serde(default)]
+    pub manager_version: Option<String>,
+}
+
+fn default_quality() -> String {
+    "production".into()
+}
+
+/// Where the dynamic counts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountSourceKind {
+    /// The local node's cderd (`status`): a single-node site.
+    Cderd,
+    /// `scontrol show node -o`: `Gres=` and `GresUsed=` of every node.
+    Slurm,
+    /// `pbsnodes -x`: `<gpus>`, `<gpu_status>` and the node state.
+    Torque,
+    /// The `free` / `used` / `offline` values written in `[[group.device]]`.
+    Static,
+}
+
+/// `[counts]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountsConfig {
+    pub source: Spanned<CountSourceKind>,
+    /// cderd's socket (default `/run/cder/cderd.sock`).
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    #[serde(default = "default_scontrol")]
+    pub scontrol: PathBuf,
+    #[serde(default = "default_pbsnodes")]
+    pub pbsnodes: PathBuf,
+    /// Seconds to wait for cderd or the LRMS command.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// SLURM GRES name per CDER type (default: `gpu` for `gpgpu`, else the type name).
+    #[serde(default)]
+    pub gres: BTreeMap<String, String>,
+}
+
+fn default_scontrol() -> PathBuf {
+    "scontrol".into()
+}
+fn default_pbsnodes() -> PathBuf {
+    "pbsnodes".into()
+}
+fn default_timeout() -> u64 {
+    30
+}
+
+impl CountsConfig {
+    /// The SLURM GRES name that counts devices of `cder_type`.
+    pub fn gres_name(&self, cder_type: &str) -> String {
+        self.gres.get(cder_type).cloned().unwrap_or_else(|| if cder_type == "gpgpu" { "gpu".into() } else { cder_type.into() })
+    }
+}
+
+/// One `[[group]]`: a class of identical worker nodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// `GLUE2ResourceID` of the ExecutionEnvironment (and GLUE 1.3 SubCluster id).
+    pub id: Spanned<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Host names or SLURM-style host lists (`wn[01-16]`).
+    pub nodes: Spanned<Vec<String>>,
+    /// `GLUE2ExecutionEnvironmentPlatform`: `amd64`, `i686`, `aarch64` …
+    pub platform: String,
+    /// Per node, MB.
+    pub main_memory_mb: u64,
+    #[serde(default = "default_os_family")]
+    pub os_family: String,
+    #[serde(default)]
+    pub os_name: Option<String>,
+    #[serde(default)]
+    pub os_version: Option<String>,
+    #[serde(default)]
+    pub connectivity_in: bool,
+    #[serde(default = "default_true")]
+    pub connectivity_out: bool,
+    #[serde(default)]
+    pub physical_cpus: Option<u32>,
+    #[serde(default)]
+    pub logical_cpus: Option<u32>,
+    #[serde(default)]
+    pub cpu_vendor: Option<String>,
+    #[serde(default)]
+    pub cpu_model: Option<String>,
+    #[serde(default)]
+    pub cpu_clock_mhz: Option<u32>,
+    /// Take the devices from this node's inventory (`cder.toml`, NVML or
+    /// static) instead of `[[group.device]]`.
+    #[serde(default)]
+    pub inventory: bool,
+    /// The devices on each node of the group, one entry per kind.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<GroupDevice>,
+}
+
+fn default_os_family() -> String {
+    "linux".into()
+}
+fn default_true() -> bool {
+    true
+}
+
+/// One `[[group.device]]`: `count` identical devices on every node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDevice {
+    #[serde(rename = "type", default = "default_type")]
+    pub cder_type: String,
+    /// Published prefix (default: the upper-cased type, `GPGPU`).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default = "default_vendor")]
+    pub vendor: String,
+    pub model: Spanned<String>,
+    /// Devices per node.
+    pub count: u32,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub compute_capability: Option<ComputeCapability>,
+    #[serde(default)]
+    pub multiprocessors: Option<u32>,
+    #[serde(default)]
+    pub cores_per_mp: Option<u32>,
+    #[serde(default)]
+    pub cores: Option<u32>,
+    #[serde(default)]
+    pub clock_mhz: Option<u32>,
+    #[serde(default)]
+    pub ecc: bool,
+    /// With `counts.source = "static"`: devices of the whole group in use,
+    /// drained/unhealthy, and free (default: the rest).
+    #[serde(default)]
+    pub used: Option<u32>,
+    #[serde(default)]
+    pub offline: Option<u32>,
+    #[serde(default)]
+    pub free: Option<u32>,
+}
+
+fn default_type() -> String {
+    "gpgpu".into()
+}
+fn default_vendor() -> String {
+    "Nvidia".into()
+}
+
+/// One `[[virtual]]`: an API-interception vGPGPU service (rCUDA, VCL).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualConfig {
+    /// `rCUDA`, `VCL`, …: the ApplicationEnvironment's AppName.
+    pub method: Spanned<String>,
+    /// `GLUE2ApplicationEnvironmentID` (default `<manager id>_<method>`).
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    pub total: u32,
+    pub free: u32,
+}
+
+impl ProviderConfig {
+    /// The config file to read: `explicit`, else `$CDER_GLUE_CONFIG`, else the default.
+    pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
+        explicit
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os(PROVIDER_CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
+            .unwrap_or_else(|| DEFAULT_PROVIDER_CONFIG.into())
+    }
+
+    /// Reads and validates the config chosen by [`ProviderConfig::resolve_path`].
+    pub fn load(explicit: Option<&Path>) -> Result<ProviderConfig, ConfigError> {
+        let path = Self::resolve_path(explicit);
+        let bytes = std::fs::read(&path).map_err(|e| ConfigError {
+            path: path.clone(),
+            line: None,
+            column: None,
+            key: None,
+            message: format!("cannot read the config: {e}"),
+        })?;
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                // Say where the bad byte is: the valid prefix is text.
+                let valid = e.utf8_error().valid_up_to();
+                let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
+                let (line, column) = line_col(&prefix, valid);
+                return Err(ConfigError {
+                    path,
+                    line: Some(line),
+                    column: Some(column),
+                    key: key_at(&prefix, valid, ""),
+                    message: "not valid UTF-8 (TOML files must be UTF-8)".into(),
+                });
+            }
+        };
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and validates config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<ProviderConfig, ConfigError> {
+        let config: ProviderConfig = toml::from_str(text).map_err(|e| {
+            let (line, column, key) = match e.span() {
+                Some(span) => {
+                    let (line, column) = line_col(text, span.start);
+                    (Some(line), Some(column), key_at(text, span.start, e.message()))
+                }
+                None => (None, None, None),
+            };
+            ConfigError { path: path.to_path_buf(), line, column, key, message: e.message().trim().to_string() }
+        })?;
+        config.validate(text, path)?;
+        Ok(config)
+    }
+
+    /// The strategies to use when none are given on the command line.
+    pub fn default_strategies(&self) -> Vec<Strategy> {
+        match &self.site.strategies {
+            Some(list) if !list.get_ref().is_empty() => list.get_ref().clone(),
+            _ => vec![Strategy::AttributeExtension],
+        }
+    }
+
+    fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let at = |offset: usize, key: &str, message: String| {
+            let (line, column) = line_col(text, offset);
+            ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
+        };
+        for (key, id) in [
+            ("site.computing_service_id", &self.site.computing_service_id),
+            ("site.computing_manager_id", &self.site.computing_manager_id),
+            ("site.ce_unique_id", &self.site.ce_unique_id),
+        ]
+        .into_iter()
+        .chain(self.site.cluster_id.as_ref().map(|c| ("site.cluster_id", c)))
+        {
+            check_id(id.get_ref()).map_err(|m| at(id.span().start, key, m))?;
+        }
+        if self.groups.is_empty() {
+            return Err(ConfigError {
+                path: path.to_path_buf(),
+                line: None,
+                column: None,
+                key: Some("group".into()),
+                message: "at least one [[group]] is required".into(),
+            });
+        }
+        let source = *self.counts.source.get_ref();
+        let mut ids = BTreeSet::new();
+        let mut all_nodes = BTreeSet::new();
+        for group in &self.groups {
+            let id_at = group.id.span().start;
+            check_id(group.id.get_ref()).map_err(|m| at(id_at, "group.id", m))?;
+            if !ids.insert(group.id.get_ref().clone()) {
+                return Err(at(id_at, "group.id", format!("group {:?} is configured twice", group.id.get_ref())));
+            }
+            let nodes_at = group.nodes.span().start;
+            let nodes = hostlist::expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m))?;
+            if nodes.is_empty() {
+                return Err(at(nodes_at, "group.nodes", "a group needs at least one node".into()));
+            }
+            for node in nodes {
+                if !all_nodes.insert(node.clone()) {
+                    return Err(at(nodes_at, "group.nodes", format!("node {node:?} is in two groups")));
+                }
+            }
+            if group.platform.trim().is_empty() {
+                return Err(at(id_at, "group.platform", "must not be empty".into()));
+            }
+            match (group.inventory, group.devices.is_empty()) {
+                (true, false) => {
+                    return Err(at(id_at, "group.device", "a group takes its devices from the inventory or from [[group.device]], not both".into()));
+                }
+                (false, true) => {
+                    return Err(at(id_at, "group.device", "list the devices in [[group.device]] or set inventory = true".into()));
+                }
+                _ => {}
+            }
+            if group.inventory && source == CountSourceKind::Static {
+                return Err(at(id_at, "group.inventory", "counts.source = \"static\" needs [[group.device]] entries with their counts".into()));
+            }
+            let mut types = BTreeSet::new();
+            for dev in &group.devices {
+                let dev_at = dev.model.span().start;
+                if !types.insert(dev.cder_type.clone()) {
+                    return Err(at(
+                        dev_at,
+                        "group.device.type",
+                        format!("type {:?} is listed twice in group {:?}: a group is a class of identical nodes, so each type has one kind of device", dev.cder_type, group.id.get_ref()),
+                    ));
+                }
+                if dev.model.get_ref().trim().is_empty() {
+                    return Err(at(dev_at, "group.device.model", "must not be empty".into()));
+                }
+                let prefix = dev.prefix.clone().unwrap_or_else(|| dev.cder_type.to_ascii_uppercase());
+                if prefix.is_empty() || !prefix.starts_with(|c: char| c.is_ascii_alphabetic()) || !prefix.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                    return Err(at(dev_at, "group.device.prefix", format!("{prefix:?} must be letters and digits, starting with a letter")));
+                }
+                let counted = [dev.used, dev.offline, dev.free];
+                if source != CountSourceKind::Static && counted.iter().any(Option::is_some) {
+                    return Err(at(dev_at, "group.device.free", "free/used/offline are only read with counts.source = \"static\"".into()));
+                }
+            }
+        }
+        if source == CountSourceKind::Cderd {
+            let single = self.groups.len() == 1 && hostlist::expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
+            if !single {
+                return Err(at(
+                    self.counts.source.span().start,
+                    "counts.source",
+                    "\"cderd\" reads one node's daemon: configure exactly one [[group]] with one node, or count from \"slurm\" or \"torque\"".into(),
+                ));
+            }
+        }
+        let mut methods = BTreeSet::new();
+        for v in &self.virtual_environments {
+            let method = v.method.get_ref();
+            let v_at = v.method.span().start;
+            check_id(method).map_err(|m| at(v_at, "virtual.method", m))?;
+            if !methods.insert(method.clone()) {
+                return Err(at(v_at, "virtual.method", format!("{method:?} is configured twice")));
+            }
+            if v.free > v.total {
+                return Err(at(v_at, "virtual.free", format!("free ({}) is more than total ({})", v.free, v.total)));
+            }
+            if let Some(id) = &v.id {
+                check_id(id).map_err(|m| at(v_at, "virtual.id", m))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// GLUE ids go into DNs and foreign keys unchanged, so they are kept to
+/// printable ASCII without the characters a DN would have to escape.
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("must not be empty".into());
+    }
+    match id.chars().find(|&c| !c.is_ascii_graphic() || ",+\"\\<>;=#".contains(c)) {
+        Some(c) => Err(format!("{id:?} contains {c:?}; use printable ASCII without spaces or any of , + \" \\ < > ; = #")),
+        None => Ok(()),
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The dotted key an error at `offset` is about: the table header above it
+/// plus the `key =` on its line, or the field a serde message names.
+fn key_at(text: &str, offset: usize, message: &str) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = &text[line_start..line_end];
+    // A missing field is reported at its table's header line: that header is the table.
+    let header = line.trim_start().starts_with('[');
+    let table_end = if header { line_end } else { line_start };
+    let table = text[..table_end]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    let named = message.split('`').nth(1).filter(|_| message.contains("field `"));
+    let leaf = match named {
+        Some(field) => Some(field.to_string()),
+        None => line.split_once('=').map(|(k, _)| k.trim().trim_matches('"').to_string()).filter(|k| !k.is_empty() && !k.starts_with('[')),
+    };
+    match (table, leaf) {
+        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
+        (_, Some(k)) => Some(k),
+        (Some(t), None) => Some(t),
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub const SAMPLE: &str = r#"[site]
+computing_service_id = "ce.example.org_ComputingElement"
+computing_manager_id = "ce.example.org_ComputingElement_Manager"
+ce_unique_id = "ce.example.org:8443/cream-slurm-gpgpu"
+cluster_id = "ce.example.org"
+
+[counts]
+source = "static"
+
+[[group]]
+id = "ce.example.org_gts450"
+nodes = ["wn[01-16]"]
+platform = "amd64"
+main_memory_mb = 16384
+
+[[group.device]]
+model = "GeForce GTS 450"
+count = 2
+memory_mb = 1024
+compute_capability = "2.1"
+multiprocessors = 4
+cores_per_mp = 48
+clock_mhz = 1660
+used = 2
+"#;
+
+    fn parse(text: &str) -> Result<ProviderConfig, ConfigError> {
+        ProviderConfig::parse(text, Path::new("glue-provider.toml"))
+    }
+
+    #[test]
+    fn sample_parses_with_defaults() {
+        let c = parse(SAMPLE).unwrap();
+        assert_eq!(c.groups.len(), 1);
+        assert_eq!(c.groups[0].os_family, "linux");
+        assert!(c.groups[0].connectivity_out && !c.groups[0].connectivity_in);
+        assert_eq!(c.groups[0].devices[0].cder_type, "gpgpu");
+        assert_eq!(c.groups[0].devices[0].vendor, "Nvidia");
+        assert_eq!(c.site.validity, 600);
+        assert_eq!(c.default_strategies(), vec![Strategy::AttributeExtension]);
+        assert_eq!(c.counts.gres_name("gpgpu"), "gpu");
+        assert_eq!(c.counts.gres_name("fpga"), "fpga");
+    }
+
+    #[test]
+    fn missing_key_is_named_with_its_table() {
+        let e = parse(&SAMPLE.replace("computing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n", "")).unwrap_err();
+        assert!(e.message.contains("missing field `computing_manager_id`"), "{e}");
+        assert_eq!(e.key.as_deref(), Some("site.computing_manager_id"), "{e}");
+        assert!(e.line.is_some(), "{e}");
+        let e = parse(&SAMPLE.replace("main_memory_mb = 16384\n", "")).unwrap_err();
+        assert!(e.to_string().contains("main_memory_mb"), "{e}");
+    }
+
+    #[test]
+    fn unknown_and_bad_values_are_located() {
+        let e = parse(&SAMPLE.replace("count = 2", "count = 2\ncuont = 3")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(19), Some("group.device.cuont")), "{e}");
+        let e = parse(&SAMPLE.replace("memory_mb = 1024", "memory_mb = \"lots\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(19), Some("group.device.memory_mb")), "{e}");
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"maui\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(8), Some("counts.source")), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_are_located() {
+        let e = parse(&SAMPLE.replace("ce.example.org_gts450", "bad,id")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(11), Some("group.id")), "{e}");
+        let e = parse(&SAMPLE.replace("wn[01-16]", "wn[16-01]")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.nodes"), "{e}");
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"cderd\"").replace("used = 2\n", "")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("counts.source"), "{e}");
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"slurm\"")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.free"), "{e}");
+        let twice = format!("{SAMPLE}\n[[group]]\nid = \"g2\"\nnodes = [\"wn05\"]\nplatform = \"amd64\"\nmain_memory_mb = 1\ninventory = true\n");
+        let e = parse(&twice).unwrap_err();
+        assert!(e.message.contains("\"wn05\" is in two groups"), "{e}");
+    }
+
+    #[test]
+    fn non_utf8_file_names_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("glue-provider.toml");
+        let mut bytes = SAMPLE.replace("GeForce GTS 450", "GeForce GTS 45@").into_bytes();
+        let at = bytes.iter().position(|&b| b == b'@').unwrap();
+        bytes[at] = 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        let e = ProviderConfig::load(Some(&path)).unwrap_err();
+        assert_eq!(e.line, Some(17), "{e}");
+        assert_eq!(e.column, Some(24), "{e}");
+        assert_eq!(e.key.as_deref(), Some("group.device.model"), "{e}");
+        assert!(e.message.contains("UTF-8"), "{e}");
+    }
+}

@@ -1,0 +1,534 @@
+//! Where the dynamic numbers come from: cderd's `status` on a single node,
+//! the LRMS for a cluster (SLURM `scontrol show node -o`, TORQUE
+//! `pbsnodes -x`), or values written in the config; and the vGPGPU counts
+//! behind [`VirtualGpgpuSource`].
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig};
+use crate::site::NodeGroup;
+use crate::ProviderError;
+
+/// Device counts of one type over a whole group. Offline counts drained,
+/// unhealthy and down-node devices, which are neither free nor used:
+/// `total = free + used + offline`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub total: u32,
+    pub free: u32,
+    pub used: u32,
+    pub offline: u32,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.total += other.total;
+        self.free += other.free;
+        self.used += other.used;
+        self.offline += other.offline;
+    }
+}
+
+/// The dynamic state of one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupCounts {
+    /// By CDER type.
+    pub devices: BTreeMap<String, Counts>,
+    /// Nodes running jobs, where the source knows it.
+    pub nodes_used: Option<u32>,
+    /// Nodes down, drained or otherwise unavailable, where the source knows it.
+    pub nodes_unavailable: Option<u32>,
+}
+
+/// A source of dynamic counts: one [`GroupCounts`] per group, in order.
+pub trait CountSource {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError>;
+}
+
+/// One virtual-GPGPU service (an API-interception method such as rCUDA or
+/// VCL) as published: a GLUE2ApplicationEnvironment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirtualEnvironment {
+    /// `rCUDA`, `VCL`: the AppName.
+    pub method: String,
+    /// `GLUE2ApplicationEnvironmentID`; `None` means `<manager id>_<method>`.
+    pub id: Option<String>,
+    pub version: Option<String>,
+    pub total: u32,
+    pub free: u32,
+}
+
+/// Where vGPGPU counts come from. Today the config ([`StaticVirtual`]); the
+/// cluster registry implements this trait to publish live counts.
+pub trait VirtualGpgpuSource {
+    fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError>;
+}
+
+/// vGPGPU counts written in `[[virtual]]`.
+#[derive(Debug, Clone, Default)]
+pub struct StaticVirtual(pub Vec<VirtualEnvironment>);
+
+impl StaticVirtual {
+    pub fn from_config(entries: &[VirtualConfig]) -> StaticVirtual {
+        StaticVirtual(
+            entries
+                .iter()
+                .map(|v| VirtualEnvironment { method: v.method.get_ref().clone(), id: v.id.clone(), version: v.version.clone(), total: v.total, free: v.free })
+                .collect(),
+        )
+    }
+}
+
+impl VirtualGpgpuSource for StaticVirtual {
+    fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// The count source the config names.
+pub fn from_config(config: &ProviderConfig) -> Box<dyn CountSource> {
+    let timeout = Duration::from_secs(config.counts.timeout_s.max(1));
+    match config.counts.source.get_ref() {
+        CountSourceKind::Cderd => Box::new(CderdCounts {
+            socket: config.counts.socket.clone().unwrap_or_else(|| cder_model::DEFAULT_SOCKET.into()),
+            timeout,
+        }),
+        CountSourceKind::Slurm => Box::new(SlurmCounts { scontrol: config.counts.scontrol.clone(), gres: gres_map(config), timeout }),
+        CountSourceKind::Torque => Box::new(TorqueCounts { pbsnodes: config.counts.pbsnodes.clone(), timeout }),
+        CountSourceKind::Static => Box::new(ConfiguredCounts),
+    }
+}
+
+fn gres_map(config: &ProviderConfig) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for group in &config.groups {
+        for dev in &group.devices {
+            map.insert(dev.cder_type.clone(), config.counts.gres_name(&dev.cder_type));
+        }
+    }
+    for (k, v) in &config.counts.gres {
+        map.insert(k.clone(), v.clone());
+    }
+    map
+}
+
+/// Counts from the local cderd's `status` reply.
+#[derive(Debug, Clone)]
+pub struct CderdCounts {
+    pub socket: PathBuf,
+    pub timeout: Duration,
+}
+
+impl CountSource for CderdCounts {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
+        let status = cder_protocol::Client::connect(&self.socket, self.timeout)
+            .and_then(|mut client| client.status())
+            .map_err(|e| ProviderError::Runtime(format!("cderd status: {e}")))?;
+        groups
+            .iter()
+            .map(|group| {
+                let mut devices = BTreeMap::new();
+                for class in &group.classes {
+                    let c = status.counts.get(&class.cder_type).ok_or_else(|| {
+                        ProviderError::Runtime(format!("cderd at {} reports no {} devices, but group {:?} has them", self.socket.display(), class.cder_type, group.id()))
+                    })?;
+                    devices.insert(class.cder_type.clone(), Counts { total: c.total, free: c.free, used: c.allocated, offline: c.offline + c.unhealthy });
+                }
+                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
+            })
+            .collect()
+    }
+}
+
+/// Counts written in the config (`free`, `used`, `offline` of each `[[group.device]]`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfiguredCounts;
+
+impl CountSource for ConfiguredCounts {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
+        groups
+            .iter()
+            .map(|group| {
+                let mut devices = BTreeMap::new();
+                for dev in &group.config.devices {
+                    let total = dev.count * group.nodes.len() as u32;
+                    let used = dev.used.unwrap_or(0);
+                    let offline = dev.offline.unwrap_or(0);
+                    let free = dev.free.unwrap_or_else(|| total.saturating_sub(used + offline));
+                    if free + used + offline != total {
+                        return Err(ProviderError::Input(format!(
+                            "group {:?}, type {}: free {free} + used {used} + offline {offline} is not the {total} devices of {} nodes × {}",
+                            group.id(),
+                            dev.cder_type,
+                            group.nodes.len(),
+                            dev.count
+                        )));
+                    }
+                    devices.insert(dev.cder_type.clone(), Counts { total, free, used, offline });
+                }
+                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
+            })
+            .collect()
+    }
+}
+
+/// Counts from SLURM: `scontrol show node -o`, one line per node with
+/// `Gres=`, `GresUsed=` and `State=`.
+#[derive(Debug, Clone)]
+pub struct SlurmCounts {
+    pub scontrol: PathBuf,
+    /// CDER type → GRES name.
+    pub gres: BTreeMap<String, String>,
+    pub timeout: Duration,
+}
+
+/// One node as `scontrol show node -o` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmNode {
+    pub name: String,
+    /// The base state and flags, upper-case (`IDLE`, `MIXED`, `DRAIN` …).
+    pub states: Vec<String>,
+    /// True when the state carries `*` (not responding).
+    pub not_responding: bool,
+    /// GRES name → configured count.
+    pub gres: BTreeMap<String, u32>,
+    /// GRES name → count in use.
+    pub gres_used: BTreeMap<String, u32>,
+}
+
+impl SlurmNode {
+    /// Down, drained, failed, in maintenance or not responding: its free
+    /// devices cannot be given to a job.
+    pub fn unavailable(&self) -> bool {
+        self.not_responding
+            || self.states.iter().any(|s| {
+                matches!(s.as_str(), "DOWN" | "DRAIN" | "DRAINED" | "DRAINING" | "FAIL" | "FAILING" | "FUTURE" | "MAINT" | "REBOOT_ISSUED" | "REBOOT_REQUESTED" | "UNKNOWN" | "NOT_RESPONDING" | "INVALID_REG")
+            })
+    }
+
+    pub fn busy(&self) -> bool {
+        self.states.iter().any(|s| matches!(s.as_str(), "ALLOCATED" | "MIXED" | "COMPLETING"))
+    }
+}
+
+/// Parses `scontrol show node -o` output.
+pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
+    let mut nodes = Vec::new();
+    for (n, line) in output.split(|&b| b == b'\n').enumerate() {
+        let line = std::str::from_utf8(line).map_err(|e| ProviderError::Runtime(format!("scontrol output line {}: not valid UTF-8 at byte {}", n + 1, e.valid_up_to())))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = BTreeMap::new();
+        for token in line.split_whitespace() {
+            if let Some((k, v)) = token.split_once('=') {
+                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    fields.entry(k).or_insert(v);
+                }
+            }
+        }
+        let bad = |what: &str| ProviderError::Runtime(format!("scontrol output line {}: {what}: {line:?}", n + 1));
+        let name = fields.get("NodeName").ok_or_else(|| bad("no NodeName="))?;
+        let state = fields.get("State").ok_or_else(|| bad("no State="))?;
+        let not_responding = state.contains('*');
+        let states = state.split('+').map(|s| s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase()).collect();
+        let gres = parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
+        let gres_used = parse_gres(fields.get("GresUsed").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("GresUsed: {m}")))?;
+        nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used });
+    }
+    Ok(nodes)
+}
+
+/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`) into
+/// name → count. `(null)` is empty.
+pub fn parse_gres(value: &str) -> Result<BTreeMap<String, u32>, String> {
+    let mut out = BTreeMap::new();
+    if value.is_empty() || value == "(null)" {
+        return Ok(out);
+    }
+    let mut depth = 0i32;
+    let mut items = Vec::new();
+    let mut start = 0;
+    for (i, c) in value.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&value[start..]);
+    for item in items {
+        let item = item.split('(').next().unwrap_or(item);
+        let mut parts = item.split(':');
+        let name = parts.next().filter(|n| !n.is_empty()).ok_or_else(|| format!("empty GRES name in {value:?}"))?;
+        let count = match parts.next_back() {
+            // `gpu` alone, or `gpu:tesla`, is one device.
+            None => 1,
+            Some(last) => match last.parse::<u32>() {
+                Ok(c) => c,
+                Err(_) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => 1,
+                Err(_) => return Err(format!("{item:?} has no count SLURM would write")),
+            },
+        };
+        *out.entry(name.to_string()).or_insert(0) += count;
+    }
+    Ok(out)
+}
+
+impl CountSource for SlurmCounts {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
+        let output = run_command(&self.scontrol, &["show", "node", "-o"], self.timeout)?;
+        let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        groups
+            .iter()
+            .map(|group| {
+                let mut out = GroupCounts { nodes_used: Some(0), nodes_unavailable: Some(0), ..Default::default() };
+                for host in &group.nodes {
+                    let node = nodes.get(host).ok_or_else(|| {
+                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to SLURM ({} show node -o)", group.id(), self.scontrol.display()))
+                    })?;
+                    if node.unavailable() {
+                        *out.nodes_unavailable.as_mut().expect("set") += 1;
+                    } else if node.busy() {
+                        *out.nodes_used.as_mut().expect("set") += 1;
+                    }
+                    for class in &group.classes {
+                        let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
+                        let total = node.gres.get(&gres).copied().unwrap_or(0);
+                        let used = node.gres_used.get(&gres).copied().unwrap_or(0).min(total);
+                        out.devices.entry(class.cder_type.clone()).or_default().add(node_counts(total, used, node.unavailable()));
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+}
+
+/// A node's devices: those in use stay used; the rest are free, or offline
+/// when the node cannot take jobs.
+fn node_counts(total: u32, used: u32, unavailable: bool) -> Counts {
+    let idle = total - used;
+    if unavailable {
+        Counts { total, free: 0, used, offline: idle }
+    } else {
+        Counts { total, free: idle, used, offline: 0 }
+    }
+}
+
+/// Counts from TORQUE: `pbsnodes -x`. A node's `<gpus>` is its total; a GPU
+/// is used when its `gpu_state` in `<gpu_status>` is not `Unallocated`
+/// (without `<gpu_status>`, a `job-exclusive` node's GPUs are all used); a
+/// `down`, `offline` or `unknown` node's idle GPUs are offline.
+#[derive(Debug, Clone)]
+pub struct TorqueCounts {
+    pub pbsnodes: PathBuf,
+    pub timeout: Duration,
+}
+
+/// One `<Node>` of `pbsnodes -x`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorqueNode {
+    pub name: String,
+    pub states: Vec<String>,
+    pub gpus: u32,
+    /// GPUs whose `gpu_state` is not `Unallocated`; `None` without `<gpu_status>`.
+    pub gpus_allocated: Option<u32>,
+    pub has_jobs: bool,
+}
+
+impl TorqueNode {
+    pub fn unavailable(&self) -> bool {
+        self.states.iter().any(|s| matches!(s.as_str(), "down" | "offline" | "unknown" | "state-unknown"))
+    }
+
+    pub fn gpus_used(&self) -> u32 {
+        match self.gpus_allocated {
+            Some(n) => n.min(self.gpus),
+            None if self.states.iter().any(|s| s == "job-exclusive") => self.gpus,
+            None => 0,
+        }
+    }
+}
+
+/// Parses `pbsnodes -x` XML (flat `<Data><Node>…</Node></Data>`).
+pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
+    let text = std::str::from_utf8(output).map_err(|e| ProviderError::Runtime(format!("pbsnodes -x output is not valid UTF-8 at byte {}", e.valid_up_to())))?;
+    let bad = |m: String| ProviderError::Runtime(format!("pbsnodes -x output: {m}"));
+    if !text.trim_start().starts_with("<Data>") && !text.trim_start().starts_with("<?xml") {
+        return Err(bad(format!("expected <Data>, got {:?}", text.chars().take(40).collect::<String>())));
+    }
+    let mut nodes = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<Node>") {
+        let end = rest[start..].find("</Node>").ok_or_else(|| bad("a <Node> is not closed".into()))? + start;
+        let body = &rest[start + 6..end];
+        let name = xml_element(body, "name").ok_or_else(|| bad("a <Node> has no <name>".into()))?;
+        let states = xml_element(body, "state").unwrap_or_default().split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let gpus = match xml_element(body, "gpus") {
+            Some(g) => g.trim().parse().map_err(|_| bad(format!("node {name}: <gpus>{g}</gpus> is not a count")))?,
+            None => 0,
+        };
+        let gpus_allocated = xml_element(body, "gpu_status").map(|status| {
+            status.split(',').filter(|gpu| gpu.split(';').any(|kv| kv.split_once('=').is_some_and(|(k, v)| k.ends_with("gpu_state") && v != "Unallocated"))).count() as u32
+        });
+        let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
+        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, has_jobs });
+        rest = &rest[end + 7..];
+    }
+    Ok(nodes)
+}
+
+fn xml_element(body: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = body.find(&open)? + open.len();
+    let end = body[start..].find(&close)? + start;
+    Some(body[start..end].replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&"))
+}
+
+impl CountSource for TorqueCounts {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
+        if let Some(other) = groups.iter().flat_map(|g| &g.classes).find(|c| c.cder_type != "gpgpu") {
+            return Err(ProviderError::Input(format!("TORQUE counts only GPUs (<gpus>), not {} devices: count them with another source", other.cder_type)));
+        }
+        let output = run_command(&self.pbsnodes, &["-x"], self.timeout)?;
+        let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        groups
+            .iter()
+            .map(|group| {
+                let mut out = GroupCounts { nodes_used: Some(0), nodes_unavailable: Some(0), ..Default::default() };
+                for host in &group.nodes {
+                    let node = nodes.get(host).ok_or_else(|| {
+                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to TORQUE ({} -x)", group.id(), self.pbsnodes.display()))
+                    })?;
+                    if node.unavailable() {
+                        *out.nodes_unavailable.as_mut().expect("set") += 1;
+                    } else if node.has_jobs {
+                        *out.nodes_used.as_mut().expect("set") += 1;
+                    }
+                    for class in &group.classes {
+                        out.devices.entry(class.cder_type.clone()).or_default().add(node_counts(node.gpus, node.gpus_used(), node.unavailable()));
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+}
+
+/// Runs an LRMS query with a deadline and returns its stdout; a non-zero
+/// exit, a missing command or the deadline is a runtime error naming it.
+pub fn run_command(program: &Path, args: &[&str], timeout: Duration) -> Result<Vec<u8>, ProviderError> {
+    let shown = format!("{} {}", program.display(), args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ProviderError::Runtime(format!("cannot run {shown}: {e}")))?;
+    // Drain both pipes on threads so a chatty command cannot block on a full pipe.
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        stdout.read_to_end(&mut buf).map(|_| buf)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ProviderError::Runtime(format!("{shown} did not finish within {timeout:?}")));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(ProviderError::Runtime(format!("waiting for {shown}: {e}"))),
+        }
+    };
+    let out = out_reader.join().map_err(|_| ProviderError::Runtime(format!("reading {shown}")))?;
+    let out = out.map_err(|e| ProviderError::Runtime(format!("reading the output of {shown}: {e}")))?;
+    let err = err_reader.join().unwrap_or_default();
+    if !status.success() {
+        let why = String::from_utf8_lossy(&err);
+        let why = why.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        return Err(ProviderError::Runtime(format!("{shown} failed ({status}): {why}")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gres_lists_parse() {
+        assert_eq!(parse_gres("gpu:tesla:2(S:0-1)").unwrap(), BTreeMap::from([("gpu".into(), 2)]));
+        assert_eq!(parse_gres("gpu:tesla:1(IDX:0,2),gpu:k80:3,fpga:1").unwrap(), BTreeMap::from([("gpu".into(), 4), ("fpga".into(), 1)]));
+        assert_eq!(parse_gres("gpu").unwrap(), BTreeMap::from([("gpu".into(), 1)]));
+        assert!(parse_gres("(null)").unwrap().is_empty());
+        assert!(parse_gres(":2").is_err());
+    }
+
+    #[test]
+    fn scontrol_lines_parse_and_classify() {
+        let out = b"NodeName=wn01 Arch=x86_64 CoresPerSocket=1 Gres=gpu:2 GresUsed=gpu:1(IDX:0) State=MIXED ThreadsPerCore=1\n\
+NodeName=wn02 Gres=gpu:2(S:0) GresUsed=gpu:0(IDX:N/A) State=IDLE+DRAIN Reason=Xid 79 [root@2026-01-01]\n\
+NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
+        let nodes = parse_scontrol(out).unwrap();
+        assert_eq!(nodes.len(), 3);
+        assert!(nodes[0].busy() && !nodes[0].unavailable());
+        assert_eq!(nodes[0].gres_used["gpu"], 1);
+        assert!(nodes[1].unavailable());
+        assert!(nodes[2].not_responding && nodes[2].unavailable());
+        assert!(parse_scontrol(b"Arch=x86_64 State=IDLE\n").is_err());
+        let e = parse_scontrol(b"NodeName=wn01 Gres=gpu:\xff:2 State=IDLE\n").unwrap_err();
+        assert!(e.to_string().contains("not valid UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn node_counts_keep_used_and_offline_apart() {
+        assert_eq!(node_counts(4, 1, false), Counts { total: 4, free: 3, used: 1, offline: 0 });
+        assert_eq!(node_counts(4, 1, true), Counts { total: 4, free: 0, used: 1, offline: 3 });
+    }
+
+    #[test]
+    fn pbsnodes_xml_parses() {
+        let xml = b"<Data><Node><name>wn01</name><state>free</state><np>8</np><gpus>2</gpus><jobs>0/1.srv</jobs>\
+<gpu_status>gpu[1]=gpu_id=0000:04:00.0;gpu_state=Exclusive;gpu_mode=Exclusive_Thread,gpu[0]=gpu_id=0000:03:00.0;gpu_state=Unallocated</gpu_status></Node>\
+<Node><name>wn02</name><state>down,offline</state><gpus>2</gpus></Node>\
+<Node><name>wn03</name><state>job-exclusive</state><gpus>4</gpus><jobs>0-7/2.srv</jobs></Node></Data>";
+        let nodes = parse_pbsnodes(xml).unwrap();
+        assert_eq!(nodes[0].gpus_used(), 1);
+        assert!(nodes[0].has_jobs && !nodes[0].unavailable());
+        assert!(nodes[1].unavailable());
+        assert_eq!(nodes[2].gpus_used(), 4);
+        assert!(parse_pbsnodes(b"pbsnodes: cannot connect to server").is_err());
+        assert!(parse_pbsnodes(b"<Data><Node><name>x</name><gpus>two</gpus></Node></Data>").is_err());
+    }
+
+    #[test]
+    fn commands_fail_clearly() {
+        let e = run_command(Path::new("/nonexistent/scontrol"), &["show"], Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("cannot run /nonexistent/scontrol show"), "{e}");
+        let e = run_command(Path::new("sh"), &["-c", "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1"], Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("Unable to contact slurm controller"), "{e}");
+        let out = run_command(Path::new("sh"), &["-c", "echo hello"], Duration::from_secs(5)).unwrap();
+        assert_eq!(out, b"hello\n");
+    }
+}

@@ -1,0 +1,327 @@
+//! The publication strategies the seed thesis compares (chapter 3), and the
+//! GLUE entries each one produces.
+//!
+//! Every node group becomes one `GLUE2ExecutionEnvironment` under the CE's
+//! ComputingService, carrying its mandatory attributes and the
+//! ComputingManager foreign key. The CDER attributes (`GPGPUFreeInstances=30`
+//! …) are then attached as the strategies say:
+//!
+//! * `attribute-extension`: `GLUE2EntityOtherInfo: Key=Value` on the entity;
+//! * `class-extension`: one `GLUE2Extension` child per key (LocalID, Key,
+//!   Value, EntityForeignKey);
+//! * `hybrid`: static keys as OtherInfo, dynamic ones (counts) as Extensions;
+//! * `tagged-environment`: GLUE 1.3 `GlueHostApplicationSoftwareRunTimeEnvironment`
+//!   tags on one `GlueSubCluster` per group, under `o=grid`.
+//!
+//! vGPGPU services become `GLUE2ApplicationEnvironment`s (`rCUDA`, `VCL`)
+//! with `FreeVGPGPU` / `TotalVGPGPU`, attached the same way.
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+
+use crate::config::ProviderConfig;
+use crate::ldif::Entry;
+use crate::site::NodeGroup;
+use crate::sources::{GroupCounts, VirtualEnvironment};
+use crate::ProviderError;
+
+/// How CDER attributes are published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// `GLUE2EntityOtherInfo: Key=Value` on the ExecutionEnvironment (the thesis's choice).
+    AttributeExtension,
+    /// One `GLUE2Extension` object per key.
+    ClassExtension,
+    /// Static keys as OtherInfo, dynamic counts as Extensions.
+    Hybrid,
+    /// GLUE 1.3 RunTimeEnvironment tags under `o=grid`, for legacy brokers.
+    TaggedEnvironment,
+}
+
+impl Strategy {
+    /// The name used on the command line and in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::AttributeExtension => "attribute-extension",
+            Strategy::ClassExtension => "class-extension",
+            Strategy::Hybrid => "hybrid",
+            Strategy::TaggedEnvironment => "tagged-environment",
+        }
+    }
+
+    /// Every strategy, in the order above.
+    pub const ALL: [Strategy; 4] = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment];
+}
+
+/// Whether a published key changes while the site runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Static,
+    Dynamic,
+}
+
+/// One published key/value with its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub key: String,
+    pub value: String,
+    pub kind: Kind,
+}
+
+/// The GLUE suffix every DN here hangs from.
+pub const GLUE2_SUFFIX: &str = "GLUE2GroupID=resource,o=glue";
+/// The GLUE 1.3 suffix.
+pub const GLUE13_SUFFIX: &str = "mds-vo-name=resource,o=grid";
+
+/// The CDER key/values of one group, in design.md's order: the counts
+/// (dynamic), then `PerNode` and the device attributes (static), per type.
+pub fn group_attributes(group: &NodeGroup, counts: &GroupCounts) -> Vec<Published> {
+    let mut out = Vec::new();
+    for class in &group.classes {
+        let p = &class.prefix;
+        let c = counts.devices.get(&class.cder_type).copied().unwrap_or_default();
+        for (name, value) in [("TotalInstances", c.total), ("FreeInstances", c.free), ("UsedInstances", c.used), ("OfflineInstances", c.offline)] {
+            out.push(Published { key: format!("{p}{name}"), value: value.to_string(), kind: Kind::Dynamic });
+        }
+        out.push(Published { key: format!("{p}PerNode"), value: class.per_node.to_string(), kind: Kind::Static });
+        for (name, value) in &class.attributes {
+            out.push(Published { key: format!("{p}{name}"), value: value.clone(), kind: Kind::Static });
+        }
+    }
+    out
+}
+
+/// The key/values of one vGPGPU application environment.
+pub fn virtual_attributes(v: &VirtualEnvironment) -> Vec<Published> {
+    vec![
+        Published { key: "TotalVGPGPU".into(), value: v.total.to_string(), kind: Kind::Dynamic },
+        Published { key: "FreeVGPGPU".into(), value: v.free.to_string(), kind: Kind::Dynamic },
+    ]
+}
+
+/// What the renderer needs besides the config.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub groups: Vec<(NodeGroup, GroupCounts)>,
+    pub virtual_environments: Vec<VirtualEnvironment>,
+    /// `GLUE2EntityCreationTime`, unix seconds.
+    pub created: u64,
+}
+
+/// Renders every entry the strategies call for, parents before children.
+/// An empty `strategies` gives the bare GLUE 2.0 entries with no CDER data
+/// (the benchmark's baseline).
+pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strategy]) -> Result<Vec<Entry>, ProviderError> {
+    let set: BTreeSet<Strategy> = strategies.iter().copied().collect();
+    let as_other_info = |kind: Kind| set.contains(&Strategy::AttributeExtension) || (kind == Kind::Static && set.contains(&Strategy::Hybrid));
+    let as_extension = |kind: Kind| set.contains(&Strategy::ClassExtension) || (kind == Kind::Dynamic && set.contains(&Strategy::Hybrid));
+    let glue2 = set.iter().any(|s| *s != Strategy::TaggedEnvironment) || set.is_empty();
+
+    let site = &config.site;
+    let service_id = site.computing_service_id.get_ref();
+    let manager_id = site.computing_manager_id.get_ref();
+    let service_dn = format!("GLUE2ServiceID={service_id},{GLUE2_SUFFIX}");
+    let created = glue_time(snapshot.created);
+    let validity = site.validity.to_string();
+    let mut entries = Vec::new();
+
+    if glue2 {
+        if let Some(service) = &config.service {
+            let mut e = Entry::new(service_dn.clone());
+            e.push("objectClass", "GLUE2Service").push("objectClass", "GLUE2ComputingService");
+            e.push("GLUE2ServiceID", service_id.clone());
+            e.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            e.push("GLUE2ServiceType", service.service_type.clone());
+            e.push("GLUE2ServiceQualityLevel", service.quality_level.clone());
+            e.push("GLUE2ServiceAdminDomainForeignKey", service.admin_domain.clone());
+            entries.push(e);
+
+            let mut m = Entry::new(format!("GLUE2ManagerID={manager_id},{service_dn}"));
+            m.push("objectClass", "GLUE2Manager").push("objectClass", "GLUE2ComputingManager");
+            m.push("GLUE2ManagerID", manager_id.clone());
+            m.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            m.push("GLUE2ManagerProductName", service.manager_product.clone());
+            if let Some(v) = &service.manager_version {
+                m.push("GLUE2ManagerProductVersion", v.clone());
+            }
+            m.push("GLUE2ManagerServiceForeignKey", service_id.clone());
+            m.push("GLUE2ComputingManagerComputingServiceForeignKey", service_id.clone());
+            entries.push(m);
+        }
+
+        for (group, counts) in &snapshot.groups {
+            let g = &group.config;
+            let id = group.id();
+            let dn = format!("GLUE2ResourceID={id},{service_dn}");
+            let mut e = Entry::new(dn.clone());
+            e.push("objectClass", "GLUE2Resource").push("objectClass", "GLUE2ExecutionEnvironment");
+            e.push("GLUE2ResourceID", id);
+            if let Some(name) = &g.name {
+                e.push("GLUE2EntityName", name.clone());
+            }
+            e.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            e.push("GLUE2ResourceManagerForeignKey", manager_id.clone());
+            e.push("GLUE2ExecutionEnvironmentPlatform", g.platform.clone());
+            e.push("GLUE2ExecutionEnvironmentTotalInstances", group.nodes.len().to_string());
+            if let Some(n) = counts.nodes_used {
+                e.push("GLUE2ExecutionEnvironmentUsedInstances", n.to_string());
+            }
+            if let Some(n) = counts.nodes_unavailable {
+                e.push("GLUE2ExecutionEnvironmentUnavailableInstances", n.to_string());
+            }
+            if let Some(n) = g.physical_cpus {
+                e.push("GLUE2ExecutionEnvironmentPhysicalCPUs", n.to_string());
+            }
+            if let Some(n) = g.logical_cpus {
+                e.push("GLUE2ExecutionEnvironmentLogicalCPUs", n.to_string());
+            }
+            if let Some(v) = &g.cpu_vendor {
+                e.push("GLUE2ExecutionEnvironmentCPUVendor", v.clone());
+            }
+            if let Some(v) = &g.cpu_model {
+                e.push("GLUE2ExecutionEnvironmentCPUModel", v.clone());
+            }
+            if let Some(n) = g.cpu_clock_mhz {
+                e.push("GLUE2ExecutionEnvironmentCPUClockSpeed", n.to_string());
+            }
+            e.push("GLUE2ExecutionEnvironmentMainMemorySize", g.main_memory_mb.to_string());
+            e.push("GLUE2ExecutionEnvironmentOSFamily", g.os_family.clone());
+            if let Some(v) = &g.os_name {
+                e.push("GLUE2ExecutionEnvironmentOSName", v.clone());
+            }
+            if let Some(v) = &g.os_version {
+                e.push("GLUE2ExecutionEnvironmentOSVersion", v.clone());
+            }
+            e.push("GLUE2ExecutionEnvironmentConnectivityIn", g.connectivity_in.to_string());
+            e.push("GLUE2ExecutionEnvironmentConnectivityOut", g.connectivity_out.to_string());
+            e.push("GLUE2ExecutionEnvironmentComputingManagerForeignKey", manager_id.clone());
+            let attrs = group_attributes(group, counts);
+            attach(&mut entries, e, id, &attrs, as_other_info, as_extension);
+        }
+
+        for v in &snapshot.virtual_environments {
+            let id = v.id.clone().unwrap_or_else(|| format!("{manager_id}_{}", v.method));
+            let mut e = Entry::new(format!("GLUE2ApplicationEnvironmentID={id},{service_dn}"));
+            e.push("objectClass", "GLUE2ApplicationEnvironment");
+            e.push("GLUE2ApplicationEnvironmentID", id.clone());
+            e.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            e.push("GLUE2ApplicationEnvironmentAppName", v.method.clone());
+            if let Some(version) = &v.version {
+                e.push("GLUE2ApplicationEnvironmentAppVersion", version.clone());
+            }
+            e.push("GLUE2ApplicationEnvironmentState", "installednotverified");
+            e.push("GLUE2ApplicationEnvironmentComputingManagerForeignKey", manager_id.clone());
+            attach(&mut entries, e, &id, &virtual_attributes(v), as_other_info, as_extension);
+        }
+    }
+
+    if set.contains(&Strategy::TaggedEnvironment) {
+        entries.extend(glue13_entries(config, snapshot)?);
+    }
+    Ok(entries)
+}
+
+/// Pushes `entity` with its OtherInfo values, then its Extension children.
+fn attach(entries: &mut Vec<Entry>, mut entity: Entry, id: &str, attrs: &[Published], as_other_info: impl Fn(Kind) -> bool, as_extension: impl Fn(Kind) -> bool) {
+    for a in attrs.iter().filter(|a| as_other_info(a.kind)) {
+        entity.push("GLUE2EntityOtherInfo", format!("{}={}", a.key, a.value));
+    }
+    let parent_dn = entity.dn.clone();
+    entries.push(entity);
+    for a in attrs.iter().filter(|a| as_extension(a.kind)) {
+        let mut x = Entry::new(format!("GLUE2ExtensionLocalID={},{parent_dn}", a.key));
+        x.push("objectClass", "GLUE2Extension");
+        x.push("GLUE2ExtensionLocalID", a.key.clone());
+        x.push("GLUE2ExtensionKey", a.key.clone());
+        x.push("GLUE2ExtensionValue", a.value.clone());
+        x.push("GLUE2ExtensionEntityForeignKey", id);
+        entries.push(x);
+    }
+}
+
+/// GLUE 1.3: with `[service]`, the GlueCluster; then one GlueSubCluster per
+/// group carrying the tags `<Vendor><PREFIX>` (`NvidiaGPGPU`, as the thesis's
+/// JDL matches), `Key=Value` per attribute, and the vGPGPU methods.
+fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<Entry>, ProviderError> {
+    let cluster = config.site.cluster_id.as_ref().map(|c| c.get_ref().clone()).ok_or_else(|| {
+        ProviderError::Input("site.cluster_id (the GLUE 1.3 GlueClusterUniqueID) is required by the tagged-environment strategy".into())
+    })?;
+    let cluster_dn = format!("GlueClusterUniqueID={cluster},{GLUE13_SUFFIX}");
+    let mut entries = Vec::new();
+    if config.service.is_some() {
+        let mut c = Entry::new(cluster_dn.clone());
+        for class in ["GlueClusterTop", "GlueCluster", "GlueInformationService", "GlueKey", "GlueSchemaVersion"] {
+            c.push("objectClass", class);
+        }
+        c.push("GlueClusterUniqueID", cluster.clone());
+        c.push("GlueClusterName", cluster.clone());
+        c.push("GlueForeignKey", format!("GlueCEUniqueID={}", config.site.ce_unique_id.get_ref()));
+        c.push("GlueClusterService", config.site.ce_unique_id.get_ref().clone());
+        c.push("GlueSchemaVersionMajor", "1").push("GlueSchemaVersionMinor", "3");
+        entries.push(c);
+    }
+    for (group, counts) in &snapshot.groups {
+        let g = &group.config;
+        let mut s = Entry::new(format!("GlueSubClusterUniqueID={},{cluster_dn}", group.id()));
+        for class in ["GlueClusterTop", "GlueSubCluster", "GlueHostApplicationSoftware", "GlueKey", "GlueSchemaVersion"] {
+            s.push("objectClass", class);
+        }
+        s.push("GlueSubClusterUniqueID", group.id());
+        s.push("GlueSubClusterName", g.name.clone().unwrap_or_else(|| group.id().to_string()));
+        s.push("GlueChunkKey", format!("GlueClusterUniqueID={cluster}"));
+        s.push("GlueHostArchitecturePlatformType", g.platform.clone());
+        s.push("GlueHostMainMemoryRAMSize", g.main_memory_mb.to_string());
+        let mut tags = Vec::new();
+        for class in &group.classes {
+            tags.push(format!("{}{}", class.attribute("Vendor").unwrap_or_default(), class.prefix));
+        }
+        tags.extend(group_attributes(group, counts).into_iter().map(|a| format!("{}={}", a.key, a.value)));
+        for v in &snapshot.virtual_environments {
+            tags.push(v.method.clone());
+            tags.extend(virtual_attributes(v).into_iter().map(|a| format!("{}{}={}", v.method, a.key, a.value)));
+        }
+        for tag in tags {
+            // The attribute is IA5String: ASCII only.
+            if !tag.is_ascii() {
+                return Err(ProviderError::Input(format!(
+                    "group {:?}: tag {tag:?} is not ASCII, which GLUE 1.3 RunTimeEnvironment (IA5String) cannot carry; drop tagged-environment or rename the model",
+                    group.id()
+                )));
+            }
+            s.push("GlueHostApplicationSoftwareRunTimeEnvironment", tag);
+        }
+        s.push("GlueSchemaVersionMajor", "1").push("GlueSchemaVersionMinor", "3");
+        entries.push(s);
+    }
+    Ok(entries)
+}
+
+/// `GLUE2EntityCreationTime`: ISO 8601 UTC, `2026-11-21T19:59:00Z`.
+pub fn glue_time(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glue_time_is_iso8601_utc() {
+        assert_eq!(glue_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(glue_time(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(glue_time(1_795_291_140), "2026-11-21T19:59:00Z");
+    }
+}
