@@ -1,2 +1,54 @@
-//! SLURM integration: the SPANK plugin `spank_cder.so` (node side) and the
-//! job_submit plugin `job_submit_cder.so` (controller side).
+//! SLURM integration for cder: the framework and the logic of the two
+//! plugins built from this workspace, the SPANK plugin `spank_cder.so`
+//! (node side: allocate from cderd, set the job's environment, release) and
+//! the job_submit plugin `job_submit_cder.so` (controller side: translate
+//! cder requests into GRES the scheduler counts, reject bad ones).
+//!
+//! * [`spank`] — the [`spank::Plugin`] trait (one method per SPANK callback,
+//!   no-op defaults) and [`spank_plugin!`], which exports the C symbols;
+//! * [`job_submit`] — [`job_submit_plugin!`] and the translation;
+//! * [`request`] — what a job asked for, parsed from SPANK options, their
+//!   job-control environment twins, or the JDL keys (`GPGPUPerNode`);
+//! * [`gres`] — `tres_per_node` editing and the per-node GRES counts of
+//!   `slurm.conf`;
+//! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
+//! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
+//!
+//! Every exported function catches unwinds: no panic crosses into SLURM.
+
+pub mod args;
+pub mod gres;
+pub mod job_submit;
+pub mod request;
+pub mod spank;
+pub mod sys;
+
+pub use cder_slurm_sys as ffi;
+
+/// `plugin_version` for both plugins: the SLURM release whose headers this
+/// was built against (the loader refuses any other).
+pub const SLURM_VERSION_NUMBER: u32 = cder_slurm_sys::VERSION_NUMBER;
+
+/// The bytes of `s` followed by a NUL, as a fixed array: what SLURM's loader
+/// reads through the `plugin_name` / `plugin_type` data symbols.
+pub const fn nul_terminated<const N: usize>(s: &str) -> [u8; N] {
+    let bytes = s.as_bytes();
+    assert!(bytes.len() + 1 == N, "array length must be the string length plus one");
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(bytes[i] != 0, "plugin strings cannot hold NUL");
+        out[i] = bytes[i];
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nul_terminated_appends_one_nul() {
+        const A: [u8; 5] = super::nul_terminated::<5>("cder");
+        assert_eq!(&A, b"cder\0");
+    }
+}

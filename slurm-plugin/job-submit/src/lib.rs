@@ -1,0 +1,41 @@
+//! `job_submit_cder.so`: Independence on the controller.
+//!
+//! Loaded by slurmctld (`JobSubmitPlugins=cder`, with the plugin's folder in
+//! `PluginDir`). A cder request, whether it came as SPANK options
+//! (`SPANK_CDER_*` in the job-control environment) or as the JDL key
+//! `GPGPUPerNode` a CE put into the job's environment, becomes
+//! `tres_per_node` GRES (`gres:gpu:N`), so the scheduler never places more
+//! jobs on a node than it has devices. Malformed requests, counts no node
+//! can hold and unknown types are refused at submit time; the user sees
+//! the reason.
+
+use cder_slurm::job_submit::{node_gres, translate, Submission};
+use cder_slurm::sys::{self, JobDesc, Level};
+
+fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    let sub = Submission { environment: job.environment(), spank_job_env: job.spank_job_env(), tres_per_node: job.tres_per_node() };
+    let cheap_check = cder_slurm::request::RawRequest::from_control_env(&sub.spank_job_env)
+        .or(cder_slurm::request::RawRequest::from_jdl_env(&sub.environment));
+    if cheap_check.is_empty() {
+        return Ok(());
+    }
+    // Read per submission: slurm.conf is small, and a reconfigure that
+    // changes the nodes' GRES is then honoured at once.
+    let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
+    if let Some(tres) = translate(&sub, &nodes)? {
+        sys::log(
+            Level::Verbose,
+            &format!("job_submit/cder: uid {submit_uid}: tres_per_node {:?} -> {tres:?}", sub.tres_per_node.as_deref().unwrap_or("")),
+        );
+        job.set_tres_per_node(&tres);
+    }
+    Ok(())
+}
+
+/// An update (`scontrol update job`) carries only what changes: a new cder
+/// request in it is checked and translated as at submit time.
+fn modify(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    submit(job, submit_uid)
+}
+
+cder_slurm::job_submit_plugin!("cder", submit, modify);

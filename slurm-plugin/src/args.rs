@@ -1,0 +1,137 @@
+//! The arguments of `spank_cder.so` on its plugstack.conf line:
+//!
+//! ```text
+//! required /usr/lib/cder/spank_cder.so socket=/run/cder/cderd.sock fail=closed mode=managed
+//! ```
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the plugin does when cderd cannot give a job what it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// The job fails with a readable message (the default): no job runs
+    /// without the exclusivity it asked for.
+    Closed,
+    /// The job runs with an empty visible list: no devices, but no outage
+    /// of the cluster while cderd is down.
+    Open,
+}
+
+/// Who chooses the devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// cderd chooses, and the plugin sets the visibility variables.
+    Managed,
+    /// SLURM's GRES chose (for example with cgroup `ConstrainDevices`); the
+    /// plugin records SLURM's choice with cderd for accounting and
+    /// publication, and changes nothing in the job.
+    Observe,
+}
+
+/// The parsed plugin arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginArgs {
+    pub socket: PathBuf,
+    pub fail: FailMode,
+    pub mode: Mode,
+    /// How long one call to cderd may take before it counts as unreachable.
+    pub timeout: Duration,
+}
+
+impl Default for PluginArgs {
+    fn default() -> Self {
+        PluginArgs {
+            socket: cder_model::DEFAULT_SOCKET.into(),
+            fail: FailMode::Closed,
+            mode: Mode::Managed,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A plugstack.conf argument the plugin does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugstack.conf argument {arg:?}: {why}")]
+pub struct ArgError {
+    pub arg: String,
+    pub why: String,
+}
+
+impl PluginArgs {
+    /// Parses `key=value` words; unknown keys and bad values are errors that
+    /// name the argument, so a typo in plugstack.conf is not silently ignored.
+    pub fn parse<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgError> {
+        let mut args = PluginArgs::default();
+        for word in words {
+            let word = word.as_ref();
+            let bad = |why: &str| ArgError { arg: word.to_string(), why: why.to_string() };
+            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, mode=, timeout=)"))?;
+            match key {
+                "socket" if value.starts_with('/') => args.socket = value.into(),
+                "socket" => return Err(bad("the socket must be an absolute path")),
+                "fail" => {
+                    args.fail = match value {
+                        "closed" => FailMode::Closed,
+                        "open" => FailMode::Open,
+                        _ => return Err(bad("fail must be closed or open")),
+                    }
+                }
+                "mode" => {
+                    args.mode = match value {
+                        "managed" => Mode::Managed,
+                        "observe" => Mode::Observe,
+                        _ => return Err(bad("mode must be managed or observe")),
+                    }
+                }
+                "timeout" => match value.parse::<u64>() {
+                    Ok(s) if s > 0 => args.timeout = Duration::from_secs(s),
+                    _ => return Err(bad("timeout must be a whole number of seconds, at least 1")),
+                },
+                _ => return Err(bad("unknown argument (expected socket=, fail=, mode=, timeout=)")),
+            }
+        }
+        Ok(args)
+    }
+}
+
+impl fmt::Display for FailMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailMode::Closed => "closed",
+            FailMode::Open => "open",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_closed_and_managed() {
+        let a = PluginArgs::parse::<&str>(&[]).unwrap();
+        assert_eq!(a.fail, FailMode::Closed);
+        assert_eq!(a.mode, Mode::Managed);
+        assert_eq!(a.socket, PathBuf::from("/run/cder/cderd.sock"));
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let a = PluginArgs::parse(&["socket=/tmp/x.sock", "fail=open", "mode=observe", "timeout=3"]).unwrap();
+        assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(a.fail, FailMode::Open);
+        assert_eq!(a.mode, Mode::Observe);
+        assert_eq!(a.timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn rejects_typos_naming_the_argument() {
+        for bad in ["fail=opne", "mode=x", "sockt=/a", "socket=rel", "verbose", "timeout=0"] {
+            let e = PluginArgs::parse(&[bad]).unwrap_err();
+            assert_eq!(e.arg, bad);
+            assert!(e.to_string().contains(bad));
+        }
+    }
+}

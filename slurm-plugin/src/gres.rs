@@ -1,0 +1,255 @@
+//! GRES as SLURM's scheduler counts it: editing `tres_per_node`, and the
+//! per-node GRES counts declared in `slurm.conf` (`NodeName=… Gres=gpu:4`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::request::{Request, RequestError, GPGPU};
+
+/// The GRES name SLURM uses for a CDER type: GPGPUs are SLURM's `gpu`;
+/// any other type is declared under its own name (`GresTypes=gpu,fpga`).
+pub fn gres_name(cder_type: &str) -> &str {
+    if cder_type == GPGPU {
+        "gpu"
+    } else {
+        cder_type
+    }
+}
+
+/// The CDER type behind a GRES name (the inverse of [`gres_name`]).
+pub fn cder_type(gres: &str) -> &str {
+    if gres == "gpu" {
+        GPGPU
+    } else {
+        gres
+    }
+}
+
+/// How `tres_per_node` spells a GRES in this SLURM release: `gres:gpu:2`
+/// up to 22.05, `gres/gpu:2` from 23.02 on.
+pub const TRES_PREFIX: &str = if crate::SLURM_VERSION_NUMBER < (23 << 16) + (2 << 8) { "gres:" } else { "gres/" };
+
+/// The largest count of each GRES that any one node has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeGres {
+    pub max_per_node: BTreeMap<String, u64>,
+}
+
+impl NodeGres {
+    /// Reads `slurm.conf` (and the files it `Include`s).
+    pub fn load(path: &Path) -> std::io::Result<NodeGres> {
+        let mut out = NodeGres::default();
+        let mut default_gres: Option<String> = None;
+        out.read_file(path, &mut default_gres, 0)?;
+        Ok(out)
+    }
+
+    /// Parses slurm.conf text; `base` resolves relative `Include` paths.
+    pub fn parse(text: &str, base: &Path) -> std::io::Result<NodeGres> {
+        let mut out = NodeGres::default();
+        let mut default_gres = None;
+        out.read_text(text, base, &mut default_gres, 0)?;
+        Ok(out)
+    }
+
+    fn read_file(&mut self, path: &Path, default_gres: &mut Option<String>, depth: u32) -> std::io::Result<()> {
+        let text = std::fs::read_to_string(path)?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+        self.read_text(&text, &base, default_gres, depth)
+    }
+
+    fn read_text(&mut self, text: &str, base: &Path, default_gres: &mut Option<String>, depth: u32) -> std::io::Result<()> {
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or("");
+            if first.eq_ignore_ascii_case("include") {
+                if let (Some(file), true) = (words.next(), depth < 8) {
+                    let p = Path::new(file);
+                    let p = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+                    self.read_file(&p, default_gres, depth + 1)?;
+                }
+                continue;
+            }
+            let Some((key, node)) = first.split_once('=') else { continue };
+            if !key.eq_ignore_ascii_case("nodename") {
+                continue;
+            }
+            let gres = line
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .find(|(k, _)| k.eq_ignore_ascii_case("gres"))
+                .map(|(_, v)| v.to_string());
+            if node.eq_ignore_ascii_case("default") {
+                *default_gres = gres;
+                continue;
+            }
+            if let Some(spec) = gres.or_else(|| default_gres.clone()) {
+                for (name, count) in node_gres_counts(&spec) {
+                    let max = self.max_per_node.entry(name).or_insert(0);
+                    *max = (*max).max(count);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a request against what the nodes have: an unknown type or a
+    /// count no node can hold is refused at submit time.
+    pub fn validate(&self, req: &Request) -> Result<(), RequestError> {
+        for (ty, &count) in &req.counts {
+            let source = req.sources.get(ty).cloned().expect("every count has a source");
+            match self.max_per_node.get(gres_name(ty)) {
+                None | Some(0) => {
+                    let mut known: Vec<&str> = self.max_per_node.iter().filter(|(_, &n)| n > 0).map(|(g, _)| cder_type(g)).collect();
+                    known.sort_unstable();
+                    let known = if known.is_empty() { "no CDER devices".to_string() } else { known.join(", ") };
+                    return Err(RequestError::UnknownType { origin: source, cder_type: ty.clone(), known });
+                }
+                Some(&max) if u64::from(count) > max => {
+                    return Err(RequestError::TooMany { origin: source, cder_type: ty.clone(), count, max });
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `gpu:4,gpu:tesla:2,fpga` → per-name totals for one node line.
+fn node_gres_counts(spec: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for item in spec.split(',') {
+        // name[:type][:count][(S:…)] — drop a socket binding suffix.
+        let item = item.split('(').next().unwrap_or("").trim();
+        let mut parts = item.split(':');
+        let Some(name) = parts.next().filter(|n| !n.is_empty()) else { continue };
+        let rest: Vec<&str> = parts.collect();
+        let count = match rest.last() {
+            None => 1,
+            Some(last) => parse_gres_count(last).unwrap_or(if rest.len() == 1 { 1 } else { 0 }),
+        };
+        *out.entry(name.to_string()).or_insert(0) += count;
+    }
+    out
+}
+
+fn parse_gres_count(s: &str) -> Option<u64> {
+    let (digits, mult) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1024),
+        'm' | 'M' => (&s[..s.len() - 1], 1024 * 1024),
+        'g' | 'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// A user asked for the same GRES with another count (e.g. `--gres=gpu:1`
+/// and `--gpgpu-per-node=2`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cder: the job asks for {existing} and for {count} {cder_type} devices per node; ask once")]
+pub struct GresConflict {
+    pub existing: String,
+    pub count: u32,
+    pub cder_type: String,
+}
+
+/// Adds the request's GRES to a `tres_per_node` value. An entry for the same
+/// GRES with the same total count is kept as it is (it may name a model);
+/// one with another count is a conflict.
+pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<String, GresConflict> {
+    let mut entries: Vec<String> =
+        existing.unwrap_or("").split([',', ';']).map(str::trim).filter(|e| !e.is_empty()).map(str::to_string).collect();
+    for (ty, &count) in &req.counts {
+        let gres = gres_name(ty);
+        let mine = |e: &str| {
+            let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
+            body.split(':').next() == Some(gres)
+        };
+        let theirs: Vec<&String> = entries.iter().filter(|e| mine(e)).collect();
+        if theirs.is_empty() {
+            entries.push(format!("{TRES_PREFIX}{gres}:{count}"));
+            continue;
+        }
+        let total: u64 = theirs
+            .iter()
+            .map(|e| {
+                let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
+                let rest: Vec<&str> = body.split(':').skip(1).collect();
+                match rest.last() {
+                    None => 1,
+                    Some(last) => parse_gres_count(last).unwrap_or(1),
+                }
+            })
+            .sum();
+        if total != u64::from(count) {
+            let existing = theirs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+            return Err(GresConflict { existing, count, cder_type: ty.clone() });
+        }
+    }
+    Ok(entries.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{RawRequest, Source, Sourced, OPT_CDER, OPT_GPGPU_PER_NODE};
+
+    fn req(n: &str) -> Request {
+        RawRequest { gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }), ..Default::default() }
+            .parse()
+            .unwrap()
+    }
+
+    const CONF: &str = "ClusterName=x\n\
+        NodeName=DEFAULT Gres=gpu:2\n\
+        NodeName=a[1-4] CPUs=8 # inherits gpu:2\n\
+        nodename=big Gres=gpu:tesla:4,gpu:k80:2,fpga:1 CPUs=2\n\
+        NodeName=cpu CPUs=2 Gres=\n";
+
+    #[test]
+    fn maxima_from_slurm_conf() {
+        let g = NodeGres::parse(CONF, Path::new("/")).unwrap();
+        assert_eq!(g.max_per_node["gpu"], 6);
+        assert_eq!(g.max_per_node["fpga"], 1);
+    }
+
+    #[test]
+    fn includes_are_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("nodes.conf"), "NodeName=n1 Gres=gpu:3\n").unwrap();
+        std::fs::write(dir.path().join("slurm.conf"), "ClusterName=x\nInclude nodes.conf\n").unwrap();
+        let g = NodeGres::load(&dir.path().join("slurm.conf")).unwrap();
+        assert_eq!(g.max_per_node["gpu"], 3);
+        assert!(NodeGres::load(&dir.path().join("missing.conf")).is_err());
+    }
+
+    #[test]
+    fn validation_names_limits_and_types() {
+        let g = NodeGres::parse("NodeName=n Gres=gpu:4\n", Path::new("/")).unwrap();
+        assert!(g.validate(&req("4")).is_ok());
+        let e = g.validate(&req("5")).unwrap_err();
+        assert_eq!(e.to_string(), "cder: --gpgpu-per-node: 5 gpgpu devices per node is more than any node has (at most 4)");
+        let fpga = RawRequest { cder: Some(Sourced { value: "fpga:1".into(), source: Source::Option(OPT_CDER) }), ..Default::default() }
+            .parse()
+            .unwrap();
+        let e = g.validate(&fpga).unwrap_err();
+        assert!(e.to_string().contains("unknown CDER type \"fpga\" (this cluster has: gpgpu)"), "{e}");
+    }
+
+    #[test]
+    fn tres_per_node_merging() {
+        assert_eq!(merge_tres_per_node(None, &req("2")).unwrap(), format!("{TRES_PREFIX}gpu:2"));
+        assert_eq!(
+            merge_tres_per_node(Some("gres:fpga:1"), &req("2")).unwrap(),
+            format!("gres:fpga:1,{TRES_PREFIX}gpu:2")
+        );
+        // The same count, maybe with a model, is kept as the user wrote it.
+        assert_eq!(merge_tres_per_node(Some("gres:gpu:tesla:2"), &req("2")).unwrap(), "gres:gpu:tesla:2");
+        let e = merge_tres_per_node(Some("gres/gpu:1"), &req("2")).unwrap_err();
+        assert!(e.to_string().contains("gres/gpu:1"), "{e}");
+    }
+}

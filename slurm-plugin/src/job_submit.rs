@@ -1,0 +1,84 @@
+//! The controller side: turn a job's cder request into the GRES that
+//! SLURM's scheduler counts, or refuse it with a message the user sees.
+
+use std::path::Path;
+
+use crate::gres::{merge_tres_per_node, NodeGres};
+use crate::request::RawRequest;
+
+/// What the translation reads from a job description.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Submission {
+    pub environment: Vec<String>,
+    pub spank_job_env: Vec<String>,
+    pub tres_per_node: Option<String>,
+}
+
+/// Translates a submission: `Ok(None)` when it asks for no CDER (nothing to
+/// change), `Ok(Some(tres))` with the new `tres_per_node`, `Err(message)`
+/// for a request to refuse.
+pub fn translate(sub: &Submission, nodes: &NodeGres) -> Result<Option<String>, String> {
+    let raw = RawRequest::from_control_env(&sub.spank_job_env).or(RawRequest::from_jdl_env(&sub.environment));
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let req = raw.parse().map_err(|e| e.to_string())?;
+    if req.is_empty() {
+        // Only a constraint (e.g. --gpgpu-min-memory) without a count.
+        return Ok(None);
+    }
+    nodes.validate(&req).map_err(|e| e.to_string())?;
+    merge_tres_per_node(sub.tres_per_node.as_deref(), &req).map(Some).map_err(|e| e.to_string())
+}
+
+/// The GRES of the nodes, from the `slurm.conf` the controller runs with.
+pub fn node_gres(slurm_conf: Option<&Path>) -> Result<NodeGres, String> {
+    let path = slurm_conf.map(Path::to_path_buf).or_else(|| std::env::var_os("SLURM_CONF").map(Into::into)).unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    NodeGres::load(&path).map_err(|e| format!("cder: cannot read {} to check the request against the nodes: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gres::TRES_PREFIX;
+
+    fn nodes() -> NodeGres {
+        NodeGres::parse("NodeName=n1 Gres=gpu:4\n", Path::new("/")).unwrap()
+    }
+
+    fn sub(spank: &[&str], env: &[&str]) -> Submission {
+        Submission {
+            environment: env.iter().map(|s| s.to_string()).collect(),
+            spank_job_env: spank.iter().map(|s| s.to_string()).collect(),
+            tres_per_node: None,
+        }
+    }
+
+    #[test]
+    fn options_and_jdl_keys_become_gres() {
+        assert_eq!(translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=2"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:2")));
+        assert_eq!(translate(&sub(&[], &["GPGPUPerNode=3"]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:3")));
+        assert_eq!(translate(&sub(&["SPANK_CDER_REQUEST=gpgpu:1"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:1")));
+        assert_eq!(translate(&sub(&[], &["PATH=/bin"]), &nodes()).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_the_reason() {
+        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=0"], &[]), &nodes()).unwrap_err();
+        assert!(e.contains("--gpgpu-per-node=0") && e.contains("at least 1"), "{e}");
+        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=abc"], &[]), &nodes()).unwrap_err();
+        assert!(e.contains("not a whole number"), "{e}");
+        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=5"], &[]), &nodes()).unwrap_err();
+        assert!(e.contains("more than any node has (at most 4)"), "{e}");
+        let e = translate(&sub(&["SPANK_CDER_REQUEST=fpga:1"], &[]), &nodes()).unwrap_err();
+        assert!(e.contains("unknown CDER type"), "{e}");
+        let e = translate(&sub(&[], &["GPGPUPerNode=-2"]), &nodes()).unwrap_err();
+        assert!(e.contains("GPGPUPerNode=-2"), "{e}");
+    }
+
+    #[test]
+    fn missing_slurm_conf_is_reported() {
+        let e = node_gres(Some(Path::new("/nonexistent/slurm.conf"))).unwrap_err();
+        assert!(e.contains("/nonexistent/slurm.conf"), "{e}");
+    }
+}

@@ -1,0 +1,273 @@
+//! What a job asked for, in cder's terms, and the messages users see when
+//! the request is malformed.
+//!
+//! A request reaches the controller two ways: as SPANK options
+//! (`--gpgpu-per-node=N`, `--cder=TYPE:N`, `--gpgpu-min-memory=MB`), which
+//! the plugin copies into the job-control environment on the submit host
+//! (SLURM prefixes them `SPANK_`, so the controller sees
+//! `SPANK_CDER_GPGPU_PER_NODE=2` in `spank_job_env`), or as the JDL keys a
+//! CE puts into the job's environment (`GPGPUPerNode=2`). On the node the
+//! plugin sees the option values through its callbacks and the JDL keys in
+//! the step's environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The CDER type that `--gpgpu-per-node` and `GPGPUPerNode` ask for.
+pub const GPGPU: &str = "gpgpu";
+/// Job-control variable (before SLURM's `SPANK_` prefix) for `--gpgpu-per-node`.
+pub const CONTROL_GPGPU_PER_NODE: &str = "CDER_GPGPU_PER_NODE";
+/// Job-control variable for `--cder`.
+pub const CONTROL_CDER: &str = "CDER_REQUEST";
+/// Job-control variable for `--gpgpu-min-memory`.
+pub const CONTROL_GPGPU_MIN_MEMORY: &str = "CDER_GPGPU_MIN_MEMORY";
+/// The prefix SLURM puts before job-control variables.
+pub const CONTROL_PREFIX: &str = "SPANK_";
+/// The JDL key a CE sets in the job's environment.
+pub const JDL_GPGPU_PER_NODE: &str = "GPGPUPerNode";
+/// The largest count accepted from anyone (the protocol's own bound).
+pub const MAX_COUNT: u32 = cder_protocol::MAX_COUNT;
+
+/// The SPANK option names, as users type them.
+pub const OPT_GPGPU_PER_NODE: &str = "gpgpu-per-node";
+pub const OPT_CDER: &str = "cder";
+pub const OPT_GPGPU_MIN_MEMORY: &str = "gpgpu-min-memory";
+
+/// Where a value came from, for the message a user sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A SPANK option (`--gpgpu-per-node`).
+    Option(&'static str),
+    /// A JDL key in the job's environment (`GPGPUPerNode`).
+    JdlKey(&'static str),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Option(name) => write!(f, "--{name}"),
+            Source::JdlKey(key) => write!(f, "{key}"),
+        }
+    }
+}
+
+/// One raw value and its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sourced {
+    pub value: String,
+    pub source: Source,
+}
+
+/// The request as typed, before validation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawRequest {
+    pub gpgpu_per_node: Option<Sourced>,
+    pub cder: Option<Sourced>,
+    pub gpgpu_min_memory: Option<Sourced>,
+}
+
+/// Why a request is refused. The text is what `sbatch` prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("cder: {origin}={value}: not a whole number of devices")]
+    NotANumber { origin: Source, value: String },
+    #[error("cder: {origin}={value}: the count must be at least 1")]
+    NotPositive { origin: Source, value: String },
+    #[error("cder: {origin}={value}: at most {MAX_COUNT} devices may be asked for")]
+    Huge { origin: Source, value: String },
+    #[error("cder: {origin}={value}: expected TYPE:N, e.g. gpgpu:2 (several as gpgpu:2,fpga:1)")]
+    Shape { origin: Source, value: String },
+    #[error("cder: {origin}={value}: {why}")]
+    BadMemory { origin: Source, value: String, why: &'static str },
+    #[error("cder: {first} and {second} ask for different numbers of {cder_type} devices")]
+    Conflict { first: String, second: String, cder_type: String },
+    #[error("cder: {origin}: unknown CDER type {cder_type:?} (this cluster has: {known})")]
+    UnknownType { origin: Source, cder_type: String, known: String },
+    #[error("cder: {origin}: {count} {cder_type} devices per node is more than any node has (at most {max})")]
+    TooMany { origin: Source, cder_type: String, count: u32, max: u64 },
+}
+
+/// A validated request: devices per node by CDER type, and constraints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Request {
+    /// Count per CDER type, each at least 1.
+    pub counts: BTreeMap<String, u32>,
+    /// Where each count came from (for messages).
+    pub sources: BTreeMap<String, Source>,
+    /// Only GPGPUs with at least this much memory.
+    pub gpgpu_min_memory_mb: Option<u64>,
+}
+
+impl Request {
+    /// True when the job asked for no device at all.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+}
+
+/// Looks `name` up in a `KEY=VALUE` list (an environment array).
+pub fn env_lookup<'a, S: AsRef<str>>(vars: &'a [S], name: &str) -> Option<&'a str> {
+    vars.iter().rev().find_map(|kv| kv.as_ref().strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+}
+
+impl RawRequest {
+    /// The options as the controller sees them in `spank_job_env`
+    /// (`SPANK_CDER_GPGPU_PER_NODE=2`, …).
+    pub fn from_control_env<S: AsRef<str>>(spank_job_env: &[S]) -> RawRequest {
+        let get = |name: &str| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}")).map(str::to_string);
+        RawRequest {
+            gpgpu_per_node: get(CONTROL_GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_PER_NODE) }),
+            cder: get(CONTROL_CDER).map(|value| Sourced { value, source: Source::Option(OPT_CDER) }),
+            gpgpu_min_memory: get(CONTROL_GPGPU_MIN_MEMORY)
+                .map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_MIN_MEMORY) }),
+        }
+    }
+
+    /// The JDL keys a CE puts into the job's environment (`GPGPUPerNode`).
+    pub fn from_jdl_env<S: AsRef<str>>(environment: &[S]) -> RawRequest {
+        RawRequest {
+            gpgpu_per_node: env_lookup(environment, JDL_GPGPU_PER_NODE)
+                .map(|v| Sourced { value: v.to_string(), source: Source::JdlKey(JDL_GPGPU_PER_NODE) }),
+            ..RawRequest::default()
+        }
+    }
+
+    /// Options win over JDL keys, field by field: a user's explicit option
+    /// is the more specific statement.
+    pub fn or(self, fallback: RawRequest) -> RawRequest {
+        RawRequest {
+            gpgpu_per_node: self.gpgpu_per_node.or(fallback.gpgpu_per_node),
+            cder: self.cder.or(fallback.cder),
+            gpgpu_min_memory: self.gpgpu_min_memory.or(fallback.gpgpu_min_memory),
+        }
+    }
+
+    /// True when nothing at all was given.
+    pub fn is_empty(&self) -> bool {
+        self.gpgpu_per_node.is_none() && self.cder.is_none() && self.gpgpu_min_memory.is_none()
+    }
+
+    /// Checks the syntax and ranges of every value.
+    pub fn parse(&self) -> Result<Request, RequestError> {
+        let mut req = Request::default();
+        if let Some(s) = &self.gpgpu_per_node {
+            let n = parse_count(&s.value, &s.source, &s.value)?;
+            req.counts.insert(GPGPU.into(), n);
+            req.sources.insert(GPGPU.into(), s.source.clone());
+        }
+        if let Some(s) = &self.cder {
+            let shape = || RequestError::Shape { origin: s.source.clone(), value: s.value.clone() };
+            for item in s.value.split(',') {
+                let (ty, n) = item.trim().split_once(':').ok_or_else(shape)?;
+                let ty = ty.trim();
+                let valid_name = !ty.is_empty()
+                    && ty.len() <= 64
+                    && ty.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+                if !valid_name {
+                    return Err(shape());
+                }
+                let n = parse_count(n, &s.source, &s.value)?;
+                match req.counts.get(ty) {
+                    Some(&old) if old != n => {
+                        let first = match &req.sources[ty] {
+                            Source::Option(o) if *o == OPT_CDER => format!("--{OPT_CDER}={}", s.value),
+                            other => format!("{other}={old}"),
+                        };
+                        return Err(RequestError::Conflict { first, second: format!("--{OPT_CDER}={}", s.value), cder_type: ty.into() });
+                    }
+                    _ => {
+                        req.counts.insert(ty.into(), n);
+                        req.sources.entry(ty.into()).or_insert_with(|| s.source.clone());
+                    }
+                }
+            }
+        }
+        if let Some(s) = &self.gpgpu_min_memory {
+            let bad = |why| RequestError::BadMemory { origin: s.source.clone(), value: s.value.clone(), why };
+            let mb: u64 = s.value.trim().parse().map_err(|_| bad("not a whole number of megabytes"))?;
+            if mb == 0 {
+                return Err(bad("the memory must be at least 1 MB"));
+            }
+            req.gpgpu_min_memory_mb = Some(mb);
+        }
+        Ok(req)
+    }
+}
+
+fn parse_count(text: &str, source: &Source, whole: &str) -> Result<u32, RequestError> {
+    let t = text.trim();
+    let err_value = whole.to_string();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(RequestError::NotANumber { origin: source.clone(), value: err_value });
+    }
+    if t.starts_with('-') || digits.bytes().all(|b| b == b'0') {
+        return Err(RequestError::NotPositive { origin: source.clone(), value: err_value });
+    }
+    match digits.parse::<u32>() {
+        Ok(n) if n <= MAX_COUNT => Ok(n),
+        _ => Err(RequestError::Huge { origin: source.clone(), value: err_value }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opt(v: &str) -> RawRequest {
+        RawRequest { gpgpu_per_node: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }), ..Default::default() }
+    }
+
+    #[test]
+    fn counts_must_be_positive_integers() {
+        assert_eq!(opt("2").parse().unwrap().counts[GPGPU], 2);
+        assert_eq!(opt(" 3 ").parse().unwrap().counts[GPGPU], 3);
+        let e = opt("abc").parse().unwrap_err();
+        assert_eq!(e.to_string(), "cder: --gpgpu-per-node=abc: not a whole number of devices");
+        assert!(matches!(opt("0").parse(), Err(RequestError::NotPositive { .. })));
+        assert!(matches!(opt("-1").parse(), Err(RequestError::NotPositive { .. })));
+        assert!(matches!(opt("2.5").parse(), Err(RequestError::NotANumber { .. })));
+        assert!(matches!(opt("").parse(), Err(RequestError::NotANumber { .. })));
+        assert!(matches!(opt("99999999999").parse(), Err(RequestError::Huge { .. })));
+    }
+
+    #[test]
+    fn control_env_and_jdl_keys() {
+        let spank = ["SPANK_CDER_GPGPU_PER_NODE=2", "SPANK_CDER_GPGPU_MIN_MEMORY=4096", "OTHER=1"];
+        let env = ["PATH=/bin", "GPGPUPerNode=1"];
+        let raw = RawRequest::from_control_env(&spank).or(RawRequest::from_jdl_env(&env));
+        let req = raw.parse().unwrap();
+        assert_eq!(req.counts[GPGPU], 2, "the option wins over the JDL key");
+        assert_eq!(req.gpgpu_min_memory_mb, Some(4096));
+        let jdl = RawRequest::from_control_env::<&str>(&[]).or(RawRequest::from_jdl_env(&env)).parse().unwrap();
+        assert_eq!(jdl.counts[GPGPU], 1);
+        assert_eq!(jdl.sources[GPGPU], Source::JdlKey(JDL_GPGPU_PER_NODE));
+        let e = RawRequest::from_jdl_env(&["GPGPUPerNode=two"]).parse().unwrap_err();
+        assert_eq!(e.to_string(), "cder: GPGPUPerNode=two: not a whole number of devices");
+        assert!(RawRequest::from_jdl_env(&["GPGPUPerNodeX=2"]).is_empty());
+    }
+
+    #[test]
+    fn cder_option_lists_types() {
+        let raw = RawRequest { cder: Some(Sourced { value: "gpgpu:2,fpga:1".into(), source: Source::Option(OPT_CDER) }), ..Default::default() };
+        let req = raw.parse().unwrap();
+        assert_eq!(req.counts.len(), 2);
+        assert_eq!(req.counts["fpga"], 1);
+        for bad in ["gpgpu", ":2", "GPU:1", "gpgpu:x", "a b:1"] {
+            let raw = RawRequest { cder: Some(Sourced { value: bad.into(), source: Source::Option(OPT_CDER) }), ..Default::default() };
+            assert!(raw.parse().is_err(), "{bad}");
+        }
+        let both = RawRequest { cder: Some(Sourced { value: "gpgpu:3".into(), source: Source::Option(OPT_CDER) }), ..opt("2") };
+        let e = both.parse().unwrap_err();
+        assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
+        assert!(e.to_string().contains("--gpgpu-per-node=2"), "{e}");
+        let same = RawRequest { cder: Some(Sourced { value: "gpgpu:2".into(), source: Source::Option(OPT_CDER) }), ..opt("2") };
+        assert_eq!(same.parse().unwrap().counts[GPGPU], 2);
+    }
+
+    #[test]
+    fn memory_must_be_positive() {
+        let raw = RawRequest { gpgpu_min_memory: Some(Sourced { value: "0".into(), source: Source::Option(OPT_GPGPU_MIN_MEMORY) }), ..Default::default() };
+        assert!(matches!(raw.parse(), Err(RequestError::BadMemory { .. })));
+    }
+}

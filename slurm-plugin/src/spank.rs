@@ -1,0 +1,182 @@
+//! The SPANK framework: one trait whose methods are the SPANK callbacks,
+//! with no-op defaults, and [`crate::spank_plugin!`] to export the symbols.
+//!
+//! ```ignore
+//! #[derive(Default)]
+//! struct Hello;
+//! impl cder_slurm::spank::Plugin for Hello {
+//!     fn init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+//!         cder_slurm::sys::log(Level::Info, &format!("hello from {:?}", spank.context()));
+//!         Ok(())
+//!     }
+//! }
+//! cder_slurm::spank_plugin!("hello", Hello);
+//! ```
+
+use std::fmt;
+
+pub use crate::sys::Spank;
+
+/// Where the plugin runs (`spank_context()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// srun, on the submit host.
+    Local,
+    /// slurmstepd, on the node, around the job's tasks.
+    Remote,
+    /// sbatch or salloc, on the submit host.
+    Allocator,
+    /// slurmd itself.
+    Slurmd,
+    /// The job prolog/epilog on the node.
+    JobScript,
+    /// SLURM could not tell.
+    Error,
+}
+
+/// A callback's failure; logged through SLURM by the dispatcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpankError(String);
+
+impl SpankError {
+    pub fn new(message: impl Into<String>) -> SpankError {
+        SpankError(message.into())
+    }
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SpankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpankError {}
+
+impl From<String> for SpankError {
+    fn from(s: String) -> Self {
+        SpankError(s)
+    }
+}
+
+/// What every callback returns.
+pub type SpankResult = Result<(), SpankError>;
+
+/// One command-line option of srun/sbatch/salloc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpankOption {
+    /// Long option name, without `--`.
+    pub name: &'static str,
+    /// One word naming the argument; `None` for a flag.
+    pub arginfo: Option<&'static str>,
+    /// The `--help` text.
+    pub usage: &'static str,
+}
+
+/// The SPANK callbacks, by exported symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    Init,
+    JobProlog,
+    InitPostOpt,
+    LocalUserInit,
+    UserInit,
+    TaskInitPrivileged,
+    TaskInit,
+    TaskPostFork,
+    TaskExit,
+    JobEpilog,
+    SlurmdExit,
+    Exit,
+}
+
+impl Callback {
+    /// The C symbol SLURM calls.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Callback::Init => "slurm_spank_init",
+            Callback::JobProlog => "slurm_spank_job_prolog",
+            Callback::InitPostOpt => "slurm_spank_init_post_opt",
+            Callback::LocalUserInit => "slurm_spank_local_user_init",
+            Callback::UserInit => "slurm_spank_user_init",
+            Callback::TaskInitPrivileged => "slurm_spank_task_init_privileged",
+            Callback::TaskInit => "slurm_spank_task_init",
+            Callback::TaskPostFork => "slurm_spank_task_post_fork",
+            Callback::TaskExit => "slurm_spank_task_exit",
+            Callback::JobEpilog => "slurm_spank_job_epilog",
+            Callback::SlurmdExit => "slurm_spank_slurmd_exit",
+            Callback::Exit => "slurm_spank_exit",
+        }
+    }
+}
+
+/// A SPANK plugin. One value lives per process (created with `Default`);
+/// SLURM calls the methods in the order its documentation gives, in the
+/// contexts it gives. `args` are the words after the path in plugstack.conf.
+#[allow(unused_variables)]
+pub trait Plugin: Default + Send + 'static {
+    /// The options to register (in every context, from `slurm_spank_init`).
+    fn options() -> Vec<SpankOption> {
+        Vec::new()
+    }
+    /// An option was given (`remote` in slurmstepd, where SLURM replays it).
+    fn option(&mut self, name: &str, value: Option<&str>, remote: bool) -> SpankResult {
+        Ok(())
+    }
+    fn init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn job_prolog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn init_post_opt(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn local_user_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn user_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn task_init_privileged(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn task_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn task_post_fork(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn task_exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn job_epilog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn slurmd_exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+    fn exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        Ok(())
+    }
+}
+
+/// Calls the method for `callback`.
+pub(crate) fn call<P: Plugin>(plugin: &mut P, callback: Callback, spank: &Spank, args: &[String]) -> SpankResult {
+    match callback {
+        Callback::Init => plugin.init(spank, args),
+        Callback::JobProlog => plugin.job_prolog(spank, args),
+        Callback::InitPostOpt => plugin.init_post_opt(spank, args),
+        Callback::LocalUserInit => plugin.local_user_init(spank, args),
+        Callback::UserInit => plugin.user_init(spank, args),
+        Callback::TaskInitPrivileged => plugin.task_init_privileged(spank, args),
+        Callback::TaskInit => plugin.task_init(spank, args),
+        Callback::TaskPostFork => plugin.task_post_fork(spank, args),
+        Callback::TaskExit => plugin.task_exit(spank, args),
+        Callback::JobEpilog => plugin.job_epilog(spank, args),
+        Callback::SlurmdExit => plugin.slurmd_exit(spank, args),
+        Callback::Exit => plugin.exit(spank, args),
+    }
+}

@@ -1,0 +1,15 @@
+/* The SLURM API the cder plugins use: the public headers of the installed
+ * release, plus the few libslurmfull symbols every C plugin links against
+ * but that no public header declares. */
+#include <stdint.h>
+#include <sys/types.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+#include <slurm/spank.h>
+
+/* src/common/xstring.h: strings handed to SLURM must come from its allocator. */
+extern char *slurm_xstrdup(const char *str);
+/* src/common/xmalloc.h */
+extern void slurm_xfree(void **item);
+/* src/common/read_config.h: the running daemon's parsed slurm.conf. */
+extern slurm_conf_t slurm_conf;
