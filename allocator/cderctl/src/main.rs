@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod inventory;
+mod node;
 
 /// Exit status for bad input or usage (clap uses it too).
 const EXIT_USAGE: u8 = 2;
@@ -19,7 +20,7 @@ const EXIT_FAILURE: u8 = 1;
     about = "Inspect and control the CDERs (GPUs and other accelerators) of this node",
     long_about = "cderctl shows what devices this node has and, through the node daemon cderd, \
 who holds them. It reads /etc/cder/cder.toml unless --config or CDER_CONFIG names another file.",
-    after_help = "EXAMPLES:\n    cderctl inventory\n    cderctl inventory --json --config deploy/cder.example.toml\n\n\
+    after_help = "EXAMPLES:\n    cderctl inventory\n    cderctl inventory --json --config deploy/cder.example.toml\n    cderctl status\n    cderctl alloc --job local:demo-1 --uid 1000 --count 2\n\n\
 EXIT STATUS:\n    0 success, 1 runtime failure (daemon down, too few devices), 2 bad input or usage."
 )]
 struct Cli {
@@ -39,6 +40,44 @@ found: a table for people, or with --json an array of device objects with the fi
 pci_bus_id, model, memory_mb, compute_capability, multiprocessors, cores_per_mp, cores, clock_mhz, ecc, \
 path, numa_node, health, vendor and type. It does not need cderd to be running.")]
     Inventory(inventory::Args),
+    /// Give a job devices (root and [node] operators)
+    #[command(long_about = "Asks cderd for COUNT devices of TYPE for JOB, run by UID, and prints the job's \
+environment as KEY=VALUE lines (CUDA_VISIBLE_DEVICES=1,3, CUDA_DEVICE_ORDER=PCI_BUS_ID, …) or, with --json, \
+{\"job\":…,\"uid\":…,\"devices\":[{\"type\":…,\"index\":…,\"uuid\":…}],\"env\":{…}}. Idempotent: asking again \
+for the same job returns the same devices. Among free devices that satisfy --min-memory and --model, \
+cderd prefers one NUMA node. Too few free devices: exit 1, saying how many are free.",
+        after_help = "EXAMPLES:\n    cderctl alloc --job slurm:4242 --uid 1000 --count 2\n    cderctl alloc --job local:demo-1 --uid $(id -u alice) --count 1 --min-memory 8000 --model A100 --json")]
+    Alloc(node::AllocArgs),
+    /// Take a job's devices back (root and [node] operators); idempotent
+    #[command(after_help = "EXAMPLES:\n    cderctl release --job slurm:4242")]
+    Release(node::JobArgs),
+    /// Print a job's environment (the job's own user, or an operator)
+    #[command(after_help = "EXAMPLES:\n    eval \"$(cderctl env --job torque:$PBS_JOBID | sed 's/^/export /')\"")]
+    Env(node::JobArgs),
+    /// Every device with its state (free, allocated, offline, unhealthy) and job, and counts per type
+    #[command(after_help = "EXAMPLES:\n    cderctl status\n    cderctl status --json --socket /tmp/cderd.sock")]
+    Status(node::StatusArgs),
+    /// Take a device out of service: it is never allocated until resumed (root and operators)
+    #[command(long_about = "Marks DEVICE offline with a reason. A device that a job holds stays with the job \
+and goes offline when released. Offline devices are counted apart in status and never allocated.",
+        after_help = "EXAMPLES:\n    cderctl drain gpgpu:3 --reason \"Xid 79\"")]
+    Drain(node::DrainArgs),
+    /// Put a drained device back into service (root and operators)
+    #[command(after_help = "EXAMPLES:\n    cderctl resume gpgpu:3")]
+    Resume(node::ResumeArgs),
+    /// Free the devices of jobs the batch system no longer knows (root and operators)
+    #[command(long_about = "Releases every allocation whose job is not in the live list. The list comes from \
+a file (--live-jobs FILE, or - for stdin; one <lrms>:<id> per line) or from the batch system (--from slurm \
+runs squeue; CDER_SQUEUE names another squeue binary). With --from slurm, or --lrms, only that batch \
+system's jobs are considered. If squeue fails, nothing is released.",
+        after_help = "EXAMPLES:\n    cderctl reconcile --from slurm\n    qstat -f | awk '/Job Id/{print \"torque:\" $3}' | cderctl reconcile --live-jobs - --lrms torque")]
+    Reconcile(node::ReconcileArgs),
+    /// Device usage per job and device, and the pool's utilisation over a period
+    #[command(long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
+utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
+seed thesis's Appendix C function. Users other than root and operators see their own records only.",
+        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json")]
+    Accounting(node::AccountingArgs),
 }
 
 /// An error with the exit status it deserves.
@@ -70,6 +109,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Inventory(args) => inventory::run(cli.config.as_deref(), &args),
+        Command::Alloc(args) => node::alloc(cli.config.as_deref(), &args),
+        Command::Release(args) => node::release(cli.config.as_deref(), &args),
+        Command::Env(args) => node::env(cli.config.as_deref(), &args),
+        Command::Status(args) => node::status(cli.config.as_deref(), &args),
+        Command::Drain(args) => node::drain(cli.config.as_deref(), &args),
+        Command::Resume(args) => node::resume(cli.config.as_deref(), &args),
+        Command::Reconcile(args) => node::reconcile(cli.config.as_deref(), &args),
+        Command::Accounting(args) => node::accounting(cli.config.as_deref(), &args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

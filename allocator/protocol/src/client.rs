@@ -36,7 +36,15 @@ pub enum ClientError {
     BadReply(String),
     /// cderd answered with an error.
     #[error("cderd refused: {0}")]
-    Server(#[from] ErrorReply),
+    Server(ErrorReply),
+}
+
+// Not `#[from]`: that would also make the reply the error's source, and
+// error-chain printers would then say it twice.
+impl From<ErrorReply> for ClientError {
+    fn from(e: ErrorReply) -> Self {
+        ClientError::Server(e)
+    }
 }
 
 impl ClientError {

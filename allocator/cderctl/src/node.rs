@@ -1,0 +1,419 @@
+//! The cderd subcommands of cderctl: alloc, release, env, status, drain,
+//! resume, reconcile, accounting. Each talks to the node daemon over its
+//! socket (`--socket`, else `[node] socket` of the config).
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context};
+use cder_model::{Config, JobKey};
+use cder_protocol::{
+    Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode, ReconcileRequest, Status,
+};
+
+use crate::Failure;
+
+/// How to reach cderd; shared by every daemon subcommand.
+#[derive(clap::Args, Debug)]
+pub struct Connection {
+    /// The daemon's socket [default: [node] socket of the config, else /run/cder/cderd.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Seconds to wait for each reply
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    timeout: u64,
+}
+
+impl Connection {
+    fn connect(&self, config_path: Option<&Path>) -> Result<Client, Failure> {
+        let socket = match &self.socket {
+            Some(s) => s.clone(),
+            None => Config::load(config_path).map_err(Failure::usage)?.node.socket,
+        };
+        Client::connect(&socket, Duration::from_secs(self.timeout.max(1))).map_err(refused)
+    }
+}
+
+/// A client error with the exit status it deserves: the daemon saying the
+/// request itself was malformed is bad input (2); everything else is a
+/// runtime failure (1).
+fn refused(e: ClientError) -> Failure {
+    match e.code() {
+        Some(ErrorCode::BadRequest | ErrorCode::UnsupportedVersion | ErrorCode::TooLarge) => Failure::usage(e),
+        _ => Failure::runtime(e),
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value).map_err(Failure::runtime)?;
+    crate::print(&(text + "\n"))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AllocArgs {
+    /// The job, as <lrms>:<id> (slurm:4242, torque:17.ce.example.org, local:demo-1)
+    #[arg(long, value_name = "JOB")]
+    job: JobKey,
+    /// The uid the job runs as (it may then read the allocation with `cderctl env`)
+    #[arg(long, value_name = "UID")]
+    uid: u32,
+    /// How many devices
+    #[arg(long, value_name = "N")]
+    count: u32,
+    /// The CDER type
+    #[arg(long = "type", value_name = "TYPE", default_value = cder_protocol::DEFAULT_TYPE)]
+    cder_type: String,
+    /// Only devices with at least this much memory
+    #[arg(long, value_name = "MB")]
+    min_memory: Option<u64>,
+    /// Only devices whose model contains this text (case-insensitive)
+    #[arg(long, value_name = "SUBSTR")]
+    model: Option<String>,
+    /// Record exactly these device indices (comma-separated) instead of letting cderd choose
+    #[arg(long, value_name = "I,J,…", value_delimiter = ',')]
+    devices: Option<Vec<u32>>,
+    /// Print {"job":…,"uid":…,"devices":[{"type":…,"index":…,"uuid":…}],"env":{…}} instead of KEY=VALUE lines
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
+    let mut client = args.connection.connect(config)?;
+    let request = AllocRequest {
+        job: args.job.clone(),
+        uid: args.uid,
+        count: args.count,
+        cder_type: args.cder_type.clone(),
+        min_memory_mb: args.min_memory,
+        model: args.model.clone(),
+        devices: args.devices.clone(),
+    };
+    let allocation = client.alloc(&request).map_err(refused)?;
+    print_allocation(&allocation, args.json)
+}
+
+fn print_allocation(allocation: &Allocation, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        json(allocation)
+    } else {
+        crate::print(&allocation.env.to_lines())
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct JobArgs {
+    /// The job, as <lrms>:<id>
+    #[arg(long, value_name = "JOB")]
+    job: JobKey,
+    /// Print the daemon's JSON result
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn release(config: Option<&Path>, args: &JobArgs) -> Result<(), Failure> {
+    let released = args.connection.connect(config)?.release(&args.job).map_err(refused)?;
+    if args.json {
+        json(&released)
+    } else {
+        crate::print(&format!("{}: released {} device(s)\n", released.job, released.released))
+    }
+}
+
+pub fn env(config: Option<&Path>, args: &JobArgs) -> Result<(), Failure> {
+    let allocation = args.connection.connect(config)?.env(&args.job).map_err(refused)?;
+    print_allocation(&allocation, args.json)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Print the daemon's JSON result: {"devices":[…],"counts":{type:{total,free,allocated,offline,unhealthy}}}
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn status(config: Option<&Path>, args: &StatusArgs) -> Result<(), Failure> {
+    let status = args.connection.connect(config)?.status().map_err(refused)?;
+    if args.json {
+        json(&status)
+    } else {
+        crate::print(&status_table(&status))
+    }
+}
+
+fn status_table(status: &Status) -> String {
+    let header = ["TYPE", "IDX", "STATE", "JOB", "UID", "NUMA", "MEM(MB)", "MODEL", "REASON"];
+    let rows: Vec<[String; 9]> = status.devices.iter().map(device_cells).collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        text.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(&header.map(String::from));
+    for row in &rows {
+        out += &line(row);
+    }
+    for (t, c) in &status.counts {
+        out += &format!("{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy\n", c.total, c.free, c.allocated, c.offline, c.unhealthy);
+    }
+    out
+}
+
+fn device_cells(d: &DeviceStatus) -> [String; 9] {
+    [
+        d.cder_type.clone(),
+        d.index.to_string(),
+        serde_json::to_value(d.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        d.job.as_ref().map_or("-".into(), ToString::to_string),
+        d.uid.map_or("-".into(), |u| u.to_string()),
+        d.numa_node.to_string(),
+        d.memory_mb.to_string(),
+        d.model.clone(),
+        d.reason.clone().unwrap_or_else(|| "-".into()),
+    ]
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DrainArgs {
+    /// The device: <type>:<index> (gpgpu:3) or its UUID
+    #[arg(value_name = "DEVICE")]
+    device: String,
+    /// Why (shown in status and published monitoring)
+    #[arg(long, value_name = "TEXT")]
+    reason: String,
+    /// Print the device's JSON status entry
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn drain(config: Option<&Path>, args: &DrainArgs) -> Result<(), Failure> {
+    let device = args.connection.connect(config)?.drain(&args.device, &args.reason).map_err(refused)?;
+    print_device(&device, args.json)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResumeArgs {
+    /// The device: <type>:<index> (gpgpu:3) or its UUID
+    #[arg(value_name = "DEVICE")]
+    device: String,
+    /// Print the device's JSON status entry
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn resume(config: Option<&Path>, args: &ResumeArgs) -> Result<(), Failure> {
+    let device = args.connection.connect(config)?.resume(&args.device).map_err(refused)?;
+    print_device(&device, args.json)
+}
+
+fn print_device(d: &DeviceStatus, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        return json(d);
+    }
+    let [t, i, state, job, _, _, _, _, reason] = device_cells(d);
+    crate::print(&format!("{t}:{i} {state}{}{}\n", if job == "-" { String::new() } else { format!(" job={job}") }, if reason == "-" { String::new() } else { format!(" reason={reason}") }))
+}
+
+/// Where reconcile learns which jobs are alive.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum LiveSource {
+    /// `squeue --noheader --format=%A` over the states that can hold devices
+    Slurm,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["live_jobs", "from"]))]
+pub struct ReconcileArgs {
+    /// A file of live job keys, one per line (<lrms>:<id>; blank lines and # comments ignored); - for stdin
+    #[arg(long, value_name = "FILE|-")]
+    live_jobs: Option<PathBuf>,
+    /// Ask the batch system for its live jobs; only its own jobs are then considered
+    #[arg(long, value_enum, value_name = "LRMS")]
+    from: Option<LiveSource>,
+    /// Only consider jobs of this batch system (slurm, torque, local)
+    #[arg(long, value_name = "LRMS")]
+    lrms: Option<String>,
+    /// Print the daemon's JSON result
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// Parses a live-jobs list; errors name the source and line.
+fn parse_live_jobs(text: &str, source: &str) -> Result<Vec<JobKey>, Failure> {
+    let mut jobs = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let job = line.parse::<JobKey>().map_err(|e| Failure::usage(anyhow!("{source}:{}: {e}", n + 1)))?;
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
+/// The job ids SLURM still knows in a state that can hold devices. A failed
+/// squeue is an error, never an empty list: that would free every job.
+fn slurm_live_jobs() -> Result<Vec<JobKey>, Failure> {
+    let squeue = std::env::var_os("CDER_SQUEUE").unwrap_or_else(|| "squeue".into());
+    let output = std::process::Command::new(&squeue)
+        .args(["--noheader", "--format=%A", "--states=PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", squeue.to_string_lossy()))
+        .map_err(Failure::runtime)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(Failure::runtime(anyhow!("squeue failed ({}): {}", output.status, stderr.trim())));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let ids: BTreeSet<&str> = text.split_whitespace().collect();
+    ids.into_iter()
+        .map(|id| id.parse::<u64>().ok().and_then(|_| format!("slurm:{id}").parse().ok()).ok_or_else(|| Failure::runtime(anyhow!("squeue printed {id:?}, not a job id"))))
+        .collect()
+}
+
+pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Failure> {
+    let (live_jobs, implied_lrms) = match (&args.live_jobs, args.from) {
+        (Some(path), _) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).context("reading live jobs from stdin").map_err(Failure::usage)?;
+            (parse_live_jobs(&text, "<stdin>")?, None)
+        }
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display())).map_err(Failure::usage)?;
+            (parse_live_jobs(&text, &path.display().to_string())?, None)
+        }
+        (None, Some(LiveSource::Slurm)) => (slurm_live_jobs()?, Some("slurm".to_string())),
+        (None, None) => return Err(Failure::usage(anyhow!("reconcile needs --live-jobs FILE|- or --from slurm"))),
+    };
+    let lrms = args.lrms.clone().or(implied_lrms);
+    let mut client = args.connection.connect(config)?;
+    let reconciled = client.reconcile(&ReconcileRequest { live_jobs, lrms }).map_err(refused)?;
+    if args.json {
+        json(&reconciled)
+    } else {
+        let mut out = String::new();
+        for job in &reconciled.released {
+            out += &format!("released {job}\n");
+        }
+        out += &format!("{} job(s) released\n", reconciled.released.len());
+        crate::print(&out)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AccountingArgs {
+    /// Start of the period: unix seconds, or an age such as 90s, 30m, 12h, 7d [default: the first record]
+    #[arg(long, value_name = "T")]
+    since: Option<String>,
+    /// End of the period, in the same forms [default: now]
+    #[arg(long, value_name = "T")]
+    until: Option<String>,
+    /// Print the daemon's JSON result
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `1700000000` (unix seconds) or `<n>s|m|h|d` (that long ago).
+fn parse_time(text: &str, now: i64) -> Result<i64, String> {
+    if let Ok(t) = text.parse::<i64>() {
+        return if t >= 0 { Ok(t) } else { Err(format!("{text:?}: a time must not be negative")) };
+    }
+    let bad = || format!("{text:?} is neither unix seconds nor an age like 90s, 30m, 12h, 7d");
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let n: i64 = text[..text.len() - unit.len_utf8()].parse().map_err(|_| bad())?;
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale).filter(|s| *s >= 0).map(|s| (now - s).max(0)).ok_or_else(bad)
+}
+
+pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Failure> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let time = |t: &Option<String>, flag: &str| t.as_deref().map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--{flag}: {e}")))).transpose();
+    let request = AccountingRequest { since: time(&args.since, "since")?, until: time(&args.until, "until")? };
+    let accounting = args.connection.connect(config)?.accounting(&request).map_err(refused)?;
+    if args.json {
+        json(&accounting)
+    } else {
+        crate::print(&accounting_table(&accounting))
+    }
+}
+
+fn accounting_table(a: &Accounting) -> String {
+    let mut out = format!("{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n", "JOB", "UID", "TYPE", "IDX", "START", "END", "DEVICE-SECONDS");
+    for r in &a.records {
+        out += &format!(
+            "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n",
+            r.job.to_string(),
+            r.uid,
+            r.cder_type,
+            r.index,
+            r.start,
+            r.end.map_or("-".into(), |e| e.to_string()),
+            r.device_seconds
+        );
+    }
+    let u = &a.utilisation;
+    out += &format!(
+        "utilisation {:.4} = {} device-seconds / ({} devices x {} s), from {} to {}\n",
+        u.ratio,
+        u.device_seconds,
+        u.pool_size,
+        u.until - u.since,
+        u.since,
+        u.until
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_jobs_file_errors_name_the_line() {
+        let jobs = parse_live_jobs("# live\nslurm:1\n\ntorque:2.ce  # comment\n", "f").ok().unwrap();
+        assert_eq!(jobs.len(), 2);
+        let e = parse_live_jobs("slurm:1\nslurm:1;rm\n", "live.txt").err().unwrap();
+        assert_eq!(e.status, 2);
+        assert!(e.error.to_string().starts_with("live.txt:2:"), "{}", e.error);
+    }
+
+    #[test]
+    fn times_are_seconds_or_ages() {
+        assert_eq!(parse_time("1700000000", 5), Ok(1_700_000_000));
+        assert_eq!(parse_time("90s", 1000), Ok(910));
+        assert_eq!(parse_time("2h", 10_000), Ok(2800));
+        assert_eq!(parse_time("1d", 100_000), Ok(13_600));
+        assert!(parse_time("-5", 0).is_err());
+        assert!(parse_time("5y", 0).is_err());
+        assert!(parse_time("", 0).is_err());
+        assert!(parse_time("h", 0).is_err());
+    }
+}

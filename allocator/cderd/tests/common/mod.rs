@@ -1,0 +1,195 @@
+//! Starts the real `cderd` binary on a temp config with static devices and
+//! talks to it over its socket. No NVIDIA driver is involved: the devices
+//! are `discovery = "static"` and their device files are plain temp files.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cder_protocol::{Client, Status};
+
+pub const CDERD: &str = env!("CARGO_BIN_EXE_cderd");
+
+/// Extra `[node]` / `[node.enforcement]` settings for a test node.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub operators: Vec<String>,
+    pub enforcement: Option<String>,
+    pub max_request_bytes: Option<usize>,
+}
+
+/// A test node: a temp dir with the config, state, socket and device files.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub devices: Vec<PathBuf>,
+    child: Option<Child>,
+}
+
+impl Node {
+    /// `n` gpgpu devices, the first half on NUMA node 0, the rest on 1.
+    pub fn new(n: u32) -> Node {
+        Self::with(n, Options::default())
+    }
+
+    pub fn with(n: u32, options: Options) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        // Unprivileged test clients must reach the socket inside.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("cderd.sock");
+        let mut text = format!(
+            "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = {:?}\n",
+            socket,
+            dir.path().join("state"),
+            options.operators
+        );
+        if let Some(max) = options.max_request_bytes {
+            text += &format!("max_request_bytes = {max}\n");
+        }
+        if let Some(enforcement) = &options.enforcement {
+            text += &format!("[node.enforcement]\n{enforcement}\n");
+        }
+        text += "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n";
+        let mut devices = Vec::new();
+        for i in 0..n {
+            let path = dir.path().join(format!("nvidia{i}"));
+            std::fs::write(&path, b"").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+            text += &format!(
+                "[[cder.device]]\nindex = {i}\nuuid = \"GPU-test-{i}\"\nmodel = \"{}\"\nmemory_mb = {}\npath = {:?}\nnuma_node = {}\n",
+                if i % 2 == 0 { "Tesla K20m" } else { "Tesla T4" },
+                if i % 2 == 0 { 4800 } else { 15360 },
+                path,
+                i / (n / 2).max(1)
+            );
+            devices.push(path);
+        }
+        let config = dir.path().join("cder.toml");
+        std::fs::write(&config, text).unwrap();
+        let mut node = Node { dir, config, socket, devices, child: None };
+        node.start();
+        node
+    }
+
+    /// Starts cderd and waits until it answers `ping`.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "cderd already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("cderd.log")).unwrap();
+        let child = Command::new(CDERD)
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start cderd");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(mut c) = Client::connect(&self.socket, Duration::from_secs(5)) {
+                if c.ping().is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("cderd exited with {status} at start; log:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "cderd did not come up; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILLs the daemon (no chance to clean up) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the daemon process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("cderd.log")).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket, Duration::from_secs(30)).expect("connect to cderd")
+    }
+
+    pub fn status(&self) -> Status {
+        self.client().status().expect("status")
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("state").join("cderd.db")
+    }
+
+    /// Sends raw bytes on a fresh connection and returns the reply line
+    /// (empty when the daemon closed without one).
+    pub fn raw(&self, bytes: &[u8]) -> String {
+        let stream = UnixStream::connect(&self.socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        // A daemon that closes early may reset a large write; the reply is what matters.
+        let _ = writer.write_all(bytes);
+        let mut line = String::new();
+        let _ = BufReader::new(stream).read_line(&mut line);
+        line
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads the live owner of every device straight from the database file.
+pub fn live_owners(db: &Path) -> Vec<(String, String)> {
+    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT a.device, j.job FROM allocations a JOIN jobs j ON j.id = a.job_id WHERE a.end IS NULL ORDER BY a.device")
+        .unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Path of a binary built beside cderd (e.g. for running a client as another uid).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    Path::new(CDERD).with_file_name(name)
+}
+
+/// `setpriv` from util-linux drops to `uid`:`uid` with no groups and runs `argv`.
+pub fn as_uid(uid: u32, argv: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups");
+    cmd.args(argv);
+    cmd
+}
+
+/// True when running as root (the tests that change uids need it).
+pub fn is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
+}
+
+/// Skip (printing why) or, under CI=true, fail.
+pub fn require(condition: bool, what: &str) -> bool {
+    if condition {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{what} is required under CI=true");
+    }
+    eprintln!("skipping: {what} is not available");
+    false
+}
