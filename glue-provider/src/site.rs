@@ -79,6 +79,10 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
         } else {
             group.devices.iter().map(class_from_config).collect()
         };
+        let mut prefixes = std::collections::BTreeSet::new();
+        if let Some(dup) = classes.iter().find(|c| !prefixes.insert(c.prefix.clone())) {
+            return Err(ProviderError::Input(format!("group {:?}: two device types publish under the prefix {:?}; give each type its own prefix", group.id.get_ref(), dup.prefix)));
+        }
         groups.push(NodeGroup { config: group.clone(), nodes, classes });
     }
     Ok(groups)

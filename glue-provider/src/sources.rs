@@ -326,8 +326,10 @@ fn node_counts(total: u32, used: u32, unavailable: bool) -> Counts {
 
 /// Counts from TORQUE: `pbsnodes -x`. A node's `<gpus>` is its total; a GPU
 /// is used when its `gpu_state` in `<gpu_status>` is not `Unallocated`
-/// (without `<gpu_status>`, a `job-exclusive` node's GPUs are all used); a
-/// `down`, `offline` or `unknown` node's idle GPUs are offline.
+/// (without `<gpu_status>`, a `job-exclusive` node's GPUs are all used), and
+/// offline when idle with `gpu_mode=Prohibited` (the compute mode an admin
+/// sets to take a GPU out of service); a `down`, `offline` or `unknown`
+/// node's idle GPUs are all offline.
 #[derive(Debug, Clone)]
 pub struct TorqueCounts {
     pub pbsnodes: PathBuf,
@@ -342,6 +344,8 @@ pub struct TorqueNode {
     pub gpus: u32,
     /// GPUs whose `gpu_state` is not `Unallocated`; `None` without `<gpu_status>`.
     pub gpus_allocated: Option<u32>,
+    /// Idle GPUs in compute mode `Prohibited`.
+    pub gpus_prohibited: u32,
     pub has_jobs: bool,
 }
 
@@ -377,11 +381,14 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             Some(g) => g.trim().parse().map_err(|_| bad(format!("node {name}: <gpus>{g}</gpus> is not a count")))?,
             None => 0,
         };
-        let gpus_allocated = xml_element(body, "gpu_status").map(|status| {
-            status.split(',').filter(|gpu| gpu.split(';').any(|kv| kv.split_once('=').is_some_and(|(k, v)| k.ends_with("gpu_state") && v != "Unallocated"))).count() as u32
-        });
+        let status = xml_element(body, "gpu_status");
+        // gpu[1]=gpu_id=…;gpu_mode=Exclusive_Thread;gpu_state=Exclusive,gpu[0]=…
+        let gpu_field = |gpu: &str, key: &str| gpu.split_once("]=").map_or(gpu, |(_, fields)| fields).split(';').find_map(|kv| kv.split_once('=').filter(|(k, _)| k.ends_with(key)).map(|(_, v)| v.to_string()));
+        let allocated = |gpu: &str| gpu_field(gpu, "gpu_state").is_some_and(|s| s != "Unallocated");
+        let gpus_allocated = status.as_ref().map(|s| s.split(',').filter(|g| allocated(g)).count() as u32);
+        let gpus_prohibited = status.as_ref().map_or(0, |s| s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count() as u32);
         let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
-        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, has_jobs });
+        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs });
         rest = &rest[end + 7..];
     }
     Ok(nodes)
@@ -416,7 +423,11 @@ impl CountSource for TorqueCounts {
                         *out.nodes_used.as_mut().expect("set") += 1;
                     }
                     for class in &group.classes {
-                        out.devices.entry(class.cder_type.clone()).or_default().add(node_counts(node.gpus, node.gpus_used(), node.unavailable()));
+                        let mut c = node_counts(node.gpus, node.gpus_used(), node.unavailable());
+                        let prohibited = node.gpus_prohibited.min(c.free);
+                        c.free -= prohibited;
+                        c.offline += prohibited;
+                        out.devices.entry(class.cder_type.clone()).or_default().add(c);
                     }
                 }
                 Ok(out)
@@ -512,12 +523,15 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
         let xml = b"<Data><Node><name>wn01</name><state>free</state><np>8</np><gpus>2</gpus><jobs>0/1.srv</jobs>\
 <gpu_status>gpu[1]=gpu_id=0000:04:00.0;gpu_state=Exclusive;gpu_mode=Exclusive_Thread,gpu[0]=gpu_id=0000:03:00.0;gpu_state=Unallocated</gpu_status></Node>\
 <Node><name>wn02</name><state>down,offline</state><gpus>2</gpus></Node>\
+<Node><name>wn04</name><state>free</state><gpus>2</gpus><gpu_status>gpu[1]=gpu_mode=Prohibited;gpu_state=Unallocated,gpu[0]=gpu_mode=Default;gpu_state=Unallocated</gpu_status></Node>\
 <Node><name>wn03</name><state>job-exclusive</state><gpus>4</gpus><jobs>0-7/2.srv</jobs></Node></Data>";
         let nodes = parse_pbsnodes(xml).unwrap();
         assert_eq!(nodes[0].gpus_used(), 1);
         assert!(nodes[0].has_jobs && !nodes[0].unavailable());
         assert!(nodes[1].unavailable());
-        assert_eq!(nodes[2].gpus_used(), 4);
+        assert_eq!(nodes[3].gpus_used(), 4);
+        assert_eq!((nodes[2].gpus_used(), nodes[2].gpus_prohibited), (0, 1));
+        assert_eq!(nodes[0].gpus_prohibited, 0);
         assert!(parse_pbsnodes(b"pbsnodes: cannot connect to server").is_err());
         assert!(parse_pbsnodes(b"<Data><Node><name>x</name><gpus>two</gpus></Node></Data>").is_err());
     }

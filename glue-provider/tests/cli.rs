@@ -1,0 +1,136 @@
+//! The binary's contract with bdii-update on bad input: one clear line on
+//! stderr, nothing on stdout (never half an entry), and a non-zero exit
+//! (2 bad config or input, 1 cderd / LRMS failure).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cder-glue-provider");
+
+const SITE: &str = r#"[site]
+computing_service_id = "ce.example.org_ComputingElement"
+computing_manager_id = "ce.example.org_ComputingElement_Manager"
+ce_unique_id = "ce.example.org:8443/cream-slurm-gpgpu"
+
+[counts]
+source = "static"
+
+[[group]]
+id = "ce.example.org_gts450"
+nodes = ["wn[01-16]"]
+platform = "amd64"
+main_memory_mb = 16384
+
+[[group.device]]
+model = "GeForce GTS 450"
+count = 2
+memory_mb = 1024
+"#;
+
+fn run(dir: &Path, config: &[u8], args: &[&str]) -> Output {
+    let path = dir.join("glue-provider.toml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(BIN).arg("--config").arg(&path).args(args).stdin(Stdio::null()).env_remove("CDER_GLUE_CONFIG").output().unwrap()
+}
+
+fn assert_failed(out: &Output, code: i32, needles: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert!(out.stdout.is_empty(), "printed on failure: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line expected: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} not in {stderr}");
+    }
+    stderr
+}
+
+#[test]
+fn good_config_prints_ldif() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), SITE.as_bytes(), &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().all(|l| l.len() <= 76), "lines must be folded at 76");
+    assert!(text.replace("\n ", "").starts_with("dn: GLUE2ResourceID=ce.example.org_gts450,GLUE2ServiceID=ce.example.org_ComputingElement,GLUE2GroupID=resource,o=glue\n"));
+    assert!(text.contains("GLUE2EntityOtherInfo: GPGPUFreeInstances=32\n"));
+    assert!(text.ends_with("\n\n"));
+}
+
+#[test]
+fn missing_key_names_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), SITE.replace("main_memory_mb = 16384\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["glue-provider.toml:9:", "group.main_memory_mb", "missing field"]);
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let out = Command::new(BIN).args(["--config", "/nonexistent/glue.toml"]).output().unwrap();
+    assert_failed(&out, 2, &["/nonexistent/glue.toml: cannot read the config"]);
+}
+
+#[test]
+fn non_utf8_model_name_is_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = SITE.as_bytes().to_vec();
+    let at = SITE.find("GTS 450").unwrap() + 4;
+    bytes[at] = 0xC3; // a lone UTF-8 lead byte where '4' was
+    let out = run(dir.path(), &bytes, &[]);
+    assert_failed(&out, 2, &["glue-provider.toml:16:22", "group.device.model", "UTF-8"]);
+}
+
+#[test]
+fn unreachable_cderd_is_a_runtime_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket: PathBuf = dir.path().join("no-cderd.sock");
+    let config = SITE.replace("source = \"static\"", &format!("source = \"cderd\"\nsocket = \"{}\"", socket.display())).replace("wn[01-16]", "wn01");
+    let out = run(dir.path(), config.as_bytes(), &[]);
+    assert_failed(&out, 1, &["cderd status", "cannot connect to cderd", "no-cderd.sock"]);
+}
+
+#[test]
+fn unreachable_lrms_is_a_runtime_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SITE.replace("source = \"static\"", "source = \"slurm\"\nscontrol = \"/nonexistent/scontrol\"");
+    let out = run(dir.path(), config.as_bytes(), &[]);
+    assert_failed(&out, 1, &["cannot run /nonexistent/scontrol show node -o"]);
+
+    // An LRMS command that answers but fails (as scontrol does when slurmctld is down).
+    let script = dir.path().join("pbsnodes");
+    std::fs::write(&script, "#!/bin/sh\necho 'pbsnodes: cannot connect to server ce.example.org, error=111 (Connection refused)' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = SITE.replace("source = \"static\"", &format!("source = \"torque\"\npbsnodes = \"{}\"", script.display()));
+    let out = run(dir.path(), config.as_bytes(), &[]);
+    assert_failed(&out, 1, &["pbsnodes -x failed", "Connection refused"]);
+}
+
+#[test]
+fn non_utf8_lrms_output_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // A fake scontrol whose GRES type (the model) is not UTF-8.
+    let script = dir.path().join("scontrol");
+    std::fs::write(&script, b"#!/bin/sh\nprintf 'NodeName=wn01 Gres=gpu:gts\\37750:2 GresUsed=gpu:0 State=IDLE\\n'\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = SITE.replace("source = \"static\"", &format!("source = \"slurm\"\nscontrol = \"{}\"", script.display())).replace("wn[01-16]", "wn01");
+    let out = run(dir.path(), config.as_bytes(), &[]);
+    assert_failed(&out, 1, &["scontrol output line 1: not valid UTF-8"]);
+}
+
+#[test]
+fn unknown_strategy_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), SITE.as_bytes(), &["--strategy", "named-queue"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("named-queue"));
+}
+
+#[test]
+fn help_and_version() {
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("attribute-extension") && text.contains("/var/lib/bdii/gip/provider"), "{text}");
+    let version = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("cder-glue-provider "));
+}
