@@ -22,6 +22,15 @@ pub struct ScopeNode {
     pub parent: Option<Arc<ScopeNode>>,
 }
 
+impl ScopeNode {
+    /// Evaluates one attribute of the nested ad, in the scope it was written in.
+    pub fn eval_attr(&self, sym: Sym) -> Value {
+        let mut ctx = Ctx::new(false);
+        let f = Frame { ad: Some(&self.ad), parent: self.parent.as_ref(), my: Some(&self.ad), target: None };
+        ctx.eval_attr_in(&self.ad, sym, f).unwrap_or(Value::Undefined)
+    }
+}
+
 /// Where an expression is being evaluated.
 #[derive(Clone, Copy)]
 pub(crate) struct Frame<'a> {
@@ -49,6 +58,8 @@ pub(crate) struct Ctx {
     depth: u32,
     /// Unqualified names not found in MY are looked up in TARGET (matchmaking).
     pub fallback: bool,
+    /// Reproduce HTCondor's known deviations (see [`Quirks`]); tests only.
+    pub quirks: bool,
     stack: [(usize, Sym); INLINE],
     len: usize,
     spill: Vec<(usize, Sym)>,
@@ -56,7 +67,7 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     pub fn new(fallback: bool) -> Ctx {
-        Ctx { depth: 0, fallback, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
+        Ctx { depth: 0, fallback, quirks: false, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
     }
 
     fn push(&mut self, key: (usize, Sym)) -> bool {
@@ -98,7 +109,7 @@ impl Ctx {
         let key = (ad.id(), sym);
         if !self.push(key) {
             // A reference back to an attribute under evaluation: a cycle.
-            return Some(Value::Error);
+            return Some(if self.quirks { Value::Undefined } else { Value::Error });
         }
         let v = self.eval(&a.expr, f);
         self.pop();
@@ -219,7 +230,7 @@ impl Ctx {
                 _ => {
                     let l = self.eval(&b.0, f);
                     let r = self.eval(&b.1, f);
-                    binary(*op, &l, &r)
+                    binary_q(*op, &l, &r, self.quirks)
                 }
             },
             Expr::Cond(b) => {
@@ -305,11 +316,8 @@ pub(crate) fn unary(op: UnOp, v: &Value) -> Value {
         },
         (UnOp::Neg, Value::Int(i)) => Value::Int(i.wrapping_neg()),
         (UnOp::Neg, Value::Real(r)) => Value::Real(-r),
-        (UnOp::Neg, Value::Bool(b)) => Value::Int(-(*b as i64)),
         (UnOp::Plus, Value::Int(_) | Value::Real(_)) => v.clone(),
-        (UnOp::Plus, Value::Bool(b)) => Value::Int(*b as i64),
         (UnOp::BitNot, Value::Int(i)) => Value::Int(!i),
-        (UnOp::BitNot, Value::Bool(b)) => Value::Bool(!b),
         _ => Value::Error,
     }
 }
@@ -350,6 +358,11 @@ pub(crate) fn str_icmp(a: &str, b: &str) -> Ordering {
 
 /// A binary operation other than `&&` / `||` (which short-circuit).
 pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
+    binary_q(op, l, r, false)
+}
+
+/// [`binary`], optionally with HTCondor's real-division quirk.
+pub(crate) fn binary_q(op: BinOp, l: &Value, r: &Value, quirks: bool) -> Value {
     use BinOp::*;
     match op {
         Is | Isnt => {
@@ -410,11 +423,6 @@ pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
             })
         }
         BitAnd | BitOr | BitXor => match (l, r) {
-            (Value::Bool(a), Value::Bool(b)) => Value::Bool(match op {
-                BitAnd => a & b,
-                BitOr => a | b,
-                _ => a ^ b,
-            }),
             (Value::Int(a), Value::Int(b)) => Value::Int(match op {
                 BitAnd => a & b,
                 BitOr => a | b,
@@ -428,7 +436,14 @@ pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
                 Value::Int(match op {
                     Shl => a.wrapping_shl(s),
                     Shr => a.wrapping_shr(s),
-                    _ => ((*a as u64) >> s) as i64,
+                    _ => {
+                        if quirks && *a < 0 && s == 0 {
+                            // HTCondor masks with ~(-1 << (64 - s)), which is 0 when s is 0.
+                            0
+                        } else {
+                            ((*a as u64) >> s) as i64
+                        }
+                    }
                 })
             }
             _ => Value::Error,
@@ -467,7 +482,8 @@ pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
                         Sub => Value::Real(a - b),
                         Mul => Value::Real(a * b),
                         Div => {
-                            if b == 0.0 {
+                            // HTCondor (quirk): only a +inf quotient is an error; -inf and NaN pass.
+                            if b == 0.0 && !(quirks && a / b != f64::INFINITY) {
                                 Value::Error
                             } else {
                                 Value::Real(a / b)
@@ -480,6 +496,26 @@ pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
             }
         }
         _ => Value::Error,
+    }
+}
+
+/// HTCondor behaviours that cder deliberately does not share, reproduced on
+/// request so that differential tests can tell a documented disagreement from
+/// a bug. See docs/classad.md, "Known disagreements".
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Quirks;
+
+impl Quirks {
+    /// Evaluates like [`eval_expr`], but with HTCondor's behaviour where cder
+    /// deliberately differs: a reference cycle is `undefined` (cder: `error`);
+    /// a real division by zero whose IEEE quotient is `-inf` or `NaN` gives that
+    /// (cder: `error`, as for every division by zero);
+    /// `pow` of a negative integer to an odd power is one more than the true
+    /// power (cder: the true power).
+    pub fn eval_expr(e: &Expr, ad: Option<&ClassAd>, target: Option<&ClassAd>) -> Value {
+        let mut ctx = Ctx::new(false);
+        ctx.quirks = true;
+        ctx.eval(e, Frame::root(ad, target))
     }
 }
 

@@ -144,7 +144,16 @@ pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
         owned = c.args.iter().map(|a| ctx.eval(a, f)).collect();
         &owned
     };
-    apply(c, args)
+    let v = apply(c, args);
+    if ctx.quirks && c.func == Func::Pow {
+        // HTCondor: pow(negative int, odd int) comes out one too high.
+        if let (Value::Int(b), Value::Int(e), Value::Int(r)) = (&args[0], &args[1], &v) {
+            if *b < 0 && *e > 0 && e % 2 == 1 && *r != i64::MIN {
+                return Value::Int(r.wrapping_add(1));
+            }
+        }
+    }
+    v
 }
 
 /// Applies a function to evaluated arguments.
@@ -183,7 +192,7 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         Substr => substr(a),
         ToUpper | ToLower => match &a[0] {
             Value::Undefined => Value::Undefined,
-            Value::List(_) | Value::Ad(_) | Value::Error => Value::Error,
+            Value::Error => Value::Error,
             v => match to_string(v) {
                 Ok(s) => Value::Str(if c.func == ToUpper { s.to_ascii_uppercase() } else { s.to_ascii_lowercase() }.into()),
                 Err(e) => e,
@@ -197,8 +206,8 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
             _ => Value::Error,
         },
         Strcmp | Stricmp => match (&a[0], &a[1]) {
-            (Value::Error, _) | (_, Value::Error) => Value::Error,
             (Value::Undefined, _) | (_, Value::Undefined) => Value::Undefined,
+            (Value::Error, _) | (_, Value::Error) => Value::Error,
             (x, y) => match (to_string(x), to_string(y)) {
                 (Ok(x), Ok(y)) => {
                     let o = if c.func == Strcmp { x.cmp(&y) } else { str_icmp(&x, &y) };
@@ -229,6 +238,7 @@ fn member(identical: bool, x: &Value, list: &Value) -> Value {
         _ => return Value::Error,
     };
     match x {
+        Value::Undefined | Value::Error if identical => {}
         Value::Undefined => return Value::Undefined,
         Value::Error | Value::List(_) | Value::Ad(_) => return Value::Error,
         _ => {}
@@ -569,7 +579,7 @@ fn rounding(func: Func, v: &Value) -> Value {
             Value::Real(r) => r,
             other => return other,
         },
-        Value::Undefined => return Value::Undefined,
+        // HTCondor answers error, not undefined, here.
         _ => return Value::Error,
     };
     Value::Int(f2i(match func {
@@ -648,8 +658,7 @@ fn list_num(func: Func, v: &Value) -> Value {
         _ => return Value::Error,
     };
     let mut any_real = false;
-    let mut isum: i64 = 0;
-    let mut fsum: f64 = 0.0;
+    let mut total = Value::Int(0);
     let mut n = 0usize;
     let mut best: Option<Value> = None;
     for e in l.iter() {
@@ -664,14 +673,8 @@ fn list_num(func: Func, v: &Value) -> Value {
             _ => return Value::Error,
         };
         n += 1;
-        match &x {
-            Value::Int(i) => {
-                isum = isum.wrapping_add(*i);
-                fsum += *i as f64;
-            }
-            Value::Real(r) => fsum += r,
-            _ => {}
-        }
+        // The running sum uses ClassAd `+`: integers wrap until a real joins.
+        total = binary(BinOp::Add, &total, &x);
         best = Some(match best {
             None => x,
             Some(bv) => {
@@ -692,18 +695,12 @@ fn list_num(func: Func, v: &Value) -> Value {
         v => v,
     };
     match func {
-        Func::Sum => {
-            if any_real {
-                Value::Real(fsum)
-            } else {
-                Value::Int(isum)
-            }
-        }
+        Func::Sum => total,
         Func::Avg => {
             if n == 0 {
                 Value::Int(0)
             } else {
-                Value::Real(fsum / n as f64)
+                Value::Real(total.as_number().unwrap_or(0.0) / n as f64)
             }
         }
         _ => best.map_or(Value::Undefined, real),
@@ -732,17 +729,18 @@ fn compare_list(all: bool, a: &[Value]) -> Value {
         _ => return Value::Error,
     };
     for e in l.iter() {
-        let r = binary(op, e, &a[2]);
-        let t = match r {
-            Value::Bool(t) => t,
-            Value::Error => return Value::Error,
-            _ => false,
-        };
-        if all && !t {
-            return b(false);
-        }
-        if !all && t {
-            return b(true);
+        match binary(op, e, &a[2]) {
+            Value::Bool(t) => {
+                if all && !t {
+                    return b(false);
+                }
+                if !all && t {
+                    return b(true);
+                }
+            }
+            // HTCondor stops at the first undefined comparison and answers false.
+            Value::Undefined => return b(false),
+            _ => return Value::Error,
         }
     }
     b(all)

@@ -25,7 +25,7 @@ pub mod parser;
 pub mod value;
 
 pub use ast::{ClassAd, Expr, Pos, Sym};
-pub use eval::{eval_attr, eval_expr, eval_expr_matching};
+pub use eval::{eval_attr, eval_expr, eval_expr_matching, Quirks};
 pub use matchmaking::{matches, rank, symmetric_match, CompiledRequest};
 pub use parser::{parse_classad, parse_classads, parse_expr};
 pub use value::Value;

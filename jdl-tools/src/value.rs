@@ -67,10 +67,11 @@ impl Value {
     }
 
     /// `is` / `=?=`: same type and same value (strings case-sensitively).
-    /// `None` when either side is a list or an ad, which HTCondor treats as an error.
+    /// `None` when both sides are lists, or both ads, which HTCondor treats as an error.
     pub fn identical(&self, other: &Value) -> Option<bool> {
         Some(match (self, other) {
-            (Value::List(_) | Value::Ad(_), _) | (_, Value::List(_) | Value::Ad(_)) => return None,
+            (Value::List(_), Value::List(_)) | (Value::Ad(_), Value::Ad(_)) => return None,
+            (Value::List(_) | Value::Ad(_), _) | (_, Value::List(_) | Value::Ad(_)) => false,
             (Value::Undefined, Value::Undefined) | (Value::Error, Value::Error) => true,
             (Value::Bool(a), Value::Bool(b)) => a == b,
             (Value::Int(a), Value::Int(b)) => a == b,
@@ -99,9 +100,8 @@ impl Value {
             Value::List(l) => serde_json::Value::Array(l.iter().map(|v| v.to_json()).collect()),
             Value::Ad(n) => {
                 let mut m = serde_json::Map::new();
-                for (name, _) in n.ad.iter() {
-                    let v = n.ad.eval_attr(name);
-                    m.insert(name.to_string(), v.to_json());
+                for a in n.ad.attributes() {
+                    m.insert(a.name.to_string(), n.eval_attr(a.sym).to_json());
                 }
                 serde_json::Value::Object(m)
             }
@@ -131,11 +131,8 @@ pub fn real_to_string(r: f64) -> String {
     if r == 0.0 {
         return if r.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
     }
-    if r.is_nan() {
-        return "nan".into();
-    }
-    if r.is_infinite() {
-        return if r > 0.0 { "inf".into() } else { "-inf".into() };
+    if !r.is_finite() {
+        return format_real(r);
     }
     let s = format!("{r:.15E}");
     // Rust writes `1.5E0`; C writes `1.5E+00`.
