@@ -1,0 +1,285 @@
+//! A real OpenLDAP `slapd` with Debian's BDII config and the GLUE schemas,
+//! on a private loopback port in a temp dir, plus `ldapadd` / `ldapsearch`
+//! helpers that use the real OpenLDAP client tools.
+//!
+//! ```no_run
+//! use cder_tests::ldap::{Slapd, SlapdOptions};
+//! let slapd = Slapd::start(&SlapdOptions::default())?;
+//! slapd.add_base_entries()?;
+//! slapd.add("dn: GLUE2ResourceID=x,GLUE2GroupID=resource,o=glue\n...")?;
+//! let found = slapd.search("o=glue", "(objectClass=GLUE2ExecutionEnvironment)", &[])?;
+//! # Ok::<(), String>(())
+//! ```
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Debian's BDII slapd config (package `bdii`).
+pub const BDII_SLAPD_CONF: &str = "/usr/share/bdii/bdii-slapd.conf";
+/// The GLUE 2.0 LDAP schema (package `glue-schema`).
+pub const GLUE20_SCHEMA: &str = "/etc/ldap/schema/GLUE20.schema";
+/// The GLUE 1.3 schemas the BDII config includes.
+pub const GLUE13_SCHEMAS: [&str; 5] = [
+    "/etc/ldap/schema/Glue-CORE.schema",
+    "/etc/ldap/schema/Glue-MDS.schema",
+    "/etc/ldap/schema/Glue-CE.schema",
+    "/etc/ldap/schema/Glue-CESEBind.schema",
+    "/etc/ldap/schema/Glue-SE.schema",
+];
+/// The root password of every suffix in Debian's BDII config.
+pub const ROOT_PASSWORD: &str = "secret";
+/// The suffixes (each its own database, bound as itself) of the BDII config.
+pub const SUFFIXES: [&str; 3] = ["o=grid", "o=glue", "o=infosys"];
+
+/// Checks that the programs and files a test needs exist. When one is
+/// missing: with `CI=true` the test must fail, so this panics; otherwise it
+/// prints why and returns false, and the test returns early (skips).
+pub fn require(what: &[&str]) -> bool {
+    let missing: Vec<&str> = what.iter().copied().filter(|p| !exists(p)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let message = format!("missing {} (install with deploy/install-deps.sh)", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true and a real component is {message}");
+    }
+    eprintln!("SKIPPED: {message}");
+    false
+}
+
+fn exists(program_or_path: &str) -> bool {
+    if program_or_path.contains('/') {
+        return Path::new(program_or_path).exists();
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program_or_path).is_file()))
+}
+
+/// Everything a GLUE/BDII test needs from the system.
+pub fn require_slapd() -> bool {
+    let mut needed = vec!["/usr/sbin/slapd", "ldapadd", "ldapsearch", BDII_SLAPD_CONF, GLUE20_SCHEMA];
+    needed.extend(GLUE13_SCHEMAS);
+    require(&needed)
+}
+
+/// A free TCP port on 127.0.0.1 (asked of the kernel; free when returned).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("binding 127.0.0.1:0")
+}
+
+/// How to start slapd.
+#[derive(Debug, Clone, Default)]
+pub struct SlapdOptions {
+    /// The mdb map size of every database, in bytes. Debian's config leaves
+    /// the 10 MiB default, too small for a real grid's 10^5 GLUE entities.
+    pub maxsize: Option<u64>,
+    /// Port to listen on (default: a free one).
+    pub port: Option<u16>,
+}
+
+/// A running slapd. Dropping it stops slapd and removes its directory.
+pub struct Slapd {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    conf: PathBuf,
+}
+
+impl Slapd {
+    /// Starts slapd with Debian's BDII config, its paths rewritten into a
+    /// fresh temp dir, and waits until it answers.
+    pub fn start(options: &SlapdOptions) -> Result<Slapd, String> {
+        let dir = tempfile::Builder::new().prefix("cder-slapd-").tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let root = dir.path();
+        for db in ["grid", "glue", "stats"] {
+            std::fs::create_dir_all(root.join("db").join(db)).map_err(|e| e.to_string())?;
+        }
+        std::fs::create_dir_all(root.join("run")).map_err(|e| e.to_string())?;
+        let original = std::fs::read_to_string(BDII_SLAPD_CONF).map_err(|e| format!("{BDII_SLAPD_CONF}: {e}"))?;
+        let conf_text = rewrite_conf(&original, root, options.maxsize);
+        let conf = root.join("bdii-slapd.conf");
+        std::fs::write(&conf, conf_text).map_err(|e| e.to_string())?;
+        let port = options.port.unwrap_or_else(free_port);
+        let log = std::fs::File::create(root.join("slapd.log")).map_err(|e| e.to_string())?;
+        // -d 0 keeps slapd in the foreground (a child we can kill) without debug output.
+        let child = Command::new("/usr/sbin/slapd")
+            .arg("-f")
+            .arg(&conf)
+            .arg("-h")
+            .arg(format!("ldap://127.0.0.1:{port}/"))
+            .args(["-d", "0"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start /usr/sbin/slapd: {e}"))?;
+        let mut slapd = Slapd { child, dir, port, conf };
+        slapd.wait_ready(Duration::from_secs(30))?;
+        Ok(slapd)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.path().join("slapd.log")).unwrap_or_default();
+                return Err(format!("slapd exited ({status}) at start: {log}"));
+            }
+            let probe = Command::new("ldapsearch")
+                .args(["-x", "-LLL", "-H", &self.url(), "-b", "", "-s", "base", "(objectClass=*)", "namingContexts"])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run ldapsearch: {e}"))?;
+            if probe.status.success() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("slapd did not answer on {} within {timeout:?}", self.url()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `ldap://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("ldap://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The rewritten slapd config (what `bdii-update` reads as `SLAPD_CONF`).
+    pub fn conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// The temp dir slapd lives in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Adds the top entries BDII's `default.ldif` creates (`o=grid`,
+    /// `mds-vo-name=resource,o=grid`, `o=glue`, `GLUE2GroupID=resource,o=glue`, …).
+    pub fn add_base_entries(&self) -> Result<(), String> {
+        self.add(BASE_LDIF).map(drop)
+    }
+
+    /// `ldapadd`s every entry of `ldif`, each bound as the root of its
+    /// suffix. Any error from any entry fails the whole call with
+    /// ldapadd's messages.
+    pub fn add(&self, ldif: &str) -> Result<String, String> {
+        let mut by_suffix: Vec<(&str, String)> = SUFFIXES.iter().map(|s| (*s, String::new())).collect();
+        for record in records(ldif) {
+            let dn = record_dn(&record).ok_or_else(|| format!("LDIF record without a dn: {record:?}"))?;
+            let suffix = SUFFIXES
+                .iter()
+                .find(|s| dn.to_ascii_lowercase().replace(' ', "").ends_with(&s.to_string()))
+                .ok_or_else(|| format!("dn {dn:?} is under none of {SUFFIXES:?}"))?;
+            let slot = by_suffix.iter_mut().find(|(s, _)| s == suffix).expect("listed");
+            slot.1.push_str(&record);
+            slot.1.push_str("\n\n");
+        }
+        let mut transcript = String::new();
+        for (suffix, text) in by_suffix.into_iter().filter(|(_, t)| !t.is_empty()) {
+            let out = self.tool("ldapadd", &["-D", suffix, "-w", ROOT_PASSWORD], Some(&text))?;
+            transcript.push_str(&out);
+        }
+        Ok(transcript)
+    }
+
+    /// `ldapsearch -LLL` under `base`; returns the LDIF (unwrapped lines).
+    pub fn search(&self, base: &str, filter: &str, attributes: &[&str]) -> Result<String, String> {
+        let mut args = vec!["-LLL", "-o", "ldif-wrap=no", "-b", base, filter];
+        args.extend_from_slice(attributes);
+        self.tool("ldapsearch", &args, None)
+    }
+
+    /// Runs an OpenLDAP client tool against this slapd (`-x -H <url>` added).
+    pub fn tool(&self, tool: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let url = self.url();
+        let mut child = Command::new(tool)
+            .args(["-x", "-H", &url])
+            .args(args)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {tool}: {e}"))?;
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("piped");
+            pipe.write_all(input.as_bytes()).map_err(|e| format!("writing to {tool}: {e}"))?;
+        }
+        let out = child.wait_with_output().map_err(|e| format!("{tool}: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(format!("{tool} {} failed ({}): {}{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr), stdout));
+        }
+        Ok(stdout)
+    }
+}
+
+impl Drop for Slapd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The entries of `/usr/share/bdii/default.ldif` except `o=shadow`, which
+/// the site BDII config has no database for.
+pub const BASE_LDIF: &str = "dn: o=grid\nobjectClass: organization\no: grid\n\n\
+dn: mds-vo-name=local,o=grid\nobjectClass: MDS\nmds-vo-name: local\n\n\
+dn: mds-vo-name=resource,o=grid\nobjectClass: MDS\nmds-vo-name: resource\n\n\
+dn: o=glue\nobjectClass: organization\no: glue\n\n\
+dn: GLUE2GroupID=resource,o=glue\nobjectClass: GLUE2Group\nGLUE2GroupID: resource\n\n\
+dn: GLUE2GroupID=grid,o=glue\nobjectClass: GLUE2Group\nGLUE2GroupID: grid\n\n";
+
+/// Rewrites Debian's BDII slapd config into `root`: run and database paths,
+/// and the mdb map size when asked.
+pub fn rewrite_conf(original: &str, root: &Path, maxsize: Option<u64>) -> String {
+    let mut out = String::new();
+    for line in original.lines() {
+        let line = line.replace("/run/bdii/db", &root.join("run").display().to_string()).replace("/var/lib/bdii/db", &root.join("db").display().to_string());
+        out.push_str(&line);
+        out.push('\n');
+        // maxsize belongs to the mdb database whose directory this is.
+        if let Some(size) = maxsize {
+            if line.trim_start().starts_with("directory") {
+                out.push_str(&format!("maxsize         {size}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// Splits LDIF text into records (folded lines kept as they are).
+pub fn records(ldif: &str) -> Vec<String> {
+    ldif.split("\n\n").map(|r| r.trim_matches('\n').to_string()).filter(|r| r.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty())).collect()
+}
+
+fn record_dn(record: &str) -> Option<String> {
+    let unfolded = record.replace("\n ", "");
+    unfolded.lines().find_map(|l| l.strip_prefix("dn: ").or_else(|| l.strip_prefix("dn:")).map(|d| d.trim().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_rewrite_moves_paths_and_sets_maxsize() {
+        let original = "pidfile /run/bdii/db/slapd.pid\ndatabase mdb\ndirectory /var/lib/bdii/db/glue\n";
+        let text = rewrite_conf(original, Path::new("/tmp/x"), Some(4 << 30));
+        assert_eq!(text, "pidfile /tmp/x/run/slapd.pid\ndatabase mdb\ndirectory /tmp/x/db/glue\nmaxsize         4294967296\n");
+    }
+
+    #[test]
+    fn records_split_and_find_dns() {
+        let r = records("dn: a=1,o=glue\nx: 1\n\n\n# comment\n\ndn: b=2,o=gr\n id\ny: 2\n\n");
+        assert_eq!(r.len(), 2);
+        assert_eq!(record_dn(&r[1]).as_deref(), Some("b=2,o=grid"));
+    }
+}
