@@ -144,6 +144,9 @@ pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
         owned = c.args.iter().map(|a| ctx.eval(a, f)).collect();
         &owned
     };
+    if ctx.quirks && c.func == Func::Int {
+        return to_int(&args[0], true);
+    }
     let v = apply(c, args);
     if ctx.quirks && c.func == Func::Pow {
         // HTCondor: pow(negative int, odd int) comes out one too high.
@@ -173,7 +176,7 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         RegexpMember => regexp_member(c, a),
         StringListMember | StringListIMember => string_list_member(c.func == StringListIMember, a),
         StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => string_list_num(c.func, a),
-        Int => to_int(&a[0]),
+        Int => to_int(&a[0], false),
         Real => to_real(&a[0]),
         String => to_string(&a[0]).map_or_else(|e| e, |s| Value::Str(s.into())),
         Bool => to_bool(&a[0]),
@@ -330,9 +333,10 @@ fn regexp_member(c: &Call, a: &[Value]) -> Value {
     }
 }
 
-/// Splits a string list on any of the delimiter characters, dropping empty items.
+/// Splits a string list on any of the delimiter characters; items are
+/// trimmed of white space and empty ones dropped (HTCondor's StringList).
 fn split_list<'a>(s: &'a str, delims: &'a str) -> impl Iterator<Item = &'a str> {
-    s.split(move |c: char| delims.contains(c)).filter(|t| !t.is_empty())
+    s.split(move |c: char| delims.contains(c)).map(|t| t.trim()).filter(|t| !t.is_empty())
 }
 
 fn delims(a: &[Value], i: usize) -> Result<&str, Value> {
@@ -450,6 +454,18 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
             return Some((v, &t[i + word.len()..]));
         }
     }
+    if lower.starts_with("0x") {
+        let hs = i + 2;
+        let mut j = hs;
+        while j < bytes.len() && bytes[j].is_ascii_hexdigit() {
+            j += 1;
+        }
+        if j > hs {
+            let v = u64::from_str_radix(&t[hs..j], 16).map(|u| u as f64).unwrap_or(f64::INFINITY);
+            let v = if bytes.first() == Some(&b'-') { -v } else { v };
+            return Some((v, &t[j..]));
+        }
+    }
     let ds = i;
     while i < bytes.len() && bytes[i].is_ascii_digit() {
         i += 1;
@@ -491,7 +507,11 @@ fn f2i(r: f64) -> i64 {
     }
 }
 
-fn to_int(v: &Value) -> Value {
+fn to_int(v: &Value, quirks: bool) -> Value {
+    if let (true, Value::Str(s)) = (quirks, v) {
+        // HTCondor converts through a double, losing precision beyond 2^53.
+        return strtod_prefix(s).map_or(Value::Error, |(r, _)| Value::Int(f2i(r)));
+    }
     match v {
         Value::Int(_) => v.clone(),
         Value::Real(r) => Value::Int(f2i(*r)),
