@@ -1,0 +1,73 @@
+//! `cder-job-starter`: pbs_mom's `$job_starter`. Fetches the job's devices
+//! from cderd and execs the job with them visible, and only them.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use cder_model::Config;
+use cder_torque::settings::TorqueSettings;
+use cder_torque::starter::{command_from_argv, fallback_config, fetch};
+
+const HELP: &str = "\
+cder-job-starter — run a TORQUE job with its own devices visible
+
+USAGE:
+    cder-job-starter SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
+    cder-job-starter PROGRAM [ARGS...]             (by hand, inside a job)
+
+Set in $PBS_HOME/mom_priv/config:
+
+    $job_starter /usr/libexec/cder/cder-job-starter
+
+pbs_mom then runs it as the job's user, with the job's environment, in
+place of the job's shell, passing the shell's path and argument vector.
+It asks cderd for the allocation of torque:$PBS_JOBID (cderd checks that
+the caller's uid is the job's), sets CUDA_VISIBLE_DEVICES and the other
+visible-device variables, and execs the shell. A job without devices, a
+job of another user, or a node where cderd cannot be reached gets the
+empty list (never \"all devices\"), with the reason on stderr where there
+is one.
+
+ENVIRONMENT:
+    PBS_JOBID     the job (set by pbs_mom)
+    CDER_CONFIG   cder.toml to read instead of /etc/cder/cder.toml
+
+EXIT STATUS:
+    that of the job; 127 when the job's program cannot be executed,
+    2 when there is no program to run.";
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some("--help" | "-h") => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--version") => {
+            println!("cder-job-starter {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let Some(exec) = command_from_argv(&argv) else {
+        eprintln!("cder-job-starter: no program to run (see --help)");
+        return ExitCode::from(2);
+    };
+    let config = Config::load(None).unwrap_or_else(|e| {
+        eprintln!("cder-job-starter: {e}; no devices are visible");
+        let mut fallback = fallback_config();
+        fallback.node.socket = "/nonexistent".into();
+        fallback
+    });
+    let timeout = TorqueSettings::load(&TorqueSettings::resolve_path()).map_or(20, |s| s.cderd_timeout_s);
+    let job_id = std::env::var("PBS_JOBID").ok();
+    let fetched = fetch(&config, job_id.as_deref(), Duration::from_secs(timeout));
+    if let Some(note) = &fetched.note {
+        eprintln!("cder-job-starter: {note}");
+    }
+    let error = Command::new(&exec.program).arg0(&exec.arg0).args(&exec.args).envs(&fetched.env.0).exec();
+    eprintln!("cder-job-starter: cannot execute {}: {error}", exec.program.to_string_lossy());
+    ExitCode::from(127)
+}

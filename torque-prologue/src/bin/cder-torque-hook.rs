@@ -1,0 +1,157 @@
+//! `cder-torque-hook`: every pbs_mom hook of cder, chosen by the name it is
+//! installed under in `mom_priv/` (prologue, epilogue, prologue.parallel,
+//! epilogue.parallel, epilogue.precancel, prologue.user, epilogue.user).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cder_model::Config;
+use cder_protocol::Client;
+use cder_torque::hook::{self, exit, Cderd, HookKind, JobArgs, Outcome, Released, HOOK_NAMES};
+use cder_torque::limits::requested_devices;
+use cder_torque::log::{log, note, Severity};
+use cder_torque::settings::TorqueSettings;
+use cder_torque::starter;
+
+const HELP: &str = "\
+cder-torque-hook — cder's pbs_mom prologue and epilogue
+
+USAGE (by pbs_mom, never by hand):
+    mom_priv/prologue  JOBID USER GROUP JOBNAME LIMITS QUEUE ACCOUNT [...]
+    mom_priv/epilogue  JOBID USER GROUP JOBNAME SESSION LIMITS USED QUEUE ACCOUNT EXITCODE [...]
+
+One binary, installed as a copy under each of these names in
+$PBS_HOME/mom_priv/ (root:root, mode 0500; the .user hooks 0505):
+
+    prologue, prologue.parallel   allocate the job's devices from cderd
+    epilogue, epilogue.parallel,  release them (idempotent)
+    epilogue.precancel
+    prologue.user                 print the job's devices into its output
+    epilogue.user                 print the device-seconds it used
+
+The prologue reads the request from the resource limits: nodes=...:gpus=N,
+gres=gpus:N / gres=gpgpu:N, or other=cder:gpgpu:N (left by
+cder-torque-submit-filter in MAUI mode), and asks cderd to allocate for
+torque:JOBID with the user's uid.
+
+EXIT STATUS (pbs_mom's meaning):
+    prologue   0  run the job
+               1  abort the job: the request can never be met here (reason on stderr)
+               2  requeue the job: devices busy, or cderd cannot be asked now
+    epilogue   always 0; a failed release is logged (stderr, syslog) and left
+               to `cderctl reconcile`, so the node never goes offline over it
+
+FILES:
+    /etc/cder/cder.toml    cderd's socket and the device types ($CDER_CONFIG if set)
+    /etc/cder/torque.toml  [torque] settings ($CDER_TORQUE_CONFIG if set)
+
+See docs/torque.md.";
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv0 = argv.first().cloned().unwrap_or_default();
+    match argv.get(1).map(String::as_str) {
+        Some("--help" | "-h") => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--version" | "-V") => {
+            println!("cder-torque-hook {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let Some(kind) = HookKind::from_program_name(&argv0) else {
+        let names: Vec<&str> = HOOK_NAMES.iter().map(|(n, _)| *n).collect();
+        eprintln!(
+            "cder-torque-hook: run as {argv0:?}; install it into mom_priv/ as one of {} (see --help)",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    };
+    let tag = kind.tag();
+    let args = match JobArgs::parse(kind, &argv[1..]) {
+        Ok(a) => a,
+        Err(e) => {
+            log(&tag, Severity::Error, &e.0);
+            // Retrying cannot fix a broken argument list: abort the job.
+            return ExitCode::from(if kind == HookKind::Prologue || kind == HookKind::PrologueParallel { exit::ABORT } else { 0 });
+        }
+    };
+    let settings = TorqueSettings::load(&TorqueSettings::resolve_path());
+    let config = Config::load(None);
+    match kind {
+        HookKind::Prologue | HookKind::PrologueParallel => {
+            let outcome = match (&config, &settings) {
+                (Ok(config), Ok(settings)) => {
+                    let cderd = Cderd { socket: &config.node.socket, timeout: Duration::from_secs(settings.cderd_timeout_s) };
+                    hook::prologue(kind, &args, settings, &cderd)
+                }
+                (config, settings) => {
+                    let problem = match (config, settings) {
+                        (Err(e), _) => e.to_string(),
+                        (_, Err(e)) => e.to_string(),
+                        _ => String::new(),
+                    };
+                    let defaults = TorqueSettings::default();
+                    let s = settings.as_ref().unwrap_or(&defaults);
+                    match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), &s.cder_type, &s.gres_names) {
+                        Ok(None) => Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id)),
+                        _ => Outcome::Requeue(format!("torque:{}: cannot read the node's cder configuration: {problem}", args.job_id)),
+                    }
+                }
+            };
+            match &outcome {
+                Outcome::Run(m) => note(&tag, Severity::Info, m),
+                Outcome::Abort(m) => log(&tag, Severity::Error, &format!("job aborted: {m}")),
+                Outcome::Requeue(m) => log(&tag, Severity::Warning, &format!("job requeued: {m}")),
+            }
+            ExitCode::from(outcome.exit_code())
+        }
+        HookKind::Epilogue | HookKind::EpilogueParallel | HookKind::EpiloguePrecancel => {
+            let timeout = settings.as_ref().map_or(20, |s| s.cderd_timeout_s);
+            let released = match &config {
+                Ok(config) => hook::epilogue(&args, &Cderd { socket: &config.node.socket, timeout: Duration::from_secs(timeout) }),
+                Err(e) => Released::Failed(format!(
+                    "torque:{}: cannot read the node's cder configuration ({e}); `cderctl reconcile` will free the job's devices",
+                    args.job_id
+                )),
+            };
+            match released {
+                Released::Done(job, n) => note(&tag, Severity::Info, &format!("{job}: released {n} devices")),
+                Released::Failed(m) => log(&tag, Severity::Error, &m),
+            }
+            // Never a non-zero status: see EXIT STATUS in --help.
+            ExitCode::SUCCESS
+        }
+        HookKind::PrologueUser => {
+            let config = config.unwrap_or_else(|_| starter::fallback_config());
+            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10));
+            if let Some(job) = &fetched.job {
+                let vars: Vec<String> = fetched.env.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("cder: {job}: {}", vars.join(" "));
+            }
+            if let Some(n) = fetched.note {
+                println!("cder: {n}");
+            }
+            ExitCode::SUCCESS
+        }
+        HookKind::EpilogueUser => {
+            if let (Ok(config), Ok(job)) = (&config, args.job_key()) {
+                let used = Client::connect(&config.node.socket, Duration::from_secs(10))
+                    .and_then(|mut c| c.accounting(&Default::default()))
+                    .map(|a| a.records.into_iter().filter(|r| r.job == job).collect::<Vec<_>>());
+                match used {
+                    Ok(records) if !records.is_empty() => {
+                        let total: i64 = records.iter().map(|r| r.device_seconds).sum();
+                        let devices: Vec<String> = records.iter().map(|r| format!("{}:{}", r.cder_type, r.index)).collect();
+                        println!("cder: {job} used {} for {total} device-seconds", devices.join(","));
+                    }
+                    Ok(_) => {}
+                    Err(e) => println!("cder: {job}: no accounting: {e}"),
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

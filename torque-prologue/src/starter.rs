@@ -1,0 +1,142 @@
+//! The job starter (`$job_starter` in `mom_priv/config`) and `cder-env`:
+//! fetch a job's allocation from cderd and turn it into its environment.
+//!
+//! pbs_mom execs the job starter, as the job's user and with the job's
+//! environment, instead of the job's shell. TORQUE's
+//! `mom_jobstarter_execute_job` (src/resmom/start_exec.c) shifts the shell's
+//! argument vector up by one and puts the shell's path in front, so the
+//! starter sees
+//!
+//! ```text
+//! argv[0] = the job starter     argv[1] = /bin/bash
+//! argv[2] = -bash  (the shell's own argv[0]; "-" marks a login shell)
+//! argv[3..] = the rest (PRE_EXEC, -c command for interactive jobs)
+//! ```
+//!
+//! with the job script arriving on stdin. The starter must exec argv\[1\]
+//! with argv\[2\] as its argv\[0\]. Run by hand (`cder-job-starter prog
+//! args…`), where argv\[2\] is not the shell's name, it execs `prog args…`.
+
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::time::Duration;
+
+use cder_model::{Config, JobEnvironment, JobKey, Lrms};
+use cder_protocol::{Client, ErrorCode};
+
+/// What to exec: the program, the argv\[0\] it gets, and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exec {
+    pub program: OsString,
+    pub arg0: OsString,
+    pub args: Vec<OsString>,
+}
+
+/// The command the starter was asked to run, from its own argv (with
+/// argv\[0\]). `None` when there is nothing to run.
+pub fn command_from_argv(argv: &[OsString]) -> Option<Exec> {
+    let program = argv.get(1)?.clone();
+    let base = Path::new(&program).file_name().map(OsStr::to_os_string).unwrap_or_default();
+    let mut login = OsString::from("-");
+    login.push(&base);
+    match argv.get(2) {
+        // pbs_mom's layout: the shell's own argv[0] follows its path.
+        Some(a) if !base.is_empty() && (*a == base || *a == login) => {
+            Some(Exec { program, arg0: a.clone(), args: argv[3..].to_vec() })
+        }
+        _ => Some(Exec { arg0: program.clone(), program, args: argv[2..].to_vec() }),
+    }
+}
+
+/// A job's environment and, when the job gets no devices for a reason the
+/// user should know, that reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    pub env: JobEnvironment,
+    /// The job key, when `PBS_JOBID` named one.
+    pub job: Option<JobKey>,
+    pub note: Option<String>,
+    /// True when cderd answered (with devices or "no allocation").
+    pub answered: bool,
+}
+
+/// The types used when `cder.toml` cannot be read: NVIDIA's variables, so
+/// that a broken config still yields an empty list, never "all devices".
+pub fn fallback_config() -> Config {
+    Config::parse("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", Path::new("(built-in fallback)"))
+        .unwrap_or_default()
+}
+
+/// Asks cderd (`env`, checked against the caller's uid) for the devices of
+/// TORQUE job `job_id`. Every outcome yields a complete environment: the
+/// job's own devices, or the empty list for each configured type.
+pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration) -> Fetched {
+    let empty = JobEnvironment::empty(&config.cders);
+    let Some(id) = job_id.filter(|s| !s.is_empty()) else {
+        return Fetched { env: empty, job: None, note: Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), answered: false };
+    };
+    let job = match JobKey::new(Lrms::Torque, id) {
+        Ok(j) => j,
+        Err(e) => return Fetched { env: empty, job: None, note: Some(e.to_string()), answered: false },
+    };
+    let result = Client::connect(&config.node.socket, timeout).and_then(|mut c| c.env(&job));
+    match result {
+        Ok(a) => {
+            // Start from the empty lists so a type missing from the reply
+            // is still set (an unset variable means every device).
+            let mut env = empty;
+            env.0.extend(a.env.0);
+            Fetched { env, job: Some(job), note: None, answered: true }
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownJob) => Fetched { env: empty, job: Some(job), note: None, answered: true },
+        Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => Fetched {
+            env: empty,
+            note: Some(format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid())),
+            job: Some(job),
+            answered: true,
+        },
+        Err(e) => Fetched { env: empty, note: Some(format!("{job}: {e}; no devices are visible")), job: Some(job), answered: false },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn pbs_mom_layout() {
+        let e = command_from_argv(&os(&["/usr/libexec/cder/cder-job-starter", "/bin/bash", "-bash"])).unwrap();
+        assert_eq!(e, Exec { program: "/bin/bash".into(), arg0: "-bash".into(), args: vec![] });
+        // Login sourcing bypassed ($source_login_batch false): plain name.
+        let e = command_from_argv(&os(&["js", "/bin/sh", "sh", "-c", "hostname"])).unwrap();
+        assert_eq!((e.arg0.to_str(), e.args.len()), (Some("sh"), 2));
+    }
+
+    #[test]
+    fn by_hand_layout() {
+        let e = command_from_argv(&os(&["cder-job-starter", "/usr/bin/env"])).unwrap();
+        assert_eq!(e, Exec { program: "/usr/bin/env".into(), arg0: "/usr/bin/env".into(), args: vec![] });
+        let e = command_from_argv(&os(&["js", "python3", "-c", "print(1)"])).unwrap();
+        assert_eq!(e.args, os(&["-c", "print(1)"]));
+        assert!(command_from_argv(&os(&["js"])).is_none());
+    }
+
+    #[test]
+    fn no_job_or_no_daemon_gives_the_empty_list() {
+        let mut config = fallback_config();
+        config.node.socket = "/nonexistent/cderd.sock".into();
+        let f = fetch(&config, None, Duration::from_secs(1));
+        assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+        assert!(f.note.unwrap().contains("PBS_JOBID"));
+        let f = fetch(&config, Some("12.ce"), Duration::from_secs(1));
+        assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+        assert!(!f.answered);
+        assert!(f.note.unwrap().contains("/nonexistent/cderd.sock"));
+        let f = fetch(&config, Some("12;x"), Duration::from_secs(1));
+        assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+}

@@ -1,0 +1,72 @@
+//! The crate's only unsafe code: looking a user up in the system's user
+//! database (files, LDAP, sssd … through NSS), as pbs_mom itself does.
+
+use std::ffi::{CStr, CString};
+
+/// Why a user could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserError {
+    /// The database answered: there is no such user.
+    #[error("no user {0:?} in the user database")]
+    NotFound(String),
+    /// The lookup itself failed (an LDAP server down …): worth a retry.
+    #[error("looking up user {name:?} failed: {message}")]
+    Lookup { name: String, message: String },
+}
+
+/// A user's uid and primary gid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserIds {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `getpwnam_r(3)`: the uid and gid of `name`.
+pub fn user_by_name(name: &str) -> Result<UserIds, UserError> {
+    let c_name = CString::new(name).map_err(|_| UserError::NotFound(name.to_string()))?;
+    let mut buf_len = 1024usize;
+    loop {
+        let mut buf = vec![0 as libc::c_char; buf_len];
+        // SAFETY: `passwd` is plain old data that getpwnam_r fills in; a
+        // zeroed value is a valid (if meaningless) instance of it.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `c_name` is a
+        // NUL-terminated string, `pwd` and `result` are live locals, and
+        // `buf` has exactly `buf_len` writable bytes. getpwnam_r is the
+        // reentrant variant, safe to call from any thread.
+        let rc = unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf_len, &mut result) };
+        if rc == libc::ERANGE && buf_len < 1 << 20 {
+            buf_len *= 4;
+            continue;
+        }
+        if rc != 0 {
+            // SAFETY: strerror returns a pointer to a NUL-terminated static
+            // (or thread-local) message, read at once and copied.
+            let message = unsafe { CStr::from_ptr(libc::strerror(rc)) }.to_string_lossy().into_owned();
+            return Err(UserError::Lookup { name: name.to_string(), message });
+        }
+        if result.is_null() {
+            return Err(UserError::NotFound(name.to_string()));
+        }
+        return Ok(UserIds { uid: pwd.pw_uid, gid: pwd.pw_gid });
+    }
+}
+
+/// The real uid of this process.
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid takes no arguments, cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_missing_users() {
+        assert_eq!(user_by_name("root").unwrap().uid, 0);
+        assert!(matches!(user_by_name("no-such-user-cder-test"), Err(UserError::NotFound(_))));
+        assert!(matches!(user_by_name("nul\0byte"), Err(UserError::NotFound(_))));
+    }
+}
