@@ -334,7 +334,8 @@ impl fmt::Display for ClassAd {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{} = {}", a.name, a.expr)?;
+            write_name(&a.name, f)?;
+            write!(f, " = {}", a.expr)?;
         }
         f.write_str(" ]")
     }

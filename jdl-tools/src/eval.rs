@@ -12,6 +12,10 @@ use crate::value::Value;
 
 /// Deepest chain of nested evaluations (attribute references included).
 pub const MAX_EVAL_DEPTH: u32 = 1200;
+/// Most expression nodes one evaluation may visit: ads whose attributes refer
+/// to each other twice over (`a0 = a1 + a1; a1 = a2 + a2; ...`) would
+/// otherwise take exponential time. Past it, the result is `error`.
+pub const MAX_EVAL_STEPS: u64 = 20_000_000;
 
 /// A nested ad as a value: the ad and the scope it was written in.
 #[derive(Debug)]
@@ -53,9 +57,23 @@ impl<'a> Frame<'a> {
 
 const INLINE: usize = 16;
 
+/// Most stack one evaluation (or parse) may use. Frames are far larger in
+/// debug builds than in release ones, so depth alone cannot bound the stack;
+/// this keeps well inside a 2 MiB thread stack either way.
+pub const MAX_STACK_BYTES: usize = 640 * 1024;
+
+/// An address on the current stack (stacks grow down on every supported target).
+#[inline(always)]
+pub(crate) fn stack_addr() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
 /// Per-evaluation state: depth and the attributes being evaluated.
 pub(crate) struct Ctx {
     depth: u32,
+    stack_base: usize,
+    steps: u64,
     /// Unqualified names not found in MY are looked up in TARGET (matchmaking).
     pub fallback: bool,
     /// Reproduce HTCondor's known deviations (see [`Quirks`]); tests only.
@@ -67,7 +85,7 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     pub fn new(fallback: bool) -> Ctx {
-        Ctx { depth: 0, fallback, quirks: false, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
+        Ctx { depth: 0, stack_base: stack_addr(), steps: 0, fallback, quirks: false, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
     }
 
     fn push(&mut self, key: (usize, Sym)) -> bool {
@@ -95,7 +113,15 @@ impl Ctx {
             return v.clone();
         }
         self.depth += 1;
-        let v = if self.depth > MAX_EVAL_DEPTH { Value::Error } else { self.eval_inner(e, f) };
+        self.steps += 1;
+        let v = if self.depth > MAX_EVAL_DEPTH
+            || self.steps > MAX_EVAL_STEPS
+            || self.stack_base.abs_diff(stack_addr()) > MAX_STACK_BYTES
+        {
+            Value::Error
+        } else {
+            self.eval_inner(e, f)
+        };
         self.depth -= 1;
         v
     }

@@ -25,7 +25,7 @@ pub struct CompiledRequest {
 impl CompiledRequest {
     /// Compiles `request`'s Requirements and Rank.
     pub fn new(request: &ClassAd) -> CompiledRequest {
-        let mut c = Compiler { ad: request, visiting: Vec::new(), budget: INLINE_BUDGET };
+        let mut c = Compiler { ad: request, depth: 0, visiting: Vec::new(), budget: INLINE_BUDGET };
         let requirements = request.lookup("Requirements").map(|e| c.compile(e));
         let rank = request.lookup("Rank").map(|e| c.compile(e));
         CompiledRequest { ad: request.clone(), requirements, rank }
@@ -99,6 +99,7 @@ pub fn rank(request: &ClassAd, offer: &ClassAd) -> f64 {
 
 struct Compiler<'a> {
     ad: &'a ClassAd,
+    depth: u32,
     visiting: Vec<Sym>,
     budget: usize,
 }
@@ -117,12 +118,15 @@ impl Compiler<'_> {
             // A cycle through the request's own attributes.
             return Some(Expr::Lit(Value::Error));
         }
-        if self.budget == 0 {
+        if self.budget == 0 || self.depth > 64 {
+            // Too much to inline: leave the reference to the evaluator, which has its own bounds.
             return Some(e.clone());
         }
         self.budget -= 1;
         self.visiting.push(sym);
+        self.depth += 1;
         let c = self.compile(&a.expr);
+        self.depth -= 1;
         self.visiting.pop();
         Some(c)
     }

@@ -76,6 +76,7 @@ struct Parser {
     toks: Vec<Token>,
     i: usize,
     nesting: u32,
+    stack_base: usize,
 }
 
 fn is_keyword(s: &str) -> bool {
@@ -84,7 +85,7 @@ fn is_keyword(s: &str) -> bool {
 
 impl Parser {
     fn new(src: &str) -> Result<Parser, ParseError> {
-        Ok(Parser { toks: tokenize(src)?, i: 0, nesting: 0 })
+        Ok(Parser { toks: tokenize(src)?, i: 0, nesting: 0, stack_base: crate::eval::stack_addr() })
     }
 
     fn tok(&self) -> &Token {
@@ -142,7 +143,7 @@ impl Parser {
 
     fn enter(&mut self) -> Result<(), ParseError> {
         self.nesting += 1;
-        if self.nesting > MAX_NESTING {
+        if self.nesting > MAX_NESTING || self.stack_base.abs_diff(crate::eval::stack_addr()) > crate::eval::MAX_STACK_BYTES {
             return Err(ParseError { pos: self.pos(), message: format!("nesting deeper than {MAX_NESTING} levels") });
         }
         Ok(())
