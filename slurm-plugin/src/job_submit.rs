@@ -56,21 +56,21 @@ mod tests {
 
     #[test]
     fn options_and_jdl_keys_become_gres() {
-        assert_eq!(translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=2"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:2")));
+        assert_eq!(translate(&sub(&["CDER_GPGPU_PER_NODE=2"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:2")));
         assert_eq!(translate(&sub(&[], &["GPGPUPerNode=3"]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:3")));
-        assert_eq!(translate(&sub(&["SPANK_CDER_REQUEST=gpgpu:1"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:1")));
+        assert_eq!(translate(&sub(&["CDER_REQUEST=gpgpu:1"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:1")));
         assert_eq!(translate(&sub(&[], &["PATH=/bin"]), &nodes()).unwrap(), None);
     }
 
     #[test]
     fn bad_requests_are_refused_with_the_reason() {
-        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=0"], &[]), &nodes()).unwrap_err();
+        let e = translate(&sub(&["CDER_GPGPU_PER_NODE=0"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("--gpgpu-per-node=0") && e.contains("at least 1"), "{e}");
-        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=abc"], &[]), &nodes()).unwrap_err();
+        let e = translate(&sub(&["CDER_GPGPU_PER_NODE=abc"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("not a whole number"), "{e}");
-        let e = translate(&sub(&["SPANK_CDER_GPGPU_PER_NODE=5"], &[]), &nodes()).unwrap_err();
+        let e = translate(&sub(&["CDER_GPGPU_PER_NODE=5"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("more than any node has (at most 4)"), "{e}");
-        let e = translate(&sub(&["SPANK_CDER_REQUEST=fpga:1"], &[]), &nodes()).unwrap_err();
+        let e = translate(&sub(&["CDER_REQUEST=fpga:1"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("unknown CDER type"), "{e}");
         let e = translate(&sub(&[], &["GPGPUPerNode=-2"]), &nodes()).unwrap_err();
         assert!(e.contains("GPGPUPerNode=-2"), "{e}");

@@ -4,8 +4,8 @@
 //! A request reaches the controller two ways: as SPANK options
 //! (`--gpgpu-per-node=N`, `--cder=TYPE:N`, `--gpgpu-min-memory=MB`), which
 //! the plugin copies into the job-control environment on the submit host
-//! (SLURM prefixes them `SPANK_`, so the controller sees
-//! `SPANK_CDER_GPGPU_PER_NODE=2` in `spank_job_env`), or as the JDL keys a
+//! (the controller sees `CDER_GPGPU_PER_NODE=2` in `spank_job_env`, the
+//! prolog and epilog `SPANK_CDER_GPGPU_PER_NODE=2`), or as the JDL keys a
 //! CE puts into the job's environment (`GPGPUPerNode=2`). On the node the
 //! plugin sees the option values through its callbacks and the JDL keys in
 //! the step's environment.
@@ -112,9 +112,15 @@ pub fn env_lookup<'a, S: AsRef<str>>(vars: &'a [S], name: &str) -> Option<&'a st
 
 impl RawRequest {
     /// The options as the controller sees them in `spank_job_env`
-    /// (`SPANK_CDER_GPGPU_PER_NODE=2`, …).
+    /// (`CDER_GPGPU_PER_NODE=2`, …; `SPANK_CDER_…` in the prolog).
     pub fn from_control_env<S: AsRef<str>>(spank_job_env: &[S]) -> RawRequest {
-        let get = |name: &str| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}")).map(str::to_string);
+        // slurmctld holds them unprefixed; the prolog/epilog see them with
+        // SLURM's `SPANK_` prefix.
+        let get = |name: &str| {
+            env_lookup(spank_job_env, name)
+                .or_else(|| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}")))
+                .map(str::to_string)
+        };
         RawRequest {
             gpgpu_per_node: get(CONTROL_GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_PER_NODE) }),
             cder: get(CONTROL_CDER).map(|value| Sourced { value, source: Source::Option(OPT_CDER) }),
@@ -233,7 +239,7 @@ mod tests {
 
     #[test]
     fn control_env_and_jdl_keys() {
-        let spank = ["SPANK_CDER_GPGPU_PER_NODE=2", "SPANK_CDER_GPGPU_MIN_MEMORY=4096", "OTHER=1"];
+        let spank = ["CDER_GPGPU_PER_NODE=2", "SPANK_CDER_GPGPU_MIN_MEMORY=4096", "OTHER=1"];
         let env = ["PATH=/bin", "GPGPUPerNode=1"];
         let raw = RawRequest::from_control_env(&spank).or(RawRequest::from_jdl_env(&env));
         let req = raw.parse().unwrap();

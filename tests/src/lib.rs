@@ -3,4 +3,5 @@
 
 pub mod bdii;
 pub mod ldap;
+pub mod slurm;
 pub mod glue;

@@ -2,7 +2,7 @@
 //!
 //! Loaded by slurmctld (`JobSubmitPlugins=cder`, with the plugin's folder in
 //! `PluginDir`). A cder request, whether it came as SPANK options
-//! (`SPANK_CDER_*` in the job-control environment) or as the JDL key
+//! (`CDER_*` in the job-control environment) or as the JDL key
 //! `GPGPUPerNode` a CE put into the job's environment, becomes
 //! `tres_per_node` GRES (`gres:gpu:N`), so the scheduler never places more
 //! jobs on a node than it has devices. Malformed requests, counts no node

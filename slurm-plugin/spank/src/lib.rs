@@ -74,6 +74,15 @@ impl CderSpank {
         self.args.clone().unwrap_or_default()
     }
 
+    /// Parses the plugstack.conf words once. Every callback gets them, and
+    /// not every context calls `slurm_spank_init` (the job epilog does not).
+    fn load_args(&mut self, words: &[String]) -> SpankResult {
+        if self.args.is_none() {
+            self.args = Some(PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?);
+        }
+        Ok(())
+    }
+
     fn connect(&self) -> Result<Client, ClientError> {
         let a = self.args();
         Client::connect(&a.socket, a.timeout)
@@ -226,14 +235,14 @@ impl Plugin for CderSpank {
     }
 
     fn init(&mut self, _spank: &Spank, args: &[String]) -> SpankResult {
-        self.args = Some(PluginArgs::parse(args).map_err(|e| SpankError::new(e.to_string()))?);
-        Ok(())
+        self.load_args(args)
     }
 
-    fn init_post_opt(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
+    fn init_post_opt(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        self.load_args(args)?;
         match spank.context() {
             Context::Local | Context::Allocator => {
-                // The controller reads these as SPANK_CDER_* in spank_job_env.
+                // The controller reads these as CDER_* in spank_job_env.
                 let pairs = [
                     (CONTROL_GPGPU_PER_NODE, &self.options.gpgpu_per_node),
                     (CONTROL_CDER, &self.options.cder),
@@ -276,7 +285,8 @@ impl Plugin for CderSpank {
         }
     }
 
-    fn exit(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
+    fn exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        self.load_args(args)?;
         // The batch step ending is the job ending on this node; other steps
         // end while the job may still run more.
         if spank.context() == Context::Remote && spank.step_id().ok() == Some(cder_slurm::ffi::SLURM_BATCH_SCRIPT) {
@@ -285,7 +295,12 @@ impl Plugin for CderSpank {
         Ok(())
     }
 
-    fn job_epilog(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
+    fn job_epilog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        if let Err(e) = self.load_args(args) {
+            // Failing an epilog drains the node; say why and carry on.
+            log(Level::Error, &format!("spank_cder: job epilog: {e}"));
+            return Ok(());
+        }
         self.release(spank, "job epilog")
     }
 }

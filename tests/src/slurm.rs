@@ -1,0 +1,619 @@
+//! A real one-node SLURM cluster (Debian's slurmctld and slurmd, 22.05) on
+//! 127.0.0.1 in a temp dir, with private ports, `auth/none`, fake GPUs as
+//! plain files named in gres.conf, the cder plugins loaded and a real
+//! `cderd` configured with the same devices.
+//!
+//! ```no_run
+//! use cder_tests::slurm::{SlurmCluster, SlurmConfig};
+//! if !cder_tests::slurm::require_slurm() { return; }
+//! let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap();
+//! let job = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\necho $CUDA_VISIBLE_DEVICES\n").unwrap();
+//! let done = cluster.wait_job(job, std::time::Duration::from_secs(60)).unwrap();
+//! assert_eq!(done.state, "COMPLETED");
+//! println!("{}", cluster.job_output(job));
+//! ```
+//!
+//! The daemons run in the foreground (`-D`) with their logs in the temp dir;
+//! [`SlurmCluster::logs`] gathers them for a failing test's message, and
+//! `Drop` cancels the jobs and kills the daemons.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Where Debian puts SLURM's own plugins.
+pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+
+/// The programs a SLURM test runs.
+pub const SLURM_PROGRAMS: [&str; 7] = ["slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol"];
+
+/// Checks that SLURM is installed. When it is not: with `CI=true` this
+/// panics (the test fails); otherwise it prints why and returns false, and
+/// the caller returns early.
+pub fn require_slurm() -> bool {
+    let mut missing: Vec<String> = SLURM_PROGRAMS.iter().filter(|p| find_program(p).is_none()).map(|p| p.to_string()).collect();
+    if !Path::new(SLURM_PLUGIN_DIR).join("select_cons_tres.so").exists() {
+        missing.push(format!("{SLURM_PLUGIN_DIR}/select_cons_tres.so"));
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let message = format!("missing {} (install slurm-wlm with deploy/install-deps.sh)", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true and a real component is {message}");
+    }
+    eprintln!("SKIPPED: {message}");
+    false
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/usr/bin".into()]).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// Only one SLURM cluster at a time per test process: the machine has two
+/// cores, and scheduling assertions need the daemons to get CPU.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The workspace's root (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The folder cargo puts debug artifacts in.
+pub fn target_debug_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join("debug")
+}
+
+/// The cder artifacts a SLURM test loads.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    pub spank: PathBuf,
+    pub job_submit: PathBuf,
+    pub cderd: PathBuf,
+}
+
+/// Builds (once per process) and finds `libspank_cder.so`,
+/// `libjob_submit_cder.so` and `cderd` in target/debug.
+pub fn artifacts() -> Result<Artifacts, String> {
+    static BUILT: OnceLock<Result<Artifacts, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = target_debug_dir();
+            let found = Artifacts {
+                spank: dir.join("libspank_cder.so"),
+                job_submit: dir.join("libjob_submit_cder.so"),
+                cderd: dir.join("cderd"),
+            };
+            // Building while `cargo test` runs is safe: cargo has released
+            // the build lock by the time test binaries run.
+            if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let out = Command::new(cargo)
+                    .args(["build", "-j", "2", "-p", "spank-cder", "-p", "job-submit-cder", "-p", "cderd"])
+                    .current_dir(workspace_root())
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("running cargo build: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!("cargo build of the plugins and cderd failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+                }
+            }
+            for p in [&found.spank, &found.job_submit, &found.cderd] {
+                if !p.exists() {
+                    return Err(format!("{} is missing; run cargo build -p spank-cder -p job-submit-cder -p cderd", p.display()));
+                }
+            }
+            Ok(found)
+        })
+        .clone()
+}
+
+/// How to set the cluster up.
+#[derive(Debug, Clone)]
+pub struct SlurmConfig {
+    /// Fake GPUs (files in gres.conf, devices in cderd's config).
+    pub gpus: u32,
+    /// CPUs the node declares (more than the machine's, so that GPUs, not
+    /// cores, limit how many jobs run at once).
+    pub cpus: u32,
+    /// Load spank_cder.so (plugstack.conf `required`).
+    pub spank: bool,
+    /// Words after the plugin path in plugstack.conf besides `socket=`
+    /// (e.g. `fail=open`, `mode=observe`).
+    pub spank_args: Vec<String>,
+    /// Load job_submit_cder.so (`JobSubmitPlugins=cder`).
+    pub job_submit: bool,
+    /// Start cderd with the same devices.
+    pub cderd: bool,
+    /// Extra lines for slurm.conf.
+    pub extra_slurm_conf: String,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        SlurmConfig {
+            gpus: 4,
+            cpus: 8,
+            spank: true,
+            spank_args: Vec::new(),
+            job_submit: true,
+            cderd: true,
+            extra_slurm_conf: String::new(),
+        }
+    }
+}
+
+/// One finished (or current) job as `scontrol show job` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    pub id: u32,
+    pub state: String,
+    pub reason: String,
+    pub exit_code: String,
+    /// Every `Key=Value` of `scontrol show job -o`.
+    pub fields: BTreeMap<String, String>,
+}
+
+/// A running cluster; dropping it stops everything.
+pub struct SlurmCluster {
+    dir: tempfile::TempDir,
+    conf: PathBuf,
+    node: String,
+    slurmctld: Option<Child>,
+    slurmd: Option<Child>,
+    cderd: Option<Child>,
+    cderd_bin: Option<PathBuf>,
+    pub config: SlurmConfig,
+    pub ctld_port: u16,
+    pub slurmd_port: u16,
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+impl SlurmCluster {
+    /// Writes the configs, copies the plugins, starts cderd, slurmctld and
+    /// slurmd, and waits until the node is idle.
+    pub fn start(config: &SlurmConfig) -> Result<SlurmCluster, String> {
+        let arts = artifacts()?;
+        let dir = tempfile::Builder::new().prefix("cder-slurm-").tempdir().map_err(|e| e.to_string())?;
+        let d = dir.path().to_path_buf();
+        for sub in ["state", "spool", "plugins", "dev", "log", "cder", "jobs"] {
+            std::fs::create_dir_all(d.join(sub)).map_err(|e| e.to_string())?;
+        }
+        // Job scripts run as root here but write into jobs/; keep it open.
+        let _ = Command::new("chmod").args(["1777", &d.join("jobs").to_string_lossy()]).status();
+        let (ctld_port, slurmd_port) = (free_port()?, free_port()?);
+        let node = "node1".to_string();
+        for i in 0..config.gpus {
+            make_fake_gpu(&d.join(format!("dev/gpu{i}")))?;
+        }
+        // Fresh copies: a .so rewritten in place under a running daemon crashes it.
+        std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
+        std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
+
+        let p = |sub: &str| d.join(sub).display().to_string();
+        let gres = if config.gpus > 0 { format!(" Gres=gpu:{}", config.gpus) } else { String::new() };
+        let job_submit = if config.job_submit { "JobSubmitPlugins=cder\n" } else { "" };
+        let slurm_conf = format!(
+            "# Written by cder-tests: a one-node cluster on loopback.\n\
+             ClusterName=cder{ctld_port}\n\
+             SlurmctldHost=localhost(127.0.0.1)\n\
+             SlurmctldPort={ctld_port}\n\
+             SlurmdPort={slurmd_port}\n\
+             AuthType=auth/none\n\
+             CredType=cred/none\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             GresTypes=gpu\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             StateSaveLocation={state}\n\
+             SlurmdSpoolDir={spool}\n\
+             SlurmctldPidFile={ctldpid}\n\
+             SlurmdPidFile={slurmdpid}\n\
+             SlurmctldLogFile={ctldlog}\n\
+             SlurmdLogFile={slurmdlog}\n\
+             SlurmctldDebug=verbose\n\
+             SlurmdDebug=verbose\n\
+             PluginDir={SLURM_PLUGIN_DIR}:{plugins}\n\
+             PlugStackConfig={plugstack}\n\
+             {job_submit}\
+             MpiDefault=none\n\
+             SwitchType=switch/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             JobCompType=jobcomp/none\n\
+             SchedulerType=sched/backfill\n\
+             SchedulerParameters=sched_interval=2,bf_interval=1\n\
+             MinJobAge=3600\n\
+             ReturnToService=2\n\
+             KillWait=2\n\
+             SlurmdParameters=config_overrides\n\
+             {extra}\n\
+             NodeName={node} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} RealMemory=1000{gres} State=UNKNOWN\n\
+             PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
+            state = p("state"),
+            spool = p("spool"),
+            ctldpid = p("slurmctld.pid"),
+            slurmdpid = p("slurmd.pid"),
+            ctldlog = p("log/slurmctld.log"),
+            slurmdlog = p("log/slurmd.log"),
+            plugins = p("plugins"),
+            plugstack = p("plugstack.conf"),
+            extra = config.extra_slurm_conf,
+            cpus = config.cpus,
+        );
+        let conf = d.join("slurm.conf");
+        std::fs::write(&conf, slurm_conf).map_err(|e| e.to_string())?;
+        if config.gpus > 0 {
+            let last = config.gpus - 1;
+            let range = if last == 0 { "0".to_string() } else { format!("[0-{last}]") };
+            std::fs::write(d.join("gres.conf"), format!("NodeName={node} Name=gpu File={}/dev/gpu{range}\n", d.display()))
+                .map_err(|e| e.to_string())?;
+        } else {
+            std::fs::write(d.join("gres.conf"), "").map_err(|e| e.to_string())?;
+        }
+        let mut cluster = SlurmCluster {
+            dir,
+            conf,
+            node,
+            slurmctld: None,
+            slurmd: None,
+            cderd: None,
+            cderd_bin: Some(arts.cderd.clone()),
+            config: config.clone(),
+            ctld_port,
+            slurmd_port,
+        };
+        cluster.set_plugstack(config.spank, &config.spank_args)?;
+        cluster.write_cder_toml()?;
+        if config.cderd {
+            cluster.start_cderd()?;
+        }
+        cluster.slurmctld = Some(cluster.spawn("slurmctld", &["-D", "-f", &cluster.conf.display().to_string()], "log/slurmctld.out")?);
+        cluster.slurmd =
+            Some(cluster.spawn("slurmd", &["-D", "-N", &cluster.node.clone(), "-f", &cluster.conf.display().to_string()], "log/slurmd.out")?);
+        cluster.wait_idle(Duration::from_secs(60))?;
+        Ok(cluster)
+    }
+
+    /// The temp dir everything lives in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The slurm.conf of this cluster (what `SLURM_CONF` points to).
+    pub fn slurm_conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// cderd's socket.
+    pub fn cderd_socket(&self) -> PathBuf {
+        self.dir().join("cder/cderd.sock")
+    }
+
+    /// A folder job scripts may write into.
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.dir().join("jobs")
+    }
+
+    /// Rewrites plugstack.conf. srun, sbatch and slurmstepd read it anew
+    /// for every command and step, so this takes effect at once.
+    pub fn set_plugstack(&self, spank: bool, args: &[String]) -> Result<(), String> {
+        let text = if spank {
+            format!(
+                "required {}/plugins/spank_cder.so socket={} {}\n",
+                self.dir().display(),
+                self.cderd_socket().display(),
+                args.join(" ")
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(self.dir().join("plugstack.conf"), text).map_err(|e| e.to_string())
+    }
+
+    fn write_cder_toml(&self) -> Result<(), String> {
+        let d = self.dir();
+        let mut t = format!(
+            "[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+            self.cderd_socket().display(),
+            d.join("cder/state").display()
+        );
+        for i in 0..self.config.gpus {
+            let _ = write!(
+                t,
+                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-00000000-0000-4000-8000-00000000000{i}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mb = 4800\npath = \"{}/dev/gpu{i}\"\n",
+                d.display()
+            );
+        }
+        std::fs::create_dir_all(d.join("cder/state")).map_err(|e| e.to_string())?;
+        std::fs::write(d.join("cder/cder.toml"), t).map_err(|e| e.to_string())
+    }
+
+    /// Starts cderd (again), waiting for its socket.
+    pub fn start_cderd(&mut self) -> Result<(), String> {
+        let bin = self.cderd_bin.clone().ok_or("no cderd binary")?;
+        let _ = std::fs::remove_file(self.cderd_socket());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir().join("log/cderd.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(&bin)
+            .arg("--config")
+            .arg(self.dir().join("cder/cder.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        self.cderd = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.cderd_status().is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!("cderd did not answer on {}\n{}", self.cderd_socket().display(), self.logs()))
+    }
+
+    /// Stops cderd (SIGKILL: the durable state must survive that anyway).
+    pub fn stop_cderd(&mut self) {
+        if let Some(mut c) = self.cderd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(self.cderd_socket());
+    }
+
+    /// cderd's `status`.
+    pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
+        cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))
+            .and_then(|mut c| c.status())
+            .map_err(|e| e.to_string())
+    }
+
+    fn spawn(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
+        let log = std::fs::File::create(self.dir().join(out)).map_err(|e| e.to_string())?;
+        Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))
+    }
+
+    fn wait_idle(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let mut exited = None;
+            for (name, child) in [("slurmctld", &mut self.slurmctld), ("slurmd", &mut self.slurmd)] {
+                if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
+                    exited = Some(format!("{name} exited ({status}) while starting"));
+                }
+            }
+            if let Some(why) = exited {
+                return Err(format!("{why}\n{}", self.logs()));
+            }
+            if let Ok(out) = self.command("sinfo").args(["-h", "-n", &self.node, "-o", "%T"]).output() {
+                last = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if last == "idle" {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(format!("the node did not become idle within {timeout:?} (last state {last:?})\n{}", self.logs()))
+    }
+
+    /// A SLURM client command aimed at this cluster.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(find_program(program).unwrap_or_else(|| program.into()));
+        c.env("SLURM_CONF", &self.conf).current_dir(self.jobs_dir()).stdin(Stdio::null());
+        c
+    }
+
+    /// Runs a client command and returns its output, whatever its status.
+    pub fn run(&self, program: &str, args: &[&str]) -> Result<Output, String> {
+        self.command(program).args(args).output().map_err(|e| format!("running {program}: {e}"))
+    }
+
+    /// Submits `script` with `args`; output goes to `jobs/<id>.out`.
+    /// `Err` carries sbatch's stderr when it refuses the job.
+    pub fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        self.sbatch_env(args, script, &[])
+    }
+
+    /// [`Self::sbatch`] with extra variables in the submit environment (as
+    /// a CE sets `GPGPUPerNode`).
+    pub fn sbatch_env(&self, args: &[&str], script: &str, env: &[(&str, &str)]) -> Result<u32, String> {
+        let path = self.jobs_dir().join(format!("script-{}.sh", unique()));
+        std::fs::write(&path, script).map_err(|e| e.to_string())?;
+        let out_pattern = self.jobs_dir().join("%j.out").display().to_string();
+        let mut cmd = self.command("sbatch");
+        cmd.arg("--parsable").arg("-o").arg(&out_pattern).args(args).arg(&path);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().map_err(|e| format!("running sbatch: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("sbatch exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+        stdout.trim().split(';').next().and_then(|id| id.parse().ok()).ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
+    }
+
+    /// `scontrol show job -o <id>`, parsed.
+    pub fn job(&self, id: u32) -> Result<JobInfo, String> {
+        let out = self.run("scontrol", &["show", "job", "-o", &id.to_string()])?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() || text.trim().is_empty() {
+            return Err(format!("scontrol show job {id}: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let fields: BTreeMap<String, String> =
+            text.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(JobInfo {
+            id,
+            state: fields.get("JobState").cloned().unwrap_or_default(),
+            reason: fields.get("Reason").cloned().unwrap_or_default(),
+            exit_code: fields.get("ExitCode").cloned().unwrap_or_default(),
+            fields,
+        })
+    }
+
+    /// Waits until the job has left PENDING/RUNNING/CONFIGURING/COMPLETING.
+    pub fn wait_job(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.job(id)?;
+            if !["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"].contains(&info.state.as_str()) {
+                return Ok(info);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("job {id} still {} after {timeout:?}\n{}\n{}", info.state, self.squeue(), self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits until the job is RUNNING.
+    pub fn wait_running(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.job(id)?;
+            if info.state == "RUNNING" {
+                return Ok(info);
+            }
+            if Instant::now() > deadline || !["PENDING", "CONFIGURING"].contains(&info.state.as_str()) {
+                return Err(format!("job {id} is {} ({}), not RUNNING\n{}", info.state, info.reason, self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `squeue` as text.
+    pub fn squeue(&self) -> String {
+        self.run("squeue", &[]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_else(|e| e)
+    }
+
+    /// `scontrol <args>` stdout.
+    pub fn scontrol(&self, args: &[&str]) -> Result<String, String> {
+        let out = self.run("scontrol", args)?;
+        if !out.status.success() {
+            return Err(format!("scontrol {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The output file of a batch job (empty if none).
+    pub fn job_output(&self, id: u32) -> String {
+        std::fs::read_to_string(self.jobs_dir().join(format!("{id}.out"))).unwrap_or_default()
+    }
+
+    /// The last lines of every log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out", "cderd.log"] {
+            let text = std::fs::read_to_string(self.dir().join("log").join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            let _ = writeln!(out, "==== {name} (last {} lines) ====\n{}", tail.len(), tail.join("\n"));
+        }
+        out
+    }
+
+    /// Cancels every job and waits (briefly) until none is left running,
+    /// so no slurmstepd outlives the cluster.
+    pub fn cancel_all(&self) {
+        let _ = self.run("scancel", &["--user=root"]);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let out = self.run("squeue", &["-h", "-t", "PD,R,CG,CF"]).map(|o| o.stdout).unwrap_or_default();
+            if out.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        if self.slurmctld.is_some() {
+            self.cancel_all();
+        }
+        for child in [&mut self.slurmd, &mut self.slurmctld, &mut self.cderd].into_iter().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::env::var_os("CDER_KEEP_TMP").is_some() {
+            let kept = self.dir.path().to_path_buf();
+            eprintln!("kept {}", kept.display());
+            std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")));
+        }
+    }
+}
+
+/// A fake GPU device file. SLURM's GRES only sets `CUDA_VISIBLE_DEVICES`
+/// and `SLURM_JOB_GPUS` for character devices, so as root this makes one
+/// with the numbers of /dev/null (harmless if opened); otherwise a plain
+/// file, which SLURM counts but logs as "not a valid character device".
+fn make_fake_gpu(path: &Path) -> Result<(), String> {
+    let made = Command::new("mknod").arg(path).args(["c", "1", "3"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if !made {
+        std::fs::write(path, b"").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Parses the `KEY=VALUE` lines a job printed.
+pub fn parse_env_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
+}
+
+/// The device indices of a `CUDA_VISIBLE_DEVICES` value.
+pub fn visible_set(value: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = value.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    v.sort_unstable();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_lines_and_visible_sets() {
+        let env = parse_env_lines("CUDA_VISIBLE_DEVICES=3,1\nSTART=1.5\nnoise\n");
+        assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]), vec![1, 3]);
+        assert!(visible_set("").is_empty());
+        assert_eq!(env["START"], "1.5");
+    }
+
+    #[test]
+    fn free_ports_are_distinct_while_held() {
+        let a = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = free_port().unwrap();
+        assert_ne!(p, a.local_addr().unwrap().port());
+    }
+}

@@ -1,0 +1,245 @@
+//! spank_cder.so and job_submit_cder.so loaded by a real slurmctld and
+//! slurmd (Debian's SLURM 22.05) on 127.0.0.1, with a real cderd holding
+//! four fake GPUs (plain files, as gres.conf names them). Only the GPUs are
+//! fake: every SLURM daemon, command and plugin hook is the real one.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A job that prints when it started, what it sees, what an srun step
+/// inside it sees, and when it ended.
+const REPORTING_JOB: &str = "#!/bin/sh\n\
+echo START=$(date +%s.%N)\n\
+env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|ROCR_VISIBLE_DEVICES)='\n\
+echo STEP_CUDA_VISIBLE_DEVICES=$(srun -n1 printenv CUDA_VISIBLE_DEVICES)\n\
+sleep 4\n\
+echo END=$(date +%s.%N)\n";
+
+fn start(config: SlurmConfig) -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
+    if !require_slurm() {
+        return None;
+    }
+    let guard = serial();
+    let cluster = SlurmCluster::start(&config).unwrap_or_else(|e| panic!("starting SLURM: {e}"));
+    Some((guard, cluster))
+}
+
+/// Polls cderd until no device is allocated (release happens in the job
+/// epilog, which may finish just after the job is reported done).
+fn wait_all_free(cluster: &SlurmCluster) -> cder_protocol::Status {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = cluster.cderd_status().expect("cderd status");
+        let c = &status.counts["gpgpu"];
+        if c.allocated == 0 || Instant::now() > deadline {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let ids: Vec<u32> = (0..3)
+        .map(|_| cluster.sbatch(&["--gpgpu-per-node=2"], REPORTING_JOB).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs())))
+        .collect();
+    let mut runs = Vec::new();
+    for &id in &ids {
+        let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+        let out = cluster.job_output(id);
+        assert_eq!(info.state, "COMPLETED", "job {id}: {info:?}\noutput:\n{out}\n{}", cluster.logs());
+        let env = parse_env_lines(&out);
+        let start: f64 = env["START"].parse().unwrap();
+        let end: f64 = env["END"].parse().unwrap();
+        let gpus = visible_set(&env["CUDA_VISIBLE_DEVICES"]);
+        assert_eq!(gpus.len(), 2, "job {id} sees {:?}\n{out}", env["CUDA_VISIBLE_DEVICES"]);
+        assert!(gpus.iter().all(|&g| g < 4), "{gpus:?}");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+        // A step inside the job sees the job's devices, not new ones.
+        assert_eq!(visible_set(&env["STEP_CUDA_VISIBLE_DEVICES"]), gpus, "job {id}: step saw other devices\n{out}");
+        // The GRES request is what the scheduler counted.
+        assert!(info.fields.get("TresPerNode").is_some_and(|t| t.contains("gpu:2")), "{info:?}");
+        runs.push((id, start, end, gpus));
+    }
+    // At most two at once, and jobs that overlapped saw disjoint devices.
+    for (i, a) in runs.iter().enumerate() {
+        let concurrent = runs.iter().filter(|b| b.1 <= a.1 && a.1 < b.2).count();
+        assert!(concurrent <= 2, "{concurrent} jobs ran at once at {}: {runs:?}", a.1);
+        for b in &runs[i + 1..] {
+            if a.1 < b.2 && b.1 < a.2 {
+                assert!(a.3.iter().all(|g| !b.3.contains(g)), "jobs {} and {} ran together on {:?} / {:?}", a.0, b.0, a.3, b.3);
+            }
+        }
+    }
+    let mut by_start = runs.clone();
+    by_start.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let first_end = by_start[0].2.min(by_start[1].2);
+    assert!(by_start[2].1 >= first_end, "the third job started before either of the first two ended: {runs:?}");
+    let status = wait_all_free(&cluster);
+    assert_eq!(status.counts["gpgpu"].free, 4, "{status:?}\n{}", cluster.logs());
+    assert!(status.devices.iter().all(|d| d.job.is_none()), "{status:?}");
+}
+
+#[test]
+fn a_job_that_asked_for_nothing_sees_an_empty_list_and_runs() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let id = cluster.sbatch(&[], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\necho RAN=yes\n").unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
+    let env = parse_env_lines(&out);
+    assert_eq!(env.get("RAN").map(String::as_str), Some("yes"), "{out}");
+    assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some(""), "must be set and empty, never unset (= all):\n{out}");
+    assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
+}
+
+#[test]
+fn fail_closed_without_cderd_fails_the_job_with_a_readable_reason() {
+    let Some((_g, mut cluster)) = start(SlurmConfig::default()) else { return };
+    cluster.stop_cderd();
+    let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\necho RAN=yes\n").unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
+    assert!(!out.contains("RAN=yes"), "the job ran without its devices:\n{out}");
+    assert!(out.contains("cannot connect to cderd") && out.contains("fail=closed"), "no readable reason in the output:\n{out}");
+}
+
+#[test]
+fn fail_open_without_cderd_runs_the_job_with_an_empty_list() {
+    let config = SlurmConfig { spank_args: vec!["fail=open".into()], ..SlurmConfig::default() };
+    let Some((_g, mut cluster)) = start(config) else { return };
+    cluster.stop_cderd();
+    let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\necho RAN=yes\n").unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
+    let env = parse_env_lines(&out);
+    assert_eq!(env.get("RAN").map(String::as_str), Some("yes"));
+    assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some(""), "{out}");
+}
+
+#[test]
+fn bad_requests_are_refused_at_submit_time() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let cases: [(&[&str], &str); 5] = [
+        (&["--gpgpu-per-node=0"], "cder: --gpgpu-per-node=0: the count must be at least 1"),
+        (&["--gpgpu-per-node=abc"], "cder: --gpgpu-per-node=abc: not a whole number of devices"),
+        (&["--gpgpu-per-node=-1"], "the count must be at least 1"),
+        (&["--gpgpu-per-node=5"], "5 gpgpu devices per node is more than any node has (at most 4)"),
+        (&["--cder=fpga:1"], "unknown CDER type \"fpga\" (this cluster has: gpgpu)"),
+    ];
+    for (args, expected) in cases {
+        let err = cluster.sbatch(args, "#!/bin/sh\ntrue\n").expect_err(&format!("{args:?} was accepted"));
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(err.contains("exited exit status: 1"), "{args:?}: sbatch must exit non-zero: {err}");
+    }
+    // The same refusal for the JDL key a CE sets.
+    let err = cluster.sbatch_env(&[], "#!/bin/sh\ntrue\n", &[("GPGPUPerNode", "two")]).unwrap_err();
+    assert!(err.contains("cder: GPGPUPerNode=two: not a whole number of devices"), "{err}");
+    let queue = cluster.run("squeue", &["-h"]).unwrap();
+    assert!(queue.stdout.is_empty(), "a refused job was queued: {}", String::from_utf8_lossy(&queue.stdout));
+}
+
+#[test]
+fn the_jdl_key_in_the_submit_environment_becomes_a_gres_request() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let id = cluster
+        .sbatch_env(&[], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\nsleep 2\n", &[("GPGPUPerNode", "2")])
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    let shown = cluster.scontrol(&["show", "job", &id.to_string()]).unwrap();
+    assert!(shown.contains("TresPerNode=gres:gpu:2"), "scontrol show job:\n{shown}");
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
+    assert_eq!(visible_set(&parse_env_lines(&out)["CUDA_VISIBLE_DEVICES"]).len(), 2, "{out}");
+}
+
+#[test]
+fn a_job_killed_by_scancel_releases_its_devices() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nsleep 300\n").unwrap();
+    cluster.wait_running(id, JOB_TIMEOUT).unwrap();
+    let key = format!("slurm:{id}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let status = cluster.cderd_status().unwrap();
+        let held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
+        if held.len() == 2 || Instant::now() > deadline {
+            break held;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(held.len(), 2, "cderd never showed the job's devices\n{}", cluster.logs());
+    let out = cluster.run("scancel", &[&id.to_string()]).unwrap();
+    assert!(out.status.success());
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    assert_eq!(info.state, "CANCELLED", "{info:?}");
+    let status = wait_all_free(&cluster);
+    assert_eq!(status.counts["gpgpu"].free, 4, "scancel left devices allocated: {status:?}\n{}", cluster.logs());
+}
+
+#[test]
+fn observe_mode_records_the_devices_slurm_chose() {
+    let config = SlurmConfig { spank_args: vec!["mode=observe".into()], ..SlurmConfig::default() };
+    let Some((_g, cluster)) = start(config) else { return };
+    let id = cluster
+        .sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS)='\nsleep 30\n")
+        .unwrap();
+    cluster.wait_running(id, JOB_TIMEOUT).unwrap();
+    let key = format!("slurm:{id}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (held, out) = loop {
+        let status = cluster.cderd_status().unwrap();
+        let held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
+        let out = cluster.job_output(id);
+        if (held.len() == 2 && out.contains("CUDA_VISIBLE_DEVICES")) || Instant::now() > deadline {
+            break (held, out);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let env: BTreeMap<String, String> = parse_env_lines(&out);
+    let chosen = visible_set(env.get("SLURM_JOB_GPUS").or(env.get("CUDA_VISIBLE_DEVICES")).map(String::as_str).unwrap_or(""));
+    assert_eq!(chosen.len(), 2, "SLURM's GRES gave {chosen:?}\n{out}");
+    let mut held = held;
+    held.sort_unstable();
+    assert_eq!(held, chosen, "cderd recorded other devices than SLURM chose\n{out}\n{}", cluster.logs());
+    cluster.run("scancel", &[&id.to_string()]).unwrap();
+    cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
+}
+
+#[test]
+fn in_managed_mode_the_job_sees_the_devices_cderd_chose() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    // With device 0 drained, cderd cannot pick what SLURM's GRES picks
+    // first (0,1): the job must see cderd's choice, not SLURM's.
+    let mut client = cder_protocol::Client::connect(cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
+    client.drain("gpgpu:0", "test: force a choice unlike SLURM's").unwrap();
+    let id = cluster
+        .sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS)='\nsleep 3\n")
+        .unwrap();
+    cluster.wait_running(id, JOB_TIMEOUT).unwrap();
+    let key = format!("slurm:{id}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let status = cluster.cderd_status().unwrap();
+        let mut held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
+        held.sort_unstable();
+        if held.len() == 2 || Instant::now() > deadline {
+            break held;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}");
+    let env = parse_env_lines(&out);
+    assert!(!held.contains(&0), "cderd gave a drained device: {held:?}");
+    assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]), held, "the job does not see cderd's devices\n{out}");
+}
