@@ -1,0 +1,340 @@
+//! A stand-in for pbs_mom, and a real cderd with four static gpgpu devices.
+//!
+//! TORQUE is not packaged for these machines, so these tests play pbs_mom's
+//! part exactly as its Administrator Guide (appendix G) and source
+//! (src/resmom/start_exec.c, prolog.c) describe it:
+//!
+//! * the hooks are files in a `mom_priv/` directory, owned by root and not
+//!   writable by group or others (pbs_mom refuses anything else with -1);
+//! * each runs with an empty environment (`env -i`), stdin on `/dev/null`,
+//!   in `mom_priv/`, with the documented argument layout, as root (the
+//!   `.user` hooks and the job starter as the job's user, via `setpriv`);
+//! * a prologue still running after `$prologalarm` seconds (300 by default)
+//!   is killed and counts as -4.
+//!
+//! The one liberty: the environment carries `CDER_CONFIG` and
+//! `CDER_TORQUE_CONFIG`, standing in for `/etc/cder/cder.toml` and
+//! `/etc/cder/torque.toml`, which a test must not write.
+//!
+//! cderd is the real daemon (`target/debug/cderd`, built by
+//! `cargo build -p cderd`). Without it the tests skip with a reason, or
+//! fail when `CI=true`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cder_protocol::Client;
+
+/// pbs_mom's default `$prologalarm`, in seconds.
+pub const PROLOGALARM: u64 = 300;
+
+/// The hook files the harness installs, with their modes (docs: prologue
+/// `-r-x------`, `.user` variants `-r-x---r-x`).
+pub const HOOKS: &[(&str, u32)] = &[
+    ("prologue", 0o500),
+    ("prologue.parallel", 0o500),
+    ("epilogue", 0o500),
+    ("epilogue.parallel", 0o500),
+    ("epilogue.precancel", 0o500),
+    ("prologue.user", 0o505),
+    ("epilogue.user", 0o505),
+];
+
+/// The job's user in these tests.
+pub const JOB_UID: u32 = 65534;
+pub const JOB_GID: u32 = 65534;
+pub const JOB_USER: &str = "nobody";
+/// Another unprivileged uid (no passwd entry needed: cderd only sees uids).
+pub const OTHER_UID: u32 = 65533;
+
+/// What a hook did.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit status as pbs_mom reads it; -4 when the alarm killed it,
+    /// -1 when the file's permissions made pbs_mom refuse it.
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub torque_toml: PathBuf,
+    pub socket: PathBuf,
+    pub mom_priv: PathBuf,
+    /// A copy of cder-job-starter, reachable by unprivileged users.
+    pub job_starter: PathBuf,
+    pub cder_env: PathBuf,
+    pub cderctl: PathBuf,
+    cderd_bin: PathBuf,
+    cderd: Option<Child>,
+}
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_cder-torque-hook")).parent().unwrap().to_path_buf()
+}
+
+fn missing(what: &str) -> Option<Node> {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{what} (CI=true: a missing component is a failure)");
+    }
+    eprintln!("SKIPPED: {what}");
+    None
+}
+
+impl Node {
+    /// A node with 4 gpgpu devices and cderd running; `None` (skip) when
+    /// cderd is not built or the tests do not run as root.
+    pub fn start(torque_settings: &str) -> Option<Node> {
+        let cderd_bin = bin_dir().join("cderd");
+        if !cderd_bin.exists() {
+            return missing(&format!("{} not found: run `cargo build -p cderd -p cderctl` first", cderd_bin.display()));
+        }
+        let cderctl = bin_dir().join("cderctl");
+        if !cderctl.exists() {
+            return missing(&format!("{} not found: run `cargo build -p cderctl` first", cderctl.display()));
+        }
+        if cder_torque::sys::current_uid() != 0 {
+            return missing("pbs_mom runs hooks as root; these tests must run as root");
+        }
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            return missing("setpriv (util-linux) is needed to run the job starter as the job's user");
+        }
+        let dir = tempfile::Builder::new().prefix("cder-torque-").tempdir().unwrap();
+        // The job's user must reach the socket and the job starter.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("run/cderd.sock");
+        let devs = dir.path().join("dev");
+        fs::create_dir_all(&devs).unwrap();
+        let mut config = format!(
+            "[node]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+            socket.display(),
+            dir.path().join("state").display()
+        );
+        for i in 0..4 {
+            let path = devs.join(format!("nvidia{i}"));
+            fs::write(&path, b"").unwrap();
+            config.push_str(&format!(
+                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-6f1a0c2e-0000-4000-8000-00000000000{i}\"\npci_bus_id = \"0000:0{}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\nnuma_node = {}\n",
+                i + 2,
+                path.display(),
+                i / 2
+            ));
+        }
+        let config_path = dir.path().join("cder.toml");
+        fs::write(&config_path, config).unwrap();
+        let torque_toml = dir.path().join("torque.toml");
+        fs::write(&torque_toml, torque_settings).unwrap();
+        for f in [&config_path, &torque_toml] {
+            fs::set_permissions(f, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+
+        // mom_priv with the hooks, as deploy/torque/install-mom-hooks.sh lays it out.
+        let mom_priv = dir.path().join("mom_priv");
+        fs::create_dir(&mom_priv).unwrap();
+        fs::set_permissions(&mom_priv, fs::Permissions::from_mode(0o751)).unwrap();
+        let hook = bin_dir().join("cder-torque-hook");
+        for (name, mode) in HOOKS {
+            let path = mom_priv.join(name);
+            fs::copy(&hook, &path).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).unwrap();
+        }
+        let bin = dir.path().join("bin");
+        fs::create_dir(&bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let job_starter = bin.join("cder-job-starter");
+        let cder_env = bin.join("cder-env");
+        fs::copy(bin_dir().join("cder-job-starter"), &job_starter).unwrap();
+        fs::copy(bin_dir().join("cder-env"), &cder_env).unwrap();
+
+        let mut node = Node { dir, config: config_path, torque_toml, socket, mom_priv, job_starter, cder_env, cderctl, cderd_bin, cderd: None };
+        node.start_cderd();
+        Some(node)
+    }
+
+    /// Starts cderd and waits until it answers `ping`.
+    pub fn start_cderd(&mut self) {
+        assert!(self.cderd.is_none(), "cderd is already running");
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("cderd.log")).unwrap();
+        let child = Command::new(&self.cderd_bin)
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.cderd = Some(child);
+        // Waiting for a daemon to come up, not a timing assertion: generous.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(mut c) = Client::connect(&self.socket, Duration::from_secs(5)) {
+                if c.ping().is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.cderd.as_mut().unwrap().try_wait().unwrap() {
+                panic!("cderd exited with {status}: {}", fs::read_to_string(self.dir.path().join("cderd.log")).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "cderd did not answer within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills cderd (as a crash would) and waits for it.
+    pub fn stop_cderd(&mut self) {
+        if let Some(mut c) = self.cderd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket, Duration::from_secs(10)).unwrap()
+    }
+
+    /// Each job holding devices, with their indices.
+    pub fn holders(&self) -> BTreeMap<String, Vec<u32>> {
+        let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for d in self.client().status().unwrap().devices {
+            if let Some(job) = d.job {
+                out.entry(job.to_string()).or_default().push(d.index);
+            }
+        }
+        out
+    }
+
+    /// Runs `mom_priv/<name>` as pbs_mom does, as root.
+    pub fn hook(&self, name: &str, args: &[&str]) -> Run {
+        self.hook_with_alarm(name, args, None, PROLOGALARM)
+    }
+
+    /// Runs `mom_priv/<name>` as pbs_mom does, as `uid:gid` (the `.user` hooks).
+    pub fn hook_as(&self, name: &str, args: &[&str], uid: u32, gid: u32) -> Run {
+        self.hook_with_alarm(name, args, Some((uid, gid)), PROLOGALARM)
+    }
+
+    pub fn hook_with_alarm(&self, name: &str, args: &[&str], user: Option<(u32, u32)>, alarm_s: u64) -> Run {
+        let path = self.mom_priv.join(name);
+        // pbs_mom's own check before it runs a hook.
+        let meta = fs::metadata(&path).unwrap();
+        let user_hook = name.ends_with(".user");
+        let perms_ok = meta.uid() == 0 && meta.mode() & 0o022 == 0 && (!user_hook || meta.mode() & 0o005 == 0o005);
+        if !perms_ok {
+            return Run { code: -1, stdout: String::new(), stderr: "permission error".into() };
+        }
+        let mut cmd = match user {
+            None => Command::new(&path),
+            Some((uid, gid)) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg(&path);
+                c
+            }
+        };
+        cmd.args(args)
+            .env_clear()
+            .env("CDER_CONFIG", &self.config)
+            .env("CDER_TORQUE_CONFIG", &self.torque_toml)
+            .current_dir(&self.mom_priv);
+        self.run_with_alarm(cmd, b"", alarm_s, true)
+    }
+
+    /// The job starter as pbs_mom execs it: as the job's user, with the
+    /// job's environment, argv = starter, shell, shell's argv[0], and the
+    /// job script on stdin.
+    pub fn job_starter(&self, uid: u32, gid: u32, env: &[(&str, &str)], argv: &[&str], stdin: &[u8]) -> Run {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(&self.job_starter)
+            .args(argv)
+            .env_clear()
+            .env("CDER_CONFIG", &self.config)
+            .env("CDER_TORQUE_CONFIG", &self.torque_toml)
+            .envs(env.iter().copied())
+            .current_dir("/");
+        self.run_with_alarm(cmd, stdin, PROLOGALARM, false)
+    }
+
+    /// Any command as `uid:gid`, empty environment plus `env`.
+    pub fn run_as(&self, uid: u32, gid: u32, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .env_clear()
+            .env("CDER_CONFIG", &self.config)
+            .envs(env.iter().copied())
+            .current_dir("/");
+        self.run_with_alarm(cmd, b"", PROLOGALARM, false)
+    }
+
+    fn run_with_alarm(&self, mut cmd: Command, stdin: &[u8], alarm_s: u64, null_stdin: bool) -> Run {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out_path = self.dir.path().join(format!("run-{seq}.out"));
+        let err_path = out_path.with_extension("err");
+        cmd.stdout(fs::File::create(&out_path).unwrap()).stderr(fs::File::create(&err_path).unwrap());
+        cmd.stdin(if null_stdin { Stdio::null() } else { Stdio::piped() });
+        let mut child = cmd.spawn().unwrap();
+        if !null_stdin {
+            let mut pipe = child.stdin.take().unwrap();
+            pipe.write_all(stdin).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(alarm_s);
+        let code = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status.code().unwrap_or(-3);
+            }
+            if Instant::now() >= deadline {
+                // pbs_mom's alarm: kill the script, report -4.
+                let _ = child.kill();
+                let _ = child.wait();
+                break -4;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stdout = fs::read_to_string(&out_path).unwrap_or_default();
+        let stderr = fs::read_to_string(&err_path).unwrap_or_default();
+        let _ = fs::remove_file(&out_path);
+        let _ = fs::remove_file(&err_path);
+        Run { code, stdout, stderr }
+    }
+
+    /// `cderctl --config … <args>`, as root.
+    pub fn cderctl(&self, args: &[&str]) -> Run {
+        let mut cmd = Command::new(&self.cderctl);
+        cmd.arg("--config").arg(&self.config).args(args).env_clear();
+        self.run_with_alarm(cmd, b"", 120, true)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_cderd();
+    }
+}
+
+/// The prologue's arguments for job `id` of `nobody` asking for `limits`.
+pub fn prologue_args<'a>(id: &'a str, limits: &'a str) -> Vec<&'a str> {
+    vec![id, JOB_USER, "nogroup", "gpu-job", limits, "batch", ""]
+}
+
+/// The epilogue's arguments for job `id`.
+pub fn epilogue_args(id: &str) -> Vec<&str> {
+    vec![id, JOB_USER, "nogroup", "gpu-job", "4242", "nodes=1:ppn=1:gpus=2", "cput=00:00:01,mem=0kb,vmem=0kb,walltime=00:00:02", "batch", "", "0"]
+}
