@@ -360,6 +360,18 @@ fn write_name(name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 impl Expr {
+    /// The base of `.name` or `[i]`: numbers are parenthesised so `1.x` does not read as a real.
+    fn fmt_base(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Lit(Value::Int(_) | Value::Real(_)) => {
+                f.write_str("(")?;
+                self.fmt_prec(f, 0)?;
+                f.write_str(")")
+            }
+            e => e.fmt_prec(f, 12),
+        }
+    }
+
     fn fmt_prec(&self, f: &mut fmt::Formatter<'_>, min: u8) -> fmt::Result {
         match self {
             Expr::Lit(v) => match v {
@@ -381,22 +393,29 @@ impl Expr {
                 write_name(name, f)
             }
             Expr::Select(e, _, name) => {
-                e.fmt_prec(f, 12)?;
+                e.fmt_base(f)?;
                 f.write_str(".")?;
                 write_name(name, f)
             }
             Expr::Index(b) => {
-                b.0.fmt_prec(f, 12)?;
+                b.0.fmt_base(f)?;
                 write!(f, "[{}]", b.1)
             }
             Expr::Unary(op, e) => {
+                if min > 11 {
+                    f.write_str("(")?;
+                }
                 f.write_str(match op {
                     UnOp::Neg => "-",
                     UnOp::Plus => "+",
                     UnOp::Not => "!",
                     UnOp::BitNot => "~",
                 })?;
-                e.fmt_prec(f, 11)
+                e.fmt_prec(f, 11)?;
+                if min > 11 {
+                    f.write_str(")")?;
+                }
+                Ok(())
             }
             Expr::Binary(op, b) => {
                 let p = op.precedence();
