@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The TORQUE path of the cder demo (run as root): a real cderd with four
+# GPUs, cder's pbs_mom hooks installed into a scratch mom_priv/ by
+# deploy/torque/install-mom-hooks.sh, and each hook run exactly as pbs_mom
+# runs it (env -i, stdin /dev/null, its argument layout; the job starter as
+# the job's user). TORQUE itself is not packaged here: this script plays
+# qsub's and pbs_mom's parts. Everything lives in a temp dir and is removed.
+#
+#   sudo deploy/demo-torque.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+if [ "$(id -u)" -ne 0 ]; then echo "demo-torque.sh: run as root (pbs_mom runs hooks as root)" >&2; exit 1; fi
+work=$(mktemp -d /tmp/cder-demo-torque.XXXXXX)
+chmod 0755 "$work"
+cderd_pid=
+cleanup() { [ -n "$cderd_pid" ] && kill "$cderd_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+show() { printf '\033[2m$ %s\033[0m\n' "$*"; }
+
+step "Building cderd, cderctl and the TORQUE hooks"
+cargo build --quiet -p cderd -p cderctl -p cder-torque
+bin=$root/target/debug
+
+# The node: deploy/cder.example.toml's four Tesla K20m, socket and state in $work.
+sed -e "s|^socket = .*|socket = \"$work/run/cderd.sock\"|" \
+    -e "s|^state_dir = .*|state_dir = \"$work/state\"|" \
+    -e "s|^operators = .*|operators = []|" deploy/cder.example.toml >"$work/cder.toml"
+printf '[torque]\ndirective = "native"\ncderd_timeout_s = 3\n' >"$work/torque.toml"
+chmod 0644 "$work/cder.toml" "$work/torque.toml"
+export CDER_CONFIG=$work/cder.toml CDER_TORQUE_CONFIG=$work/torque.toml
+
+start_cderd() {
+    "$bin/cderd" --config "$CDER_CONFIG" 2>>"$work/cderd.log" &
+    cderd_pid=$!
+    for _ in $(seq 100); do "$bin/cderctl" status >/dev/null 2>&1 && return; sleep 0.1; done
+    echo "cderd did not start:"; cat "$work/cderd.log"; exit 1
+}
+start_cderd
+
+step "Installing the hooks into a scratch \$PBS_HOME/mom_priv"
+mkdir -p "$work/torque/mom_priv"
+deploy/torque/install-mom-hooks.sh --pbs-home "$work/torque" --bindir "$bin" --libexec "$work/libexec" --user-hooks --configure
+ls -l "$work/torque/mom_priv"
+
+# pbs_mom's way of running a hook: empty environment (but for the two config
+# paths a real node keeps in /etc/cder), stdin /dev/null, cwd mom_priv.
+hook() {
+    local name=$1; shift
+    show "mom_priv/$name $*"
+    local rc=0
+    (cd "$work/torque/mom_priv" && env -i CDER_CONFIG="$CDER_CONFIG" CDER_TORQUE_CONFIG="$CDER_TORQUE_CONFIG" "./$name" "$@" </dev/null) || rc=$?
+    case "$name:$rc" in
+        prologue*:0) echo "   -> exit 0: pbs_mom runs the job" ;;
+        prologue*:1) echo "   -> exit 1: pbs_mom aborts the job" ;;
+        prologue*:*) echo "   -> exit $rc: pbs_mom requeues the job" ;;
+        *) echo "   -> exit $rc" ;;
+    esac
+}
+prologue() { hook prologue "$1" nobody nogroup demo-job "$2" batch ""; }
+epilogue() { hook epilogue "$1" nobody nogroup demo-job 4242 "nodes=1" "walltime=00:00:05" batch "" 0; }
+
+step "qsub's submit filter: GPGPUPerNode=2 becomes the site's directive"
+cat >"$work/job.sh" <<'JOB'
+#!/bin/sh
+#PBS -N gromacs-angle1
+#PBS -l nodes=1:ppn=4
+#PBS -v GPGPUPerNode=2
+./deviceQuery
+JOB
+show "cder-torque-submit-filter < job.sh            (native TORQUE)"
+"$work/libexec/cder-torque-submit-filter" <"$work/job.sh"
+show "cder-torque-submit-filter < job.sh            (MAUI, as in the thesis)"
+CDER_TORQUE_CONFIG=<(printf '[torque]\ndirective = "maui"\n') "$work/libexec/cder-torque-submit-filter" <"$work/job.sh"
+show "qsub -v GPGPUPerNode=two job.sh"
+"$work/libexec/cder-torque-submit-filter" -v GPGPUPerNode=two job.sh <"$work/job.sh" || echo "   -> exit $?: qsub refuses the job"
+
+step "Two jobs with gpus=2 each get disjoint devices"
+prologue 17.ce.example.org "neednodes=1:ppn=4:gpus=2,nodes=1:ppn=4:gpus=2,walltime=01:00:00"
+prologue 18.ce.example.org "neednodes=1:ppn=4:gpus=2,nodes=1:ppn=4:gpus=2,walltime=01:00:00"
+"$bin/cderctl" status
+
+step "A third job, while they run: devices busy, so it is requeued"
+prologue 19.ce.example.org "nodes=1:ppn=1:gpus=1"
+step "A job asking for more than the node has: aborted"
+prologue 20.ce.example.org "nodes=1:ppn=1:gpus=8"
+
+step "The job starter, as the job's user (nobody), sees exactly its own devices"
+cp "$work/libexec/cder-job-starter" "$work/cder-job-starter"
+show "setpriv --reuid=nobody cder-job-starter /bin/sh -sh  <<< 'env | grep VISIBLE'   (PBS_JOBID=17.ce.example.org)"
+echo 'id -un; env | grep -E "^CUDA_(VISIBLE_DEVICES|DEVICE_ORDER)="' |
+    env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
+    setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
+show "the same, as another user (uid 65533)"
+echo 'env | grep -E "^CUDA_VISIBLE_DEVICES="' |
+    env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
+    setpriv --reuid=65533 --regid=65533 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
+show 'eval "$(cder-env --shell)"   (for sites without a job starter)'
+env -i PBS_JOBID=18.ce.example.org CDER_CONFIG="$CDER_CONFIG" \
+    setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/libexec/cder-env" --shell
+
+step "Job 17 ends: its epilogue releases; the requeued job 19 now runs"
+epilogue 17.ce.example.org
+prologue 19.ce.example.org "nodes=1:ppn=1:gpus=1"
+"$bin/cderctl" status
+
+step "cderd is down when job 18 ends: the epilogue logs it and exits 0 (node stays up)"
+kill "$cderd_pid"; wait "$cderd_pid" 2>/dev/null || true; cderd_pid=
+epilogue 18.ce.example.org
+start_cderd
+"$bin/cderctl" status
+step "reconcile with pbs_mom's live jobs (mom_priv/jobs/*.JB) frees job 18's devices"
+mkdir -p "$work/torque/mom_priv/jobs" && : >"$work/torque/mom_priv/jobs/19.ce.example.org.JB"
+show "cder-torque-live-jobs.sh | cderctl reconcile --live-jobs - --lrms torque"
+"$work/libexec/cder-torque-live-jobs.sh" "$work/torque" | "$bin/cderctl" reconcile --live-jobs - --lrms torque
+"$bin/cderctl" status
+echo
+echo "TORQUE demo done."
