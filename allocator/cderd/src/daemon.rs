@@ -91,8 +91,10 @@ impl Daemon {
         let dir = &config.node.state_dir;
         std::fs::create_dir_all(dir).map_err(|source| StartError::StateDir { path: dir.clone(), source })?;
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
-        let mut store = Store::open(&dir.join("cderd.db"), &types)?;
+        let db = dir.join("cderd.db");
+        let mut store = Store::open(&db, &types)?;
         store.sync_inventory(&devices)?;
+        crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         let enforcer = Enforcer::new(&config)?;
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
