@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::request::{Request, RequestError, GPGPU};
+use crate::request::{Request, RequestError, Source, GPGPU, OPT_CDER};
 
 /// The GRES name SLURM uses for a CDER type: GPGPUs are SLURM's `gpu`;
 /// any other type is declared under its own name (`GresTypes=gpu,fpga`).
@@ -110,7 +110,11 @@ impl NodeGres {
                     return Err(RequestError::UnknownType { origin: source, cder_type: ty.clone(), known });
                 }
                 Some(&max) if u64::from(count) > max => {
-                    return Err(RequestError::TooMany { origin: source, cder_type: ty.clone(), count, max });
+                    let given = match source {
+                        Source::Option(o) if o == OPT_CDER => format!("--{o}={ty}:{count}"),
+                        other => format!("{other}={count}"),
+                    };
+                    return Err(RequestError::TooMany { given, cder_type: ty.clone(), count, max });
                 }
                 Some(_) => {}
             }
@@ -196,7 +200,7 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{RawRequest, Source, Sourced, OPT_CDER, OPT_GPGPU_PER_NODE};
+    use crate::request::{RawRequest, Sourced, OPT_GPGPU_PER_NODE};
 
     fn req(n: &str) -> Request {
         RawRequest { gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }), ..Default::default() }
@@ -232,7 +236,7 @@ mod tests {
         let g = NodeGres::parse("NodeName=n Gres=gpu:4\n", Path::new("/")).unwrap();
         assert!(g.validate(&req("4")).is_ok());
         let e = g.validate(&req("5")).unwrap_err();
-        assert_eq!(e.to_string(), "cder: --gpgpu-per-node: 5 gpgpu devices per node is more than any node has (at most 4)");
+        assert_eq!(e.to_string(), "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)");
         let fpga = RawRequest { cder: Some(Sourced { value: "fpga:1".into(), source: Source::Option(OPT_CDER) }), ..Default::default() }
             .parse()
             .unwrap();

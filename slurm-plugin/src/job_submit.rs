@@ -69,7 +69,7 @@ mod tests {
         let e = translate(&sub(&["CDER_GPGPU_PER_NODE=abc"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("not a whole number"), "{e}");
         let e = translate(&sub(&["CDER_GPGPU_PER_NODE=5"], &[]), &nodes()).unwrap_err();
-        assert!(e.contains("more than any node has (at most 4)"), "{e}");
+        assert!(e.contains("--gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)"), "{e}");
         let e = translate(&sub(&["CDER_REQUEST=fpga:1"], &[]), &nodes()).unwrap_err();
         assert!(e.contains("unknown CDER type"), "{e}");
         let e = translate(&sub(&[], &["GPGPUPerNode=-2"]), &nodes()).unwrap_err();

@@ -83,8 +83,8 @@ pub enum RequestError {
     Conflict { first: String, second: String, cder_type: String },
     #[error("cder: {origin}: unknown CDER type {cder_type:?} (this cluster has: {known})")]
     UnknownType { origin: Source, cder_type: String, known: String },
-    #[error("cder: {origin}: {count} {cder_type} devices per node is more than any node has (at most {max})")]
-    TooMany { origin: Source, cder_type: String, count: u32, max: u64 },
+    #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices per node)")]
+    TooMany { given: String, cder_type: String, count: u32, max: u64 },
 }
 
 /// A validated request: devices per node by CDER type, and constraints.

@@ -127,12 +127,13 @@ fn fail_open_without_cderd_runs_the_job_with_an_empty_list() {
 #[test]
 fn bad_requests_are_refused_at_submit_time() {
     let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--gpgpu-per-node=0"], "cder: --gpgpu-per-node=0: the count must be at least 1"),
         (&["--gpgpu-per-node=abc"], "cder: --gpgpu-per-node=abc: not a whole number of devices"),
         (&["--gpgpu-per-node=-1"], "the count must be at least 1"),
-        (&["--gpgpu-per-node=5"], "5 gpgpu devices per node is more than any node has (at most 4)"),
+        (&["--gpgpu-per-node=5"], "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)"),
         (&["--cder=fpga:1"], "unknown CDER type \"fpga\" (this cluster has: gpgpu)"),
+        (&["--cder=gpgpu:9"], "cder: --cder=gpgpu:9: more than any node has"),
     ];
     for (args, expected) in cases {
         let err = cluster.sbatch(args, "#!/bin/sh\ntrue\n").expect_err(&format!("{args:?} was accepted"));

@@ -1,0 +1,124 @@
+//! Benchmark: what spank_cder.so adds to `srun -n1 true`.
+//!
+//! Starts the one-node test cluster (real slurmctld/slurmd, cderd with four
+//! fake GPUs) and times `srun -n1 true` with plugstack.conf empty (the
+//! reference) and with spank_cder.so loaded, in the same run, interleaved
+//! in rounds so both see the same machine noise:
+//!
+//! * `steps`: steps inside one allocation (`salloc --no-shell`, then
+//!   `srun --jobid`): the per-step cost, the case the target is set for;
+//! * `jobs`: each srun its own job (allocation, prolog/epilog included);
+//! * `jobs+gpu`: each srun its own job asking `--gpgpu-per-node=1`
+//!   (allocation from and release to cderd).
+//!
+//! ```text
+//! cargo run -p cder-tests --bin cder-slurm-bench -- [STEPS]   # default 50
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
+
+const ROUNDS: usize = 5;
+
+fn time_sruns(cluster: &SlurmCluster, args: &[&str], n: usize) -> Result<Duration, String> {
+    let start = Instant::now();
+    for _ in 0..n {
+        let out = cluster.run("srun", args)?;
+        if !out.status.success() {
+            return Err(format!("srun {args:?} failed: {}\n{}", String::from_utf8_lossy(&out.stderr), cluster.logs()));
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
+/// mean seconds per srun without and with the plugin.
+fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], n: usize) -> Result<(f64, f64), String> {
+    let per_round = n.div_ceil(ROUNDS);
+    let (mut without, mut with) = (Duration::ZERO, Duration::ZERO);
+    let mut done = 0;
+    for round in 0..ROUNDS {
+        let k = per_round.min(n - done);
+        if k == 0 {
+            break;
+        }
+        // Alternate which side goes first, so neither always runs warm.
+        for side in if round % 2 == 0 { [false, true] } else { [true, false] } {
+            cluster.set_plugstack(side, &[])?;
+            let t = time_sruns(cluster, if side { args_with } else { args }, k)?;
+            if side {
+                with += t;
+            } else {
+                without += t;
+            }
+        }
+        done += k;
+    }
+    Ok((without.as_secs_f64() / done as f64, with.as_secs_f64() / done as f64))
+}
+
+fn report(name: &str, n: usize, (without, with): (f64, f64)) {
+    let added_ms = (with - without) * 1000.0;
+    println!(
+        "{name:<9} n={n:<3} without {:>8.2} ms/srun   with {:>8.2} ms/srun   ratio {:.3}   added {:+.2} ms ({:+.1}%)",
+        without * 1000.0,
+        with * 1000.0,
+        with / without,
+        added_ms,
+        (with / without - 1.0) * 100.0
+    );
+}
+
+fn main() -> ExitCode {
+    let n: usize = match std::env::args().nth(1).map(|a| a.parse()) {
+        None => 50,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("cder-slurm-bench: usage: cder-slurm-bench [STEPS] (a positive number; default 50)");
+            return ExitCode::from(2);
+        }
+    };
+    if !require_slurm() {
+        return ExitCode::from(1);
+    }
+    let cluster = match SlurmCluster::start(&SlurmConfig::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cder-slurm-bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let run = || -> Result<(), String> {
+        // One allocation for the step benchmark, held without a shell.
+        let alloc = cluster.run("salloc", &["--no-shell", "-n1", "-J", "bench"])?;
+        let text = String::from_utf8_lossy(&alloc.stderr).to_string();
+        let job = text
+            .split_whitespace()
+            .skip_while(|w| *w != "allocation")
+            .nth(1)
+            .and_then(|w| w.parse::<u32>().ok())
+            .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
+        let jobid = format!("--jobid={job}");
+        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], n)?;
+        let _ = cluster.run("scancel", &[&job.to_string()]);
+        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], n)?;
+        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
+        println!("cder-slurm-bench: srun -n1 true, spank_cder.so loaded vs plugstack.conf empty, same cluster, same run");
+        report("steps", n, steps);
+        report("jobs", n, jobs);
+        report("jobs+gpu", n, gpu);
+        let added = (steps.1 - steps.0) * 1000.0;
+        let ok = steps.1 / steps.0 < 1.05 || added < 5.0;
+        println!("target (steps): under 5% or 5 ms added per step: {}", if ok { "met" } else { "NOT met" });
+        Ok(())
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cder-slurm-bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

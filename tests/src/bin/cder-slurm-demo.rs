@@ -1,0 +1,93 @@
+//! Demo: a one-node SLURM cluster honouring cder.
+//!
+//! Starts real slurmctld and slurmd on 127.0.0.1 (private ports, a temp
+//! dir, `auth/none`), four fake GPUs in gres.conf, cderd with the same four
+//! devices, and both plugins (spank_cder.so, job_submit_cder.so). Submits
+//! two `sbatch --gpgpu-per-node=2` jobs, shows what cderd holds while they
+//! run and what each job saw, and checks their GPUs are disjoint. Needs
+//! root and Debian's slurm-wlm (deploy/install-deps.sh).
+//!
+//! ```text
+//! cargo run -p cder-tests --bin cder-slurm-demo
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use cder_tests::slurm::{parse_env_lines, require_slurm, visible_set, SlurmCluster, SlurmConfig};
+
+const JOB: &str = "#!/bin/sh\n\
+echo \"job $SLURM_JOB_ID on $(hostname -s): CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\n\
+echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\n\
+sleep 5\n";
+
+fn main() -> ExitCode {
+    if !require_slurm() {
+        return ExitCode::from(1);
+    }
+    match demo() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("cder-slurm-demo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn demo() -> Result<bool, String> {
+    println!("== starting slurmctld, slurmd (4 fake GPUs) and cderd on 127.0.0.1 ...");
+    let cluster = SlurmCluster::start(&SlurmConfig::default())?;
+    println!("   cluster in {} (slurmctld port {}, slurmd port {})", cluster.dir().display(), cluster.ctld_port, cluster.slurmd_port);
+    println!("   plugstack.conf: {}", std::fs::read_to_string(cluster.dir().join("plugstack.conf")).unwrap_or_default().trim());
+
+    println!("\n== a bad request is refused at submit time:");
+    println!("$ sbatch --gpgpu-per-node=5 job.sh");
+    match cluster.sbatch(&["--gpgpu-per-node=5"], JOB) {
+        Err(e) => println!("   {}", e.lines().filter(|l| l.contains("error")).collect::<Vec<_>>().join("\n   ")),
+        Ok(id) => println!("   unexpectedly accepted as job {id}"),
+    }
+
+    println!("\n== two jobs, two GPUs each:");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = cluster.sbatch(&["--gpgpu-per-node=2"], JOB)?;
+        println!("$ sbatch --gpgpu-per-node=2 job.sh   -> job {id}");
+        ids.push(id);
+    }
+    for &id in &ids {
+        cluster.wait_running(id, Duration::from_secs(60))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let s = cluster.cderd_status()?;
+        if s.counts.get("gpgpu").is_some_and(|c| c.allocated == 4) || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("\n== cderd while they run:");
+    for d in &status.devices {
+        let job = d.job.as_ref().map(|j| j.to_string()).unwrap_or_else(|| "-".into());
+        println!("   {}:{}  {:<18} {:?}  {}", d.cder_type, d.index, d.model, d.state, job);
+    }
+    println!("$ scontrol show job {} | grep TresPerNode", ids[0]);
+    let shown = cluster.scontrol(&["show", "job", &ids[0].to_string()])?;
+    println!("   {}", shown.lines().find(|l| l.contains("TresPerNode")).unwrap_or("").trim());
+
+    let mut sets = Vec::new();
+    println!("\n== what each job saw:");
+    for &id in &ids {
+        let info = cluster.wait_job(id, Duration::from_secs(60))?;
+        let out = cluster.job_output(id);
+        println!("   {} [{}]", out.lines().next().unwrap_or(""), info.state);
+        sets.push(visible_set(parse_env_lines(&out).get("CUDA_VISIBLE_DEVICES").map(String::as_str).unwrap_or("")));
+    }
+    let disjoint = sets[0].len() == 2 && sets[1].len() == 2 && sets[0].iter().all(|g| !sets[1].contains(g));
+    std::thread::sleep(Duration::from_secs(1));
+    let after = cluster.cderd_status()?;
+    let free = after.counts.get("gpgpu").map(|c| c.free).unwrap_or(0);
+    println!("\n== after both finished: {free} of 4 GPUs free in cderd");
+    println!("   GPUs disjoint: {}", if disjoint { "yes" } else { "NO" });
+    Ok(disjoint)
+}
