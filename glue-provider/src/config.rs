@@ -238,6 +238,10 @@ pub struct GroupDevice {
     pub clock_mhz: Option<u32>,
     #[serde(default)]
     pub ecc: bool,
+    /// The SLURM GRES type that counts these devices (`gpu:<gres_type>:N`);
+    /// needed when a group has several kinds of device of one type.
+    #[serde(default)]
+    pub gres_type: Option<String>,
     /// With `counts.source = "static"`: devices of the whole group in use,
     /// drained/unhealthy, and free (default: the rest).
     #[serde(default)]
@@ -390,15 +394,23 @@ impl ProviderConfig {
             if group.inventory && source == CountSourceKind::Static {
                 return Err(at(id_at, "group.inventory", "counts.source = \"static\" needs [[group.device]] entries with their counts".into()));
             }
-            let mut types = BTreeSet::new();
+            let mut kinds = BTreeSet::new();
             for dev in &group.devices {
                 let dev_at = dev.model.span().start;
-                if !types.insert(dev.cder_type.clone()) {
-                    return Err(at(
-                        dev_at,
-                        "group.device.type",
-                        format!("type {:?} is listed twice in group {:?}: a group is a class of identical nodes, so each type has one kind of device", dev.cder_type, group.id.get_ref()),
-                    ));
+                let same_type = group.devices.iter().filter(|d| d.cder_type == dev.cder_type).count();
+                if !kinds.insert((dev.cder_type.clone(), dev.model.get_ref().clone(), dev.gres_type.clone())) {
+                    return Err(at(dev_at, "group.device.model", format!("{:?} of type {:?} is listed twice in group {:?}: give it one entry with the per-node count", dev.model.get_ref(), dev.cder_type, group.id.get_ref())));
+                }
+                if same_type > 1 {
+                    match source {
+                        CountSourceKind::Slurm if dev.gres_type.is_none() => {
+                            return Err(at(dev_at, "group.device.gres_type", format!("group {:?} has several kinds of {} device: SLURM counts each by its GRES type (gpu:<type>:N), so set gres_type on each", group.id.get_ref(), dev.cder_type)));
+                        }
+                        CountSourceKind::Torque => {
+                            return Err(at(dev_at, "group.device.type", format!("group {:?} has several kinds of {} device, which TORQUE's <gpus> count cannot tell apart", group.id.get_ref(), dev.cder_type)));
+                        }
+                        _ => {}
+                    }
                 }
                 if dev.model.get_ref().trim().is_empty() {
                     return Err(at(dev_at, "group.device.model", "must not be empty".into()));

@@ -209,6 +209,23 @@ mod tests {
     }
 
     #[test]
+    fn mixed_node_publishes_one_environment_per_kind() {
+        let extra = "\n[[group.device]]\nmodel = \"Tesla K20m\"\ncount = 1\nmemory_mb = 4800\noffline = 1\n";
+        let entries = run(&sample(extra), &[Strategy::AttributeExtension]);
+        let ids: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2ResourceID")).collect();
+        assert_eq!(ids, ["ce.example.org_gts450_gpgpu-GeForce-GTS-450", "ce.example.org_gts450_gpgpu-Tesla-K20m"]);
+        let k20: Vec<&str> = entries[1].values("GLUE2EntityOtherInfo").collect();
+        assert!(k20.contains(&"GPGPUTotalInstances=16") && k20.contains(&"GPGPUOfflineInstances=1") && k20.contains(&"GPGPUFreeInstances=15"), "{k20:?}");
+        assert!(!k20.iter().any(|v| v.contains("GTS")), "{k20:?}");
+        let gts: Vec<&str> = entries[0].values("GLUE2EntityOtherInfo").collect();
+        assert!(gts.contains(&"GPGPUTotalInstances=32") && gts.contains(&"GPGPUFreeInstances=30"), "{gts:?}");
+        // SLURM must be told which GRES type counts which kind.
+        let slurm = format!("{SAMPLE}{extra}").replace("source = \"static\"", "source = \"slurm\"").replace("used = 2\n", "").replace("offline = 1\n", "");
+        let e = config::ProviderConfig::parse(&slurm, Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.gres_type"), "{e}");
+    }
+
+    #[test]
     fn static_counts_must_add_up() {
         let cfg = config::ProviderConfig::parse(&SAMPLE.replace("used = 2", "used = 2\nfree = 31"), Path::new("t.toml")).unwrap();
         let counts = sources::from_config(&cfg);

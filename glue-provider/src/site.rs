@@ -1,8 +1,6 @@
 //! What a site has: its node groups and the identical devices on each node
 //! of a group, from the config or from this node's inventory.
 
-use std::collections::BTreeMap;
-
 use cder_model::{Config, Device, Health};
 
 use crate::config::{GroupConfig, GroupDevice, ProviderConfig};
@@ -12,6 +10,9 @@ use crate::ProviderError;
 /// `count` identical devices of one CDER type on every node of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceClass {
+    /// Unique within the group: the type name, or `<type>-<model>` when the
+    /// group has several kinds of device of that type. Counts are keyed by it.
+    pub key: String,
     pub cder_type: String,
     /// The published prefix (`GPGPU`).
     pub prefix: String,
@@ -19,6 +20,11 @@ pub struct DeviceClass {
     /// Static attributes without the prefix, in design.md's order
     /// (`CUDAComputeCapability`, `MainMemorySize`, …, `Vendor`, `Model`).
     pub attributes: Vec<(String, String)>,
+    /// The UUIDs of this node's devices of the class (inventory groups), by
+    /// which cderd's per-device states are counted; empty for configured classes.
+    pub members: Vec<String>,
+    /// The SLURM GRES type (`gpu:<type>:N`) that counts this class.
+    pub gres_type: Option<String>,
 }
 
 impl DeviceClass {
@@ -38,9 +44,66 @@ pub struct NodeGroup {
     pub classes: Vec<DeviceClass>,
 }
 
+/// One published GLUE2ExecutionEnvironment: a group, or, when a node of
+/// the group has several kinds of device of one type, one per kind.
+#[derive(Debug, Clone)]
+pub struct Environment<'a> {
+    pub id: String,
+    pub name: Option<String>,
+    pub classes: Vec<&'a DeviceClass>,
+}
+
 impl NodeGroup {
     pub fn id(&self) -> &str {
         self.config.id.get_ref()
+    }
+
+    /// True when some type has more than one class (mixed devices on each node).
+    pub fn is_mixed(&self) -> bool {
+        self.classes.iter().any(|c| c.key != c.cder_type)
+    }
+
+    /// The ExecutionEnvironments this group publishes. A homogeneous group
+    /// is one EE with all its types. A group whose nodes carry several kinds
+    /// of one type is published as one EE per class (`<group id>_<class
+    /// key>`), so that every EE still describes identical devices and no
+    /// count is published twice.
+    pub fn environments(&self) -> Vec<Environment<'_>> {
+        if !self.is_mixed() {
+            return vec![Environment { id: self.id().to_string(), name: self.config.name.clone(), classes: self.classes.iter().collect() }];
+        }
+        self.classes
+            .iter()
+            .map(|c| Environment {
+                id: format!("{}_{}", self.id(), c.key),
+                name: Some(format!("{} ({})", self.config.name.as_deref().unwrap_or(self.id()), c.attribute("Model").unwrap_or(&c.cder_type))),
+                classes: vec![c],
+            })
+            .collect()
+    }
+}
+
+/// Gives each class its key: the type name when the type has one class in
+/// the group, else `<type>-<model slug>` (made unique with `-2`, `-3` …).
+fn assign_keys(classes: &mut [DeviceClass]) {
+    let mut used = std::collections::BTreeSet::new();
+    for i in 0..classes.len() {
+        let t = classes[i].cder_type.clone();
+        let mixed = classes.iter().filter(|c| c.cder_type == t).count() > 1;
+        let base = if mixed {
+            let slug: String = classes[i].attribute("Model").unwrap_or("device").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+            let slug = slug.split('-').filter(|s| !s.is_empty()).collect::<Vec<_>>().join("-");
+            format!("{t}-{slug}")
+        } else {
+            t
+        };
+        let mut key = base.clone();
+        let mut n = 2;
+        while !used.insert(key.clone()) {
+            key = format!("{base}-{n}");
+            n += 1;
+        }
+        classes[i].key = key;
     }
 }
 
@@ -79,9 +142,13 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
         } else {
             group.devices.iter().map(class_from_config).collect()
         };
-        let mut prefixes = std::collections::BTreeSet::new();
-        if let Some(dup) = classes.iter().find(|c| !prefixes.insert(c.prefix.clone())) {
-            return Err(ProviderError::Input(format!("group {:?}: two device types publish under the prefix {:?}; give each type its own prefix", group.id.get_ref(), dup.prefix)));
+        let mut classes = classes;
+        assign_keys(&mut classes);
+        let mut prefixes = std::collections::BTreeMap::new();
+        for c in &classes {
+            if prefixes.insert(c.prefix.clone(), c.cder_type.clone()).is_some_and(|t| t != c.cder_type) {
+                return Err(ProviderError::Input(format!("group {:?}: two device types publish under the prefix {:?}; give each type its own prefix", group.id.get_ref(), c.prefix)));
+            }
         }
         groups.push(NodeGroup { config: group.clone(), nodes, classes });
     }
@@ -109,37 +176,40 @@ fn class_from_config(dev: &GroupDevice) -> DeviceClass {
         health: Health::Healthy,
     };
     DeviceClass {
+        key: dev.cder_type.clone(),
         cder_type: dev.cder_type.clone(),
         prefix: dev.prefix.clone().unwrap_or_else(|| dev.cder_type.to_ascii_uppercase()),
         per_node: dev.count,
         attributes: static_attributes(&device),
+        members: Vec::new(),
+        gres_type: dev.gres_type.clone(),
     }
 }
 
-/// Groups this node's devices by type; every device of a type must publish
-/// the same attributes, since an ExecutionEnvironment describes identical
-/// hardware.
+/// Groups this node's devices by type, and within a type by identical
+/// published attributes: one class per kind of device.
 pub fn classes_from_inventory(group: &str, devices: &[Device], node_config: &Config) -> Result<Vec<DeviceClass>, ProviderError> {
-    let mut by_type: BTreeMap<&str, Vec<&Device>> = BTreeMap::new();
-    for d in devices {
-        by_type.entry(&d.cder_type).or_default().push(d);
-    }
-    let mut classes = Vec::new();
-    // Config order, so the output does not depend on map order.
+    let mut classes: Vec<DeviceClass> = Vec::new();
+    // Config order, then discovery order, so the output does not depend on map order.
     for cder in &node_config.cders {
-        let Some(devs) = by_type.get(cder.name()) else { continue };
-        let attributes = static_attributes(devs[0]);
-        if let Some(other) = devs.iter().find(|d| static_attributes(d) != attributes) {
-            return Err(ProviderError::Input(format!(
-                "group {group:?}: the {} devices of this node differ ({} {:?} vs {} {:?}); one ExecutionEnvironment describes identical hardware, so publish this node's types separately or make the devices alike",
-                cder.name(),
-                devs[0].index,
-                devs[0].model,
-                other.index,
-                other.model
-            )));
+        for d in devices.iter().filter(|d| d.cder_type == cder.name()) {
+            let attributes = static_attributes(d);
+            match classes.iter_mut().find(|c| c.cder_type == d.cder_type && c.attributes == attributes) {
+                Some(class) => {
+                    class.per_node += 1;
+                    class.members.push(d.uuid.clone());
+                }
+                None => classes.push(DeviceClass {
+                    key: cder.name().to_string(),
+                    cder_type: cder.name().to_string(),
+                    prefix: cder.prefix(),
+                    per_node: 1,
+                    attributes,
+                    members: vec![d.uuid.clone()],
+                    gres_type: None,
+                }),
+            }
         }
-        classes.push(DeviceClass { cder_type: cder.name().to_string(), prefix: cder.prefix(), per_node: devs.len() as u32, attributes });
     }
     if classes.is_empty() {
         return Err(ProviderError::Input(format!("group {group:?}: the node's inventory has no devices to publish")));
@@ -164,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn inventory_groups_by_type_and_rejects_mixed_models() {
+    fn inventory_groups_by_type_and_splits_mixed_models() {
         let node = Config::parse(
             "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
              [[cder.device]]\nindex = 0\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia0\"\n\
@@ -177,8 +247,18 @@ mod tests {
         assert_eq!(classes.len(), 1);
         assert_eq!(classes[0].per_node, 2);
         assert_eq!(classes[0].attribute("Model"), Some("Tesla K20m"));
+        assert_eq!(classes[0].members, ["gpgpu-0", "gpgpu-1"]);
         devices[1].model = "Tesla K40m".into();
-        let e = classes_from_inventory("g", &devices, &node).unwrap_err();
-        assert!(e.to_string().contains("Tesla K40m"), "{e}");
+        let mut classes = classes_from_inventory("g", &devices, &node).unwrap();
+        assert_eq!(classes.len(), 2);
+        assign_keys(&mut classes);
+        assert_eq!(classes[0].key, "gpgpu-Tesla-K20m");
+        assert_eq!(classes[1].key, "gpgpu-Tesla-K40m");
+        assert_eq!(classes[1].members, ["gpgpu-1"]);
+        let cfg = ProviderConfig::parse(crate::config::tests::SAMPLE, Path::new("t.toml")).unwrap();
+        let group = NodeGroup { config: cfg.groups[0].clone(), nodes: vec!["wn01".into()], classes };
+        let envs = group.environments();
+        assert_eq!(envs.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["ce.example.org_gts450_gpgpu-Tesla-K20m", "ce.example.org_gts450_gpgpu-Tesla-K40m"]);
+        assert_eq!(envs[1].name.as_deref(), Some("ce.example.org_gts450 (Tesla K40m)"));
     }
 }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cder_protocol::DeviceState;
+
 use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig};
 use crate::site::NodeGroup;
 use crate::ProviderError;
@@ -36,7 +38,7 @@ impl Counts {
 /// The dynamic state of one group.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupCounts {
-    /// By CDER type.
+    /// By class key ([`crate::site::DeviceClass::key`]: the type name unless mixed).
     pub devices: BTreeMap<String, Counts>,
     /// Nodes running jobs, where the source knows it.
     pub nodes_used: Option<u32>,
@@ -133,10 +135,28 @@ impl CountSource for CderdCounts {
             .map(|group| {
                 let mut devices = BTreeMap::new();
                 for class in &group.classes {
-                    let c = status.counts.get(&class.cder_type).ok_or_else(|| {
-                        ProviderError::Runtime(format!("cderd at {} reports no {} devices, but group {:?} has them", self.socket.display(), class.cder_type, group.id()))
-                    })?;
-                    devices.insert(class.cder_type.clone(), Counts { total: c.total, free: c.free, used: c.allocated, offline: c.offline + c.unhealthy });
+                    let counts = if class.members.is_empty() {
+                        let c = status.counts.get(&class.cder_type).ok_or_else(|| {
+                            ProviderError::Runtime(format!("cderd at {} reports no {} devices, but group {:?} has them", self.socket.display(), class.cder_type, group.id()))
+                        })?;
+                        Counts { total: c.total, free: c.free, used: c.allocated, offline: c.offline + c.unhealthy }
+                    } else {
+                        // Per device, so that each kind of device gets its own counts.
+                        let mut c = Counts::default();
+                        for uuid in &class.members {
+                            let d = status.devices.iter().find(|d| &d.uuid == uuid).ok_or_else(|| {
+                                ProviderError::Runtime(format!("device {uuid} of this node's inventory is unknown to cderd at {}: do the provider and cderd read the same cder.toml?", self.socket.display()))
+                            })?;
+                            c.total += 1;
+                            match d.state {
+                                DeviceState::Free => c.free += 1,
+                                DeviceState::Allocated => c.used += 1,
+                                DeviceState::Offline | DeviceState::Unhealthy => c.offline += 1,
+                            }
+                        }
+                        c
+                    };
+                    devices.insert(class.key.clone(), counts);
                 }
                 Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
             })
@@ -154,7 +174,8 @@ impl CountSource for ConfiguredCounts {
             .iter()
             .map(|group| {
                 let mut devices = BTreeMap::new();
-                for dev in &group.config.devices {
+                // Configured groups have one class per [[group.device]], in order.
+                for (dev, class) in group.config.devices.iter().zip(&group.classes) {
                     let total = dev.count * group.nodes.len() as u32;
                     let used = dev.used.unwrap_or(0);
                     let offline = dev.offline.unwrap_or(0);
@@ -168,7 +189,7 @@ impl CountSource for ConfiguredCounts {
                             dev.count
                         )));
                     }
-                    devices.insert(dev.cder_type.clone(), Counts { total, free, used, offline });
+                    devices.insert(class.key.clone(), Counts { total, free, used, offline });
                 }
                 Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
             })
@@ -194,10 +215,23 @@ pub struct SlurmNode {
     pub states: Vec<String>,
     /// True when the state carries `*` (not responding).
     pub not_responding: bool,
-    /// GRES name → configured count.
-    pub gres: BTreeMap<String, u32>,
-    /// GRES name → count in use.
-    pub gres_used: BTreeMap<String, u32>,
+    /// Configured GRES.
+    pub gres: Vec<Gres>,
+    /// GRES in use.
+    pub gres_used: Vec<Gres>,
+}
+
+/// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gres {
+    pub name: String,
+    pub gres_type: Option<String>,
+    pub count: u32,
+}
+
+/// The count of GRES `name` (of `gres_type` only, when given) in a list.
+pub fn gres_count(list: &[Gres], name: &str, gres_type: Option<&str>) -> u32 {
+    list.iter().filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type)).map(|g| g.count).sum()
 }
 
 impl SlurmNode {
@@ -243,10 +277,10 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
     Ok(nodes)
 }
 
-/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`) into
-/// name → count. `(null)` is empty.
-pub fn parse_gres(value: &str) -> Result<BTreeMap<String, u32>, String> {
-    let mut out = BTreeMap::new();
+/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`).
+/// `(null)` is empty.
+pub fn parse_gres(value: &str) -> Result<Vec<Gres>, String> {
+    let mut out = Vec::new();
     if value.is_empty() || value == "(null)" {
         return Ok(out);
     }
@@ -267,18 +301,22 @@ pub fn parse_gres(value: &str) -> Result<BTreeMap<String, u32>, String> {
     items.push(&value[start..]);
     for item in items {
         let item = item.split('(').next().unwrap_or(item);
-        let mut parts = item.split(':');
-        let name = parts.next().filter(|n| !n.is_empty()).ok_or_else(|| format!("empty GRES name in {value:?}"))?;
-        let count = match parts.next_back() {
-            // `gpu` alone, or `gpu:tesla`, is one device.
-            None => 1,
-            Some(last) => match last.parse::<u32>() {
-                Ok(c) => c,
-                Err(_) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => 1,
-                Err(_) => return Err(format!("{item:?} has no count SLURM would write")),
-            },
+        let parts: Vec<&str> = item.split(':').collect();
+        let name = parts[0];
+        if name.is_empty() {
+            return Err(format!("empty GRES name in {value:?}"));
+        }
+        let last = parts[parts.len() - 1];
+        let (gres_type, count) = match (parts.len(), last.parse::<u32>()) {
+            // `gpu` alone is one device.
+            (1, _) => (None, 1),
+            (2, Ok(c)) => (None, c),
+            // `gpu:tesla` is one device of a type.
+            (2, Err(_)) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => (Some(last), 1),
+            (3, Ok(c)) => (Some(parts[1]), c),
+            _ => return Err(format!("{item:?} is not name[:type][:count]")),
         };
-        *out.entry(name.to_string()).or_insert(0) += count;
+        out.push(Gres { name: name.to_string(), gres_type: gres_type.map(str::to_string), count });
     }
     Ok(out)
 }
@@ -302,9 +340,9 @@ impl CountSource for SlurmCounts {
                     }
                     for class in &group.classes {
                         let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
-                        let total = node.gres.get(&gres).copied().unwrap_or(0);
-                        let used = node.gres_used.get(&gres).copied().unwrap_or(0).min(total);
-                        out.devices.entry(class.cder_type.clone()).or_default().add(node_counts(total, used, node.unavailable()));
+                        let total = gres_count(&node.gres, &gres, class.gres_type.as_deref());
+                        let used = gres_count(&node.gres_used, &gres, class.gres_type.as_deref()).min(total);
+                        out.devices.entry(class.key.clone()).or_default().add(node_counts(total, used, node.unavailable()));
                     }
                 }
                 Ok(out)
@@ -407,6 +445,9 @@ impl CountSource for TorqueCounts {
         if let Some(other) = groups.iter().flat_map(|g| &g.classes).find(|c| c.cder_type != "gpgpu") {
             return Err(ProviderError::Input(format!("TORQUE counts only GPUs (<gpus>), not {} devices: count them with another source", other.cder_type)));
         }
+        if let Some(mixed) = groups.iter().find(|g| g.is_mixed()) {
+            return Err(ProviderError::Input(format!("group {:?} has several kinds of GPU, which TORQUE's <gpus> count cannot tell apart", mixed.id())));
+        }
         let output = run_command(&self.pbsnodes, &["-x"], self.timeout)?;
         let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         groups
@@ -427,7 +468,7 @@ impl CountSource for TorqueCounts {
                         let prohibited = node.gpus_prohibited.min(c.free);
                         c.free -= prohibited;
                         c.offline += prohibited;
-                        out.devices.entry(class.cder_type.clone()).or_default().add(c);
+                        out.devices.entry(class.key.clone()).or_default().add(c);
                     }
                 }
                 Ok(out)
@@ -489,11 +530,15 @@ mod tests {
 
     #[test]
     fn gres_lists_parse() {
-        assert_eq!(parse_gres("gpu:tesla:2(S:0-1)").unwrap(), BTreeMap::from([("gpu".into(), 2)]));
-        assert_eq!(parse_gres("gpu:tesla:1(IDX:0,2),gpu:k80:3,fpga:1").unwrap(), BTreeMap::from([("gpu".into(), 4), ("fpga".into(), 1)]));
-        assert_eq!(parse_gres("gpu").unwrap(), BTreeMap::from([("gpu".into(), 1)]));
+        let g = parse_gres("gpu:tesla:2(S:0-1)").unwrap();
+        assert_eq!(g, vec![Gres { name: "gpu".into(), gres_type: Some("tesla".into()), count: 2 }]);
+        let g = parse_gres("gpu:tesla:1(IDX:0,2),gpu:k80:3,fpga:1").unwrap();
+        assert_eq!((gres_count(&g, "gpu", None), gres_count(&g, "gpu", Some("k80")), gres_count(&g, "fpga", None)), (4, 3, 1));
+        assert_eq!(gres_count(&parse_gres("gpu").unwrap(), "gpu", None), 1);
+        assert_eq!(gres_count(&parse_gres("gpu:a100").unwrap(), "gpu", Some("a100")), 1);
         assert!(parse_gres("(null)").unwrap().is_empty());
         assert!(parse_gres(":2").is_err());
+        assert!(parse_gres("gpu:a:b:c").is_err());
     }
 
     #[test]
@@ -504,7 +549,7 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
         let nodes = parse_scontrol(out).unwrap();
         assert_eq!(nodes.len(), 3);
         assert!(nodes[0].busy() && !nodes[0].unavailable());
-        assert_eq!(nodes[0].gres_used["gpu"], 1);
+        assert_eq!(gres_count(&nodes[0].gres_used, "gpu", None), 1);
         assert!(nodes[1].unavailable());
         assert!(nodes[2].not_responding && nodes[2].unavailable());
         assert!(parse_scontrol(b"Arch=x86_64 State=IDLE\n").is_err());

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::config::ProviderConfig;
 use crate::ldif::Entry;
-use crate::site::NodeGroup;
+use crate::site::{DeviceClass, Environment, NodeGroup};
 use crate::sources::{GroupCounts, VirtualEnvironment};
 use crate::ProviderError;
 
@@ -75,13 +75,14 @@ pub const GLUE2_SUFFIX: &str = "GLUE2GroupID=resource,o=glue";
 /// The GLUE 1.3 suffix.
 pub const GLUE13_SUFFIX: &str = "mds-vo-name=resource,o=grid";
 
-/// The CDER key/values of one group, in design.md's order: the counts
-/// (dynamic), then `PerNode` and the device attributes (static), per type.
-pub fn group_attributes(group: &NodeGroup, counts: &GroupCounts) -> Vec<Published> {
+/// The CDER key/values of one ExecutionEnvironment, in design.md's order:
+/// the counts (dynamic), then `PerNode` and the device attributes (static),
+/// per class.
+pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) -> Vec<Published> {
     let mut out = Vec::new();
-    for class in &group.classes {
+    for class in classes {
         let p = &class.prefix;
-        let c = counts.devices.get(&class.cder_type).copied().unwrap_or_default();
+        let c = counts.devices.get(&class.key).copied().unwrap_or_default();
         for (name, value) in [("TotalInstances", c.total), ("FreeInstances", c.free), ("UsedInstances", c.used), ("OfflineInstances", c.offline)] {
             out.push(Published { key: format!("{p}{name}"), value: value.to_string(), kind: Kind::Dynamic });
         }
@@ -151,14 +152,14 @@ pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strate
             entries.push(m);
         }
 
-        for (group, counts) in &snapshot.groups {
+        for (group, counts, env) in environments(snapshot) {
             let g = &group.config;
-            let id = group.id();
+            let id = env.id.as_str();
             let dn = format!("GLUE2ResourceID={id},{service_dn}");
             let mut e = Entry::new(dn.clone());
             e.push("objectClass", "GLUE2Resource").push("objectClass", "GLUE2ExecutionEnvironment");
             e.push("GLUE2ResourceID", id);
-            if let Some(name) = &g.name {
+            if let Some(name) = &env.name {
                 e.push("GLUE2EntityName", name.clone());
             }
             e.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
@@ -197,7 +198,7 @@ pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strate
             e.push("GLUE2ExecutionEnvironmentConnectivityIn", g.connectivity_in.to_string());
             e.push("GLUE2ExecutionEnvironmentConnectivityOut", g.connectivity_out.to_string());
             e.push("GLUE2ExecutionEnvironmentComputingManagerForeignKey", manager_id.clone());
-            let attrs = group_attributes(group, counts);
+            let attrs = environment_attributes(&env.classes, counts);
             attach(&mut entries, e, id, &attrs, as_other_info, as_extension);
         }
 
@@ -221,6 +222,11 @@ pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strate
         entries.extend(glue13_entries(config, snapshot)?);
     }
     Ok(entries)
+}
+
+/// Every ExecutionEnvironment of the snapshot with its group and counts.
+fn environments(snapshot: &Snapshot) -> impl Iterator<Item = (&NodeGroup, &GroupCounts, Environment<'_>)> {
+    snapshot.groups.iter().flat_map(|(group, counts)| group.environments().into_iter().map(move |env| (group, counts, env)))
 }
 
 /// Pushes `entity` with its OtherInfo values, then its Extension children.
@@ -262,22 +268,25 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
         c.push("GlueSchemaVersionMajor", "1").push("GlueSchemaVersionMinor", "3");
         entries.push(c);
     }
-    for (group, counts) in &snapshot.groups {
+    for (group, counts, env) in environments(snapshot) {
         let g = &group.config;
-        let mut s = Entry::new(format!("GlueSubClusterUniqueID={},{cluster_dn}", group.id()));
+        let mut s = Entry::new(format!("GlueSubClusterUniqueID={},{cluster_dn}", env.id));
         for class in ["GlueClusterTop", "GlueSubCluster", "GlueHostApplicationSoftware", "GlueKey", "GlueSchemaVersion"] {
             s.push("objectClass", class);
         }
-        s.push("GlueSubClusterUniqueID", group.id());
-        s.push("GlueSubClusterName", g.name.clone().unwrap_or_else(|| group.id().to_string()));
+        s.push("GlueSubClusterUniqueID", env.id.clone());
+        s.push("GlueSubClusterName", env.name.clone().unwrap_or_else(|| env.id.clone()));
         s.push("GlueChunkKey", format!("GlueClusterUniqueID={cluster}"));
         s.push("GlueHostArchitecturePlatformType", g.platform.clone());
         s.push("GlueHostMainMemoryRAMSize", g.main_memory_mb.to_string());
         let mut tags = Vec::new();
-        for class in &group.classes {
-            tags.push(format!("{}{}", class.attribute("Vendor").unwrap_or_default(), class.prefix));
+        for class in &env.classes {
+            let marker = format!("{}{}", class.attribute("Vendor").unwrap_or_default(), class.prefix);
+            if !tags.contains(&marker) {
+                tags.push(marker);
+            }
         }
-        tags.extend(group_attributes(group, counts).into_iter().map(|a| format!("{}={}", a.key, a.value)));
+        tags.extend(environment_attributes(&env.classes, counts).into_iter().map(|a| format!("{}={}", a.key, a.value)));
         for v in &snapshot.virtual_environments {
             tags.push(v.method.clone());
             tags.extend(virtual_attributes(v).into_iter().map(|a| format!("{}{}={}", v.method, a.key, a.value)));
@@ -286,8 +295,8 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
             // The attribute is IA5String: ASCII only.
             if !tag.is_ascii() {
                 return Err(ProviderError::Input(format!(
-                    "group {:?}: tag {tag:?} is not ASCII, which GLUE 1.3 RunTimeEnvironment (IA5String) cannot carry; drop tagged-environment or rename the model",
-                    group.id()
+                    "{:?}: tag {tag:?} is not ASCII, which GLUE 1.3 RunTimeEnvironment (IA5String) cannot carry; drop tagged-environment or rename the model",
+                    env.id
                 )));
             }
             s.push("GlueHostApplicationSoftwareRunTimeEnvironment", tag);
