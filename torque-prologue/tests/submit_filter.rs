@@ -29,7 +29,8 @@ fn run(script: &[u8], args: &[&str], settings: &str, env: &[(&str, &str)]) -> Ou
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(script).unwrap();
+    // A filter that exits early may close its stdin; qsub copes, so do we.
+    let _ = child.stdin.take().unwrap().write_all(script);
     child.wait_with_output().unwrap()
 }
 

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     if let Some(note) = &fetched.note {
         eprintln!("cder-env: {note}");
         if status == 0 {
-            status = if fetched.job.is_none() && job.is_some() { 2 } else { 1 };
+            status = if fetched.job.is_none() { 2 } else { 1 };
         }
     }
     if args.shell {

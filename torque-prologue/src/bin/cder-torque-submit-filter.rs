@@ -54,6 +54,13 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    // Read the whole script first, whatever happens next: qsub writes it
+    // into a pipe and must not meet a closed one.
+    let mut script = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut script) {
+        eprintln!("cder: reading the job script: {e}");
+        return ExitCode::from(1);
+    }
     let settings = match TorqueSettings::load(&TorqueSettings::resolve_path()) {
         Ok(s) => s,
         Err(e) => {
@@ -61,11 +68,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut script = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut script) {
-        eprintln!("cder: reading the job script: {e}");
-        return ExitCode::from(1);
-    }
     let env = |name: &str| std::env::var(name).ok();
     match filter(&script, &argv, &env, &settings) {
         Ok(out) => {
