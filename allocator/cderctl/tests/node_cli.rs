@@ -1,0 +1,228 @@
+//! The cderd subcommands of cderctl against the real cderd binary: what an
+//! admin, a prologue and a job see. The devices are `discovery = "static"`
+//! (no NVIDIA driver involved).
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const CDERCTL: &str = env!("CARGO_BIN_EXE_cderctl");
+
+/// The cderd binary beside cderctl, built first when missing (cargo has
+/// released its build lock by the time test binaries run).
+fn cderd_binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let path = Path::new(CDERCTL).with_file_name("cderd");
+            if !path.exists() {
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let status = Command::new(cargo)
+                    .args(["build", "-j", "2", "-p", "cderd", "--bin", "cderd"])
+                    .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+                    .stdin(Stdio::null())
+                    .status()
+                    .expect("run cargo build -p cderd");
+                assert!(status.success(), "cargo build -p cderd failed");
+            }
+            assert!(path.exists(), "{} is missing", path.display());
+            path
+        })
+        .clone()
+}
+
+struct Daemon {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    socket: PathBuf,
+    child: Child,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("cderd.sock");
+        let mut text = format!(
+            "[node]\nsocket = {:?}\nstate_dir = {:?}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+            socket,
+            dir.path().join("state")
+        );
+        for i in 0..4 {
+            text += &format!(
+                "[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n",
+                i / 2
+            );
+        }
+        let config = dir.path().join("cder.toml");
+        std::fs::write(&config, text).unwrap();
+        let child = Command::new(cderd_binary())
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("cderd.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cder_protocol::Client::connect(&socket, Duration::from_secs(5)).and_then(|mut c| c.ping()).is_err() {
+            assert!(Instant::now() < deadline, "cderd did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon { dir, config, socket, child }
+    }
+
+    /// cderctl with the config in CDER_CONFIG, as on a node.
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(CDERCTL).args(args).env("CDER_CONFIG", &self.config).stdin(Stdio::null()).output().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn readme_demo_two_jobs_get_disjoint_devices() {
+    let d = Daemon::start();
+    let a = d.ctl(&["alloc", "--job", "local:demo-1", "--uid", "1000", "--count", "2"]);
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert_eq!(text(&a.stdout), "CUDA_DEVICE_ORDER=PCI_BUS_ID\nCUDA_VISIBLE_DEVICES=0,1\n");
+    let b = d.ctl(&["alloc", "--job", "local:demo-2", "--uid", "1000", "--count", "2", "--json"]);
+    assert!(b.status.success(), "{}", text(&b.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(json["job"], "local:demo-2");
+    assert_eq!(json["devices"][0]["index"], 2);
+    assert_eq!(json["devices"][1]["uuid"], "gpgpu-3");
+    assert_eq!(json["env"]["CUDA_VISIBLE_DEVICES"], "2,3");
+
+    let c = d.ctl(&["alloc", "--job", "local:demo-3", "--uid", "1000", "--count", "2"]);
+    assert_eq!(c.status.code(), Some(1));
+    assert!(text(&c.stderr).contains("2 gpgpu devices requested, 0 free"), "{}", text(&c.stderr));
+
+    // Asking again is idempotent.
+    let again = d.ctl(&["alloc", "--job", "local:demo-1", "--uid", "1000", "--count", "2"]);
+    assert_eq!(text(&again.stdout), text(&a.stdout));
+
+    let status = d.ctl(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s["counts"]["gpgpu"]["allocated"], 4);
+    assert_eq!(s["devices"][0]["job"], "local:demo-1");
+    let table = text(&d.ctl(&["status"]).stdout);
+    assert!(table.contains("gpgpu: 4 total, 0 free, 4 allocated, 0 offline, 0 unhealthy"), "{table}");
+
+    let r = d.ctl(&["release", "--job", "local:demo-1"]);
+    assert_eq!(text(&r.stdout), "local:demo-1: released 2 device(s)\n");
+    let r = d.ctl(&["release", "--job", "local:demo-1"]);
+    assert_eq!(text(&r.stdout), "local:demo-1: released 0 device(s)\n");
+    let c = d.ctl(&["alloc", "--job", "local:demo-3", "--uid", "1000", "--count", "2"]);
+    assert!(c.status.success());
+    let env = d.ctl(&["env", "--job", "local:demo-3"]);
+    assert_eq!(text(&env.stdout), "CUDA_DEVICE_ORDER=PCI_BUS_ID\nCUDA_VISIBLE_DEVICES=0,1\n");
+}
+
+#[test]
+fn drain_resume_reconcile_accounting() {
+    let d = Daemon::start();
+    let out = d.ctl(&["drain", "gpgpu:3", "--reason", "Xid 79"]);
+    assert_eq!(text(&out.stdout), "gpgpu:3 offline reason=Xid 79\n");
+    let out = d.ctl(&["alloc", "--job", "slurm:1", "--uid", "1000", "--count", "4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("3 free"), "{}", text(&out.stderr));
+    assert_eq!(text(&d.ctl(&["resume", "gpgpu:3"]).stdout), "gpgpu:3 free\n");
+    for j in ["slurm:1", "slurm:2", "torque:3.ce"] {
+        assert!(d.ctl(&["alloc", "--job", j, "--uid", "1000", "--count", "1"]).status.success());
+    }
+    let live = d.dir.path().join("live.txt");
+    std::fs::write(&live, "# still running\nslurm:2\n").unwrap();
+    let out = d.ctl(&["reconcile", "--live-jobs", live.to_str().unwrap(), "--lrms", "slurm"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "released slurm:1\n1 job(s) released\n");
+    // From stdin, all batch systems.
+    let mut child = Command::new(CDERCTL)
+        .args(["reconcile", "--live-jobs", "-", "--json", "--socket"])
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"slurm:2\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["released"], serde_json::json!(["torque:3.ce"]));
+
+    let out = d.ctl(&["accounting", "--json"]);
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["records"].as_array().unwrap().len(), 3);
+    assert_eq!(a["utilisation"]["pool_size"], 4);
+    let table = text(&d.ctl(&["accounting", "--since", "1h"]).stdout);
+    assert!(table.starts_with("JOB") && table.contains("utilisation "), "{table}");
+}
+
+#[test]
+fn bad_input_exits_2_and_runtime_failures_exit_1() {
+    let d = Daemon::start();
+    let bad_job = d.ctl(&["alloc", "--job", "slurm:1;reboot", "--uid", "1", "--count", "1"]);
+    assert_eq!(bad_job.status.code(), Some(2));
+    let negative = d.ctl(&["alloc", "--job", "slurm:1", "--uid", "1", "--count", "-1"]);
+    assert_eq!(negative.status.code(), Some(2));
+    let bad_file = d.dir.path().join("bad.txt");
+    std::fs::write(&bad_file, "slurm:1\nnot a job\n").unwrap();
+    let out = d.ctl(&["reconcile", "--live-jobs", bad_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("bad.txt:2:"), "{}", text(&out.stderr));
+    let out = d.ctl(&["accounting", "--since", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = d.ctl(&["drain", "gpgpu:9", "--reason", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown_device"), "{}", text(&out.stderr));
+    let out = Command::new(CDERCTL).args(["status", "--socket", "/nonexistent/cderd.sock"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("/nonexistent/cderd.sock"), "{}", text(&out.stderr));
+    let out = d.ctl(&["env", "--job", "slurm:77"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown_job"));
+}
+
+#[test]
+fn another_user_cannot_alloc_or_read_foreign_jobs() {
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+    if !root {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: this test must run as root");
+        eprintln!("skipping: not root, cannot run cderctl as another uid");
+        return;
+    }
+    let d = Daemon::start();
+    assert!(d.ctl(&["alloc", "--job", "slurm:1", "--uid", "1000", "--count", "1"]).status.success());
+    assert!(d.ctl(&["alloc", "--job", "slurm:2", "--uid", "65534", "--count", "1"]).status.success());
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", CDERCTL])
+            .args(args)
+            .arg("--socket")
+            .arg(&d.socket)
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&["alloc", "--job", "slurm:3", "--uid", "65534", "--count", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("permission_denied"), "{}", text(&out.stderr));
+    let out = as_nobody(&["release", "--job", "slurm:1"]);
+    assert!(text(&out.stderr).contains("permission_denied"), "{}", text(&out.stderr));
+    let out = as_nobody(&["env", "--job", "slurm:1"]);
+    assert!(text(&out.stderr).contains("permission_denied"), "{}", text(&out.stderr));
+    let out = as_nobody(&["env", "--job", "slurm:2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("CUDA_VISIBLE_DEVICES="));
+    assert!(as_nobody(&["status"]).status.success());
+}
