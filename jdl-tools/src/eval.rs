@@ -568,3 +568,76 @@ pub fn eval_expr_matching(e: &Expr, ad: &ClassAd, target: &ClassAd) -> Value {
     let mut ctx = Ctx::new(true);
     ctx.eval(e, Frame::root(Some(ad), Some(target)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::{parse_classad, parse_expr};
+
+    fn ev(src: &str, ad: Option<&ClassAd>, target: Option<&ClassAd>) -> Value {
+        eval_expr(&parse_expr(src).unwrap(), ad, target)
+    }
+
+    #[test]
+    fn my_target_and_parent_scopes() {
+        let me = parse_classad("[ x = 1; y = other.x + x; inner = [ x = 10; z = parent.x + x ] ]").unwrap();
+        let other = parse_classad("[ x = 100; back = other.x ]").unwrap();
+        assert!(matches!(ev("y", Some(&me), Some(&other)), Value::Int(101)));
+        assert!(matches!(ev("my.x + target.x", Some(&me), Some(&other)), Value::Int(101)));
+        // In the target, OTHER is the ad being evaluated.
+        assert!(matches!(ev("other.back", Some(&me), Some(&other)), Value::Int(1)));
+        assert!(matches!(ev("inner.z", Some(&me), None), Value::Int(11)));
+        // No fallback to the target outside matchmaking.
+        let bare = parse_classad("[ r = missing ]").unwrap();
+        let t = parse_classad("[ missing = 5 ]").unwrap();
+        assert!(matches!(eval_attr(&bare, "r", Some(&t)), Value::Undefined));
+        let r = bare.lookup("r").unwrap();
+        assert!(matches!(eval_expr_matching(r, &bare, &t), Value::Int(5)));
+    }
+
+    #[test]
+    fn nested_ads_see_enclosing_attributes() {
+        assert!(matches!(ev("[a = 1; b = [c = a + 1]].b.c", None, None), Value::Int(2)));
+        assert!(matches!(ev("[a = 1; b = {a, a + 1}].b[1]", None, None), Value::Int(2)));
+        assert!(matches!(ev("[a = 1][\"A\"]", None, None), Value::Int(1)));
+    }
+
+    #[test]
+    fn cycles_are_errors_and_quirks_mode_gives_undefined() {
+        let ad = parse_classad("[ a = b; b = a; c = a + 1 ]").unwrap();
+        assert!(matches!(ad.eval_attr("c"), Value::Error));
+        let e = parse_expr("[a = a].a").unwrap();
+        assert!(matches!(Quirks::eval_expr(&e, None, None), Value::Undefined));
+    }
+
+    #[test]
+    fn three_valued_truth_tables() {
+        let cases = [
+            ("undefined && false", "false"),
+            ("false && error", "false"),
+            ("error && false", "error"),
+            ("true && undefined", "undefined"),
+            ("undefined || true", "true"),
+            ("error || true", "error"),
+            ("false || undefined", "undefined"),
+            ("!undefined", "undefined"),
+            ("undefined ? 1 : 2", "undefined"),
+            ("\"a\" && true", "error"),
+            ("0.5 && 2", "true"),
+        ];
+        for (src, want) in cases {
+            assert_eq!(ev(src, None, None).to_string(), want, "{src}");
+        }
+    }
+
+    #[test]
+    fn arithmetic_promotion_and_division_by_zero() {
+        assert!(matches!(ev("7 / 2", None, None), Value::Int(3)));
+        assert!(matches!(ev("7 / 2.0", None, None), Value::Real(r) if r == 3.5));
+        assert!(matches!(ev("true + 1", None, None), Value::Int(2)));
+        for z in ["1 / 0", "1 % 0", "-1 / 0.0", "0.0 / 0", "7.5 % 2"] {
+            assert!(matches!(ev(z, None, None), Value::Error), "{z}");
+        }
+        assert!(matches!(ev("9223372036854775807 + 1", None, None), Value::Int(i64::MIN)));
+    }
+}

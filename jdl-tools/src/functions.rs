@@ -532,7 +532,7 @@ fn to_int(v: &Value, quirks: bool) -> Value {
                 }
             };
             match digits_end {
-                Some(e) if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E')) => match t[..e].parse::<i64>() {
+                Some(e) if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E' | b'x' | b'X')) => match t[..e].parse::<i64>() {
                     Ok(i) => Value::Int(i),
                     Err(_) => strtod_prefix(t).map_or(Value::Error, |(r, _)| Value::Int(f2i(r))),
                 },
@@ -764,4 +764,55 @@ fn compare_list(all: bool, a: &[Value]) -> Value {
         }
     }
     b(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval_str;
+
+    fn ev(s: &str) -> String {
+        eval_str(s).unwrap().to_string()
+    }
+
+    #[test]
+    fn string_lists() {
+        assert_eq!(ev(r#"stringListMember("b", "a, b ,c")"#), "true");
+        assert_eq!(ev(r#"stringListSize(" a ; b ;", ";")"#), "2");
+        assert_eq!(ev(r#"stringListSum("1,2,3")"#), "6");
+        assert_eq!(ev(r#"stringListMax("1,2.5")"#), "2.5");
+        assert_eq!(ev(r#"stringListMin("")"#), "undefined");
+        assert_eq!(ev(r#"stringListSum("1,x")"#), "error");
+    }
+
+    #[test]
+    fn conversions_follow_htcondor() {
+        assert_eq!(ev("string(1.5)"), "\"1.500000000000000E+00\"");
+        assert_eq!(ev("int(\"12.7\")"), "12");
+        assert_eq!(ev("int(-3.7)"), "-3");
+        assert_eq!(ev("round(2.5)"), "2");
+        assert_eq!(ev("bool(\"TRUE\")"), "true");
+        assert_eq!(ev("real(\"1e3\")"), "1000.0");
+        assert_eq!(ev("int(\"0x10\")"), "16");
+    }
+
+    #[test]
+    fn regexp_options_and_runtime_patterns() {
+        assert_eq!(ev(r#"regexp("A.C", "abc", "i")"#), "true");
+        assert_eq!(ev(r#"regexp(strcat("^", "a"), "abc")"#), "true");
+        assert_eq!(ev(r#"regexp("(", "abc")"#), "error");
+        assert_eq!(ev(r#"regexpMember("^g", {"x", "gpu"})"#), "true");
+    }
+
+    #[test]
+    fn list_aggregates() {
+        assert_eq!(ev("sum({1, 2, 3.5})"), "6.5");
+        assert_eq!(ev("avg({1, 2})"), "1.5");
+        assert_eq!(ev("min({3, undefined, 2})"), "2");
+        assert_eq!(ev("max({})"), "undefined");
+        assert_eq!(ev(r#"anyCompare(">", {1, 5}, 4)"#), "true");
+        assert_eq!(ev(r#"allCompare(">", {1, 5}, 0)"#), "true");
+        assert_eq!(ev("size({1, 2})"), "2");
+        assert_eq!(ev("wrongfn(1)"), "error");
+        assert_eq!(ev("size(1, 2)"), "error");
+    }
 }

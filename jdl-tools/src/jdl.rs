@@ -47,11 +47,10 @@ impl fmt::Display for Diagnostic {
 
 /// Checks a JDL text; returns every problem found, in source order.
 pub fn check(src: &str) -> Vec<Diagnostic> {
-    let ad = match crate::parser::parse_classad(src) {
-        Ok(ad) => ad,
-        Err(e) => return vec![Diagnostic { pos: e.pos, severity: Severity::Error, message: e.message }],
-    };
-    let mut out = check_ad(&ad);
+    let (ad, errs) = crate::parser::parse_classad_recovering(src);
+    let mut out: Vec<Diagnostic> =
+        errs.into_iter().map(|e| Diagnostic { pos: e.pos, severity: Severity::Error, message: e.message }).collect();
+    out.extend(check_ad(&ad));
     out.sort_by_key(|d| (d.pos.line, d.pos.col));
     out
 }
@@ -232,5 +231,51 @@ fn static_type(e: &Expr, ad: &ClassAd, depth: u32) -> Option<Ty> {
         }
         Expr::List(_) => Some(Ty::List),
         Expr::Ad(_) => Some(Ty::Ad),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(src: &str) -> Vec<String> {
+        check(src).iter().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn a_clean_gpgpu_jdl_has_no_problems() {
+        let src = "[ Executable = \"x\"; GPGPUPerNode = 2; VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"rcuda\";\n\
+                   Requirements = other.GPGPUFreeInstances >= GPGPUPerNode ]";
+        assert_eq!(msgs(src), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_position() {
+        let src = "[\n Requirements = \"yes\";\n GPGPUPerNode = -1;\n VirtualGPGPUType = \"VMware\";\n Rank = nope(1)\n]";
+        assert_eq!(
+            msgs(src),
+            vec![
+                "2:2: error: Requirements must be boolean-valued, but it is a string",
+                "3:2: error: GPGPUPerNode must be a positive integer, but it is -1 (integer)",
+                "4:2: error: unknown VirtualGPGPUType \"VMware\" (string): known methods are rCUDA, VCL",
+                "5:9: warning: unknown function 'nope' (the call evaluates to error)",
+            ]
+        );
+    }
+
+    #[test]
+    fn requirements_types_are_inferred_through_own_attributes() {
+        assert_eq!(msgs("[ N = 3; Requirements = N ]").len(), 1);
+        assert_eq!(msgs("[ N = 3; Requirements = N > 2 ]").len(), 0);
+        assert_eq!(msgs("[ Requirements = other.Flag ]").len(), 0);
+        assert_eq!(msgs("[ Requirements = ifThenElse(x, true, 1) ]").len(), 0);
+        assert_eq!(msgs("[ Requirements = {true} ]").len(), 1);
+    }
+
+    #[test]
+    fn gpgpu_counts_may_be_expressions() {
+        assert_eq!(msgs("[ N = 2; GPGPUPerNode = N * 2 ]").len(), 0);
+        assert_eq!(msgs("[ GPGPUPerNode = 1.5 ]").len(), 1);
+        assert_eq!(msgs("[ GPGPUPerNode = other.x ]").len(), 1);
     }
 }

@@ -274,3 +274,49 @@ impl Lexer<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<Tok> {
+        tokenize(s).unwrap().into_iter().map(|t| t.tok).collect()
+    }
+
+    #[test]
+    fn numbers_strings_and_operators() {
+        assert_eq!(
+            toks(r#"12 1.5 .5 1e3 2E-2 "a\"b\n" 'x y' >>> =?= <="#),
+            vec![
+                Tok::Int(12),
+                Tok::Real(1.5),
+                Tok::Real(0.5),
+                Tok::Real(1000.0),
+                Tok::Real(0.02),
+                Tok::Str("a\"b\n".into()),
+                Tok::QuotedIdent("x y".into()),
+                Tok::Punct(">>>"),
+                Tok::Punct("=?="),
+                Tok::Punct("<="),
+                Tok::Eof
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_are_skipped_and_positions_counted() {
+        let t = tokenize("# one\n// two\n/* three\n */ x").unwrap();
+        assert_eq!(t[0].tok, Tok::Ident("x".into()));
+        assert_eq!((t[0].pos.line, t[0].pos.col), (4, 5));
+    }
+
+    #[test]
+    fn malformed_numbers_and_strings_are_errors() {
+        assert!(tokenize("5.").unwrap_err().message.contains("digit after the decimal point"));
+        assert!(tokenize("1e").unwrap_err().message.contains("exponent"));
+        assert!(tokenize("12abc").unwrap_err().message.contains("operator after a number"));
+        let e = tokenize("x = \"abc").unwrap_err();
+        assert_eq!((e.pos.line, e.pos.col), (1, 5));
+        assert_eq!(toks(r#""\101\q""#)[0], Tok::Str("Aq".into()));
+    }
+}

@@ -27,7 +27,7 @@ pub mod value;
 pub use ast::{ClassAd, Expr, Pos, Sym};
 pub use eval::{eval_attr, eval_expr, eval_expr_matching, Quirks};
 pub use matchmaking::{matches, rank, symmetric_match, CompiledRequest};
-pub use parser::{parse_classad, parse_classads, parse_expr};
+pub use parser::{parse_classad, parse_classad_recovering, parse_classads, parse_expr};
 pub use value::Value;
 
 /// A syntax error, with the line and column where it was found.

@@ -217,3 +217,60 @@ impl Compiler<'_> {
 fn eval_const(e: &Expr) -> Value {
     Ctx::new(false).eval(e, Frame::root(None, None))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::parse_classad;
+
+    #[test]
+    fn compiling_inlines_own_attributes_and_folds_constants() {
+        let req = parse_classad(
+            "[ MinMem = 256 * 2; Vendor = toLower(\"NVIDIA\"); \
+               Requirements = GPGPUVendor == Vendor && GPGPUMainMemorySize >= MinMem && regexp(\"^K\", GPGPUModel) ]",
+        )
+        .unwrap();
+        let c = CompiledRequest::new(&req);
+        assert_eq!(
+            c.requirements().unwrap().to_string(),
+            "TARGET.GPGPUVendor == \"nvidia\" && TARGET.GPGPUMainMemorySize >= 512 && regexp(\"^K\",TARGET.GPGPUModel)"
+        );
+        let yes = parse_classad("[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"K80\" ]").unwrap();
+        let no = parse_classad("[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"P100\" ]").unwrap();
+        assert!(c.matches(&yes));
+        assert!(!c.matches(&no));
+    }
+
+    #[test]
+    fn rank_is_numeric_or_zero() {
+        let offer = parse_classad("[ Mem = 2048; Name = \"x\"; Requirements = true ]").unwrap();
+        for (rank, want) in [("Mem / 1024", 2.0), ("Name", 0.0), ("Missing", 0.0), ("true", 1.0), ("0.0 / 0", 0.0)] {
+            let req = parse_classad(&format!("[ Requirements = true; Rank = {rank} ]")).unwrap();
+            assert_eq!(rank_of(&req, &offer), want, "{rank}");
+        }
+    }
+
+    fn rank_of(req: &ClassAd, offer: &ClassAd) -> f64 {
+        rank(req, offer)
+    }
+
+    #[test]
+    fn requests_without_requirements_and_symmetric_matching() {
+        let offer = parse_classad("[ Cpus = 4; Requirements = other.Owner == \"alice\" ]").unwrap();
+        let alice = parse_classad("[ Owner = \"alice\"; Requirements = Cpus >= 2 ]").unwrap();
+        let bob = parse_classad("[ Owner = \"bob\"; Requirements = Cpus >= 2 ]").unwrap();
+        let none = parse_classad("[ Owner = \"alice\" ]").unwrap();
+        assert!(symmetric_match(&alice, &offer));
+        assert!(matches(&bob, &offer));
+        assert!(!symmetric_match(&bob, &offer));
+        assert!(!matches(&none, &offer));
+    }
+
+    #[test]
+    fn self_referencing_requests_compile_to_error() {
+        let req = parse_classad("[ A = B; B = A; Requirements = A ]").unwrap();
+        let c = CompiledRequest::new(&req);
+        assert!(matches!(c.requirements(), Some(Expr::Lit(Value::Error))));
+        assert!(!c.matches(&ClassAd::new()));
+    }
+}

@@ -67,6 +67,69 @@ pub fn parse_classads(src: &str) -> Result<Vec<ClassAd>, ParseError> {
     }
 }
 
+/// Parses an ad like [`parse_classad`], but carries on after a syntax error
+/// (skipping to the next `;` or line that starts a definition), so that every
+/// error is reported. Returns what could be parsed and the errors found.
+pub fn parse_classad_recovering(src: &str) -> (ClassAd, Vec<ParseError>) {
+    let mut p = match Parser::new(src) {
+        Ok(p) => p,
+        Err(e) => return (ClassAd::new(), vec![e]),
+    };
+    let mut ad = ClassAd::new();
+    let mut errs = Vec::new();
+    let bracketed = p.eat_punct("[");
+    loop {
+        while p.eat_punct(";") {}
+        if p.at_eof() {
+            if bracketed {
+                errs.push(ParseError { pos: p.pos(), message: "expected ']' to close the ad, found end of input".into() });
+            }
+            break;
+        }
+        if bracketed && p.eat_punct("]") {
+            p.eat_punct(";");
+            if !p.at_eof() {
+                errs.push(ParseError { pos: p.pos(), message: format!("expected end of input after the ad, found {}", p.tok().tok.describe()) });
+            }
+            break;
+        }
+        let start = p.i;
+        let r = (|| {
+            let (name, pos) = p.attr_name()?;
+            p.expect_punct("=", "'=' after the attribute name")?;
+            let (e, _) = p.expr()?;
+            Ok::<_, ParseError>((name, pos, e))
+        })();
+        p.nesting = 0;
+        match r {
+            Ok((name, pos, e)) => {
+                ad.insert_at(&name, e, pos);
+                let prev_end = p.toks[p.i.saturating_sub(1)].end_line;
+                let next_ok = p.is_punct(";")
+                    || p.at_eof()
+                    || (bracketed && p.is_punct("]"))
+                    || (!bracketed && p.pos().line > prev_end);
+                if !next_ok {
+                    errs.push(ParseError {
+                        pos: p.pos(),
+                        message: format!(
+                            "expected {}, found {}",
+                            if bracketed { "';' or ']'" } else { "';' or a line break" },
+                            p.tok().tok.describe()
+                        ),
+                    });
+                    p.synchronize(start, bracketed);
+                }
+            }
+            Err(e) => {
+                errs.push(e);
+                p.synchronize(start, bracketed);
+            }
+        }
+    }
+    (ad, errs)
+}
+
 fn unreachable_ad() -> ClassAd {
     // ad_literal always returns Expr::Ad; an empty ad keeps this total.
     ClassAd::new()
@@ -138,6 +201,42 @@ impl Parser {
             Ok(())
         } else {
             self.err("an operator or end of input")
+        }
+    }
+
+    /// Skips past the definition that failed: to the next `;` outside
+    /// brackets, a `]` closing the ad, or a line that starts `Name =`.
+    fn synchronize(&mut self, start: usize, bracketed: bool) {
+        let mut depth: i64 = 0;
+        let start_line = self.toks[start.min(self.toks.len() - 1)].pos.line;
+        if self.i == start {
+            self.advance();
+        }
+        while !self.at_eof() {
+            let t = &self.tok().tok;
+            match t {
+                Tok::Punct("(" | "[" | "{") => depth += 1,
+                Tok::Punct(")" | "}") => depth -= 1,
+                Tok::Punct("]") => {
+                    if depth <= 0 && bracketed {
+                        return;
+                    }
+                    depth -= 1;
+                }
+                Tok::Punct(";") if depth <= 0 => {
+                    self.advance();
+                    return;
+                }
+                Tok::Ident(_) | Tok::QuotedIdent(_) => {
+                    let next_is_eq = matches!(self.toks.get(self.i + 1).map(|t| &t.tok), Some(Tok::Punct("=")));
+                    let first_on_line = self.toks[self.i - 1].end_line < self.tok().pos.line;
+                    if next_is_eq && first_on_line && self.tok().pos.line > start_line {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            self.advance();
         }
     }
 
@@ -441,4 +540,64 @@ pub fn make_call(name: &str, args: Vec<Expr>, pos: Pos) -> Expr {
     let mut call = Call { func, name: Arc::from(name), args, regex: None, pos };
     crate::functions::precompile_regex(&mut call);
     Expr::Call(Box::new(call))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::eval_expr;
+
+    #[test]
+    fn bracketed_bracketless_and_line_forms_give_the_same_ad() {
+        let a = parse_classad("[ A = 1; B = \"x\"; C = {1, 2} ]").unwrap();
+        let b = parse_classad("A = 1; B = \"x\"; C = {1, 2};").unwrap();
+        let c = parse_classad("A = 1\nB = \"x\"\nC = {\n 1,\n 2 }\n").unwrap();
+        for ad in [&a, &b, &c] {
+            assert_eq!(ad.len(), 3);
+            assert!(matches!(ad.eval_attr("a"), Value::Int(1)));
+            assert!(matches!(ad.eval_attr("c"), Value::List(ref l) if l.len() == 2));
+        }
+        assert!(parse_classad("A = 1 B = 2").unwrap_err().message.contains("';' or a line break"));
+    }
+
+    #[test]
+    fn several_ads_in_both_forms() {
+        let ads = parse_classads("[a=1][a=2];[a=3]").unwrap();
+        assert_eq!(ads.len(), 3);
+        let ads = parse_classads("a = 1\nb = 2\n\na = 3\n\n\na = 4\n").unwrap();
+        assert_eq!(ads.len(), 3);
+        assert_eq!(ads[0].len(), 2);
+        assert!(matches!(ads[2].eval_attr("a"), Value::Int(4)));
+    }
+
+    #[test]
+    fn precedence_and_associativity() {
+        let v = |s: &str| eval_expr(&parse_expr(s).unwrap(), None, None);
+        assert!(matches!(v("1 + 2 * 3"), Value::Int(7)));
+        assert!(matches!(v("10 - 4 - 3"), Value::Int(3)));
+        assert!(matches!(v("true || false && false"), Value::Bool(true)));
+        assert!(matches!(v("1 < 2 == true"), Value::Bool(true)));
+        assert!(matches!(v("false ? 1 : true ? 2 : 3"), Value::Int(2)));
+        assert!(matches!(v("-2 * -3"), Value::Int(6)));
+        assert!(matches!(v("{1,{2,3}}[1][0] + 1"), Value::Int(3)));
+        assert!(matches!(v("\"a\" IS \"a\""), Value::Bool(true)));
+    }
+
+    #[test]
+    fn scopes_and_quoted_names() {
+        match parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'").unwrap().to_string().as_str() {
+            s => assert_eq!(s, "MY.a + TARGET.b + TARGET.c + PARENT.d + 'e f'"),
+        }
+        assert!(parse_expr("my.").unwrap_err().message.contains("attribute name"));
+        assert!(parse_expr("[ true = 1 ]").unwrap_err().message.contains("attribute name"));
+    }
+
+    #[test]
+    fn errors_name_the_position_and_what_was_expected() {
+        let e = parse_classad("[\n  a = 1;\n  b = 2\n  c = 3\n]").unwrap_err();
+        assert_eq!(e.to_string(), "4:3: expected ';' or ']', found name 'c'");
+        let (ad, errs) = parse_classad_recovering("[ a = ; b = 2; c = (1; d = 4 ]");
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(ad.lookup("b").is_some() && ad.lookup("d").is_some());
+    }
 }
