@@ -116,7 +116,7 @@ fn default_quality() -> String {
 pub enum CountSourceKind {
     /// The local node's cderd (`status`): a single-node site.
     Cderd,
-    /// `scontrol show node -o`: `Gres=` and `GresUsed=` of every node.
+    /// `scontrol -d show node -o`: `Gres=` and `GresUsed=` of every node.
     Slurm,
     /// `pbsnodes -x`: `<gpus>`, `<gpu_status>` and the node state.
     Torque,

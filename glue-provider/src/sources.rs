@@ -1,5 +1,5 @@
 //! Where the dynamic numbers come from: cderd's `status` on a single node,
-//! the LRMS for a cluster (SLURM `scontrol show node -o`, TORQUE
+//! the LRMS for a cluster (SLURM `scontrol -d show node -o`, TORQUE
 //! `pbsnodes -x`), or values written in the config; and the vGPGPU counts
 //! behind [`VirtualGpgpuSource`].
 
@@ -197,7 +197,7 @@ impl CountSource for ConfiguredCounts {
     }
 }
 
-/// Counts from SLURM: `scontrol show node -o`, one line per node with
+/// Counts from SLURM: `scontrol -d show node -o`, one line per node with
 /// `Gres=`, `GresUsed=` and `State=`.
 #[derive(Debug, Clone)]
 pub struct SlurmCounts {
@@ -217,8 +217,8 @@ pub struct SlurmNode {
     pub not_responding: bool,
     /// Configured GRES.
     pub gres: Vec<Gres>,
-    /// GRES in use.
-    pub gres_used: Vec<Gres>,
+    /// GRES in use; `None` when scontrol printed no `GresUsed=` at all.
+    pub gres_used: Option<Vec<Gres>>,
 }
 
 /// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
@@ -271,7 +271,7 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
         let not_responding = state.contains('*');
         let states = state.split('+').map(|s| s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase()).collect();
         let gres = parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
-        let gres_used = parse_gres(fields.get("GresUsed").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("GresUsed: {m}")))?;
+        let gres_used = fields.get("GresUsed").map(|v| parse_gres(v)).transpose().map_err(|m| bad(&format!("GresUsed: {m}")))?;
         nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used });
     }
     Ok(nodes)
@@ -323,7 +323,8 @@ pub fn parse_gres(value: &str) -> Result<Vec<Gres>, String> {
 
 impl CountSource for SlurmCounts {
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
-        let output = run_command(&self.scontrol, &["show", "node", "-o"], self.timeout)?;
+        // -d: SLURM 22.05 prints GresUsed= only in the detailed view.
+        let output = run_command(&self.scontrol, &["-d", "show", "node", "-o"], self.timeout)?;
         let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         groups
             .iter()
@@ -331,7 +332,7 @@ impl CountSource for SlurmCounts {
                 let mut out = GroupCounts { nodes_used: Some(0), nodes_unavailable: Some(0), ..Default::default() };
                 for host in &group.nodes {
                     let node = nodes.get(host).ok_or_else(|| {
-                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to SLURM ({} show node -o)", group.id(), self.scontrol.display()))
+                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to SLURM ({} -d show node -o)", group.id(), self.scontrol.display()))
                     })?;
                     if node.unavailable() {
                         *out.nodes_unavailable.as_mut().expect("set") += 1;
@@ -341,7 +342,16 @@ impl CountSource for SlurmCounts {
                     for class in &group.classes {
                         let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
                         let total = gres_count(&node.gres, &gres, class.gres_type.as_deref());
-                        let used = gres_count(&node.gres_used, &gres, class.gres_type.as_deref()).min(total);
+                        let used = match &node.gres_used {
+                            Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).min(total),
+                            None if total == 0 => 0,
+                            None => {
+                                return Err(ProviderError::Runtime(format!(
+                                    "{} -d show node -o printed Gres= but no GresUsed= for node {host}: cannot tell used devices from free",
+                                    self.scontrol.display()
+                                )))
+                            }
+                        };
                         out.devices.entry(class.key.clone()).or_default().add(node_counts(total, used, node.unavailable()));
                     }
                 }
@@ -549,7 +559,8 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
         let nodes = parse_scontrol(out).unwrap();
         assert_eq!(nodes.len(), 3);
         assert!(nodes[0].busy() && !nodes[0].unavailable());
-        assert_eq!(gres_count(&nodes[0].gres_used, "gpu", None), 1);
+        assert_eq!(gres_count(nodes[0].gres_used.as_ref().unwrap(), "gpu", None), 1);
+        assert!(nodes[2].gres_used.is_none());
         assert!(nodes[1].unavailable());
         assert!(nodes[2].not_responding && nodes[2].unavailable());
         assert!(parse_scontrol(b"Arch=x86_64 State=IDLE\n").is_err());

@@ -93,7 +93,7 @@ fn unreachable_lrms_is_a_runtime_failure() {
     let dir = tempfile::tempdir().unwrap();
     let config = SITE.replace("source = \"static\"", "source = \"slurm\"\nscontrol = \"/nonexistent/scontrol\"");
     let out = run(dir.path(), config.as_bytes(), &[]);
-    assert_failed(&out, 1, &["cannot run /nonexistent/scontrol show node -o"]);
+    assert_failed(&out, 1, &["cannot run /nonexistent/scontrol -d show node -o"]);
 
     // An LRMS command that answers but fails (as scontrol does when slurmctld is down).
     let script = dir.path().join("pbsnodes");

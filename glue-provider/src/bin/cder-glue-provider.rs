@@ -23,7 +23,7 @@ GLUE2ServiceID=<service>,GLUE2GroupID=resource,o=glue, with the CDER attributes 
 (GPGPUTotalInstances, GPGPUFreeInstances, GPGPUUsedInstances, GPGPUOfflineInstances, \
 GPGPUPerNode, GPGPUModel, …) attached by the chosen strategies; vGPGPU services become \
 GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU.\n\n\
-Counts come from the local cderd (single node), SLURM (scontrol show node -o), TORQUE \
+Counts come from the local cderd (single node), SLURM (scontrol -d show node -o), TORQUE \
 (pbsnodes -x) or the config. Everything is built in memory and printed only if it all \
 succeeded: on any error the provider prints one line to stderr, nothing to stdout, and exits \
 non-zero (2: bad config or input, 1: cderd / LRMS / inventory failure).\n\n\

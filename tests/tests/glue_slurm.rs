@@ -1,0 +1,73 @@
+//! Cluster counts from the real LRMS: a real slurmctld/slurmd (4 GPUs, the
+//! cder plugins and cderd, from the SLURM harness) runs a job holding one
+//! GPU; the provider reads `scontrol -d show node -o` (Gres / GresUsed / State)
+//! and publishes 4 total, 1 used, 3 free; after `scontrol update
+//! state=drain` the idle GPUs are offline. The output loads into slapd.
+
+use std::time::Duration;
+
+use cder_glue_provider::ldif;
+use cder_tests::glue::{assert_reads_back, other_info, publish};
+use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
+use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
+
+fn counts(text: &str) -> ([String; 4], Vec<String>) {
+    let entries = ldif::parse(text).unwrap();
+    let ee = entries.iter().find(|e| e.values("objectClass").any(|c| c == "GLUE2ExecutionEnvironment")).expect("an EE");
+    let info = other_info(ee);
+    let gpus = ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"].map(|k| info[k].clone());
+    let nodes = ["GLUE2ExecutionEnvironmentTotalInstances", "GLUE2ExecutionEnvironmentUsedInstances", "GLUE2ExecutionEnvironmentUnavailableInstances"]
+        .iter()
+        .map(|a| ee.values(a).next().unwrap_or_default().to_string())
+        .collect();
+    (gpus, nodes)
+}
+
+#[test]
+fn slurm_gres_counts_are_published() {
+    let _one_cluster = serial();
+    if !require_slurm() || !require_slapd() {
+        return;
+    }
+    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    // scontrol aimed at the test cluster, as the provider would run it on a CE.
+    let scontrol = dir.path().join("scontrol");
+    std::fs::write(&scontrol, format!("#!/bin/sh\nSLURM_CONF={} exec scontrol \"$@\"\n", cluster.slurm_conf().display())).unwrap();
+    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("glue-provider.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n\
+             ce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\n\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n\
+             [counts]\nsource = \"slurm\"\nscontrol = \"{}\"\n\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n",
+            scontrol.display()
+        ),
+    )
+    .unwrap();
+
+    let idle = publish(&config, &[]);
+    assert_eq!(counts(&idle).0, ["4", "4", "0", "0"].map(String::from), "{}", cluster.logs());
+
+    let job = cluster.sbatch(&["--gpgpu-per-node=1"], "#!/bin/sh\nsleep 120\n").unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    cluster.wait_running(job, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    let busy = publish(&config, &["attribute-extension", "class-extension"]);
+    let (gpus, nodes) = counts(&busy);
+    assert_eq!(gpus, ["4", "3", "1", "0"].map(String::from), "{busy}\n{}", cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default());
+    assert_eq!(nodes, ["1", "1", "0"]);
+
+    let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    slapd.add_base_entries().unwrap();
+    slapd.add(&busy).unwrap_or_else(|e| panic!("{e}"));
+    assert_reads_back(&slapd, &busy);
+
+    // Draining the node: the running job keeps its GPU, the idle ones go offline.
+    cluster.scontrol(&["update", "nodename=node1", "state=drain", "reason=glue-provider test"]).unwrap_or_else(|e| panic!("{e}"));
+    let drained = publish(&config, &[]);
+    let (gpus, nodes) = counts(&drained);
+    assert_eq!(gpus, ["4", "0", "1", "3"].map(String::from), "{drained}");
+    assert_eq!(nodes, ["1", "0", "1"]);
+    cluster.cancel_all();
+}
