@@ -479,3 +479,69 @@ macro_rules! job_submit_plugin {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c_array(items: &[&str]) -> Vec<*mut c_char> {
+        items.iter().map(|s| xstrdup(s)).collect()
+    }
+
+    /// A job description as slurmctld would hand it over, with SLURM-owned
+    /// strings.
+    fn job_desc(env: &mut [*mut c_char], spank: &mut [*mut c_char], tres: Option<&str>) -> ffi::job_desc_msg_t {
+        // SAFETY: job_desc_msg_t is a plain C struct of integers and
+        // pointers, for which all-zero is the "unset" value SLURM itself
+        // starts from (slurm_init_job_desc_msg then sets defaults).
+        let mut d: ffi::job_desc_msg_t = unsafe { std::mem::zeroed() };
+        d.environment = env.as_mut_ptr();
+        d.env_size = env.len() as u32;
+        d.spank_job_env = spank.as_mut_ptr();
+        d.spank_job_env_size = spank.len() as u32;
+        d.tres_per_node = tres.map(xstrdup).unwrap_or(std::ptr::null_mut());
+        d
+    }
+
+    #[test]
+    fn job_desc_reads_and_replaces_with_slurms_allocator() {
+        let mut env = c_array(&["PATH=/bin", "GPGPUPerNode=2"]);
+        let mut spank = c_array(&["CDER_GPGPU_PER_NODE=3"]);
+        let mut raw = job_desc(&mut env, &mut spank, Some("gres:fpga:1"));
+        let mut job = JobDesc { raw: &mut raw };
+        assert_eq!(job.environment(), vec!["PATH=/bin", "GPGPUPerNode=2"]);
+        assert_eq!(job.spank_job_env(), vec!["CDER_GPGPU_PER_NODE=3"]);
+        assert_eq!(job.tres_per_node().as_deref(), Some("gres:fpga:1"));
+        job.set_tres_per_node("gres:fpga:1,gres:gpu:3");
+        job.set_tres_per_node("gres:gpu:1");
+        assert_eq!(job.tres_per_node().as_deref(), Some("gres:gpu:1"));
+    }
+
+    fn panics(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {
+        panic!("boom")
+    }
+
+    fn refuses(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {
+        Err("cder: no".into())
+    }
+
+    #[test]
+    fn no_panic_crosses_and_refusals_reach_err_msg() {
+        let mut raw = job_desc(&mut [], &mut [], None);
+        let mut err: *mut c_char = xstrdup("previous message");
+        // SAFETY: valid job description and message slot, as slurmctld passes.
+        let rc = unsafe { dispatch_job_submit("job_submit/test", panics, &mut raw, 1000, &mut err) };
+        assert_eq!(rc, ffi::slurm_err_t_ESLURM_INVALID_GRES as c_int);
+        // SAFETY: dispatch put an xstrdup'd string there.
+        let text = unsafe { read_cstr(err) }.unwrap();
+        assert!(text.contains("internal error: boom"), "{text}");
+        // SAFETY: as above.
+        let rc = unsafe { dispatch_job_submit("job_submit/test", refuses, &mut raw, 1000, &mut err) };
+        assert_ne!(rc, 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_cstr(err) }.as_deref(), Some("cder: no"));
+        // A null job description (never sent by slurmctld) is not touched.
+        // SAFETY: null is handled before any dereference.
+        assert_eq!(unsafe { dispatch_job_submit("job_submit/test", panics, std::ptr::null_mut(), 0, &mut err) }, 0);
+    }
+}

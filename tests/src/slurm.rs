@@ -67,9 +67,15 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
-/// The folder cargo puts debug artifacts in.
+/// The cargo profile whose plugins and cderd the harness loads:
+/// `CDER_TESTS_PROFILE=release` for the benchmark, `debug` otherwise.
+pub fn profile() -> String {
+    std::env::var("CDER_TESTS_PROFILE").ok().filter(|p| p == "release").unwrap_or_else(|| "debug".into())
+}
+
+/// The folder cargo puts the artifacts of [`profile`] in.
 pub fn target_debug_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join("debug")
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join(profile())
 }
 
 /// The cder artifacts a SLURM test loads.
@@ -81,7 +87,9 @@ pub struct Artifacts {
 }
 
 /// Builds (once per process) and finds `libspank_cder.so`,
-/// `libjob_submit_cder.so` and `cderd` in target/debug.
+/// `libjob_submit_cder.so` and `cderd` in target/debug (target/release
+/// with `CDER_TESTS_PROFILE=release`). `CDER_TESTS_NO_BUILD=1` skips the
+/// build and only looks for them.
 pub fn artifacts() -> Result<Artifacts, String> {
     static BUILT: OnceLock<Result<Artifacts, String>> = OnceLock::new();
     BUILT
@@ -96,8 +104,12 @@ pub fn artifacts() -> Result<Artifacts, String> {
             // the build lock by the time test binaries run.
             if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
                 let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let mut args = vec!["build", "-j", "2", "-p", "spank-cder", "-p", "job-submit-cder", "-p", "cderd"];
+                if profile() == "release" {
+                    args.push("--release");
+                }
                 let out = Command::new(cargo)
-                    .args(["build", "-j", "2", "-p", "spank-cder", "-p", "job-submit-cder", "-p", "cderd"])
+                    .args(&args)
                     .current_dir(workspace_root())
                     .stdin(Stdio::null())
                     .output()

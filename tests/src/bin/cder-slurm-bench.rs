@@ -12,8 +12,11 @@
 //!   (allocation from and release to cderd).
 //!
 //! ```text
-//! cargo run -p cder-tests --bin cder-slurm-bench -- [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [STEPS]   # default 50
 //! ```
+//!
+//! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,
+//! as a site installs them; without it the debug builds are measured.)
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -105,7 +108,10 @@ fn main() -> ExitCode {
         let _ = cluster.run("scancel", &[&job.to_string()]);
         let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], n)?;
         let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
-        println!("cder-slurm-bench: srun -n1 true, spank_cder.so loaded vs plugstack.conf empty, same cluster, same run");
+        println!(
+            "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
+            cder_tests::slurm::profile()
+        );
         report("steps", n, steps);
         report("jobs", n, jobs);
         report("jobs+gpu", n, gpu);
