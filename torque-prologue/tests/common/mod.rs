@@ -295,19 +295,24 @@ impl Node {
             let mut pipe = child.stdin.take().unwrap();
             let _ = pipe.write_all(stdin);
         }
-        let deadline = Instant::now() + Duration::from_secs(alarm_s);
-        let code = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code().unwrap_or(-3);
+        // pbs_mom's alarm: a waiter thread reports the exit; if the alarm
+        // comes first, the script is killed and counts as -4.
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let code = match rx.recv_timeout(Duration::from_secs(alarm_s)) {
+            Ok(status) => status.unwrap().code().unwrap_or(-3),
+            Err(_) => {
+                // The child is not reaped yet (the waiter is still in wait),
+                // so the pid is still ours to kill.
+                let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+                let _ = rx.recv();
+                -4
             }
-            if Instant::now() >= deadline {
-                // pbs_mom's alarm: kill the script, report -4.
-                let _ = child.kill();
-                let _ = child.wait();
-                break -4;
-            }
-            std::thread::sleep(Duration::from_millis(10));
         };
+        waiter.join().unwrap();
         let stdout = fs::read_to_string(&out_path).unwrap_or_default();
         let stderr = fs::read_to_string(&err_path).unwrap_or_default();
         let _ = fs::remove_file(&out_path);
