@@ -156,10 +156,8 @@ impl Ctx {
             }
             node = n.parent.as_ref();
         }
-        if self.fallback {
-            if f.target.is_some() {
-                return self.lookup_target(sym, f);
-            }
+        if self.fallback && f.target.is_some() {
+            return self.lookup_target(sym, f);
         }
         Value::Undefined
     }

@@ -266,7 +266,7 @@ fn regex_for(c: &Call, pat: &str, opts: &str) -> Option<Arc<regex::Regex>> {
     }
 }
 
-fn regex_args<'a>(a: &'a [Value]) -> Result<(&'a str, &'a str), Value> {
+fn regex_args(a: &[Value]) -> Result<(&str, &str), Value> {
     let opts: &str = match a.get(2) {
         None => "",
         Some(Value::Str(s)) => s,
@@ -500,7 +500,9 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
 
 /// A double to an integer as C does on x86: out of range (and NaN) gives i64::MIN.
 fn f2i(r: f64) -> i64 {
-    if r.is_nan() || r >= 9.223372036854775807e18 || r < -9.223372036854775808e18 {
+    // 2^63 as a double; i64::MIN is exactly -2^63.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if r.is_nan() || !(-LIMIT..LIMIT).contains(&r) {
         i64::MIN
     } else {
         r as i64

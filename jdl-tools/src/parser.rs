@@ -585,9 +585,8 @@ mod tests {
 
     #[test]
     fn scopes_and_quoted_names() {
-        match parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'").unwrap().to_string().as_str() {
-            s => assert_eq!(s, "MY.a + TARGET.b + TARGET.c + PARENT.d + 'e f'"),
-        }
+        let s = parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'").unwrap().to_string();
+        assert_eq!(s, "MY.a + TARGET.b + TARGET.c + PARENT.d + 'e f'");
         assert!(parse_expr("my.").unwrap_err().message.contains("attribute name"));
         assert!(parse_expr("[ true = 1 ]").unwrap_err().message.contains("attribute name"));
     }

@@ -145,7 +145,7 @@ fn real_expr(r: &mut Rng, d: u32) -> String {
             format!("{}({{{}}})", r.pick(&["sum", "min", "max", "avg"]), items.join(", "))
         }
         10 => format!("ifThenElse({}, {}, {})", expr(r, Ty::Bool, d), expr(r, Ty::Real, d), expr(r, Ty::Real, d)),
-        _ => format!("{}[0]", format!("{{{}, 1}}", expr(r, Ty::Real, d))),
+        _ => format!("{{{}, 1}}[0]", expr(r, Ty::Real, d)),
     }
 }
 
