@@ -94,6 +94,14 @@ fn jobs_without_devices_and_other_request_forms() {
     extra.push("/var/spool/torque/mom_priv/jobs/205.ce.SC");
     extra.push("whatever-comes-next");
     assert_eq!(node.hook("prologue", &extra).code, 0);
+    // Requeued, then qalter'ed to another count: the stale allocation of the
+    // same job is replaced, not a conflict that blocks it forever.
+    assert_eq!(node.hook("prologue", &prologue_args("206.ce", "nodes=1:gpus=1")).code, 0);
+    assert_eq!(node.holders()["torque:206.ce"].len(), 1);
+    assert_eq!(node.hook("epilogue", &epilogue_args("205.ce")).code, 0);
+    let r = node.hook("prologue", &prologue_args("206.ce", "nodes=1:gpus=2"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.holders()["torque:206.ce"].len(), 2);
 }
 
 #[test]
