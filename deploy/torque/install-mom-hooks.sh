@@ -70,7 +70,7 @@ hooks="prologue prologue.parallel epilogue epilogue.parallel epilogue.precancel"
 for h in $hooks; do
     dest=$mom_priv/$h
     if [ -e "$dest" ] && [ "$force" != 1 ] && ! cmp -s "$dest" "$bindir/cder-torque-hook" \
-        && ! "$dest" --version 2>/dev/null | grep -q '^cder-torque-hook '; then
+        && ! grep -qaF "cder's pbs_mom prologue and epilogue" "$dest"; then
         echo "install-mom-hooks.sh: $dest exists and is not cder's; call cder from it" \
              "(see docs/torque.md, \"Sites with their own prologue\") or use --force" >&2
         exit 1
