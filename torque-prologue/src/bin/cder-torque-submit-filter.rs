@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use cder_torque::filter::filter;
 use cder_torque::settings::TorqueSettings;
 
+// argv is qsub's own command line, so it is read by hand, not by clap.
 const HELP: &str = "\
 cder-torque-submit-filter — translate GPGPUPerNode=N for TORQUE/MAUI
 
