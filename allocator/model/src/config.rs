@@ -29,6 +29,9 @@ pub struct Config {
     /// The `[[cder]]` tables, in file order.
     #[serde(default, rename = "cder")]
     pub cders: Vec<CderType>,
+    /// `[registry]`: the cluster's vGPGPU registry (see [`crate::registry`]).
+    #[serde(default)]
+    pub registry: Option<crate::registry::RegistryConfig>,
 }
 
 /// `[node]`: how the node daemon runs.
@@ -422,6 +425,9 @@ impl Config {
         };
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
+        }
+        if let Some(Err((key, message))) = self.registry.as_ref().map(|r| r.validate()) {
+            return Err(anywhere(&key, message));
         }
         let mut names = BTreeSet::new();
         for cder in &self.cders {

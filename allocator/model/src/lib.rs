@@ -17,6 +17,7 @@ pub mod config;
 pub mod device;
 pub mod environment;
 pub mod job;
+pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use device::{ComputeCapability, Device, Health};
@@ -24,3 +25,4 @@ pub use environment::JobEnvironment;
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{CderType, Discovery, VendorKind, VisibleIds};
+pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};

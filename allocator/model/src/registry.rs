@@ -1,0 +1,295 @@
+//! `[registry]` in `cder.toml`: the cluster's vGPGPU registry, as its
+//! server (`cder-registryd`), its clients (the SLURM plugin, the TORQUE
+//! monitor, the GLUE provider, `cderctl registry`) and the per-node factory
+//! (`cder-vgpgpu-factory`, `[registry.factory]`) see it.
+//!
+//! ```toml
+//! [registry]
+//! url = "http://registry.example.org:8731"
+//! listen = "0.0.0.0:8731"
+//! operators = ["slurm"]
+//! policy = "local-first"
+//!
+//! [registry.factory]
+//! launcher = ["/usr/local/sbin/vgpgpu-backend", "start", "{uuid}", "{index}", "{port}", "{visible_env}={index}"]
+//! ```
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// An API-interception method: how a job reaches a remote GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum VgpgpuMethod {
+    /// rCUDA: CUDA calls forwarded to a remote rCUDA server.
+    #[serde(rename = "rCUDA", alias = "rcuda", alias = "RCUDA")]
+    Rcuda,
+    /// VCL (MOSIX Virtual OpenCL): OpenCL calls forwarded to remote nodes.
+    #[serde(rename = "VCL", alias = "vcl")]
+    Vcl,
+}
+
+impl VgpgpuMethod {
+    /// Every method, in the order they are published.
+    pub const ALL: [VgpgpuMethod; 2] = [VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
+
+    /// The name as the thesis and the GLUE ApplicationEnvironment write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VgpgpuMethod::Rcuda => "rCUDA",
+            VgpgpuMethod::Vcl => "VCL",
+        }
+    }
+
+    /// The methods a backend of this vendor serves by default: VCL for
+    /// every GPU, rCUDA for NVIDIA only (rCUDA speaks CUDA).
+    pub fn defaults_for_vendor(vendor: &str) -> Vec<VgpgpuMethod> {
+        if vendor.eq_ignore_ascii_case("nvidia") {
+            vec![VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl]
+        } else {
+            vec![VgpgpuMethod::Vcl]
+        }
+    }
+}
+
+impl fmt::Display for VgpgpuMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for VgpgpuMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "rcuda" => Ok(VgpgpuMethod::Rcuda),
+            "vcl" => Ok(VgpgpuMethod::Vcl),
+            _ => Err(format!("{s:?} is not a vGPGPU method (rCUDA or VCL)")),
+        }
+    }
+}
+
+/// How the registry picks backends for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegistryPolicy {
+    /// Uniformly random among the free backends (the thesis's "random").
+    Random,
+    /// Backends on the job's own node first (the thesis's "prioritised").
+    #[default]
+    LocalFirst,
+    /// Backends on the hosts serving the fewest jobs first.
+    Spread,
+}
+
+/// `[registry]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Where clients reach the registry: `http://host:port` (plain HTTP;
+    /// every request carries a MUNGE credential).
+    #[serde(default = "default_url")]
+    pub url: String,
+    /// The address `cder-registryd` listens on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Where the registry keeps its SQLite database.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// Users (names or uids) who, besides root, may register, request,
+    /// release and set backends offline — e.g. the SLURM user, or the
+    /// TORQUE monitor's operator account. Any authenticated user may query.
+    #[serde(default)]
+    pub operators: Vec<String>,
+    /// `random`, `local-first` or `spread`.
+    #[serde(default)]
+    pub policy: RegistryPolicy,
+    /// munged's socket (default: MUNGE's own default).
+    #[serde(default)]
+    pub munge_socket: Option<PathBuf>,
+    /// The `munge` program clients use to make credentials.
+    #[serde(default = "default_munge")]
+    pub munge_program: PathBuf,
+    /// The `unmunge` program the registry uses to check them.
+    #[serde(default = "default_unmunge")]
+    pub unmunge_program: PathBuf,
+    /// Largest request body the registry reads, in bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Client timeout for one request, in seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// First port handed to a host's backends (rCUDA's own default is 8308).
+    #[serde(default = "default_port_base")]
+    pub port_base: u16,
+    /// Where the SLURM plugin writes a job's VCL node file.
+    #[serde(default = "default_vcl_dir")]
+    pub vcl_dir: PathBuf,
+    /// `[registry.factory]`, for `cder-vgpgpu-factory` on GPU nodes.
+    #[serde(default)]
+    pub factory: Option<FactoryConfig>,
+}
+
+/// `[registry.factory]`: how a GPU node starts its backends.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactoryConfig {
+    /// This node's name as jobs reach it (default: its FQDN).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The command that starts one backend, as an argv template. It must
+    /// return once the backend runs (e.g. `docker run -d …`). Placeholders:
+    /// `{uuid}`, `{index}`, `{port}`, `{host}`, `{vendor}`, `{methods}`
+    /// (comma-separated), `{visible_env}` (`CUDA_VISIBLE_DEVICES` on NVIDIA,
+    /// `GPU_DEVICE_ORDINAL` otherwise), `{path}` (the device file).
+    pub launcher: Vec<String>,
+    /// Optional argv template that stops a backend whose device is gone.
+    #[serde(default)]
+    pub stop: Option<Vec<String>>,
+    /// The methods every backend of this node serves (default by vendor:
+    /// rCUDA and VCL on NVIDIA, VCL otherwise).
+    #[serde(default)]
+    pub methods: Option<Vec<VgpgpuMethod>>,
+    /// Seconds between two inventory walks when running as a service.
+    #[serde(default = "default_interval")]
+    pub interval_s: u64,
+}
+
+/// The placeholders a launcher template may use.
+pub const LAUNCHER_PLACEHOLDERS: [&str; 8] = ["uuid", "index", "port", "host", "vendor", "methods", "visible_env", "path"];
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            url: default_url(),
+            listen: default_listen(),
+            state_dir: default_state_dir(),
+            operators: Vec::new(),
+            policy: RegistryPolicy::default(),
+            munge_socket: None,
+            munge_program: default_munge(),
+            unmunge_program: default_unmunge(),
+            max_body_bytes: default_max_body(),
+            timeout_s: default_timeout(),
+            port_base: default_port_base(),
+            vcl_dir: default_vcl_dir(),
+            factory: None,
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// Checks what TOML types cannot; the error is `(key, message)`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: String| Err((format!("registry.{k}"), m));
+        match self.url.strip_prefix("http://") {
+            Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {}
+            _ => return bad("url", format!("{:?} must look like http://host:port", self.url)),
+        }
+        if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
+            return bad("listen", format!("{:?} is not host:port", self.listen));
+        }
+        if self.max_body_bytes < 256 {
+            return bad("max_body_bytes", "must be at least 256".into());
+        }
+        if self.timeout_s == 0 {
+            return bad("timeout_s", "must be at least 1".into());
+        }
+        if self.port_base == 0 {
+            return bad("port_base", "must not be 0".into());
+        }
+        if let Some(f) = &self.factory {
+            if f.launcher.is_empty() || f.launcher[0].trim().is_empty() {
+                return bad("factory.launcher", "must name a program".into());
+            }
+            for arg in f.launcher.iter().chain(f.stop.iter().flatten()) {
+                if let Some(name) = unknown_placeholder(arg) {
+                    return bad("factory.launcher", format!("unknown placeholder {{{name}}} in {arg:?} (known: {})", LAUNCHER_PLACEHOLDERS.join(", ")));
+                }
+            }
+            if f.stop.as_ref().is_some_and(|s| s.is_empty()) {
+                return bad("factory.stop", "must name a program when given".into());
+            }
+            if f.methods.as_ref().is_some_and(|m| m.is_empty()) {
+                return bad("factory.methods", "must list at least one method when given".into());
+            }
+            if f.interval_s == 0 {
+                return bad("factory.interval_s", "must be at least 1".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first `{name}` in `arg` that is not a known placeholder.
+fn unknown_placeholder(arg: &str) -> Option<String> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let name = &after[..close];
+        if !LAUNCHER_PLACEHOLDERS.contains(&name) {
+            return Some(name.to_string());
+        }
+        rest = &after[close + 1..];
+    }
+    None
+}
+
+fn default_url() -> String {
+    "http://127.0.0.1:8731".into()
+}
+fn default_listen() -> String {
+    "127.0.0.1:8731".into()
+}
+fn default_state_dir() -> PathBuf {
+    "/var/lib/cder-registry".into()
+}
+fn default_munge() -> PathBuf {
+    "/usr/bin/munge".into()
+}
+fn default_unmunge() -> PathBuf {
+    "/usr/bin/unmunge".into()
+}
+fn default_max_body() -> usize {
+    64 * 1024
+}
+fn default_timeout() -> u64 {
+    10
+}
+fn default_port_base() -> u16 {
+    8308
+}
+fn default_vcl_dir() -> PathBuf {
+    "/run/cder/vgpgpu".into()
+}
+fn default_interval() -> u64 {
+    60
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_parse_case_insensitively_and_print_as_published() {
+        assert_eq!("rcuda".parse::<VgpgpuMethod>().unwrap(), VgpgpuMethod::Rcuda);
+        assert_eq!("VCL".parse::<VgpgpuMethod>().unwrap().to_string(), "VCL");
+        assert!("opencl".parse::<VgpgpuMethod>().is_err());
+        assert_eq!(VgpgpuMethod::defaults_for_vendor("AMD"), vec![VgpgpuMethod::Vcl]);
+    }
+
+    #[test]
+    fn validate_names_the_key() {
+        let mut c = RegistryConfig { url: "ftp://x".into(), ..RegistryConfig::default() };
+        assert_eq!(c.validate().unwrap_err().0, "registry.url");
+        c.url = default_url();
+        c.factory = Some(FactoryConfig { host: None, launcher: vec!["run".into(), "{uid}".into()], stop: None, methods: None, interval_s: 5 });
+        let (key, msg) = c.validate().unwrap_err();
+        assert_eq!(key, "registry.factory.launcher");
+        assert!(msg.contains("{uid}"), "{msg}");
+        c.factory.as_mut().unwrap().launcher = vec!["run".into(), "{uuid}:{port}".into()];
+        assert!(c.validate().is_ok());
+    }
+}
