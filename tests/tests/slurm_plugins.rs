@@ -244,3 +244,27 @@ fn in_managed_mode_the_job_sees_the_devices_cderd_chose() {
     assert!(!held.contains(&0), "cderd gave a drained device: {held:?}");
     assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]), held, "the job does not see cderd's devices\n{out}");
 }
+
+#[test]
+fn cder_type_option_and_memory_constraint_reach_cderd() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let script = "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\necho RAN=yes\n";
+    // --cder=TYPE:N is the general form of --gpgpu-per-node.
+    let id = cluster.sbatch(&["--cder=gpgpu:1"], script).unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
+    assert_eq!(visible_set(&parse_env_lines(&out)["CUDA_VISIBLE_DEVICES"]).len(), 1, "{out}");
+    assert!(info.fields.get("TresPerNode").is_some_and(|t| t.contains("gpu:1")), "{info:?}");
+    // The fake devices have 4800 MB: asking for more leaves none that fits,
+    // and fail=closed says so in the job's output.
+    let id = cluster.sbatch(&["--gpgpu-per-node=1", "--gpgpu-min-memory=100000"], script).unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let out = cluster.job_output(id);
+    assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
+    assert!(!out.contains("RAN=yes") && out.contains("cder: 1 gpgpu device(s) for slurm:") && out.contains("fail=closed"), "{out}");
+    let id = cluster.sbatch(&["--gpgpu-per-node=1", "--gpgpu-min-memory=4000"], script).unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    assert_eq!(info.state, "COMPLETED", "{info:?}\n{}", cluster.job_output(id));
+    assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
+}
