@@ -28,6 +28,8 @@ pub struct Node {
     pub config: PathBuf,
     pub socket: PathBuf,
     pub devices: Vec<PathBuf>,
+    /// Extra environment for the daemon (e.g. the fake NVML's variables).
+    pub env: Vec<(String, PathBuf)>,
     child: Option<Child>,
 }
 
@@ -71,7 +73,19 @@ impl Node {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let mut node = Node { dir, config, socket, devices, child: None };
+        let mut node = Node { dir, config, socket, devices, env: Vec::new(), child: None };
+        node.start();
+        node
+    }
+
+    /// A node from a whole config text written by the caller into `dir`
+    /// (whose socket must be `dir/cderd.sock`), started with `env`.
+    pub fn custom(dir: tempfile::TempDir, text: &str, devices: Vec<PathBuf>, env: Vec<(String, PathBuf)>) -> Node {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = dir.path().join("cder.toml");
+        std::fs::write(&config, text).unwrap();
+        let socket = dir.path().join("cderd.sock");
+        let mut node = Node { dir, config, socket, devices, env, child: None };
         node.start();
         node
     }
@@ -84,6 +98,7 @@ impl Node {
             .arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_os_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
