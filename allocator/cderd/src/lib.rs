@@ -1,6 +1,7 @@
 //! `cderd`, the cder node daemon: it owns the node's CDERs and gives each to
 //! one job at a time.
 //!
+//! * [`durable`] — opening SQLite the durable way (shared with the vGPGPU registry).
 //! * [`store`] — durable state in SQLite (WAL, `synchronous=FULL`); the
 //!   database itself forbids two live owners of a device.
 //! * [`policy`] — which free devices a job gets ([`policy::SelectionPolicy`],
@@ -11,6 +12,7 @@
 //!   (types in the `cder-protocol` crate).
 
 pub mod daemon;
+pub mod durable;
 pub mod enforce;
 pub mod policy;
 pub mod server;

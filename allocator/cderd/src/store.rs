@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use cder_model::{Device, Health, JobKey};
 use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, ErrorCode, ErrorReply};
@@ -66,9 +66,6 @@ CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job_id);
 -- The live owner of a device in one probe, however long the history grows.
 CREATE INDEX IF NOT EXISTS allocations_by_device ON allocations(device, end);
 ";
-
-/// WAL pages after which a commit checkpoints by itself (the backstop).
-const AUTOCHECKPOINT_PAGES: u32 = 10_000;
 
 /// Starts a thread that checkpoints the WAL of the database at `path` every
 /// `period`, on its own connection, so that the fsyncs of a checkpoint fall
@@ -254,46 +251,16 @@ fn query_devices(conn: &Connection, filter: &str, args: &[&dyn rusqlite::ToSql])
     Ok(out)
 }
 
-/// A random version-4 UUID from the kernel's generator.
-fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
-}
+use crate::durable::new_token;
 
 impl Store {
     /// Opens (creating if needed) the database at `path`. `types` are the
     /// configured type names in config order.
     pub fn open(path: &Path, types: &[String]) -> Result<Store> {
-        let open = |e| StoreError::Open { path: path.to_path_buf(), source: e };
-        let conn = Connection::open(path).map_err(open)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(open)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(open)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(open(rusqlite::Error::InvalidParameterName(format!("journal_mode is {mode}, WAL was asked for"))));
-        }
-        // FULL: a commit is on disk (WAL fsynced) before COMMIT returns.
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;").map_err(open)?;
-        // Checkpoints normally run from the background (see `checkpoint_in_background`);
-        // this larger threshold only bounds the WAL should that thread fall behind.
-        conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES};")).map_err(open)?;
-        conn.execute_batch(SCHEMA).map_err(open)?;
-        let version: Option<String> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
-            .optional()
-            .map_err(open)?;
-        match version.and_then(|v| v.parse::<i64>().ok()) {
-            Some(v) if v > SCHEMA_VERSION => return Err(StoreError::TooNew(v)),
-            Some(_) => {}
-            None => {
-                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION.to_string()])
-                    .map_err(open)?;
-            }
-        }
+        let conn = crate::durable::open(path, SCHEMA, SCHEMA_VERSION).map_err(|e| match e {
+            crate::durable::DurableError::Open { path, source } => StoreError::Open { path, source },
+            crate::durable::DurableError::TooNew { found, .. } => StoreError::TooNew(found),
+        })?;
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
         Ok(Store { conn, type_order })
     }
@@ -301,7 +268,7 @@ impl Store {
     /// `BEGIN IMMEDIATE`: take the write lock up front, so a transaction
     /// never fails half-way on a lock upgrade.
     fn begin(&self) -> Result<Transaction<'_>> {
-        Ok(Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?)
+        Ok(crate::durable::begin(&self.conn)?)
     }
 
     fn sort(&self, devices: &mut [DeviceRow]) {
