@@ -16,7 +16,11 @@ pub struct Sym(pub u32);
 
 #[derive(Default)]
 struct Interner {
+    /// Case-folded name -> symbol.
     ids: HashMap<Box<str>, u32>,
+    /// Exact spelling -> symbol and a shared copy of the spelling, so that
+    /// thousands of ads naming the same attribute share one string.
+    spelled: HashMap<Box<str>, (Sym, Arc<str>)>,
 }
 
 fn interner() -> &'static RwLock<Interner> {
@@ -25,6 +29,16 @@ fn interner() -> &'static RwLock<Interner> {
 }
 
 impl Sym {
+    /// The symbol of a name and a shared copy of its spelling.
+    pub fn intern(name: &str) -> (Sym, Arc<str>) {
+        if let Some(e) = interner().read().unwrap_or_else(|e| e.into_inner()).spelled.get(name) {
+            return e.clone();
+        }
+        let sym = Sym::of(name);
+        let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
+        w.spelled.entry(name.into()).or_insert_with(|| (sym, Arc::from(name))).clone()
+    }
+
     /// The symbol of an attribute name (case-insensitive).
     pub fn of(name: &str) -> Sym {
         let folded = name.to_ascii_lowercase();
@@ -261,16 +275,16 @@ impl ClassAd {
 
     /// Sets an attribute, remembering where it was written.
     pub fn insert_at(&mut self, name: &str, expr: Expr, pos: Pos) {
-        let sym = Sym::of(name);
+        let (sym, name) = Sym::intern(name);
         let data = Arc::make_mut(&mut self.0);
         match data.index.binary_search_by_key(&sym, |e| e.0) {
             Ok(i) => {
                 let slot = data.index[i].1 as usize;
-                data.attrs[slot] = Attribute { name: Arc::from(name), sym, expr, pos };
+                data.attrs[slot] = Attribute { name, sym, expr, pos };
             }
             Err(i) => {
                 data.index.insert(i, (sym, data.attrs.len() as u32));
-                data.attrs.push(Attribute { name: Arc::from(name), sym, expr, pos });
+                data.attrs.push(Attribute { name, sym, expr, pos });
             }
         }
     }

@@ -159,12 +159,22 @@ impl Parser {
         self.tok().pos
     }
 
-    fn advance(&mut self) -> Token {
-        let t = self.tok().clone();
+    fn advance(&mut self) {
         if self.i < self.toks.len() - 1 {
             self.i += 1;
         }
-        t
+    }
+
+    /// Takes the current token's text (it is consumed: only its position
+    /// is looked at again) and advances.
+    fn take_text(&mut self) -> String {
+        let i = self.i.min(self.toks.len() - 1);
+        let s = match &mut self.toks[i].tok {
+            Tok::Ident(s) | Tok::QuotedIdent(s) | Tok::Str(s) => std::mem::take(s),
+            _ => String::new(),
+        };
+        self.advance();
+        s
     }
 
     fn at_eof(&self) -> bool {
@@ -288,16 +298,8 @@ impl Parser {
     fn attr_name(&mut self) -> Result<(String, Pos), ParseError> {
         let pos = self.pos();
         match &self.tok().tok {
-            Tok::Ident(s) if !is_keyword(s) => {
-                let s = s.clone();
-                self.advance();
-                Ok((s, pos))
-            }
-            Tok::QuotedIdent(s) => {
-                let s = s.clone();
-                self.advance();
-                Ok((s, pos))
-            }
+            Tok::Ident(s) if !is_keyword(s) => Ok((self.take_text(), pos)),
+            Tok::QuotedIdent(_) => Ok((self.take_text(), pos)),
             _ => self.err("an attribute name"),
         }
     }
@@ -419,7 +421,8 @@ impl Parser {
         loop {
             if self.eat_punct(".") {
                 let (name, _) = self.attr_name()?;
-                e = Expr::Select(Box::new(e), Sym::of(&name), Arc::from(name.as_str()));
+                let (sym, name) = Sym::intern(&name);
+                e = Expr::Select(Box::new(e), sym, name);
                 h = self.height(h + 1)?;
             } else if self.is_punct("[") {
                 self.advance();
@@ -434,8 +437,14 @@ impl Parser {
     }
 
     fn primary(&mut self) -> Result<(Expr, u32), ParseError> {
-        let t = self.tok().clone();
-        match t.tok {
+        let pos = self.pos();
+        let tok = match &self.tok().tok {
+            Tok::Str(_) => Tok::Str(self.take_text()),
+            Tok::Ident(_) => Tok::Ident(self.take_text()),
+            Tok::QuotedIdent(_) => Tok::QuotedIdent(self.take_text()),
+            t => t.clone(),
+        };
+        match tok {
             Tok::Int(i) => {
                 self.advance();
                 Ok((Expr::Lit(Value::Int(i)), 1))
@@ -444,10 +453,7 @@ impl Parser {
                 self.advance();
                 Ok((Expr::Lit(Value::Real(r)), 1))
             }
-            Tok::Str(s) => {
-                self.advance();
-                Ok((Expr::Lit(Value::str(&s)), 1))
-            }
+            Tok::Str(s) => Ok((Expr::Lit(Value::str(&s)), 1)),
             Tok::Punct("(") => {
                 self.advance();
                 let r = self.expr()?;
@@ -476,11 +482,10 @@ impl Parser {
             }
             Tok::Punct("[") => self.ad_literal(),
             Tok::QuotedIdent(name) => {
-                self.advance();
-                Ok((Expr::Attr { scope: Scope::Plain, sym: Sym::of(&name), name: Arc::from(name.as_str()) }, 1))
+                let (sym, name) = Sym::intern(&name);
+                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
             }
             Tok::Ident(name) => {
-                self.advance();
                 let lower = name.to_ascii_lowercase();
                 match lower.as_str() {
                     "true" => return Ok((Expr::Lit(Value::Bool(true)), 1)),
@@ -488,12 +493,12 @@ impl Parser {
                     "undefined" => return Ok((Expr::Lit(Value::Undefined), 1)),
                     "error" => return Ok((Expr::Lit(Value::Error), 1)),
                     "is" | "isnt" => {
-                        return Err(ParseError { pos: t.pos, message: format!("expected an expression, found keyword '{name}'") })
+                        return Err(ParseError { pos, message: format!("expected an expression, found keyword '{name}'") })
                     }
                     _ => {}
                 }
                 if self.is_punct("(") {
-                    return self.call(name, t.pos);
+                    return self.call(name, pos);
                 }
                 let scope = match lower.as_str() {
                     "my" => Scope::My,
@@ -504,9 +509,11 @@ impl Parser {
                 if scope != Scope::Plain && self.is_punct(".") {
                     self.advance();
                     let (attr, _) = self.attr_name()?;
-                    return Ok((Expr::Attr { scope, sym: Sym::of(&attr), name: Arc::from(attr.as_str()) }, 1));
+                    let (sym, attr) = Sym::intern(&attr);
+                    return Ok((Expr::Attr { scope, sym, name: attr }, 1));
                 }
-                Ok((Expr::Attr { scope: Scope::Plain, sym: Sym::of(&name), name: Arc::from(name.as_str()) }, 1))
+                let (sym, name) = Sym::intern(&name);
+                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
             }
             _ => self.err("an expression"),
         }

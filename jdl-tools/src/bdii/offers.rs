@@ -1,0 +1,705 @@
+//! ClassAd Resource Offers from BDII entries (thesis Listing 3.9), one per
+//! CE queue (and ExecutionEnvironment, when a queue spans several kinds of
+//! node).
+//!
+//! GLUE 2.0: ExecutionEnvironment → ComputingManager → ComputingService →
+//! ComputingEndpoint and ComputingShare, joined in memory through their
+//! foreign keys. An offer carries the CDER keys (OtherInfo and Extensions,
+//! typed), the GLUE 2.0 attributes of its share and EE under their own
+//! names, the GLUE 1.3 names JDLs are written against (`GlueCEUniqueID`,
+//! `GlueCEStateFreeCPUs`, …), and the vGPGPU counts of the service's
+//! ApplicationEnvironments as `TotalVGPGPU_<method>` / `FreeVGPGPU_<method>`.
+//!
+//! Malformed CDER data (an OtherInfo without `=`, a key given twice, a
+//! count that is not a number) makes the carrier unusable: it is skipped
+//! with a warning, never trusted and never fatal.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::ast::{ClassAd, Expr};
+use crate::bdii::query::{entity_id, Entry, Snapshot};
+use crate::value::Value;
+
+/// The CDER key prefix of GPGPUs (design.md: other types use their own).
+pub const DEFAULT_PREFIX: &str = "GPGPU";
+
+/// Key suffixes whose values must be numbers.
+const NUMERIC_SUFFIXES: &[&str] = &[
+    "TotalInstances",
+    "FreeInstances",
+    "UsedInstances",
+    "OfflineInstances",
+    "PerNode",
+    "CUDAComputeCapability",
+    "MainMemorySize",
+    "MP",
+    "CoresPerMP",
+    "Cores",
+    "ClockSpeed",
+];
+
+/// The vGPGPU counts of an ApplicationEnvironment (thesis Table 4.2).
+const VGPGPU_KEYS: &[&str] = &["TotalVGPGPU", "FreeVGPGPU"];
+
+/// One Resource Offer.
+#[derive(Clone, Debug)]
+pub struct Offer {
+    /// The CE (`GlueCEUniqueID`), what phase 2 restricts the job to.
+    pub ce_id: String,
+    /// The batch queue.
+    pub queue: Option<String>,
+    /// The GLUE 2.0 share, or the GLUE 1.3 CE.
+    pub share_id: Option<String>,
+    /// The ExecutionEnvironment (GLUE 1.3: SubCluster).
+    pub ee_id: Option<String>,
+    /// `"GLUE2"` or `"GLUE1.3"`.
+    pub schema: &'static str,
+    /// The ClassAd.
+    pub ad: ClassAd,
+}
+
+/// Types a published value: integer, real, boolean, else string.
+pub fn typed(value: &str) -> Value {
+    let v = value.trim();
+    if let Ok(i) = v.parse::<i64>() {
+        return Value::Int(i);
+    }
+    // Only plain decimal notation: Rust would also read "inf" and "NaN".
+    if v.bytes().any(|b| b.is_ascii_digit()) && v.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) {
+        if let Ok(r) = v.parse::<f64>() {
+            if r.is_finite() {
+                return Value::Real(r);
+            }
+        }
+    }
+    if v.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
+    }
+    if v.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    Value::Str(value.into())
+}
+
+fn is_cder_key(key: &str, prefixes: &[String]) -> bool {
+    VGPGPU_KEYS.contains(&key) || prefixes.iter().any(|p| key.len() > p.len() && key.starts_with(p.as_str()))
+}
+
+fn must_be_number(key: &str, prefixes: &[String]) -> bool {
+    VGPGPU_KEYS.contains(&key)
+        || prefixes.iter().any(|p| key.strip_prefix(p.as_str()).is_some_and(|rest| NUMERIC_SUFFIXES.contains(&rest)))
+}
+
+/// Checks one `key`/`value` pair and adds it to `into`; Err says why the carrier is unusable.
+fn add_pair(into: &mut BTreeMap<String, Value>, key: &str, value: &str, prefixes: &[String]) -> Result<(), String> {
+    if !is_cder_key(key, prefixes) {
+        return Ok(());
+    }
+    let v = typed(value);
+    if must_be_number(key, prefixes) && !matches!(v, Value::Int(_) | Value::Real(_)) {
+        return Err(format!("{key}={value:?} is not a number"));
+    }
+    if into.insert(key.to_string(), v).is_some() {
+        return Err(format!("{key} is given twice"));
+    }
+    Ok(())
+}
+
+/// The CDER pairs of one carrier's OtherInfo. Any OtherInfo without `=`
+/// on a carrier is malformed (a carrier is an entity with CDER keys).
+fn other_info_pairs(e: &Entry, prefixes: &[String]) -> Result<BTreeMap<String, Value>, String> {
+    let mut out = BTreeMap::new();
+    for v in e.all("GLUE2EntityOtherInfo") {
+        let Some((k, val)) = v.split_once('=') else {
+            return Err(format!("OtherInfo {v:?} has no '='"));
+        };
+        add_pair(&mut out, k.trim(), val.trim(), prefixes)?;
+    }
+    Ok(out)
+}
+
+/// Offers and the warnings met while building them.
+#[derive(Clone, Debug, Default)]
+pub struct Offers {
+    /// The offers, in a stable order (CE id, then EE).
+    pub offers: Vec<Offer>,
+    /// One line per skipped entry.
+    pub warnings: Vec<String>,
+}
+
+fn host_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let hp = rest.split('/').next()?;
+    (!hp.is_empty()).then(|| hp.to_string())
+}
+
+fn put(ad: &mut ClassAd, name: &str, v: Value) {
+    ad.insert(name, Expr::Lit(v));
+}
+
+fn put_str(ad: &mut ClassAd, name: &str, v: &str) {
+    put(ad, name, Value::Str(v.into()));
+}
+
+/// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
+fn copy_glue2(ad: &mut ClassAd, e: &Entry) {
+    let mut names: Vec<&String> = e.attrs.keys().collect();
+    names.sort();
+    for lname in names {
+        if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
+            continue;
+        }
+        let vals = &e.attrs[lname];
+        // LDAP names are case-insensitive; ClassAd names too, so the lower-case key is fine,
+        // but keep GLUE's spelling for display by taking it from the schema name when known.
+        let name = glue2_spelling(lname);
+        match vals.len() {
+            0 => {}
+            1 => put(ad, &name, typed(&vals[0])),
+            _ => put(ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
+        }
+    }
+}
+
+/// `glue2computingsharefreeslots` → `GLUE2ComputingShareFreeSlots` for the attributes offers commonly show.
+fn glue2_spelling(lower: &str) -> String {
+    const KNOWN: &[&str] = &[
+        "GLUE2ShareID",
+        "GLUE2ShareServiceForeignKey",
+        "GLUE2ShareEndpointForeignKey",
+        "GLUE2ShareResourceForeignKey",
+        "GLUE2ComputingShareMappingQueue",
+        "GLUE2ComputingShareServingState",
+        "GLUE2ComputingShareFreeSlots",
+        "GLUE2ComputingShareUsedSlots",
+        "GLUE2ComputingShareRunningJobs",
+        "GLUE2ComputingShareWaitingJobs",
+        "GLUE2ComputingShareTotalJobs",
+        "GLUE2ComputingShareEstimatedAverageWaitingTime",
+        "GLUE2ComputingShareEstimatedWorstWaitingTime",
+        "GLUE2ComputingShareMaxWallTime",
+        "GLUE2ComputingShareMaxCPUTime",
+        "GLUE2ComputingShareMaxMainMemory",
+        "GLUE2ComputingShareMaxSlotsPerJob",
+        "GLUE2ComputingShareExecutionEnvironmentForeignKey",
+        "GLUE2ComputingShareComputingServiceForeignKey",
+        "GLUE2ComputingShareComputingEndpointForeignKey",
+        "GLUE2ResourceID",
+        "GLUE2ResourceManagerForeignKey",
+        "GLUE2ExecutionEnvironmentPlatform",
+        "GLUE2ExecutionEnvironmentTotalInstances",
+        "GLUE2ExecutionEnvironmentUsedInstances",
+        "GLUE2ExecutionEnvironmentUnavailableInstances",
+        "GLUE2ExecutionEnvironmentMainMemorySize",
+        "GLUE2ExecutionEnvironmentVirtualMemorySize",
+        "GLUE2ExecutionEnvironmentOSFamily",
+        "GLUE2ExecutionEnvironmentOSName",
+        "GLUE2ExecutionEnvironmentOSVersion",
+        "GLUE2ExecutionEnvironmentLogicalCPUs",
+        "GLUE2ExecutionEnvironmentPhysicalCPUs",
+        "GLUE2ExecutionEnvironmentCPUModel",
+        "GLUE2ExecutionEnvironmentCPUVendor",
+        "GLUE2ExecutionEnvironmentCPUClockSpeed",
+        "GLUE2ExecutionEnvironmentConnectivityIn",
+        "GLUE2ExecutionEnvironmentConnectivityOut",
+        "GLUE2ExecutionEnvironmentComputingManagerForeignKey",
+        "GLUE2EntityName",
+        "GLUE2EntityCreationTime",
+        "GLUE2EntityValidity",
+    ];
+    KNOWN.iter().find(|k| k.eq_ignore_ascii_case(lower)).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
+}
+
+fn int_of(e: &Entry, name: &str) -> Option<i64> {
+    e.first(name).and_then(|v| v.trim().parse().ok())
+}
+
+/// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.
+fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
+    if let Some(s) = share {
+        for (g13, g2) in [
+            ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
+            ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
+            ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
+            ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
+            ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
+            ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
+            ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
+            ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
+        ] {
+            if let Some(v) = int_of(s, g2) {
+                put(ad, g13, Value::Int(v));
+            }
+        }
+        // GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
+        for (g13, g2) in [("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")] {
+            if let Some(v) = int_of(s, g2) {
+                put(ad, g13, Value::Int(v / 60));
+            }
+        }
+        if let Some(state) = s.first("GLUE2ComputingShareServingState") {
+            let mut c = state.chars();
+            let cap = c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default();
+            put_str(ad, "GlueCEStateStatus", &cap);
+        }
+        if let Some(q) = s.first("GLUE2ComputingShareMappingQueue") {
+            put_str(ad, "GlueCEName", q);
+        }
+    }
+    if let Some(e) = ee {
+        for (g13, g2) in [
+            ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
+            ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
+            ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
+            ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
+            ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
+        ] {
+            if let Some(v) = int_of(e, g2) {
+                put(ad, g13, Value::Int(v));
+            }
+        }
+        for (g13, g2) in [
+            ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
+            ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
+            ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
+            ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
+            ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
+            ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
+        ] {
+            if let Some(v) = e.first(g2) {
+                put_str(ad, g13, v);
+            }
+        }
+    }
+    if let Some(m) = manager {
+        if let Some(p) = m.first("GLUE2ManagerProductName") {
+            put_str(ad, "GlueCEInfoLRMSType", &p.to_ascii_lowercase());
+            put_str(ad, "GLUE2ManagerProductName", p);
+        }
+    }
+}
+
+/// Builds the offers of a snapshot. `prefixes`: the CDER key prefixes (`GPGPU`).
+pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
+    let mut out = Offers::default();
+    // CDER pairs of every carrier, by entity ID; unusable carriers dropped with a warning.
+    let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
+    let mut bad: BTreeSet<String> = BTreeSet::new();
+    let mut carriers: HashMap<String, &Entry> = HashMap::new();
+    for c in &snap.carriers {
+        let Some(id) = entity_id(c) else {
+            out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
+            continue;
+        };
+        carriers.insert(id.clone(), c);
+        match other_info_pairs(c, prefixes) {
+            Ok(pairs) => {
+                cder.insert(id, pairs);
+            }
+            Err(why) => {
+                out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn));
+                bad.insert(id);
+            }
+        }
+    }
+    // Extensions: a key set twice on one entity with different values is malformed;
+    // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
+    let mut from_ext: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
+    for x in &snap.extensions {
+        let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
+            out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
+            continue;
+        };
+        for fk in x.all("GLUE2ExtensionEntityForeignKey") {
+            if bad.contains(fk) {
+                continue;
+            }
+            if let Err(why) = add_pair(from_ext.entry(fk.clone()).or_default(), k, v, prefixes) {
+                out.warnings.push(format!("{}: skipped: malformed Extension of {fk}: {why}", x.dn));
+                bad.insert(fk.clone());
+            }
+        }
+    }
+    for (id, pairs) in from_ext {
+        if bad.contains(&id) {
+            continue;
+        }
+        let slot = cder.entry(id.clone()).or_default();
+        for (k, v) in pairs {
+            if let Some(old) = slot.get(&k) {
+                if old.identical(&v) != Some(true) {
+                    out.warnings.push(format!("{id}: skipped: {k} is {old} in OtherInfo but {v} in an Extension"));
+                    bad.insert(id.clone());
+                    break;
+                }
+            }
+            slot.insert(k, v);
+        }
+    }
+    for id in &bad {
+        cder.remove(id);
+    }
+
+    let managers: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
+    let service_of_manager = |m: &Entry| m.first("GLUE2ComputingManagerComputingServiceForeignKey").or_else(|| m.first("GLUE2ManagerServiceForeignKey")).map(str::to_string);
+    // EEs and AppEnvs with CDER data, by service.
+    let mut ees_of_service: BTreeMap<String, Vec<(&Entry, &Entry)>> = BTreeMap::new();
+    let mut vgpgpu_of_service: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+    let mut apps_of_service: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (id, c) in &carriers {
+        if !cder.contains_key(id) {
+            continue;
+        }
+        let mfk = c
+            .first("GLUE2ExecutionEnvironmentComputingManagerForeignKey")
+            .or_else(|| c.first("GLUE2ResourceManagerForeignKey"))
+            .or_else(|| c.first("GLUE2ApplicationEnvironmentComputingManagerForeignKey"));
+        let Some(m) = mfk.and_then(|k| managers.get(k)) else { continue };
+        let Some(service) = service_of_manager(m) else { continue };
+        if c.is_a("GLUE2ExecutionEnvironment") && cder[id].keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
+            ees_of_service.entry(service.clone()).or_default().push((c, m));
+        }
+        if c.is_a("GLUE2ApplicationEnvironment") {
+            let method = c.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
+            apps_of_service.entry(service.clone()).or_default().insert(method.clone());
+            for (k, v) in &cder[id] {
+                if VGPGPU_KEYS.contains(&k.as_str()) {
+                    vgpgpu_of_service.entry(service.clone()).or_default().insert(format!("{k}_{method}"), v.clone());
+                }
+            }
+        }
+    }
+    for v in ees_of_service.values_mut() {
+        v.sort_by(|a, b| entity_id(a.0).cmp(&entity_id(b.0)));
+    }
+    let endpoint_of_service: HashMap<&str, &Entry> = snap
+        .endpoints
+        .iter()
+        .filter_map(|e| Some((e.first("GLUE2EndpointServiceForeignKey")?, e)))
+        .collect();
+    let open_shares: Option<BTreeSet<&str>> = snap.policies.as_ref().map(|ps| {
+        ps.iter()
+            .filter(|p| vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo))))
+            .flat_map(|p| p.all("GLUE2MappingPolicyShareForeignKey").iter().map(String::as_str))
+            .collect()
+    });
+
+    let mut shares: Vec<&Entry> = snap.shares.iter().collect();
+    let mut seen: BTreeSet<&str> = shares.iter().map(|s| s.dn.as_str()).collect();
+    for c in &snap.carriers {
+        if c.is_a("GLUE2ComputingShare") && seen.insert(c.dn.as_str()) {
+            shares.push(c);
+        }
+    }
+    for share in shares {
+        let Some(share_id) = share.first("GLUE2ShareID") else { continue };
+        if bad.contains(share_id) {
+            continue;
+        }
+        if let Some(open) = &open_shares {
+            if !open.contains(share_id) {
+                continue;
+            }
+        }
+        let Some(service) = share.first("GLUE2ShareServiceForeignKey").or_else(|| share.first("GLUE2ComputingShareComputingServiceForeignKey")) else {
+            continue;
+        };
+        let share_cder = cder.get(share_id);
+        let named: BTreeSet<&str> = share
+            .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
+            .iter()
+            .chain(share.all("GLUE2ShareResourceForeignKey"))
+            .map(String::as_str)
+            .collect();
+        let all_ees = ees_of_service.get(service).map(Vec::as_slice).unwrap_or(&[]);
+        let ees: Vec<&(&Entry, &Entry)> =
+            all_ees.iter().filter(|(e, _)| named.is_empty() || entity_id(e).is_some_and(|id| named.contains(id.as_str()))).collect();
+        if ees.is_empty() && share_cder.is_none() {
+            continue;
+        }
+        let queue = share.first("GLUE2ComputingShareMappingQueue");
+        let endpoint = endpoint_of_service.get(service);
+        let manager = ees.first().map(|(_, m)| *m).or_else(|| snap.managers.iter().find(|m| service_of_manager(m).as_deref() == Some(service)));
+        let ce_id = ce_unique_id(share, endpoint.copied(), manager, queue);
+        let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|(e, _)| Some(*e)).collect() };
+        for ee in targets {
+            let mut ad = ClassAd::new();
+            put_str(&mut ad, "MyType", "Machine");
+            put_str(&mut ad, "Name", &ce_id);
+            put_str(&mut ad, "GlueCEUniqueID", &ce_id);
+            if let Some(hp) = host_port(&ce_id) {
+                put_str(&mut ad, "GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
+            }
+            copy_glue2(&mut ad, share);
+            if let Some(e) = ee {
+                copy_glue2(&mut ad, e);
+            }
+            if let Some(ep) = endpoint {
+                for a in ["GLUE2EndpointURL", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState"] {
+                    if let Some(v) = ep.first(a) {
+                        put_str(&mut ad, a, v);
+                    }
+                }
+            }
+            glue13_names(&mut ad, Some(share), ee, manager);
+            let mut rte: Vec<String> = Vec::new();
+            let mut add_cder = |ad: &mut ClassAd, pairs: &BTreeMap<String, Value>| {
+                for (k, v) in pairs {
+                    if VGPGPU_KEYS.contains(&k.as_str()) {
+                        continue;
+                    }
+                    put(ad, k, v.clone());
+                    if let Some(p) = prefixes.iter().find(|p| k.as_str() == format!("{p}Vendor")) {
+                        if let Value::Str(vendor) = v {
+                            rte.push(format!("{vendor}{p}"));
+                        }
+                    }
+                }
+            };
+            if let Some(pairs) = ee.and_then(entity_id).and_then(|id| cder.get(&id)) {
+                add_cder(&mut ad, pairs);
+            }
+            if let Some(pairs) = share_cder {
+                add_cder(&mut ad, pairs);
+            }
+            for (k, v) in vgpgpu_of_service.get(service).into_iter().flatten() {
+                put(&mut ad, k, v.clone());
+            }
+            rte.extend(apps_of_service.get(service).into_iter().flatten().cloned());
+            rte.dedup();
+            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
+            if let Some(vo) = vo {
+                put(&mut ad, "GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
+            }
+            put(&mut ad, "Requirements", Value::Bool(true));
+            out.offers.push(Offer {
+                ce_id: ce_id.clone(),
+                queue: queue.map(str::to_string),
+                share_id: Some(share_id.to_string()),
+                ee_id: ee.and_then(entity_id),
+                schema: "GLUE2",
+                ad,
+            });
+        }
+    }
+    glue13_offers(snap, prefixes, &mut out);
+    out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
+    out
+}
+
+/// The `GlueCEUniqueID` of a GLUE 2.0 share: CREAM publishes it as
+/// `CREAMCEId=` OtherInfo; otherwise `host:port/cream-<lrms>-<queue>` from
+/// the endpoint, as CREAM forms it; else the share ID.
+fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>) -> String {
+    if let Some(id) = share.all("GLUE2EntityOtherInfo").iter().find_map(|v| v.strip_prefix("CREAMCEId=")) {
+        return id.to_string();
+    }
+    if let (Some(hp), Some(q)) = (endpoint.and_then(|e| e.first("GLUE2EndpointURL")).and_then(host_port), queue) {
+        let lrms = manager.and_then(|m| m.first("GLUE2ManagerProductName")).unwrap_or("lrms").to_ascii_lowercase();
+        return format!("{hp}/cream-{lrms}-{q}");
+    }
+    share.first("GLUE2ShareID").unwrap_or_default().to_string()
+}
+
+/// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
+fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
+    let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
+    let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
+    for sc in &snap.subclusters {
+        for k in sc.all("GlueChunkKey") {
+            if let Some(c) = k.strip_prefix("GlueClusterUniqueID=") {
+                subs_of_cluster.entry(c).or_default().push(sc);
+            }
+        }
+    }
+    for ce in &snap.glue13_ces {
+        let Some(ce_id) = ce.first("GlueCEUniqueID") else { continue };
+        // A site publishing both schemas: its GLUE 2.0 offer wins.
+        if glue2_ces.contains(ce_id) {
+            continue;
+        }
+        let clusters: Vec<&str> = ce.all("GlueForeignKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).collect();
+        for sc in clusters.iter().flat_map(|c| subs_of_cluster.get(c).into_iter().flatten()) {
+            let mut pairs = BTreeMap::new();
+            let mut tags = Vec::new();
+            let mut broken = None;
+            for tag in sc.all("GlueHostApplicationSoftwareRunTimeEnvironment") {
+                tags.push(Value::Str(tag.as_str().into()));
+                let Some((k, v)) = tag.split_once('=') else { continue };
+                // `rCUDATotalVGPGPU=8` → `TotalVGPGPU_rCUDA`.
+                let key = VGPGPU_KEYS
+                    .iter()
+                    .find_map(|vk| k.strip_suffix(vk).filter(|m| !m.is_empty()).map(|m| format!("{vk}_{m}")))
+                    .unwrap_or_else(|| k.to_string());
+                let res = if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
+                    match typed(v) {
+                        n @ (Value::Int(_) | Value::Real(_)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
+                        _ => Err(format!("{k}={v:?} is not a number")),
+                    }
+                } else {
+                    add_pair(&mut pairs, &key, v, prefixes)
+                };
+                if let Err(why) = res {
+                    broken = Some(why);
+                    break;
+                }
+            }
+            if let Some(why) = broken {
+                out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
+                continue;
+            }
+            let mut ad = ClassAd::new();
+            put_str(&mut ad, "MyType", "Machine");
+            put_str(&mut ad, "Name", ce_id);
+            for e in [ce, *sc] {
+                let mut names: Vec<&String> = e.attrs.keys().collect();
+                names.sort();
+                for lname in names {
+                    if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
+                        continue;
+                    }
+                    let vals = &e.attrs[lname];
+                    let name = glue13_spelling(lname);
+                    if lname == "gluecEaccesscontrolbaserule".to_ascii_lowercase() || vals.len() > 1 {
+                        put(&mut ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
+                    } else {
+                        put(&mut ad, &name, typed(&vals[0]));
+                    }
+                }
+            }
+            put_str(&mut ad, "GlueCEUniqueID", ce_id);
+            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
+            for (k, v) in pairs {
+                put(&mut ad, &k, v);
+            }
+            put(&mut ad, "Requirements", Value::Bool(true));
+            out.offers.push(Offer {
+                ce_id: ce_id.to_string(),
+                queue: ce.first("GlueCEName").map(str::to_string),
+                share_id: Some(ce_id.to_string()),
+                ee_id: sc.first("GlueSubClusterUniqueID").map(str::to_string),
+                schema: "GLUE1.3",
+                ad,
+            });
+        }
+    }
+}
+
+fn glue13_spelling(lower: &str) -> String {
+    const KNOWN: &[&str] = &[
+        "GlueCEUniqueID",
+        "GlueCEName",
+        "GlueCEInfoHostName",
+        "GlueCEInfoLRMSType",
+        "GlueCEInfoTotalCPUs",
+        "GlueCEStateFreeCPUs",
+        "GlueCEStateFreeJobSlots",
+        "GlueCEStateRunningJobs",
+        "GlueCEStateWaitingJobs",
+        "GlueCEStateTotalJobs",
+        "GlueCEStateStatus",
+        "GlueCEStateEstimatedResponseTime",
+        "GlueCEStateWorstResponseTime",
+        "GlueCEPolicyMaxWallClockTime",
+        "GlueCEPolicyMaxCPUTime",
+        "GlueCEAccessControlBaseRule",
+        "GlueSubClusterUniqueID",
+        "GlueHostMainMemoryRAMSize",
+        "GlueHostArchitecturePlatformType",
+    ];
+    KNOWN.iter().find(|k| k.eq_ignore_ascii_case(lower)).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefixes() -> Vec<String> {
+        vec![DEFAULT_PREFIX.to_string()]
+    }
+
+    fn site(other_info: &[&str]) -> Snapshot {
+        let mut ee = vec![
+            ("objectClass", "GLUE2ExecutionEnvironment"),
+            ("GLUE2ResourceID", "ee1"),
+            ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m1"),
+            ("GLUE2ExecutionEnvironmentMainMemorySize", "65536"),
+        ];
+        ee.extend(other_info.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
+        Snapshot {
+            carriers: vec![Entry::from_pairs("GLUE2ResourceID=ee1,o=glue", ee)],
+            managers: vec![Entry::from_pairs(
+                "GLUE2ManagerID=m1,o=glue",
+                [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m1"), ("GLUE2ComputingManagerComputingServiceForeignKey", "s1"), ("GLUE2ManagerProductName", "SLURM")],
+            )],
+            shares: vec![Entry::from_pairs(
+                "GLUE2ShareID=q1,o=glue",
+                [
+                    ("objectClass", "GLUE2ComputingShare"),
+                    ("GLUE2ShareID", "q1"),
+                    ("GLUE2ShareServiceForeignKey", "s1"),
+                    ("GLUE2ComputingShareMappingQueue", "gpu"),
+                    ("GLUE2ComputingShareFreeSlots", "12"),
+                    ("GLUE2ComputingShareEstimatedAverageWaitingTime", "300"),
+                    ("GLUE2ComputingShareMaxWallTime", "7200"),
+                ],
+            )],
+            endpoints: vec![Entry::from_pairs(
+                "GLUE2EndpointID=e1,o=glue",
+                [("GLUE2EndpointID", "e1"), ("GLUE2EndpointURL", "https://ce1.example.org:8443/ce-cream/services"), ("GLUE2EndpointServiceForeignKey", "s1")],
+            )],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_offer_joins_ee_manager_service_share_and_endpoint() {
+        let o = build_offers(&site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800", "GPGPUCUDAComputeCapability=3.5", "GPGPUECCSupport=true"]), &prefixes(), None);
+        assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+        assert_eq!(o.offers.len(), 1);
+        let offer = &o.offers[0];
+        assert_eq!(offer.ce_id, "ce1.example.org:8443/cream-slurm-gpu");
+        let ad = &offer.ad;
+        assert!(matches!(ad.eval_attr("GPGPUMainMemorySize"), Value::Int(4800)));
+        assert!(matches!(ad.eval_attr("GPGPUCUDAComputeCapability"), Value::Real(r) if r == 3.5));
+        assert!(matches!(ad.eval_attr("GPGPUECCSupport"), Value::Bool(true)));
+        assert!(matches!(ad.eval_attr("GlueCEStateFreeCPUs"), Value::Int(12)));
+        assert!(matches!(ad.eval_attr("GLUE2ComputingShareFreeSlots"), Value::Int(12)));
+        assert!(matches!(ad.eval_attr("GlueCEStateEstimatedResponseTime"), Value::Int(300)));
+        assert!(matches!(ad.eval_attr("GlueCEPolicyMaxWallClockTime"), Value::Int(120)));
+        assert!(matches!(ad.eval_attr("GlueHostMainMemoryRAMSize"), Value::Int(65536)));
+        assert_eq!(ad.eval_attr("GlueCEInfoLRMSType").to_string(), "\"slurm\"");
+        assert_eq!(ad.eval_attr("GlueHostApplicationSoftwareRunTimeEnvironment").to_string(), "{ \"NvidiaGPGPU\" }");
+    }
+
+    #[test]
+    fn malformed_other_info_skips_the_entry_with_a_warning() {
+        for bad in [&["GPGPUVendor"][..], &["GPGPUPerNode=2", "GPGPUPerNode=4"], &["GPGPUMainMemorySize=lots"], &["GPGPUTotalInstances=1e999x"]] {
+            let mut info = vec!["GPGPUVendor=Nvidia"];
+            info.retain(|v| !bad.iter().any(|b| b.starts_with("GPGPUVendor") && v.starts_with("GPGPUVendor")));
+            info.extend_from_slice(bad);
+            let o = build_offers(&site(&info), &prefixes(), None);
+            assert!(o.offers.is_empty(), "{bad:?} gave {:?}", o.offers);
+            assert_eq!(o.warnings.len(), 1, "{bad:?}: {:?}", o.warnings);
+            assert!(o.warnings[0].contains("GLUE2ResourceID=ee1"), "{:?}", o.warnings);
+        }
+    }
+
+    #[test]
+    fn shares_closed_to_the_vo_are_left_out() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.policies = Some(vec![Entry::from_pairs("GLUE2PolicyID=p,o=glue", [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")])]);
+        assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
+        snap.policies = Some(vec![]);
+        assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
+    }
+
+    #[test]
+    fn values_are_typed() {
+        assert!(matches!(typed("42"), Value::Int(42)));
+        assert!(matches!(typed("2.1"), Value::Real(r) if r == 2.1));
+        assert!(matches!(typed("TRUE"), Value::Bool(true)));
+        assert!(matches!(typed("Tesla K20m"), Value::Str(_)));
+        assert!(matches!(typed("e5"), Value::Str(_)));
+    }
+}

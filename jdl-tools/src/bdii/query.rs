@@ -1,0 +1,458 @@
+//! Phase 1 retrieval: a few paged LDAP searches against a BDII, joined in
+//! memory by [`crate::bdii::offers`].
+//!
+//! Foreign-key attributes are not indexed in a BDII (Debian's config indexes
+//! the IDs and `objectClass`), so this module never asks one query per
+//! entity: it fetches each class once, filtered by what the job needs, and
+//! by IDs (indexed) where it can.
+//!
+//! Every value taken from the job (VO name, key names, vendor) is escaped
+//! with RFC 4515 rules ([`ldap3::ldap_escape`]) before it enters a filter, so
+//! `*`, `(`, `)`, `\` and NUL in a JDL cannot widen a query.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
+use ldap3::{ldap_escape, LdapConn, LdapConnSettings, LdapError, Scope, SearchEntry};
+
+/// The GLUE 2.0 suffix of a BDII.
+pub const GLUE2_BASE: &str = "o=glue";
+/// The GLUE 1.3 suffix of a BDII.
+pub const GLUE13_BASE: &str = "o=grid";
+
+/// One LDAP entry: its DN and its values by lower-cased attribute name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Entry {
+    /// Distinguished name.
+    pub dn: String,
+    /// Values by lower-cased attribute name, in the order the server sent them.
+    pub attrs: HashMap<String, Vec<String>>,
+}
+
+impl Entry {
+    /// An entry from `(name, value)` pairs (for tests and LDIF input).
+    pub fn from_pairs<'a>(dn: &str, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Entry {
+        let mut e = Entry { dn: dn.to_string(), attrs: HashMap::new() };
+        for (k, v) in pairs {
+            e.attrs.entry(k.to_ascii_lowercase()).or_default().push(v.to_string());
+        }
+        e
+    }
+
+    /// Every value of an attribute (case-insensitive name).
+    pub fn all(&self, name: &str) -> &[String] {
+        self.attrs.get(&name.to_ascii_lowercase()).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The first value of an attribute.
+    pub fn first(&self, name: &str) -> Option<&str> {
+        self.all(name).first().map(String::as_str)
+    }
+
+    /// True when the entry has this objectClass (case-insensitive).
+    pub fn is_a(&self, class: &str) -> bool {
+        self.all("objectClass").iter().any(|c| c.eq_ignore_ascii_case(class))
+    }
+}
+
+/// Which publication strategies to read.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Strategies {
+    /// GLUE 2.0 `GLUE2EntityOtherInfo: Key=Value`.
+    pub attribute_extension: bool,
+    /// GLUE 2.0 `GLUE2Extension` children.
+    pub class_extension: bool,
+    /// GLUE 1.3 `GlueHostApplicationSoftwareRunTimeEnvironment` tags.
+    pub glue13: bool,
+}
+
+impl Default for Strategies {
+    fn default() -> Self {
+        Strategies { attribute_extension: true, class_extension: true, glue13: true }
+    }
+}
+
+/// Where and how to query.
+#[derive(Clone, Debug)]
+pub struct QueryOptions {
+    /// `ldap://host:port`.
+    pub url: String,
+    /// GLUE 2.0 base DN.
+    pub base: String,
+    /// GLUE 1.3 base DN.
+    pub base13: String,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Timeout for each answer from the server.
+    pub timeout: Duration,
+    /// Entries per page (RFC 2696 paged results).
+    pub page_size: i32,
+    /// Which strategies to read.
+    pub strategies: Strategies,
+}
+
+impl QueryOptions {
+    /// Defaults for `url`: bases `o=glue` / `o=grid`, 5 s connect, 30 s read, pages of 1000.
+    pub fn new(url: &str) -> QueryOptions {
+        QueryOptions {
+            url: url.to_string(),
+            base: GLUE2_BASE.into(),
+            base13: GLUE13_BASE.into(),
+            connect_timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(30),
+            page_size: 1000,
+            strategies: Strategies::default(),
+        }
+    }
+}
+
+/// What the job needs from the BDII.
+#[derive(Clone, Debug, Default)]
+pub struct Wanted {
+    /// CDER keys the job's Requirements and Rank use (`GPGPUVendor`, …).
+    /// Empty: every entity that carries any key of `prefixes`.
+    pub keys: BTreeSet<String>,
+    /// CDER key prefixes (`GPGPU`), for carriers when `keys` is empty.
+    pub prefixes: BTreeSet<String>,
+    /// The job's VirtualOrganisation: only shares open to it.
+    pub vo: Option<String>,
+}
+
+/// A failed query, naming the BDII.
+#[derive(Debug, thiserror::Error)]
+pub enum BdiiError {
+    /// Could not connect.
+    #[error("{url}: BDII unreachable: {message}")]
+    Unreachable {
+        /// The BDII.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// Connected, but no answer in time.
+    #[error("{url}: BDII timed out after {after:?} ({what})")]
+    Timeout {
+        /// The BDII.
+        url: String,
+        /// The timeout that expired.
+        after: Duration,
+        /// What was being waited for.
+        what: String,
+    },
+    /// The server refused a search.
+    #[error("{url}: search {filter} under {base} failed: {message}")]
+    Search {
+        /// The BDII.
+        url: String,
+        /// Base DN.
+        base: String,
+        /// The filter.
+        filter: String,
+        /// The server's or library's message.
+        message: String,
+    },
+    /// The URL is not an LDAP URL.
+    #[error("{url}: not an LDAP URL (expected ldap://host:port)")]
+    BadUrl {
+        /// What was given.
+        url: String,
+    },
+}
+
+/// Everything phase 1 fetched: the raw material of the offers.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// GLUE 2.0 ExecutionEnvironments, ComputingShares and
+    /// ApplicationEnvironments that carry CDER data.
+    pub carriers: Vec<Entry>,
+    /// `GLUE2Extension` entries with the wanted keys.
+    pub extensions: Vec<Entry>,
+    /// ComputingManagers of the carriers.
+    pub managers: Vec<Entry>,
+    /// ComputingShares of the carriers' services.
+    pub shares: Vec<Entry>,
+    /// ComputingEndpoints of those services.
+    pub endpoints: Vec<Entry>,
+    /// MappingPolicies open to the job's VO (None: no VO given).
+    pub policies: Option<Vec<Entry>>,
+    /// GLUE 1.3 SubClusters with CDER tags.
+    pub subclusters: Vec<Entry>,
+    /// GLUE 1.3 CEs of those clusters.
+    pub glue13_ces: Vec<Entry>,
+    /// Searches made.
+    pub queries: usize,
+}
+
+/// `(|(attr=v1)(attr=v2)…)` with each value escaped; `None` for no values.
+pub fn any_of(attr: &str, values: impl IntoIterator<Item = impl AsRef<str>>) -> Option<String> {
+    let parts: Vec<String> = values.into_iter().map(|v| format!("({attr}={})", ldap_escape(v.as_ref()))).collect();
+    match parts.len() {
+        0 => None,
+        1 => parts.into_iter().next(),
+        _ => Some(format!("(|{})", parts.concat())),
+    }
+}
+
+/// Attribute-Extension: carriers with an OtherInfo value starting `Key=`
+/// for any wanted key (the schema gives OtherInfo a SUBSTR rule).
+pub fn other_info_filter(wanted: &Wanted) -> String {
+    let keys: Vec<String> = if wanted.keys.is_empty() { wanted.prefixes.iter().cloned().collect() } else { wanted.keys.iter().map(|k| format!("{k}=")).collect() };
+    let mut any: Vec<String> = keys.iter().map(|k| format!("(GLUE2EntityOtherInfo={}*)", ldap_escape(k.as_str()))).collect();
+    // vGPGPU counts live on the methods' ApplicationEnvironments.
+    any.push("(GLUE2EntityOtherInfo=TotalVGPGPU=*)".to_string());
+    any.sort();
+    any.dedup();
+    let any = if any.len() == 1 { any.remove(0) } else { format!("(|{})", any.concat()) };
+    format!(
+        "(&(|(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare)(objectClass=GLUE2ApplicationEnvironment)){any})"
+    )
+}
+
+/// Class-Extension: the Extension objects of the wanted keys only.
+pub fn extension_filter(wanted: &Wanted) -> String {
+    let mut keys: BTreeSet<String> = wanted.keys.clone();
+    if keys.is_empty() {
+        let mut any: Vec<String> = wanted.prefixes.iter().map(|p| format!("(GLUE2ExtensionKey={}*)", ldap_escape(p.as_str()))).collect();
+        any.push("(GLUE2ExtensionKey=TotalVGPGPU)(GLUE2ExtensionKey=FreeVGPGPU)".into());
+        return format!("(&(objectClass=GLUE2Extension)(|{}))", any.concat());
+    }
+    keys.insert("TotalVGPGPU".into());
+    keys.insert("FreeVGPGPU".into());
+    format!("(&(objectClass=GLUE2Extension){})", any_of("GLUE2ExtensionKey", &keys).unwrap_or_default())
+}
+
+/// GLUE 1.3: SubClusters tagged with a wanted `Key=` or a `<Vendor><PREFIX>` marker.
+pub fn subcluster_filter(wanted: &Wanted) -> String {
+    let rte = "GlueHostApplicationSoftwareRunTimeEnvironment";
+    let mut any: Vec<String> = if wanted.keys.is_empty() {
+        wanted.prefixes.iter().map(|p| format!("({rte}={}*)", ldap_escape(p.as_str()))).chain(wanted.prefixes.iter().map(|p| format!("({rte}=*{})", ldap_escape(p.as_str())))).collect()
+    } else {
+        wanted.keys.iter().map(|k| format!("({rte}={}=*)", ldap_escape(k.as_str()))).collect()
+    };
+    any.push(format!("({rte}=*TotalVGPGPU=*)"));
+    let any = if any.len() == 1 { any.remove(0) } else { format!("(|{})", any.concat()) };
+    format!("(&(objectClass=GlueSubCluster){any})")
+}
+
+fn map_err(url: &str, timeout: Duration, what: &str, e: LdapError) -> BdiiError {
+    match e {
+        LdapError::Timeout { .. } => BdiiError::Timeout { url: url.into(), after: timeout, what: what.into() },
+        LdapError::Io { source } if source.kind() == std::io::ErrorKind::TimedOut => {
+            BdiiError::Timeout { url: url.into(), after: timeout, what: what.into() }
+        }
+        other => BdiiError::Unreachable { url: url.into(), message: other.to_string() },
+    }
+}
+
+/// A connection to one BDII, with its timeouts.
+pub struct Bdii {
+    conn: LdapConn,
+    opts: QueryOptions,
+    queries: usize,
+}
+
+impl Bdii {
+    /// Connects (anonymous, as BDIIs are read).
+    pub fn connect(opts: &QueryOptions) -> Result<Bdii, BdiiError> {
+        if !(opts.url.starts_with("ldap://") || opts.url.starts_with("ldapi://")) {
+            return Err(BdiiError::BadUrl { url: opts.url.clone() });
+        }
+        let settings = LdapConnSettings::new().set_conn_timeout(opts.connect_timeout);
+        let conn = LdapConn::with_settings(settings, &opts.url).map_err(|e| match e {
+            LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
+            e => map_err(&opts.url, opts.connect_timeout, "connecting", e),
+        })?;
+        Ok(Bdii { conn, opts: opts.clone(), queries: 0 })
+    }
+
+    /// One paged subtree search; returns every entry.
+    pub fn search(&mut self, base: &str, filter: &str, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
+        self.queries += 1;
+        let url = self.opts.url.clone();
+        let t = self.opts.timeout;
+        let search_err = |message: String| BdiiError::Search { url: url.clone(), base: base.into(), filter: filter.into(), message };
+        let adapters: Vec<Box<dyn Adapter<'_, &str, Vec<&str>>>> =
+            vec![Box::new(EntriesOnly::new()), Box::new(PagedResults::new(self.opts.page_size))];
+        let mut stream = self
+            .conn
+            .with_timeout(t)
+            .streaming_search_with(adapters, base, Scope::Subtree, filter, attrs.to_vec())
+            .map_err(|e| map_err(&url, t, &format!("search {filter}"), e))?;
+        let mut out = Vec::new();
+        loop {
+            match stream.next() {
+                Ok(Some(raw)) => {
+                    let se = SearchEntry::construct(raw);
+                    let mut attrs: HashMap<String, Vec<String>> = HashMap::with_capacity(se.attrs.len());
+                    for (k, v) in se.attrs {
+                        attrs.entry(k.to_ascii_lowercase()).or_default().extend(v);
+                    }
+                    // Values that are not UTF-8 (none in GLUE) come as bin_attrs and are dropped.
+                    out.push(Entry { dn: se.dn, attrs });
+                }
+                Ok(None) => break,
+                Err(e) => return Err(map_err(&url, t, &format!("search {filter}"), e)),
+            }
+        }
+        let res = stream.result();
+        // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
+        if res.rc != 0 && res.rc != 32 {
+            return Err(search_err(format!("result code {} {}", res.rc, res.text)));
+        }
+        Ok(out)
+    }
+
+    /// Searches in chunks of IDs, since a filter of 10^4 alternatives is slow to parse.
+    fn search_ids(&mut self, base: &str, class: &str, attr: &str, ids: &BTreeSet<String>, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
+        let mut out = Vec::new();
+        let ids: Vec<&String> = ids.iter().collect();
+        for chunk in ids.chunks(500) {
+            if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
+                out.extend(self.search(base, &format!("(&(objectClass={class}){any})"), attrs)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Phase-1 retrieval: everything [`crate::bdii::offers::build_offers`] needs.
+    pub fn fetch(&mut self, wanted: &Wanted) -> Result<Snapshot, BdiiError> {
+        let base = self.opts.base.clone();
+        let s = self.opts.strategies;
+        let mut snap = Snapshot::default();
+        let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
+        if s.attribute_extension {
+            for e in self.search(&base, &other_info_filter(wanted), &[])? {
+                if carrier_dns.insert(e.dn.clone()) {
+                    snap.carriers.push(e);
+                }
+            }
+        }
+        if s.class_extension {
+            snap.extensions = self.search(&base, &extension_filter(wanted), &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"])?;
+            let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
+            let missing: BTreeSet<String> = snap
+                .extensions
+                .iter()
+                .flat_map(|x| x.all("GLUE2ExtensionEntityForeignKey").iter().cloned())
+                .filter(|id| !known.contains(id))
+                .collect();
+            for (class, attr) in [
+                ("GLUE2ExecutionEnvironment", "GLUE2ResourceID"),
+                ("GLUE2ComputingShare", "GLUE2ShareID"),
+                ("GLUE2ApplicationEnvironment", "GLUE2ApplicationEnvironmentID"),
+            ] {
+                for e in self.search_ids(&base, class, attr, &missing, &[])? {
+                    if carrier_dns.insert(e.dn.clone()) {
+                        snap.carriers.push(e);
+                    }
+                }
+            }
+        }
+        if s.attribute_extension || s.class_extension {
+            let manager_ids: BTreeSet<String> = snap
+                .carriers
+                .iter()
+                .flat_map(|c| {
+                    c.all("GLUE2ExecutionEnvironmentComputingManagerForeignKey")
+                        .iter()
+                        .chain(c.all("GLUE2ResourceManagerForeignKey"))
+                        .chain(c.all("GLUE2ApplicationEnvironmentComputingManagerForeignKey"))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            snap.managers = self.search_ids(&base, "GLUE2ComputingManager", "GLUE2ManagerID", &manager_ids, &[])?;
+            let mut services: BTreeSet<String> = snap
+                .managers
+                .iter()
+                .flat_map(|m| m.all("GLUE2ComputingManagerComputingServiceForeignKey").iter().chain(m.all("GLUE2ManagerServiceForeignKey")).cloned().collect::<Vec<_>>())
+                .collect();
+            for c in snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare")) {
+                services.extend(c.all("GLUE2ShareServiceForeignKey").iter().cloned());
+                services.extend(c.all("GLUE2ComputingShareComputingServiceForeignKey").iter().cloned());
+            }
+            if !services.is_empty() {
+                // Foreign keys are unindexed: one search per class, never one per service.
+                for chunk in services.iter().collect::<Vec<_>>().chunks(500) {
+                    let fk = any_of("GLUE2ShareServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
+                    snap.shares.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingShare){fk})"), &[])?);
+                    let fk = any_of("GLUE2EndpointServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
+                    snap.endpoints.extend(self.search(
+                        &base,
+                        &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"),
+                        &["GLUE2EndpointID", "GLUE2EndpointURL", "GLUE2EndpointServiceForeignKey", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState", "GLUE2EndpointServingState"],
+                    )?);
+                }
+            }
+            if let Some(vo) = &wanted.vo {
+                let f = format!("(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:{}))", ldap_escape(vo.as_str()));
+                snap.policies = Some(self.search(&base, &f, &["GLUE2PolicyRule", "GLUE2MappingPolicyShareForeignKey"])?);
+            }
+        }
+        if s.glue13 {
+            let base13 = self.opts.base13.clone();
+            snap.subclusters = self.search(&base13, &subcluster_filter(wanted), &[])?;
+            let clusters: BTreeSet<String> = snap
+                .subclusters
+                .iter()
+                .flat_map(|sc| sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).map(str::to_string).collect::<Vec<_>>())
+                .collect();
+            let mut vo_filter = String::new();
+            if let Some(vo) = &wanted.vo {
+                vo_filter = format!("(GlueCEAccessControlBaseRule=VO:{})", ldap_escape(vo.as_str()));
+            }
+            for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
+                let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
+                snap.glue13_ces.extend(self.search(&base13, &format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[])?);
+            }
+        }
+        snap.queries = self.queries;
+        Ok(snap)
+    }
+}
+
+/// The ID of a GLUE 2.0 carrier entity.
+pub fn entity_id(e: &Entry) -> Option<String> {
+    e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID")).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(keys: &[&str]) -> Wanted {
+        Wanted { keys: keys.iter().map(|s| s.to_string()).collect(), prefixes: ["GPGPU".to_string()].into(), ..Default::default() }
+    }
+
+    #[test]
+    fn other_info_filter_uses_substrings_of_the_keys() {
+        let f = other_info_filter(&wanted(&["GPGPUVendor", "GPGPUMainMemorySize"]));
+        assert!(f.contains("(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*))"), "{f}");
+    }
+
+    #[test]
+    fn metacharacters_in_job_values_are_escaped() {
+        let mut w = wanted(&["GPGPU*)(objectClass=*"]);
+        w.vo = Some("*)(x=\\\0".into());
+        let f = other_info_filter(&w);
+        assert!(f.contains("GPGPU\\2a\\29\\28objectClass=\\2a=*"), "{f}");
+        assert_eq!(any_of("GLUE2PolicyRule", ["VO:*)(\\\0"]).unwrap(), "(GLUE2PolicyRule=VO:\\2a\\29\\28\\5c\\00)");
+        let e = extension_filter(&w);
+        assert!(e.contains("(GLUE2ExtensionKey=GPGPU\\2a\\29\\28objectClass=\\2a)"), "{e}");
+        // Parentheses stay balanced whatever the job wrote.
+        for f in [f, e, subcluster_filter(&w)] {
+            let opens = f.matches('(').count();
+            assert_eq!(opens, f.matches(')').count(), "{f}");
+        }
+    }
+
+    #[test]
+    fn extension_filter_fetches_only_the_requirement_keys() {
+        let f = extension_filter(&wanted(&["GPGPUFreeInstances"]));
+        assert_eq!(
+            f,
+            "(&(objectClass=GLUE2Extension)(|(GLUE2ExtensionKey=FreeVGPGPU)(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionKey=TotalVGPGPU)))"
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! Phase 1 matchmaking: a job's Requirements and Rank against the offers,
+//! as `glite-wms-job-list-match` does, plus cder's own clauses:
+//!
+//! * the per-node test `GPGPUPerNode <= other.GPGPUPerNode` (a node must
+//!   hold all the devices a job asks for on it);
+//! * the thesis's vGPGPU rule
+//!   `VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method>` (when a job
+//!   asks for virtual GPGPUs, the per-node test does not apply);
+//! * named rank presets: `gpgpu-free-ratio` (Free/Total) and
+//!   `gpgpu-max-free` (Free/Total × Free/max(Total)), the thesis's formulas.
+//!
+//! The request is compiled once ([`CompiledRequest`]) and matched against
+//! every offer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ast::{BinOp, ClassAd, Expr, Scope};
+use crate::bdii::offers::Offer;
+use crate::bdii::query::Wanted;
+use crate::eval::{truth, Truth};
+use crate::jdl::VIRTUAL_GPGPU_METHODS;
+use crate::matchmaking::CompiledRequest;
+use crate::value::Value;
+
+/// A named Rank.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RankPreset {
+    /// Free / Total devices (vGPGPUs of the job's method, else GPGPUs).
+    GpgpuFreeRatio,
+    /// Free/Total × Free / max(Total over the matching CEs).
+    GpgpuMaxFree,
+}
+
+impl RankPreset {
+    /// From its CLI name.
+    pub fn parse(s: &str) -> Option<RankPreset> {
+        match s {
+            "gpgpu-free-ratio" => Some(RankPreset::GpgpuFreeRatio),
+            "gpgpu-max-free" => Some(RankPreset::GpgpuMaxFree),
+            _ => None,
+        }
+    }
+}
+
+/// A job that cannot be matched as written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct JobError {
+    /// The attribute at fault.
+    pub key: String,
+    /// Why.
+    pub message: String,
+}
+
+/// What a job asks of a CE, read from its JDL.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The job as written.
+    pub job: ClassAd,
+    /// Requirements with cder's clauses conjoined.
+    pub requirements: Expr,
+    /// The top-level conjuncts of `requirements`, for `--explain`.
+    pub clauses: Vec<Expr>,
+    /// The Rank (the job's, a preset's, or gLite's default).
+    pub rank: Expr,
+    /// The preset, when one was asked for.
+    pub preset: Option<RankPreset>,
+    /// The vGPGPU method the job asks for (canonical spelling).
+    pub method: Option<String>,
+}
+
+fn parse(src: &str) -> Expr {
+    crate::parser::parse_expr(src).unwrap_or_else(|e| panic!("built-in expression {src:?}: {e}"))
+}
+
+fn and(a: Expr, b: Expr) -> Expr {
+    Expr::Binary(BinOp::And, Box::new((a, b)))
+}
+
+/// Splits `a && (b && c)` into `[a, b, c]`.
+pub fn conjuncts(e: &Expr) -> Vec<Expr> {
+    match e {
+        Expr::Binary(BinOp::And, b) => {
+            let mut v = conjuncts(&b.0);
+            v.extend(conjuncts(&b.1));
+            v
+        }
+        e => vec![e.clone()],
+    }
+}
+
+fn positive_int(job: &ClassAd, key: &str) -> Result<Option<i64>, JobError> {
+    if job.lookup(key).is_none() {
+        return Ok(None);
+    }
+    match job.eval_attr(key) {
+        Value::Int(n) if n > 0 => Ok(Some(n)),
+        v => Err(JobError { key: key.into(), message: format!("must be a positive integer, not {v}") }),
+    }
+}
+
+impl Request {
+    /// Reads a job: its Requirements (absent: true), cder's clauses, the Rank.
+    pub fn new(job: &ClassAd, preset: Option<RankPreset>) -> Result<Request, JobError> {
+        let mut requirements = job.lookup("Requirements").cloned().unwrap_or(Expr::Lit(Value::Bool(true)));
+        positive_int(job, "CPUNumber")?;
+        let vcount = positive_int(job, "VirtualGPGPUPerNode")?;
+        let method_key = if job.lookup("VirtualGPGPUMethod").is_some() { "VirtualGPGPUMethod" } else { "VirtualGPGPUType" };
+        let method = match job.lookup(method_key) {
+            None => None,
+            Some(_) => match job.eval_attr(method_key) {
+                Value::Str(s) => Some(
+                    VIRTUAL_GPGPU_METHODS
+                        .iter()
+                        .find(|m| m.eq_ignore_ascii_case(&s))
+                        .map(|m| m.to_string())
+                        .ok_or_else(|| JobError { key: method_key.into(), message: format!("{s:?} is not one of {VIRTUAL_GPGPU_METHODS:?}") })?,
+                ),
+                v => return Err(JobError { key: method_key.into(), message: format!("must be a string, not {v}") }),
+            },
+        };
+        if vcount.is_some() != method.is_some() {
+            return Err(JobError {
+                key: if vcount.is_some() { "VirtualGPGPUMethod".into() } else { "VirtualGPGPUPerNode".into() },
+                message: "VirtualGPGPUPerNode and VirtualGPGPUMethod go together".into(),
+            });
+        }
+        if let Some(m) = &method {
+            // Thesis ch. 4: the per-node GPGPU test does not apply to virtual GPGPUs.
+            requirements = and(requirements, parse(&format!("MY.VirtualGPGPUPerNode * (isUndefined(MY.CPUNumber) ? 1 : MY.CPUNumber) <= TARGET.TotalVGPGPU_{m}")));
+        } else if positive_int(job, "GPGPUPerNode")?.is_some() {
+            requirements = and(requirements, parse("MY.GPGPUPerNode <= TARGET.GPGPUPerNode"));
+        }
+        let rank = match preset {
+            Some(_) => Self::preset_rank(method.as_deref(), None),
+            None => job.lookup("Rank").cloned().unwrap_or_else(|| parse("-TARGET.GlueCEStateEstimatedResponseTime")),
+        };
+        let clauses = conjuncts(&requirements);
+        Ok(Request { job: job.clone(), requirements, clauses, rank, preset, method })
+    }
+
+    fn counts(method: Option<&str>) -> (String, String) {
+        match method {
+            Some(m) => (format!("TARGET.FreeVGPGPU_{m}"), format!("TARGET.TotalVGPGPU_{m}")),
+            None => ("TARGET.GPGPUFreeInstances".into(), "TARGET.GPGPUTotalInstances".into()),
+        }
+    }
+
+    /// The preset's Rank; `max_total` for `gpgpu-max-free` (None: the ratio alone).
+    fn preset_rank(method: Option<&str>, max_total: Option<f64>) -> Expr {
+        let (free, total) = Self::counts(method);
+        let ratio = format!("real({free}) / {total}");
+        match max_total {
+            Some(max) if max > 0.0 => parse(&format!("({ratio}) * real({free}) / {max:?}")),
+            _ => parse(&ratio),
+        }
+    }
+
+    /// The request ad: the job with the augmented Requirements and the Rank.
+    pub fn ad(&self) -> ClassAd {
+        let mut ad = self.job.clone();
+        ad.insert("Requirements", self.requirements.clone());
+        ad.insert("Rank", self.rank.clone());
+        ad
+    }
+
+    /// What the BDII query must fetch: the offer attributes the request uses
+    /// whose names start with a CDER prefix, and the VO.
+    pub fn wanted(&self, prefixes: &[String], vo: Option<&str>) -> Wanted {
+        let mut names = BTreeSet::new();
+        let mut visiting = BTreeSet::new();
+        target_names(&self.requirements, &self.job, &mut names, &mut visiting);
+        target_names(&self.rank, &self.job, &mut names, &mut visiting);
+        if self.preset.is_some() && self.method.is_none() {
+            names.insert("GPGPUFreeInstances".into());
+            names.insert("GPGPUTotalInstances".into());
+        }
+        let keys = names.into_iter().filter(|n| prefixes.iter().any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))).collect();
+        let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr("VirtualOrganisation") {
+            Value::Str(s) => Some(s.to_string()),
+            _ => None,
+        });
+        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo }
+    }
+}
+
+/// Names an expression may look up in the offer: `other.X`, and unqualified
+/// names the job does not define (followed through the job's own attributes).
+fn target_names(e: &Expr, job: &ClassAd, out: &mut BTreeSet<String>, visiting: &mut BTreeSet<String>) {
+    match e {
+        Expr::Lit(_) | Expr::Ad(_) => {}
+        Expr::Attr { scope, name, .. } => match scope {
+            Scope::Target => {
+                out.insert(name.to_string());
+            }
+            Scope::Plain | Scope::My => match job.lookup(name) {
+                Some(def) => {
+                    if visiting.insert(name.to_ascii_lowercase()) {
+                        target_names(def, job, out, visiting);
+                    }
+                }
+                None if *scope == Scope::Plain => {
+                    out.insert(name.to_string());
+                }
+                None => {}
+            },
+            Scope::Parent => {}
+        },
+        Expr::Select(b, _, _) => target_names(b, job, out, visiting),
+        Expr::Index(b) => {
+            target_names(&b.0, job, out, visiting);
+            target_names(&b.1, job, out, visiting);
+        }
+        Expr::Unary(_, x) => target_names(x, job, out, visiting),
+        Expr::Binary(_, b) => {
+            target_names(&b.0, job, out, visiting);
+            target_names(&b.1, job, out, visiting);
+        }
+        Expr::Cond(b) => {
+            target_names(&b.0, job, out, visiting);
+            target_names(&b.1, job, out, visiting);
+            target_names(&b.2, job, out, visiting);
+        }
+        Expr::Call(c) => c.args.iter().for_each(|a| target_names(a, job, out, visiting)),
+        Expr::List(items) => items.iter().for_each(|a| target_names(a, job, out, visiting)),
+    }
+}
+
+/// A matching CE.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Match {
+    /// `GlueCEUniqueID`.
+    pub ce_id: String,
+    /// The Rank of its best offer.
+    pub rank: f64,
+    /// Index of that offer in the slice given to [`list_match`].
+    pub offer: usize,
+}
+
+/// A CE left out, with each clause that was not true (per offer of the CE).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Excluded {
+    /// `GlueCEUniqueID`.
+    pub ce_id: String,
+    /// `clause is false` / `clause is undefined` lines.
+    pub reasons: Vec<String>,
+}
+
+/// The outcome of phase 1.
+#[derive(Clone, Debug, Default)]
+pub struct MatchResult {
+    /// Matching CEs, best rank first (ties by CE id).
+    pub matches: Vec<Match>,
+    /// CEs without a matching offer (filled only when asked to explain).
+    pub excluded: Vec<Excluded>,
+}
+
+impl MatchResult {
+    /// The matching CE ids, best first.
+    pub fn ce_ids(&self) -> Vec<&str> {
+        self.matches.iter().map(|m| m.ce_id.as_str()).collect()
+    }
+}
+
+fn describe(v: &Value) -> &'static str {
+    match truth(v) {
+        Truth::True => "true",
+        Truth::False => "false",
+        Truth::Undefined => "undefined",
+        Truth::Error => "error",
+    }
+}
+
+/// Matches and ranks. `explain`: also say why each other CE was left out.
+pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchResult {
+    let compiled = CompiledRequest::new(&request.ad());
+    let mut matched: Vec<usize> = Vec::new();
+    for (i, o) in offers.iter().enumerate() {
+        if compiled.matches(&o.ad) {
+            matched.push(i);
+        }
+    }
+    let ranker = match request.preset {
+        Some(RankPreset::GpgpuMaxFree) => {
+            // The thesis's supplemental formula needs the largest pool among the matches first.
+            let total_key = Request::counts(request.method.as_deref()).1;
+            let total_key = total_key.trim_start_matches("TARGET.");
+            let max = matched.iter().filter_map(|&i| offers[i].ad.eval_attr(total_key).as_number()).fold(0.0_f64, f64::max);
+            let mut ad = request.ad();
+            ad.insert("Rank", Request::preset_rank(request.method.as_deref(), Some(max)));
+            CompiledRequest::new(&ad)
+        }
+        _ => compiled,
+    };
+    let mut best: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for &i in &matched {
+        let r = ranker.rank(&offers[i].ad);
+        let slot = best.entry(offers[i].ce_id.as_str()).or_insert((f64::NEG_INFINITY, i));
+        if r > slot.0 {
+            *slot = (r, i);
+        }
+    }
+    let mut matches: Vec<Match> = best.into_iter().map(|(ce, (rank, offer))| Match { ce_id: ce.to_string(), rank, offer }).collect();
+    matches.sort_by(|a, b| b.rank.total_cmp(&a.rank).then_with(|| a.ce_id.cmp(&b.ce_id)));
+    let mut excluded = Vec::new();
+    if explain {
+        let matched_ces: BTreeSet<&str> = matches.iter().map(|m| m.ce_id.as_str()).collect();
+        let clauses: Vec<(String, CompiledRequest)> = request
+            .clauses
+            .iter()
+            .map(|c| {
+                let mut ad = request.job.clone();
+                ad.insert("Requirements", c.clone());
+                (c.to_string(), CompiledRequest::new(&ad))
+            })
+            .collect();
+        let mut by_ce: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for o in offers.iter().filter(|o| !matched_ces.contains(o.ce_id.as_str())) {
+            let reasons = by_ce.entry(o.ce_id.as_str()).or_default();
+            for (text, c) in &clauses {
+                let v = c.requirements_value(&o.ad);
+                if truth(&v) != Truth::True {
+                    let line = match &o.ee_id {
+                        Some(ee) if offers.iter().filter(|x| x.ce_id == o.ce_id).count() > 1 => format!("{text} is {} (on {ee})", describe(&v)),
+                        _ => format!("{text} is {}", describe(&v)),
+                    };
+                    if !reasons.contains(&line) {
+                        reasons.push(line);
+                    }
+                }
+            }
+        }
+        excluded = by_ce.into_iter().map(|(ce, reasons)| Excluded { ce_id: ce.to_string(), reasons }).collect();
+    }
+    MatchResult { matches, excluded }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(ce: &str, src: &str) -> Offer {
+        Offer { ce_id: ce.into(), queue: None, share_id: None, ee_id: None, schema: "GLUE2", ad: ClassAd::parse(src).unwrap() }
+    }
+
+    fn job(src: &str) -> ClassAd {
+        ClassAd::parse(src).unwrap()
+    }
+
+    #[test]
+    fn per_node_test_and_rank_order() {
+        let offers = vec![
+            offer("a", "[ GPGPUPerNode = 1; GPGPUVendor = \"Nvidia\"; GlueCEStateEstimatedResponseTime = 10 ]"),
+            offer("b", "[ GPGPUPerNode = 2; GPGPUVendor = \"Nvidia\"; GlueCEStateEstimatedResponseTime = 50 ]"),
+            offer("c", "[ GPGPUPerNode = 4; GPGPUVendor = \"NVIDIA\"; GlueCEStateEstimatedResponseTime = 5 ]"),
+        ];
+        let r = Request::new(&job("[ GPGPUPerNode = 2; Requirements = GPGPUVendor == \"Nvidia\" ]"), None).unwrap();
+        let res = list_match(&r, &offers, true);
+        assert_eq!(res.ce_ids(), ["c", "b"], "default rank: shortest estimated response first");
+        assert_eq!(res.excluded.len(), 1);
+        assert_eq!(res.excluded[0].reasons, ["MY.GPGPUPerNode <= TARGET.GPGPUPerNode is false"]);
+    }
+
+    #[test]
+    fn vgpgpu_rule_and_presets() {
+        let offers = vec![
+            offer("a", "[ TotalVGPGPU_rCUDA = 2; FreeVGPGPU_rCUDA = 1 ]"),
+            offer("b", "[ TotalVGPGPU_rCUDA = 20; FreeVGPGPU_rCUDA = 10 ]"),
+            offer("c", "[ TotalVGPGPU_rCUDA = 100; FreeVGPGPU_rCUDA = 50 ]"),
+            offer("d", "[ TotalVGPGPU_VCL = 100; FreeVGPGPU_VCL = 100 ]"),
+        ];
+        let j = job("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 2; GPGPUPerNode = 8 ]");
+        let ratio = list_match(&Request::new(&j, Some(RankPreset::GpgpuFreeRatio)).unwrap(), &offers, true);
+        // 1 vGPGPU × 2 CPUs fits a's pool of 2; the ratios tie at 0.5, so CE ids order them.
+        assert_eq!(ratio.ce_ids(), ["a", "b", "c"]);
+        let maxfree = list_match(&Request::new(&j, Some(RankPreset::GpgpuMaxFree)).unwrap(), &offers, false);
+        assert_eq!(maxfree.ce_ids(), ["c", "b", "a"]);
+        assert!((maxfree.matches[0].rank - 0.25).abs() < 1e-9, "{:?}", maxfree.matches);
+        let why = &ratio.excluded.iter().find(|e| e.ce_id == "d").unwrap().reasons;
+        assert!(why[0].contains("TotalVGPGPU_rCUDA") && why[0].ends_with("is undefined"), "{why:?}");
+    }
+
+    #[test]
+    fn wanted_keys_follow_the_jobs_own_attributes() {
+        let r = Request::new(&job("[ MinMem = 512; Requirements = GPGPUMainMemorySize >= MinMem && other.GPGPUVendor == \"Nvidia\" && other.GlueCEStateFreeCPUs > 0 ]"), None).unwrap();
+        let w = r.wanted(&["GPGPU".to_string()], Some("gputestvo"));
+        assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+        assert_eq!(w.vo.as_deref(), Some("gputestvo"));
+    }
+
+    #[test]
+    fn bad_vgpgpu_requests_are_rejected() {
+        assert_eq!(Request::new(&job("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"OpenCL\" ]"), None).unwrap_err().key, "VirtualGPGPUMethod");
+        assert_eq!(Request::new(&job("[ VirtualGPGPUPerNode = 1 ]"), None).unwrap_err().key, "VirtualGPGPUMethod");
+        assert_eq!(Request::new(&job("[ GPGPUPerNode = 0 ]"), None).unwrap_err().key, "GPGPUPerNode");
+    }
+}
