@@ -154,7 +154,7 @@ impl Daemon {
                 format!("{} is only for root and the operators in [node] operators; uid {} is neither", request.op(), caller.uid),
             ));
         }
-        let result = match request {
+        match request {
             Request::Ping => Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION })),
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
             Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
@@ -164,8 +164,7 @@ impl Daemon {
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
-        };
-        result
+        }
     }
 
     fn allocation(&self, a: &JobAllocation) -> Allocation {

@@ -201,6 +201,16 @@ pub struct JobAllocation {
     pub devices: Vec<DeviceRow>,
 }
 
+/// A live row of the `jobs` table.
+struct JobRow {
+    id: i64,
+    uid: u32,
+    cder_type: String,
+    count: u32,
+    token: String,
+    start: i64,
+}
+
 /// The SQLite state of one node.
 pub struct Store {
     conn: Connection,
@@ -315,15 +325,17 @@ impl Store {
         Ok(self.conn.query_row("SELECT COUNT(*) FROM devices WHERE present = 1", [], |r| r.get(0))?)
     }
 
-    fn live_job(tx: &Connection, job: &JobKey) -> Result<Option<(i64, u32, String, u32, String, i64)>> {
+    fn live_job(tx: &Connection, job: &JobKey) -> Result<Option<JobRow>> {
         Ok(tx
             .prepare_cached("SELECT id, uid, type, count, token, start FROM jobs WHERE job = ?1 AND end IS NULL")?
-            .query_row([job.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+            .query_row([job.to_string()], |r| {
+                Ok(JobRow { id: r.get(0)?, uid: r.get(1)?, cder_type: r.get(2)?, count: r.get(3)?, token: r.get(4)?, start: r.get(5)? })
+            })
             .optional()?)
     }
 
     fn allocation_of(&self, conn: &Connection, job: &JobKey) -> Result<Option<JobAllocation>> {
-        let Some((id, uid, cder_type, count, token, start)) = Self::live_job(conn, job)? else {
+        let Some(JobRow { id, uid, cder_type, count, token, start }) = Self::live_job(conn, job)? else {
             return Ok(None);
         };
         let mut devices = query_devices(conn, "WHERE a.job_id = ?1", &[&id])?;

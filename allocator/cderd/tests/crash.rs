@@ -72,69 +72,49 @@ fn client_loop(socket: std::path::PathBuf, model: Arc<Mutex<Model>>, mut rng: Rn
             }
         }
         let dead = |e: &ClientError| e.is_unavailable();
-        let m_outcome: Option<Box<dyn FnOnce(&mut Model)>>;
-        if op < 40 {
+        let outcome = if op < 40 {
             match c.alloc(&AllocRequest::new(key(j), 1000 + j as u32, count)) {
-                Ok(a) => {
-                    let held: BTreeSet<String> = a.devices.into_iter().map(|d| d.uuid).collect();
-                    m_outcome = Some(Box::new(move |m| {
-                        m.jobs.insert(j, Known::Holds(held));
-                    }));
-                }
+                Ok(a) => Outcome::Holds(j, a.devices.into_iter().map(|d| d.uuid).collect()),
                 Err(e) if dead(&e) => return,
                 // Refused (insufficient / conflict): nothing changed; learn the truth from env.
                 Err(_) => match c.env(&key(j)) {
-                    Ok(a) => {
-                        let held: BTreeSet<String> = a.devices.into_iter().map(|d| d.uuid).collect();
-                        m_outcome = Some(Box::new(move |m| {
-                            m.jobs.insert(j, Known::Holds(held));
-                        }));
-                    }
+                    Ok(a) => Outcome::Holds(j, a.devices.into_iter().map(|d| d.uuid).collect()),
                     Err(e) if dead(&e) => return,
-                    Err(_) => {
-                        m_outcome = Some(Box::new(move |m| {
-                            m.jobs.insert(j, Known::Holds(BTreeSet::new()));
-                        }))
-                    }
+                    Err(_) => Outcome::Holds(j, BTreeSet::new()),
                 },
             }
         } else if op < 75 {
             match c.release(&key(j)) {
-                Ok(_) => {
-                    m_outcome = Some(Box::new(move |m| {
-                        m.jobs.insert(j, Known::Holds(BTreeSet::new()));
-                    }))
-                }
+                Ok(_) => Outcome::Holds(j, BTreeSet::new()),
                 Err(e) if dead(&e) => return,
                 Err(e) => panic!("release refused: {e}"),
             }
         } else if op < 88 {
             match c.drain(&format!("gpgpu:{d}"), "crash test") {
-                Ok(_) => {
-                    m_outcome = Some(Box::new(move |m| {
-                        m.drained.insert(d, Some(true));
-                    }))
-                }
+                Ok(_) => Outcome::Drained(d, true),
                 Err(e) if dead(&e) => return,
                 Err(e) => panic!("drain refused: {e}"),
             }
         } else {
             match c.resume(&format!("gpgpu:{d}")) {
-                Ok(_) => {
-                    m_outcome = Some(Box::new(move |m| {
-                        m.drained.insert(d, Some(false));
-                    }))
-                }
+                Ok(_) => Outcome::Drained(d, false),
                 Err(e) if dead(&e) => return,
                 Err(e) => panic!("resume refused: {e}"),
             }
-        }
-        if let Some(apply) = m_outcome {
-            let mut m = model.lock().unwrap();
-            apply(&mut m);
-            m.acked += 1;
-        }
+        };
+        let mut m = model.lock().unwrap();
+        match outcome {
+            Outcome::Holds(j, held) => m.jobs.insert(j, Known::Holds(held)).map(|_| ()),
+            Outcome::Drained(d, drained) => m.drained.insert(d, Some(drained)).map(|_| ()),
+        };
+        m.acked += 1;
     }
+}
+
+/// What an acknowledged reply established.
+enum Outcome {
+    Holds(u64, BTreeSet<String>),
+    Drained(u32, bool),
 }
 
 /// Checks the restarted daemon against the model, then resets the model
