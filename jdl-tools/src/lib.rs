@@ -16,12 +16,16 @@
 //! matching against many offers re-parses nothing.
 
 pub mod ast;
+pub mod bdii;
 pub mod eval;
 pub mod functions;
 pub mod jdl;
 pub mod lexer;
+pub mod listmatch;
+pub mod lrms;
 pub mod matchmaking;
 pub mod parser;
+pub mod submit;
 pub mod value;
 
 pub use ast::{ClassAd, Expr, Pos, Sym};

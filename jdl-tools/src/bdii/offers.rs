@@ -560,7 +560,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     }
                     let vals = &e.attrs[lname];
                     let name = glue13_spelling(lname);
-                    if lname == "gluecEaccesscontrolbaserule".to_ascii_lowercase() || vals.len() > 1 {
+                    if lname.as_str() == "glueceaccesscontrolbaserule" || vals.len() > 1 {
                         put(&mut ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
                     } else {
                         put(&mut ad, &name, typed(&vals[0]));

@@ -1,0 +1,353 @@
+//! The CE side of Independence: a job's JDL attributes become batch-system
+//! directives. BLAH's `slurm_local_submit_attributes.sh` /
+//! `pbs_local_submit_attributes.sh` run `cder-jdl lrms-attrs`, and BLAH
+//! inserts what it prints into the batch script.
+//!
+//! | JDL | SLURM | TORQUE (native) | TORQUE + MAUI (patched) |
+//! |---|---|---|---|
+//! | `GPGPUPerNode = N` | `#SBATCH --gres=gpu:N` | `#PBS -l nodes=…:gpus=N` | `#PBS -W x=GRES:gpus@N` |
+//! | `VirtualGPGPUPerNode = V`, `VirtualGPGPUMethod = M` | `#SBATCH --licenses=m:V×CPUNumber` | `#PBS -l gres=m:V×CPUNumber` | in the `GRES:` list |
+//! | `CPUNumber`, `SMPGranularity`, `HostNumber` | `--ntasks`, `--ntasks-per-node`, `--nodes` | `nodes=H:ppn=G` | same |
+//! | `WholeNodes = true` | `--exclusive` | `#PBS -n` | same |
+//!
+//! The vGPGPU keys are also exported (`export VirtualGPGPUPerNode=…`) for
+//! the job's own wrappers.
+
+use std::fmt;
+
+use crate::ast::{ClassAd, Pos};
+use crate::jdl::VIRTUAL_GPGPU_METHODS;
+use crate::value::Value;
+
+/// The batch system.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Lrms {
+    /// SLURM (`#SBATCH`).
+    Slurm,
+    /// TORQUE/PBS (`#PBS`).
+    Pbs,
+}
+
+/// How TORQUE sites request GPUs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PbsGpus {
+    /// TORQUE's own `nodes=…:gpus=N`.
+    Native,
+    /// MAUI patched for generic resources: `-W x=GRES:gpus@N`.
+    Maui,
+}
+
+/// Translation settings (site configuration).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The LRMS.
+    pub lrms: Lrms,
+    /// TORQUE GPU request style.
+    pub pbs_gpus: PbsGpus,
+    /// SLURM GRES name of GPGPUs.
+    pub gres: String,
+    /// Licence / GRES name of a vGPGPU method (default: the method in lower case).
+    pub licence: Option<String>,
+}
+
+impl Settings {
+    /// Defaults for an LRMS: native TORQUE GPUs, GRES `gpu`.
+    pub fn new(lrms: Lrms) -> Settings {
+        Settings { lrms, pbs_gpus: PbsGpus::Native, gres: "gpu".into(), licence: None }
+    }
+}
+
+/// A value the CE cannot honour.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct AttrError {
+    /// The JDL key.
+    pub key: String,
+    /// Where it was written (JDL input), if known.
+    pub pos: Option<Pos>,
+    /// Why.
+    pub message: String,
+}
+
+impl fmt::Display for AttrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pos {
+            Some(p) if p.line > 0 => write!(f, "{p}: {}: {}", self.key, self.message),
+            _ => write!(f, "{}: {}", self.key, self.message),
+        }
+    }
+}
+
+/// The resource request of a job, validated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobResources {
+    /// `CPUNumber`.
+    pub cpus: Option<i64>,
+    /// `SMPGranularity`: cores per node.
+    pub smp_granularity: Option<i64>,
+    /// `HostNumber`.
+    pub hosts: Option<i64>,
+    /// `WholeNodes`.
+    pub whole_nodes: bool,
+    /// `GPGPUPerNode`.
+    pub gpgpus_per_node: Option<i64>,
+    /// `VirtualGPGPUPerNode`.
+    pub vgpgpus_per_node: Option<i64>,
+    /// `VirtualGPGPUMethod` / `VirtualGPGPUType`, canonical spelling.
+    pub vgpgpu_method: Option<String>,
+}
+
+/// Where the attributes come from: a parsed JDL or BLAH's environment.
+pub trait Source {
+    /// The value of a key, if set.
+    fn get(&self, key: &str) -> Option<Value>;
+    /// Where the key was written.
+    fn pos(&self, _key: &str) -> Option<Pos> {
+        None
+    }
+}
+
+impl Source for ClassAd {
+    fn get(&self, key: &str) -> Option<Value> {
+        self.lookup(key).map(|_| self.eval_attr(key))
+    }
+    fn pos(&self, key: &str) -> Option<Pos> {
+        self.attribute(key).map(|a| a.pos)
+    }
+}
+
+/// Environment variables as BLAH exports the JDL's CE requirements
+/// (`GPGPUPerNode=2`, `WholeNodes=true`, `VirtualGPGPUMethod=rCUDA` or `"rCUDA"`).
+pub struct EnvSource<F: Fn(&str) -> Option<String>>(pub F);
+
+/// Reads one environment value as BLAH writes it: integer, boolean, or string (quotes optional).
+pub fn env_value(raw: &str) -> Value {
+    let t = raw.trim();
+    if let Ok(i) = t.parse::<i64>() {
+        return Value::Int(i);
+    }
+    if t.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
+    }
+    if t.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    let unq = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t);
+    Value::str(unq)
+}
+
+impl<F: Fn(&str) -> Option<String>> Source for EnvSource<F> {
+    fn get(&self, key: &str) -> Option<Value> {
+        (self.0)(key).filter(|v| !v.trim().is_empty()).map(|v| env_value(&v))
+    }
+}
+
+const MAX_COUNT: i64 = 1 << 20;
+
+fn count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
+    match src.get(key) {
+        None | Some(Value::Undefined) => Ok(None),
+        Some(Value::Int(n)) if (1..=MAX_COUNT).contains(&n) => Ok(Some(n)),
+        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {MAX_COUNT}, not {v}") }),
+    }
+}
+
+impl JobResources {
+    /// Reads and checks the keys the CE honours.
+    pub fn read(src: &dyn Source) -> Result<JobResources, AttrError> {
+        let err = |key: &str, message: String| AttrError { key: key.into(), pos: src.pos(key), message };
+        let whole_nodes = match src.get("WholeNodes") {
+            None | Some(Value::Undefined) => false,
+            Some(Value::Bool(b)) => b,
+            Some(v) => return Err(err("WholeNodes", format!("must be true or false, not {v}"))),
+        };
+        let method_key = if src.get("VirtualGPGPUMethod").is_some() { "VirtualGPGPUMethod" } else { "VirtualGPGPUType" };
+        let vgpgpu_method = match src.get(method_key) {
+            None | Some(Value::Undefined) => None,
+            Some(Value::Str(s)) => Some(
+                VIRTUAL_GPGPU_METHODS
+                    .iter()
+                    .find(|m| m.eq_ignore_ascii_case(&s))
+                    .map(|m| m.to_string())
+                    .ok_or_else(|| err(method_key, format!("{s:?} is not one of {}", VIRTUAL_GPGPU_METHODS.join(", "))))?,
+            ),
+            Some(v) => return Err(err(method_key, format!("must be a string, not {v}"))),
+        };
+        let r = JobResources {
+            cpus: count(src, "CPUNumber")?,
+            smp_granularity: count(src, "SMPGranularity")?,
+            hosts: count(src, "HostNumber")?,
+            whole_nodes,
+            gpgpus_per_node: count(src, "GPGPUPerNode")?,
+            vgpgpus_per_node: count(src, "VirtualGPGPUPerNode")?,
+            vgpgpu_method,
+        };
+        if r.vgpgpus_per_node.is_some() && r.vgpgpu_method.is_none() {
+            return Err(err("VirtualGPGPUPerNode", "needs VirtualGPGPUMethod (rCUDA or VCL)".into()));
+        }
+        if r.vgpgpu_method.is_some() && r.vgpgpus_per_node.is_none() {
+            return Err(err(method_key, "needs VirtualGPGPUPerNode".into()));
+        }
+        if let (Some(h), Some(c)) = (r.hosts, r.cpus) {
+            if h > c {
+                return Err(err("HostNumber", format!("{h} hosts for {c} CPUs (CPUNumber)")));
+            }
+        }
+        if let (Some(g), Some(c)) = (r.smp_granularity, r.cpus) {
+            if g > c && !r.whole_nodes {
+                return Err(err("SMPGranularity", format!("{g} cores per node exceeds CPUNumber {c}")));
+            }
+        }
+        Ok(r)
+    }
+
+    /// Nodes the job spans: HostNumber, else CPUNumber / SMPGranularity (rounded up), else 1.
+    pub fn nodes(&self) -> i64 {
+        self.hosts.unwrap_or_else(|| match (self.cpus, self.smp_granularity) {
+            (Some(c), Some(g)) => (c + g - 1) / g,
+            _ => 1,
+        })
+    }
+
+    /// vGPGPUs for the whole job: VirtualGPGPUPerNode × CPUNumber (thesis ch. 4).
+    pub fn vgpgpus_total(&self) -> Option<i64> {
+        self.vgpgpus_per_node.map(|v| v.saturating_mul(self.cpus.unwrap_or(1)))
+    }
+}
+
+/// The directives (and `export` lines) for a job, one per line.
+pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
+    let mut out = Vec::new();
+    let licence = r.vgpgpu_method.as_ref().map(|m| s.licence.clone().unwrap_or_else(|| m.to_ascii_lowercase()));
+    match s.lrms {
+        Lrms::Slurm => {
+            if let Some(c) = r.cpus {
+                out.push(format!("#SBATCH --ntasks={c}"));
+            }
+            if let Some(g) = r.smp_granularity {
+                out.push(format!("#SBATCH --ntasks-per-node={g}"));
+            }
+            if r.hosts.is_some() || (r.whole_nodes && r.cpus.is_some() && r.smp_granularity.is_some()) {
+                out.push(format!("#SBATCH --nodes={}", r.nodes()));
+            }
+            if r.whole_nodes {
+                out.push("#SBATCH --exclusive".into());
+            }
+            if let Some(n) = r.gpgpus_per_node {
+                out.push(format!("#SBATCH --gres={}:{n}", s.gres));
+            }
+            if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
+                out.push(format!("#SBATCH --licenses={l}:{t}"));
+            }
+        }
+        Lrms::Pbs => {
+            let ppn = r.smp_granularity.or(if r.nodes() == 1 { r.cpus } else { None });
+            let mut nodes = format!("nodes={}", r.nodes());
+            if let Some(p) = ppn {
+                nodes.push_str(&format!(":ppn={p}"));
+            }
+            if let (Some(n), PbsGpus::Native) = (r.gpgpus_per_node, s.pbs_gpus) {
+                nodes.push_str(&format!(":gpus={n}"));
+            }
+            if r.cpus.is_some() || r.smp_granularity.is_some() || r.hosts.is_some() || r.gpgpus_per_node.is_some() {
+                out.push(format!("#PBS -l {nodes}"));
+            }
+            if r.whole_nodes {
+                out.push("#PBS -n".into());
+            }
+            match s.pbs_gpus {
+                PbsGpus::Native => {
+                    if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
+                        out.push(format!("#PBS -l gres={l}:{t}"));
+                    }
+                }
+                PbsGpus::Maui => {
+                    let mut gres = Vec::new();
+                    if let Some(n) = r.gpgpus_per_node {
+                        gres.push(format!("gpus@{n}"));
+                    }
+                    if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
+                        gres.push(format!("{l}@{t}"));
+                    }
+                    if !gres.is_empty() {
+                        out.push(format!("#PBS -W x=GRES:{}", gres.join("+")));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(n) = r.gpgpus_per_node {
+        out.push(format!("export GPGPUPerNode={n}"));
+    }
+    if let (Some(v), Some(m)) = (r.vgpgpus_per_node, &r.vgpgpu_method) {
+        out.push(format!("export VirtualGPGPUPerNode={v}"));
+        out.push(format!("export VirtualGPGPUMethod={m}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(jdl: &str, s: &Settings) -> Result<Vec<String>, AttrError> {
+        let ad = ClassAd::parse(jdl).unwrap();
+        JobResources::read(&ad).map(|r| directives(&r, s))
+    }
+
+    #[test]
+    fn gpgpus_per_node_in_each_lrms() {
+        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Slurm)).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Pbs)).unwrap(), ["#PBS -l nodes=1:gpus=2", "export GPGPUPerNode=2"]);
+        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
+        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "export GPGPUPerNode=2"]);
+    }
+
+    #[test]
+    fn cpus_granularity_and_whole_nodes() {
+        let s = lines("[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]", &Settings::new(Lrms::Slurm)).unwrap();
+        assert_eq!(s[..5], ["#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4", "#SBATCH --nodes=2", "#SBATCH --exclusive", "#SBATCH --gres=gpu:1"]);
+        let p = lines("[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]", &Settings::new(Lrms::Pbs)).unwrap();
+        assert_eq!(p[..2], ["#PBS -l nodes=2:ppn=4:gpus=1", "#PBS -n"]);
+    }
+
+    #[test]
+    fn vgpgpus_become_licences_and_variables() {
+        let s = lines("[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 3 ]", &Settings::new(Lrms::Slurm)).unwrap();
+        assert_eq!(s, ["#SBATCH --ntasks=3", "#SBATCH --licenses=rcuda:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
+        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
+        let p = lines("[ VirtualGPGPUPerNode = 1; VirtualGPGPUType = \"VCL\"; GPGPUPerNode = 1 ]", &maui).unwrap();
+        assert!(p.contains(&"#PBS -W x=GRES:gpus@1+vcl@1".to_string()), "{p:?}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_naming_the_key() {
+        for (jdl, key) in [
+            ("[ GPGPUPerNode = 0 ]", "GPGPUPerNode"),
+            ("[ GPGPUPerNode = \"two\" ]", "GPGPUPerNode"),
+            ("[ GPGPUPerNode = 2.5 ]", "GPGPUPerNode"),
+            ("[ CPUNumber = -1 ]", "CPUNumber"),
+            ("[ WholeNodes = \"yes\" ]", "WholeNodes"),
+            ("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"CUDA\" ]", "VirtualGPGPUMethod"),
+            ("[ VirtualGPGPUPerNode = 1 ]", "VirtualGPGPUPerNode"),
+            ("[ CPUNumber = 2; HostNumber = 3 ]", "HostNumber"),
+        ] {
+            let e = lines(jdl, &Settings::new(Lrms::Slurm)).unwrap_err();
+            assert_eq!(e.key, key, "{jdl}: {e}");
+            assert!(e.to_string().starts_with("1:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn environment_values_as_blah_exports_them() {
+        let env = |k: &str| match k {
+            "GPGPUPerNode" => Some("2".to_string()),
+            "VirtualGPGPUMethod" => Some("\"VCL\"".to_string()),
+            "VirtualGPGPUPerNode" => Some("1".to_string()),
+            "WholeNodes" => Some("false".to_string()),
+            _ => None,
+        };
+        let r = JobResources::read(&EnvSource(env)).unwrap();
+        assert_eq!((r.gpgpus_per_node, r.vgpgpu_method.as_deref(), r.whole_nodes), (Some(2), Some("VCL"), false));
+        assert!(JobResources::read(&EnvSource(|k: &str| (k == "GPGPUPerNode").then(|| "2x".to_string()))).is_err());
+    }
+}

@@ -1,0 +1,212 @@
+//! Phase 2: the refined JDL, and handing it to a broker or a local LRMS.
+//!
+//! The refined JDL is the user's, attribute for attribute, with the thesis's
+//! CELIST conjoined in front of the original Requirements:
+//! `Requirements = (other.GlueCEUniqueID == "ce1…" || other.GlueCEUniqueID == "ce2…") && (<original>)`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::ast::{BinOp, ClassAd, Expr, Scope, Sym};
+use crate::lrms::{directives, JobResources, Settings};
+use crate::value::Value;
+
+/// The CELIST expression of some CEs.
+pub fn celist(ce_ids: &[&str]) -> Expr {
+    let eq = |ce: &str| {
+        Expr::Binary(
+            BinOp::Eq,
+            Box::new((Expr::Attr { scope: Scope::Target, sym: Sym::of("GlueCEUniqueID"), name: "GlueCEUniqueID".into() }, Expr::Lit(Value::str(ce)))),
+        )
+    };
+    let mut it = ce_ids.iter();
+    let first = it.next().map(|c| eq(c)).unwrap_or(Expr::Lit(Value::Bool(false)));
+    it.fold(first, |acc, c| Expr::Binary(BinOp::Or, Box::new((acc, eq(c)))))
+}
+
+/// The phase-2 JDL: `job` with Requirements restricted to `ce_ids`.
+pub fn refine(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
+    let mut out = job.clone();
+    let list = celist(ce_ids);
+    let req = match job.lookup("Requirements") {
+        Some(orig) => Expr::Binary(BinOp::And, Box::new((list, orig.clone()))),
+        None => list,
+    };
+    out.insert("Requirements", req);
+    out
+}
+
+/// A JDL text: one attribute per line, as users write them.
+pub fn render(ad: &ClassAd) -> String {
+    let mut s = String::from("[\n");
+    for (name, expr) in ad.iter() {
+        let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if plain {
+            s.push_str(&format!("  {name} = {expr};\n"));
+        } else {
+            // Ad Display quotes odd names; reuse it for one attribute.
+            let mut one = ClassAd::new();
+            one.insert(name, expr.clone());
+            let text = one.to_string();
+            let inner = text.trim_start_matches("[ ").trim_end_matches(" ]");
+            s.push_str(&format!("  {inner};\n"));
+        }
+    }
+    s.push_str("]\n");
+    s
+}
+
+/// A failed submission.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The JDL lacks what the backend needs, or has a bad value.
+    #[error("{0}")]
+    Input(String),
+    /// The submit command could not run or failed.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Runs a submit command with the refined JDL's path as last argument and
+/// returns its stdout, or an error with its stderr.
+pub fn run_submit(argv: &[String], jdl: &Path) -> Result<String, SubmitError> {
+    let (prog, args) = argv.split_first().ok_or_else(|| SubmitError::Input("empty submit command".into()))?;
+    let out = Command::new(prog)
+        .args(args)
+        .arg(jdl)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| SubmitError::Runtime(format!("cannot run {prog}: {e}")))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(SubmitError::Runtime(format!(
+            "{} failed ({}): {}{}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            if stdout.trim().is_empty() { String::new() } else { format!(" {}", stdout.trim()) }
+        )));
+    }
+    Ok(stdout)
+}
+
+/// The job id in `glite-wms-job-submit` output: the last line that is an
+/// `https://…` URL (the first names the WMProxy it connected to).
+pub fn wms_job_id(stdout: &str) -> Option<String> {
+    stdout.lines().map(str::trim).rfind(|l| l.starts_with("https://") && !l.contains(char::is_whitespace)).map(str::to_string)
+}
+
+/// The job id in `arcsub` output: `Job submitted with jobid: <id>`.
+pub fn arc_job_id(stdout: &str) -> Option<String> {
+    stdout.lines().find_map(|l| l.split_once("jobid:").map(|(_, id)| id.trim().to_string())).filter(|s| !s.is_empty())
+}
+
+/// The job id of a generic command: its last non-empty line.
+pub fn last_line(stdout: &str) -> Option<String> {
+    stdout.lines().map(str::trim).rfind(|l| !l.is_empty()).map(str::to_string)
+}
+
+fn string_attr(job: &ClassAd, key: &str) -> Result<Option<String>, SubmitError> {
+    match job.lookup(key).map(|_| job.eval_attr(key)) {
+        None => Ok(None),
+        Some(Value::Str(s)) => Ok(Some(s.to_string())),
+        Some(v) => Err(SubmitError::Input(format!("{key}: must be a string, not {v}"))),
+    }
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A SLURM batch script for a JDL job on a local CE: the LRMS directives
+/// of [`crate::lrms`], the queue, the job's files and Environment.
+/// `dir`: the JDL's directory (relative paths are from there).
+pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir: &Path) -> Result<String, SubmitError> {
+    let exe = string_attr(job, "Executable")?.ok_or_else(|| SubmitError::Input("Executable: missing (phase 2 needs a program to run)".into()))?;
+    let resources = JobResources::read(job).map_err(|e| SubmitError::Input(e.to_string()))?;
+    let mut s = String::from("#!/bin/sh\n");
+    let name = Path::new(&exe).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| exe.clone());
+    s.push_str(&format!("#SBATCH --job-name={}\n", name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_' && c != '-', "_")));
+    if let Some(q) = queue {
+        if !q.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+            return Err(SubmitError::Input(format!("queue {q:?}: not a SLURM partition name")));
+        }
+        s.push_str(&format!("#SBATCH --partition={q}\n"));
+    }
+    s.push_str(&format!("#SBATCH --chdir={}\n", dir.display()));
+    for (key, opt) in [("StdOutput", "--output"), ("StdError", "--error")] {
+        if let Some(f) = string_attr(job, key)? {
+            if f.contains(['\n', '%']) {
+                return Err(SubmitError::Input(format!("{key}: {f:?} is not a plain file name")));
+            }
+            s.push_str(&format!("#SBATCH {opt}={f}\n"));
+        }
+    }
+    for line in directives(&resources, settings) {
+        s.push_str(&line);
+        s.push('\n');
+    }
+    if let Some(Expr::List(_)) | Some(Expr::Lit(Value::List(_))) = job.lookup("Environment") {
+        if let Value::List(items) = job.eval_attr("Environment") {
+            for it in items.iter() {
+                let Value::Str(kv) = it else { return Err(SubmitError::Input(format!("Environment: {it} is not a \"NAME=value\" string"))) };
+                let (k, v) = kv.split_once('=').ok_or_else(|| SubmitError::Input(format!("Environment: {kv:?} has no '='")))?;
+                if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    return Err(SubmitError::Input(format!("Environment: {k:?} is not a variable name")));
+                }
+                s.push_str(&format!("export {k}={}\n", sh_quote(v)));
+            }
+        }
+    }
+    let exe_path = if Path::new(&exe).is_absolute() || !dir.join(&exe).exists() { exe.clone() } else { dir.join(&exe).display().to_string() };
+    let args = string_attr(job, "Arguments")?.unwrap_or_default();
+    // gLite hands Arguments to the shell as written.
+    s.push_str(&format!("exec {} {args}\n", sh_quote(&exe_path)));
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refined_jdl_round_trips_through_the_parser() {
+        let job = ClassAd::parse(
+            "[ Executable = \"run.sh\"; VirtualOrganisation = \"gputestvo\"; GPGPUPerNode = 2;\n  Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 512; Rank = 1 ]",
+        )
+        .unwrap();
+        let refined = refine(&job, &["ce1.example.org:8443/cream-slurm-gpu", "ce\"2:8443/x"]);
+        let text = render(&refined);
+        assert!(text.contains(
+            "Requirements = (TARGET.GlueCEUniqueID == \"ce1.example.org:8443/cream-slurm-gpu\" || TARGET.GlueCEUniqueID == \"ce\\\"2:8443/x\") && (GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 512);"
+        ), "{text}");
+        let back = ClassAd::parse(&text).unwrap();
+        assert_eq!(back.to_string(), refined.to_string());
+        assert_eq!(back.len(), job.len());
+        // Each CE of the list passes the restriction, others do not.
+        let ce = |id: &str| ClassAd::parse(&format!("[ GlueCEUniqueID = \"{id}\"; GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 1024 ]")).unwrap();
+        let req = crate::CompiledRequest::new(&back);
+        assert!(req.matches(&ce("ce1.example.org:8443/cream-slurm-gpu")));
+        assert!(!req.matches(&ce("ce3.example.org:8443/cream-pbs-gpu")));
+    }
+
+    #[test]
+    fn job_ids_from_submit_tools() {
+        let wms = "Connecting to the service https://wms.example.org:7443/glite_wms_wmproxy_server\n\n====\nYour job identifier is:\n\nhttps://lb.example.org:9000/AbCdEf123\n\n====\n";
+        assert_eq!(wms_job_id(wms).as_deref(), Some("https://lb.example.org:9000/AbCdEf123"));
+        let arc = "Job submitted with jobid: gsiftp://arc.example.org:2811/jobs/abc123\n";
+        assert_eq!(arc_job_id(arc).as_deref(), Some("gsiftp://arc.example.org:2811/jobs/abc123"));
+        assert_eq!(last_line("a\nslurm:42\n\n").as_deref(), Some("slurm:42"));
+    }
+
+    #[test]
+    fn slurm_script_carries_the_translation() {
+        let job = ClassAd::parse("[ Executable = \"/bin/echo\"; Arguments = \"hi\"; StdOutput = \"std.out\"; GPGPUPerNode = 2; Environment = { \"A=it's\" } ]").unwrap();
+        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::lrms::Lrms::Slurm), Path::new("/tmp")).unwrap();
+        for line in ["#SBATCH --partition=debug", "#SBATCH --output=std.out", "#SBATCH --gres=gpu:2", "export A='it'\\''s'", "exec '/bin/echo' hi"] {
+            assert!(s.lines().any(|l| l == line), "{line} missing from\n{s}");
+        }
+        let bad = ClassAd::parse("[ Executable = \"x\"; GPGPUPerNode = -2 ]").unwrap();
+        assert!(matches!(slurm_script(&bad, None, &Settings::new(crate::lrms::Lrms::Slurm), Path::new("/tmp")), Err(SubmitError::Input(_))));
+    }
+}
