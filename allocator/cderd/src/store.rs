@@ -407,9 +407,10 @@ impl Store {
                         let mut e = ErrorReply::new(
                             ErrorCode::Insufficient,
                             format!(
-                                "{} {} devices requested, {} free{}",
+                                "{} {} device{} requested, {} free{}",
                                 req.count,
                                 req.cder_type,
+                                if req.count == 1 { "" } else { "s" },
                                 eligible.len(),
                                 if constrained { " that satisfy the constraints" } else { "" }
                             ),
