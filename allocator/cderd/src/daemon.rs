@@ -86,6 +86,21 @@ impl Daemon {
 
     /// As [`Daemon::start`], with another selection policy.
     pub fn start_with(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
+        let daemon = Self::open(config, policy)?;
+        let db = daemon.config.node.state_dir.join("cderd.db");
+        crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
+        daemon.reassert_enforcement()?;
+        Ok(daemon)
+    }
+
+    /// Discovery, state and device table as [`Daemon::start`] does, but
+    /// without touching devices (no enforcement) or starting threads: for
+    /// `cderd --check`, which may run beside a live daemon.
+    pub fn inspect(config: Config) -> Result<Daemon, StartError> {
+        Self::open(config, Box::new(LocalityPolicy))
+    }
+
+    fn open(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
         let operators = resolve_operators(&config.node.operators).map_err(StartError::Operator)?;
         let devices = cder_inventory::discover(&config)?;
         let dir = &config.node.state_dir;
@@ -94,7 +109,6 @@ impl Daemon {
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
         store.sync_inventory(&devices)?;
-        crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         let enforcer = Enforcer::new(&config)?;
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
@@ -104,7 +118,6 @@ impl Daemon {
             enforcer,
             operators,
         };
-        daemon.reassert_enforcement()?;
         Ok(daemon)
     }
 

@@ -33,7 +33,7 @@ struct Args {
     /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Check the configuration, discovery and state, print a summary and exit.
+    /// Check the configuration, discovery and state (no device is touched), print the counts and exit.
     #[arg(long)]
     check: bool,
 }
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
     };
     let socket = config.node.socket.clone();
     let mode = config.node.socket_mode;
-    let daemon = match cderd::Daemon::start(config) {
+    let daemon = match if args.check { cderd::Daemon::inspect(config) } else { cderd::Daemon::start(config) } {
         Ok(d) => Arc::new(d),
         Err(e) => {
             eprintln!("cderd: cannot start: {e}");
