@@ -17,6 +17,7 @@
 
 pub mod ast;
 pub mod bdii;
+pub mod cmd;
 pub mod eval;
 pub mod functions;
 pub mod jdl;

@@ -70,6 +70,48 @@ an error, 0 otherwise.",
         /// The JDL file (`-` for standard input).
         file: String,
     },
+    /// Phase 1: list the CEs whose published CDERs match a job, best rank first.
+    #[command(
+        name = "list-match",
+        long_about = "Phase 1 of the two-phase submission, like glite-wms-job-list-match: query the BDII \
+(GLUE 2.0 OtherInfo and Extensions under --base, GLUE 1.3 tags under --base13), turn each CE queue into a \
+ClassAd Resource Offer, match the job's Requirements (plus GPGPUPerNode <= other.GPGPUPerNode, and \
+VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method> for vGPGPU jobs) and rank by the job's Rank, a \
+--rank preset, or gLite's default -GlueCEStateEstimatedResponseTime. The BDII defaults to \
+$LCG_GFAL_INFOSYS. Entries with malformed CDER data are skipped with a warning on stderr. Exit status 1 \
+when the BDII is unreachable or slow, or when no CE matches; 2 for a bad JDL or option.",
+        after_long_help = "Examples:\n  cder-jdl list-match --bdii ldap://bdii.example.org:2170 job.jdl\n  \
+LCG_GFAL_INFOSYS=bdii.example.org:2170 cder-jdl list-match --vo gputestvo --explain job.jdl\n  \
+cder-jdl list-match --rank gpgpu-max-free --json job.jdl"
+    )]
+    ListMatch(cder_jdl::cmd::list_match::Args),
+    /// Both phases: list-match, then submit a refined JDL restricted to the matching CEs.
+    #[command(
+        long_about = "Phase 1, then phase 2, in one command. The refined JDL keeps every attribute of the job \
+and conjoins the thesis's CELIST, (other.GlueCEUniqueID == \"ce1\" || ...), with the original Requirements. \
+--via wms runs glite-wms-job-submit -a (or $CDER_WMS_SUBMIT), --via arc runs arcsub (or $CDER_ARC_SUBMIT), \
+--via command runs --submit-command; each gets the refined JDL's path last, and the job id it reports is \
+printed. --via slurm submits to this CE's SLURM (--ce must be among the matches) with sbatch: the JDL's \
+GPGPUPerNode, VirtualGPGPU*, CPUNumber, SMPGranularity and WholeNodes become #SBATCH lines as lrms-attrs \
+prints them, the matched share's queue the partition; prints slurm:<id>. --dry-run prints the refined JDL \
+(and the batch script). No match: exit 1 with the reason for each CE.",
+        after_long_help = "Examples:\n  cder-jdl submit --dry-run job.jdl\n  cder-jdl submit --via wms job.jdl\n  \
+cder-jdl submit --via slurm --ce ce.example.org:8443/cream-slurm-gpu job.jdl"
+    )]
+    Submit(cder_jdl::cmd::submit::Args),
+    /// CE side: print SLURM / TORQUE directives for a JDL's CDER and CPU attributes.
+    #[command(
+        name = "lrms-attrs",
+        long_about = "The CE side of the translation, for BLAH's slurm_local_submit_attributes.sh and \
+pbs_local_submit_attributes.sh (deploy/blah/): reads GPGPUPerNode, VirtualGPGPUPerNode, VirtualGPGPUMethod \
+(alias VirtualGPGPUType), CPUNumber, SMPGranularity, HostNumber and WholeNodes from a JDL (--jdl) or from \
+the environment BLAH sets (--from-env) and prints the lines BLAH inserts into the batch script: \
+#SBATCH --gres=gpu:N, #PBS -l nodes=...:gpus=N (native) or #PBS -W x=GRES:gpus@N (--pbs-gpus maui), \
+licences for vGPGPUs and export lines. A bad value is rejected naming the key (exit 2).",
+        after_long_help = "Examples:\n  GPGPUPerNode=2 cder-jdl lrms-attrs --lrms slurm --from-env\n  \
+cder-jdl lrms-attrs --lrms pbs --pbs-gpus maui --jdl job.jdl"
+    )]
+    LrmsAttrs(cder_jdl::cmd::lrms_attrs::Args),
 }
 
 fn read_input(path: &str) -> Result<String, String> {
@@ -84,6 +126,15 @@ fn read_input(path: &str) -> Result<String, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::ListMatch(a) => {
+            cder_jdl::cmd::init_logging();
+            cder_jdl::cmd::finish(cder_jdl::cmd::list_match::run(&a))
+        }
+        Cmd::Submit(a) => {
+            cder_jdl::cmd::init_logging();
+            cder_jdl::cmd::finish(cder_jdl::cmd::submit::run(&a))
+        }
+        Cmd::LrmsAttrs(a) => cder_jdl::cmd::finish(cder_jdl::cmd::lrms_attrs::run(&a)),
         Cmd::Eval { ad, json, expr } => {
             let scope = match ad {
                 Some(path) => {

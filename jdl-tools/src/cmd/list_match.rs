@@ -1,0 +1,82 @@
+//! `cder-jdl list-match`: phase 1, like `glite-wms-job-list-match`.
+
+use crate::cmd::{explain_text, phase1, Failure, Phase1, Phase1Args};
+
+/// Arguments of `list-match`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub phase1: Phase1Args,
+    /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment", "schema"}], "excluded", "warnings"}.
+    #[arg(long)]
+    pub json: bool,
+    /// For each CE left out, say which Requirements clause was false or undefined.
+    #[arg(long)]
+    pub explain: bool,
+    /// The job description (`-` for standard input).
+    #[arg(value_name = "JOB.jdl")]
+    pub job: String,
+}
+
+/// The JSON report of phase 1.
+pub fn to_json(p: &Phase1) -> serde_json::Value {
+    let matches: Vec<serde_json::Value> = p
+        .result
+        .matches
+        .iter()
+        .map(|m| {
+            let o = &p.offers.offers[m.offer];
+            serde_json::json!({
+                "ce": m.ce_id,
+                "rank": if m.rank.is_finite() { serde_json::json!(m.rank) } else { serde_json::Value::Null },
+                "queue": o.queue,
+                "share": o.share_id,
+                "execution_environment": o.ee_id,
+                "schema": o.schema,
+            })
+        })
+        .collect();
+    let excluded: Vec<serde_json::Value> = p.result.excluded.iter().map(|e| serde_json::json!({"ce": e.ce_id, "reasons": e.reasons})).collect();
+    serde_json::json!({
+        "bdii": p.url,
+        "matches": matches,
+        "excluded": excluded,
+        "offers": p.offers.offers.len(),
+        "queries": p.queries,
+        "warnings": p.offers.warnings,
+    })
+}
+
+/// The text report: the matching CEs, best rank first.
+pub fn to_text(p: &Phase1, explain: bool) -> String {
+    let mut s = String::new();
+    let width = p.result.matches.iter().map(|m| m.ce_id.len()).max().unwrap_or(0).max(40);
+    if p.result.matches.is_empty() {
+        s.push_str("No CE matches the job requirements.\n");
+    } else {
+        s.push_str("The following CE(s) matching your job requirements have been found:\n\n");
+        s.push_str(&format!("   {:<width$}  *Rank*\n", "*CEId*"));
+        for m in &p.result.matches {
+            s.push_str(&format!(" - {:<width$}  {}\n", m.ce_id, crate::value::format_real(m.rank)));
+        }
+    }
+    if explain && !p.result.excluded.is_empty() {
+        s.push_str("\nLeft out:\n");
+        s.push_str(&explain_text(p));
+    }
+    s
+}
+
+/// Runs `list-match`.
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let p = phase1(&args.phase1, &args.job, args.explain || args.json)?;
+    if args.json {
+        println!("{}", to_json(&p));
+    } else {
+        print!("{}", to_text(&p, args.explain));
+    }
+    if p.result.matches.is_empty() {
+        return Err(Failure::runtime(format!("{}: no CE matches the job requirements{}", args.job, if args.explain { "" } else { " (--explain says why)" })));
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! The two-phase subcommands of the `cder-jdl` binary (`list-match`,
+//! `submit`, `lrms-attrs`), one module each, with the phase-1 steps they
+//! share. Each `run` returns the process exit code: 0 success, 1 runtime
+//! failure (BDII down, no match, submit failed), 2 bad input or usage.
+
+pub mod list_match;
+pub mod lrms_attrs;
+pub mod submit;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::ast::ClassAd;
+use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Strategies};
+use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
+
+/// A failure with its exit code and one-line message.
+#[derive(Debug)]
+pub struct Failure {
+    /// 1 runtime, 2 input/usage.
+    pub code: u8,
+    /// What and where.
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input or usage (exit 2).
+    pub fn input(message: impl Into<String>) -> Failure {
+        Failure { code: 2, message: message.into() }
+    }
+    /// A runtime failure (exit 1).
+    pub fn runtime(message: impl Into<String>) -> Failure {
+        Failure { code: 1, message: message.into() }
+    }
+}
+
+/// Prints a failure and turns it into an exit code.
+pub fn finish(r: Result<(), Failure>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("cder-jdl: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// Logs to stderr (`CDER_LOG` sets the level; warnings by default).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CDER_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).without_time().with_target(false).with_env_filter(filter).try_init();
+}
+
+/// The phase-1 options `list-match` and `submit` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Phase1Args {
+    /// The BDII: ldap://host:port (host:port accepted; of a comma-separated list, the first).
+    #[arg(long, env = "LCG_GFAL_INFOSYS", value_name = "URL")]
+    pub bdii: Option<String>,
+    /// GLUE 2.0 base DN.
+    #[arg(long, default_value = "o=glue", value_name = "DN")]
+    pub base: String,
+    /// GLUE 1.3 base DN.
+    #[arg(long, default_value = "o=grid", value_name = "DN")]
+    pub base13: String,
+    /// Virtual Organisation (default: the JDL's VirtualOrganisation): only shares open to it.
+    #[arg(long, value_name = "VO")]
+    pub vo: Option<String>,
+    /// Rank preset instead of the JDL's Rank: gpgpu-free-ratio (Free/Total) or gpgpu-max-free (Free/Total × Free/max Total).
+    #[arg(long, value_name = "PRESET", value_parser = ["gpgpu-free-ratio", "gpgpu-max-free"])]
+    pub rank: Option<String>,
+    /// Publication strategies to read (repeatable): attribute-extension, class-extension, tagged-environment. Default: all.
+    #[arg(long = "strategy", value_name = "STRATEGY", value_delimiter = ',', value_parser = ["attribute-extension", "class-extension", "tagged-environment"])]
+    pub strategies: Vec<String>,
+    /// CDER key prefixes (repeatable).
+    #[arg(long = "prefix", value_name = "PREFIX", default_value = "GPGPU")]
+    pub prefixes: Vec<String>,
+    /// Seconds to wait for the BDII's TCP connection.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub connect_timeout: f64,
+    /// Seconds to wait for each answer from the BDII.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub timeout: f64,
+}
+
+/// Phase 1's outcome.
+pub struct Phase1 {
+    /// The job.
+    pub job: ClassAd,
+    /// The request built from it.
+    pub request: Request,
+    /// The offers.
+    pub offers: Offers,
+    /// Matches (and, when explaining, exclusions).
+    pub result: MatchResult,
+    /// The BDII URL used.
+    pub url: String,
+    /// LDAP searches made.
+    pub queries: usize,
+}
+
+/// Normalises `LCG_GFAL_INFOSYS`-style values to an LDAP URL.
+pub fn bdii_url(raw: &str) -> String {
+    let first = raw.split(',').next().unwrap_or(raw).trim();
+    if first.contains("://") {
+        first.to_string()
+    } else {
+        format!("ldap://{first}")
+    }
+}
+
+/// Reads and parses a JDL (`-` for standard input).
+pub fn read_job(path: &str) -> Result<ClassAd, Failure> {
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Failure::input(format!("-: cannot read standard input: {e}")))?;
+        s
+    } else {
+        std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: cannot read: {e}")))?
+    };
+    crate::parser::parse_classad(&text).map_err(|e| Failure::input(format!("{path}:{e}")))
+}
+
+fn seconds(v: f64, what: &str) -> Result<Duration, Failure> {
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err(Failure::input(format!("--{what}: {v} is not a number of seconds in (0, 86400]")));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Runs phase 1 for the job at `path`.
+pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Failure> {
+    let job = read_job(path)?;
+    let preset = args.rank.as_deref().and_then(RankPreset::parse);
+    let request = Request::new(&job, preset).map_err(|e| {
+        let pos = job.attribute(&e.key).map(|a| format!("{}:", a.pos)).unwrap_or_default();
+        Failure::input(format!("{path}:{pos} {e}"))
+    })?;
+    let raw = args.bdii.as_deref().ok_or_else(|| Failure::input("no BDII: give --bdii ldap://host:port or set LCG_GFAL_INFOSYS"))?;
+    let url = bdii_url(raw);
+    let mut opts = QueryOptions::new(&url);
+    opts.base = args.base.clone();
+    opts.base13 = args.base13.clone();
+    opts.connect_timeout = seconds(args.connect_timeout, "connect-timeout")?;
+    opts.timeout = seconds(args.timeout, "timeout")?;
+    if !args.strategies.is_empty() {
+        let has = |s: &str| args.strategies.iter().any(|x| x == s);
+        opts.strategies = Strategies { attribute_extension: has("attribute-extension"), class_extension: has("class-extension"), glue13: has("tagged-environment") };
+    }
+    let wanted = request.wanted(&args.prefixes, args.vo.as_deref());
+    let mut bdii = Bdii::connect(&opts).map_err(|e| Failure::runtime(e.to_string()))?;
+    let snap = bdii.fetch(&wanted).map_err(|e| Failure::runtime(e.to_string()))?;
+    let offers = build_offers(&snap, &args.prefixes, wanted.vo.as_deref());
+    for w in &offers.warnings {
+        tracing::warn!("{url}: {w}");
+    }
+    let result = list_match(&request, &offers.offers, explain);
+    Ok(Phase1 { job, request, offers, result, url, queries: snap.queries })
+}
+
+/// The no-match explanation: one line per CE left out and why.
+pub fn explain_text(p: &Phase1) -> String {
+    let mut s = String::new();
+    if p.offers.offers.is_empty() {
+        s.push_str(&format!("no CE in {} publishes the CDER keys this job uses\n", p.url));
+    }
+    for e in &p.result.excluded {
+        s.push_str(&format!(" - {}\n", e.ce_id));
+        for r in &e.reasons {
+            s.push_str(&format!("     {r}\n"));
+        }
+    }
+    s
+}

@@ -1,0 +1,130 @@
+//! `cder-jdl submit`: phase 1, then phase 2, in one command.
+
+use std::path::{Path, PathBuf};
+
+use crate::cmd::{explain_text, phase1, Failure, Phase1Args};
+use crate::lrms::{Lrms, Settings};
+use crate::submit::{arc_job_id, last_line, refine, render, run_submit, slurm_script, wms_job_id};
+
+/// Arguments of `submit`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub phase1: Phase1Args,
+    /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE), command (--submit-command).
+    #[arg(long, default_value = "wms", value_parser = ["wms", "arc", "slurm", "command"])]
+    pub via: String,
+    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The submit command for wms, arc or command, split on spaces; the refined JDL's path is appended.
+    /// Defaults: wms "glite-wms-job-submit -a" ($CDER_WMS_SUBMIT), arc "arcsub" ($CDER_ARC_SUBMIT).
+    #[arg(long, value_name = "COMMAND")]
+    pub submit_command: Option<String>,
+    /// For --via slurm: this CE's GlueCEUniqueID; phase 1 must have matched it.
+    #[arg(long, env = "CDER_LOCAL_CE", value_name = "CE_ID")]
+    pub ce: Option<String>,
+    /// For --via slurm: the sbatch program.
+    #[arg(long, env = "CDER_SBATCH", default_value = "sbatch", value_name = "PATH")]
+    pub sbatch: String,
+    /// For --via slurm: the GRES name of GPGPUs.
+    #[arg(long, default_value = "gpu", value_name = "NAME")]
+    pub gres: String,
+    /// Keep the refined JDL in this file (default: a temporary file, removed after submission).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The job description.
+    #[arg(value_name = "JOB.jdl")]
+    pub job: String,
+}
+
+fn words(cmd: &str) -> Vec<String> {
+    cmd.split_whitespace().map(str::to_string).collect()
+}
+
+/// Runs `submit`.
+pub fn run(args: &Args) -> Result<(), Failure> {
+    if args.via == "command" && args.submit_command.is_none() {
+        return Err(Failure::input("--via command needs --submit-command"));
+    }
+    if args.via == "slurm" && args.ce.is_none() {
+        return Err(Failure::input("--via slurm needs --ce (or CDER_LOCAL_CE): this CE's GlueCEUniqueID"));
+    }
+    let p = phase1(&args.phase1, &args.job, true)?;
+    if p.result.matches.is_empty() {
+        return Err(Failure::runtime(format!("{}: no CE matches the job requirements:\n{}", args.job, explain_text(&p).trim_end())));
+    }
+    let ces: Vec<&str> = p.result.ce_ids();
+    let refined = render(&refine(&p.job, &ces));
+    // The refined JDL must read back: a broker would reject it otherwise.
+    crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
+    let dir = Path::new(&args.job).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+
+    if args.via == "slurm" {
+        let ce = args.ce.as_deref().unwrap_or_default();
+        let Some(m) = p.result.matches.iter().find(|m| m.ce_id == ce) else {
+            return Err(Failure::runtime(format!("{}: this CE ({ce}) is not among the matching CEs: {}", args.job, ces.join(", "))));
+        };
+        let queue = p.offers.offers[m.offer].queue.clone();
+        let settings = Settings { gres: args.gres.clone(), ..Settings::new(Lrms::Slurm) };
+        let refined_ad = crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
+        let script = slurm_script(&refined_ad, queue.as_deref(), &settings, &dir).map_err(|e| match e {
+            crate::submit::SubmitError::Input(m) => Failure::input(format!("{}: {m}", args.job)),
+            crate::submit::SubmitError::Runtime(m) => Failure::runtime(m),
+        })?;
+        if args.dry_run {
+            print!("{refined}\n{script}");
+            return Ok(());
+        }
+        let path = temp_path("sh");
+        std::fs::write(&path, &script).map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+        let argv = vec![args.sbatch.clone(), "--parsable".into()];
+        let out = run_submit(&argv, &path);
+        let _ = std::fs::remove_file(&path);
+        let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
+        let id = out.trim().split(';').next().unwrap_or_default().to_string();
+        if id.is_empty() {
+            return Err(Failure::runtime(format!("{} printed no job id", args.sbatch)));
+        }
+        println!("slurm:{id}");
+        return Ok(());
+    }
+
+    if args.dry_run {
+        print!("{refined}");
+        return Ok(());
+    }
+    let path = match &args.output {
+        Some(p) => p.clone(),
+        None => temp_path("jdl"),
+    };
+    std::fs::write(&path, &refined).map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+    let argv = match (&args.submit_command, args.via.as_str()) {
+        (Some(c), _) => words(c),
+        (None, "wms") => words(&std::env::var("CDER_WMS_SUBMIT").unwrap_or_else(|_| "glite-wms-job-submit -a".into())),
+        (None, _) => words(&std::env::var("CDER_ARC_SUBMIT").unwrap_or_else(|_| "arcsub".into())),
+    };
+    let out = run_submit(&argv, &path);
+    if args.output.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
+    let id = match args.via.as_str() {
+        "wms" => wms_job_id(&out),
+        "arc" => arc_job_id(&out),
+        _ => last_line(&out),
+    };
+    match id {
+        Some(id) => {
+            println!("{id}");
+            Ok(())
+        }
+        None => Err(Failure::runtime(format!("{} reported no job id: {}", argv.join(" "), out.trim()))),
+    }
+}
+
+fn temp_path(ext: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    std::env::temp_dir().join(format!("cder-jdl-{}-{nanos}.{ext}", std::process::id()))
+}
