@@ -478,6 +478,12 @@ impl Parser {
                     }
                 }
                 self.nesting -= 1;
+                // A list of constants is itself a constant, so evaluating it never allocates.
+                if items.iter().all(|e| matches!(e, Expr::Lit(_))) {
+                    let vals: Vec<Value> =
+                        items.into_iter().filter_map(|e| if let Expr::Lit(v) = e { Some(v) } else { None }).collect();
+                    return Ok((Expr::Lit(Value::List(vals.into())), h));
+                }
                 Ok((Expr::List(items), h))
             }
             Tok::Punct("[") => self.ad_literal(),
