@@ -1,5 +1,5 @@
 //! The node socket: a Unix stream socket, one thread per connection (up to
-//! [`MAX_CONNECTIONS`]), one newline-terminated request per line, each line
+//! [`MAX_CONNECTIONS`], fewer for unprivileged uids), one newline-terminated request per line, each line
 //! read with a bound so no client can make the daemon buffer without limit.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -7,8 +7,8 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cder_protocol::{error_line, ok_line, ErrorCode, ErrorReply, Request};
@@ -57,9 +57,54 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
+/// Connection slots, counted per uid, so that unprivileged users cannot
+/// starve the batch system's hooks: operators may use every slot, any other
+/// uid at most [`MAX_CONNECTIONS_PER_USER`], and all of them together leave
+/// [`RESERVED_FOR_OPERATORS`] free.
+#[derive(Default)]
+struct Slots {
+    by_uid: Mutex<HashMap<u32, usize>>,
+}
+
+/// Connections one non-operator uid may hold at once.
+pub const MAX_CONNECTIONS_PER_USER: usize = 16;
+/// Connections only root and operators may take.
+pub const RESERVED_FOR_OPERATORS: usize = 32;
+
+impl Slots {
+    fn take(&self, uid: u32, operator: bool) -> Result<(), String> {
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = by_uid.values().sum();
+        let mine = by_uid.get(&uid).copied().unwrap_or(0);
+        if total >= MAX_CONNECTIONS {
+            return Err(format!("cderd is serving {MAX_CONNECTIONS} connections; try again"));
+        }
+        if !operator {
+            if mine >= MAX_CONNECTIONS_PER_USER {
+                return Err(format!("uid {uid} already holds {MAX_CONNECTIONS_PER_USER} connections to cderd; close some"));
+            }
+            if total >= MAX_CONNECTIONS - RESERVED_FOR_OPERATORS {
+                return Err("cderd is busy; the remaining connections are reserved for the batch system".into());
+            }
+        }
+        by_uid.insert(uid, mine + 1);
+        Ok(())
+    }
+
+    fn give_back(&self, uid: u32) {
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                by_uid.remove(&uid);
+            }
+        }
+    }
+}
+
 /// Serves `listener` forever (until accept fails fatally).
 pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
     let max_line = daemon.config().node.max_request_bytes;
     for stream in listener.incoming() {
         let stream = match stream {
@@ -71,20 +116,28 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
                 continue;
             }
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::SeqCst);
+        let cred = match crate::sys::peer_cred(&stream) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("SO_PEERCRED failed, dropping the connection: {e}");
+                continue;
+            }
+        };
+        let caller = Caller { uid: cred.uid, pid: cred.pid };
+        if let Err(why) = slots.take(caller.uid, daemon.is_operator(caller.uid)) {
+            tracing::warn!(uid = caller.uid, pid = caller.pid, "refusing a connection: {why}");
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, format!("cderd is serving {MAX_CONNECTIONS} connections; try again"))).as_bytes());
+            let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, why)).as_bytes());
             continue;
         }
         let daemon = Arc::clone(&daemon);
-        let active_here = Arc::clone(&active);
+        let slots_here = Arc::clone(&slots);
         let spawned = std::thread::Builder::new().name("cderd-conn".into()).spawn(move || {
-            connection(&daemon, stream, max_line);
-            active_here.fetch_sub(1, Ordering::SeqCst);
+            connection(&daemon, stream, caller, max_line);
+            slots_here.give_back(caller.uid);
         });
         if let Err(e) = spawned {
-            active.fetch_sub(1, Ordering::SeqCst);
+            slots.give_back(caller.uid);
             tracing::error!("cannot start a connection thread: {e}");
         }
     }
@@ -92,15 +145,7 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
 }
 
 /// Serves one connection until it closes, idles out, or sends a line too long.
-fn connection(daemon: &Daemon, stream: UnixStream, max_line: usize) {
-    let cred = match crate::sys::peer_cred(&stream) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!("SO_PEERCRED failed, dropping the connection: {e}");
-            return;
-        }
-    };
-    let caller = Caller { uid: cred.uid, pid: cred.pid };
+fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, max_line: usize) {
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let Ok(read_half) = stream.try_clone() else { return };
@@ -162,5 +207,32 @@ pub fn answer(daemon: &Daemon, caller: Caller, line: &[u8]) -> String {
             tracing::error!(uid = caller.uid, "a request handler panicked; any open transaction was rolled back");
             error_line(&ErrorReply::new(ErrorCode::Internal, "internal error (see the cderd log)"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unprivileged_users_cannot_take_every_slot() {
+        let slots = Slots::default();
+        for _ in 0..MAX_CONNECTIONS_PER_USER {
+            slots.take(1000, false).unwrap();
+        }
+        assert!(slots.take(1000, false).unwrap_err().contains("uid 1000"));
+        slots.give_back(1000);
+        slots.take(1000, false).unwrap();
+        // Many users together stop short of the operators' reserve.
+        let mut uid = 2000;
+        while slots.take(uid, false).is_ok() {
+            uid += 1;
+        }
+        let taken: usize = slots.by_uid.lock().unwrap().values().sum();
+        assert_eq!(taken, MAX_CONNECTIONS - RESERVED_FOR_OPERATORS);
+        for _ in 0..RESERVED_FOR_OPERATORS {
+            slots.take(0, true).unwrap();
+        }
+        assert!(slots.take(0, true).unwrap_err().contains("serving"));
     }
 }
