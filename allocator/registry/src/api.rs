@@ -1,0 +1,413 @@
+//! The registry's HTTP/JSON interface: the thesis's operations (Figure 4.2)
+//! plus offline/online and status.
+//!
+//! | method, path | body / query | reply | who |
+//! |---|---|---|---|
+//! | `POST /v1/register` | [`RegisterRequest`] | [`Registered`] | operators |
+//! | `POST /v1/unregister` | [`UnregisterRequest`] | [`Unregistered`] | operators |
+//! | `POST /v1/request` | [`BackendRequest`] | [`Allocation`] | operators |
+//! | `POST /v1/release` | [`ReleaseRequest`] | [`Released`] | operators |
+//! | `POST /v1/offline`, `/v1/online` | [`OfflineRequest`] | [`Status`] of the backends changed | operators |
+//! | `GET /v1/query?name=free&method=rCUDA` | — | [`QueryReply`] | any authenticated uid |
+//! | `GET /v1/status` | — | [`Status`] | any authenticated uid |
+//!
+//! Bodies are JSON objects; unknown fields are refused. Errors are
+//! [`ApiError`] with a 4xx/5xx status.
+
+use std::collections::BTreeMap;
+
+use cder_model::{JobKey, VgpgpuMethod};
+use serde::{Deserialize, Serialize};
+
+/// The largest `count` one request may ask for.
+pub const MAX_COUNT: u32 = 4096;
+/// Longest identifier (UUID, host, reason) accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 255;
+
+/// `POST /v1/register`: a factory announces one backend (the thesis's
+/// container). The registry answers with the endpoint the backend must
+/// listen on; registering the same UUID again returns the same endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// The device UUID on NVIDIA, `<fqdn>:<device>` elsewhere.
+    pub uuid: String,
+    /// `Nvidia`, `AMD`, …
+    pub vendor: String,
+    /// The device's index on its host (what the backend is pinned to).
+    pub device: u32,
+    /// The host jobs reach the backend on.
+    pub host: String,
+    /// The API-interception methods the backend serves.
+    pub methods: Vec<VgpgpuMethod>,
+}
+
+/// The endpoint given to a registered backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Registered {
+    pub uuid: String,
+    pub host: String,
+    pub port: u16,
+    /// `host:port`.
+    pub endpoint: String,
+}
+
+/// `POST /v1/unregister`: the backend's device is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnregisterRequest {
+    pub uuid: String,
+}
+
+/// The reply to unregister; `removed` is false when it was not registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unregistered {
+    pub uuid: String,
+    pub removed: bool,
+}
+
+/// `POST /v1/request`: `count` backends for `job`'s frontend on `node`.
+/// Idempotent per (job, node): asking again returns the same backends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendRequest {
+    pub job: JobKey,
+    pub count: u32,
+    /// The frontend node (the thesis's "node number"): where the job runs.
+    pub node: String,
+    pub method: VgpgpuMethod,
+}
+
+/// One backend given to a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    pub uuid: String,
+    pub vendor: String,
+    pub host: String,
+    pub port: u16,
+    /// The device index on `host` the backend is pinned to.
+    pub device: u32,
+}
+
+impl Backend {
+    /// `host:port`.
+    pub fn endpoint(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// What a job's frontend on one node holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Allocation {
+    pub job: JobKey,
+    pub node: String,
+    pub method: VgpgpuMethod,
+    pub backends: Vec<Backend>,
+}
+
+/// `POST /v1/release`: every backend of `job`, on every node. Idempotent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub job: JobKey,
+}
+
+/// How many backends a release returned to the pool (0 the second time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Released {
+    pub job: JobKey,
+    pub released: u32,
+}
+
+/// `POST /v1/offline` and `/v1/online`: one backend (`uuid`) or every
+/// backend of a host (`host`) — exactly one of the two.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Why (offline only; shown in status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What `query` can count (the thesis's QueryName).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryName {
+    /// Registered, online and not held by a job.
+    Free,
+    /// Registered (online or offline).
+    Total,
+    /// Held by a job.
+    InUse,
+    /// Registered and set offline.
+    Offline,
+}
+
+impl QueryName {
+    /// Every name, as written in the query string.
+    pub const ALL: [(&'static str, QueryName); 4] =
+        [("free", QueryName::Free), ("total", QueryName::Total), ("in_use", QueryName::InUse), ("offline", QueryName::Offline)];
+
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(_, q)| *q == self).map_or("free", |(s, _)| s)
+    }
+}
+
+impl std::str::FromStr for QueryName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = if s == "used" || s == "in-use" { "in_use" } else { s };
+        Self::ALL.iter().find(|(n, _)| *n == s).map(|(_, q)| *q).ok_or_else(|| {
+            format!("{s:?} is not a query name (free, total, in_use, offline)")
+        })
+    }
+}
+
+/// The answer to `query`: one integer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryReply {
+    pub name: QueryName,
+    /// The method counted; `None`: backends of any method.
+    pub method: Option<VgpgpuMethod>,
+    pub value: u64,
+}
+
+/// A backend's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendState {
+    Free,
+    Allocated,
+    Offline,
+}
+
+/// One registered backend in `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendStatus {
+    pub uuid: String,
+    pub vendor: String,
+    pub host: String,
+    pub port: u16,
+    pub device: u32,
+    pub methods: Vec<VgpgpuMethod>,
+    pub state: BackendState,
+    /// Set offline by an operator (an allocated backend may be too: it turns
+    /// offline when its job releases it).
+    pub offline: bool,
+    pub reason: Option<String>,
+    pub job: Option<JobKey>,
+    pub node: Option<String>,
+}
+
+/// Counts for one method (or all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Counts {
+    pub total: u64,
+    pub free: u64,
+    pub in_use: u64,
+    pub offline: u64,
+}
+
+impl Counts {
+    /// The count a [`QueryName`] asks for.
+    pub fn get(&self, name: QueryName) -> u64 {
+        match name {
+            QueryName::Free => self.free,
+            QueryName::Total => self.total,
+            QueryName::InUse => self.in_use,
+            QueryName::Offline => self.offline,
+        }
+    }
+}
+
+/// `GET /v1/status`: every registered backend and the counts, per method
+/// (keys `rCUDA`, `VCL`) and over all (`all`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {
+    pub backends: Vec<BackendStatus>,
+    pub counts: BTreeMap<String, Counts>,
+}
+
+impl Status {
+    /// The counts for `method`, or over all backends.
+    pub fn counts_for(&self, method: Option<VgpgpuMethod>) -> Counts {
+        self.counts.get(method.map_or("all", |m| m.name())).copied().unwrap_or_default()
+    }
+}
+
+/// Error codes, each with its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: malformed JSON, a bad field, a bad query string.
+    BadRequest,
+    /// 401: no MUNGE credential, or one that does not verify or bind this request.
+    Unauthenticated,
+    /// 403: authenticated, but not root or an operator.
+    Forbidden,
+    /// 404: unknown path, or unknown backend/host.
+    NotFound,
+    /// 405: wrong HTTP method for the path.
+    MethodNotAllowed,
+    /// 409: a job that holds backends asked for something else.
+    Conflict,
+    /// 409: not enough free backends (carries `free`).
+    Insufficient,
+    /// 413: body larger than `max_body_bytes`.
+    TooLarge,
+    /// 500: the database failed; nothing was changed.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status that carries this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::Conflict | ErrorCode::Insufficient => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// An error reply body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(deny_unknown_fields)]
+#[error("{message} ({code:?})")]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Free backends of the method, for `insufficient`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError { code, message: message.into(), free: None }
+    }
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::BadRequest, message)
+    }
+}
+
+/// Checks an identifier (UUID, host): non-empty, at most
+/// [`MAX_ID_BYTES`], letters, digits and `-_.:@`.
+pub fn check_id(what: &str, value: &str) -> Result<(), ApiError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_ID_BYTES
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad(format!("{what} {value:?} must be 1-{MAX_ID_BYTES} letters, digits or -_.:@")))
+    }
+}
+
+/// Checks free text (a reason): at most [`MAX_ID_BYTES`] … 1024 bytes, no
+/// control characters, not empty.
+pub fn check_text(what: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() || value.len() > 1024 || value.chars().any(char::is_control) {
+        return Err(ApiError::bad(format!("{what} must be 1-1024 bytes without control characters")));
+    }
+    Ok(())
+}
+
+impl RegisterRequest {
+    /// Field checks beyond JSON types.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        check_id("uuid", &self.uuid)?;
+        check_id("host", &self.host)?;
+        check_id("vendor", &self.vendor)?;
+        if self.methods.is_empty() {
+            return Err(ApiError::bad("methods must list at least one method (rCUDA, VCL)"));
+        }
+        Ok(())
+    }
+}
+
+impl BackendRequest {
+    /// Field checks beyond JSON types.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        check_id("node", &self.node)?;
+        if self.count > MAX_COUNT {
+            return Err(ApiError::bad(format!("count {} is more than {MAX_COUNT}", self.count)));
+        }
+        Ok(())
+    }
+}
+
+impl OfflineRequest {
+    /// Exactly one of `uuid` and `host`, both well-formed.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        match (&self.uuid, &self.host) {
+            (Some(u), None) => check_id("uuid", u)?,
+            (None, Some(h)) => check_id("host", h)?,
+            _ => return Err(ApiError::bad("give exactly one of uuid and host")),
+        }
+        if let Some(r) = &self.reason {
+            check_text("reason", r)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_refuse_unknown_fields_and_bad_values() {
+        let ok: BackendRequest =
+            serde_json::from_str(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA"}"#).unwrap();
+        assert_eq!(ok.method, VgpgpuMethod::Rcuda);
+        assert!(ok.validate().is_ok());
+        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA","x":1}"#).is_err());
+        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"bogus","count":3,"node":"n1","method":"rCUDA"}"#).is_err());
+        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":-1,"node":"n1","method":"VCL"}"#).is_err());
+        let big = BackendRequest { count: MAX_COUNT + 1, ..ok.clone() };
+        assert_eq!(big.validate().unwrap_err().code, ErrorCode::BadRequest);
+        let bad_node = BackendRequest { node: "a b".into(), ..ok };
+        assert!(bad_node.validate().is_err());
+    }
+
+    #[test]
+    fn offline_needs_exactly_one_target() {
+        assert!(OfflineRequest::default().validate().is_err());
+        let both = OfflineRequest { uuid: Some("u".into()), host: Some("h".into()), reason: None };
+        assert!(both.validate().is_err());
+        let host = OfflineRequest { host: Some("gpu01".into()), reason: Some("fan".into()), ..Default::default() };
+        assert!(host.validate().is_ok());
+        let ctl = OfflineRequest { host: Some("gpu01".into()), reason: Some("a\nb".into()), ..Default::default() };
+        assert!(ctl.validate().is_err());
+    }
+
+    #[test]
+    fn query_names_and_http_statuses() {
+        assert_eq!("used".parse::<QueryName>().unwrap(), QueryName::InUse);
+        assert_eq!("total".parse::<QueryName>().unwrap().as_str(), "total");
+        assert!("everything".parse::<QueryName>().is_err());
+        assert_eq!(ErrorCode::Insufficient.http_status(), 409);
+        assert_eq!(ErrorCode::Unauthenticated.http_status(), 401);
+        let e: ApiError = serde_json::from_str(r#"{"code":"insufficient","message":"m","free":2}"#).unwrap();
+        assert_eq!(e.free, Some(2));
+    }
+}

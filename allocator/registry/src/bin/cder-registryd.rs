@@ -1,0 +1,103 @@
+//! `cder-registryd --config FILE`: the cluster's vGPGPU registry service.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use cder_model::Config;
+
+/// The cluster vGPGPU registry.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cder-registryd",
+    version,
+    about = "The cluster's vGPGPU registry: hands GPU backends (rCUDA / VCL servers) on any node to jobs on any node",
+    long_about = "cder-registryd pools the site's GPU backends — one API-interception server (rCUDA or VCL) \
+per GPU, started by cder-vgpgpu-factory on each GPU node — and hands them to jobs, each backend to one \
+job at a time. It speaks HTTP with JSON bodies on [registry] listen (docs/vgpgpu.md): register, \
+unregister, request, release, query, offline/online and status.\n\n\
+Every request must carry `Authorization: MUNGE <credential>` whose payload is the request itself \
+(\"METHOD PATH\\n\" + body); anything else is refused with 401. Root and [registry] operators may \
+change state; any authenticated user may query. State lives in SQLite (WAL, synchronous=FULL) at \
+<[registry] state_dir>/registry.db and is committed before a reply is sent, so the service may be \
+killed at any moment. Request bodies are limited to [registry] max_body_bytes.\n\n\
+Logs go to stderr (journald under systemd); RUST_LOG=debug for more.",
+    after_help = "EXAMPLES:\n    cder-registryd --config /etc/cder/cder.toml\n    cder-registryd --listen 0.0.0.0:8731 --state-dir /var/lib/cder-registry\n    cder-registryd --check          # validate config and state, print the counts, exit\n\n\
+    curl -s -H \"Authorization: MUNGE $(printf 'GET /v1/status\\n' | munge)\" http://registry:8731/v1/status\n\n\
+EXIT STATUS:\n    2  bad command line or configuration\n    1  cannot start (state, address) or serving failed"
+)]
+struct Args {
+    /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen here instead of [registry] listen.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<String>,
+    /// Keep state here instead of [registry] state_dir.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// HTTP worker threads.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Check the configuration and the state, print the counts and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+    let config = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cder-registryd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut rc = config.registry.unwrap_or_default();
+    if let Some(l) = args.listen {
+        rc.listen = l;
+    }
+    if let Some(d) = args.state_dir {
+        rc.state_dir = d;
+    }
+    let registry = match cder_registry::service::Registry::open(&rc) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("cder-registryd: cannot start: {e}");
+            return ExitCode::from(if matches!(e, cder_registry::service::StartError::Operators(_)) { 2 } else { 1 });
+        }
+    };
+    if args.check {
+        return match registry.status() {
+            Ok(s) => {
+                for (m, c) in &s.counts {
+                    println!("{m}: {} total, {} free, {} in use, {} offline", c.total, c.free, c.in_use, c.offline);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cder-registryd: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let server = match tiny_http::Server::http(&rc.listen) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("cder-registryd: cannot listen on {}: {e}", rc.listen);
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(listen = %rc.listen, policy = registry.policy_name(), state = %rc.state_dir.display(), version = env!("CARGO_PKG_VERSION"), "cder-registryd serving");
+    for worker in registry.serve(server, usize::from(args.threads)) {
+        if worker.join().is_err() {
+            eprintln!("cder-registryd: a worker thread died");
+            return ExitCode::from(1);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,254 @@
+//! A blocking registry client: HTTP/1.1 over one `TcpStream` per call,
+//! std only (it is loaded into slurmstepd with the SPANK plugin, so no
+//! async runtime and no TLS stack). Every call carries a fresh MUNGE
+//! credential bound to it.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use cder_model::{JobKey, RegistryConfig, VgpgpuMethod};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api::*;
+use crate::munge::{request_payload, Munge, MungeError};
+
+/// The largest reply the client reads.
+const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("registry URL {0:?} is not http://host:port")]
+    Url(String),
+    #[error("MUNGE: {0}")]
+    Munge(#[from] MungeError),
+    #[error("registry {endpoint} unreachable: {source}")]
+    Unavailable { endpoint: String, source: std::io::Error },
+    #[error("registry {endpoint}: malformed reply: {message}")]
+    Malformed { endpoint: String, message: String },
+    #[error("registry refused ({status}): {error}")]
+    Refused { status: u16, error: ApiError },
+}
+
+impl ClientError {
+    /// The registry's error code, when it answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Refused { error, .. } => Some(error.code),
+            _ => None,
+        }
+    }
+
+    /// True when the registry could not be reached or did not answer.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, ClientError::Unavailable { .. })
+    }
+}
+
+/// A reply: HTTP status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawReply {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// The client.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// `host:port`.
+    endpoint: String,
+    munge: Munge,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client for `url` (`http://host:port`).
+    pub fn new(url: &str, munge: Munge, timeout: Duration) -> Result<Client, ClientError> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| ClientError::Url(url.to_string()))?;
+        let endpoint = rest.trim_end_matches('/').to_string();
+        if endpoint.is_empty() || endpoint.contains('/') {
+            return Err(ClientError::Url(url.to_string()));
+        }
+        let endpoint = if endpoint.contains(':') { endpoint } else { format!("{endpoint}:80") };
+        Ok(Client { endpoint, munge, timeout })
+    }
+
+    /// A client as `[registry]` configures it.
+    pub fn from_config(c: &RegistryConfig) -> Result<Client, ClientError> {
+        Client::new(&c.url, Munge::from_config(c), Duration::from_secs(c.timeout_s))
+    }
+
+    /// One HTTP exchange, authenticated; any status. `auth: false` sends no
+    /// credential (for tests of the refusal).
+    pub fn send(&self, method: &str, path: &str, body: &[u8], auth: bool) -> Result<RawReply, ClientError> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n", self.endpoint, body.len());
+        if !body.is_empty() {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        if auth {
+            let cred = self.munge.encode(&request_payload(method, path, body))?;
+            head.push_str(&format!("Authorization: MUNGE {cred}\r\n"));
+        }
+        head.push_str("\r\n");
+        let unavailable = |source| ClientError::Unavailable { endpoint: self.endpoint.clone(), source };
+        let addr = self
+            .endpoint
+            .to_socket_addrs()
+            .map_err(unavailable)?
+            .next()
+            .ok_or_else(|| unavailable(std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))?;
+        let mut stream = TcpStream::connect_timeout(&addr, self.timeout).map_err(unavailable)?;
+        stream.set_read_timeout(Some(self.timeout)).map_err(unavailable)?;
+        stream.set_write_timeout(Some(self.timeout)).map_err(unavailable)?;
+        stream.write_all(head.as_bytes()).map_err(unavailable)?;
+        stream.write_all(body).map_err(unavailable)?;
+        let mut reply = Vec::new();
+        stream.take(MAX_REPLY_BYTES as u64 + 1).read_to_end(&mut reply).map_err(unavailable)?;
+        parse_reply(&reply).map_err(|message| ClientError::Malformed { endpoint: self.endpoint.clone(), message })
+    }
+
+    /// A typed call: `T` on 2xx, [`ClientError::Refused`] otherwise.
+    pub fn call<T: DeserializeOwned>(&self, method: &str, path: &str, body: Option<&impl Serialize>) -> Result<T, ClientError> {
+        let body = match body {
+            Some(b) => serde_json::to_vec(b).map_err(|e| ClientError::Malformed { endpoint: self.endpoint.clone(), message: e.to_string() })?,
+            None => Vec::new(),
+        };
+        let reply = self.send(method, path, &body, true)?;
+        let malformed = |e: serde_json::Error| ClientError::Malformed { endpoint: self.endpoint.clone(), message: format!("{e} (status {})", reply.status) };
+        if (200..300).contains(&reply.status) {
+            serde_json::from_slice(&reply.body).map_err(malformed)
+        } else {
+            let error: ApiError = serde_json::from_slice(&reply.body).map_err(malformed)?;
+            Err(ClientError::Refused { status: reply.status, error })
+        }
+    }
+
+    /// `register`.
+    pub fn register(&self, r: &RegisterRequest) -> Result<Registered, ClientError> {
+        self.call("POST", "/v1/register", Some(r))
+    }
+
+    /// `unregister`.
+    pub fn unregister(&self, uuid: &str) -> Result<Unregistered, ClientError> {
+        self.call("POST", "/v1/unregister", Some(&UnregisterRequest { uuid: uuid.to_string() }))
+    }
+
+    /// `request`: `count` backends for `job` on `node`.
+    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<Allocation, ClientError> {
+        self.call("POST", "/v1/request", Some(&BackendRequest { job: job.clone(), count, node: node.to_string(), method }))
+    }
+
+    /// `release`: every backend of `job`.
+    pub fn release(&self, job: &JobKey) -> Result<Released, ClientError> {
+        self.call("POST", "/v1/release", Some(&ReleaseRequest { job: job.clone() }))
+    }
+
+    /// `query`: one count, for one method or all.
+    pub fn query(&self, name: QueryName, method: Option<VgpgpuMethod>) -> Result<u64, ClientError> {
+        let path = match method {
+            Some(m) => format!("/v1/query?name={}&method={}", name.as_str(), m.name()),
+            None => format!("/v1/query?name={}", name.as_str()),
+        };
+        let reply: QueryReply = self.call("GET", &path, None::<&()>)?;
+        Ok(reply.value)
+    }
+
+    /// `status`.
+    pub fn status(&self) -> Result<Status, ClientError> {
+        self.call("GET", "/v1/status", None::<&()>)
+    }
+
+    /// `offline`: one backend or a whole host.
+    pub fn offline(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+        self.call("POST", "/v1/offline", Some(r))
+    }
+
+    /// `online`: one backend or a whole host.
+    pub fn online(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+        self.call("POST", "/v1/online", Some(r))
+    }
+}
+
+/// Status code and body of an HTTP/1.x reply (`Content-Length` or read to
+/// end; the server closes after each reply).
+pub fn parse_reply(raw: &[u8]) -> Result<RawReply, String> {
+    if raw.len() > MAX_REPLY_BYTES {
+        return Err(format!("reply longer than {MAX_REPLY_BYTES} bytes"));
+    }
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no end of headers")?;
+    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "headers are not UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("not an HTTP reply: {status_line:?}"));
+    }
+    let status: u16 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let mut length = None;
+    let mut chunked = false;
+    for line in lines {
+        if let Some((k, v)) = line.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse::<usize>().ok();
+            } else if k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            }
+        }
+    }
+    let rest = &raw[end + 4..];
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        match length {
+            Some(n) if n <= rest.len() => rest[..n].to_vec(),
+            Some(n) => return Err(format!("body cut short: {} of {n} bytes", rest.len())),
+            None => rest.to_vec(),
+        }
+    };
+    Ok(RawReply { status, body })
+}
+
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or("bad chunk header")?;
+        let size_text = std::str::from_utf8(&rest[..eol]).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).map_err(|_| "bad chunk size")?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        if rest.len() < size + 2 {
+            return Err("chunk cut short".into());
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_length_and_chunked_replies() {
+        let r = parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk").unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"{}"[..]));
+        let r = parse_reply(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (409, &b"abcde"[..]));
+        assert!(parse_reply(b"SSH-2.0\r\n\r\n").is_err());
+        assert!(parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}").is_err());
+    }
+
+    #[test]
+    fn urls() {
+        let m = Munge { munge_program: "munge".into(), unmunge_program: "unmunge".into(), socket: None };
+        assert_eq!(Client::new("http://r:1/", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:1");
+        assert_eq!(Client::new("http://r", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:80");
+        assert!(Client::new("https://r:1", m.clone(), Duration::from_secs(1)).is_err());
+        assert!(Client::new("http://r:1/x", m, Duration::from_secs(1)).is_err());
+    }
+}
