@@ -189,6 +189,7 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() {
         model.drained.insert(d, Some(false));
     }
     let mut total_acked = 0;
+    let mut killed_mid_request = 0;
     for iteration in 0..ITERATIONS {
         let shared = Arc::new(Mutex::new(std::mem::take(&mut model)));
         let worker_rng = Rng(rng.next() | 1);
@@ -201,9 +202,12 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() {
         worker.join().expect("client thread panicked");
         model = Arc::try_unwrap(shared).ok().unwrap().into_inner().unwrap();
         total_acked += std::mem::take(&mut model.acked);
+        let in_flight = model.jobs.values().any(|k| *k == Known::Uncertain) || model.drained.values().any(Option::is_none);
+        killed_mid_request += usize::from(in_flight);
         node.start();
         verify_and_resync(&node, &mut model, iteration, seed);
     }
-    eprintln!("{ITERATIONS} kills, {total_acked} acknowledged requests checked");
+    eprintln!("{ITERATIONS} kills ({killed_mid_request} with a request in flight), {total_acked} acknowledged requests checked");
+    assert!(killed_mid_request > 0, "no kill landed during a request");
     assert!(total_acked > ITERATIONS, "too few requests were acknowledged ({total_acked}) for the test to mean anything");
 }

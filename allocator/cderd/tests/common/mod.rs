@@ -44,11 +44,17 @@ impl Node {
         // Unprivileged test clients must reach the socket inside.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("cderd.sock");
+        // The test process itself is an operator even when not run as root.
+        let mut operators = options.operators.clone();
+        let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+        if me != 0 {
+            operators.push(me.to_string());
+        }
         let mut text = format!(
             "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = {:?}\n",
             socket,
             dir.path().join("state"),
-            options.operators
+            operators
         );
         if let Some(max) = options.max_request_bytes {
             text += &format!("max_request_bytes = {max}\n");
