@@ -20,6 +20,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use cder_model::{Device, Health, JobKey};
 use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, ErrorCode, ErrorReply};
 
+use crate::durable::new_token;
 use crate::policy::{Candidate, SelectionPolicy};
 
 /// Bumped when the schema changes; a newer database is refused.
@@ -260,8 +261,6 @@ fn query_devices(conn: &Connection, filter: &str, args: &[&dyn rusqlite::ToSql])
     }
     Ok(out)
 }
-
-use crate::durable::new_token;
 
 impl Store {
     /// Opens (creating if needed) the database at `path`. `types` are the
