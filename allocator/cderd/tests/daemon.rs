@@ -393,3 +393,27 @@ fn enforcement_changes_and_restores_device_files() {
         assert_eq!(meta(i), (0, 0o666), "device {i} after undo");
     }
 }
+
+#[test]
+fn a_device_that_vanishes_keeps_its_job_until_released() {
+    let mut node = Node::new(4);
+    let a = node.client().alloc(&AllocRequest::new(job("slurm:1"), 1000, 4)).unwrap();
+    assert_eq!(a.devices.len(), 4);
+    node.kill();
+    // Device 3 is no longer found by discovery.
+    let text = std::fs::read_to_string(&node.config).unwrap();
+    let cut = text.rfind("[[cder.device]]").unwrap();
+    std::fs::write(&node.config, &text[..cut]).unwrap();
+    node.start();
+    let s = node.status();
+    let gone = &s.devices[3];
+    assert_eq!((gone.state, gone.job.as_ref()), (DeviceState::Allocated, Some(&job("slurm:1"))));
+    assert_eq!(node.client().env(&job("slurm:1")).unwrap().env.get("CUDA_VISIBLE_DEVICES"), Some("0,1,2,3"));
+    node.client().release(&job("slurm:1")).unwrap();
+    let s = node.status();
+    assert_eq!(s.devices[3].state, DeviceState::Unhealthy);
+    assert!(s.devices[3].reason.as_deref().unwrap().contains("not found"), "{:?}", s.devices[3].reason);
+    assert_eq!((s.counts["gpgpu"].free, s.counts["gpgpu"].unhealthy), (3, 1));
+    let e = node.client().alloc(&AllocRequest::new(job("slurm:2"), 1000, 4)).unwrap_err();
+    assert_eq!(code(e), ErrorCode::Insufficient);
+}
