@@ -324,6 +324,13 @@ impl Daemon {
         }
     }
 
+    /// Waits for the operation in progress, if any, to finish (commit and
+    /// enforcement), and returns holding the lock, so that nothing starts
+    /// after it: for a clean exit on SIGTERM.
+    pub fn quiesce(&self) -> MutexGuard<'_, Store> {
+        self.store()
+    }
+
     /// Checks the store's invariants (for tests and `--check`).
     pub fn check_invariants(&self) -> Result<Vec<String>, ErrorReply> {
         self.store().check_invariants().map_err(StoreError::into_reply)

@@ -17,7 +17,7 @@ pub mod enforce;
 pub mod policy;
 pub mod server;
 pub mod store;
-mod sys;
+pub mod sys;
 
 pub use daemon::{Caller, Daemon, StartError};
 pub use policy::{Candidate, LocalityPolicy, SelectionPolicy};

@@ -1,5 +1,6 @@
 //! The few libc calls std does not offer: the peer's credentials of a Unix
-//! socket (SO_PEERCRED) and user-name lookup through NSS.
+//! socket (SO_PEERCRED), user-name lookup through NSS, and waiting for
+//! SIGTERM synchronously.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::AsRawFd;
@@ -64,6 +65,44 @@ pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
         let found = unsafe { CStr::from_ptr(pwd.pw_name) };
         debug_assert_eq!(found.to_bytes(), name.as_bytes());
         return Ok(Some(pwd.pw_uid));
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in the calling thread and every thread it
+/// starts afterwards, so that [`wait_for_termination`] can take them
+/// synchronously. Call it first thing in `main`.
+pub fn block_termination_signals() -> std::io::Result<()> {
+    let set = termination_set();
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits until SIGTERM or SIGINT arrives (they must be blocked, see
+/// [`block_termination_signals`]) and returns its number.
+pub fn wait_for_termination() -> std::io::Result<i32> {
+    let set = termination_set();
+    let mut signal: libc::c_int = 0;
+    // SAFETY: `set` is initialised and `signal` is valid for a write.
+    let rc = unsafe { libc::sigwait(&set, &mut signal) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(signal)
+}
+
+fn termination_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the zeroed set; sigaddset adds valid
+    // signal numbers to it. Neither can fail with these arguments.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
     }
 }
 

@@ -417,3 +417,15 @@ fn a_device_that_vanishes_keeps_its_job_until_released() {
     let e = node.client().alloc(&AllocRequest::new(job("slurm:2"), 1000, 4)).unwrap_err();
     assert_eq!(code(e), ErrorCode::Insufficient);
 }
+
+#[test]
+fn sigterm_stops_cleanly_and_keeps_the_state() {
+    let mut node = Node::new(4);
+    node.client().alloc(&AllocRequest::new(job("slurm:1"), 1000, 2)).unwrap();
+    let before = node.status();
+    let status = node.terminate();
+    assert!(status.success(), "{status}; log:\n{}", node.log());
+    assert!(!node.socket.exists(), "the socket is removed on a clean stop");
+    node.start();
+    assert_eq!(node.status(), before);
+}

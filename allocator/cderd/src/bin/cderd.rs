@@ -40,6 +40,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Before any thread starts, so that every thread inherits the mask and
+    // only the signal thread below sees SIGTERM.
+    if let Err(e) = cderd::sys::block_termination_signals() {
+        eprintln!("cderd: cannot block SIGTERM: {e}");
+        return ExitCode::from(1);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -90,6 +96,18 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(socket = %socket.display(), mode = format!("{mode:o}"), version = env!("CARGO_PKG_VERSION"), "cderd listening");
+    let stopping = Arc::clone(&daemon);
+    let socket_path = socket.clone();
+    // SIGTERM/SIGINT: let the operation in progress finish, remove the
+    // socket, exit. (SIGKILL is safe too; this only makes stops tidy.)
+    std::thread::spawn(move || {
+        if let Ok(signal) = cderd::sys::wait_for_termination() {
+            let _held = stopping.quiesce();
+            let _ = std::fs::remove_file(&socket_path);
+            tracing::info!(signal, "cderd stopping");
+            std::process::exit(0);
+        }
+    });
     match cderd::server::serve(daemon, listener) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

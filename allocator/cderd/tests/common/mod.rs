@@ -134,6 +134,21 @@ impl Node {
         }
     }
 
+    /// Sends SIGTERM and waits for the daemon to exit; returns its status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("cderd running");
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "cderd did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Whether the daemon process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
