@@ -3,5 +3,9 @@
 
 pub mod bdii;
 pub mod ldap;
+pub mod munge;
+pub mod vgpgpu;
 pub mod slurm;
 pub mod glue;
+pub mod twophase;
+pub mod egi_snapshot;

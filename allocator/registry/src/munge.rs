@@ -113,11 +113,32 @@ impl Munge {
         let args = [std::ffi::OsStr::new("--numeric"), std::ffi::OsStr::new("--keys=STATUS,UID,GID")];
         let (status, out, err) = self.run(&self.unmunge_program, &args, Some(cred.as_bytes()))?;
         if status != 0 {
-            let message = if err.is_empty() { String::from_utf8_lossy(&out).lines().next().unwrap_or("").to_string() } else { err };
+            let message = match status_text(status) {
+                Some(text) => text.to_string(),
+                None if err.is_empty() => String::from_utf8_lossy(&out).lines().next().unwrap_or("").to_string(),
+                None => err,
+            };
             return Err(MungeError::Failed { program: self.unmunge_program.clone(), status, message });
         }
         parse_unmunge(&out)
     }
+}
+
+/// What an unmunge exit status (a `munge_err_t`) means, for the ones a
+/// client can cause.
+fn status_text(status: i32) -> Option<&'static str> {
+    Some(match status {
+        6 => "munged unreachable (socket)",
+        7 => "munged timed out",
+        8 => "malformed credential",
+        9..=13 => "credential not made by this cluster's MUNGE (version/cipher/MAC/zip/realm)",
+        14 => "invalid credential (another MUNGE key?)",
+        15 => "expired credential",
+        16 => "rewound credential (clock skew)",
+        17 => "replayed credential",
+        18 => "unauthorized credential",
+        _ => return None,
+    })
 }
 
 /// Splits unmunge's output — `KEY: value` lines, an empty line, then the

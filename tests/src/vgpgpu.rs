@@ -1,0 +1,216 @@
+//! A real `cder-registryd` on 127.0.0.1 with a private port, state dir and
+//! its own munged ([`crate::munge::Munged`]); it can be killed with
+//! SIGKILL and restarted on the same state. Also the fake vGPGPU backend
+//! used by the factory tests (`cder-test-vgpgpu-backend`, a small TCP
+//! server standing in for an rCUDA/VCL server in a container: container
+//! runtimes and GPUs are not on these machines).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::munge::Munged;
+
+/// A running registry.
+pub struct Registryd {
+    pub munged: Munged,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    bin: PathBuf,
+    pub port: u16,
+    starts: u32,
+}
+
+/// Builds (if needed) and finds a workspace binary.
+pub fn binary(package: &str, name: &str) -> Result<PathBuf, String> {
+    crate::bdii::built_binary(package, name)
+}
+
+impl Registryd {
+    /// Starts munged and cder-registryd with `[registry]` plus `extra`
+    /// lines (e.g. `policy = "spread"`, `operators = ["daemon"]`).
+    pub fn start(extra: &str) -> Result<Registryd, String> {
+        let munged = Munged::start()?;
+        let bin = binary("cder-registry", "cder-registryd")?;
+        let dir = tempfile::Builder::new().prefix("cder-registry-").tempdir().map_err(|e| e.to_string())?;
+        let port = crate::ldap::free_port();
+        let config = format!(
+            "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmunge_socket = \"{}\"\n{extra}\n",
+            dir.path().join("state").display(),
+            munged.socket().display()
+        );
+        std::fs::write(dir.path().join("cder.toml"), config).map_err(|e| e.to_string())?;
+        let mut r = Registryd { munged, dir, child: None, bin, port, starts: 0 };
+        r.launch()?;
+        Ok(r)
+    }
+
+    /// The config file (`[registry]` only), for clients and other daemons.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("cder.toml")
+    }
+
+    /// Appends lines to the config file (e.g. a `[registry.factory]`).
+    pub fn append_config(&self, text: &str) -> Result<(), String> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(self.config_path()).map_err(|e| e.to_string())?;
+        f.write_all(text.as_bytes()).map_err(|e| e.to_string())
+    }
+
+    /// The temp dir.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        self.starts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("registryd.log"))
+            .map_err(|e| e.to_string())?;
+        let child = Command::new(&self.bin)
+            .arg("--config")
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", self.bin.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && self.client().status().is_ok() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                return Err(format!("cder-registryd exited ({status}): {}", self.log()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("cder-registryd not serving after 30 s: {}", self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A client as root (the test runs as root), through this munged.
+    pub fn client(&self) -> cder_registry::Client {
+        let munge = cder_registry::Munge {
+            munge_program: "/usr/bin/munge".into(),
+            unmunge_program: "/usr/bin/unmunge".into(),
+            socket: Some(self.munged.socket()),
+        };
+        cder_registry::Client::new(&self.url(), munge, Duration::from_secs(30)).expect("a valid URL")
+    }
+
+    /// SIGKILL, no clean-up of any kind.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same state.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill9();
+        self.launch()
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    /// The daemon's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registryd.log")).unwrap_or_default()
+    }
+
+    /// One raw HTTP exchange with any `Authorization` value (or none):
+    /// status and body.
+    pub fn raw(&self, method: &str, path: &str, auth: Option<&str>, body: &[u8]) -> Result<(u16, String), String> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+        if let Some(a) = auth {
+            head.push_str(&format!("Authorization: {a}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(body);
+        let reply = self.raw_bytes(&bytes)?;
+        let r = cder_registry::client::parse_reply(&reply)?;
+        Ok((r.status, String::from_utf8_lossy(&r.body).into_owned()))
+    }
+
+    /// Writes `bytes` on a fresh connection and reads until the server closes.
+    pub fn raw_bytes(&self, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+        s.write_all(bytes).map_err(|e| e.to_string())?;
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        Ok(out)
+    }
+
+    /// A credential bound to this request, made as `user` (None: root).
+    pub fn credential(&self, user: Option<&str>, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
+        let payload = cder_registry::munge::request_payload(method, path, body);
+        self.munged.encode_as(user, &payload)
+    }
+
+    /// Registers `n` backends on `host` (UUIDs `<prefix>-<i>`), both methods.
+    pub fn register_many(&self, prefix: &str, host: &str, n: u32) -> Result<(), String> {
+        use cder_model::VgpgpuMethod;
+        let c = self.client();
+        for i in 0..n {
+            let r = cder_registry::api::RegisterRequest {
+                uuid: format!("{prefix}-{i}"),
+                vendor: "Nvidia".into(),
+                device: i,
+                host: host.into(),
+                methods: vec![VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl],
+            };
+            c.register(&r).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Registryd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Kills the fake backends whose pid files (`*.pid`) are in `dir`.
+pub fn kill_backends(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        if e.path().extension().is_some_and(|x| x == "pid") {
+            if let Some(pid) = std::fs::read_to_string(e.path()).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+        }
+    }
+}
+
+/// The `[registry.factory]` launcher/stop lines that start
+/// `cder-test-vgpgpu-backend` detached, with the device pinned, its pid in
+/// `<dir>/backend-<host>-<port>.pid`.
+pub fn factory_section(backend: &Path, dir: &Path, host: &str) -> String {
+    let pid = format!("{}/backend-{{host}}-{{port}}.pid", dir.display());
+    format!(
+        "\n[registry.factory]\nhost = \"{host}\"\ninterval_s = 1\n\
+launcher = [\"/bin/sh\", \"-c\", \"{{visible_env}}={{index}} setsid {} {{host}} {{port}} {{uuid}} {pid} >> {}/backends.log 2>&1 < /dev/null &\"]\n\
+stop = [\"/bin/sh\", \"-c\", \"kill $(cat {pid}) && rm -f {pid}\"]\n",
+        backend.display(),
+        dir.display(),
+    )
+}
