@@ -180,7 +180,7 @@ impl Request {
             Value::Str(s) => Some(s.to_string()),
             _ => None,
         });
-        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo }
+        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo, vgpgpu: self.method.is_some() }
     }
 }
 

@@ -117,6 +117,8 @@ pub struct Wanted {
     pub prefixes: BTreeSet<String>,
     /// The job's VirtualOrganisation: only shares open to it.
     pub vo: Option<String>,
+    /// The job asks for virtual GPGPUs: fetch the ApplicationEnvironments' counts.
+    pub vgpgpu: bool,
 }
 
 /// A failed query, naming the BDII.
@@ -199,14 +201,21 @@ pub fn any_of(attr: &str, values: impl IntoIterator<Item = impl AsRef<str>>) -> 
 pub fn other_info_filter(wanted: &Wanted) -> String {
     let keys: Vec<String> = if wanted.keys.is_empty() { wanted.prefixes.iter().cloned().collect() } else { wanted.keys.iter().map(|k| format!("{k}=")).collect() };
     let mut any: Vec<String> = keys.iter().map(|k| format!("(GLUE2EntityOtherInfo={}*)", ldap_escape(k.as_str()))).collect();
-    // vGPGPU counts live on the methods' ApplicationEnvironments.
-    any.push("(GLUE2EntityOtherInfo=TotalVGPGPU=*)".to_string());
+    // vGPGPU counts live on the methods' ApplicationEnvironments; a grid has many of
+    // those (one per software tag), so they are scanned only for vGPGPU jobs.
+    let mut classes = "(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare)".to_string();
+    if wanted.vgpgpu {
+        any.push("(GLUE2EntityOtherInfo=TotalVGPGPU=*)".to_string());
+        classes.push_str("(objectClass=GLUE2ApplicationEnvironment)");
+    }
     any.sort();
     any.dedup();
-    let any = if any.len() == 1 { any.remove(0) } else { format!("(|{})", any.concat()) };
-    format!(
-        "(&(|(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare)(objectClass=GLUE2ApplicationEnvironment)){any})"
-    )
+    let any = match any.len() {
+        0 => "(GLUE2EntityOtherInfo=*)".to_string(),
+        1 => any.remove(0),
+        _ => format!("(|{})", any.concat()),
+    };
+    format!("(&(|{classes}){any})")
 }
 
 /// Class-Extension: the Extension objects of the wanted keys only.
@@ -214,11 +223,19 @@ pub fn extension_filter(wanted: &Wanted) -> String {
     let mut keys: BTreeSet<String> = wanted.keys.clone();
     if keys.is_empty() {
         let mut any: Vec<String> = wanted.prefixes.iter().map(|p| format!("(GLUE2ExtensionKey={}*)", ldap_escape(p.as_str()))).collect();
-        any.push("(GLUE2ExtensionKey=TotalVGPGPU)(GLUE2ExtensionKey=FreeVGPGPU)".into());
-        return format!("(&(objectClass=GLUE2Extension)(|{}))", any.concat());
+        if wanted.vgpgpu {
+            any.push("(GLUE2ExtensionKey=TotalVGPGPU)(GLUE2ExtensionKey=FreeVGPGPU)".into());
+        }
+        return match any.len() {
+            0 => "(&(objectClass=GLUE2Extension)(GLUE2ExtensionKey=*))".into(),
+            1 => format!("(&(objectClass=GLUE2Extension){})", any[0]),
+            _ => format!("(&(objectClass=GLUE2Extension)(|{}))", any.concat()),
+        };
     }
-    keys.insert("TotalVGPGPU".into());
-    keys.insert("FreeVGPGPU".into());
+    if wanted.vgpgpu {
+        keys.insert("TotalVGPGPU".into());
+        keys.insert("FreeVGPGPU".into());
+    }
     format!("(&(objectClass=GLUE2Extension){})", any_of("GLUE2ExtensionKey", &keys).unwrap_or_default())
 }
 
@@ -230,8 +247,14 @@ pub fn subcluster_filter(wanted: &Wanted) -> String {
     } else {
         wanted.keys.iter().map(|k| format!("({rte}={}=*)", ldap_escape(k.as_str()))).collect()
     };
-    any.push(format!("({rte}=*TotalVGPGPU=*)"));
-    let any = if any.len() == 1 { any.remove(0) } else { format!("(|{})", any.concat()) };
+    if wanted.vgpgpu {
+        any.push(format!("({rte}=*TotalVGPGPU=*)"));
+    }
+    let any = match any.len() {
+        0 => format!("({rte}=*)"),
+        1 => any.remove(0),
+        _ => format!("(|{})", any.concat()),
+    };
     format!("(&(objectClass=GlueSubCluster){any})")
 }
 
@@ -363,27 +386,30 @@ impl Bdii {
                 })
                 .collect();
             snap.managers = self.search_ids(&base, "GLUE2ComputingManager", "GLUE2ManagerID", &manager_ids, &[])?;
-            let mut services: BTreeSet<String> = snap
+            // The queues of services whose CDERs are published on ExecutionEnvironments;
+            // shares that carry CDER data themselves are already here.
+            let ee_services: BTreeSet<String> = snap
                 .managers
                 .iter()
                 .flat_map(|m| m.all("GLUE2ComputingManagerComputingServiceForeignKey").iter().chain(m.all("GLUE2ManagerServiceForeignKey")).cloned().collect::<Vec<_>>())
                 .collect();
+            let mut services = ee_services.clone();
             for c in snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare")) {
                 services.extend(c.all("GLUE2ShareServiceForeignKey").iter().cloned());
                 services.extend(c.all("GLUE2ComputingShareComputingServiceForeignKey").iter().cloned());
             }
-            if !services.is_empty() {
-                // Foreign keys are unindexed: one search per class, never one per service.
-                for chunk in services.iter().collect::<Vec<_>>().chunks(500) {
-                    let fk = any_of("GLUE2ShareServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
-                    snap.shares.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingShare){fk})"), &[])?);
-                    let fk = any_of("GLUE2EndpointServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
-                    snap.endpoints.extend(self.search(
-                        &base,
-                        &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"),
-                        &["GLUE2EndpointID", "GLUE2EndpointURL", "GLUE2EndpointServiceForeignKey", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState", "GLUE2EndpointServingState"],
-                    )?);
-                }
+            // Foreign keys are unindexed: one search per class (per 500 keys), never one per service.
+            for chunk in ee_services.iter().collect::<Vec<_>>().chunks(500) {
+                let fk = any_of("GLUE2ShareServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
+                snap.shares.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingShare){fk})"), &[])?);
+            }
+            for chunk in services.iter().collect::<Vec<_>>().chunks(500) {
+                let fk = any_of("GLUE2EndpointServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
+                snap.endpoints.extend(self.search(
+                    &base,
+                    &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"),
+                    &["GLUE2EndpointID", "GLUE2EndpointURL", "GLUE2EndpointServiceForeignKey", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState", "GLUE2EndpointServingState"],
+                )?);
             }
             if let Some(vo) = &wanted.vo {
                 let f = format!("(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:{}))", ldap_escape(vo.as_str()));
@@ -428,7 +454,14 @@ mod tests {
     #[test]
     fn other_info_filter_uses_substrings_of_the_keys() {
         let f = other_info_filter(&wanted(&["GPGPUVendor", "GPGPUMainMemorySize"]));
-        assert!(f.ends_with("(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)(GLUE2EntityOtherInfo=TotalVGPGPU=*)))"), "{f}");
+        assert_eq!(
+            f,
+            "(&(|(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare))(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))"
+        );
+        let mut v = wanted(&["GPGPUVendor"]);
+        v.vgpgpu = true;
+        let f = other_info_filter(&v);
+        assert!(f.contains("(objectClass=GLUE2ApplicationEnvironment)") && f.contains("(GLUE2EntityOtherInfo=TotalVGPGPU=*)"), "{f}");
     }
 
     #[test]
@@ -450,9 +483,6 @@ mod tests {
     #[test]
     fn extension_filter_fetches_only_the_requirement_keys() {
         let f = extension_filter(&wanted(&["GPGPUFreeInstances"]));
-        assert_eq!(
-            f,
-            "(&(objectClass=GLUE2Extension)(|(GLUE2ExtensionKey=FreeVGPGPU)(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionKey=TotalVGPGPU)))"
-        );
+        assert_eq!(f, "(&(objectClass=GLUE2Extension)(GLUE2ExtensionKey=GPGPUFreeInstances))");
     }
 }
