@@ -429,3 +429,43 @@ fn sigterm_stops_cleanly_and_keeps_the_state() {
     node.start();
     assert_eq!(node.status(), before);
 }
+
+#[test]
+fn socket_mode_is_applied_and_a_second_daemon_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::with(2, Options { socket_mode: Some("0660".into()), ..Options::default() });
+    let mode = std::fs::metadata(&node.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    if is_root() {
+        // With 0660 and the socket owned by root:root, nobody cannot even connect.
+        let out = as_uid(65534, &[common::CDERD.as_ref(), "--version".as_ref()]).output().unwrap();
+        assert!(out.status.success(), "setpriv works");
+        let reply = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "client_helper", "--nocapture", "--quiet"])
+            .env("CDER_TEST_SOCKET", &node.socket)
+            .env("CDER_TEST_LINE", r#"{"v":1,"op":"status"}"#)
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&reply.stdout), String::from_utf8_lossy(&reply.stderr));
+        assert!(!reply.status.success() && said.contains("Permission denied"), "{said}");
+    }
+    // A second daemon on the same socket refuses to start, and the first keeps serving.
+    let second = std::process::Command::new(common::CDERD).arg("--config").arg(&node.config).output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another cderd is already listening"), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(node.client().ping().unwrap().protocol, 1);
+}
+
+#[test]
+fn a_file_that_is_not_a_socket_is_never_replaced() {
+    let mut node = Node::new(2);
+    node.kill();
+    std::fs::remove_file(&node.socket).unwrap();
+    std::fs::write(&node.socket, b"precious").unwrap();
+    let out = std::process::Command::new(common::CDERD).arg("--config").arg(&node.config).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&node.socket).unwrap(), b"precious");
+}

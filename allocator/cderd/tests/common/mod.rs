@@ -20,6 +20,8 @@ pub struct Options {
     pub operators: Vec<String>,
     pub enforcement: Option<String>,
     pub max_request_bytes: Option<usize>,
+    /// `[node] socket_mode`; "0666" unless given.
+    pub socket_mode: Option<String>,
 }
 
 /// A test node: a temp dir with the config, state, socket and device files.
@@ -51,9 +53,10 @@ impl Node {
             operators.push(me.to_string());
         }
         let mut text = format!(
-            "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = {:?}\n",
+            "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"{}\"\noperators = {:?}\n",
             socket,
             dir.path().join("state"),
+            options.socket_mode.as_deref().unwrap_or("0666"),
             operators
         );
         if let Some(max) = options.max_request_bytes {
