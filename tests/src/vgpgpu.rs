@@ -214,3 +214,41 @@ stop = [\"/bin/sh\", \"-c\", \"kill $(cat {pid}) && rm -f {pid}\"]\n",
         dir.display(),
     )
 }
+
+/// Writes `<registry dir>/<host>.toml` for one GPU "node": the registry's
+/// `[registry]` section, a `[registry.factory]` that launches
+/// `cder-test-vgpgpu-backend` on `host`, and a static `[[cder]]` with one
+/// device per `(index, uuid)` (device files are plain files in the temp dir).
+pub fn node_config(r: &Registryd, backend: &Path, host: &str, vendor: &str, gpus: &[(u32, &str)]) -> Result<PathBuf, String> {
+    let base = std::fs::read_to_string(r.config_path()).map_err(|e| e.to_string())?;
+    let mut text = base + &factory_section(backend, r.dir(), host);
+    text.push_str(&format!("\n[[cder]]\nname = \"gpgpu\"\nvendor = \"{vendor}\"\ndiscovery = \"static\"\n"));
+    for (index, uuid) in gpus {
+        let dev = r.dir().join(format!("{host}-gpu{index}"));
+        std::fs::write(&dev, "").map_err(|e| e.to_string())?;
+        text.push_str(&format!(
+            "\n[[cder.device]]\nindex = {index}\nuuid = \"{uuid}\"\npci_bus_id = \"0000:0{index}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\n",
+            dev.display()
+        ));
+    }
+    let path = r.dir().join(format!("{host}.toml"));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+/// Runs `cder-vgpgpu-factory --once` with `config`: exit status and stdout.
+pub fn factory_once(config: &Path) -> Result<(i32, String, String), String> {
+    let bin = binary("cder-registry", "cder-vgpgpu-factory")?;
+    let out = Command::new(bin).arg("--config").arg(config).arg("--once").stdin(Stdio::null()).output().map_err(|e| e.to_string())?;
+    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+/// The banner line a backend at `host:port` answers with.
+pub fn banner(host: &str, port: u16) -> Result<String, String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect((host, port)).map_err(|e| format!("{host}:{port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text.trim().to_string())
+}
