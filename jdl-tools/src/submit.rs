@@ -67,13 +67,15 @@ pub enum SubmitError {
     Runtime(String),
 }
 
-/// Runs a submit command with the refined JDL's path as last argument and
-/// returns its stdout, or an error with its stderr.
-pub fn run_submit(argv: &[String], jdl: &Path) -> Result<String, SubmitError> {
+/// Runs a submit command with the refined JDL's (or batch script's) path as
+/// last argument and `env` added to its environment; returns its stdout, or
+/// an error with its stderr.
+pub fn run_submit(argv: &[String], jdl: &Path, env: &[(String, String)]) -> Result<String, SubmitError> {
     let (prog, args) = argv.split_first().ok_or_else(|| SubmitError::Input("empty submit command".into()))?;
     let out = Command::new(prog)
         .args(args)
         .arg(jdl)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| SubmitError::Runtime(format!("cannot run {prog}: {e}")))?;
@@ -116,6 +118,21 @@ fn string_attr(job: &ClassAd, key: &str) -> Result<Option<String>, SubmitError> 
 
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The JDL keys a SLURM CE passes to `sbatch` in the environment, where
+/// `job_submit_cder.so` reads them (an `export` in the script would come too late).
+pub fn slurm_submit_env(job: &ClassAd) -> Result<Vec<(String, String)>, SubmitError> {
+    let r = JobResources::read(job).map_err(|e| SubmitError::Input(e.to_string()))?;
+    let mut env = Vec::new();
+    if let Some(n) = r.gpgpus_per_node {
+        env.push(("GPGPUPerNode".to_string(), n.to_string()));
+    }
+    if let (Some(v), Some(m)) = (r.vgpgpus_per_node, r.vgpgpu_method) {
+        env.push(("VirtualGPGPUPerNode".to_string(), v.to_string()));
+        env.push(("VirtualGPGPUMethod".to_string(), m));
+    }
+    Ok(env)
 }
 
 /// A SLURM batch script for a JDL job on a local CE: the LRMS directives

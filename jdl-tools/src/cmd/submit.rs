@@ -80,7 +80,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         let path = temp_path("sh");
         std::fs::write(&path, &script).map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
         let argv = vec![args.sbatch.clone(), "--parsable".into()];
-        let out = run_submit(&argv, &path);
+        let env = crate::submit::slurm_submit_env(&refined_ad).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
+        let out = run_submit(&argv, &path, &env);
         let _ = std::fs::remove_file(&path);
         let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
         let id = out.trim().split(';').next().unwrap_or_default().to_string();
@@ -105,7 +106,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         (None, "wms") => words(&std::env::var("CDER_WMS_SUBMIT").unwrap_or_else(|_| "glite-wms-job-submit -a".into())),
         (None, _) => words(&std::env::var("CDER_ARC_SUBMIT").unwrap_or_else(|_| "arcsub".into())),
     };
-    let out = run_submit(&argv, &path);
+    let out = run_submit(&argv, &path, &[]);
     if args.output.is_none() {
         let _ = std::fs::remove_file(&path);
     }
