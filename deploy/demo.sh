@@ -26,3 +26,31 @@ discovery = "nvml"
 nvml_library = "$bin/libcder_fake_nvml.so"
 TOML
 CDER_FAKE_NVML=deploy/fake-nvml.example.json "$bin/cderctl" inventory --config "$work/nvml.toml"
+
+step "Exclusivity on one node: cderd hands two jobs disjoint GPUs"
+mkdir -p "$work/state"
+sed -e "s|/run/cder/cderd.sock|$work/cderd.sock|" -e "s|/var/lib/cder|$work/state|" \
+    -e "s|^operators = .*|operators = [\"$(id -u)\"]|" deploy/cder.example.toml >"$work/cder.toml"
+export CDER_CONFIG=$work/cder.toml
+"$bin/cderd" 2>"$work/cderd.log" & pids+=($!)
+for _ in $(seq 50); do [ -S "$work/cderd.sock" ] && break; sleep 0.1; done
+show() { printf '\033[2m$ %s\033[0m\n' "$*"; "$@"; }
+show "$bin/cderctl" alloc --job local:demo-1 --uid "$(id -u)" --count 2
+show "$bin/cderctl" alloc --job local:demo-2 --uid "$(id -u)" --count 2
+show "$bin/cderctl" alloc --job local:demo-3 --uid "$(id -u)" --count 1 || echo "(exit $?: the node is full, as it should be)"
+show "$bin/cderctl" status
+show "$bin/cderctl" release --job local:demo-1
+show "$bin/cderctl" alloc --job local:demo-3 --uid "$(id -u)" --count 1
+unset CDER_CONFIG
+
+# The batch-system and grid parts start real daemons; each script explains itself.
+if [ "$(id -u)" -eq 0 ]; then
+  for part in slurm torque bdii twophase vgpgpu; do
+    script=deploy/demo-$part.sh
+    [ -x "$script" ] || continue
+    step "deploy/demo-$part.sh"
+    "$script"
+  done
+else
+  echo "(run as root to see the SLURM, TORQUE, BDII and grid parts)"
+fi
