@@ -534,8 +534,8 @@ impl Quirks {
     /// deliberately differs: a reference cycle is `undefined` (cder: `error`);
     /// a real division by zero whose IEEE quotient is `-inf` or `NaN` gives that
     /// (cder: `error`, as for every division by zero);
-    /// `pow` of a negative integer to an odd power is one more than the true
-    /// power (cder: the true power); `int(string)` goes through a double,
+    /// integer `pow` is `(long long)(pow(b, e) + 0.5)`, so `pow(-2, 3)` is -7
+    /// and odd powers above 2^52 come out one too high (cder: the exact power); `int(string)` goes through a double,
     /// losing precision beyond 2^53 (cder: exact for integer text); a logical
     /// right shift (`>>>`) of a negative number by 0 is 0 (cder: the number).
     pub fn eval_expr(e: &Expr, ad: Option<&ClassAd>, target: Option<&ClassAd>) -> Value {

@@ -149,11 +149,10 @@ pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
     }
     let v = apply(c, args);
     if ctx.quirks && c.func == Func::Pow {
-        // HTCondor: pow(negative int, odd int) comes out one too high.
-        if let (Value::Int(b), Value::Int(e), Value::Int(r)) = (&args[0], &args[1], &v) {
-            if *b < 0 && *e > 0 && e % 2 == 1 && *r != i64::MIN {
-                return Value::Int(r.wrapping_add(1));
-            }
+        // HTCondor: (long long)(pow(b, e) + 0.5), so pow(-2, 3) is -7 and odd
+        // powers above 2^52 come out one too high.
+        if let (Value::Int(b), Value::Int(e), Value::Int(_)) = (&args[0], &args[1], &v) {
+            return Value::Int(f2i((*b as f64).powf(*e as f64) + 0.5));
         }
     }
     v
@@ -625,8 +624,9 @@ fn pow(x: &Value, y: &Value) -> Value {
     };
     match (n(x), n(y)) {
         (Some(Err(a)), Some(Err(e))) if e >= 0 => {
-            // Integer power, through a double as HTCondor does (so huge results give i64::MIN).
-            Value::Int(f2i((a as f64).powf(e as f64)))
+            // Exact integer power; an overflowing one is i64::MIN, as HTCondor's is.
+            let exact = u32::try_from(e).ok().and_then(|e| a.checked_pow(e));
+            Value::Int(exact.unwrap_or(i64::MIN))
         }
         (Some(a), Some(e)) => {
             let f = |v: Result<f64, i64>| match v {
@@ -695,8 +695,9 @@ fn list_num(func: Func, v: &Value) -> Value {
             _ => return Value::Error,
         };
         n += 1;
-        // The running sum uses ClassAd `+`: integers wrap until a real joins.
-        total = binary(BinOp::Add, &total, &x);
+        // The running sum starts at the first value and uses ClassAd `+`:
+        // integers wrap until a real joins (and -0.0 alone stays -0.0).
+        total = if n == 1 { x.clone() } else { binary(BinOp::Add, &total, &x) };
         best = Some(match best {
             None => x,
             Some(bv) => {

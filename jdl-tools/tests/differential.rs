@@ -46,3 +46,23 @@ fn random_expressions_per_run_seed_agree_with_classad2() {
     let rep = compare_all(&py, &exprs);
     assert_report(&format!("run seed {seed} (rerun with CDER_DIFF_SEED={seed})"), &rep);
 }
+
+#[test]
+fn scoped_expressions_agree_with_classad2() {
+    let Some(py) = python() else { return };
+    let seed = 0x5C0_9ED;
+    let cases = gen::scoped_batch(seed, count() / 2, 4);
+    let rep = common::compare_scoped(&py, &cases);
+    assert_report(&format!("scoped seed {seed:#x}"), &rep);
+}
+
+#[test]
+fn matchmaking_agrees_with_classad2() {
+    let Some(py) = python() else { return };
+    let seed = 0x3A7C4;
+    let pairs = gen::match_batch(seed, count() / 2, 4);
+    let rep = common::compare_matches(&py, &pairs);
+    assert_report(&format!("matchmaking seed {seed:#x}"), &rep);
+    eprintln!("matchmaking: {} of {} requests matched their offer", rep.matched, rep.total);
+    assert!(rep.matched * 20 > rep.total && rep.matched * 20 < rep.total * 19, "degenerate batch: {} matched", rep.matched);
+}

@@ -1,5 +1,14 @@
 //! Random well-typed ClassAd expressions, from a seeded PRNG (SplitMix64), so
-//! a failing seed reproduces.
+//! a failing seed reproduces. Scoped batches also reference attributes of an
+//! ad in scope (MY) and of a target ad, with `my.`, `other.`, `target.` and
+//! unqualified names, cycles and missing attributes included.
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Which attribute names leaves may use: 0 none, 1 MY and TARGET (eval), 2 matchmaking.
+    static SCOPED: Cell<u8> = const { Cell::new(0) };
+}
 
 pub struct Rng(u64);
 
@@ -62,7 +71,29 @@ pub fn expr(r: &mut Rng, ty: Ty, depth: u32) -> String {
     }
 }
 
+fn attr_leaf(r: &mut Rng, ty: Ty, mode: u8) -> String {
+    let names: &[&str] = match (mode, ty) {
+        (1, Ty::Int) => &["i1", "my.i1", "d1", "other.ti", "target.ti", "other.back", "c1", "zz", "other.zz"],
+        (1, Ty::Real) => &["r1", "MY.r1", "other.tr"],
+        (1, Ty::Bool) => &["b1", "other.tb", "TARGET.tb"],
+        (1, Ty::Str) => &["s1", "other.ts", "my.s1", "nested.s"],
+        (1, Ty::List) => &["l1", "other.tl"],
+        // Matchmaking: unqualified names only for the request's own attributes (or none at all),
+        // so that cder's unqualified-name fallback and classad2's ClassAd.matches agree.
+        (_, Ty::Int) => &["MinMem", "other.Mem", "other.Cores", "TARGET.Mem", "zz", "other.zz"],
+        (_, Ty::Real) => &["Weight", "other.Clock"],
+        (_, Ty::Bool) => &["WantEcc", "other.Ecc"],
+        (_, Ty::Str) => &["Vendor", "other.Vendor", "other.Model"],
+        (_, Ty::List) => &["Tags", "other.Tags"],
+    };
+    r.pick(names).to_string()
+}
+
 fn leaf(r: &mut Rng, ty: Ty) -> String {
+    let mode = SCOPED.with(|c| c.get());
+    if mode > 0 && r.chance(40) {
+        return attr_leaf(r, ty, mode);
+    }
     match ty {
         Ty::Int => {
             let v: i64 = match r.below(10) {
@@ -272,4 +303,78 @@ pub fn batch(seed: u64, n: usize, depth: u32) -> Vec<String> {
             expr(&mut r, ty, dep)
         })
         .collect()
+}
+
+fn literal(r: &mut Rng, ty: Ty) -> String {
+    let old = SCOPED.with(|c| c.replace(0));
+    let v = leaf(r, ty);
+    SCOPED.with(|c| c.set(old));
+    v
+}
+
+/// `n` cases of (expression, MY ad, TARGET ad) with random attribute values.
+pub fn scoped_batch(seed: u64, n: usize, depth: u32) -> Vec<(String, String, String)> {
+    let mut r = Rng::new(seed);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let my = format!(
+            "[ i1 = {}; r1 = {}; s1 = {}; b1 = {}; l1 = {}; d1 = i1 * 2 + 1; c1 = c1 + 1; nested = [ s = s1 ] ]",
+            literal(&mut r, Ty::Int),
+            literal(&mut r, Ty::Real),
+            literal(&mut r, Ty::Str),
+            literal(&mut r, Ty::Bool),
+            literal(&mut r, Ty::List)
+        );
+        let target = format!(
+            "[ ti = {}; tr = {}; ts = {}; tb = {}; tl = {}; back = other.i1 ]",
+            literal(&mut r, Ty::Int),
+            literal(&mut r, Ty::Real),
+            literal(&mut r, Ty::Str),
+            literal(&mut r, Ty::Bool),
+            literal(&mut r, Ty::List)
+        );
+        SCOPED.with(|c| c.set(1));
+        let ty = any(&mut r);
+        let dep = 1 + r.below(depth as u64) as u32;
+        let e = expr(&mut r, ty, dep);
+        SCOPED.with(|c| c.set(0));
+        out.push((e, my, target));
+    }
+    out
+}
+
+/// `n` (request, offer) pairs for matchmaking, explicit `other.` for the offer's attributes.
+pub fn match_batch(seed: u64, n: usize, depth: u32) -> Vec<(String, String)> {
+    let mut r = Rng::new(seed);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        SCOPED.with(|c| c.set(2));
+        let d = 1 + r.below(depth as u64) as u32;
+        let req_cond = expr(&mut r, Ty::Bool, d);
+        let rank_ty = if r.chance(50) { Ty::Int } else { Ty::Real };
+        let d = 1 + r.below(3) as u32;
+        let rank = expr(&mut r, rank_ty, d);
+        SCOPED.with(|c| c.set(0));
+        let request = format!(
+            "[ MinMem = {}; Weight = {}; WantEcc = {}; Vendor = {}; Tags = {}; Requirements = {req_cond}; Rank = {rank} ]",
+            [256, 512, 1024, 2048][r.below(4) as usize],
+            literal(&mut r, Ty::Real),
+            literal(&mut r, Ty::Bool),
+            r.pick(&["\"Nvidia\"", "\"AMD\"", "\"nvidia\""]),
+            r.pick(&["{\"CUDA\"}", "{}", "{\"CUDA\", \"NVIDIA-KEPLER\"}"]),
+        );
+        let offer = format!(
+            "[ Mem = {}; Cores = {}; Clock = {}; Ecc = {}; Vendor = {}; Model = {}; Tags = {}; Requirements = {} ]",
+            [128, 512, 1024, 4096][r.below(4) as usize],
+            r.below(4000),
+            literal(&mut r, Ty::Real),
+            literal(&mut r, Ty::Bool),
+            r.pick(&["\"Nvidia\"", "\"AMD\"", "\"NVIDIA\"", "\"Intel\""]),
+            r.pick(&["\"K80\"", "\"GTS 450\"", "\"MI50\""]),
+            r.pick(&["{\"CUDA\"}", "{\"NVIDIA-KEPLER\", \"CUDA\"}", "{}"]),
+            r.pick(&["true", "other.MinMem <= Mem", "other.Vendor == Vendor", "false", "other.zz"]),
+        );
+        out.push((request, offer));
+    }
+    out
 }

@@ -36,9 +36,16 @@ pub fn python() -> Option<PathBuf> {
 
 /// Evaluates every expression with classad2 in one Python process.
 pub fn reference(py: &PathBuf, exprs: &[String]) -> Vec<Json> {
+    let cases: Vec<Json> = exprs.iter().map(|e| json!(e)).collect();
+    reference_cases(py, &cases)
+}
+
+/// Runs every case (see tests/classad_ref.py for the shapes) in one Python process.
+pub fn reference_cases(py: &PathBuf, cases: &[Json]) -> Vec<Json> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/classad_ref.py");
+    let exprs = cases;
     let mut input = String::new();
-    for e in exprs {
+    for e in cases {
         input.push_str(&serde_json::to_string(e).unwrap());
         input.push('\n');
     }
@@ -122,6 +129,8 @@ pub struct Report {
     /// Differences listed by expression in tests/data/allowlist.txt.
     pub listed: usize,
     pub failures: Vec<String>,
+    /// Matchmaking only: pairs where the request matched the offer.
+    pub matched: usize,
 }
 
 fn allowlist() -> Vec<(String, String)> {
@@ -182,4 +191,84 @@ pub fn assert_report(label: &str, rep: &Report) {
             shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
         );
     }
+}
+
+/// Expressions evaluated in an ad against a target, by both sides.
+pub fn compare_scoped(py: &PathBuf, cases: &[(String, String, String)]) -> Report {
+    let input: Vec<Json> = cases.iter().map(|(e, m, t)| json!({"expr": e, "my": m, "target": t})).collect();
+    let refs = reference_cases(py, &input);
+    let mut rep = Report { total: cases.len(), ..Default::default() };
+    for ((e, m, t), r) in cases.iter().zip(refs) {
+        let my = cder_jdl::parse_classad(m).expect("generated MY ad");
+        let target = cder_jdl::parse_classad(t).expect("generated TARGET ad");
+        let (plain, quirky) = match parse_expr(e) {
+            Ok(x) => (
+                to_ref_json(&cder_jdl::eval_expr(&x, Some(&my), Some(&target))),
+                to_ref_json(&Quirks::eval_expr(&x, Some(&my), Some(&target))),
+            ),
+            Err(_) => (json!({"type": "parse_error", "value": null}), json!({"type": "parse_error", "value": null})),
+        };
+        if same(&plain, &r) {
+            rep.agree += 1;
+        } else if same(&quirky, &r) {
+            rep.quirk += 1;
+        } else {
+            rep.failures.push(format!("{e}\n    MY = {m}\n    TARGET = {t}\n    cder:     {plain}\n    classad2: {r}"));
+        }
+    }
+    rep
+}
+
+/// Matchmaking by both sides: one-way match, symmetric match and the Rank value.
+pub fn compare_matches(py: &PathBuf, pairs: &[(String, String)]) -> Report {
+    let input: Vec<Json> = pairs.iter().map(|(q, o)| json!({"request": q, "offer": o})).collect();
+    let refs = reference_cases(py, &input);
+    let mut rep = Report { total: pairs.len(), ..Default::default() };
+    for ((q, o), r) in pairs.iter().zip(refs) {
+        let request = cder_jdl::parse_classad(q).expect("generated request");
+        let offer = cder_jdl::parse_classad(o).expect("generated offer");
+        let compiled = cder_jdl::CompiledRequest::new(&request);
+        let rank_expr = request.lookup("Rank").unwrap();
+        let ours = json!({
+            "matches": compiled.matches(&offer),
+            "symmetric": cder_jdl::symmetric_match(&request, &offer),
+            "rank": to_ref_json(&cder_jdl::eval_expr(rank_expr, Some(&request), Some(&offer))),
+        });
+        let quirky_rank = to_ref_json(&Quirks::eval_expr(rank_expr, Some(&request), Some(&offer)));
+        let quirky_match = |a: &cder_jdl::ClassAd, b: &cder_jdl::ClassAd| {
+            a.lookup("Requirements").is_some_and(|e| match Quirks::eval_expr(e, Some(a), Some(b)) {
+                Value::Bool(t) => t,
+                Value::Int(i) => i != 0,
+                Value::Real(x) => x != 0.0,
+                _ => false,
+            })
+        };
+        let quirky = json!({
+            "matches": quirky_match(&request, &offer),
+            "symmetric": quirky_match(&request, &offer) && quirky_match(&offer, &request),
+        });
+        // The compiled rank is the Rank value as a number, or 0.
+        let want_rank = match (&ours["rank"]["value"], ours["rank"]["type"].as_str()) {
+            (v, Some("integer" | "real")) if v.is_number() => v.as_f64().unwrap(),
+            (v, Some("real")) if v == "inf" => f64::INFINITY,
+            (v, Some("real")) if v == "-inf" => f64::NEG_INFINITY,
+            (v, Some("boolean")) => f64::from(u8::from(v.as_bool().unwrap())),
+            _ => 0.0,
+        };
+        assert_eq!(compiled.rank(&offer), want_rank, "compiled rank of {q} against {o}");
+        let r = &r["value"];
+        rep.matched += usize::from(r["matches"] == json!(true));
+        let same_match = ours["matches"] == r["matches"] && ours["symmetric"] == r["symmetric"];
+        if same_match && same(&ours["rank"], &r["rank"]) {
+            rep.agree += 1;
+        } else if quirky["matches"] == r["matches"]
+            && quirky["symmetric"] == r["symmetric"]
+            && (same(&ours["rank"], &r["rank"]) || same(&quirky_rank, &r["rank"]))
+        {
+            rep.quirk += 1;
+        } else {
+            rep.failures.push(format!("request {q}\n    offer {o}\n    cder:     {ours}\n    classad2: {r}"));
+        }
+    }
+    rep
 }
