@@ -221,11 +221,18 @@ impl Slapd {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot run {tool}: {e}"))?;
-        if let Some(input) = stdin {
+        // Feed stdin from a thread: the tool writes a line per entry, and a
+        // full stdout pipe would otherwise block it while we block on stdin.
+        let writer = stdin.map(|input| {
             let mut pipe = child.stdin.take().expect("piped");
-            pipe.write_all(input.as_bytes()).map_err(|e| format!("writing to {tool}: {e}"))?;
-        }
+            let input = input.to_string();
+            std::thread::spawn(move || pipe.write_all(input.as_bytes()))
+        });
         let out = child.wait_with_output().map_err(|e| format!("{tool}: {e}"))?;
+        if let Some(w) = writer {
+            // A tool that stops at an error closes its stdin early: that is reported below.
+            let _ = w.join();
+        }
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if !out.status.success() {
             return Err(format!("{tool} {} failed ({}): {}{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr), stdout));
