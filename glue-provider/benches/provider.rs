@@ -3,11 +3,14 @@
 //! 1. Bytes of LDIF each strategy adds for the seed thesis's sample
 //!    (Table 3.2: 32 GeForce GTS 450s on 16 nodes, 2 per node, 30 free),
 //!    beside the thesis's Table 3.3 figures, with the ratio.
-//! 2. The provider binary's run time for one node, and for a 1,000-node
-//!    cluster in 8 groups counted from `scontrol show node -o`, each beside
-//!    a reference measured in the same run: starting a trivial process
-//!    (`/bin/true`) and running the LRMS query alone (a script that prints
-//!    the same 1,000 scontrol lines), so the ratio is the provider's own cost.
+//! 2. The provider binary's run time for one node (static counts, and a
+//!    real cderd with the node's inventory), and for a 1,000-node cluster in
+//!    8 groups counted from `scontrol -d show node -o`, each beside a
+//!    reference measured in the same run: starting a trivial process
+//!    (`/bin/true`), one `status` round trip to cderd, and running the LRMS
+//!    query alone (a script that prints the same 1,000 scontrol lines), so
+//!    the ratio is the provider's own cost. cderd is the release build next
+//!    to this benchmark (built with `cargo build --release -p cderd` if missing).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -179,6 +182,71 @@ fn fake_scontrol(dir: &Path) -> PathBuf {
     script
 }
 
+/// A cderd we started for the benchmark; killed when dropped.
+struct Cderd(std::process::Child);
+
+impl Drop for Cderd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The provider against a real cderd (median), and one `status` round trip.
+fn cderd_times(dir: &Path, runs: usize) -> Option<(Duration, Duration)> {
+    let profile_dir = std::env::current_exe().ok()?.parent()?.parent()?.to_path_buf();
+    let cderd = profile_dir.join("cderd");
+    if !cderd.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo).args(["build", "--release", "-j", "2", "-p", "cderd"]).status().ok()?;
+        if !built.success() || !cderd.exists() {
+            eprintln!("skipping the cderd case: {} could not be built", cderd.display());
+            return None;
+        }
+    }
+    let socket = dir.join("cderd.sock");
+    let mut node = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", socket.display(), dir.join("state").display());
+    for i in 0..4 {
+        let _ = write!(node, "\n[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 706\necc = true\npath = \"/dev/nvidia{i}\"\n");
+    }
+    let node_cfg = dir.join("cder.toml");
+    std::fs::write(&node_cfg, node).unwrap();
+    let _daemon = Cderd(Command::new(&cderd).arg("--config").arg(&node_cfg).stderr(Stdio::null()).spawn().ok()?);
+    let connect = || cder_protocol::Client::connect(&socket, Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while connect().and_then(|mut c| c.ping()).is_err() {
+        if Instant::now() > deadline {
+            eprintln!("skipping the cderd case: cderd did not answer");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let provider_cfg = dir.join("cderd-provider.toml");
+    std::fs::write(
+        &provider_cfg,
+        format!(
+            "[site]\ncomputing_service_id = \"wn01_ComputingElement\"\ncomputing_manager_id = \"wn01_Manager\"\nce_unique_id = \"wn01:8443/cream\"\ncder_config = \"{}\"\n\n[counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n[[group]]\nid = \"wn01\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\ninventory = true\n",
+            node_cfg.display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let provider = median(runs, || {
+        let mut c = Command::new(BIN);
+        c.arg("--config").arg(&provider_cfg);
+        c
+    });
+    let mut trips: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            connect().and_then(|mut c| c.status()).expect("cderd status");
+            start.elapsed()
+        })
+        .collect();
+    trips.sort();
+    Some((provider, trips[runs / 2]))
+}
+
 fn run_times(dir: &Path, report: &mut String) {
     let one = dir.join("one.toml");
     std::fs::write(&one, TABLE_3_2.replace("wn[01-16]", "wn01").replace("used = 2", "used = 1")).unwrap();
@@ -211,6 +279,15 @@ fn run_times(dir: &Path, report: &mut String) {
     let _ = writeln!(report, "| case | provider | reference | ratio |");
     let _ = writeln!(report, "|---|---:|---:|---:|");
     let _ = writeln!(report, "| 1 node, static counts, attribute-extension | {:.1} ms | /bin/true {:.1} ms | {:.1} |", ms(single), ms(spawn), ms(single) / ms(spawn));
+    if let Some((with_cderd, round_trip)) = cderd_times(dir, runs) {
+        let _ = writeln!(
+            report,
+            "| 1 node, cderd + inventory (4 GPUs), attribute-extension | {:.1} ms | /bin/true + one cderd status {:.1} ms | {:.1} |",
+            ms(with_cderd),
+            ms(spawn + round_trip),
+            ms(with_cderd) / ms(spawn + round_trip)
+        );
+    }
     let _ = writeln!(report, "| 1,000 nodes / 8 groups, SLURM, attribute-extension | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |", ms(whole), ms(query), ms(whole) / ms(query));
     let _ = writeln!(report, "| 1,000 nodes / 8 groups, SLURM, all four strategies | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |", ms(all), ms(query), ms(all) / ms(query));
 }
