@@ -38,6 +38,9 @@ pub struct PluginArgs {
     pub mode: Mode,
     /// How long one call to cderd may take before it counts as unreachable.
     pub timeout: Duration,
+    /// `config=`: the cder.toml whose `[registry]` vGPGPU jobs use
+    /// (default: `$CDER_CONFIG`, else /etc/cder/cder.toml).
+    pub config: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -47,6 +50,7 @@ impl Default for PluginArgs {
             fail: FailMode::Closed,
             mode: Mode::Managed,
             timeout: Duration::from_secs(10),
+            config: None,
         }
     }
 }
@@ -67,10 +71,12 @@ impl PluginArgs {
         for word in words {
             let word = word.as_ref();
             let bad = |why: &str| ArgError { arg: word.to_string(), why: why.to_string() };
-            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, mode=, timeout=)"))?;
+            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, mode=, timeout=, config=)"))?;
             match key {
                 "socket" if value.starts_with('/') => args.socket = value.into(),
                 "socket" => return Err(bad("the socket must be an absolute path")),
+                "config" if value.starts_with('/') => args.config = Some(value.into()),
+                "config" => return Err(bad("the config must be an absolute path")),
                 "fail" => {
                     args.fail = match value {
                         "closed" => FailMode::Closed,

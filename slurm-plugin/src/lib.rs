@@ -12,6 +12,7 @@
 //! * [`gres`] — `tres_per_node` editing and the per-node GRES counts of
 //!   `slurm.conf`;
 //! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
+//! * [`vgpgpu`] — vGPGPU requests (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`) and the `vgpgpu` licence;
 //! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
 //!
 //! Every exported function catches unwinds: no panic crosses into SLURM.
@@ -22,6 +23,7 @@ pub mod job_submit;
 pub mod request;
 pub mod spank;
 pub mod sys;
+pub mod vgpgpu;
 
 pub use cder_slurm_sys as ffi;
 

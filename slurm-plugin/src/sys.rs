@@ -303,6 +303,25 @@ impl JobDesc<'_> {
         unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
     }
 
+    /// `licenses`, e.g. `matlab:1,vgpgpu:6`.
+    pub fn licenses(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.licenses) }
+    }
+
+    /// Replaces `licenses`, freeing the old value with SLURM's allocator.
+    pub fn set_licenses(&mut self, value: &str) {
+        let new = xstrdup(value);
+        let mut old = std::mem::replace(&mut self.raw.licenses, new);
+        // SAFETY: as in `set_tres_per_node`: the old value is SLURM's (or null).
+        unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
+    }
+
+    /// `min_nodes` as submitted (NO_VAL when unset).
+    pub fn min_nodes(&self) -> u32 {
+        self.raw.min_nodes
+    }
+
     /// The id the job will get, if the user asked for one (0 otherwise).
     pub fn job_id(&self) -> u32 {
         self.raw.job_id

@@ -15,6 +15,8 @@
 //!   variables for `eval`, for sites without a job starter.
 //! * [`filter`] — `cder-torque-submit-filter` (torque.cfg `SUBMITFILTER`)
 //!   translates `GPGPUPerNode=N` into the site's directive.
+//! * [`vgpgpu`] — vGPGPU jobs: the filter's hold and `cder-torque-monitor`,
+//!   which releases held jobs once the cluster registry has their backends.
 //! * [`limits`] — reads the device request out of pbs_mom's resource-limit
 //!   argument; [`settings`] — `/etc/cder/torque.toml`.
 //!
@@ -28,4 +30,5 @@ pub mod log;
 pub mod settings;
 pub mod shell;
 pub mod starter;
+pub mod vgpgpu;
 pub mod sys;

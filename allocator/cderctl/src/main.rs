@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod inventory;
 mod node;
+mod registry;
 
 /// Exit status for bad input or usage (clap uses it too).
 const EXIT_USAGE: u8 = 2;
@@ -78,6 +79,12 @@ utilisation of the node's pool over the period: device-seconds allocated / (pool
 seed thesis's Appendix C function. Users other than root and operators see their own records only.",
         after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json")]
     Accounting(node::AccountingArgs),
+    /// The cluster's vGPGPU registry: status, query, offline/online, release, SLURM licences
+    #[command(long_about = "Talks to cder-registryd ([registry] url, MUNGE-authenticated) about the \
+cluster's vGPGPU backends (rCUDA / VCL servers, one per GPU). status and query are open to any user; \
+offline, online and release need root or a [registry] operator.",
+        after_help = "EXAMPLES:\n    cderctl registry status\n    cderctl registry query free --method rCUDA\n    cderctl registry offline --host gpu03 --reason \"PSU\"\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf")]
+    Registry(registry::Args),
 }
 
 /// An error with the exit status it deserves.
@@ -117,6 +124,7 @@ fn main() -> ExitCode {
         Command::Resume(args) => node::resume(cli.config.as_deref(), &args),
         Command::Reconcile(args) => node::reconcile(cli.config.as_deref(), &args),
         Command::Accounting(args) => node::accounting(cli.config.as_deref(), &args),
+        Command::Registry(args) => registry::run(cli.config.as_deref(), &args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,7 +12,22 @@
 use cder_slurm::job_submit::{node_gres, translate, Submission};
 use cder_slurm::sys::{self, JobDesc, Level};
 
+/// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
+/// until that many backends are free (`cder_slurm::vgpgpu`).
+fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    use cder_slurm::vgpgpu::{licenses_with, nodes_of, RawVgpgpu};
+    let raw = RawVgpgpu::from_control_env(&job.spank_job_env()).or(RawVgpgpu::from_jdl_env(&job.environment()));
+    if let Some(req) = raw.parse()? {
+        let total = u64::from(req.per_node) * nodes_of(job.min_nodes());
+        let licenses = licenses_with(job.licenses().as_deref(), total);
+        sys::log(Level::Verbose, &format!("job_submit/cder: uid {submit_uid}: {} {} vGPGPU(s) per node -> licenses {licenses:?}", req.per_node, req.method));
+        job.set_licenses(&licenses);
+    }
+    Ok(())
+}
+
 fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    vgpgpu(job, submit_uid)?;
     let sub = Submission { environment: job.environment(), spank_job_env: job.spank_job_env(), tres_per_node: job.tres_per_node() };
     let cheap_check = cder_slurm::request::RawRequest::from_control_env(&sub.spank_job_env)
         .or(cder_slurm::request::RawRequest::from_jdl_env(&sub.environment));

@@ -34,6 +34,8 @@ use cder_slurm::request::{
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{log, Level};
 
+mod vgpgpu;
+
 /// What the tasks of this step get, decided as root in `init_post_opt`.
 #[derive(Debug)]
 enum Outcome {
@@ -50,6 +52,8 @@ struct CderSpank {
     options: RawRequest,
     args: Option<PluginArgs>,
     outcome: Option<Outcome>,
+    /// `--vgpgpu-per-node`: backends from the cluster registry.
+    vgpgpu: vgpgpu::Vgpgpu,
 }
 
 /// The empty visible list for every vendor cder knows: what a job gets when
@@ -199,6 +203,7 @@ impl CderSpank {
 
     fn release(&self, spank: &Spank, when: &str) -> SpankResult {
         let job = job_key(spank)?;
+        vgpgpu::Vgpgpu::release(&self.args(), &job, when);
         match self.connect().and_then(|mut c| c.release(&job)) {
             Ok(r) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {} device(s)", r.released)),
             // Never fail an epilog over this: SLURM would drain the node.
@@ -211,7 +216,7 @@ impl CderSpank {
 
 impl Plugin for CderSpank {
     fn options() -> Vec<SpankOption> {
-        vec![
+        let mut all = vec![
             SpankOption {
                 name: OPT_GPGPU_PER_NODE,
                 arginfo: Some("N"),
@@ -219,10 +224,15 @@ impl Plugin for CderSpank {
             },
             SpankOption { name: OPT_CDER, arginfo: Some("TYPE:N"), usage: "Exclusive CDER devices per node, e.g. gpgpu:2 or fpga:1 (cder)" },
             SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
-        ]
+        ];
+        all.extend(vgpgpu::options());
+        all
     }
 
     fn option(&mut self, name: &str, value: Option<&str>, _remote: bool) -> SpankResult {
+        if self.vgpgpu.option(name, value) {
+            return Ok(());
+        }
         let value = value.unwrap_or("").to_string();
         let slot = match name {
             OPT_GPGPU_PER_NODE => (&mut self.options.gpgpu_per_node, OPT_GPGPU_PER_NODE),
@@ -253,7 +263,7 @@ impl Plugin for CderSpank {
                         spank.job_control_setenv(name, &v.value)?;
                     }
                 }
-                Ok(())
+                self.vgpgpu.export(spank)
             }
             Context::Remote => {
                 let outcome = match self.args().mode {
@@ -261,6 +271,8 @@ impl Plugin for CderSpank {
                     Mode::Observe => self.observe(spank)?,
                 };
                 self.outcome = Some(outcome);
+                let args = self.args();
+                self.vgpgpu.allocate(spank, &args, &job_key(spank)?);
                 Ok(())
             }
             _ => Ok(()),
@@ -268,6 +280,7 @@ impl Plugin for CderSpank {
     }
 
     fn task_init(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
+        self.vgpgpu.task_init(spank)?;
         match &self.outcome {
             Some(Outcome::Env(env)) => {
                 for (k, v) in &env.0 {

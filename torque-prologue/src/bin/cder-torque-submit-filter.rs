@@ -75,8 +75,10 @@ fn main() -> ExitCode {
             for n in &out.notes {
                 eprintln!("cder: {n}");
             }
+            // vGPGPU jobs wait on hold for cder-torque-monitor.
+            let script = cder_torque::vgpgpu::hold_script(&out.script, &argv).unwrap_or(out.script);
             let mut stdout = std::io::stdout().lock();
-            if let Err(e) = stdout.write_all(&out.script).and_then(|_| stdout.flush()) {
+            if let Err(e) = stdout.write_all(&script).and_then(|_| stdout.flush()) {
                 eprintln!("cder: writing the job script: {e}");
                 return ExitCode::from(1);
             }

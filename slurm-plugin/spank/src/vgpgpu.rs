@@ -1,0 +1,177 @@
+//! The vGPGPU half of `spank_cder.so` (seed thesis §4.2.3, SLURM flow):
+//! `--vgpgpu-per-node=N` / `--vgpgpu-method=rCUDA|VCL` (or the JDL keys
+//! `VirtualGPGPUPerNode` / `VirtualGPGPUMethod` in the job's environment).
+//! In slurmstepd, as root, it requests N backends for this node from the
+//! cluster registry (job key `slurm:<id>`, idempotent, so every step sees
+//! the same ones), sets the rCUDA variables or the VCL node file, and
+//! releases the job's backends when the batch step ends and in the job
+//! epilog (which also covers `scancel`). SLURM's `vgpgpu` licences, set by
+//! `job_submit_cder.so`, keep surplus jobs pending.
+
+use std::path::PathBuf;
+
+use cder_model::{Config, JobEnvironment, JobKey, RegistryConfig};
+use cder_registry::env::{job_environment, vcl_nodefile};
+use cder_registry::Client;
+use cder_slurm::args::{FailMode, PluginArgs};
+use cder_slurm::spank::{Spank, SpankError, SpankOption, SpankResult};
+use cder_slurm::sys::{log, Level};
+use cder_slurm::vgpgpu::{
+    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
+    OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
+};
+
+/// What this step's tasks get.
+#[derive(Debug)]
+enum Outcome {
+    Env(JobEnvironment),
+    Fail(String),
+}
+
+/// The vGPGPU state of one plugin instance.
+#[derive(Debug, Default)]
+pub struct Vgpgpu {
+    options: RawVgpgpu,
+    outcome: Option<Outcome>,
+}
+
+/// The options this half adds.
+pub fn options() -> Vec<SpankOption> {
+    vec![
+        SpankOption {
+            name: OPT_VGPGPU_PER_NODE,
+            arginfo: Some("N"),
+            usage: "Virtual GPGPUs per node from the cluster's registry, reached over rCUDA or VCL (cder; JDL VirtualGPGPUPerNode)",
+        },
+        SpankOption { name: OPT_VGPGPU_METHOD, arginfo: Some("rCUDA|VCL"), usage: "API interception for --vgpgpu-per-node (default rCUDA)" },
+    ]
+}
+
+/// The registry section of the plugin's config.
+fn registry_config(args: &PluginArgs) -> Result<RegistryConfig, String> {
+    let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    config.registry.ok_or_else(|| format!("{}: no [registry] section", Config::resolve_path(args.config.as_deref()).display()))
+}
+
+impl Vgpgpu {
+    /// Records an option; false when `name` is not one of ours.
+    pub fn option(&mut self, name: &str, value: Option<&str>) -> bool {
+        let value = Some(value.unwrap_or("").to_string());
+        match name {
+            OPT_VGPGPU_PER_NODE => self.options.per_node = value,
+            OPT_VGPGPU_METHOD => self.options.method = value,
+            _ => return false,
+        }
+        self.options.origin = "--vgpgpu-per-node";
+        true
+    }
+
+    /// Local/allocator context: hand the options to the controller.
+    pub fn export(&self, spank: &Spank) -> SpankResult {
+        if let Some(v) = &self.options.per_node {
+            spank.job_control_setenv(CONTROL_VGPGPU_PER_NODE, v)?;
+        }
+        if let Some(v) = &self.options.method {
+            spank.job_control_setenv(CONTROL_VGPGPU_METHOD, v)?;
+        }
+        Ok(())
+    }
+
+    /// Remote context, as root: get this node's backends.
+    pub fn allocate(&mut self, spank: &Spank, args: &PluginArgs, job: &JobKey) {
+        let jdl = RawVgpgpu {
+            per_node: spank.getenv(JDL_VGPGPU_PER_NODE),
+            method: spank.getenv(JDL_VGPGPU_METHOD).or_else(|| spank.getenv(JDL_VGPGPU_TYPE)),
+            origin: JDL_VGPGPU_PER_NODE,
+        };
+        let req = match self.options.clone().or(jdl).parse() {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(message) => {
+                self.outcome = Some(Outcome::Fail(format!("cder: {message}")));
+                return;
+            }
+        };
+        let node = spank.getenv("SLURMD_NODENAME").unwrap_or_else(cder_registry_host);
+        let got = registry_config(args).and_then(|rc| {
+            let client = Client::from_config(&rc).map_err(|e| e.to_string())?;
+            let a = client.request(job, req.per_node, &node, req.method).map_err(|e| e.to_string())?;
+            let nodefile = match req.method {
+                cder_model::VgpgpuMethod::Vcl => {
+                    let path: PathBuf = rc.vcl_dir.join(format!("{}-{node}.nodes", job.to_string().replace(':', "-")));
+                    std::fs::create_dir_all(&rc.vcl_dir)
+                        .and_then(|()| std::fs::write(&path, vcl_nodefile(&a.backends)))
+                        .map_err(|e| format!("writing the VCL node file {}: {e}", path.display()))?;
+                    Some(path)
+                }
+                cder_model::VgpgpuMethod::Rcuda => None,
+            };
+            Ok((a, nodefile))
+        });
+        self.outcome = Some(match got {
+            Ok((a, nodefile)) => {
+                log(
+                    Level::Info,
+                    &format!(
+                        "spank_cder: {job}: {} {} backend(s) on {node}: {}",
+                        a.backends.len(),
+                        req.method,
+                        a.backends.iter().map(|b| b.endpoint()).collect::<Vec<_>>().join(" ")
+                    ),
+                );
+                Outcome::Env(job_environment(req.method, &a.backends, nodefile.as_deref()))
+            }
+            Err(why) => {
+                log(Level::Error, &format!("spank_cder: {job}: {} {} vGPGPU(s): {why}", req.per_node, req.method));
+                match args.fail {
+                    FailMode::Closed => Outcome::Fail(format!("cder: {} {} vGPGPU(s) for {job}: {why} (fail=closed); the job is not started", req.per_node, req.method)),
+                    // Without backends the job runs with none (count 0).
+                    FailMode::Open => Outcome::Env(job_environment(req.method, &[], None)),
+                }
+            }
+        });
+    }
+
+    /// In the task: set the variables, or refuse with the reason.
+    pub fn task_init(&self, spank: &Spank) -> SpankResult {
+        match &self.outcome {
+            Some(Outcome::Env(env)) => {
+                for (k, v) in &env.0 {
+                    spank.setenv(k, v)?;
+                }
+                Ok(())
+            }
+            Some(Outcome::Fail(message)) => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{message}");
+                Err(SpankError::new(message.clone()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Gives the job's backends (all nodes) back. Never fails: an epilog
+    /// failure would drain the node. Jobs without vGPGPUs cost one request
+    /// only where `[registry]` is configured.
+    pub fn release(args: &PluginArgs, job: &JobKey, when: &str) {
+        let Ok(rc) = registry_config(args) else { return };
+        match Client::from_config(&rc).map_err(|e| e.to_string()).and_then(|c| c.release(job).map_err(|e| e.to_string())) {
+            Ok(r) if r.released > 0 => log(Level::Info, &format!("spank_cder: {job}: {when}: released {} vGPGPU backend(s)", r.released)),
+            Ok(_) => {}
+            Err(e) => log(Level::Error, &format!("spank_cder: {job}: {when}: releasing vGPGPU backends: {e}")),
+        }
+        if let Ok(entries) = std::fs::read_dir(&rc.vcl_dir) {
+            let prefix = format!("{}-", job.to_string().replace(':', "-"));
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
+
+/// This node's name when SLURM does not say.
+fn cder_registry_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}

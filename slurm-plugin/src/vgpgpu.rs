@@ -1,0 +1,155 @@
+//! vGPGPU requests (seed thesis §4.2.3, SLURM use-case): a job asks for
+//! `--vgpgpu-per-node=N` backends of one API-interception method
+//! (`--vgpgpu-method=rCUDA|VCL`, default rCUDA), or a CE passes the JDL keys
+//! `VirtualGPGPUPerNode` / `VirtualGPGPUMethod` (alias `VirtualGPGPUType`)
+//! in its environment. The controller turns it into `licenses=vgpgpu:N×nodes`
+//! (SLURM's counting semaphore, sized to the registry's total by the admin:
+//! `cderctl registry slurm-licenses`), and on each node the SPANK plugin
+//! requests N backends from the registry and sets the rCUDA / VCL
+//! environment.
+
+use cder_model::VgpgpuMethod;
+
+use crate::request::{env_lookup, CONTROL_PREFIX};
+
+/// `--vgpgpu-per-node=N`.
+pub const OPT_VGPGPU_PER_NODE: &str = "vgpgpu-per-node";
+/// `--vgpgpu-method=rCUDA|VCL`.
+pub const OPT_VGPGPU_METHOD: &str = "vgpgpu-method";
+/// The job-control twins the controller reads.
+pub const CONTROL_VGPGPU_PER_NODE: &str = "CDER_VGPGPU_PER_NODE";
+pub const CONTROL_VGPGPU_METHOD: &str = "CDER_VGPGPU_METHOD";
+/// The JDL keys (thesis Table 4.1).
+pub const JDL_VGPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
+pub const JDL_VGPGPU_METHOD: &str = "VirtualGPGPUMethod";
+pub const JDL_VGPGPU_TYPE: &str = "VirtualGPGPUType";
+/// The SLURM licence that counts backends.
+pub const LICENSE: &str = "vgpgpu";
+/// The most backends one node may ask for.
+pub const MAX_PER_NODE: u32 = 4096;
+
+/// A parsed vGPGPU request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VgpgpuRequest {
+    pub per_node: u32,
+    pub method: VgpgpuMethod,
+}
+
+/// The raw values, wherever they came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawVgpgpu {
+    pub per_node: Option<String>,
+    pub method: Option<String>,
+    /// Where they came from, for messages (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`).
+    pub origin: &'static str,
+}
+
+impl RawVgpgpu {
+    /// From `spank_job_env` (controller: unprefixed; prolog: `SPANK_`).
+    pub fn from_control_env<S: AsRef<str>>(spank_job_env: &[S]) -> RawVgpgpu {
+        let get = |name: &str| {
+            env_lookup(spank_job_env, name).or_else(|| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}"))).map(str::to_string)
+        };
+        RawVgpgpu { per_node: get(CONTROL_VGPGPU_PER_NODE), method: get(CONTROL_VGPGPU_METHOD), origin: "--vgpgpu-per-node" }
+    }
+
+    /// From the JDL keys in a job's environment.
+    pub fn from_jdl_env<S: AsRef<str>>(environment: &[S]) -> RawVgpgpu {
+        RawVgpgpu {
+            per_node: env_lookup(environment, JDL_VGPGPU_PER_NODE).map(str::to_string),
+            method: env_lookup(environment, JDL_VGPGPU_METHOD).or_else(|| env_lookup(environment, JDL_VGPGPU_TYPE)).map(str::to_string),
+            origin: JDL_VGPGPU_PER_NODE,
+        }
+    }
+
+    /// Options win over JDL keys.
+    pub fn or(self, fallback: RawVgpgpu) -> RawVgpgpu {
+        if self.per_node.is_some() || self.method.is_some() {
+            self
+        } else {
+            fallback
+        }
+    }
+
+    /// `None` when no vGPGPU was asked for (or 0 per node); a message
+    /// naming the option or key when a value is bad.
+    pub fn parse(&self) -> Result<Option<VgpgpuRequest>, String> {
+        let Some(n) = &self.per_node else {
+            return match &self.method {
+                Some(m) => Err(format!("a vGPGPU method ({m}) was given without {}", self.origin)),
+                None => Ok(None),
+            };
+        };
+        let per_node: u32 = n
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&v| v <= MAX_PER_NODE)
+            .ok_or_else(|| format!("{}={n:?}: expected a whole number from 0 to {MAX_PER_NODE}", self.origin))?;
+        let method = match &self.method {
+            Some(m) => m.trim().parse::<VgpgpuMethod>().map_err(|e| format!("vGPGPU method: {e}"))?,
+            None => VgpgpuMethod::Rcuda,
+        };
+        Ok((per_node > 0).then_some(VgpgpuRequest { per_node, method }))
+    }
+}
+
+/// `licenses` with the `vgpgpu` count set to `total` (replacing any the
+/// user wrote, keeping other licences): `matlab:1` → `matlab:1,vgpgpu:6`.
+pub fn licenses_with(existing: Option<&str>, total: u64) -> String {
+    let mut items: Vec<String> = existing
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .filter(|i| {
+            let name = i.split([':', '*']).next().unwrap_or("");
+            // `vgpgpu`, or `vgpgpu@server` for a remote licence of that name.
+            name != LICENSE && !name.starts_with(&format!("{LICENSE}@"))
+        })
+        .map(str::to_string)
+        .collect();
+    items.push(format!("{LICENSE}:{total}"));
+    items.join(",")
+}
+
+/// The node count a job_desc asks for: `min_nodes`, or 1 when unset
+/// (SLURM's NO_VAL / 0).
+pub fn nodes_of(min_nodes: u32) -> u64 {
+    if min_nodes == 0 || min_nodes >= 0xffff_fffe {
+        1
+    } else {
+        u64::from(min_nodes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_win_and_values_are_checked() {
+        let opts = RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=3", "CDER_VGPGPU_METHOD=vcl"]);
+        let jdl = RawVgpgpu::from_jdl_env(&["VirtualGPGPUPerNode=1", "VirtualGPGPUType=rCUDA"]);
+        assert_eq!(opts.clone().or(jdl.clone()).parse().unwrap(), Some(VgpgpuRequest { per_node: 3, method: VgpgpuMethod::Vcl }));
+        assert_eq!(RawVgpgpu::default().or(jdl).parse().unwrap(), Some(VgpgpuRequest { per_node: 1, method: VgpgpuMethod::Rcuda }));
+        let prolog = RawVgpgpu::from_control_env(&["SPANK_CDER_VGPGPU_PER_NODE=2"]);
+        assert_eq!(prolog.parse().unwrap().unwrap().per_node, 2);
+        assert_eq!(RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=0"]).parse().unwrap(), None);
+        let e = RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=three"]).parse().unwrap_err();
+        assert!(e.contains("--vgpgpu-per-node") && e.contains("three"), "{e}");
+        let e = RawVgpgpu::from_jdl_env(&["VirtualGPGPUPerNode=1", "VirtualGPGPUMethod=CUDA"]).parse().unwrap_err();
+        assert!(e.contains("CUDA"), "{e}");
+        assert!(RawVgpgpu::from_control_env(&["CDER_VGPGPU_METHOD=VCL"]).parse().is_err());
+    }
+
+    #[test]
+    fn licences_keep_others_and_replace_ours() {
+        assert_eq!(licenses_with(None, 6), "vgpgpu:6");
+        assert_eq!(licenses_with(Some("matlab:1, vgpgpu:2"), 6), "matlab:1,vgpgpu:6");
+        assert_eq!(licenses_with(Some("vgpgpu*9,fluent"), 3), "fluent,vgpgpu:3");
+        assert_eq!(licenses_with(Some("vgpgpuX:1"), 3), "vgpgpuX:1,vgpgpu:3");
+        assert_eq!(nodes_of(0xffff_fffe), 1);
+        assert_eq!(nodes_of(2), 2);
+    }
+}

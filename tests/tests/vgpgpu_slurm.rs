@@ -1,0 +1,132 @@
+//! The SLURM vGPGPU flow on a real slurmctld/slurmd (one node with 2 fake
+//! GPUs) with a real cder-registryd + munged, and 6 backends on three other
+//! "nodes" (loopback addresses 127.0.0.2-4) started by cder-vgpgpu-factory
+//! through a launcher that runs `cder-test-vgpgpu-backend`, a small TCP
+//! server per device standing in for an rCUDA server in a container.
+//! Jobs with `--vgpgpu-per-node=3` (more than the node's 2 GPUs) run with
+//! three rCUDA endpoints and reach them; `Licenses=vgpgpu:6` keeps the third
+//! such job pending; everything is released at the end and after scancel.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cder_registry::api::QueryName;
+use cder_tests::munge::require_munge;
+use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
+use cder_tests::vgpgpu::{binary, factory_once, kill_backends, node_config, Registryd};
+
+const JOB: &str = r#"#!/bin/bash
+env | grep '^RCUDA_' | sort
+for j in $(seq 0 $((RCUDA_DEVICE_COUNT - 1))); do
+    v=RCUDA_DEVICE_$j; e=${!v%:0}; h=${e%@*}; p=${e#*@}
+    exec 3<>/dev/tcp/$h/$p && read -r line <&3 && echo "BANNER $line"; exec 3>&-
+done
+while [ ! -e "$FLAG" ]; do sleep 0.2; done
+"#;
+
+struct Cleanup(std::path::PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        kill_backends(&self.0);
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
+    if !require_munge() || !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    let r = Registryd::start("").unwrap();
+    let _cleanup = Cleanup(r.dir().to_path_buf());
+    let backend = binary("cder-tests", "cder-test-vgpgpu-backend").unwrap();
+    for (n, host) in ["127.0.0.2", "127.0.0.3", "127.0.0.4"].iter().enumerate() {
+        let uuids = [format!("GPU-{n}-0"), format!("GPU-{n}-1")];
+        let cfg = node_config(&r, &backend, host, "nvidia", &[(0, &uuids[0]), (1, &uuids[1])]).unwrap();
+        let (code, out, err) = factory_once(&cfg).unwrap();
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let c = r.client();
+    assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
+
+    let config = SlurmConfig {
+        gpus: 2,
+        spank_args: vec![format!("config={}", r.config_path().display())],
+        extra_slurm_conf: "Licenses=vgpgpu:6\n".into(),
+        ..SlurmConfig::default()
+    };
+    let cluster = SlurmCluster::start(&config).unwrap();
+
+    // The admin's check: the licence count equals the registry's total.
+    let cderctl = binary("cderctl", "cderctl").unwrap();
+    let out = std::process::Command::new(&cderctl)
+        .args(["--config", &r.config_path().display().to_string(), "registry", "slurm-licenses", "--slurm-conf"])
+        .arg(cluster.slurm_conf())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().next(), Some("Licenses=vgpgpu:6"));
+
+    let flag = cluster.jobs_dir().join("go");
+    let flag_env = [("FLAG", flag.to_str().unwrap())];
+    let submit = || cluster.sbatch_env(&["--vgpgpu-per-node=3", "--export=ALL"], JOB, &flag_env).unwrap();
+    let jobs = [submit(), submit(), submit()];
+    cluster.wait_running(jobs[0], Duration::from_secs(60)).unwrap();
+    cluster.wait_running(jobs[1], Duration::from_secs(60)).unwrap();
+    for &j in &jobs[..2] {
+        let info = cluster.job(j).unwrap();
+        assert_eq!(info.fields.get("Licenses").map(String::as_str), Some("vgpgpu:3"), "job_submit set the licences: {:?}", info.fields);
+    }
+    // The third job waits for licences, not for GPUs or CPUs.
+    std::thread::sleep(Duration::from_secs(2));
+    let third = cluster.job(jobs[2]).unwrap();
+    assert_eq!((third.state.as_str(), third.reason.as_str()), ("PENDING", "Licenses"), "{}", cluster.squeue());
+
+    // Each running job has three rCUDA endpoints and reached all of them.
+    let mut endpoints = BTreeSet::new();
+    for &j in &jobs[..2] {
+        wait_for("three banners", Duration::from_secs(30), || cluster.job_output(j).matches("BANNER").count() == 3);
+        let out = cluster.job_output(j);
+        let env = parse_env_lines(&out);
+        assert_eq!(env.get("RCUDA_DEVICE_COUNT").map(String::as_str), Some("3"), "{out}");
+        for i in 0..3 {
+            let e = env.get(&format!("RCUDA_DEVICE_{i}")).unwrap_or_else(|| panic!("no RCUDA_DEVICE_{i}: {out}"));
+            assert!(e.ends_with(":0") && e.contains('@'), "{e}");
+            assert!(endpoints.insert(e.clone()), "{e} given to two jobs");
+        }
+        let hosts: BTreeSet<&str> = out.lines().filter(|l| l.starts_with("BANNER")).filter_map(|l| l.split("host=").nth(1)).map(|h| h.split(' ').next().unwrap_or("")).collect();
+        assert!(hosts.len() >= 2, "three backends come from more than one node: {out}");
+    }
+    assert_eq!(endpoints.len(), 6);
+    assert_eq!(c.query(QueryName::InUse, None).unwrap(), 6);
+
+    // Let them finish: the licences and backends come back, the third runs.
+    std::fs::write(&flag, "").unwrap();
+    for &j in &jobs {
+        let done = cluster.wait_job(j, Duration::from_secs(90)).unwrap();
+        assert_eq!(done.state, "COMPLETED", "job {j}: {}\n{}", cluster.job_output(j), cluster.logs());
+    }
+    assert_eq!(cluster.job_output(jobs[2]).matches("BANNER").count(), 3);
+    wait_for("all backends free", Duration::from_secs(30), || c.query(QueryName::Free, None).unwrap() == 6);
+
+    // scancel: the epilog gives the backends back.
+    std::fs::remove_file(&flag).unwrap();
+    let j = submit();
+    cluster.wait_running(j, Duration::from_secs(60)).unwrap();
+    wait_for("three in use", Duration::from_secs(30), || c.query(QueryName::InUse, None).unwrap() == 3);
+    cluster.run("scancel", &[&j.to_string()]).unwrap();
+    wait_for("release after scancel", Duration::from_secs(60), || c.query(QueryName::InUse, None).unwrap() == 0);
+    assert_eq!(c.status().unwrap().backends.iter().filter(|b| b.job.is_some()).count(), 0);
+
+    // A job asking for more than exist is refused at submit time by SLURM.
+    let e = cluster.sbatch(&["--vgpgpu-per-node=7"], "#!/bin/sh\ntrue\n").unwrap_err();
+    assert!(e.to_lowercase().contains("licen"), "{e}");
+}
