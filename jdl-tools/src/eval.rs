@@ -11,7 +11,7 @@ use crate::ast::{BinOp, ClassAd, Expr, Scope, Sym, UnOp};
 use crate::value::Value;
 
 /// Deepest chain of nested evaluations (attribute references included).
-pub const MAX_EVAL_DEPTH: u32 = 1200;
+pub const MAX_EVAL_DEPTH: u32 = 10_000;
 /// Most expression nodes one evaluation may visit: ads whose attributes refer
 /// to each other twice over (`a0 = a1 + a1; a1 = a2 + a2; ...`) would
 /// otherwise take exponential time. Past it, the result is `error`.
@@ -280,6 +280,7 @@ impl Ctx {
     }
 }
 
+#[inline(never)]
 fn index(base: &Value, idx: &Value, ctx: &mut Ctx, f: Frame<'_>) -> Value {
     match (base, idx) {
         (Value::Error, _) | (_, Value::Error) => Value::Error,
@@ -329,6 +330,7 @@ pub(crate) fn truth(v: &Value) -> Truth {
     }
 }
 
+#[inline(never)]
 pub(crate) fn unary(op: UnOp, v: &Value) -> Value {
     match (op, v) {
         (_, Value::Error) => Value::Error,
@@ -386,6 +388,7 @@ pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
 }
 
 /// [`binary`], optionally with HTCondor's real-division quirk.
+#[inline(never)]
 pub(crate) fn binary_q(op: BinOp, l: &Value, r: &Value, quirks: bool) -> Value {
     use BinOp::*;
     match op {

@@ -119,6 +119,9 @@ fn b(x: bool) -> Value {
 }
 
 /// Calls a function. `ifThenElse` evaluates only the branch it takes.
+/// Never inlined: its argument buffer would otherwise enlarge every
+/// evaluator frame, and so the stack used per nesting level.
+#[inline(never)]
 pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
     let (lo, hi) = c.func.arity();
     if c.func == Func::Unknown || c.args.len() < lo || c.args.len() > hi {
