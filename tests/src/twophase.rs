@@ -245,12 +245,23 @@ pub fn grid_ldif(provider: &Path, sites: &[GpuSite], strategies: &[&str], plain_
     Ok(ldif)
 }
 
+/// A workspace binary, freshly built: beside a test executable's `deps/`,
+/// or beside this program when a harness binary (a demo) runs.
+fn binary(package: &str, name: &str) -> PathBuf {
+    crate::bdii::built_binary(package, name)
+        .or_else(|e| {
+            let exe = std::env::current_exe().map_err(|x| x.to_string())?;
+            exe.parent().map(|d| d.join(name)).filter(|p| p.is_file()).ok_or(e)
+        })
+        .unwrap_or_else(|e| panic!("building {name}: {e}"))
+}
+
 /// The `cder-jdl` binary, freshly built.
 pub fn cder_jdl() -> PathBuf {
-    crate::bdii::built_binary("cder-jdl", "cder-jdl").expect("building cder-jdl")
+    binary("cder-jdl", "cder-jdl")
 }
 
 /// The provider binary, freshly built.
 pub fn provider() -> PathBuf {
-    crate::glue::provider()
+    binary("cder-glue-provider", "cder-glue-provider")
 }

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 
 fn show(title: &str, cmd: &mut Command) -> Result<String, String> {
     println!("\n== {title}");
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| e.to_string())?;
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{title}: cannot run {:?}: {e}", cmd.get_program()))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
