@@ -246,11 +246,23 @@ pub struct Attribute {
     pub pos: Pos,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct AdData {
     attrs: Vec<Attribute>,
     /// `(sym, index into attrs)`, sorted by sym.
     index: Vec<(Sym, u32)>,
+    /// The symbols of the first SMALL attributes, in `attrs` order, kept
+    /// inline so that a look-up in a small ad reads the ad's own allocation
+    /// instead of chasing a pointer to the index (matching is memory-bound).
+    small: [Sym; SMALL],
+}
+
+const SMALL: usize = 24;
+
+impl Default for AdData {
+    fn default() -> AdData {
+        AdData { attrs: Vec::new(), index: Vec::new(), small: [Sym(u32::MAX); SMALL] }
+    }
 }
 
 /// A ClassAd: named expressions. Cheap to clone (shared until modified).
@@ -283,7 +295,11 @@ impl ClassAd {
                 data.attrs[slot] = Attribute { name, sym, expr, pos };
             }
             Err(i) => {
-                data.index.insert(i, (sym, data.attrs.len() as u32));
+                let slot = data.attrs.len();
+                data.index.insert(i, (sym, slot as u32));
+                if slot < SMALL {
+                    data.small[slot] = sym;
+                }
                 data.attrs.push(Attribute { name, sym, expr, pos });
             }
         }
@@ -292,12 +308,13 @@ impl ClassAd {
     /// Looks an attribute up by symbol.
     #[inline]
     pub fn get_sym(&self, sym: Sym) -> Option<&Attribute> {
-        let idx = &self.0.index;
-        // Ads are small: a linear scan beats binary search below a handful.
-        if idx.len() <= 8 {
-            return idx.iter().find(|e| e.0 == sym).map(|e| &self.0.attrs[e.1 as usize]);
+        let d = &*self.0;
+        let n = d.attrs.len();
+        if n <= SMALL {
+            return d.small[..n].iter().position(|s| *s == sym).map(|i| &d.attrs[i]);
         }
-        idx.binary_search_by_key(&sym, |e| e.0).ok().map(|i| &self.0.attrs[idx[i].1 as usize])
+        let idx = &d.index;
+        idx.binary_search_by_key(&sym, |e| e.0).ok().map(|i| &d.attrs[idx[i].1 as usize])
     }
 
     /// Looks an attribute's expression up by name (case-insensitive).
