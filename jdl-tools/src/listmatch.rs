@@ -194,11 +194,8 @@ fn target_names(e: &Expr, job: &ClassAd, out: &mut BTreeSet<String>, visiting: &
                 out.insert(name.to_string());
             }
             Scope::Plain | Scope::My => match job.lookup(name) {
-                Some(def) => {
-                    if visiting.insert(name.to_ascii_lowercase()) {
-                        target_names(def, job, out, visiting);
-                    }
-                }
+                Some(def) if visiting.insert(name.to_ascii_lowercase()) => target_names(def, job, out, visiting),
+                Some(_) => {}
                 None if *scope == Scope::Plain => {
                     out.insert(name.to_string());
                 }

@@ -370,7 +370,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         }
     }
     for v in ees_of_service.values_mut() {
-        v.sort_by(|a, b| entity_id(a.0).cmp(&entity_id(b.0)));
+        v.sort_by_key(|a| entity_id(a.0));
     }
     let endpoint_of_service: HashMap<&str, &Entry> = snap
         .endpoints
