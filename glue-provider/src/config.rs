@@ -142,6 +142,21 @@ pub struct CountsConfig {
     /// SLURM GRES name per CDER type (default: `gpu` for `gpgpu`, else the type name).
     #[serde(default)]
     pub gres: BTreeMap<String, String>,
+    /// Where vGPGPU counts come from: the `[[virtual]]` values, or the
+    /// cluster registry named in the node config's `[registry]`.
+    #[serde(default)]
+    pub virtual_source: VirtualSourceKind,
+}
+
+/// Where vGPGPU counts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VirtualSourceKind {
+    /// `total` / `free` of each `[[virtual]]`.
+    #[default]
+    Config,
+    /// `cder-registryd`'s status (the `[registry]` of `site.cder_config`).
+    Registry,
 }
 
 fn default_scontrol() -> PathBuf {
@@ -270,8 +285,12 @@ pub struct VirtualConfig {
     pub id: Option<String>,
     #[serde(default)]
     pub version: Option<String>,
-    pub total: u32,
-    pub free: u32,
+    /// Installed vGPGPUs (with `counts.virtual_source = "config"`).
+    #[serde(default)]
+    pub total: Option<u32>,
+    /// Free vGPGPUs (with `counts.virtual_source = "config"`).
+    #[serde(default)]
+    pub free: Option<u32>,
 }
 
 impl ProviderConfig {
@@ -443,8 +462,16 @@ impl ProviderConfig {
             if !methods.insert(method.clone()) {
                 return Err(at(v_at, "virtual.method", format!("{method:?} is configured twice")));
             }
-            if v.free > v.total {
-                return Err(at(v_at, "virtual.free", format!("free ({}) is more than total ({})", v.free, v.total)));
+            match (self.counts.virtual_source, v.total, v.free) {
+                (VirtualSourceKind::Config, Some(total), Some(free)) if free > total => {
+                    return Err(at(v_at, "virtual.free", format!("free ({free}) is more than total ({total})")));
+                }
+                (VirtualSourceKind::Config, None, _) => return Err(at(v_at, "virtual.total", "required unless counts.virtual_source = \"registry\"".into())),
+                (VirtualSourceKind::Config, _, None) => return Err(at(v_at, "virtual.free", "required unless counts.virtual_source = \"registry\"".into())),
+                (VirtualSourceKind::Registry, Some(_), _) | (VirtualSourceKind::Registry, _, Some(_)) => {
+                    return Err(at(v_at, "virtual.total", "counts.virtual_source = \"registry\" counts vGPGPUs itself: drop total and free".into()));
+                }
+                _ => {}
             }
             if let Some(id) = &v.id {
                 check_id(id).map_err(|m| at(v_at, "virtual.id", m))?;
@@ -584,6 +611,18 @@ used = 2
         let twice = format!("{SAMPLE}\n[[group]]\nid = \"g2\"\nnodes = [\"wn05\"]\nplatform = \"amd64\"\nmain_memory_mb = 1\ninventory = true\n");
         let e = parse(&twice).unwrap_err();
         assert!(e.message.contains("\"wn05\" is in two groups"), "{e}");
+    }
+
+    #[test]
+    fn virtual_counts_come_from_one_place() {
+        let with = |counts: &str, virt: &str| parse(&format!("{}\n[[virtual]]\nmethod = \"rCUDA\"\n{virt}", SAMPLE.replace("source = \"static\"", counts)));
+        assert!(with("source = \"static\"", "total = 4\nfree = 2\n").is_ok());
+        assert_eq!(with("source = \"static\"", "total = 4\n").unwrap_err().key.as_deref(), Some("virtual.free"));
+        assert_eq!(with("source = \"static\"", "total = 4\nfree = 5\n").unwrap_err().key.as_deref(), Some("virtual.free"));
+        let registry = "source = \"static\"\nvirtual_source = \"registry\"";
+        assert!(with(registry, "version = \"16.11\"\n").is_ok());
+        let e = with(registry, "total = 4\nfree = 2\n").unwrap_err();
+        assert!(e.message.contains("counts vGPGPUs itself"), "{e}");
     }
 
     #[test]

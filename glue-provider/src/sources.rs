@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cder_protocol::DeviceState;
 
-use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig};
+use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig, VirtualSourceKind};
 use crate::site::NodeGroup;
 use crate::ProviderError;
 
@@ -75,13 +75,71 @@ pub trait VirtualGpgpuSource {
 pub struct StaticVirtual(pub Vec<VirtualEnvironment>);
 
 impl StaticVirtual {
+    /// The `[[virtual]]` entries with their `total` and `free` (0 when absent).
     pub fn from_config(entries: &[VirtualConfig]) -> StaticVirtual {
         StaticVirtual(
             entries
                 .iter()
-                .map(|v| VirtualEnvironment { method: v.method.get_ref().clone(), id: v.id.clone(), version: v.version.clone(), total: v.total, free: v.free })
+                .map(|v| VirtualEnvironment {
+                    method: v.method.get_ref().clone(),
+                    id: v.id.clone(),
+                    version: v.version.clone(),
+                    total: v.total.unwrap_or(0),
+                    free: v.free.unwrap_or(0),
+                })
                 .collect(),
         )
+    }
+}
+
+/// vGPGPU counts from the cluster registry (`cder-registryd`): one
+/// environment per method the registry has backends for, or that
+/// `[[virtual]]` names (which also gives its id and version).
+#[derive(Debug, Clone)]
+pub struct RegistryVirtual {
+    pub registry: cder_model::RegistryConfig,
+    pub described: Vec<VirtualConfig>,
+}
+
+impl VirtualGpgpuSource for RegistryVirtual {
+    fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError> {
+        let failed = |e: cder_registry::ClientError| ProviderError::Runtime(format!("vGPGPU registry {}: {e}", self.registry.url));
+        let status = cder_registry::Client::from_config(&self.registry).and_then(|c| c.status()).map_err(failed)?;
+        let mut out = Vec::new();
+        for method in cder_model::VgpgpuMethod::ALL {
+            let counts = status.counts_for(Some(method));
+            let described = self.described.iter().find(|v| v.method.get_ref().eq_ignore_ascii_case(method.name()));
+            if counts.total == 0 && described.is_none() {
+                continue;
+            }
+            let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+            out.push(VirtualEnvironment {
+                method: method.name().to_string(),
+                id: described.and_then(|v| v.id.clone()),
+                version: described.and_then(|v| v.version.clone()),
+                total: count(counts.total),
+                free: count(counts.free),
+            });
+        }
+        if let Some(unknown) = self.described.iter().find(|v| !cder_model::VgpgpuMethod::ALL.iter().any(|m| v.method.get_ref().eq_ignore_ascii_case(m.name()))) {
+            return Err(ProviderError::Input(format!("[[virtual]] method {:?} is not one the registry serves (rCUDA, VCL)", unknown.method.get_ref())));
+        }
+        Ok(out)
+    }
+}
+
+/// The vGPGPU source the config names.
+pub fn virtual_from_config(config: &ProviderConfig) -> Result<Box<dyn VirtualGpgpuSource>, ProviderError> {
+    match config.counts.virtual_source {
+        VirtualSourceKind::Config => Ok(Box::new(StaticVirtual::from_config(&config.virtual_environments))),
+        VirtualSourceKind::Registry => {
+            let path = cder_model::Config::resolve_path(config.site.cder_config.as_deref());
+            let node = cder_model::Config::load(Some(&path))?;
+            let registry = node.registry.ok_or_else(|| {
+                ProviderError::Input(format!("counts.virtual_source = \"registry\" needs a [registry] section in {}", path.display()))
+            })?;
+            Ok(Box::new(RegistryVirtual { registry, described: config.virtual_environments.clone() }))
+        }
     }
 }
 

@@ -76,7 +76,7 @@ fn run(cli: &Cli) -> Result<String, ProviderError> {
     let strategies = if cli.strategy.is_empty() { config.default_strategies() } else { cli.strategy.clone() };
     tracing::debug!(?strategies, source = ?config.counts.source.get_ref(), "publishing");
     let counts = sources::from_config(&config);
-    let vgpus = sources::StaticVirtual::from_config(&config.virtual_environments);
+    let vgpus = sources::virtual_from_config(&config)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    publish(&config, counts.as_ref(), &vgpus, &strategies, now)
+    publish(&config, counts.as_ref(), vgpus.as_ref(), &strategies, now)
 }
