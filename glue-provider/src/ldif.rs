@@ -99,7 +99,7 @@ pub fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// Reads LDIF written by [`write`] (or by `ldapsearch -LLL`) back into
+/// Reads LDIF written by [`write()`] (or by `ldapsearch -LLL`) back into
 /// entries: unfolds lines, decodes base64, skips comments. Used by the tests
 /// and the benchmark; it is not a general LDIF parser (no change records,
 /// no `:<` URLs).
