@@ -35,8 +35,9 @@ impl Registryd {
         let dir = tempfile::Builder::new().prefix("cder-registry-").tempdir().map_err(|e| e.to_string())?;
         let port = crate::ldap::free_port();
         let config = format!(
-            "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmunge_socket = \"{}\"\n{extra}\n",
+            "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nvcl_dir = \"{}\"\nmunge_socket = \"{}\"\n{extra}\n",
             dir.path().join("state").display(),
+            dir.path().join("vcl").display(),
             munged.socket().display()
         );
         std::fs::write(dir.path().join("cder.toml"), config).map_err(|e| e.to_string())?;
@@ -251,4 +252,32 @@ pub fn banner(host: &str, port: u16) -> Result<String, String> {
     let mut text = String::new();
     s.read_to_string(&mut text).map_err(|e| e.to_string())?;
     Ok(text.trim().to_string())
+}
+
+/// A job script that prints its `RCUDA_*` variables and reads the banner
+/// of every backend they name (`BANNER …` lines), then waits until the file
+/// `$FLAG` exists (or returns at once when `FLAG` is unset).
+pub const RCUDA_JOB: &str = r#"#!/bin/bash
+env | grep '^RCUDA_' | sort
+for j in $(seq 0 $((RCUDA_DEVICE_COUNT - 1))); do
+    v=RCUDA_DEVICE_$j; e=${!v%:0}; h=${e%@*}; p=${e#*@}
+    exec 3<>/dev/tcp/$h/$p && read -r line <&3 && echo "BANNER $line"; exec 3>&-
+done
+if [ -n "${FLAG:-}" ]; then while [ ! -e "$FLAG" ]; do sleep 0.2; done; fi
+"#;
+
+/// Runs one factory pass per "node" (`host`, NVIDIA GPU count) with the
+/// fake backend; UUIDs `GPU-<node number>-<index>`.
+pub fn start_backends(r: &Registryd, nodes: &[(&str, u32)]) -> Result<(), String> {
+    let backend = binary("cder-tests", "cder-test-vgpgpu-backend")?;
+    for (n, (host, gpus)) in nodes.iter().enumerate() {
+        let uuids: Vec<String> = (0..*gpus).map(|i| format!("GPU-{n}-{i}")).collect();
+        let devices: Vec<(u32, &str)> = uuids.iter().enumerate().map(|(i, u)| (i as u32, u.as_str())).collect();
+        let cfg = node_config(r, &backend, host, "nvidia", &devices)?;
+        let (code, out, err) = factory_once(&cfg)?;
+        if code != 0 {
+            return Err(format!("cder-vgpgpu-factory for {host} exited {code}: {out}{err}"));
+        }
+    }
+    Ok(())
 }

@@ -13,16 +13,8 @@ use std::time::{Duration, Instant};
 use cder_registry::api::QueryName;
 use cder_tests::munge::require_munge;
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
-use cder_tests::vgpgpu::{binary, factory_once, kill_backends, node_config, Registryd};
+use cder_tests::vgpgpu::{binary, kill_backends, start_backends, Registryd, RCUDA_JOB};
 
-const JOB: &str = r#"#!/bin/bash
-env | grep '^RCUDA_' | sort
-for j in $(seq 0 $((RCUDA_DEVICE_COUNT - 1))); do
-    v=RCUDA_DEVICE_$j; e=${!v%:0}; h=${e%@*}; p=${e#*@}
-    exec 3<>/dev/tcp/$h/$p && read -r line <&3 && echo "BANNER $line"; exec 3>&-
-done
-while [ ! -e "$FLAG" ]; do sleep 0.2; done
-"#;
 
 struct Cleanup(std::path::PathBuf);
 impl Drop for Cleanup {
@@ -47,13 +39,7 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     let _serial = serial();
     let r = Registryd::start("").unwrap();
     let _cleanup = Cleanup(r.dir().to_path_buf());
-    let backend = binary("cder-tests", "cder-test-vgpgpu-backend").unwrap();
-    for (n, host) in ["127.0.0.2", "127.0.0.3", "127.0.0.4"].iter().enumerate() {
-        let uuids = [format!("GPU-{n}-0"), format!("GPU-{n}-1")];
-        let cfg = node_config(&r, &backend, host, "nvidia", &[(0, &uuids[0]), (1, &uuids[1])]).unwrap();
-        let (code, out, err) = factory_once(&cfg).unwrap();
-        assert_eq!(code, 0, "{out}{err}");
-    }
+    start_backends(&r, &[("127.0.0.2", 2), ("127.0.0.3", 2), ("127.0.0.4", 2)]).unwrap();
     let c = r.client();
     assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
 
@@ -77,7 +63,7 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
 
     let flag = cluster.jobs_dir().join("go");
     let flag_env = [("FLAG", flag.to_str().unwrap())];
-    let submit = || cluster.sbatch_env(&["--vgpgpu-per-node=3", "--export=ALL"], JOB, &flag_env).unwrap();
+    let submit = || cluster.sbatch_env(&["--vgpgpu-per-node=3", "--export=ALL"], RCUDA_JOB, &flag_env).unwrap();
     let jobs = [submit(), submit(), submit()];
     cluster.wait_running(jobs[0], Duration::from_secs(60)).unwrap();
     cluster.wait_running(jobs[1], Duration::from_secs(60)).unwrap();
@@ -125,6 +111,24 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     cluster.run("scancel", &[&j.to_string()]).unwrap();
     wait_for("release after scancel", Duration::from_secs(60), || c.query(QueryName::InUse, None).unwrap() == 0);
     assert_eq!(c.status().unwrap().backends.iter().filter(|b| b.job.is_some()).count(), 0);
+
+    // VCL, asked with the JDL keys a CE puts into the job's environment:
+    // a node file with two endpoints, removed at the end.
+    let script = "#!/bin/sh\necho VCL_NODEFILE=$VCL_NODEFILE\necho VCL_DEVICE_COUNT=$VCL_DEVICE_COUNT\nsed 's/^/NODE /' \"$VCL_NODEFILE\"\n";
+    let j = cluster.sbatch_env(&["--export=ALL"], script, &[("VirtualGPGPUPerNode", "2"), ("VirtualGPGPUMethod", "VCL")]).unwrap();
+    let done = cluster.wait_job(j, Duration::from_secs(60)).unwrap();
+    let out = cluster.job_output(j);
+    assert_eq!(done.state, "COMPLETED", "{out}\n{}", cluster.logs());
+    assert_eq!(done.fields.get("Licenses").map(String::as_str), Some("vgpgpu:2"));
+    let env = parse_env_lines(&out);
+    assert_eq!(env.get("VCL_DEVICE_COUNT").map(String::as_str), Some("2"), "{out}");
+    let nodes: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("NODE ")).collect();
+    assert_eq!(nodes.len(), 2, "{out}");
+    assert!(nodes.iter().all(|n| n.starts_with("127.0.0.") && n.contains(':')), "{nodes:?}");
+    let nodefile = std::path::PathBuf::from(env.get("VCL_NODEFILE").unwrap());
+    wait_for("VCL node file removed and backends free", Duration::from_secs(30), || {
+        !nodefile.exists() && c.query(QueryName::InUse, None).unwrap() == 0
+    });
 
     // A job asking for more than exist is refused at submit time by SLURM.
     let e = cluster.sbatch(&["--vgpgpu-per-node=7"], "#!/bin/sh\ntrue\n").unwrap_err();
