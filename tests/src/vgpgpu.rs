@@ -21,9 +21,14 @@ pub struct Registryd {
     starts: u32,
 }
 
-/// Builds (if needed) and finds a workspace binary.
+/// Builds (if needed) and finds a workspace binary: beside a test
+/// executable's `deps/`, or beside this program when a harness binary (the
+/// demo) runs.
 pub fn binary(package: &str, name: &str) -> Result<PathBuf, String> {
-    crate::bdii::built_binary(package, name)
+    crate::bdii::built_binary(package, name).or_else(|e| {
+        let exe = std::env::current_exe().map_err(|x| x.to_string())?;
+        exe.parent().map(|d| d.join(name)).filter(|p| p.is_file()).ok_or(e)
+    })
 }
 
 impl Registryd {

@@ -39,7 +39,7 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     let _serial = serial();
     let r = Registryd::start("").unwrap();
     let _cleanup = Cleanup(r.dir().to_path_buf());
-    start_backends(&r, &[("127.0.0.2", 2), ("127.0.0.3", 2), ("127.0.0.4", 2)]).unwrap();
+    start_backends(&r, &[("127.0.2.2", 2), ("127.0.2.3", 2), ("127.0.2.4", 2)]).unwrap();
     let c = r.client();
     assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
 
@@ -124,7 +124,7 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     assert_eq!(env.get("VCL_DEVICE_COUNT").map(String::as_str), Some("2"), "{out}");
     let nodes: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("NODE ")).collect();
     assert_eq!(nodes.len(), 2, "{out}");
-    assert!(nodes.iter().all(|n| n.starts_with("127.0.0.") && n.contains(':')), "{nodes:?}");
+    assert!(nodes.iter().all(|n| n.starts_with("127.0.2.") && n.contains(':')), "{nodes:?}");
     let nodefile = std::path::PathBuf::from(env.get("VCL_NODEFILE").unwrap());
     wait_for("VCL node file removed and backends free", Duration::from_secs(30), || {
         !nodefile.exists() && c.query(QueryName::InUse, None).unwrap() == 0
