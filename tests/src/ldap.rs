@@ -115,22 +115,23 @@ impl Slapd {
         std::fs::write(&conf, conf_text).map_err(|e| e.to_string())?;
         before(&conf)?;
         let port = options.port.unwrap_or_else(free_port);
-        let log = std::fs::File::create(root.join("slapd.log")).map_err(|e| e.to_string())?;
-        // -d 0 keeps slapd in the foreground (a child we can kill) without debug output.
-        let child = Command::new("/usr/sbin/slapd")
-            .arg("-f")
-            .arg(&conf)
-            .arg("-h")
-            .arg(format!("ldap://127.0.0.1:{port}/"))
-            .args(["-d", "0"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start /usr/sbin/slapd: {e}"))?;
+        let log = root.join("slapd.log");
+        let child = spawn_slapd(&conf, port, &log)?;
         let mut slapd = Slapd { child, dir, port, conf };
-        slapd.wait_ready(Duration::from_secs(30))?;
-        Ok(slapd)
+        let mut attempts = 1;
+        loop {
+            match slapd.wait_ready(Duration::from_secs(30)) {
+                Ok(()) => return Ok(slapd),
+                // Another test took the free port before slapd bound it (slapd -d 0
+                // exits 1 silently then): take another.
+                Err(e) if options.port.is_none() && attempts < 3 && e.contains("exited") && TcpListener::bind(("127.0.0.1", slapd.port)).is_err() => {
+                    attempts += 1;
+                    slapd.port = free_port();
+                    slapd.child = spawn_slapd(&slapd.conf, slapd.port, &log)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
@@ -246,6 +247,23 @@ impl Drop for Slapd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Starts slapd in the foreground on 127.0.0.1:`port`, logging to `log`.
+fn spawn_slapd(conf: &Path, port: u16, log: &Path) -> Result<Child, String> {
+    let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    // -d 0 keeps slapd in the foreground (a child we can kill) without debug output.
+    Command::new("/usr/sbin/slapd")
+        .arg("-f")
+        .arg(conf)
+        .arg("-h")
+        .arg(format!("ldap://127.0.0.1:{port}/"))
+        .args(["-d", "0"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start /usr/sbin/slapd: {e}"))
 }
 
 /// The entries of `/usr/share/bdii/default.ldif` except `o=shadow`, which
