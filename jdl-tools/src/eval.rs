@@ -186,6 +186,27 @@ impl Ctx {
         }
     }
 
+    /// A binary operation other than `&&` / `||`. Constants and constant
+    /// attributes are used in place (no reference-count traffic).
+    fn eval_binary(&mut self, op: BinOp, a: &Expr, b: &Expr, f: Frame<'_>) -> Value {
+        let (lv, rv);
+        let l = match peek(a, f) {
+            Some(v) => v,
+            None => {
+                lv = self.eval(a, f);
+                &lv
+            }
+        };
+        let r = match peek(b, f) {
+            Some(v) => v,
+            None => {
+                rv = self.eval(b, f);
+                &rv
+            }
+        };
+        binary_q(op, l, r, self.quirks)
+    }
+
     fn eval_inner(&mut self, e: &Expr, f: Frame<'_>) -> Value {
         match e {
             Expr::Lit(v) => v.clone(),
@@ -251,11 +272,7 @@ impl Ctx {
                         _ => Value::Undefined,
                     }
                 }
-                _ => {
-                    let l = self.eval(&b.0, f);
-                    let r = self.eval(&b.1, f);
-                    binary_q(*op, &l, &r, self.quirks)
-                }
+                _ => self.eval_binary(*op, &b.0, &b.1, f),
             },
             Expr::Cond(b) => {
                 let c = self.eval(&b.0, f);
@@ -277,6 +294,24 @@ impl Ctx {
                 Value::Ad(Arc::new(ScopeNode { ad: ad.clone(), parent }))
             }
         }
+    }
+}
+
+/// The value of `e` by reference when no evaluation is needed: a constant, or
+/// an attribute of the target (or of the current ad) defined as a constant.
+#[inline]
+fn peek<'x>(e: &'x Expr, f: Frame<'x>) -> Option<&'x Value> {
+    match e {
+        Expr::Lit(v) => Some(v),
+        Expr::Attr { scope: Scope::Target, sym, .. } => match &f.target?.get_sym(*sym)?.expr {
+            Expr::Lit(v) => Some(v),
+            _ => None,
+        },
+        Expr::Attr { scope: Scope::Plain, sym, .. } => match &f.ad?.get_sym(*sym)?.expr {
+            Expr::Lit(v) => Some(v),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
