@@ -1,8 +1,11 @@
-//! Cluster counts from the real LRMS: a real slurmctld/slurmd (4 GPUs, the
-//! cder plugins and cderd, from the SLURM harness) runs a job holding one
-//! GPU; the provider reads `scontrol -d show node -o` (Gres / GresUsed / State)
-//! and publishes 4 total, 1 used, 3 free; after `scontrol update
-//! state=drain` the idle GPUs are offline. The output loads into slapd.
+//! Cluster counts from the real LRMS: a real slurmctld/slurmd (node1: 4
+//! GPUs, the cder plugins and cderd, from the SLURM harness) runs a job
+//! holding one GPU; node2, a second group with another model, is configured
+//! but has no slurmd (not responding). The provider reads `scontrol -d show
+//! node -o` (Gres / GresUsed / State) and publishes two ExecutionEnvironments:
+//! node1 4 total, 1 used, 3 free; node2 2 total, 2 offline. After `scontrol
+//! update state=drain` node1's idle GPUs are offline too. The output loads
+//! into slapd.
 
 use std::time::Duration;
 
@@ -11,9 +14,9 @@ use cder_tests::glue::{assert_reads_back, other_info, publish};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
-fn counts(text: &str) -> ([String; 4], Vec<String>) {
+fn counts(text: &str, id: &str) -> ([String; 4], Vec<String>) {
     let entries = ldif::parse(text).unwrap();
-    let ee = entries.iter().find(|e| e.values("objectClass").any(|c| c == "GLUE2ExecutionEnvironment")).expect("an EE");
+    let ee = entries.iter().find(|e| e.values("GLUE2ResourceID").any(|i| i == id)).unwrap_or_else(|| panic!("no EE {id} in {text}"));
     let info = other_info(ee);
     let gpus = ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"].map(|k| info[k].clone());
     let nodes = ["GLUE2ExecutionEnvironmentTotalInstances", "GLUE2ExecutionEnvironmentUsedInstances", "GLUE2ExecutionEnvironmentUnavailableInstances"]
@@ -29,7 +32,11 @@ fn slurm_gres_counts_are_published() {
     if !require_slurm() || !require_slapd() {
         return;
     }
-    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let two_nodes = SlurmConfig {
+        extra_slurm_conf: "NodeName=node2 NodeAddr=127.0.0.2 NodeHostname=node2 CPUs=4 RealMemory=1000 Gres=gpu:2 State=UNKNOWN".into(),
+        ..SlurmConfig::default()
+    };
+    let cluster = SlurmCluster::start(&two_nodes).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
     // scontrol aimed at the test cluster, as the provider would run it on a CE.
     let scontrol = dir.path().join("scontrol");
@@ -42,19 +49,25 @@ fn slurm_gres_counts_are_published() {
             "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n\
              ce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\n\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n\
              [counts]\nsource = \"slurm\"\nscontrol = \"{}\"\n\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
-             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n",
+             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n\n\
+             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+             [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mb = 2048\n",
             scontrol.display()
         ),
     )
     .unwrap();
 
     let idle = publish(&config, &[]);
-    assert_eq!(counts(&idle).0, ["4", "4", "0", "0"].map(String::from), "{}", cluster.logs());
+    assert_eq!(counts(&idle, "ce.example.org_node1").0, ["4", "4", "0", "0"].map(String::from), "{}", cluster.logs());
+    // node2 never registered (no slurmd): its GPUs are offline, the node unavailable.
+    let (gpus, nodes) = counts(&idle, "ce.example.org_node2");
+    assert_eq!(gpus, ["2", "0", "0", "2"].map(String::from), "{idle}");
+    assert_eq!(nodes, ["1", "0", "1"]);
 
     let job = cluster.sbatch(&["--gpgpu-per-node=1"], "#!/bin/sh\nsleep 120\n").unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     cluster.wait_running(job, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     let busy = publish(&config, &["attribute-extension", "class-extension"]);
-    let (gpus, nodes) = counts(&busy);
+    let (gpus, nodes) = counts(&busy, "ce.example.org_node1");
     assert_eq!(gpus, ["4", "3", "1", "0"].map(String::from), "{busy}\n{}", cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default());
     assert_eq!(nodes, ["1", "1", "0"]);
 
@@ -66,7 +79,7 @@ fn slurm_gres_counts_are_published() {
     // Draining the node: the running job keeps its GPU, the idle ones go offline.
     cluster.scontrol(&["update", "nodename=node1", "state=drain", "reason=glue-provider test"]).unwrap_or_else(|e| panic!("{e}"));
     let drained = publish(&config, &[]);
-    let (gpus, nodes) = counts(&drained);
+    let (gpus, nodes) = counts(&drained, "ce.example.org_node1");
     assert_eq!(gpus, ["4", "0", "1", "3"].map(String::from), "{drained}");
     assert_eq!(nodes, ["1", "0", "1"]);
     cluster.cancel_all();
