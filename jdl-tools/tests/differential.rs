@@ -66,3 +66,28 @@ fn matchmaking_agrees_with_classad2() {
     eprintln!("matchmaking: {} of {} requests matched their offer", rep.matched, rep.total);
     assert!(rep.matched * 20 > rep.total && rep.matched * 20 < rep.total * 19, "degenerate batch: {} matched", rep.matched);
 }
+
+/// What cder prints (the phase-2 JDL is written with it) reads back in
+/// HTCondor as the same expression: classad2 evaluates cder's unparsed text
+/// to the value it gives the original.
+#[test]
+fn unparsed_text_means_the_same_to_classad2() {
+    let Some(py) = python() else { return };
+    let exprs: Vec<String> = gen::batch(0xD15_9A7, count() / 2, 5)
+        .into_iter()
+        .chain(include_str!("data/corpus.txt").lines().skip(1).map(String::from))
+        .filter(|e| cder_jdl::parse_expr(e).is_ok())
+        .collect();
+    let printed: Vec<String> = exprs.iter().map(|e| cder_jdl::parse_expr(e).unwrap().to_string()).collect();
+    let (orig, again) = (common::reference(&py, &exprs), common::reference(&py, &printed));
+    let bad: Vec<String> = exprs
+        .iter()
+        .zip(&printed)
+        .zip(orig.iter().zip(&again))
+        // Text that classad2 itself rejects (the allow-listed `010`) has no meaning to keep.
+        .filter(|(_, (a, b))| a["type"] != "parse_error" && !common::same(a, b))
+        .map(|((e, p), (a, b))| format!("{e}\n    printed: {p}\n    classad2: {a} vs {b}"))
+        .take(20)
+        .collect();
+    assert!(bad.is_empty(), "printed text changes meaning for classad2:\n{}", bad.join("\n"));
+}
