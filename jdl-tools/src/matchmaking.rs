@@ -267,6 +267,14 @@ mod tests {
     }
 
     #[test]
+    fn compiled_requests_and_ads_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<CompiledRequest>();
+        shared::<ClassAd>();
+        shared::<Value>();
+    }
+
+    #[test]
     fn self_referencing_requests_compile_to_error() {
         let req = parse_classad("[ A = B; B = A; Requirements = A ]").unwrap();
         let c = CompiledRequest::new(&req);
