@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::functions::Func;
-use crate::value::{format_real, quote_str, Value};
+use crate::value::{display_real, quote_str, Value};
 
 /// An interned, case-folded attribute name.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -196,7 +196,7 @@ pub struct Call {
     /// Arguments.
     pub args: Vec<Expr>,
     /// A regular expression compiled ahead of time when its pattern and options are constant.
-    pub regex: Option<Arc<regex::Regex>>,
+    pub regex: Option<Arc<regex::bytes::Regex>>,
     /// Where the call was written.
     pub pos: Pos,
 }
@@ -406,7 +406,7 @@ impl Expr {
     fn fmt_prec(&self, f: &mut fmt::Formatter<'_>, min: u8) -> fmt::Result {
         match self {
             Expr::Lit(v) => match v {
-                Value::Real(r) => f.write_str(&format_real(*r)),
+                Value::Real(r) => f.write_str(&display_real(*r)),
                 Value::Str(s) => {
                     let mut o = String::new();
                     quote_str(s, &mut o);

@@ -75,8 +75,10 @@ impl Func {
 
 /// Builds the regex for `regexp` options: i (ignore case), m (multi-line),
 /// s (dot matches newline), x (extended); other letters are ignored, as in HTCondor.
-pub fn build_regex(pattern: &str, options: &str) -> Option<regex::Regex> {
-    let mut b = regex::RegexBuilder::new(pattern);
+/// Patterns match bytes, not characters, as HTCondor's PCRE (no UTF mode) does.
+pub fn build_regex(pattern: &str, options: &str) -> Option<regex::bytes::Regex> {
+    let mut b = regex::bytes::RegexBuilder::new(pattern);
+    b.unicode(false);
     for c in options.chars() {
         match c {
             'i' => {
@@ -261,7 +263,7 @@ fn member(identical: bool, x: &Value, list: &Value) -> Value {
     b(false)
 }
 
-fn regex_for(c: &Call, pat: &str, opts: &str) -> Option<Arc<regex::Regex>> {
+fn regex_for(c: &Call, pat: &str, opts: &str) -> Option<Arc<regex::bytes::Regex>> {
     match &c.regex {
         Some(r) => Some(r.clone()),
         None => build_regex(pat, opts).map(Arc::new),
@@ -298,7 +300,7 @@ fn regexp(c: &Call, a: &[Value]) -> Value {
         _ => return Value::Error,
     };
     match regex_for(c, pat, opts) {
-        Some(re) => b(re.is_match(target)),
+        Some(re) => b(re.is_match(target.as_bytes())),
         None => Value::Error,
     }
 }
@@ -320,7 +322,7 @@ fn regexp_member(c: &Call, a: &[Value]) -> Value {
     for e in l.iter() {
         match e {
             Value::Str(s) => {
-                if re.is_match(s) {
+                if re.is_match(s.as_bytes()) {
                     return b(true);
                 }
             }
@@ -569,7 +571,7 @@ pub(crate) fn to_string(v: &Value) -> Result<std::string::String, Value> {
         Value::Int(i) => Ok(i.to_string()),
         Value::Real(r) => Ok(real_to_string(*r)),
         Value::Bool(x) => Ok(if *x { "true".into() } else { "false".into() }),
-        Value::List(_) | Value::Ad(_) => Ok(v.to_string()),
+        Value::List(_) | Value::Ad(_) => Ok(crate::value::unparse_htcondor(v)),
         Value::Undefined => Err(Value::Undefined),
         Value::Error => Err(Value::Error),
     }

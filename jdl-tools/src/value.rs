@@ -110,6 +110,30 @@ impl Value {
     }
 }
 
+thread_local! {
+    /// Set while printing for `string()` / `strcat()`, which show reals as HTCondor unparses them.
+    static HTCONDOR_REALS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A list or ad as HTCondor's `string()` shows it: ClassAd syntax with reals
+/// as `%.15E` (`{ 1.500000000000000E+00,"a" }`).
+pub fn unparse_htcondor(v: &Value) -> String {
+    HTCONDOR_REALS.with(|c| c.set(true));
+    let s = v.to_string();
+    HTCONDOR_REALS.with(|c| c.set(false));
+    s
+}
+
+/// A real in printed ClassAd syntax: shortest exact form, or HTCondor's
+/// `%.15E` inside [`unparse_htcondor`].
+pub(crate) fn display_real(r: f64) -> String {
+    if HTCONDOR_REALS.with(|c| c.get()) {
+        real_to_string(r)
+    } else {
+        format_real(r)
+    }
+}
+
 /// Formats a real so that it reads back as a real (`1.0`, `1e+20`, `0.1`).
 pub fn format_real(r: f64) -> String {
     if r.is_nan() {
@@ -172,7 +196,7 @@ impl fmt::Display for Value {
             Value::Error => f.write_str("error"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::Int(i) => write!(f, "{i}"),
-            Value::Real(r) => f.write_str(&format_real(*r)),
+            Value::Real(r) => f.write_str(&display_real(*r)),
             Value::Str(s) => {
                 let mut o = String::new();
                 quote_str(s, &mut o);
