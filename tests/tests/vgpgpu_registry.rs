@@ -238,3 +238,32 @@ fn malformed_requests_get_4xx_and_the_service_stays_up() {
     let st = r.client().status().unwrap();
     assert_eq!(st.counts_for(None).free, 1, "nothing malformed changed state");
 }
+
+#[test]
+fn a_job_allocation_is_readable_by_operators_and_its_owner_only() {
+    if !require_munge() {
+        return;
+    }
+    let r = Registryd::start("").unwrap();
+    r.register_many("GPU", "n1", 3).unwrap();
+    let c = r.client();
+    let nobody = 65534;
+    let req = cder_registry::api::BackendRequest { job: job(5), count: 2, node: "n1".into(), method: VgpgpuMethod::Rcuda, uid: Some(nobody) };
+    let a = c.request_for(&req).unwrap();
+    let held = c.allocation(&job(5)).unwrap();
+    assert_eq!(held.allocations, vec![a.clone()]);
+    let path = "/v1/allocation?job=slurm:5";
+    let as_user = |user: &str| {
+        let cred = r.credential(Some(user), "GET", path, b"").unwrap();
+        r.raw("GET", path, Some(&format!("MUNGE {cred}")), b"").unwrap()
+    };
+    let (status, body) = as_user("nobody");
+    assert_eq!(status, 200, "{body}");
+    assert!(a.backends.iter().all(|b| body.contains(&b.uuid)), "{body}");
+    assert_eq!(as_user("daemon").0, 403);
+    let e = c.allocation(&job(6)).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotFound));
+    c.release(&job(5)).unwrap();
+    assert_eq!(c.allocation(&job(5)).unwrap_err().code(), Some(ErrorCode::NotFound));
+    assert_eq!(r.raw("GET", "/v1/allocation?job=%zz", Some(&format!("MUNGE {}", r.credential(None, "GET", "/v1/allocation?job=%zz", b"").unwrap())), b"").unwrap().0, 400);
+}

@@ -35,7 +35,7 @@ fn job(dir: &Path, seq: u32, qtime: u64, state: &str, vars: &str, nodes: &str) {
     let hold = if state == "H" { "u" } else { "n" };
     let xml = format!(
         "<Job><Job_Id>{id}</Job_Id><Job_Name>j{seq}</Job_Name><job_state>{state}</job_state><Hold_Types>{hold}</Hold_Types>\
-<qtime>{qtime}</qtime><Resource_List><nodes>{nodes}</nodes><walltime>01:00:00</walltime></Resource_List>\
+<qtime>{qtime}</qtime><euser>nobody</euser><Resource_List><nodes>{nodes}</nodes><walltime>01:00:00</walltime></Resource_List>\
 <Variable_List>PBS_O_HOME=/home/alice,PBS_O_LANG=C,{vars}</Variable_List></Job>"
     );
     std::fs::write(dir.join(format!("{id}.job")), xml).unwrap();
@@ -98,6 +98,28 @@ fn held_jobs_are_released_in_order_only_when_capacity_exists() {
     // The backends are the job's: its own hooks get the same ones back.
     let key = "torque:11.ce.example.org".parse().unwrap();
     assert_eq!(c.request(&key, 3, "torque-monitor", VgpgpuMethod::Vcl).unwrap().backends.len(), 3);
+
+    // Inside the job, as its user, cder-job-starter gets the VCL set-up of
+    // those backends; another user gets none.
+    let starter = |user: &str| {
+        let config = std::env::temp_dir().join(format!("cder-vgpgpu-torque-{}.toml", std::process::id()));
+        std::fs::copy(r.config_path(), &config).unwrap();
+        std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let out = std::process::Command::new("runuser")
+            .args(["-u", user, "--", "env", "PBS_JOBID=11.ce.example.org", "VirtualGPGPUPerNode=3", "TMPDIR=/tmp"])
+            .arg(format!("CDER_CONFIG={}", config.display()))
+            .arg(binary("cder-torque", "cder-job-starter").unwrap())
+            .args(["/bin/sh", "-c", "env | grep ^VCL_; cat \"$VCL_NODEFILE\" 2>/dev/null | sed 's/^/NODE /'"])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&config);
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (out, err) = starter("nobody");
+    assert!(out.contains("VCL_DEVICE_COUNT=3"), "{out}{err}");
+    assert_eq!(out.matches("NODE ").count(), 3, "{out}{err}");
+    let (out, err) = starter("daemon");
+    assert!(!out.contains("VCL_DEVICE_COUNT") && err.contains("not a job of uid"), "{out}{err}");
 
     // Nothing changes while 11 runs.
     set_state(&jobs, 11, "R");

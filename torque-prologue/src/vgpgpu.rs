@@ -17,7 +17,8 @@
 use std::process::Command;
 
 use cder_model::{JobKey, Lrms, VgpgpuMethod};
-use cder_registry::api::QueryName;
+use cder_model::{Config, JobEnvironment};
+use cder_registry::api::{BackendRequest, QueryName};
 use cder_registry::Client;
 
 /// The job keys (thesis Table 4.1).
@@ -39,6 +40,8 @@ pub struct QstatJob {
     pub variables: Vec<(String, String)>,
     /// `Resource_List.nodes`, e.g. `2:ppn=4` or `n1+n2`.
     pub nodes: Option<String>,
+    /// `euser`: the user the job runs as.
+    pub euser: Option<String>,
 }
 
 impl QstatJob {
@@ -123,6 +126,7 @@ pub fn parse_qstat_x(xml: &str) -> Result<Vec<QstatJob>, String> {
             hold_types: element(block, "Hold_Types").map(unescape).unwrap_or_default(),
             qtime: element(block, "qtime").and_then(|t| t.trim().parse().ok()).unwrap_or(0),
             nodes: element(block, "Resource_List").and_then(|r| element(r, "nodes")).map(unescape),
+            euser: element(block, "euser").map(unescape),
             variables,
             id,
         });
@@ -196,7 +200,10 @@ impl Monitor {
                 it.waiting = Some(q.id.clone());
                 break;
             }
-            match self.client.request(&key, need, MONITOR_NODE, method) {
+            // The owner may then read the allocation from inside the job.
+            let uid = q.euser.as_deref().and_then(|u| crate::sys::user_by_name(u).ok()).map(|ids| ids.uid);
+            let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid };
+            match self.client.request_for(&request) {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(cder_registry::ErrorCode::Insufficient) => {
                     it.waiting = Some(q.id.clone());
@@ -216,6 +223,32 @@ impl Monitor {
         }
         Ok(it)
     }
+}
+
+/// In the job, as its user (`cder-job-starter`): the rCUDA / VCL
+/// environment of the backends the monitor requested for `job` (the
+/// registry lets a job's owner read its allocation). `None` when `[registry]`
+/// is not configured or the job holds no backends. For VCL the node file is
+/// written into the user's temp dir.
+pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnvironment>, String> {
+    let Some(rc) = &config.registry else { return Ok(None) };
+    let client = Client::from_config(rc).map_err(|e| e.to_string())?;
+    let held = match client.allocation(job) {
+        Ok(h) => h,
+        Err(e) if e.code() == Some(cder_registry::ErrorCode::NotFound) => return Ok(None),
+        Err(e) => return Err(format!("vGPGPU registry: {e}")),
+    };
+    let Some(method) = held.allocations.first().map(|a| a.method) else { return Ok(None) };
+    let backends = held.backends();
+    let nodefile = match method {
+        VgpgpuMethod::Vcl => {
+            let path = std::env::temp_dir().join(format!("cder-vcl-{}.nodes", job.to_string().replace([':', '/'], "-")));
+            std::fs::write(&path, cder_registry::env::vcl_nodefile(&backends)).map_err(|e| format!("{}: {e}", path.display()))?;
+            Some(path)
+        }
+        VgpgpuMethod::Rcuda => None,
+    };
+    Ok(Some(cder_registry::env::job_environment(method, &backends, nodefile.as_deref())))
 }
 
 /// The submit filter's part: a script whose request (before its first
@@ -289,7 +322,7 @@ mod tests {
 
     const XML: &str = "<Data><Job><Job_Id>12.ce.example.org</Job_Id><job_state>H</job_state><Hold_Types>u</Hold_Types>\
 <qtime>100</qtime><Resource_List><nodes>2:ppn=1</nodes><walltime>01:00:00</walltime></Resource_List>\
-<Variable_List>PBS_O_HOME=/root,VirtualGPGPUPerNode=3,VirtualGPGPUMethod=VCL,X=a&amp;b</Variable_List></Job>\
+<euser>alice</euser><Variable_List>PBS_O_HOME=/root,VirtualGPGPUPerNode=3,VirtualGPGPUMethod=VCL,X=a&amp;b</Variable_List></Job>\
 <Job><Job_Id>9.ce.example.org</Job_Id><job_state>C</job_state><qtime>90</qtime></Job></Data>";
 
     #[test]
@@ -298,6 +331,7 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         assert_eq!(jobs[0].need().unwrap(), Some((6, VgpgpuMethod::Vcl)));
         assert_eq!(jobs[0].var("X"), Some("a&b"));
+        assert_eq!(jobs[0].euser.as_deref(), Some("alice"));
         assert_eq!(jobs[1].need().unwrap(), None);
         assert_eq!(jobs[0].sequence(), 12);
         assert!(parse_qstat_x("").unwrap().is_empty());

@@ -10,6 +10,7 @@
 //! | `POST /v1/offline`, `/v1/online` | [`OfflineRequest`] | [`Status`] of the backends changed | operators |
 //! | `GET /v1/query?name=free&method=rCUDA` | — | [`QueryReply`] | any authenticated uid |
 //! | `GET /v1/status` | — | [`Status`] | any authenticated uid |
+//! | `GET /v1/allocation?job=slurm:42` | — | [`JobAllocations`] | operators, the job's owner |
 //!
 //! Bodies are JSON objects; unknown fields are refused. Errors are
 //! [`ApiError`] with a 4xx/5xx status.
@@ -78,6 +79,10 @@ pub struct BackendRequest {
     /// The frontend node (the thesis's "node number"): where the job runs.
     pub node: String,
     pub method: VgpgpuMethod,
+    /// The job's owner, who may then read the allocation
+    /// (`GET /v1/allocation`) with its own credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// One backend given to a job.
@@ -107,6 +112,21 @@ pub struct Allocation {
     pub node: String,
     pub method: VgpgpuMethod,
     pub backends: Vec<Backend>,
+}
+
+/// `GET /v1/allocation?job=…`: what a job holds, on every node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobAllocations {
+    pub job: JobKey,
+    pub allocations: Vec<Allocation>,
+}
+
+impl JobAllocations {
+    /// Every backend of the job, node by node.
+    pub fn backends(&self) -> Vec<Backend> {
+        self.allocations.iter().flat_map(|a| a.backends.iter().cloned()).collect()
+    }
 }
 
 /// `POST /v1/release`: every backend of `job`, on every node. Idempotent.
@@ -378,7 +398,7 @@ mod tests {
     fn requests_refuse_unknown_fields_and_bad_values() {
         let ok: BackendRequest =
             serde_json::from_str(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA"}"#).unwrap();
-        assert_eq!(ok.method, VgpgpuMethod::Rcuda);
+        assert_eq!((ok.method, ok.uid), (VgpgpuMethod::Rcuda, None));
         assert!(ok.validate().is_ok());
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA","x":1}"#).is_err());
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"bogus","count":3,"node":"n1","method":"rCUDA"}"#).is_err());

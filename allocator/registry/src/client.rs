@@ -137,7 +137,17 @@ impl Client {
 
     /// `request`: `count` backends for `job` on `node`.
     pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<Allocation, ClientError> {
-        self.call("POST", "/v1/request", Some(&BackendRequest { job: job.clone(), count, node: node.to_string(), method }))
+        self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None })
+    }
+
+    /// `request` with every field, e.g. the owner's `uid`.
+    pub fn request_for(&self, r: &BackendRequest) -> Result<Allocation, ClientError> {
+        self.call("POST", "/v1/request", Some(r))
+    }
+
+    /// What `job` holds on every node (operators, or the job's owner).
+    pub fn allocation(&self, job: &JobKey) -> Result<JobAllocations, ClientError> {
+        self.call("GET", &format!("/v1/allocation?job={}", query_escape(&job.to_string())), None::<&()>)
     }
 
     /// `release`: every backend of `job`.
@@ -169,6 +179,38 @@ impl Client {
     pub fn online(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
         self.call("POST", "/v1/online", Some(r))
     }
+}
+
+/// Percent-encodes everything but unreserved characters and `:`.
+pub fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// Decodes `%XX` escapes (and `+` as space); `None` when malformed.
+pub fn query_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Status code and body of an HTTP/1.x reply (`Content-Length` or read to
@@ -241,6 +283,15 @@ mod tests {
         assert_eq!((r.status, r.body.as_slice()), (409, &b"abcde"[..]));
         assert!(parse_reply(b"SSH-2.0\r\n\r\n").is_err());
         assert!(parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}").is_err());
+    }
+
+    #[test]
+    fn query_escaping_round_trips() {
+        for s in ["torque:12.ce.example.org", "slurm:4", "a b&c=d%"] {
+            assert_eq!(query_unescape(&query_escape(s)).as_deref(), Some(s));
+        }
+        assert_eq!(query_escape("torque:1[2]"), "torque:1%5B2%5D");
+        assert_eq!(query_unescape("%zz"), None);
     }
 
     #[test]

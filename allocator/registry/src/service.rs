@@ -117,7 +117,7 @@ impl Registry {
             }
         };
         const OPERATOR_PATHS: [&str; 6] = ["/v1/register", "/v1/unregister", "/v1/request", "/v1/release", "/v1/offline", "/v1/online"];
-        let known = OPERATOR_PATHS.contains(&path) || path == "/v1/query" || path == "/v1/status";
+        let known = OPERATOR_PATHS.contains(&path) || ["/v1/query", "/v1/status", "/v1/allocation"].contains(&path);
         if !known {
             // Unknown paths are refused before the credential is spent.
             return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
@@ -181,6 +181,19 @@ impl Registry {
                 let mut status = self.store().status().map_err(api)?;
                 status.backends = backends;
                 Ok(to_json(&status))
+            }
+            "/v1/allocation" => {
+                get(method)?;
+                let job = parse_job_query(query)?;
+                let (allocations, uids) = self.store().allocations(&job).map_err(api)?;
+                if allocations.is_empty() {
+                    return Err(ApiError::new(ErrorCode::NotFound, format!("{job} holds no backends")));
+                }
+                // Like cderd's `env`: operators, or the job's own user.
+                if !self.is_operator(caller.uid) && !uids.iter().all(|u| *u == Some(caller.uid)) {
+                    return Err(ApiError::new(ErrorCode::Forbidden, format!("{job} is not a job of uid {}", caller.uid)));
+                }
+                Ok(to_json(&JobAllocations { job, allocations }))
             }
             "/v1/query" => {
                 get(method)?;
@@ -262,6 +275,19 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"cannot encode the reply: {e}\"}}"))
+}
+
+/// `job=<lrms>:<id>` (percent-encoded).
+fn parse_job_query(q: &str) -> Result<cder_model::JobKey, ApiError> {
+    let mut job = None;
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("job", v)) => job = Some(crate::client::query_unescape(v).ok_or_else(|| ApiError::bad("job: malformed percent-encoding"))?),
+            _ => return Err(ApiError::bad(format!("unknown query parameter {pair:?} (job)"))),
+        }
+    }
+    let job = job.ok_or_else(|| ApiError::bad("give job=<lrms>:<id>"))?;
+    job.parse().map_err(|e| ApiError::bad(format!("job: {e}")))
 }
 
 /// `name=…&method=…` (method optional; `name` defaults to `free`).

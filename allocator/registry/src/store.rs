@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     node    TEXT NOT NULL,
     method  TEXT NOT NULL,
     count   INTEGER NOT NULL,
+    uid     INTEGER,
     start   INTEGER NOT NULL,
     end     INTEGER
 );
@@ -286,8 +287,8 @@ impl Store {
             return Err(refused(ErrorCode::Internal, format!("policy {} made an invalid choice {chosen:?}", policy.name())));
         }
         tx.execute(
-            "INSERT INTO jobs (job, node, method, count, start) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![r.job.to_string(), r.node, r.method.name(), r.count, now],
+            "INSERT INTO jobs (job, node, method, count, uid, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![r.job.to_string(), r.node, r.method.name(), r.count, r.uid, now],
         )?;
         let job_id = tx.last_insert_rowid();
         for &i in &chosen {
@@ -296,6 +297,24 @@ impl Store {
         let backends = self.backends_of(job_id)?;
         tx.commit()?;
         Ok(done(backends))
+    }
+
+    /// What `job` holds, node by node, with the owner uid recorded by its
+    /// requests (`None` when no request named one).
+    pub fn allocations(&self, job: &JobKey) -> Result<(Vec<Allocation>, Vec<Option<u32>>)> {
+        let rows: Vec<(i64, String, String, Option<u32>)> = {
+            let mut s = self.conn.prepare_cached("SELECT id, node, method, uid FROM jobs WHERE job = ?1 AND end IS NULL ORDER BY id")?;
+            let v = s.query_map([job.to_string()], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))?.collect::<rusqlite::Result<_>>()?;
+            v
+        };
+        let mut allocations = Vec::new();
+        let mut uids = Vec::new();
+        for (id, node, method, uid) in rows {
+            let method = method.parse().map_err(|e: String| refused(ErrorCode::Internal, e))?;
+            allocations.push(Allocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
+            uids.push(uid);
+        }
+        Ok((allocations, uids))
     }
 
     /// `release`: ends every live allocation of `job` (all nodes); the
@@ -394,7 +413,7 @@ mod tests {
     }
 
     fn req(job: &str, count: u32, node: &str) -> BackendRequest {
-        BackendRequest { job: job.parse().unwrap(), count, node: node.into(), method: VgpgpuMethod::Rcuda }
+        BackendRequest { job: job.parse().unwrap(), count, node: node.into(), method: VgpgpuMethod::Rcuda, uid: Some(1000) }
     }
 
     const BOTH: &[VgpgpuMethod] = &[VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
@@ -433,6 +452,9 @@ mod tests {
         assert_eq!(s.release(&"slurm:1".parse().unwrap(), 5).unwrap(), 0);
         assert_eq!(s.status().unwrap().counts_for(Some(VgpgpuMethod::Vcl)).free, 2);
         assert!(s.check_invariants().unwrap().is_empty());
+        let (held, uids) = s.allocations(&"slurm:2".parse().unwrap()).unwrap();
+        assert_eq!((held.len(), held[0].backends.clone(), uids), (1, b.backends, vec![Some(1000)]));
+        assert!(s.allocations(&"slurm:1".parse().unwrap()).unwrap().0.is_empty(), "released");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use cder_model::{Config, JobEnvironment, JobKey, RegistryConfig};
+use cder_registry::api::BackendRequest;
 use cder_registry::env::{job_environment, vcl_nodefile};
 use cder_registry::Client;
 use cder_slurm::args::{FailMode, PluginArgs};
@@ -95,7 +96,8 @@ impl Vgpgpu {
         let node = spank.getenv("SLURMD_NODENAME").unwrap_or_else(cder_registry_host);
         let got = registry_config(args).and_then(|rc| {
             let client = Client::from_config(&rc).map_err(|e| e.to_string())?;
-            let a = client.request(job, req.per_node, &node, req.method).map_err(|e| e.to_string())?;
+            let r = BackendRequest { job: job.clone(), count: req.per_node, node: node.clone(), method: req.method, uid: spank.job_uid().ok() };
+            let a = client.request_for(&r).map_err(|e| e.to_string())?;
             let nodefile = match req.method {
                 cder_model::VgpgpuMethod::Vcl => {
                     let path: PathBuf = rc.vcl_dir.join(format!("{}-{node}.nodes", job.to_string().replace(':', "-")));

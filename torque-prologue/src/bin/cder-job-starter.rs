@@ -34,6 +34,10 @@ is one.
 ENVIRONMENT:
     PBS_JOBID     the job (set by pbs_mom)
     CDER_CONFIG   cder.toml to read instead of /etc/cder/cder.toml
+    VirtualGPGPUPerNode
+                  (set by the submit filter for vGPGPU jobs) also fetch the
+                  job's backends from the [registry] and set RCUDA_DEVICE_*
+                  or VCL_NODEFILE (docs/vgpgpu.md)
 
 EXIT STATUS:
     that of the job; 127 when the job's program cannot be executed,
@@ -68,7 +72,17 @@ fn main() -> ExitCode {
     if let Some(note) = &fetched.note {
         eprintln!("cder-job-starter: {note}");
     }
-    let error = Command::new(&exec.program).arg0(&exec.arg0).args(&exec.args).envs(&fetched.env.0).exec();
+    // vGPGPU jobs (the submit filter recorded VirtualGPGPUPerNode): the
+    // rCUDA / VCL variables of the backends cder-torque-monitor requested.
+    let mut vgpgpu = cder_model::JobEnvironment::default();
+    if let (Some(job), Some(_)) = (&fetched.job, std::env::var_os(cder_torque::vgpgpu::PER_NODE_KEY)) {
+        match cder_torque::vgpgpu::job_environment(&config, job) {
+            Ok(Some(env)) => vgpgpu = env,
+            Ok(None) => eprintln!("cder-job-starter: {job} holds no vGPGPU backends"),
+            Err(e) => eprintln!("cder-job-starter: {job}: {e}; no vGPGPUs"),
+        }
+    }
+    let error = Command::new(&exec.program).arg0(&exec.arg0).args(&exec.args).envs(&fetched.env.0).envs(&vgpgpu.0).exec();
     eprintln!("cder-job-starter: cannot execute {}: {error}", exec.program.to_string_lossy());
     ExitCode::from(127)
 }
