@@ -268,3 +268,18 @@ fn cder_type_option_and_memory_constraint_reach_cderd() {
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{}", cluster.job_output(id));
     assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
 }
+
+#[test]
+fn srun_takes_the_options_too() {
+    let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    // srun without an allocation: local context on the submit side.
+    let out = cluster.run("srun", &["--gpgpu-per-node=3", "printenv", "CUDA_VISIBLE_DEVICES"]).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), cluster.logs());
+    assert_eq!(visible_set(stdout.trim()).len(), 3, "{stdout}");
+    let out = cluster.run("srun", &["--gpgpu-per-node=abc", "true"]).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "srun accepted --gpgpu-per-node=abc");
+    assert!(stderr.contains("cder: --gpgpu-per-node=abc: not a whole number of devices"), "{stderr}");
+    assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
+}
