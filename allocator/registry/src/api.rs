@@ -342,8 +342,8 @@ pub fn check_id(what: &str, value: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Checks free text (a reason): at most [`MAX_ID_BYTES`] … 1024 bytes, no
-/// control characters, not empty.
+/// Checks free text (a reason): 1 to 1024 bytes, no control characters,
+/// not only blanks.
 pub fn check_text(what: &str, value: &str) -> Result<(), ApiError> {
     if value.trim().is_empty() || value.len() > 1024 || value.chars().any(char::is_control) {
         return Err(ApiError::bad(format!("{what} must be 1-1024 bytes without control characters")));

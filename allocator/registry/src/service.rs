@@ -208,23 +208,26 @@ impl Registry {
         }
     }
 
-    /// Serves HTTP on `server` with `threads` workers until the process ends.
-    pub fn serve(self: Arc<Self>, server: Arc<tiny_http::Server>, threads: usize) -> Vec<std::thread::JoinHandle<()>> {
+    /// Serves HTTP on `server` with `threads` workers until the process
+    /// ends; an error when a worker thread cannot be started.
+    pub fn serve(self: Arc<Self>, server: Arc<tiny_http::Server>, threads: usize) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
         (0..threads.max(1))
             .map(|i| {
                 let me = Arc::clone(&self);
                 let server = Arc::clone(&server);
-                std::thread::Builder::new()
-                    .name(format!("registry-http-{i}"))
-                    .spawn(move || loop {
-                        match server.recv() {
-                            Ok(rq) => me.respond(rq),
-                            Err(e) => tracing::warn!("accepting a connection: {e}"),
-                        }
-                    })
-                    .expect("spawning an HTTP worker thread")
+                std::thread::Builder::new().name(format!("registry-http-{i}")).spawn(move || loop {
+                    match server.recv() {
+                        Ok(rq) => me.respond(rq),
+                        Err(e) => tracing::warn!("accepting a connection: {e}"),
+                    }
+                })
             })
             .collect()
+    }
+
+    /// Database-level consistency problems (none expected).
+    pub fn check(&self) -> Result<Vec<String>, ApiError> {
+        self.store().check_invariants().map_err(crate::store::StoreError::into_api)
     }
 
     fn respond(&self, mut rq: tiny_http::Request) {
@@ -244,8 +247,10 @@ impl Registry {
         if status >= 400 {
             tracing::warn!("{method} {url}: {status} {json}");
         }
-        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("a valid static header");
-        let reply = tiny_http::Response::from_string(json).with_status_code(status).with_header(header);
+        let mut reply = tiny_http::Response::from_string(json).with_status_code(status);
+        if let Ok(header) = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]) {
+            reply.add_header(header);
+        }
         if let Err(e) = rq.respond(reply) {
             tracing::debug!("{method} {url}: client went away: {e}");
         }

@@ -72,12 +72,19 @@ fn main() -> ExitCode {
         }
     };
     if args.check {
-        return match registry.status() {
-            Ok(s) => {
+        return match registry.status().and_then(|s| registry.check().map(|p| (s, p))) {
+            Ok((s, problems)) => {
                 for (m, c) in &s.counts {
                     println!("{m}: {} total, {} free, {} in use, {} offline", c.total, c.free, c.in_use, c.offline);
                 }
-                ExitCode::SUCCESS
+                for p in &problems {
+                    eprintln!("cder-registryd: state: {p}");
+                }
+                if problems.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
             }
             Err(e) => {
                 eprintln!("cder-registryd: {e}");
@@ -93,7 +100,14 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(listen = %rc.listen, policy = registry.policy_name(), state = %rc.state_dir.display(), version = env!("CARGO_PKG_VERSION"), "cder-registryd serving");
-    for worker in registry.serve(server, usize::from(args.threads)) {
+    let workers = match registry.serve(server, usize::from(args.threads)) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("cder-registryd: cannot start the HTTP workers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    for worker in workers {
         if worker.join().is_err() {
             eprintln!("cder-registryd: a worker thread died");
             return ExitCode::from(1);
