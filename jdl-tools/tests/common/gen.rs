@@ -125,7 +125,7 @@ fn num(r: &mut Rng) -> Ty {
 }
 
 fn int_expr(r: &mut Rng, d: u32) -> String {
-    match r.below(22) {
+    match r.below(26) {
         0..=4 => {
             let op = r.pick(&["+", "-", "*", "/", "%"]);
             format!("({} {op} {})", expr(r, Ty::Int, d), expr(r, Ty::Int, d))
@@ -149,7 +149,11 @@ fn int_expr(r: &mut Rng, d: u32) -> String {
         18 => format!("[a = {}; b = a {} {}].b", expr(r, Ty::Int, d), r.pick(&["+", "*", "-"]), expr(r, Ty::Int, d)),
         19 => format!("{}({}, {})", r.pick(&["strcmp", "stricmp"]), expr(r, Ty::Str, d), expr(r, Ty::Str, d)),
         20 => format!("stringListSum(\"{}\")", r.pick(&["1,2,3", "4 5", "", "7"])),
-        _ => format!("~{}", expr(r, Ty::Int, d)),
+        21 => format!("~{}", expr(r, Ty::Int, d)),
+        22 => format!("{}[{}]", int_list(r, d), r.below(6) as i64 - 1),
+        23 => format!("size({{[a = {}], [a = {}], [b = 1]}}.a)", expr(r, Ty::Int, d), expr(r, Ty::Str, d)),
+        24 => format!("sum({{[a = {}], [a = {}]}}.a)", expr(r, Ty::Int, d), expr(r, Ty::Int, d)),
+        _ => format!("[p = {}; q = [r = parent.p * 2; s = p + 1]].q.{}", expr(r, Ty::Int, d), r.pick(&["r", "s"])),
     }
 }
 
@@ -181,7 +185,7 @@ fn real_expr(r: &mut Rng, d: u32) -> String {
 }
 
 fn bool_expr(r: &mut Rng, d: u32) -> String {
-    match r.below(20) {
+    match r.below(22) {
         0..=3 => {
             let op = r.pick(&["&&", "||"]);
             format!("({} {op} {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d))
@@ -247,12 +251,17 @@ fn bool_expr(r: &mut Rng, d: u32) -> String {
         16 => format!("bool({})", { let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Str, Ty::Bool]); expr(r, t, d) }),
         17 => format!("({} ? {} : {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d), expr(r, Ty::Bool, d)),
         18 => format!("[a = {}; b = !a].b", expr(r, Ty::Bool, d)),
-        _ => format!("({} && {} || {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d), expr(r, Ty::Bool, d)),
+        19 => format!("({} && {} || {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d), expr(r, Ty::Bool, d)),
+        20 => format!("member({}, {{[a = {}], [a = {}]}}.a)", expr(r, Ty::Int, d), expr(r, Ty::Int, d), expr(r, Ty::Int, d)),
+        _ => {
+            let op = r.pick(&["is", "isnt", "==", "!=", "=?=", "=!="]);
+            format!("({} {op} {})", expr(r, Ty::Str, d), expr(r, Ty::Str, d))
+        }
     }
 }
 
 fn str_expr(r: &mut Rng, d: u32) -> String {
-    match r.below(9) {
+    match r.below(11) {
         0 | 1 => {
             let n = r.below(3) + 1;
             let items: Vec<String> = (0..n)
@@ -276,7 +285,14 @@ fn str_expr(r: &mut Rng, d: u32) -> String {
         5 => format!("ifThenElse({}, {}, {})", expr(r, Ty::Bool, d), expr(r, Ty::Str, d), expr(r, Ty::Str, d)),
         6 => format!("({} ? {} : {})", expr(r, Ty::Bool, d), expr(r, Ty::Str, d), expr(r, Ty::Str, d)),
         7 => format!("[s = {}; t = toUpper(s)].t", expr(r, Ty::Str, d)),
-        _ => leaf(r, Ty::Str),
+        8 => leaf(r, Ty::Str),
+        // string() of a list prints it; literal elements only (HTCondor prints unevaluated elements).
+        9 => {
+            let n = r.below(4);
+            let items: Vec<String> = (0..n).map(|_| { let t = any(r); literal(r, t) }).collect();
+            format!("string({{{}}})", items.join(", "))
+        }
+        _ => format!("[s = {}; n = [t = strcat(parent.s, \"x\")]].n.t", expr(r, Ty::Str, d)),
     }
 }
 
