@@ -349,6 +349,10 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
         } else if let Some((_, rest)) = cder {
             for word in rest.split_whitespace() {
                 let (k, v) = word.split_once('=').unwrap_or((word, ""));
+                // vGPGPU keys are the hold's business (`crate::vgpgpu::hold_script`).
+                if crate::vgpgpu::KEYS.contains(&k) {
+                    continue;
+                }
                 if k != PER_NODE_KEY {
                     return Err(Rejection(format!("job script line {n}: {CDER_PREFIX} {word}: unknown key (expected {PER_NODE_KEY}=N)")));
                 }

@@ -25,6 +25,8 @@ use cder_registry::Client;
 pub const PER_NODE_KEY: &str = "VirtualGPGPUPerNode";
 pub const METHOD_KEY: &str = "VirtualGPGPUMethod";
 pub const TYPE_KEY: &str = "VirtualGPGPUType";
+/// Every vGPGPU key a `#CDER` line may carry.
+pub const KEYS: [&str; 3] = [PER_NODE_KEY, METHOD_KEY, TYPE_KEY];
 /// The node name the monitor's requests are recorded under; the job's own
 /// hooks ask with the same key and get the same backends (requests are
 /// idempotent per job and node).
@@ -254,8 +256,9 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
 /// The submit filter's part: a script whose request (before its first
 /// command, or on qsub's `-v`) has `VirtualGPGPUPerNode=N > 0` gets, after
 /// its first line if that is a `#!`, `#PBS -h` and `#PBS -v` with the
-/// request; other scripts are returned unchanged (`None`).
-pub fn hold_script(script: &[u8], argv: &[String]) -> Option<Vec<u8>> {
+/// request; other scripts are returned unchanged (`None`). A malformed
+/// count or an unknown method refuses the job.
+pub fn hold_script(script: &[u8], argv: &[String]) -> Result<Option<Vec<u8>>, crate::filter::Rejection> {
     let text = String::from_utf8_lossy(script);
     let mut vars: Vec<(String, String)> = Vec::new();
     let mut take = |list: &str| {
@@ -297,8 +300,16 @@ pub fn hold_script(script: &[u8], argv: &[String]) -> Option<Vec<u8>> {
         }
     }
     let get = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let per_node: u32 = get(PER_NODE_KEY)?.parse().ok().filter(|&n| n > 0)?;
-    let method = get(METHOD_KEY).or_else(|| get(TYPE_KEY)).unwrap_or_else(|| "rCUDA".into());
+    let refuse = |m: String| crate::filter::Rejection(m);
+    let Some(count) = get(PER_NODE_KEY) else { return Ok(None) };
+    let per_node: u32 = count.parse().map_err(|_| refuse(format!("{PER_NODE_KEY}={count:?}: expected a whole number")))?;
+    if per_node == 0 {
+        return Ok(None);
+    }
+    let method = match get(METHOD_KEY).or_else(|| get(TYPE_KEY)) {
+        Some(m) => m.parse::<VgpgpuMethod>().map_err(|e| refuse(format!("{METHOD_KEY}: {e}")))?,
+        None => VgpgpuMethod::Rcuda,
+    };
     let directives = format!("#PBS -h\n#PBS -v {PER_NODE_KEY}={per_node},{METHOD_KEY}={method}\n");
     let mut out = Vec::with_capacity(script.len() + directives.len());
     if script.starts_with(b"#!") {
@@ -313,7 +324,7 @@ pub fn hold_script(script: &[u8], argv: &[String]) -> Option<Vec<u8>> {
         out.extend_from_slice(directives.as_bytes());
         out.extend_from_slice(script);
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -348,11 +359,13 @@ mod tests {
     #[test]
     fn filter_holds_vgpgpu_jobs_only() {
         let s = b"#!/bin/bash\n#PBS -l nodes=1\n#CDER VirtualGPGPUPerNode=2\necho hi\n";
-        let out = String::from_utf8(hold_script(s, &[]).unwrap()).unwrap();
+        let out = String::from_utf8(hold_script(s, &[]).unwrap().unwrap()).unwrap();
         assert_eq!(out, "#!/bin/bash\n#PBS -h\n#PBS -v VirtualGPGPUPerNode=2,VirtualGPGPUMethod=rCUDA\n#PBS -l nodes=1\n#CDER VirtualGPGPUPerNode=2\necho hi\n");
         let argv = ["-v".to_string(), "VirtualGPGPUPerNode=1,VirtualGPGPUType=VCL".into()];
-        assert!(String::from_utf8(hold_script(b"echo\n", &argv).unwrap()).unwrap().contains("VirtualGPGPUMethod=VCL"));
-        assert_eq!(hold_script(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]), None, "after the first command");
-        assert_eq!(hold_script(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]), None);
+        assert!(String::from_utf8(hold_script(b"echo\n", &argv).unwrap().unwrap()).unwrap().contains("VirtualGPGPUMethod=VCL"));
+        assert_eq!(hold_script(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(), None, "after the first command");
+        assert_eq!(hold_script(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]).unwrap(), None);
+        assert!(hold_script(b"#CDER VirtualGPGPUPerNode=two\n", &[]).unwrap_err().0.contains("two"));
+        assert!(hold_script(b"#CDER VirtualGPGPUPerNode=1 VirtualGPGPUMethod=OpenGL\n", &[]).unwrap_err().0.contains("OpenGL"));
     }
 }

@@ -76,7 +76,13 @@ fn main() -> ExitCode {
                 eprintln!("cder: {n}");
             }
             // vGPGPU jobs wait on hold for cder-torque-monitor.
-            let script = cder_torque::vgpgpu::hold_script(&out.script, &argv).unwrap_or(out.script);
+            let script = match cder_torque::vgpgpu::hold_script(&out.script, &argv) {
+                Ok(held) => held.unwrap_or(out.script),
+                Err(e) => {
+                    eprintln!("cder: job refused: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let mut stdout = std::io::stdout().lock();
             if let Err(e) = stdout.write_all(&script).and_then(|_| stdout.flush()) {
                 eprintln!("cder: writing the job script: {e}");
