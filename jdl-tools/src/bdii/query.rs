@@ -197,17 +197,11 @@ pub fn any_of(attr: &str, values: impl IntoIterator<Item = impl AsRef<str>>) -> 
 }
 
 /// Attribute-Extension: carriers with an OtherInfo value starting `Key=`
-/// for any wanted key (the schema gives OtherInfo a SUBSTR rule).
-pub fn other_info_filter(wanted: &Wanted) -> String {
+/// for any wanted key (the schema gives OtherInfo a SUBSTR rule), one filter
+/// per class of carrier so that they can be searched concurrently.
+pub fn other_info_filters(wanted: &Wanted) -> Vec<String> {
     let keys: Vec<String> = if wanted.keys.is_empty() { wanted.prefixes.iter().cloned().collect() } else { wanted.keys.iter().map(|k| format!("{k}=")).collect() };
     let mut any: Vec<String> = keys.iter().map(|k| format!("(GLUE2EntityOtherInfo={}*)", ldap_escape(k.as_str()))).collect();
-    // vGPGPU counts live on the methods' ApplicationEnvironments; a grid has many of
-    // those (one per software tag), so they are scanned only for vGPGPU jobs.
-    let mut classes = "(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare)".to_string();
-    if wanted.vgpgpu {
-        any.push("(GLUE2EntityOtherInfo=TotalVGPGPU=*)".to_string());
-        classes.push_str("(objectClass=GLUE2ApplicationEnvironment)");
-    }
     any.sort();
     any.dedup();
     let any = match any.len() {
@@ -215,7 +209,13 @@ pub fn other_info_filter(wanted: &Wanted) -> String {
         1 => any.remove(0),
         _ => format!("(|{})", any.concat()),
     };
-    format!("(&(|{classes}){any})")
+    let mut out = vec![format!("(&(objectClass=GLUE2ExecutionEnvironment){any})"), format!("(&(objectClass=GLUE2ComputingShare){any})")];
+    // vGPGPU counts live on the methods' ApplicationEnvironments; a grid has many of
+    // those (one per software tag), so they are scanned only for vGPGPU jobs.
+    if wanted.vgpgpu {
+        out.push("(&(objectClass=GLUE2ApplicationEnvironment)(GLUE2EntityOtherInfo=TotalVGPGPU=*))".to_string());
+    }
+    out
 }
 
 /// Class-Extension: the Extension objects of the wanted keys only.
@@ -292,6 +292,7 @@ impl Bdii {
     /// One paged subtree search; returns every entry.
     pub fn search(&mut self, base: &str, filter: &str, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
         self.queries += 1;
+        let started = std::time::Instant::now();
         let url = self.opts.url.clone();
         let t = self.opts.timeout;
         let search_err = |message: String| BdiiError::Search { url: url.clone(), base: base.into(), filter: filter.into(), message };
@@ -319,9 +320,38 @@ impl Bdii {
             }
         }
         let res = stream.result();
+        tracing::debug!(base, filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
         // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
         if res.rc != 0 && res.rc != 32 {
             return Err(search_err(format!("result code {} {}", res.rc, res.text)));
+        }
+        Ok(out)
+    }
+
+    /// Runs independent searches under `base` at once, the first on this
+    /// connection and each other on a connection of its own; results in order.
+    pub fn search_concurrently(&mut self, base: &str, searches: &[(String, &[&str])]) -> Result<Vec<Vec<Entry>>, BdiiError> {
+        let Some(((f0, a0), rest)) = searches.split_first() else { return Ok(Vec::new()) };
+        let opts = self.opts.clone();
+        let (head, others) = std::thread::scope(|sc| {
+            let handles: Vec<_> = rest
+                .iter()
+                .map(|(f, a)| {
+                    let opts = &opts;
+                    sc.spawn(move || -> Result<Vec<Entry>, BdiiError> { Bdii::connect(opts)?.search(base, f, a) })
+                })
+                .collect();
+            let head = self.search(base, f0, a0);
+            let others: Vec<Result<Vec<Entry>, BdiiError>> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(BdiiError::Unreachable { url: opts.url.clone(), message: "search thread panicked".into() })))
+                .collect();
+            (head, others)
+        });
+        self.queries += rest.len();
+        let mut out = vec![head?];
+        for r in others {
+            out.push(r?);
         }
         Ok(out)
     }
@@ -344,15 +374,27 @@ impl Bdii {
         let s = self.opts.strategies;
         let mut snap = Snapshot::default();
         let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
+        // The first searches are independent full scans of their class: run them concurrently.
+        const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
+        let mut first: Vec<(String, &[&str])> = Vec::new();
         if s.attribute_extension {
-            for e in self.search(&base, &other_info_filter(wanted), &[])? {
-                if carrier_dns.insert(e.dn.clone()) {
-                    snap.carriers.push(e);
+            first.extend(other_info_filters(wanted).into_iter().map(|f| (f, &[][..])));
+        }
+        if s.class_extension {
+            first.push((extension_filter(wanted), EXT_ATTRS));
+        }
+        let mut results = self.search_concurrently(&base, &first)?.into_iter();
+        if s.attribute_extension {
+            for _ in other_info_filters(wanted) {
+                for e in results.next().unwrap_or_default() {
+                    if carrier_dns.insert(e.dn.clone()) {
+                        snap.carriers.push(e);
+                    }
                 }
             }
         }
         if s.class_extension {
-            snap.extensions = self.search(&base, &extension_filter(wanted), &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"])?;
+            snap.extensions = results.next().unwrap_or_default();
             let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
             let missing: BTreeSet<String> = snap
                 .extensions
@@ -403,13 +445,33 @@ impl Bdii {
                 let fk = any_of("GLUE2ShareServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
                 snap.shares.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingShare){fk})"), &[])?);
             }
-            for chunk in services.iter().collect::<Vec<_>>().chunks(500) {
+            // Endpoints: by the IDs the shares name (indexed), and by service only for
+            // services none of whose shares names one (an unindexed scan).
+            const ENDPOINT_ATTRS: [&str; 7] = [
+                "GLUE2EndpointID",
+                "GLUE2EndpointURL",
+                "GLUE2EndpointServiceForeignKey",
+                "GLUE2EndpointImplementationName",
+                "GLUE2EndpointInterfaceName",
+                "GLUE2EndpointHealthState",
+                "GLUE2EndpointServingState",
+            ];
+            let all_shares = snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare")));
+            let mut named: BTreeSet<String> = BTreeSet::new();
+            let mut served: BTreeSet<String> = BTreeSet::new();
+            for sh in all_shares {
+                let ids: Vec<&String> = sh.all("GLUE2ShareEndpointForeignKey").iter().chain(sh.all("GLUE2ComputingShareComputingEndpointForeignKey")).collect();
+                if !ids.is_empty() {
+                    named.extend(ids.into_iter().cloned());
+                    served.extend(sh.all("GLUE2ShareServiceForeignKey").iter().cloned());
+                }
+            }
+            snap.endpoints = self.search_ids(&base, "GLUE2ComputingEndpoint", "GLUE2EndpointID", &named, &ENDPOINT_ATTRS)?;
+            served.extend(snap.endpoints.iter().flat_map(|e| e.all("GLUE2EndpointServiceForeignKey").iter().cloned()));
+            let rest: Vec<&String> = services.iter().filter(|s| !served.contains(*s)).collect();
+            for chunk in rest.chunks(500) {
                 let fk = any_of("GLUE2EndpointServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
-                snap.endpoints.extend(self.search(
-                    &base,
-                    &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"),
-                    &["GLUE2EndpointID", "GLUE2EndpointURL", "GLUE2EndpointServiceForeignKey", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState", "GLUE2EndpointServingState"],
-                )?);
+                snap.endpoints.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"), &ENDPOINT_ATTRS)?);
             }
             if let Some(vo) = &wanted.vo {
                 let f = format!("(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:{}))", ldap_escape(vo.as_str()));
@@ -453,22 +515,25 @@ mod tests {
 
     #[test]
     fn other_info_filter_uses_substrings_of_the_keys() {
-        let f = other_info_filter(&wanted(&["GPGPUVendor", "GPGPUMainMemorySize"]));
+        let f = other_info_filters(&wanted(&["GPGPUVendor", "GPGPUMainMemorySize"]));
         assert_eq!(
             f,
-            "(&(|(objectClass=GLUE2ExecutionEnvironment)(objectClass=GLUE2ComputingShare))(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))"
+            [
+                "(&(objectClass=GLUE2ExecutionEnvironment)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))",
+                "(&(objectClass=GLUE2ComputingShare)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))"
+            ]
         );
         let mut v = wanted(&["GPGPUVendor"]);
         v.vgpgpu = true;
-        let f = other_info_filter(&v);
-        assert!(f.contains("(objectClass=GLUE2ApplicationEnvironment)") && f.contains("(GLUE2EntityOtherInfo=TotalVGPGPU=*)"), "{f}");
+        let f = other_info_filters(&v);
+        assert_eq!(f[2], "(&(objectClass=GLUE2ApplicationEnvironment)(GLUE2EntityOtherInfo=TotalVGPGPU=*))");
     }
 
     #[test]
     fn metacharacters_in_job_values_are_escaped() {
         let mut w = wanted(&["GPGPU*)(objectClass=*"]);
         w.vo = Some("*)(x=\\\0".into());
-        let f = other_info_filter(&w);
+        let f = other_info_filters(&w).concat();
         assert!(f.contains("GPGPU\\2a\\29\\28objectClass=\\2a=*"), "{f}");
         assert_eq!(any_of("GLUE2PolicyRule", ["VO:*)(\\\0"]).unwrap(), "(GLUE2PolicyRule=VO:\\2a\\29\\28\\5c\\00)");
         let e = extension_filter(&w);

@@ -32,24 +32,33 @@ const JOB: &str = "[\n  Requirements = other.GPGPUVendor == \"Nvidia\" && (other
 const PYTHON: &str = "/opt/cder-venv/bin/python";
 
 struct Args {
+    /// Only load a snapshot and serve it until killed (for profiling).
+    serve: Option<Strategy>,
     runs: usize,
     gpu_shares: Vec<usize>,
     ces: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { runs: 10, gpu_shares: vec![100, 10_000], ces: SnapshotSpec::thesis(Strategy::AttributeExtension).ces };
+    let mut a = Args { serve: None, runs: 10, gpu_shares: vec![100, 10_000], ces: SnapshotSpec::thesis(Strategy::AttributeExtension).ces };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--runs" => a.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--serve" => {
+                a.serve = Some(match val()?.as_str() {
+                    "attribute-extension" => Strategy::AttributeExtension,
+                    "class-extension" => Strategy::ClassExtension,
+                    other => return Err(format!("--serve {other}: attribute-extension or class-extension")),
+                })
+            }
             "--ces" => a.ces = val()?.parse().map_err(|e| format!("--ces: {e}"))?,
             "--gpu-shares" => {
                 a.gpu_shares = val()?.split(',').map(|s| s.trim().parse().map_err(|e| format!("--gpu-shares: {e}"))).collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("cder-twophase-bench [--runs N] [--gpu-shares 100,10000] [--ces 830]\nTimes cder-jdl list-match against the thesis-style Python reference on a synthetic EGI snapshot in a real slapd.");
+                println!("cder-twophase-bench [--runs N] [--gpu-shares 100,10000] [--ces 830] [--serve STRATEGY]\nTimes cder-jdl list-match against the thesis-style Python reference on a synthetic EGI snapshot in a real slapd.");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -133,6 +142,15 @@ fn real_main() -> Result<(), String> {
             std::process::exit(2);
         }
     };
+    if let Some(strategy) = args.serve {
+        let spec = SnapshotSpec { ces: args.ces, gpu_shares: args.gpu_shares[0], ..SnapshotSpec::thesis(strategy) };
+        let snap = generate(&spec);
+        let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(4 << 30), port: None }, &snap.ldif)?;
+        println!("{} ({} entities); Ctrl-C stops it", slapd.url(), snap.entities);
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
     let here = std::env::current_exe().map_err(|e| e.to_string())?;
     let cder_jdl = here.parent().map(|d| d.join("cder-jdl")).filter(|p| p.is_file()).ok_or_else(|| {
         format!("no cder-jdl next to {}; build it: cargo build --release -j 2 -p cder-jdl -p cder-tests", here.display())
@@ -147,7 +165,13 @@ fn real_main() -> Result<(), String> {
     let job = work.path().join("job.jdl");
     std::fs::write(&job, JOB).map_err(|e| e.to_string())?;
     let request = Request::new(&cder_jdl::ClassAd::parse(JOB).map_err(|e| e.to_string())?, None).map_err(|e| e.to_string())?;
-    println!("host: {} CPUs; runs per measurement: {} (medians)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), args.runs);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "host: {} CPUs, load average {}; runs per measurement: {} (medians)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        args.runs
+    );
     println!(
         "| strategy | GPU shares | GLUE 2.0 entities | setup (generate + slapadd) | matches | cder-jdl list-match (process) | cder library (in process) | reference Python ldap3+classad2 (process) | reference work time | ratio process | ratio work/library |"
     );
