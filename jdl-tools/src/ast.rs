@@ -360,6 +360,7 @@ impl ClassAd {
 
 impl fmt::Display for ClassAd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An empty ad prints as HTCondor prints it: "[  ]".
         f.write_str("[ ")?;
         for (i, a) in self.0.attrs.iter().enumerate() {
             if i > 0 {
@@ -373,7 +374,9 @@ impl fmt::Display for ClassAd {
 }
 
 fn write_name(name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let reserved = ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(name));
+    let plain = !reserved
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         f.write_str(name)

@@ -300,6 +300,12 @@ impl Parser {
         match &self.tok().tok {
             Tok::Ident(s) if !is_keyword(s) => Ok((self.take_text(), pos)),
             Tok::QuotedIdent(_) => Ok((self.take_text(), pos)),
+            Tok::Ident(k) => Err(ParseError {
+                pos,
+                message: format!(
+                    "expected an attribute name, found the reserved word '{k}' (quote it as '{k}' to use it as a name)"
+                ),
+            }),
             _ => self.err("an attribute name"),
         }
     }
@@ -319,6 +325,8 @@ impl Parser {
             h = h.max(eh + 1);
             ad.insert_at(&name, e, pos);
             if self.eat_punct(";") {
+                // HTCondor accepts empty definitions after one (`a = 1;; b = 2`).
+                while self.eat_punct(";") {}
                 continue;
             }
             if self.eat_punct("]") {

@@ -230,7 +230,9 @@ fn unparsed_expressions_evaluate_the_same() {
         let (a, b) = (common::to_ref_json(&eval_expr(&e, None, None)), common::to_ref_json(&eval_expr(&again, None, None)));
         assert!(common::same(&a, &b), "{src}\n  unparsed: {text}\n  {a} vs {b}");
     }
-    let ad = ClassAd::parse("[ a = 1; 'b c' = a + 1 ]").unwrap();
+    let ad = ClassAd::parse("[ a = 1; 'b c' = a + 1; 'error' = 'b c' * 2; e = [] ]").unwrap();
     let again = ClassAd::parse(&ad.to_string()).unwrap();
     assert!(matches!(again.eval_attr("b c"), Value::Int(2)));
+    assert!(matches!(again.eval_attr("error"), Value::Int(4)));
+    assert_eq!(again.to_string(), "[ a = 1; 'b c' = a + 1; 'error' = 'b c' * 2; e = [  ] ]");
 }
