@@ -102,8 +102,11 @@ impl Client {
         let mut stream = TcpStream::connect_timeout(&addr, self.timeout).map_err(unavailable)?;
         stream.set_read_timeout(Some(self.timeout)).map_err(unavailable)?;
         stream.set_write_timeout(Some(self.timeout)).map_err(unavailable)?;
-        stream.write_all(head.as_bytes()).map_err(unavailable)?;
-        stream.write_all(body).map_err(unavailable)?;
+        // One write, no Nagle: a split head/body meets delayed ACKs.
+        stream.set_nodelay(true).map_err(unavailable)?;
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        stream.write_all(&request).map_err(unavailable)?;
         let mut reply = Vec::new();
         stream.take(MAX_REPLY_BYTES as u64 + 1).read_to_end(&mut reply).map_err(unavailable)?;
         parse_reply(&reply).map_err(|message| ClientError::Malformed { endpoint: self.endpoint.clone(), message })
