@@ -28,6 +28,8 @@ pub mod policy;
 #[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
+pub mod startup;
+#[cfg(feature = "server")]
 pub mod store;
 
 pub use api::{Allocation, ApiError, Backend, BackendState, Counts, ErrorCode, QueryName, Status};

@@ -73,6 +73,25 @@ fn job_key(spank: &Spank) -> Result<JobKey, SpankError> {
     JobKey::new(Lrms::Slurm, &id.to_string()).map_err(|e| SpankError::new(e.to_string()))
 }
 
+/// In the task: set the variables of `outcome`, or refuse with its reason.
+fn apply(outcome: Option<&Outcome>, spank: &Spank) -> SpankResult {
+    match outcome {
+        Some(Outcome::Env(env)) => {
+            for (k, v) in &env.0 {
+                spank.setenv(k, v)?;
+            }
+            Ok(())
+        }
+        Some(Outcome::Fail(message)) => {
+            // This runs in the task, whose stderr is the job's: the user
+            // reads why the job did not start in its own output.
+            let _ = writeln!(std::io::stderr(), "{message}");
+            Err(SpankError::new(message.clone()))
+        }
+        Some(Outcome::Untouched) | None => Ok(()),
+    }
+}
+
 impl CderSpank {
     fn args(&self) -> PluginArgs {
         self.args.clone().unwrap_or_default()
@@ -281,21 +300,7 @@ impl Plugin for CderSpank {
 
     fn task_init(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
         self.vgpgpu.task_init(spank)?;
-        match &self.outcome {
-            Some(Outcome::Env(env)) => {
-                for (k, v) in &env.0 {
-                    spank.setenv(k, v)?;
-                }
-                Ok(())
-            }
-            Some(Outcome::Fail(message)) => {
-                // This runs in the task, whose stderr is the job's: the user
-                // reads why the job did not start in its own output.
-                let _ = writeln!(std::io::stderr(), "{message}");
-                Err(SpankError::new(message.clone()))
-            }
-            Some(Outcome::Untouched) | None => Ok(()),
-        }
+        apply(self.outcome.as_ref(), spank)
     }
 
     fn exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {

@@ -10,24 +10,19 @@
 
 use std::path::PathBuf;
 
-use cder_model::{Config, JobEnvironment, JobKey, RegistryConfig};
+use cder_model::{Config, JobKey, RegistryConfig};
 use cder_registry::api::BackendRequest;
 use cder_registry::env::{job_environment, vcl_nodefile};
 use cder_registry::Client;
 use cder_slurm::args::{FailMode, PluginArgs};
-use cder_slurm::spank::{Spank, SpankError, SpankOption, SpankResult};
+use cder_slurm::spank::{Spank, SpankOption, SpankResult};
+
+use super::Outcome;
 use cder_slurm::sys::{log, Level};
 use cder_slurm::vgpgpu::{
     RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
     OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
 };
-
-/// What this step's tasks get.
-#[derive(Debug)]
-enum Outcome {
-    Env(JobEnvironment),
-    Fail(String),
-}
 
 /// The vGPGPU state of one plugin instance.
 #[derive(Debug, Default)]
@@ -136,20 +131,7 @@ impl Vgpgpu {
 
     /// In the task: set the variables, or refuse with the reason.
     pub fn task_init(&self, spank: &Spank) -> SpankResult {
-        match &self.outcome {
-            Some(Outcome::Env(env)) => {
-                for (k, v) in &env.0 {
-                    spank.setenv(k, v)?;
-                }
-                Ok(())
-            }
-            Some(Outcome::Fail(message)) => {
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "{message}");
-                Err(SpankError::new(message.clone()))
-            }
-            None => Ok(()),
-        }
+        super::apply(self.outcome.as_ref(), spank)
     }
 
     /// Gives the job's backends (all nodes) back. Never fails: an epilog

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use cder_model::Config;
 
 /// The cluster vGPGPU registry.
 #[derive(Parser, Debug)]
@@ -48,16 +47,14 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
-    let config = match Config::load(args.config.as_deref()) {
-        Ok(c) => c,
+    cder_registry::startup::init_logging();
+    let mut rc = match cder_registry::startup::load(args.config.as_deref(), false) {
+        Ok((_, rc)) => rc,
         Err(e) => {
             eprintln!("cder-registryd: {e}");
             return ExitCode::from(2);
         }
     };
-    let mut rc = config.registry.unwrap_or_default();
     if let Some(l) = args.listen {
         rc.listen = l;
     }

@@ -44,18 +44,13 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
-    let config = match Config::load(args.config.as_deref()) {
-        Ok(c) => c,
+    cder_registry::startup::init_logging();
+    let (config, rc) = match cder_registry::startup::load(args.config.as_deref(), true) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("cder-vgpgpu-factory: {e}");
             return ExitCode::from(2);
         }
-    };
-    let Some(rc) = config.registry.clone() else {
-        eprintln!("cder-vgpgpu-factory: {}: registry: no [registry] section", Config::resolve_path(args.config.as_deref()).display());
-        return ExitCode::from(2);
     };
     let Some(mut fc) = rc.factory.clone() else {
         eprintln!("cder-vgpgpu-factory: {}: registry.factory: no [registry.factory] section (launcher is required)", Config::resolve_path(args.config.as_deref()).display());
