@@ -1,6 +1,6 @@
 //! The SLURM vGPGPU flow on a real slurmctld/slurmd (one node with 2 fake
 //! GPUs) with a real cder-registryd + munged, and 6 backends on three other
-//! "nodes" (loopback addresses 127.0.0.2-4) started by cder-vgpgpu-factory
+//! "nodes" (loopback addresses 127.0.2.2-4) started by cder-vgpgpu-factory
 //! through a launcher that runs `cder-test-vgpgpu-backend`, a small TCP
 //! server per device standing in for an rCUDA server in a container.
 //! Jobs with `--vgpgpu-per-node=3` (more than the node's 2 GPUs) run with
