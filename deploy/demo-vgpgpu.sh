@@ -12,6 +12,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-vgpgpu.sh: run as root (SLURM and munged run as root in the demo)" >&2
     exit 2
 fi
-cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-registry -p cderctl \
-    -p cder-tests --bin cder-vgpgpu-demo --bin cder-test-vgpgpu-backend
+# Two builds: the SLURM plugins alone link the registry's light client (built
+# together with cder-registry's binaries, cargo would unify its features).
+cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd
+cargo build -q -j 2 -p cder-registry -p cderctl -p cder-tests --bin cder-vgpgpu-demo --bin cder-test-vgpgpu-backend
 exec target/debug/cder-vgpgpu-demo
