@@ -77,23 +77,32 @@ fn kill_9_loses_nothing_acknowledged() {
         return;
     }
     let mut r = Registryd::start("").unwrap();
-    r.register_many("GPU-a", "nodeA", 16).unwrap();
-    r.register_many("GPU-b", "nodeB", 16).unwrap();
+    for h in 0..4 {
+        r.register_many(&format!("GPU-{h}"), &format!("node{h}"), 64).unwrap();
+    }
+    let c = r.client();
+    // Acknowledged releases must stay released: 10 jobs, the even ones released.
+    for i in 0..10 {
+        c.request(&job(i), 1, "node0", VgpgpuMethod::Vcl).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(c.release(&job(i)).unwrap().released, 1);
+        }
+    }
     // Requests race with SIGKILL: whatever got an answer must be on disk.
-    let url_client = r.client();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..4)
         .map(|w| {
-            let c = url_client.clone();
+            let c = c.clone();
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
-                for i in 0..8 {
+                for i in 0..1000 {
                     if stop.load(std::sync::atomic::Ordering::SeqCst) {
                         break;
                     }
-                    if let Ok(a) = c.request(&job(w * 100 + i), 1, "nodeA", VgpgpuMethod::Vcl) {
-                        acked.push(a);
+                    match c.request(&job(1000 * (w + 1) + i), 1, "node1", VgpgpuMethod::Vcl) {
+                        Ok(a) => acked.push(a),
+                        Err(_) => break,
                     }
                 }
                 acked
@@ -105,6 +114,7 @@ fn kill_9_loses_nothing_acknowledged() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let acked: Vec<Allocation> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     assert!(!acked.is_empty(), "no request was acknowledged before the kill");
+    eprintln!("{} requests acknowledged before kill -9", acked.len());
     r.restart().unwrap();
     let status = r.client().status().unwrap();
     for a in &acked {
@@ -112,17 +122,21 @@ fn kill_9_loses_nothing_acknowledged() {
         let row = status.backends.iter().find(|x| x.uuid == b.uuid).expect("backend still registered");
         assert_eq!(row.job.as_ref(), Some(&a.job), "{} lost its acknowledged holder after kill -9", b.uuid);
         // And asking again after the restart gives the same backend.
-        assert_eq!(r.client().request(&a.job, 1, "nodeA", VgpgpuMethod::Vcl).unwrap().backends, a.backends);
+        assert_eq!(r.client().request(&a.job, 1, "node1", VgpgpuMethod::Vcl).unwrap().backends, a.backends);
     }
-    let held = status.backends.iter().filter(|b| b.job.is_some()).count();
-    assert!(held >= acked.len());
-    assert_eq!(status.counts_for(None).total, 32);
+    for i in 0..10 {
+        let held = status.backends.iter().any(|b| b.job == Some(job(i)));
+        assert_eq!(held, i % 2 == 1, "slurm:{i}: an acknowledged request or release was lost");
+    }
+    assert_eq!(status.counts_for(None).total, 256);
+    let none_twice: BTreeSet<&str> = status.backends.iter().filter(|b| b.job.is_some()).map(|b| b.uuid.as_str()).collect();
+    assert_eq!(none_twice.len(), status.backends.iter().filter(|b| b.job.is_some()).count());
     // Registration is durable too: endpoints are stable across the restart.
     let reg = r.client().register(&cder_registry::api::RegisterRequest {
-        uuid: "GPU-a-3".into(),
+        uuid: "GPU-0-3".into(),
         vendor: "Nvidia".into(),
         device: 3,
-        host: "nodeA".into(),
+        host: "node0".into(),
         methods: vec![VgpgpuMethod::Rcuda],
     });
     assert_eq!(reg.unwrap().port, 8308 + 3);
