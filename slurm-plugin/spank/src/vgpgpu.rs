@@ -159,3 +159,31 @@ impl Vgpgpu {
 fn cder_registry_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_ours_only() {
+        let mut v = Vgpgpu::default();
+        assert!(v.option(OPT_VGPGPU_PER_NODE, Some("3")));
+        assert!(v.option(OPT_VGPGPU_METHOD, Some("VCL")));
+        assert!(!v.option("gpgpu-per-node", Some("1")));
+        let req = v.options.parse().unwrap().unwrap();
+        assert_eq!((req.per_node, req.method), (3, cder_model::VgpgpuMethod::Vcl));
+        assert_eq!(options().len(), 2);
+    }
+
+    #[test]
+    fn a_config_without_registry_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cder.toml");
+        std::fs::write(&path, "[node]\n").unwrap();
+        let args = PluginArgs { config: Some(path.clone()), ..PluginArgs::default() };
+        let e = registry_config(&args).unwrap_err();
+        assert!(e.contains(&path.display().to_string()) && e.contains("[registry]"), "{e}");
+        let args = PluginArgs { config: Some(dir.path().join("missing.toml")), ..PluginArgs::default() };
+        assert!(registry_config(&args).unwrap_err().contains("missing.toml"));
+    }
+}
