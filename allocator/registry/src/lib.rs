@@ -9,7 +9,7 @@
 //!   unregister, request, release, query) plus offline/online and status;
 //! * [`client`] — a blocking std-only client;
 //! * [`munge`] — MUNGE credentials bound to each request;
-//! * [`env`] — the rCUDA / VCL environment of a job's frontend.
+//! * [`mod@env`] — the rCUDA / VCL environment of a job's frontend.
 //!
 //! With the `server` feature (default): [`store`] (durable SQLite state),
 //! [`policy`] (random, local-first, spread), [`service`] (the HTTP service
