@@ -358,11 +358,17 @@ impl Bdii {
 
     /// Searches in chunks of IDs, since a filter of 10^4 alternatives is slow to parse.
     fn search_ids(&mut self, base: &str, class: &str, attr: &str, ids: &BTreeSet<String>, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
-        let mut out = Vec::new();
         let ids: Vec<&String> = ids.iter().collect();
-        for chunk in ids.chunks(500) {
-            if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
-                out.extend(self.search(base, &format!("(&(objectClass={class}){any})"), attrs)?);
+        let searches: Vec<(String, &[&str])> = ids
+            .chunks(500)
+            .filter_map(|chunk| any_of(attr, chunk.iter().map(|s| s.as_str())))
+            .map(|any| (format!("(&(objectClass={class}){any})"), attrs))
+            .collect();
+        // Indexed lookups: a few connections in parallel keep slapd's threads busy.
+        let mut out = Vec::new();
+        for batch in searches.chunks(4) {
+            for r in self.search_concurrently(base, batch)? {
+                out.extend(r);
             }
         }
         Ok(out)
@@ -396,18 +402,29 @@ impl Bdii {
         if s.class_extension {
             snap.extensions = results.next().unwrap_or_default();
             let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
-            let missing: BTreeSet<String> = snap
-                .extensions
-                .iter()
-                .flat_map(|x| x.all("GLUE2ExtensionEntityForeignKey").iter().cloned())
-                .filter(|id| !known.contains(id))
-                .collect();
-            for (class, attr) in [
+            // An Extension usually sits under the entity it extends: its parent's RDN says
+            // which class to look in; otherwise every carrier class is asked.
+            const CLASSES: [(&str, &str); 3] = [
                 ("GLUE2ExecutionEnvironment", "GLUE2ResourceID"),
                 ("GLUE2ComputingShare", "GLUE2ShareID"),
                 ("GLUE2ApplicationEnvironment", "GLUE2ApplicationEnvironmentID"),
-            ] {
-                for e in self.search_ids(&base, class, attr, &missing, &[])? {
+            ];
+            let mut missing: [BTreeSet<String>; 3] = Default::default();
+            for x in &snap.extensions {
+                let parent = parent_rdn_attr(&x.dn);
+                for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
+                    match CLASSES.iter().position(|(_, a)| parent.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(a))) {
+                        Some(i) => {
+                            missing[i].insert(id.clone());
+                        }
+                        None => missing.iter_mut().for_each(|m| {
+                            m.insert(id.clone());
+                        }),
+                    }
+                }
+            }
+            for ((class, attr), ids) in CLASSES.iter().zip(&missing) {
+                for e in self.search_ids(&base, class, attr, ids, &[])? {
                     if carrier_dns.insert(e.dn.clone()) {
                         snap.carriers.push(e);
                     }
@@ -500,6 +517,20 @@ impl Bdii {
     }
 }
 
+/// The attribute type of a DN's second RDN (`GLUE2ShareID` in
+/// `GLUE2ExtensionLocalID=k,GLUE2ShareID=s,…`), ignoring escaped commas.
+fn parent_rdn_attr(dn: &str) -> Option<String> {
+    let mut escaped = false;
+    let mut commas = dn.char_indices().filter(|&(_, c)| {
+        let hit = c == ',' && !escaped;
+        escaped = c == '\\' && !escaped;
+        hit
+    });
+    let start = commas.next()?.0 + 1;
+    let rest = &dn[start..];
+    Some(rest.split('=').next()?.trim().to_string())
+}
+
 /// The ID of a GLUE 2.0 carrier entity.
 pub fn entity_id(e: &Entry) -> Option<String> {
     e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID")).map(str::to_string)
@@ -543,6 +574,13 @@ mod tests {
             let opens = f.matches('(').count();
             assert_eq!(opens, f.matches(')').count(), "{f}");
         }
+    }
+
+    #[test]
+    fn parent_rdn_of_an_extension() {
+        assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=K,GLUE2ShareID=s,GLUE2ServiceID=x,o=glue").as_deref(), Some("GLUE2ShareID"));
+        assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=a\\,b,GLUE2ResourceID=e,o=glue").as_deref(), Some("GLUE2ResourceID"));
+        assert_eq!(parent_rdn_attr("o=glue"), None);
     }
 
     #[test]

@@ -148,9 +148,12 @@ pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Fa
         opts.strategies = Strategies { attribute_extension: has("attribute-extension"), class_extension: has("class-extension"), glue13: has("tagged-environment") };
     }
     let wanted = request.wanted(&args.prefixes, args.vo.as_deref());
+    let started = std::time::Instant::now();
     let mut bdii = Bdii::connect(&opts).map_err(|e| Failure::runtime(e.to_string()))?;
     let snap = bdii.fetch(&wanted).map_err(|e| Failure::runtime(e.to_string()))?;
+    let fetched = started.elapsed();
     let offers = build_offers(&snap, &args.prefixes, wanted.vo.as_deref());
+    tracing::debug!(queries = snap.queries, offers = offers.offers.len(), fetch_ms = fetched.as_secs_f64() * 1e3, offers_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3, "phase 1");
     for w in &offers.warnings {
         tracing::warn!("{url}: {w}");
     }

@@ -146,10 +146,11 @@ fn real_main() -> Result<(), String> {
         let spec = SnapshotSpec { ces: args.ces, gpu_shares: args.gpu_shares[0], ..SnapshotSpec::thesis(strategy) };
         let snap = generate(&spec);
         let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(4 << 30), port: None }, &snap.ldif)?;
-        println!("{} ({} entities); Ctrl-C stops it", slapd.url(), snap.entities);
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
+        println!("{} ({} entities); end of standard input (Enter, Ctrl-D) stops it", slapd.url(), snap.entities);
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        drop(slapd);
+        return Ok(());
     }
     let here = std::env::current_exe().map_err(|e| e.to_string())?;
     let cder_jdl = here.parent().map(|d| d.join("cder-jdl")).filter(|p| p.is_file()).ok_or_else(|| {
