@@ -62,7 +62,7 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(set(&matched(&out)), set(&[a.clone(), b.clone()]), "Nvidia with >= 512 MB ({strategy})");
     let out = list_match(&url, &args(&vo), "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]", d);
-    assert_eq!(matched(&out), [a.clone()], "Nvidia with >= 4 GB ({strategy})");
+    assert_eq!(matched(&out), vec![a.clone()], "Nvidia with >= 4 GB ({strategy})");
     // The VO filter: without it, ce-a's atlas-only queue matches too.
     let out = list_match(&url, &args(&[]), "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]", d);
     assert_eq!(set(&matched(&out)), set(&[a.clone(), a_atlas.clone()]), "no VO ({strategy})");
@@ -71,7 +71,7 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
 
     // A minimum compute capability (the AMD site publishes none: undefined, left out).
     let out = list_match(&url, &args(&vo), "[ Requirements = GPGPUCUDAComputeCapability >= 3.5 ]", d);
-    assert_eq!(matched(&out), [a.clone()], "CC >= 3.5 ({strategy})");
+    assert_eq!(matched(&out), vec![a.clone()], "CC >= 3.5 ({strategy})");
     let out = list_match(&url, &args(&vo), "[ Requirements = GPGPUCUDAComputeCapability >= 3.0 ]", d);
     assert_eq!(set(&matched(&out)), set(&[a.clone(), b.clone()]), "CC >= 3.0 ({strategy})");
 
@@ -79,15 +79,15 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
     let out = list_match(&url, &args(&["--vo", VO, "--rank", "gpgpu-free-ratio"]), "[ GPGPUPerNode = 2; Requirements = true ]", d);
     assert_eq!(matched(&out), [b.clone(), a.clone()], "GPGPUPerNode = 2 ({strategy})");
     let out = list_match(&url, &args(&vo), "[ GPGPUPerNode = 4 ]", d);
-    assert_eq!(matched(&out), [b.clone()], "GPGPUPerNode = 4 ({strategy})");
+    assert_eq!(matched(&out), vec![b.clone()], "GPGPUPerNode = 4 ({strategy})");
 
     // vGPGPU: VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method>.
     let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", d);
-    assert_eq!(matched(&out), [a.clone()], "8 rCUDA vGPGPUs ({strategy})");
+    assert_eq!(matched(&out), vec![a.clone()], "8 rCUDA vGPGPUs ({strategy})");
     let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 3 ]", d);
     assert!(matched(&out).is_empty() && out.status.code() == Some(1), "9 rCUDA vGPGPUs fit nowhere ({strategy})");
     let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 5; VirtualGPGPUType = \"VCL\"; CPUNumber = 4 ]", d);
-    assert_eq!(matched(&out), [b.clone()], "20 VCL vGPGPUs ({strategy})");
+    assert_eq!(matched(&out), vec![b.clone()], "20 VCL vGPGPUs ({strategy})");
 
     // --explain names the false clause for each CE left out.
     let out = list_match(&url, &args(&["--vo", VO, "--explain"]), "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 4096 ]", d);
