@@ -18,8 +18,8 @@ use std::process::Command;
 
 use cder_model::{JobKey, Lrms, VgpgpuMethod};
 use cder_model::{Config, JobEnvironment};
-use cder_registry::api::{BackendRequest, QueryName};
-use cder_registry::Client;
+use cder_registry_client::api::{BackendRequest, QueryName};
+use cder_registry_client::Client;
 
 /// The job keys (thesis Table 4.1).
 pub const PER_NODE_KEY: &str = "VirtualGPGPUPerNode";
@@ -207,7 +207,7 @@ impl Monitor {
             let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid };
             match self.client.request_for(&request) {
                 Ok(_) => {}
-                Err(e) if e.code() == Some(cder_registry::ErrorCode::Insufficient) => {
+                Err(e) if e.code() == Some(cder_registry_client::ErrorCode::Insufficient) => {
                     it.waiting = Some(q.id.clone());
                     break;
                 }
@@ -237,7 +237,7 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
     let client = Client::from_config(rc).map_err(|e| e.to_string())?;
     let held = match client.allocation(job) {
         Ok(h) => h,
-        Err(e) if e.code() == Some(cder_registry::ErrorCode::NotFound) => return Ok(None),
+        Err(e) if e.code() == Some(cder_registry_client::ErrorCode::NotFound) => return Ok(None),
         Err(e) => return Err(format!("vGPGPU registry: {e}")),
     };
     let Some(method) = held.allocations.first().map(|a| a.method) else { return Ok(None) };
@@ -245,12 +245,12 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
     let nodefile = match method {
         VgpgpuMethod::Vcl => {
             let path = std::env::temp_dir().join(format!("cder-vcl-{}.nodes", job.to_string().replace([':', '/'], "-")));
-            std::fs::write(&path, cder_registry::env::vcl_nodefile(&backends)).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::write(&path, cder_registry_client::env::vcl_nodefile(&backends)).map_err(|e| format!("{}: {e}", path.display()))?;
             Some(path)
         }
         VgpgpuMethod::Rcuda => None,
     };
-    Ok(Some(cder_registry::env::job_environment(method, &backends, nodefile.as_deref())))
+    Ok(Some(cder_registry_client::env::job_environment(method, &backends, nodefile.as_deref())))
 }
 
 /// The submit filter's part: a script whose request (before its first

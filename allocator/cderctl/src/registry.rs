@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use cder_model::{Config, VgpgpuMethod};
-use cder_registry::api::{OfflineRequest, QueryName};
-use cder_registry::{Client, ClientError, ErrorCode, Status};
+use cder_registry_client::api::{OfflineRequest, QueryName};
+use cder_registry_client::{Client, ClientError, ErrorCode, Status};
 use clap::{Args as ClapArgs, Subcommand};
 
 use crate::{print, Failure};

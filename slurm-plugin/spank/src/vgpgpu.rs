@@ -11,9 +11,9 @@
 use std::path::PathBuf;
 
 use cder_model::{Config, JobKey, RegistryConfig};
-use cder_registry::api::BackendRequest;
-use cder_registry::env::{job_environment, vcl_nodefile};
-use cder_registry::Client;
+use cder_registry_client::api::BackendRequest;
+use cder_registry_client::env::{job_environment, vcl_nodefile};
+use cder_registry_client::Client;
 use cder_slurm::args::{FailMode, PluginArgs};
 use cder_slurm::spank::{Spank, SpankOption, SpankResult};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use cder_model::Config;
-use cder_registry::Client;
+use cder_registry_client::Client;
 use cder_torque::vgpgpu::Monitor;
 
 #[derive(Parser, Debug)]
