@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cder_model::{ComputeCapability, ConfigError};
+use cder_model::{config, ComputeCapability, ConfigError};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -296,53 +296,18 @@ pub struct VirtualConfig {
 impl ProviderConfig {
     /// The config file to read: `explicit`, else `$CDER_GLUE_CONFIG`, else the default.
     pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
-        explicit
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os(PROVIDER_CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
-            .unwrap_or_else(|| DEFAULT_PROVIDER_CONFIG.into())
+        config::resolve_path(explicit, PROVIDER_CONFIG_ENV, DEFAULT_PROVIDER_CONFIG)
     }
 
     /// Reads and validates the config chosen by [`ProviderConfig::resolve_path`].
     pub fn load(explicit: Option<&Path>) -> Result<ProviderConfig, ConfigError> {
         let path = Self::resolve_path(explicit);
-        let bytes = std::fs::read(&path).map_err(|e| ConfigError {
-            path: path.clone(),
-            line: None,
-            column: None,
-            key: None,
-            message: format!("cannot read the config: {e}"),
-        })?;
-        let text = match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(e) => {
-                // Say where the bad byte is: the valid prefix is text.
-                let valid = e.utf8_error().valid_up_to();
-                let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
-                let (line, column) = line_col(&prefix, valid);
-                return Err(ConfigError {
-                    path,
-                    line: Some(line),
-                    column: Some(column),
-                    key: key_at(&prefix, valid, ""),
-                    message: "not valid UTF-8 (TOML files must be UTF-8)".into(),
-                });
-            }
-        };
-        Self::parse(&text, &path)
+        Self::parse(&config::read_text(&path)?, &path)
     }
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<ProviderConfig, ConfigError> {
-        let config: ProviderConfig = toml::from_str(text).map_err(|e| {
-            let (line, column, key) = match e.span() {
-                Some(span) => {
-                    let (line, column) = line_col(text, span.start);
-                    (Some(line), Some(column), key_at(text, span.start, e.message()))
-                }
-                None => (None, None, None),
-            };
-            ConfigError { path: path.to_path_buf(), line, column, key, message: e.message().trim().to_string() }
-        })?;
+        let config: ProviderConfig = config::from_toml(text, path)?;
         config.validate(text, path)?;
         Ok(config)
     }
@@ -356,10 +321,7 @@ impl ProviderConfig {
     }
 
     fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let at = |offset: usize, key: &str, message: String| {
-            let (line, column) = line_col(text, offset);
-            ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
-        };
+        let at = |offset: usize, key: &str, message: String| ConfigError::at(path, text, offset, key, message);
         for (key, id) in [
             ("site.computing_service_id", &self.site.computing_service_id),
             ("site.computing_manager_id", &self.site.computing_manager_id),
@@ -490,43 +452,6 @@ pub fn check_id(id: &str) -> Result<(), String> {
     match id.chars().find(|&c| !c.is_ascii_graphic() || ",+\"\\<>;=#".contains(c)) {
         Some(c) => Err(format!("{id:?} contains {c:?}; use printable ASCII without spaces or any of , + \" \\ < > ; = #")),
         None => Ok(()),
-    }
-}
-
-/// 1-based line and column of a byte offset.
-pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
-/// The dotted key an error at `offset` is about: the table header above it
-/// plus the `key =` on its line, or the field a serde message names.
-fn key_at(text: &str, offset: usize, message: &str) -> Option<String> {
-    let offset = offset.min(text.len());
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
-    let line = &text[line_start..line_end];
-    // A missing field is reported at its table's header line: that header is the table.
-    let header = line.trim_start().starts_with('[');
-    let table_end = if header { line_end } else { line_start };
-    let table = text[..table_end]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-    let named = message.split('`').nth(1).filter(|_| message.contains("field `"));
-    let leaf = match named {
-        Some(field) => Some(field.to_string()),
-        None => line.split_once('=').map(|(k, _)| k.trim().trim_matches('"').to_string()).filter(|k| !k.is_empty() && !k.starts_with('[')),
-    };
-    match (table, leaf) {
-        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
-        (_, Some(k)) => Some(k),
-        (Some(t), None) => Some(t),
-        (None, None) => None,
     }
 }
 

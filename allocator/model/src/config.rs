@@ -370,37 +370,18 @@ impl Config {
     /// The config file to read: `explicit` (from `--config`), else
     /// `$CDER_CONFIG`, else `/etc/cder/cder.toml`.
     pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
-        explicit
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
-            .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into())
+        resolve_path(explicit, CONFIG_ENV, DEFAULT_CONFIG_PATH)
     }
 
     /// Reads and validates the config chosen by [`Config::resolve_path`].
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
         let path = Self::resolve_path(explicit);
-        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
-            path: path.clone(),
-            line: None,
-            column: None,
-            key: None,
-            message: format!("cannot read the config: {e}"),
-        })?;
-        Self::parse(&text, &path)
+        Self::parse(&read_text(&path)?, &path)
     }
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| {
-            let (line, column, key) = match e.span() {
-                Some(span) => {
-                    let (line, column) = line_col(text, span.start);
-                    (Some(line), Some(column), key_at(text, span.start, e.message()))
-                }
-                None => (None, None, None),
-            };
-            ConfigError { path: path.to_path_buf(), line, column, key, message: e.message().trim().to_string() }
-        })?;
+        let config: Config = from_toml(text, path)?;
         config.validate(text, path)?;
         Ok(config)
     }
@@ -412,10 +393,7 @@ impl Config {
 
     /// Checks what TOML types cannot: names, uniqueness, consistency.
     fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let at = |offset: usize, key: &str, message: String| {
-            let (line, column) = line_col(text, offset);
-            ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
-        };
+        let at = |offset: usize, key: &str, message: String| ConfigError::at(path, text, offset, key, message);
         let anywhere = |key: &str, message: String| ConfigError {
             path: path.to_path_buf(),
             line: None,
@@ -496,8 +474,66 @@ impl Config {
     }
 }
 
+impl ConfigError {
+    /// An error about `key` at byte `offset` of the file's `text`.
+    pub fn at(path: &Path, text: &str, offset: usize, key: &str, message: String) -> ConfigError {
+        let (line, column) = line_col(text, offset);
+        ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
+    }
+}
+
+/// The TOML file a program reads: `explicit` (its `--config`), else the
+/// environment variable `env_var`, else `default`. Shared by every cder
+/// program that has a config of its own.
+pub fn resolve_path(explicit: Option<&Path>, env_var: &str, default: &str) -> PathBuf {
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(env_var).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| default.into())
+}
+
+/// Reads a config file as text. An unreadable file, or one that is not
+/// UTF-8, is an error that says so and, for bad bytes, where.
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        key: None,
+        message: format!("cannot read the config: {e}"),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        // The valid prefix is text, so the bad byte can be placed in it.
+        let valid = e.utf8_error().valid_up_to();
+        let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
+        let (line, column) = line_col(&prefix, valid);
+        ConfigError {
+            path: path.to_path_buf(),
+            line: Some(line),
+            column: Some(column),
+            key: key_at(&prefix, valid, ""),
+            message: "not valid UTF-8 (TOML files must be UTF-8)".into(),
+        }
+    })
+}
+
+/// Deserializes TOML text into `T`, turning the parser's error into a
+/// [`ConfigError`] with line, column and the dotted key.
+pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let (line, column, key) = match e.span() {
+            Some(span) => {
+                let (line, column) = line_col(text, span.start);
+                (Some(line), Some(column), key_at(text, span.start, e.message()))
+            }
+            None => (None, None, None),
+        };
+        ConfigError { path: path.to_path_buf(), line, column, key, message: e.message().trim().to_string() }
+    })
+}
+
 /// 1-based line and column of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
@@ -511,7 +547,10 @@ fn key_at(text: &str, offset: usize, message: &str) -> Option<String> {
     let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
     let line = &text[line_start..line_end];
-    let table = text[..line_start]
+    // A missing field is reported at its table's header line: that header is the table.
+    let header = line.trim_start().starts_with('[');
+    let table_end = if header { line_end } else { line_start };
+    let table = text[..table_end]
         .lines()
         .rev()
         .map(str::trim)
@@ -523,12 +562,11 @@ fn key_at(text: &str, offset: usize, message: &str) -> Option<String> {
         Some(field) => Some(field.to_string()),
         None => line
             .split_once('=')
-            .filter(|(k, _)| line_start + k.len() <= offset || offset == line_start)
             .map(|(k, _)| k.trim().trim_matches('"').to_string())
             .filter(|k| !k.is_empty() && !k.starts_with('[')),
     };
     match (table, leaf) {
-        (Some(t), Some(k)) if !line.trim_start().starts_with('[') => Some(format!("{t}.{k}")),
+        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
         (_, Some(k)) => Some(k),
         (Some(t), None) => Some(t),
         (None, None) => None,
@@ -678,6 +716,16 @@ path = "/dev/xclmgmt0"
         let c = parse("").unwrap();
         assert!(c.cders.is_empty());
         assert_eq!(c.node.socket, PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn non_utf8_is_placed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cder.toml");
+        std::fs::write(&path, b"[node]\nsocket = \"/run/\xff.sock\"\n").unwrap();
+        let e = Config::load(Some(&path)).unwrap_err();
+        assert_eq!((e.line, e.column, e.key.as_deref()), (Some(2), Some(16), Some("node.socket")), "{e}");
+        assert!(e.message.contains("UTF-8"), "{e}");
     }
 
     #[test]
