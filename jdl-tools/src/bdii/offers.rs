@@ -207,7 +207,16 @@ fn glue2_spelling(lower: &str) -> String {
         "GLUE2EntityCreationTime",
         "GLUE2EntityValidity",
     ];
-    KNOWN.iter().find(|k| k.eq_ignore_ascii_case(lower)).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
+    spelling(KNOWN, lower, &GLUE2_SPELLINGS)
+}
+
+static GLUE2_SPELLINGS: std::sync::OnceLock<HashMap<String, &'static str>> = std::sync::OnceLock::new();
+static GLUE13_SPELLINGS: std::sync::OnceLock<HashMap<String, &'static str>> = std::sync::OnceLock::new();
+
+/// GLUE's spelling of a lower-cased attribute name (a map: offers have tens of attributes each, grids 10^4 offers).
+fn spelling(known: &'static [&'static str], lower: &str, map: &std::sync::OnceLock<HashMap<String, &'static str>>) -> String {
+    let map = map.get_or_init(|| known.iter().map(|k| (k.to_ascii_lowercase(), *k)).collect());
+    map.get(lower).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
 }
 
 fn int_of(e: &Entry, name: &str) -> Option<i64> {
@@ -607,7 +616,7 @@ fn glue13_spelling(lower: &str) -> String {
         "GlueHostMainMemoryRAMSize",
         "GlueHostArchitecturePlatformType",
     ];
-    KNOWN.iter().find(|k| k.eq_ignore_ascii_case(lower)).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
+    spelling(KNOWN, lower, &GLUE13_SPELLINGS)
 }
 
 #[cfg(test)]

@@ -42,7 +42,17 @@ impl Entry {
 
     /// Every value of an attribute (case-insensitive name).
     pub fn all(&self, name: &str) -> &[String] {
-        self.attrs.get(&name.to_ascii_lowercase()).map(Vec::as_slice).unwrap_or(&[])
+        // Lower-case on the stack: offers of a whole grid make millions of these lookups.
+        let mut buf = [0u8; 96];
+        let found = if name.len() <= buf.len() {
+            for (d, b) in buf.iter_mut().zip(name.bytes()) {
+                *d = b.to_ascii_lowercase();
+            }
+            std::str::from_utf8(&buf[..name.len()]).ok().and_then(|k| self.attrs.get(k))
+        } else {
+            self.attrs.get(&name.to_ascii_lowercase())
+        };
+        found.map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The first value of an attribute.
@@ -209,7 +219,9 @@ pub fn other_info_filters(wanted: &Wanted) -> Vec<String> {
         1 => any.remove(0),
         _ => format!("(|{})", any.concat()),
     };
-    let mut out = vec![format!("(&(objectClass=GLUE2ExecutionEnvironment){any})"), format!("(&(objectClass=GLUE2ComputingShare){any})")];
+    // Shares first: the largest class, searched on the caller's thread (whose malloc arena
+    // grows cheaply; a helper thread's arena grows by many small mprotect calls).
+    let mut out = vec![format!("(&(objectClass=GLUE2ComputingShare){any})"), format!("(&(objectClass=GLUE2ExecutionEnvironment){any})")];
     // vGPGPU counts live on the methods' ApplicationEnvironments; a grid has many of
     // those (one per software tag), so they are scanned only for vGPGPU jobs.
     if wanted.vgpgpu {
@@ -550,8 +562,8 @@ mod tests {
         assert_eq!(
             f,
             [
-                "(&(objectClass=GLUE2ExecutionEnvironment)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))",
-                "(&(objectClass=GLUE2ComputingShare)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))"
+                "(&(objectClass=GLUE2ComputingShare)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))",
+                "(&(objectClass=GLUE2ExecutionEnvironment)(|(GLUE2EntityOtherInfo=GPGPUMainMemorySize=*)(GLUE2EntityOtherInfo=GPGPUVendor=*)))"
             ]
         );
         let mut v = wanted(&["GPGPUVendor"]);
