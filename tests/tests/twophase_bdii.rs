@@ -127,4 +127,11 @@ fn glue13_tagged_sites_match_by_tags() {
     assert_eq!(set(&matched(&out)), set(&[ce(0, "gpu"), ce(1, "gpgpu")]));
     let out = list_match(&slapd.url(), &["--strategy", "tagged-environment", "--vo", VO], "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", dir.path());
     assert_eq!(matched(&out), [ce(0, "gpu")]);
+    // Reading both schemas, each CE comes once, from its GLUE 2.0 offer.
+    let out = list_match(&slapd.url(), &["--vo", VO], "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 2048 ]", dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let schemas: Vec<(String, String)> =
+        v["matches"].as_array().unwrap().iter().map(|m| (m["ce"].as_str().unwrap().to_string(), m["schema"].as_str().unwrap().to_string())).collect();
+    assert_eq!(schemas.len(), 2, "{v}");
+    assert!(schemas.iter().all(|(_, s)| s == "GLUE2"), "{v}");
 }

@@ -175,3 +175,22 @@ pub fn explain_text(p: &Phase1) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bdii_urls_in_glite_forms() {
+        assert_eq!(bdii_url("bdii.example.org:2170"), "ldap://bdii.example.org:2170");
+        assert_eq!(bdii_url("bdii1:2170, bdii2:2170"), "ldap://bdii1:2170");
+        assert_eq!(bdii_url("ldap://bdii:2170"), "ldap://bdii:2170");
+    }
+
+    #[test]
+    fn timeouts_must_be_positive_seconds() {
+        assert!(seconds(0.0, "timeout").is_err());
+        assert!(seconds(f64::NAN, "timeout").is_err());
+        assert_eq!(seconds(1.5, "timeout").unwrap(), Duration::from_millis(1500));
+    }
+}
