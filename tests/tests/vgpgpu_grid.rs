@@ -95,7 +95,7 @@ fn vgpgpu_jdl_matches_only_ces_with_enough_backends() {
     let d = dir.path();
     // 2 x 4 = 8 rCUDA: only A has that many (B has none).
     let out = list_match(&url, "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", d);
-    assert_eq!(matched(&out), [a.clone()]);
+    assert_eq!(matched(&out), std::slice::from_ref(&a));
     // 3 VCL: both (B's total counts its offline backend: TotalVGPGPU is installed capacity).
     let out = list_match(&url, "[ VirtualGPGPUPerNode = 1; VirtualGPGPUType = \"VCL\"; CPUNumber = 3 ]", d);
     let mut both = vec![a.clone(), b.clone()];
@@ -103,7 +103,7 @@ fn vgpgpu_jdl_matches_only_ces_with_enough_backends() {
     assert_eq!(matched(&out), both);
     // 5 VCL: only A.
     let out = list_match(&url, "[ VirtualGPGPUPerNode = 5; VirtualGPGPUMethod = \"VCL\"; CPUNumber = 1 ]", d);
-    assert_eq!(matched(&out), [a.clone()]);
+    assert_eq!(matched(&out), std::slice::from_ref(&a));
     // 9 rCUDA: nowhere; list-match exits 1.
     let out = list_match(&url, "[ VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 3 ]", d);
     assert!(matched(&out).is_empty() && out.status.code() == Some(1), "{}", String::from_utf8_lossy(&out.stderr));
