@@ -421,7 +421,8 @@ impl Expr {
                 match scope {
                     Scope::Plain => {}
                     Scope::My => f.write_str("MY.")?,
-                    Scope::Target => f.write_str("TARGET.")?,
+                    // `{:#}` spells it as gLite JDL does; HTCondor reads both.
+                    Scope::Target => f.write_str(if f.alternate() { "other." } else { "TARGET." })?,
                     Scope::Parent => f.write_str("PARENT.")?,
                 }
                 write_name(name, f)
@@ -504,7 +505,9 @@ impl Expr {
 }
 
 impl fmt::Display for Expr {
-    /// ClassAd syntax, parenthesised where precedence needs it.
+    /// ClassAd syntax, parenthesised where precedence needs it. The
+    /// alternate form (`{:#}`) writes the other ad's scope as gLite's
+    /// `other.` instead of HTCondor's `TARGET.`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_prec(f, 0)
     }

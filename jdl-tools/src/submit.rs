@@ -36,13 +36,22 @@ pub fn refine(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
     out
 }
 
-/// A JDL text: one attribute per line, as users write them.
+/// The phase-2 JDL with Requirements replaced by the CE list alone (the
+/// thesis's Listing 3.11), for brokers that cannot evaluate CDER attributes.
+pub fn restrict(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
+    let mut out = job.clone();
+    out.insert("Requirements", celist(ce_ids));
+    out
+}
+
+/// A JDL text: one attribute per line, as users write them, with the other
+/// ad's scope spelled `other.` as gLite's WMS expects.
 pub fn render(ad: &ClassAd) -> String {
     let mut s = String::from("[\n");
     for (name, expr) in ad.iter() {
         let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if plain {
-            s.push_str(&format!("  {name} = {expr};\n"));
+            s.push_str(&format!("  {name} = {expr:#};\n"));
         } else {
             // Ad Display quotes odd names; reuse it for one attribute.
             let mut one = ClassAd::new();
@@ -187,6 +196,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn celist_only_drops_the_cder_clauses_and_keeps_the_rest() {
+        let job = ClassAd::parse("[ Executable = \"run.sh\"; GPGPUPerNode = 2; Requirements = GPGPUVendor == \"Nvidia\" ]").unwrap();
+        let text = render(&restrict(&job, &["ce1:8443/cream-slurm-gpu"]));
+        assert!(text.contains("Requirements = other.GlueCEUniqueID == \"ce1:8443/cream-slurm-gpu\";"), "{text}");
+        assert!(!text.contains("GPGPUVendor"), "{text}");
+        assert!(text.contains("GPGPUPerNode = 2;"), "{text}");
+        // A GLUE 1.3 offer of that CE, without CDER attributes, now matches.
+        let back = ClassAd::parse(&text).unwrap();
+        let glue13 = ClassAd::parse("[ GlueCEUniqueID = \"ce1:8443/cream-slurm-gpu\" ]").unwrap();
+        assert!(crate::CompiledRequest::new(&back).matches(&glue13));
+        assert!(!crate::CompiledRequest::new(&refine(&job, &["ce1:8443/cream-slurm-gpu"])).matches(&glue13));
+    }
+
+    #[test]
     fn refined_jdl_round_trips_through_the_parser() {
         let job = ClassAd::parse(
             "[ Executable = \"run.sh\"; VirtualOrganisation = \"gputestvo\"; GPGPUPerNode = 2;\n  Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 512; Rank = 1 ]",
@@ -195,7 +218,7 @@ mod tests {
         let refined = refine(&job, &["ce1.example.org:8443/cream-slurm-gpu", "ce\"2:8443/x"]);
         let text = render(&refined);
         assert!(text.contains(
-            "Requirements = (TARGET.GlueCEUniqueID == \"ce1.example.org:8443/cream-slurm-gpu\" || TARGET.GlueCEUniqueID == \"ce\\\"2:8443/x\") && (GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 512);"
+            "Requirements = (other.GlueCEUniqueID == \"ce1.example.org:8443/cream-slurm-gpu\" || other.GlueCEUniqueID == \"ce\\\"2:8443/x\") && (GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 512);"
         ), "{text}");
         let back = ClassAd::parse(&text).unwrap();
         assert_eq!(back.to_string(), refined.to_string());

@@ -60,7 +60,7 @@ fn submit_via_slurm_runs_the_job_on_its_gpus() {
     let dry = run(&["--dry-run"]);
     let text = String::from_utf8_lossy(&dry.stdout);
     assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
-    assert!(text.contains(&format!("TARGET.GlueCEUniqueID == \"{local_ce}\"")), "{text}");
+    assert!(text.contains(&format!("other.GlueCEUniqueID == \"{local_ce}\"")), "{text}");
     assert!(text.contains("#SBATCH --gres=gpu:2") && text.contains("#SBATCH --partition=debug"), "{text}");
 
     let out = run(&[]);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cmd::{explain_text, phase1, Failure, Phase1Args};
 use crate::lrms::{Lrms, Settings};
-use crate::submit::{arc_job_id, last_line, refine, render, run_submit, slurm_script, wms_job_id};
+use crate::submit::{arc_job_id, last_line, refine, render, restrict, run_submit, slurm_script, wms_job_id};
 
 /// Arguments of `submit`.
 #[derive(clap::Args, Debug)]
@@ -30,6 +30,11 @@ pub struct Args {
     /// For --via slurm: the GRES name of GPGPUs.
     #[arg(long, default_value = "gpu", value_name = "NAME")]
     pub gres: String,
+    /// Make the refined Requirements the CE list alone, as the seed thesis's
+    /// Listing 3.11 does: for a broker that reads GLUE 1.3 and so sees the
+    /// CDER clauses (already checked in phase 1) as undefined.
+    #[arg(long)]
+    pub celist_only: bool,
     /// Keep the refined JDL in this file (default: a temporary file, removed after submission).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -55,7 +60,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         return Err(Failure::runtime(format!("{}: no CE matches the job requirements:\n{}", args.job, explain_text(&p).trim_end())));
     }
     let ces: Vec<&str> = p.result.ce_ids();
-    let refined = render(&refine(&p.job, &ces));
+    let refined = render(&if args.celist_only { restrict(&p.job, &ces) } else { refine(&p.job, &ces) });
     // The refined JDL must read back: a broker would reject it otherwise.
     crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
     let dir = Path::new(&args.job).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
