@@ -175,6 +175,8 @@ impl VendorKind {
         let names: &[&str] = match self {
             VendorKind::Nvidia => &["CUDA_VISIBLE_DEVICES"],
             VendorKind::Amd => &["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"],
+            // Level Zero may read an empty mask as "unset" (all devices): a job
+            // without Intel devices relies on device-file enforcement there.
             VendorKind::Intel => &["ZE_AFFINITY_MASK"],
             VendorKind::XeonPhi => &["OFFLOAD_DEVICES"],
             VendorKind::Other(_) => return None,
