@@ -112,6 +112,20 @@ pub fn print(text: &str) -> Result<(), Failure> {
     }
 }
 
+/// The error and its causes on one line, leaving out a cause whose text the
+/// message already carries (the libraries' messages often include it).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -129,8 +143,28 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("cderctl: {:#}", failure.error);
+            eprintln!("cderctl: {}", one_line(&failure.error));
             ExitCode::from(failure.status)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect to cderd at /run/x.sock: {source}")]
+    struct Connect {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(Connect { source: io() });
+        assert_eq!(one_line(&e), format!("cannot connect to cderd at /run/x.sock: {}", io()));
+        let e = anyhow::Error::new(io()).context("reading live jobs");
+        assert_eq!(one_line(&e), format!("reading live jobs: {}", io()));
     }
 }
