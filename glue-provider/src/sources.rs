@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cder_protocol::DeviceState;
 
 use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig, VirtualSourceKind};
-use crate::site::NodeGroup;
+use crate::site::{DeviceClass, NodeGroup};
 use crate::ProviderError;
 
 /// Device counts of one type over a whole group. Offline counts drained,
@@ -384,39 +384,84 @@ impl CountSource for SlurmCounts {
         // -d: SLURM 22.05 prints GresUsed= only in the detailed view.
         let output = run_command(&self.scontrol, &["-d", "show", "node", "-o"], self.timeout)?;
         let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
-        groups
-            .iter()
-            .map(|group| {
-                let mut out = GroupCounts { nodes_used: Some(0), nodes_unavailable: Some(0), ..Default::default() };
-                for host in &group.nodes {
-                    let node = nodes.get(host).ok_or_else(|| {
-                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to SLURM ({} -d show node -o)", group.id(), self.scontrol.display()))
-                    })?;
-                    if node.unavailable() {
-                        *out.nodes_unavailable.as_mut().expect("set") += 1;
-                    } else if node.busy() {
-                        *out.nodes_used.as_mut().expect("set") += 1;
-                    }
-                    for class in &group.classes {
-                        let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
-                        let total = gres_count(&node.gres, &gres, class.gres_type.as_deref());
-                        let used = match &node.gres_used {
-                            Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).min(total),
-                            None if total == 0 => 0,
-                            None => {
-                                return Err(ProviderError::Runtime(format!(
-                                    "{} -d show node -o printed Gres= but no GresUsed= for node {host}: cannot tell used devices from free",
-                                    self.scontrol.display()
-                                )))
-                            }
-                        };
-                        out.devices.entry(class.key.clone()).or_default().add(node_counts(total, used, node.unavailable()));
-                    }
+        let listing = format!("SLURM ({} -d show node -o)", self.scontrol.display());
+        walk_groups(groups, &nodes, &listing, |host, node, class| {
+            let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
+            let total = gres_count(&node.gres, &gres, class.gres_type.as_deref());
+            let used = match &node.gres_used {
+                Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).min(total),
+                None if total == 0 => 0,
+                None => {
+                    return Err(ProviderError::Runtime(format!(
+                        "{} -d show node -o printed Gres= but no GresUsed= for node {host}: cannot tell used devices from free",
+                        self.scontrol.display()
+                    )))
                 }
-                Ok(out)
-            })
-            .collect()
+            };
+            Ok(node_counts(total, used, node.unavailable()))
+        })
     }
+}
+
+/// What the group walk needs to know of a batch system's view of a node.
+trait LrmsNode {
+    /// Down, drained, offline: takes no jobs.
+    fn unavailable(&self) -> bool;
+    /// Runs at least one job.
+    fn busy(&self) -> bool;
+}
+
+impl LrmsNode for SlurmNode {
+    fn unavailable(&self) -> bool {
+        SlurmNode::unavailable(self)
+    }
+    fn busy(&self) -> bool {
+        SlurmNode::busy(self)
+    }
+}
+
+impl LrmsNode for TorqueNode {
+    fn unavailable(&self) -> bool {
+        TorqueNode::unavailable(self)
+    }
+    fn busy(&self) -> bool {
+        self.has_jobs
+    }
+}
+
+/// Counts every group from one batch-system listing of its nodes: used and
+/// unavailable nodes, and each device class's counts as `devices` reads
+/// them off a node. A node the listing (`listing`, for messages) lacks is an
+/// error, never "all free".
+fn walk_groups<N: LrmsNode>(
+    groups: &[NodeGroup],
+    nodes: &BTreeMap<String, N>,
+    listing: &str,
+    mut devices: impl FnMut(&str, &N, &DeviceClass) -> Result<Counts, ProviderError>,
+) -> Result<Vec<GroupCounts>, ProviderError> {
+    groups
+        .iter()
+        .map(|group| {
+            let mut out = GroupCounts::default();
+            let (mut used, mut unavailable) = (0, 0);
+            for host in &group.nodes {
+                let node = nodes
+                    .get(host)
+                    .ok_or_else(|| ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to {listing}", group.id())))?;
+                if node.unavailable() {
+                    unavailable += 1;
+                } else if node.busy() {
+                    used += 1;
+                }
+                for class in &group.classes {
+                    out.devices.entry(class.key.clone()).or_default().add(devices(host, node, class)?);
+                }
+            }
+            out.nodes_used = Some(used);
+            out.nodes_unavailable = Some(unavailable);
+            Ok(out)
+        })
+        .collect()
 }
 
 /// A node's devices: those in use stay used; the rest are free, or offline
@@ -518,30 +563,14 @@ impl CountSource for TorqueCounts {
         }
         let output = run_command(&self.pbsnodes, &["-x"], self.timeout)?;
         let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
-        groups
-            .iter()
-            .map(|group| {
-                let mut out = GroupCounts { nodes_used: Some(0), nodes_unavailable: Some(0), ..Default::default() };
-                for host in &group.nodes {
-                    let node = nodes.get(host).ok_or_else(|| {
-                        ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to TORQUE ({} -x)", group.id(), self.pbsnodes.display()))
-                    })?;
-                    if node.unavailable() {
-                        *out.nodes_unavailable.as_mut().expect("set") += 1;
-                    } else if node.has_jobs {
-                        *out.nodes_used.as_mut().expect("set") += 1;
-                    }
-                    for class in &group.classes {
-                        let mut c = node_counts(node.gpus, node.gpus_used(), node.unavailable());
-                        let prohibited = node.gpus_prohibited.min(c.free);
-                        c.free -= prohibited;
-                        c.offline += prohibited;
-                        out.devices.entry(class.key.clone()).or_default().add(c);
-                    }
-                }
-                Ok(out)
-            })
-            .collect()
+        let listing = format!("TORQUE ({} -x)", self.pbsnodes.display());
+        walk_groups(groups, &nodes, &listing, |_, node, _| {
+            let mut c = node_counts(node.gpus, node.gpus_used(), node.unavailable());
+            let prohibited = node.gpus_prohibited.min(c.free);
+            c.free -= prohibited;
+            c.offline += prohibited;
+            Ok(c)
+        })
     }
 }
 
