@@ -4,11 +4,13 @@
 //! evaluation are tracked (a reference back to one is a cycle and evaluates to
 //! `error`), and the evaluation depth is bounded.
 
-use std::cmp::Ordering;
 use std::sync::Arc;
 
-use crate::ast::{BinOp, ClassAd, Expr, Scope, Sym, UnOp};
-use crate::value::Value;
+use crate::ast::{BinOp, Call, ClassAd, Expr, Func, Scope, ScopeNode, Sym, Value};
+use crate::functions::{apply, f2i, to_int};
+use crate::limits::{stack_addr, MAX_STACK_BYTES};
+use crate::ops::{binary_q, unary};
+pub use crate::ops::{truth, Truth};
 
 /// Deepest chain of nested evaluations (attribute references included).
 pub const MAX_EVAL_DEPTH: u32 = 10_000;
@@ -16,24 +18,6 @@ pub const MAX_EVAL_DEPTH: u32 = 10_000;
 /// to each other twice over (`a0 = a1 + a1; a1 = a2 + a2; ...`) would
 /// otherwise take exponential time. Past it, the result is `error`.
 pub const MAX_EVAL_STEPS: u64 = 20_000_000;
-
-/// A nested ad as a value: the ad and the scope it was written in.
-#[derive(Debug)]
-pub struct ScopeNode {
-    /// The ad.
-    pub ad: ClassAd,
-    /// The enclosing ad, where unqualified names not found here are looked up.
-    pub parent: Option<Arc<ScopeNode>>,
-}
-
-impl ScopeNode {
-    /// Evaluates one attribute of the nested ad, in the scope it was written in.
-    pub fn eval_attr(&self, sym: Sym) -> Value {
-        let mut ctx = Ctx::new(false);
-        let f = Frame { ad: Some(&self.ad), parent: self.parent.as_ref(), my: Some(&self.ad), target: None };
-        ctx.eval_attr_in(&self.ad, sym, f).unwrap_or(Value::Undefined)
-    }
-}
 
 /// Where an expression is being evaluated.
 #[derive(Clone, Copy)]
@@ -51,23 +35,16 @@ pub(crate) struct Frame<'a> {
 impl<'a> Frame<'a> {
     /// Evaluation inside `ad`, with an optional target.
     pub fn root(ad: Option<&'a ClassAd>, target: Option<&'a ClassAd>) -> Frame<'a> {
-        Frame { ad, parent: None, my: ad, target }
+        Frame {
+            ad,
+            parent: None,
+            my: ad,
+            target,
+        }
     }
 }
 
 const INLINE: usize = 16;
-
-/// Most stack one evaluation (or parse) may use. Frames are far larger in
-/// debug builds than in release ones, so depth alone cannot bound the stack;
-/// this keeps well inside a 2 MiB thread stack either way.
-pub const MAX_STACK_BYTES: usize = 640 * 1024;
-
-/// An address on the current stack (stacks grow down on every supported target).
-#[inline(always)]
-pub(crate) fn stack_addr() -> usize {
-    let marker = 0u8;
-    std::hint::black_box(&marker) as *const u8 as usize
-}
 
 /// Per-evaluation state: depth and the attributes being evaluated.
 pub(crate) struct Ctx {
@@ -85,7 +62,16 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     pub fn new(fallback: bool) -> Ctx {
-        Ctx { depth: 0, stack_base: stack_addr(), steps: 0, fallback, quirks: false, stack: [(0, Sym(0)); INLINE], len: 0, spill: Vec::new() }
+        Ctx {
+            depth: 0,
+            stack_base: stack_addr(),
+            steps: 0,
+            fallback,
+            quirks: false,
+            stack: [(0, Sym(0)); INLINE],
+            len: 0,
+            spill: Vec::new(),
+        }
     }
 
     fn push(&mut self, key: (usize, Sym)) -> bool {
@@ -135,7 +121,11 @@ impl Ctx {
         let key = (ad.id(), sym);
         if !self.push(key) {
             // A reference back to an attribute under evaluation: a cycle.
-            return Some(if self.quirks { Value::Undefined } else { Value::Error });
+            return Some(if self.quirks {
+                Value::Undefined
+            } else {
+                Value::Error
+            });
         }
         let v = self.eval(&a.expr, f);
         self.pop();
@@ -150,7 +140,12 @@ impl Ctx {
         }
         let mut node = f.parent;
         while let Some(n) = node {
-            let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+            let nf = Frame {
+                ad: Some(&n.ad),
+                parent: n.parent.as_ref(),
+                my: f.my,
+                target: f.target,
+            };
             if let Some(v) = self.eval_attr_in(&n.ad, sym, nf) {
                 return v;
             }
@@ -166,7 +161,12 @@ impl Ctx {
     fn lookup_target(&mut self, sym: Sym, f: Frame<'_>) -> Value {
         match f.target {
             Some(t) => {
-                let tf = Frame { ad: Some(t), parent: None, my: Some(t), target: f.my };
+                let tf = Frame {
+                    ad: Some(t),
+                    parent: None,
+                    my: Some(t),
+                    target: f.my,
+                };
                 self.eval_attr_in(t, sym, tf).unwrap_or(Value::Undefined)
             }
             None => Value::Undefined,
@@ -177,10 +177,21 @@ impl Ctx {
     pub fn select(&mut self, v: &Value, sym: Sym, f: Frame<'_>) -> Value {
         match v {
             Value::Ad(n) => {
-                let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
-                self.eval_attr_in(&n.ad, sym, nf).unwrap_or(Value::Undefined)
+                let nf = Frame {
+                    ad: Some(&n.ad),
+                    parent: n.parent.as_ref(),
+                    my: f.my,
+                    target: f.target,
+                };
+                self.eval_attr_in(&n.ad, sym, nf)
+                    .unwrap_or(Value::Undefined)
             }
-            Value::List(l) => Value::List(l.iter().map(|x| self.select(x, sym, f)).collect::<Vec<_>>().into()),
+            Value::List(l) => Value::List(
+                l.iter()
+                    .map(|x| self.select(x, sym, f))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
             Value::Undefined => Value::Undefined,
             _ => Value::Error,
         }
@@ -214,7 +225,12 @@ impl Ctx {
                 Scope::Plain => self.lookup_plain(*sym, f),
                 Scope::My => match f.my {
                     Some(my) => {
-                        let mf = Frame { ad: Some(my), parent: None, my: Some(my), target: f.target };
+                        let mf = Frame {
+                            ad: Some(my),
+                            parent: None,
+                            my: Some(my),
+                            target: f.target,
+                        };
                         self.eval_attr_in(my, *sym, mf).unwrap_or(Value::Undefined)
                     }
                     None => Value::Undefined,
@@ -222,8 +238,14 @@ impl Ctx {
                 Scope::Target => self.lookup_target(*sym, f),
                 Scope::Parent => match f.parent {
                     Some(n) => {
-                        let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
-                        self.eval_attr_in(&n.ad, *sym, nf).unwrap_or(Value::Undefined)
+                        let nf = Frame {
+                            ad: Some(&n.ad),
+                            parent: n.parent.as_ref(),
+                            my: f.my,
+                            target: f.target,
+                        };
+                        self.eval_attr_in(&n.ad, *sym, nf)
+                            .unwrap_or(Value::Undefined)
                     }
                     None => Value::Undefined,
                 },
@@ -283,15 +305,27 @@ impl Ctx {
                     Truth::Error => Value::Error,
                 }
             }
-            Expr::Call(c) => crate::functions::call(self, c, f),
-            Expr::List(items) => Value::List(items.iter().map(|x| self.eval(x, f)).collect::<Vec<_>>().into()),
+            Expr::Call(c) => call(self, c, f),
+            Expr::List(items) => Value::List(
+                items
+                    .iter()
+                    .map(|x| self.eval(x, f))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
             Expr::Ad(ad) => {
                 // The nested ad remembers where it was written, for references to enclosing attributes.
                 let parent = match f.ad {
-                    Some(cur) => Some(Arc::new(ScopeNode { ad: cur.clone(), parent: f.parent.cloned() })),
+                    Some(cur) => Some(Arc::new(ScopeNode {
+                        ad: cur.clone(),
+                        parent: f.parent.cloned(),
+                    })),
                     None => f.parent.cloned(),
                 };
-                Value::Ad(Arc::new(ScopeNode { ad: ad.clone(), parent }))
+                Value::Ad(Arc::new(ScopeNode {
+                    ad: ad.clone(),
+                    parent,
+                }))
             }
         }
     }
@@ -303,11 +337,19 @@ impl Ctx {
 fn peek<'x>(e: &'x Expr, f: Frame<'x>) -> Option<&'x Value> {
     match e {
         Expr::Lit(v) => Some(v),
-        Expr::Attr { scope: Scope::Target, sym, .. } => match &f.target?.get_sym(*sym)?.expr {
+        Expr::Attr {
+            scope: Scope::Target,
+            sym,
+            ..
+        } => match &f.target?.get_sym(*sym)?.expr {
             Expr::Lit(v) => Some(v),
             _ => None,
         },
-        Expr::Attr { scope: Scope::Plain, sym, .. } => match &f.ad?.get_sym(*sym)?.expr {
+        Expr::Attr {
+            scope: Scope::Plain,
+            sym,
+            ..
+        } => match &f.ad?.get_sym(*sym)?.expr {
             Expr::Lit(v) => Some(v),
             _ => None,
         },
@@ -328,235 +370,6 @@ fn index(base: &Value, idx: &Value, ctx: &mut Ctx, f: Frame<'_>) -> Value {
             }
         }
         (Value::Ad(_), Value::Str(s)) => ctx.select(base, Sym::of(s), f),
-        _ => Value::Error,
-    }
-}
-
-/// How a value reads as a condition.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub(crate) enum Truth {
-    True,
-    False,
-    Undefined,
-    Error,
-}
-
-/// Booleans and numbers are conditions (non-zero is true); anything else is an error.
-pub(crate) fn truth(v: &Value) -> Truth {
-    match v {
-        Value::Bool(true) => Truth::True,
-        Value::Bool(false) => Truth::False,
-        Value::Int(i) => {
-            if *i != 0 {
-                Truth::True
-            } else {
-                Truth::False
-            }
-        }
-        Value::Real(r) => {
-            if *r != 0.0 {
-                Truth::True
-            } else {
-                Truth::False
-            }
-        }
-        Value::Undefined => Truth::Undefined,
-        _ => Truth::Error,
-    }
-}
-
-#[inline(never)]
-pub(crate) fn unary(op: UnOp, v: &Value) -> Value {
-    match (op, v) {
-        (_, Value::Error) => Value::Error,
-        (_, Value::Undefined) => Value::Undefined,
-        (UnOp::Not, v) => match truth(v) {
-            Truth::True => Value::Bool(false),
-            Truth::False => Value::Bool(true),
-            _ => Value::Error,
-        },
-        (UnOp::Neg, Value::Int(i)) => Value::Int(i.wrapping_neg()),
-        (UnOp::Neg, Value::Real(r)) => Value::Real(-r),
-        (UnOp::Plus, Value::Int(_) | Value::Real(_)) => v.clone(),
-        (UnOp::BitNot, Value::Int(i)) => Value::Int(!i),
-        _ => Value::Error,
-    }
-}
-
-/// A number for arithmetic: booleans count as integers.
-enum Num {
-    I(i64),
-    R(f64),
-}
-
-fn num(v: &Value) -> Option<Num> {
-    match v {
-        Value::Int(i) => Some(Num::I(*i)),
-        Value::Real(r) => Some(Num::R(*r)),
-        Value::Bool(b) => Some(Num::I(*b as i64)),
-        _ => None,
-    }
-}
-
-fn as_f(n: &Num) -> f64 {
-    match n {
-        Num::I(i) => *i as f64,
-        Num::R(r) => *r,
-    }
-}
-
-/// Case-insensitive string order, as HTCondor's strcasecmp.
-pub(crate) fn str_icmp(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    for (x, y) in a.iter().zip(b.iter()) {
-        let (x, y) = (x.to_ascii_lowercase(), y.to_ascii_lowercase());
-        if x != y {
-            return x.cmp(&y);
-        }
-    }
-    a.len().cmp(&b.len())
-}
-
-/// A binary operation other than `&&` / `||` (which short-circuit).
-pub(crate) fn binary(op: BinOp, l: &Value, r: &Value) -> Value {
-    binary_q(op, l, r, false)
-}
-
-/// [`binary`], optionally with HTCondor's real-division quirk.
-#[inline(never)]
-pub(crate) fn binary_q(op: BinOp, l: &Value, r: &Value, quirks: bool) -> Value {
-    use BinOp::*;
-    match op {
-        Is | Isnt => {
-            return match l.identical(r) {
-                Some(b) => Value::Bool(b == (op == Is)),
-                None => Value::Error,
-            }
-        }
-        And | Or => {
-            // Only reached through constant folding of already-evaluated operands.
-            let (lt, rt) = (truth(l), truth(r));
-            return match op {
-                And => match (lt, rt) {
-                    (Truth::False, _) => Value::Bool(false),
-                    (Truth::Error, _) | (_, Truth::Error) => Value::Error,
-                    (_, Truth::False) => Value::Bool(false),
-                    (Truth::True, Truth::True) => Value::Bool(true),
-                    _ => Value::Undefined,
-                },
-                _ => match (lt, rt) {
-                    (Truth::True, _) => Value::Bool(true),
-                    (Truth::Error, _) | (_, Truth::Error) => Value::Error,
-                    (_, Truth::True) => Value::Bool(true),
-                    (Truth::False, Truth::False) => Value::Bool(false),
-                    _ => Value::Undefined,
-                },
-            };
-        }
-        _ => {}
-    }
-    if matches!(l, Value::Error) || matches!(r, Value::Error) {
-        return Value::Error;
-    }
-    if matches!(l, Value::Undefined) || matches!(r, Value::Undefined) {
-        return Value::Undefined;
-    }
-    match op {
-        Eq | Ne | Lt | Le | Gt | Ge => {
-            let ord = match (l, r) {
-                (Value::Str(a), Value::Str(b)) => str_icmp(a, b),
-                _ => match (num(l), num(r)) {
-                    (Some(Num::I(a)), Some(Num::I(b))) => a.cmp(&b),
-                    (Some(a), Some(b)) => match as_f(&a).partial_cmp(&as_f(&b)) {
-                        Some(o) => o,
-                        // NaN: every comparison but != is false.
-                        None => return Value::Bool(op == Ne),
-                    },
-                    _ => return Value::Error,
-                },
-            };
-            Value::Bool(match op {
-                Eq => ord == Ordering::Equal,
-                Ne => ord != Ordering::Equal,
-                Lt => ord == Ordering::Less,
-                Le => ord != Ordering::Greater,
-                Gt => ord == Ordering::Greater,
-                _ => ord != Ordering::Less,
-            })
-        }
-        BitAnd | BitOr | BitXor => match (l, r) {
-            (Value::Int(a), Value::Int(b)) => Value::Int(match op {
-                BitAnd => a & b,
-                BitOr => a | b,
-                _ => a ^ b,
-            }),
-            _ => Value::Error,
-        },
-        Shl | Shr | UShr => match (l, r) {
-            (Value::Int(a), Value::Int(b)) => {
-                let s = (*b & 63) as u32;
-                Value::Int(match op {
-                    Shl => a.wrapping_shl(s),
-                    Shr => a.wrapping_shr(s),
-                    _ => {
-                        if quirks && *a < 0 && s == 0 {
-                            // HTCondor masks with ~(-1 << (64 - s)), which is 0 when s is 0.
-                            0
-                        } else {
-                            ((*a as u64) >> s) as i64
-                        }
-                    }
-                })
-            }
-            _ => Value::Error,
-        },
-        Add | Sub | Mul | Div | Mod => {
-            let (Some(a), Some(b)) = (num(l), num(r)) else {
-                return Value::Error;
-            };
-            match (a, b) {
-                (Num::I(a), Num::I(b)) => match op {
-                    Add => Value::Int(a.wrapping_add(b)),
-                    Sub => Value::Int(a.wrapping_sub(b)),
-                    Mul => Value::Int(a.wrapping_mul(b)),
-                    Div => {
-                        if b == 0 {
-                            Value::Error
-                        } else if a == i64::MIN && b == -1 {
-                            // HTCondor saturates the one overflowing quotient.
-                            Value::Int(i64::MAX)
-                        } else {
-                            Value::Int(a / b)
-                        }
-                    }
-                    _ => {
-                        if b == 0 {
-                            Value::Error
-                        } else {
-                            Value::Int(a.wrapping_rem(b))
-                        }
-                    }
-                },
-                (a, b) => {
-                    let (a, b) = (as_f(&a), as_f(&b));
-                    match op {
-                        Add => Value::Real(a + b),
-                        Sub => Value::Real(a - b),
-                        Mul => Value::Real(a * b),
-                        Div => {
-                            // HTCondor (quirk): only a +inf quotient is an error; -inf and NaN pass.
-                            if b == 0.0 && !(quirks && a / b != f64::INFINITY) {
-                                Value::Error
-                            } else {
-                                Value::Real(a / b)
-                            }
-                        }
-                        // HTCondor has no real remainder.
-                        _ => Value::Error,
-                    }
-                }
-            }
-        }
         _ => Value::Error,
     }
 }
@@ -588,7 +401,8 @@ impl Quirks {
 pub fn eval_attr(ad: &ClassAd, name: &str, target: Option<&ClassAd>) -> Value {
     let mut ctx = Ctx::new(false);
     let f = Frame::root(Some(ad), target);
-    ctx.eval_attr_in(ad, Sym::of(name), f).unwrap_or(Value::Undefined)
+    ctx.eval_attr_in(ad, Sym::of(name), f)
+        .unwrap_or(Value::Undefined)
 }
 
 /// Evaluates an expression in the scope of `ad` (if any), with an optional target.
@@ -605,6 +419,71 @@ pub fn eval_expr_matching(e: &Expr, ad: &ClassAd, target: &ClassAd) -> Value {
     ctx.eval(e, Frame::root(Some(ad), Some(target)))
 }
 
+impl ScopeNode {
+    /// Evaluates one attribute of the nested ad, in the scope it was written in.
+    pub fn eval_attr(&self, sym: Sym) -> Value {
+        let mut ctx = Ctx::new(false);
+        let f = Frame {
+            ad: Some(&self.ad),
+            parent: self.parent.as_ref(),
+            my: Some(&self.ad),
+            target: None,
+        };
+        ctx.eval_attr_in(&self.ad, sym, f)
+            .unwrap_or(Value::Undefined)
+    }
+}
+
+impl ClassAd {
+    /// Evaluates one attribute of this ad, with no target.
+    pub fn eval_attr(&self, name: &str) -> Value {
+        crate::eval::eval_attr(self, name, None)
+    }
+}
+
+/// Calls a function. `ifThenElse` evaluates only the branch it takes.
+/// Never inlined: its argument buffer would otherwise enlarge every
+/// evaluator frame, and so the stack used per nesting level.
+#[inline(never)]
+pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
+    let (lo, hi) = c.func.arity();
+    if c.func == Func::Unknown || c.args.len() < lo || c.args.len() > hi {
+        return Value::Error;
+    }
+    if c.func == Func::IfThenElse {
+        let cond = ctx.eval(&c.args[0], f);
+        return match truth(&cond) {
+            Truth::True => ctx.eval(&c.args[1], f),
+            Truth::False => ctx.eval(&c.args[2], f),
+            Truth::Undefined => Value::Undefined,
+            Truth::Error => Value::Error,
+        };
+    }
+    let mut buf: [Value; 3] = [Value::Undefined, Value::Undefined, Value::Undefined];
+    let owned: Vec<Value>;
+    let args: &[Value] = if c.args.len() <= 3 {
+        for (i, a) in c.args.iter().enumerate() {
+            buf[i] = ctx.eval(a, f);
+        }
+        &buf[..c.args.len()]
+    } else {
+        owned = c.args.iter().map(|a| ctx.eval(a, f)).collect();
+        &owned
+    };
+    if ctx.quirks && c.func == Func::Int {
+        return to_int(&args[0], true);
+    }
+    let v = apply(c, args);
+    if ctx.quirks && c.func == Func::Pow {
+        // HTCondor: (long long)(pow(b, e) + 0.5), so pow(-2, 3) is -7 and odd
+        // powers above 2^52 come out one too high.
+        if let (Value::Int(b), Value::Int(e), Value::Int(_)) = (&args[0], &args[1], &v) {
+            return Value::Int(f2i((*b as f64).powf(*e as f64) + 0.5));
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,12 +495,19 @@ mod tests {
 
     #[test]
     fn my_target_and_parent_scopes() {
-        let me = parse_classad("[ x = 1; y = other.x + x; inner = [ x = 10; z = parent.x + x ] ]").unwrap();
+        let me = parse_classad("[ x = 1; y = other.x + x; inner = [ x = 10; z = parent.x + x ] ]")
+            .unwrap();
         let other = parse_classad("[ x = 100; back = other.x ]").unwrap();
         assert!(matches!(ev("y", Some(&me), Some(&other)), Value::Int(101)));
-        assert!(matches!(ev("my.x + target.x", Some(&me), Some(&other)), Value::Int(101)));
+        assert!(matches!(
+            ev("my.x + target.x", Some(&me), Some(&other)),
+            Value::Int(101)
+        ));
         // In the target, OTHER is the ad being evaluated.
-        assert!(matches!(ev("other.back", Some(&me), Some(&other)), Value::Int(1)));
+        assert!(matches!(
+            ev("other.back", Some(&me), Some(&other)),
+            Value::Int(1)
+        ));
         assert!(matches!(ev("inner.z", Some(&me), None), Value::Int(11)));
         // No fallback to the target outside matchmaking.
         let bare = parse_classad("[ r = missing ]").unwrap();
@@ -633,8 +519,14 @@ mod tests {
 
     #[test]
     fn nested_ads_see_enclosing_attributes() {
-        assert!(matches!(ev("[a = 1; b = [c = a + 1]].b.c", None, None), Value::Int(2)));
-        assert!(matches!(ev("[a = 1; b = {a, a + 1}].b[1]", None, None), Value::Int(2)));
+        assert!(matches!(
+            ev("[a = 1; b = [c = a + 1]].b.c", None, None),
+            Value::Int(2)
+        ));
+        assert!(matches!(
+            ev("[a = 1; b = {a, a + 1}].b[1]", None, None),
+            Value::Int(2)
+        ));
         assert!(matches!(ev("[a = 1][\"A\"]", None, None), Value::Int(1)));
     }
 
@@ -643,7 +535,10 @@ mod tests {
         let ad = parse_classad("[ a = b; b = a; c = a + 1 ]").unwrap();
         assert!(matches!(ad.eval_attr("c"), Value::Error));
         let e = parse_expr("[a = a].a").unwrap();
-        assert!(matches!(Quirks::eval_expr(&e, None, None), Value::Undefined));
+        assert!(matches!(
+            Quirks::eval_expr(&e, None, None),
+            Value::Undefined
+        ));
     }
 
     #[test]
@@ -674,6 +569,9 @@ mod tests {
         for z in ["1 / 0", "1 % 0", "-1 / 0.0", "0.0 / 0", "7.5 % 2"] {
             assert!(matches!(ev(z, None, None), Value::Error), "{z}");
         }
-        assert!(matches!(ev("9223372036854775807 + 1", None, None), Value::Int(i64::MIN)));
+        assert!(matches!(
+            ev("9223372036854775807 + 1", None, None),
+            Value::Int(i64::MIN)
+        ));
     }
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crate::functions::Func;
-use crate::value::{display_real, quote_str, Value};
+pub use crate::lexer::Pos;
+use crate::literal::{display_real, quote_str};
 
 /// An interned, case-folded attribute name.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,38 +31,36 @@ fn interner() -> &'static RwLock<Interner> {
 impl Sym {
     /// The symbol of a name and a shared copy of its spelling.
     pub fn intern(name: &str) -> (Sym, Arc<str>) {
-        if let Some(e) = interner().read().unwrap_or_else(|e| e.into_inner()).spelled.get(name) {
+        if let Some(e) = interner()
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .spelled
+            .get(name)
+        {
             return e.clone();
         }
         let sym = Sym::of(name);
         let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
-        w.spelled.entry(name.into()).or_insert_with(|| (sym, Arc::from(name))).clone()
+        w.spelled
+            .entry(name.into())
+            .or_insert_with(|| (sym, Arc::from(name)))
+            .clone()
     }
 
     /// The symbol of an attribute name (case-insensitive).
     pub fn of(name: &str) -> Sym {
         let folded = name.to_ascii_lowercase();
-        if let Some(&id) = interner().read().unwrap_or_else(|e| e.into_inner()).ids.get(folded.as_str()) {
+        if let Some(&id) = interner()
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ids
+            .get(folded.as_str())
+        {
             return Sym(id);
         }
         let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
         let n = w.ids.len() as u32;
         Sym(*w.ids.entry(folded.into_boxed_str()).or_insert(n))
-    }
-}
-
-/// A position in the source: 1-based line and column (in characters).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Pos {
-    /// Line, from 1.
-    pub line: u32,
-    /// Column, from 1.
-    pub col: u32,
-}
-
-impl fmt::Display for Pos {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.line, self.col)
     }
 }
 
@@ -261,7 +259,11 @@ const SMALL: usize = 24;
 
 impl Default for AdData {
     fn default() -> AdData {
-        AdData { attrs: Vec::new(), index: Vec::new(), small: [Sym(u32::MAX); SMALL] }
+        AdData {
+            attrs: Vec::new(),
+            index: Vec::new(),
+            small: [Sym(u32::MAX); SMALL],
+        }
     }
 }
 
@@ -273,11 +275,6 @@ impl ClassAd {
     /// An empty ad.
     pub fn new() -> ClassAd {
         ClassAd::default()
-    }
-
-    /// Parses an ad in any accepted form (see [`crate::parser::parse_classad`]).
-    pub fn parse(src: &str) -> Result<ClassAd, crate::ParseError> {
-        crate::parser::parse_classad(src)
     }
 
     /// Sets an attribute (replacing one of the same name, whatever its case).
@@ -292,7 +289,12 @@ impl ClassAd {
         match data.index.binary_search_by_key(&sym, |e| e.0) {
             Ok(i) => {
                 let slot = data.index[i].1 as usize;
-                data.attrs[slot] = Attribute { name, sym, expr, pos };
+                data.attrs[slot] = Attribute {
+                    name,
+                    sym,
+                    expr,
+                    pos,
+                };
             }
             Err(i) => {
                 let slot = data.attrs.len();
@@ -300,7 +302,12 @@ impl ClassAd {
                 if slot < SMALL {
                     data.small[slot] = sym;
                 }
-                data.attrs.push(Attribute { name, sym, expr, pos });
+                data.attrs.push(Attribute {
+                    name,
+                    sym,
+                    expr,
+                    pos,
+                });
             }
         }
     }
@@ -311,10 +318,15 @@ impl ClassAd {
         let d = &*self.0;
         let n = d.attrs.len();
         if n <= SMALL {
-            return d.small[..n].iter().position(|s| *s == sym).map(|i| &d.attrs[i]);
+            return d.small[..n]
+                .iter()
+                .position(|s| *s == sym)
+                .map(|i| &d.attrs[i]);
         }
         let idx = &d.index;
-        idx.binary_search_by_key(&sym, |e| e.0).ok().map(|i| &d.attrs[idx[i].1 as usize])
+        idx.binary_search_by_key(&sym, |e| e.0)
+            .ok()
+            .map(|i| &d.attrs[idx[i].1 as usize])
     }
 
     /// Looks an attribute's expression up by name (case-insensitive).
@@ -351,11 +363,6 @@ impl ClassAd {
     pub(crate) fn id(&self) -> usize {
         Arc::as_ptr(&self.0) as usize
     }
-
-    /// Evaluates one attribute of this ad, with no target.
-    pub fn eval_attr(&self, name: &str) -> Value {
-        crate::eval::eval_attr(self, name, None)
-    }
 }
 
 impl fmt::Display for ClassAd {
@@ -374,9 +381,14 @@ impl fmt::Display for ClassAd {
 }
 
 fn write_name(name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let reserved = ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(name));
+    let reserved = ["true", "false", "undefined", "error", "is", "isnt"]
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(name));
     let plain = !reserved
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         f.write_str(name)
@@ -422,7 +434,9 @@ impl Expr {
                     Scope::Plain => {}
                     Scope::My => f.write_str("MY.")?,
                     // `{:#}` spells it as gLite JDL does; HTCondor reads both.
-                    Scope::Target => f.write_str(if f.alternate() { "other." } else { "TARGET." })?,
+                    Scope::Target => {
+                        f.write_str(if f.alternate() { "other." } else { "TARGET." })?
+                    }
                     Scope::Parent => f.write_str("PARENT.")?,
                 }
                 write_name(name, f)
@@ -510,5 +524,105 @@ impl fmt::Display for Expr {
     /// `other.` instead of HTCondor's `TARGET.`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_prec(f, 0)
+    }
+}
+
+/// A ClassAd value. Cheap to clone: strings, lists and ads are reference counted.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// The value of an attribute that does not exist (or of an operation on one).
+    Undefined,
+    /// The value of a type error, a division by zero, a failed conversion, ...
+    Error,
+    /// `true` / `false`.
+    Bool(bool),
+    /// A 64-bit integer; arithmetic wraps like HTCondor's.
+    Int(i64),
+    /// A double.
+    Real(f64),
+    /// A string.
+    Str(Arc<str>),
+    /// A list of values.
+    List(Arc<[Value]>),
+    /// A nested ClassAd, together with the scope it was written in (for
+    /// references from inside it to enclosing attributes).
+    Ad(Arc<ScopeNode>),
+}
+
+/// A nested ad as a value: the ad and the scope it was written in.
+#[derive(Debug)]
+pub struct ScopeNode {
+    /// The ad.
+    pub ad: ClassAd,
+    /// The enclosing ad, where unqualified names not found here are looked up.
+    pub parent: Option<Arc<ScopeNode>>,
+}
+
+macro_rules! funcs {
+    ($($v:ident => $n:literal),* $(,)?) => {
+        /// A built-in function, resolved from its (case-insensitive) name at parse time.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+        pub enum Func {
+            $(
+                #[doc = concat!("`", $n, "`")]
+                $v,
+            )*
+            /// A name that is no built-in function: the call evaluates to `error`.
+            Unknown,
+        }
+        impl Func {
+            /// Resolves a function name (case-insensitive).
+            pub fn from_name(name: &str) -> Func {
+                $( if name.eq_ignore_ascii_case($n) { return Func::$v; } )*
+                Func::Unknown
+            }
+            /// Every known function name, as documented.
+            pub const NAMES: &'static [&'static str] = &[$($n),*];
+        }
+    };
+}
+
+funcs! {
+    Member => "member", IdenticalMember => "identicalMember",
+    Regexp => "regexp", RegexpMember => "regexpMember",
+    StringListMember => "stringListMember", StringListIMember => "stringListIMember",
+    StringListSize => "stringListSize", StringListSum => "stringListSum",
+    StringListAvg => "stringListAvg", StringListMin => "stringListMin", StringListMax => "stringListMax",
+    IfThenElse => "ifThenElse", IsUndefined => "isUndefined", IsError => "isError",
+    IsString => "isString", IsInteger => "isInteger", IsReal => "isReal", IsBoolean => "isBoolean",
+    IsList => "isList", IsClassAd => "isClassAd",
+    Int => "int", Real => "real", String => "string", Bool => "bool",
+    Floor => "floor", Ceiling => "ceiling", Round => "round", Pow => "pow",
+    Strcat => "strcat", Substr => "substr", ToUpper => "toUpper", ToLower => "toLower", Size => "size",
+    Strcmp => "strcmp", Stricmp => "stricmp",
+    Sum => "sum", Avg => "avg", Min => "min", Max => "max",
+    AnyCompare => "anyCompare", AllCompare => "allCompare",
+    Time => "time",
+}
+
+impl Func {
+    /// The argument counts a function accepts (inclusive).
+    pub fn arity(self) -> (usize, usize) {
+        use Func::*;
+        match self {
+            Time => (0, 0),
+            IsUndefined | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList
+            | IsClassAd | Int | Real | String | Bool | Floor | Ceiling | Round | ToUpper
+            | ToLower | Size | Sum | Avg | Min | Max => (1, 1),
+            Member | IdenticalMember | Pow | Strcmp | Stricmp => (2, 2),
+            Regexp | RegexpMember | StringListMember | StringListIMember => (2, 3),
+            StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => {
+                (1, 2)
+            }
+            IfThenElse | AnyCompare | AllCompare => (3, 3),
+            Substr => (2, 3),
+            Strcat => (0, usize::MAX),
+            Unknown => (0, usize::MAX),
+        }
+    }
+
+    /// True when the result depends only on the arguments (so constant calls fold).
+    pub fn is_pure(self) -> bool {
+        !matches!(self, Func::Time | Func::Unknown)
     }
 }

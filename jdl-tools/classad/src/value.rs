@@ -4,29 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::ast::ClassAd;
-use crate::eval::ScopeNode;
-
-/// A ClassAd value. Cheap to clone: strings, lists and ads are reference counted.
-#[derive(Clone, Debug)]
-pub enum Value {
-    /// The value of an attribute that does not exist (or of an operation on one).
-    Undefined,
-    /// The value of a type error, a division by zero, a failed conversion, ...
-    Error,
-    /// `true` / `false`.
-    Bool(bool),
-    /// A 64-bit integer; arithmetic wraps like HTCondor's.
-    Int(i64),
-    /// A double.
-    Real(f64),
-    /// A string.
-    Str(Arc<str>),
-    /// A list of values.
-    List(Arc<[Value]>),
-    /// A nested ClassAd, together with the scope it was written in (for
-    /// references from inside it to enclosing attributes).
-    Ad(Arc<ScopeNode>),
-}
+pub use crate::ast::{ScopeNode, Value};
+use crate::literal::display_real;
+pub use crate::literal::{format_real, quote_str, real_to_string};
 
 impl Value {
     /// A string value.
@@ -110,82 +90,10 @@ impl Value {
     }
 }
 
-thread_local! {
-    /// Set while printing for `string()` / `strcat()`, which show reals as HTCondor unparses them.
-    static HTCONDOR_REALS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// A list or ad as HTCondor's `string()` shows it: ClassAd syntax with reals
 /// as `%.15E` (`{ 1.500000000000000E+00,"a" }`).
 pub fn unparse_htcondor(v: &Value) -> String {
-    HTCONDOR_REALS.with(|c| c.set(true));
-    let s = v.to_string();
-    HTCONDOR_REALS.with(|c| c.set(false));
-    s
-}
-
-/// A real in printed ClassAd syntax: shortest exact form, or HTCondor's
-/// `%.15E` inside [`unparse_htcondor`].
-pub(crate) fn display_real(r: f64) -> String {
-    if HTCONDOR_REALS.with(|c| c.get()) {
-        real_to_string(r)
-    } else {
-        format_real(r)
-    }
-}
-
-/// Formats a real so that it reads back as a real (`1.0`, `1e+20`, `0.1`).
-pub fn format_real(r: f64) -> String {
-    if r.is_nan() {
-        return "real(\"NaN\")".into();
-    }
-    if r.is_infinite() {
-        return if r > 0.0 { "real(\"INF\")".into() } else { "real(\"-INF\")".into() };
-    }
-    let s = format!("{r:?}");
-    if s.contains(['.', 'e', 'E']) {
-        s
-    } else {
-        format!("{s}.0")
-    }
-}
-
-/// HTCondor's `string(real)`: C's `%.15E` (`1.500000000000000E+00`), zero as `0.0`.
-pub fn real_to_string(r: f64) -> String {
-    if r == 0.0 {
-        return if r.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
-    }
-    if !r.is_finite() {
-        return format_real(r);
-    }
-    let s = format!("{r:.15E}");
-    // Rust writes `1.5E0`; C writes `1.5E+00`.
-    match s.split_once('E') {
-        Some((m, e)) => {
-            let (sign, digits) = match e.strip_prefix('-') {
-                Some(d) => ('-', d),
-                None => ('+', e),
-            };
-            format!("{m}E{sign}{digits:0>2}")
-        }
-        None => s,
-    }
-}
-
-/// Writes a string literal with ClassAd escapes.
-pub fn quote_str(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    crate::literal::with_htcondor_reals(|| v.to_string())
 }
 
 impl fmt::Display for Value {

@@ -7,11 +7,10 @@
 
 use std::sync::Arc;
 
-use crate::ast::{BinOp, Call, ClassAd, Expr, Pos, Scope, Sym, UnOp};
-use crate::functions::Func;
-use crate::lexer::{tokenize, Tok, Token};
-use crate::value::Value;
-use crate::ParseError;
+use crate::ast::{BinOp, Call, ClassAd, Expr, Func, Scope, Sym, UnOp, Value};
+use crate::functions::precompile_regex;
+use crate::lexer::{tokenize, ParseError, Pos, Tok, Token};
+use crate::limits::{stack_addr, MAX_STACK_BYTES};
 
 /// Deepest nesting of parentheses, lists, ads and calls.
 pub const MAX_NESTING: u32 = 200;
@@ -82,14 +81,23 @@ pub fn parse_classad_recovering(src: &str) -> (ClassAd, Vec<ParseError>) {
         while p.eat_punct(";") {}
         if p.at_eof() {
             if bracketed {
-                errs.push(ParseError { pos: p.pos(), message: "expected ']' to close the ad, found end of input".into() });
+                errs.push(ParseError {
+                    pos: p.pos(),
+                    message: "expected ']' to close the ad, found end of input".into(),
+                });
             }
             break;
         }
         if bracketed && p.eat_punct("]") {
             p.eat_punct(";");
             if !p.at_eof() {
-                errs.push(ParseError { pos: p.pos(), message: format!("expected end of input after the ad, found {}", p.tok().tok.describe()) });
+                errs.push(ParseError {
+                    pos: p.pos(),
+                    message: format!(
+                        "expected end of input after the ad, found {}",
+                        p.tok().tok.describe()
+                    ),
+                });
             }
             break;
         }
@@ -114,7 +122,11 @@ pub fn parse_classad_recovering(src: &str) -> (ClassAd, Vec<ParseError>) {
                         pos: p.pos(),
                         message: format!(
                             "expected {}, found {}",
-                            if bracketed { "';' or ']'" } else { "';' or a line break" },
+                            if bracketed {
+                                "';' or ']'"
+                            } else {
+                                "';' or a line break"
+                            },
                             p.tok().tok.describe()
                         ),
                     });
@@ -143,12 +155,26 @@ struct Parser {
 }
 
 fn is_keyword(s: &str) -> bool {
-    ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(s))
+    ["true", "false", "undefined", "error", "is", "isnt"]
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(s))
+}
+
+impl ClassAd {
+    /// Parses an ad in any accepted form (see [`crate::parser::parse_classad`]).
+    pub fn parse(src: &str) -> Result<ClassAd, ParseError> {
+        parse_classad(src)
+    }
 }
 
 impl Parser {
     fn new(src: &str) -> Result<Parser, ParseError> {
-        Ok(Parser { toks: tokenize(src)?, i: 0, nesting: 0, stack_base: crate::eval::stack_addr() })
+        Ok(Parser {
+            toks: tokenize(src)?,
+            i: 0,
+            nesting: 0,
+            stack_base: stack_addr(),
+        })
     }
 
     fn tok(&self) -> &Token {
@@ -195,7 +221,10 @@ impl Parser {
     }
 
     fn err<T>(&self, expected: &str) -> Result<T, ParseError> {
-        Err(ParseError { pos: self.pos(), message: format!("expected {expected}, found {}", self.tok().tok.describe()) })
+        Err(ParseError {
+            pos: self.pos(),
+            message: format!("expected {expected}, found {}", self.tok().tok.describe()),
+        })
     }
 
     fn expect_punct(&mut self, p: &str, what: &str) -> Result<(), ParseError> {
@@ -238,7 +267,10 @@ impl Parser {
                     return;
                 }
                 Tok::Ident(_) | Tok::QuotedIdent(_) => {
-                    let next_is_eq = matches!(self.toks.get(self.i + 1).map(|t| &t.tok), Some(Tok::Punct("=")));
+                    let next_is_eq = matches!(
+                        self.toks.get(self.i + 1).map(|t| &t.tok),
+                        Some(Tok::Punct("="))
+                    );
                     let first_on_line = self.toks[self.i - 1].end_line < self.tok().pos.line;
                     if next_is_eq && first_on_line && self.tok().pos.line > start_line {
                         return;
@@ -252,15 +284,21 @@ impl Parser {
 
     fn enter(&mut self) -> Result<(), ParseError> {
         self.nesting += 1;
-        if self.nesting > MAX_NESTING || self.stack_base.abs_diff(crate::eval::stack_addr()) > crate::eval::MAX_STACK_BYTES {
-            return Err(ParseError { pos: self.pos(), message: format!("nesting deeper than {MAX_NESTING} levels") });
+        if self.nesting > MAX_NESTING || self.stack_base.abs_diff(stack_addr()) > MAX_STACK_BYTES {
+            return Err(ParseError {
+                pos: self.pos(),
+                message: format!("nesting deeper than {MAX_NESTING} levels"),
+            });
         }
         Ok(())
     }
 
     fn height(&self, h: u32) -> Result<u32, ParseError> {
         if h > MAX_HEIGHT {
-            return Err(ParseError { pos: self.pos(), message: format!("expression deeper than {MAX_HEIGHT} levels") });
+            return Err(ParseError {
+                pos: self.pos(),
+                message: format!("expression deeper than {MAX_HEIGHT} levels"),
+            });
         }
         Ok(h)
     }
@@ -488,8 +526,10 @@ impl Parser {
                 self.nesting -= 1;
                 // A list of constants is itself a constant, so evaluating it never allocates.
                 if items.iter().all(|e| matches!(e, Expr::Lit(_))) {
-                    let vals: Vec<Value> =
-                        items.into_iter().filter_map(|e| if let Expr::Lit(v) = e { Some(v) } else { None }).collect();
+                    let vals: Vec<Value> = items
+                        .into_iter()
+                        .filter_map(|e| if let Expr::Lit(v) = e { Some(v) } else { None })
+                        .collect();
                     return Ok((Expr::Lit(Value::List(vals.into())), h));
                 }
                 Ok((Expr::List(items), h))
@@ -497,7 +537,14 @@ impl Parser {
             Tok::Punct("[") => self.ad_literal(),
             Tok::QuotedIdent(name) => {
                 let (sym, name) = Sym::intern(&name);
-                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
+                Ok((
+                    Expr::Attr {
+                        scope: Scope::Plain,
+                        sym,
+                        name,
+                    },
+                    1,
+                ))
             }
             Tok::Ident(name) => {
                 let lower = name.to_ascii_lowercase();
@@ -507,7 +554,10 @@ impl Parser {
                     "undefined" => return Ok((Expr::Lit(Value::Undefined), 1)),
                     "error" => return Ok((Expr::Lit(Value::Error), 1)),
                     "is" | "isnt" => {
-                        return Err(ParseError { pos, message: format!("expected an expression, found keyword '{name}'") })
+                        return Err(ParseError {
+                            pos,
+                            message: format!("expected an expression, found keyword '{name}'"),
+                        })
                     }
                     _ => {}
                 }
@@ -524,10 +574,24 @@ impl Parser {
                     self.advance();
                     let (attr, _) = self.attr_name()?;
                     let (sym, attr) = Sym::intern(&attr);
-                    return Ok((Expr::Attr { scope, sym, name: attr }, 1));
+                    return Ok((
+                        Expr::Attr {
+                            scope,
+                            sym,
+                            name: attr,
+                        },
+                        1,
+                    ));
                 }
                 let (sym, name) = Sym::intern(&name);
-                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
+                Ok((
+                    Expr::Attr {
+                        scope: Scope::Plain,
+                        sym,
+                        name,
+                    },
+                    1,
+                ))
             }
             _ => self.err("an expression"),
         }
@@ -558,8 +622,14 @@ impl Parser {
 /// Builds a call node, compiling a constant regular expression once.
 pub fn make_call(name: &str, args: Vec<Expr>, pos: Pos) -> Expr {
     let func = Func::from_name(name);
-    let mut call = Call { func, name: Arc::from(name), args, regex: None, pos };
-    crate::functions::precompile_regex(&mut call);
+    let mut call = Call {
+        func,
+        name: Arc::from(name),
+        args,
+        regex: None,
+        pos,
+    };
+    precompile_regex(&mut call);
     Expr::Call(Box::new(call))
 }
 
@@ -578,7 +648,10 @@ mod tests {
             assert!(matches!(ad.eval_attr("a"), Value::Int(1)));
             assert!(matches!(ad.eval_attr("c"), Value::List(ref l) if l.len() == 2));
         }
-        assert!(parse_classad("A = 1 B = 2").unwrap_err().message.contains("';' or a line break"));
+        assert!(parse_classad("A = 1 B = 2")
+            .unwrap_err()
+            .message
+            .contains("';' or a line break"));
     }
 
     #[test]
@@ -606,10 +679,18 @@ mod tests {
 
     #[test]
     fn scopes_and_quoted_names() {
-        let s = parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'").unwrap().to_string();
+        let s = parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'")
+            .unwrap()
+            .to_string();
         assert_eq!(s, "MY.a + TARGET.b + TARGET.c + PARENT.d + 'e f'");
-        assert!(parse_expr("my.").unwrap_err().message.contains("attribute name"));
-        assert!(parse_expr("[ true = 1 ]").unwrap_err().message.contains("attribute name"));
+        assert!(parse_expr("my.")
+            .unwrap_err()
+            .message
+            .contains("attribute name"));
+        assert!(parse_expr("[ true = 1 ]")
+            .unwrap_err()
+            .message
+            .contains("attribute name"));
     }
 
     #[test]

@@ -3,75 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::ast::{BinOp, Call};
-use crate::eval::{binary, str_icmp, truth, Ctx, Frame, Truth};
-use crate::value::{real_to_string, Value};
-
-macro_rules! funcs {
-    ($($v:ident => $n:literal),* $(,)?) => {
-        /// A built-in function, resolved from its (case-insensitive) name at parse time.
-        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-        pub enum Func {
-            $(
-                #[doc = concat!("`", $n, "`")]
-                $v,
-            )*
-            /// A name that is no built-in function: the call evaluates to `error`.
-            Unknown,
-        }
-        impl Func {
-            /// Resolves a function name (case-insensitive).
-            pub fn from_name(name: &str) -> Func {
-                $( if name.eq_ignore_ascii_case($n) { return Func::$v; } )*
-                Func::Unknown
-            }
-            /// Every known function name, as documented.
-            pub const NAMES: &'static [&'static str] = &[$($n),*];
-        }
-    };
-}
-
-funcs! {
-    Member => "member", IdenticalMember => "identicalMember",
-    Regexp => "regexp", RegexpMember => "regexpMember",
-    StringListMember => "stringListMember", StringListIMember => "stringListIMember",
-    StringListSize => "stringListSize", StringListSum => "stringListSum",
-    StringListAvg => "stringListAvg", StringListMin => "stringListMin", StringListMax => "stringListMax",
-    IfThenElse => "ifThenElse", IsUndefined => "isUndefined", IsError => "isError",
-    IsString => "isString", IsInteger => "isInteger", IsReal => "isReal", IsBoolean => "isBoolean",
-    IsList => "isList", IsClassAd => "isClassAd",
-    Int => "int", Real => "real", String => "string", Bool => "bool",
-    Floor => "floor", Ceiling => "ceiling", Round => "round", Pow => "pow",
-    Strcat => "strcat", Substr => "substr", ToUpper => "toUpper", ToLower => "toLower", Size => "size",
-    Strcmp => "strcmp", Stricmp => "stricmp",
-    Sum => "sum", Avg => "avg", Min => "min", Max => "max",
-    AnyCompare => "anyCompare", AllCompare => "allCompare",
-    Time => "time",
-}
-
-impl Func {
-    /// The argument counts a function accepts (inclusive).
-    pub fn arity(self) -> (usize, usize) {
-        use Func::*;
-        match self {
-            Time => (0, 0),
-            IsUndefined | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList | IsClassAd | Int | Real
-            | String | Bool | Floor | Ceiling | Round | ToUpper | ToLower | Size | Sum | Avg | Min | Max => (1, 1),
-            Member | IdenticalMember | Pow | Strcmp | Stricmp => (2, 2),
-            Regexp | RegexpMember | StringListMember | StringListIMember => (2, 3),
-            StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => (1, 2),
-            IfThenElse | AnyCompare | AllCompare => (3, 3),
-            Substr => (2, 3),
-            Strcat => (0, usize::MAX),
-            Unknown => (0, usize::MAX),
-        }
-    }
-
-    /// True when the result depends only on the arguments (so constant calls fold).
-    pub fn is_pure(self) -> bool {
-        !matches!(self, Func::Time | Func::Unknown)
-    }
-}
+pub use crate::ast::Func;
+use crate::ast::{BinOp, Call, Value};
+use crate::literal::real_to_string;
+use crate::ops::{binary, str_icmp, truth, Truth};
 
 /// Builds the regex for `regexp` options: i (ignore case), m (multi-line),
 /// s (dot matches newline), x (extended); other letters are ignored, as in HTCondor.
@@ -101,7 +36,10 @@ pub fn build_regex(pattern: &str, options: &str) -> Option<regex::bytes::Regex> 
 
 /// Compiles a constant pattern once, at parse time.
 pub fn precompile_regex(call: &mut Call) {
-    if !matches!(call.func, Func::Regexp | Func::RegexpMember) || call.args.len() < 2 || call.args.len() > 3 {
+    if !matches!(call.func, Func::Regexp | Func::RegexpMember)
+        || call.args.len() < 2
+        || call.args.len() > 3
+    {
         return;
     }
     let pat = match &call.args[0] {
@@ -120,49 +58,6 @@ fn b(x: bool) -> Value {
     Value::Bool(x)
 }
 
-/// Calls a function. `ifThenElse` evaluates only the branch it takes.
-/// Never inlined: its argument buffer would otherwise enlarge every
-/// evaluator frame, and so the stack used per nesting level.
-#[inline(never)]
-pub(crate) fn call(ctx: &mut Ctx, c: &Call, f: Frame<'_>) -> Value {
-    let (lo, hi) = c.func.arity();
-    if c.func == Func::Unknown || c.args.len() < lo || c.args.len() > hi {
-        return Value::Error;
-    }
-    if c.func == Func::IfThenElse {
-        let cond = ctx.eval(&c.args[0], f);
-        return match truth(&cond) {
-            Truth::True => ctx.eval(&c.args[1], f),
-            Truth::False => ctx.eval(&c.args[2], f),
-            Truth::Undefined => Value::Undefined,
-            Truth::Error => Value::Error,
-        };
-    }
-    let mut buf: [Value; 3] = [Value::Undefined, Value::Undefined, Value::Undefined];
-    let owned: Vec<Value>;
-    let args: &[Value] = if c.args.len() <= 3 {
-        for (i, a) in c.args.iter().enumerate() {
-            buf[i] = ctx.eval(a, f);
-        }
-        &buf[..c.args.len()]
-    } else {
-        owned = c.args.iter().map(|a| ctx.eval(a, f)).collect();
-        &owned
-    };
-    if ctx.quirks && c.func == Func::Int {
-        return to_int(&args[0], true);
-    }
-    let v = apply(c, args);
-    if ctx.quirks && c.func == Func::Pow {
-        // HTCondor: (long long)(pow(b, e) + 0.5), so pow(-2, 3) is -7 and odd
-        // powers above 2^52 come out one too high.
-        if let (Value::Int(b), Value::Int(e), Value::Int(_)) = (&args[0], &args[1], &v) {
-            return Value::Int(f2i((*b as f64).powf(*e as f64) + 0.5));
-        }
-    }
-    v
-}
-
 /// Applies a function to evaluated arguments.
 pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
     use Func::*;
@@ -179,7 +74,9 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         Regexp => regexp(c, a),
         RegexpMember => regexp_member(c, a),
         StringListMember | StringListIMember => string_list_member(c.func == StringListIMember, a),
-        StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => string_list_num(c.func, a),
+        StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => {
+            string_list_num(c.func, a)
+        }
         Int => to_int(&a[0], false),
         Real => to_real(&a[0]),
         String => to_string(&a[0]).map_or_else(|e| e, |s| Value::Str(s.into())),
@@ -201,7 +98,14 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
             Value::Undefined => Value::Undefined,
             Value::Error => Value::Error,
             v => match to_string(v) {
-                Ok(s) => Value::Str(if c.func == ToUpper { s.to_ascii_uppercase() } else { s.to_ascii_lowercase() }.into()),
+                Ok(s) => Value::Str(
+                    if c.func == ToUpper {
+                        s.to_ascii_uppercase()
+                    } else {
+                        s.to_ascii_lowercase()
+                    }
+                    .into(),
+                ),
                 Err(e) => e,
             },
         },
@@ -217,7 +121,11 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
             (Value::Error, _) | (_, Value::Error) => Value::Error,
             (x, y) => match (to_string(x), to_string(y)) {
                 (Ok(x), Ok(y)) => {
-                    let o = if c.func == Strcmp { x.cmp(&y) } else { str_icmp(&x, &y) };
+                    let o = if c.func == Strcmp {
+                        x.cmp(&y)
+                    } else {
+                        str_icmp(&x, &y)
+                    };
                     Value::Int(o as i64)
                 }
                 _ => Value::Error,
@@ -226,7 +134,10 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         Sum | Avg | Min | Max => list_num(c.func, &a[0]),
         AnyCompare | AllCompare => compare_list(c.func == AllCompare, a),
         Time => Value::Int(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0),
         ),
         IfThenElse => match truth(&a[0]) {
             Truth::True => a[1].clone(),
@@ -340,7 +251,9 @@ fn regexp_member(c: &Call, a: &[Value]) -> Value {
 /// Splits a string list on any of the delimiter characters; items are
 /// trimmed of white space and empty ones dropped (HTCondor's StringList).
 fn split_list<'a>(s: &'a str, delims: &'a str) -> impl Iterator<Item = &'a str> {
-    s.split(move |c: char| delims.contains(c)).map(|t| t.trim()).filter(|t| !t.is_empty())
+    s.split(move |c: char| delims.contains(c))
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
 }
 
 fn delims(a: &[Value], i: usize) -> Result<&str, Value> {
@@ -357,11 +270,16 @@ fn string_list_member(ignore_case: bool, a: &[Value]) -> Value {
         Err(e) => return e,
     };
     match (&a[0], &a[1]) {
-        (Value::Str(x), Value::Str(l)) => {
-            b(split_list(l, d).any(|t| if ignore_case { t.eq_ignore_ascii_case(x) } else { t == &**x }))
-        }
+        (Value::Str(x), Value::Str(l)) => b(split_list(l, d).any(|t| {
+            if ignore_case {
+                t.eq_ignore_ascii_case(x)
+            } else {
+                t == &**x
+            }
+        })),
         // HTCondor answers false, not undefined, when either side is undefined.
-        (Value::Undefined, Value::Str(_) | Value::Undefined) | (Value::Str(_), Value::Undefined) => b(false),
+        (Value::Undefined, Value::Str(_) | Value::Undefined)
+        | (Value::Str(_), Value::Undefined) => b(false),
         _ => Value::Error,
     }
 }
@@ -376,7 +294,13 @@ fn parse_num(t: &str) -> Option<N> {
     if let Ok(i) = t.parse::<i64>() {
         return Some(N::I(i));
     }
-    t.parse::<f64>().ok().filter(|_| t.bytes().all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c))).map(N::R)
+    t.parse::<f64>()
+        .ok()
+        .filter(|_| {
+            t.bytes()
+                .all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c))
+        })
+        .map(N::R)
 }
 
 fn string_list_num(func: Func, a: &[Value]) -> Value {
@@ -416,7 +340,9 @@ fn string_list_num(func: Func, a: &[Value]) -> Value {
                     Value::Real(s)
                 }
             } else {
-                let s = nums.iter().fold(0i64, |acc, n| acc.wrapping_add(if let N::I(i) = n { *i } else { 0 }));
+                let s = nums.iter().fold(0i64, |acc, n| {
+                    acc.wrapping_add(if let N::I(i) = n { *i } else { 0 })
+                });
                 if func == Func::StringListAvg {
                     // HTCondor divides integers as integers here.
                     Value::Int(s / nums.len() as i64)
@@ -432,10 +358,18 @@ fn string_list_num(func: Func, a: &[Value]) -> Value {
             let want_min = func == Func::StringListMin;
             if any_real {
                 let it = nums.iter().map(f);
-                Value::Real(if want_min { it.fold(f64::INFINITY, f64::min) } else { it.fold(f64::NEG_INFINITY, f64::max) })
+                Value::Real(if want_min {
+                    it.fold(f64::INFINITY, f64::min)
+                } else {
+                    it.fold(f64::NEG_INFINITY, f64::max)
+                })
             } else {
                 let it = nums.iter().map(|n| if let N::I(i) = n { *i } else { 0 });
-                Value::Int(if want_min { it.min().unwrap_or(0) } else { it.max().unwrap_or(0) })
+                Value::Int(if want_min {
+                    it.min().unwrap_or(0)
+                } else {
+                    it.max().unwrap_or(0)
+                })
             }
         }
     }
@@ -453,7 +387,11 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
     let lower = t[i..].to_ascii_lowercase();
     for word in ["infinity", "inf", "nan"] {
         if lower.starts_with(word) {
-            let v: f64 = if word == "nan" { f64::NAN } else { f64::INFINITY };
+            let v: f64 = if word == "nan" {
+                f64::NAN
+            } else {
+                f64::INFINITY
+            };
             let v = if bytes.first() == Some(&b'-') { -v } else { v };
             return Some((v, &t[i + word.len()..]));
         }
@@ -465,7 +403,9 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
             j += 1;
         }
         if j > hs {
-            let v = u64::from_str_radix(&t[hs..j], 16).map(|u| u as f64).unwrap_or(f64::INFINITY);
+            let v = u64::from_str_radix(&t[hs..j], 16)
+                .map(|u| u as f64)
+                .unwrap_or(f64::INFINITY);
             let v = if bytes.first() == Some(&b'-') { -v } else { v };
             return Some((v, &t[j..]));
         }
@@ -503,7 +443,7 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
 }
 
 /// A double to an integer as C does on x86: out of range (and NaN) gives i64::MIN.
-fn f2i(r: f64) -> i64 {
+pub(crate) fn f2i(r: f64) -> i64 {
     // 2^63 as a double; i64::MIN is exactly -2^63.
     const LIMIT: f64 = 9_223_372_036_854_775_808.0;
     if r.is_nan() || !(-LIMIT..LIMIT).contains(&r) {
@@ -513,7 +453,7 @@ fn f2i(r: f64) -> i64 {
     }
 }
 
-fn to_int(v: &Value, quirks: bool) -> Value {
+pub(crate) fn to_int(v: &Value, quirks: bool) -> Value {
     if let (true, Value::Str(s)) = (quirks, v) {
         // HTCondor converts through a double, losing precision beyond 2^53.
         return strtod_prefix(s).map_or(Value::Error, |(r, _)| Value::Int(f2i(r)));
@@ -538,10 +478,16 @@ fn to_int(v: &Value, quirks: bool) -> Value {
                 }
             };
             match digits_end {
-                Some(e) if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E' | b'x' | b'X')) => match t[..e].parse::<i64>() {
-                    Ok(i) => Value::Int(i),
-                    Err(_) => strtod_prefix(t).map_or(Value::Error, |(r, _)| Value::Int(f2i(r))),
-                },
+                Some(e)
+                    if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E' | b'x' | b'X')) =>
+                {
+                    match t[..e].parse::<i64>() {
+                        Ok(i) => Value::Int(i),
+                        Err(_) => {
+                            strtod_prefix(t).map_or(Value::Error, |(r, _)| Value::Int(f2i(r)))
+                        }
+                    }
+                }
                 _ => match strtod_prefix(t) {
                     Some((r, _)) => Value::Int(f2i(r)),
                     None => Value::Error,
@@ -674,7 +620,9 @@ fn substr(a: &[Value]) -> Value {
     let end = end.clamp(start, len);
     match s.get(start as usize..end as usize) {
         Some(t) => Value::str(t),
-        None => Value::str(&std::string::String::from_utf8_lossy(&s.as_bytes()[start as usize..end as usize])),
+        None => Value::str(&std::string::String::from_utf8_lossy(
+            &s.as_bytes()[start as usize..end as usize],
+        )),
     }
 }
 
@@ -702,7 +650,11 @@ fn list_num(func: Func, v: &Value) -> Value {
         n += 1;
         // The running sum starts at the first value and uses ClassAd `+`:
         // integers wrap until a real joins (and -0.0 alone stays -0.0).
-        total = if n == 1 { x.clone() } else { binary(BinOp::Add, &total, &x) };
+        total = if n == 1 {
+            x.clone()
+        } else {
+            binary(BinOp::Add, &total, &x)
+        };
         best = Some(match best {
             None => x,
             Some(bv) => {
