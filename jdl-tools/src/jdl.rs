@@ -2,7 +2,7 @@
 //!
 //! Problems found: syntax errors; a Requirements expression that cannot be
 //! boolean-valued; `GPGPUPerNode` / `VirtualGPGPUPerNode` that is not a
-//! positive integer; an unknown `VirtualGPGPUMethod` (alias
+//! positive integer up to `cder_request::MAX_COUNT`; an unknown `VirtualGPGPUMethod` (alias
 //! `VirtualGPGPUType`); calls to unknown functions (a warning: they evaluate
 //! to `error`).
 
@@ -11,8 +11,10 @@ use std::fmt;
 use crate::ast::{BinOp, ClassAd, Expr, Pos, Scope, UnOp};
 use crate::functions::Func;
 use crate::value::Value;
+use cder_request::{keys, CountError, VgpgpuMethod, MAX_COUNT};
 
-/// The virtual-GPGPU methods cder knows (remote CUDA and the Virtual OpenCL Layer).
+/// The virtual-GPGPU methods cder knows (remote CUDA and the Virtual OpenCL
+/// Layer), as [`cder_request::VgpgpuMethod::ALL`] names them.
 pub const VIRTUAL_GPGPU_METHODS: &[&str] = &["rCUDA", "VCL"];
 
 /// How bad a problem is.
@@ -72,23 +74,26 @@ pub fn check_ad(ad: &ClassAd) -> Vec<Diagnostic> {
             }
         }
     }
-    for key in ["GPGPUPerNode", "VirtualGPGPUPerNode"] {
+    for key in [keys::GPGPU_PER_NODE, keys::VIRTUAL_GPGPU_PER_NODE] {
         if let Some(a) = ad.attribute(key) {
             let v = ad.eval_attr(key);
-            match v {
-                Value::Int(n) if n > 0 => {}
-                other => out.push(Diagnostic {
-                    pos: a.pos,
-                    severity: Severity::Error,
-                    message: format!("{} must be a positive integer, but it is {}", a.name, describe(&other)),
-                }),
+            let problem = match v {
+                Value::Int(n) => match cder_request::check_count(n) {
+                    Ok(_) => None,
+                    Err(CountError::TooLarge) => Some(format!("must be at most {MAX_COUNT}, but it is {n}")),
+                    Err(_) => Some(format!("must be a positive integer, but it is {}", describe(&v))),
+                },
+                ref other => Some(format!("must be a positive integer, but it is {}", describe(other))),
+            };
+            if let Some(why) = problem {
+                out.push(Diagnostic { pos: a.pos, severity: Severity::Error, message: format!("{} {why}", a.name) });
             }
         }
     }
-    for key in ["VirtualGPGPUMethod", "VirtualGPGPUType"] {
+    for key in [keys::VIRTUAL_GPGPU_METHOD, keys::VIRTUAL_GPGPU_TYPE] {
         if let Some(a) = ad.attribute(key) {
             match ad.eval_attr(key) {
-                Value::Str(s) if VIRTUAL_GPGPU_METHODS.iter().any(|m| m.eq_ignore_ascii_case(&s)) => {}
+                Value::Str(s) if s.parse::<VgpgpuMethod>().is_ok() => {}
                 other => out.push(Diagnostic {
                     pos: a.pos,
                     severity: Severity::Error,

@@ -6,17 +6,22 @@
 //! | JDL | SLURM | TORQUE (native) | TORQUE + MAUI (patched) |
 //! |---|---|---|---|
 //! | `GPGPUPerNode = N` | `#SBATCH --gres=gpu:N` | `#PBS -l nodes=…:gpus=N` | `#PBS -W x=GRES:gpus@N` |
-//! | `VirtualGPGPUPerNode = V`, `VirtualGPGPUMethod = M` | `#SBATCH --licenses=m:V×CPUNumber` | `#PBS -l gres=m:V×CPUNumber` | in the `GRES:` list |
+//! | `VirtualGPGPUPerNode = V`, `VirtualGPGPUMethod = M` | `#SBATCH --licenses=vgpgpu:V×CPUNumber` | `#PBS -v VirtualGPGPUPerNode=V,VirtualGPGPUMethod=M` | same as native |
 //! | `CPUNumber`, `SMPGranularity`, `HostNumber` | `--ntasks`, `--ntasks-per-node`, `--nodes` | `nodes=H:ppn=G` | same |
 //! | `WholeNodes = true` | `--exclusive` | `#PBS -n` | same |
 //!
 //! The vGPGPU keys are also exported (`export VirtualGPGPUPerNode=…`) for
-//! the job's own wrappers.
+//! the job's own wrappers. Counts, the vGPGPU method and every resource name
+//! come from `cder_request`, the vocabulary job_submit, the SPANK plugin and
+//! the TORQUE filter share: SLURM counts vGPGPUs as the `vgpgpu` licence, and
+//! TORQUE's filter holds a job whose `#PBS -v` names `VirtualGPGPUPerNode`
+//! until the registry has its backends.
 
 use std::fmt;
 
+use cder_request::{keys, lrms as names, VgpgpuMethod, VgpgpuRequest};
+
 use crate::ast::{ClassAd, Pos};
-use crate::jdl::VIRTUAL_GPGPU_METHODS;
 use crate::value::Value;
 
 /// The batch system.
@@ -33,7 +38,7 @@ pub enum Lrms {
 pub enum PbsGpus {
     /// TORQUE's own `nodes=…:gpus=N`.
     Native,
-    /// MAUI patched for generic resources: `-W x=GRES:gpus@N`.
+    /// MAUI patched for generic resources: `-W x=GRES:<maui_gres>@N`.
     Maui,
 }
 
@@ -46,14 +51,23 @@ pub struct Settings {
     pub pbs_gpus: PbsGpus,
     /// SLURM GRES name of GPGPUs.
     pub gres: String,
-    /// Licence / GRES name of a vGPGPU method (default: the method in lower case).
+    /// MAUI generic-resource name of GPGPUs.
+    pub maui_gres: String,
+    /// SLURM licence that counts vGPGPU backends (default `vgpgpu`, what
+    /// job_submit_cder.so counts).
     pub licence: Option<String>,
 }
 
 impl Settings {
     /// Defaults for an LRMS: native TORQUE GPUs, GRES `gpu`.
     pub fn new(lrms: Lrms) -> Settings {
-        Settings { lrms, pbs_gpus: PbsGpus::Native, gres: "gpu".into(), licence: None }
+        Settings {
+            lrms,
+            pbs_gpus: PbsGpus::Native,
+            gres: names::GPU_GRES.into(),
+            maui_gres: names::MAUI_GPU_GRES.into(),
+            licence: None,
+        }
     }
 }
 
@@ -141,13 +155,26 @@ impl<F: Fn(&str) -> Option<String>> Source for EnvSource<F> {
     }
 }
 
-const MAX_COUNT: i64 = 1 << 20;
+/// Most CPUs or hosts a job may name: far beyond any cluster, small enough
+/// that products of two such numbers cannot overflow.
+const MAX_CPU_COUNT: i64 = 1 << 20;
 
 fn count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
     match src.get(key) {
         None | Some(Value::Undefined) => Ok(None),
-        Some(Value::Int(n)) if (1..=MAX_COUNT).contains(&n) => Ok(Some(n)),
-        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {MAX_COUNT}, not {v}") }),
+        Some(Value::Int(n)) if (1..=MAX_CPU_COUNT).contains(&n) => Ok(Some(n)),
+        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {MAX_CPU_COUNT}, not {v}") }),
+    }
+}
+
+/// A device count: the one rule of `cder_request`.
+fn device_count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
+    match src.get(key) {
+        None | Some(Value::Undefined) => Ok(None),
+        Some(Value::Int(n)) => cder_request::check_count(n)
+            .map(|n| Some(i64::from(n)))
+            .map_err(|e| AttrError { key: key.into(), pos: src.pos(key), message: format!("{e}, not {n}") }),
+        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {}, not {v}", cder_request::MAX_COUNT) }),
     }
 }
 
@@ -160,33 +187,30 @@ impl JobResources {
             Some(Value::Bool(b)) => b,
             Some(v) => return Err(err("WholeNodes", format!("must be true or false, not {v}"))),
         };
-        let method_key = if src.get("VirtualGPGPUMethod").is_some() { "VirtualGPGPUMethod" } else { "VirtualGPGPUType" };
-        let vgpgpu_method = match src.get(method_key) {
+        let method_key =
+            if src.get(keys::VIRTUAL_GPGPU_METHOD).is_some() { keys::VIRTUAL_GPGPU_METHOD } else { keys::VIRTUAL_GPGPU_TYPE };
+        let method = match src.get(method_key) {
             None | Some(Value::Undefined) => None,
-            Some(Value::Str(s)) => Some(
-                VIRTUAL_GPGPU_METHODS
-                    .iter()
-                    .find(|m| m.eq_ignore_ascii_case(&s))
-                    .map(|m| m.to_string())
-                    .ok_or_else(|| err(method_key, format!("{s:?} is not one of {}", VIRTUAL_GPGPU_METHODS.join(", "))))?,
-            ),
+            Some(Value::Str(s)) => Some(s.parse::<VgpgpuMethod>().map_err(|e| err(method_key, e.to_string()))?),
             Some(v) => return Err(err(method_key, format!("must be a string, not {v}"))),
+        };
+        let vgpgpus_per_node = device_count(src, keys::VIRTUAL_GPGPU_PER_NODE)?;
+        // One decision for every door (cder_request::VgpgpuRequest::read): no
+        // method means rCUDA; a method without a count is refused.
+        let vgpgpu_method = match (vgpgpus_per_node, method) {
+            (Some(_), m) => Some(m.unwrap_or(VgpgpuMethod::Rcuda).name().to_string()),
+            (None, Some(_)) => return Err(err(method_key, format!("needs {}", keys::VIRTUAL_GPGPU_PER_NODE))),
+            (None, None) => None,
         };
         let r = JobResources {
             cpus: count(src, "CPUNumber")?,
             smp_granularity: count(src, "SMPGranularity")?,
             hosts: count(src, "HostNumber")?,
             whole_nodes,
-            gpgpus_per_node: count(src, "GPGPUPerNode")?,
-            vgpgpus_per_node: count(src, "VirtualGPGPUPerNode")?,
+            gpgpus_per_node: device_count(src, keys::GPGPU_PER_NODE)?,
+            vgpgpus_per_node,
             vgpgpu_method,
         };
-        if r.vgpgpus_per_node.is_some() && r.vgpgpu_method.is_none() {
-            return Err(err("VirtualGPGPUPerNode", "needs VirtualGPGPUMethod (rCUDA or VCL)".into()));
-        }
-        if r.vgpgpu_method.is_some() && r.vgpgpus_per_node.is_none() {
-            return Err(err(method_key, "needs VirtualGPGPUPerNode".into()));
-        }
         if let (Some(h), Some(c)) = (r.hosts, r.cpus) {
             if h > c {
                 return Err(err("HostNumber", format!("{h} hosts for {c} CPUs (CPUNumber)")));
@@ -212,12 +236,19 @@ impl JobResources {
     pub fn vgpgpus_total(&self) -> Option<i64> {
         self.vgpgpus_per_node.map(|v| v.saturating_mul(self.cpus.unwrap_or(1)))
     }
+
+    /// The vGPGPU request in the shared vocabulary, for the `#PBS -v` form.
+    fn vgpgpu_request(&self) -> Option<VgpgpuRequest> {
+        let per_node = u32::try_from(self.vgpgpus_per_node?).ok()?;
+        let method = self.vgpgpu_method.as_deref()?.parse().ok()?;
+        Some(VgpgpuRequest { per_node, method })
+    }
 }
 
 /// The directives (and `export` lines) for a job, one per line.
 pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
     let mut out = Vec::new();
-    let licence = r.vgpgpu_method.as_ref().map(|m| s.licence.clone().unwrap_or_else(|| m.to_ascii_lowercase()));
+    let licence = r.vgpgpu_method.as_ref().map(|_| s.licence.clone().unwrap_or_else(|| names::VGPGPU_LICENCE.to_string()));
     match s.lrms {
         Lrms::Slurm => {
             if let Some(c) = r.cpus {
@@ -254,24 +285,13 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if r.whole_nodes {
                 out.push("#PBS -n".into());
             }
-            match s.pbs_gpus {
-                PbsGpus::Native => {
-                    if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
-                        out.push(format!("#PBS -l gres={l}:{t}"));
-                    }
-                }
-                PbsGpus::Maui => {
-                    let mut gres = Vec::new();
-                    if let Some(n) = r.gpgpus_per_node {
-                        gres.push(format!("gpus@{n}"));
-                    }
-                    if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
-                        gres.push(format!("{l}@{t}"));
-                    }
-                    if !gres.is_empty() {
-                        out.push(format!("#PBS -W x=GRES:{}", gres.join("+")));
-                    }
-                }
+            if let (Some(n), PbsGpus::Maui) = (r.gpgpus_per_node, s.pbs_gpus) {
+                out.push(format!("#PBS -W x=GRES:{}", names::maui_gres(&s.maui_gres, n as u32)));
+            }
+            // TORQUE counts vGPGPUs through the filter's hold and the
+            // registry monitor, whichever scheduler runs.
+            if let Some(v) = r.vgpgpu_request() {
+                out.push(format!("#PBS -v {}", names::pbs_vgpgpu_variables(&v)));
             }
         }
     }
@@ -313,10 +333,14 @@ mod tests {
     #[test]
     fn vgpgpus_become_licences_and_variables() {
         let s = lines("[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 3 ]", &Settings::new(Lrms::Slurm)).unwrap();
-        assert_eq!(s, ["#SBATCH --ntasks=3", "#SBATCH --licenses=rcuda:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
+        assert_eq!(s, ["#SBATCH --ntasks=3", "#SBATCH --licenses=vgpgpu:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
         let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
         let p = lines("[ VirtualGPGPUPerNode = 1; VirtualGPGPUType = \"VCL\"; GPGPUPerNode = 1 ]", &maui).unwrap();
-        assert!(p.contains(&"#PBS -W x=GRES:gpus@1+vcl@1".to_string()), "{p:?}");
+        assert!(p.contains(&"#PBS -W x=GRES:gpus@1".to_string()), "{p:?}");
+        assert!(p.contains(&"#PBS -v VirtualGPGPUPerNode=1,VirtualGPGPUMethod=VCL".to_string()), "{p:?}");
+        // No method is rCUDA, as on every other door (cder_request).
+        let d = lines("[ VirtualGPGPUPerNode = 1 ]", &Settings::new(Lrms::Pbs)).unwrap();
+        assert!(d.contains(&"#PBS -v VirtualGPGPUPerNode=1,VirtualGPGPUMethod=rCUDA".to_string()), "{d:?}");
     }
 
     #[test]
@@ -328,7 +352,8 @@ mod tests {
             ("[ CPUNumber = -1 ]", "CPUNumber"),
             ("[ WholeNodes = \"yes\" ]", "WholeNodes"),
             ("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"CUDA\" ]", "VirtualGPGPUMethod"),
-            ("[ VirtualGPGPUPerNode = 1 ]", "VirtualGPGPUPerNode"),
+            ("[ VirtualGPGPUMethod = \"VCL\" ]", "VirtualGPGPUMethod"),
+            ("[ GPGPUPerNode = 4097 ]", "GPGPUPerNode"),
             ("[ CPUNumber = 2; HostNumber = 3 ]", "HostNumber"),
         ] {
             let e = lines(jdl, &Settings::new(Lrms::Slurm)).unwrap_err();

@@ -32,7 +32,7 @@ fn slurm_drop_in_translates_the_jdl_keys() {
         ["#SBATCH --ntasks=4", "#SBATCH --ntasks-per-node=4", "#SBATCH --nodes=1", "#SBATCH --exclusive", "#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]
     );
     let out = drop_in("slurm_local_submit_attributes.sh", &[("VirtualGPGPUPerNode", "2"), ("VirtualGPGPUMethod", "\"rCUDA\""), ("CPUNumber", "3")]);
-    assert_eq!(lines(&out), ["#SBATCH --ntasks=3", "#SBATCH --licenses=rcuda:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
+    assert_eq!(lines(&out), ["#SBATCH --ntasks=3", "#SBATCH --licenses=vgpgpu:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
     // No CDER keys: nothing to add.
     assert!(lines(&drop_in("slurm_local_submit_attributes.sh", &[])).is_empty());
 }
@@ -62,7 +62,7 @@ fn lrms_attrs_from_a_jdl_names_file_line_and_column() {
     let jdl = dir.path().join("job.jdl");
     std::fs::write(&jdl, "[\n  Executable = \"x\";\n  GPGPUPerNode = 2;\n  VirtualGPGPUPerNode = 1;\n  VirtualGPGPUType = \"VCL\";\n]\n").unwrap();
     let out = Command::new(cder_jdl()).args(["lrms-attrs", "--lrms", "pbs", "--pbs-gpus", "maui", "--jdl"]).arg(&jdl).output().unwrap();
-    assert_eq!(lines(&out), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2+vcl@1", "export GPGPUPerNode=2", "export VirtualGPGPUPerNode=1", "export VirtualGPGPUMethod=VCL"]);
+    assert_eq!(lines(&out), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -v VirtualGPGPUPerNode=1,VirtualGPGPUMethod=VCL", "export GPGPUPerNode=2", "export VirtualGPGPUPerNode=1", "export VirtualGPGPUMethod=VCL"]);
     std::fs::write(&jdl, "[\n  Executable = \"x\";\n  GPGPUPerNode = -1;\n]\n").unwrap();
     let out = Command::new(cder_jdl()).args(["lrms-attrs", "--lrms", "slurm", "--jdl"]).arg(&jdl).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

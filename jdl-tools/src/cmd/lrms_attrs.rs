@@ -22,7 +22,10 @@ pub struct Args {
     /// SLURM GRES name of GPGPUs.
     #[arg(long, default_value = "gpu", value_name = "NAME")]
     pub gres: String,
-    /// Licence (SLURM) / GRES (TORQUE) name for vGPGPUs (default: the method in lower case: rcuda, vcl).
+    /// MAUI generic-resource name of GPGPUs (--pbs-gpus maui).
+    #[arg(long, default_value = "gpus", value_name = "NAME")]
+    pub maui_gres: String,
+    /// SLURM licence that counts vGPGPU backends (default: vgpgpu, the licence job_submit_cder.so counts).
     #[arg(long, value_name = "NAME")]
     pub licence: Option<String>,
 }
@@ -33,11 +36,15 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         lrms: if args.lrms == "slurm" { Lrms::Slurm } else { Lrms::Pbs },
         pbs_gpus: if args.pbs_gpus == "maui" { PbsGpus::Maui } else { PbsGpus::Native },
         gres: args.gres.clone(),
+        maui_gres: args.maui_gres.clone(),
         licence: args.licence.clone(),
     };
-    if let Some(l) = &settings.licence {
-        if l.is_empty() || !l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(Failure::input(format!("--licence {l:?}: letters, digits and _ only")));
+    // These names are written into the batch script: nothing but a name may get in.
+    for (option, name) in [("--gres", Some(&settings.gres)), ("--maui-gres", Some(&settings.maui_gres)), ("--licence", settings.licence.as_ref())] {
+        if let Some(l) = name {
+            if l.is_empty() || !l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(Failure::input(format!("{option} {l:?}: letters, digits and _ only")));
+            }
         }
     }
     let resources = match &args.jdl {

@@ -1,0 +1,307 @@
+//! cder's one request vocabulary.
+//!
+//! A device request reaches cder through many doors: a SPANK option
+//! (`--gpgpu-per-node=2`), a JDL key a CE passes on (`GPGPUPerNode = 2`), a
+//! TORQUE directive (`#PBS -l nodes=1:gpus=2`), a BLAH attribute, the node
+//! protocol. Each door used to parse the request its own way, and the copies
+//! disagreed (limits of 4096, 2^20 and none; a vGPGPU method that was
+//! optional here and mandatory there; licences named `vgpgpu` by the
+//! controller and `rcuda` by the CE). This crate decides each question once:
+//!
+//! * [`parse_count`] / [`check_count`]: a device count is a whole number from
+//!   1 to [`MAX_COUNT`]; 0 is refused (leave the key out to ask for none).
+//! * [`check_type_name`]: a CDER type name is 1 to [`MAX_TYPE_NAME_LEN`] bytes
+//!   of `a-z`, `0-9`, `_`, `-`.
+//! * [`VgpgpuRequest::read`]: a vGPGPU request is a count (the same rule)
+//!   and a method, rCUDA when none is named (the seed thesis's default); a
+//!   method without a count is refused.
+//! * [`lrms`]: what each request becomes in each batch system's own words.
+//!
+//! ```
+//! use cder_request::{lrms, parse_count, VgpgpuMethod, VgpgpuRequest};
+//! assert_eq!(parse_count("2"), Ok(2));
+//! assert!(parse_count("0").is_err());
+//! let v = VgpgpuRequest::read(Some("2"), None).unwrap().unwrap();
+//! assert_eq!(v.method, VgpgpuMethod::Rcuda);
+//! assert_eq!(lrms::slurm_gres("gpgpu", 2), "gpu:2");
+//! assert_eq!(lrms::slurm_licences(6), "vgpgpu:6");
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use std::fmt;
+
+pub mod lrms;
+
+/// The CDER type of a GPGPU: what `GPGPUPerNode` and `--gpgpu-per-node` ask for.
+pub const GPGPU: &str = "gpgpu";
+
+/// The job keys of the JDL (seed thesis, Table 4.1), as a CE passes them on
+/// in a job's environment and as BLAH hands them to its drop-ins.
+pub mod keys {
+    /// Exclusive GPGPUs per node.
+    pub const GPGPU_PER_NODE: &str = "GPGPUPerNode";
+    /// Virtual GPGPU backends per node.
+    pub const VIRTUAL_GPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
+    /// The API-interception method of the vGPGPUs (`rCUDA`, `VCL`).
+    pub const VIRTUAL_GPGPU_METHOD: &str = "VirtualGPGPUMethod";
+    /// The thesis's other spelling of [`VIRTUAL_GPGPU_METHOD`]; the method key wins when both are set.
+    pub const VIRTUAL_GPGPU_TYPE: &str = "VirtualGPGPUType";
+}
+
+/// The most devices (or vGPGPU backends) one request may ask for per node,
+/// wherever it comes from; the node protocol uses the same bound.
+pub const MAX_COUNT: u32 = 4096;
+
+/// The longest CDER type name.
+pub const MAX_TYPE_NAME_LEN: usize = 32;
+
+/// Why a count is refused. The text completes "KEY=VALUE: …".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountError {
+    /// Not a whole number (`abc`, `2.5`, empty).
+    NotANumber,
+    /// Zero or negative.
+    NotPositive,
+    /// Above [`MAX_COUNT`].
+    TooLarge,
+}
+
+impl fmt::Display for CountError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CountError::NotANumber => f.write_str("not a whole number of devices"),
+            CountError::NotPositive => f.write_str("the count must be at least 1"),
+            CountError::TooLarge => write!(f, "at most {MAX_COUNT} devices may be asked for"),
+        }
+    }
+}
+
+impl std::error::Error for CountError {}
+
+/// Parses a device count as a user or a CE wrote it (surrounding blanks and
+/// one pair of double quotes are allowed, as BLAH and shells write values).
+pub fn parse_count(text: &str) -> Result<u32, CountError> {
+    let t = text.trim();
+    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CountError::NotANumber);
+    }
+    if negative || digits.bytes().all(|b| b == b'0') {
+        return Err(CountError::NotPositive);
+    }
+    // Leading zeros must not turn a huge number into a parse failure's "not a number".
+    let significant = digits.trim_start_matches('0');
+    if significant.len() > 10 {
+        return Err(CountError::TooLarge);
+    }
+    match significant.parse::<u64>() {
+        Ok(n) if n <= u64::from(MAX_COUNT) => Ok(n as u32),
+        _ => Err(CountError::TooLarge),
+    }
+}
+
+/// Checks a count that is already an integer (a ClassAd value).
+pub fn check_count(n: i64) -> Result<u32, CountError> {
+    if n < 1 {
+        Err(CountError::NotPositive)
+    } else if n > i64::from(MAX_COUNT) {
+        Err(CountError::TooLarge)
+    } else {
+        Ok(n as u32)
+    }
+}
+
+/// Why a CDER type name is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeNameError {
+    /// The name, cut to 40 characters for the message.
+    pub name: String,
+}
+
+impl fmt::Display for TypeNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not a CDER type name (1 to {MAX_TYPE_NAME_LEN} of a-z, 0-9, _ and -)", self.name)
+    }
+}
+
+impl std::error::Error for TypeNameError {}
+
+/// The one rule for CDER type names, shared by the config, the node
+/// protocol and every request parser, so no door accepts a name another refuses.
+pub fn check_type_name(name: &str) -> Result<(), TypeNameError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_TYPE_NAME_LEN
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(TypeNameError { name: name.chars().take(40).collect() })
+    }
+}
+
+/// An API-interception method that gives a job remote GPUs (seed thesis §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VgpgpuMethod {
+    /// rCUDA: CUDA calls forwarded to a remote rCUDA server.
+    Rcuda,
+    /// VCL (MOSIX Virtual OpenCL): OpenCL calls forwarded to remote nodes.
+    Vcl,
+}
+
+impl VgpgpuMethod {
+    /// Every method, in the order they are published.
+    pub const ALL: [VgpgpuMethod; 2] = [VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
+
+    /// The name as the thesis and the GLUE ApplicationEnvironment write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VgpgpuMethod::Rcuda => "rCUDA",
+            VgpgpuMethod::Vcl => "VCL",
+        }
+    }
+}
+
+impl fmt::Display for VgpgpuMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A method name that is neither rCUDA nor VCL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownMethod(pub String);
+
+impl fmt::Display for UnknownMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown vGPGPU method {:?} (expected rCUDA or VCL)", self.0.chars().take(40).collect::<String>())
+    }
+}
+
+impl std::error::Error for UnknownMethod {}
+
+impl std::str::FromStr for VgpgpuMethod {
+    type Err = UnknownMethod;
+    /// Case-insensitive; one pair of double quotes is allowed.
+    fn from_str(s: &str) -> Result<Self, UnknownMethod> {
+        let t = s.trim();
+        let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t);
+        VgpgpuMethod::ALL.into_iter().find(|m| m.name().eq_ignore_ascii_case(t)).ok_or_else(|| UnknownMethod(s.to_string()))
+    }
+}
+
+/// Why a vGPGPU request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VgpgpuError {
+    /// The count is malformed.
+    Count(CountError),
+    /// The method is unknown.
+    Method(UnknownMethod),
+    /// A method was named without a count.
+    MethodWithoutCount,
+}
+
+impl fmt::Display for VgpgpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VgpgpuError::Count(e) => e.fmt(f),
+            VgpgpuError::Method(e) => e.fmt(f),
+            VgpgpuError::MethodWithoutCount => {
+                write!(f, "a vGPGPU method was given without {}", keys::VIRTUAL_GPGPU_PER_NODE)
+            }
+        }
+    }
+}
+
+impl std::error::Error for VgpgpuError {}
+
+/// A valid vGPGPU request: backends per node, of one method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VgpgpuRequest {
+    /// Backends per node, 1 to [`MAX_COUNT`].
+    pub per_node: u32,
+    /// The method; rCUDA when the job named none.
+    pub method: VgpgpuMethod,
+}
+
+impl VgpgpuRequest {
+    /// Reads the two values wherever they came from (options, JDL keys,
+    /// `#PBS -v`): `Ok(None)` when neither is set.
+    pub fn read(per_node: Option<&str>, method: Option<&str>) -> Result<Option<VgpgpuRequest>, VgpgpuError> {
+        let method = method.map(str::trim).filter(|m| !m.is_empty());
+        let Some(n) = per_node else {
+            return match method {
+                Some(_) => Err(VgpgpuError::MethodWithoutCount),
+                None => Ok(None),
+            };
+        };
+        let per_node = parse_count(n).map_err(VgpgpuError::Count)?;
+        let method = match method {
+            Some(m) => m.parse().map_err(VgpgpuError::Method)?,
+            None => VgpgpuMethod::Rcuda,
+        };
+        Ok(Some(VgpgpuRequest { per_node, method }))
+    }
+
+    /// Backends for the whole job on `nodes` nodes, saturating at `u32::MAX`.
+    pub fn total(&self, nodes: u32) -> u32 {
+        self.per_node.saturating_mul(nodes.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_follow_one_rule() {
+        assert_eq!(parse_count("2"), Ok(2));
+        assert_eq!(parse_count(" 3 "), Ok(3));
+        assert_eq!(parse_count("\"4\""), Ok(4));
+        assert_eq!(parse_count("+5"), Ok(5));
+        assert_eq!(parse_count("4096"), Ok(MAX_COUNT));
+        assert_eq!(parse_count("0004096"), Ok(MAX_COUNT));
+        assert_eq!(parse_count("4097"), Err(CountError::TooLarge));
+        assert_eq!(parse_count("000000000000000000000000000000000000000009999999999999"), Err(CountError::TooLarge));
+        assert_eq!(parse_count("0"), Err(CountError::NotPositive));
+        assert_eq!(parse_count("-1"), Err(CountError::NotPositive));
+        for bad in ["", "abc", "2.5", "2x", "--1", "- 1", "1e3", "\"\""] {
+            assert_eq!(parse_count(bad), Err(CountError::NotANumber), "{bad:?}");
+        }
+        assert_eq!(check_count(1), Ok(1));
+        assert_eq!(check_count(0), Err(CountError::NotPositive));
+        assert_eq!(check_count(i64::MIN), Err(CountError::NotPositive));
+        assert_eq!(check_count(i64::from(MAX_COUNT) + 1), Err(CountError::TooLarge));
+    }
+
+    #[test]
+    fn type_names_follow_one_rule() {
+        for ok in ["gpgpu", "fpga", "xeon-phi", "a_1", &"a".repeat(MAX_TYPE_NAME_LEN)] {
+            assert!(check_type_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "GPU", "a b", "a:1", "é", &"a".repeat(MAX_TYPE_NAME_LEN + 1)] {
+            let e = check_type_name(bad).unwrap_err();
+            assert!(e.to_string().contains("is not a CDER type name"), "{e}");
+        }
+    }
+
+    #[test]
+    fn vgpgpu_requests_are_decided_once() {
+        assert_eq!(VgpgpuRequest::read(None, None), Ok(None));
+        assert_eq!(VgpgpuRequest::read(None, Some("  ")), Ok(None));
+        let r = VgpgpuRequest::read(Some("2"), None).unwrap().unwrap();
+        assert_eq!((r.per_node, r.method), (2, VgpgpuMethod::Rcuda), "no method means rCUDA");
+        assert_eq!(VgpgpuRequest::read(Some("1"), Some("\"vcl\"")).unwrap().unwrap().method, VgpgpuMethod::Vcl);
+        assert_eq!(VgpgpuRequest::read(Some("0"), None), Err(VgpgpuError::Count(CountError::NotPositive)));
+        assert_eq!(VgpgpuRequest::read(None, Some("VCL")), Err(VgpgpuError::MethodWithoutCount));
+        assert!(matches!(VgpgpuRequest::read(Some("1"), Some("CUDA")), Err(VgpgpuError::Method(_))));
+        assert_eq!(r.total(3), 6);
+        assert_eq!(r.total(0), 2);
+        assert_eq!(VgpgpuRequest { per_node: MAX_COUNT, method: VgpgpuMethod::Vcl }.total(u32::MAX), u32::MAX);
+    }
+}

@@ -1,0 +1,97 @@
+//! What a request becomes in each batch system's own words. Every writer of
+//! a directive (job_submit, the CE's `lrms-attrs`, the BLAH and ARC drop-ins,
+//! the TORQUE filter) and every reader of one (the SPANK plugin, the TORQUE
+//! prologue) uses these names, so that what one side writes is what the
+//! other side counts.
+//!
+//! | request | SLURM | TORQUE (native) | TORQUE + MAUI |
+//! |---|---|---|---|
+//! | N devices of type `gpgpu` | `--gres=gpu:N` | `nodes=…:gpus=N` | `-W x=GRES:gpus@N` |
+//! | N devices of type `fpga` | `--gres=fpga:N` | — | `-W x=GRES:fpga@N` |
+//! | V vGPGPUs per node on H nodes | `--licenses=vgpgpu:V×H` | `-v VirtualGPGPUPerNode=V,VirtualGPGPUMethod=M` (held until the registry has them) | same as native |
+
+use crate::{keys, VgpgpuRequest, GPGPU};
+
+/// SLURM's GRES name for GPUs, which cder calls `gpgpu`.
+pub const GPU_GRES: &str = "gpu";
+
+/// The SLURM licence (and TORQUE/MAUI resource) that counts vGPGPU backends
+/// of every method: the registry pools them, so one counter sizes them all.
+pub const VGPGPU_LICENCE: &str = "vgpgpu";
+
+/// The MAUI generic resource GPUs are counted as unless a site names another.
+pub const MAUI_GPU_GRES: &str = "gpus";
+
+/// The GRES a CDER type is counted as in SLURM: `gpgpu` is `gpu`, every
+/// other type its own name.
+pub fn gres_name(cder_type: &str) -> &str {
+    if cder_type == GPGPU {
+        GPU_GRES
+    } else {
+        cder_type
+    }
+}
+
+/// The CDER type a SLURM GRES name stands for (the inverse of [`gres_name`]).
+pub fn cder_type_of_gres(gres: &str) -> &str {
+    if gres == GPU_GRES {
+        GPGPU
+    } else {
+        gres
+    }
+}
+
+/// `gpu:2`: one item of `--gres` / `tres_per_node` (without SLURM's `gres:` prefix).
+pub fn slurm_gres(cder_type: &str, count: u32) -> String {
+    format!("{}:{count}", gres_name(cder_type))
+}
+
+/// `vgpgpu:6`: the `--licenses` item for `total` backends.
+pub fn slurm_licences(total: u32) -> String {
+    format!("{VGPGPU_LICENCE}:{total}")
+}
+
+/// `gpus=2`: the element of a TORQUE `nodes=` spec for native GPUs.
+pub fn pbs_gpus(count: u32) -> String {
+    format!("gpus={count}")
+}
+
+/// `gpus@2`: one item of a MAUI `x=GRES:` list.
+pub fn maui_gres(name: &str, count: u32) -> String {
+    format!("{name}@{count}")
+}
+
+/// The `#PBS -v` list TORQUE's filter and hold monitor read for a vGPGPU
+/// request: `VirtualGPGPUPerNode=2,VirtualGPGPUMethod=rCUDA`.
+pub fn pbs_vgpgpu_variables(request: &VgpgpuRequest) -> String {
+    format!("{}={},{}={}", keys::VIRTUAL_GPGPU_PER_NODE, request.per_node, keys::VIRTUAL_GPGPU_METHOD, request.method)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VgpgpuMethod;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(gres_name("gpgpu"), "gpu");
+        assert_eq!(gres_name("fpga"), "fpga");
+        assert_eq!(cder_type_of_gres(gres_name("gpgpu")), "gpgpu");
+        assert_eq!(cder_type_of_gres(gres_name("fpga")), "fpga");
+    }
+
+    #[test]
+    fn directive_forms() {
+        assert_eq!(slurm_gres("gpgpu", 2), "gpu:2");
+        assert_eq!(slurm_licences(6), "vgpgpu:6");
+        assert_eq!(pbs_gpus(2), "gpus=2");
+        assert_eq!(maui_gres(MAUI_GPU_GRES, 2), "gpus@2");
+        let v = VgpgpuRequest { per_node: 2, method: VgpgpuMethod::Vcl };
+        assert_eq!(pbs_vgpgpu_variables(&v), "VirtualGPGPUPerNode=2,VirtualGPGPUMethod=VCL");
+        // What the filter writes, the request reader reads back.
+        let list = pbs_vgpgpu_variables(&v);
+        let get = |k: &str| list.split(',').find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='));
+        let back = VgpgpuRequest::read(get(keys::VIRTUAL_GPGPU_PER_NODE), get(keys::VIRTUAL_GPGPU_METHOD)).unwrap();
+        assert_eq!(back, Some(v));
+    }
+}
