@@ -108,7 +108,7 @@ fn assign_keys(classes: &mut [DeviceClass]) {
 }
 
 /// The order design.md lists the static attributes in.
-const STATIC_ORDER: [&str; 9] = ["CUDAComputeCapability", "MainMemorySize", "MP", "CoresPerMP", "Cores", "ClockSpeed", "ECCSupport", "Vendor", "Model"];
+const STATIC_ORDER: [&str; 9] = cder_request::glue::ATTRIBUTE_SUFFIXES;
 
 /// The static attributes of `device` without the prefix, in design.md's order.
 pub fn static_attributes(device: &Device) -> Vec<(String, String)> {

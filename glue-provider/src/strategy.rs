@@ -18,6 +18,8 @@
 
 use std::collections::BTreeSet;
 
+use cder_request::glue;
+
 use serde::Deserialize;
 
 use crate::config::ProviderConfig;
@@ -83,10 +85,10 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
     for class in classes {
         let p = &class.prefix;
         let c = counts.devices.get(&class.key).copied().unwrap_or_default();
-        for (name, value) in [("TotalInstances", c.total), ("FreeInstances", c.free), ("UsedInstances", c.used), ("OfflineInstances", c.offline)] {
-            out.push(Published { key: format!("{p}{name}"), value: value.to_string(), kind: Kind::Dynamic });
+        for (suffix, value) in glue::COUNT_SUFFIXES.into_iter().zip([c.total, c.free, c.used, c.offline]) {
+            out.push(Published { key: glue::key(p, suffix), value: value.to_string(), kind: Kind::Dynamic });
         }
-        out.push(Published { key: format!("{p}PerNode"), value: class.per_node.to_string(), kind: Kind::Static });
+        out.push(Published { key: glue::key(p, glue::PER_NODE_SUFFIX), value: class.per_node.to_string(), kind: Kind::Static });
         for (name, value) in &class.attributes {
             out.push(Published { key: format!("{p}{name}"), value: value.clone(), kind: Kind::Static });
         }
@@ -97,8 +99,8 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
 /// The key/values of one vGPGPU application environment.
 pub fn virtual_attributes(v: &VirtualEnvironment) -> Vec<Published> {
     vec![
-        Published { key: "TotalVGPGPU".into(), value: v.total.to_string(), kind: Kind::Dynamic },
-        Published { key: "FreeVGPGPU".into(), value: v.free.to_string(), kind: Kind::Dynamic },
+        Published { key: glue::TOTAL_VGPGPU.into(), value: v.total.to_string(), kind: Kind::Dynamic },
+        Published { key: glue::FREE_VGPGPU.into(), value: v.free.to_string(), kind: Kind::Dynamic },
     ]
 }
 

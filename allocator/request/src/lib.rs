@@ -16,6 +16,7 @@
 //!   and a method, rCUDA when none is named (the seed thesis's default); a
 //!   method without a count is refused.
 //! * [`lrms`]: what each request becomes in each batch system's own words.
+//! * [`glue`]: the GLUE keys a site publishes and the offer builder reads.
 //!
 //! ```
 //! use cder_request::{lrms, parse_count, VgpgpuMethod, VgpgpuRequest};
@@ -32,6 +33,7 @@
 
 use std::fmt;
 
+pub mod glue;
 pub mod lrms;
 
 /// The CDER type of a GPGPU: what `GPGPUPerNode` and `--gpgpu-per-node` ask for.

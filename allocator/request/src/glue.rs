@@ -1,0 +1,61 @@
+//! The published side of the vocabulary: the GLUE key names a site's
+//! `cder-glue-provider` writes and `cder-jdl list-match` reads back into
+//! ClassAd offers. Both use these lists, so a key one side renames cannot
+//! silently vanish from the other.
+//!
+//! A key is a CDER type's prefix (`GPGPU` for GPGPUs, design.md) followed by a
+//! suffix: `GPGPUFreeInstances`, `GPGPUMainMemorySize`.
+
+/// The prefix of GPGPU keys.
+pub const GPGPU_PREFIX: &str = "GPGPU";
+
+/// Live counts, in publication order (dynamic: they change with every job).
+pub const COUNT_SUFFIXES: [&str; 4] = ["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances"];
+
+/// Devices per node of the ExecutionEnvironment (static).
+pub const PER_NODE_SUFFIX: &str = "PerNode";
+
+/// Device attributes, in publication order (design.md, "Contracts").
+pub const ATTRIBUTE_SUFFIXES: [&str; 9] =
+    ["CUDAComputeCapability", "MainMemorySize", "MP", "CoresPerMP", "Cores", "ClockSpeed", "ECCSupport", "Vendor", "Model"];
+
+/// Suffixes whose values are numbers (an offer refuses anything else).
+pub const NUMERIC_SUFFIXES: [&str; 11] = [
+    "TotalInstances",
+    "FreeInstances",
+    "UsedInstances",
+    "OfflineInstances",
+    "PerNode",
+    "CUDAComputeCapability",
+    "MainMemorySize",
+    "MP",
+    "CoresPerMP",
+    "Cores",
+    "ClockSpeed",
+];
+
+/// The vGPGPU counts of an ApplicationEnvironment (`rCUDA`, `VCL`; seed thesis Table 4.2).
+pub const TOTAL_VGPGPU: &str = "TotalVGPGPU";
+/// See [`TOTAL_VGPGPU`].
+pub const FREE_VGPGPU: &str = "FreeVGPGPU";
+/// Both vGPGPU keys, in publication order.
+pub const VGPGPU_KEYS: [&str; 2] = [TOTAL_VGPGPU, FREE_VGPGPU];
+
+/// A full key: `prefix` + `suffix`.
+pub fn key(prefix: &str, suffix: &str) -> String {
+    format!("{prefix}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_suffixes_are_the_counts_per_node_and_numeric_attributes() {
+        let mut expected: Vec<&str> = COUNT_SUFFIXES.to_vec();
+        expected.push(PER_NODE_SUFFIX);
+        expected.extend(ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model")));
+        assert_eq!(NUMERIC_SUFFIXES.to_vec(), expected);
+        assert_eq!(key(GPGPU_PREFIX, COUNT_SUFFIXES[1]), "GPGPUFreeInstances");
+    }
+}
