@@ -36,7 +36,6 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::hostlist;
-use crate::strategy::Strategy;
 
 /// Where the provider's config lives unless `--config` or `CDER_GLUE_CONFIG` says otherwise.
 pub const DEFAULT_PROVIDER_CONFIG: &str = "/etc/cder/glue-provider.toml";
@@ -454,6 +453,36 @@ pub fn check_id(id: &str) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// How CDER attributes are published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// `GLUE2EntityOtherInfo: Key=Value` on the ExecutionEnvironment (the thesis's choice).
+    AttributeExtension,
+    /// One `GLUE2Extension` object per key.
+    ClassExtension,
+    /// Static keys as OtherInfo, dynamic counts as Extensions.
+    Hybrid,
+    /// GLUE 1.3 RunTimeEnvironment tags under `o=grid`, for legacy brokers.
+    TaggedEnvironment,
+}
+
+impl Strategy {
+    /// The name used on the command line and in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::AttributeExtension => "attribute-extension",
+            Strategy::ClassExtension => "class-extension",
+            Strategy::Hybrid => "hybrid",
+            Strategy::TaggedEnvironment => "tagged-environment",
+        }
+    }
+
+    /// Every strategy, in the order above.
+    pub const ALL: [Strategy; 4] = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment];
+}
+
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -5,7 +5,7 @@ use cder_model::{Config, Device, Health};
 
 use crate::config::{GroupConfig, GroupDevice, ProviderConfig};
 use crate::hostlist;
-use crate::ProviderError;
+use crate::error::ProviderError;
 
 /// `count` identical devices of one CDER type on every node of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use cder_protocol::DeviceState;
 
 use crate::config::{CountSourceKind, ProviderConfig, VirtualConfig, VirtualSourceKind};
 use crate::site::{DeviceClass, NodeGroup};
-use crate::ProviderError;
+use crate::error::ProviderError;
 
 /// Device counts of one type over a whole group. Offline counts drained,
 /// unhealthy and down-node devices, which are neither free nor used:

@@ -20,42 +20,13 @@ use std::collections::BTreeSet;
 
 use cder_request::glue;
 
-use serde::Deserialize;
-
 use crate::config::ProviderConfig;
+use crate::error::ProviderError;
 use crate::ldif::Entry;
 use crate::site::{DeviceClass, Environment, NodeGroup};
 use crate::sources::{GroupCounts, VirtualEnvironment};
-use crate::ProviderError;
 
-/// How CDER attributes are published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// `GLUE2EntityOtherInfo: Key=Value` on the ExecutionEnvironment (the thesis's choice).
-    AttributeExtension,
-    /// One `GLUE2Extension` object per key.
-    ClassExtension,
-    /// Static keys as OtherInfo, dynamic counts as Extensions.
-    Hybrid,
-    /// GLUE 1.3 RunTimeEnvironment tags under `o=grid`, for legacy brokers.
-    TaggedEnvironment,
-}
-
-impl Strategy {
-    /// The name used on the command line and in the config.
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::AttributeExtension => "attribute-extension",
-            Strategy::ClassExtension => "class-extension",
-            Strategy::Hybrid => "hybrid",
-            Strategy::TaggedEnvironment => "tagged-environment",
-        }
-    }
-
-    /// Every strategy, in the order above.
-    pub const ALL: [Strategy; 4] = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment];
-}
+pub use crate::config::Strategy;
 
 /// Whether a published key changes while the site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
