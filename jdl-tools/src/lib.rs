@@ -12,6 +12,8 @@
 //! The engine's modules are re-exported under their old paths so that
 //! `cder_jdl::parser::parse_classad` and `cder_jdl::ClassAd` keep working.
 
+#![deny(missing_docs)]
+
 pub use cder_classad::{ast, eval, functions, lexer, matchmaking, parser, value};
 pub use cder_classad::{
     eval_attr, eval_expr, eval_expr_matching, eval_str, matches, parse_classad, parse_classad_recovering,

@@ -4,6 +4,8 @@
 //! from the config as written, `nvml` types are asked of the NVIDIA driver
 //! through nvml-wrapper (or of the fake NVML library the tests build).
 
+#![deny(missing_docs)]
+
 use cder_model::{CderType, Config, Device, Discovery};
 
 mod nvml;
@@ -14,10 +16,28 @@ pub use nvml::discover_nvml;
 /// can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
+    /// The NVML library of a type could not be loaded (no driver, wrong path).
     #[error("type {cder_type:?}: cannot load NVML from {library}: {source}")]
-    NvmlLoad { cder_type: String, library: String, source: nvml_wrapper::error::NvmlError },
+    NvmlLoad {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The library path tried.
+        library: String,
+        /// NVML's own error.
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// An NVML call failed, for the whole library or for one device.
     #[error("type {cder_type:?}: NVML call {call} failed{device}: {source}")]
-    NvmlCall { cder_type: String, call: &'static str, device: String, source: nvml_wrapper::error::NvmlError },
+    NvmlCall {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The NVML function, e.g. `nvmlDeviceGetUUID`.
+        call: &'static str,
+        /// ` on device N`, or empty for a library-wide call.
+        device: String,
+        /// NVML's own error.
+        source: nvml_wrapper::error::NvmlError,
+    },
 }
 
 /// Discovers the devices of every configured type, in config order and,

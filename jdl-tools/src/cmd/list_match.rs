@@ -5,6 +5,7 @@ use crate::cmd::{explain_text, phase1, Failure, Phase1, Phase1Args};
 /// Arguments of `list-match`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
     /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment", "schema"}], "excluded", "warnings"}.

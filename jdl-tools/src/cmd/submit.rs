@@ -9,6 +9,7 @@ use crate::submit::{arc_job_id, last_line, refine, render, restrict, run_submit,
 /// Arguments of `submit`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
     /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE), command (--submit-command).
