@@ -23,7 +23,7 @@ fn pid_of(r: &Registryd) -> u32 {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        if args.first().is_some_and(|a| a.ends_with("cder-registryd")) && args.iter().any(|a| *a == config) {
+        if args.first().is_some_and(|a| a.ends_with("cder-registryd")) && args.contains(&config) {
             return pid;
         }
     }
