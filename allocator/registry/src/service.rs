@@ -68,7 +68,11 @@ fn credential_of(auth: Option<&str>, max_body: usize) -> Result<&str, ApiError> 
     // base64 of the payload (the body plus the request line) and MUNGE's
     // own fields: well under twice the body limit plus 4 KiB.
     let longest = max_body.saturating_mul(2).saturating_add(4096);
-    if cred.len() > longest || !cred.bytes().all(|b| b.is_ascii_graphic()) {
+    // `MUNGE:<base64>:` as munge writes it; anything else is refused here,
+    // before a worker spends an unmunge on it.
+    let inner = cred.strip_prefix("MUNGE:").and_then(|c| c.strip_suffix(':')).unwrap_or("");
+    let base64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=');
+    if cred.len() > longest || inner.len() < 16 || !inner.bytes().all(base64) {
         return Err(unauth("malformed MUNGE credential"));
     }
     Ok(cred)
@@ -338,6 +342,25 @@ mod tests {
     }
 
     #[test]
+    fn body_errors_name_the_field() {
+        let cases = [
+            (r#"{"job":"slurm:1","count":4294967296,"node":"n","method":"VCL"}"#, "count: "),
+            (r#"{"job":"slurm:1","count":1.5,"node":"n","method":"VCL"}"#, "count: "),
+            (r#"{"job":"slurm:1","count":1,"node":"n","method":"VCL","uid":-1}"#, "uid: "),
+            (r#"{"job":"slurm:1","count":1,"node":"n","method":"VCL"} trailing"#, "malformed request body: "),
+            (r#"[1]"#, "[0]: "),
+            (r#""x""#, "malformed request body: "),
+        ];
+        for (body, prefix) in cases {
+            let e = parse::<BackendRequest>(body.as_bytes()).unwrap_err();
+            assert!(e.message.starts_with(prefix), "{body}: {}", e.message);
+        }
+        let e = parse::<RegisterRequest>(br#"{"uuid":"u","vendor":"v","device":99999999999,"host":"h","methods":["VCL"]}"#).unwrap_err();
+        assert!(e.message.starts_with("device: "), "{}", e.message);
+        assert_eq!(parse::<ReleaseRequest>(br#"{"job":"slurm:3"}"#).unwrap().job.to_string(), "slurm:3");
+    }
+
+    #[test]
     fn unauthenticated_and_unknown_requests_are_refused_without_munged() {
         let dir = tempfile::tempdir().unwrap();
         let config = RegistryConfig {
@@ -349,8 +372,16 @@ mod tests {
         assert_eq!(r.handle("GET", "/v1/status", None, b"").0, 401);
         assert_eq!(r.handle("GET", "/v1/status", Some("Basic eDp5"), b"").0, 401);
         assert_eq!(r.handle("GET", "/v1/status", Some("MUNGE \u{7}"), b"").0, 401);
+        // Not munge's shape: refused before unmunge runs.
+        for cred in ["MUNGE MUNGE:AAAA:", "MUNGE MUNGE:AAAAAAAAAAAAAAAAAAAA", "MUNGE MUNGE:AAAAAAAA!AAAAAAAAAAAAAA:"] {
+            let (status, body) = r.handle("POST", "/v1/request", Some(cred), b"{}");
+            assert_eq!(status, 401);
+            assert!(body.contains("malformed MUNGE credential"), "{body}");
+        }
         // munged is not running at that socket: the credential cannot verify.
-        assert_eq!(r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AAAA:"), b"{}").0, 401);
+        let (status, body) = r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AwQFAABNm8dUWR1OksE1A7a3uksb1tGI:"), b"{}");
+        assert_eq!(status, 401);
+        assert!(body.contains("credential refused"), "{body}");
         assert_eq!(r.handle("GET", "/etc/passwd", None, b"").0, 404);
     }
 }
