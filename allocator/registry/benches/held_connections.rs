@@ -8,7 +8,10 @@
 //!
 //! `cargo bench -p cder-registry --bench held_connections`
 //! (needs munge; `CDER_BENCH_CALLS=N` calls per series, default 100;
-//! `CDER_BENCH_ROUNDS=N`, default 3).
+//! `CDER_BENCH_ROUNDS=N`, default 3; `CDER_BENCH_TIMEOUT_S`, the client's
+//! timeout, default 30). `CDER_BENCH_REGISTRYD=PATH` runs another build
+//! instead (e.g. an earlier version, for comparison); the config uses only
+//! keys every version knows, so the registry's default limits apply.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -86,7 +89,7 @@ fn series(client: &Client, calls: usize) -> Series {
         match client.status() {
             Ok(_) => s.latencies.push(t.elapsed()),
             Err(e) => {
-                eprintln!("status failed: {e}");
+                eprintln!("status failed after {:?}: {e}", t.elapsed());
                 s.failures += 1;
             }
         }
@@ -119,6 +122,8 @@ fn ms(d: Duration) -> String {
 fn main() {
     let calls = env_usize("CDER_BENCH_CALLS", 100);
     let rounds = env_usize("CDER_BENCH_ROUNDS", 3);
+    let timeout = Duration::from_secs(env_usize("CDER_BENCH_TIMEOUT_S", 30) as u64);
+    let program = std::env::var_os("CDER_BENCH_REGISTRYD").map_or_else(|| env!("CARGO_BIN_EXE_cder-registryd").into(), std::path::PathBuf::from);
     let dir = tempfile::tempdir().unwrap();
     let _munged = start_munged(dir.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -126,14 +131,13 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmunge_socket = \"{}\"\n\
-             max_connections = 1000\nheader_timeout_s = 600\nbody_timeout_s = 600\n",
+            "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmunge_socket = \"{}\"\n",
             dir.path().join("state").display(),
             dir.path().join("munge.socket").display()
         ),
     )
     .unwrap();
-    let daemon = Command::new(env!("CARGO_BIN_EXE_cder-registryd"))
+    let daemon = Command::new(&program)
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "error")
@@ -145,7 +149,7 @@ fn main() {
     let pid = daemon.id();
     let _daemon = Kill(daemon);
     let munge = Munge { munge_program: "/usr/bin/munge".into(), unmunge_program: "/usr/bin/unmunge".into(), socket: Some(dir.path().join("munge.socket")) };
-    let client = Client::new(&format!("http://127.0.0.1:{port}"), munge.clone(), Duration::from_secs(30)).unwrap();
+    let client = Client::new(&format!("http://127.0.0.1:{port}"), munge.clone(), timeout).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.status().is_err() {
         assert!(Instant::now() < deadline, "cder-registryd not serving");
@@ -155,7 +159,8 @@ fn main() {
         let r = RegisterRequest { uuid: format!("GPU-{i}"), vendor: "Nvidia".into(), device: i, host: "n1".into(), methods: vec![cder_model::VgpgpuMethod::Rcuda] };
         client.register(&r).unwrap();
     }
-    println!("authenticated GET /v1/status, {calls} calls per series, {rounds} rounds; latency of the whole call (munge + HTTP + unmunge)");
+    println!("{}", program.display());
+    println!("authenticated GET /v1/status, {calls} calls per series, {rounds} rounds, client timeout {timeout:?}; latency of the whole call (munge + HTTP + unmunge)");
     println!("| round | idle p50 / p99 / max | 316 held p50 / p99 / max | ratio held/idle p50, p99 | threads idle, held | failures |");
     println!("|---|---|---|---|---|---|");
     let (mut all_idle, mut all_held) = (Vec::new(), Vec::new());

@@ -52,6 +52,9 @@ const MAX_HEADERS: usize = 32;
 /// unmunge's pipes, logs).
 const RESERVED_FDS: u64 = 64;
 
+/// The go-ahead for a client that sent `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 
@@ -474,11 +477,12 @@ impl Front {
                     let need = head.len.saturating_add(head.content_length);
                     let eof = fill(&mut conn.stream, &mut conn.buf, need)?;
                     if conn.buf.len() >= need {
-                        let Phase::Body(head, who) = std::mem::replace(&mut conn.phase, Phase::Handling) else { unreachable!() };
-                        let body = conn.buf.get(head.len..need).unwrap_or_default().to_vec();
-                        conn.buf = Vec::new();
-                        conn.deadline = None;
-                        let _ = self.jobs.send(Job::Serve(token, head, who, body));
+                        if let Phase::Body(head, who) = std::mem::replace(&mut conn.phase, Phase::Handling) {
+                            let body = conn.buf.get(head.len..need).unwrap_or_default().to_vec();
+                            conn.buf = Vec::new();
+                            conn.deadline = None;
+                            let _ = self.jobs.send(Job::Serve(token, head, who, body));
+                        }
                         return Ok(true);
                     }
                     if eof {
@@ -555,8 +559,17 @@ impl Front {
                 }
                 Phase::Authenticating(head) => {
                     if head.expect_continue && conn.buf.len() < head.len.saturating_add(head.content_length) {
-                        // Best effort: a fresh socket's buffer takes 25 bytes.
-                        let _ = conn.stream.write(b"HTTP/1.1 100 Continue\r\n\r\n");
+                        // A fresh socket's buffer takes these 25 bytes; if it
+                        // cannot, the client sends anyway after its own wait
+                        // (curl: 1 s). Half a go-ahead would garble the reply.
+                        match conn.stream.write(CONTINUE) {
+                            Ok(n) if n == CONTINUE.len() => {}
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                            _ => {
+                                let _ = registry.deregister(&mut conn.stream);
+                                return;
+                            }
+                        }
                     }
                     conn.phase = Phase::Body(head, who);
                     conn.deadline = Some(Instant::now() + self.limits.body_timeout);
