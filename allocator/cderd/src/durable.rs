@@ -2,7 +2,15 @@
 //! WAL, `synchronous=FULL` (a COMMIT is on disk before it returns), a
 //! versioned schema, and `BEGIN IMMEDIATE` transactions. Shared by cderd's
 //! [`crate::store`] and the cluster vGPGPU registry (`cder-registry`).
+//!
+//! The state is private whatever the umask: the state directory is made
+//! (or tightened to) 0700 and the database with its `-wal`/`-shm`/`-journal`
+//! files 0600, because the ledger names every user's jobs, and accounting
+//! shows an ordinary user only their own. A state directory that group or
+//! others may write to, or that another uid owns, is refused: someone else
+//! could have put or swapped files there, so nothing in it can be trusted.
 
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
@@ -24,8 +32,18 @@ pub enum DurableError {
 /// `CREATE … IF NOT EXISTS` statements, which must include a
 /// `meta(key TEXT PRIMARY KEY, value TEXT)` table) and records or checks
 /// `schema_version`.
+///
+/// The directory holding `path` must pass [`check_state_dir`] (it is
+/// tightened to 0700); the database files are made 0600.
 pub fn open(path: &Path, schema: &str, schema_version: i64) -> Result<Connection, DurableError> {
     let open = |e| DurableError::Open { path: path.to_path_buf(), source: e };
+    let refuse = |e: StateDirError| open(permission_error(e.to_string()));
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    check_state_dir(dir).map_err(refuse)?;
+    create_private_file(path).map_err(refuse)?;
     let conn = Connection::open(path).map_err(open)?;
     conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(open)?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(open)?;
@@ -51,7 +69,128 @@ pub fn open(path: &Path, schema: &str, schema_version: i64) -> Result<Connection
                 .map_err(open)?;
         }
     }
+    // SQLite gives new -wal/-shm files the database file's mode, but ones
+    // left by an older version (made under the umask) keep theirs.
+    for suffix in SIDE_FILES {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        tighten_file(Path::new(&side)).map_err(refuse)?;
+    }
     Ok(conn)
+}
+
+/// The files SQLite keeps beside a database.
+const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+/// Mode of a state directory.
+pub const STATE_DIR_MODE: u32 = 0o700;
+/// Mode of a database file (and its `-wal`/`-shm`).
+pub const STATE_FILE_MODE: u32 = 0o600;
+
+/// Why a state directory or file is not fit to hold durable state.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    #[error("cannot create state directory {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("state directory {}: {source}", path.display())]
+    Inspect { path: PathBuf, source: std::io::Error },
+    #[error("state directory {} is not a directory", path.display())]
+    NotDirectory { path: PathBuf },
+    #[error("state directory {} is writable by group or others (mode {mode:04o}); refusing to use it: check its contents, then chmod 0700 it", path.display())]
+    Writable { path: PathBuf, mode: u32 },
+    #[error("state directory {} belongs to uid {owner}, not to this daemon's uid {uid}; refusing to use it", path.display())]
+    Owner { path: PathBuf, owner: u32, uid: u32 },
+    #[error("cannot make {} private (mode {mode:04o}): {source}", path.display())]
+    Chmod { path: PathBuf, mode: u32, source: std::io::Error },
+    #[error("state file {}: {source}", path.display())]
+    File { path: PathBuf, source: std::io::Error },
+}
+
+/// Creates `dir` (and missing parents) for durable state and makes it 0700
+/// whatever the umask; then [`check_state_dir`].
+pub fn create_state_dir(dir: &Path) -> Result<(), StateDirError> {
+    match std::fs::DirBuilder::new().recursive(true).mode(STATE_DIR_MODE).create(dir) {
+        Ok(()) => {}
+        Err(source) => return Err(StateDirError::Create { path: dir.to_path_buf(), source }),
+    }
+    check_state_dir(dir)
+}
+
+/// Checks an existing state directory: a directory, owned by this process's
+/// effective uid, not writable by group or others (refused, naming it);
+/// readable or searchable by them is tightened to 0700.
+pub fn check_state_dir(dir: &Path) -> Result<(), StateDirError> {
+    let inspect = |source| StateDirError::Inspect { path: dir.to_path_buf(), source };
+    let meta = std::fs::metadata(dir).map_err(inspect)?;
+    if !meta.is_dir() {
+        return Err(StateDirError::NotDirectory { path: dir.to_path_buf() });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(StateDirError::Writable { path: dir.to_path_buf(), mode });
+    }
+    let uid = effective_uid().map_err(inspect)?;
+    if meta.uid() != uid {
+        return Err(StateDirError::Owner { path: dir.to_path_buf(), owner: meta.uid(), uid });
+    }
+    if mode != STATE_DIR_MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(STATE_DIR_MODE))
+            .map_err(|source| StateDirError::Chmod { path: dir.to_path_buf(), mode: STATE_DIR_MODE, source })?;
+        if mode & 0o077 != 0 {
+            tracing::warn!("state directory {} was mode {mode:04o}; now {STATE_DIR_MODE:04o}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+/// Creates `path` 0600 if missing (never following a symlink), else
+/// tightens it to 0600.
+fn create_private_file(path: &Path) -> Result<(), StateDirError> {
+    let file = |source| StateDirError::File { path: path.to_path_buf(), source };
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(STATE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(file)?;
+    tighten_file(path)
+}
+
+/// Makes an existing file 0600 (a missing one is fine).
+fn tighten_file(path: &Path) -> Result<(), StateDirError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(StateDirError::File { path: path.to_path_buf(), source }),
+    };
+    if !meta.is_file() {
+        let kind = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(StateDirError::File { path: path.to_path_buf(), source: kind });
+    }
+    if meta.mode() & 0o7777 != STATE_FILE_MODE {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(STATE_FILE_MODE))
+            .map_err(|source| StateDirError::Chmod { path: path.to_path_buf(), mode: STATE_FILE_MODE, source })?;
+    }
+    Ok(())
+}
+
+/// A refusal carried in [`DurableError::Open`] (whose shape callers match on).
+fn permission_error(message: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_PERM), Some(message))
+}
+
+/// This process's effective uid, from `/proc/self/status` (the second
+/// field of `Uid:`), without unsafe code.
+pub fn effective_uid() -> std::io::Result<u32> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "/proc/self/status has no effective uid"))
 }
 
 /// `BEGIN IMMEDIATE`: take the write lock up front, so a transaction never
@@ -69,4 +208,115 @@ pub fn new_token() -> std::io::Result<String> {
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
     Ok(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT); CREATE TABLE IF NOT EXISTS t (x INTEGER);";
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().mode() & 0o7777
+    }
+
+    /// The child half of `state_is_private_whatever_the_umask`: runs only
+    /// when re-executed with `CDER_DURABLE_CHILD` set, under the umask the
+    /// parent set, and checks the modes while the database is open (SQLite
+    /// removes -wal/-shm when the last connection closes).
+    #[test]
+    fn child_opens_state_under_a_umask() {
+        let Ok(dir) = std::env::var("CDER_DURABLE_CHILD") else { return };
+        let want = std::env::var("CDER_DURABLE_UMASK").unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap().trim().to_string();
+        assert_eq!(umask, format!("{want:0>4}"), "the parent's umask reached the child");
+        let dir = PathBuf::from(dir).join("state/inner");
+        create_state_dir(&dir).unwrap();
+        let db = dir.join("x.db");
+        let conn = open(&db, SCHEMA, 1).unwrap();
+        conn.execute("INSERT INTO t VALUES (1)", []).unwrap();
+        assert_eq!(mode(&dir), 0o700, "state dir");
+        for f in ["x.db", "x.db-wal", "x.db-shm"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+        }
+        println!("CHILD-CHECKED {umask}");
+    }
+
+    #[test]
+    fn state_is_private_whatever_the_umask() {
+        for umask in ["022", "000"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = Command::new("/bin/sh")
+                .arg("-c")
+                .arg("umask \"$1\" && shift && exec \"$@\"")
+                .arg("sh")
+                .arg(umask)
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", "durable::tests::child_opens_state_under_a_umask", "--nocapture", "--test-threads=1"])
+                .env("CDER_DURABLE_CHILD", tmp.path())
+                .env("CDER_DURABLE_UMASK", umask)
+                .output()
+                .unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "umask {umask}: {text}");
+            assert!(text.contains(&format!("CHILD-CHECKED 0{umask}")), "umask {umask}: the child did not run its checks: {text}");
+        }
+    }
+
+    #[test]
+    fn writable_state_dirs_are_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        for m in [0o777, 0o770, 0o1777, 0o702] {
+            let dir = tmp.path().join(format!("d{m:o}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m)).unwrap();
+            let e = open(&dir.join("x.db"), SCHEMA, 1).unwrap_err().to_string();
+            assert!(e.contains(&dir.display().to_string()) && e.contains("writable by group or others"), "{m:o}: {e}");
+            assert!(!dir.join("x.db").exists(), "nothing is created in a refused directory");
+            assert!(matches!(create_state_dir(&dir), Err(StateDirError::Writable { .. })));
+        }
+    }
+
+    #[test]
+    fn old_readable_state_is_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("old");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in ["x.db", "x.db-wal"] {
+            std::fs::write(dir.join(f), "").unwrap();
+            std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let conn = open(&dir.join("x.db"), SCHEMA, 1).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("x.db")), 0o600);
+        drop(conn);
+        // A symlink in place of the database is not followed.
+        let dir2 = tmp.path().join("link");
+        create_state_dir(&dir2).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir2.join("x.db")).unwrap();
+        assert!(open(&dir2.join("x.db"), SCHEMA, 1).is_err());
+        // Not a directory.
+        std::fs::write(tmp.path().join("file"), "").unwrap();
+        assert!(matches!(check_state_dir(&tmp.path().join("file")), Err(StateDirError::NotDirectory { .. })));
+    }
+
+    #[test]
+    fn a_state_dir_of_another_uid_is_refused() {
+        let uid = effective_uid().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("theirs");
+        std::fs::create_dir(&dir).unwrap();
+        if uid != 0 {
+            // Only root can give a directory away; as another user the
+            // check is the same comparison, exercised below by root.
+            assert!(check_state_dir(&dir).is_ok());
+            return;
+        }
+        std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+        let e = check_state_dir(&dir).unwrap_err();
+        assert!(matches!(e, StateDirError::Owner { owner: 65534, uid: 0, .. }), "{e}");
+    }
 }

@@ -120,6 +120,17 @@ pub struct RegistryConfig {
     /// Client timeout for one request, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: u64,
+    /// Connections `cder-registryd` holds open at once; beyond it the
+    /// oldest one still sending its headers is dropped.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Seconds a client has, from connecting, to send its request headers.
+    #[serde(default = "default_io_timeout")]
+    pub header_timeout_s: u64,
+    /// Seconds an authenticated client has to send its body, and to take
+    /// the reply.
+    #[serde(default = "default_io_timeout")]
+    pub body_timeout_s: u64,
     /// First port handed to a host's backends (rCUDA's own default is 8308).
     #[serde(default = "default_port_base")]
     pub port_base: u16,
@@ -156,6 +167,11 @@ pub struct FactoryConfig {
     pub interval_s: u64,
 }
 
+/// The largest `max_body_bytes`: a body travels inside its MUNGE
+/// credential, which `munge --string` takes as one argument (Linux allows
+/// 128 KiB), so larger bodies could not be sent anyway.
+pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
+
 /// The placeholders a launcher template may use.
 pub const LAUNCHER_PLACEHOLDERS: [&str; 8] = ["uuid", "index", "port", "host", "vendor", "methods", "visible_env", "path"];
 
@@ -172,6 +188,9 @@ impl Default for RegistryConfig {
             unmunge_program: default_unmunge(),
             max_body_bytes: default_max_body(),
             timeout_s: default_timeout(),
+            max_connections: default_max_connections(),
+            header_timeout_s: default_io_timeout(),
+            body_timeout_s: default_io_timeout(),
             port_base: default_port_base(),
             vcl_dir: default_vcl_dir(),
             factory: None,
@@ -190,8 +209,16 @@ impl RegistryConfig {
         if self.listen.parse::<std::net::SocketAddr>().is_err() && !self.listen.contains(':') {
             return bad("listen", format!("{:?} is not host:port", self.listen));
         }
-        if self.max_body_bytes < 256 {
-            return bad("max_body_bytes", "must be at least 256".into());
+        if !(256..=MAX_BODY_LIMIT).contains(&self.max_body_bytes) {
+            return bad("max_body_bytes", format!("must be 256 to {MAX_BODY_LIMIT}"));
+        }
+        if !(1..=65536).contains(&self.max_connections) {
+            return bad("max_connections", "must be 1 to 65536".into());
+        }
+        for (key, v) in [("header_timeout_s", self.header_timeout_s), ("body_timeout_s", self.body_timeout_s)] {
+            if !(1..=3600).contains(&v) {
+                return bad(key, "must be 1 to 3600".into());
+            }
         }
         if self.timeout_s == 0 {
             return bad("timeout_s", "must be at least 1".into());
@@ -258,6 +285,12 @@ fn default_max_body() -> usize {
 fn default_timeout() -> u64 {
     10
 }
+fn default_max_connections() -> usize {
+    512
+}
+fn default_io_timeout() -> u64 {
+    10
+}
 fn default_port_base() -> u16 {
     8308
 }
@@ -291,5 +324,13 @@ mod tests {
         assert!(msg.contains("{uid}"), "{msg}");
         c.factory.as_mut().unwrap().launcher = vec!["run".into(), "{uuid}:{port}".into()];
         assert!(c.validate().is_ok());
+        for (key, bad) in [
+            ("registry.max_connections", RegistryConfig { max_connections: 0, ..c.clone() }),
+            ("registry.header_timeout_s", RegistryConfig { header_timeout_s: 0, ..c.clone() }),
+            ("registry.body_timeout_s", RegistryConfig { body_timeout_s: 86_400, ..c.clone() }),
+            ("registry.max_body_bytes", RegistryConfig { max_body_bytes: usize::MAX, ..c.clone() }),
+        ] {
+            assert_eq!(bad.validate().unwrap_err().0, key);
+        }
     }
 }

@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 
 /// The largest `count` one request may ask for.
 pub const MAX_COUNT: u32 = 4096;
+/// The highest device index a backend may be pinned to (it is written
+/// into `CUDA_VISIBLE_DEVICES` / `GPU_DEVICE_ORDINAL` of the backend).
+pub const MAX_DEVICE: u32 = 65535;
 /// Longest identifier (UUID, host, reason) accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 255;
 
@@ -286,8 +289,12 @@ pub enum ErrorCode {
     Conflict,
     /// 409: not enough free backends (carries `free`).
     Insufficient,
+    /// 408: the request head or body did not arrive in time.
+    Timeout,
     /// 413: body larger than `max_body_bytes`.
     TooLarge,
+    /// 431: request head too long or with too many headers.
+    HeadersTooLarge,
     /// 500: the database failed; nothing was changed.
     Internal,
 }
@@ -302,7 +309,9 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::Conflict | ErrorCode::Insufficient => 409,
+            ErrorCode::Timeout => 408,
             ErrorCode::TooLarge => 413,
+            ErrorCode::HeadersTooLarge => 431,
             ErrorCode::Internal => 500,
         }
     }
@@ -357,6 +366,9 @@ impl RegisterRequest {
         check_id("uuid", &self.uuid)?;
         check_id("host", &self.host)?;
         check_id("vendor", &self.vendor)?;
+        if self.device > MAX_DEVICE {
+            return Err(ApiError::bad(format!("device: {} is more than {MAX_DEVICE}", self.device)));
+        }
         if self.methods.is_empty() {
             return Err(ApiError::bad("methods must list at least one method (rCUDA, VCL)"));
         }
@@ -368,8 +380,12 @@ impl BackendRequest {
     /// Field checks beyond JSON types.
     pub fn validate(&self) -> Result<(), ApiError> {
         check_id("node", &self.node)?;
-        if self.count > MAX_COUNT {
-            return Err(ApiError::bad(format!("count {} is more than {MAX_COUNT}", self.count)));
+        if !(1..=MAX_COUNT).contains(&self.count) {
+            return Err(ApiError::bad(format!("count: {} is not 1 to {MAX_COUNT}", self.count)));
+        }
+        if self.uid == Some(u32::MAX) {
+            // (uid_t)-1 means "no uid" to the kernel: never an owner.
+            return Err(ApiError::bad(format!("uid: {} is not a user id", u32::MAX)));
         }
         Ok(())
     }
@@ -403,8 +419,16 @@ mod tests {
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA","x":1}"#).is_err());
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"bogus","count":3,"node":"n1","method":"rCUDA"}"#).is_err());
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":-1,"node":"n1","method":"VCL"}"#).is_err());
-        let big = BackendRequest { count: MAX_COUNT + 1, ..ok.clone() };
-        assert_eq!(big.validate().unwrap_err().code, ErrorCode::BadRequest);
+        for count in [0, MAX_COUNT + 1, u32::MAX] {
+            let e = BackendRequest { count, ..ok.clone() }.validate().unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest);
+            assert!(e.message.starts_with("count:"), "{}", e.message);
+        }
+        let e = BackendRequest { uid: Some(u32::MAX), ..ok.clone() }.validate().unwrap_err();
+        assert!(e.message.starts_with("uid:"), "{}", e.message);
+        let reg = RegisterRequest { uuid: "u".into(), vendor: "v".into(), device: MAX_DEVICE + 1, host: "h".into(), methods: vec![VgpgpuMethod::Vcl] };
+        assert!(reg.validate().unwrap_err().message.starts_with("device:"));
+        assert!(RegisterRequest { device: MAX_DEVICE, ..reg }.validate().is_ok());
         let bad_node = BackendRequest { node: "a b".into(), ..ok };
         assert!(bad_node.validate().is_err());
     }
@@ -427,6 +451,7 @@ mod tests {
         assert!("everything".parse::<QueryName>().is_err());
         assert_eq!(ErrorCode::Insufficient.http_status(), 409);
         assert_eq!(ErrorCode::Unauthenticated.http_status(), 401);
+        assert_eq!((ErrorCode::Timeout.http_status(), ErrorCode::HeadersTooLarge.http_status()), (408, 431));
         let e: ApiError = serde_json::from_str(r#"{"code":"insufficient","message":"m","free":2}"#).unwrap();
         assert_eq!(e.free, Some(2));
     }

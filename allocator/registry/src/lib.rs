@@ -8,13 +8,14 @@
 //! light crate `cder-registry-client` (re-exported here), so that the SLURM
 //! plugin and the TORQUE monitor never link SQLite. This crate adds
 //! [`store`] (durable SQLite state),
-//! [`policy`] (random, local-first, spread), [`service`] (the HTTP service
-//! of `cder-registryd`) and [`factory`] (what `cder-vgpgpu-factory` does on
+//! [`policy`] (random, local-first, spread), [`service`] (request handling of
+//! `cder-registryd`), [`http`] (its HTTP/1.1 front end) and [`factory`] (what `cder-vgpgpu-factory` does on
 //! a GPU node).
 
 pub use cder_registry_client::{api, client, env, munge};
 
 pub mod factory;
+pub mod http;
 pub mod policy;
 pub mod service;
 pub mod startup;

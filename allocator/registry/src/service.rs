@@ -1,9 +1,9 @@
-//! `cder-registryd`'s HTTP side: authentication, authorization, routing,
-//! bounded bodies, JSON errors. A malformed or hostile request gets a 4xx
-//! and the service carries on; a panic in one request becomes a 500.
+//! `cder-registryd`'s request handling: authentication, authorization,
+//! routing, JSON errors. A malformed or hostile request gets a 4xx and the
+//! service carries on; a panic in one request becomes a 500. The HTTP
+//! front end (connections, deadlines, bounds) is [`crate::http`].
 
-use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use cder_model::{RegistryConfig, VgpgpuMethod};
 use serde::de::DeserializeOwned;
@@ -29,13 +29,62 @@ pub struct Caller {
     pub uid: u32,
 }
 
+/// A request head munged vouched for: the caller, and the body its
+/// credential was made for (the request's body must be exactly this).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    pub uid: u32,
+    pub body: Vec<u8>,
+}
+
+/// The operations only root and operators may call.
+const OPERATOR_PATHS: [&str; 6] = ["/v1/register", "/v1/unregister", "/v1/request", "/v1/release", "/v1/offline", "/v1/online"];
+/// The operations any authenticated uid may call.
+const READ_PATHS: [&str; 3] = ["/v1/query", "/v1/status", "/v1/allocation"];
+
+/// The path of a request target (without the query).
+fn path_of(target: &str) -> &str {
+    target.split_once('?').map_or(target, |(p, _)| p)
+}
+
+/// The checks a head gets before any credential is spent or any body read:
+/// a known path and an `Authorization: MUNGE <credential>` of sane shape.
+pub fn screen(head: &crate::http::Head, max_body: usize) -> Result<(), ApiError> {
+    let path = path_of(&head.target);
+    if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
+        return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
+    }
+    credential_of(head.authorization.as_deref(), max_body).map(|_| ())
+}
+
+/// The credential in an `Authorization` value, or 401.
+fn credential_of(auth: Option<&str>, max_body: usize) -> Result<&str, ApiError> {
+    let unauth = |m: &str| ApiError::new(ErrorCode::Unauthenticated, m);
+    let cred = auth
+        .and_then(|a| a.trim().strip_prefix("MUNGE "))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| unauth("every request needs an `Authorization: MUNGE <credential>` header"))?;
+    // base64 of the payload (the body plus the request line) and MUNGE's
+    // own fields: well under twice the body limit plus 4 KiB.
+    let longest = max_body.saturating_mul(2).saturating_add(4096);
+    // `MUNGE:<base64>:` as munge writes it; anything else is refused here,
+    // before a worker spends an unmunge on it.
+    let inner = cred.strip_prefix("MUNGE:").and_then(|c| c.strip_suffix(':')).unwrap_or("");
+    let base64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=');
+    if cred.len() > longest || inner.len() < 16 || !inner.bytes().all(base64) {
+        return Err(unauth("malformed MUNGE credential"));
+    }
+    Ok(cred)
+}
+
 /// Why the registry could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("[registry] operators: {0}")]
     Operators(String),
-    #[error("cannot create state dir {}: {source}", path.display())]
-    StateDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    StateDir(#[from] cderd::durable::StateDirError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
@@ -48,7 +97,8 @@ impl Registry {
 
     /// As [`Registry::open`], with any policy.
     pub fn open_with(config: &RegistryConfig, policy: Box<dyn BackendPolicy>) -> Result<Registry, StartError> {
-        std::fs::create_dir_all(&config.state_dir).map_err(|source| StartError::StateDir { path: config.state_dir.clone(), source })?;
+        // 0700 whatever the umask; refused when group or others may write.
+        cderd::durable::create_state_dir(&config.state_dir)?;
         let store = Store::open(&config.state_dir.join("registry.db"), config.port_base)?;
         let operators = cderd::daemon::resolve_operators(&config.operators).map_err(StartError::Operators)?;
         Ok(Registry { store: Mutex::new(store), policy, munge: Munge::from_config(config), operators, max_body: config.max_body_bytes })
@@ -75,32 +125,53 @@ impl Registry {
     }
 
     /// Serves one request already read: `(status, JSON body)`. `auth` is
-    /// the `Authorization` header.
+    /// the `Authorization` header. (The front end does the same in steps:
+    /// [`screen`], [`Registry::authenticate_head`], then
+    /// [`Registry::serve_authorized`] once the body is in.)
     pub fn handle(&self, method: &str, url: &str, auth: Option<&str>, body: &[u8]) -> (u16, String) {
-        match self.dispatch(method, url, auth, body) {
+        let head = crate::http::Head {
+            method: method.to_string(),
+            target: url.to_string(),
+            authorization: auth.map(str::to_string),
+            content_length: body.len(),
+            expect_continue: false,
+            len: 0,
+        };
+        let who = screen(&head, self.max_body).and_then(|()| self.authenticate_head(&head));
+        match who {
+            Ok(who) => self.serve_authorized(method, url, &who, body),
+            Err(e) => (e.code.http_status(), to_json(&e)),
+        }
+    }
+
+    /// Checks the head's credential with munged: who sent it, and the body
+    /// it was made for. Runs before the body is read.
+    pub fn authenticate_head(&self, head: &crate::http::Head) -> Result<Authorized, ApiError> {
+        let unauth = |m: String| ApiError::new(ErrorCode::Unauthenticated, m);
+        let cred = credential_of(head.authorization.as_deref(), self.max_body)?;
+        let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;
+        let prefix = request_payload(&head.method, &head.target, b"");
+        match v.payload.strip_prefix(prefix.as_slice()) {
+            Some(body) => Ok(Authorized { uid: v.uid, body: body.to_vec() }),
+            None => Err(unauth(format!("the credential was made for another request, not {} {}", head.method, head.target))),
+        }
+    }
+
+    /// Serves a request whose head [`Registry::authenticate_head`] passed,
+    /// once its body is read: the body must be the credential's.
+    pub fn serve_authorized(&self, method: &str, url: &str, who: &Authorized, body: &[u8]) -> (u16, String) {
+        let result = if body == who.body.as_slice() {
+            self.dispatch(method, url, Caller { uid: who.uid }, body)
+        } else {
+            Err(ApiError::new(ErrorCode::Unauthenticated, format!("the credential was made for another request, not {method} {url} with this body")))
+        };
+        match result {
             Ok(json) => (200, json),
             Err(e) => (e.code.http_status(), to_json(&e)),
         }
     }
 
-    fn authenticate(&self, method: &str, url: &str, auth: Option<&str>, body: &[u8]) -> Result<Caller, ApiError> {
-        let unauth = |m: String| ApiError::new(ErrorCode::Unauthenticated, m);
-        let cred = auth
-            .and_then(|a| a.trim().strip_prefix("MUNGE "))
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| unauth("every request needs an `Authorization: MUNGE <credential>` header".into()))?;
-        if cred.len() > 4 * self.max_body + 4096 || !cred.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(unauth("malformed MUNGE credential".into()));
-        }
-        let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;
-        if v.payload != request_payload(method, url, body) {
-            return Err(unauth(format!("the credential was made for another request, not {method} {url} with this body")));
-        }
-        Ok(Caller { uid: v.uid })
-    }
-
-    fn dispatch(&self, method: &str, url: &str, auth: Option<&str>, body: &[u8]) -> Result<String, ApiError> {
+    fn dispatch(&self, method: &str, url: &str, caller: Caller, body: &[u8]) -> Result<String, ApiError> {
         let (path, query) = url.split_once('?').unwrap_or((url, ""));
         let post = |m: &str| -> Result<(), ApiError> {
             if m == "POST" {
@@ -116,13 +187,9 @@ impl Registry {
                 Err(ApiError::new(ErrorCode::MethodNotAllowed, format!("{path} takes GET, not {m}")))
             }
         };
-        const OPERATOR_PATHS: [&str; 6] = ["/v1/register", "/v1/unregister", "/v1/request", "/v1/release", "/v1/offline", "/v1/online"];
-        let known = OPERATOR_PATHS.contains(&path) || ["/v1/query", "/v1/status", "/v1/allocation"].contains(&path);
-        if !known {
-            // Unknown paths are refused before the credential is spent.
+        if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
             return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
         }
-        let caller = self.authenticate(method, url, auth, body)?;
         if OPERATOR_PATHS.contains(&path) && !self.is_operator(caller.uid) {
             return Err(ApiError::new(
                 ErrorCode::Forbidden,
@@ -208,77 +275,29 @@ impl Registry {
         }
     }
 
-    /// Serves HTTP on `server` with `threads` workers until the process
-    /// ends; an error when a worker thread cannot be started.
-    pub fn serve(self: Arc<Self>, server: Arc<tiny_http::Server>, threads: usize) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-        (0..threads.max(1))
-            .map(|i| {
-                let me = Arc::clone(&self);
-                let server = Arc::clone(&server);
-                std::thread::Builder::new().name(format!("registry-http-{i}")).spawn(move || loop {
-                    match server.recv() {
-                        Ok(rq) => me.respond(rq),
-                        Err(e) => tracing::warn!("accepting a connection: {e}"),
-                    }
-                })
-            })
-            .collect()
-    }
-
     /// Database-level consistency problems (none expected).
     pub fn check(&self) -> Result<Vec<String>, ApiError> {
         self.store().check_invariants().map_err(crate::store::StoreError::into_api)
     }
-
-    fn respond(&self, mut rq: tiny_http::Request) {
-        let method = rq.method().as_str().to_string();
-        let url = rq.url().to_string();
-        let auth = rq.headers().iter().find(|h| h.field.equiv("Authorization")).map(|h| h.value.as_str().to_string());
-        let (status, json) = match read_body(&mut rq, self.max_body) {
-            Err(e) => (e.code.http_status(), to_json(&e)),
-            Ok(body) => {
-                let run = std::panic::AssertUnwindSafe(|| self.handle(&method, &url, auth.as_deref(), &body));
-                std::panic::catch_unwind(run).unwrap_or_else(|_| {
-                    tracing::error!("{method} {url}: internal error (panic); request dropped, service carries on");
-                    (500, to_json(&ApiError::new(ErrorCode::Internal, "internal error")))
-                })
-            }
-        };
-        if status >= 400 {
-            tracing::warn!("{method} {url}: {status} {json}");
-        }
-        let mut reply = tiny_http::Response::from_string(json).with_status_code(status);
-        if let Ok(header) = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]) {
-            reply.add_header(header);
-        }
-        if let Err(e) = rq.respond(reply) {
-            tracing::debug!("{method} {url}: client went away: {e}");
-        }
-    }
 }
 
-/// Reads at most `max` bytes of body; 413 beyond.
-fn read_body(rq: &mut tiny_http::Request, max: usize) -> Result<Vec<u8>, ApiError> {
-    let too_large = || ApiError::new(ErrorCode::TooLarge, format!("request body larger than {max} bytes"));
-    if rq.body_length().is_some_and(|n| n > max) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    rq.as_reader()
-        .take(max as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| ApiError::bad(format!("reading the body: {e}")))?;
-    if body.len() > max {
-        return Err(too_large());
-    }
-    Ok(body)
-}
-
+/// The body as `T`; an error names the field at fault (`count: invalid
+/// value: integer 99999999999, expected u32 …`).
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("malformed request body: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            ApiError::bad(format!("malformed request body: {}", e.inner()))
+        } else {
+            ApiError::bad(format!("{path}: {}", e.inner()))
+        }
+    })?;
+    de.end().map_err(|e| ApiError::bad(format!("malformed request body: {e}")))?;
+    Ok(value)
 }
 
-fn to_json<T: Serialize>(v: &T) -> String {
+pub(crate) fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"cannot encode the reply: {e}\"}}"))
 }
 
@@ -323,6 +342,25 @@ mod tests {
     }
 
     #[test]
+    fn body_errors_name_the_field() {
+        let cases = [
+            (r#"{"job":"slurm:1","count":4294967296,"node":"n","method":"VCL"}"#, "count: "),
+            (r#"{"job":"slurm:1","count":1.5,"node":"n","method":"VCL"}"#, "count: "),
+            (r#"{"job":"slurm:1","count":1,"node":"n","method":"VCL","uid":-1}"#, "uid: "),
+            (r#"{"job":"slurm:1","count":1,"node":"n","method":"VCL"} trailing"#, "malformed request body: "),
+            (r#"[1]"#, "[0]: "),
+            (r#""x""#, "malformed request body: "),
+        ];
+        for (body, prefix) in cases {
+            let e = parse::<BackendRequest>(body.as_bytes()).unwrap_err();
+            assert!(e.message.starts_with(prefix), "{body}: {}", e.message);
+        }
+        let e = parse::<RegisterRequest>(br#"{"uuid":"u","vendor":"v","device":99999999999,"host":"h","methods":["VCL"]}"#).unwrap_err();
+        assert!(e.message.starts_with("device: "), "{}", e.message);
+        assert_eq!(parse::<ReleaseRequest>(br#"{"job":"slurm:3"}"#).unwrap().job.to_string(), "slurm:3");
+    }
+
+    #[test]
     fn unauthenticated_and_unknown_requests_are_refused_without_munged() {
         let dir = tempfile::tempdir().unwrap();
         let config = RegistryConfig {
@@ -334,8 +372,16 @@ mod tests {
         assert_eq!(r.handle("GET", "/v1/status", None, b"").0, 401);
         assert_eq!(r.handle("GET", "/v1/status", Some("Basic eDp5"), b"").0, 401);
         assert_eq!(r.handle("GET", "/v1/status", Some("MUNGE \u{7}"), b"").0, 401);
+        // Not munge's shape: refused before unmunge runs.
+        for cred in ["MUNGE MUNGE:AAAA:", "MUNGE MUNGE:AAAAAAAAAAAAAAAAAAAA", "MUNGE MUNGE:AAAAAAAA!AAAAAAAAAAAAAA:"] {
+            let (status, body) = r.handle("POST", "/v1/request", Some(cred), b"{}");
+            assert_eq!(status, 401);
+            assert!(body.contains("malformed MUNGE credential"), "{body}");
+        }
         // munged is not running at that socket: the credential cannot verify.
-        assert_eq!(r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AAAA:"), b"{}").0, 401);
+        let (status, body) = r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AwQFAABNm8dUWR1OksE1A7a3uksb1tGI:"), b"{}");
+        assert_eq!(status, 401);
+        assert!(body.contains("credential refused"), "{body}");
         assert_eq!(r.handle("GET", "/etc/passwd", None, b"").0, 404);
     }
 }

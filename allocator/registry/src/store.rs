@@ -271,7 +271,7 @@ impl Store {
                 .collect::<rusqlite::Result<_>>()?;
             v
         };
-        let count = r.count as usize;
+        let count = usize::try_from(r.count).map_err(|_| refused(ErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
         let insufficient = || {
             StoreError::Refused(ApiError {
                 code: ErrorCode::Insufficient,
@@ -327,8 +327,9 @@ impl Store {
             params![key, now],
         )?;
         tx.execute("UPDATE jobs SET end = ?2 WHERE job = ?1 AND end IS NULL", params![key, now])?;
+        let n = u32::try_from(n).map_err(|_| refused(ErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count")))?;
         tx.commit()?;
-        Ok(n as u32)
+        Ok(n)
     }
 
     /// `offline` / `online` for one backend or a host; the rows changed.

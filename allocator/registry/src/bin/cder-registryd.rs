@@ -22,6 +22,11 @@ Every request must carry `Authorization: MUNGE <credential>` whose payload is th
 change state; any authenticated user may query. State lives in SQLite (WAL, synchronous=FULL) at \
 <[registry] state_dir>/registry.db and is committed before a reply is sent, so the service may be \
 killed at any moment. Request bodies are limited to [registry] max_body_bytes.\n\n\
+The credential is checked before the body is read. A client has [registry] header_timeout_s \
+to send its headers and body_timeout_s to send its body; at most [registry] max_connections \
+are held (the oldest not yet authenticated is dropped for a new one), by one event loop and \
+--threads workers. The state directory is kept 0700 and the database 0600; a state \
+directory writable by group or others is refused.\n\n\
 Logs go to stderr (journald under systemd); RUST_LOG=debug for more.",
     after_help = "EXAMPLES:\n    cder-registryd --config /etc/cder/cder.toml\n    cder-registryd --listen 0.0.0.0:8731 --state-dir /var/lib/cder-registry\n    cder-registryd --check          # validate config and state, print the counts, exit\n\n\
     curl -s -H \"Authorization: MUNGE $(printf 'GET /v1/status\\n' | munge)\" http://registry:8731/v1/status\n\n\
@@ -37,7 +42,8 @@ struct Args {
     /// Keep state here instead of [registry] state_dir.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// HTTP worker threads.
+    /// Worker threads (credential checks and database work); connections
+    /// are held by one event loop, bounded by [registry] max_connections.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
     /// Check the configuration and the state, print the counts and exit.
@@ -89,26 +95,34 @@ fn main() -> ExitCode {
             }
         };
     }
-    let server = match tiny_http::Server::http(&rc.listen) {
-        Ok(s) => Arc::new(s),
+    let limits = match cder_registry::http::Limits::from_config(&rc, usize::from(args.threads)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cder-registryd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match std::net::TcpListener::bind(&rc.listen) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("cder-registryd: cannot listen on {}: {e}", rc.listen);
             return ExitCode::from(1);
         }
     };
-    tracing::info!(listen = %rc.listen, policy = registry.policy_name(), state = %rc.state_dir.display(), version = env!("CARGO_PKG_VERSION"), "cder-registryd serving");
-    let workers = match registry.serve(server, usize::from(args.threads)) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("cder-registryd: cannot start the HTTP workers: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    for worker in workers {
-        if worker.join().is_err() {
-            eprintln!("cder-registryd: a worker thread died");
-            return ExitCode::from(1);
-        }
+    tracing::info!(
+        listen = %rc.listen,
+        policy = registry.policy_name(),
+        state = %rc.state_dir.display(),
+        workers = limits.workers,
+        max_connections = limits.max_connections,
+        header_timeout_s = rc.header_timeout_s,
+        body_timeout_s = rc.body_timeout_s,
+        version = env!("CARGO_PKG_VERSION"),
+        "cder-registryd serving"
+    );
+    if let Err(e) = cder_registry::http::serve(registry, listener, limits) {
+        eprintln!("cder-registryd: serving: {e}");
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }
