@@ -31,6 +31,7 @@ pub mod hook;
 pub mod limits;
 pub mod log;
 pub mod mom;
+pub mod reconcile;
 pub mod settings;
 pub mod shell;
 pub mod starter;

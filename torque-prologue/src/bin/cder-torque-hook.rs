@@ -133,7 +133,7 @@ fn main() -> ExitCode {
         }
         HookKind::PrologueUser => {
             let config = config.unwrap_or_else(|_| starter::fallback_config());
-            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10));
+            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10), cder_torque::settings::Confine::Off);
             if let Some(job) = &fetched.job {
                 let vars: Vec<String> = fetched.env.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 println!("cder: {job}: {}", vars.join(" "));
