@@ -109,6 +109,9 @@ fn main() -> ExitCode {
                 }
             };
             match &outcome {
+                // A request form the scheduler does not count was ignored:
+                // the user should read that in the job's error file.
+                Outcome::Run(m) if m.contains("; ignored ") => log(&tag, Severity::Warning, m),
                 Outcome::Run(m) => note(&tag, Severity::Info, m),
                 Outcome::Abort(m) => log(&tag, Severity::Error, &format!("job aborted: {m}")),
                 Outcome::Requeue(m) => log(&tag, Severity::Warning, &format!("job requeued: {m}")),
