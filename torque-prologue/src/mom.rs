@@ -64,7 +64,13 @@ impl PbsHome {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        for (path, stem) in job_files(&self.jobs_dir())? {
+        let files = match job_files(&self.jobs_dir()) {
+            Ok(f) => f,
+            // No job directory: pbs_mom holds no job file to read.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for (path, stem) in files {
             let bytes = fs::read(&path)?;
             if job_id_in_job_file(&bytes, &stem) == job_id {
                 return Ok(Some((path, bytes)));

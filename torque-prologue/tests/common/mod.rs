@@ -159,13 +159,13 @@ impl Node {
             dir.path().join("state").display()
         );
         let mut device_paths = Vec::new();
-        for i in 0..4 {
+        for (i, minor) in CHAR_MINORS.iter().enumerate() {
             let path = devs.join(format!("nvidia{i}"));
             match devices {
                 Devices::Files => fs::write(&path, b"").unwrap(),
                 Devices::Char { .. } => {
-                    let made = Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg("1").arg(CHAR_MINORS[i].to_string()).status().unwrap();
-                    assert!(made.success(), "mknod {} c 1 {}", path.display(), CHAR_MINORS[i]);
+                    let made = Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg("1").arg(minor.to_string()).status().unwrap();
+                    assert!(made.success(), "mknod {} c 1 {minor}", path.display());
                 }
             }
             device_paths.push(path.clone());
