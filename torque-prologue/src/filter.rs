@@ -67,6 +67,9 @@ pub struct Filtered {
     /// `-v` directives and `#CDER` lines, then the command line's `-v` (a
     /// later entry wins), for the vGPGPU hold ([`crate::vgpgpu::hold_script`]).
     pub variables: Vec<(String, String)>,
+    /// The directive prefix qsub reads this job with (`#PBS`, `-C`,
+    /// `PBS_DPREFIX`; empty when `-C ""` turned directives off).
+    pub prefix: String,
 }
 
 /// Where a value came from, for messages.
@@ -416,6 +419,7 @@ struct CommandLine {
     nodes: Option<String>,
     x: Option<String>,
     other: Option<String>,
+    gres: Option<String>,
     variables: Vec<(String, String)>,
 }
 
@@ -448,6 +452,7 @@ impl CommandLine {
                                 cli.nodes = Some(v);
                             }
                             MARK_RESOURCE => cli.other = Some(v),
+                            "gres" => cli.gres = Some(v),
                             _ => {}
                         }
                     }
@@ -550,7 +555,7 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
     let asked = cli.count.or(script_count);
     let (per_node, edits) = match settings.directive {
         Directive::Native => {
-            refuse_marks_native(&header, &cli)?;
+            refuse_marks_native(&header, &cli, settings)?;
             match asked.filter(|n| *n > 0) {
                 Some(n) => (asked, native_edits(&header, &cli, n, settings)?),
                 None => (asked, Edits::new(&header)),
@@ -584,9 +589,9 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
         )));
     }
     if edits.rewrites.iter().all(Option::is_none) && edits.inserts.is_empty() {
-        return Ok(Filtered { script: script.to_vec(), per_node, notes, variables });
+        return Ok(Filtered { script: script.to_vec(), per_node, notes, variables, prefix: cli.prefix });
     }
-    Ok(Filtered { script: assemble(script, &header, &edits), per_node, notes, variables })
+    Ok(Filtered { script: assemble(script, &header, &edits), per_node, notes, variables, prefix: cli.prefix })
 }
 
 /// Every `-l other=cder:…` the job carries, with where it is.
@@ -606,13 +611,26 @@ fn hand_marks<'h>(header: &'h Header<'_>, cli: &'h CommandLine) -> Vec<(Origin, 
     found
 }
 
-/// Native TORQUE counts only `nodes=…:gpus=`: a cder mark is never honoured
-/// there, so one written by hand is a mistake (or an attempt to get devices
-/// the scheduler never counted) and is refused.
-fn refuse_marks_native(header: &Header<'_>, cli: &CommandLine) -> Result<(), Rejection> {
-    if let Some((origin, v)) = hand_marks(header, cli).into_iter().next() {
+/// Native TORQUE counts only `nodes=…:gpus=`: a cder mark or a `gres=` of
+/// the device's names is never honoured there, so one written by hand is a
+/// mistake (or an attempt to get devices the scheduler never counted) and
+/// is refused.
+fn refuse_marks_native(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSettings) -> Result<(), Rejection> {
+    let mut found = hand_marks(header, cli).into_iter().map(|(o, v)| (o, format!("{MARK_RESOURCE}={v}"))).collect::<Vec<_>>();
+    let device_gres = |v: &str| v.split('+').any(|item| settings.gres_names.iter().any(|g| item.split(':').next() == Some(g.as_str())));
+    if let Some(v) = cli.gres.as_deref().filter(|v| device_gres(v)) {
+        found.push((Origin::CommandLine, format!("gres={v}")));
+    }
+    for (d, o) in header.options().filter(|(_, o)| o.letter == 'l') {
+        for (k, v) in pairs(&o.value) {
+            if k == "gres" && device_gres(&v) {
+                found.push((Origin::Line(d.line), format!("gres={v}")));
+            }
+        }
+    }
+    if let Some((origin, what)) = found.into_iter().next() {
         return Err(Rejection(format!(
-            "{origin}: -l {MARK_RESOURCE}={v}: TORQUE does not count devices asked for this way, and cder does not honour it; ask with -l nodes=N:ppn=P:gpus=G or {PER_NODE_KEY}=G"
+            "{origin}: -l {what}: TORQUE does not count devices asked for this way, and cder does not honour it; ask with -l nodes=N:ppn=P:gpus=G or {PER_NODE_KEY}=G"
         )));
     }
     Ok(())

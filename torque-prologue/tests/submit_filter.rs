@@ -134,6 +134,7 @@ const REJECTED: &[(&str, &[&str], &str, &str)] = &[
     // Issue 12: a device mark written by hand, in a form the scheduler does not count.
     ("#!/bin/sh\n#PBS -l nodes=1:ppn=1,other=cder:gpgpu:4\n./a\n", &[], NATIVE, "job script line 2: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"),
     ("./a\n", &["-l", "other=cder:gpgpu:4"], NATIVE, "qsub command line: -l other=cder:gpgpu:4: TORQUE does not count"),
+    ("#PBS -l gres=gpus:2\n./a\n", &[], NATIVE, "job script line 1: -l gres=gpus:2: TORQUE does not count"),
     ("#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 1: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job asks MAUI for no gpgpu"),
     ("#PBS -W x=GRES:gpus@1\n#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 2: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job's request needs other=cder:gpgpu:1"),
     // Issue 14: a Latin-1 comment does not end qsub's header, so what follows counts.
