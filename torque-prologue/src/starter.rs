@@ -1,5 +1,7 @@
 //! The job starter (`$job_starter` in `mom_priv/config`) and `cder-env`:
-//! fetch a job's allocation from cderd and turn it into its environment.
+//! fetch a job's allocation from cderd and turn it into its environment,
+//! and (the job starter) have cderd confine this process, and so the job
+//! it execs, to the job's device cgroup ([`fetch`]).
 //!
 //! pbs_mom execs the job starter, as the job's user and with the job's
 //! environment, instead of the job's shell. TORQUE's
