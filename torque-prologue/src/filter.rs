@@ -22,7 +22,7 @@
 //!
 //! `GPGPUPerNode` comes from `qsub -v`, a `#PBS -v` directive, or a
 //! `#CDER GPGPUPerNode=N` line. The script is read as qsub reads it
-//! ([`Header::read`]): as bytes, in any encoding, with directives until the
+//! (`Header::read`): as bytes, in any encoding, with directives until the
 //! first executable line and `\` continuations. The command line overrides
 //! the script. A script without a request passes through byte for byte.
 //!
@@ -543,6 +543,11 @@ impl Edits {
 /// Runs the filter: `script` is qsub's stdin, `argv` its arguments
 /// (without argv\[0\]), `env` the submitter's environment (for `-v NAME`
 /// without a value and for `PBS_DPREFIX`).
+///
+/// Steps: the command line (`CommandLine::read`), the script's header as
+/// qsub reads it (`Header::read`), the request it makes
+/// (`read_script_request`), the site's directive (`native` / `maui`), and
+/// the script written back with the edits (`assemble`).
 pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<Filtered, Rejection> {
     let cli = CommandLine::read(argv, env, settings)?;
     let header = Header::read(script, &cli.prefix)?;
@@ -554,34 +559,8 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
     let script_count = request.counts.first().map(|(_, c)| *c);
     let asked = cli.count.or(script_count);
     let (per_node, edits) = match settings.directive {
-        Directive::Native => {
-            refuse_marks_native(&header, &cli, settings)?;
-            match asked.filter(|n| *n > 0) {
-                Some(n) => (asked, native_edits(&header, &cli, n, settings)?),
-                None => (asked, Edits::new(&header)),
-            }
-        }
-        Directive::Maui => {
-            let counted = maui_counted(&header, &cli, settings)?;
-            let n = match (asked, &counted) {
-                (Some(a), Some((origin, c))) if a != *c => {
-                    return Err(Rejection(format!(
-                        "{origin}: x=GRES:{}@{c} asks MAUI for {c} per node, which contradicts {PER_NODE_KEY}={a}",
-                        settings.maui_gres
-                    )));
-                }
-                (Some(a), _) => a,
-                (None, Some((_, c))) => *c,
-                (None, None) => 0,
-            };
-            let per_node = asked.or(counted.map(|(_, c)| c));
-            if n == 0 {
-                refuse_marks_maui(&header, &cli, None, settings)?;
-                (per_node, Edits::new(&header))
-            } else {
-                (per_node, maui_edits(&header, &cli, n, settings)?)
-            }
-        }
+        Directive::Native => native(&header, &cli, asked, settings)?,
+        Directive::Maui => maui(&header, &cli, asked, settings)?,
     };
     if cli.prefix.is_empty() && !edits.inserts.is_empty() {
         return Err(Rejection(format!(
@@ -594,8 +573,42 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
     Ok(Filtered { script: assemble(script, &header, &edits), per_node, notes, variables, prefix: cli.prefix })
 }
 
+/// `directive = "native"`: TORQUE counts `nodes=…:gpus=`; the request
+/// (`asked`) is written there. Returns the count and the edits.
+fn native(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: &TorqueSettings) -> Result<(Option<u32>, Edits), Rejection> {
+    refuse_marks_native(header, cli, settings)?;
+    match asked.filter(|n| *n > 0) {
+        Some(n) => Ok((asked, native_edits(header, cli, n, settings)?)),
+        None => Ok((asked, Edits::new(header))),
+    }
+}
+
+/// `directive = "maui"`: MAUI counts `x=GRES:<maui_gres>@N`; the count is
+/// the request (`asked`) or, without one, the GRES the job already gives
+/// MAUI, and the two must agree. Returns the count and the edits.
+fn maui(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: &TorqueSettings) -> Result<(Option<u32>, Edits), Rejection> {
+    let counted = maui_counted(header, cli, settings)?;
+    let n = match (asked, &counted) {
+        (Some(a), Some((origin, c))) if a != *c => {
+            return Err(Rejection(format!(
+                "{origin}: x=GRES:{}@{c} asks MAUI for {c} per node, which contradicts {PER_NODE_KEY}={a}",
+                settings.maui_gres
+            )));
+        }
+        (Some(a), _) => a,
+        (None, Some((_, c))) => *c,
+        (None, None) => 0,
+    };
+    let per_node = asked.or(counted.map(|(_, c)| c));
+    if n == 0 {
+        refuse_marks_maui(header, cli, None, settings)?;
+        return Ok((per_node, Edits::new(header)));
+    }
+    Ok((per_node, maui_edits(header, cli, n, settings)?))
+}
+
 /// Every `-l other=cder:…` the job carries, with where it is.
-fn hand_marks<'h>(header: &'h Header<'_>, cli: &'h CommandLine) -> Vec<(Origin, String)> {
+fn hand_marks(header: &Header<'_>, cli: &CommandLine) -> Vec<(Origin, String)> {
     let mut found = Vec::new();
     if let Some(v) = &cli.other {
         found.push((Origin::CommandLine, v.clone()));
