@@ -32,7 +32,33 @@ pub struct Node {
     pub devices: Vec<PathBuf>,
     /// Extra environment for the daemon (e.g. the fake NVML's variables).
     pub env: Vec<(String, PathBuf)>,
+    /// `[node.enforcement] cgroup_parent` of this node, unique per test
+    /// node so that parallel tests never sweep each other's groups;
+    /// removed with the node.
+    pub cgroup_parent: Option<String>,
     child: Option<Child>,
+}
+
+/// A `cgroup_parent` no other test node uses.
+pub fn unique_cgroup_parent() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("cder-test-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Removes `parent` and its groups from every cgroup mount (best effort:
+/// a group with processes in it stays).
+pub fn remove_cgroup_parent(parent: &str) {
+    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"] {
+        let dir = Path::new(root).join(parent);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
 }
 
 impl Node {
@@ -62,8 +88,10 @@ impl Node {
         if let Some(max) = options.max_request_bytes {
             text += &format!("max_request_bytes = {max}\n");
         }
+        let cgroup_parent = unique_cgroup_parent();
+        text += &format!("[node.enforcement]\ncgroup_parent = {cgroup_parent:?}\n");
         if let Some(enforcement) = &options.enforcement {
-            text += &format!("[node.enforcement]\n{enforcement}\n");
+            text += &format!("{enforcement}\n");
         }
         text += "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n";
         let mut devices = Vec::new();
@@ -82,7 +110,7 @@ impl Node {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let mut node = Node { dir, config, socket, devices, env: Vec::new(), child: None };
+        let mut node = Node { dir, config, socket, devices, env: Vec::new(), cgroup_parent: Some(cgroup_parent), child: None };
         node.start();
         node
     }
@@ -94,7 +122,10 @@ impl Node {
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
         let socket = dir.path().join("cderd.sock");
-        let mut node = Node { dir, config, socket, devices, env, child: None };
+        let cgroup_parent = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cgroup_parent = ").map(|v| v.trim_matches('"').to_string()));
+        let mut node = Node { dir, config, socket, devices, env, cgroup_parent, child: None };
         node.start();
         node
     }
@@ -190,6 +221,9 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
+        if let Some(parent) = &self.cgroup_parent {
+            remove_cgroup_parent(parent);
+        }
     }
 }
 
