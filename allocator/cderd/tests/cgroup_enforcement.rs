@@ -16,33 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cder_protocol::{AllocRequest, ErrorCode, ReconcileRequest};
-use common::{require, Node};
+use common::{probe_lines, require, retry_busy, Node};
 
 /// The probe's side: runs in a child process started by [`probe`].
 #[test]
 fn cgroup_probe_child() {
-    let Ok(socket) = std::env::var("CDER_PROBE_SOCKET") else { return };
-    let job = std::env::var("CDER_PROBE_JOB").unwrap();
-    let paths: Vec<String> = std::env::var("CDER_PROBE_PATHS").unwrap().split(',').map(String::from).collect();
-    let try_all = |when: &str| {
-        for p in &paths {
-            match std::fs::File::open(p) {
-                Ok(_) => println!("PROBE {when} {p} ok"),
-                Err(e) => println!("PROBE {when} {p} {}", e.raw_os_error().unwrap_or(-1)),
-            }
-        }
-    };
-    try_all("before");
-    let mut c = cder_protocol::Client::connect(&socket, std::time::Duration::from_secs(30)).unwrap();
-    match c.confine(&job.parse().unwrap()) {
-        Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
-        Err(e) => println!("PROBE refused {}", e.code().map_or("none".to_string(), |c| c.to_string())),
-    }
-    try_all("after");
-    if std::env::var("CDER_PROBE_LINGER").is_ok() {
-        println!("PROBE lingering");
-        std::thread::sleep(std::time::Duration::from_secs(120));
-    }
+    common::probe_child_main();
 }
 
 /// What the probe saw: (phase, path) → "ok" or the errno.
@@ -70,20 +49,9 @@ impl Seen {
     }
 }
 
-/// A copy of this test binary that `uid` can execute.
-fn probe_binary(node: &Node) -> PathBuf {
-    let copy = node.dir.path().join("probe");
-    if !copy.exists() {
-        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    copy
-}
-
 fn probe_command(node: &Node, uid: u32, job: &str) -> Command {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(probe_binary(node));
+    let mut cmd = Command::new(common::probe_binary(node.dir.path()));
     cmd.args(["--exact", "cgroup_probe_child", "--nocapture", "--test-threads=1"])
         .env("CDER_PROBE_SOCKET", &node.socket)
         .env("CDER_PROBE_JOB", job)
@@ -94,30 +62,12 @@ fn probe_command(node: &Node, uid: u32, job: &str) -> Command {
     cmd
 }
 
-/// Runs `f` again while exec says ETXTBSY: another test thread may fork
-/// while the probe copy is still open for writing here, and its child holds
-/// that descriptor until it execs.
-fn retry_busy<T>(mut f: impl FnMut() -> std::io::Result<T>) -> T {
-    for _ in 0..200 {
-        match f() {
-            Err(e) if e.raw_os_error() == Some(26) => std::thread::sleep(std::time::Duration::from_millis(20)),
-            other => return other.unwrap(),
-        }
-    }
-    panic!("the probe binary stayed busy (ETXTBSY)")
-}
-
 /// Runs the probe as `uid` for `job` and returns what it printed.
 fn probe(node: &Node, uid: u32, job: &str) -> Seen {
     let out = retry_busy(|| probe_command(node, uid, job).output());
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "probe failed: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     Seen { lines: probe_lines(text.lines()) }
-}
-
-/// The probe's own lines (libtest may print `test … ` before the first).
-fn probe_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
-    lines.filter_map(|l| l.find("PROBE ").map(|at| l[at..].to_string())).collect()
 }
 
 fn v1_available() -> bool {
@@ -137,23 +87,8 @@ fn node(mode: &str) -> Node {
 }
 
 fn node_with(mode: &str, minors: [u32; 4], held_open: &str) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let parent = common::unique_cgroup_parent();
-    let mut text = format!(
-        "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ndevice_files = true\njob_mode = \"0600\"\n\
-         cgroup = {mode:?}\ncgroup_parent = {parent:?}\nheld_open = {held_open:?}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
-        dir.path().join("cderd.sock"),
-        dir.path().join("state"),
-    );
-    let mut devices = Vec::new();
-    for (i, minor) in minors.into_iter().enumerate() {
-        let path = dir.path().join(format!("nvidia{i}"));
-        let ok = Command::new("mknod").arg(&path).args(["c", "1", &minor.to_string()]).status().unwrap().success();
-        assert!(ok, "mknod {}", path.display());
-        text += &format!("[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mb = 1\npath = {path:?}\n");
-        devices.push(path);
-    }
-    Node::custom(dir, &text, devices, Vec::new())
+    let enforcement = format!("device_files = true\njob_mode = \"0600\"\ncgroup = {mode:?}\nheld_open = {held_open:?}");
+    common::char_device_node(tempfile::tempdir().unwrap(), &minors, &enforcement)
 }
 
 fn alloc(node: &Node, job: &str, uid: u32, device: u32) {
@@ -223,6 +158,16 @@ fn both_hierarchies_together() {
     same_uid_jobs_are_separated("both");
 }
 
+/// A lingering probe must not outlive a failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn busy_group_survives_release_and_reconcile_removes_it_later() {
     if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
@@ -231,12 +176,12 @@ fn busy_group_survives_release_and_reconcile_removes_it_later() {
     let node = node("auto");
     alloc(&node, "slurm:201", 1000, 2);
     alloc(&node, "slurm:202", 1000, 3);
-    let mut child = retry_busy(|| probe_command(&node, 1000, "slurm:201").env("CDER_PROBE_LINGER", "1").stdout(std::process::Stdio::piped()).spawn());
+    let mut child = KillOnDrop(retry_busy(|| probe_command(&node, 1000, "slurm:201").env("CDER_PROBE_LINGER", "1").stdout(std::process::Stdio::piped()).spawn()));
     // Read until the probe says it is confined and lingering.
     let mut lines = Vec::new();
     {
         use std::io::BufRead;
-        let reader = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+        let reader = std::io::BufReader::new(child.0.stdout.as_mut().unwrap());
         for line in reader.lines() {
             let line = line.unwrap();
             let done = line.ends_with("PROBE lingering");
@@ -253,8 +198,7 @@ fn busy_group_survives_release_and_reconcile_removes_it_later() {
     // Release succeeds although the group is busy; the group stays.
     assert_eq!(node.client().release(&"slurm:201".parse().unwrap()).unwrap().released, 1);
     assert!(groups.iter().all(|g| g.is_dir()), "a group with a process in it cannot be removed yet");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     // The next reconcile sweeps it.
     node.client().reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert!(groups.iter().all(|g| !g.exists()), "reconcile left {groups:?}");
