@@ -226,23 +226,23 @@ impl Daemon {
         // The /proc scan costs a walk of every descriptor on the node: only
         // for a job that holds nothing yet (a retried prologue skips it).
         let busy = if store.job(&request.job).map_err(StoreError::into_reply)?.is_none() { self.held_open(&store)? } else { BTreeMap::new() };
-        let avoid = match self.config.node.enforcement.held_open {
-            HeldOpen::Skip => busy.clone(),
-            HeldOpen::Allow => BTreeMap::new(),
-        };
-        for (uuid, why) in &busy {
-            match self.config.node.enforcement.held_open {
-                HeldOpen::Skip => tracing::warn!(device = %uuid, job = %request.job, "not handing out a free device: {why}"),
-                HeldOpen::Allow => {}
+        // Only where cderd chooses: a list from the batch system is its
+        // decision (Trust), and the holder may be the job itself.
+        let skip = self.config.node.enforcement.held_open == HeldOpen::Skip && request.devices.is_none();
+        if skip {
+            for (uuid, why) in &busy {
+                tracing::warn!(device = %uuid, job = %request.job, "not choosing a free device: {why}");
             }
         }
+        let avoid = if skip { busy.clone() } else { BTreeMap::new() };
         let (allocation, new) = store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
-        if new && self.config.node.enforcement.held_open == HeldOpen::Allow {
+        if new {
             for d in allocation.devices.iter().filter(|d| busy.contains_key(&d.uuid)) {
+                let why = if request.devices.is_some() { "the batch system chose it" } else { "[node.enforcement] held_open = \"allow\"" };
                 tracing::warn!(
                     device = %d.name(),
                     job = %allocation.job,
-                    "handing out a device that {} ([node.enforcement] held_open = \"allow\"): that process can use it beside the job",
+                    "handing out a device that {} ({why}): that process can use it beside the job",
                     busy[&d.uuid]
                 );
             }

@@ -379,9 +379,10 @@ impl Store {
         self.alloc_avoiding(req, policy, now, &BTreeMap::new())
     }
 
-    /// As [`Store::alloc`], never giving out a device in `busy` (UUID →
-    /// why: another process holds it open). An explicit `devices` list that
-    /// names one is refused with `conflict`.
+    /// As [`Store::alloc`], never choosing a device in `busy` (UUID → why:
+    /// another process holds it open). An explicit `devices` list is the
+    /// batch system's choice and is recorded as it is (the caller warns):
+    /// the holder may be the job itself, already started.
     pub fn alloc_avoiding(
         &mut self,
         req: &AllocRequest,
@@ -412,13 +413,7 @@ impl Store {
         }
         let of_type = query_devices(&tx, "WHERE d.type = ?1", &[&req.cder_type])?;
         let chosen: Vec<DeviceRow> = match &req.devices {
-            Some(indices) => {
-                let chosen = Self::exactly(&of_type, indices, &req.cder_type)?;
-                if let Some((d, why)) = chosen.iter().find_map(|d| busy.get(&d.uuid).map(|why| (d, why))) {
-                    return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is free in the ledger but {why}", d.name())));
-                }
-                chosen
-            }
+            Some(indices) => Self::exactly(&of_type, indices, &req.cder_type)?,
             None => {
                 let model = req.model.as_ref().map(|m| m.to_lowercase());
                 let held_open = of_type.iter().filter(|d| d.is_free() && busy.contains_key(&d.uuid)).count();
@@ -737,19 +732,18 @@ mod tests {
     }
 
     #[test]
-    fn busy_devices_are_skipped_or_refused() {
+    fn busy_devices_are_never_chosen_but_an_explicit_list_is_recorded() {
         let (_d, mut s) = node(4);
         let busy: BTreeMap<String, String> = [("gpgpu-0".to_string(), "held open by pid 7".to_string())].into();
         let (a, _) = s.alloc_avoiding(&req("slurm:1", 1), &LocalityPolicy, 1, &busy).unwrap();
         assert_ne!(indices(&a), vec![0]);
-        let mut r = req("slurm:2", 1);
-        r.devices = Some(vec![0]);
-        let e = s.alloc_avoiding(&r, &LocalityPolicy, 1, &busy).unwrap_err().into_reply();
-        assert_eq!(e.code, ErrorCode::Conflict);
-        assert!(e.message.contains("pid 7"), "{}", e.message);
         let e = s.alloc_avoiding(&req("slurm:3", 3), &LocalityPolicy, 1, &busy).unwrap_err().into_reply();
         assert_eq!((e.code, e.free), (ErrorCode::Insufficient, Some(2)));
         assert!(e.message.contains("held open"), "{}", e.message);
+        // The batch system chose device 0: the ledger records its choice.
+        let mut r = req("slurm:2", 1);
+        r.devices = Some(vec![0]);
+        assert_eq!(indices(&s.alloc_avoiding(&r, &LocalityPolicy, 1, &busy).unwrap().0), vec![0]);
     }
 
     #[test]
