@@ -103,7 +103,17 @@ fn probe(node: &Node, job: &str) -> common::Run {
 
 #[test]
 fn two_jobs_of_one_user_are_kept_apart_by_real_cgroups() {
-    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else { return };
+    two_jobs_of_one_user_apart("v1");
+}
+
+/// The same with cgroup v2 and cderd's device BPF program.
+#[test]
+fn two_jobs_of_one_user_are_kept_apart_by_cgroup_v2_bpf() {
+    two_jobs_of_one_user_apart("v2");
+}
+
+fn two_jobs_of_one_user_apart(cgroup: &'static str) {
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup }) else { return };
     let gpus2 = "neednodes=1:ppn=1:gpus=2,nodes=1:ppn=1:gpus=2";
     assert_eq!(node.hook("prologue", &prologue_args("900.ce", gpus2)).code, 0);
     assert_eq!(node.hook("prologue", &prologue_args("901.ce", gpus2)).code, 0);
