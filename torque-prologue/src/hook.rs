@@ -39,7 +39,7 @@ use cder_protocol::{AllocRequest, Client, ClientError, ErrorCode};
 
 use crate::limits::{requested_devices, Role};
 use crate::mom::{assigned_gpus, PbsHome};
-use crate::settings::TorqueSettings;
+use crate::settings::{Confine, TorqueSettings};
 use crate::sys::{user_by_name, UserError};
 
 /// pbs_mom's meaning of a prologue's exit status.
@@ -284,6 +284,10 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         (None, Some(n)) => (n, None),
         (None, None) => {
             let mut m = format!("{job} asks for no {} devices", settings.cder_type);
+            if settings.confine != Confine::Off {
+                m.push_str("; ");
+                m.push_str(&record_without_devices(&job, args.user.as_deref().unwrap_or(""), settings, cderd));
+            }
             for n in &notes {
                 m.push_str("; ");
                 m.push_str(n);
@@ -304,15 +308,10 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
     let mut request = AllocRequest::new(job.clone(), uid, count);
     request.cder_type = settings.cder_type.clone();
     request.devices = devices.clone();
-    let mut result = client.alloc(&request);
-    if matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) {
-        // The job holds a different allocation from an earlier run on this
-        // node (requeued, then altered). It is not running now: start afresh.
-        if let Err(e) = client.release(&job) {
-            return Outcome::Requeue(format!("{job}: releasing a stale allocation: {e}"));
-        }
-        result = client.alloc(&request);
-    }
+    let result = match alloc_afresh(&mut client, &request) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Requeue(format!("{job}: releasing a stale allocation: {e}")),
+    };
     match result {
         Ok(a) => {
             let list: Vec<String> = a.devices.iter().map(|d| format!("{}:{}", d.cder_type, d.index)).collect();
@@ -333,6 +332,41 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
             let total = if e.code() == Some(ErrorCode::Insufficient) { node_total(&mut client, &settings.cder_type) } else { None };
             classify_alloc_failure(&job, &settings.cder_type, count, &e, total)
         }
+    }
+}
+
+/// `alloc`; when the job holds a different allocation from an earlier run
+/// on this node (requeued, then altered), that one is released first: the
+/// job is not running now. The outer error is a failed release.
+fn alloc_afresh(client: &mut Client, request: &AllocRequest) -> Result<Result<cder_protocol::Allocation, ClientError>, ClientError> {
+    let result = client.alloc(request);
+    if matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) {
+        client.release(&request.job)?;
+        return Ok(client.alloc(request));
+    }
+    Ok(result)
+}
+
+/// Records a job that asked for no devices with none (`count = 0`), so
+/// that the job starter can confine it away from every device cderd
+/// manages (a job of the same user could otherwise open a GPU job's
+/// devices). Best effort: the job runs whatever happens; the result is
+/// returned for the log.
+fn record_without_devices(job: &JobKey, user: &str, settings: &TorqueSettings, cderd: &Cderd<'_>) -> String {
+    let not = |why: String| format!("not recorded ({why}): the job starter cannot confine it");
+    let uid = match user_by_name(user) {
+        Ok(ids) => ids.uid,
+        Err(e) => return not(e.to_string()),
+    };
+    let mut client = match cderd.connect() {
+        Ok(c) => c,
+        Err(e) => return not(e.to_string()),
+    };
+    let mut request = AllocRequest::new(job.clone(), uid, 0);
+    request.cder_type = settings.cder_type.clone();
+    match alloc_afresh(&mut client, &request) {
+        Ok(Ok(_)) => "recorded with no devices, for the job starter to confine".to_string(),
+        Ok(Err(e)) | Err(e) => not(e.to_string()),
     }
 }
 

@@ -87,8 +87,8 @@ pub fn fallback_config() -> Config {
 /// TORQUE job `job_id`. Every outcome yields a complete environment: the
 /// job's own devices, or the empty list for each configured type.
 ///
-/// With `confine` other than [`Confine::Off`], a job holding devices also
-/// has this process moved into its device cgroup (cderd's `confine`, by the
+/// With `confine` other than [`Confine::Off`], a job cderd has a record of
+/// (with devices, or with none) also has this process moved into its device cgroup (cderd's `confine`, by the
 /// caller's pid), so that what it execs can open only the job's own
 /// devices; the indices are then relative (`0..n-1`), as the vendor runtime
 /// numbers what it can open. When that fails, `Required` sets
@@ -118,7 +118,9 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
     // Start from the empty lists so a type missing from the reply is still
     // set (an unset variable means every device).
     let mut env = empty;
-    if allocation.devices.is_empty() || confine == Confine::Off {
+    // A job recorded with no devices is confined too: away from every
+    // device cderd manages.
+    if confine == Confine::Off {
         env.0.extend(allocation.env.0);
         return Fetched::new(env, Some(job), None, true);
     }

@@ -135,11 +135,22 @@ fn two_jobs_of_one_user_apart(cgroup: &'static str) {
             }
         }
     }
+    // A third job of the same user that asked for no devices is recorded
+    // with none and confined away from all of them.
+    let r = node.hook("prologue", &prologue_args("902.ce", "neednodes=1:ppn=1,nodes=1:ppn=1"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = probe(&node, "902.ce");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("CVD=\n"), "{}", r.stdout);
+    for i in 0..4 {
+        let line = r.stdout.lines().find(|l| l.starts_with(&format!("dev{i} "))).unwrap_or_default();
+        assert!(line.contains("Operation not permitted"), "the device-less job is denied device {i}: {}", r.stdout);
+    }
     // The same user, outside the job starter, is in no job's group: the
     // kernel, not the file mode, made the difference above.
     let r = node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/usr/bin/head"), &["-c", "1", node.device_paths[0].to_str().unwrap()], &[]);
     assert_eq!(r.code, 0, "{r:?}");
-    for job in ["900.ce", "901.ce"] {
+    for job in ["900.ce", "901.ce", "902.ce"] {
         assert_eq!(node.hook("epilogue", &epilogue_args(job)).code, 0);
     }
 }
