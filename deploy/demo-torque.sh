@@ -21,7 +21,7 @@ show() { printf '\033[2m$ %s\033[0m\n' "$*"; }
 
 step "Building cderd, cderctl and the TORQUE hooks"
 cargo build --quiet -p cderd -p cderctl -p cder-torque
-bin=$root/target/debug
+bin=${CARGO_TARGET_DIR:-$root/target}/debug
 
 # The node: deploy/cder.example.toml's four Tesla K20m, socket and state in $work.
 sed -e "s|^socket = .*|socket = \"$work/run/cderd.sock\"|" \
@@ -40,7 +40,7 @@ start_cderd() {
 start_cderd
 
 step "Installing the hooks into a scratch \$PBS_HOME/mom_priv"
-mkdir -p "$work/torque/mom_priv"
+mkdir -p "$work/torque/mom_priv/jobs" "$work/torque/aux"
 deploy/torque/install-mom-hooks.sh --pbs-home "$work/torque" --bindir "$bin" --libexec "$work/libexec" --user-hooks --configure
 ls -l "$work/torque/mom_priv"
 
@@ -75,6 +75,12 @@ show "cder-torque-submit-filter < job.sh            (MAUI, as in the thesis)"
 CDER_TORQUE_CONFIG=<(printf '[torque]\ndirective = "maui"\n') "$work/libexec/cder-torque-submit-filter" <"$work/job.sh"
 show "qsub -v GPGPUPerNode=two job.sh"
 "$work/libexec/cder-torque-submit-filter" -v GPGPUPerNode=two job.sh <"$work/job.sh" || echo "   -> exit $?: qsub refuses the job"
+show "a device mark written by hand (#PBS -l other=cder:gpgpu:4): TORQUE never counts it"
+printf '#!/bin/sh\n#PBS -l nodes=1:ppn=1,other=cder:gpgpu:4\n./grab\n' |
+    "$work/libexec/cder-torque-submit-filter" || echo "   -> exit $?: qsub refuses the job"
+show "a Latin-1 comment does not end qsub's directives: the over-limit request after it is refused"
+printf '#!/bin/sh\n# r\351sum\351\n#PBS -l nodes=1:ppn=1:gpus=999\n./run\n' |
+    "$work/libexec/cder-torque-submit-filter" || echo "   -> exit $?: qsub refuses the job"
 
 step "Two jobs with gpus=2 each get disjoint devices"
 prologue 17.ce.example.org "neednodes=1:ppn=4:gpus=2,nodes=1:ppn=4:gpus=2,walltime=01:00:00"
@@ -85,6 +91,8 @@ step "A third job, while they run: devices busy, so it is requeued"
 prologue 19.ce.example.org "nodes=1:ppn=1:gpus=1"
 step "A job asking for more than the node has: aborted"
 prologue 20.ce.example.org "nodes=1:ppn=1:gpus=8"
+step "A hand-written mark reaching pbs_mom anyway: ignored, the job gets no devices"
+prologue 21.ce.example.org "nodes=1:ppn=1,other=cder:gpgpu:4"
 
 step "The job starter, as the job's user (nobody), sees exactly its own devices"
 cp "$work/libexec/cder-job-starter" "$work/cder-job-starter"
@@ -92,6 +100,9 @@ show "setpriv --reuid=nobody cder-job-starter /bin/sh -sh  <<< 'env | grep VISIB
 echo 'id -un; env | grep -E "^CUDA_(VISIBLE_DEVICES|DEVICE_ORDER)="' |
     env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
     setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
+show "the same, as root (pbs_mom with \$job_starter_run_privileged): refused"
+echo 'id -un' | env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
+    "$work/cder-job-starter" /bin/sh -sh || echo "   -> exit $?: the job does not run"
 show "the same, as another user (uid 65533)"
 echo 'env | grep -E "^CUDA_VISIBLE_DEVICES="' |
     env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
@@ -100,8 +111,13 @@ show 'eval "$(cder-env --shell)"   (for sites without a job starter)'
 env -i PBS_JOBID=18.ce.example.org CDER_CONFIG="$CDER_CONFIG" \
     setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/libexec/cder-env" --shell
 
-step "Job 17 ends: its epilogue releases; the requeued job 19 now runs"
+step "Job 17 ends: its epilogue releases; the requeued job 19 now runs on the GPU TORQUE assigned it"
 epilogue 17.ce.example.org
+gpu=$("$bin/cderctl" status | awk '/gpgpu/ && /free/ {print $2; exit}' | tr -dc '0-9')
+gpu=${gpu:-0}
+mkdir -p "$work/torque/aux"
+echo "$(hostname)-gpu$gpu" >"$work/torque/aux/19.ce.example.orggpu"
+show "\$PBS_HOME/aux/19.ce.example.orggpu (PBS_GPUFILE, written by pbs_mom from exec_gpus): $(hostname)-gpu$gpu"
 prologue 19.ce.example.org "nodes=1:ppn=1:gpus=1"
 "$bin/cderctl" status
 
@@ -111,9 +127,10 @@ epilogue 18.ce.example.org
 start_cderd
 "$bin/cderctl" status
 step "reconcile with pbs_mom's live jobs (mom_priv/jobs/*.JB) frees job 18's devices"
-mkdir -p "$work/torque/mom_priv/jobs" && : >"$work/torque/mom_priv/jobs/19.ce.example.org.JB"
-show "cder-torque-live-jobs.sh | cderctl reconcile --live-jobs - --lrms torque"
-"$work/libexec/cder-torque-live-jobs.sh" "$work/torque" | "$bin/cderctl" reconcile --live-jobs - --lrms torque
+mkdir -p "$work/torque/mom_priv/jobs"
+printf '<?xml version="1.0"?>\n<job><jobid>19.ce.example.org</jobid><state>4</state></job>\n' >"$work/torque/mom_priv/jobs/19.ce.example.org.JB"
+show "cder-torque-reconcile --pbs-home \$PBS_HOME   (generation first, then the .JB snapshot)"
+"$work/libexec/cder-torque-reconcile" --pbs-home "$work/torque"
 "$bin/cderctl" status
 echo
 echo "TORQUE demo done."

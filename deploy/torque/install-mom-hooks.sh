@@ -43,7 +43,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "install-mom-hooks.sh: must run as root (hooks must be owned by root)" >&2
     exit 1
 fi
-for b in cder-torque-hook cder-job-starter cder-env cder-torque-submit-filter; do
+for b in cder-torque-hook cder-job-starter cder-env cder-torque-submit-filter cder-torque-reconcile; do
     if [ ! -x "$bindir/$b" ]; then
         echo "install-mom-hooks.sh: $bindir/$b not found; build with: cargo build --release -p cder-torque" >&2
         exit 1
@@ -59,9 +59,7 @@ install -d -o root -g root -m 0755 "$libexec"
 install -o root -g root -m 0755 "$bindir/cder-torque-hook" "$libexec/cder-torque-hook"
 install -o root -g root -m 0755 "$bindir/cder-job-starter" "$libexec/cder-job-starter"
 install -o root -g root -m 0755 "$bindir/cder-torque-submit-filter" "$libexec/cder-torque-submit-filter"
-here=$(cd "$(dirname "$0")" && pwd)
-install -o root -g root -m 0755 "$here/cder-torque-live-jobs.sh" "$libexec/cder-torque-live-jobs.sh"
-install -o root -g root -m 0755 "$here/cder-torque-reconcile.sh" "$libexec/cder-torque-reconcile.sh"
+install -o root -g root -m 0755 "$bindir/cder-torque-reconcile" "$libexec/cder-torque-reconcile"
 install -d -o root -g root -m 0755 "$userbin"
 install -o root -g root -m 0755 "$bindir/cder-env" "$userbin/cder-env"
 
@@ -100,4 +98,4 @@ fi
 echo "on every submit host, add to torque.cfg (usually $pbs_home/torque.cfg):"
 echo "    SUBMITFILTER $libexec/cder-torque-submit-filter"
 echo "and on this node, reconcile from cron (/etc/cron.d/cder-torque-reconcile):"
-echo "    */10 * * * * root $libexec/cder-torque-reconcile.sh $pbs_home"
+echo "    */10 * * * * root $libexec/cder-torque-reconcile --pbs-home $pbs_home"

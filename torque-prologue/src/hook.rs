@@ -38,7 +38,8 @@ use cder_model::{JobKey, Lrms};
 use cder_protocol::{AllocRequest, Client, ClientError, ErrorCode};
 
 use crate::limits::{requested_devices, Role};
-use crate::settings::TorqueSettings;
+use crate::mom::{assigned_gpus, PbsHome};
+use crate::settings::{Confine, TorqueSettings};
 use crate::sys::{user_by_name, UserError};
 
 /// pbs_mom's meaning of a prologue's exit status.
@@ -229,17 +230,70 @@ impl Cderd<'_> {
     }
 }
 
+/// What pbs_mom has on disk for the job on this node: where to look for
+/// TORQUE's own GPU assignment.
+#[derive(Debug, Clone)]
+pub struct Mom {
+    /// `$PBS_HOME`, when known.
+    pub home: Option<PbsHome>,
+    /// This host's name, to pick its entries out of `exec_gpus`.
+    pub hostname: String,
+}
+
 /// The prologue (and prologue.parallel): allocate the job's devices on
 /// this node and decide run / abort / requeue.
-pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd: &Cderd<'_>) -> Outcome {
+///
+/// The batch system is the authority: where TORQUE assigned GPUs
+/// (`exec_gpus`), the job gets exactly those (cderd records them, and
+/// refuses if its ledger has one held by another job); otherwise cderd
+/// chooses as many as the form the site's scheduler counts asks for, and
+/// forms the scheduler does not count are ignored (issue 12).
+pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd: &Cderd<'_>, mom: &Mom) -> Outcome {
     let job = match args.job_key() {
         Ok(j) => j,
         Err(e) => return Outcome::Abort(e.0),
     };
-    let count = match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), &settings.cder_type, &settings.gres_names) {
-        Ok(Some(n)) => n,
-        Ok(None) => return Outcome::Run(format!("{job} asks for no {} devices", settings.cder_type)),
+    let requested = match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), settings) {
+        Ok(r) => r,
         Err(e) => return Outcome::Abort(format!("{job}: {e}")),
+    };
+    let mut notes = Vec::new();
+    if !requested.ignored.is_empty() {
+        notes.push(format!(
+            "ignored {} (directive = \"{}\": the scheduler does not count devices asked for that way)",
+            requested.ignored.join(", "),
+            settings.directive
+        ));
+    }
+    let assigned = match &mom.home {
+        Some(home) => match assigned_gpus(home, &args.job_id, &mom.hostname) {
+            Ok(a) => a,
+            // TORQUE's files exist but cannot be read: retry once the node is fixed.
+            Err(e) => return Outcome::Requeue(format!("{job}: reading TORQUE's GPU assignment: {e}")),
+        },
+        None => None,
+    };
+    let (count, devices) = match (&assigned, requested.count) {
+        (Some(a), asked) => {
+            let n = a.devices.len() as u32;
+            if asked.is_some_and(|c| c != n) {
+                notes.push(format!("TORQUE assigned {n} GPUs here ({}), the limits ask for {}; TORQUE's assignment is used", a.source.display(), asked.unwrap_or(0)));
+            }
+            (n, Some(a.devices.clone()))
+        }
+        (None, Some(n)) => (n, None),
+        (None, None) => {
+            let mut m = format!("{job} asks for no {} devices", settings.cder_type);
+            if settings.confine != Confine::Off {
+                m.push_str("; ");
+                m.push_str(&record_without_devices(&job, args.user.as_deref().unwrap_or(""), settings, cderd));
+            }
+            for n in &notes {
+                m.push_str("; ");
+                m.push_str(n);
+            }
+            return Outcome::Run(m);
+        }
     };
     let user = args.user.as_deref().unwrap_or("");
     let uid = match user_by_name(user) {
@@ -253,24 +307,66 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
     };
     let mut request = AllocRequest::new(job.clone(), uid, count);
     request.cder_type = settings.cder_type.clone();
-    let mut result = client.alloc(&request);
-    if matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) {
-        // The job holds a different count from an earlier run on this node
-        // (requeued, then altered). It is not running now: start afresh.
-        if let Err(e) = client.release(&job) {
-            return Outcome::Requeue(format!("{job}: releasing a stale allocation: {e}"));
-        }
-        result = client.alloc(&request);
-    }
+    request.devices = devices.clone();
+    let result = match alloc_afresh(&mut client, &request) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Requeue(format!("{job}: releasing a stale allocation: {e}")),
+    };
     match result {
         Ok(a) => {
             let list: Vec<String> = a.devices.iter().map(|d| format!("{}:{}", d.cder_type, d.index)).collect();
-            Outcome::Run(format!("{job} (uid {uid}) holds {}", list.join(",")))
+            let how = if devices.is_some() { "as TORQUE assigned" } else { "chosen by cderd" };
+            let mut m = format!("{job} (uid {uid}) holds {} ({how})", list.join(","));
+            for n in &notes {
+                m.push_str("; ");
+                m.push_str(n);
+            }
+            Outcome::Run(m)
         }
+        Err(e) if devices.is_some() && e.code() == Some(ErrorCode::Conflict) => Outcome::Requeue(format!(
+            "{job}: TORQUE assigned {} GPUs {:?}, but cderd's ledger has one of them held by another job ({e}): the batch system and the ledger disagree; requeued until they agree (check `cderctl status` and pbs_mom's jobs)",
+            settings.cder_type,
+            devices.unwrap_or_default()
+        )),
         Err(e) => {
             let total = if e.code() == Some(ErrorCode::Insufficient) { node_total(&mut client, &settings.cder_type) } else { None };
             classify_alloc_failure(&job, &settings.cder_type, count, &e, total)
         }
+    }
+}
+
+/// `alloc`; when the job holds a different allocation from an earlier run
+/// on this node (requeued, then altered), that one is released first: the
+/// job is not running now. The outer error is a failed release.
+fn alloc_afresh(client: &mut Client, request: &AllocRequest) -> Result<Result<cder_protocol::Allocation, ClientError>, ClientError> {
+    let result = client.alloc(request);
+    if matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) {
+        client.release(&request.job)?;
+        return Ok(client.alloc(request));
+    }
+    Ok(result)
+}
+
+/// Records a job that asked for no devices with none (`count = 0`), so
+/// that the job starter can confine it away from every device cderd
+/// manages (a job of the same user could otherwise open a GPU job's
+/// devices). Best effort: the job runs whatever happens; the result is
+/// returned for the log.
+fn record_without_devices(job: &JobKey, user: &str, settings: &TorqueSettings, cderd: &Cderd<'_>) -> String {
+    let not = |why: String| format!("not recorded ({why}): the job starter cannot confine it");
+    let uid = match user_by_name(user) {
+        Ok(ids) => ids.uid,
+        Err(e) => return not(e.to_string()),
+    };
+    let mut client = match cderd.connect() {
+        Ok(c) => c,
+        Err(e) => return not(e.to_string()),
+    };
+    let mut request = AllocRequest::new(job.clone(), uid, 0);
+    request.cder_type = settings.cder_type.clone();
+    match alloc_afresh(&mut client, &request) {
+        Ok(Ok(_)) => "recorded with no devices, for the job starter to confine".to_string(),
+        Ok(Err(e)) | Err(e) => not(e.to_string()),
     }
 }
 
@@ -329,6 +425,10 @@ mod tests {
     use super::*;
     use cder_protocol::ErrorReply;
 
+    fn no_mom() -> Mom {
+        Mom { home: None, hostname: "wn01".into() }
+    }
+
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
@@ -384,7 +484,7 @@ mod tests {
     fn job_ids_that_are_not_keys_abort() {
         let a = JobArgs { job_id: "17;rm -rf /".into(), user: Some("root".into()), limits: Some("nodes=1:gpus=1".into()), ..JobArgs::default() };
         let cderd = Cderd { socket: Path::new("/nonexistent.sock"), timeout: Duration::from_secs(1) };
-        let o = prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd);
+        let o = prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::ABORT, "{o}");
     }
 
@@ -407,18 +507,24 @@ mod tests {
     fn no_request_runs_without_cderd() {
         let a = JobArgs { job_id: "3.ce".into(), user: Some("no-such-user-cder".into()), limits: Some("nodes=1:ppn=4,walltime=1:00:00".into()), ..JobArgs::default() };
         let cderd = Cderd { socket: Path::new("/nonexistent.sock"), timeout: Duration::from_secs(1) };
-        assert_eq!(prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd).exit_code(), exit::RUN);
+        assert_eq!(prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::RUN);
         // A request with cderd away requeues; an unknown user aborts first.
         let mut b = a.clone();
         b.limits = Some("nodes=1:ppn=4:gpus=1".into());
-        assert_eq!(prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd).exit_code(), exit::ABORT);
+        assert_eq!(prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::ABORT);
         b.user = Some("root".into());
-        let o = prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd);
+        let o = prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::REQUEUE, "{o}");
         assert!(o.message().contains("/nonexistent.sock"), "{o}");
         // A contradictory request aborts.
-        b.limits = Some("nodes=1:gpus=1,gres=gpus:2".into());
-        assert_eq!(prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd).exit_code(), exit::ABORT);
+        let maui = TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() };
+        b.limits = Some("nodes=1,other=cder:gpgpu:1,gres=gpus:2".into());
+        assert_eq!(prologue(HookKind::Prologue, &b, &maui, &cderd, &no_mom()).exit_code(), exit::ABORT);
+        // A form the scheduler does not count runs the job without devices.
+        b.limits = Some("nodes=1,other=cder:gpgpu:4".into());
+        let o = prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom());
+        assert_eq!(o.exit_code(), exit::RUN, "{o}");
+        assert!(o.message().contains("ignored other=cder:gpgpu:4"), "{o}");
     }
 
     #[test]

@@ -18,7 +18,10 @@
 //! * [`vgpgpu`] — vGPGPU jobs: the filter's hold and `cder-torque-monitor`,
 //!   which releases held jobs once the cluster registry has their backends.
 //! * [`limits`] — reads the device request out of pbs_mom's resource-limit
-//!   argument; [`settings`] — `/etc/cder/torque.toml`.
+//!   argument, in the form the site's scheduler counts; [`mom`] — the GPUs
+//!   TORQUE itself assigned (`exec_gpus`, `PBS_GPUFILE`) and the job files
+//!   `cder-torque-reconcile` takes its snapshot from; [`settings`] —
+//!   `/etc/cder/torque.toml`.
 //!
 //! The hooks find cder's config at `/etc/cder/cder.toml` (pbs_mom gives them
 //! an empty environment; `CDER_CONFIG` is honoured when present).
@@ -27,6 +30,8 @@ pub mod filter;
 pub mod hook;
 pub mod limits;
 pub mod log;
+pub mod mom;
+pub mod reconcile;
 pub mod settings;
 pub mod shell;
 pub mod starter;

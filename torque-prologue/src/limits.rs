@@ -2,16 +2,23 @@
 //! prologue, argument 6 of the epilogue, e.g.
 //! `neednodes=1:ppn=2:gpus=2,nodes=1:ppn=2:gpus=2,walltime=01:00:00`.
 //!
-//! A job asks for devices in one of three ways, and this module finds the
-//! count per node from any of them:
+//! The batch system is the authority on how many devices a job has, so only
+//! the form the site's scheduler counts is honoured (`[torque] directive`):
 //!
-//! * TORQUE's own node spec: `nodes=2:ppn=4:gpus=2` (per node);
-//! * a generic resource: `gres=gpus:2` or `gres=gpgpu:2` (names configured);
-//! * the mark cder's submit filter leaves in MAUI mode, where the device
-//!   request itself (`-W x=GRES:gpus@2`) never reaches pbs_mom:
-//!   `other=cder:gpgpu:2`.
+//! * `native` (TORQUE schedules GPUs): TORQUE's own node spec,
+//!   `nodes=2:ppn=4:gpus=2` (per node);
+//! * `maui` (MAUI counts a consumable GRES): a generic resource
+//!   `gres=gpus:2` / `gres=gpgpu:2` (names configured), and the mark cder's
+//!   submit filter leaves, because the MAUI request itself
+//!   (`-W x=GRES:gpus@2`) never reaches pbs_mom: `other=cder:gpgpu:2`.
+//!
+//! A form the scheduler does not count is ignored and reported (issue 12:
+//! a hand-written `other=cder:gpgpu:4` once got four devices that TORQUE
+//! never counted, and every later `gpus=` job on the node was requeued).
 
 use std::fmt;
+
+use crate::settings::{Directive, TorqueSettings};
 
 /// The resource that carries the submit filter's mark.
 pub const MARK_RESOURCE: &str = "other";
@@ -114,12 +121,26 @@ pub fn node_spec_gpus(spec: &str) -> Result<Vec<Option<u32>>, LimitsError> {
         .collect()
 }
 
+/// What the resource limits ask of this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requested {
+    /// Devices per node in the form the scheduler counts (`None`: none).
+    pub count: Option<u32>,
+    /// Forms found that the scheduler does not count, as written: they are
+    /// not honoured, and the hook says so.
+    pub ignored: Vec<String>,
+}
+
 /// The device count per node a job asks for on the node playing `role`,
-/// or `None` when it asks for none. `gres_names` are the `gres=` names that
-/// mean `cder_type`.
-pub fn requested_devices(limits: &str, role: Role, cder_type: &str, gres_names: &[String]) -> Result<Option<u32>, LimitsError> {
+/// in the form `settings.directive` makes the scheduler count.
+pub fn requested_devices(limits: &str, role: Role, settings: &TorqueSettings) -> Result<Requested, LimitsError> {
     let list = ResourceList::parse(limits);
     let mut found: Vec<(Source, u32)> = Vec::new();
+    let mut ignored = Vec::new();
+    let counted = |source: Source| match settings.directive {
+        Directive::Native => source == Source::Nodes,
+        Directive::Maui => source != Source::Nodes,
+    };
 
     // `neednodes` is the scheduler's copy, sometimes rewritten to host
     // names; `nodes` is what the user asked for.
@@ -131,7 +152,11 @@ pub fn requested_devices(limits: &str, role: Role, cder_type: &str, gres_names: 
                 Role::MotherSuperior => per_part[0],
                 Role::Sister => per_part.iter().copied().max().unwrap_or(0),
             };
-            found.push((Source::Nodes, n));
+            if counted(Source::Nodes) {
+                found.push((Source::Nodes, n));
+            } else if n > 0 {
+                ignored.push(format!("nodes={spec}"));
+            }
         }
     }
     if let Some(gres) = list.get("gres") {
@@ -141,38 +166,57 @@ pub fn requested_devices(limits: &str, role: Role, cder_type: &str, gres_names: 
                 Some((name, n)) => (name, count("gres", n)?),
                 None => (item, 1),
             };
-            if gres_names.iter().any(|g| g == name) {
+            if settings.gres_names.iter().any(|g| g == name) {
                 total = Some(total.unwrap_or(0) + n);
             }
         }
         if let Some(n) = total {
-            found.push((Source::Gres, n));
+            if counted(Source::Gres) {
+                found.push((Source::Gres, n));
+            } else if n > 0 {
+                ignored.push(format!("gres={gres}"));
+            }
         }
     }
     if let Some(mark) = list.get(MARK_RESOURCE) {
         let fields: Vec<&str> = mark.split(':').collect();
-        if fields.len() == 3 && fields[0] == MARK_PREFIX && fields[1] == cder_type {
-            found.push((Source::Mark, count("other (cder mark)", fields[2])?));
+        if fields.len() == 3 && fields[0] == MARK_PREFIX && fields[1] == settings.cder_type {
+            let n = count("other (cder mark)", fields[2])?;
+            if counted(Source::Mark) {
+                found.push((Source::Mark, n));
+            } else if n > 0 {
+                ignored.push(format!("{MARK_RESOURCE}={mark}"));
+            }
         }
     }
 
-    let Some(&(first, n)) = found.first() else { return Ok(None) };
+    let Some(&(first, n)) = found.first() else { return Ok(Requested { count: None, ignored }) };
     if let Some(&(other, m)) = found.iter().find(|(_, m)| *m != n) {
         return Err(LimitsError::Contradiction { a: first, a_count: n, b: other, b_count: m });
     }
-    Ok((n > 0).then_some(n))
+    Ok(Requested { count: (n > 0).then_some(n), ignored })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn names() -> Vec<String> {
-        vec!["gpus".into(), "gpgpu".into()]
+    fn maui() -> TorqueSettings {
+        TorqueSettings { directive: Directive::Maui, ..TorqueSettings::default() }
     }
 
+    fn with(limits: &str, role: Role, settings: &TorqueSettings) -> Result<Option<u32>, LimitsError> {
+        requested_devices(limits, role, settings).map(|r| r.count)
+    }
+
+    /// Native TORQUE, mother superior.
     fn ms(limits: &str) -> Result<Option<u32>, LimitsError> {
-        requested_devices(limits, Role::MotherSuperior, "gpgpu", &names())
+        with(limits, Role::MotherSuperior, &TorqueSettings::default())
+    }
+
+    /// MAUI, mother superior.
+    fn mm(limits: &str) -> Result<Option<u32>, LimitsError> {
+        with(limits, Role::MotherSuperior, &maui())
     }
 
     #[test]
@@ -180,14 +224,29 @@ mod tests {
         // As TORQUE 4.2 passes them (docs example plus gpus).
         assert_eq!(ms("neednodes=1:ppn=2:gpus=2,nodes=1:ppn=2:gpus=2,walltime=01:00:00"), Ok(Some(2)));
         assert_eq!(ms("neednodes=node01,nodes=1,walltime=00:01:00"), Ok(None));
-        assert_eq!(ms("walltime=00:01:00,gres=gpus:3"), Ok(Some(3)));
-        assert_eq!(ms("gres=matlab:2+gpgpu:1,nodes=1:ppn=1"), Ok(Some(1)));
-        assert_eq!(ms("gres=gpus"), Ok(Some(1)));
-        assert_eq!(ms("nodes=1:ppn=4,other=cder:gpgpu:2,walltime=1:00:00"), Ok(Some(2)));
+        assert_eq!(mm("walltime=00:01:00,gres=gpus:3"), Ok(Some(3)));
+        assert_eq!(mm("gres=matlab:2+gpgpu:1,nodes=1:ppn=1"), Ok(Some(1)));
+        assert_eq!(mm("gres=gpus"), Ok(Some(1)));
+        assert_eq!(mm("nodes=1:ppn=4,other=cder:gpgpu:2,walltime=1:00:00"), Ok(Some(2)));
         assert_eq!(ms(""), Ok(None));
         // Someone else's use of `other` is not a request.
-        assert_eq!(ms("other=fastscratch"), Ok(None));
+        assert_eq!(mm("other=fastscratch"), Ok(None));
         assert_eq!(ms("nodes=1:ppn=2:gpus=0"), Ok(None));
+    }
+
+    #[test]
+    fn only_the_form_the_scheduler_counts_is_honoured() {
+        // Issue 12: native TORQUE never counted a hand-written mark or gres=.
+        let r = requested_devices("nodes=1:ppn=1,other=cder:gpgpu:4", Role::MotherSuperior, &TorqueSettings::default()).unwrap();
+        assert_eq!(r, Requested { count: None, ignored: vec!["other=cder:gpgpu:4".into()] });
+        let r = requested_devices("nodes=1:ppn=1:gpus=1,gres=gpus:3", Role::MotherSuperior, &TorqueSettings::default()).unwrap();
+        assert_eq!(r, Requested { count: Some(1), ignored: vec!["gres=gpus:3".into()] });
+        // MAUI counts its GRES, not TORQUE's gpus=.
+        let r = requested_devices("nodes=1:ppn=1:gpus=2", Role::MotherSuperior, &maui()).unwrap();
+        assert_eq!(r, Requested { count: None, ignored: vec!["nodes=1:ppn=1:gpus=2".into()] });
+        // A site that says its MAUI does not count gres= turns it off.
+        let no_gres = TorqueSettings { gres_names: vec![], ..maui() };
+        assert_eq!(with("gres=gpus:2", Role::MotherSuperior, &no_gres), Ok(None));
     }
 
     #[test]
@@ -199,30 +258,31 @@ mod tests {
 
     #[test]
     fn multi_part_specs_by_role() {
+        let native = TorqueSettings::default();
         let spec = "nodes=1:ppn=4:gpus=2+2:ppn=1:gpus=1";
         assert_eq!(ms(spec), Ok(Some(2)));
-        assert_eq!(requested_devices("nodes=1:ppn=1+1:ppn=1:gpus=3", Role::MotherSuperior, "gpgpu", &names()), Ok(None));
-        assert_eq!(requested_devices("nodes=1:ppn=1+1:ppn=1:gpus=3", Role::Sister, "gpgpu", &names()), Ok(Some(3)));
-        assert_eq!(requested_devices(spec, Role::Sister, "gpgpu", &names()), Ok(Some(2)));
+        assert_eq!(with("nodes=1:ppn=1+1:ppn=1:gpus=3", Role::MotherSuperior, &native), Ok(None));
+        assert_eq!(with("nodes=1:ppn=1+1:ppn=1:gpus=3", Role::Sister, &native), Ok(Some(3)));
+        assert_eq!(with(spec, Role::Sister, &native), Ok(Some(2)));
     }
 
     #[test]
     fn bad_and_contradictory_requests() {
         assert!(matches!(ms("nodes=1:gpus=two"), Err(LimitsError::BadCount { .. })));
         assert!(matches!(ms("nodes=1:gpus=-1"), Err(LimitsError::BadCount { .. })));
-        assert!(matches!(ms("gres=gpus:"), Err(LimitsError::BadCount { .. })));
+        assert!(matches!(mm("gres=gpus:"), Err(LimitsError::BadCount { .. })));
         assert!(matches!(ms("nodes=1:gpus=99999999999"), Err(LimitsError::BadCount { .. })));
-        let e = ms("nodes=1:gpus=2,gres=gpus:1").unwrap_err();
-        assert_eq!(e.to_string(), "the job asks for 2 devices per node by nodes=…:gpus= but 1 by gres=");
+        let e = mm("gres=gpus:2,other=cder:gpgpu:1").unwrap_err();
+        assert_eq!(e.to_string(), "the job asks for 2 devices per node by gres= but 1 by the submit filter's mark (other=cder:…)");
         // Agreeing twice is fine.
-        assert_eq!(ms("nodes=1:gpus=2,gres=gpus:2,other=cder:gpgpu:2"), Ok(Some(2)));
+        assert_eq!(mm("nodes=1,gres=gpus:2,other=cder:gpgpu:2"), Ok(Some(2)));
     }
 
     #[test]
     fn mark_round_trips() {
         let limits = format!("nodes=1,{MARK_RESOURCE}={}", mark_value("gpgpu", 4));
-        assert_eq!(ms(&limits), Ok(Some(4)));
+        assert_eq!(mm(&limits), Ok(Some(4)));
         // A mark for another type is not a gpgpu request.
-        assert_eq!(ms(&format!("{MARK_RESOURCE}={}", mark_value("fpga", 1))), Ok(None));
+        assert_eq!(mm(&format!("{MARK_RESOURCE}={}", mark_value("fpga", 1))), Ok(None));
     }
 }

@@ -14,6 +14,8 @@
 //! maui_gres = "gpus"            # the MAUI GRES name in x=GRES:<name>@N
 //! max_per_node = 64             # the filter rejects larger GPGPUPerNode
 //! cderd_timeout_s = 20          # each hook's bound on one cderd call
+//! confine = "required"          # job starter: "required", "best_effort" or "off"
+//! pbs_home = "/var/spool/torque" # only where the hooks do not run from mom_priv/
 //! ```
 
 use std::fmt;
@@ -46,6 +48,32 @@ impl fmt::Display for Directive {
     }
 }
 
+/// What the job starter does about kernel enforcement (cderd's `confine`:
+/// a device cgroup that denies the job every managed device but its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confine {
+    /// A job holding devices runs only inside its device cgroup: when cderd
+    /// cannot confine it, the job starter refuses to start it (fail closed).
+    Required,
+    /// Confine when the node can; otherwise run the job with only the
+    /// visible-device variables, and say so in its error file.
+    BestEffort,
+    /// Never ask (a site whose TORQUE already constrains devices with its
+    /// own cgroups).
+    Off,
+}
+
+impl fmt::Display for Confine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Confine::Required => "required",
+            Confine::BestEffort => "best_effort",
+            Confine::Off => "off",
+        })
+    }
+}
+
 /// The `[torque]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +92,12 @@ pub struct TorqueSettings {
     pub max_per_node: u32,
     #[serde(default = "default_timeout")]
     pub cderd_timeout_s: u64,
+    #[serde(default = "default_confine")]
+    pub confine: Confine,
+    /// `$PBS_HOME`, where the hooks cannot tell it from the `mom_priv/` they
+    /// run from, and for `cder-torque-reconcile`.
+    #[serde(default)]
+    pub pbs_home: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -94,6 +128,9 @@ fn default_max_per_node() -> u32 {
 fn default_timeout() -> u64 {
     20
 }
+fn default_confine() -> Confine {
+    Confine::Required
+}
 
 impl Default for TorqueSettings {
     fn default() -> Self {
@@ -105,6 +142,8 @@ impl Default for TorqueSettings {
             maui_gres: default_maui_gres(),
             max_per_node: default_max_per_node(),
             cderd_timeout_s: default_timeout(),
+            confine: default_confine(),
+            pbs_home: None,
         }
     }
 }
@@ -168,6 +207,9 @@ impl TorqueSettings {
         if !is_name(&settings.maui_gres) {
             return Err(bad("maui_gres", format!("{:?} is not a GRES name", settings.maui_gres)));
         }
+        if let Some(home) = settings.pbs_home.as_ref().filter(|h| !h.is_absolute()) {
+            return Err(bad("pbs_home", format!("{} is not an absolute path", home.display())));
+        }
         if let Some(g) = settings.gres_names.iter().find(|g| !is_name(g)) {
             return Err(bad("gres_names", format!("{g:?} is not a GRES name")));
         }
@@ -219,8 +261,11 @@ mod tests {
 
     #[test]
     fn reads_maui_settings() {
-        let s = TorqueSettings::parse("[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\n", Path::new("t.toml")).unwrap();
-        assert_eq!((s.directive, s.maui_gres.as_str(), s.default_ppn), (Directive::Maui, "gpgpu", 4));
+        let s = TorqueSettings::parse("[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\nconfine = \"best_effort\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!((s.directive, s.maui_gres.as_str(), s.default_ppn, s.confine), (Directive::Maui, "gpgpu", 4, Confine::BestEffort));
+        assert_eq!(TorqueSettings::default().confine, Confine::Required);
+        let e = TorqueSettings::parse("[torque]\npbs_home = \"spool\"\n", Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.to_string(), "t.toml:2:12: torque.pbs_home: spool is not an absolute path");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The job starter (`$job_starter` in `mom_priv/config`) and `cder-env`:
-//! fetch a job's allocation from cderd and turn it into its environment.
+//! fetch a job's allocation from cderd and turn it into its environment,
+//! and (the job starter) have cderd confine this process, and so the job
+//! it execs, to the job's device cgroup ([`fetch`]).
 //!
 //! pbs_mom execs the job starter, as the job's user and with the job's
 //! environment, instead of the job's shell. TORQUE's
@@ -22,7 +24,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use cder_model::{Config, JobEnvironment, JobKey, Lrms};
-use cder_protocol::{Client, ErrorCode};
+use cder_protocol::{Client, Confined, ErrorCode};
+
+use crate::settings::Confine;
 
 /// What to exec: the program, the argv\[0\] it gets, and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +62,18 @@ pub struct Fetched {
     pub note: Option<String>,
     /// True when cderd answered (with devices or "no allocation").
     pub answered: bool,
+    /// The device cgroups this process was moved into (`confine`), when it
+    /// was: the job then sees its devices numbered from 0, and `env` says so.
+    pub confined: Option<Confined>,
+    /// Why the job must not run (`confine = "required"` and the job could
+    /// not be confined to its devices).
+    pub refusal: Option<String>,
+}
+
+impl Fetched {
+    fn new(env: JobEnvironment, job: Option<JobKey>, note: Option<String>, answered: bool) -> Fetched {
+        Fetched { env, job, note, answered, confined: None, refusal: None }
+    }
 }
 
 /// The types used when `cder.toml` cannot be read: NVIDIA's variables, so
@@ -70,32 +86,62 @@ pub fn fallback_config() -> Config {
 /// Asks cderd (`env`, checked against the caller's uid) for the devices of
 /// TORQUE job `job_id`. Every outcome yields a complete environment: the
 /// job's own devices, or the empty list for each configured type.
-pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration) -> Fetched {
+///
+/// With `confine` other than [`Confine::Off`], a job cderd has a record of
+/// (with devices, or with none) also has this process moved into its device cgroup (cderd's `confine`, by the
+/// caller's pid), so that what it execs can open only the job's own
+/// devices; the indices are then relative (`0..n-1`), as the vendor runtime
+/// numbers what it can open. When that fails, `Required` sets
+/// [`Fetched::refusal`] and `BestEffort` a note.
+pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: Confine) -> Fetched {
     let empty = JobEnvironment::empty(&config.cders);
     let Some(id) = job_id.filter(|s| !s.is_empty()) else {
-        return Fetched { env: empty, job: None, note: Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), answered: false };
+        return Fetched::new(empty, None, Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), false);
     };
     let job = match JobKey::new(Lrms::Torque, id) {
         Ok(j) => j,
-        Err(e) => return Fetched { env: empty, job: None, note: Some(e.to_string()), answered: false },
+        Err(e) => return Fetched::new(empty, None, Some(e.to_string()), false),
     };
-    let result = Client::connect(&config.node.socket, timeout).and_then(|mut c| c.env(&job));
-    match result {
-        Ok(a) => {
-            // Start from the empty lists so a type missing from the reply
-            // is still set (an unset variable means every device).
-            let mut env = empty;
-            env.0.extend(a.env.0);
-            Fetched { env, job: Some(job), note: None, answered: true }
+    let mut client = match Client::connect(&config.node.socket, timeout) {
+        Ok(c) => c,
+        Err(e) => return Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false),
+    };
+    let allocation = match client.env(&job) {
+        Ok(a) => a,
+        Err(e) if e.code() == Some(ErrorCode::UnknownJob) => return Fetched::new(empty, Some(job), None, true),
+        Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => {
+            let note = format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid());
+            return Fetched::new(empty, Some(job), Some(note), true);
         }
-        Err(e) if e.code() == Some(ErrorCode::UnknownJob) => Fetched { env: empty, job: Some(job), note: None, answered: true },
-        Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => Fetched {
-            env: empty,
-            note: Some(format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid())),
-            job: Some(job),
-            answered: true,
-        },
-        Err(e) => Fetched { env: empty, note: Some(format!("{job}: {e}; no devices are visible")), job: Some(job), answered: false },
+        Err(e) => return Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false),
+    };
+    // Start from the empty lists so a type missing from the reply is still
+    // set (an unset variable means every device).
+    let mut env = empty;
+    // A job recorded with no devices is confined too: away from every
+    // device cderd manages.
+    if confine == Confine::Off {
+        env.0.extend(allocation.env.0);
+        return Fetched::new(env, Some(job), None, true);
+    }
+    match client.confine(&job) {
+        Ok(confined) => {
+            env.0.extend(allocation.relative_env(&config.cders).0);
+            Fetched { env, job: Some(job), note: None, answered: true, confined: Some(confined), refusal: None }
+        }
+        Err(e) => {
+            env.0.extend(allocation.env.0);
+            let why = format!("{job}: cannot confine the job to its devices: {e}");
+            match confine {
+                Confine::Required => Fetched {
+                    refusal: Some(format!(
+                        "{why}; not starting it, because every other job's devices would be open to it (torque.toml [torque] confine = \"required\"; \"best_effort\" runs it with the visible-device variables only)"
+                    )),
+                    ..Fetched::new(env, Some(job), None, true)
+                },
+                _ => Fetched::new(env, Some(job), Some(format!("{why}; running with the visible-device variables only (confine = \"best_effort\")")), true),
+            }
+        }
     }
 }
 
@@ -129,14 +175,14 @@ mod tests {
     fn no_job_or_no_daemon_gives_the_empty_list() {
         let mut config = fallback_config();
         config.node.socket = "/nonexistent/cderd.sock".into();
-        let f = fetch(&config, None, Duration::from_secs(1));
+        let f = fetch(&config, None, Duration::from_secs(1), Confine::Required);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
         assert!(f.note.unwrap().contains("PBS_JOBID"));
-        let f = fetch(&config, Some("12.ce"), Duration::from_secs(1));
+        let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), Confine::Required);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
         assert!(!f.answered);
         assert!(f.note.unwrap().contains("/nonexistent/cderd.sock"));
-        let f = fetch(&config, Some("12;x"), Duration::from_secs(1));
+        let f = fetch(&config, Some("12;x"), Duration::from_secs(1), Confine::Required);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
     }
 }

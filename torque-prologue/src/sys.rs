@@ -1,5 +1,6 @@
 //! The crate's only unsafe code: looking a user up in the system's user
-//! database (files, LDAP, sssd … through NSS), as pbs_mom itself does.
+//! database (files, LDAP, sssd … through NSS), as pbs_mom itself does, and
+//! the process's own ids and host name.
 
 use std::ffi::{CStr, CString};
 
@@ -59,6 +60,25 @@ pub fn current_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The effective uid of this process.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments, cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// This host's name (`gethostname(2)`), as pbs_mom names its node by default.
+pub fn hostname() -> std::io::Result<String> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: `buf` has `buf.len()` writable bytes; gethostname writes at
+    // most that many and NUL-terminates when the name fits.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +88,6 @@ mod tests {
         assert_eq!(user_by_name("root").unwrap().uid, 0);
         assert!(matches!(user_by_name("no-such-user-cder-test"), Err(UserError::NotFound(_))));
         assert!(matches!(user_by_name("nul\0byte"), Err(UserError::NotFound(_))));
+        assert!(!hostname().unwrap().is_empty());
     }
 }

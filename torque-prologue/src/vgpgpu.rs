@@ -253,52 +253,16 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
     Ok(Some(cder_registry_client::env::job_environment(method, &backends, nodefile.as_deref())))
 }
 
-/// The submit filter's part: a script whose request (before its first
-/// command, or on qsub's `-v`) has `VirtualGPGPUPerNode=N > 0` gets, after
-/// its first line if that is a `#!`, `#PBS -h` and `#PBS -v` with the
-/// request; other scripts are returned unchanged (`None`). A malformed
-/// count or an unknown method refuses the job.
-pub fn hold_script(script: &[u8], argv: &[String]) -> Result<Option<Vec<u8>>, crate::filter::Rejection> {
-    let text = String::from_utf8_lossy(script);
-    let mut vars: Vec<(String, String)> = Vec::new();
-    let mut take = |list: &str| {
-        for kv in list.split(',') {
-            if let Some((k, v)) = kv.split_once('=') {
-                vars.push((k.trim().to_string(), v.trim().trim_matches('"').to_string()));
-            }
-        }
-    };
-    for line in text.lines() {
-        let t = line.trim();
-        if t.is_empty() || (t.starts_with('#') && !t.starts_with("#PBS") && !t.starts_with("#CDER")) {
-            continue;
-        }
-        if let Some(rest) = t.strip_prefix("#CDER") {
-            take(rest.trim());
-        } else if let Some(rest) = t.strip_prefix("#PBS") {
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            for (i, w) in words.iter().enumerate() {
-                if *w == "-v" {
-                    if let Some(list) = words.get(i + 1) {
-                        take(list);
-                    }
-                } else if let Some(list) = w.strip_prefix("-v") {
-                    take(list);
-                }
-            }
-        } else {
-            break;
-        }
-    }
-    for (i, a) in argv.iter().enumerate() {
-        if a == "-v" {
-            if let Some(list) = argv.get(i + 1) {
-                take(list);
-            }
-        } else if let Some(list) = a.strip_prefix("-v") {
-            take(list);
-        }
-    }
+/// The submit filter's part: a job whose variables (the header's `-v`
+/// directives and `#CDER` lines, then `qsub -v`, as the filter read them
+/// with qsub's rules: [`crate::filter::Filtered::variables`]) carry
+/// `VirtualGPGPUPerNode=N > 0` gets, after the script's first line if that
+/// is a `#!`, `#PBS -h` and `#PBS -v` with the request; other scripts are
+/// returned unchanged (`None`). A malformed count or an unknown method
+/// refuses the job. The lines use the job's directive `prefix`, which qsub
+/// reads; with directives turned off (`-C ""`) the hold cannot be written,
+/// and the job is refused.
+pub fn hold_script(script: &[u8], vars: &[(String, String)], prefix: &str) -> Result<Option<Vec<u8>>, crate::filter::Rejection> {
     let get = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let refuse = |m: String| crate::filter::Rejection(m);
     let Some(count) = get(PER_NODE_KEY) else { return Ok(None) };
@@ -310,7 +274,10 @@ pub fn hold_script(script: &[u8], argv: &[String]) -> Result<Option<Vec<u8>>, cr
         Some(m) => m.parse::<VgpgpuMethod>().map_err(|e| refuse(format!("{METHOD_KEY}: {e}")))?,
         None => VgpgpuMethod::Rcuda,
     };
-    let directives = format!("#PBS -h\n#PBS -v {PER_NODE_KEY}={per_node},{METHOD_KEY}={method}\n");
+    if prefix.is_empty() {
+        return Err(refuse(format!("qsub command line: -C \"\" turns directives off, so the {PER_NODE_KEY} job cannot be held for its backends")));
+    }
+    let directives = format!("{prefix} -h\n{prefix} -v {PER_NODE_KEY}={per_node},{METHOD_KEY}={method}\n");
     let mut out = Vec::with_capacity(script.len() + directives.len());
     if script.starts_with(b"#!") {
         let eol = script.iter().position(|&b| b == b'\n').map_or(script.len(), |p| p + 1);
@@ -358,14 +325,25 @@ mod tests {
 
     #[test]
     fn filter_holds_vgpgpu_jobs_only() {
+        let hold = |script: &[u8], argv: &[&str]| {
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            let f = crate::filter::filter(script, &argv, &|_| None, &Default::default()).unwrap();
+            hold_script(script, &f.variables, &f.prefix)
+        };
         let s = b"#!/bin/bash\n#PBS -l nodes=1\n#CDER VirtualGPGPUPerNode=2\necho hi\n";
-        let out = String::from_utf8(hold_script(s, &[]).unwrap().unwrap()).unwrap();
+        let out = String::from_utf8(hold(s, &[]).unwrap().unwrap()).unwrap();
         assert_eq!(out, "#!/bin/bash\n#PBS -h\n#PBS -v VirtualGPGPUPerNode=2,VirtualGPGPUMethod=rCUDA\n#PBS -l nodes=1\n#CDER VirtualGPGPUPerNode=2\necho hi\n");
-        let argv = ["-v".to_string(), "VirtualGPGPUPerNode=1,VirtualGPGPUType=VCL".into()];
-        assert!(String::from_utf8(hold_script(b"echo\n", &argv).unwrap().unwrap()).unwrap().contains("VirtualGPGPUMethod=VCL"));
-        assert_eq!(hold_script(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(), None, "after the first command");
-        assert_eq!(hold_script(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]).unwrap(), None);
-        assert!(hold_script(b"#CDER VirtualGPGPUPerNode=two\n", &[]).unwrap_err().0.contains("two"));
-        assert!(hold_script(b"#CDER VirtualGPGPUPerNode=1 VirtualGPGPUMethod=OpenGL\n", &[]).unwrap_err().0.contains("OpenGL"));
+        let argv = ["-v", "VirtualGPGPUPerNode=1,VirtualGPGPUType=VCL"];
+        assert!(String::from_utf8(hold(b"echo\n", &argv).unwrap().unwrap()).unwrap().contains("VirtualGPGPUMethod=VCL"));
+        assert_eq!(hold(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(), None, "after the first command");
+        // A Latin-1 comment does not end the header (qsub reads bytes).
+        assert!(hold(b"#!/bin/sh\n# \xe9t\xe9\n#PBS -v VirtualGPGPUPerNode=1\n", &[]).unwrap().is_some());
+        assert_eq!(hold(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]).unwrap(), None);
+        // qsub -C: the hold is written in the prefix qsub reads.
+        let out = hold(b"#MY -v VirtualGPGPUPerNode=1\n./a\n", &["-C", "#MY"]).unwrap().unwrap();
+        assert!(out.starts_with(b"#MY -h\n#MY -v VirtualGPGPUPerNode=1,"), "{}", String::from_utf8_lossy(&out));
+        assert!(hold(b"./a\n", &["-C", "", "-v", "VirtualGPGPUPerNode=1"]).is_err());
+        assert!(hold(b"#CDER VirtualGPGPUPerNode=two\n", &[]).unwrap_err().0.contains("two"));
+        assert!(hold(b"#CDER VirtualGPGPUPerNode=1 VirtualGPGPUMethod=OpenGL\n", &[]).unwrap_err().0.contains("OpenGL"));
     }
 }

@@ -129,7 +129,18 @@ const REJECTED: &[(&str, &[&str], &str, &str)] = &[
         MAUI,
         "ask there: -W x=NACCESSPOLICY:SINGLEJOB;GRES:gpus@1",
     ),
-    ("#PBS -W x=GRES:gpus@4\n#CDER GPGPUPerNode=1\n", &[], MAUI, "x=GRES:gpus@4 asks for GRES:gpus@4, which contradicts GPGPUPerNode=1"),
+    ("#PBS -W x=GRES:gpus@4\n#CDER GPGPUPerNode=1\n", &[], MAUI, "job script line 1: x=GRES:gpus@4 asks MAUI for 4 per node, which contradicts GPGPUPerNode=1"),
+    ("#PBS -W x=GRES:gpus@999\n", &[], MAUI, "job script line 1: x=GRES:gpus@999: more than this site's limit of 64 per node"),
+    // Issue 12: a device mark written by hand, in a form the scheduler does not count.
+    ("#!/bin/sh\n#PBS -l nodes=1:ppn=1,other=cder:gpgpu:4\n./a\n", &[], NATIVE, "job script line 2: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"),
+    ("./a\n", &["-l", "other=cder:gpgpu:4"], NATIVE, "qsub command line: -l other=cder:gpgpu:4: TORQUE does not count"),
+    ("#PBS -l gres=gpus:2\n./a\n", &[], NATIVE, "job script line 1: -l gres=gpus:2: TORQUE does not count"),
+    ("#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 1: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job asks MAUI for no gpgpu"),
+    ("#PBS -W x=GRES:gpus@1\n#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 2: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job's request needs other=cder:gpgpu:1"),
+    // Issue 14: a Latin-1 comment does not end qsub's header, so what follows counts.
+    ("#!/bin/sh\n# r\u{e9}sum\u{e9}\n#PBS -l nodes=1:gpus=999\n./a\n", &[], NATIVE, "job script line 3: nodes …:gpus=999: more than this site's limit of 64 per node"),
+    ("#PBS -l \\\nnodes=1:gpus=999\n", &[], NATIVE, "job script line 1: nodes …:gpus=999: more than this site's limit"),
+    ("./a\n", &["-C", "", "-v", "GPGPUPerNode=1"], NATIVE, "-C \"\" turns directives off"),
     ("#PBS -l other=scratch\n#CDER GPGPUPerNode=1\n", &[], MAUI, "job script line 1: -l other=scratch: cder needs other=cder:gpgpu:1"),
     ("#PBS -N\n", &[], NATIVE, "job script line 1: option -N needs a value"),
 ];
@@ -144,6 +155,47 @@ fn bad_requests_are_refused_with_a_message() {
         assert!(err.starts_with("cder: job refused: "), "{err}");
         assert!(err.contains(message), "{script:?} {args:?}:\n  wanted {message:?}\n  got    {err}");
     }
+}
+
+/// Issue 14: qsub reads the script as bytes; a Latin-1 comment (not UTF-8)
+/// does not end the directives, so an over-limit request after it is
+/// refused, and a `-v GPGPUPerNode` after it is honoured.
+#[test]
+fn latin1_comment_then_over_limit_directive_is_refused() {
+    let script = b"#!/bin/bash\n# Auteur : Fran\xe7ois, r\xe9sum\xe9 des calculs\n#PBS -l nodes=1:gpus=999\n./run\n";
+    let out = run(script, &[], NATIVE, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("job script line 3: nodes …:gpus=999: more than this site's limit of 64 per node"), "{err}");
+}
+
+#[test]
+fn latin1_comment_then_v_gpgpupernode_is_honoured() {
+    let script = b"#!/bin/bash\n# Auteur : Fran\xe7ois\n#PBS -l nodes=1:ppn=4\n#PBS -v GPGPUPerNode=2\n./run\n";
+    let out = run(script, &[], NATIVE, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("ignored"), "no wrong note: {err}");
+    // The Latin-1 bytes pass through unchanged; the request is written.
+    assert_eq!(out.stdout, b"#!/bin/bash\n# Auteur : Fran\xe7ois\n#PBS -l nodes=1:ppn=4:gpus=2\n#PBS -v GPGPUPerNode=2\n./run\n".to_vec());
+    // MAUI mode likewise.
+    let out = run(script, &[], MAUI, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = out.stdout;
+    assert!(text.ends_with(b"#PBS -v GPGPUPerNode=2\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n"), "{}", String::from_utf8_lossy(&text));
+}
+
+/// MAUI mode: a job that asks MAUI directly (`-W x=GRES:gpus@N`) gets the
+/// mark the prologue reads; one that repeats the filter's mark is accepted
+/// (a resubmitted, already filtered script).
+#[test]
+fn maui_gres_requests_get_the_mark() {
+    let out = run(b"#!/bin/sh\n#PBS -W x=GRES:gpus@2\n./run\n", &[], MAUI, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"#!/bin/sh\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n".to_vec());
+    let again = run(&out.stdout, &[], MAUI, &[]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(again.stdout, out.stdout, "filtering twice changes nothing");
 }
 
 #[test]

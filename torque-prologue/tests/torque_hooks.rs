@@ -71,9 +71,12 @@ fn jobs_without_devices_and_other_request_forms() {
     let r = node.hook("prologue", &prologue_args("200.ce", "neednodes=1:ppn=4,nodes=1:ppn=4,walltime=00:01:00"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(node.holders().is_empty());
-    // gres= and the submit filter's MAUI mark.
+    // gres= and the submit filter's mark count where MAUI counts them
+    // (the hooks read torque.toml on every run).
+    std::fs::write(&node.torque_toml, "[torque]\ndirective = \"maui\"\n").unwrap();
     assert_eq!(node.hook("prologue", &prologue_args("201.ce", "nodes=1,gres=gpgpu:1")).code, 0);
     assert_eq!(node.hook("prologue", &prologue_args("202.ce", "nodes=1:ppn=1,other=cder:gpgpu:2")).code, 0);
+    std::fs::write(&node.torque_toml, "").unwrap();
     let held = node.holders();
     assert_eq!((held["torque:201.ce"].len(), held["torque:202.ce"].len()), (1, 2), "{held:?}");
     // A sister node runs prologue.parallel/epilogue.parallel the same way.
@@ -106,7 +109,8 @@ fn jobs_without_devices_and_other_request_forms() {
 
 #[test]
 fn job_starter_gives_the_job_exactly_its_own_devices() {
-    let Some(node) = Node::start("") else { return };
+    // The environment path, without a device cgroup (tests/trust.rs confines).
+    let Some(node) = Node::start("[torque]\nconfine = \"off\"\n") else { return };
     assert_eq!(node.hook("prologue", &prologue_args("300.ce", GPUS2)).code, 0);
     assert_eq!(node.hook("prologue", &prologue_args("301.ce", GPUS1)).code, 0);
     let held = node.holders();

@@ -70,9 +70,21 @@ and goes offline when released. Offline devices are counted apart in status and 
     #[command(long_about = "Releases every allocation whose job is not in the live list. The list comes from \
 a file (--live-jobs FILE, or - for stdin; one <lrms>:<id> per line) or from the batch system (--from slurm \
 runs squeue; CDER_SQUEUE names another squeue binary). With --from slurm, or --lrms, only that batch \
-system's jobs are considered. If squeue fails, nothing is released.",
+system's jobs are considered: every job SLURM knows in a non-terminal state is live (STOPPED, \
+SIGNALING, STAGE_OUT, RESIZING … included). The ledger's generation is read before squeue runs and sent as \
+as_of, so an allocation made meanwhile is never released (--as-of does the same for a --live-jobs file). \
+If squeue fails, nothing is released.",
         after_help = "EXAMPLES:\n    cderctl reconcile --from slurm\n    qstat -f | awk '/Job Id/{print \"torque:\" $3}' | cderctl reconcile --live-jobs - --lrms torque")]
     Reconcile(node::ReconcileArgs),
+    /// Put this process, and COMMAND, into a job's device cgroups (the job's own user, or an operator)
+    #[command(long_about = "Asks cderd to move this process into JOB's device cgroups, where every device \
+cderd manages except the job's own is denied by the kernel (cgroup v1 devices controller and/or a cgroup v2 \
+device BPF program, per [node.enforcement] cgroup). With COMMAND, then runs it there with the job's \
+environment in indices relative to its own devices (CUDA_VISIBLE_DEVICES=0,1,…), as the CUDA runtime \
+numbers them inside a device cgroup. Exit 1 when the node has no usable device cgroup \
+(enforcement_unavailable).",
+        after_help = "EXAMPLES:\n    cderctl confine --job slurm:4242 -- ./train.sh\n    cderctl confine --job torque:17.ce --json")]
+    Confine(node::ConfineArgs),
     /// Device usage per job and device, and the pool's utilisation over a period
     #[command(long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
 utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
@@ -137,6 +149,7 @@ fn main() -> ExitCode {
         Command::Drain(args) => node::drain(cli.config.as_deref(), &args),
         Command::Resume(args) => node::resume(cli.config.as_deref(), &args),
         Command::Reconcile(args) => node::reconcile(cli.config.as_deref(), &args),
+        Command::Confine(args) => node::confine(cli.config.as_deref(), &args),
         Command::Accounting(args) => node::accounting(cli.config.as_deref(), &args),
         Command::Registry(args) => registry::run(cli.config.as_deref(), &args),
     };

@@ -233,9 +233,15 @@ fn print_device(d: &DeviceStatus, as_json: bool) -> Result<(), Failure> {
 /// Where reconcile learns which jobs are alive.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum LiveSource {
-    /// `squeue --noheader --format=%A` over the states that can hold devices
+    /// `squeue --all --states=all`, every job not in a terminal state
     Slurm,
 }
+
+/// The SLURM job states after which a job never runs again on its
+/// allocation (interfaces.md); every other state, known today or added by a
+/// later SLURM (STOPPED, SIGNALING, STAGE_OUT, RESIZING, REQUEUED, …), is live.
+pub const SLURM_TERMINAL_STATES: &[&str] =
+    &["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"];
 
 #[derive(clap::Args, Debug)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["live_jobs", "from"]))]
@@ -249,6 +255,11 @@ pub struct ReconcileArgs {
     /// Only consider jobs of this batch system (slurm, torque, local)
     #[arg(long, value_name = "LRMS")]
     lrms: Option<String>,
+    /// Never release allocations newer than this ledger generation (`cderctl status --json`'s
+    /// "generation", read before the live-jobs file was written) [default with --from: read
+    /// just before asking the batch system]
+    #[arg(long, value_name = "GENERATION")]
+    as_of: Option<u64>,
     /// Print the daemon's JSON result
     #[arg(long)]
     json: bool,
@@ -270,12 +281,14 @@ fn parse_live_jobs(text: &str, source: &str) -> Result<Vec<JobKey>, Failure> {
     Ok(jobs)
 }
 
-/// The job ids SLURM still knows in a state that can hold devices. A failed
-/// squeue is an error, never an empty list: that would free every job.
+/// The jobs SLURM knows in any non-terminal state. A failed squeue is an
+/// error, never an empty list: that would free every job.
 fn slurm_live_jobs() -> Result<Vec<JobKey>, Failure> {
     let squeue = std::env::var_os("CDER_SQUEUE").unwrap_or_else(|| "squeue".into());
+    // Every state and every partition (hidden ones too): a job left out of
+    // the list is a job whose devices get freed.
     let output = std::process::Command::new(&squeue)
-        .args(["--noheader", "--format=%A", "--states=PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING"])
+        .args(["--noheader", "--all", "--states=all", "--format=%A %T"])
         .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| format!("running {}", squeue.to_string_lossy()))
@@ -284,11 +297,34 @@ fn slurm_live_jobs() -> Result<Vec<JobKey>, Failure> {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(Failure::runtime(anyhow!("squeue failed ({}): {}", output.status, stderr.trim())));
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    let ids: BTreeSet<&str> = text.split_whitespace().collect();
-    ids.into_iter()
-        .map(|id| id.parse::<u64>().ok().and_then(|_| format!("slurm:{id}").parse().ok()).ok_or_else(|| Failure::runtime(anyhow!("squeue printed {id:?}, not a job id"))))
-        .collect()
+    parse_squeue(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// `%A %T` lines: the live jobs among them. A line that is not an id and
+/// a state fails the whole list.
+fn parse_squeue(text: &str) -> Result<Vec<JobKey>, Failure> {
+    let mut live = BTreeSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(id), Some(state), None) = (fields.next(), fields.next(), fields.next()) else {
+            return Err(Failure::runtime(anyhow!("squeue line {}: {line:?} is not \"<job id> <state>\"", n + 1)));
+        };
+        let job: JobKey = id
+            .parse::<u64>()
+            .ok()
+            .and_then(|_| format!("slurm:{id}").parse().ok())
+            .ok_or_else(|| Failure::runtime(anyhow!("squeue line {}: {id:?} is not a job id", n + 1)))?;
+        // Some SLURM versions mark a state with a trailing `+`.
+        let state = state.trim_end_matches('+').to_ascii_uppercase();
+        if !SLURM_TERMINAL_STATES.contains(&state.as_str()) {
+            live.insert(job);
+        }
+    }
+    Ok(live.into_iter().collect())
 }
 
 pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Failure> {
@@ -302,14 +338,30 @@ pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Fail
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display())).map_err(Failure::usage)?;
             (parse_live_jobs(&text, &path.display().to_string())?, None)
         }
-        (None, Some(LiveSource::Slurm)) => (slurm_live_jobs()?, Some("slurm".to_string())),
+        (None, Some(LiveSource::Slurm)) => {
+            // The ledger's generation BEFORE the snapshot: an allocation made
+            // while squeue runs is newer than it and is kept.
+            let as_of = match args.as_of {
+                Some(g) => g,
+                None => args.connection.connect(config)?.status().map_err(refused)?.generation,
+            };
+            let live = slurm_live_jobs()?;
+            let lrms = args.lrms.clone().unwrap_or_else(|| "slurm".to_string());
+            let mut client = args.connection.connect(config)?;
+            let reconciled = client.reconcile(&ReconcileRequest { live_jobs: live, lrms: Some(lrms), as_of: Some(as_of) }).map_err(refused)?;
+            return print_reconciled(&reconciled, args.json);
+        }
         (None, None) => return Err(Failure::usage(anyhow!("reconcile needs --live-jobs FILE|- or --from slurm"))),
     };
     let lrms = args.lrms.clone().or(implied_lrms);
     let mut client = args.connection.connect(config)?;
-    let reconciled = client.reconcile(&ReconcileRequest { live_jobs, lrms }).map_err(refused)?;
-    if args.json {
-        json(&reconciled)
+    let reconciled = client.reconcile(&ReconcileRequest { live_jobs, lrms, as_of: args.as_of }).map_err(refused)?;
+    print_reconciled(&reconciled, args.json)
+}
+
+fn print_reconciled(reconciled: &cder_protocol::Reconciled, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        json(reconciled)
     } else {
         let mut out = String::new();
         for job in &reconciled.released {
@@ -318,6 +370,41 @@ pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Fail
         out += &format!("{} job(s) released\n", reconciled.released.len());
         crate::print(&out)
     }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ConfineArgs {
+    /// The job, as <lrms>:<id>; this process (and COMMAND) joins its device cgroups
+    #[arg(long, value_name = "JOB")]
+    job: JobKey,
+    /// Print the daemon's JSON result (without COMMAND)
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+    /// Run this command inside the job's device cgroups, with the job's environment
+    /// using indices relative to its own devices (0..n-1)
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<std::ffi::OsString>,
+}
+
+pub fn confine(config: Option<&Path>, args: &ConfineArgs) -> Result<(), Failure> {
+    let mut client = args.connection.connect(config)?;
+    let confined = client.confine(&args.job).map_err(refused)?;
+    let Some((program, rest)) = args.command.split_first() else {
+        return if args.json {
+            json(&confined)
+        } else {
+            crate::print(&format!("{}: pid {} confined to {}\n", confined.job, confined.pid, confined.cgroups.join(" ")))
+        };
+    };
+    // Inside the groups the runtime numbers the job's devices from 0.
+    let types = Config::load(config).map_err(Failure::usage)?.cders;
+    let allocation = client.env(&args.job).map_err(refused)?;
+    let env = allocation.relative_env(&types);
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(program).args(rest).envs(&env.0).exec();
+    Err(Failure::runtime(anyhow!("running {}: {error}", program.to_string_lossy())))
 }
 
 #[derive(clap::Args, Debug)]
@@ -385,7 +472,7 @@ fn accounting_table(a: &Accounting) -> String {
         u.ratio,
         u.device_seconds,
         u.pool_size,
-        u.until - u.since,
+        u.until.saturating_sub(u.since),
         u.since,
         u.until
     );
@@ -403,6 +490,22 @@ mod tests {
         let e = parse_live_jobs("slurm:1\nslurm:1;rm\n", "live.txt").err().unwrap();
         assert_eq!(e.status, 2);
         assert!(e.error.to_string().starts_with("live.txt:2:"), "{}", e.error);
+    }
+
+    #[test]
+    fn squeue_states_every_non_terminal_one_is_live() {
+        let text = "1 RUNNING\n2 STOPPED\n3 SIGNALING\n4 STAGE_OUT\n5 RESIZING\n6 COMPLETED\n7 CANCELLED\n8 PENDING\n\
+                    9 COMPLETING\n10 OUT_OF_MEMORY\n11 SUSPENDED\n12 REQUEUED\n13 TIMEOUT\n14 NODE_FAIL\n15 PREEMPTED\n\
+                    16 BOOT_FAIL\n17 DEADLINE\n18 FAILED\n19 SOME_FUTURE_STATE\n\n";
+        let live: Vec<String> = parse_squeue(text).ok().unwrap().iter().map(ToString::to_string).collect();
+        let mut want: Vec<String> = [1, 2, 3, 4, 5, 8, 9, 11, 12, 19].iter().map(|i| format!("slurm:{i}")).collect();
+        want.sort();
+        let mut live_sorted = live.clone();
+        live_sorted.sort();
+        assert_eq!(live_sorted, want);
+        assert!(parse_squeue("12 RUNNING extra\n").is_err());
+        assert!(parse_squeue("abc RUNNING\n").is_err());
+        assert!(parse_squeue("12\n").is_err());
     }
 
     #[test]

@@ -305,13 +305,63 @@ fn reconcile_frees_jobs_that_no_longer_exist() {
     for j in ["slurm:1", "slurm:2", "slurm:3", "torque:4.ce"] {
         c.alloc(&AllocRequest::new(job(j), 1000, 1)).unwrap();
     }
-    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()) }).unwrap();
+    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()), as_of: None }).unwrap();
     assert_eq!(r.released, vec![job("slurm:1"), job("slurm:3")]);
     let held: BTreeSet<String> = c.status().unwrap().devices.iter().filter_map(|d| d.job.as_ref().map(ToString::to_string)).collect();
     assert_eq!(held, ["slurm:2", "torque:4.ce"].iter().map(|s| s.to_string()).collect());
-    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(r.released.len(), 2);
     assert_eq!(c.status().unwrap().counts["gpgpu"].free, 8);
+}
+
+#[test]
+fn reconcile_never_frees_an_allocation_newer_than_its_snapshot() {
+    // The TORQUE race of issue 12: the live-jobs snapshot is taken, then a
+    // prologue allocates, then reconcile runs with the (older) snapshot.
+    let node = Node::new(4);
+    let mut c = node.client();
+    c.alloc(&AllocRequest::new(job("torque:1.ce"), 1000, 1)).unwrap();
+    let before = c.status().unwrap().generation;
+    assert_eq!(before, 1);
+    let snapshot = vec![job("torque:1.ce")];
+    let new = c.alloc(&AllocRequest::new(job("torque:2.ce"), 1000, 2)).unwrap();
+    assert_eq!(c.status().unwrap().generation, 2, "every new allocation takes the next number");
+    // Stale too: a job that was in no snapshot and is older than it goes.
+    let r = c.reconcile(&ReconcileRequest { live_jobs: snapshot.clone(), lrms: Some("torque".into()), as_of: Some(before) }).unwrap();
+    assert!(r.released.is_empty(), "{:?}", r.released);
+    assert_eq!(c.env(&job("torque:2.ce")).unwrap().devices, new.devices);
+    // Without as_of the same list frees it: as_of is what protects it.
+    let r = c.reconcile(&ReconcileRequest { live_jobs: snapshot, lrms: Some("torque".into()), as_of: None }).unwrap();
+    assert_eq!(r.released, vec![job("torque:2.ce")]);
+    // The generation is durable: a restarted daemon continues from it.
+    let mut node = node;
+    drop(c);
+    node.kill();
+    node.start();
+    let mut c = node.client();
+    assert_eq!(c.status().unwrap().generation, 2);
+    c.alloc(&AllocRequest::new(job("torque:3.ce"), 1000, 1)).unwrap();
+    assert_eq!(c.status().unwrap().generation, 3);
+}
+
+#[test]
+fn accounting_with_user_numbers_out_of_range_is_refused_not_a_panic() {
+    // Issue 14: since = i64::MAX made a debug build panic (multiply with
+    // overflow) and a release build answer since after until.
+    let node = Node::new(2);
+    let reply = node.raw(b"{\"v\":1,\"op\":\"accounting\",\"since\":9223372036854775807}\n");
+    assert!(reply.contains("\"bad_request\"") && reply.contains("since"), "{reply}");
+    // A valid since in the future, until left to default to now.
+    let future = cder_protocol::MAX_UNIX_TIME;
+    let reply = node.raw(format!("{{\"v\":1,\"op\":\"accounting\",\"since\":{future}}}\n").as_bytes());
+    assert!(reply.contains("\"bad_request\"") && reply.contains("since") && reply.contains("after until"), "{reply}");
+    // The widest valid period: no overflow, a ratio in [0, 1].
+    let mut c = node.client();
+    c.alloc(&AllocRequest::new(job("slurm:1"), 1000, 1)).unwrap();
+    let a = c.accounting(&AccountingRequest { since: Some(0), until: Some(future) }).unwrap();
+    assert!(a.utilisation.ratio >= 0.0 && a.utilisation.ratio <= 1.0, "{:?}", a.utilisation);
+    assert!(a.utilisation.since <= a.utilisation.until);
+    assert!(node.client().ping().is_ok(), "the daemon survived");
 }
 
 #[test]
@@ -378,11 +428,11 @@ fn enforcement_changes_and_restores_device_files() {
     let b = c.alloc(&AllocRequest::new(job("slurm:2"), 4321, 1)).unwrap();
     let i = b.devices[0].index as usize;
     assert_eq!(meta(i), (4321, 0o600));
-    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(meta(i), (0, 0o666));
     // A file tampered with while free is restored by reconcile, too.
     std::os::unix::fs::chown(&node.devices[3], Some(4321), None).unwrap();
-    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(meta(3), (0, 0o666));
     // A missing device file: enforcement fails, the allocation is undone.
     std::fs::remove_file(&node.devices[0]).unwrap();

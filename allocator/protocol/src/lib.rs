@@ -29,12 +29,12 @@ pub mod request;
 
 pub use client::{Client, ClientError, MAX_REPLY_BYTES};
 pub use reply::{
-    error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, DeviceState, DeviceStatus,
+    error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, Confined, DeviceState, DeviceStatus,
     ErrorCode, ErrorReply, Pong, Reconciled, Released, Status, TypeCounts, Utilisation,
 };
 pub use request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request, DEFAULT_TYPE,
-    MAX_COUNT, MAX_TEXT_LEN,
+    MAX_COUNT, MAX_TEXT_LEN, MAX_UNIX_TIME,
 };
 
 /// The protocol version this crate speaks (`"v": 1`).

@@ -15,6 +15,10 @@ pub const DEFAULT_TYPE: &str = "gpgpu";
 /// Most devices one `alloc` may ask for; anything larger is a malformed request.
 pub const MAX_COUNT: u32 = 4096;
 
+/// Latest time a request may name (9999-12-31T23:59:59Z, unix seconds):
+/// bounds `accounting`'s period so that no arithmetic on it can overflow.
+pub const MAX_UNIX_TIME: i64 = 253_402_300_799;
+
 /// Longest free-text field (`reason`, `model`, a device name) accepted.
 pub const MAX_TEXT_LEN: usize = 1024;
 
@@ -39,6 +43,9 @@ pub enum Request {
     Reconcile(ReconcileRequest),
     /// Per-job, per-device usage records and the pool's utilisation.
     Accounting(AccountingRequest),
+    /// Move the calling process (SO_PEERCRED pid) into the job's device
+    /// cgroup(s) (root, operators, and the job's own uid).
+    Confine(JobRequest),
 }
 
 /// `alloc`: give `job`, run by `uid`, `count` devices of `type`.
@@ -77,7 +84,7 @@ impl AllocRequest {
     }
 }
 
-/// `release` and `env`: one job.
+/// `release`, `env` and `confine`: one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
@@ -110,6 +117,12 @@ pub struct ReconcileRequest {
     /// considered, so that a SLURM job list never frees TORQUE jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lrms: Option<String>,
+    /// The ledger's `generation` (from `status`) read BEFORE the batch
+    /// system's list of live jobs was taken: allocations with a later
+    /// sequence number are never released by this reconcile, since the
+    /// list cannot know them. `None` considers every allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
 }
 
 /// `accounting`: records overlapping `[since, until]` (unix seconds).
@@ -140,6 +153,7 @@ impl Request {
             Request::Resume(_) => "resume",
             Request::Reconcile(_) => "reconcile",
             Request::Accounting(_) => "accounting",
+            Request::Confine(_) => "confine",
         }
     }
 
@@ -153,7 +167,7 @@ impl Request {
         let fields = match self {
             Request::Ping | Request::Status => Ok(Value::Object(Map::new())),
             Request::Alloc(r) => serde_json::to_value(r),
-            Request::Release(r) | Request::Env(r) => serde_json::to_value(r),
+            Request::Release(r) | Request::Env(r) | Request::Confine(r) => serde_json::to_value(r),
             Request::Drain(r) => serde_json::to_value(r),
             Request::Resume(r) => serde_json::to_value(r),
             Request::Reconcile(r) => serde_json::to_value(r),
@@ -214,10 +228,11 @@ impl Request {
             "resume" => Request::Resume(parse(&op, fields)?),
             "reconcile" => Request::Reconcile(parse(&op, fields)?),
             "accounting" => Request::Accounting(parse(&op, fields)?),
+            "confine" => Request::Confine(parse(&op, fields)?),
             _ => {
                 let shown: String = op.chars().take(64).collect();
                 return Err(bad(format!(
-                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile or accounting)"
+                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile, accounting or confine)"
                 )));
             }
         };
@@ -265,13 +280,22 @@ impl Request {
                 None | Some("slurm" | "torque" | "local") => Ok(()),
                 Some(other) => Err(format!("reconcile: lrms {:?} is not slurm, torque or local", other.chars().take(32).collect::<String>())),
             },
-            Request::Accounting(r) => match (r.since, r.until) {
-                (Some(s), Some(u)) if s > u => Err(format!("accounting: since {s} is after until {u}")),
-                (Some(s), _) if s < 0 => Err("accounting: since must not be negative".into()),
-                (_, Some(u)) if u < 0 => Err("accounting: until must not be negative".into()),
-                _ => Ok(()),
-            },
-            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) => Ok(()),
+            Request::Accounting(r) => {
+                for (field, value) in [("since", r.since), ("until", r.until)] {
+                    match value {
+                        Some(t) if t < 0 => return Err(format!("accounting: {field} must not be negative")),
+                        Some(t) if t > MAX_UNIX_TIME => {
+                            return Err(format!("accounting: {field} {t} is out of range (at most {MAX_UNIX_TIME}, the end of year 9999)"))
+                        }
+                        _ => {}
+                    }
+                }
+                match (r.since, r.until) {
+                    (Some(s), Some(u)) if s > u => Err(format!("accounting: since {s} is after until {u}")),
+                    _ => Ok(()),
+                }
+            }
+            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) | Request::Confine(_) => Ok(()),
         }
     }
 }
@@ -332,7 +356,9 @@ mod tests {
             Request::Env(JobRequest { job: job.clone() }),
             Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
             Request::Resume(DeviceRequest { device: "GPU-aaaa".into() }),
-            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()) }),
+            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()), as_of: None }),
+            Request::Reconcile(ReconcileRequest { live_jobs: vec![], lrms: None, as_of: Some(17) }),
+            Request::Confine(JobRequest { job: job.clone() }),
             Request::Accounting(AccountingRequest { since: Some(1), until: Some(2) }),
         ];
         for r in requests {
@@ -374,7 +400,24 @@ mod tests {
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"../etc","reason":"x"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"lsf"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"accounting","since":5,"until":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"confine","job":"slurm:1","pid":7}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"as_of":-1}"#), ErrorCode::BadRequest);
         assert_eq!(code("\u{0}\u{1}"), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn accounting_times_out_of_range_name_the_field() {
+        // Issue 14: i64::MAX used to overflow the daemon's arithmetic.
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","since":9223372036854775807}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(e.message.contains("since") && e.message.contains("out of range"), "{}", e.message);
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","until":253402300800}"#).unwrap_err();
+        assert!(e.message.contains("until"), "{}", e.message);
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","since":-9223372036854775808}"#).unwrap_err();
+        assert!(e.message.contains("since") && e.message.contains("negative"), "{}", e.message);
+        // Beyond i64 altogether: serde refuses, naming the op.
+        assert_eq!(code(r#"{"v":1,"op":"accounting","since":99999999999999999999}"#), ErrorCode::BadRequest);
+        assert!(Request::from_line(br#"{"v":1,"op":"accounting","since":0,"until":253402300799}"#).is_ok());
     }
 
     #[test]
@@ -382,7 +425,9 @@ mod tests {
         let job: JobKey = "slurm:1".parse().unwrap();
         assert!(Request::Alloc(AllocRequest::new(job.clone(), 1, 1)).needs_operator());
         assert!(Request::Release(JobRequest { job: job.clone() }).needs_operator());
-        assert!(!Request::Env(JobRequest { job }).needs_operator());
+        assert!(!Request::Env(JobRequest { job: job.clone() }).needs_operator());
+        // The job's own uid confines its processes; the daemon checks ownership.
+        assert!(!Request::Confine(JobRequest { job }).needs_operator());
         assert!(!Request::Status.needs_operator());
         assert!(!Request::Accounting(AccountingRequest::default()).needs_operator());
     }

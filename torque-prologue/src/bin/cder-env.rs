@@ -56,7 +56,9 @@ fn main() -> ExitCode {
         fallback
     });
     let job = args.job.or_else(|| std::env::var("PBS_JOBID").ok());
-    let fetched = fetch(&config, job.as_deref(), Duration::from_secs(20));
+    // cder-env prints; it does not confine (its caller's shell would not be
+    // in the cgroup anyway): for sites without the job starter.
+    let fetched = fetch(&config, job.as_deref(), Duration::from_secs(20), cder_torque::settings::Confine::Off);
     if let Some(note) = &fetched.note {
         eprintln!("cder-env: {note}");
         if status == 0 {

@@ -25,11 +25,18 @@ Set in $PBS_HOME/mom_priv/config:
 pbs_mom then runs it as the job's user, with the job's environment, in
 place of the job's shell, passing the shell's path and argument vector.
 It asks cderd for the allocation of torque:$PBS_JOBID (cderd checks that
-the caller's uid is the job's), sets CUDA_VISIBLE_DEVICES and the other
-visible-device variables, and execs the shell. A job without devices, a
-job of another user, or a node where cderd cannot be reached gets the
-empty list (never \"all devices\"), with the reason on stderr where there
-is one.
+the caller's uid is the job's), has cderd put it into the job's device
+cgroup (op confine: the job can open its own devices and no others), sets
+CUDA_VISIBLE_DEVICES and the other visible-device variables (relative
+indices 0..n-1 inside the cgroup), and execs the shell. A job without
+devices, a job of another user, or a node where cderd cannot be reached
+gets the empty list (never \"all devices\"), with the reason on stderr
+where there is one. When a job holding devices cannot be confined, it is
+not started (torque.toml confine = \"required\", the default) or runs with
+the variables only (\"best_effort\").
+
+It never runs a job as root: pbs_mom runs the job starter as root only
+when mom_priv/config sets $job_starter_run_privileged, and then it refuses.
 
 ENVIRONMENT:
     PBS_JOBID     the job (set by pbs_mom)
@@ -41,7 +48,8 @@ ENVIRONMENT:
 
 EXIT STATUS:
     that of the job; 127 when the job's program cannot be executed,
-    2 when there is no program to run.";
+    2 when there is no program to run, 1 when it refuses to start the job
+    (run as root, or not confined with confine = \"required\").";
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -56,6 +64,14 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    if cder_torque::sys::current_uid() == 0 || cder_torque::sys::effective_uid() == 0 {
+        // Only $job_starter_run_privileged makes pbs_mom run the starter as
+        // root; a job must never get root by it (issue 14).
+        eprintln!(
+            "cder-job-starter: refusing to run a job as root (uid 0): remove $job_starter_run_privileged from mom_priv/config, so that pbs_mom runs the job starter as the job's user"
+        );
+        return ExitCode::from(1);
+    }
     let Some(exec) = command_from_argv(&argv) else {
         eprintln!("cder-job-starter: no program to run (see --help)");
         return ExitCode::from(2);
@@ -66,11 +82,19 @@ fn main() -> ExitCode {
         fallback.node.socket = "/nonexistent".into();
         fallback
     });
-    let timeout = TorqueSettings::load(&TorqueSettings::resolve_path()).map_or(20, |s| s.cderd_timeout_s);
+    // An unreadable torque.toml keeps the defaults, which fail closed.
+    let settings = TorqueSettings::load(&TorqueSettings::resolve_path()).unwrap_or_else(|e| {
+        eprintln!("cder-job-starter: {e}; using the default settings");
+        TorqueSettings::default()
+    });
     let job_id = std::env::var("PBS_JOBID").ok();
-    let fetched = fetch(&config, job_id.as_deref(), Duration::from_secs(timeout));
+    let fetched = fetch(&config, job_id.as_deref(), Duration::from_secs(settings.cderd_timeout_s), settings.confine);
     if let Some(note) = &fetched.note {
         eprintln!("cder-job-starter: {note}");
+    }
+    if let Some(refusal) = &fetched.refusal {
+        eprintln!("cder-job-starter: {refusal}");
+        return ExitCode::from(1);
     }
     // vGPGPU jobs (the submit filter recorded VirtualGPGPUPerNode): the
     // rCUDA / VCL variables of the backends cder-torque-monitor requested.

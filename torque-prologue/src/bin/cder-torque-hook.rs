@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use cder_model::Config;
 use cder_protocol::Client;
-use cder_torque::hook::{self, exit, Cderd, HookKind, JobArgs, Outcome, Released, HOOK_NAMES};
+use cder_torque::hook::{self, exit, Cderd, HookKind, JobArgs, Mom, Outcome, Released, HOOK_NAMES};
 use cder_torque::limits::requested_devices;
 use cder_torque::log::{log, note, Severity};
+use cder_torque::mom::PbsHome;
 use cder_torque::settings::TorqueSettings;
 use cder_torque::starter;
 
@@ -30,10 +31,12 @@ $PBS_HOME/mom_priv/ (root:root, mode 0500; the .user hooks 0505):
     prologue.user                 print the job's devices into its output
     epilogue.user                 print the device-seconds it used
 
-The prologue reads the request from the resource limits: nodes=...:gpus=N,
-gres=gpus:N / gres=gpgpu:N, or other=cder:gpgpu:N (left by
-cder-torque-submit-filter in MAUI mode), and asks cderd to allocate for
-torque:JOBID with the user's uid.
+Where TORQUE assigned GPUs (exec_gpus; $PBS_HOME/aux/JOBIDgpu or the job
+file), the prologue has cderd record exactly those. Otherwise it reads the
+count from the resource limits in the form the site's scheduler counts
+(torque.toml directive): \"native\" nodes=...:gpus=N; \"maui\" gres=gpus:N or
+other=cder:gpgpu:N (written by cder-torque-submit-filter from the MAUI GRES),
+and asks cderd to allocate for torque:JOBID with the user's uid.
 
 EXIT STATUS (pbs_mom's meaning):
     prologue   0  run the job
@@ -86,7 +89,10 @@ fn main() -> ExitCode {
             let outcome = match (&config, &settings) {
                 (Ok(config), Ok(settings)) => {
                     let cderd = Cderd { socket: &config.node.socket, timeout: Duration::from_secs(settings.cderd_timeout_s) };
-                    hook::prologue(kind, &args, settings, &cderd)
+                    let cwd = std::env::current_dir().ok();
+                    let home = settings.pbs_home.clone().map(PbsHome).or_else(|| PbsHome::of_hook(std::path::Path::new(&argv0), cwd.as_deref()));
+                    let mom = Mom { home, hostname: cder_torque::sys::hostname().unwrap_or_default() };
+                    hook::prologue(kind, &args, settings, &cderd, &mom)
                 }
                 (config, settings) => {
                     let problem = match (config, settings) {
@@ -96,13 +102,16 @@ fn main() -> ExitCode {
                     };
                     let defaults = TorqueSettings::default();
                     let s = settings.as_ref().unwrap_or(&defaults);
-                    match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), &s.cder_type, &s.gres_names) {
-                        Ok(None) => Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id)),
+                    match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), s) {
+                        Ok(r) if r.count.is_none() => Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id)),
                         _ => Outcome::Requeue(format!("torque:{}: cannot read the node's cder configuration: {problem}", args.job_id)),
                     }
                 }
             };
             match &outcome {
+                // A request form the scheduler does not count was ignored:
+                // the user should read that in the job's error file.
+                Outcome::Run(m) if m.contains("; ignored ") => log(&tag, Severity::Warning, m),
                 Outcome::Run(m) => note(&tag, Severity::Info, m),
                 Outcome::Abort(m) => log(&tag, Severity::Error, &format!("job aborted: {m}")),
                 Outcome::Requeue(m) => log(&tag, Severity::Warning, &format!("job requeued: {m}")),
@@ -127,7 +136,7 @@ fn main() -> ExitCode {
         }
         HookKind::PrologueUser => {
             let config = config.unwrap_or_else(|_| starter::fallback_config());
-            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10));
+            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10), cder_torque::settings::Confine::Off);
             if let Some(job) = &fetched.job {
                 let vars: Vec<String> = fetched.env.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 println!("cder: {job}: {}", vars.join(" "));

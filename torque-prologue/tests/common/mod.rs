@@ -64,8 +64,27 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// How the node's four devices are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Devices {
+    /// Plain files: enough for allocation and the environment.
+    Files,
+    /// Character devices with distinct numbers (the mem driver's 1:5, 1:7,
+    /// 1:8, 1:9, mode 0666): openable by anyone, and a device cgroup can
+    /// tell them apart. `enforcement` is the `[node.enforcement]` table's
+    /// `cgroup` value for cderd.
+    Char { cgroup: &'static str },
+}
+
+/// The mem driver's minors used as fake GPUs (zero, full, random, urandom).
+pub const CHAR_MINORS: [u32; 4] = [5, 7, 8, 9];
+
 pub struct Node {
     pub dir: tempfile::TempDir,
+    /// The device files, by cderd index.
+    pub device_paths: Vec<PathBuf>,
+    /// cderd's `cgroup_parent` on this node (removed when the node goes).
+    cgroup_parent: String,
     pub config: PathBuf,
     pub torque_toml: PathBuf,
     pub socket: PathBuf,
@@ -94,6 +113,11 @@ impl Node {
     /// A node with 4 gpgpu devices and cderd running; `None` (skip) when
     /// cderd is not built or the tests do not run as root.
     pub fn start(torque_settings: &str) -> Option<Node> {
+        Self::start_with(torque_settings, Devices::Files)
+    }
+
+    /// [`start`](Self::start) with the devices made as `devices` says.
+    pub fn start_with(torque_settings: &str, devices: Devices) -> Option<Node> {
         let cderd_bin = bin_dir().join("cderd");
         if !cderd_bin.exists() {
             return missing(&format!("{} not found: run `cargo build -p cderd -p cderctl` first", cderd_bin.display()));
@@ -114,14 +138,37 @@ impl Node {
         let socket = dir.path().join("run/cderd.sock");
         let devs = dir.path().join("dev");
         fs::create_dir_all(&devs).unwrap();
+        let cgroup_parent = format!(
+            "cder-torque-test-{}-{}",
+            std::process::id(),
+            dir.path().file_name().unwrap().to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "")
+        );
+        let enforcement = match devices {
+            // Plain files: nothing a device cgroup could guard; leave cgroups alone.
+            Devices::Files => "\n[node.enforcement]\ncgroup = \"off\"\n".to_string(),
+            // A group parent of its own, so parallel tests never share one;
+            // held_open = "allow": other processes on the machine may hold
+            // the mem devices open, which says nothing about these tests.
+            Devices::Char { cgroup } => {
+                format!("\n[node.enforcement]\ncgroup = \"{cgroup}\"\ncgroup_parent = \"{cgroup_parent}\"\nheld_open = \"allow\"\n")
+            }
+        };
         let mut config = format!(
-            "[node]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+            "[node]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nstate_dir = \"{}\"\n{enforcement}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
             socket.display(),
             dir.path().join("state").display()
         );
-        for i in 0..4 {
+        let mut device_paths = Vec::new();
+        for (i, minor) in CHAR_MINORS.iter().enumerate() {
             let path = devs.join(format!("nvidia{i}"));
-            fs::write(&path, b"").unwrap();
+            match devices {
+                Devices::Files => fs::write(&path, b"").unwrap(),
+                Devices::Char { .. } => {
+                    let made = Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg("1").arg(minor.to_string()).status().unwrap();
+                    assert!(made.success(), "mknod {} c 1 {minor}", path.display());
+                }
+            }
+            device_paths.push(path.clone());
             config.push_str(&format!(
                 "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-6f1a0c2e-0000-4000-8000-00000000000{i}\"\npci_bus_id = \"0000:0{}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\nnuma_node = {}\n",
                 i + 2,
@@ -141,6 +188,9 @@ impl Node {
         let mom_priv = dir.path().join("mom_priv");
         fs::create_dir(&mom_priv).unwrap();
         fs::set_permissions(&mom_priv, fs::Permissions::from_mode(0o751)).unwrap();
+        // Where pbs_mom keeps job files and the gpu/node files ($PBS_HOME is dir).
+        fs::create_dir(mom_priv.join("jobs")).unwrap();
+        fs::create_dir(dir.path().join("aux")).unwrap();
         let hook = bin_dir().join("cder-torque-hook");
         for (name, mode) in HOOKS {
             let path = mom_priv.join(name);
@@ -155,7 +205,7 @@ impl Node {
         fs::copy(bin_dir().join("cder-job-starter"), &job_starter).unwrap();
         fs::copy(bin_dir().join("cder-env"), &cder_env).unwrap();
 
-        let mut node = Node { dir, config: config_path, torque_toml, socket, mom_priv, job_starter, cder_env, cderctl, cderd_bin, cderd: None };
+        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, cder_env, cderctl, cderd_bin, cderd: None };
         node.start_cderd();
         Some(node)
     }
@@ -328,9 +378,41 @@ impl Node {
     }
 }
 
+impl Node {
+    /// `$PBS_HOME` of this node.
+    pub fn pbs_home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes pbs_mom's job file for `job_id` (TORQUE 6's XML form), with
+    /// `exec_gpus` when given.
+    pub fn write_job_file(&self, job_id: &str, exec_gpus: Option<&str>) {
+        let gpus = exec_gpus.map(|g| format!("<exec_gpus flags=\"1025\">{g}</exec_gpus>")).unwrap_or_default();
+        let xml = format!(
+            "<?xml version=\"1.0\"?>\n<job><version>2</version><state>4</state><substate>42</substate><jobid>{job_id}</jobid>\
+<fileprefix>{job_id}</fileprefix><attributes><Job_Name flags=\"1\">gpu-job</Job_Name>{gpus}</attributes></job>\n"
+        );
+        fs::write(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB")), xml).unwrap();
+    }
+
+    pub fn remove_job_file(&self, job_id: &str) {
+        fs::remove_file(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB"))).unwrap();
+    }
+}
+
+/// This host's name as pbs_mom would put it in `exec_gpus`.
+pub fn hostname() -> String {
+    cder_torque::sys::hostname().unwrap()
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop_cderd();
+        // cderd removes each job's group on release; the parent it created
+        // for this node's groups is the test's to remove (empty by now).
+        for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"] {
+            let _ = fs::remove_dir(Path::new(root).join(&self.cgroup_parent));
+        }
     }
 }
 

@@ -32,7 +32,33 @@ pub struct Node {
     pub devices: Vec<PathBuf>,
     /// Extra environment for the daemon (e.g. the fake NVML's variables).
     pub env: Vec<(String, PathBuf)>,
+    /// `[node.enforcement] cgroup_parent` of this node, unique per test
+    /// node so that parallel tests never sweep each other's groups;
+    /// removed with the node.
+    pub cgroup_parent: Option<String>,
     child: Option<Child>,
+}
+
+/// A `cgroup_parent` no other test node uses.
+pub fn unique_cgroup_parent() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("cder-test-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Removes `parent` and its groups from every cgroup mount (best effort:
+/// a group with processes in it stays).
+pub fn remove_cgroup_parent(parent: &str) {
+    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"] {
+        let dir = Path::new(root).join(parent);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
 }
 
 impl Node {
@@ -62,8 +88,10 @@ impl Node {
         if let Some(max) = options.max_request_bytes {
             text += &format!("max_request_bytes = {max}\n");
         }
+        let cgroup_parent = unique_cgroup_parent();
+        text += &format!("[node.enforcement]\ncgroup_parent = {cgroup_parent:?}\n");
         if let Some(enforcement) = &options.enforcement {
-            text += &format!("[node.enforcement]\n{enforcement}\n");
+            text += &format!("{enforcement}\n");
         }
         text += "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n";
         let mut devices = Vec::new();
@@ -82,7 +110,7 @@ impl Node {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let mut node = Node { dir, config, socket, devices, env: Vec::new(), child: None };
+        let mut node = Node { dir, config, socket, devices, env: Vec::new(), cgroup_parent: Some(cgroup_parent), child: None };
         node.start();
         node
     }
@@ -94,7 +122,10 @@ impl Node {
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
         let socket = dir.path().join("cderd.sock");
-        let mut node = Node { dir, config, socket, devices, env, child: None };
+        let cgroup_parent = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cgroup_parent = ").map(|v| v.trim_matches('"').to_string()));
+        let mut node = Node { dir, config, socket, devices, env, cgroup_parent, child: None };
         node.start();
         node
     }
@@ -190,6 +221,9 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
+        if let Some(parent) = &self.cgroup_parent {
+            remove_cgroup_parent(parent);
+        }
     }
 }
 
@@ -231,4 +265,103 @@ pub fn require(condition: bool, what: &str) -> bool {
     }
     eprintln!("skipping: {what} is not available");
     false
+}
+
+/// The probe child's side (call it from a `#[test]` in the test file; it
+/// does nothing unless started by a test with `CDER_PROBE_SOCKET` set):
+/// opens every path in `CDER_PROBE_PATHS` before and after asking cderd to
+/// confine it into `CDER_PROBE_JOB`, printing `PROBE <when> <path> ok|<errno>`.
+pub fn probe_child_main() {
+    let Ok(socket) = std::env::var("CDER_PROBE_SOCKET") else { return };
+    let job = std::env::var("CDER_PROBE_JOB").unwrap();
+    let paths: Vec<String> = std::env::var("CDER_PROBE_PATHS").unwrap().split(',').map(String::from).collect();
+    let try_all = |when: &str| {
+        for p in &paths {
+            match std::fs::File::open(p) {
+                Ok(_) => println!("PROBE {when} {p} ok"),
+                Err(e) => println!("PROBE {when} {p} {}", e.raw_os_error().unwrap_or(-1)),
+            }
+        }
+    };
+    try_all("before");
+    let mut c = Client::connect(&socket, Duration::from_secs(30)).unwrap();
+    match c.confine(&job.parse().unwrap()) {
+        Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
+        Err(e) => println!("PROBE refused {}", e.code().map_or("none".to_string(), |c| c.to_string())),
+    }
+    try_all("after");
+    if std::env::var("CDER_PROBE_LINGER").is_ok() {
+        println!("PROBE lingering");
+        std::thread::sleep(Duration::from_secs(120));
+    }
+}
+
+/// A copy of the running test binary in `dir` that any uid can execute.
+pub fn probe_binary(dir: &Path) -> PathBuf {
+    let copy = dir.join("probe");
+    if !copy.exists() {
+        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    copy
+}
+
+/// Runs `f` again while exec says ETXTBSY: another test thread may fork
+/// while the probe copy is still open for writing here, and its child holds
+/// that descriptor until it execs.
+pub fn retry_busy<T>(mut f: impl FnMut() -> std::io::Result<T>) -> T {
+    for _ in 0..200 {
+        match f() {
+            Err(e) if e.raw_os_error() == Some(26) => std::thread::sleep(Duration::from_millis(20)),
+            other => return other.unwrap(),
+        }
+    }
+    panic!("the probe binary stayed busy (ETXTBSY)")
+}
+
+/// The probe's own lines (libtest may print `test … ` before the first).
+pub fn probe_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    lines.filter_map(|l| l.find("PROBE ").map(|at| l[at..].to_string())).collect()
+}
+
+/// Starts the probe (`test_name` is the `#[test]` calling [`probe_child_main`])
+/// as `uid` for `job` over `paths`, and returns its PROBE lines.
+pub fn run_probe(test_name: &str, node: &Node, uid: u32, job: &str, paths: &[PathBuf]) -> Vec<String> {
+    use std::os::unix::process::CommandExt;
+    let binary = probe_binary(node.dir.path());
+    let out = retry_busy(|| {
+        Command::new(&binary)
+            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+            .env("CDER_PROBE_SOCKET", &node.socket)
+            .env("CDER_PROBE_JOB", job)
+            .env("CDER_PROBE_PATHS", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))
+            .env_remove("CI")
+            .uid(uid)
+            .gid(uid)
+            .output()
+    });
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "probe failed: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    probe_lines(text.lines())
+}
+
+/// A node config whose devices are mknod'ed character devices `1:<minor>`
+/// (distinct numbers, so cgroups can tell them apart), in `dir`.
+pub fn char_device_node(dir: tempfile::TempDir, minors: &[u32], enforcement: &str) -> Node {
+    let parent = unique_cgroup_parent();
+    let mut text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ncgroup_parent = {parent:?}\n{enforcement}\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+    );
+    let mut devices = Vec::new();
+    for (i, minor) in minors.iter().enumerate() {
+        let path = dir.path().join(format!("nvidia{i}"));
+        let ok = Command::new("mknod").arg(&path).args(["c", "1", &minor.to_string()]).status().unwrap().success();
+        assert!(ok, "mknod {}", path.display());
+        text += &format!("[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mb = 1\npath = {path:?}\nnuma_node = {}\n", i % 2);
+        devices.push(path);
+    }
+    Node::custom(dir, &text, devices, Vec::new())
 }

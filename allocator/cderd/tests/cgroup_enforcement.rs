@@ -1,0 +1,289 @@
+//! Kernel enforcement through `confine`, with real cgroups (issue 12, item
+//! 5): a process confined into job A's device cgroup opens A's device and
+//! gets EPERM on B's, even when A and B run as the same uid and B's device
+//! file is that uid's; the group goes away on release, or, while a process
+//! still sits in it, on a later reconcile.
+//!
+//! The devices are real character devices with distinct numbers (the mem
+//! driver's 1:5, 1:7, 1:8, 1:9 made with mknod in a temp dir), so a cgroup
+//! can tell them apart; no GPU driver is involved. Needs root and the
+//! cgroup v1 `devices` controller / a cgroup2 mount with device BPF
+//! programs; under CI=true their absence fails the test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cder_protocol::{AllocRequest, ErrorCode, ReconcileRequest};
+use common::{probe_lines, require, retry_busy, Node};
+
+/// The probe's side: runs in a child process started by [`probe`].
+#[test]
+fn cgroup_probe_child() {
+    common::probe_child_main();
+}
+
+/// What the probe saw: (phase, path) → "ok" or the errno.
+struct Seen {
+    lines: Vec<String>,
+}
+
+impl Seen {
+    fn open(&self, when: &str, path: &Path) -> String {
+        let prefix = format!("PROBE {when} {} ", path.display());
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix).map(String::from))
+            .unwrap_or_else(|| panic!("probe printed nothing for {prefix:?}: {:?}", self.lines))
+    }
+
+    fn cgroups(&self) -> Vec<PathBuf> {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix("PROBE confined "))
+            .unwrap_or_else(|| panic!("probe was not confined: {:?}", self.lines))
+            .split(',')
+            .map(PathBuf::from)
+            .collect()
+    }
+}
+
+fn probe_command(node: &Node, uid: u32, job: &str) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(common::probe_binary(node.dir.path()));
+    cmd.args(["--exact", "cgroup_probe_child", "--nocapture", "--test-threads=1"])
+        .env("CDER_PROBE_SOCKET", &node.socket)
+        .env("CDER_PROBE_JOB", job)
+        .env("CDER_PROBE_PATHS", node.devices.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))
+        .env_remove("CI")
+        .uid(uid)
+        .gid(uid);
+    cmd
+}
+
+/// Runs the probe as `uid` for `job` and returns what it printed.
+fn probe(node: &Node, uid: u32, job: &str) -> Seen {
+    let out = retry_busy(|| probe_command(node, uid, job).output());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "probe failed: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    Seen { lines: probe_lines(text.lines()) }
+}
+
+fn v1_available() -> bool {
+    Path::new("/sys/fs/cgroup/devices/devices.deny").exists()
+}
+
+fn v2_available() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.lines().any(|l| l.contains(" - cgroup2 ")))
+}
+
+/// A node whose four devices are mknod'ed copies of 1:5, 1:7, 1:8, 1:9.
+/// Other processes on the machine may hold those open (they are /dev/zero,
+/// /dev/full, /dev/random, /dev/urandom): the held-open check is relaxed
+/// here and tested on its own device number below.
+fn node(mode: &str) -> Node {
+    node_with(mode, [5, 7, 8, 9], "allow")
+}
+
+fn node_with(mode: &str, minors: [u32; 4], held_open: &str) -> Node {
+    let enforcement = format!("device_files = true\njob_mode = \"0600\"\ncgroup = {mode:?}\nheld_open = {held_open:?}");
+    common::char_device_node(tempfile::tempdir().unwrap(), &minors, &enforcement)
+}
+
+fn alloc(node: &Node, job: &str, uid: u32, device: u32) {
+    let mut r = AllocRequest::new(job.parse().unwrap(), uid, 1);
+    r.devices = Some(vec![device]);
+    node.client().alloc(&r).unwrap();
+}
+
+const EPERM: &str = "1";
+const EACCES: &str = "13";
+
+fn same_uid_jobs_are_separated(mode: &str) {
+    let node = node(mode);
+    let uid = 1000;
+    alloc(&node, "slurm:101", uid, 0);
+    alloc(&node, "slurm:102", uid, 1);
+    let seen = probe(&node, uid, "slurm:101");
+    let [a, b, idle, _] = [0, 1, 2, 3].map(|i| node.devices[i].clone());
+    // Before confine only file modes apply: both jobs' files are the uid's,
+    // the idle ones are root-only (0600 root:root by default).
+    assert_eq!(seen.open("before", &a), "ok");
+    assert_eq!(seen.open("before", &b), "ok", "same uid: file modes cannot separate the jobs");
+    assert_eq!(seen.open("before", &idle), EACCES);
+    // Confined into job 101's group, the kernel refuses job 102's device.
+    assert_eq!(seen.open("after", &a), "ok");
+    assert_eq!(seen.open("after", &b), EPERM, "job 102's device must be denied by the cgroup");
+    let groups = seen.cgroups();
+    let expected = if mode == "both" { 2 } else { 1 };
+    assert_eq!(groups.len(), expected, "{groups:?}");
+    assert!(groups.iter().all(|g| g.is_dir()), "{groups:?}");
+    // And the other way round: job 102 reaches its own device only.
+    let seen = probe(&node, uid, "slurm:102");
+    assert_eq!(seen.open("after", &a), EPERM);
+    assert_eq!(seen.open("after", &b), "ok");
+    // Another uid may not confine itself into the job (nor learn about it).
+    let other = probe(&node, 1001, "slurm:101");
+    assert!(other.lines.iter().any(|l| l == "PROBE refused permission_denied"), "{:?}", other.lines);
+    // Release removes the (now empty) groups.
+    assert_eq!(node.client().release(&"slurm:101".parse().unwrap()).unwrap().released, 1);
+    assert!(groups.iter().all(|g| !g.exists()), "groups left after release: {groups:?}");
+    // A job with no allocation here is unknown_job.
+    let e = node.client().confine(&"slurm:101".parse().unwrap()).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::UnknownJob));
+}
+
+#[test]
+fn v1_devices_controller_separates_two_jobs_of_one_uid() {
+    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+        return;
+    }
+    same_uid_jobs_are_separated("v1");
+}
+
+#[test]
+fn v2_bpf_program_separates_two_jobs_of_one_uid() {
+    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+        return;
+    }
+    same_uid_jobs_are_separated("v2");
+}
+
+#[test]
+fn both_hierarchies_together() {
+    if !require(common::is_root() && v1_available() && v2_available(), "root, cgroup v1 devices and cgroup2") {
+        return;
+    }
+    same_uid_jobs_are_separated("both");
+}
+
+/// A lingering probe must not outlive a failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn busy_group_survives_release_and_reconcile_removes_it_later() {
+    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+        return;
+    }
+    let node = node("auto");
+    alloc(&node, "slurm:201", 1000, 2);
+    alloc(&node, "slurm:202", 1000, 3);
+    let mut child = KillOnDrop(retry_busy(|| probe_command(&node, 1000, "slurm:201").env("CDER_PROBE_LINGER", "1").stdout(std::process::Stdio::piped()).spawn()));
+    // Read until the probe says it is confined and lingering.
+    let mut lines = Vec::new();
+    {
+        use std::io::BufRead;
+        let reader = std::io::BufReader::new(child.0.stdout.as_mut().unwrap());
+        for line in reader.lines() {
+            let line = line.unwrap();
+            let done = line.ends_with("PROBE lingering");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+    }
+    let seen = Seen { lines: probe_lines(lines.iter().map(String::as_str)) };
+    let groups = seen.cgroups();
+    assert_eq!(seen.open("after", &node.devices[2]), "ok");
+    assert_eq!(seen.open("after", &node.devices[3]), EPERM);
+    // Release succeeds although the group is busy; the group stays.
+    assert_eq!(node.client().release(&"slurm:201".parse().unwrap()).unwrap().released, 1);
+    assert!(groups.iter().all(|g| g.is_dir()), "a group with a process in it cannot be removed yet");
+    drop(child);
+    // The next reconcile sweeps it.
+    node.client().reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
+    assert!(groups.iter().all(|g| !g.exists()), "reconcile left {groups:?}");
+}
+
+#[test]
+fn cgroup_off_answers_enforcement_unavailable() {
+    let node = node("off");
+    alloc(&node, "local:x", 0, 0);
+    let e = node.client().confine(&"local:x".parse().unwrap()).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::EnforcementUnavailable), "{e}");
+}
+
+#[test]
+fn a_device_held_open_by_another_process_is_not_handed_out() {
+    if !require(common::is_root(), "root (to hold a device open as another uid)") {
+        return;
+    }
+    // Device 0 is a copy of 1:11 (/dev/kmsg), which no other test uses and
+    // unprivileged processes do not hold.
+    let node = node_with("off", [11, 7, 8, 9], "skip");
+    // uid 65534 holds device 0 open through its stdin.
+    use std::os::unix::process::CommandExt;
+    let mut holder = Command::new("sleep")
+        .arg("60")
+        .stdin(std::fs::File::open(&node.devices[0]).unwrap())
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    // Wait for the child to be past exec and under its own uid.
+    let status = format!("/proc/{}/status", holder.id());
+    for _ in 0..500 {
+        if std::fs::read_to_string(&status).is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534"))) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Chosen by cderd: never device 0 while it is held; every other one is given.
+    let mut given = Vec::new();
+    for j in 0..3 {
+        let a = node.client().alloc(&AllocRequest::new(format!("slurm:31{j}").parse().unwrap(), 1000, 1)).unwrap();
+        given.push(a.devices[0].index);
+    }
+    given.sort();
+    assert_eq!(given, vec![1, 2, 3]);
+    let e = node.client().alloc(&AllocRequest::new("slurm:320".parse().unwrap(), 1000, 1)).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Insufficient));
+    assert!(e.to_string().contains("held open"), "{e}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // Nobody holds it now: it is given out.
+    let a = node.client().alloc(&AllocRequest::new("slurm:320".parse().unwrap(), 1000, 1)).unwrap();
+    assert_eq!(a.devices[0].index, 0);
+}
+
+#[test]
+fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
+    if !require(common::is_root(), "root (to hold a device open as another uid)") {
+        return;
+    }
+    let node = node_with("off", [11, 7, 8, 9], "skip");
+    use std::os::unix::process::CommandExt;
+    let mut holder = Command::new("sleep")
+        .arg("60")
+        .stdin(std::fs::File::open(&node.devices[0]).unwrap())
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", holder.id());
+    for _ in 0..500 {
+        if std::fs::read_to_string(&status).is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534"))) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SLURM chose device 0 (its GRES index): the ledger records it, and the
+    // log names the process that can still use it.
+    let mut r = AllocRequest::new("slurm:401".parse().unwrap(), 1000, 1);
+    r.devices = Some(vec![0]);
+    let a = node.client().alloc(&r).unwrap();
+    assert_eq!(a.devices[0].index, 0);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let log = node.log();
+    assert!(log.contains("the batch system chose it") && log.contains(&format!("pid {}", holder.id())), "{log}");
+}

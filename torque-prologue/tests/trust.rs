@@ -1,0 +1,250 @@
+//! Issue 12 and 14 on the TORQUE side, against a real cderd and real
+//! cgroups, with the hooks run exactly as pbs_mom runs them (TORQUE is not
+//! packaged here; tests/common/mod.rs reproduces pbs_mom's contract, and
+//! its job files and gpu file as TORQUE's source writes them).
+//!
+//! * the batch system decides how many devices (only the form the
+//!   scheduler counts) and, where it chose, which (exec_gpus);
+//! * the job starter puts the job into cderd's device cgroup, so two jobs of
+//!   one user cannot open each other's devices, and never runs a job as root;
+//! * reconcile never frees an allocation newer than its snapshot.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{epilogue_args, hostname, prologue_args, Devices, Node, JOB_GID, JOB_UID};
+
+fn set(v: &[u32]) -> BTreeSet<u32> {
+    v.iter().copied().collect()
+}
+
+/// The submit filter as qsub runs it, with `settings` as torque.toml.
+fn submit_filter(node: &Node, script: &[u8]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cder-torque-submit-filter"))
+        .env_clear()
+        .env("CDER_TORQUE_CONFIG", &node.torque_toml)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(script);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn hand_written_mark_is_refused_by_the_filter_and_ignored_by_the_prologue() {
+    let Some(node) = Node::start("[torque]\ndirective = \"native\"\n") else { return };
+    let script = b"#!/bin/sh\n#PBS -l nodes=1:ppn=1\n#PBS -l other=cder:gpgpu:4\n./grab-all-gpus\n";
+    let out = submit_filter(&node, script);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("job script line 3: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"), "{err}");
+
+    // Submitted some other way, the mark reaches pbs_mom; TORQUE counted no
+    // GPUs for the job, and the prologue gives it none.
+    let r = node.hook("prologue", &prologue_args("700.ce", "neednodes=1:ppn=1,nodes=1:ppn=1,other=cder:gpgpu:4,walltime=01:00:00"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("ignored other=cder:gpgpu:4"), "the job's error file says why: {r:?}");
+    assert!(node.holders().is_empty(), "{:?}", node.holders());
+    // So a later job that TORQUE counted four GPUs for runs, not requeued.
+    let r = node.hook("prologue", &prologue_args("701.ce", "neednodes=1:ppn=1:gpus=4,nodes=1:ppn=1:gpus=4"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.holders()["torque:701.ce"].len(), 4);
+}
+
+#[test]
+fn torque_assigned_gpus_are_adopted_from_the_gpu_file_and_the_job_file() {
+    let Some(node) = Node::start("") else { return };
+    let host = hostname();
+    // Mother superior: pbs_mom wrote $PBS_HOME/aux/<id>gpu (PBS_GPUFILE)
+    // before the prologue; another host's GPU in it is not ours.
+    std::fs::write(node.pbs_home().join("aux/800.ce.example.orggpu"), format!("{host}-gpu3\n{host}-gpu1\nwn99-gpu0\n")).unwrap();
+    node.write_job_file("800.ce.example.org", Some(&format!("{host}-gpu/3+{host}-gpu/1+wn99-gpu/0")));
+    let r = node.hook("prologue", &prologue_args("800.ce.example.org", "neednodes=2:ppn=1:gpus=2,nodes=2:ppn=1:gpus=2"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(set(&node.holders()["torque:800.ce.example.org"]), set(&[1, 3]), "exactly TORQUE's choice");
+
+    // A sister (prologue.parallel) has no gpu file: exec_gpus of the job file.
+    node.write_job_file("801.ce", Some(&format!("wn98-gpu/0+{host}-gpu/2")));
+    let r = node.hook("prologue.parallel", &prologue_args("801.ce", "nodes=2:ppn=1:gpus=1"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.holders()["torque:801.ce"], vec![2]);
+
+    // TORQUE assigns a GPU cderd's ledger has held by another job: the
+    // batch system and the ledger disagree; the job is requeued, loudly.
+    node.write_job_file("802.ce", Some(&format!("{host}-gpu/2")));
+    let r = node.hook("prologue", &prologue_args("802.ce", "nodes=1:ppn=1:gpus=1"));
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("the batch system and the ledger disagree"), "{r:?}");
+    assert!(!node.holders().contains_key("torque:802.ce"));
+
+    // Without a TORQUE assignment (no exec_gpus), cderd chooses as many as counted.
+    node.write_job_file("803.ce", None);
+    assert_eq!(node.hook("prologue", &prologue_args("803.ce", "nodes=1:ppn=1:gpus=1")).code, 0);
+    assert_eq!(node.holders()["torque:803.ce"], vec![0]);
+}
+
+/// Runs, through the job starter as pbs_mom execs it, a job that tries to
+/// read one byte of each device; prints its environment's device list and
+/// each open's outcome.
+fn probe(node: &Node, job: &str) -> common::Run {
+    let mut script = String::from("echo \"CVD=$CUDA_VISIBLE_DEVICES\"\n");
+    for (i, p) in node.device_paths.iter().enumerate() {
+        script.push_str(&format!("if head -c 1 {} >/dev/null 2>/tmp/cder-probe-$$; then echo 'dev{i} open'; else echo \"dev{i} $(cat /tmp/cder-probe-$$)\"; fi\n", p.display()));
+    }
+    script.push_str("rm -f /tmp/cder-probe-$$\n");
+    node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", job), ("PATH", "/usr/bin:/bin")], &["/bin/sh", "-sh"], script.as_bytes())
+}
+
+#[test]
+fn two_jobs_of_one_user_are_kept_apart_by_real_cgroups() {
+    two_jobs_of_one_user_apart("v1");
+}
+
+/// The same with cgroup v2 and cderd's device BPF program.
+#[test]
+fn two_jobs_of_one_user_are_kept_apart_by_cgroup_v2_bpf() {
+    two_jobs_of_one_user_apart("v2");
+}
+
+fn two_jobs_of_one_user_apart(cgroup: &'static str) {
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup }) else { return };
+    let gpus2 = "neednodes=1:ppn=1:gpus=2,nodes=1:ppn=1:gpus=2";
+    assert_eq!(node.hook("prologue", &prologue_args("900.ce", gpus2)).code, 0);
+    assert_eq!(node.hook("prologue", &prologue_args("901.ce", gpus2)).code, 0);
+    let held = node.holders();
+    let (a, b) = (set(&held["torque:900.ce"]), set(&held["torque:901.ce"]));
+    assert!(a.is_disjoint(&b) && a.len() == 2 && b.len() == 2, "{held:?}");
+
+    for (job, mine) in [("900.ce", &a), ("901.ce", &b)] {
+        let r = probe(&node, job);
+        assert_eq!(r.code, 0, "{r:?}");
+        // Inside the device cgroup the runtime numbers the job's devices from 0.
+        assert!(r.stdout.contains("CVD=0,1\n"), "{job}: {}", r.stdout);
+        for i in 0..4u32 {
+            let line = r.stdout.lines().find(|l| l.starts_with(&format!("dev{i} "))).unwrap_or_default().to_string();
+            if mine.contains(&i) {
+                assert_eq!(line, format!("dev{i} open"), "{job} opens its own device: {}", r.stdout);
+            } else {
+                assert!(line.contains("Operation not permitted"), "{job} gets EPERM on the other job's device {i}: {}", r.stdout);
+            }
+        }
+    }
+    // A third job of the same user that asked for no devices is recorded
+    // with none and confined away from all of them.
+    let r = node.hook("prologue", &prologue_args("902.ce", "neednodes=1:ppn=1,nodes=1:ppn=1"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = probe(&node, "902.ce");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("CVD=\n"), "{}", r.stdout);
+    for i in 0..4 {
+        let line = r.stdout.lines().find(|l| l.starts_with(&format!("dev{i} "))).unwrap_or_default();
+        assert!(line.contains("Operation not permitted"), "the device-less job is denied device {i}: {}", r.stdout);
+    }
+    // The same user, outside the job starter, is in no job's group: the
+    // kernel, not the file mode, made the difference above.
+    let r = node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/usr/bin/head"), &["-c", "1", node.device_paths[0].to_str().unwrap()], &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for job in ["900.ce", "901.ce", "902.ce"] {
+        assert_eq!(node.hook("epilogue", &epilogue_args(job)).code, 0);
+    }
+}
+
+#[test]
+fn a_job_that_cannot_be_confined_follows_the_confine_setting() {
+    // cderd with device cgroups off answers confine with enforcement_unavailable.
+    let Some(node) = Node::start_with("", Devices::Char { cgroup: "off" }) else { return };
+    assert_eq!(node.hook("prologue", &prologue_args("950.ce", "nodes=1:ppn=1:gpus=1")).code, 0);
+    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "950.ce")], &["/bin/sh", "-sh"], b"echo RAN\n");
+    assert_eq!(r.code, 1, "fail closed by default: {r:?}");
+    assert!(!r.stdout.contains("RAN"), "{r:?}");
+    assert!(r.stderr.contains("cannot confine the job to its devices") && r.stderr.contains("confine = \"required\""), "{r:?}");
+
+    std::fs::write(&node.torque_toml, "[torque]\nconfine = \"best_effort\"\n").unwrap();
+    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "950.ce")], &["/bin/sh", "-sh"], b"echo RAN $CUDA_VISIBLE_DEVICES\n");
+    assert_eq!(r.code, 0, "{r:?}");
+    let index = node.holders()["torque:950.ce"][0];
+    assert_eq!(r.stdout, format!("RAN {index}\n"), "absolute indices outside a cgroup: {r:?}");
+    assert!(r.stderr.contains("best_effort"), "{r:?}");
+}
+
+#[test]
+fn job_starter_refuses_to_run_a_job_as_root() {
+    let Some(node) = Node::start("[torque]\nconfine = \"off\"\n") else { return };
+    // As pbs_mom runs it with $job_starter_run_privileged: as root.
+    let mut cmd = Command::new(&node.job_starter);
+    cmd.args(["/bin/sh", "-sh"])
+        .env_clear()
+        .env("CDER_CONFIG", &node.config)
+        .env("CDER_TORQUE_CONFIG", &node.torque_toml)
+        .env("PBS_JOBID", "990.ce")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let _ = child.stdin.take().unwrap().write_all(b"echo RAN\n");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "the job did not run: {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("$job_starter_run_privileged"), "{err}");
+}
+
+#[test]
+fn reconcile_after_a_snapshot_keeps_a_newer_allocation() {
+    let Some(node) = Node::start("") else { return };
+    let gpus1 = "nodes=1:ppn=1:gpus=1";
+    // 1000 runs (pbs_mom holds its job file); 1001's epilogue never ran, its file is gone.
+    node.write_job_file("1000.ce", None);
+    assert_eq!(node.hook("prologue", &prologue_args("1000.ce", gpus1)).code, 0);
+    assert_eq!(node.hook("prologue", &prologue_args("1001.ce", gpus1)).code, 0);
+
+    let home = cder_torque::mom::PbsHome(node.pbs_home().to_path_buf());
+    let mut client = node.client();
+    let as_of = cder_torque::reconcile::generation(&mut client).unwrap();
+    let live = cder_torque::reconcile::snapshot(&home).unwrap();
+    assert_eq!(live.iter().map(ToString::to_string).collect::<Vec<_>>(), ["torque:1000.ce"]);
+
+    // Between the snapshot and the reconcile, pbs_mom starts job 1002.
+    node.write_job_file("1002.ce", None);
+    assert_eq!(node.hook("prologue", &prologue_args("1002.ce", gpus1)).code, 0);
+
+    let done = cder_torque::reconcile::release_stale(&mut client, live, as_of).unwrap();
+    assert_eq!(done.released.iter().map(ToString::to_string).collect::<Vec<_>>(), ["torque:1001.ce"]);
+    let held = node.holders();
+    assert!(held.contains_key("torque:1002.ce"), "the newer allocation survives: {held:?}");
+    assert!(held.contains_key("torque:1000.ce") && !held.contains_key("torque:1001.ce"), "{held:?}");
+
+    // The binary does the same steps; 1000's job file goes: its devices are freed.
+    node.remove_job_file("1000.ce");
+    let out = Command::new(env!("CARGO_BIN_EXE_cder-torque-reconcile"))
+        .arg("--pbs-home")
+        .arg(node.pbs_home())
+        .env_clear()
+        .env("CDER_CONFIG", &node.config)
+        .env("CDER_TORQUE_CONFIG", &node.torque_toml)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "released torque:1000.ce\n");
+    assert_eq!(node.holders().keys().cloned().collect::<Vec<_>>(), ["torque:1002.ce"]);
+
+    // An unreadable job directory releases nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_cder-torque-reconcile"))
+        .arg("--pbs-home")
+        .arg(node.pbs_home().join("nonexistent"))
+        .env_clear()
+        .env("CDER_CONFIG", &node.config)
+        .env("CDER_TORQUE_CONFIG", &node.torque_toml)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing released"));
+    assert_eq!(node.holders().len(), 1);
+    let _ = Duration::from_secs(0);
+}
