@@ -83,6 +83,18 @@ pub fn fallback_config() -> Config {
         .unwrap_or_default()
 }
 
+/// This process's cgroup membership (`/proc/self/cgroup`), empty if unreadable.
+pub fn read_own_cgroups() -> String {
+    std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default()
+}
+
+/// Whether a `/proc/<pid>/cgroup` text places the process in a device group
+/// cderd made for `job` (named `<lrms>-<id>-<token>`, see cderd's cgroup module).
+pub fn in_job_group(job: &JobKey, proc_cgroup: &str) -> bool {
+    let prefix = format!("{}-{}-", job.lrms().as_str(), job.id());
+    proc_cgroup.lines().filter_map(|l| l.rsplit_once(':')).any(|(_, path)| path.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(&prefix)))
+}
+
 /// Asks cderd (`env`, checked against the caller's uid) for the devices of
 /// TORQUE job `job_id`. Every outcome yields a complete environment: the
 /// job's own devices, or the empty list for each configured type.
@@ -121,7 +133,10 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
     // A job recorded with no devices is confined too: away from every
     // device cderd manages.
     if confine == Confine::Off {
-        env.0.extend(allocation.env.0);
+        // Inside the job's device cgroup (the starter put the job there),
+        // the CUDA runtime numbers the job's devices from 0.
+        let numbering = if in_job_group(&job, &read_own_cgroups()) { allocation.relative_env(&config.cders) } else { allocation.env };
+        env.0.extend(numbering.0);
         return Fetched::new(env, Some(job), None, true);
     }
     match client.confine(&job) {
@@ -148,6 +163,18 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_group_is_recognised_only_for_its_own_job() {
+        let job = JobKey::new(Lrms::Torque, "17.ce").unwrap();
+        let v1 = "12:devices:/cder/torque-17.ce-abc123def456\n11:memory:/\n0::/\n";
+        let v2 = "12:devices:/\n0::/cder/torque-17.ce-abc123def456\n";
+        assert!(in_job_group(&job, v1));
+        assert!(in_job_group(&job, v2));
+        assert!(!in_job_group(&job, "12:devices:/cder/torque-170.ce-abc\n0::/\n"), "another job's group");
+        assert!(!in_job_group(&job, "12:devices:/\n0::/user.slice\n"));
+        assert!(!in_job_group(&job, ""));
+    }
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
