@@ -394,7 +394,11 @@ fn per_node_value(text: &str, shown: &str, origin: &Origin, settings: &TorqueSet
     if !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(reject("not a whole number of devices per node".into()));
     }
-    let n: u32 = text.parse().map_err(|_| reject("far too large".into()))?;
+    // The one count rule every door shares (cder_request): 1 to MAX_COUNT.
+    let n = cder_request::parse_count(text).map_err(|e| match e {
+        cder_request::CountError::TooLarge => reject(format!("far too large ({e})")),
+        other => reject(other.to_string()),
+    })?;
     if n > settings.max_per_node {
         return Err(reject(format!("more than this site's limit of {} per node", settings.max_per_node)));
     }

@@ -17,6 +17,7 @@
 use std::process::Command;
 
 use cder_model::{JobKey, Lrms, VgpgpuMethod};
+use cder_request::{VgpgpuError, VgpgpuRequest};
 use cder_model::{Config, JobEnvironment};
 use cder_registry_client::api::{BackendRequest, QueryName};
 use cder_registry_client::Client;
@@ -54,13 +55,9 @@ impl QstatJob {
     /// The vGPGPU need: (backends in all, method); `None` for other jobs;
     /// an error for a malformed request.
     pub fn need(&self) -> Result<Option<(u32, VgpgpuMethod)>, String> {
-        let Some(n) = self.var(PER_NODE_KEY) else { return Ok(None) };
-        let per_node: u32 = n.trim().parse().map_err(|_| format!("{}: {PER_NODE_KEY}={n:?} is not a count", self.id))?;
-        let method = match self.var(METHOD_KEY).or_else(|| self.var(TYPE_KEY)) {
-            Some(m) => m.parse().map_err(|e| format!("{}: {e}", self.id))?,
-            None => VgpgpuMethod::Rcuda,
-        };
-        Ok((per_node > 0).then(|| (per_node.saturating_mul(node_count(self.nodes.as_deref())), method)))
+        let request = VgpgpuRequest::read(self.var(PER_NODE_KEY), self.var(METHOD_KEY).or_else(|| self.var(TYPE_KEY)))
+            .map_err(|e| format!("{}: {e}", self.id))?;
+        Ok(request.map(|r| (r.total(node_count(self.nodes.as_deref())), r.method)))
     }
 
     /// The job key, `torque:<id>`.
@@ -265,19 +262,21 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
 pub fn hold_script(script: &[u8], vars: &[(String, String)], prefix: &str) -> Result<Option<Vec<u8>>, crate::filter::Rejection> {
     let get = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let refuse = |m: String| crate::filter::Rejection(m);
-    let Some(count) = get(PER_NODE_KEY) else { return Ok(None) };
-    let per_node: u32 = count.parse().map_err(|_| refuse(format!("{PER_NODE_KEY}={count:?}: expected a whole number")))?;
-    if per_node == 0 {
-        return Ok(None);
-    }
-    let method = match get(METHOD_KEY).or_else(|| get(TYPE_KEY)) {
-        Some(m) => m.parse::<VgpgpuMethod>().map_err(|e| refuse(format!("{METHOD_KEY}: {e}")))?,
-        None => VgpgpuMethod::Rcuda,
-    };
+    let count = get(PER_NODE_KEY);
+    let method_text = get(METHOD_KEY).or_else(|| get(TYPE_KEY));
+    // One reading for every door (cder_request): a count of 1 to MAX_COUNT,
+    // rCUDA when no method is named, a method without a count refused.
+    let request = VgpgpuRequest::read(count.as_deref(), method_text.as_deref()).map_err(|e| match e {
+        VgpgpuError::Count(c) => refuse(format!("{PER_NODE_KEY}={:?}: {c}", count.unwrap_or_default())),
+        VgpgpuError::Method(m) => refuse(format!("{METHOD_KEY}: {m}")),
+        VgpgpuError::MethodWithoutCount => refuse(e.to_string()),
+    })?;
+    let Some(VgpgpuRequest { per_node, method }) = request else { return Ok(None) };
     if prefix.is_empty() {
         return Err(refuse(format!("qsub command line: -C \"\" turns directives off, so the {PER_NODE_KEY} job cannot be held for its backends")));
     }
-    let directives = format!("{prefix} -h\n{prefix} -v {PER_NODE_KEY}={per_node},{METHOD_KEY}={method}\n");
+    let variables = cder_request::lrms::pbs_vgpgpu_variables(&VgpgpuRequest { per_node, method });
+    let directives = format!("{prefix} -h\n{prefix} -v {variables}\n");
     let mut out = Vec::with_capacity(script.len() + directives.len());
     if script.starts_with(b"#!") {
         let eol = script.iter().position(|&b| b == b'\n').map_or(script.len(), |p| p + 1);
@@ -338,7 +337,9 @@ mod tests {
         assert_eq!(hold(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(), None, "after the first command");
         // A Latin-1 comment does not end the header (qsub reads bytes).
         assert!(hold(b"#!/bin/sh\n# \xe9t\xe9\n#PBS -v VirtualGPGPUPerNode=1\n", &[]).unwrap().is_some());
-        assert_eq!(hold(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]).unwrap(), None);
+        // 0 is refused, as on every door (cder_request): leave the key out to ask for none.
+        assert!(hold(b"#PBS -v VirtualGPGPUPerNode=0\n", &[]).unwrap_err().0.contains("at least 1"));
+        assert!(hold(b"#PBS -v VirtualGPGPUMethod=VCL\n", &[]).unwrap_err().0.contains("without VirtualGPGPUPerNode"));
         // qsub -C: the hold is written in the prefix qsub reads.
         let out = hold(b"#MY -v VirtualGPGPUPerNode=1\n./a\n", &["-C", "#MY"]).unwrap().unwrap();
         assert!(out.starts_with(b"#MY -h\n#MY -v VirtualGPGPUPerNode=1,"), "{}", String::from_utf8_lossy(&out));

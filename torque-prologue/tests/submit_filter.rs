@@ -55,7 +55,6 @@ const CASES: &[Case] = &[
     Case { name: "no_request", args: &[], settings: MAUI, env: &[] },
     Case { name: "after_first_command", args: &[], settings: NATIVE, env: &[] },
     Case { name: "no_shebang", args: &["-v", "GPGPUPerNode=1"], settings: NATIVE, env: &[] },
-    Case { name: "zero", args: &[], settings: NATIVE, env: &[] },
     Case { name: "maui_thesis", args: &[], settings: MAUI, env: &[] },
     Case { name: "maui_existing_x", args: &[], settings: MAUI, env: &[] },
     Case { name: "custom_prefix", args: &["-C", "#MY", "-vGPGPUPerNode=2"], settings: NATIVE, env: &[] },
@@ -108,6 +107,8 @@ const REJECTED: &[(&str, &[&str], &str, &str)] = &[
     ("#PBS -v GPGPUPerNode=two\n./a\n", &[], NATIVE, "job script line 1: GPGPUPerNode=two: not a whole number"),
     ("#PBS -v GPGPUPerNode=-1\n./a\n", &[], NATIVE, "GPGPUPerNode=-1: not a whole number"),
     ("#PBS -v GPGPUPerNode=1.5\n", &[], NATIVE, "GPGPUPerNode=1.5: not a whole number"),
+    // 0 is refused on every door (cder_request), as sbatch --gpgpu-per-node=0 is.
+    ("#!/bin/sh\n#PBS -v GPGPUPerNode=0\ntrue\n", &[], NATIVE, "job script line 2: GPGPUPerNode=0: the count must be at least 1"),
     ("#CDER GPGPUPerNode=\n", &[], NATIVE, "GPGPUPerNode=: no value"),
     ("#CDER GPGPUPerNode=65\n", &[], NATIVE, "more than this site's limit of 64 per node"),
     ("#CDER GPGPUPerNode=3\n", &[], "[torque]\nmax_per_node = 2\n", "limit of 2 per node"),

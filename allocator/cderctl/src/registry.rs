@@ -86,7 +86,7 @@ fn refused(e: ClientError) -> Failure {
 }
 
 fn method(text: Option<&str>) -> Result<Option<VgpgpuMethod>, Failure> {
-    text.map(|m| m.parse().map_err(|e: String| Failure::usage(anyhow!("--method: {e}")))).transpose()
+    text.map(|m| m.parse().map_err(|e: cder_model::registry::UnknownMethod| Failure::usage(anyhow!("--method: {e}")))).transpose()
 }
 
 fn table(s: &Status) -> String {

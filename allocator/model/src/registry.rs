@@ -14,61 +14,12 @@
 //! launcher = ["/usr/local/sbin/vgpgpu-backend", "start", "{uuid}", "{index}", "{port}", "{visible_env}={index}"]
 //! ```
 
-use std::fmt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// An API-interception method: how a job reaches a remote GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum VgpgpuMethod {
-    /// rCUDA: CUDA calls forwarded to a remote rCUDA server.
-    #[serde(rename = "rCUDA", alias = "rcuda", alias = "RCUDA")]
-    Rcuda,
-    /// VCL (MOSIX Virtual OpenCL): OpenCL calls forwarded to remote nodes.
-    #[serde(rename = "VCL", alias = "vcl")]
-    Vcl,
-}
-
-impl VgpgpuMethod {
-    /// Every method, in the order they are published.
-    pub const ALL: [VgpgpuMethod; 2] = [VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
-
-    /// The name as the thesis and the GLUE ApplicationEnvironment write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            VgpgpuMethod::Rcuda => "rCUDA",
-            VgpgpuMethod::Vcl => "VCL",
-        }
-    }
-
-    /// The methods a backend of this vendor serves by default: VCL for
-    /// every GPU, rCUDA for NVIDIA only (rCUDA speaks CUDA).
-    pub fn defaults_for_vendor(vendor: &str) -> Vec<VgpgpuMethod> {
-        if vendor.eq_ignore_ascii_case("nvidia") {
-            vec![VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl]
-        } else {
-            vec![VgpgpuMethod::Vcl]
-        }
-    }
-}
-
-impl fmt::Display for VgpgpuMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for VgpgpuMethod {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "rcuda" => Ok(VgpgpuMethod::Rcuda),
-            "vcl" => Ok(VgpgpuMethod::Vcl),
-            _ => Err(format!("{s:?} is not a vGPGPU method (rCUDA or VCL)")),
-        }
-    }
-}
+/// The vGPGPU methods: one vocabulary for every part of cder (`cder_request`).
+pub use cder_request::{UnknownMethod, VgpgpuMethod};
 
 /// How the registry picks backends for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

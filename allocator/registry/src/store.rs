@@ -310,7 +310,7 @@ impl Store {
         let mut allocations = Vec::new();
         let mut uids = Vec::new();
         for (id, node, method, uid) in rows {
-            let method = method.parse().map_err(|e: String| refused(ErrorCode::Internal, e))?;
+            let method = method.parse().map_err(|e: cder_model::registry::UnknownMethod| refused(ErrorCode::Internal, e.to_string()))?;
             allocations.push(Allocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
             uids.push(uid);
         }

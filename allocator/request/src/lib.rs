@@ -149,10 +149,13 @@ pub fn check_type_name(name: &str) -> Result<(), TypeNameError> {
 
 /// An API-interception method that gives a job remote GPUs (seed thesis §4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum VgpgpuMethod {
     /// rCUDA: CUDA calls forwarded to a remote rCUDA server.
+    #[cfg_attr(feature = "serde", serde(rename = "rCUDA", alias = "rcuda", alias = "RCUDA"))]
     Rcuda,
     /// VCL (MOSIX Virtual OpenCL): OpenCL calls forwarded to remote nodes.
+    #[cfg_attr(feature = "serde", serde(rename = "VCL", alias = "vcl"))]
     Vcl,
 }
 
@@ -165,6 +168,16 @@ impl VgpgpuMethod {
         match self {
             VgpgpuMethod::Rcuda => "rCUDA",
             VgpgpuMethod::Vcl => "VCL",
+        }
+    }
+
+    /// The methods a backend of this vendor serves by default: VCL for
+    /// every GPU, rCUDA for NVIDIA only (rCUDA speaks CUDA).
+    pub fn defaults_for_vendor(vendor: &str) -> Vec<VgpgpuMethod> {
+        if vendor.eq_ignore_ascii_case("nvidia") {
+            vec![VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl]
+        } else {
+            vec![VgpgpuMethod::Vcl]
         }
     }
 }
@@ -186,6 +199,12 @@ impl fmt::Display for UnknownMethod {
 }
 
 impl std::error::Error for UnknownMethod {}
+
+impl From<UnknownMethod> for String {
+    fn from(e: UnknownMethod) -> String {
+        e.to_string()
+    }
+}
 
 impl std::str::FromStr for VgpgpuMethod {
     type Err = UnknownMethod;
