@@ -307,7 +307,7 @@ pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Fail
     };
     let lrms = args.lrms.clone().or(implied_lrms);
     let mut client = args.connection.connect(config)?;
-    let reconciled = client.reconcile(&ReconcileRequest { live_jobs, lrms }).map_err(refused)?;
+    let reconciled = client.reconcile(&ReconcileRequest { live_jobs, lrms, as_of: None }).map_err(refused)?;
     if args.json {
         json(&reconciled)
     } else {

@@ -177,6 +177,7 @@ impl Daemon {
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
+            Request::Confine(_) => Err(ErrorReply::new(ErrorCode::EnforcementUnavailable, "no device cgroup is configured on this node")),
         }
     }
 
@@ -258,7 +259,7 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts })
+        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts, generation: 0 })
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {

@@ -305,11 +305,11 @@ fn reconcile_frees_jobs_that_no_longer_exist() {
     for j in ["slurm:1", "slurm:2", "slurm:3", "torque:4.ce"] {
         c.alloc(&AllocRequest::new(job(j), 1000, 1)).unwrap();
     }
-    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()) }).unwrap();
+    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()), as_of: None }).unwrap();
     assert_eq!(r.released, vec![job("slurm:1"), job("slurm:3")]);
     let held: BTreeSet<String> = c.status().unwrap().devices.iter().filter_map(|d| d.job.as_ref().map(ToString::to_string)).collect();
     assert_eq!(held, ["slurm:2", "torque:4.ce"].iter().map(|s| s.to_string()).collect());
-    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(r.released.len(), 2);
     assert_eq!(c.status().unwrap().counts["gpgpu"].free, 8);
 }
@@ -378,11 +378,11 @@ fn enforcement_changes_and_restores_device_files() {
     let b = c.alloc(&AllocRequest::new(job("slurm:2"), 4321, 1)).unwrap();
     let i = b.devices[0].index as usize;
     assert_eq!(meta(i), (4321, 0o600));
-    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(meta(i), (0, 0o666));
     // A file tampered with while free is restored by reconcile, too.
     std::os::unix::fs::chown(&node.devices[3], Some(4321), None).unwrap();
-    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(meta(3), (0, 0o666));
     // A missing device file: enforcement fails, the allocation is undone.
     std::fs::remove_file(&node.devices[0]).unwrap();

@@ -83,7 +83,7 @@ fn nvml_compute_mode_and_device_files_follow_the_allocation() {
     }
     c.alloc(&AllocRequest::new("slurm:2".parse().unwrap(), 4321, 1)).unwrap();
     assert_eq!(mode(0), EXCLUSIVE_PROCESS);
-    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None }).unwrap();
+    c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(mode(0), DEFAULT);
     assert_eq!(owner(0), (0, 0o666));
 }

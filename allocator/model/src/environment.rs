@@ -5,6 +5,21 @@ use std::collections::BTreeMap;
 use crate::config::{CderType, VisibleIds};
 use crate::device::Device;
 
+/// One device a job holds, by the names the environment needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldDevice<'a> {
+    pub cder_type: &'a str,
+    /// The node's index (PCI bus order for NVIDIA).
+    pub index: u32,
+    pub uuid: &'a str,
+}
+
+impl<'a> From<&'a Device> for HeldDevice<'a> {
+    fn from(d: &'a Device) -> Self {
+        HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid }
+    }
+}
+
 /// Variables to set in a job, in a stable (sorted) order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -14,16 +29,42 @@ impl JobEnvironment {
     /// The environment for a job holding `devices`, for every configured
     /// type. A type the job holds nothing of still gets its variables, set
     /// to the empty list: an unset `CUDA_VISIBLE_DEVICES` means "all".
+    /// Indices are the node's (absolute, PCI bus order): right for a job
+    /// that can open every device file of the node.
     pub fn for_devices(types: &[CderType], devices: &[Device]) -> JobEnvironment {
+        let held: Vec<HeldDevice<'_>> = devices.iter().map(HeldDevice::from).collect();
+        Self::build(types, &held, false)
+    }
+
+    /// The environment for a job whose processes run inside a device cgroup
+    /// (cder's own `confine`, or SLURM's ConstrainDevices): the vendor
+    /// runtime enumerates only the devices the job can open, numbered from
+    /// 0, so each type's list is `0..n-1` in the job's device order (by node
+    /// index), or the UUIDs where the type is configured for UUIDs.
+    pub fn for_devices_relative(types: &[CderType], devices: &[Device]) -> JobEnvironment {
+        let held: Vec<HeldDevice<'_>> = devices.iter().map(HeldDevice::from).collect();
+        Self::build(types, &held, true)
+    }
+
+    /// [`for_devices`](Self::for_devices) / [`for_devices_relative`](Self::for_devices_relative)
+    /// from just type, index and UUID: what a client of cderd has in hand
+    /// (the protocol's allocated devices) without the full [`Device`].
+    pub fn for_held(types: &[CderType], held: &[HeldDevice<'_>], relative: bool) -> JobEnvironment {
+        Self::build(types, held, relative)
+    }
+
+    fn build(types: &[CderType], held: &[HeldDevice<'_>], relative: bool) -> JobEnvironment {
         let mut env = BTreeMap::new();
         for cder in types {
-            let mut mine: Vec<&Device> = devices.iter().filter(|d| d.cder_type == cder.name()).collect();
+            let mut mine: Vec<&HeldDevice<'_>> = held.iter().filter(|d| d.cder_type == cder.name()).collect();
             mine.sort_by_key(|d| d.index);
             let list = mine
                 .iter()
-                .map(|d| match cder.visible_ids {
-                    VisibleIds::Index => d.index.to_string(),
-                    VisibleIds::Uuid => d.uuid.clone(),
+                .enumerate()
+                .map(|(position, d)| match (cder.visible_ids, relative) {
+                    (VisibleIds::Index, false) => d.index.to_string(),
+                    (VisibleIds::Index, true) => position.to_string(),
+                    (VisibleIds::Uuid, _) => d.uuid.to_string(),
                 })
                 .collect::<Vec<_>>()
                 .join(",");
@@ -109,6 +150,31 @@ discovery = "static"
         let c = config();
         let env = JobEnvironment::empty(&c.cders);
         assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+
+    #[test]
+    fn relative_indices_count_from_zero_in_node_order() {
+        let c = config();
+        let devs = c.cders[0].static_devices();
+        // Held: node indices 3 and 1 (given out of order).
+        let env = JobEnvironment::for_devices_relative(&c.cders, &[devs[2].clone(), devs[1].clone()]);
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some("0,1"));
+        assert_eq!(env.get("ROCR_VISIBLE_DEVICES"), Some(""));
+        let one = JobEnvironment::for_devices_relative(&c.cders, &[devs[2].clone()]);
+        assert_eq!(one.get("CUDA_VISIBLE_DEVICES"), Some("0"));
+        assert_eq!(JobEnvironment::for_devices_relative(&c.cders, &[]).get("CUDA_VISIBLE_DEVICES"), Some(""));
+        let held = [HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" }];
+        assert_eq!(JobEnvironment::for_held(&c.cders, &held, false).get("CUDA_VISIBLE_DEVICES"), Some("3"));
+        assert_eq!(JobEnvironment::for_held(&c.cders, &held, true).get("CUDA_VISIBLE_DEVICES"), Some("0"));
+    }
+
+    #[test]
+    fn relative_with_uuids_keeps_uuids() {
+        let mut c = config();
+        c.cders[0].visible_ids = VisibleIds::Uuid;
+        let devs = c.cders[0].static_devices();
+        let env = JobEnvironment::for_devices_relative(&c.cders, &[devs[0].clone(), devs[2].clone()]);
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some("gpgpu-0,GPU-3"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use device::{ComputeCapability, Device, Health};
-pub use environment::JobEnvironment;
+pub use environment::{HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{CderType, Discovery, VendorKind, VisibleIds};

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use cder_model::JobKey;
 
-use crate::reply::{parse_reply, Accounting, Allocation, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released, Status};
+use crate::reply::{parse_reply, Accounting, Allocation, Confined, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released, Status};
 use crate::request::{AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request};
 
 /// Longest reply line the client reads (a large node's accounting fits well).
@@ -184,6 +184,15 @@ impl Client {
     /// `reconcile`: release every job (of `request.lrms`) not in `live_jobs`.
     pub fn reconcile(&mut self, request: &ReconcileRequest) -> Result<Reconciled, ClientError> {
         self.typed(&Request::Reconcile(request.clone()))
+    }
+
+    /// `confine`: move this process (as the daemon sees it through
+    /// SO_PEERCRED) into the job's device cgroup(s). Children forked
+    /// afterwards inherit them. Afterwards the job's devices are numbered
+    /// from 0: use [`Allocation::relative_env`] for the job's environment.
+    /// `enforcement_unavailable` means no device cgroup can be used here.
+    pub fn confine(&mut self, job: &JobKey) -> Result<Confined, ClientError> {
+        self.typed(&Request::Confine(JobRequest { job: job.clone() }))
     }
 
     /// `accounting`: usage records and utilisation over a period.

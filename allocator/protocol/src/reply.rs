@@ -36,6 +36,9 @@ pub enum ErrorCode {
     Conflict,
     /// The daemon failed (database, enforcement); the state is unchanged.
     Internal,
+    /// `confine`: no device cgroup (v1 `devices` controller or v2 with a
+    /// device BPF program) can be used on this node, or enforcement is off.
+    EnforcementUnavailable,
     /// A code this client does not know (from a newer daemon).
     #[serde(other)]
     Unknown,
@@ -54,6 +57,7 @@ impl ErrorCode {
             ErrorCode::UnknownDevice => "unknown_device",
             ErrorCode::Conflict => "conflict",
             ErrorCode::Internal => "internal",
+            ErrorCode::EnforcementUnavailable => "enforcement_unavailable",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -153,6 +157,22 @@ pub struct Allocation {
     pub env: JobEnvironment,
 }
 
+impl Allocation {
+    /// The environment to give the job once its processes are confined to
+    /// its device cgroup (`confine` succeeded, or SLURM's ConstrainDevices):
+    /// indices relative to the job's own devices (`0..n-1` in node order),
+    /// or UUIDs where `types` says so. `env` holds the absolute indices,
+    /// right only outside a device cgroup.
+    pub fn relative_env(&self, types: &[cder_model::CderType]) -> JobEnvironment {
+        let held: Vec<cder_model::HeldDevice<'_>> = self
+            .devices
+            .iter()
+            .map(|d| cder_model::HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid })
+            .collect();
+        JobEnvironment::for_held(types, &held, true)
+    }
+}
+
 /// The result of `release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
@@ -208,6 +228,22 @@ pub struct Status {
     /// By type (config order), then index.
     pub devices: Vec<DeviceStatus>,
     pub counts: BTreeMap<String, TypeCounts>,
+    /// The ledger's allocation sequence number: every new allocation takes
+    /// the next one, durably. Read it before taking the batch system's list
+    /// of live jobs and pass it as `reconcile`'s `as_of`. (0 from a daemon
+    /// that predates it.)
+    #[serde(default)]
+    pub generation: u64,
+}
+
+/// The result of `confine`: the groups the calling process was put into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confined {
+    pub job: JobKey,
+    /// The process moved (the caller's SO_PEERCRED pid).
+    pub pid: u32,
+    /// Paths of the device cgroups it now belongs to (v1 and/or v2).
+    pub cgroups: Vec<String>,
 }
 
 /// The result of `reconcile`: the jobs whose allocations were freed.

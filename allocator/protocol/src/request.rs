@@ -39,6 +39,9 @@ pub enum Request {
     Reconcile(ReconcileRequest),
     /// Per-job, per-device usage records and the pool's utilisation.
     Accounting(AccountingRequest),
+    /// Move the calling process (SO_PEERCRED pid) into the job's device
+    /// cgroup(s) (root, operators, and the job's own uid).
+    Confine(JobRequest),
 }
 
 /// `alloc`: give `job`, run by `uid`, `count` devices of `type`.
@@ -77,7 +80,7 @@ impl AllocRequest {
     }
 }
 
-/// `release` and `env`: one job.
+/// `release`, `env` and `confine`: one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
@@ -110,6 +113,12 @@ pub struct ReconcileRequest {
     /// considered, so that a SLURM job list never frees TORQUE jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lrms: Option<String>,
+    /// The ledger's `generation` (from `status`) read BEFORE the batch
+    /// system's list of live jobs was taken: allocations with a later
+    /// sequence number are never released by this reconcile, since the
+    /// list cannot know them. `None` considers every allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
 }
 
 /// `accounting`: records overlapping `[since, until]` (unix seconds).
@@ -140,6 +149,7 @@ impl Request {
             Request::Resume(_) => "resume",
             Request::Reconcile(_) => "reconcile",
             Request::Accounting(_) => "accounting",
+            Request::Confine(_) => "confine",
         }
     }
 
@@ -153,7 +163,7 @@ impl Request {
         let fields = match self {
             Request::Ping | Request::Status => Ok(Value::Object(Map::new())),
             Request::Alloc(r) => serde_json::to_value(r),
-            Request::Release(r) | Request::Env(r) => serde_json::to_value(r),
+            Request::Release(r) | Request::Env(r) | Request::Confine(r) => serde_json::to_value(r),
             Request::Drain(r) => serde_json::to_value(r),
             Request::Resume(r) => serde_json::to_value(r),
             Request::Reconcile(r) => serde_json::to_value(r),
@@ -214,10 +224,11 @@ impl Request {
             "resume" => Request::Resume(parse(&op, fields)?),
             "reconcile" => Request::Reconcile(parse(&op, fields)?),
             "accounting" => Request::Accounting(parse(&op, fields)?),
+            "confine" => Request::Confine(parse(&op, fields)?),
             _ => {
                 let shown: String = op.chars().take(64).collect();
                 return Err(bad(format!(
-                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile or accounting)"
+                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile, accounting or confine)"
                 )));
             }
         };
@@ -271,7 +282,7 @@ impl Request {
                 (_, Some(u)) if u < 0 => Err("accounting: until must not be negative".into()),
                 _ => Ok(()),
             },
-            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) => Ok(()),
+            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) | Request::Confine(_) => Ok(()),
         }
     }
 }
@@ -332,7 +343,9 @@ mod tests {
             Request::Env(JobRequest { job: job.clone() }),
             Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
             Request::Resume(DeviceRequest { device: "GPU-aaaa".into() }),
-            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()) }),
+            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()), as_of: None }),
+            Request::Reconcile(ReconcileRequest { live_jobs: vec![], lrms: None, as_of: Some(17) }),
+            Request::Confine(JobRequest { job: job.clone() }),
             Request::Accounting(AccountingRequest { since: Some(1), until: Some(2) }),
         ];
         for r in requests {
@@ -382,7 +395,9 @@ mod tests {
         let job: JobKey = "slurm:1".parse().unwrap();
         assert!(Request::Alloc(AllocRequest::new(job.clone(), 1, 1)).needs_operator());
         assert!(Request::Release(JobRequest { job: job.clone() }).needs_operator());
-        assert!(!Request::Env(JobRequest { job }).needs_operator());
+        assert!(!Request::Env(JobRequest { job: job.clone() }).needs_operator());
+        // The job's own uid confines its processes; the daemon checks ownership.
+        assert!(!Request::Confine(JobRequest { job }).needs_operator());
         assert!(!Request::Status.needs_operator());
         assert!(!Request::Accounting(AccountingRequest::default()).needs_operator());
     }
