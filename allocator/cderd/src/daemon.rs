@@ -7,12 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use cder_model::{Config, Device, JobEnvironment, JobKey};
+use cder_model::{Config, Device, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
-    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, DeviceState, ErrorCode, ErrorReply, Pong,
+    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, ErrorCode, ErrorReply, Pong,
     ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation, PROTOCOL_VERSION,
 };
 
+use crate::cgroup::{DeviceCgroups, DeviceNumber};
 use crate::enforce::Enforcer;
 use crate::policy::{LocalityPolicy, SelectionPolicy};
 use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
@@ -26,6 +27,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("enforcement: {0}")]
     Enforcement(#[from] crate::enforce::EnforcementError),
+    #[error("device cgroups: {0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("[node] operators: {0}")]
     Operator(String),
     #[error("state dir {}: {source}", path.display())]
@@ -50,6 +53,10 @@ pub struct Daemon {
     operators: BTreeSet<u32>,
     /// The inventory found at start, by UUID, for the job environment.
     inventory: HashMap<String, Device>,
+    /// Per-job device cgroups (`confine`).
+    cgroups: DeviceCgroups,
+    /// Uids whose open descriptors do not make a device busy.
+    held_open_ignore: BTreeSet<u32>,
 }
 
 /// Unix seconds now.
@@ -86,7 +93,8 @@ impl Daemon {
 
     /// As [`Daemon::start`], with another selection policy.
     pub fn start_with(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
-        let daemon = Self::open(config, policy)?;
+        let mut daemon = Self::open(config, policy)?;
+        daemon.cgroups = DeviceCgroups::new(&daemon.config.node.enforcement)?;
         let db = daemon.config.node.state_dir.join("cderd.db");
         crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         daemon.reassert_enforcement()?;
@@ -110,6 +118,15 @@ impl Daemon {
         let mut store = Store::open(&db, &types)?;
         store.sync_inventory(&devices)?;
         let enforcer = Enforcer::new(&config)?;
+        let mut held_open_ignore = BTreeSet::new();
+        for name in &config.node.enforcement.held_open_ignore_users {
+            // A default name such as nvidia-persistenced is absent on most
+            // nodes; absence only means there is nothing to ignore.
+            match resolve_operators(std::slice::from_ref(name)) {
+                Ok(uids) => held_open_ignore.extend(uids),
+                Err(e) => tracing::debug!("[node.enforcement] held_open_ignore_users: {e}"),
+            }
+        }
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
             config,
@@ -117,6 +134,8 @@ impl Daemon {
             policy,
             enforcer,
             operators,
+            cgroups: DeviceCgroups::off("cderd --check does not touch cgroups"),
+            held_open_ignore,
         };
         Ok(daemon)
     }
@@ -177,7 +196,7 @@ impl Daemon {
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
-            Request::Confine(_) => Err(ErrorReply::new(ErrorCode::EnforcementUnavailable, "no device cgroup is configured on this node")),
+            Request::Confine(r) => self.confine(caller, &r.job).map(|c| to_value(&c)),
         }
     }
 
@@ -204,7 +223,30 @@ impl Daemon {
             ));
         }
         let mut store = self.store();
-        let (allocation, new) = store.alloc(request, self.policy.as_ref(), now()).map_err(StoreError::into_reply)?;
+        // The /proc scan costs a walk of every descriptor on the node: only
+        // for a job that holds nothing yet (a retried prologue skips it).
+        let busy = if store.job(&request.job).map_err(StoreError::into_reply)?.is_none() { self.held_open(&store)? } else { BTreeMap::new() };
+        let avoid = match self.config.node.enforcement.held_open {
+            HeldOpen::Skip => busy.clone(),
+            HeldOpen::Allow => BTreeMap::new(),
+        };
+        for (uuid, why) in &busy {
+            match self.config.node.enforcement.held_open {
+                HeldOpen::Skip => tracing::warn!(device = %uuid, job = %request.job, "not handing out a free device: {why}"),
+                HeldOpen::Allow => {}
+            }
+        }
+        let (allocation, new) = store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
+        if new && self.config.node.enforcement.held_open == HeldOpen::Allow {
+            for d in allocation.devices.iter().filter(|d| busy.contains_key(&d.uuid)) {
+                tracing::warn!(
+                    device = %d.name(),
+                    job = %allocation.job,
+                    "handing out a device that {} ([node.enforcement] held_open = \"allow\"): that process can use it beside the job",
+                    busy[&d.uuid]
+                );
+            }
+        }
         if new {
             if let Err(e) = self.enforcer.apply(allocation.uid, &allocation.devices) {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
@@ -223,9 +265,13 @@ impl Daemon {
     /// `release`: idempotent; the number of devices freed.
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
         let mut store = self.store();
+        let token = store.job(job).map_err(StoreError::into_reply)?.map(|a| a.token);
         let released = store.release(job, now()).map_err(StoreError::into_reply)?;
         for e in self.enforcer.restore(&released) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
+        }
+        if let Some(token) = token {
+            self.remove_groups(job, &token);
         }
         if !released.is_empty() {
             tracing::info!(job = %job, devices = released.len(), "released");
@@ -247,7 +293,10 @@ impl Daemon {
 
     /// `status`: one snapshot, read under the lock, so it agrees with the database.
     pub fn status(&self) -> Result<Status, ErrorReply> {
-        let devices = self.store().devices().map_err(StoreError::into_reply)?;
+        let store = self.store();
+        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let generation = store.generation().map_err(StoreError::into_reply)?;
+        drop(store);
         let mut counts: BTreeMap<String, TypeCounts> = self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
         for d in &devices {
             let c = counts.entry(d.cder_type.clone()).or_default();
@@ -259,7 +308,7 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts, generation: 0 })
+        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts, generation })
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
@@ -275,9 +324,17 @@ impl Daemon {
     pub fn reconcile(&self, request: &ReconcileRequest) -> Result<Reconciled, ErrorReply> {
         let live: BTreeSet<&JobKey> = request.live_jobs.iter().collect();
         let lrms = request.lrms.as_deref();
+        let as_of = request.as_of;
         let mut store = self.store();
+        let tokens: HashMap<JobKey, String> =
+            store.live_allocations().map_err(StoreError::into_reply)?.into_iter().map(|(job, _, token)| (job, token)).collect();
+        // Newer than the caller's snapshot of live jobs: the snapshot
+        // cannot know the job, so its absence there says nothing.
         let released = store
-            .release_where(|job| live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l), now())
+            .release_where(
+                |job, seq| as_of.is_some_and(|g| seq > g) || live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l),
+                now(),
+            )
             .map_err(StoreError::into_reply)?;
         let mut jobs = Vec::new();
         for (job, devices) in released {
@@ -285,7 +342,24 @@ impl Daemon {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
             }
             tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
+            if let Some(token) = tokens.get(&job) {
+                self.remove_groups(&job, token);
+            }
             jobs.push(job);
+        }
+        // Groups of jobs released earlier that still held processes then.
+        if self.cgroups.is_available() {
+            let wanted: BTreeSet<String> = store
+                .live_allocations()
+                .map_err(StoreError::into_reply)?
+                .iter()
+                .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
+                .collect();
+            for name in self.cgroups.group_names().difference(&wanted) {
+                for e in self.cgroups.remove(name) {
+                    tracing::warn!(group = %name, "a released job's device cgroup is still busy; reconcile will retry: {e}");
+                }
+            }
         }
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
@@ -303,6 +377,11 @@ impl Daemon {
         let store = self.store();
         let until = request.until.unwrap_or(now);
         let since = match request.since {
+            Some(s) if s > until => {
+                // The protocol checks a pair it is given; an `until` left to
+                // default to now is only known here.
+                return Err(ErrorReply::new(ErrorCode::BadRequest, format!("accounting: since {s} is after until {until} (now)")));
+            }
             Some(s) => s,
             None => store.first_start().map_err(StoreError::into_reply)?.unwrap_or(until).min(until),
         };
@@ -310,10 +389,91 @@ impl Daemon {
         let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
         let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
         drop(store);
-        let device_seconds: i64 = records.iter().map(|r| (r.end.unwrap_or(now).min(until) - r.start.max(since)).max(0)).sum();
-        let capacity = i64::from(pool_size) * (until - since);
-        let ratio = if capacity > 0 { device_seconds as f64 / capacity as f64 } else { 0.0 };
+        // since <= until here, and both are bounded by the protocol
+        // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
+        // saturate: a sum over a huge history must not wrap.
+        let device_seconds: i64 = records
+            .iter()
+            .map(|r| r.end.unwrap_or(now).min(until).saturating_sub(r.start.max(since)).max(0))
+            .fold(0i64, i64::saturating_add);
+        // In floating point: pool size × period exceeds i64 for long periods.
+        let capacity = f64::from(pool_size) * until.saturating_sub(since) as f64;
+        let ratio = if capacity > 0.0 { device_seconds as f64 / capacity } else { 0.0 };
         Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio } })
+    }
+
+    /// `confine`: moves the caller's process (SO_PEERCRED pid) into the
+    /// job's device cgroups, creating them on first use.
+    pub fn confine(&self, caller: Caller, job: &JobKey) -> Result<Confined, ErrorReply> {
+        let store = self.store();
+        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let Some(allocation) = allocation else {
+            return Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node")));
+        };
+        if allocation.uid != caller.uid && !self.is_operator(caller.uid) {
+            return Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid)));
+        }
+        if !self.cgroups.is_available() {
+            let why = self.cgroups.unavailable_reason().unwrap_or("no device cgroup can be used on this node");
+            return Err(ErrorReply::new(ErrorCode::EnforcementUnavailable, why.to_string()));
+        }
+        let pid = u32::try_from(caller.pid).ok().filter(|p| *p > 0).ok_or_else(|| {
+            ErrorReply::new(ErrorCode::BadRequest, format!("the caller's pid {} (SO_PEERCRED) is not a process this daemon can see", caller.pid))
+        })?;
+        // Every device this node manages, by number; the job's own are the
+        // only ones not denied (a number shared with one of them stays allowed).
+        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let own: BTreeSet<DeviceNumber> = allocation.devices.iter().filter_map(|d| DeviceNumber::of_path(&d.path)).collect();
+        let deny: Vec<DeviceNumber> = devices
+            .iter()
+            .filter(|d| d.present)
+            .filter_map(|d| DeviceNumber::of_path(&d.path))
+            .filter(|n| !own.contains(n))
+            .collect();
+        let name = DeviceCgroups::group_name(job, &allocation.token);
+        let groups = self.cgroups.confine(&name, &deny, pid).map_err(|e| {
+            tracing::error!(job = %job, pid, "confine failed: {e}");
+            ErrorReply::new(ErrorCode::Internal, format!("confining pid {pid} for job {job}: {e}"))
+        })?;
+        drop(store);
+        tracing::info!(job = %job, pid, denied = deny.len(), "confined");
+        Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })
+    }
+
+    /// Free present devices that some process (not root, not an ignored
+    /// uid) holds open: UUID → why.
+    fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
+        let free: Vec<DeviceRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(DeviceRow::is_free).collect();
+        let mut by_rdev: BTreeMap<u64, Vec<&DeviceRow>> = BTreeMap::new();
+        for d in &free {
+            if let Ok(meta) = std::fs::metadata(&d.path) {
+                use std::os::unix::fs::{FileTypeExt, MetadataExt};
+                if meta.file_type().is_char_device() {
+                    by_rdev.entry(meta.rdev()).or_default().push(d);
+                }
+            }
+        }
+        let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
+        let mut out = BTreeMap::new();
+        for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, &self.held_open_ignore) {
+            let list: Vec<String> = holders.iter().take(3).map(ToString::to_string).collect();
+            let more = holders.len().saturating_sub(3);
+            let why = format!("held open by {}{}", list.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() });
+            for d in by_rdev.get(&rdev).into_iter().flatten() {
+                out.insert(d.uuid.clone(), why.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a released job's device cgroups; never fails the release.
+    fn remove_groups(&self, job: &JobKey, token: &str) {
+        if !self.cgroups.is_available() {
+            return;
+        }
+        for e in self.cgroups.remove(&DeviceCgroups::group_name(job, token)) {
+            tracing::warn!(job = %job, "device cgroup left in place (processes remain?); reconcile will retry: {e}");
+        }
     }
 
     fn type_list(&self) -> String {

@@ -169,7 +169,7 @@ mod tests {
         assert_eq!((m.uid(), m.mode() & 0o7777), (job_uid, 0o600));
         assert!(e.restore(&[row(&path)]).is_empty());
         let m = std::fs::metadata(&path).unwrap();
-        assert_eq!((m.uid(), m.mode() & 0o7777), (me, 0o666));
+        assert_eq!((m.uid(), m.mode() & 0o7777), (me, 0o600), "idle devices are root-only by default");
     }
 
     #[test]

@@ -7,13 +7,17 @@
 //! * [`policy`] — which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
+//! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
+//! * [`held`] — which processes hold a device open (never handed out then).
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
 
+pub mod cgroup;
 pub mod daemon;
 pub mod durable;
 pub mod enforce;
+pub mod held;
 pub mod policy;
 pub mod server;
 pub mod store;

@@ -12,7 +12,7 @@
 //! returns only after `COMMIT`, so a reply built from its result describes
 //! state that is on disk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
@@ -200,6 +200,9 @@ pub struct JobAllocation {
     pub start: i64,
     /// By type order, then index.
     pub devices: Vec<DeviceRow>,
+    /// The allocation's sequence number (its `jobs` row id): every new
+    /// allocation takes the next one, see [`Store::generation`].
+    pub seq: u64,
 }
 
 /// A live row of the `jobs` table.
@@ -339,7 +342,7 @@ impl Store {
         };
         let mut devices = query_devices(conn, "WHERE a.job_id = ?1", &[&id])?;
         self.sort(&mut devices);
-        Ok(Some(JobAllocation { job: job.clone(), uid, cder_type, count, token, start, devices }))
+        Ok(Some(JobAllocation { job: job.clone(), uid, cder_type, count, token, start, devices, seq: id.max(0) as u64 }))
     }
 
     /// The live allocation of `job`, if it holds one.
@@ -349,14 +352,43 @@ impl Store {
 
     /// Every job that holds a live allocation.
     pub fn live_jobs(&self) -> Result<Vec<JobKey>> {
-        let mut stmt = self.conn.prepare_cached("SELECT job FROM jobs WHERE end IS NULL ORDER BY id")?;
-        let keys = stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-        keys.iter().map(|k| parse_job(k)).collect()
+        Ok(self.live_allocations()?.into_iter().map(|(job, _, _)| job).collect())
+    }
+
+    /// Every live allocation: job, sequence number, token.
+    pub fn live_allocations(&self) -> Result<Vec<(JobKey, u64, String)>> {
+        let mut stmt = self.conn.prepare_cached("SELECT job, id, token FROM jobs WHERE end IS NULL ORDER BY id")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter().map(|(k, id, token)| Ok((parse_job(&k)?, id.max(0) as u64, token))).collect()
+    }
+
+    /// The ledger's generation: the sequence number of the newest
+    /// allocation ever made (0 before the first). `jobs` rows are never
+    /// deleted and their ids are SQLite rowids, which only grow while the
+    /// largest row exists, so this is monotonic and as durable as the rows.
+    pub fn generation(&self) -> Result<u64> {
+        let max: Option<i64> = self.conn.query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
+        Ok(max.unwrap_or(0).max(0) as u64)
     }
 
     /// Allocates per `req`, or returns the job's existing allocation when it
     /// already holds a matching one (`.1` is false then: nothing changed).
     pub fn alloc(&mut self, req: &AllocRequest, policy: &dyn SelectionPolicy, now: i64) -> Result<(JobAllocation, bool)> {
+        self.alloc_avoiding(req, policy, now, &BTreeMap::new())
+    }
+
+    /// As [`Store::alloc`], never giving out a device in `busy` (UUID →
+    /// why: another process holds it open). An explicit `devices` list that
+    /// names one is refused with `conflict`.
+    pub fn alloc_avoiding(
+        &mut self,
+        req: &AllocRequest,
+        policy: &dyn SelectionPolicy,
+        now: i64,
+        busy: &BTreeMap<String, String>,
+    ) -> Result<(JobAllocation, bool)> {
         let tx = self.begin()?;
         if let Some(existing) = self.allocation_of(&tx, &req.job)? {
             let same_devices = match &req.devices {
@@ -380,12 +412,20 @@ impl Store {
         }
         let of_type = query_devices(&tx, "WHERE d.type = ?1", &[&req.cder_type])?;
         let chosen: Vec<DeviceRow> = match &req.devices {
-            Some(indices) => Self::exactly(&of_type, indices, &req.cder_type)?,
+            Some(indices) => {
+                let chosen = Self::exactly(&of_type, indices, &req.cder_type)?;
+                if let Some((d, why)) = chosen.iter().find_map(|d| busy.get(&d.uuid).map(|why| (d, why))) {
+                    return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is free in the ledger but {why}", d.name())));
+                }
+                chosen
+            }
             None => {
                 let model = req.model.as_ref().map(|m| m.to_lowercase());
+                let held_open = of_type.iter().filter(|d| d.is_free() && busy.contains_key(&d.uuid)).count();
                 let eligible: Vec<&DeviceRow> = of_type
                     .iter()
                     .filter(|d| d.is_free())
+                    .filter(|d| !busy.contains_key(&d.uuid))
                     .filter(|d| req.min_memory_mb.is_none_or(|m| d.memory_mb >= m))
                     .filter(|d| model.as_ref().is_none_or(|m| d.model.to_lowercase().contains(m.as_str())))
                     .collect();
@@ -406,12 +446,13 @@ impl Store {
                         let mut e = ErrorReply::new(
                             ErrorCode::Insufficient,
                             format!(
-                                "{} {} device{} requested, {} free{}",
+                                "{} {} device{} requested, {} free{}{}",
                                 req.count,
                                 req.cder_type,
                                 if req.count == 1 { "" } else { "s" },
                                 eligible.len(),
-                                if constrained { " that satisfy the constraints" } else { "" }
+                                if constrained { " that satisfy the constraints" } else { "" },
+                                if held_open > 0 { format!(" ({held_open} more free in the ledger but held open by another process)") } else { String::new() }
                             ),
                         );
                         e.free = Some(eligible.len() as u32);
@@ -481,9 +522,10 @@ impl Store {
         Ok(allocation.devices.into_iter().map(|d| DeviceRow { job: None, uid: None, ..d }).collect())
     }
 
-    /// Releases, in one transaction, every live job that `keep` rejects.
-    pub fn release_where(&mut self, keep: impl Fn(&JobKey) -> bool, now: i64) -> Result<Vec<(JobKey, Vec<DeviceRow>)>> {
-        let doomed: Vec<JobKey> = self.live_jobs()?.into_iter().filter(|j| !keep(j)).collect();
+    /// Releases, in one transaction, every live job that `keep` rejects
+    /// (it is given the job and its allocation's sequence number).
+    pub fn release_where(&mut self, keep: impl Fn(&JobKey, u64) -> bool, now: i64) -> Result<Vec<(JobKey, Vec<DeviceRow>)>> {
+        let doomed: Vec<JobKey> = self.live_allocations()?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
         let tx = self.begin()?;
         let mut out = Vec::new();
         for job in doomed {
@@ -669,6 +711,45 @@ mod tests {
         assert_eq!(indices(&s.alloc(&r, &LocalityPolicy, 1).unwrap().0), vec![2]);
         let d = s.set_drained("gpgpu:0", None).unwrap();
         assert_eq!(d.state(), DeviceState::Free);
+    }
+
+    #[test]
+    fn generation_numbers_every_new_allocation() {
+        let (_d, mut s) = node(4);
+        assert_eq!(s.generation().unwrap(), 0);
+        let (a, _) = s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1).unwrap();
+        assert_eq!((a.seq, s.generation().unwrap()), (1, 1));
+        // An idempotent repeat is not a new allocation.
+        let (again, new) = s.alloc(&req("slurm:1", 1), &LocalityPolicy, 2).unwrap();
+        assert!(!new);
+        assert_eq!((again.seq, s.generation().unwrap()), (1, 1));
+        s.release(&"slurm:1".parse().unwrap(), 3).unwrap();
+        // Release does not lower it; the requeued job takes the next number.
+        assert_eq!(s.generation().unwrap(), 1);
+        let (b, _) = s.alloc(&req("slurm:1", 1), &LocalityPolicy, 4).unwrap();
+        assert_eq!((b.seq, s.generation().unwrap()), (2, 2));
+        // release_where hands the sequence number to the predicate.
+        let as_of = s.generation().unwrap();
+        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 5).unwrap();
+        let released = s.release_where(|_, seq| seq > as_of, 6).unwrap();
+        assert_eq!(released.iter().map(|(j, _)| j.to_string()).collect::<Vec<_>>(), vec!["slurm:1"]);
+        assert!(s.job(&"slurm:2".parse().unwrap()).unwrap().is_some());
+    }
+
+    #[test]
+    fn busy_devices_are_skipped_or_refused() {
+        let (_d, mut s) = node(4);
+        let busy: BTreeMap<String, String> = [("gpgpu-0".to_string(), "held open by pid 7".to_string())].into();
+        let (a, _) = s.alloc_avoiding(&req("slurm:1", 1), &LocalityPolicy, 1, &busy).unwrap();
+        assert_ne!(indices(&a), vec![0]);
+        let mut r = req("slurm:2", 1);
+        r.devices = Some(vec![0]);
+        let e = s.alloc_avoiding(&r, &LocalityPolicy, 1, &busy).unwrap_err().into_reply();
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert!(e.message.contains("pid 7"), "{}", e.message);
+        let e = s.alloc_avoiding(&req("slurm:3", 3), &LocalityPolicy, 1, &busy).unwrap_err().into_reply();
+        assert_eq!((e.code, e.free), (ErrorCode::Insufficient, Some(2)));
+        assert!(e.message.contains("held open"), "{}", e.message);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The few libc calls std does not offer: the peer's credentials of a Unix
-//! socket (SO_PEERCRED), user-name lookup through NSS, and waiting for
-//! SIGTERM synchronously.
+//! socket (SO_PEERCRED), user-name lookup through NSS, waiting for SIGTERM
+//! synchronously, and the three bpf(2) commands that device cgroups on
+//! cgroup v2 need (load a program, attach it to a cgroup, count what is
+//! attached).
 
 use std::ffi::{CStr, CString};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 /// Who is on the other end of a Unix socket, as the kernel says.
@@ -104,6 +106,145 @@ fn termination_set() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         set
     }
+}
+
+/// One eBPF instruction as the kernel reads it (`struct bpf_insn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BpfInsn {
+    pub code: u8,
+    /// `dst_reg:4, src_reg:4` as a C bitfield: see [`BpfInsn::new`].
+    pub regs: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+impl BpfInsn {
+    pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> BpfInsn {
+        // C bitfields fill from the least significant bit on little-endian
+        // targets and from the most significant on big-endian ones.
+        #[cfg(target_endian = "little")]
+        let regs = (dst & 0xf) | ((src & 0xf) << 4);
+        #[cfg(target_endian = "big")]
+        let regs = ((dst & 0xf) << 4) | (src & 0xf);
+        BpfInsn { code, regs, off, imm }
+    }
+}
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_ATTACH: libc::c_long = 8;
+const BPF_PROG_QUERY: libc::c_long = 16;
+/// `BPF_PROG_TYPE_CGROUP_DEVICE` (include/uapi/linux/bpf.h).
+pub const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
+/// `BPF_CGROUP_DEVICE`, the attach type of device programs.
+pub const BPF_CGROUP_DEVICE: u32 = 6;
+/// `BPF_F_ALLOW_MULTI`: run beside programs attached above, all must allow.
+pub const BPF_F_ALLOW_MULTI: u32 = 2;
+
+/// The `BPF_PROG_LOAD` part of `union bpf_attr`, up to and including
+/// `expected_attach_type`; the kernel zero-extends shorter attrs.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+/// The `BPF_PROG_ATTACH` part of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgAttachAttr {
+    target_fd: u32,
+    attach_bpf_fd: u32,
+    attach_type: u32,
+    attach_flags: u32,
+}
+
+/// The `BPF_PROG_QUERY` part of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgQueryAttr {
+    target_fd: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+}
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
+    // SAFETY: `attr` is a live, initialised repr(C) prefix of `union bpf_attr`
+    // for `cmd`, valid for reads and writes of size_of::<T>() bytes, which is
+    // the size passed; every pointer inside it was set by the caller to
+    // memory that outlives this call.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), std::mem::size_of::<T>() as libc::c_uint) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
+/// Loads `insns` as a program of `prog_type` (`name` is shown by bpftool).
+/// On a verifier refusal the error carries the verifier's log.
+pub fn bpf_prog_load(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn], name: &str) -> std::io::Result<OwnedFd> {
+    let license = c"GPL";
+    let mut log = vec![0u8; 64 * 1024];
+    let mut prog_name = [0u8; 16];
+    for (dst, src) in prog_name.iter_mut().zip(name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_').take(15)) {
+        *dst = src;
+    }
+    let mut attr = ProgLoadAttr {
+        prog_type,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name,
+        expected_attach_type,
+        ..ProgLoadAttr::default()
+    };
+    match bpf(BPF_PROG_LOAD, &mut attr) {
+        // SAFETY: a non-negative return of BPF_PROG_LOAD is a new file
+        // descriptor that nothing else owns.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) }),
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]).trim().replace('\n', "; ");
+            Err(if text.is_empty() { e } else { std::io::Error::new(e.kind(), format!("{e}; verifier: {text}")) })
+        }
+    }
+}
+
+/// Attaches `prog` to the cgroup open as `cgroup` for `attach_type`.
+pub fn bpf_prog_attach(cgroup: &impl AsRawFd, prog: &impl AsRawFd, attach_type: u32, flags: u32) -> std::io::Result<()> {
+    let mut attr = ProgAttachAttr {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_bpf_fd: prog.as_raw_fd() as u32,
+        attach_type,
+        attach_flags: flags,
+    };
+    bpf(BPF_PROG_ATTACH, &mut attr).map(|_| ())
+}
+
+/// How many programs are attached to the cgroup itself for `attach_type`
+/// (not counting those inherited from its ancestors).
+pub fn bpf_prog_query_count(cgroup: &impl AsRawFd, attach_type: u32) -> std::io::Result<u32> {
+    let mut attr = ProgQueryAttr { target_fd: cgroup.as_raw_fd() as u32, attach_type, ..ProgQueryAttr::default() };
+    bpf(BPF_PROG_QUERY, &mut attr)?;
+    Ok(attr.prog_cnt)
 }
 
 #[cfg(test)]

@@ -79,6 +79,58 @@ pub struct Enforcement {
     /// Set NVML compute mode EXCLUSIVE_PROCESS on allocation, DEFAULT on release.
     #[serde(default)]
     pub nvml_exclusive_process: bool,
+    /// Per-job device cgroups that `confine` puts a job's processes into.
+    #[serde(default)]
+    pub cgroup: CgroupMode,
+    /// Mount point of the cgroup v1 `devices` controller; found in
+    /// /proc/self/mountinfo when not given.
+    #[serde(default)]
+    pub cgroup_v1_root: Option<PathBuf>,
+    /// Mount point of the cgroup2 hierarchy; found in /proc/self/mountinfo
+    /// when not given.
+    #[serde(default)]
+    pub cgroup_v2_root: Option<PathBuf>,
+    /// The directory under each root that holds cderd's per-job groups.
+    #[serde(default = "default_cgroup_parent")]
+    pub cgroup_parent: String,
+    /// What to do with a free device that a process still holds open.
+    #[serde(default)]
+    pub held_open: HeldOpen,
+    /// Users whose open descriptors do not make a device busy (root's never
+    /// do): daemons that keep every GPU open, such as nvidia-persistenced.
+    /// A name that does not exist on the node is ignored.
+    #[serde(default = "default_held_open_ignore_users")]
+    pub held_open_ignore_users: Vec<String>,
+}
+
+/// `[node.enforcement] cgroup`: which device cgroups cderd manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupMode {
+    /// Every kind this node offers (v1 `devices`, v2 with a device BPF
+    /// program); none is not an error until a job asks to be confined.
+    #[default]
+    Auto,
+    /// The cgroup v1 `devices` controller; cderd refuses to start without it.
+    V1,
+    /// cgroup v2 with a BPF_PROG_TYPE_CGROUP_DEVICE program; required.
+    V2,
+    /// Both, both required.
+    Both,
+    /// No device cgroups: `confine` answers `enforcement_unavailable`.
+    Off,
+}
+
+/// `[node.enforcement] held_open`: a free device some process still holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HeldOpen {
+    /// Never hand it out: the holder could use it beside the job (a
+    /// descriptor opened while the device was free survives chmod/chown).
+    #[default]
+    Skip,
+    /// Hand it out anyway, logging a warning that names the holder.
+    Allow,
 }
 
 impl Default for Enforcement {
@@ -90,6 +142,12 @@ impl Default for Enforcement {
             idle_group: 0,
             idle_mode: default_idle_mode(),
             nvml_exclusive_process: false,
+            cgroup: CgroupMode::default(),
+            cgroup_v1_root: None,
+            cgroup_v2_root: None,
+            cgroup_parent: default_cgroup_parent(),
+            held_open: HeldOpen::default(),
+            held_open_ignore_users: default_held_open_ignore_users(),
         }
     }
 }
@@ -122,8 +180,16 @@ fn default_max_request_bytes() -> usize {
 fn default_job_mode() -> u32 {
     0o600
 }
+/// Root-only while idle: a descriptor opened while a device is free would
+/// survive the chown to the next job, so nobody but root may open one then.
 fn default_idle_mode() -> u32 {
-    0o666
+    0o600
+}
+fn default_cgroup_parent() -> String {
+    "cder".into()
+}
+fn default_held_open_ignore_users() -> Vec<String> {
+    vec!["nvidia-persistenced".into()]
 }
 
 /// How a type's devices are found.
@@ -403,6 +469,20 @@ impl Config {
             key: Some(key.to_string()),
             message,
         };
+        let parent = &self.node.enforcement.cgroup_parent;
+        let parent_ok = !parent.is_empty()
+            && parent.len() <= 64
+            && parent != "."
+            && parent != ".."
+            && parent.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !parent_ok {
+            return Err(anywhere("node.enforcement.cgroup_parent", format!("{parent:?} must be one directory name of letters, digits, '.', '_' or '-'")));
+        }
+        for (key, root) in [("node.enforcement.cgroup_v1_root", &self.node.enforcement.cgroup_v1_root), ("node.enforcement.cgroup_v2_root", &self.node.enforcement.cgroup_v2_root)] {
+            if root.as_ref().is_some_and(|r| !r.is_absolute()) {
+                return Err(anywhere(key, "must be an absolute path".into()));
+            }
+        }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
         }

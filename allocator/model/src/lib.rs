@@ -24,5 +24,5 @@ pub use device::{ComputeCapability, Device, Health};
 pub use environment::{HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
-pub use config::{CderType, Discovery, VendorKind, VisibleIds};
+pub use config::{CderType, CgroupMode, Discovery, HeldOpen, VendorKind, VisibleIds};
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};

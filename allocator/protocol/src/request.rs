@@ -15,6 +15,10 @@ pub const DEFAULT_TYPE: &str = "gpgpu";
 /// Most devices one `alloc` may ask for; anything larger is a malformed request.
 pub const MAX_COUNT: u32 = 4096;
 
+/// Latest time a request may name (9999-12-31T23:59:59Z, unix seconds):
+/// bounds `accounting`'s period so that no arithmetic on it can overflow.
+pub const MAX_UNIX_TIME: i64 = 253_402_300_799;
+
 /// Longest free-text field (`reason`, `model`, a device name) accepted.
 pub const MAX_TEXT_LEN: usize = 1024;
 
@@ -276,12 +280,21 @@ impl Request {
                 None | Some("slurm" | "torque" | "local") => Ok(()),
                 Some(other) => Err(format!("reconcile: lrms {:?} is not slurm, torque or local", other.chars().take(32).collect::<String>())),
             },
-            Request::Accounting(r) => match (r.since, r.until) {
-                (Some(s), Some(u)) if s > u => Err(format!("accounting: since {s} is after until {u}")),
-                (Some(s), _) if s < 0 => Err("accounting: since must not be negative".into()),
-                (_, Some(u)) if u < 0 => Err("accounting: until must not be negative".into()),
-                _ => Ok(()),
-            },
+            Request::Accounting(r) => {
+                for (field, value) in [("since", r.since), ("until", r.until)] {
+                    match value {
+                        Some(t) if t < 0 => return Err(format!("accounting: {field} must not be negative")),
+                        Some(t) if t > MAX_UNIX_TIME => {
+                            return Err(format!("accounting: {field} {t} is out of range (at most {MAX_UNIX_TIME}, the end of year 9999)"))
+                        }
+                        _ => {}
+                    }
+                }
+                match (r.since, r.until) {
+                    (Some(s), Some(u)) if s > u => Err(format!("accounting: since {s} is after until {u}")),
+                    _ => Ok(()),
+                }
+            }
             Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) | Request::Confine(_) => Ok(()),
         }
     }
@@ -387,7 +400,24 @@ mod tests {
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"../etc","reason":"x"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"lsf"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"accounting","since":5,"until":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"confine","job":"slurm:1","pid":7}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"as_of":-1}"#), ErrorCode::BadRequest);
         assert_eq!(code("\u{0}\u{1}"), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn accounting_times_out_of_range_name_the_field() {
+        // Issue 14: i64::MAX used to overflow the daemon's arithmetic.
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","since":9223372036854775807}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(e.message.contains("since") && e.message.contains("out of range"), "{}", e.message);
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","until":253402300800}"#).unwrap_err();
+        assert!(e.message.contains("until"), "{}", e.message);
+        let e = Request::from_line(br#"{"v":1,"op":"accounting","since":-9223372036854775808}"#).unwrap_err();
+        assert!(e.message.contains("since") && e.message.contains("negative"), "{}", e.message);
+        // Beyond i64 altogether: serde refuses, naming the op.
+        assert_eq!(code(r#"{"v":1,"op":"accounting","since":99999999999999999999}"#), ErrorCode::BadRequest);
+        assert!(Request::from_line(br#"{"v":1,"op":"accounting","since":0,"until":253402300799}"#).is_ok());
     }
 
     #[test]

@@ -1,0 +1,429 @@
+//! Per-job device cgroups: the kernel, not file modes, keeps a job's
+//! processes away from the other jobs' devices (issue 12, "enforcement is
+//! advisory").
+//!
+//! A job's group lives under `<root>/<cgroup_parent>/` of each hierarchy in
+//! use and is named after the job and its allocation token, so a requeued
+//! job with the same key never inherits the rules of its earlier life. In
+//! the group, every device cderd manages except the job's own is denied;
+//! everything else stays allowed (`/dev/null`, `/dev/nvidiactl`, …).
+//!
+//! * cgroup v1: the `devices` controller. A new group inherits the parent's
+//!   default-allow behaviour; cderd writes `c MAJ:MIN rwm` to
+//!   `devices.deny` for every other job's device.
+//! * cgroup v2: a `BPF_PROG_TYPE_CGROUP_DEVICE` program, assembled here
+//!   (a compare-and-deny block per denied device, allow at the end),
+//!   loaded with `bpf(BPF_PROG_LOAD)` and attached to the group with
+//!   `BPF_PROG_ATTACH` / `BPF_CGROUP_DEVICE` and `BPF_F_ALLOW_MULTI`, so
+//!   it composes with programs attached above (all must allow).
+//!
+//! `confine` writes the caller's pid to `cgroup.procs` of each group; the
+//! children it forks afterwards inherit the groups. A group is removed when
+//! the job is released; if processes are still in it the kernel refuses
+//! (EBUSY), the group stays, and reconcile tries again later.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use cder_model::config::Enforcement;
+use cder_model::{CgroupMode, JobKey};
+
+use crate::sys::{self, BpfInsn};
+
+/// A failed cgroup step, naming the path or call.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("{action} {}: {source}", path.display())]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("[node.enforcement] cgroup = {mode:?} needs {what}, which this node does not offer: {why}")]
+    Missing { mode: &'static str, what: &'static str, why: String },
+    #[error("loading the device BPF program: {0}")]
+    BpfLoad(std::io::Error),
+    #[error("attaching the device BPF program to {}: {source}", path.display())]
+    BpfAttach { path: PathBuf, source: std::io::Error },
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
+    move |source| CgroupError::Io { action, path: path.to_path_buf(), source }
+}
+
+/// A character device's number, as cgroup rules name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceNumber {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// Splits a `st_rdev` the way glibc's `major()`/`minor()` do.
+    pub fn from_rdev(rdev: u64) -> DeviceNumber {
+        let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+        let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+        DeviceNumber { major: major as u32, minor: minor as u32 }
+    }
+
+    /// The number of the character device at `path`; `None` when the path
+    /// is missing or not a character device (nothing a cgroup can guard).
+    pub fn of_path(path: &Path) -> Option<DeviceNumber> {
+        let meta = std::fs::metadata(path).ok()?;
+        meta.file_type().is_char_device().then(|| DeviceNumber::from_rdev(meta.rdev()))
+    }
+}
+
+impl std::fmt::Display for DeviceNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// The device program: deny (return 0) a character-device access whose
+/// major:minor is in `deny`, allow (return 1) everything else.
+pub fn device_program(deny: &[DeviceNumber]) -> Vec<BpfInsn> {
+    const LDX_W: u8 = 0x61; // BPF_LDX | BPF_MEM | BPF_W
+    const AND32_K: u8 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+    const JNE_K: u8 = 0x55; // BPF_JMP | BPF_JNE | BPF_K
+    const MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    const EXIT: u8 = 0x95; // BPF_JMP | BPF_EXIT
+    const DEV_CHAR: i32 = 2; // BPF_DEVCG_DEV_CHAR
+    let mut p = vec![
+        // struct bpf_cgroup_dev_ctx { u32 access_type; u32 major; u32 minor; }
+        BpfInsn::new(LDX_W, 2, 1, 0, 0),
+        // access_type = (BPF_DEVCG_ACC_* << 16) | BPF_DEVCG_DEV_*
+        BpfInsn::new(AND32_K, 2, 0, 0, 0xffff),
+        BpfInsn::new(LDX_W, 3, 1, 4, 0),
+        BpfInsn::new(LDX_W, 4, 1, 8, 0),
+        // Not a character device: nothing of ours, allow.
+        BpfInsn::new(JNE_K, 2, 0, (4 * deny.len()) as i16, DEV_CHAR),
+    ];
+    for d in deny {
+        // Majors are 12 bits and minors 20: both fit the positive range of
+        // the sign-extended immediate.
+        p.push(BpfInsn::new(JNE_K, 3, 0, 3, d.major as i32));
+        p.push(BpfInsn::new(JNE_K, 4, 0, 2, d.minor as i32));
+        p.push(BpfInsn::new(MOV64_K, 0, 0, 0, 0));
+        p.push(BpfInsn::new(EXIT, 0, 0, 0, 0));
+    }
+    p.push(BpfInsn::new(MOV64_K, 0, 0, 0, 1));
+    p.push(BpfInsn::new(EXIT, 0, 0, 0, 0));
+    p
+}
+
+/// The most devices one program denies: keeps it far below the verifier's
+/// limits (4 instructions each).
+pub const MAX_DENIED: usize = 4096;
+
+/// The device cgroups of this node, as configured and found.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceCgroups {
+    /// `<v1 devices mount>/<cgroup_parent>`, when v1 is in use.
+    v1: Option<PathBuf>,
+    /// `<cgroup2 mount>/<cgroup_parent>`, when v2 is in use.
+    v2: Option<PathBuf>,
+    /// Why nothing is in use, for `enforcement_unavailable`.
+    unavailable: Option<String>,
+}
+
+/// The cgroup mounts /proc/self/mountinfo lists: the v1 `devices`
+/// controller's and the cgroup2 hierarchy's, each only where the mount
+/// shows the hierarchy's root (not a namespaced sub-view).
+pub fn find_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    parse_mountinfo(&text)
+}
+
+fn parse_mountinfo(text: &str) -> (Option<PathBuf>, Option<PathBuf>) {
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in text.lines() {
+        let Some((before, after)) = line.split_once(" - ") else { continue };
+        let fields: Vec<&str> = before.split(' ').collect();
+        let tail: Vec<&str> = after.split(' ').collect();
+        if fields.len() < 5 || tail.len() < 3 || fields[3] != "/" {
+            continue;
+        }
+        let mount = PathBuf::from(unescape(fields[4]));
+        match tail[0] {
+            "cgroup" if tail[2].split(',').any(|o| o == "devices") => v1 = v1.or(Some(mount)),
+            "cgroup2" => v2 = v2.or(Some(mount)),
+            _ => {}
+        }
+    }
+    (v1, v2)
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let value = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn mode_name(mode: CgroupMode) -> &'static str {
+    match mode {
+        CgroupMode::Auto => "auto",
+        CgroupMode::V1 => "v1",
+        CgroupMode::V2 => "v2",
+        CgroupMode::Both => "both",
+        CgroupMode::Off => "off",
+    }
+}
+
+impl DeviceCgroups {
+    /// Nothing in use (`cgroup = "off"`, or `cderd --check`).
+    pub fn off(why: &str) -> DeviceCgroups {
+        DeviceCgroups { v1: None, v2: None, unavailable: Some(why.to_string()) }
+    }
+
+    /// Finds the hierarchies `settings.cgroup` asks for and creates the
+    /// parent directory in each. A hierarchy the mode requires but the node
+    /// lacks is an error (cderd then refuses to start); under `auto` it is
+    /// skipped with a log line.
+    pub fn new(settings: &Enforcement) -> Result<DeviceCgroups, CgroupError> {
+        let mode = settings.cgroup;
+        if mode == CgroupMode::Off {
+            return Ok(Self::off("[node.enforcement] cgroup = \"off\" on this node"));
+        }
+        let (found_v1, found_v2) = find_mounts();
+        let v1_root = settings.cgroup_v1_root.clone().or(found_v1);
+        let v2_root = settings.cgroup_v2_root.clone().or(found_v2);
+        let want_v1 = matches!(mode, CgroupMode::Auto | CgroupMode::V1 | CgroupMode::Both);
+        let want_v2 = matches!(mode, CgroupMode::Auto | CgroupMode::V2 | CgroupMode::Both);
+        let required = |what: &'static str, why: String| -> Result<(), CgroupError> {
+            if mode == CgroupMode::Auto {
+                tracing::warn!("device cgroups: {what} not used: {why}");
+                Ok(())
+            } else {
+                Err(CgroupError::Missing { mode: mode_name(mode), what, why })
+            }
+        };
+        let mut out = DeviceCgroups::default();
+        let mut reasons = Vec::new();
+        if want_v1 {
+            match v1_root.as_deref().map(|root| Self::prepare_v1(root, &settings.cgroup_parent)) {
+                Some(Ok(dir)) => out.v1 = Some(dir),
+                Some(Err(e)) => {
+                    reasons.push(format!("v1: {e}"));
+                    required("the cgroup v1 devices controller", e.to_string())?;
+                }
+                None => {
+                    let why = "no cgroup v1 mount with the devices controller in /proc/self/mountinfo".to_string();
+                    reasons.push(format!("v1: {why}"));
+                    required("the cgroup v1 devices controller", why)?;
+                }
+            }
+        }
+        if want_v2 {
+            match v2_root.as_deref().map(|root| Self::prepare_v2(root, &settings.cgroup_parent)) {
+                Some(Ok(dir)) => out.v2 = Some(dir),
+                Some(Err(e)) => {
+                    reasons.push(format!("v2: {e}"));
+                    required("cgroup v2 with device BPF programs", e.to_string())?;
+                }
+                None => {
+                    let why = "no cgroup2 mount in /proc/self/mountinfo".to_string();
+                    reasons.push(format!("v2: {why}"));
+                    required("cgroup v2 with device BPF programs", why)?;
+                }
+            }
+        }
+        if out.v1.is_none() && out.v2.is_none() {
+            out.unavailable = Some(format!("no device cgroup can be used on this node ({})", reasons.join("; ")));
+        }
+        Ok(out)
+    }
+
+    fn prepare_v1(root: &Path, parent: &str) -> Result<PathBuf, CgroupError> {
+        let marker = root.join("devices.deny");
+        if !marker.exists() {
+            return Err(CgroupError::Io {
+                action: "find the devices controller",
+                path: marker,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        let dir = root.join(parent);
+        create_dir(&dir)?;
+        Ok(dir)
+    }
+
+    fn prepare_v2(root: &Path, parent: &str) -> Result<PathBuf, CgroupError> {
+        let marker = root.join("cgroup.procs");
+        if !marker.exists() {
+            return Err(CgroupError::Io { action: "find cgroup.procs", path: marker, source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+        }
+        // Proves the kernel takes device programs before any job relies on it.
+        sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&[]), "cder_probe").map_err(CgroupError::BpfLoad)?;
+        let dir = root.join(parent);
+        create_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// Whether any hierarchy is in use.
+    pub fn is_available(&self) -> bool {
+        self.v1.is_some() || self.v2.is_some()
+    }
+
+    /// Why none is, when none is.
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    /// The directory name of a job's group: the job key and the start of
+    /// its allocation token (a new allocation of the same key is a new group).
+    pub fn group_name(job: &JobKey, token: &str) -> String {
+        let short: String = token.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
+        format!("{}-{}-{short}", job.lrms().as_str(), job.id())
+    }
+
+    /// The paths of `name`'s groups in every hierarchy in use.
+    pub fn paths(&self, name: &str) -> Vec<PathBuf> {
+        self.v1.iter().chain(self.v2.iter()).map(|p| p.join(name)).collect()
+    }
+
+    /// Creates `name`'s groups if needed, with `deny` denied (v1 rules, v2
+    /// program), and moves `pid` into each. Returns the group paths.
+    pub fn confine(&self, name: &str, deny: &[DeviceNumber], pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
+        let deny: Vec<DeviceNumber> = deny.iter().copied().collect::<BTreeSet<_>>().into_iter().take(MAX_DENIED).collect();
+        let mut out = Vec::new();
+        if let Some(parent) = &self.v1 {
+            let group = parent.join(name);
+            create_dir(&group)?;
+            let rules = group.join("devices.deny");
+            for d in &deny {
+                write_file(&rules, &format!("c {d} rwm"), "deny a device in")?;
+            }
+            write_file(&group.join("cgroup.procs"), &pid.to_string(), "move the process into")?;
+            out.push(group);
+        }
+        if let Some(parent) = &self.v2 {
+            let group = parent.join(name);
+            create_dir(&group)?;
+            let dir = File::open(&group).map_err(io("open", &group))?;
+            // One program per group: the device list of an allocation never
+            // changes, so an attached program is already the right one.
+            let attached = sys::bpf_prog_query_count(&dir, sys::BPF_CGROUP_DEVICE).map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
+            if attached == 0 {
+                let prog = sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&deny), "cder_job")
+                    .map_err(CgroupError::BpfLoad)?;
+                // The attachment holds its own reference: the fd may close.
+                sys::bpf_prog_attach(&dir, &prog, sys::BPF_CGROUP_DEVICE, sys::BPF_F_ALLOW_MULTI)
+                    .map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
+            }
+            write_file(&group.join("cgroup.procs"), &pid.to_string(), "move the process into")?;
+            out.push(group);
+        }
+        Ok(out)
+    }
+
+    /// Removes `name`'s groups. A group that still holds processes stays
+    /// (reported; reconcile retries); a missing one is fine.
+    pub fn remove(&self, name: &str) -> Vec<CgroupError> {
+        let mut errors = Vec::new();
+        for group in self.paths(name) {
+            match std::fs::remove_dir(&group) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => errors.push(CgroupError::Io { action: "remove", path: group, source }),
+            }
+        }
+        errors
+    }
+
+    /// The names of every group under the parents (for reconcile's sweep).
+    pub fn group_names(&self) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for parent in self.v1.iter().chain(self.v2.iter()) {
+            let Ok(entries) = std::fs::read_dir(parent) else { continue };
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    names.insert(entry.file_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+        names
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), CgroupError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(CgroupError::Io { action: "create", path: dir.to_path_buf(), source }),
+    }
+}
+
+/// cgroup files take one value per write(2).
+fn write_file(path: &Path, value: &str, action: &'static str) -> Result<(), CgroupError> {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).map_err(io(action, path))?;
+    f.write_all(value.as_bytes()).map_err(io(action, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rdev_split_matches_glibc() {
+        // /dev/null is 1:3; a large minor lands in the high bits.
+        assert_eq!(DeviceNumber::from_rdev(0x0103), DeviceNumber { major: 1, minor: 3 });
+        let rdev = (0x12u64 << 8) | 0x34 | (0x567u64 << 20);
+        assert_eq!(DeviceNumber::from_rdev(rdev), DeviceNumber { major: 0x12, minor: 0x56734 });
+        assert_eq!(DeviceNumber::of_path(Path::new("/dev/null")), Some(DeviceNumber { major: 1, minor: 3 }));
+        assert_eq!(DeviceNumber::of_path(Path::new("/etc/hostname")), None);
+    }
+
+    #[test]
+    fn program_shape_and_jumps() {
+        let deny = [DeviceNumber { major: 1, minor: 7 }, DeviceNumber { major: 195, minor: 2 }];
+        let p = device_program(&deny);
+        assert_eq!(p.len(), 5 + 4 * deny.len() + 2);
+        // The type check jumps straight to the final allow.
+        let type_check = 4;
+        let allow = p.len() - 2;
+        assert_eq!(type_check + 1 + p[type_check].off as usize, allow);
+        assert_eq!((p[allow].code, p[allow].imm), (0xb7, 1));
+        // Each block's misses land on the next block.
+        for (i, d) in deny.iter().enumerate() {
+            let base = 5 + 4 * i;
+            assert_eq!((p[base].imm, p[base + 1].imm), (d.major as i32, d.minor as i32));
+            assert_eq!(base + 1 + p[base].off as usize, base + 4);
+            assert_eq!(base + 2 + p[base + 1].off as usize, base + 4);
+            assert_eq!((p[base + 2].code, p[base + 2].imm, p[base + 3].code), (0xb7, 0, 0x95));
+        }
+    }
+
+    #[test]
+    fn mountinfo_finds_devices_and_cgroup2() {
+        let text = "\
+30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu
+31 25 0:27 / /sys/fs/cgroup/devices rw,relatime shared:10 - cgroup cgroup rw,devices
+32 25 0:28 / /sys/fs/cgroup/unified rw,relatime shared:11 - cgroup2 cgroup2 rw
+33 25 0:29 /sub /mnt/other\\040dir rw - cgroup2 cgroup2 rw
+";
+        let (v1, v2) = parse_mountinfo(text);
+        assert_eq!(v1.as_deref(), Some(Path::new("/sys/fs/cgroup/devices")));
+        assert_eq!(v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(unescape("a\\040b"), "a b");
+        assert_eq!(parse_mountinfo("33 25 0:29 /sub /x rw - cgroup2 cgroup2 rw\n"), (None, None));
+    }
+
+    #[test]
+    fn group_names_carry_the_token() {
+        let job: JobKey = "torque:17.ce.example.org".parse().unwrap();
+        assert_eq!(DeviceCgroups::group_name(&job, "0a1b2c3d-4e5f-6789-abcd"), "torque-17.ce.example.org-0a1b2c3d4e5f");
+    }
+}
