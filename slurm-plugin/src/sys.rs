@@ -102,6 +102,12 @@ pub fn task_plugin() -> Option<String> {
     unsafe { read_cstr(p) }
 }
 
+/// `SlurmUser`'s uid in the running daemon's slurm.conf.
+pub fn slurm_user_id() -> u32 {
+    // SAFETY: a plain integer field of the global filled before plugins load.
+    unsafe { std::ptr::addr_of!(ffi::slurm_conf.slurm_user_id).read() }
+}
+
 /// What the controller granted a job, from its record in slurmctld.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantedJob {

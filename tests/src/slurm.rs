@@ -504,7 +504,7 @@ impl SlurmCluster {
     pub fn open_probe(&self) -> String {
         let mut s = String::from("open=''\n");
         for i in 0..self.config.gpus {
-            let _ = writeln!(s, "if ( : < '{}' ) 2>/dev/null; then open=\"$open{i},\"; fi", self.gpu_path(i).display());
+            let _ = writeln!(s, "if ( : < '{}' ) 2>/dev/null; then open=\"${{open}}{i},\"; fi", self.gpu_path(i).display());
         }
         s.push_str("echo OPEN=${open%,}\n");
         s

@@ -165,28 +165,37 @@ fn the_jdl_key_in_a_steps_environment_cannot_raise_the_grant() {
     });
 }
 
-/// A held job whose GRES is lowered after submit (`scontrol update
-/// TresPerNode`) and then released gets what the controller now grants,
-/// not what its replayed `--gpgpu-per-node=4` says.
+/// A held job's owner cannot change its device count after submit
+/// (`scontrol update TresPerNode=gres:gpu:0`, which SLURM 22.05 would show
+/// while still allocating four): job_modify refuses it. An operator's change
+/// is validated, and the node honours what the controller then allocates.
 #[test]
-fn a_grant_lowered_after_submit_is_what_the_node_honours() {
+fn a_grant_changed_after_submit_stays_what_the_node_honours() {
     on_both_task_plugins(|cluster, plugin| {
         let id = cluster.sbatch_as_user(&["-H", "--gpgpu-per-node=4"], &probe_script(cluster, None)).unwrap();
         let update = cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:0"]).unwrap();
+        assert!(!update.status.success(), "{plugin}: the owner lowered the grant: {:?}", text(&update));
+        let shown = cluster.job(id).unwrap().fields.get("TresPerNode").cloned().unwrap_or_default();
+        assert!(shown.contains("gpu:4"), "{plugin}: TresPerNode={shown} after a refused update");
+        let raise = cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:5"]).unwrap();
+        assert!(!raise.status.success(), "{plugin}: the owner raised the grant: {:?}", text(&raise));
+        // An operator may change it, to a count a node has.
+        let op = cluster.run("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:2"]).unwrap();
+        assert!(op.status.success(), "{plugin}: operator update: {:?}", text(&op));
+        let op0 = cluster.run("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:0"]).unwrap();
+        assert!(!op0.status.success(), "{plugin}: a count of 0 (which SLURM would not apply) was accepted: {:?}", text(&op0));
         let release = cluster.run_as_user("scontrol", &["release", &id.to_string()]).unwrap();
         assert!(release.status.success(), "{plugin}: scontrol release: {:?}", text(&release));
         let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
         let report = cluster.job_output(id);
         let tres = info.fields.get("TresPerNode").cloned().unwrap_or_default();
-        let granted: usize = if tres.contains("gpu:4") { 4 } else { 0 };
-        let held = ever_held(cluster, id);
-        assert_eq!(held.len(), granted, "{plugin}: the ledger recorded {held:?} for TresPerNode={tres:?} (update: {:?})\n{report}", text(&update));
-        if granted == 0 {
-            assert!(update.status.success(), "{plugin}: {:?}", text(&update));
-            assert_eq!(info.state, "FAILED", "{plugin}: {info:?}\n{report}");
-            assert!(!report.contains("OPEN="), "{plugin}: the job ran on a grant it no longer has:\n{report}");
-            assert!(report.contains(&format!("cder: --gpgpu-per-node=4: SLURM gave slurm:{id} 0 gpgpu device(s)")), "{plugin}: {report}");
-        }
+        assert!(tres.contains("gpu:2"), "{plugin}: {info:?}");
+        // The batch step replays --gpgpu-per-node=4: more than the job now
+        // has, so it is refused rather than given four.
+        assert_eq!(info.state, "FAILED", "{plugin}: {info:?}\n{report}");
+        assert!(!report.contains("OPEN="), "{plugin}: the step ran beyond its grant:\n{report}");
+        assert!(report.contains(&format!("cder: --gpgpu-per-node=4: SLURM gave slurm:{id} 2 gpgpu device(s)")), "{plugin}: {report}\n{}", cluster.logs());
+        assert_eq!(ever_held(cluster, id).len(), 2, "{plugin}: the ledger does not show the 2 devices SLURM allocated");
         assert_eq!(wait_all_free(cluster), 4, "{plugin}");
         let next = cluster.sbatch_as_user(&["--gpgpu-per-node=2"], &probe_script(cluster, None)).unwrap();
         assert_eq!(cluster.wait_job(next, JOB_TIMEOUT).unwrap().state, "COMPLETED", "{plugin}: {}", cluster.job_output(next));
