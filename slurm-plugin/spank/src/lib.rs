@@ -2,24 +2,31 @@
 //!
 //! ```text
 //! # plugstack.conf
-//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed mode=managed
+//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
 //! ```
+//!
+//! SLURM decides how many devices a job has on a node and which; cder uses
+//! exactly those (docs/slurm.md, "Who decides").
 //!
 //! * srun/sbatch/salloc get `--gpgpu-per-node=N`, `--cder=TYPE:N` and
 //!   `--gpgpu-min-memory=MB`; on the submit host the values are copied into
-//!   the job-control environment, where `job_submit_cder.so` sees them.
-//! * In slurmstepd (remote context), as root, the plugin asks the node's
-//!   cderd for the job's devices (job key `slurm:<jobid>`; idempotent, so
-//!   every step of a job sees the same devices) and, just before each task
-//!   execs, sets the visibility variables cderd returned. A job that asked
-//!   for nothing gets the empty visible list, never "all".
+//!   the job-control environment, where `job_submit_cder.so` turns them into
+//!   GRES.
+//! * The job prolog (root) records in cderd the GPUs slurmd received for the
+//!   job in its credential (`SLURM_JOB_GPUS` of the prolog environment), for
+//!   cder and native `--gres` jobs alike (count 0 for none).
+//! * slurmstepd (root) reads that record; a step's option or JDL key asking
+//!   for more than the job has refuses the step with a readable message.
+//! * In each task, as root, where SLURM gives no device cgroup, cderd's
+//!   `confine` puts the task into the job's device cgroup; just before exec
+//!   the visibility variables name exactly the devices the task can open,
+//!   relative (from 0) inside a cgroup. A job without devices gets the empty
+//!   list, never "all".
 //! * The devices are released when the batch step ends (`slurm_spank_exit`)
-//!   and, in any case, by the job epilog (`slurm_spank_job_epilog`), which
-//!   also covers `scancel` and srun-only jobs.
+//!   and, in any case, by the job epilog (`slurm_spank_job_epilog`).
 //! * `fail=closed` (default) fails the job with a readable message when
-//!   cderd is unreachable or has too few free devices; `fail=open` runs it
-//!   with an empty visible list. `mode=observe` records the devices SLURM's
-//!   GRES chose and changes nothing in the job.
+//!   cderd is unreachable or holds no record of the job's devices;
+//!   `fail=open` runs it with an empty visible list.
 
 use std::collections::BTreeMap;
 use std::io::Write;
