@@ -411,6 +411,15 @@ impl SlurmCluster {
         let _ = std::fs::remove_file(self.cderd_socket());
     }
 
+    /// Kills cderd with SIGKILL and leaves its socket file behind, as a
+    /// crash does.
+    pub fn kill_cderd(&mut self) {
+        if let Some(mut c) = self.cderd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// cderd's `status`.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
         cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))

@@ -158,7 +158,7 @@ fn run(cgroup: bool, seed: u64) {
                 format!("reconcile (released {:?})", r.released)
             }
             7 => {
-                cluster.stop_cderd();
+                cluster.kill_cderd();
                 let id = cluster.sbatch_as_user(&["--gpgpu-per-node=1"], &script).unwrap();
                 jobs.insert(id, Life::Live);
                 std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));

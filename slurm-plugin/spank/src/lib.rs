@@ -213,11 +213,19 @@ impl CderSpank {
                 FailMode::Open => Outcome::Env(empty_env()),
             }
         };
+        let slurm_cgroup = slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref());
+        // A job without devices must still be kept from the node's devices:
+        // SLURM's cgroup does that, else cderd's `confine`, which needs cderd.
+        let unconfinable_ok = slurm_cgroup || args.confine == Confine::Off || !args.socket.exists();
         let mut client = match self.connect() {
             Ok(c) => c,
-            Err(e) if !has_devices => {
+            Err(e) if !has_devices && unconfinable_ok => {
                 log(Level::Verbose, &format!("spank_cder: {job}: {e}; no devices, empty visible list"));
                 self.outcome = Some(Outcome::Env(empty_env()));
+                return Ok(());
+            }
+            Err(e) if !has_devices => {
+                self.outcome = Some(refuse(format!("{e}; without cderd this job could not be kept from the node's devices")));
                 return Ok(());
             }
             Err(e) => {
@@ -228,9 +236,18 @@ impl CderSpank {
         let alloc = match client.env(&job) {
             Ok(a) => a,
             Err(e) if e.code() == Some(ErrorCode::UnknownJob) && !has_devices => {
-                log(Level::Error, &format!("spank_cder: {job}: cderd holds no record of the job; empty visible list"));
-                self.outcome = Some(Outcome::Env(empty_env()));
-                return Ok(());
+                // Not recorded by the prolog (cderd was down then). Recording
+                // "no device" cannot raise anything, and lets cderd confine it.
+                let uid = spank.job_uid()?;
+                let mut none = AllocRequest::new(job.clone(), uid, 0);
+                none.devices = Some(Vec::new());
+                match client.alloc(&none) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.outcome = Some(refuse(e.to_string()));
+                        return Ok(());
+                    }
+                }
             }
             Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
                 self.outcome = Some(refuse(format!("cderd holds no record of the devices SLURM gave {job} (the job prolog records them; see slurmd's log)")));
@@ -279,7 +296,6 @@ impl CderSpank {
         }
         let step_list = step_gpus.as_deref().and_then(parse_index_list);
         let step = step_devices(&alloc.devices, step_list.as_deref());
-        let slurm_cgroup = slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref());
         self.plan = Some(Plan { job, alloc, step, slurm_cgroup });
         Ok(())
     }
