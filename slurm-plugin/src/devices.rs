@@ -90,7 +90,13 @@ pub enum Enforcement {
 /// list when SLURM gave one. The step list comes from the step's
 /// environment, so it can only select among the job's devices.
 pub fn step_devices(job: &[AllocatedDevice], step_gpus: Option<&[u32]>) -> Vec<AllocatedDevice> {
-    job.iter().filter(|d| d.cder_type != GPGPU || step_gpus.map_or(true, |s| s.contains(&d.index))).cloned().collect()
+    job.iter()
+        .filter(|d| match step_gpus {
+            Some(gpus) if d.cder_type == GPGPU => gpus.contains(&d.index),
+            _ => true,
+        })
+        .cloned()
+        .collect()
 }
 
 /// The step's environment: cderd's variables for the job (absolute indices
