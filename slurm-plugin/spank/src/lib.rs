@@ -183,7 +183,17 @@ impl CderSpank {
         };
         let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
         alloc.devices = Some(gpus.clone());
-        match self.connect().and_then(|mut c| c.alloc(&alloc)) {
+        // SLURM frees a finished job's GRES when the job ends, and may start
+        // the next job on them while the finished one's epilog, which
+        // releases them in cderd, still runs beside this prolog: wait for
+        // that release, up to the plugin's timeout.
+        let deadline = std::time::Instant::now() + self.args().timeout;
+        let mut result = self.connect().and_then(|mut c| c.alloc(&alloc));
+        while matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            result = self.connect().and_then(|mut c| c.alloc(&alloc));
+        }
+        match result {
             Ok(_) => log(Level::Info, &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: [{}]", list(&gpus))),
             Err(e) => log(
                 Level::Error,
