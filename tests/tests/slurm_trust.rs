@@ -254,3 +254,35 @@ fn native_gres_and_cder_jobs_share_the_node_and_one_ledger() {
         assert_eq!(wait_all_free(cluster), 4, "{plugin}: devices left held");
     });
 }
+
+/// A step given one of its job's two GPUs (`srun --gres=gpu:1`) sees just
+/// that one, numbered as the processes see it: with SLURM's step cgroup it
+/// is the only device the step can open (index 0); under cderd's job cgroup
+/// the step can open both of its job's devices, and the index is its place
+/// among them.
+#[test]
+fn a_step_sees_its_share_of_the_jobs_devices() {
+    on_both_task_plugins(|cluster, plugin| {
+        let probe = format!("{}; echo STEP_GPUS=$SLURM_STEP_GPUS", probe_command(cluster));
+        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "--gpgpu-per-node=2", "srun", "--gres=gpu:1", "sh", "-c", &probe]).unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{plugin}: {stdout}\n{stderr}\n{}", cluster.logs());
+        let id = granted_job(&stderr).unwrap();
+        let env = parse_env_lines(&stdout);
+        let step = visible_set(&env["STEP_GPUS"]);
+        let open = visible_set(&env["OPEN"]);
+        assert_eq!(step.len(), 1, "{plugin}: {stdout}");
+        let mut job = ever_held(cluster, id);
+        job.sort_unstable();
+        assert_eq!(job.len(), 2, "{plugin}: the ledger does not show the job's two devices");
+        assert!(job.contains(&step[0]), "{plugin}: the step's GPU {step:?} is not one of its job's {job:?}");
+        if plugin == "task/cgroup" {
+            assert_eq!(open, step, "{plugin}: {stdout}");
+            assert_eq!(env["CVD"], "0", "{plugin}: {stdout}");
+        } else {
+            assert_eq!(open, job, "{plugin}: {stdout}");
+            let place = job.iter().position(|&g| g == step[0]).unwrap();
+            assert_eq!(env["CVD"], place.to_string(), "{plugin}: {stdout}");
+        }
+    });
+}
