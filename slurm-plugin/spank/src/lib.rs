@@ -194,6 +194,9 @@ impl CderSpank {
             result = self.connect().and_then(|mut c| c.alloc(&alloc));
         }
         match result {
+            // A node without cderd (no socket) and a job without GPUs: nothing
+            // cder manages here.
+            Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
             Ok(_) => log(Level::Info, &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: [{}]", list(&gpus))),
             Err(e) => log(
                 Level::Error,
