@@ -1,8 +1,11 @@
 //! The arguments of `spank_cder.so` on its plugstack.conf line:
 //!
 //! ```text
-//! required /usr/lib/cder/spank_cder.so socket=/run/cder/cderd.sock fail=closed mode=managed
+//! required /usr/lib/cder/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
 //! ```
+//!
+//! `mode=managed|observe` of earlier releases is still accepted and has no
+//! effect: SLURM's GRES always chooses the devices now (docs/slurm.md).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -19,15 +22,18 @@ pub enum FailMode {
     Open,
 }
 
-/// Who chooses the devices.
+/// Whether tasks are put into cderd's device cgroup (`confine`) where
+/// SLURM gives them none (`task/cgroup` with `ConstrainDevices=yes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// cderd chooses, and the plugin sets the visibility variables.
-    Managed,
-    /// SLURM's GRES chose (for example with cgroup `ConstrainDevices`); the
-    /// plugin records SLURM's choice with cderd for accounting and
-    /// publication, and changes nothing in the job.
-    Observe,
+pub enum Confine {
+    /// Confine where cderd can; where it cannot (`enforcement_unavailable`)
+    /// the job runs with its visibility variables only, and slurmd logs it.
+    Auto,
+    /// A task that cannot be confined does not start.
+    Required,
+    /// Never confine (another mechanism enforces, e.g. cderd's device-file
+    /// modes); the variables use absolute indices.
+    Off,
 }
 
 /// The parsed plugin arguments.
@@ -35,7 +41,9 @@ pub enum Mode {
 pub struct PluginArgs {
     pub socket: PathBuf,
     pub fail: FailMode,
-    pub mode: Mode,
+    pub confine: Confine,
+    /// `mode=` was given: accepted for old plugstack.conf lines, no effect.
+    pub legacy_mode: Option<String>,
     /// How long one call to cderd may take before it counts as unreachable.
     pub timeout: Duration,
     /// `config=`: the cder.toml whose `[registry]` vGPGPU jobs use
@@ -48,7 +56,8 @@ impl Default for PluginArgs {
         PluginArgs {
             socket: cder_model::DEFAULT_SOCKET.into(),
             fail: FailMode::Closed,
-            mode: Mode::Managed,
+            confine: Confine::Auto,
+            legacy_mode: None,
             timeout: Duration::from_secs(10),
             config: None,
         }
@@ -71,7 +80,7 @@ impl PluginArgs {
         for word in words {
             let word = word.as_ref();
             let bad = |why: &str| ArgError { arg: word.to_string(), why: why.to_string() };
-            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, mode=, timeout=, config=)"))?;
+            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, confine=, timeout=, config=)"))?;
             match key {
                 "socket" if value.starts_with('/') => args.socket = value.into(),
                 "socket" => return Err(bad("the socket must be an absolute path")),
@@ -84,18 +93,23 @@ impl PluginArgs {
                         _ => return Err(bad("fail must be closed or open")),
                     }
                 }
-                "mode" => {
-                    args.mode = match value {
-                        "managed" => Mode::Managed,
-                        "observe" => Mode::Observe,
-                        _ => return Err(bad("mode must be managed or observe")),
+                "mode" => match value {
+                    "managed" | "observe" => args.legacy_mode = Some(value.to_string()),
+                    _ => return Err(bad("mode= has no effect any more (SLURM's GRES chooses the devices); remove it")),
+                },
+                "confine" => {
+                    args.confine = match value {
+                        "auto" => Confine::Auto,
+                        "required" => Confine::Required,
+                        "off" => Confine::Off,
+                        _ => return Err(bad("confine must be auto, required or off")),
                     }
                 }
                 "timeout" => match value.parse::<u64>() {
                     Ok(s) if s > 0 => args.timeout = Duration::from_secs(s),
                     _ => return Err(bad("timeout must be a whole number of seconds, at least 1")),
                 },
-                _ => return Err(bad("unknown argument (expected socket=, fail=, mode=, timeout=)")),
+                _ => return Err(bad("unknown argument (expected socket=, fail=, confine=, timeout=, config=)")),
             }
         }
         Ok(args)
@@ -116,25 +130,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_closed_and_managed() {
+    fn defaults_are_closed_and_confining() {
         let a = PluginArgs::parse::<&str>(&[]).unwrap();
         assert_eq!(a.fail, FailMode::Closed);
-        assert_eq!(a.mode, Mode::Managed);
+        assert_eq!(a.confine, Confine::Auto);
+        assert_eq!(a.legacy_mode, None);
         assert_eq!(a.socket, PathBuf::from("/run/cder/cderd.sock"));
     }
 
     #[test]
     fn parses_every_key() {
-        let a = PluginArgs::parse(&["socket=/tmp/x.sock", "fail=open", "mode=observe", "timeout=3"]).unwrap();
+        let a = PluginArgs::parse(&["socket=/tmp/x.sock", "fail=open", "mode=observe", "timeout=3", "confine=required"]).unwrap();
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(a.fail, FailMode::Open);
-        assert_eq!(a.mode, Mode::Observe);
+        assert_eq!(a.legacy_mode.as_deref(), Some("observe"));
+        assert_eq!(a.confine, Confine::Required);
         assert_eq!(a.timeout, Duration::from_secs(3));
     }
 
     #[test]
     fn rejects_typos_naming_the_argument() {
-        for bad in ["fail=opne", "mode=x", "sockt=/a", "socket=rel", "verbose", "timeout=0"] {
+        for bad in ["fail=opne", "mode=x", "confine=yes", "sockt=/a", "socket=rel", "verbose", "timeout=0"] {
             let e = PluginArgs::parse(&[bad]).unwrap_err();
             assert_eq!(e.arg, bad);
             assert!(e.to_string().contains(bad));

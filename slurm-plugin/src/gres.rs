@@ -151,6 +151,26 @@ fn parse_gres_count(s: &str) -> Option<u64> {
     digits.parse::<u64>().ok().map(|n| n * mult)
 }
 
+/// The GRES entries of a `tres_per_node` value with their counts:
+/// `gres:gpu:tesla:2,gres/fpga` → `[("gpu", 2), ("fpga", 1)]`. Entries that
+/// are not GRES (`cpu=2`) are left out.
+pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
+    tres.split([',', ';'])
+        .map(str::trim)
+        .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
+        .filter_map(|body| {
+            let mut parts = body.split(':');
+            let name = parts.next().filter(|n| !n.is_empty())?.to_string();
+            let rest: Vec<&str> = parts.collect();
+            let count = match rest.last() {
+                None => 1,
+                Some(last) => parse_gres_count(last).unwrap_or(1),
+            };
+            Some((name, count))
+        })
+        .collect()
+}
+
 /// A user asked for the same GRES with another count (e.g. `--gres=gpu:1`
 /// and `--gpgpu-per-node=2`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -242,6 +262,13 @@ mod tests {
             .unwrap();
         let e = g.validate(&fpga).unwrap_err();
         assert!(e.to_string().contains("unknown CDER type \"fpga\" (this cluster has: gpgpu)"), "{e}");
+    }
+
+    #[test]
+    fn tres_entries_and_counts() {
+        assert_eq!(tres_entries("gres:gpu:tesla:2,gres/fpga,cpu=2"), vec![("gpu".to_string(), 2), ("fpga".to_string(), 1)]);
+        assert_eq!(tres_entries("gres:gpu:0"), vec![("gpu".to_string(), 0)]);
+        assert!(tres_entries("").is_empty());
     }
 
     #[test]

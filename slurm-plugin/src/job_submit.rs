@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::gres::{merge_tres_per_node, NodeGres};
+use crate::gres::{cder_type, merge_tres_per_node, tres_entries, NodeGres};
 use crate::request::RawRequest;
 
 /// What the translation reads from a job description.
@@ -29,6 +29,33 @@ pub fn translate(sub: &Submission, nodes: &NodeGres) -> Result<Option<String>, S
     }
     nodes.validate(&req).map_err(|e| e.to_string())?;
     merge_tres_per_node(sub.tres_per_node.as_deref(), &req).map(Some).map_err(|e| e.to_string())
+}
+
+/// Checks a `TresPerNode` update (`scontrol update job … TresPerNode=`).
+/// The node honours what the controller granted, so a device count
+/// changed after submit would quietly part the job from the cder request it
+/// was validated for. Its owner may not change the count of a device GRES
+/// (one the nodes declare); an operator (root, SlurmUser) may, except to 0,
+/// which SLURM 22.05 shows in `TresPerNode` while the job keeps the devices
+/// allocated.
+pub fn check_tres_update(update: Option<&str>, operator: bool, nodes: &NodeGres) -> Result<(), String> {
+    let Some(update) = update else { return Ok(()) };
+    for (gres, count) in tres_entries(update) {
+        let Some(&max) = nodes.max_per_node.get(&gres) else { continue };
+        let ty = cder_type(&gres);
+        if !operator {
+            return Err(format!(
+                "cder: TresPerNode={update}: a job's {ty} devices are fixed when it is submitted; cancel it and submit it again (operators may change them)"
+            ));
+        }
+        if count == 0 {
+            return Err(format!("cder: TresPerNode={update}: SLURM keeps the job's {gres} allocated when the count is set to 0; cancel the job instead"));
+        }
+        if count > max {
+            return Err(format!("cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"));
+        }
+    }
+    Ok(())
 }
 
 /// The GRES of the nodes, from the `slurm.conf` the controller runs with.
@@ -74,6 +101,18 @@ mod tests {
         assert!(e.contains("unknown CDER type"), "{e}");
         let e = translate(&sub(&[], &["GPGPUPerNode=-2"]), &nodes()).unwrap_err();
         assert!(e.contains("GPGPUPerNode=-2"), "{e}");
+    }
+
+    #[test]
+    fn tres_updates_keep_the_grant_and_the_request_together() {
+        assert!(check_tres_update(None, false, &nodes()).is_ok());
+        assert!(check_tres_update(Some("gres:license_x:1"), false, &nodes()).is_ok(), "not a device GRES");
+        let e = check_tres_update(Some("gres:gpu:0"), false, &nodes()).unwrap_err();
+        assert!(e.contains("TresPerNode=gres:gpu:0") && e.contains("fixed when it is submitted"), "{e}");
+        assert!(check_tres_update(Some("gres:gpu:4"), false, &nodes()).is_err());
+        assert!(check_tres_update(Some("gres:gpu:2"), true, &nodes()).is_ok());
+        assert!(check_tres_update(Some("gres:gpu:0"), true, &nodes()).unwrap_err().contains("cancel the job"));
+        assert!(check_tres_update(Some("gres/gpu:5"), true, &nodes()).unwrap_err().contains("at most 4"));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   job-control environment twins, or the JDL keys (`GPGPUPerNode`);
 //! * [`gres`] — `tres_per_node` editing and the per-node GRES counts of
 //!   `slurm.conf`;
+//! * [`devices`] — the job's devices as SLURM granted them, and their
+//!   numbering inside and outside a device cgroup;
 //! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
 //! * [`vgpgpu`] — vGPGPU requests (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`) and the `vgpgpu` licence;
 //! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
@@ -18,6 +20,7 @@
 //! Every exported function catches unwinds: no panic crosses into SLURM.
 
 pub mod args;
+pub mod devices;
 pub mod gres;
 pub mod job_submit;
 pub mod request;

@@ -123,6 +123,29 @@ pub fn nodes_of(min_nodes: u32) -> u64 {
     }
 }
 
+/// The `vgpgpu` licences a job record holds (`licenses` as slurmctld
+/// reports it: `vgpgpu:6`, `matlab:1,vgpgpu*2`), summed.
+pub fn granted_licenses(licenses: Option<&str>) -> u64 {
+    licenses
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter_map(|item| {
+            let (name, count) = match item.split_once([':', '*']) {
+                Some((n, c)) => (n, c.trim().parse::<u64>().ok()?),
+                None => (item, 1),
+            };
+            (name == LICENSE).then_some(count)
+        })
+        .sum()
+}
+
+/// Backends per node the controller granted: the job's `vgpgpu` licences
+/// divided by its nodes (job_submit sets N × nodes).
+pub fn granted_per_node(licenses: Option<&str>, num_nodes: u32) -> u64 {
+    granted_licenses(licenses) / u64::from(num_nodes.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +164,16 @@ mod tests {
         let e = RawVgpgpu::from_jdl_env(&["VirtualGPGPUPerNode=1", "VirtualGPGPUMethod=CUDA"]).parse().unwrap_err();
         assert!(e.contains("CUDA"), "{e}");
         assert!(RawVgpgpu::from_control_env(&["CDER_VGPGPU_METHOD=VCL"]).parse().is_err());
+    }
+
+    #[test]
+    fn granted_licences_are_read_from_the_job_record() {
+        assert_eq!(granted_licenses(Some("vgpgpu:6")), 6);
+        assert_eq!(granted_licenses(Some("matlab:1,vgpgpu*2")), 2);
+        assert_eq!(granted_licenses(Some("vgpgpuX:5,matlab")), 0);
+        assert_eq!(granted_licenses(None), 0);
+        assert_eq!(granted_per_node(Some("vgpgpu:6"), 2), 3);
+        assert_eq!(granted_per_node(Some("vgpgpu:6"), 0), 6);
     }
 
     #[test]

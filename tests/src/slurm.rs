@@ -1,7 +1,9 @@
 //! A real one-node SLURM cluster (Debian's slurmctld and slurmd, 22.05) on
 //! 127.0.0.1 in a temp dir, with private ports, `auth/none`, fake GPUs as
-//! plain files named in gres.conf, the cder plugins loaded and a real
-//! `cderd` configured with the same devices.
+//! character devices with distinct numbers (the mem driver's zero, full,
+//! random, urandom) named in gres.conf, the cder plugins loaded and a real
+//! `cderd` configured with the same devices; `TaskPlugin=task/none` or, with
+//! [`SlurmConfig::cgroup`], `task/cgroup` with `ConstrainDevices=yes`.
 //!
 //! ```no_run
 //! use cder_tests::slurm::{SlurmCluster, SlurmConfig};
@@ -147,6 +149,10 @@ pub struct SlurmConfig {
     pub cderd: bool,
     /// Extra lines for slurm.conf.
     pub extra_slurm_conf: String,
+    /// `TaskPlugin=task/cgroup`, `ProctrackType=proctrack/cgroup` and a
+    /// cgroup.conf with `CgroupPlugin=cgroup/v1`, `ConstrainDevices=yes`
+    /// (SLURM's own device enforcement); `task/none` otherwise.
+    pub cgroup: bool,
 }
 
 impl Default for SlurmConfig {
@@ -159,6 +165,7 @@ impl Default for SlurmConfig {
             job_submit: true,
             cderd: true,
             extra_slurm_conf: String::new(),
+            cgroup: false,
         }
     }
 }
@@ -203,12 +210,14 @@ impl SlurmCluster {
         for sub in ["state", "spool", "plugins", "dev", "log", "cder", "jobs"] {
             std::fs::create_dir_all(d.join(sub)).map_err(|e| e.to_string())?;
         }
-        // Job scripts run as root here but write into jobs/; keep it open.
+        // Jobs run as root or as nobody and write into jobs/; keep it open,
+        // and let them reach the fake devices under dev/.
         let _ = Command::new("chmod").args(["1777", &d.join("jobs").to_string_lossy()]).status();
+        let _ = Command::new("chmod").args(["0755", &d.to_string_lossy(), &d.join("dev").to_string_lossy()]).status();
         let (ctld_port, slurmd_port) = (free_port()?, free_port()?);
         let node = "node1".to_string();
         for i in 0..config.gpus {
-            make_fake_gpu(&d.join(format!("dev/gpu{i}")))?;
+            make_fake_gpu(&d.join(format!("dev/gpu{i}")), i)?;
         }
         // Fresh copies: a .so rewritten in place under a running daemon crashes it.
         std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
@@ -217,6 +226,18 @@ impl SlurmCluster {
         let p = |sub: &str| d.join(sub).display().to_string();
         let gres = if config.gpus > 0 { format!(" Gres=gpu:{}", config.gpus) } else { String::new() };
         let job_submit = if config.job_submit { "JobSubmitPlugins=cder\n" } else { "" };
+        let (proctrack, task) =
+            if config.cgroup { ("proctrack/cgroup", "task/cgroup") } else { ("proctrack/linuxproc", "task/none") };
+        if config.cgroup {
+            std::fs::write(
+                d.join("cgroup.conf"),
+                "# Written by cder-tests: SLURM's device enforcement.\nCgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\n",
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        // Job ids of their own: SLURM's and cderd's cgroups are named after
+        // the job, and other clusters may run on this machine at once.
+        let first_job_id = u32::from(ctld_port) * 100;
         let slurm_conf = format!(
             "# Written by cder-tests: a one-node cluster on loopback.\n\
              ClusterName=cder{ctld_port}\n\
@@ -225,8 +246,9 @@ impl SlurmCluster {
              SlurmdPort={slurmd_port}\n\
              AuthType=auth/none\n\
              CredType=cred/none\n\
-             ProctrackType=proctrack/linuxproc\n\
-             TaskPlugin=task/none\n\
+             ProctrackType={proctrack}\n\
+             TaskPlugin={task}\n\
+             FirstJobId={first_job_id}\n\
              SelectType=select/cons_tres\n\
              SelectTypeParameters=CR_Core\n\
              GresTypes=gpu\n\
@@ -389,6 +411,15 @@ impl SlurmCluster {
         let _ = std::fs::remove_file(self.cderd_socket());
     }
 
+    /// Kills cderd with SIGKILL and leaves its socket file behind, as a
+    /// crash does.
+    pub fn kill_cderd(&mut self) {
+        if let Some(mut c) = self.cderd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// cderd's `status`.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
         cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))
@@ -437,6 +468,65 @@ impl SlurmCluster {
         let mut c = Command::new(find_program(program).unwrap_or_else(|| program.into()));
         c.env("SLURM_CONF", &self.conf).current_dir(self.jobs_dir()).stdin(Stdio::null());
         c
+    }
+
+    /// A SLURM client command run as the unprivileged user `nobody`
+    /// (`setpriv`), as a user of the cluster runs it: its jobs run as
+    /// nobody, and whatever it controls is untrusted.
+    pub fn command_as_user(&self, program: &str) -> Command {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(find_program(program).unwrap_or_else(|| program.into()))
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(self.jobs_dir())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs [`Self::command_as_user`] and returns its output.
+    pub fn run_as_user(&self, program: &str, args: &[&str]) -> Result<Output, String> {
+        self.command_as_user(program).args(args).output().map_err(|e| format!("running {program} as nobody: {e}"))
+    }
+
+    /// [`Self::sbatch`] as the unprivileged user `nobody`.
+    pub fn sbatch_as_user(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        let path = self.jobs_dir().join(format!("script-{}.sh", unique()));
+        std::fs::write(&path, script).map_err(|e| e.to_string())?;
+        let out_pattern = self.jobs_dir().join("%j.out").display().to_string();
+        let mut cmd = self.command_as_user("sbatch");
+        cmd.arg("--parsable").arg("-o").arg(&out_pattern).args(args).arg(&path);
+        let out = cmd.output().map_err(|e| format!("running sbatch: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("sbatch exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+        stdout.trim().split(';').next().and_then(|id| id.parse().ok()).ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
+    }
+
+    /// A fake GPU's device file.
+    pub fn gpu_path(&self, index: u32) -> PathBuf {
+        self.dir().join(format!("dev/gpu{index}"))
+    }
+
+    /// Shell lines that print `OPEN=<indices>`: the fake GPUs this process
+    /// can actually open (the kernel's answer, cgroups included).
+    pub fn open_probe(&self) -> String {
+        let mut s = String::from("open=''\n");
+        for i in 0..self.config.gpus {
+            let _ = writeln!(s, "if ( : < '{}' ) 2>/dev/null; then open=\"${{open}}{i},\"; fi", self.gpu_path(i).display());
+        }
+        s.push_str("echo OPEN=${open%,}\n");
+        s
+    }
+
+    /// The devices cderd's ledger shows held by `slurm:<id>`.
+    pub fn ledger(&self, id: u32) -> Result<Vec<u32>, String> {
+        let key = format!("slurm:{id}");
+        let status = self.cderd_status()?;
+        let mut held: Vec<u32> =
+            status.devices.iter().filter(|d| d.job.as_ref().is_some_and(|j| j.to_string() == key)).map(|d| d.index).collect();
+        held.sort_unstable();
+        Ok(held)
     }
 
     /// Runs a client command and returns its output, whatever its status.
@@ -552,6 +642,7 @@ impl SlurmCluster {
     /// so no slurmstepd outlives the cluster.
     pub fn cancel_all(&self) {
         let _ = self.run("scancel", &["--user=root"]);
+        let _ = self.run("scancel", &["--user=nobody"]);
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             let out = self.run("squeue", &["-h", "-t", "PD,R,CG,CF"]).map(|o| o.stdout).unwrap_or_default();
@@ -580,12 +671,26 @@ impl Drop for SlurmCluster {
     }
 }
 
+/// The numbers of the fake GPUs: the mem driver's zero, full, random and
+/// urandom (openable, harmless, and DISTINCT, so a device cgroup rule can
+/// allow one and deny another).
+pub const FAKE_GPU_NUMBERS: [(u32, u32); 4] = [(1, 5), (1, 7), (1, 8), (1, 9)];
+
 /// A fake GPU device file. SLURM's GRES only sets `CUDA_VISIBLE_DEVICES`
-/// and `SLURM_JOB_GPUS` for character devices, so as root this makes one
-/// with the numbers of /dev/null (harmless if opened); otherwise a plain
-/// file, which SLURM counts but logs as "not a valid character device".
-fn make_fake_gpu(path: &Path) -> Result<(), String> {
-    let made = Command::new("mknod").arg(path).args(["c", "1", "3"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+/// and `SLURM_JOB_GPUS` for character devices, and a device cgroup tells
+/// devices apart by major:minor, so as root this makes a character device
+/// with the `index`th of [`FAKE_GPU_NUMBERS`]. Fallback (no `mknod`, e.g.
+/// not root, or more than four GPUs): a plain file, which SLURM counts but
+/// logs as "not a valid character device", and which no cgroup can confine.
+fn make_fake_gpu(path: &Path, index: u32) -> Result<(), String> {
+    let made = FAKE_GPU_NUMBERS.get(index as usize).is_some_and(|(major, minor)| {
+        Command::new("mknod")
+            .arg(path)
+            .args(["-m", "0666", "c", &major.to_string(), &minor.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     if !made {
         std::fs::write(path, b"").map_err(|e| format!("{}: {e}", path.display()))?;
     }

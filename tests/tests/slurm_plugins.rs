@@ -1,7 +1,10 @@
 //! spank_cder.so and job_submit_cder.so loaded by a real slurmctld and
 //! slurmd (Debian's SLURM 22.05) on 127.0.0.1, with a real cderd holding
-//! four fake GPUs (plain files, as gres.conf names them). Only the GPUs are
-//! fake: every SLURM daemon, command and plugin hook is the real one.
+//! four fake GPUs (character devices with distinct numbers, as gres.conf
+//! names them). Only the GPUs are fake: every SLURM daemon, command and
+//! plugin hook is the real one. With `TaskPlugin=task/none` the plugin
+//! confines each task with cderd's `confine`, so a job numbers its devices
+//! from 0 and what it can open is checked instead of the indices.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -10,14 +13,20 @@ use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, Slu
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A job that prints when it started, what it sees, what an srun step
-/// inside it sees, and when it ended.
-const REPORTING_JOB: &str = "#!/bin/sh\n\
+/// A job that prints when it started, what it can open and sees, what an
+/// srun step inside it sees, and when it ended.
+fn reporting_job(cluster: &SlurmCluster) -> String {
+    format!(
+        "#!/bin/sh\n\
 echo START=$(date +%s.%N)\n\
+{}\
 env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|ROCR_VISIBLE_DEVICES)='\n\
 echo STEP_CUDA_VISIBLE_DEVICES=$(srun -n1 printenv CUDA_VISIBLE_DEVICES)\n\
 sleep 4\n\
-echo END=$(date +%s.%N)\n";
+echo END=$(date +%s.%N)\n",
+        cluster.open_probe()
+    )
+}
 
 fn start(config: SlurmConfig) -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
     if !require_slurm() {
@@ -45,8 +54,9 @@ fn wait_all_free(cluster: &SlurmCluster) -> cder_protocol::Status {
 #[test]
 fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
     let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
+    let script = reporting_job(&cluster);
     let ids: Vec<u32> = (0..3)
-        .map(|_| cluster.sbatch(&["--gpgpu-per-node=2"], REPORTING_JOB).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs())))
+        .map(|_| cluster.sbatch(&["--gpgpu-per-node=2"], &script).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs())))
         .collect();
     let mut runs = Vec::new();
     for &id in &ids {
@@ -56,12 +66,15 @@ fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
         let env = parse_env_lines(&out);
         let start: f64 = env["START"].parse().unwrap();
         let end: f64 = env["END"].parse().unwrap();
-        let gpus = visible_set(&env["CUDA_VISIBLE_DEVICES"]);
-        assert_eq!(gpus.len(), 2, "job {id} sees {:?}\n{out}", env["CUDA_VISIBLE_DEVICES"]);
+        // Confined to its two devices, the job numbers them 0 and 1, and
+        // can open exactly two.
+        assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]), vec![0, 1], "job {id}\n{out}");
+        let gpus = visible_set(&env["OPEN"]);
+        assert_eq!(gpus.len(), 2, "job {id} can open {:?}\n{out}", env["OPEN"]);
         assert!(gpus.iter().all(|&g| g < 4), "{gpus:?}");
         assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
         // A step inside the job sees the job's devices, not new ones.
-        assert_eq!(visible_set(&env["STEP_CUDA_VISIBLE_DEVICES"]), gpus, "job {id}: step saw other devices\n{out}");
+        assert_eq!(visible_set(&env["STEP_CUDA_VISIBLE_DEVICES"]), vec![0, 1], "job {id}: step saw other devices\n{out}");
         // The GRES request is what the scheduler counted.
         assert!(info.fields.get("TresPerNode").is_some_and(|t| t.contains("gpu:2")), "{info:?}");
         runs.push((id, start, end, gpus));
@@ -185,6 +198,8 @@ fn a_job_killed_by_scancel_releases_its_devices() {
     assert_eq!(status.counts["gpgpu"].free, 4, "scancel left devices allocated: {status:?}\n{}", cluster.logs());
 }
 
+/// `mode=observe` of earlier releases is still accepted; as always now,
+/// cderd records exactly the devices SLURM's GRES chose.
 #[test]
 fn observe_mode_records_the_devices_slurm_chose() {
     let config = SlurmConfig { spank_args: vec!["mode=observe".into()], ..SlurmConfig::default() };
@@ -216,33 +231,22 @@ fn observe_mode_records_the_devices_slurm_chose() {
 }
 
 #[test]
-fn in_managed_mode_the_job_sees_the_devices_cderd_chose() {
+fn a_device_drained_in_cderd_but_given_by_slurm_fails_the_job_readably() {
     let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
-    // With device 0 drained, cderd cannot pick what SLURM's GRES picks
-    // first (0,1): the job must see cderd's choice, not SLURM's.
+    // SLURM's GRES gives the first free devices (0,1); cderd holds device 0
+    // offline. SLURM decides which devices a job gets, so cderd does not
+    // choose others: the ledger and SLURM disagree, and the job does not
+    // start (fail=closed) rather than run on a drained device.
     let mut client = cder_protocol::Client::connect(cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
-    client.drain("gpgpu:0", "test: force a choice unlike SLURM's").unwrap();
-    let id = cluster
-        .sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS)='\nsleep 3\n")
-        .unwrap();
-    cluster.wait_running(id, JOB_TIMEOUT).unwrap();
-    let key = format!("slurm:{id}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let held = loop {
-        let status = cluster.cderd_status().unwrap();
-        let mut held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
-        held.sort_unstable();
-        if held.len() == 2 || Instant::now() > deadline {
-            break held;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    client.drain("gpgpu:0", "test: drained in cderd only").unwrap();
+    let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\necho RAN=yes\n").unwrap();
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(id);
-    assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}");
-    let env = parse_env_lines(&out);
-    assert!(!held.contains(&0), "cderd gave a drained device: {held:?}");
-    assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]), held, "the job does not see cderd's devices\n{out}");
+    assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
+    assert!(!out.contains("RAN=yes"), "the job ran on a drained device:\n{out}");
+    assert!(out.contains(&format!("cder: cderd holds no record of the devices SLURM gave slurm:{id}")), "{out}");
+    let status = cluster.cderd_status().unwrap();
+    assert!(status.devices.iter().all(|d| d.job.is_none()), "{status:?}");
 }
 
 #[test]
@@ -262,7 +266,7 @@ fn cder_type_option_and_memory_constraint_reach_cderd() {
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(id);
     assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
-    assert!(!out.contains("RAN=yes") && out.contains("cder: 1 gpgpu device(s) for slurm:") && out.contains("fail=closed"), "{out}");
+    assert!(!out.contains("RAN=yes") && out.contains("cder: --gpgpu-min-memory=100000: the device(s) SLURM gave slurm:") && out.contains("fail=closed"), "{out}");
     let id = cluster.sbatch(&["--gpgpu-per-node=1", "--gpgpu-min-memory=4000"], script).unwrap();
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{}", cluster.job_output(id));

@@ -9,7 +9,7 @@
 //! can hold and unknown types are refused at submit time; the user sees
 //! the reason.
 
-use cder_slurm::job_submit::{node_gres, translate, Submission};
+use cder_slurm::job_submit::{check_tres_update, node_gres, translate, Submission};
 use cder_slurm::sys::{self, JobDesc, Level};
 
 /// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
@@ -47,9 +47,17 @@ fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// An update (`scontrol update job`) carries only what changes: a new cder
-/// request in it is checked and translated as at submit time.
+/// An update (`scontrol update job`) carries only what changes: a device
+/// count in `TresPerNode` is the owner's to set only at submit time (the
+/// node honours the controller's grant, which must stay the validated
+/// one), and a new cder request in it is checked and translated as at
+/// submit time.
 fn modify(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    if let Some(update) = job.tres_per_node() {
+        let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
+        let operator = submit_uid == 0 || submit_uid == sys::slurm_user_id();
+        check_tres_update(Some(&update), operator, &nodes)?;
+    }
     submit(job, submit_uid)
 }
 

@@ -2,49 +2,71 @@
 //!
 //! ```text
 //! # plugstack.conf
-//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed mode=managed
+//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
 //! ```
+//!
+//! SLURM decides how many devices a job has on a node and which; cder uses
+//! exactly those (docs/slurm.md, "Who decides").
 //!
 //! * srun/sbatch/salloc get `--gpgpu-per-node=N`, `--cder=TYPE:N` and
 //!   `--gpgpu-min-memory=MB`; on the submit host the values are copied into
-//!   the job-control environment, where `job_submit_cder.so` sees them.
-//! * In slurmstepd (remote context), as root, the plugin asks the node's
-//!   cderd for the job's devices (job key `slurm:<jobid>`; idempotent, so
-//!   every step of a job sees the same devices) and, just before each task
-//!   execs, sets the visibility variables cderd returned. A job that asked
-//!   for nothing gets the empty visible list, never "all".
+//!   the job-control environment, where `job_submit_cder.so` turns them into
+//!   GRES.
+//! * The job prolog (root) records in cderd the GPUs slurmd received for the
+//!   job in its credential (`SLURM_JOB_GPUS` of the prolog environment), for
+//!   cder and native `--gres` jobs alike (count 0 for none).
+//! * slurmstepd (root) reads that record; a step's option or JDL key asking
+//!   for more than the job has refuses the step with a readable message.
+//! * In each task, as root, where SLURM gives no device cgroup, cderd's
+//!   `confine` puts the task into the job's device cgroup; just before exec
+//!   the visibility variables name exactly the devices the task can open,
+//!   relative (from 0) inside a cgroup. A job without devices gets the empty
+//!   list, never "all".
 //! * The devices are released when the batch step ends (`slurm_spank_exit`)
-//!   and, in any case, by the job epilog (`slurm_spank_job_epilog`), which
-//!   also covers `scancel` and srun-only jobs.
+//!   and, in any case, by the job epilog (`slurm_spank_job_epilog`).
 //! * `fail=closed` (default) fails the job with a readable message when
-//!   cderd is unreachable or has too few free devices; `fail=open` runs it
-//!   with an empty visible list. `mode=observe` records the devices SLURM's
-//!   GRES chose and changes nothing in the job.
+//!   cderd is unreachable or holds no record of the job's devices;
+//!   `fail=open` runs it with an empty visible list.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use cder_model::{JobEnvironment, JobKey, Lrms, VendorKind};
-use cder_protocol::{AllocRequest, Client, ClientError, ErrorCode};
-use cder_slurm::args::{FailMode, Mode, PluginArgs};
+use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, ErrorCode};
+use cder_slurm::args::{Confine, FailMode, PluginArgs};
+use cder_slurm::devices::{
+    parse_index_list, slurm_constrains_devices, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
+};
 use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
     JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
-use cder_slurm::sys::{log, Level};
+use cder_slurm::sys::{self, log, Level};
 
 mod vgpgpu;
 
-/// What the tasks of this step get, decided as root in `init_post_opt`.
+/// What the tasks of this step get when it is not the job's devices:
+/// decided as root in `init_post_opt`.
 #[derive(Debug)]
 enum Outcome {
     /// Set these variables.
     Env(JobEnvironment),
-    /// Leave the environment alone (`mode=observe`).
-    Untouched,
     /// Refuse to start the task, with this message on its stderr.
     Fail(String),
+}
+
+/// The step's share of the job's devices, read from cderd's record of what
+/// SLURM granted the job.
+#[derive(Debug)]
+struct Plan {
+    job: JobKey,
+    /// The job's record in cderd: its devices and their variables.
+    alloc: Allocation,
+    /// The devices this step uses (the job's, or the step's GPUs among them).
+    step: Vec<AllocatedDevice>,
+    /// SLURM puts the tasks into a device cgroup of its own.
+    slurm_cgroup: bool,
 }
 
 #[derive(Default)]
@@ -52,6 +74,9 @@ struct CderSpank {
     options: RawRequest,
     args: Option<PluginArgs>,
     outcome: Option<Outcome>,
+    plan: Option<Plan>,
+    /// This task process was put into cderd's device cgroup.
+    confined: bool,
     /// `--vgpgpu-per-node`: backends from the cluster registry.
     vgpgpu: vgpgpu::Vgpgpu,
 }
@@ -73,23 +98,29 @@ fn job_key(spank: &Spank) -> Result<JobKey, SpankError> {
     JobKey::new(Lrms::Slurm, &id.to_string()).map_err(|e| SpankError::new(e.to_string()))
 }
 
+fn set_all(env: &JobEnvironment, spank: &Spank) -> SpankResult {
+    for (k, v) in &env.0 {
+        spank.setenv(k, v)?;
+    }
+    Ok(())
+}
+
 /// In the task: set the variables of `outcome`, or refuse with its reason.
 fn apply(outcome: Option<&Outcome>, spank: &Spank) -> SpankResult {
     match outcome {
-        Some(Outcome::Env(env)) => {
-            for (k, v) in &env.0 {
-                spank.setenv(k, v)?;
-            }
-            Ok(())
-        }
+        Some(Outcome::Env(env)) => set_all(env, spank),
         Some(Outcome::Fail(message)) => {
             // This runs in the task, whose stderr is the job's: the user
             // reads why the job did not start in its own output.
             let _ = writeln!(std::io::stderr(), "{message}");
             Err(SpankError::new(message.clone()))
         }
-        Some(Outcome::Untouched) | None => Ok(()),
+        None => Ok(()),
     }
+}
+
+fn list(devices: &[u32]) -> String {
+    devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 impl CderSpank {
@@ -101,7 +132,11 @@ impl CderSpank {
     /// not every context calls `slurm_spank_init` (the job epilog does not).
     fn load_args(&mut self, words: &[String]) -> SpankResult {
         if self.args.is_none() {
-            self.args = Some(PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?);
+            let args = PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?;
+            if let Some(mode) = &args.legacy_mode {
+                log(Level::Verbose, &format!("spank_cder: mode={mode} has no effect: SLURM's GRES chooses the devices, cderd records them"));
+            }
+            self.args = Some(args);
         }
         Ok(())
     }
@@ -111,8 +146,9 @@ impl CderSpank {
         Client::connect(&a.socket, a.timeout)
     }
 
-    /// The request of this step: its options, else the JDL key a CE put in
-    /// the job's environment.
+    /// What this step asks for: its options, else the JDL key a CE put in
+    /// the job's environment. Only a request: it selects among the job's
+    /// devices and never adds to them.
     fn request(&self, spank: &Spank) -> Result<Request, String> {
         let jdl = RawRequest {
             gpgpu_per_node: spank
@@ -123,15 +159,66 @@ impl CderSpank {
         self.options.clone().or(jdl).parse().map_err(|e| e.to_string())
     }
 
-    /// Managed mode: ask cderd, decide what the tasks see.
-    fn allocate(&self, spank: &Spank) -> Result<Outcome, SpankError> {
+    /// Job prolog, as root, in the environment slurmd built from the job's
+    /// credential: record in cderd exactly the GPUs SLURM gave the job on
+    /// this node (none for a job without GPUs), whether it asked through
+    /// cder or with a native `--gres`. Never fails: a failing prolog drains
+    /// the node; a job whose devices were not recorded is refused by its
+    /// steps instead (fail=closed).
+    fn record(&self, spank: &Spank) {
+        let job = match job_key(spank) {
+            Ok(j) => j,
+            Err(e) => return log(Level::Error, &format!("spank_cder: job prolog: {e}")),
+        };
+        let uid = std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse::<u32>().ok()).or_else(|| spank.job_uid().ok());
+        let Some(uid) = uid else {
+            return log(Level::Error, &format!("spank_cder: {job}: job prolog: no SLURM_JOB_UID; nothing recorded"));
+        };
+        let gpus = match std::env::var(SLURM_JOB_GPUS) {
+            Err(_) => Vec::new(),
+            Ok(text) => match parse_index_list(&text) {
+                Some(gpus) => gpus,
+                None => return log(Level::Error, &format!("spank_cder: {job}: job prolog: {SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded")),
+            },
+        };
+        let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
+        alloc.devices = Some(gpus.clone());
+        // SLURM frees a finished job's GRES when the job ends, and may start
+        // the next job on them while the finished one's epilog, which
+        // releases them in cderd, still runs beside this prolog: wait for
+        // that release, up to the plugin's timeout.
+        let deadline = std::time::Instant::now() + self.args().timeout;
+        let mut result = self.connect().and_then(|mut c| c.alloc(&alloc));
+        while matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            result = self.connect().and_then(|mut c| c.alloc(&alloc));
+        }
+        match result {
+            // A node without cderd (no socket) and a job without GPUs: nothing
+            // cder manages here.
+            Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
+            Ok(_) => log(Level::Info, &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: [{}]", list(&gpus))),
+            Err(e) => log(
+                Level::Error,
+                &format!("spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, [{}]: {e}; SLURM and cderd disagree", list(&gpus)),
+            ),
+        }
+    }
+
+    /// Remote context, as root: read the job's devices from cderd and check
+    /// the step's request against them.
+    fn plan_step(&mut self, spank: &Spank) -> SpankResult {
         let args = self.args();
         let job = job_key(spank)?;
-        let uid = spank.job_uid()?;
         let req = match self.request(spank) {
             Ok(r) => r,
-            Err(message) => return Ok(Outcome::Fail(message)),
+            Err(message) => {
+                self.outcome = Some(Outcome::Fail(message));
+                return Ok(());
+            }
         };
+        let step_gpus = spank.getenv(SLURM_STEP_GPUS).or_else(|| spank.getenv(SLURM_JOB_GPUS));
+        let has_devices = !req.is_empty() || step_gpus.as_deref().is_some_and(|s| !s.trim().is_empty());
         let refuse = |why: String| -> Outcome {
             log(Level::Error, &format!("spank_cder: {job}: {why}"));
             match args.fail {
@@ -139,85 +226,117 @@ impl CderSpank {
                 FailMode::Open => Outcome::Env(empty_env()),
             }
         };
+        let slurm_cgroup = slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref());
+        // A job without devices must still be kept from the node's devices:
+        // SLURM's cgroup does that, else cderd's `confine`, which needs cderd.
+        let unconfinable_ok = slurm_cgroup || args.confine == Confine::Off || !args.socket.exists();
         let mut client = match self.connect() {
             Ok(c) => c,
-            Err(e) if req.is_empty() => {
-                // It asked for nothing: the empty list is exactly right.
-                log(Level::Verbose, &format!("spank_cder: {job}: {e}; no devices asked, empty visible list"));
-                return Ok(Outcome::Env(empty_env()));
+            Err(e) if !has_devices && unconfinable_ok => {
+                log(Level::Verbose, &format!("spank_cder: {job}: {e}; no devices, empty visible list"));
+                self.outcome = Some(Outcome::Env(empty_env()));
+                return Ok(());
             }
-            Err(e) => return Ok(refuse(e.to_string())),
+            Err(e) if !has_devices => {
+                self.outcome = Some(refuse(format!("{e}; without cderd this job could not be kept from the node's devices")));
+                return Ok(());
+            }
+            Err(e) => {
+                self.outcome = Some(refuse(e.to_string()));
+                return Ok(());
+            }
         };
-        if req.is_empty() {
-            // A step of a job that holds devices sees them; a job that asked
-            // for nothing is recorded with count 0, which gives the empty
-            // list for every type this node has.
-            return Ok(match client.env(&job) {
-                Ok(a) => Outcome::Env(a.env),
-                Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
-                    match client.alloc(&AllocRequest::new(job.clone(), uid, 0)) {
-                        Ok(a) => Outcome::Env(a.env),
-                        Err(e) => {
-                            log(Level::Error, &format!("spank_cder: {job}: {e}"));
-                            Outcome::Env(empty_env())
-                        }
+        let alloc = match client.env(&job) {
+            Ok(a) => a,
+            Err(e) if e.code() == Some(ErrorCode::UnknownJob) && !has_devices => {
+                // Not recorded by the prolog (cderd was down then). Recording
+                // "no device" cannot raise anything, and lets cderd confine it.
+                let uid = spank.job_uid()?;
+                let mut none = AllocRequest::new(job.clone(), uid, 0);
+                none.devices = Some(Vec::new());
+                match client.alloc(&none) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.outcome = Some(refuse(e.to_string()));
+                        return Ok(());
                     }
                 }
-                Err(e) => {
-                    log(Level::Error, &format!("spank_cder: {job}: {e}"));
-                    Outcome::Env(empty_env())
-                }
-            });
-        }
-        let mut env = BTreeMap::new();
+            }
+            Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
+                self.outcome = Some(refuse(format!("cderd holds no record of the devices SLURM gave {job} (the job prolog records them; see slurmd's log)")));
+                return Ok(());
+            }
+            Err(e) => {
+                self.outcome = Some(refuse(e.to_string()));
+                return Ok(());
+            }
+        };
         for (ty, &count) in &req.counts {
-            let mut alloc = AllocRequest::new(job.clone(), uid, count);
-            alloc.cder_type = ty.clone();
-            if ty == GPGPU {
-                alloc.min_memory_mb = req.gpgpu_min_memory_mb;
-            }
-            let got = match client.alloc(&alloc) {
-                Ok(a) => a,
-                // Another step of this job asked with another count: the
-                // job's devices are what it already holds.
-                Err(e) if e.code() == Some(ErrorCode::Conflict) => match client.env(&job) {
-                    Ok(a) => a,
-                    Err(e) => return Ok(refuse(e.to_string())),
-                },
-                Err(e) => return Ok(refuse(format!("{count} {ty} device(s) for {job}: {e}"))),
-            };
-            log(
-                Level::Info,
-                &format!(
-                    "spank_cder: {job}: uid {uid} holds {} {ty} device(s): {}",
-                    got.devices.len(),
-                    got.devices.iter().map(|d| d.index.to_string()).collect::<Vec<_>>().join(",")
-                ),
-            );
-            // Lists of one type must not be blanked by another type's empty twins.
-            for (k, v) in got.env.0 {
-                let keep = env.get(&k).is_some_and(|old: &String| !old.is_empty()) && v.is_empty();
-                if !keep {
-                    env.insert(k, v);
-                }
+            let held = alloc.devices.iter().filter(|d| &d.cder_type == ty).count() as u32;
+            if count > held {
+                let source = req.sources.get(ty).map(|s| s.to_string()).unwrap_or_else(|| format!("--{OPT_CDER}"));
+                let message = format!(
+                    "cder: {source}={count}: SLURM gave {job} {held} {ty} device(s) on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --gpgpu-per-node={count}); the step is not started"
+                );
+                log(Level::Error, &format!("spank_cder: {message}"));
+                self.outcome = Some(Outcome::Fail(message));
+                return Ok(());
             }
         }
-        Ok(Outcome::Env(JobEnvironment(env)))
+        if let Some(min) = req.gpgpu_min_memory_mb {
+            let status = match client.status() {
+                Ok(s) => s,
+                Err(e) => {
+                    self.outcome = Some(refuse(e.to_string()));
+                    return Ok(());
+                }
+            };
+            let small: Vec<String> = alloc
+                .devices
+                .iter()
+                .filter(|d| d.cder_type == GPGPU)
+                .filter_map(|d| status.devices.iter().find(|s| s.cder_type == d.cder_type && s.index == d.index))
+                .filter(|s| s.memory_mb < min)
+                .map(|s| format!("{} {}: {} MB", s.cder_type, s.index, s.memory_mb))
+                .collect();
+            if !small.is_empty() {
+                self.outcome = Some(refuse(format!(
+                    "--{OPT_GPGPU_MIN_MEMORY}={min}: the device(s) SLURM gave {job} have less memory ({}); give the site's GRES types for memory classes",
+                    small.join(", ")
+                )));
+                return Ok(());
+            }
+        }
+        let step_list = step_gpus.as_deref().and_then(parse_index_list);
+        let step = step_devices(&alloc.devices, step_list.as_deref());
+        self.plan = Some(Plan { job, alloc, step, slurm_cgroup });
+        Ok(())
     }
 
-    /// Observe mode: record the devices SLURM's GRES gave the job.
-    fn observe(&self, spank: &Spank) -> Result<Outcome, SpankError> {
-        let job = job_key(spank)?;
-        let uid = spank.job_uid()?;
-        let list = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"].iter().find_map(|v| spank.getenv(v));
-        let devices: Vec<u32> = list.iter().flat_map(|l| l.split(',')).filter_map(|s| s.trim().parse().ok()).collect();
-        let mut alloc = AllocRequest::new(job.clone(), uid, devices.len() as u32);
-        alloc.devices = Some(devices);
-        match self.connect().and_then(|mut c| c.alloc(&alloc)) {
-            Ok(a) => log(Level::Verbose, &format!("spank_cder: {job}: recorded {} device(s) chosen by SLURM", a.devices.len())),
-            Err(e) => log(Level::Error, &format!("spank_cder: {job}: recording SLURM's devices: {e}")),
+    /// In the task, as root: where SLURM gives no device cgroup, ask cderd
+    /// to put this process into the job's (children inherit it).
+    fn confine(&mut self) {
+        let args = self.args();
+        let Some(plan) = &self.plan else { return };
+        if plan.slurm_cgroup || args.confine == Confine::Off {
+            return;
         }
-        Ok(Outcome::Untouched)
+        let job = plan.job.clone();
+        match self.connect().and_then(|mut c| c.confine(&job)) {
+            Ok(c) => {
+                log(Level::Verbose, &format!("spank_cder: {job}: task {} confined to its devices in {}", c.pid, c.cgroups.join(" ")));
+                self.confined = true;
+            }
+            Err(e) => {
+                log(Level::Error, &format!("spank_cder: {job}: confining a task to its devices: {e}"));
+                let unavailable = e.code() == Some(ErrorCode::EnforcementUnavailable);
+                let fatal = args.confine == Confine::Required || (!unavailable && args.fail == FailMode::Closed);
+                if fatal {
+                    let how = if args.confine == Confine::Required { "confine=required" } else { "fail=closed" };
+                    self.outcome = Some(Outcome::Fail(format!("cder: confining {job} to its devices: {e} ({how}); the job is not started")));
+                }
+            }
+        }
     }
 
     fn release(&self, spank: &Spank, when: &str) -> SpankResult {
@@ -285,11 +404,7 @@ impl Plugin for CderSpank {
                 self.vgpgpu.export(spank)
             }
             Context::Remote => {
-                let outcome = match self.args().mode {
-                    Mode::Managed => self.allocate(spank)?,
-                    Mode::Observe => self.observe(spank)?,
-                };
-                self.outcome = Some(outcome);
+                self.plan_step(spank)?;
                 let args = self.args();
                 self.vgpgpu.allocate(spank, &args, &job_key(spank)?);
                 Ok(())
@@ -298,9 +413,39 @@ impl Plugin for CderSpank {
         }
     }
 
+    fn job_prolog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
+        if let Err(e) = self.load_args(args) {
+            // Failing a prolog drains the node; the steps refuse instead.
+            log(Level::Error, &format!("spank_cder: job prolog: {e}"));
+            return Ok(());
+        }
+        self.record(spank);
+        Ok(())
+    }
+
+    fn task_init_privileged(&mut self, _spank: &Spank, _args: &[String]) -> SpankResult {
+        if self.outcome.is_none() {
+            self.confine();
+        }
+        Ok(())
+    }
+
     fn task_init(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
         self.vgpgpu.task_init(spank)?;
-        apply(self.outcome.as_ref(), spank)
+        if self.outcome.is_some() {
+            return apply(self.outcome.as_ref(), spank);
+        }
+        if let Some(plan) = &self.plan {
+            let enforcement = if plan.slurm_cgroup {
+                Enforcement::SlurmCgroup
+            } else if self.confined {
+                Enforcement::CderCgroup
+            } else {
+                Enforcement::None
+            };
+            set_all(&step_env(&plan.alloc, &plan.step, enforcement), spank)?;
+        }
+        Ok(())
     }
 
     fn exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {

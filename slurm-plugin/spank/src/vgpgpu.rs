@@ -20,7 +20,7 @@ use cder_slurm::spank::{Spank, SpankOption, SpankResult};
 use super::Outcome;
 use cder_slurm::sys::{log, Level};
 use cder_slurm::vgpgpu::{
-    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
+    granted_per_node, RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
     OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
 };
 
@@ -88,6 +88,26 @@ impl Vgpgpu {
                 return;
             }
         };
+        // The controller counted `vgpgpu` licences for the job at submit
+        // time; a request in the job's environment or a step option must
+        // not take more backends than that.
+        let origin = if self.options.per_node.is_some() { "--vgpgpu-per-node" } else { JDL_VGPGPU_PER_NODE };
+        let granted = match spank.job_id().map_err(|e| e.to_string()).and_then(cder_slurm::sys::load_job) {
+            Ok(g) => granted_per_node(g.licenses.as_deref(), g.num_nodes),
+            Err(why) => {
+                log(Level::Error, &format!("spank_cder: {job}: reading the job's vgpgpu licences from slurmctld: {why}"));
+                0
+            }
+        };
+        if u64::from(req.per_node) > granted {
+            let message = format!(
+                "cder: {origin}={}: SLURM granted {job} {granted} vgpgpu licence(s) per node; ask when submitting (sbatch --vgpgpu-per-node={}); the step is not started",
+                req.per_node, req.per_node
+            );
+            log(Level::Error, &format!("spank_cder: {message}"));
+            self.outcome = Some(Outcome::Fail(message));
+            return;
+        }
         let node = spank.getenv("SLURMD_NODENAME").unwrap_or_else(cder_registry_host);
         let got = registry_config(args).and_then(|rc| {
             let client = Client::from_config(&rc).map_err(|e| e.to_string())?;

@@ -4,7 +4,9 @@
 //! dir, `auth/none`), four fake GPUs in gres.conf, cderd with the same four
 //! devices, and both plugins (spank_cder.so, job_submit_cder.so). Submits
 //! two `sbatch --gpgpu-per-node=2` jobs, shows what cderd holds while they
-//! run and what each job saw, and checks their GPUs are disjoint. Needs
+//! run and what each job saw and could open, and checks the devices they
+//! could open are disjoint (each is confined to its own and numbers them
+//! from 0, so `CUDA_VISIBLE_DEVICES` is `0,1` in both). Needs
 //! root and Debian's slurm-wlm (deploy/install-deps.sh).
 //!
 //! ```text
@@ -16,10 +18,14 @@ use std::time::{Duration, Instant};
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, visible_set, SlurmCluster, SlurmConfig};
 
-const JOB: &str = "#!/bin/sh\n\
-echo \"job $SLURM_JOB_ID on $(hostname -s): CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\n\
-echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\n\
-sleep 5\n";
+fn job(cluster: &SlurmCluster) -> String {
+    format!(
+        "#!/bin/sh\n{}\
+echo \"job $SLURM_JOB_ID on $(hostname -s): CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, can open GPUs ${{open%,}}\"\n\
+sleep 5\n",
+        cluster.open_probe()
+    )
+}
 
 fn main() -> ExitCode {
     if !require_slurm() {
@@ -43,7 +49,8 @@ fn demo() -> Result<bool, String> {
 
     println!("\n== a bad request is refused at submit time:");
     println!("$ sbatch --gpgpu-per-node=5 job.sh");
-    match cluster.sbatch(&["--gpgpu-per-node=5"], JOB) {
+    let script = job(&cluster);
+    match cluster.sbatch(&["--gpgpu-per-node=5"], &script) {
         Err(e) => println!("   {}", e.lines().filter(|l| l.contains("error")).collect::<Vec<_>>().join("\n   ")),
         Ok(id) => println!("   unexpectedly accepted as job {id}"),
     }
@@ -51,7 +58,7 @@ fn demo() -> Result<bool, String> {
     println!("\n== two jobs, two GPUs each:");
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let id = cluster.sbatch(&["--gpgpu-per-node=2"], JOB)?;
+        let id = cluster.sbatch(&["--gpgpu-per-node=2"], &script)?;
         println!("$ sbatch --gpgpu-per-node=2 job.sh   -> job {id}");
         ids.push(id);
     }
@@ -80,8 +87,8 @@ fn demo() -> Result<bool, String> {
     for &id in &ids {
         let info = cluster.wait_job(id, Duration::from_secs(60))?;
         let out = cluster.job_output(id);
-        println!("   {} [{}]", out.lines().next().unwrap_or(""), info.state);
-        sets.push(visible_set(parse_env_lines(&out).get("CUDA_VISIBLE_DEVICES").map(String::as_str).unwrap_or("")));
+        println!("   {} [{}]", out.lines().find(|l| l.starts_with("job ")).unwrap_or(""), info.state);
+        sets.push(visible_set(parse_env_lines(&out).get("OPEN").map(String::as_str).unwrap_or("")));
     }
     let disjoint = sets[0].len() == 2 && sets[1].len() == 2 && sets[0].iter().all(|g| !sets[1].contains(g));
     std::thread::sleep(Duration::from_secs(1));
