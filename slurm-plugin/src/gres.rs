@@ -4,26 +4,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::request::{Request, RequestError, Source, GPGPU, OPT_CDER};
+use crate::request::{Request, RequestError, Source, OPT_CDER};
 
 /// The GRES name SLURM uses for a CDER type: GPGPUs are SLURM's `gpu`;
 /// any other type is declared under its own name (`GresTypes=gpu,fpga`).
-pub fn gres_name(cder_type: &str) -> &str {
-    if cder_type == GPGPU {
-        "gpu"
-    } else {
-        cder_type
-    }
-}
+pub use cder_request::lrms::gres_name;
 
 /// The CDER type behind a GRES name (the inverse of [`gres_name`]).
-pub fn cder_type(gres: &str) -> &str {
-    if gres == "gpu" {
-        GPGPU
-    } else {
-        gres
-    }
-}
+pub use cder_request::lrms::cder_type_of_gres as cder_type;
 
 /// How `tres_per_node` spells a GRES in this SLURM release: `gres:gpu:2`
 /// up to 22.05, `gres/gpu:2` from 23.02 on.

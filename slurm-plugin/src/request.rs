@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The CDER type that `--gpgpu-per-node` and `GPGPUPerNode` ask for.
-pub const GPGPU: &str = "gpgpu";
+pub const GPGPU: &str = cder_request::GPGPU;
 /// Job-control variable (before SLURM's `SPANK_` prefix) for `--gpgpu-per-node`.
 pub const CONTROL_GPGPU_PER_NODE: &str = "CDER_GPGPU_PER_NODE";
 /// Job-control variable for `--cder`.
@@ -24,9 +24,9 @@ pub const CONTROL_GPGPU_MIN_MEMORY: &str = "CDER_GPGPU_MIN_MEMORY";
 /// The prefix SLURM puts before job-control variables.
 pub const CONTROL_PREFIX: &str = "SPANK_";
 /// The JDL key a CE sets in the job's environment.
-pub const JDL_GPGPU_PER_NODE: &str = "GPGPUPerNode";
-/// The largest count accepted from anyone (the protocol's own bound).
-pub const MAX_COUNT: u32 = cder_protocol::MAX_COUNT;
+pub const JDL_GPGPU_PER_NODE: &str = cder_request::keys::GPGPU_PER_NODE;
+/// The largest count accepted from anyone (one bound for every door).
+pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
 /// The SPANK option names, as users type them.
 pub const OPT_GPGPU_PER_NODE: &str = "gpgpu-per-node";
@@ -166,10 +166,8 @@ impl RawRequest {
             for item in s.value.split(',') {
                 let (ty, n) = item.trim().split_once(':').ok_or_else(shape)?;
                 let ty = ty.trim();
-                let valid_name = !ty.is_empty()
-                    && ty.len() <= 64
-                    && ty.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-                if !valid_name {
+                // The rule cderd applies too, so the controller never accepts a name the node refuses.
+                if cder_request::check_type_name(ty).is_err() {
                     return Err(shape());
                 }
                 let n = parse_count(n, &s.source, &s.value)?;
@@ -200,20 +198,14 @@ impl RawRequest {
     }
 }
 
+/// The one count rule (cder_request), with the messages sbatch prints.
 fn parse_count(text: &str, source: &Source, whole: &str) -> Result<u32, RequestError> {
-    let t = text.trim();
-    let err_value = whole.to_string();
-    let digits = t.strip_prefix('-').unwrap_or(t);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(RequestError::NotANumber { origin: source.clone(), value: err_value });
-    }
-    if t.starts_with('-') || digits.bytes().all(|b| b == b'0') {
-        return Err(RequestError::NotPositive { origin: source.clone(), value: err_value });
-    }
-    match digits.parse::<u32>() {
-        Ok(n) if n <= MAX_COUNT => Ok(n),
-        _ => Err(RequestError::Huge { origin: source.clone(), value: err_value }),
-    }
+    let (origin, value) = (source.clone(), whole.to_string());
+    cder_request::parse_count(text).map_err(|e| match e {
+        cder_request::CountError::NotANumber => RequestError::NotANumber { origin, value },
+        cder_request::CountError::NotPositive => RequestError::NotPositive { origin, value },
+        cder_request::CountError::TooLarge => RequestError::Huge { origin, value },
+    })
 }
 
 #[cfg(test)]

@@ -24,9 +24,9 @@ pub const JDL_VGPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
 pub const JDL_VGPGPU_METHOD: &str = "VirtualGPGPUMethod";
 pub const JDL_VGPGPU_TYPE: &str = "VirtualGPGPUType";
 /// The SLURM licence that counts backends.
-pub const LICENSE: &str = "vgpgpu";
+pub const LICENSE: &str = cder_request::lrms::VGPGPU_LICENCE;
 /// The most backends one node may ask for.
-pub const MAX_PER_NODE: u32 = 4096;
+pub const MAX_PER_NODE: u32 = cder_request::MAX_COUNT;
 
 /// A parsed vGPGPU request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,26 +71,24 @@ impl RawVgpgpu {
         }
     }
 
-    /// `None` when no vGPGPU was asked for (or 0 per node); a message
-    /// naming the option or key when a value is bad.
+    /// `None` when no vGPGPU was asked for; a message naming the option or
+    /// key when a value is bad. The reading is `cder_request`'s, shared by
+    /// every door: a count from 1 to 4096 (0 refused), rCUDA when no method
+    /// is named, a method without a count refused.
     pub fn parse(&self) -> Result<Option<VgpgpuRequest>, String> {
-        let Some(n) = &self.per_node else {
-            return match &self.method {
-                Some(m) => Err(format!("a vGPGPU method ({m}) was given without {}", self.origin)),
-                None => Ok(None),
-            };
-        };
-        let per_node: u32 = n
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&v| v <= MAX_PER_NODE)
-            .ok_or_else(|| format!("{}={n:?}: expected a whole number from 0 to {MAX_PER_NODE}", self.origin))?;
-        let method = match &self.method {
-            Some(m) => m.trim().parse::<VgpgpuMethod>().map_err(|e| format!("vGPGPU method: {e}"))?,
-            None => VgpgpuMethod::Rcuda,
-        };
-        Ok((per_node > 0).then_some(VgpgpuRequest { per_node, method }))
+        let read = cder_request::VgpgpuRequest::read(self.per_node.as_deref(), self.method.as_deref());
+        match read {
+            Ok(r) => Ok(r.map(|r| VgpgpuRequest { per_node: r.per_node, method: r.method })),
+            Err(cder_request::VgpgpuError::Count(e)) => {
+                Err(format!("{}={:?}: {e}", self.origin, self.per_node.as_deref().unwrap_or_default()))
+            }
+            Err(cder_request::VgpgpuError::Method(e)) => Err(format!("vGPGPU method: {e}")),
+            Err(cder_request::VgpgpuError::MethodWithoutCount) => Err(format!(
+                "a vGPGPU method ({}) was given without {}",
+                self.method.as_deref().unwrap_or_default(),
+                self.origin
+            )),
+        }
     }
 }
 
@@ -158,7 +156,8 @@ mod tests {
         assert_eq!(RawVgpgpu::default().or(jdl).parse().unwrap(), Some(VgpgpuRequest { per_node: 1, method: VgpgpuMethod::Rcuda }));
         let prolog = RawVgpgpu::from_control_env(&["SPANK_CDER_VGPGPU_PER_NODE=2"]);
         assert_eq!(prolog.parse().unwrap().unwrap().per_node, 2);
-        assert_eq!(RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=0"]).parse().unwrap(), None);
+        // 0 is refused on every door (cder_request): leave the option out to ask for none.
+        assert!(RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=0"]).parse().unwrap_err().contains("at least 1"));
         let e = RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=three"]).parse().unwrap_err();
         assert!(e.contains("--vgpgpu-per-node") && e.contains("three"), "{e}");
         let e = RawVgpgpu::from_jdl_env(&["VirtualGPGPUPerNode=1", "VirtualGPGPUMethod=CUDA"]).parse().unwrap_err();
