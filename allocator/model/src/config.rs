@@ -493,10 +493,8 @@ impl Config {
         for cder in &self.cders {
             let name_at = cder.name.span().start;
             let name = cder.name();
-            let valid_name = name.len() <= 32
-                && name.starts_with(|c: char| c.is_ascii_lowercase())
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-            if !valid_name {
+            // The rule every request parser and the node protocol apply too.
+            if cder_request::check_type_name(name).is_err() {
                 return Err(at(name_at, "cder.name", format!("{name:?} must be lowercase letters, digits, '-' or '_', starting with a letter")));
             }
             if !names.insert(name) {

@@ -11,7 +11,7 @@
 //! * [`parse_count`] / [`check_count`]: a device count is a whole number from
 //!   1 to [`MAX_COUNT`]; 0 is refused (leave the key out to ask for none).
 //! * [`check_type_name`]: a CDER type name is 1 to [`MAX_TYPE_NAME_LEN`] bytes
-//!   of `a-z`, `0-9`, `_`, `-`.
+//!   of `a-z`, `0-9`, `_`, `-`, starting with a letter.
 //! * [`VgpgpuRequest::read`]: a vGPGPU request is a count (the same rule)
 //!   and a method, rCUDA when none is named (the seed thesis's default); a
 //!   method without a count is refused.
@@ -128,7 +128,7 @@ pub struct TypeNameError {
 
 impl fmt::Display for TypeNameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not a CDER type name (1 to {MAX_TYPE_NAME_LEN} of a-z, 0-9, _ and -)", self.name)
+        write!(f, "{:?} is not a CDER type name (1 to {MAX_TYPE_NAME_LEN} of a-z, 0-9, _ and -, starting with a letter)", self.name)
     }
 }
 
@@ -137,8 +137,8 @@ impl std::error::Error for TypeNameError {}
 /// The one rule for CDER type names, shared by the config, the node
 /// protocol and every request parser, so no door accepts a name another refuses.
 pub fn check_type_name(name: &str) -> Result<(), TypeNameError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_TYPE_NAME_LEN
+    let ok = name.len() <= MAX_TYPE_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if ok {
         Ok(())
@@ -305,7 +305,7 @@ mod tests {
         for ok in ["gpgpu", "fpga", "xeon-phi", "a_1", &"a".repeat(MAX_TYPE_NAME_LEN)] {
             assert!(check_type_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "GPU", "a b", "a:1", "é", &"a".repeat(MAX_TYPE_NAME_LEN + 1)] {
+        for bad in ["", "GPU", "a b", "a:1", "é", "1gpu", "-x", &"a".repeat(MAX_TYPE_NAME_LEN + 1)] {
             let e = check_type_name(bad).unwrap_err();
             assert!(e.to_string().contains("is not a CDER type name"), "{e}");
         }
