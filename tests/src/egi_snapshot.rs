@@ -384,18 +384,20 @@ fn write_keys(l: &mut String, dn: &str, id: &str, keys: Option<&[(String, String
     keys.len()
 }
 
-/// GLUE 1.3 of one CE, as its site BDII publishes it: the GlueCluster, a
-/// SubCluster per EE (the GPU ones tagged `<Vendor>GPGPU` and `Key=Value`),
-/// one GlueCE per queue. Returns the entries written.
+/// GLUE 1.3 of one CE, as its site BDII publishes it: per EE a
+/// GlueCluster with one SubCluster (the GPU ones tagged `<Vendor>GPGPU` and
+/// `Key=Value`), one GlueCE per queue naming the clusters of the EEs its
+/// shares offer, so that both schemas describe the same CEs. Returns the
+/// entries written.
 fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &str, ees: &[Option<(Vec<(String, String)>, (String, u32))>]) -> usize {
-    let cdn = format!("GlueClusterUniqueID={host},{site}");
-    let _ = write!(
-        l,
-        "dn: {cdn}\nobjectClass: GlueClusterTop\nobjectClass: GlueCluster\nobjectClass: GlueInformationService\nobjectClass: GlueKey\n\
-         objectClass: GlueSchemaVersion\nGlueClusterUniqueID: {host}\nGlueClusterName: {host}\n{}GlueSchemaVersionMajor: 1\nGlueSchemaVersionMinor: 3\n\n",
-        (0..spec.queues).map(|q| format!("GlueForeignKey: GlueCEUniqueID={host}:8443/cream-{lrms}-q{q}\n")).collect::<String>()
-    );
     for (e, data) in ees.iter().enumerate() {
+        let cluster = format!("{host}_wn{e}");
+        let cdn = format!("GlueClusterUniqueID={cluster},{site}");
+        let _ = write!(
+            l,
+            "dn: {cdn}\nobjectClass: GlueClusterTop\nobjectClass: GlueCluster\nobjectClass: GlueInformationService\nobjectClass: GlueKey\n\
+             objectClass: GlueSchemaVersion\nGlueClusterUniqueID: {cluster}\nGlueClusterName: {cluster}\nGlueSchemaVersionMajor: 1\nGlueSchemaVersionMinor: 3\n\n"
+        );
         let tags: String = match data {
             Some((keys, (vendor, _))) => {
                 std::iter::once(format!("{vendor}GPGPU")).chain(keys.iter().map(|(k, v)| format!("{k}={v}"))).map(|t| format!("GlueHostApplicationSoftwareRunTimeEnvironment: {t}\n")).collect()
@@ -404,26 +406,29 @@ fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &st
         };
         let _ = write!(
             l,
-            "dn: GlueSubClusterUniqueID={host}_wn{e},{cdn}\nobjectClass: GlueClusterTop\nobjectClass: GlueSubCluster\n\
-             objectClass: GlueHostApplicationSoftware\nobjectClass: GlueKey\nobjectClass: GlueSchemaVersion\nGlueSubClusterUniqueID: {host}_wn{e}\n\
-             GlueSubClusterName: {host}_wn{e}\nGlueChunkKey: GlueClusterUniqueID={host}\nGlueHostArchitecturePlatformType: x86_64\n\
+            "dn: GlueSubClusterUniqueID={cluster},{cdn}\nobjectClass: GlueClusterTop\nobjectClass: GlueSubCluster\n\
+             objectClass: GlueHostApplicationSoftware\nobjectClass: GlueKey\nobjectClass: GlueSchemaVersion\nGlueSubClusterUniqueID: {cluster}\n\
+             GlueSubClusterName: {cluster}\nGlueChunkKey: GlueClusterUniqueID={cluster}\nGlueHostArchitecturePlatformType: x86_64\n\
              GlueHostMainMemoryRAMSize: 65536\n{tags}GlueSchemaVersionMajor: 1\nGlueSchemaVersionMinor: 3\n\n"
         );
     }
     for q in 0..spec.queues {
         let id = format!("{host}:8443/cream-{lrms}-q{q}");
+        let linked: std::collections::BTreeSet<usize> =
+            if spec.share_ee_fk { (0..spec.vos).map(|v| (q + v * spec.queues) % ees.len()).collect() } else { (0..ees.len()).collect() };
         let _ = write!(
             l,
             "dn: GlueCEUniqueID={id},{site}\nobjectClass: GlueCETop\nobjectClass: GlueCE\nobjectClass: GlueCEInfo\n\
              objectClass: GlueCEState\nobjectClass: GlueCEPolicy\nobjectClass: GlueCEAccessControlBase\nobjectClass: GlueKey\n\
              objectClass: GlueSchemaVersion\nGlueCEUniqueID: {id}\nGlueCEName: q{q}\nGlueCEInfoHostName: {host}\n\
              GlueCEInfoLRMSType: {lrms}\nGlueCEStateStatus: Production\nGlueCEStateEstimatedResponseTime: 60\n\
-             GlueCEStateFreeCPUs: 8\nGlueCEStateFreeJobSlots: 8\n{}GlueForeignKey: GlueClusterUniqueID={host}\n\
+             GlueCEStateFreeCPUs: 8\nGlueCEStateFreeJobSlots: 8\n{}{}\
              GlueSchemaVersionMajor: 1\nGlueSchemaVersionMinor: 3\n\n",
-            (0..spec.vos).map(|v| format!("GlueCEAccessControlBaseRule: VO:{}\n", VOS[v % VOS.len()])).collect::<String>()
+            (0..spec.vos).map(|v| format!("GlueCEAccessControlBaseRule: VO:{}\n", VOS[v % VOS.len()])).collect::<String>(),
+            linked.iter().map(|e| format!("GlueForeignKey: GlueClusterUniqueID={host}_wn{e}\n")).collect::<String>(),
         );
     }
-    1 + ees.len() + spec.queues
+    2 * ees.len() + spec.queues
 }
 
 #[cfg(test)]
@@ -473,6 +478,6 @@ mod tests {
         assert_eq!(s.ldif.matches("GLUE2ResourceID: execenv0\n").count(), 4, "every CE has an EE called execenv0");
         assert_eq!(s.ldif.matches("objectClass: GlueCE\n").count(), 4 * 10);
         assert_eq!(s.ldif.matches("GlueHostApplicationSoftwareRunTimeEnvironment: GPGPUVendor=").count(), 2);
-        assert_eq!(s.glue13_entries, 2 + 4 * (1 + 2 + 10));
+        assert_eq!(s.glue13_entries, 2 + 4 * (2 * 2 + 10));
     }
 }

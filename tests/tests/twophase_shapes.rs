@@ -69,6 +69,15 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
         .map(|(ce, r)| (ce.to_string(), r.trim().parse().unwrap()))
         .collect();
     assert_eq!(ours, theirs, "{what}: the matches, their order and ranks equal the reference's");
+    if spec.glue13 && spec.placement == Placement::ExecutionEnvironments {
+        // GLUE 1.3 alone describes the same CEs (its tags sit on SubClusters, the EEs' twins).
+        let out = Command::new(cder_jdl()).args(["list-match", "--json", "--strategy", "tagged-environment", "--bdii", &slapd.url()]).arg(&job).output().unwrap();
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let g13: Vec<(String, f64)> = v["matches"].as_array().unwrap().iter().map(|m| (m["ce"].as_str().unwrap().to_string(), m["rank"].as_f64().unwrap())).collect();
+        assert!(v["matches"].as_array().unwrap().iter().all(|m| m["schema"] == "GLUE1.3"), "{what}: {v}");
+        assert_eq!(g13, theirs, "{what}: GLUE 1.3 alone");
+    }
 }
 
 fn spec(placement: Placement, strategy: Strategy) -> SnapshotSpec {
