@@ -107,21 +107,26 @@ pub fn typed_checked(value: &str) -> Result<Value, String> {
 /// Err names the first attribute whose integer overflows, or that cder
 /// reads as a count or a time and is negative.
 fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> {
-    let mut names: Vec<&String> = e.attrs.keys().collect();
-    names.sort();
-    for lname in names {
+    // Cheap when all is well (every offer's share and EE pass here); the
+    // first bad attribute by name when not, so the warning is stable.
+    let mut bad: Option<(&String, &String)> = None;
+    for (lname, vals) in &e.attrs {
         if !lname.starts_with("glue") {
             continue;
         }
-        for v in &e.attrs[lname] {
-            if let Err(why) = typed_checked(v) {
-                return Err(format!("{lname}: {why}"));
+        for v in vals {
+            let t = v.trim();
+            if integer_like(t) && t.parse::<i64>().is_err() && bad.is_none_or(|(n, _)| lname < n) {
+                bad = Some((lname, v));
             }
         }
     }
+    if let Some((name, v)) = bad {
+        return Err(format!("{}: {v:?} is out of range (not a 64-bit integer)", glue2_spelling(name)));
+    }
     for name in read_as_counts {
         if let Some(v) = e.first(name) {
-            if matches!(typed(v), Value::Int(n) if n < 0) {
+            if v.trim().parse::<i64>().is_ok_and(|n| n < 0) {
                 return Err(format!("{name}: {v:?} is out of range (negative)"));
             }
         }
@@ -297,25 +302,61 @@ fn int_of(e: &Entry, name: &str) -> Option<i64> {
     e.first(name).and_then(|v| v.trim().parse().ok())
 }
 
+/// GLUE 1.3 names of share counts (GLUE 2.0 source).
+const SHARE_COUNTS: &[(&str, &str)] = &[
+    ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
+    ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
+    ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
+    ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
+    ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
+    ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
+    ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
+    ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
+];
+/// GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
+const SHARE_MINUTES: &[(&str, &str)] = &[("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")];
+const SHARE_STRINGS: &[(&str, &str)] = &[("GlueCEStateStatus", "GLUE2ComputingShareServingState"), ("GlueCEName", "GLUE2ComputingShareMappingQueue")];
+const EE_COUNTS: &[(&str, &str)] = &[
+    ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
+    ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
+    ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
+    ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
+    ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
+];
+const EE_STRINGS: &[(&str, &str)] = &[
+    ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
+    ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
+    ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
+    ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
+    ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
+    ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
+];
+
+/// The GLUE 2.0 attributes an offer attribute is made from: itself for a
+/// GLUE 2.0 name, the source of a GLUE 1.3 name, nothing for the rest.
+pub fn glue2_sources(name: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS, EE_COUNTS, EE_STRINGS]
+        .iter()
+        .flat_map(|t| t.iter())
+        .filter(|(g13, _)| g13.eq_ignore_ascii_case(name))
+        .map(|(_, g2)| *g2)
+        .collect();
+    if name.eq_ignore_ascii_case("GlueCEInfoLRMSType") {
+        out.push("GLUE2ManagerProductName");
+    }
+    out
+}
+
 /// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.
 fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
     if let Some(s) = share {
-        for (g13, g2) in [
-            ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
-            ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
-            ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
-            ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
-            ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
-            ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
-            ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
-            ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
-        ] {
+        for &(g13, g2) in SHARE_COUNTS {
             if let Some(v) = int_of(s, g2) {
                 put(ad, g13, Value::Int(v));
             }
         }
         // GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-        for (g13, g2) in [("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")] {
+        for &(g13, g2) in SHARE_MINUTES {
             if let Some(v) = int_of(s, g2) {
                 put(ad, g13, Value::Int(v / 60));
             }
@@ -330,25 +371,12 @@ fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, man
         }
     }
     if let Some(e) = ee {
-        for (g13, g2) in [
-            ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
-            ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
-            ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
-            ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
-            ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
-        ] {
+        for &(g13, g2) in EE_COUNTS {
             if let Some(v) = int_of(e, g2) {
                 put(ad, g13, Value::Int(v));
             }
         }
-        for (g13, g2) in [
-            ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
-            ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
-            ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
-            ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
-            ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
-            ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
-        ] {
+        for &(g13, g2) in EE_STRINGS {
             if let Some(v) = e.first(g2) {
                 put_str(ad, g13, v);
             }
@@ -748,9 +776,12 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     .find_map(|vk| k.strip_suffix(vk).filter(|m| !m.is_empty()).map(|m| format!("{vk}_{m}")))
                     .unwrap_or_else(|| k.to_string());
                 let res = if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
-                    match typed(v) {
-                        n @ (Value::Int(_) | Value::Real(_)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
-                        _ => Err(format!("{k}={v:?} is not a number")),
+                    match typed_checked(v) {
+                        Ok(n @ Value::Int(0..)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
+                        Ok(Value::Int(_)) => Err(format!("{k}={v:?} is out of range (negative)")),
+                        Ok(Value::Real(_)) => Err(format!("{k}={v:?} is not a whole number")),
+                        Ok(_) => Err(format!("{k}={v:?} is not a number")),
+                        Err(why) => Err(format!("{k}={why}")),
                     }
                 } else {
                     add_pair(&mut pairs, &key, v, prefixes)
@@ -760,8 +791,15 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     break;
                 }
             }
+            if broken.is_none() {
+                broken = check_cder_numbers(&pairs, prefixes).err();
+            }
             if let Some(why) = broken {
                 out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
+                continue;
+            }
+            if let Some((e, why)) = [ce, *sc].into_iter().find_map(|e| check_glue_numbers(e, &[]).err().map(|why| (e, why))) {
+                out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
             let mut ad = ClassAd::new();
@@ -908,6 +946,64 @@ mod tests {
         assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
         snap.policies = Some(vec![]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
+    }
+
+    #[test]
+    fn numbers_out_of_range_skip_the_entry_with_a_warning_naming_dn_and_attribute() {
+        let huge = "99999999999999999999";
+        let max = i64::MAX.to_string();
+        // CDER counts: overflow, negative, fractional, and a sum that overflows.
+        for (info, attr) in [
+            (vec![format!("GPGPUTotalInstances={huge}")], "GPGPUTotalInstances"),
+            (vec!["GPGPUFreeInstances=-1".to_string()], "GPGPUFreeInstances"),
+            (vec!["GPGPUPerNode=1.5".to_string()], "GPGPUPerNode"),
+            (vec!["GPGPUMainMemorySize=-4800".to_string()], "GPGPUMainMemorySize"),
+            (vec![format!("GPGPUFreeInstances={max}"), "GPGPUUsedInstances=1".to_string()], "GPGPUUsedInstances"),
+        ] {
+            let mut all = vec!["GPGPUVendor=Nvidia".to_string()];
+            all.extend(info.iter().cloned());
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            let o = build_offers(&site(&refs), &prefixes(), None);
+            assert!(o.offers.is_empty(), "{info:?} gave {:?}", o.offers);
+            assert_eq!(o.warnings.len(), 1, "{info:?}: {:?}", o.warnings);
+            assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: "), "{:?}", o.warnings);
+            assert!(o.warnings[0].contains(attr), "{info:?}: {:?}", o.warnings);
+        }
+        // The largest count that fits is fine.
+        let ok = build_offers(&site(&["GPGPUVendor=Nvidia", &format!("GPGPUTotalInstances={max}")]), &prefixes(), None);
+        assert_eq!(ok.offers.len(), 1, "{:?}", ok.warnings);
+        // The same in an Extension: its DN and the value attribute are named.
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.extensions = vec![Entry::from_pairs(
+            "GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue",
+            [("GLUE2ExtensionKey", "GPGPUTotalInstances"), ("GLUE2ExtensionValue", huge), ("GLUE2ExtensionEntityForeignKey", "ee1")],
+        )];
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:") && o.warnings[0].contains("GLUE2ExtensionValue"), "{:?}", o.warnings);
+        // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.shares[0].attrs.insert("glue2computingsharefreeslots".into(), vec![huge.into()]);
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.carriers[0].attrs.insert("glue2executionenvironmentmainmemorysize".into(), vec!["-1".into()]);
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"), "{:?}", o.warnings);
+        // GLUE 1.3 tags.
+        let snap = Snapshot {
+            subclusters: vec![Entry::from_pairs(
+                "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
+                [("GlueSubClusterUniqueID", "sc"), ("GlueChunkKey", "GlueClusterUniqueID=c"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "GPGPUVendor=Nvidia"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "rCUDATotalVGPGPU=99999999999999999999")],
+            )],
+            glue13_ces: vec![Entry::from_pairs("GlueCEUniqueID=ce,mds-vo-name=resource,o=grid", [("GlueCEUniqueID", "ce"), ("GlueForeignKey", "GlueClusterUniqueID=c")])],
+            ..Default::default()
+        };
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"), "{:?}", o.warnings);
     }
 
     #[test]

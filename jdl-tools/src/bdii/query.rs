@@ -129,6 +129,59 @@ pub struct Wanted {
     pub vo: Option<String>,
     /// The job asks for virtual GPGPUs: fetch the ApplicationEnvironments' counts.
     pub vgpgpu: bool,
+    /// Every offer attribute the job's Requirements and Rank may look up:
+    /// only those GLUE attributes are fetched (with what the joins need).
+    /// None: every attribute.
+    pub names: Option<BTreeSet<String>>,
+}
+
+/// What the joins and the CE ids need of shares, EEs, AppEnvs, managers,
+/// endpoints and policies, whatever the job asks.
+const JOIN_ATTRS: &[&str] = &[
+    "objectClass",
+    "GLUE2EntityOtherInfo",
+    "GLUE2ShareID",
+    "GLUE2ShareServiceForeignKey",
+    "GLUE2ShareEndpointForeignKey",
+    "GLUE2ShareResourceForeignKey",
+    "GLUE2ComputingShareComputingServiceForeignKey",
+    "GLUE2ComputingShareComputingEndpointForeignKey",
+    "GLUE2ComputingShareExecutionEnvironmentForeignKey",
+    "GLUE2ComputingShareMappingQueue",
+    "GLUE2ResourceID",
+    "GLUE2ResourceManagerForeignKey",
+    "GLUE2ExecutionEnvironmentComputingManagerForeignKey",
+    "GLUE2ApplicationEnvironmentID",
+    "GLUE2ApplicationEnvironmentAppName",
+    "GLUE2ApplicationEnvironmentComputingManagerForeignKey",
+    "GLUE2ManagerID",
+    "GLUE2ManagerProductName",
+    "GLUE2ManagerServiceForeignKey",
+    "GLUE2ComputingManagerComputingServiceForeignKey",
+    "GLUE2EndpointID",
+    "GLUE2EndpointURL",
+    "GLUE2EndpointServiceForeignKey",
+    "GLUE2ComputingEndpointComputingServiceForeignKey",
+    "GLUE2EndpointImplementationName",
+    "GLUE2EndpointInterfaceName",
+    "GLUE2EndpointHealthState",
+    "GLUE2EndpointServingState",
+    "GLUE2PolicyRule",
+    "GLUE2MappingPolicyShareForeignKey",
+];
+
+/// The LDAP attributes to ask for GLUE 2.0 entities (empty: all).
+pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
+    let Some(names) = &wanted.names else { return Vec::new() };
+    let mut out: BTreeSet<String> = JOIN_ATTRS.iter().map(|a| a.to_string()).collect();
+    for n in names {
+        if n.len() > 5 && n[..5].eq_ignore_ascii_case("GLUE2") {
+            out.insert(n.clone());
+        } else {
+            out.extend(crate::bdii::offers::glue2_sources(n).into_iter().map(str::to_string));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// A failed query, naming the BDII.
@@ -297,12 +350,12 @@ pub struct Search {
 
 impl Search {
     /// A paged subtree scan of a whole tree.
-    pub fn scan(base: &str, filter: String, attrs: &[&str]) -> Search {
-        Search { base: base.into(), scope: Scope::Subtree, filter, attrs: attrs.iter().map(|a| a.to_string()).collect(), paged: true }
+    pub fn scan(base: &str, filter: String, attrs: &[impl AsRef<str>]) -> Search {
+        Search { base: base.into(), scope: Scope::Subtree, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: true }
     }
     /// A search under a known entry, answered from slapd's DN index.
-    pub fn under(base: &str, scope: Scope, filter: String, attrs: &[&str]) -> Search {
-        Search { base: base.into(), scope, filter, attrs: attrs.iter().map(|a| a.to_string()).collect(), paged: false }
+    pub fn under(base: &str, scope: Scope, filter: String, attrs: &[impl AsRef<str>]) -> Search {
+        Search { base: base.into(), scope, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: false }
     }
 }
 
@@ -438,12 +491,13 @@ impl Bdii {
         const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
         let mut first: Vec<Search> = Vec::new();
         let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
-        first.extend(oi.iter().map(|f| Search::scan(&base, f.clone(), &[])));
+        let attrs2 = glue2_attrs(wanted);
+        first.extend(oi.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)));
         if s.class_extension {
             first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
         }
         if s.glue13 {
-            first.push(Search::scan(&base13, subcluster_filter(wanted), &[]));
+            first.push(Search::scan(&base13, subcluster_filter(wanted), &[] as &[&str]));
         }
         let mut results = self.search_all(first)?.into_iter();
         let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
@@ -464,9 +518,11 @@ impl Bdii {
         // What each service must be asked for.
         let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
         for c in &snap.carriers {
-            let plan = plans.entry(service_base(&c.dn)).or_default();
+            let service = service_base(&c.dn);
+            let plan = plans.entry(service.clone()).or_default();
+            plan.deep |= !parent_dn(&c.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
             if c.is_a("GLUE2ExecutionEnvironment") {
-                plan.all_shares = true;
+                plan.offered.extend(entity_id(c));
             }
         }
         if s.class_extension {
@@ -484,10 +540,12 @@ impl Bdii {
                             if carrier_dns.contains(&parent) {
                                 continue;
                             }
-                            let plan = plans.entry(service_base(&x.dn)).or_default();
+                            let service = service_base(&x.dn);
+                            let plan = plans.entry(service.clone()).or_default();
+                            plan.deep |= !parent_dn(&x.dn).and_then(parent_dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
                             plan.ids[i].insert(id.clone());
                             if i == 0 {
-                                plan.all_shares = true;
+                                plan.offered.insert(id.clone());
                             }
                         }
                         None if !known.contains(id) => loose.iter_mut().for_each(|m| {
@@ -502,15 +560,17 @@ impl Bdii {
                 let ids: Vec<&String> = ids.iter().collect();
                 for chunk in ids.chunks(500) {
                     if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
-                        by_id.push(Search::scan(&base, format!("(&(objectClass={class}){any})"), &[]));
+                        by_id.push(Search::scan(&base, format!("(&(objectClass={class}){any})"), &attrs2));
                     }
                 }
             }
             for e in self.search_all(by_id)?.into_iter().flatten() {
                 if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                    let plan = plans.entry(service_base(&e.dn)).or_default();
+                    let service = service_base(&e.dn);
+                    let plan = plans.entry(service.clone()).or_default();
+                    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
                     if e.is_a("GLUE2ExecutionEnvironment") {
-                        plan.all_shares = true;
+                        plan.offered.extend(entity_id(&e));
                     }
                     snap.carriers.push(e);
                 }
@@ -519,10 +579,15 @@ impl Bdii {
 
         // 3. Per service and per GLUE 1.3 site, all at once.
         let mut third: Vec<Search> = Vec::new();
-        let policy = wanted.vo.as_ref().map(|vo| format!("(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:{}))", ldap_escape(vo.as_str())));
+        // By prefix (unindexed substring: the service's subtree only, not the VO's whole
+        // index entry); the exact rule is checked in memory.
+        let policy = wanted.vo.as_ref().map(|vo| format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str())));
         if glue2 {
             for (service, plan) in &plans {
-                third.push(Search::under(service, Scope::Subtree, plan.filter(policy.as_deref()), &[]));
+                // Managers, endpoints, shares and (CREAM) EEs are the service's children;
+                // MappingPolicies sit under their shares.
+                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
+                third.push(Search::under(service, scope, plan.filter(policy.as_deref()), &attrs2));
             }
         }
         let n2 = third.len();
@@ -544,7 +609,7 @@ impl Bdii {
                 let scope = if site.eq_ignore_ascii_case(&base13) { Scope::Subtree } else { Scope::OneLevel };
                 for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
                     let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
-                    third.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[]));
+                    third.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[] as &[&str]));
                 }
             }
         }
@@ -594,26 +659,43 @@ const CARRIERS: [(&str, &str); 3] = [
 /// What one ComputingService's subtree search asks for.
 #[derive(Clone, Debug, Default)]
 struct ServicePlan {
-    /// An EE of the service carries CDER data: every share may offer it.
-    all_shares: bool,
+    /// The service's EEs that carry CDER data: the shares that name one of
+    /// them, or name no EE at all, offer them.
+    offered: BTreeSet<String>,
     /// Entities (by [`CARRIERS`] class) that Extensions extend, not yet fetched.
     ids: [BTreeSet<String>; 3],
+    /// Some entity of interest sits deeper than one level under the service
+    /// (an EE under its manager, as ARC publishes): search the subtree.
+    deep: bool,
 }
 
 impl ServicePlan {
     fn filter(&self, policy: Option<&str>) -> String {
-        let mut any = String::from("(objectClass=GLUE2ComputingManager)(objectClass=GLUE2ComputingEndpoint)");
-        if self.all_shares {
-            any.push_str("(objectClass=GLUE2ComputingShare)");
+        // Presence of an ID attribute, not objectClass: slapd then takes the candidates from
+        // the service's subtree alone, where an indexed objectClass term would make it read
+        // that class's whole index entry (10^4 IDs) once per service.
+        let mut any = String::from("(GLUE2ManagerID=*)(GLUE2EndpointID=*)");
+        // The foreign keys are unindexed, but the scope is one service's entries.
+        match self.offered.len() {
+            0 => {}
+            1..=32 => {
+                let named = |id: &String| format!("(GLUE2ComputingShareExecutionEnvironmentForeignKey={0})(GLUE2ShareResourceForeignKey={0})", ldap_escape(id.as_str()));
+                let ees: String = self.offered.iter().map(named).collect();
+                any.push_str(&format!(
+                    "(&(GLUE2ShareID=*)(|{ees}(&(!(GLUE2ComputingShareExecutionEnvironmentForeignKey=*))(!(GLUE2ShareResourceForeignKey=*)))))"
+                ));
+            }
+            _ => any.push_str("(GLUE2ShareID=*)"),
         }
-        for (i, ((class, attr), ids)) in CARRIERS.iter().zip(&self.ids).enumerate() {
-            if ids.is_empty() || (i == 1 && self.all_shares) {
+        for ((class, attr), ids) in CARRIERS.iter().zip(&self.ids) {
+            if ids.is_empty() {
                 continue;
             }
-            // A few IDs, indexed; many: the whole class of this one service.
+            // A few IDs (indexed: small index entries); many: the whole class of this one service.
+            let _ = class;
             match ids.len() {
-                1..=32 => any.push_str(&format!("(&(objectClass={class}){})", any_of(attr, ids).unwrap_or_default())),
-                _ => any.push_str(&format!("(objectClass={class})")),
+                1..=32 => any.push_str(&any_of(attr, ids).unwrap_or_default()),
+                _ => any.push_str(&format!("({attr}=*)")),
             }
         }
         if let Some(p) = policy {
