@@ -130,3 +130,25 @@ fn glue13_beside_glue2_read_with_every_strategy() {
 fn a_site_bdii_tree_without_site_domains() {
     shape(SnapshotSpec { site_tree: false, ..spec(Placement::ExecutionEnvironments, Strategy::ClassExtension) }, false);
 }
+
+#[test]
+fn paged_scans_side_by_side_on_one_connection() {
+    // slapd keeps one paged-results state per connection: two scans that each
+    // need several pages (EEs with OtherInfo, tagged SubClusters) must not share one.
+    if !require_slapd() || !require(&["/usr/sbin/slapadd"]) {
+        return;
+    }
+    use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};
+    let spec = SnapshotSpec { glue13: true, ..spec(Placement::ExecutionEnvironments, Strategy::AttributeExtension) };
+    let snap = generate(&spec);
+    let expected: BTreeSet<String> = snap.gpu.iter().map(|g| g.0.clone()).collect();
+    let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif).unwrap_or_else(|e| panic!("{e}"));
+    let mut opts = QueryOptions::new(&slapd.url());
+    opts.page_size = 5;
+    let wanted = Wanted { keys: ["GPGPUVendor".to_string()].into(), prefixes: ["GPGPU".to_string()].into(), ..Default::default() };
+    let fetched = Bdii::connect(&opts).unwrap().fetch(&wanted).unwrap_or_else(|e| panic!("{e}"));
+    assert!(fetched.carriers.len() > 5 && fetched.subclusters.len() > 5, "both scans span pages: {} EEs, {} SubClusters", fetched.carriers.len(), fetched.subclusters.len());
+    let offers = build_offers(&fetched, &["GPGPU".to_string()], None);
+    assert!(offers.warnings.is_empty(), "{:?}", offers.warnings);
+    assert_eq!(offers.offers.iter().map(|o| o.ce_id.clone()).collect::<BTreeSet<_>>(), expected);
+}

@@ -444,12 +444,28 @@ impl Bdii {
     pub fn search_all(&mut self, searches: Vec<Search>) -> Result<Vec<Vec<Entry>>, BdiiError> {
         self.queries += searches.len();
         let (url, timeout, page) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size);
-        let ldap = self.ldap.clone();
+        let (connect_timeout, ldap) = (self.opts.connect_timeout, self.ldap.clone());
         self.rt.block_on(async move {
             let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
             let mut tasks = Vec::with_capacity(searches.len());
+            // slapd keeps one paged-results state per connection: a second paged search
+            // interleaved on it invalidates the first one's cookie. Each paged scan after
+            // the first gets a connection of its own.
+            let mut paged_on_main = false;
             for s in searches {
-                let (ldap, url, gate) = (ldap.clone(), url.clone(), gate.clone());
+                let ldap = if s.paged && std::mem::replace(&mut paged_on_main, true) {
+                    let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
+                    let (conn, extra) = LdapConnAsync::with_settings(settings, &url).await.map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.drive().await {
+                            tracing::debug!("LDAP connection ended: {e}");
+                        }
+                    });
+                    extra
+                } else {
+                    ldap.clone()
+                };
+                let (url, gate) = (url.clone(), gate.clone());
                 tasks.push(tokio::spawn(async move {
                     let _permit = gate.acquire_owned().await;
                     run_search(ldap, url, timeout, page, s).await
