@@ -364,6 +364,9 @@ impl Search {
 /// sessions.
 const IN_FLIGHT: usize = 64;
 
+/// A search started by [`Bdii::spawn_all`].
+pub struct Pending(tokio::task::JoinHandle<Result<Vec<Entry>, BdiiError>>);
+
 /// A connection to one BDII, with its timeouts. Searches are pipelined on
 /// this one connection: [`Bdii::search_all`] sends every independent
 /// search before reading any answer, so slapd works on them in parallel.
@@ -442,38 +445,52 @@ impl Bdii {
     /// [`IN_FLIGHT`] outstanding); results in the order given. The first
     /// error wins.
     pub fn search_all(&mut self, searches: Vec<Search>) -> Result<Vec<Vec<Entry>>, BdiiError> {
+        let handles = self.spawn_all(searches);
+        self.join_all(handles)
+    }
+
+    /// Starts searches; they progress whenever this connection's runtime
+    /// runs (any later [`Bdii::search_all`] or [`Bdii::join_all`]), so a slow
+    /// scan overlaps the work that does not depend on it.
+    ///
+    /// slapd keeps one paged-results state per connection (a second paged
+    /// search interleaved on it invalidates the first one's cookie), so each
+    /// paged scan runs on a connection of its own; the rest share this one.
+    pub fn spawn_all(&mut self, searches: Vec<Search>) -> Vec<Pending> {
         self.queries += searches.len();
-        let (url, timeout, page) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size);
-        let (connect_timeout, ldap) = (self.opts.connect_timeout, self.ldap.clone());
-        self.rt.block_on(async move {
-            let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-            let mut tasks = Vec::with_capacity(searches.len());
-            // slapd keeps one paged-results state per connection: a second paged search
-            // interleaved on it invalidates the first one's cookie. Each paged scan after
-            // the first gets a connection of its own.
-            let mut paged_on_main = false;
-            for s in searches {
-                let ldap = if s.paged && std::mem::replace(&mut paged_on_main, true) {
-                    let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
-                    let (conn, extra) = LdapConnAsync::with_settings(settings, &url).await.map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
-                    tokio::spawn(async move {
-                        if let Err(e) = conn.drive().await {
-                            tracing::debug!("LDAP connection ended: {e}");
-                        }
-                    });
-                    extra
-                } else {
-                    ldap.clone()
-                };
-                let (url, gate) = (url.clone(), gate.clone());
-                tasks.push(tokio::spawn(async move {
+        let (url, timeout, page, connect_timeout) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        searches
+            .into_iter()
+            .map(|s| {
+                let (main, url, gate) = (self.ldap.clone(), url.clone(), gate.clone());
+                Pending(self.rt.spawn(async move {
+                    let ldap = if s.paged {
+                        let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
+                        let (conn, own) = LdapConnAsync::with_settings(settings, &url).await.map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
+                        tokio::spawn(async move {
+                            if let Err(e) = conn.drive().await {
+                                tracing::debug!("LDAP connection ended: {e}");
+                            }
+                        });
+                        own
+                    } else {
+                        main
+                    };
                     let _permit = gate.acquire_owned().await;
                     run_search(ldap, url, timeout, page, s).await
-                }));
-            }
-            let mut out = Vec::with_capacity(tasks.len());
-            for t in tasks {
-                out.push(t.await.unwrap_or_else(|e| Err(BdiiError::Unreachable { url: url.clone(), message: format!("search task failed: {e}") }))?);
+                }))
+            })
+            .collect()
+    }
+
+    /// Waits for searches started by [`Bdii::spawn_all`]; results in order, the first error wins.
+    pub fn join_all(&mut self, pending: Vec<Pending>) -> Result<Vec<Vec<Entry>>, BdiiError> {
+        let url = self.opts.url.clone();
+        self.rt.block_on(async move {
+            let mut out = Vec::with_capacity(pending.len());
+            for p in pending {
+                out.push(p.0.await.unwrap_or_else(|e| Err(BdiiError::Unreachable { url: url.clone(), message: format!("search task failed: {e}") }))?);
             }
             Ok(out)
         })
@@ -502,13 +519,17 @@ impl Bdii {
         let s = self.opts.strategies;
         let glue2 = s.attribute_extension || s.class_extension;
         let mut snap = Snapshot::default();
-
-        // 1. Discovery.
-        const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
-        let mut first: Vec<Search> = Vec::new();
-        let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
         let attrs2 = glue2_attrs(wanted);
-        first.extend(oi.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)));
+
+        // 1. Discovery. The OtherInfo scan of ComputingShares (and of
+        // ApplicationEnvironments) is by far the slowest search — every share of
+        // the grid is read — so it runs while everything found by the others is
+        // followed up.
+        const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
+        let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
+        let (slow_filters, fast_filters): (Vec<String>, Vec<String>) = oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
+        let slow = self.spawn_all(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect());
+        let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
             first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
         }
@@ -517,9 +538,11 @@ impl Bdii {
         }
         let mut results = self.search_all(first)?.into_iter();
         let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
-        for _ in &oi {
+        let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        for _ in &fast_filters {
             for e in results.next().unwrap_or_default() {
                 if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                    note_carrier(&mut plans, &e);
                     snap.carriers.push(e);
                 }
             }
@@ -531,16 +554,6 @@ impl Bdii {
             snap.subclusters = results.next().unwrap_or_default();
         }
 
-        // What each service must be asked for.
-        let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
-        for c in &snap.carriers {
-            let service = service_base(&c.dn);
-            let plan = plans.entry(service.clone()).or_default();
-            plan.deep |= !parent_dn(&c.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
-            if c.is_a("GLUE2ExecutionEnvironment") {
-                plan.offered.extend(entity_id(c));
-            }
-        }
         if s.class_extension {
             // 2. An Extension usually sits under the entity it extends: its parent's RDN
             // says the class, the service above it where to look. Otherwise every
@@ -582,31 +595,17 @@ impl Bdii {
             }
             for e in self.search_all(by_id)?.into_iter().flatten() {
                 if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                    let service = service_base(&e.dn);
-                    let plan = plans.entry(service.clone()).or_default();
-                    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
-                    if e.is_a("GLUE2ExecutionEnvironment") {
-                        plan.offered.extend(entity_id(&e));
-                    }
+                    note_carrier(&mut plans, &e);
                     snap.carriers.push(e);
                 }
             }
         }
 
         // 3. Per service and per GLUE 1.3 site, all at once.
-        let mut third: Vec<Search> = Vec::new();
-        // By prefix (unindexed substring: the service's subtree only, not the VO's whole
-        // index entry); the exact rule is checked in memory.
+        // Policies by prefix (unindexed substring: the service's entries only, not the
+        // VO's whole index entry); the exact rule is checked in memory.
         let policy = wanted.vo.as_ref().map(|vo| format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str())));
-        if glue2 {
-            for (service, plan) in &plans {
-                // Managers, endpoints, shares and (CREAM) EEs are the service's children;
-                // MappingPolicies sit under their shares.
-                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
-                third.push(Search::under(service, scope, plan.filter(policy.as_deref()), &attrs2));
-            }
-        }
-        let n2 = third.len();
+        let mut glue13_searches = Vec::new();
         if s.glue13 {
             let mut vo_filter = String::new();
             if let Some(vo) = &wanted.vo {
@@ -625,20 +624,66 @@ impl Bdii {
                 let scope = if site.eq_ignore_ascii_case(&base13) { Scope::Subtree } else { Scope::OneLevel };
                 for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
                     let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
-                    third.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[] as &[&str]));
+                    glue13_searches.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[] as &[&str]));
                 }
             }
         }
-        let results = self.search_all(third)?;
-        let plans: Vec<ServicePlan> = plans.into_values().collect();
         let mut seen: BTreeSet<String> = carrier_dns.clone();
         let mut policies = Vec::new();
-        for (i, entries) in results.into_iter().enumerate() {
-            if i >= n2 {
-                snap.glue13_ces.extend(entries);
-                continue;
+        let mut done: BTreeSet<String> = BTreeSet::new();
+        snap.glue13_ces = self.services(&plans, glue2, policy.as_deref(), &attrs2, glue13_searches, &mut seen, &mut snap, &mut policies)?;
+        done.extend(plans.into_keys());
+
+        // The slow scan's carriers: their services, where not asked already.
+        let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        for e in self.join_all(slow)?.into_iter().flatten() {
+            if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                if !done.contains(&service_base(&e.dn)) {
+                    note_carrier(&mut late, &e);
+                }
+                snap.carriers.push(e);
             }
-            let plan = &plans[i];
+        }
+        if !late.is_empty() {
+            self.services(&late, glue2, policy.as_deref(), &attrs2, Vec::new(), &mut seen, &mut snap, &mut policies)?;
+        }
+        // A carrier also fetched as another EE's share is kept once, as a carrier.
+        snap.shares.retain(|sh| !carrier_dns.contains(&sh.dn.to_ascii_lowercase()));
+        if glue2 && wanted.vo.is_some() {
+            snap.policies = Some(policies);
+        }
+        snap.queries = self.queries;
+        Ok(snap)
+    }
+
+    /// Stage 3 for `plans` (plus `extra` searches, whose entries are returned):
+    /// one search per service; managers, endpoints, shares, policies and the
+    /// entities Extensions extend (as carriers) go into `snap`.
+    #[allow(clippy::too_many_arguments)]
+    fn services(
+        &mut self,
+        plans: &BTreeMap<String, ServicePlan>,
+        glue2: bool,
+        policy: Option<&str>,
+        attrs: &[String],
+        extra: Vec<Search>,
+        seen: &mut BTreeSet<String>,
+        snap: &mut Snapshot,
+        policies: &mut Vec<Entry>,
+    ) -> Result<Vec<Entry>, BdiiError> {
+        let mut searches: Vec<Search> = Vec::new();
+        if glue2 {
+            for (service, plan) in plans {
+                // Managers, endpoints, shares and (CREAM) EEs are the service's children;
+                // MappingPolicies sit under their shares.
+                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
+                searches.push(Search::under(service, scope, plan.filter(policy), attrs));
+            }
+        }
+        let n = searches.len();
+        searches.extend(extra);
+        let mut results = self.search_all(searches)?.into_iter();
+        for (plan, entries) in plans.values().zip(results.by_ref().take(n)) {
             for e in entries {
                 if !seen.insert(e.dn.to_ascii_lowercase()) {
                     continue;
@@ -657,11 +702,17 @@ impl Bdii {
                 }
             }
         }
-        if glue2 && wanted.vo.is_some() {
-            snap.policies = Some(policies);
-        }
-        snap.queries = self.queries;
-        Ok(snap)
+        Ok(results.flatten().collect())
+    }
+}
+
+/// What a carrier's service must be asked for.
+fn note_carrier(plans: &mut BTreeMap<String, ServicePlan>, e: &Entry) {
+    let service = service_base(&e.dn);
+    let plan = plans.entry(service.clone()).or_default();
+    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+    if e.is_a("GLUE2ExecutionEnvironment") {
+        plan.offered.extend(entity_id(e));
     }
 }
 
