@@ -140,8 +140,11 @@ const MODELS: [(&str, &str, u32, &str, u32, u32, u32); 6] = [
     ("Nvidia", "Quadro 600", 512, "2.1", 2, 48, 1280),
 ];
 
+/// A carrier's GPU keys, and its (vendor, memory MB).
+type GpuData = (Vec<(String, String)>, (String, u32));
+
 /// The 12 GPU keys of a share (thesis Listing 3.9's keys).
-fn gpu_keys(rng: &mut Lcg) -> (Vec<(String, String)>, (String, u32)) {
+fn gpu_keys(rng: &mut Lcg) -> GpuData {
     let (vendor, model, mem, cc, mp, cpm, clock) = MODELS[rng.below(MODELS.len())];
     let per_node = [1, 2, 4][rng.below(3)];
     let nodes = 1 + rng.below(16) as u32;
@@ -256,7 +259,7 @@ pub fn generate(spec: &SnapshotSpec) -> Snapshot {
             out.entities += 2;
         }
         // The EEs, and the GPU data of those that carry it: (id, keys, vendor, memory).
-        let mut gpu_ees: Vec<Option<(Vec<(String, String)>, (String, u32))>> = Vec::new();
+        let mut gpu_ees: Vec<Option<GpuData>> = Vec::new();
         let ee_id = |e: usize| if spec.reused_ee_ids { format!("execenv{e}") } else { format!("{host}_wn{e}") };
         for e in 0..n_ee {
             let ee = ee_id(e);
@@ -389,7 +392,7 @@ fn write_keys(l: &mut String, dn: &str, id: &str, keys: Option<&[(String, String
 /// `Key=Value`), one GlueCE per queue naming the clusters of the EEs its
 /// shares offer, so that both schemas describe the same CEs. Returns the
 /// entries written.
-fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &str, ees: &[Option<(Vec<(String, String)>, (String, u32))>]) -> usize {
+fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &str, ees: &[Option<GpuData>]) -> usize {
     for (e, data) in ees.iter().enumerate() {
         let cluster = format!("{host}_wn{e}");
         let cdn = format!("GlueClusterUniqueID={cluster},{site}");

@@ -576,7 +576,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let Some(pairs) = cder.get(dn) else { continue };
         let Some(key) = service_key(c, &managers_by_id) else { continue };
         // An EE or AppEnv counts only under a manager the BDII publishes.
-        if !c.is_a("GLUE2ComputingShare") && !services.get(&key).is_some_and(|s| !s.managers.is_empty()) {
+        if !c.is_a("GLUE2ComputingShare") && services.get(&key).is_none_or(|s| s.managers.is_empty()) {
             continue;
         }
         let svc = services.entry(key).or_default();

@@ -195,7 +195,7 @@ fn real_main() -> Result<(), String> {
     for &gpu in &args.gpu_shares {
         for &placement in &args.placements {
             for strategy in [Strategy::AttributeExtension, Strategy::ClassExtension] {
-                measure(&args, gpu, placement, strategy, &cder_jdl, &reference, &job, &request)?;
+                measure(&args, gpu, placement, strategy, &Setup { cder_jdl: &cder_jdl, reference: &reference, job: &job, request: &request })?;
             }
         }
     }
@@ -204,7 +204,16 @@ fn real_main() -> Result<(), String> {
 }
 
 /// One row: a snapshot of one shape in its own slapd, both sides timed.
-fn measure(args: &Args, gpu: usize, placement: Placement, strategy: Strategy, cder_jdl: &Path, reference: &Path, job: &Path, request: &Request) -> Result<(), String> {
+/// What every row uses.
+struct Setup<'a> {
+    cder_jdl: &'a Path,
+    reference: &'a Path,
+    job: &'a Path,
+    request: &'a Request,
+}
+
+fn measure(args: &Args, gpu: usize, placement: Placement, strategy: Strategy, setup_: &Setup) -> Result<(), String> {
+    let Setup { cder_jdl, reference, job, request } = *setup_;
     let name = if strategy == Strategy::AttributeExtension { "attribute-extension" } else { "class-extension" };
     let where_ = if placement == Placement::Shares { "ComputingShares" } else { "ExecutionEnvironments" };
     let t = Instant::now();
