@@ -620,6 +620,18 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             shares.push(s);
         }
     }
+    // Offers that differ only in what the job never looks at are built once: the
+    // VO shares of a queue offering the same EE, when the job names nothing of the
+    // share or its endpoint. The first (the one list-match would report) is kept.
+    let share_blind = snap.names.as_ref().is_some_and(|names| {
+        names.iter().all(|n| {
+            let l = n.to_ascii_lowercase();
+            let ee_only = ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
+            let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS].iter().any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
+            (ee_only || !l.starts_with("glue2")) && !from_share
+        })
+    });
+    let mut built: BTreeSet<(String, String)> = BTreeSet::new();
     for share in shares {
         let Some(share_id) = share.first("GLUE2ShareID") else { continue };
         let share_dn = share.dn.to_ascii_lowercase();
@@ -667,6 +679,13 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let ce_id = ce_unique_id(share, endpoint, manager, queue);
         let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
         for ee in targets {
+            if share_blind && share_cder.is_none() {
+                if let Some(e) = ee {
+                    if !built.insert((ce_id.clone(), e.dn.to_ascii_lowercase())) {
+                        continue;
+                    }
+                }
+            }
             let mut ad = ClassAd::new();
             put_str(&mut ad, "MyType", "Machine");
             put_str(&mut ad, "Name", &ce_id);
@@ -1004,6 +1023,28 @@ mod tests {
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"), "{:?}", o.warnings);
+    }
+
+    #[test]
+    fn offers_differing_only_in_what_the_job_ignores_are_built_once() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        let mut second = snap.shares[0].clone();
+        second.dn = "GLUE2ShareID=q2,o=glue".into();
+        second.attrs.insert("glue2shareid".into(), vec!["q2".into()]);
+        second.attrs.insert("glue2computingsharefreeslots".into(), vec!["99".into()]);
+        snap.shares.push(second);
+        let count = |names: Option<&[&str]>| {
+            let mut s = snap.clone();
+            s.names = names.map(|n| n.iter().map(|x| x.to_string()).collect());
+            build_offers(&s, &prefixes(), None).offers
+        };
+        // Two shares of queue "gpu" offer the same EE: one offer when the job looks at neither share.
+        let blind = count(Some(&["GPGPUVendor", "GLUE2ExecutionEnvironmentMainMemorySize", "GlueHostMainMemoryRAMSize"]));
+        assert_eq!(blind.len(), 1);
+        assert_eq!(blind[0].share_id.as_deref(), Some("q1"), "the first share, the one list-match would report");
+        assert_eq!(count(Some(&["GPGPUVendor", "GLUE2ComputingShareFreeSlots"])).len(), 2);
+        assert_eq!(count(Some(&["GPGPUVendor", "GlueCEStateFreeCPUs"])).len(), 2);
+        assert_eq!(count(None).len(), 2);
     }
 
     #[test]

@@ -247,6 +247,8 @@ pub struct Snapshot {
     pub glue13_ces: Vec<Entry>,
     /// Searches made.
     pub queries: usize,
+    /// The offer attributes the job may look up ([`Wanted::names`]; None: any).
+    pub names: Option<BTreeSet<String>>,
 }
 
 /// `(|(attr=v1)(attr=v2)…)` with each value escaped; `None` for no values.
@@ -653,6 +655,7 @@ impl Bdii {
             snap.policies = Some(policies);
         }
         snap.queries = self.queries;
+        snap.names = wanted.names.clone();
         Ok(snap)
     }
 
