@@ -175,12 +175,13 @@ impl Request {
             names.insert("GPGPUFreeInstances".into());
             names.insert("GPGPUTotalInstances".into());
         }
+        let all = names.clone();
         let keys = names.into_iter().filter(|n| prefixes.iter().any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))).collect();
         let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr("VirtualOrganisation") {
             Value::Str(s) => Some(s.to_string()),
             _ => None,
         });
-        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo, vgpgpu: self.method.is_some() }
+        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo, vgpgpu: self.method.is_some(), names: Some(all) }
     }
 }
 

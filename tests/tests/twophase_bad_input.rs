@@ -83,7 +83,7 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
     assert!(stderr(&out).contains("job.jdl:1:"), "{}", stderr(&out));
     // … and through the library it is escaped like the rest.
     let mut bdii = Bdii::connect(&QueryOptions::new(&url)).unwrap();
-    let wanted = Wanted { keys: ["GPGPUVendor".to_string()].into(), prefixes: ["GPGPU".to_string()].into(), vo: Some("gputestvo\0*".into()), vgpgpu: false };
+    let wanted = Wanted { keys: ["GPGPUVendor".to_string()].into(), prefixes: ["GPGPU".to_string()].into(), vo: Some("gputestvo\0*".into()), vgpgpu: false, names: None };
     let snap = bdii.fetch(&wanted).unwrap();
     assert_eq!(snap.policies.as_ref().map(Vec::len), Some(0));
     // What the server returns (before any filtering in memory): a wildcard VO gets no policy.

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ast::{ClassAd, Expr};
-use crate::bdii::query::{entity_id, Entry, Snapshot};
+use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
 use crate::value::Value;
 
 /// The CDER key prefix of GPGPUs (design.md: other types use their own).
@@ -81,6 +81,85 @@ pub fn typed(value: &str) -> Value {
     Value::Str(value.into())
 }
 
+/// Key suffixes that count things: whole numbers, never negative.
+const COUNT_SUFFIXES: &[&str] = &["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances", "PerNode", "MP", "CoresPerMP", "Cores"];
+
+/// Instance counts whose sum cder relies on (free + used + offline devices).
+const SUMMED_SUFFIXES: &[&str] = &["FreeInstances", "UsedInstances", "OfflineInstances"];
+
+/// True for `[+-]digits`: a value the publisher meant as an integer.
+fn integer_like(v: &str) -> bool {
+    let d = v.strip_prefix(['+', '-']).unwrap_or(v);
+    !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Types a value read from a BDII entry, refusing integers that do not fit
+/// in a ClassAd integer (i64) rather than reading them as something else.
+pub fn typed_checked(value: &str) -> Result<Value, String> {
+    let v = value.trim();
+    if integer_like(v) && v.parse::<i64>().is_err() {
+        return Err(format!("{value:?} is out of range (not a 64-bit integer)"));
+    }
+    Ok(typed(value))
+}
+
+/// The numbers of an entry's GLUE attributes, as offers will copy them:
+/// Err names the first attribute whose integer overflows, or that cder
+/// reads as a count or a time and is negative.
+fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> {
+    // Cheap when all is well (every offer's share and EE pass here); the
+    // first bad attribute by name when not, so the warning is stable.
+    let mut bad: Option<(&String, &String)> = None;
+    for (lname, vals) in &e.attrs {
+        if !lname.starts_with("glue") {
+            continue;
+        }
+        for v in vals {
+            let t = v.trim();
+            if integer_like(t) && t.parse::<i64>().is_err() && bad.is_none_or(|(n, _)| lname < n) {
+                bad = Some((lname, v));
+            }
+        }
+    }
+    if let Some((name, v)) = bad {
+        return Err(format!("{}: {v:?} is out of range (not a 64-bit integer)", glue2_spelling(name)));
+    }
+    for name in read_as_counts {
+        if let Some(v) = e.first(name) {
+            if v.trim().parse::<i64>().is_ok_and(|n| n < 0) {
+                return Err(format!("{name}: {v:?} is out of range (negative)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Range checks on a carrier's CDER pairs, whichever way they were
+/// published: counts are whole and non-negative, measures non-negative,
+/// and the instance counts can be summed without overflow.
+fn check_cder_numbers(pairs: &BTreeMap<String, Value>, prefixes: &[String]) -> Result<(), String> {
+    for (k, v) in pairs {
+        let count = VGPGPU_KEYS.contains(&k.as_str()) || prefixes.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| COUNT_SUFFIXES.contains(&r)));
+        let measure = must_be_number(k, prefixes);
+        match v {
+            Value::Int(n) if (count || measure) && *n < 0 => return Err(format!("{k}={n} is out of range (negative)")),
+            Value::Real(r) if count => return Err(format!("{k}={r} is not a whole number")),
+            Value::Real(r) if measure && *r < 0.0 => return Err(format!("{k}={r} is out of range (negative)")),
+            _ => {}
+        }
+    }
+    for p in prefixes {
+        let mut sum: i64 = 0;
+        for s in SUMMED_SUFFIXES {
+            let key = format!("{p}{s}");
+            if let Some(Value::Int(n)) = pairs.get(&key) {
+                sum = sum.checked_add(*n).ok_or_else(|| format!("{key}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn is_cder_key(key: &str, prefixes: &[String]) -> bool {
     VGPGPU_KEYS.contains(&key) || prefixes.iter().any(|p| key.len() > p.len() && key.starts_with(p.as_str()))
 }
@@ -95,7 +174,7 @@ fn add_pair(into: &mut BTreeMap<String, Value>, key: &str, value: &str, prefixes
     if !is_cder_key(key, prefixes) {
         return Ok(());
     }
-    let v = typed(value);
+    let v = typed_checked(value).map_err(|why| format!("{key}={why}"))?;
     if must_be_number(key, prefixes) && !matches!(v, Value::Int(_) | Value::Real(_)) {
         return Err(format!("{key}={value:?} is not a number"));
     }
@@ -223,25 +302,61 @@ fn int_of(e: &Entry, name: &str) -> Option<i64> {
     e.first(name).and_then(|v| v.trim().parse().ok())
 }
 
+/// GLUE 1.3 names of share counts (GLUE 2.0 source).
+const SHARE_COUNTS: &[(&str, &str)] = &[
+    ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
+    ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
+    ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
+    ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
+    ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
+    ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
+    ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
+    ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
+];
+/// GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
+const SHARE_MINUTES: &[(&str, &str)] = &[("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")];
+const SHARE_STRINGS: &[(&str, &str)] = &[("GlueCEStateStatus", "GLUE2ComputingShareServingState"), ("GlueCEName", "GLUE2ComputingShareMappingQueue")];
+const EE_COUNTS: &[(&str, &str)] = &[
+    ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
+    ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
+    ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
+    ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
+    ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
+];
+const EE_STRINGS: &[(&str, &str)] = &[
+    ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
+    ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
+    ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
+    ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
+    ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
+    ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
+];
+
+/// The GLUE 2.0 attributes an offer attribute is made from: itself for a
+/// GLUE 2.0 name, the source of a GLUE 1.3 name, nothing for the rest.
+pub fn glue2_sources(name: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS, EE_COUNTS, EE_STRINGS]
+        .iter()
+        .flat_map(|t| t.iter())
+        .filter(|(g13, _)| g13.eq_ignore_ascii_case(name))
+        .map(|(_, g2)| *g2)
+        .collect();
+    if name.eq_ignore_ascii_case("GlueCEInfoLRMSType") {
+        out.push("GLUE2ManagerProductName");
+    }
+    out
+}
+
 /// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.
 fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
     if let Some(s) = share {
-        for (g13, g2) in [
-            ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
-            ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
-            ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
-            ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
-            ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
-            ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
-            ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
-            ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
-        ] {
+        for &(g13, g2) in SHARE_COUNTS {
             if let Some(v) = int_of(s, g2) {
                 put(ad, g13, Value::Int(v));
             }
         }
         // GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-        for (g13, g2) in [("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")] {
+        for &(g13, g2) in SHARE_MINUTES {
             if let Some(v) = int_of(s, g2) {
                 put(ad, g13, Value::Int(v / 60));
             }
@@ -256,25 +371,12 @@ fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, man
         }
     }
     if let Some(e) = ee {
-        for (g13, g2) in [
-            ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
-            ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
-            ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
-            ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
-            ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
-        ] {
+        for &(g13, g2) in EE_COUNTS {
             if let Some(v) = int_of(e, g2) {
                 put(ad, g13, Value::Int(v));
             }
         }
-        for (g13, g2) in [
-            ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
-            ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
-            ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
-            ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
-            ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
-            ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
-        ] {
+        for &(g13, g2) in EE_STRINGS {
             if let Some(v) = e.first(g2) {
                 put_str(ad, g13, v);
             }
@@ -288,150 +390,302 @@ fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, man
     }
 }
 
+/// GLUE 2.0 attributes cder reads as counts or times (GLUE 1.3 names).
+const GLUE2_COUNTS: &[&str] = &[
+    "GLUE2ComputingShareFreeSlots",
+    "GLUE2ComputingShareRunningJobs",
+    "GLUE2ComputingShareWaitingJobs",
+    "GLUE2ComputingShareTotalJobs",
+    "GLUE2ComputingShareEstimatedAverageWaitingTime",
+    "GLUE2ComputingShareEstimatedWorstWaitingTime",
+    "GLUE2ComputingShareMaxSlotsPerJob",
+    "GLUE2ComputingShareMaxWallTime",
+    "GLUE2ComputingShareMaxCPUTime",
+    "GLUE2ExecutionEnvironmentMainMemorySize",
+    "GLUE2ExecutionEnvironmentVirtualMemorySize",
+    "GLUE2ExecutionEnvironmentLogicalCPUs",
+    "GLUE2ExecutionEnvironmentPhysicalCPUs",
+    "GLUE2ExecutionEnvironmentCPUClockSpeed",
+];
+
+/// The GLUE 2.0 ID of a carrier entity.
+fn id_of(e: &Entry) -> Option<&str> {
+    e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID"))
+}
+
+/// Where an entity belongs: its ComputingService's DN (lower-cased) when
+/// its DN is under one, as every BDII publishes; otherwise (entries built
+/// by hand, flat trees) the service its foreign keys name.
+fn service_key(e: &Entry, managers_by_id: &HashMap<&str, &Entry>) -> Option<String> {
+    if let Some(s) = service_dn(&e.dn) {
+        return Some(format!("dn:{}", s.to_ascii_lowercase()));
+    }
+    let fk = |names: &[&str]| names.iter().find_map(|n| e.first(n)).map(|s| format!("id:{s}"));
+    if e.is_a("GLUE2ComputingManager") || e.first("GLUE2ManagerID").is_some() {
+        return fk(&["GLUE2ComputingManagerComputingServiceForeignKey", "GLUE2ManagerServiceForeignKey"]);
+    }
+    if e.first("GLUE2ShareID").is_some() {
+        return fk(&["GLUE2ShareServiceForeignKey", "GLUE2ComputingShareComputingServiceForeignKey"]);
+    }
+    if e.first("GLUE2EndpointID").is_some() {
+        return fk(&["GLUE2EndpointServiceForeignKey", "GLUE2ComputingEndpointComputingServiceForeignKey"]);
+    }
+    let m = manager_fk(e).and_then(|id| managers_by_id.get(id))?;
+    if service_dn(&m.dn).is_some() {
+        return None;
+    }
+    service_key(m, managers_by_id)
+}
+
+/// The manager an EE or ApplicationEnvironment names.
+fn manager_fk(e: &Entry) -> Option<&str> {
+    e.first("GLUE2ExecutionEnvironmentComputingManagerForeignKey")
+        .or_else(|| e.first("GLUE2ResourceManagerForeignKey"))
+        .or_else(|| e.first("GLUE2ApplicationEnvironmentComputingManagerForeignKey"))
+}
+
+/// Everything known about one ComputingService.
+#[derive(Default)]
+struct Service<'a> {
+    managers: Vec<&'a Entry>,
+    endpoints: Vec<&'a Entry>,
+    /// EEs with CDER data.
+    ees: Vec<&'a Entry>,
+    /// `TotalVGPGPU_<method>` / `FreeVGPGPU_<method>`.
+    vgpgpu: BTreeMap<String, Value>,
+    /// vGPGPU methods (RTE tags).
+    apps: BTreeSet<String>,
+    /// Share IDs open to the job's VO.
+    open: BTreeSet<String>,
+}
+
 /// Builds the offers of a snapshot. `prefixes`: the CDER key prefixes (`GPGPU`).
+///
+/// Joins follow the DN tree: a share, the EEs it names, their manager,
+/// Extensions and the MappingPolicies are matched within one
+/// ComputingService, because real top-level BDIIs reuse IDs across sites.
 pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
     let mut out = Offers::default();
-    // CDER pairs of every carrier, by entity ID; unusable carriers dropped with a warning.
+    let managers_by_id: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
+    // CDER pairs of every carrier, by lower-cased DN; unusable carriers dropped with a warning.
     let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
     let mut bad: BTreeSet<String> = BTreeSet::new();
-    let mut carriers: HashMap<String, &Entry> = HashMap::new();
+    let mut by_dn: HashMap<String, &Entry> = HashMap::new();
+    // Entities by (service, ID) and by ID alone, for Extensions not placed under their entity.
+    let mut by_service_id: HashMap<(Option<String>, &str), Vec<&Entry>> = HashMap::new();
     for c in &snap.carriers {
-        let Some(id) = entity_id(c) else {
+        let Some(id) = id_of(c) else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
             continue;
         };
-        carriers.insert(id.clone(), c);
+        let dn = c.dn.to_ascii_lowercase();
+        if by_dn.insert(dn.clone(), c).is_some() {
+            continue;
+        }
+        by_service_id.entry((service_key(c, &managers_by_id), id)).or_default().push(c);
+        by_service_id.entry((None, id)).or_default().push(c);
         match other_info_pairs(c, prefixes) {
             Ok(pairs) => {
-                cder.insert(id, pairs);
+                cder.insert(dn, pairs);
             }
             Err(why) => {
                 out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn));
-                bad.insert(id);
+                bad.insert(dn);
             }
         }
     }
     // Extensions: a key set twice on one entity with different values is malformed;
     // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
-    let mut from_ext: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
+    let mut from_ext: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
     for x in &snap.extensions {
         let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
             out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
             continue;
         };
+        let parent = parent_dn(&x.dn).map(str::to_ascii_lowercase);
+        let service = service_dn(&x.dn).map(|s| format!("dn:{}", s.to_ascii_lowercase()));
         for fk in x.all("GLUE2ExtensionEntityForeignKey") {
-            if bad.contains(fk) {
+            // The entity above the Extension; else the one of that ID in its service; else
+            // the only one of that ID anywhere.
+            let target = parent
+                .as_ref()
+                .filter(|p| by_dn.get(*p).is_some_and(|e| id_of(e) == Some(fk.as_str())))
+                .cloned()
+                .or_else(|| by_service_id.get(&(service.clone(), fk.as_str())).filter(|v| v.len() == 1).map(|v| v[0].dn.to_ascii_lowercase()))
+                .or_else(|| by_service_id.get(&(None, fk.as_str())).filter(|v| v.len() == 1).map(|v| v[0].dn.to_ascii_lowercase()));
+            let Some(target) = target else { continue };
+            if bad.contains(&target) {
                 continue;
             }
-            if let Err(why) = add_pair(from_ext.entry(fk.clone()).or_default(), k, v, prefixes) {
-                out.warnings.push(format!("{}: skipped: malformed Extension of {fk}: {why}", x.dn));
-                bad.insert(fk.clone());
+            if let Err(why) = add_pair(from_ext.entry(target.clone()).or_default(), k, v, prefixes) {
+                out.warnings.push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
+                bad.insert(target);
             }
         }
     }
-    for (id, pairs) in from_ext {
-        if bad.contains(&id) {
+    for (dn, pairs) in from_ext {
+        if bad.contains(&dn) {
             continue;
         }
-        let slot = cder.entry(id.clone()).or_default();
+        let shown = by_dn.get(&dn).map(|e| e.dn.as_str()).unwrap_or(dn.as_str()).to_string();
+        let slot = cder.entry(dn.clone()).or_default();
         for (k, v) in pairs {
             if let Some(old) = slot.get(&k) {
                 if old.identical(&v) != Some(true) {
-                    out.warnings.push(format!("{id}: skipped: {k} is {old} in OtherInfo but {v} in an Extension"));
-                    bad.insert(id.clone());
+                    out.warnings.push(format!("{shown}: skipped: {k} is {old} in OtherInfo but {v} in an Extension"));
+                    bad.insert(dn.clone());
                     break;
                 }
             }
             slot.insert(k, v);
         }
     }
-    for id in &bad {
-        cder.remove(id);
-    }
-
-    let managers: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
-    let service_of_manager = |m: &Entry| m.first("GLUE2ComputingManagerComputingServiceForeignKey").or_else(|| m.first("GLUE2ManagerServiceForeignKey")).map(str::to_string);
-    // EEs and AppEnvs with CDER data, by service.
-    let mut ees_of_service: BTreeMap<String, Vec<(&Entry, &Entry)>> = BTreeMap::new();
-    let mut vgpgpu_of_service: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
-    let mut apps_of_service: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (id, c) in &carriers {
-        if !cder.contains_key(id) {
+    for (dn, pairs) in &cder {
+        if bad.contains(dn) {
             continue;
         }
-        let mfk = c
-            .first("GLUE2ExecutionEnvironmentComputingManagerForeignKey")
-            .or_else(|| c.first("GLUE2ResourceManagerForeignKey"))
-            .or_else(|| c.first("GLUE2ApplicationEnvironmentComputingManagerForeignKey"));
-        let Some(m) = mfk.and_then(|k| managers.get(k)) else { continue };
-        let Some(service) = service_of_manager(m) else { continue };
-        if c.is_a("GLUE2ExecutionEnvironment") && cder[id].keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
-            ees_of_service.entry(service.clone()).or_default().push((c, m));
+        let checked = check_cder_numbers(pairs, prefixes).and_then(|()| match by_dn.get(dn) {
+            Some(e) => check_glue_numbers(e, GLUE2_COUNTS),
+            None => Ok(()),
+        });
+        if let Err(why) = checked {
+            let shown = by_dn.get(dn).map(|e| e.dn.as_str()).unwrap_or(dn.as_str());
+            out.warnings.push(format!("{shown}: skipped: {why}"));
+            bad.insert(dn.clone());
+        }
+    }
+    for dn in &bad {
+        cder.remove(dn);
+    }
+
+    let mut services: BTreeMap<String, Service> = BTreeMap::new();
+    for m in &snap.managers {
+        if let Some(key) = service_key(m, &managers_by_id) {
+            services.entry(key).or_default().managers.push(m);
+        }
+    }
+    for e in &snap.endpoints {
+        if let Some(key) = service_key(e, &managers_by_id) {
+            services.entry(key).or_default().endpoints.push(e);
+        }
+    }
+    // EEs and AppEnvs with CDER data, by service.
+    let mut carriers: Vec<(&String, &Entry)> = by_dn.iter().map(|(dn, e)| (dn, *e)).collect();
+    carriers.sort_by(|a, b| a.0.cmp(b.0));
+    for (dn, c) in carriers {
+        let Some(pairs) = cder.get(dn) else { continue };
+        let Some(key) = service_key(c, &managers_by_id) else { continue };
+        // An EE or AppEnv counts only under a manager the BDII publishes.
+        if !c.is_a("GLUE2ComputingShare") && services.get(&key).is_none_or(|s| s.managers.is_empty()) {
+            continue;
+        }
+        let svc = services.entry(key).or_default();
+        if c.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
+            svc.ees.push(c);
         }
         if c.is_a("GLUE2ApplicationEnvironment") {
+            let id = id_of(c).unwrap_or_default();
             let method = c.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
-            apps_of_service.entry(service.clone()).or_default().insert(method.clone());
-            for (k, v) in &cder[id] {
+            svc.apps.insert(method.clone());
+            for (k, v) in pairs {
                 if VGPGPU_KEYS.contains(&k.as_str()) {
-                    vgpgpu_of_service.entry(service.clone()).or_default().insert(format!("{k}_{method}"), v.clone());
+                    svc.vgpgpu.insert(format!("{k}_{method}"), v.clone());
                 }
             }
         }
     }
-    for v in ees_of_service.values_mut() {
-        v.sort_by_key(|a| entity_id(a.0));
+    for svc in services.values_mut() {
+        svc.ees.sort_by_key(|e| entity_id(e));
+        svc.endpoints.sort_by_key(|e| e.first("GLUE2EndpointID").map(str::to_string));
     }
-    let endpoint_of_service: HashMap<&str, &Entry> = snap
-        .endpoints
-        .iter()
-        .filter_map(|e| Some((e.first("GLUE2EndpointServiceForeignKey")?, e)))
-        .collect();
-    let open_shares: Option<BTreeSet<&str>> = snap.policies.as_ref().map(|ps| {
-        ps.iter()
-            .filter(|p| vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo))))
-            .flat_map(|p| p.all("GLUE2MappingPolicyShareForeignKey").iter().map(String::as_str))
-            .collect()
-    });
-
-    let mut shares: Vec<&Entry> = snap.shares.iter().collect();
-    let mut seen: BTreeSet<&str> = shares.iter().map(|s| s.dn.as_str()).collect();
-    for c in &snap.carriers {
-        if c.is_a("GLUE2ComputingShare") && seen.insert(c.dn.as_str()) {
-            shares.push(c);
-        }
-    }
-    for share in shares {
-        let Some(share_id) = share.first("GLUE2ShareID") else { continue };
-        if bad.contains(share_id) {
-            continue;
-        }
-        if let Some(open) = &open_shares {
-            if !open.contains(share_id) {
-                continue;
+    // Policies: under their share (DN tree), else by the share IDs they name in their
+    // service; a policy outside any service opens shares of that ID anywhere.
+    let mut open_anywhere: BTreeSet<&str> = BTreeSet::new();
+    if let Some(ps) = &snap.policies {
+        for p in ps.iter().filter(|p| vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo)))) {
+            match service_dn(&p.dn) {
+                Some(s) => {
+                    let svc = services.entry(format!("dn:{}", s.to_ascii_lowercase())).or_default();
+                    svc.open.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().cloned());
+                }
+                None => open_anywhere.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().map(String::as_str)),
             }
         }
-        let Some(service) = share.first("GLUE2ShareServiceForeignKey").or_else(|| share.first("GLUE2ComputingShareComputingServiceForeignKey")) else {
+    }
+
+    let mut shares: Vec<&Entry> = Vec::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
+        if seen.insert(s.dn.to_ascii_lowercase()) {
+            shares.push(s);
+        }
+    }
+    // Offers that differ only in what the job never looks at are built once: the
+    // VO shares of a queue offering the same EE, when the job names nothing of the
+    // share or its endpoint. The first (the one list-match would report) is kept.
+    let share_blind = snap.names.as_ref().is_some_and(|names| {
+        names.iter().all(|n| {
+            let l = n.to_ascii_lowercase();
+            let ee_only = ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
+            let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS].iter().any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
+            (ee_only || !l.starts_with("glue2")) && !from_share
+        })
+    });
+    let mut built: BTreeSet<(String, String)> = BTreeSet::new();
+    for share in shares {
+        let Some(share_id) = share.first("GLUE2ShareID") else { continue };
+        let share_dn = share.dn.to_ascii_lowercase();
+        if bad.contains(&share_dn) {
             continue;
-        };
-        let share_cder = cder.get(share_id);
+        }
+        let Some(key) = service_key(share, &managers_by_id) else { continue };
+        let empty = Service::default();
+        let svc = services.get(&key).unwrap_or(&empty);
+        if snap.policies.is_some() && !svc.open.contains(share_id) && !open_anywhere.contains(share_id) {
+            continue;
+        }
+        let share_cder = cder.get(&share_dn);
         let named: BTreeSet<&str> = share
             .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
             .iter()
             .chain(share.all("GLUE2ShareResourceForeignKey"))
             .map(String::as_str)
             .collect();
-        let all_ees = ees_of_service.get(service).map(Vec::as_slice).unwrap_or(&[]);
-        let ees: Vec<&(&Entry, &Entry)> =
-            all_ees.iter().filter(|(e, _)| named.is_empty() || entity_id(e).is_some_and(|id| named.contains(id.as_str()))).collect();
+        let ees: Vec<&Entry> = svc.ees.iter().copied().filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id))).collect();
         if ees.is_empty() && share_cder.is_none() {
             continue;
         }
+        if share_cder.is_none() {
+            // A share offering an EE's devices: its own numbers are read too.
+            if let Err(why) = check_glue_numbers(share, GLUE2_COUNTS) {
+                out.warnings.push(format!("{}: skipped: {why}", share.dn));
+                continue;
+            }
+        }
         let queue = share.first("GLUE2ComputingShareMappingQueue");
-        let endpoint = endpoint_of_service.get(service);
-        let manager = ees.first().map(|(_, m)| *m).or_else(|| snap.managers.iter().find(|m| service_of_manager(m).as_deref() == Some(service)));
-        let ce_id = ce_unique_id(share, endpoint.copied(), manager, queue);
-        let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|(e, _)| Some(*e)).collect() };
+        let named_endpoints: BTreeSet<&str> =
+            share.all("GLUE2ShareEndpointForeignKey").iter().chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey")).map(String::as_str).collect();
+        let endpoint = svc
+            .endpoints
+            .iter()
+            .find(|e| e.first("GLUE2EndpointID").is_some_and(|id| named_endpoints.contains(id)))
+            .or_else(|| svc.endpoints.first())
+            .copied();
+        let manager_of = |e: &Entry| -> Option<&Entry> {
+            let fk = manager_fk(e);
+            svc.managers.iter().find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk)).or_else(|| svc.managers.first()).copied()
+        };
+        let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
+        let ce_id = ce_unique_id(share, endpoint, manager, queue);
+        let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
         for ee in targets {
+            if share_blind && share_cder.is_none() {
+                if let Some(e) = ee {
+                    if !built.insert((ce_id.clone(), e.dn.to_ascii_lowercase())) {
+                        continue;
+                    }
+                }
+            }
             let mut ad = ClassAd::new();
             put_str(&mut ad, "MyType", "Machine");
             put_str(&mut ad, "Name", &ce_id);
@@ -450,7 +704,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                     }
                 }
             }
-            glue13_names(&mut ad, Some(share), ee, manager);
+            glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
             let mut rte: Vec<String> = Vec::new();
             let mut add_cder = |ad: &mut ClassAd, pairs: &BTreeMap<String, Value>| {
                 for (k, v) in pairs {
@@ -465,16 +719,16 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                     }
                 }
             };
-            if let Some(pairs) = ee.and_then(entity_id).and_then(|id| cder.get(&id)) {
+            if let Some(pairs) = ee.and_then(|e| cder.get(&e.dn.to_ascii_lowercase())) {
                 add_cder(&mut ad, pairs);
             }
             if let Some(pairs) = share_cder {
                 add_cder(&mut ad, pairs);
             }
-            for (k, v) in vgpgpu_of_service.get(service).into_iter().flatten() {
+            for (k, v) in &svc.vgpgpu {
                 put(&mut ad, k, v.clone());
             }
-            rte.extend(apps_of_service.get(service).into_iter().flatten().cloned());
+            rte.extend(svc.apps.iter().cloned());
             rte.dedup();
             put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
             if let Some(vo) = vo {
@@ -541,9 +795,12 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     .find_map(|vk| k.strip_suffix(vk).filter(|m| !m.is_empty()).map(|m| format!("{vk}_{m}")))
                     .unwrap_or_else(|| k.to_string());
                 let res = if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
-                    match typed(v) {
-                        n @ (Value::Int(_) | Value::Real(_)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
-                        _ => Err(format!("{k}={v:?} is not a number")),
+                    match typed_checked(v) {
+                        Ok(n @ Value::Int(0..)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
+                        Ok(Value::Int(_)) => Err(format!("{k}={v:?} is out of range (negative)")),
+                        Ok(Value::Real(_)) => Err(format!("{k}={v:?} is not a whole number")),
+                        Ok(_) => Err(format!("{k}={v:?} is not a number")),
+                        Err(why) => Err(format!("{k}={why}")),
                     }
                 } else {
                     add_pair(&mut pairs, &key, v, prefixes)
@@ -553,8 +810,15 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     break;
                 }
             }
+            if broken.is_none() {
+                broken = check_cder_numbers(&pairs, prefixes).err();
+            }
             if let Some(why) = broken {
                 out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
+                continue;
+            }
+            if let Some((e, why)) = [ce, *sc].into_iter().find_map(|e| check_glue_numbers(e, &[]).err().map(|why| (e, why))) {
+                out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
             let mut ad = ClassAd::new();
@@ -701,6 +965,86 @@ mod tests {
         assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
         snap.policies = Some(vec![]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
+    }
+
+    #[test]
+    fn numbers_out_of_range_skip_the_entry_with_a_warning_naming_dn_and_attribute() {
+        let huge = "99999999999999999999";
+        let max = i64::MAX.to_string();
+        // CDER counts: overflow, negative, fractional, and a sum that overflows.
+        for (info, attr) in [
+            (vec![format!("GPGPUTotalInstances={huge}")], "GPGPUTotalInstances"),
+            (vec!["GPGPUFreeInstances=-1".to_string()], "GPGPUFreeInstances"),
+            (vec!["GPGPUPerNode=1.5".to_string()], "GPGPUPerNode"),
+            (vec!["GPGPUMainMemorySize=-4800".to_string()], "GPGPUMainMemorySize"),
+            (vec![format!("GPGPUFreeInstances={max}"), "GPGPUUsedInstances=1".to_string()], "GPGPUUsedInstances"),
+        ] {
+            let mut all = vec!["GPGPUVendor=Nvidia".to_string()];
+            all.extend(info.iter().cloned());
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            let o = build_offers(&site(&refs), &prefixes(), None);
+            assert!(o.offers.is_empty(), "{info:?} gave {:?}", o.offers);
+            assert_eq!(o.warnings.len(), 1, "{info:?}: {:?}", o.warnings);
+            assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: "), "{:?}", o.warnings);
+            assert!(o.warnings[0].contains(attr), "{info:?}: {:?}", o.warnings);
+        }
+        // The largest count that fits is fine.
+        let ok = build_offers(&site(&["GPGPUVendor=Nvidia", &format!("GPGPUTotalInstances={max}")]), &prefixes(), None);
+        assert_eq!(ok.offers.len(), 1, "{:?}", ok.warnings);
+        // The same in an Extension: its DN and the value attribute are named.
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.extensions = vec![Entry::from_pairs(
+            "GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue",
+            [("GLUE2ExtensionKey", "GPGPUTotalInstances"), ("GLUE2ExtensionValue", huge), ("GLUE2ExtensionEntityForeignKey", "ee1")],
+        )];
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:") && o.warnings[0].contains("GLUE2ExtensionValue"), "{:?}", o.warnings);
+        // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.shares[0].attrs.insert("glue2computingsharefreeslots".into(), vec![huge.into()]);
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.carriers[0].attrs.insert("glue2executionenvironmentmainmemorysize".into(), vec!["-1".into()]);
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"), "{:?}", o.warnings);
+        // GLUE 1.3 tags.
+        let snap = Snapshot {
+            subclusters: vec![Entry::from_pairs(
+                "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
+                [("GlueSubClusterUniqueID", "sc"), ("GlueChunkKey", "GlueClusterUniqueID=c"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "GPGPUVendor=Nvidia"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "rCUDATotalVGPGPU=99999999999999999999")],
+            )],
+            glue13_ces: vec![Entry::from_pairs("GlueCEUniqueID=ce,mds-vo-name=resource,o=grid", [("GlueCEUniqueID", "ce"), ("GlueForeignKey", "GlueClusterUniqueID=c")])],
+            ..Default::default()
+        };
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.is_empty());
+        assert!(o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"), "{:?}", o.warnings);
+    }
+
+    #[test]
+    fn offers_differing_only_in_what_the_job_ignores_are_built_once() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        let mut second = snap.shares[0].clone();
+        second.dn = "GLUE2ShareID=q2,o=glue".into();
+        second.attrs.insert("glue2shareid".into(), vec!["q2".into()]);
+        second.attrs.insert("glue2computingsharefreeslots".into(), vec!["99".into()]);
+        snap.shares.push(second);
+        let count = |names: Option<&[&str]>| {
+            let mut s = snap.clone();
+            s.names = names.map(|n| n.iter().map(|x| x.to_string()).collect());
+            build_offers(&s, &prefixes(), None).offers
+        };
+        // Two shares of queue "gpu" offer the same EE: one offer when the job looks at neither share.
+        let blind = count(Some(&["GPGPUVendor", "GLUE2ExecutionEnvironmentMainMemorySize", "GlueHostMainMemoryRAMSize"]));
+        assert_eq!(blind.len(), 1);
+        assert_eq!(blind[0].share_id.as_deref(), Some("q1"), "the first share, the one list-match would report");
+        assert_eq!(count(Some(&["GPGPUVendor", "GLUE2ComputingShareFreeSlots"])).len(), 2);
+        assert_eq!(count(Some(&["GPGPUVendor", "GlueCEStateFreeCPUs"])).len(), 2);
+        assert_eq!(count(None).len(), 2);
     }
 
     #[test]

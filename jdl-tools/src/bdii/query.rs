@@ -10,11 +10,11 @@
 //! with RFC 4515 rules ([`ldap3::ldap_escape`]) before it enters a filter, so
 //! `*`, `(`, `)`, `\` and NUL in a JDL cannot widen a query.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
-use ldap3::{ldap_escape, LdapConn, LdapConnSettings, LdapError, Scope, SearchEntry};
+use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope, SearchEntry};
 
 /// The GLUE 2.0 suffix of a BDII.
 pub const GLUE2_BASE: &str = "o=glue";
@@ -129,6 +129,59 @@ pub struct Wanted {
     pub vo: Option<String>,
     /// The job asks for virtual GPGPUs: fetch the ApplicationEnvironments' counts.
     pub vgpgpu: bool,
+    /// Every offer attribute the job's Requirements and Rank may look up:
+    /// only those GLUE attributes are fetched (with what the joins need).
+    /// None: every attribute.
+    pub names: Option<BTreeSet<String>>,
+}
+
+/// What the joins and the CE ids need of shares, EEs, AppEnvs, managers,
+/// endpoints and policies, whatever the job asks.
+const JOIN_ATTRS: &[&str] = &[
+    "objectClass",
+    "GLUE2EntityOtherInfo",
+    "GLUE2ShareID",
+    "GLUE2ShareServiceForeignKey",
+    "GLUE2ShareEndpointForeignKey",
+    "GLUE2ShareResourceForeignKey",
+    "GLUE2ComputingShareComputingServiceForeignKey",
+    "GLUE2ComputingShareComputingEndpointForeignKey",
+    "GLUE2ComputingShareExecutionEnvironmentForeignKey",
+    "GLUE2ComputingShareMappingQueue",
+    "GLUE2ResourceID",
+    "GLUE2ResourceManagerForeignKey",
+    "GLUE2ExecutionEnvironmentComputingManagerForeignKey",
+    "GLUE2ApplicationEnvironmentID",
+    "GLUE2ApplicationEnvironmentAppName",
+    "GLUE2ApplicationEnvironmentComputingManagerForeignKey",
+    "GLUE2ManagerID",
+    "GLUE2ManagerProductName",
+    "GLUE2ManagerServiceForeignKey",
+    "GLUE2ComputingManagerComputingServiceForeignKey",
+    "GLUE2EndpointID",
+    "GLUE2EndpointURL",
+    "GLUE2EndpointServiceForeignKey",
+    "GLUE2ComputingEndpointComputingServiceForeignKey",
+    "GLUE2EndpointImplementationName",
+    "GLUE2EndpointInterfaceName",
+    "GLUE2EndpointHealthState",
+    "GLUE2EndpointServingState",
+    "GLUE2PolicyRule",
+    "GLUE2MappingPolicyShareForeignKey",
+];
+
+/// The LDAP attributes to ask for GLUE 2.0 entities (empty: all).
+pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
+    let Some(names) = &wanted.names else { return Vec::new() };
+    let mut out: BTreeSet<String> = JOIN_ATTRS.iter().map(|a| a.to_string()).collect();
+    for n in names {
+        if n.len() > 5 && n[..5].eq_ignore_ascii_case("GLUE2") {
+            out.insert(n.clone());
+        } else {
+            out.extend(crate::bdii::offers::glue2_sources(n).into_iter().map(str::to_string));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// A failed query, naming the BDII.
@@ -182,11 +235,11 @@ pub struct Snapshot {
     pub extensions: Vec<Entry>,
     /// ComputingManagers of the carriers.
     pub managers: Vec<Entry>,
-    /// ComputingShares of the carriers' services.
+    /// The other ComputingShares of services whose ExecutionEnvironments carry CDER data.
     pub shares: Vec<Entry>,
     /// ComputingEndpoints of those services.
     pub endpoints: Vec<Entry>,
-    /// MappingPolicies open to the job's VO (None: no VO given).
+    /// MappingPolicies open to the job's VO under the carriers' services (None: no VO given).
     pub policies: Option<Vec<Entry>>,
     /// GLUE 1.3 SubClusters with CDER tags.
     pub subclusters: Vec<Entry>,
@@ -194,6 +247,8 @@ pub struct Snapshot {
     pub glue13_ces: Vec<Entry>,
     /// Searches made.
     pub queries: usize,
+    /// The offer attributes the job may look up ([`Wanted::names`]; None: any).
+    pub names: Option<BTreeSet<String>>,
 }
 
 /// `(|(attr=v1)(attr=v2)…)` with each value escaped; `None` for no values.
@@ -280,11 +335,82 @@ fn map_err(url: &str, timeout: Duration, what: &str, e: LdapError) -> BdiiError 
     }
 }
 
-/// A connection to one BDII, with its timeouts.
+/// One search of a plan.
+#[derive(Clone, Debug)]
+pub struct Search {
+    /// Base DN.
+    pub base: String,
+    /// Subtree or one-level (base searches are not needed by phase 1).
+    pub scope: Scope,
+    /// The filter, already escaped.
+    pub filter: String,
+    /// Attributes to return (empty: all user attributes).
+    pub attrs: Vec<String>,
+    /// RFC 2696 paging, for scans whose answer may be large.
+    pub paged: bool,
+}
+
+impl Search {
+    /// A paged subtree scan of a whole tree.
+    pub fn scan(base: &str, filter: String, attrs: &[impl AsRef<str>]) -> Search {
+        Search { base: base.into(), scope: Scope::Subtree, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: true }
+    }
+    /// A search under a known entry, answered from slapd's DN index.
+    pub fn under(base: &str, scope: Scope, filter: String, attrs: &[impl AsRef<str>]) -> Search {
+        Search { base: base.into(), scope, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: false }
+    }
+}
+
+/// Searches in flight at once on the one connection: enough to keep
+/// slapd's threads busy, below its `conn_max_pending` (100) for anonymous
+/// sessions.
+const IN_FLIGHT: usize = 64;
+
+/// A search started by [`Bdii::spawn_all`].
+pub struct Pending(tokio::task::JoinHandle<Result<Vec<Entry>, BdiiError>>);
+
+/// A connection to one BDII, with its timeouts. Searches are pipelined on
+/// this one connection: [`Bdii::search_all`] sends every independent
+/// search before reading any answer, so slapd works on them in parallel.
 pub struct Bdii {
-    conn: LdapConn,
+    rt: tokio::runtime::Runtime,
+    ldap: Ldap,
     opts: QueryOptions,
     queries: usize,
+}
+
+async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search) -> Result<Vec<Entry>, BdiiError> {
+    let started = std::time::Instant::now();
+    let what = format!("search {}", s.filter);
+    let mut adapters: Vec<Box<dyn Adapter<'static, String, Vec<String>>>> = vec![Box::new(EntriesOnly::new())];
+    if s.paged {
+        adapters.push(Box::new(PagedResults::new(page_size)));
+    }
+    let attrs = if s.attrs.is_empty() { vec!["*".to_string()] } else { s.attrs.clone() };
+    let mut stream = ldap.with_timeout(timeout).streaming_search_with(adapters, &s.base, s.scope, &s.filter, attrs).await.map_err(|e| map_err(&url, timeout, &what, e))?;
+    let mut out = Vec::new();
+    loop {
+        match stream.next().await {
+            Ok(Some(raw)) => {
+                let se = SearchEntry::construct(raw);
+                let mut attrs: HashMap<String, Vec<String>> = HashMap::with_capacity(se.attrs.len());
+                for (k, v) in se.attrs {
+                    attrs.entry(k.to_ascii_lowercase()).or_default().extend(v);
+                }
+                // Values that are not UTF-8 (none in GLUE) come as bin_attrs and are dropped.
+                out.push(Entry { dn: se.dn, attrs });
+            }
+            Ok(None) => break,
+            Err(e) => return Err(map_err(&url, timeout, &what, e)),
+        }
+    }
+    let res = stream.finish().await;
+    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
+    // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
+    if res.rc != 0 && res.rc != 32 {
+        return Err(BdiiError::Search { url, base: s.base, filter: s.filter, message: format!("result code {} {}", res.rc, res.text) });
+    }
+    Ok(out)
 }
 
 impl Bdii {
@@ -293,240 +419,400 @@ impl Bdii {
         if !(opts.url.starts_with("ldap://") || opts.url.starts_with("ldapi://")) {
             return Err(BdiiError::BadUrl { url: opts.url.clone() });
         }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| BdiiError::Unreachable { url: opts.url.clone(), message: format!("cannot start the I/O runtime: {e}") })?;
         let settings = LdapConnSettings::new().set_conn_timeout(opts.connect_timeout);
-        let conn = LdapConn::with_settings(settings, &opts.url).map_err(|e| match e {
+        let (conn, ldap) = rt.block_on(LdapConnAsync::with_settings(settings, &opts.url)).map_err(|e| match e {
             LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
             e => map_err(&opts.url, opts.connect_timeout, "connecting", e),
         })?;
-        Ok(Bdii { conn, opts: opts.clone(), queries: 0 })
+        // The connection's reader runs whenever this runtime does (inside block_on).
+        rt.spawn(async move {
+            if let Err(e) = conn.drive().await {
+                tracing::debug!("LDAP connection ended: {e}");
+            }
+        });
+        Ok(Bdii { rt, ldap, opts: opts.clone(), queries: 0 })
     }
 
     /// One paged subtree search; returns every entry.
     pub fn search(&mut self, base: &str, filter: &str, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
-        self.queries += 1;
-        let started = std::time::Instant::now();
+        let mut r = self.search_all(vec![Search::scan(base, filter.to_string(), attrs)])?;
+        Ok(r.pop().unwrap_or_default())
+    }
+
+    /// Runs independent searches pipelined on this connection (at most
+    /// [`IN_FLIGHT`] outstanding); results in the order given. The first
+    /// error wins.
+    pub fn search_all(&mut self, searches: Vec<Search>) -> Result<Vec<Vec<Entry>>, BdiiError> {
+        let handles = self.spawn_all(searches);
+        self.join_all(handles)
+    }
+
+    /// Starts searches; they progress whenever this connection's runtime
+    /// runs (any later [`Bdii::search_all`] or [`Bdii::join_all`]), so a slow
+    /// scan overlaps the work that does not depend on it.
+    ///
+    /// slapd keeps one paged-results state per connection (a second paged
+    /// search interleaved on it invalidates the first one's cookie), so each
+    /// paged scan runs on a connection of its own; the rest share this one.
+    pub fn spawn_all(&mut self, searches: Vec<Search>) -> Vec<Pending> {
+        self.queries += searches.len();
+        let (url, timeout, page, connect_timeout) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        searches
+            .into_iter()
+            .map(|s| {
+                let (main, url, gate) = (self.ldap.clone(), url.clone(), gate.clone());
+                Pending(self.rt.spawn(async move {
+                    let ldap = if s.paged {
+                        let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
+                        let (conn, own) = LdapConnAsync::with_settings(settings, &url).await.map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
+                        tokio::spawn(async move {
+                            if let Err(e) = conn.drive().await {
+                                tracing::debug!("LDAP connection ended: {e}");
+                            }
+                        });
+                        own
+                    } else {
+                        main
+                    };
+                    let _permit = gate.acquire_owned().await;
+                    run_search(ldap, url, timeout, page, s).await
+                }))
+            })
+            .collect()
+    }
+
+    /// Waits for searches started by [`Bdii::spawn_all`]; results in order, the first error wins.
+    pub fn join_all(&mut self, pending: Vec<Pending>) -> Result<Vec<Vec<Entry>>, BdiiError> {
         let url = self.opts.url.clone();
-        let t = self.opts.timeout;
-        let search_err = |message: String| BdiiError::Search { url: url.clone(), base: base.into(), filter: filter.into(), message };
-        let adapters: Vec<Box<dyn Adapter<'_, &str, Vec<&str>>>> =
-            vec![Box::new(EntriesOnly::new()), Box::new(PagedResults::new(self.opts.page_size))];
-        let mut stream = self
-            .conn
-            .with_timeout(t)
-            .streaming_search_with(adapters, base, Scope::Subtree, filter, attrs.to_vec())
-            .map_err(|e| map_err(&url, t, &format!("search {filter}"), e))?;
-        let mut out = Vec::new();
-        loop {
-            match stream.next() {
-                Ok(Some(raw)) => {
-                    let se = SearchEntry::construct(raw);
-                    let mut attrs: HashMap<String, Vec<String>> = HashMap::with_capacity(se.attrs.len());
-                    for (k, v) in se.attrs {
-                        attrs.entry(k.to_ascii_lowercase()).or_default().extend(v);
-                    }
-                    // Values that are not UTF-8 (none in GLUE) come as bin_attrs and are dropped.
-                    out.push(Entry { dn: se.dn, attrs });
-                }
-                Ok(None) => break,
-                Err(e) => return Err(map_err(&url, t, &format!("search {filter}"), e)),
+        self.rt.block_on(async move {
+            let mut out = Vec::with_capacity(pending.len());
+            for p in pending {
+                out.push(p.0.await.unwrap_or_else(|e| Err(BdiiError::Unreachable { url: url.clone(), message: format!("search task failed: {e}") }))?);
             }
-        }
-        let res = stream.result();
-        tracing::debug!(base, filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
-        // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
-        if res.rc != 0 && res.rc != 32 {
-            return Err(search_err(format!("result code {} {}", res.rc, res.text)));
-        }
-        Ok(out)
-    }
-
-    /// Runs independent searches under `base` at once, the first on this
-    /// connection and each other on a connection of its own; results in order.
-    pub fn search_concurrently(&mut self, base: &str, searches: &[(String, &[&str])]) -> Result<Vec<Vec<Entry>>, BdiiError> {
-        let Some(((f0, a0), rest)) = searches.split_first() else { return Ok(Vec::new()) };
-        let opts = self.opts.clone();
-        let (head, others) = std::thread::scope(|sc| {
-            let handles: Vec<_> = rest
-                .iter()
-                .map(|(f, a)| {
-                    let opts = &opts;
-                    sc.spawn(move || -> Result<Vec<Entry>, BdiiError> { Bdii::connect(opts)?.search(base, f, a) })
-                })
-                .collect();
-            let head = self.search(base, f0, a0);
-            let others: Vec<Result<Vec<Entry>, BdiiError>> = handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(BdiiError::Unreachable { url: opts.url.clone(), message: "search thread panicked".into() })))
-                .collect();
-            (head, others)
-        });
-        self.queries += rest.len();
-        let mut out = vec![head?];
-        for r in others {
-            out.push(r?);
-        }
-        Ok(out)
-    }
-
-    /// Searches in chunks of IDs, since a filter of 10^4 alternatives is slow to parse.
-    fn search_ids(&mut self, base: &str, class: &str, attr: &str, ids: &BTreeSet<String>, attrs: &[&str]) -> Result<Vec<Entry>, BdiiError> {
-        let ids: Vec<&String> = ids.iter().collect();
-        let searches: Vec<(String, &[&str])> = ids
-            .chunks(500)
-            .filter_map(|chunk| any_of(attr, chunk.iter().map(|s| s.as_str())))
-            .map(|any| (format!("(&(objectClass={class}){any})"), attrs))
-            .collect();
-        // Indexed lookups: a few connections in parallel keep slapd's threads busy.
-        let mut out = Vec::new();
-        for batch in searches.chunks(4) {
-            for r in self.search_concurrently(base, batch)? {
-                out.extend(r);
-            }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Phase-1 retrieval: everything [`crate::bdii::offers::build_offers`] needs.
+    ///
+    /// The plan (stock BDII index config: IDs and `objectClass` only):
+    /// 1. the discovery scans, all at once: carriers of OtherInfo keys
+    ///    (ComputingShares, ExecutionEnvironments, and for vGPGPU jobs
+    ///    ApplicationEnvironments), the Extensions of the wanted keys, the
+    ///    GLUE 1.3 SubClusters;
+    /// 2. carriers named only by an Extension's foreign key, by their
+    ///    indexed IDs;
+    /// 3. per ComputingService that holds a carrier, one subtree search
+    ///    under the service's DN (slapd's DN index limits it to that
+    ///    service's few hundred entries) for its manager, endpoints, the
+    ///    shares an EE's devices serve, the entities its Extensions
+    ///    extend and the MappingPolicies of the job's VO; per GLUE 1.3
+    ///    site, its GlueCEs one level under the site's node. All at once.
+    ///
+    /// No filter ORs values of an unindexed attribute over a whole tree.
     pub fn fetch(&mut self, wanted: &Wanted) -> Result<Snapshot, BdiiError> {
         let base = self.opts.base.clone();
+        let base13 = self.opts.base13.clone();
         let s = self.opts.strategies;
+        let glue2 = s.attribute_extension || s.class_extension;
         let mut snap = Snapshot::default();
-        let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
-        // The first searches are independent full scans of their class: run them concurrently.
+        let attrs2 = glue2_attrs(wanted);
+
+        // 1. Discovery. The OtherInfo scan of ComputingShares (and of
+        // ApplicationEnvironments) is by far the slowest search — every share of
+        // the grid is read — so it runs while everything found by the others is
+        // followed up.
         const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
-        let mut first: Vec<(String, &[&str])> = Vec::new();
-        if s.attribute_extension {
-            first.extend(other_info_filters(wanted).into_iter().map(|f| (f, &[][..])));
-        }
+        let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
+        let (slow_filters, fast_filters): (Vec<String>, Vec<String>) = oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
+        let slow = self.spawn_all(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect());
+        let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
-            first.push((extension_filter(wanted), EXT_ATTRS));
+            first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
         }
-        let mut results = self.search_concurrently(&base, &first)?.into_iter();
-        if s.attribute_extension {
-            for _ in other_info_filters(wanted) {
-                for e in results.next().unwrap_or_default() {
-                    if carrier_dns.insert(e.dn.clone()) {
-                        snap.carriers.push(e);
-                    }
+        if s.glue13 {
+            first.push(Search::scan(&base13, subcluster_filter(wanted), &[] as &[&str]));
+        }
+        let mut results = self.search_all(first)?.into_iter();
+        let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
+        let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        for _ in &fast_filters {
+            for e in results.next().unwrap_or_default() {
+                if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                    note_carrier(&mut plans, &e);
+                    snap.carriers.push(e);
                 }
             }
         }
         if s.class_extension {
             snap.extensions = results.next().unwrap_or_default();
-            let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
-            // An Extension usually sits under the entity it extends: its parent's RDN says
-            // which class to look in; otherwise every carrier class is asked.
-            const CLASSES: [(&str, &str); 3] = [
-                ("GLUE2ExecutionEnvironment", "GLUE2ResourceID"),
-                ("GLUE2ComputingShare", "GLUE2ShareID"),
-                ("GLUE2ApplicationEnvironment", "GLUE2ApplicationEnvironmentID"),
-            ];
-            let mut missing: [BTreeSet<String>; 3] = Default::default();
-            for x in &snap.extensions {
-                let parent = parent_rdn_attr(&x.dn);
-                for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
-                    match CLASSES.iter().position(|(_, a)| parent.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(a))) {
-                        Some(i) => {
-                            missing[i].insert(id.clone());
-                        }
-                        None => missing.iter_mut().for_each(|m| {
-                            m.insert(id.clone());
-                        }),
-                    }
-                }
-            }
-            for ((class, attr), ids) in CLASSES.iter().zip(&missing) {
-                for e in self.search_ids(&base, class, attr, ids, &[])? {
-                    if carrier_dns.insert(e.dn.clone()) {
-                        snap.carriers.push(e);
-                    }
-                }
-            }
-        }
-        if s.attribute_extension || s.class_extension {
-            let manager_ids: BTreeSet<String> = snap
-                .carriers
-                .iter()
-                .flat_map(|c| {
-                    c.all("GLUE2ExecutionEnvironmentComputingManagerForeignKey")
-                        .iter()
-                        .chain(c.all("GLUE2ResourceManagerForeignKey"))
-                        .chain(c.all("GLUE2ApplicationEnvironmentComputingManagerForeignKey"))
-                        .cloned()
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            snap.managers = self.search_ids(&base, "GLUE2ComputingManager", "GLUE2ManagerID", &manager_ids, &[])?;
-            // The queues of services whose CDERs are published on ExecutionEnvironments;
-            // shares that carry CDER data themselves are already here.
-            let ee_services: BTreeSet<String> = snap
-                .managers
-                .iter()
-                .flat_map(|m| m.all("GLUE2ComputingManagerComputingServiceForeignKey").iter().chain(m.all("GLUE2ManagerServiceForeignKey")).cloned().collect::<Vec<_>>())
-                .collect();
-            let mut services = ee_services.clone();
-            for c in snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare")) {
-                services.extend(c.all("GLUE2ShareServiceForeignKey").iter().cloned());
-                services.extend(c.all("GLUE2ComputingShareComputingServiceForeignKey").iter().cloned());
-            }
-            // Foreign keys are unindexed: one search per class (per 500 keys), never one per service.
-            for chunk in ee_services.iter().collect::<Vec<_>>().chunks(500) {
-                let fk = any_of("GLUE2ShareServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
-                snap.shares.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingShare){fk})"), &[])?);
-            }
-            // Endpoints: by the IDs the shares name (indexed), and by service only for
-            // services none of whose shares names one (an unindexed scan).
-            const ENDPOINT_ATTRS: [&str; 7] = [
-                "GLUE2EndpointID",
-                "GLUE2EndpointURL",
-                "GLUE2EndpointServiceForeignKey",
-                "GLUE2EndpointImplementationName",
-                "GLUE2EndpointInterfaceName",
-                "GLUE2EndpointHealthState",
-                "GLUE2EndpointServingState",
-            ];
-            let all_shares = snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare")));
-            let mut named: BTreeSet<String> = BTreeSet::new();
-            let mut served: BTreeSet<String> = BTreeSet::new();
-            for sh in all_shares {
-                let ids: Vec<&String> = sh.all("GLUE2ShareEndpointForeignKey").iter().chain(sh.all("GLUE2ComputingShareComputingEndpointForeignKey")).collect();
-                if !ids.is_empty() {
-                    named.extend(ids.into_iter().cloned());
-                    served.extend(sh.all("GLUE2ShareServiceForeignKey").iter().cloned());
-                }
-            }
-            snap.endpoints = self.search_ids(&base, "GLUE2ComputingEndpoint", "GLUE2EndpointID", &named, &ENDPOINT_ATTRS)?;
-            served.extend(snap.endpoints.iter().flat_map(|e| e.all("GLUE2EndpointServiceForeignKey").iter().cloned()));
-            let rest: Vec<&String> = services.iter().filter(|s| !served.contains(*s)).collect();
-            for chunk in rest.chunks(500) {
-                let fk = any_of("GLUE2EndpointServiceForeignKey", chunk.iter().map(|s| s.as_str())).unwrap_or_default();
-                snap.endpoints.extend(self.search(&base, &format!("(&(objectClass=GLUE2ComputingEndpoint){fk})"), &ENDPOINT_ATTRS)?);
-            }
-            if let Some(vo) = &wanted.vo {
-                let f = format!("(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:{}))", ldap_escape(vo.as_str()));
-                snap.policies = Some(self.search(&base, &f, &["GLUE2PolicyRule", "GLUE2MappingPolicyShareForeignKey"])?);
-            }
         }
         if s.glue13 {
-            let base13 = self.opts.base13.clone();
-            snap.subclusters = self.search(&base13, &subcluster_filter(wanted), &[])?;
-            let clusters: BTreeSet<String> = snap
-                .subclusters
-                .iter()
-                .flat_map(|sc| sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).map(str::to_string).collect::<Vec<_>>())
-                .collect();
+            snap.subclusters = results.next().unwrap_or_default();
+        }
+
+        if s.class_extension {
+            // 2. An Extension usually sits under the entity it extends: its parent's RDN
+            // says the class, the service above it where to look. Otherwise every
+            // carrier class is asked by ID (indexed).
+            let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
+            let mut loose: [BTreeSet<String>; 3] = Default::default();
+            for x in &snap.extensions {
+                let class = parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)));
+                for id in x.all("GLUE2ExtensionEntityForeignKey") {
+                    match class {
+                        Some(i) => {
+                            let parent = parent_dn(&x.dn).unwrap_or_default().to_ascii_lowercase();
+                            if carrier_dns.contains(&parent) {
+                                continue;
+                            }
+                            let service = service_base(&x.dn);
+                            let plan = plans.entry(service.clone()).or_default();
+                            plan.deep |= !parent_dn(&x.dn).and_then(parent_dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+                            plan.ids[i].insert(id.clone());
+                            if i == 0 {
+                                plan.offered.insert(id.clone());
+                            }
+                        }
+                        None if !known.contains(id) => loose.iter_mut().for_each(|m| {
+                            m.insert(id.clone());
+                        }),
+                        None => {}
+                    }
+                }
+            }
+            let mut by_id = Vec::new();
+            for ((class, attr), ids) in CARRIERS.iter().zip(&loose) {
+                let ids: Vec<&String> = ids.iter().collect();
+                for chunk in ids.chunks(500) {
+                    if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
+                        by_id.push(Search::scan(&base, format!("(&(objectClass={class}){any})"), &attrs2));
+                    }
+                }
+            }
+            for e in self.search_all(by_id)?.into_iter().flatten() {
+                if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                    note_carrier(&mut plans, &e);
+                    snap.carriers.push(e);
+                }
+            }
+        }
+
+        // 3. Per service and per GLUE 1.3 site, all at once.
+        // Policies by prefix (unindexed substring: the service's entries only, not the
+        // VO's whole index entry); the exact rule is checked in memory.
+        let policy = wanted.vo.as_ref().map(|vo| format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str())));
+        let mut glue13_searches = Vec::new();
+        if s.glue13 {
             let mut vo_filter = String::new();
             if let Some(vo) = &wanted.vo {
                 vo_filter = format!("(GlueCEAccessControlBaseRule=VO:{})", ldap_escape(vo.as_str()));
             }
-            for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
-                let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
-                snap.glue13_ces.extend(self.search(&base13, &format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[])?);
+            // GlueCEs are siblings of their GlueCluster, the SubCluster's parent.
+            let mut sites: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for sc in &snap.subclusters {
+                let under_cluster = parent_rdn_attr(&sc.dn).is_some_and(|a| a.eq_ignore_ascii_case("GlueClusterUniqueID"));
+                let site = parent_dn(&sc.dn).and_then(parent_dn).filter(|_| under_cluster).map(str::to_string);
+                for c in sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")) {
+                    sites.entry(site.clone().unwrap_or_else(|| base13.clone())).or_default().insert(c.to_string());
+                }
+            }
+            for (site, clusters) in &sites {
+                let scope = if site.eq_ignore_ascii_case(&base13) { Scope::Subtree } else { Scope::OneLevel };
+                for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
+                    let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
+                    glue13_searches.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[] as &[&str]));
+                }
             }
         }
+        let mut seen: BTreeSet<String> = carrier_dns.clone();
+        let mut policies = Vec::new();
+        let mut done: BTreeSet<String> = BTreeSet::new();
+        snap.glue13_ces = self.services(&plans, glue2, policy.as_deref(), &attrs2, glue13_searches, &mut seen, &mut snap, &mut policies)?;
+        done.extend(plans.into_keys());
+
+        // The slow scan's carriers: their services, where not asked already.
+        let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        for e in self.join_all(slow)?.into_iter().flatten() {
+            if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                if !done.contains(&service_base(&e.dn)) {
+                    note_carrier(&mut late, &e);
+                }
+                snap.carriers.push(e);
+            }
+        }
+        if !late.is_empty() {
+            self.services(&late, glue2, policy.as_deref(), &attrs2, Vec::new(), &mut seen, &mut snap, &mut policies)?;
+        }
+        // A carrier also fetched as another EE's share is kept once, as a carrier.
+        snap.shares.retain(|sh| !carrier_dns.contains(&sh.dn.to_ascii_lowercase()));
+        if glue2 && wanted.vo.is_some() {
+            snap.policies = Some(policies);
+        }
         snap.queries = self.queries;
+        snap.names = wanted.names.clone();
         Ok(snap)
     }
+
+    /// Stage 3 for `plans` (plus `extra` searches, whose entries are returned):
+    /// one search per service; managers, endpoints, shares, policies and the
+    /// entities Extensions extend (as carriers) go into `snap`.
+    #[allow(clippy::too_many_arguments)]
+    fn services(
+        &mut self,
+        plans: &BTreeMap<String, ServicePlan>,
+        glue2: bool,
+        policy: Option<&str>,
+        attrs: &[String],
+        extra: Vec<Search>,
+        seen: &mut BTreeSet<String>,
+        snap: &mut Snapshot,
+        policies: &mut Vec<Entry>,
+    ) -> Result<Vec<Entry>, BdiiError> {
+        let mut searches: Vec<Search> = Vec::new();
+        if glue2 {
+            for (service, plan) in plans {
+                // Managers, endpoints, shares and (CREAM) EEs are the service's children;
+                // MappingPolicies sit under their shares.
+                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
+                searches.push(Search::under(service, scope, plan.filter(policy), attrs));
+            }
+        }
+        let n = searches.len();
+        searches.extend(extra);
+        let mut results = self.search_all(searches)?.into_iter();
+        for (plan, entries) in plans.values().zip(results.by_ref().take(n)) {
+            for e in entries {
+                if !seen.insert(e.dn.to_ascii_lowercase()) {
+                    continue;
+                }
+                if e.is_a("GLUE2ComputingManager") {
+                    snap.managers.push(e);
+                } else if e.is_a("GLUE2ComputingEndpoint") {
+                    snap.endpoints.push(e);
+                } else if e.is_a("GLUE2MappingPolicy") {
+                    policies.push(e);
+                } else if entity_id(&e).is_some_and(|id| plan.ids.iter().any(|ids| ids.contains(&id))) {
+                    // An entity its Extensions extend: a carrier.
+                    snap.carriers.push(e);
+                } else if e.is_a("GLUE2ComputingShare") {
+                    snap.shares.push(e);
+                }
+            }
+        }
+        Ok(results.flatten().collect())
+    }
+}
+
+/// What a carrier's service must be asked for.
+fn note_carrier(plans: &mut BTreeMap<String, ServicePlan>, e: &Entry) {
+    let service = service_base(&e.dn);
+    let plan = plans.entry(service.clone()).or_default();
+    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+    if e.is_a("GLUE2ExecutionEnvironment") {
+        plan.offered.extend(entity_id(e));
+    }
+}
+
+/// Carrier classes, their ID attribute, in [`ServicePlan::ids`] order.
+const CARRIERS: [(&str, &str); 3] = [
+    ("GLUE2ExecutionEnvironment", "GLUE2ResourceID"),
+    ("GLUE2ComputingShare", "GLUE2ShareID"),
+    ("GLUE2ApplicationEnvironment", "GLUE2ApplicationEnvironmentID"),
+];
+
+/// What one ComputingService's subtree search asks for.
+#[derive(Clone, Debug, Default)]
+struct ServicePlan {
+    /// The service's EEs that carry CDER data: the shares that name one of
+    /// them, or name no EE at all, offer them.
+    offered: BTreeSet<String>,
+    /// Entities (by [`CARRIERS`] class) that Extensions extend, not yet fetched.
+    ids: [BTreeSet<String>; 3],
+    /// Some entity of interest sits deeper than one level under the service
+    /// (an EE under its manager, as ARC publishes): search the subtree.
+    deep: bool,
+}
+
+impl ServicePlan {
+    fn filter(&self, policy: Option<&str>) -> String {
+        // Presence of an ID attribute, not objectClass: slapd then takes the candidates from
+        // the service's subtree alone, where an indexed objectClass term would make it read
+        // that class's whole index entry (10^4 IDs) once per service.
+        let mut any = String::from("(GLUE2ManagerID=*)(GLUE2EndpointID=*)");
+        // The foreign keys are unindexed, but the scope is one service's entries.
+        match self.offered.len() {
+            0 => {}
+            1..=32 => {
+                let named = |id: &String| format!("(GLUE2ComputingShareExecutionEnvironmentForeignKey={0})(GLUE2ShareResourceForeignKey={0})", ldap_escape(id.as_str()));
+                let ees: String = self.offered.iter().map(named).collect();
+                any.push_str(&format!(
+                    "(&(GLUE2ShareID=*)(|{ees}(&(!(GLUE2ComputingShareExecutionEnvironmentForeignKey=*))(!(GLUE2ShareResourceForeignKey=*)))))"
+                ));
+            }
+            _ => any.push_str("(GLUE2ShareID=*)"),
+        }
+        for ((class, attr), ids) in CARRIERS.iter().zip(&self.ids) {
+            if ids.is_empty() {
+                continue;
+            }
+            // A few IDs (indexed: small index entries); many: the whole class of this one service.
+            let _ = class;
+            match ids.len() {
+                1..=32 => any.push_str(&any_of(attr, ids).unwrap_or_default()),
+                _ => any.push_str(&format!("({attr}=*)")),
+            }
+        }
+        if let Some(p) = policy {
+            any.push_str(p);
+        }
+        format!("(|{any})")
+    }
+}
+
+/// The DN of the ComputingService an entry belongs to: the nearest
+/// ancestor (or self) whose RDN is a `GLUE2ServiceID` (CREAM's DIT puts
+/// shares, EEs and managers right under it, ARC's EEs under the manager).
+/// An entry outside any service: its parent, so that its siblings are found.
+pub fn service_base(dn: &str) -> String {
+    match service_dn(dn) {
+        Some(s) => s.to_string(),
+        None => parent_dn(dn).unwrap_or(dn).to_string(),
+    }
+}
+
+/// The `GLUE2ServiceID=…` suffix of a DN, if it has one.
+pub fn service_dn(dn: &str) -> Option<&str> {
+    let mut start = 0;
+    loop {
+        let rest = &dn[start..];
+        if rest.trim_start().len() >= 14 && rest.trim_start()[..14].eq_ignore_ascii_case("GLUE2ServiceID") && rest.trim_start()[14..].trim_start().starts_with('=') {
+            return Some(rest.trim_start());
+        }
+        start += next_rdn(rest)?;
+    }
+}
+
+/// Offset of the next RDN after the first, ignoring escaped commas.
+fn next_rdn(dn: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in dn.char_indices() {
+        if c == ',' && !escaped {
+            return Some(i + 1);
+        }
+        escaped = c == '\\' && !escaped;
+    }
+    None
+}
+
+/// The parent DN.
+pub fn parent_dn(dn: &str) -> Option<&str> {
+    next_rdn(dn).map(|i| dn[i..].trim_start())
 }
 
 /// The attribute type of a DN's second RDN (`GLUE2ShareID` in
