@@ -34,6 +34,10 @@ pub const NUMERIC_SUFFIXES: [&str; 11] = [
     "ClockSpeed",
 ];
 
+/// Suffixes that count things: whole numbers, never negative.
+pub const WHOLE_NUMBER_SUFFIXES: [&str; 8] =
+    ["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances", "PerNode", "MP", "CoresPerMP", "Cores"];
+
 /// The vGPGPU counts of an ApplicationEnvironment (`rCUDA`, `VCL`; seed thesis Table 4.2).
 pub const TOTAL_VGPGPU: &str = "TotalVGPGPU";
 /// See [`TOTAL_VGPGPU`].
@@ -57,5 +61,7 @@ mod tests {
         expected.extend(ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model")));
         assert_eq!(NUMERIC_SUFFIXES.to_vec(), expected);
         assert_eq!(key(GPGPU_PREFIX, COUNT_SUFFIXES[1]), "GPGPUFreeInstances");
+        assert!(WHOLE_NUMBER_SUFFIXES.iter().all(|s| NUMERIC_SUFFIXES.contains(s)));
+        assert!(COUNT_SUFFIXES.iter().all(|s| WHOLE_NUMBER_SUFFIXES.contains(s)));
     }
 }

@@ -21,25 +21,10 @@ use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
 use crate::value::Value;
 
 /// The CDER key prefix of GPGPUs (design.md: other types use their own).
-pub const DEFAULT_PREFIX: &str = "GPGPU";
+pub const DEFAULT_PREFIX: &str = glue::GPGPU_PREFIX;
 
-/// Key suffixes whose values must be numbers.
-const NUMERIC_SUFFIXES: &[&str] = &[
-    "TotalInstances",
-    "FreeInstances",
-    "UsedInstances",
-    "OfflineInstances",
-    "PerNode",
-    "CUDAComputeCapability",
-    "MainMemorySize",
-    "MP",
-    "CoresPerMP",
-    "Cores",
-    "ClockSpeed",
-];
-
-/// The vGPGPU counts of an ApplicationEnvironment (thesis Table 4.2).
-const VGPGPU_KEYS: &[&str] = &["TotalVGPGPU", "FreeVGPGPU"];
+// The key names the GLUE provider publishes (one vocabulary, `cder_request::glue`).
+use cder_request::glue::{self, NUMERIC_SUFFIXES, VGPGPU_KEYS};
 
 /// One Resource Offer.
 #[derive(Clone, Debug)]
@@ -82,7 +67,7 @@ pub fn typed(value: &str) -> Value {
 }
 
 /// Key suffixes that count things: whole numbers, never negative.
-const COUNT_SUFFIXES: &[&str] = &["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances", "PerNode", "MP", "CoresPerMP", "Cores"];
+const COUNT_SUFFIXES: [&str; 8] = glue::WHOLE_NUMBER_SUFFIXES;
 
 /// Instance counts whose sum cder relies on (free + used + offline devices).
 const SUMMED_SUFFIXES: &[&str] = &["FreeInstances", "UsedInstances", "OfflineInstances"];

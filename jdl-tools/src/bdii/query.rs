@@ -300,8 +300,7 @@ pub fn extension_filter(wanted: &Wanted) -> String {
         };
     }
     if wanted.vgpgpu {
-        keys.insert("TotalVGPGPU".into());
-        keys.insert("FreeVGPGPU".into());
+        keys.extend(cder_request::glue::VGPGPU_KEYS.iter().map(|k| k.to_string()));
     }
     format!("(&(objectClass=GLUE2Extension){})", any_of("GLUE2ExtensionKey", &keys).unwrap_or_default())
 }
