@@ -142,15 +142,17 @@ fn cderd_config(dir: &Path, state: &Path) -> PathBuf {
 #[test]
 fn cderd_state_is_private_and_a_writable_dir_is_refused() {
     let bin = binary("cderd", "cderd").unwrap();
-    // cderd makes its state dir itself (umask 022: 0755), then opens the
-    // database through durable.rs, which tightens it.
-    let tmp = open_tempdir();
-    let state = tmp.path().join("var/lib/cder");
-    let cfg = cderd_config(tmp.path(), &state);
-    let out = with_umask("022", &bin, &["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!((mode(&state), mode(&state.join("cderd.db"))), (0o700, 0o600), "{}", text(&out));
-    assert!(!nobody_reads(&state.join("cderd.db")), "nobody can read cderd.db");
+    // cderd makes its state dir itself, 0700 whatever the umask, and the
+    // database 0600.
+    for umask in ["022", "000"] {
+        let tmp = open_tempdir();
+        let state = tmp.path().join("var/lib/cder");
+        let cfg = cderd_config(tmp.path(), &state);
+        let out = with_umask(umask, &bin, &["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+        assert!(out.status.success(), "umask {umask}: {}", text(&out));
+        assert_eq!((mode(&state), mode(&state.join("cderd.db"))), (0o700, 0o600), "umask {umask}: {}", text(&out));
+        assert!(!nobody_reads(&state.join("cderd.db")), "umask {umask}: nobody can read cderd.db");
+    }
     // A state directory anyone may write to: refused by name.
     let tmp = open_tempdir();
     let state = tmp.path().join("state");

@@ -112,7 +112,9 @@ impl Daemon {
         let operators = resolve_operators(&config.node.operators).map_err(StartError::Operator)?;
         let devices = cder_inventory::discover(&config)?;
         let dir = &config.node.state_dir;
-        std::fs::create_dir_all(dir).map_err(|source| StartError::StateDir { path: dir.clone(), source })?;
+        // 0700 whatever the umask, and refused if others could write it.
+        crate::durable::create_state_dir(dir)
+            .map_err(|e| StartError::StateDir { path: dir.clone(), source: std::io::Error::other(e.to_string()) })?;
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
