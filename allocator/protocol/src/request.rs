@@ -12,8 +12,9 @@ use crate::PROTOCOL_VERSION;
 /// The CDER type a request means when it names none.
 pub const DEFAULT_TYPE: &str = "gpgpu";
 
-/// Most devices one `alloc` may ask for; anything larger is a malformed request.
-pub const MAX_COUNT: u32 = 4096;
+/// Most devices one `alloc` may ask for; anything larger is a malformed
+/// request. The bound every request parser shares (`cder_request`).
+pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
 /// Latest time a request may name (9999-12-31T23:59:59Z, unix seconds):
 /// bounds `accounting`'s period so that no arithmetic on it can overflow.
@@ -310,15 +311,10 @@ fn check_text(what: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The one type-name rule (`cder_request`), which cder.toml and the
+/// controller's request parser apply too.
 fn check_type_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 32
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("type {:?} is not a CDER type name", name.chars().take(40).collect::<String>()))
-    }
+    cder_request::check_type_name(name).map_err(|e| format!("type {e}"))
 }
 
 /// A device is `<type>:<index>` or a UUID-like token; nothing else gets in.
