@@ -368,6 +368,9 @@ impl ProviderConfig {
                     return Err(at(nodes_at, "group.nodes", format!("node {node:?} is in two groups")));
                 }
             }
+            if all_nodes.len() > hostlist::MAX_HOSTS {
+                return Err(at(nodes_at, "group.nodes", format!("the groups name more than {} nodes together", hostlist::MAX_HOSTS)));
+            }
             if group.platform.trim().is_empty() {
                 return Err(at(id_at, "group.platform", "must not be empty".into()));
             }
