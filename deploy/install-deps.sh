@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages cder and its tests need, plus the Python venv
-# holding HTCondor's classad2 (the reference for the ClassAd engine's tests).
+# Installs the Debian packages cder and its tests need, cargo-fuzz, and the
+# Python venv holding HTCondor's classad2 (the reference for the ClassAd
+# engine's tests).
 # Idempotent: safe to run again; it only installs what is missing.
 #
 #   CDER_VENV   where the reference venv goes (default: /opt/cder-venv)
@@ -41,6 +42,16 @@ if ((${#missing[@]})); then
   [ "$created_policy" = 1 ] && rm -f "$policy"
 else
   echo "install-deps: all Debian packages present"
+fi
+
+# cargo-fuzz (libFuzzer) for deploy/fuzz.sh; pinned, and it runs on the
+# stable toolchain (fuzz.sh builds with -s none: no nightly sanitizer flags).
+cargo_fuzz_version=0.13.1
+if cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $cargo_fuzz_version"; then
+  echo "install-deps: cargo-fuzz $cargo_fuzz_version present"
+else
+  echo "install-deps: installing cargo-fuzz $cargo_fuzz_version"
+  cargo install --locked --quiet cargo-fuzz --version "$cargo_fuzz_version"
 fi
 
 venv=${CDER_VENV:-/opt/cder-venv}

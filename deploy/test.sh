@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The test suite: unit tests, the differential ClassAd tests against HTCondor,
 # and the integration tests that start real cderd, SLURM, slapd, BDII and
-# munged on loopback. Needs root and deploy/install-deps.sh done first.
+# munged on loopback, then a short bounded fuzz run of every parser that
+# takes outside input (deploy/fuzz.sh). Needs root and deploy/install-deps.sh done first.
 # Under CI=true a missing component fails the run instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
+# A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
+bash deploy/fuzz.sh

@@ -135,9 +135,9 @@ pub struct CountsConfig {
     pub scontrol: PathBuf,
     #[serde(default = "default_pbsnodes")]
     pub pbsnodes: PathBuf,
-    /// Seconds to wait for cderd or the LRMS command.
+    /// Seconds to wait for cderd or the LRMS command (1 to [`MAX_TIMEOUT_S`]).
     #[serde(default = "default_timeout")]
-    pub timeout_s: u64,
+    pub timeout_s: Spanned<u64>,
     /// SLURM GRES name per CDER type (default: `gpu` for `gpgpu`, else the type name).
     #[serde(default)]
     pub gres: BTreeMap<String, String>,
@@ -164,9 +164,13 @@ fn default_scontrol() -> PathBuf {
 fn default_pbsnodes() -> PathBuf {
     "pbsnodes".into()
 }
-fn default_timeout() -> u64 {
-    30
+fn default_timeout() -> Spanned<u64> {
+    Spanned::new(0..0, 30)
 }
+
+/// The longest `counts.timeout_s`: bdii-update runs providers every few
+/// minutes, and a deadline must stay a time the clock can represent.
+pub const MAX_TIMEOUT_S: u64 = 3600;
 
 impl CountsConfig {
     /// The SLURM GRES name that counts devices of `cder_type`.
@@ -341,6 +345,10 @@ impl ProviderConfig {
             });
         }
         let source = *self.counts.source.get_ref();
+        let timeout = *self.counts.timeout_s.get_ref();
+        if !(1..=MAX_TIMEOUT_S).contains(&timeout) {
+            return Err(at(self.counts.timeout_s.span().start, "counts.timeout_s", format!("{timeout} is out of range: give 1 to {MAX_TIMEOUT_S} seconds")));
+        }
         let mut ids = BTreeSet::new();
         let mut all_nodes = BTreeSet::new();
         for group in &self.groups {
@@ -354,10 +362,13 @@ impl ProviderConfig {
             if nodes.is_empty() {
                 return Err(at(nodes_at, "group.nodes", "a group needs at least one node".into()));
             }
-            for node in nodes {
+            for node in &nodes {
                 if !all_nodes.insert(node.clone()) {
                     return Err(at(nodes_at, "group.nodes", format!("node {node:?} is in two groups")));
                 }
+            }
+            if all_nodes.len() > hostlist::MAX_HOSTS {
+                return Err(at(nodes_at, "group.nodes", format!("the groups name more than {} nodes together", hostlist::MAX_HOSTS)));
             }
             if group.platform.trim().is_empty() {
                 return Err(at(id_at, "group.platform", "must not be empty".into()));
@@ -402,6 +413,22 @@ impl ProviderConfig {
                 let counted = [dev.used, dev.offline, dev.free];
                 if source != CountSourceKind::Static && counted.iter().any(Option::is_some) {
                     return Err(at(dev_at, "group.device.free", "free/used/offline are only read with counts.source = \"static\"".into()));
+                }
+                if dev.cores.is_none() {
+                    if let (Some(mp), Some(per_mp)) = (dev.multiprocessors, dev.cores_per_mp) {
+                        if mp.checked_mul(per_mp).is_none() {
+                            return Err(at(dev_at, "group.device.cores_per_mp", format!("multiprocessors {mp} × cores_per_mp {per_mp} is out of range for cores")));
+                        }
+                    }
+                }
+                if source == CountSourceKind::Static {
+                    let total = crate::sources::static_total(dev.count, nodes.len())
+                        .ok_or_else(|| at(dev_at, "group.device.count", format!("{} per node × {} nodes is out of range", dev.count, nodes.len())))?;
+                    for (key, value) in [("group.device.used", dev.used), ("group.device.offline", dev.offline), ("group.device.free", dev.free)] {
+                        if let Some(n) = value.filter(|&n| n > total) {
+                            return Err(at(dev_at, key, format!("{n} is more than the group's {total} devices")));
+                        }
+                    }
                 }
             }
         }
@@ -577,6 +604,29 @@ used = 2
         assert!(with(registry, "version = \"16.11\"\n").is_ok());
         let e = with(registry, "total = 4\nfree = 2\n").unwrap_err();
         assert!(e.message.contains("counts vGPGPUs itself"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_numbers_name_their_key() {
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 0")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(9), Some("counts.timeout_s")), "{e}");
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 18446744073709")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("counts.timeout_s"), "{e}");
+        assert!(e.message.contains("out of range"), "{e}");
+        assert!(parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 3600")).is_ok());
+        // 16 nodes × 2^28 devices is past u32.
+        let e = parse(&SAMPLE.replace("count = 2", "count = 268435456")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(17), Some("group.device.count")), "{e}");
+        assert!(parse(&SAMPLE.replace("count = 2", "count = 268435455")).is_ok());
+        let e = parse(&SAMPLE.replace("used = 2", "used = 33")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.used"), "{e}");
+        assert!(e.message.contains("33 is more than the group's 32 devices"), "{e}");
+        let e = parse(&SAMPLE.replace("used = 2", "offline = 4294967295")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.offline"), "{e}");
+        let e = parse(&SAMPLE.replace("multiprocessors = 4", "multiprocessors = 4294967295")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.cores_per_mp"), "{e}");
+        // With cores given, the product is never computed.
+        assert!(parse(&SAMPLE.replace("multiprocessors = 4", "multiprocessors = 4294967295\ncores = 192")).is_ok());
     }
 
     #[test]

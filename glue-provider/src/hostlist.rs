@@ -1,14 +1,15 @@
 //! SLURM-style host lists: `wn[01-16]`, `gpu[1-3,7],login1`, `r[1-2]n[01-02]`.
 
-/// Most hosts one expression may name (a typo such as `[1-1000000]` should
-/// be an error, not a hang).
+/// Most hosts a list of expressions may name, all together (a typo such as
+/// `[1-1000000]`, or ranges multiplied as in `r[0-99999]n[0-99999]`, should
+/// be an error, not a hang or an exhausted memory).
 pub const MAX_HOSTS: usize = 100_000;
 
 /// Expands every expression and returns the host names in order.
 pub fn expand_all(expressions: &[String]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for expression in expressions {
-        out.extend(expand(expression)?);
+        expand_into(expression, &mut out)?;
     }
     Ok(out)
 }
@@ -16,17 +17,19 @@ pub fn expand_all(expressions: &[String]) -> Result<Vec<String>, String> {
 /// Expands one expression (commas outside brackets separate hosts).
 pub fn expand(expression: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
+    expand_into(expression, &mut out)?;
+    Ok(out)
+}
+
+fn expand_into(expression: &str, out: &mut Vec<String>) -> Result<(), String> {
     for part in split_top_level(expression)? {
         let part = part.trim();
         if part.is_empty() {
             return Err(format!("{expression:?} has an empty host name"));
         }
-        expand_one(part, &mut out).map_err(|m| format!("{expression:?}: {m}"))?;
-        if out.len() > MAX_HOSTS {
-            return Err(format!("{expression:?} names more than {MAX_HOSTS} hosts"));
-        }
+        expand_one(part, out).map_err(|m| format!("{expression:?}: {m}"))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
@@ -57,6 +60,10 @@ fn expand_one(host: &str, out: &mut Vec<String>) -> Result<(), String> {
     let Some(open) = host.find('[') else {
         if host.contains(']') || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
             return Err(format!("{host:?} is not a host name"));
+        }
+        // Checked per host: nested ranges multiply before any range is done.
+        if out.len() >= MAX_HOSTS {
+            return Err(format!("names more than {MAX_HOSTS} hosts"));
         }
         out.push(host.to_string());
         return Ok(());
@@ -98,5 +105,17 @@ mod tests {
         for bad in ["wn[01-", "wn]", "wn[a-b]", "wn[5-1]", "wn[[1]]", "a,,b", "two words", "wn[1-9999999]"] {
             assert!(expand(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn host_count_is_bounded_over_nested_ranges_and_lists() {
+        // Found by fuzzing (glue_config): 10^10 hosts from 21 bytes ran out of memory.
+        let e = expand("r[0-99999]n[0-99999]").unwrap_err();
+        assert!(e.contains("names more than 100000 hosts"), "{e}");
+        assert_eq!(expand("r[1-100]n[001-1000]").unwrap().len(), 100_000);
+        let many: Vec<String> = (0..3).map(|i| format!("h{i}x[0-49999]")).collect();
+        let e = expand_all(&many).unwrap_err();
+        assert!(e.starts_with("\"h2x[0-49999]\": names more than"), "{e}");
+        assert_eq!(expand_all(&many[..2]).unwrap().len(), 100_000);
     }
 }

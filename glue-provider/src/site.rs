@@ -168,7 +168,8 @@ fn class_from_config(dev: &GroupDevice) -> DeviceClass {
         compute_capability: dev.compute_capability,
         multiprocessors: dev.multiprocessors,
         cores_per_mp: dev.cores_per_mp,
-        cores: dev.cores.or_else(|| Some(dev.multiprocessors? * dev.cores_per_mp?)),
+        // The config refuses a product past u32 (group.device.cores_per_mp).
+        cores: dev.cores.or_else(|| dev.multiprocessors?.checked_mul(dev.cores_per_mp?)),
         clock_mhz: dev.clock_mhz,
         ecc: dev.ecc,
         path: Default::default(),

@@ -27,11 +27,16 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, other: Counts) {
-        self.total += other.total;
-        self.free += other.free;
-        self.used += other.used;
-        self.offline += other.offline;
+    /// Adds `other`, or names the first count that would not fit in a u32
+    /// (a listing that claims more devices than any site has is refused,
+    /// never wrapped or capped).
+    fn checked_add(self, other: Counts) -> Result<Counts, &'static str> {
+        Ok(Counts {
+            total: self.total.checked_add(other.total).ok_or("total")?,
+            free: self.free.checked_add(other.free).ok_or("free")?,
+            used: self.used.checked_add(other.used).ok_or("used")?,
+            offline: self.offline.checked_add(other.offline).ok_or("offline")?,
+        })
     }
 }
 
@@ -112,13 +117,16 @@ impl VirtualGpgpuSource for RegistryVirtual {
             if counts.total == 0 && described.is_none() {
                 continue;
             }
-            let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+            // A count past u32 is a registry gone wrong: refuse it rather than publish a capped number.
+            let count = |field: &str, n: u64| {
+                u32::try_from(n).map_err(|_| ProviderError::Runtime(format!("vGPGPU registry {}: {} {field} = {n} is out of range", self.registry.url, method.name())))
+            };
             out.push(VirtualEnvironment {
                 method: method.name().to_string(),
                 id: described.and_then(|v| v.id.clone()),
                 version: described.and_then(|v| v.version.clone()),
-                total: count(counts.total),
-                free: count(counts.free),
+                total: count("total", counts.total)?,
+                free: count("free", counts.free)?,
             });
         }
         if let Some(unknown) = self.described.iter().find(|v| !cder_model::VgpgpuMethod::ALL.iter().any(|m| v.method.get_ref().eq_ignore_ascii_case(m.name()))) {
@@ -151,7 +159,7 @@ impl VirtualGpgpuSource for StaticVirtual {
 
 /// The count source the config names.
 pub fn from_config(config: &ProviderConfig) -> Box<dyn CountSource> {
-    let timeout = Duration::from_secs(config.counts.timeout_s.max(1));
+    let timeout = Duration::from_secs((*config.counts.timeout_s.get_ref()).max(1));
     match config.counts.source.get_ref() {
         CountSourceKind::Cderd => Box::new(CderdCounts {
             socket: config.counts.socket.clone().unwrap_or_else(|| cder_model::DEFAULT_SOCKET.into()),
@@ -197,7 +205,10 @@ impl CountSource for CderdCounts {
                         let c = status.counts.get(&class.cder_type).ok_or_else(|| {
                             ProviderError::Runtime(format!("cderd at {} reports no {} devices, but group {:?} has them", self.socket.display(), class.cder_type, group.id()))
                         })?;
-                        Counts { total: c.total, free: c.free, used: c.allocated, offline: c.offline + c.unhealthy }
+                        let offline = c.offline.checked_add(c.unhealthy).ok_or_else(|| {
+                            ProviderError::Runtime(format!("cderd at {} reports {} offline and {} unhealthy {} devices: more than a count holds", self.socket.display(), c.offline, c.unhealthy, class.cder_type))
+                        })?;
+                        Counts { total: c.total, free: c.free, used: c.allocated, offline }
                     } else {
                         // Per device, so that each kind of device gets its own counts.
                         let mut c = Counts::default();
@@ -234,11 +245,14 @@ impl CountSource for ConfiguredCounts {
                 let mut devices = BTreeMap::new();
                 // Configured groups have one class per [[group.device]], in order.
                 for (dev, class) in group.config.devices.iter().zip(&group.classes) {
-                    let total = dev.count * group.nodes.len() as u32;
+                    let total = static_total(dev.count, group.nodes.len()).ok_or_else(|| {
+                        ProviderError::Input(format!("group {:?}, type {}: group.device.count {} × {} nodes is more devices than a count holds", group.id(), dev.cder_type, dev.count, group.nodes.len()))
+                    })?;
                     let used = dev.used.unwrap_or(0);
                     let offline = dev.offline.unwrap_or(0);
-                    let free = dev.free.unwrap_or_else(|| total.saturating_sub(used + offline));
-                    if free + used + offline != total {
+                    let free = dev.free.unwrap_or_else(|| total.saturating_sub(used.saturating_add(offline)));
+                    // In u64: three u32s cannot overflow it, so a sum past u32 is "not the total", not a wrap.
+                    if u64::from(free) + u64::from(used) + u64::from(offline) != u64::from(total) {
                         return Err(ProviderError::Input(format!(
                             "group {:?}, type {}: free {free} + used {used} + offline {offline} is not the {total} devices of {} nodes × {}",
                             group.id(),
@@ -253,6 +267,12 @@ impl CountSource for ConfiguredCounts {
             })
             .collect()
     }
+}
+
+/// The devices of a configured group: `count` per node × nodes, `None`
+/// when that does not fit in a u32.
+pub fn static_total(count: u32, nodes: usize) -> Option<u32> {
+    u32::try_from(nodes).ok()?.checked_mul(count)
 }
 
 /// Counts from SLURM: `scontrol -d show node -o`, one line per node with
@@ -287,9 +307,10 @@ pub struct Gres {
     pub count: u32,
 }
 
-/// The count of GRES `name` (of `gres_type` only, when given) in a list.
-pub fn gres_count(list: &[Gres], name: &str, gres_type: Option<&str>) -> u32 {
-    list.iter().filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type)).map(|g| g.count).sum()
+/// The count of GRES `name` (of `gres_type` only, when given) in a list;
+/// `None` when the items add up past a u32 (no node has that many).
+pub fn gres_count(list: &[Gres], name: &str, gres_type: Option<&str>) -> Option<u32> {
+    list.iter().filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type)).try_fold(0u32, |sum, g| sum.checked_add(g.count))
 }
 
 impl SlurmNode {
@@ -383,13 +404,23 @@ impl CountSource for SlurmCounts {
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
         // -d: SLURM 22.05 prints GresUsed= only in the detailed view.
         let output = run_command(&self.scontrol, &["-d", "show", "node", "-o"], self.timeout)?;
-        let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        self.counts_from_output(groups, &output)
+    }
+}
+
+impl SlurmCounts {
+    /// Counts `groups` from the output of `scontrol -d show node -o` (what
+    /// [`CountSource::counts`] runs); separate so that the parsing and the
+    /// sums can be tested and fuzzed without SLURM.
+    pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
+        let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         let listing = format!("SLURM ({} -d show node -o)", self.scontrol.display());
         walk_groups(groups, &nodes, &listing, |host, node, class| {
             let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
-            let total = gres_count(&node.gres, &gres, class.gres_type.as_deref());
+            let too_many = |field: &str| ProviderError::Runtime(format!("{listing}: node {host}: the {gres} items of {field}= add up past {}", u32::MAX));
+            let total = gres_count(&node.gres, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("Gres"))?;
             let used = match &node.gres_used {
-                Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).min(total),
+                Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("GresUsed"))?.min(total),
                 None if total == 0 => 0,
                 None => {
                     return Err(ProviderError::Runtime(format!(
@@ -454,7 +485,10 @@ fn walk_groups<N: LrmsNode>(
                     used += 1;
                 }
                 for class in &group.classes {
-                    out.devices.entry(class.key.clone()).or_default().add(devices(host, node, class)?);
+                    let sum = out.devices.entry(class.key.clone()).or_default();
+                    *sum = sum.checked_add(devices(host, node, class)?).map_err(|field| {
+                        ProviderError::Runtime(format!("group {:?}: {listing} gives more {field} {} devices than a count holds (at node {host:?})", group.id(), class.key))
+                    })?;
                 }
             }
             out.nodes_used = Some(used);
@@ -467,6 +501,9 @@ fn walk_groups<N: LrmsNode>(
 /// A node's devices: those in use stay used; the rest are free, or offline
 /// when the node cannot take jobs.
 fn node_counts(total: u32, used: u32, unavailable: bool) -> Counts {
+    // The callers cap used at total; capping here too keeps the sum exact
+    // whatever a listing claims.
+    let used = used.min(total);
     let idle = total - used;
     if unavailable {
         Counts { total, free: 0, used, offline: idle }
@@ -536,8 +573,9 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
         // gpu[1]=gpu_id=…;gpu_mode=Exclusive_Thread;gpu_state=Exclusive,gpu[0]=…
         let gpu_field = |gpu: &str, key: &str| gpu.split_once("]=").map_or(gpu, |(_, fields)| fields).split(';').find_map(|kv| kv.split_once('=').filter(|(k, _)| k.ends_with(key)).map(|(_, v)| v.to_string()));
         let allocated = |gpu: &str| gpu_field(gpu, "gpu_state").is_some_and(|s| s != "Unallocated");
-        let gpus_allocated = status.as_ref().map(|s| s.split(',').filter(|g| allocated(g)).count() as u32);
-        let gpus_prohibited = status.as_ref().map_or(0, |s| s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count() as u32);
+        let gpu_count = |n: usize| u32::try_from(n).map_err(|_| bad(format!("node {name}: <gpu_status> lists more than {} GPUs", u32::MAX)));
+        let gpus_allocated = status.as_ref().map(|s| gpu_count(s.split(',').filter(|g| allocated(g)).count())).transpose()?;
+        let gpus_prohibited = gpu_count(status.as_ref().map_or(0, |s| s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()))?;
         let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
         nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs });
         rest = &rest[end + 7..];
@@ -562,7 +600,17 @@ impl CountSource for TorqueCounts {
             return Err(ProviderError::Input(format!("group {:?} has several kinds of GPU, which TORQUE's <gpus> count cannot tell apart", mixed.id())));
         }
         let output = run_command(&self.pbsnodes, &["-x"], self.timeout)?;
-        let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(&output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        self.counts_from_output(groups, &output)
+    }
+}
+
+impl TorqueCounts {
+    /// Counts `groups` from the output of `pbsnodes -x` (what
+    /// [`CountSource::counts`] runs, after checking that TORQUE can count
+    /// the groups at all); separate so that it can be tested and fuzzed
+    /// without TORQUE.
+    pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
+        let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         let listing = format!("TORQUE ({} -x)", self.pbsnodes.display());
         walk_groups(groups, &nodes, &listing, |_, node, _| {
             let mut c = node_counts(node.gpus, node.gpus_used(), node.unavailable());
@@ -630,9 +678,9 @@ mod tests {
         let g = parse_gres("gpu:tesla:2(S:0-1)").unwrap();
         assert_eq!(g, vec![Gres { name: "gpu".into(), gres_type: Some("tesla".into()), count: 2 }]);
         let g = parse_gres("gpu:tesla:1(IDX:0,2),gpu:k80:3,fpga:1").unwrap();
-        assert_eq!((gres_count(&g, "gpu", None), gres_count(&g, "gpu", Some("k80")), gres_count(&g, "fpga", None)), (4, 3, 1));
-        assert_eq!(gres_count(&parse_gres("gpu").unwrap(), "gpu", None), 1);
-        assert_eq!(gres_count(&parse_gres("gpu:a100").unwrap(), "gpu", Some("a100")), 1);
+        assert_eq!((gres_count(&g, "gpu", None), gres_count(&g, "gpu", Some("k80")), gres_count(&g, "fpga", None)), (Some(4), Some(3), Some(1)));
+        assert_eq!(gres_count(&parse_gres("gpu").unwrap(), "gpu", None), Some(1));
+        assert_eq!(gres_count(&parse_gres("gpu:a100").unwrap(), "gpu", Some("a100")), Some(1));
         assert!(parse_gres("(null)").unwrap().is_empty());
         assert!(parse_gres(":2").is_err());
         assert!(parse_gres("gpu:a:b:c").is_err());
@@ -646,7 +694,7 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
         let nodes = parse_scontrol(out).unwrap();
         assert_eq!(nodes.len(), 3);
         assert!(nodes[0].busy() && !nodes[0].unavailable());
-        assert_eq!(gres_count(nodes[0].gres_used.as_ref().unwrap(), "gpu", None), 1);
+        assert_eq!(gres_count(nodes[0].gres_used.as_ref().unwrap(), "gpu", None), Some(1));
         assert!(nodes[2].gres_used.is_none());
         assert!(nodes[1].unavailable());
         assert!(nodes[2].not_responding && nodes[2].unavailable());
@@ -655,10 +703,44 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
         assert!(e.to_string().contains("not valid UTF-8"), "{e}");
     }
 
+    fn four_nodes(source: &str) -> Vec<NodeGroup> {
+        let text = crate::config::tests::SAMPLE.replace("source = \"static\"", &format!("source = \"{source}\"")).replace("wn[01-16]", "wn[01-04]").replace("used = 2\n", "");
+        crate::site::node_groups(&ProviderConfig::parse(&text, Path::new("t.toml")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn lrms_counts_past_u32_are_refused() {
+        let slurm = SlurmCounts { scontrol: "scontrol".into(), gres: [("gpgpu".to_string(), "gpu".to_string())].into(), timeout: Duration::from_secs(1) };
+        let groups = four_nodes("slurm");
+        let line = |n: u32, gres: &str| format!("NodeName=wn0{n} Gres={gres} GresUsed=gpu:0 State=IDLE\n");
+        let ok: String = (1..=4).map(|n| line(n, "gpu:2")).collect();
+        let counts = slurm.counts_from_output(&groups, ok.as_bytes()).unwrap();
+        assert_eq!(counts[0].devices["gpgpu"], Counts { total: 8, free: 8, used: 0, offline: 0 });
+        // One node whose GRES items add up past u32.
+        let one = ok.replace("wn01 Gres=gpu:2", "wn01 Gres=gpu:a:4294967295,gpu:b:1");
+        let e = slurm.counts_from_output(&groups, one.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("node wn01: the gpu items of Gres= add up past 4294967295"), "{e}");
+        assert_eq!(e.exit_code(), 1);
+        // Each node fits, the group's sum does not.
+        let many: String = (1..=4).map(|n| line(n, "gpu:2147483648")).collect();
+        let e = slurm.counts_from_output(&groups, many.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("more total gpgpu devices than a count holds (at node \"wn02\")"), "{e}");
+
+        let torque = TorqueCounts { pbsnodes: "pbsnodes".into(), timeout: Duration::from_secs(1) };
+        let groups = four_nodes("torque");
+        let xml = |gpus: &str| format!("<Data>{}</Data>", (1..=4).map(|n| format!("<Node><name>wn0{n}</name><state>free</state><gpus>{gpus}</gpus></Node>")).collect::<String>());
+        assert_eq!(torque.counts_from_output(&groups, xml("2").as_bytes()).unwrap()[0].devices["gpgpu"].total, 8);
+        let e = torque.counts_from_output(&groups, xml("4294967295").as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("more total gpgpu devices than a count holds"), "{e}");
+        assert!(torque.counts_from_output(&groups, xml("4294967296").as_bytes()).unwrap_err().to_string().contains("is not a count"));
+    }
+
     #[test]
     fn node_counts_keep_used_and_offline_apart() {
         assert_eq!(node_counts(4, 1, false), Counts { total: 4, free: 3, used: 1, offline: 0 });
         assert_eq!(node_counts(4, 1, true), Counts { total: 4, free: 0, used: 1, offline: 3 });
+        // A listing that claims more used than installed keeps the sum exact.
+        assert_eq!(node_counts(2, 5, false), Counts { total: 2, free: 0, used: 2, offline: 0 });
     }
 
     #[test]

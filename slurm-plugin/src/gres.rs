@@ -124,7 +124,9 @@ fn node_gres_counts(spec: &str) -> BTreeMap<String, u64> {
             None => 1,
             Some(last) => parse_gres_count(last).unwrap_or(if rest.len() == 1 { 1 } else { 0 }),
         };
-        *out.entry(name.to_string()).or_insert(0) += count;
+        // Saturating: a per-node bound past u64 is "more than any request" (fuzz: slurm_submit).
+        let total = out.entry(name.to_string()).or_insert(0u64);
+        *total = total.saturating_add(count);
     }
     out
 }
@@ -136,7 +138,8 @@ fn parse_gres_count(s: &str) -> Option<u64> {
         'g' | 'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
         _ => (s, 1),
     };
-    digits.parse::<u64>().ok().map(|n| n * mult)
+    // Past u64 with its suffix, as without one: not a count (fuzz: slurm_submit).
+    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(mult))
 }
 
 /// The GRES entries of a `tres_per_node` value with their counts:
