@@ -5,14 +5,17 @@
 #![no_main]
 
 use cder_torque::limits::{requested_devices, Role};
-use cder_torque::settings::TorqueSettings;
+use cder_torque::settings::{Directive, TorqueSettings};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let gres = ["gpus".to_string(), "gpgpu".to_string()];
-    for role in [Role::MotherSuperior, Role::Sister] {
-        let _ = requested_devices(text, role, "gpgpu", &gres);
+    // Both directive forms: each honours a different part of the list.
+    for directive in [Directive::Native, Directive::Maui] {
+        let settings = TorqueSettings { directive, ..TorqueSettings::default() };
+        for role in [Role::MotherSuperior, Role::Sister] {
+            let _ = requested_devices(text, role, &settings);
+        }
     }
     let _ = TorqueSettings::parse(text, std::path::Path::new("torque.toml"));
 });
