@@ -12,26 +12,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cder_model::JobKey;
 use cder_protocol::{AllocRequest, Client, ClientError, DeviceState};
-use common::{live_owners, Node, CDERD};
+use common::{live_owners, Node, Rng, CDERD};
 
 const ITERATIONS: usize = 60;
 const JOBS: u64 = 12;
 const DEVICES: u32 = 8;
-
-/// xorshift64*: enough randomness for a test, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the client knows for certain, from acknowledged replies.
 #[derive(Debug, Clone, PartialEq)]

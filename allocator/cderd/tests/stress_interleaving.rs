@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cder_model::JobKey;
 use cder_protocol::{AllocRequest, Client, ReconcileRequest};
-use common::{live_owners, require, Node};
+use common::{live_owners, require, Node, Rng};
 
 const ITERATIONS: usize = 20;
 const WORKERS: usize = 3;
@@ -34,20 +34,6 @@ const MINORS: [u32; 6] = [5, 7, 8, 9, 11, 3];
 #[test]
 fn stress_probe_child() {
     common::probe_child_main();
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn key(j: u64) -> JobKey {
