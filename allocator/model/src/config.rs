@@ -24,6 +24,7 @@ pub const CONFIG_ENV: &str = "CDER_CONFIG";
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The `[node]` table: socket, state, operators, enforcement.
     #[serde(default)]
     pub node: NodeConfig,
     /// The `[[cder]]` tables, in file order.
@@ -67,13 +68,16 @@ pub struct Enforcement {
     /// On allocation, chown each device file to the job's uid with `job_mode`.
     #[serde(default)]
     pub device_files: bool,
+    /// Mode of a job's device files while it holds them (octal; default 0600).
     #[serde(default = "default_job_mode", deserialize_with = "octal_mode")]
     pub job_mode: u32,
     /// Owner, group and mode restored on release (the driver's defaults).
     #[serde(default)]
     pub idle_owner: u32,
+    /// Group restored on release.
     #[serde(default)]
     pub idle_group: u32,
+    /// Mode restored on release (octal; default 0600: idle devices are root's).
     #[serde(default = "default_idle_mode", deserialize_with = "octal_mode")]
     pub idle_mode: u32,
     /// Set NVML compute mode EXCLUSIVE_PROCESS on allocation, DEFAULT on release.
@@ -216,8 +220,11 @@ pub enum VisibleIds {
 /// The vendor families whose visibility variables cder knows by default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum VendorKind {
+    /// NVIDIA GPUs: `CUDA_VISIBLE_DEVICES`.
     Nvidia,
+    /// AMD GPUs: `ROCR_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`, `GPU_DEVICE_ORDINAL`.
     Amd,
+    /// Intel GPUs: `ZE_AFFINITY_MASK`.
     Intel,
     /// Intel Xeon Phi (MIC) coprocessors, made visible by `OFFLOAD_DEVICES`.
     XeonPhi,
@@ -283,7 +290,9 @@ impl<'de> Deserialize<'de> for VendorKind {
 pub struct CderType {
     /// Short lowercase name used in requests: `gpgpu`, `fpga`.
     pub name: Spanned<String>,
+    /// The vendor family, which picks the default visibility variables.
     pub vendor: VendorKind,
+    /// How the devices are found: through NVML, or listed in the config.
     pub discovery: Discovery,
     /// Prefix of the published attributes; defaults to the upper-cased name
     /// (`gpgpu` → `GPGPUTotalInstances`).
@@ -295,6 +304,7 @@ pub struct CderType {
     /// Constant variables set for every job; defaults by vendor.
     #[serde(default)]
     pub extra_env: Option<BTreeMap<String, String>>,
+    /// Whether visible lists carry indices or UUIDs.
     #[serde(default)]
     pub visible_ids: VisibleIds,
     /// NVML library to load instead of the driver's `libnvidia-ml.so.1`.
@@ -313,6 +323,7 @@ fn default_device_path() -> String {
 }
 
 impl CderType {
+    /// The type's name (`gpgpu`).
     pub fn name(&self) -> &str {
         self.name.get_ref()
     }
@@ -345,29 +356,42 @@ impl CderType {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticDevice {
+    /// Index in the vendor's enumeration (PCI bus order for NVIDIA).
     pub index: Spanned<u32>,
     /// Defaults to `<type>-<index>`, unique on the node.
     #[serde(default)]
     pub uuid: Option<String>,
+    /// PCI bus id, as the driver writes it (`0000:3b:00.0`).
     #[serde(default)]
     pub pci_bus_id: String,
+    /// Model name as published (`Tesla K20m`).
     pub model: String,
+    /// Device memory, in MB.
     pub memory_mb: u64,
+    /// CUDA compute capability (`"8.6"`).
     #[serde(default)]
     pub compute_capability: Option<ComputeCapability>,
+    /// Streaming multiprocessors.
     #[serde(default)]
     pub multiprocessors: Option<u32>,
+    /// Cores per multiprocessor.
     #[serde(default)]
     pub cores_per_mp: Option<u32>,
+    /// Total cores; multiprocessors × cores per MP when not given.
     #[serde(default)]
     pub cores: Option<u32>,
+    /// Clock speed, in MHz.
     #[serde(default)]
     pub clock_mhz: Option<u32>,
+    /// Whether ECC is on.
     #[serde(default)]
     pub ecc: bool,
+    /// The device file that guards it (`/dev/nvidia0`).
     pub path: PathBuf,
+    /// NUMA node / locality domain.
     #[serde(default)]
     pub numa_node: u32,
+    /// Whether it may be handed out.
     #[serde(default)]
     pub health: Health,
 }
@@ -408,12 +432,15 @@ fn octal_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 /// A configuration error, located in its file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
+    /// The file.
     pub path: PathBuf,
     /// 1-based line and column, when the error has a place in the file.
     pub line: Option<usize>,
+    /// 1-based column, with `line`.
     pub column: Option<usize>,
     /// The dotted key the error is about (`cder.device.memory_mb`).
     pub key: Option<String>,
+    /// What is wrong.
     pub message: String,
 }
 

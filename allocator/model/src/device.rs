@@ -18,21 +18,31 @@ pub struct Device {
     pub vendor: String,
     /// Index in the vendor's enumeration; for NVIDIA this is PCI bus order.
     pub index: u32,
+    /// Stable identity (`GPU-…` for NVIDIA, `<type>-<index>` for static devices).
     pub uuid: String,
+    /// PCI bus id (`0000:3b:00.0`), empty when unknown.
     pub pci_bus_id: String,
+    /// Model name as published (`Tesla K20m`).
     pub model: String,
+    /// Device memory, in MB.
     pub memory_mb: u64,
+    /// CUDA compute capability, when the vendor has one.
     pub compute_capability: Option<ComputeCapability>,
+    /// Streaming multiprocessors.
     pub multiprocessors: Option<u32>,
+    /// Cores per multiprocessor.
     pub cores_per_mp: Option<u32>,
     /// Total cores: multiprocessors × cores per MP unless configured.
     pub cores: Option<u32>,
+    /// Clock speed, in MHz.
     pub clock_mhz: Option<u32>,
+    /// Whether ECC is on.
     pub ecc: bool,
     /// The device file that guards it (`/dev/nvidia0`).
     pub path: PathBuf,
     /// NUMA node / locality domain, used by the allocator's locality policy.
     pub numa_node: u32,
+    /// Whether it may be handed out.
     pub health: Health,
 }
 
@@ -71,8 +81,10 @@ impl Device {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
+    /// In service.
     #[default]
     Healthy,
+    /// Out of service: never handed out, counted offline.
     Unhealthy,
 }
 
@@ -89,7 +101,9 @@ impl fmt::Display for Health {
 /// `"8.6"` (or the TOML float `8.6`) so that `8.10` never collapses to `8.1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ComputeCapability {
+    /// The major version.
     pub major: u32,
+    /// The minor version.
     pub minor: u32,
 }
 

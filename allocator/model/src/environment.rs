@@ -8,9 +8,11 @@ use crate::device::Device;
 /// One device a job holds, by the names the environment needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeldDevice<'a> {
+    /// Its CDER type.
     pub cder_type: &'a str,
     /// The node's index (PCI bus order for NVIDIA).
     pub index: u32,
+    /// Its UUID.
     pub uuid: &'a str,
 }
 
@@ -82,6 +84,7 @@ impl JobEnvironment {
         Self::for_devices(types, &[])
     }
 
+    /// The value of one variable, if set.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }

@@ -9,13 +9,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// The batch system a job belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Lrms {
+    /// SLURM (`slurm:4242`).
     Slurm,
+    /// TORQUE/PBS (`torque:17.ce.example.org`).
     Torque,
     /// Jobs started by hand or by tests (`local:demo-1`).
     Local,
 }
 
 impl Lrms {
+    /// The name in a job key (`slurm`).
     pub fn as_str(self) -> &'static str {
         match self {
             Lrms::Slurm => "slurm",
@@ -37,17 +40,22 @@ pub struct JobKey {
     id: String,
 }
 
+/// Why a text is not a job key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum JobKeyError {
+    /// Not `<lrms>:<id>`.
     #[error("job key {0:?} is not of the form <lrms>:<job id> (e.g. slurm:4242)")]
     Shape(String),
+    /// A batch system cder does not know.
     #[error("job key {0:?}: unknown batch system (expected slurm, torque or local)")]
     UnknownLrms(String),
+    /// An id with characters no batch system uses.
     #[error("job key {0:?}: the job id may hold only letters, digits and . _ - [ ] (at most {MAX_JOB_ID_LEN})")]
     BadId(String),
 }
 
 impl JobKey {
+    /// A key from its parts; the id is checked.
     pub fn new(lrms: Lrms, id: &str) -> Result<Self, JobKeyError> {
         let valid = !id.is_empty()
             && id.len() <= MAX_JOB_ID_LEN
@@ -58,6 +66,7 @@ impl JobKey {
         Ok(JobKey { lrms, id: id.to_string() })
     }
 
+    /// The batch system.
     pub fn lrms(&self) -> Lrms {
         self.lrms
     }

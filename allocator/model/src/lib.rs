@@ -13,6 +13,8 @@
 //! * [`Config`] — `/etc/cder/cder.toml`, with errors that name key and line;
 //! * [`JobEnvironment`] — the variables that make a job's devices visible.
 
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod device;
 pub mod environment;

@@ -15,7 +15,7 @@ pub fn with_htcondor_reals<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// A real in printed ClassAd syntax: shortest exact form, or HTCondor's
-/// `%.15E` inside [`unparse_htcondor`].
+/// `%.15E` inside [`crate::value::unparse_htcondor`].
 pub fn display_real(r: f64) -> String {
     if HTCONDOR_REALS.with(|c| c.get()) {
         real_to_string(r)
