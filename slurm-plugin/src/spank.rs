@@ -125,39 +125,72 @@ pub trait Plugin: Default + Send + 'static {
     fn option(&mut self, name: &str, value: Option<&str>, remote: bool) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_init`: first in every context — in srun/sbatch/salloc
+    /// (local/allocator) before options are read, in slurmstepd (remote) as it
+    /// starts, in slurmd at start-up, and in the prolog/epilog helper. An error
+    /// from a `required` plugin aborts the command, fails the step, or stops
+    /// slurmd from starting.
     fn init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_job_prolog`: in slurmd's prolog helper, as root, when the
+    /// job's prolog runs on the node (job-script context; the environment is
+    /// the prolog's, built by slurmd from the job's credential). An error fails
+    /// the prolog: SLURM drains the node and requeues the job.
     fn job_prolog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_init_post_opt`: after the options are processed — on the
+    /// submit host before the job is submitted, in slurmstepd (as root) before
+    /// the step's tasks are set up. An error aborts the command or fails the step.
     fn init_post_opt(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_local_user_init`: in srun only (local context), after the
+    /// allocation and before the tasks are launched. An error aborts srun.
     fn local_user_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_user_init`: in slurmstepd, with the job user's credentials,
+    /// before any task is forked. An error fails the step.
     fn user_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_task_init_privileged`: in each task's own process after the
+    /// fork, still as root, before it becomes the job's user. An error stops
+    /// the task from starting and fails the step.
     fn task_init_privileged(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_task_init`: in each task's process as the job's user, just
+    /// before it execs; the last chance to set its environment. An error stops
+    /// the task from starting and fails the step.
     fn task_init(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_task_post_fork`: in slurmstepd (as root) after each task is
+    /// forked, on the parent's side. An error fails the step.
     fn task_post_fork(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_task_exit`: in slurmstepd (as root) as each task exits.
+    /// An error is logged; the task has already ended.
     fn task_exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_job_epilog`: in slurmd's epilog helper, as root, when the
+    /// job's epilog runs on the node (also after scancel). An error fails the
+    /// epilog, and SLURM drains the node: return errors only for real damage.
     fn job_epilog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_slurmd_exit`: in slurmd as it shuts down. An error is logged.
     fn slurmd_exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
+    /// `slurm_spank_exit`: last in every context — in srun/sbatch/salloc when
+    /// the command ends, in slurmstepd (as root) before it exits. An error is
+    /// logged; nothing is left to fail.
     fn exit(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         Ok(())
     }
