@@ -662,6 +662,11 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         };
         let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
         let ce_id = ce_unique_id(share, endpoint, manager, queue);
+        // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
+        if ce_id.trim().is_empty() {
+            out.warnings.push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
+            continue;
+        }
         let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
         for ee in targets {
             if share_blind && share_cder.is_none() {
@@ -761,7 +766,10 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
         }
     }
     for ce in &snap.glue13_ces {
-        let Some(ce_id) = ce.first("GlueCEUniqueID") else { continue };
+        let Some(ce_id) = ce.first("GlueCEUniqueID").filter(|id| !id.trim().is_empty()) else {
+            out.warnings.push(format!("{}: skipped: no GlueCEUniqueID", ce.dn));
+            continue;
+        };
         // A site publishing both schemas: its GLUE 2.0 offer wins.
         if glue2_ces.contains(ce_id) {
             continue;
@@ -928,6 +936,21 @@ mod tests {
         assert!(matches!(ad.eval_attr("GlueHostMainMemoryRAMSize"), Value::Int(65536)));
         assert_eq!(ad.eval_attr("GlueCEInfoLRMSType").to_string(), "\"slurm\"");
         assert_eq!(ad.eval_attr("GlueHostApplicationSoftwareRunTimeEnvironment").to_string(), "{ \"NvidiaGPGPU\" }");
+    }
+
+    #[test]
+    fn a_share_without_any_ce_id_gives_no_offer() {
+        // Found by the bdii_offers fuzz target: no endpoint URL, no CREAMCEId
+        // and an empty GLUE2ShareID made an offer whose CE ID was "".
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.endpoints.clear();
+        snap.shares = vec![Entry::from_pairs(
+            "GLUE2ShareID=,o=glue",
+            [("objectClass", "GLUE2ComputingShare"), ("GLUE2ShareID", ""), ("GLUE2ShareServiceForeignKey", "s1"), ("GLUE2ComputingShareMappingQueue", "gpu")],
+        )];
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.iter().all(|offer| !offer.ce_id.is_empty()), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
+        assert!(o.offers.is_empty(), "{:?}", o.offers.len());
     }
 
     #[test]
