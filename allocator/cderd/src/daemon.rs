@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -59,29 +58,7 @@ pub struct Daemon {
     held_open_ignore: BTreeSet<u32>,
 }
 
-/// Unix seconds now.
-pub fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
-
-/// Resolves `[node] operators`: numeric uids as they are, names through NSS.
-pub fn resolve_operators(names: &[String]) -> Result<BTreeSet<u32>, String> {
-    let mut out = BTreeSet::new();
-    for name in names {
-        if let Ok(uid) = name.parse::<u32>() {
-            out.insert(uid);
-            continue;
-        }
-        match crate::sys::uid_of_user(name) {
-            Ok(Some(uid)) => {
-                out.insert(uid);
-            }
-            Ok(None) => return Err(format!("no user {name:?} on this node")),
-            Err(e) => return Err(format!("looking up user {name:?}: {e}")),
-        }
-    }
-    Ok(out)
-}
+pub use cder_ledger::{now, resolve_operators};
 
 impl Daemon {
     /// Discovers devices, opens the state under `[node] state_dir`, brings

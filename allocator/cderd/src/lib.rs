@@ -1,10 +1,11 @@
 //! `cderd`, the cder node daemon: it owns the node's CDERs and gives each to
 //! one job at a time.
 //!
-//! * [`durable`] — opening SQLite the durable way (shared with the vGPGPU registry).
+//! * [`durable`] — opening SQLite the durable way (from `cder-ledger`, shared
+//!   with the vGPGPU registry).
 //! * [`store`] — durable state in SQLite (WAL, `synchronous=FULL`); the
 //!   database itself forbids two live owners of a device.
-//! * [`policy`] — which free devices a job gets ([`policy::SelectionPolicy`],
+//! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
@@ -15,13 +16,12 @@
 
 pub mod cgroup;
 pub mod daemon;
-pub mod durable;
 pub mod enforce;
 pub mod held;
-pub mod policy;
 pub mod server;
 pub mod store;
 pub mod sys;
 
+pub use cder_ledger::{durable, policy};
 pub use daemon::{Caller, Daemon, StartError};
 pub use policy::{Candidate, LocalityPolicy, SelectionPolicy};

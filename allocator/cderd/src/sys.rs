@@ -1,10 +1,10 @@
 //! The few libc calls std does not offer: the peer's credentials of a Unix
-//! socket (SO_PEERCRED), user-name lookup through NSS, waiting for SIGTERM
+//! socket (SO_PEERCRED), user-name lookup through NSS (from cder-ledger,
+//! which the registry shares), waiting for SIGTERM
 //! synchronously, and the three bpf(2) commands that device cgroups on
 //! cgroup v2 need (load a program, attach it to a cgroup, count what is
 //! attached).
 
-use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
@@ -37,38 +37,7 @@ pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
     Ok(PeerCred { pid: cred.pid, uid: cred.uid, gid: cred.gid })
 }
 
-/// The uid of user `name` (files, LDAP, whatever NSS is configured with),
-/// or None when there is no such user.
-pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
-    let c_name = CString::new(name).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "user name contains NUL"))?;
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: an all-zero passwd is a valid value for a plain C struct of
-        // integers and pointers; getpwnam_r fills it in.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is valid for the call: the NUL-terminated
-        // name, the passwd to fill, the scratch buffer with its true length,
-        // and the out-pointer. The strings in `pwd` point into `buf`, which
-        // outlives their only use below.
-        let rc = unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        if result.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: result is non-null, so pw_name points at a NUL-terminated
-        // string inside `buf`.
-        let found = unsafe { CStr::from_ptr(pwd.pw_name) };
-        debug_assert_eq!(found.to_bytes(), name.as_bytes());
-        return Ok(Some(pwd.pw_uid));
-    }
-}
+pub use cder_ledger::sys::uid_of_user;
 
 /// Blocks SIGTERM and SIGINT in the calling thread and every thread it
 /// starts afterwards, so that [`wait_for_termination`] can take them
@@ -257,11 +226,5 @@ mod tests {
         let cred = peer_cred(&a).unwrap();
         assert_eq!(cred.pid as u32, std::process::id());
         assert_eq!(cred.uid, std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap());
-    }
-
-    #[test]
-    fn looks_up_root() {
-        assert_eq!(uid_of_user("root").unwrap(), Some(0));
-        assert_eq!(uid_of_user("no-such-user-cder-test").unwrap(), None);
     }
 }

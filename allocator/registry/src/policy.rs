@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cder_model::RegistryPolicy;
-use cderd::policy::{Candidate, LocalityPolicy, SelectionPolicy};
+use cder_ledger::policy::{Candidate, LocalityPolicy, SelectionPolicy};
 
 /// A free backend that serves the requested method.
 #[derive(Debug, Clone, PartialEq, Eq)]

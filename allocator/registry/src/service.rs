@@ -84,7 +84,7 @@ pub enum StartError {
     #[error("[registry] operators: {0}")]
     Operators(String),
     #[error(transparent)]
-    StateDir(#[from] cderd::durable::StateDirError),
+    StateDir(#[from] cder_ledger::durable::StateDirError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
@@ -98,9 +98,9 @@ impl Registry {
     /// As [`Registry::open`], with any policy.
     pub fn open_with(config: &RegistryConfig, policy: Box<dyn BackendPolicy>) -> Result<Registry, StartError> {
         // 0700 whatever the umask; refused when group or others may write.
-        cderd::durable::create_state_dir(&config.state_dir)?;
+        cder_ledger::durable::create_state_dir(&config.state_dir)?;
         let store = Store::open(&config.state_dir.join("registry.db"), config.port_base)?;
-        let operators = cderd::daemon::resolve_operators(&config.operators).map_err(StartError::Operators)?;
+        let operators = cder_ledger::resolve_operators(&config.operators).map_err(StartError::Operators)?;
         Ok(Registry { store: Mutex::new(store), policy, munge: Munge::from_config(config), operators, max_body: config.max_body_bytes })
     }
 
@@ -196,7 +196,7 @@ impl Registry {
                 format!("{path} is only for root and [registry] operators; uid {} is neither", caller.uid),
             ));
         }
-        let now = cderd::daemon::now();
+        let now = cder_ledger::now();
         let api = crate::store::StoreError::into_api;
         match path {
             "/v1/register" => {

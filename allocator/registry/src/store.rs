@@ -1,4 +1,4 @@
-//! The registry's durable state: SQLite opened by `cderd::durable` (WAL,
+//! The registry's durable state: SQLite opened by `cder_ledger::durable` (WAL,
 //! `synchronous=FULL`), the same way as cderd's own store.
 //!
 //! `backends` holds every backend ever registered (an unregistered one
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cder_model::{JobKey, VgpgpuMethod};
-use cderd::durable::{self, DurableError};
+use cder_ledger::durable::{self, DurableError};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::api::*;

@@ -1,7 +1,7 @@
 //! Opening a SQLite database the way cder's durable services need it:
 //! WAL, `synchronous=FULL` (a COMMIT is on disk before it returns), a
 //! versioned schema, and `BEGIN IMMEDIATE` transactions. Shared by cderd's
-//! [`crate::store`] and the cluster vGPGPU registry (`cder-registry`).
+//! store and the cluster vGPGPU registry (`cder-registry`).
 //!
 //! The state is private whatever the umask: the state directory is made
 //! (or tightened to) 0700 and the database with its `-wal`/`-shm`/`-journal`
@@ -21,10 +21,24 @@ const AUTOCHECKPOINT_PAGES: u32 = 10_000;
 /// Why a database could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DurableError {
+    /// SQLite (or the state directory check) refused the database.
     #[error("database {}: {source}", path.display())]
-    Open { path: PathBuf, source: rusqlite::Error },
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// A newer program wrote the database; this one must not downgrade it.
     #[error("database {} holds schema version {found}, newer than this program's ({supported}); refusing to touch it", path.display())]
-    TooNew { path: PathBuf, found: i64, supported: i64 },
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The schema version it holds.
+        found: i64,
+        /// The newest version this program knows.
+        supported: i64,
+    },
 }
 
 /// Opens (creating if needed) the database at `path` in WAL mode with
@@ -90,20 +104,64 @@ pub const STATE_FILE_MODE: u32 = 0o600;
 /// Why a state directory or file is not fit to hold durable state.
 #[derive(Debug, thiserror::Error)]
 pub enum StateDirError {
+    /// The directory could not be created.
     #[error("cannot create state directory {}: {source}", path.display())]
-    Create { path: PathBuf, source: std::io::Error },
+    Create {
+        /// The state directory.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// The directory could not be examined.
     #[error("state directory {}: {source}", path.display())]
-    Inspect { path: PathBuf, source: std::io::Error },
+    Inspect {
+        /// The state directory.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// Something other than a directory is in its place.
     #[error("state directory {} is not a directory", path.display())]
-    NotDirectory { path: PathBuf },
+    NotDirectory {
+        /// The state directory.
+        path: PathBuf,
+    },
+    /// Group or others may write to it: its contents cannot be trusted.
     #[error("state directory {} is writable by group or others (mode {mode:04o}); refusing to use it: check its contents, then chmod 0700 it", path.display())]
-    Writable { path: PathBuf, mode: u32 },
+    Writable {
+        /// The state directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Another uid owns it: its contents cannot be trusted.
     #[error("state directory {} belongs to uid {owner}, not to this daemon's uid {uid}; refusing to use it", path.display())]
-    Owner { path: PathBuf, owner: u32, uid: u32 },
+    Owner {
+        /// The state directory.
+        path: PathBuf,
+        /// The uid that owns it.
+        owner: u32,
+        /// This process's effective uid.
+        uid: u32,
+    },
+    /// A directory or file could not be made private.
     #[error("cannot make {} private (mode {mode:04o}): {source}", path.display())]
-    Chmod { path: PathBuf, mode: u32, source: std::io::Error },
+    Chmod {
+        /// The directory or file.
+        path: PathBuf,
+        /// The mode it was to get.
+        mode: u32,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// A database file could not be created or examined.
     #[error("state file {}: {source}", path.display())]
-    File { path: PathBuf, source: std::io::Error },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
 }
 
 /// Creates `dir` (and missing parents) for durable state and makes it 0700
