@@ -13,67 +13,12 @@
 //! cder_slurm::spank_plugin!("hello", Hello);
 //! ```
 
-use std::fmt;
+use std::sync::Mutex;
 
-pub use crate::sys::Spank;
-
-/// Where the plugin runs (`spank_context()`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Context {
-    /// srun, on the submit host.
-    Local,
-    /// slurmstepd, on the node, around the job's tasks.
-    Remote,
-    /// sbatch or salloc, on the submit host.
-    Allocator,
-    /// slurmd itself.
-    Slurmd,
-    /// The job prolog/epilog on the node.
-    JobScript,
-    /// SLURM could not tell.
-    Error,
-}
-
-/// A callback's failure; logged through SLURM by the dispatcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpankError(String);
-
-impl SpankError {
-    pub fn new(message: impl Into<String>) -> SpankError {
-        SpankError(message.into())
-    }
-    pub fn message(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SpankError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SpankError {}
-
-impl From<String> for SpankError {
-    fn from(s: String) -> Self {
-        SpankError(s)
-    }
-}
+pub use crate::sys::spank::{Context, Spank, SpankError, SpankOption};
 
 /// What every callback returns.
 pub type SpankResult = Result<(), SpankError>;
-
-/// One command-line option of srun/sbatch/salloc.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpankOption {
-    /// Long option name, without `--`.
-    pub name: &'static str,
-    /// One word naming the argument; `None` for a flag.
-    pub arginfo: Option<&'static str>,
-    /// The `--help` text.
-    pub usage: &'static str,
-}
 
 /// The SPANK callbacks, by exported symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,4 +157,29 @@ pub(crate) fn call<P: Plugin>(plugin: &mut P, callback: Callback, spank: &Spank,
         Callback::SlurmdExit => plugin.slurmd_exit(spank, args),
         Callback::Exit => plugin.exit(spank, args),
     }
+}
+
+/// Runs `callback` on the process's plugin value (made on first use),
+/// registering its options first when the callback is `slurm_spank_init`.
+/// Called by [`crate::spank_plugin!`] inside [`crate::sys::spank::enter`].
+#[doc(hidden)]
+pub fn run<P: Plugin>(state: &Mutex<Option<P>>, callback: Callback, option_cb: crate::ffi::spank_opt_cb_f, spank: &Spank, args: &[String]) -> SpankResult {
+    let mut guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let plugin = guard.get_or_insert_with(P::default);
+    if callback == Callback::Init {
+        for (i, option) in P::options().iter().enumerate() {
+            spank.register_option(option, i as std::ffi::c_int, option_cb)?;
+        }
+    }
+    call(plugin, callback, spank, args)
+}
+
+/// Runs the option callback of the process's plugin value for option number
+/// `val` (its index in [`Plugin::options`]).
+#[doc(hidden)]
+pub fn run_option<P: Plugin>(state: &Mutex<Option<P>>, val: std::ffi::c_int, value: Option<&str>, remote: bool) -> SpankResult {
+    let options = P::options();
+    let opt = usize::try_from(val).ok().and_then(|i| options.get(i)).ok_or_else(|| SpankError::new(format!("unknown option number {val}")))?;
+    let mut guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    guard.get_or_insert_with(P::default).option(opt.name, value, remote)
 }

@@ -1,0 +1,228 @@
+//! The job description slurmctld hands a job_submit plugin, the dispatcher
+//! the export macro calls, and [`crate::job_submit_plugin!`] itself.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::cstr::{log, panic_text, read_array, read_cstr, xstrdup, Level};
+use crate::ffi;
+
+/// A job description as the controller's job_submit plugins see it.
+pub struct JobDesc<'a> {
+    raw: &'a mut ffi::job_desc_msg_t,
+}
+
+impl JobDesc<'_> {
+    /// The job's environment (`KEY=VALUE`), as submitted.
+    pub fn environment(&self) -> Vec<String> {
+        // SAFETY: SLURM keeps `environment` with `env_size` entries.
+        unsafe { read_array(self.raw.environment, self.raw.env_size as usize) }
+    }
+
+    /// The job-control environment (`SPANK_…=…`) set by SPANK plugins.
+    pub fn spank_job_env(&self) -> Vec<String> {
+        // SAFETY: SLURM keeps `spank_job_env` with `spank_job_env_size` entries.
+        unsafe { read_array(self.raw.spank_job_env, self.raw.spank_job_env_size as usize) }
+    }
+
+    /// `tres_per_node`, e.g. `gres:gpu:2`.
+    pub fn tres_per_node(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.tres_per_node) }
+    }
+
+    /// Replaces `tres_per_node`, freeing the old value with SLURM's allocator.
+    pub fn set_tres_per_node(&mut self, value: &str) {
+        let new = xstrdup(value);
+        let mut old = std::mem::replace(&mut self.raw.tres_per_node, new);
+        // SAFETY: the old value came from SLURM's allocator (or is null, which
+        // xfree accepts) and nothing else refers to it any more.
+        unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
+    }
+
+    /// `licenses`, e.g. `matlab:1,vgpgpu:6`.
+    pub fn licenses(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.licenses) }
+    }
+
+    /// Replaces `licenses`, freeing the old value with SLURM's allocator.
+    pub fn set_licenses(&mut self, value: &str) {
+        let new = xstrdup(value);
+        let mut old = std::mem::replace(&mut self.raw.licenses, new);
+        // SAFETY: as in `set_tres_per_node`: the old value is SLURM's (or null).
+        unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
+    }
+
+    /// `min_nodes` as submitted (NO_VAL when unset).
+    pub fn min_nodes(&self) -> u32 {
+        self.raw.min_nodes
+    }
+
+    /// The id the job will get, if the user asked for one (0 otherwise).
+    pub fn job_id(&self) -> u32 {
+        self.raw.job_id
+    }
+}
+
+/// Runs a job_submit or job_modify function: no unwind leaves it; a refusal
+/// becomes `err_msg` (which sbatch prints) and `ESLURM_INVALID_GRES`.
+///
+/// SAFETY (callers): `job_desc` and `err_msg` are what slurmctld passed.
+#[doc(hidden)]
+pub unsafe fn dispatch_job_submit(
+    name: &str,
+    f: fn(&mut JobDesc<'_>, u32) -> Result<(), String>,
+    job_desc: *mut ffi::job_desc_msg_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: slurmctld passes a valid, exclusively held job description.
+        let Some(raw) = (unsafe { job_desc.as_mut() }) else { return Ok(()) };
+        f(&mut JobDesc { raw }, submit_uid)
+    }));
+    let message = match outcome {
+        Ok(Ok(())) => return ffi::SLURM_SUCCESS as c_int,
+        Ok(Err(message)) => {
+            log(Level::Info, &format!("{name}: refused a job of uid {submit_uid}: {message}"));
+            message
+        }
+        Err(p) => {
+            let m = format!("{name}: internal error: {}", panic_text(&*p));
+            log(Level::Error, &m);
+            m
+        }
+    };
+    if !err_msg.is_null() {
+        // SAFETY: `err_msg` points to slurmctld's message slot; it frees the
+        // previous value with xfree, so ours must come from xstrdup too.
+        unsafe {
+            if !(*err_msg).is_null() {
+                ffi::slurm_xfree(err_msg.cast::<*mut c_void>());
+            }
+            *err_msg = xstrdup(&message);
+        }
+    }
+    ffi::slurm_err_t_ESLURM_INVALID_GRES as c_int
+}
+
+/// Exports a job_submit plugin: `plugin_name`, `plugin_type`
+/// (`job_submit/<name>`), `plugin_version`, `init`, `fini`, `job_submit`
+/// and `job_modify`, the last two calling `$submit` / `$modify`
+/// (`fn(&mut JobDesc, submit_uid) -> Result<(), String>`; the error text
+/// is what the user sees).
+#[macro_export]
+macro_rules! job_submit_plugin {
+    ($name:literal, $submit:path, $modify:path) => {
+        #[no_mangle]
+        #[used]
+        pub static plugin_name: [u8; concat!("job_submit/", $name).len() + 1] =
+            $crate::nul_terminated::<{ concat!("job_submit/", $name).len() + 1 }>(concat!("job_submit/", $name));
+        #[no_mangle]
+        #[used]
+        pub static plugin_type: [u8; concat!("job_submit/", $name).len() + 1] =
+            $crate::nul_terminated::<{ concat!("job_submit/", $name).len() + 1 }>(concat!("job_submit/", $name));
+        #[no_mangle]
+        #[used]
+        pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
+
+        #[no_mangle]
+        pub extern "C" fn init() -> ::std::ffi::c_int {
+            $crate::sys::log($crate::sys::Level::Verbose, concat!("job_submit/", $name, " loaded"));
+            0
+        }
+
+        #[no_mangle]
+        pub extern "C" fn fini() -> ::std::ffi::c_int {
+            0
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn job_submit(
+            job_desc: *mut $crate::ffi::job_desc_msg_t,
+            submit_uid: u32,
+            err_msg: *mut *mut ::std::ffi::c_char,
+        ) -> ::std::ffi::c_int {
+            // SAFETY: slurmctld passes a valid job description and message slot.
+            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $submit, job_desc, submit_uid, err_msg) }
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn job_modify(
+            job_desc: *mut $crate::ffi::job_desc_msg_t,
+            _job_ptr: *mut ::std::ffi::c_void,
+            submit_uid: u32,
+            err_msg: *mut *mut ::std::ffi::c_char,
+        ) -> ::std::ffi::c_int {
+            // SAFETY: slurmctld passes a valid job description and message slot.
+            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $modify, job_desc, submit_uid, err_msg) }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c_array(items: &[&str]) -> Vec<*mut c_char> {
+        items.iter().map(|s| xstrdup(s)).collect()
+    }
+
+    /// A job description as slurmctld would hand it over, with SLURM-owned
+    /// strings.
+    fn job_desc(env: &mut [*mut c_char], spank: &mut [*mut c_char], tres: Option<&str>) -> ffi::job_desc_msg_t {
+        // SAFETY: job_desc_msg_t is a plain C struct of integers and
+        // pointers, for which all-zero is the "unset" value SLURM itself
+        // starts from (slurm_init_job_desc_msg then sets defaults).
+        let mut d: ffi::job_desc_msg_t = unsafe { std::mem::zeroed() };
+        d.environment = env.as_mut_ptr();
+        d.env_size = env.len() as u32;
+        d.spank_job_env = spank.as_mut_ptr();
+        d.spank_job_env_size = spank.len() as u32;
+        d.tres_per_node = tres.map(xstrdup).unwrap_or(std::ptr::null_mut());
+        d
+    }
+
+    #[test]
+    fn job_desc_reads_and_replaces_with_slurms_allocator() {
+        let mut env = c_array(&["PATH=/bin", "GPGPUPerNode=2"]);
+        let mut spank = c_array(&["CDER_GPGPU_PER_NODE=3"]);
+        let mut raw = job_desc(&mut env, &mut spank, Some("gres:fpga:1"));
+        let mut job = JobDesc { raw: &mut raw };
+        assert_eq!(job.environment(), vec!["PATH=/bin", "GPGPUPerNode=2"]);
+        assert_eq!(job.spank_job_env(), vec!["CDER_GPGPU_PER_NODE=3"]);
+        assert_eq!(job.tres_per_node().as_deref(), Some("gres:fpga:1"));
+        job.set_tres_per_node("gres:fpga:1,gres:gpu:3");
+        job.set_tres_per_node("gres:gpu:1");
+        assert_eq!(job.tres_per_node().as_deref(), Some("gres:gpu:1"));
+    }
+
+    fn panics(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {
+        panic!("boom")
+    }
+
+    fn refuses(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {
+        Err("cder: no".into())
+    }
+
+    #[test]
+    fn no_panic_crosses_and_refusals_reach_err_msg() {
+        let mut raw = job_desc(&mut [], &mut [], None);
+        let mut err: *mut c_char = xstrdup("previous message");
+        // SAFETY: valid job description and message slot, as slurmctld passes.
+        let rc = unsafe { dispatch_job_submit("job_submit/test", panics, &mut raw, 1000, &mut err) };
+        assert_eq!(rc, ffi::slurm_err_t_ESLURM_INVALID_GRES as c_int);
+        // SAFETY: dispatch put an xstrdup'd string there.
+        let text = unsafe { read_cstr(err) }.unwrap();
+        assert!(text.contains("internal error: boom"), "{text}");
+        // SAFETY: as above.
+        let rc = unsafe { dispatch_job_submit("job_submit/test", refuses, &mut raw, 1000, &mut err) };
+        assert_ne!(rc, 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_cstr(err) }.as_deref(), Some("cder: no"));
+        // A null job description (never sent by slurmctld) is not touched.
+        // SAFETY: null is handled before any dereference.
+        assert_eq!(unsafe { dispatch_job_submit("job_submit/test", panics, std::ptr::null_mut(), 0, &mut err) }, 0);
+    }
+}
