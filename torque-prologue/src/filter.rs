@@ -65,7 +65,7 @@ pub struct Filtered {
     pub notes: Vec<String>,
     /// Every `NAME=value` the job's variable list gets from the header's
     /// `-v` directives and `#CDER` lines, then the command line's `-v` (a
-    /// later entry wins), for the vGPGPU hold ([`crate::vgpgpu::hold_script`]).
+    /// later entry wins), for the vGPGPU hold ([`crate::hold::hold_script`]).
     pub variables: Vec<(String, String)>,
     /// The directive prefix qsub reads this job with (`#PBS`, `-C`,
     /// `PBS_DPREFIX`; empty when `-C ""` turned directives off).
@@ -506,8 +506,8 @@ fn read_script_request(header: &Header<'_>, env: &dyn Fn(&str) -> Option<String>
     for c in &header.cder {
         for word in &c.words {
             let (k, v) = word.split_once('=').unwrap_or((word, ""));
-            // vGPGPU keys are the hold's business (`crate::vgpgpu::hold_script`).
-            if crate::vgpgpu::KEYS.contains(&k) {
+            // vGPGPU keys are the hold's business (`crate::hold::hold_script`).
+            if crate::vgpgpu::keys::KEYS.contains(&k) {
                 request.variables.push((k.to_string(), v.to_string()));
                 continue;
             }

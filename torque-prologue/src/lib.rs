@@ -15,7 +15,7 @@
 //!   variables for `eval`, for sites without a job starter.
 //! * [`filter`] — `cder-torque-submit-filter` (torque.cfg `SUBMITFILTER`)
 //!   translates `GPGPUPerNode=N` into the site's directive.
-//! * [`vgpgpu`] — vGPGPU jobs: the filter's hold and `cder-torque-monitor`,
+//! * [`hold`] — the filter's vGPGPU hold; [`vgpgpu`] — `cder-torque-monitor`,
 //!   which releases held jobs once the cluster registry has their backends.
 //! * [`limits`] — reads the device request out of pbs_mom's resource-limit
 //!   argument, in the form the site's scheduler counts; [`mom`] — the GPUs
@@ -27,6 +27,7 @@
 //! an empty environment; `CDER_CONFIG` is honoured when present).
 
 pub mod filter;
+pub mod hold;
 pub mod hook;
 pub mod limits;
 pub mod log;

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
                 eprintln!("cder: {n}");
             }
             // vGPGPU jobs wait on hold for cder-torque-monitor.
-            let script = match cder_torque::vgpgpu::hold_script(&out.script, &out.variables, &out.prefix) {
+            let script = match cder_torque::hold::hold_script(&out.script, &out.variables, &out.prefix) {
                 Ok(held) => held.unwrap_or(out.script),
                 Err(e) => {
                     eprintln!("cder: job refused: {e}");
