@@ -21,6 +21,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cder_model::config::{self, ConfigError};
 use serde::Deserialize;
 
 /// Where the settings live unless `CDER_TORQUE_CONFIG` names another file.
@@ -148,47 +149,33 @@ impl Default for TorqueSettings {
     }
 }
 
-/// A settings file that could not be read or is wrong, located in the file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}{place}: {message}", path = path.display(), place = place.as_deref().unwrap_or(""))]
-pub struct SettingsError {
-    pub path: PathBuf,
-    /// `:line:col`, when the error has a place in the file.
-    pub place: Option<String>,
-    pub message: String,
-}
+/// A settings file that could not be read or is wrong: cder's one config
+/// error, with file, line, column and the dotted key (`torque.default_ppn`).
+pub type SettingsError = ConfigError;
 
 impl TorqueSettings {
     /// The file to read: `$CDER_TORQUE_CONFIG` when set, else
     /// `/etc/cder/torque.toml`.
     pub fn resolve_path() -> PathBuf {
-        std::env::var_os(SETTINGS_ENV).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| DEFAULT_SETTINGS_PATH.into())
+        config::resolve_path(None, SETTINGS_ENV, DEFAULT_SETTINGS_PATH)
     }
 
     /// Reads the settings; a file that does not exist gives the defaults
     /// (a site that never wrote one gets native TORQUE directives).
     pub fn load(path: &Path) -> Result<TorqueSettings, SettingsError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(&text, path),
+        match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TorqueSettings::default()),
-            Err(e) => Err(SettingsError { path: path.into(), place: None, message: format!("cannot read the settings: {e}") }),
+            _ => Self::parse(&config::read_text(path)?, path),
         }
     }
 
     /// Parses and checks settings text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<TorqueSettings, SettingsError> {
-        let file: File = toml::from_str(text).map_err(|e| {
-            let place = e.span().map(|s| {
-                let (line, col) = line_col(text, s.start);
-                format!(":{line}:{col}")
-            });
-            SettingsError { path: path.into(), place, message: e.message().trim().to_string() }
-        })?;
+        let file: File = config::from_toml(text, path)?;
         let settings = file.torque.unwrap_or_default();
-        let bad = |key: &str, message: String| SettingsError {
-            path: path.into(),
-            place: place_of(text, key),
-            message: format!("torque.{key}: {message}"),
+        let bad = |key: &str, message: String| match value_offset(text, key) {
+            Some(offset) => ConfigError::at(path, text, offset, &format!("torque.{key}"), message),
+            None => ConfigError { path: path.into(), line: None, column: None, key: Some(format!("torque.{key}")), message },
         };
         if settings.default_ppn == 0 {
             return Err(bad("default_ppn", "must be at least 1".into()));
@@ -221,24 +208,15 @@ fn is_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
-}
-
-/// `:line:col` of the value of `key = …`, for checks made after parsing.
-fn place_of(text: &str, key: &str) -> Option<String> {
+/// Byte offset of the value of `key = …`, for checks made after parsing.
+fn value_offset(text: &str, key: &str) -> Option<usize> {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         let trimmed = line.trim_start();
         if let Some(rest) = trimmed.strip_prefix(key) {
             if rest.trim_start().starts_with('=') {
                 let value_at = offset + line.len() - trimmed.len() + key.len() + (rest.len() - rest.trim_start().len()) + 1;
-                let value_at = value_at + (text[value_at..].len() - text[value_at..].trim_start().len());
-                let (l, c) = line_col(text, value_at);
-                return Some(format!(":{l}:{c}"));
+                return Some(value_at + (text[value_at..].len() - text[value_at..].trim_start().len()));
             }
         }
         offset += line.len();
