@@ -1,0 +1,179 @@
+//! Counts from SLURM: `scontrol -d show node -o` and its GRES lists.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::ProviderError;
+use crate::site::NodeGroup;
+use crate::sources::command::run_command;
+use crate::sources::counts::{CountSource, GroupCounts};
+use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
+
+/// Counts from SLURM: `scontrol -d show node -o`, one line per node with
+/// `Gres=`, `GresUsed=` and `State=`.
+#[derive(Debug, Clone)]
+pub struct SlurmCounts {
+    pub scontrol: PathBuf,
+    /// CDER type → GRES name.
+    pub gres: BTreeMap<String, String>,
+    pub timeout: Duration,
+}
+
+/// One node as `scontrol show node -o` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmNode {
+    pub name: String,
+    /// The base state and flags, upper-case (`IDLE`, `MIXED`, `DRAIN` …).
+    pub states: Vec<String>,
+    /// True when the state carries `*` (not responding).
+    pub not_responding: bool,
+    /// Configured GRES.
+    pub gres: Vec<Gres>,
+    /// GRES in use; `None` when scontrol printed no `GresUsed=` at all.
+    pub gres_used: Option<Vec<Gres>>,
+}
+
+/// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gres {
+    pub name: String,
+    pub gres_type: Option<String>,
+    pub count: u32,
+}
+
+/// The count of GRES `name` (of `gres_type` only, when given) in a list;
+/// `None` when the items add up past a u32 (no node has that many).
+pub fn gres_count(list: &[Gres], name: &str, gres_type: Option<&str>) -> Option<u32> {
+    list.iter().filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type)).try_fold(0u32, |sum, g| sum.checked_add(g.count))
+}
+
+impl SlurmNode {
+    /// Down, drained, failed, in maintenance or not responding: its free
+    /// devices cannot be given to a job.
+    pub fn unavailable(&self) -> bool {
+        self.not_responding
+            || self.states.iter().any(|s| {
+                matches!(s.as_str(), "DOWN" | "DRAIN" | "DRAINED" | "DRAINING" | "FAIL" | "FAILING" | "FUTURE" | "MAINT" | "REBOOT_ISSUED" | "REBOOT_REQUESTED" | "UNKNOWN" | "NOT_RESPONDING" | "INVALID_REG")
+            })
+    }
+
+    pub fn busy(&self) -> bool {
+        self.states.iter().any(|s| matches!(s.as_str(), "ALLOCATED" | "MIXED" | "COMPLETING"))
+    }
+}
+
+/// Parses `scontrol show node -o` output.
+pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
+    let mut nodes = Vec::new();
+    for (n, line) in output.split(|&b| b == b'\n').enumerate() {
+        let line = std::str::from_utf8(line).map_err(|e| ProviderError::Runtime(format!("scontrol output line {}: not valid UTF-8 at byte {}", n + 1, e.valid_up_to())))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = BTreeMap::new();
+        for token in line.split_whitespace() {
+            if let Some((k, v)) = token.split_once('=') {
+                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    fields.entry(k).or_insert(v);
+                }
+            }
+        }
+        let bad = |what: &str| ProviderError::Runtime(format!("scontrol output line {}: {what}: {line:?}", n + 1));
+        let name = fields.get("NodeName").ok_or_else(|| bad("no NodeName="))?;
+        let state = fields.get("State").ok_or_else(|| bad("no State="))?;
+        let not_responding = state.contains('*');
+        let states = state.split('+').map(|s| s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase()).collect();
+        let gres = parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
+        let gres_used = fields.get("GresUsed").map(|v| parse_gres(v)).transpose().map_err(|m| bad(&format!("GresUsed: {m}")))?;
+        nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used });
+    }
+    Ok(nodes)
+}
+
+/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`).
+/// `(null)` is empty.
+pub fn parse_gres(value: &str) -> Result<Vec<Gres>, String> {
+    let mut out = Vec::new();
+    if value.is_empty() || value == "(null)" {
+        return Ok(out);
+    }
+    let mut depth = 0i32;
+    let mut items = Vec::new();
+    let mut start = 0;
+    for (i, c) in value.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&value[start..]);
+    for item in items {
+        let item = item.split('(').next().unwrap_or(item);
+        let parts: Vec<&str> = item.split(':').collect();
+        let name = parts[0];
+        if name.is_empty() {
+            return Err(format!("empty GRES name in {value:?}"));
+        }
+        let last = parts[parts.len() - 1];
+        let (gres_type, count) = match (parts.len(), last.parse::<u32>()) {
+            // `gpu` alone is one device.
+            (1, _) => (None, 1),
+            (2, Ok(c)) => (None, c),
+            // `gpu:tesla` is one device of a type.
+            (2, Err(_)) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => (Some(last), 1),
+            (3, Ok(c)) => (Some(parts[1]), c),
+            _ => return Err(format!("{item:?} is not name[:type][:count]")),
+        };
+        out.push(Gres { name: name.to_string(), gres_type: gres_type.map(str::to_string), count });
+    }
+    Ok(out)
+}
+
+impl CountSource for SlurmCounts {
+    fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
+        // -d: SLURM 22.05 prints GresUsed= only in the detailed view.
+        let output = run_command(&self.scontrol, &["-d", "show", "node", "-o"], self.timeout)?;
+        self.counts_from_output(groups, &output)
+    }
+}
+
+impl SlurmCounts {
+    /// Counts `groups` from the output of `scontrol -d show node -o` (what
+    /// [`CountSource::counts`] runs); separate so that the parsing and the
+    /// sums can be tested and fuzzed without SLURM.
+    pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
+        let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        let listing = format!("SLURM ({} -d show node -o)", self.scontrol.display());
+        walk_groups(groups, &nodes, &listing, |host, node, class| {
+            let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
+            let too_many = |field: &str| ProviderError::Runtime(format!("{listing}: node {host}: the {gres} items of {field}= add up past {}", u32::MAX));
+            let total = gres_count(&node.gres, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("Gres"))?;
+            let used = match &node.gres_used {
+                Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("GresUsed"))?.min(total),
+                None if total == 0 => 0,
+                None => {
+                    return Err(ProviderError::Runtime(format!(
+                        "{} -d show node -o printed Gres= but no GresUsed= for node {host}: cannot tell used devices from free",
+                        self.scontrol.display()
+                    )))
+                }
+            };
+            Ok(node_counts(total, used, node.unavailable()))
+        })
+    }
+}
+
+impl LrmsNode for SlurmNode {
+    fn unavailable(&self) -> bool {
+        SlurmNode::unavailable(self)
+    }
+    fn busy(&self) -> bool {
+        SlurmNode::busy(self)
+    }
+}
