@@ -13,6 +13,8 @@
 //!
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
+#![deny(missing_docs)]
+
 
 #![allow(non_snake_case, non_upper_case_globals)]
 
@@ -26,19 +28,25 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FakeDevice {
+    /// The device UUID NVML reports (`GPU-…`).
     pub uuid: String,
+    /// The product name (`nvmlDeviceGetName`).
     pub name: String,
     /// `0000:3B:00.0`, NVML's 8-digit-domain form is produced from it.
     pub pci_bus_id: String,
+    /// Total memory in MiB.
     pub memory_mb: u64,
     /// `"8.0"`.
     pub compute_capability: String,
+    /// CUDA cores; `null` = the query is not supported.
     pub cores: Option<u32>,
+    /// Maximum SM clock in MHz; `null` = not supported.
     pub clock_mhz: Option<u32>,
     /// `null` = the board does not support ECC (NVML_ERROR_NOT_SUPPORTED).
     pub ecc: Option<bool>,
     /// `null` = the query is not supported.
     pub numa_node: Option<u32>,
+    /// The `/dev/nvidia<minor>` number.
     pub minor: u32,
 }
 
@@ -47,7 +55,9 @@ pub struct FakeDevice {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FakeNvml {
+    /// The GPUs, in NVML index order.
     pub devices: Vec<FakeDevice>,
+    /// NVML symbols that fail with `NVML_ERROR_UNKNOWN`.
     #[serde(default)]
     pub fail: Vec<String>,
 }
@@ -131,6 +141,8 @@ unsafe fn put<T>(out: *mut T, value: T) -> nvmlReturn_t {
     nvmlReturn_enum_NVML_SUCCESS
 }
 
+/// NVML `nvmlInit_v2`: reads the JSON file `$CDER_FAKE_NVML` names; "driver not
+/// loaded" without a readable one.
 #[no_mangle]
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     let loaded = load();
@@ -141,16 +153,19 @@ pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     }
 }
 
+/// NVML `nvmlInitWithFlags`: as `nvmlInit_v2` (flags ignored).
 #[no_mangle]
 pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
     nvmlInit_v2()
 }
 
+/// NVML `nvmlShutdown`.
 #[no_mangle]
 pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
     nvmlReturn_enum_NVML_SUCCESS
 }
 
+/// NVML `nvmlErrorString`: the text of a return code.
 #[no_mangle]
 pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
     let text: &'static CStr = match result {
@@ -340,6 +355,8 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: nvmlDevice_t, mode: *m
     })
 }
 
+/// NVML `nvmlDeviceSetComputeMode`: kept in `$CDER_FAKE_NVML_STATE/<uuid>.compute_mode`
+/// (when set), so that a later process reads it back as from the driver.
 #[no_mangle]
 pub extern "C" fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlComputeMode_t) -> nvmlReturn_t {
     with_device("nvmlDeviceSetComputeMode", device, |d| {

@@ -21,7 +21,12 @@ pub const MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
 pub enum ClientError {
     /// The socket could not be reached: cderd is not running, or the path is wrong.
     #[error("cannot connect to cderd at {}: {source}", path.display())]
-    Connect { path: PathBuf, source: std::io::Error },
+    Connect {
+        /// The socket path tried.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
     /// No reply within the timeout.
     #[error("cderd did not answer within {0:?}")]
     Timeout(Duration),

@@ -22,6 +22,8 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
+
 
 pub mod client;
 pub mod reply;

@@ -73,6 +73,7 @@ impl fmt::Display for ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ErrorReply {
+    /// What kind of failure (the caller branches on it).
     pub code: ErrorCode,
     /// One line for a person: what was wrong and, where it helps, what to do.
     pub message: String,
@@ -82,6 +83,7 @@ pub struct ErrorReply {
 }
 
 impl ErrorReply {
+    /// An error without a free count.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
         ErrorReply { code, message: message.into(), free: None }
     }
@@ -140,16 +142,21 @@ pub fn parse_reply(line: &str) -> Result<Result<Value, ErrorReply>, String> {
 /// One allocated device, as `alloc` and `env` list it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocatedDevice {
+    /// The CDER type (`gpgpu`).
     #[serde(rename = "type")]
     pub cder_type: String,
+    /// The device's index within its type.
     pub index: u32,
+    /// The device UUID.
     pub uuid: String,
 }
 
 /// The result of `alloc` and `env`: a job's devices and its environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Allocation {
+    /// The job.
     pub job: JobKey,
+    /// The uid the job runs as.
     pub uid: u32,
     /// By type, then index.
     pub devices: Vec<AllocatedDevice>,
@@ -176,6 +183,7 @@ impl Allocation {
 /// The result of `release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
+    /// The job.
     pub job: JobKey,
     /// How many devices were released; 0 when the job held none.
     pub released: u32,
@@ -185,6 +193,7 @@ pub struct Released {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceState {
+    /// Nobody holds it; it can be allocated.
     Free,
     /// Held by a job (even if drained meanwhile: it goes offline on release).
     Allocated,
@@ -197,16 +206,24 @@ pub enum DeviceState {
 /// One device in `status` (and the reply of `drain` / `resume`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceStatus {
+    /// The CDER type (`gpgpu`).
     #[serde(rename = "type")]
     pub cder_type: String,
+    /// The device's index within its type.
     pub index: u32,
+    /// The device UUID.
     pub uuid: String,
+    /// The model name.
     pub model: String,
+    /// Memory in MiB.
     pub memory_mb: u64,
+    /// The NUMA node it is attached to.
     pub numa_node: u32,
+    /// What it is doing now.
     pub state: DeviceState,
     /// The job holding it; `null` unless allocated.
     pub job: Option<JobKey>,
+    /// The uid of the job holding it; `null` unless allocated.
     pub uid: Option<u32>,
     /// Why it is offline or unhealthy; `null` otherwise.
     pub reason: Option<String>,
@@ -215,10 +232,15 @@ pub struct DeviceStatus {
 /// Device counts of one type. `total` = free + allocated + offline + unhealthy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TypeCounts {
+    /// Every device of the type.
     pub total: u32,
+    /// Free devices.
     pub free: u32,
+    /// Devices held by jobs.
     pub allocated: u32,
+    /// Drained devices.
     pub offline: u32,
+    /// Unhealthy or vanished devices.
     pub unhealthy: u32,
 }
 
@@ -227,6 +249,7 @@ pub struct TypeCounts {
 pub struct Status {
     /// By type (config order), then index.
     pub devices: Vec<DeviceStatus>,
+    /// Counts by type.
     pub counts: BTreeMap<String, TypeCounts>,
     /// The ledger's allocation sequence number: every new allocation takes
     /// the next one, durably. Read it before taking the batch system's list
@@ -239,6 +262,7 @@ pub struct Status {
 /// The result of `confine`: the groups the calling process was put into.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Confined {
+    /// The job.
     pub job: JobKey,
     /// The process moved (the caller's SO_PEERCRED pid).
     pub pid: u32,
@@ -249,17 +273,23 @@ pub struct Confined {
 /// The result of `reconcile`: the jobs whose allocations were freed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconciled {
+    /// The jobs whose allocations were freed.
     pub released: Vec<JobKey>,
 }
 
 /// One job's use of one device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountingRecord {
+    /// The job.
     pub job: JobKey,
+    /// The uid the job ran as.
     pub uid: u32,
+    /// The CDER type (`gpgpu`).
     #[serde(rename = "type")]
     pub cder_type: String,
+    /// The device's index within its type.
     pub index: u32,
+    /// The device UUID.
     pub uuid: String,
     /// Unix seconds.
     pub start: i64,
@@ -273,19 +303,24 @@ pub struct AccountingRecord {
 /// device-seconds allocated ÷ (pool size × period).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Utilisation {
+    /// Start of the period, unix seconds.
     pub since: i64,
+    /// End of the period, unix seconds.
     pub until: i64,
     /// Devices on the node (all types) over which the ratio is taken.
     pub pool_size: u32,
     /// Device-seconds allocated inside `[since, until]`.
     pub device_seconds: i64,
+    /// `device_seconds / (pool_size × (until − since))`.
     pub ratio: f64,
 }
 
 /// The result of `accounting`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Accounting {
+    /// One record per job and device.
     pub records: Vec<AccountingRecord>,
+    /// The pool's utilisation over the period.
     pub utilisation: Utilisation,
 }
 

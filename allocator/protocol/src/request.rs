@@ -53,6 +53,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllocRequest {
+    /// The job to allocate for.
     pub job: JobKey,
     /// The uid the job runs as; `env` is allowed to it.
     pub uid: u32,
@@ -89,6 +90,7 @@ impl AllocRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
+    /// The job.
     pub job: JobKey,
 }
 
@@ -98,6 +100,7 @@ pub struct JobRequest {
 pub struct DrainRequest {
     /// `"<type>:<index>"` (`gpgpu:3`) or the device's UUID.
     pub device: String,
+    /// Why, for `status` and the operator log.
     pub reason: String,
 }
 
@@ -105,6 +108,7 @@ pub struct DrainRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceRequest {
+    /// `"<type>:<index>"` (`gpgpu:3`) or the device's UUID.
     pub device: String,
 }
 
@@ -113,6 +117,7 @@ pub struct DeviceRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileRequest {
+    /// Every job the batch system still knows.
     pub live_jobs: Vec<JobKey>,
     /// `slurm`, `torque` or `local`: only jobs of that batch system are
     /// considered, so that a SLURM job list never frees TORQUE jobs.
@@ -130,8 +135,10 @@ pub struct ReconcileRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccountingRequest {
+    /// Start, unix seconds; `None` = from the first record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<i64>,
+    /// End, unix seconds; `None` = now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<i64>,
 }
