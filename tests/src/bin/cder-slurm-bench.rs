@@ -16,6 +16,15 @@
 //!   job as native `--gres=gpu:1` with plugstack.conf empty (no cder on the
 //!   node; job_submit_cder.so stays loaded in slurmctld, where it returns at
 //!   once for a job without a cder request). Target: at most 2 ms added.
+//! * `spank-only`: the same native `--gres=gpu:1` job with spank_cder.so
+//!   loaded but pointed at no cderd (`socket=` a missing path, `fail=open`,
+//!   `confine=off`): what SLURM itself spends because a SPANK plugin with a
+//!   job prolog/epilog is loaded (slurmd forks `slurmstepd spank prolog` and
+//!   `… epilog` per job, srun and slurmstepd load the plugin), none of it
+//!   cder's work. `gpu-job` minus this line is what cderd and the plugin add.
+//!
+//! Run with `RUST_LOG=cderd=debug CDER_KEEP_TMP=1` to keep cderd's log, whose
+//! `alloc timing` and `confine timing` lines break the cderd side down.
 //!
 //! ```text
 //! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [STEPS]   # default 50
@@ -56,6 +65,11 @@ fn settle(cluster: &SlurmCluster) {
 /// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
 /// mean seconds per srun without and with the plugin.
 fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], n: usize) -> Result<(f64, f64), String> {
+    compare_with(cluster, args, args_with, &[], n)
+}
+
+/// [`compare`], with `spank_args` after the plugin in plugstack.conf.
+fn compare_with(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize) -> Result<(f64, f64), String> {
     let per_round = n.div_ceil(ROUNDS);
     let (mut without, mut with) = (Duration::ZERO, Duration::ZERO);
     let mut done = 0;
@@ -66,9 +80,9 @@ fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], n: usize) 
         }
         // Alternate which side goes first, so neither always runs warm.
         for side in if round % 2 == 0 { [false, true] } else { [true, false] } {
-            cluster.set_plugstack(side, &[])?;
+            cluster.set_plugstack(side, spank_args)?;
             let t = time_sruns(cluster, if side { args_with } else { args }, k)?;
-            if side {
+            if side && spank_args.is_empty() {
                 // Untimed: the last jobs' epilogs (which release in cderd)
                 // must run with the plugin loaded, before plugstack.conf
                 // is emptied for the other side.
@@ -132,6 +146,8 @@ fn main() -> ExitCode {
         let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], n)?;
         let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
         let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
+        let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
+        let spank_only = compare_with(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], &no_cderd, n)?;
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
@@ -140,6 +156,7 @@ fn main() -> ExitCode {
         report("jobs", n, jobs);
         report("jobs+gpu", n, gpu);
         report("gpu-job", n, gpu_job);
+        report("spank-only", n, spank_only);
         let added = (steps.1 - steps.0) * 1000.0;
         let ok = steps.1 / steps.0 < 1.05 || added < 5.0;
         println!("target (steps): under 5% or 5 ms added per step: {}", if ok { "met" } else { "NOT met" });
