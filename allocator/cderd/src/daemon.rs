@@ -270,12 +270,13 @@ impl Daemon {
         let (allocation, new) = store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
         let committed = started.elapsed();
         if new {
+            // Only a choice of cderd's gets here (busy is empty for a list
+            // from the batch system, which warn_held_open_later covers).
             for d in allocation.devices.iter().filter(|d| busy.contains_key(&d.uuid)) {
-                let why = if request.devices.is_some() { "the batch system chose it" } else { "[node.enforcement] held_open = \"allow\"" };
                 tracing::warn!(
                     device = %d.name(),
                     job = %allocation.job,
-                    "handing out a device that {} ({why}): that process can use it beside the job",
+                    "handing out a device that {} ([node.enforcement] held_open = \"allow\"): that process can use it beside the job",
                     busy[&d.uuid]
                 );
             }
@@ -466,7 +467,6 @@ impl Daemon {
         let pid = u32::try_from(caller.pid).ok().filter(|p| *p > 0).ok_or_else(|| {
             ErrorReply::new(ErrorCode::BadRequest, format!("the caller's pid {} (SO_PEERCRED) is not a process this daemon can see", caller.pid))
         })?;
-        let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, &allocation);
         let name = DeviceCgroups::group_name(job, &allocation.token);
         let failed = |e: crate::cgroup::CgroupError| {
             tracing::error!(job = %job, pid, "confine failed: {e}");
@@ -476,13 +476,14 @@ impl Daemon {
             // Under the map's lock: never beside the set-up thread.
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             if groups.get(&name) != Some(&GroupState::Ready) {
+                let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, &allocation);
                 self.cgroups.prepare(&name, &deny).map_err(failed)?;
                 groups.insert(name.clone(), GroupState::Ready);
             }
         }
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
         drop(store);
-        tracing::info!(job = %job, pid, denied = deny.len(), took_us = started.elapsed().as_micros() as u64, "confined");
+        tracing::info!(job = %job, pid, took_us = started.elapsed().as_micros() as u64, "confined");
         Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })
     }
 
