@@ -297,8 +297,16 @@ impl DeviceCgroups {
     /// Creates `name`'s groups if needed, with `deny` denied (v1 rules, v2
     /// program), and moves `pid` into each. Returns the group paths.
     pub fn confine(&self, name: &str, deny: &[DeviceNumber], pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
+        self.prepare(name, deny)?;
+        self.enter(name, pid)
+    }
+
+    /// Creates `name`'s groups if needed, with `deny` denied: v1 rules, the
+    /// v2 program. Idempotent; cderd does it when a job is recorded, off the
+    /// path of the reply, so that a task's `confine` only moves a pid.
+    pub fn prepare(&self, name: &str, deny: &[DeviceNumber]) -> Result<(), CgroupError> {
         let deny: Vec<DeviceNumber> = deny.iter().copied().collect::<BTreeSet<_>>().into_iter().take(MAX_DENIED).collect();
-        let mut out = Vec::new();
+        let started = std::time::Instant::now();
         if let Some(parent) = &self.v1 {
             let group = parent.join(name);
             create_dir(&group)?;
@@ -306,8 +314,6 @@ impl DeviceCgroups {
             for d in &deny {
                 write_file(&rules, &format!("c {d} rwm"), "deny a device in")?;
             }
-            write_file(&group.join("cgroup.procs"), &pid.to_string(), "move the process into")?;
-            out.push(group);
         }
         if let Some(parent) = &self.v2 {
             let group = parent.join(name);
@@ -323,9 +329,24 @@ impl DeviceCgroups {
                 sys::bpf_prog_attach(&dir, &prog, sys::BPF_CGROUP_DEVICE, sys::BPF_F_ALLOW_MULTI)
                     .map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
             }
+        }
+        tracing::debug!(group = name, took_us = started.elapsed().as_micros() as u64, "device cgroup prepared");
+        Ok(())
+    }
+
+    /// Moves `pid` into `name`'s groups, which [`DeviceCgroups::prepare`]
+    /// set up. Returns the group paths.
+    pub fn enter(&self, name: &str, pid: u32) -> Result<Vec<PathBuf>, CgroupError> {
+        // A move takes the kernel's cgroup_threadgroup_rwsem for writing,
+        // which without `favordynmods` waits for an RCU grace period
+        // (deploy/cderd.md): the one cost of confine that stays per task.
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        for group in self.paths(name) {
             write_file(&group.join("cgroup.procs"), &pid.to_string(), "move the process into")?;
             out.push(group);
         }
+        tracing::debug!(group = name, pid, took_us = started.elapsed().as_micros() as u64, "moved into device cgroups");
         Ok(out)
     }
 

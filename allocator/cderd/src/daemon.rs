@@ -2,7 +2,7 @@
 //! the selection policy and enforcement. The socket lives in [`crate::server`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
@@ -53,12 +53,32 @@ pub struct Daemon {
     /// The inventory found at start, by UUID, for the job environment.
     inventory: HashMap<String, Device>,
     /// Per-job device cgroups (`confine`).
-    cgroups: DeviceCgroups,
+    cgroups: Arc<DeviceCgroups>,
+    /// Which job groups are set up, by group name (see [`GroupState`]).
+    groups: Arc<Mutex<HashMap<String, GroupState>>>,
     /// Uids whose open descriptors do not make a device busy.
     held_open_ignore: BTreeSet<u32>,
 }
 
 pub use cder_ledger::{now, resolve_operators};
+
+/// A job's device cgroups between `alloc` and `release`. `alloc` sets them
+/// up on a thread of their own after its commit, so neither the job prolog
+/// nor a task's `confine` waits for the directories, the v1 rules or the
+/// BPF program (BENCHMARKS.md, issue 12). Whoever holds the map's lock while
+/// setting up is the only one doing it; `confine` sets up itself whatever is
+/// not `Ready` (a restarted cderd knows no group as ready, so it re-applies
+/// the rules before moving anyone into an existing group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupState {
+    /// The set-up thread has not run yet.
+    Pending,
+    /// Directories, rules and program are in place.
+    Ready,
+    /// Released before the set-up thread ran: it must not create them.
+    Released,
+}
+
 
 impl Daemon {
     /// Discovers devices, opens the state under `[node] state_dir`, brings
@@ -71,7 +91,7 @@ impl Daemon {
     /// As [`Daemon::start`], with another selection policy.
     pub fn start_with(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
         let mut daemon = Self::open(config, policy)?;
-        daemon.cgroups = DeviceCgroups::new(&daemon.config.node.enforcement)?;
+        daemon.cgroups = Arc::new(DeviceCgroups::new(&daemon.config.node.enforcement)?);
         let db = daemon.config.node.state_dir.join("cderd.db");
         crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         daemon.reassert_enforcement()?;
@@ -113,7 +133,8 @@ impl Daemon {
             policy,
             enforcer,
             operators,
-            cgroups: DeviceCgroups::off("cderd --check does not touch cgroups"),
+            cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
+            groups: Arc::default(),
             held_open_ignore,
         };
         Ok(daemon)
@@ -201,10 +222,20 @@ impl Daemon {
                 format!("type {:?} is not configured on this node (configured: {})", request.cder_type, self.type_list()),
             ));
         }
+        let started = std::time::Instant::now();
         let mut store = self.store();
         // The /proc scan costs a walk of every descriptor on the node: only
-        // for a job that holds nothing yet (a retried prologue skips it).
-        let busy = if store.job(&request.job).map_err(StoreError::into_reply)?.is_none() { self.held_open(&store)? } else { BTreeMap::new() };
+        // for a job that holds nothing yet (a retried prologue skips it), and
+        // only here where cderd chooses. A list from the batch system is
+        // recorded whoever holds its devices open, so for it the scan only
+        // feeds a warning, which a thread logs after the reply.
+        let explicit = request.devices.is_some();
+        let busy = if !explicit && store.job(&request.job).map_err(StoreError::into_reply)?.is_none() {
+            self.held_open(&store)?
+        } else {
+            BTreeMap::new()
+        };
+        let scanned = started.elapsed();
         // Only where cderd chooses: a list from the batch system is its
         // decision (Trust), and the holder may be the job itself.
         let skip = self.config.node.enforcement.held_open == HeldOpen::Skip && request.devices.is_none();
@@ -215,13 +246,15 @@ impl Daemon {
         }
         let avoid = if skip { busy.clone() } else { BTreeMap::new() };
         let (allocation, new) = store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
+        let committed = started.elapsed();
         if new {
+            // Only a choice of cderd's gets here (busy is empty for a list
+            // from the batch system, which warn_held_open_later covers).
             for d in allocation.devices.iter().filter(|d| busy.contains_key(&d.uuid)) {
-                let why = if request.devices.is_some() { "the batch system chose it" } else { "[node.enforcement] held_open = \"allow\"" };
                 tracing::warn!(
                     device = %d.name(),
                     job = %allocation.job,
-                    "handing out a device that {} ({why}): that process can use it beside the job",
+                    "handing out a device that {} ([node.enforcement] held_open = \"allow\"): that process can use it beside the job",
                     busy[&d.uuid]
                 );
             }
@@ -237,7 +270,19 @@ impl Daemon {
             }
             let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
+            if explicit {
+                self.warn_held_open_later(&allocation);
+            }
+            self.prepare_groups_later(&store, &allocation)?;
         }
+        // Where a job's start time goes (BENCHMARKS.md, issue 12).
+        tracing::debug!(
+            job = %allocation.job,
+            held_open_scan_us = scanned.as_micros() as u64,
+            commit_us = committed.saturating_sub(scanned).as_micros() as u64,
+            enforce_us = started.elapsed().saturating_sub(committed).as_micros() as u64,
+            "alloc timing"
+        );
         Ok(self.allocation(&allocation))
     }
 
@@ -384,6 +429,7 @@ impl Daemon {
     /// `confine`: moves the caller's process (SO_PEERCRED pid) into the
     /// job's device cgroups, creating them on first use.
     pub fn confine(&self, caller: Caller, job: &JobKey) -> Result<Confined, ErrorReply> {
+        let started = std::time::Instant::now();
         let store = self.store();
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
         let Some(allocation) = allocation else {
@@ -399,23 +445,23 @@ impl Daemon {
         let pid = u32::try_from(caller.pid).ok().filter(|p| *p > 0).ok_or_else(|| {
             ErrorReply::new(ErrorCode::BadRequest, format!("the caller's pid {} (SO_PEERCRED) is not a process this daemon can see", caller.pid))
         })?;
-        // Every device this node manages, by number; the job's own are the
-        // only ones not denied (a number shared with one of them stays allowed).
-        let devices = store.devices().map_err(StoreError::into_reply)?;
-        let own: BTreeSet<DeviceNumber> = allocation.devices.iter().filter_map(|d| DeviceNumber::of_path(&d.path)).collect();
-        let deny: Vec<DeviceNumber> = devices
-            .iter()
-            .filter(|d| d.present)
-            .filter_map(|d| DeviceNumber::of_path(&d.path))
-            .filter(|n| !own.contains(n))
-            .collect();
         let name = DeviceCgroups::group_name(job, &allocation.token);
-        let groups = self.cgroups.confine(&name, &deny, pid).map_err(|e| {
+        let failed = |e: crate::cgroup::CgroupError| {
             tracing::error!(job = %job, pid, "confine failed: {e}");
             ErrorReply::new(ErrorCode::Internal, format!("confining pid {pid} for job {job}: {e}"))
-        })?;
+        };
+        {
+            // Under the map's lock: never beside the set-up thread.
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            if groups.get(&name) != Some(&GroupState::Ready) {
+                let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, &allocation);
+                self.cgroups.prepare(&name, &deny).map_err(failed)?;
+                groups.insert(name.clone(), GroupState::Ready);
+            }
+        }
+        let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
         drop(store);
-        tracing::info!(job = %job, pid, denied = deny.len(), "confined");
+        tracing::info!(job = %job, pid, took_us = started.elapsed().as_micros() as u64, "confined");
         Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })
     }
 
@@ -423,21 +469,11 @@ impl Daemon {
     /// uid) holds open: UUID → why.
     fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
         let free: Vec<DeviceRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(DeviceRow::is_free).collect();
-        let mut by_rdev: BTreeMap<u64, Vec<&DeviceRow>> = BTreeMap::new();
-        for d in &free {
-            if let Ok(meta) = std::fs::metadata(&d.path) {
-                use std::os::unix::fs::{FileTypeExt, MetadataExt};
-                if meta.file_type().is_char_device() {
-                    by_rdev.entry(meta.rdev()).or_default().push(d);
-                }
-            }
-        }
+        let by_rdev = rdevs_of(&free);
         let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
         let mut out = BTreeMap::new();
         for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, &self.held_open_ignore) {
-            let list: Vec<String> = holders.iter().take(3).map(ToString::to_string).collect();
-            let more = holders.len().saturating_sub(3);
-            let why = format!("held open by {}{}", list.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() });
+            let why = describe_holders(&holders);
             for d in by_rdev.get(&rdev).into_iter().flatten() {
                 out.insert(d.uuid.clone(), why.clone());
             }
@@ -445,12 +481,74 @@ impl Daemon {
         Ok(out)
     }
 
+    /// After a new allocation from the batch system's list: logs, on a
+    /// thread of its own, each of its devices that another process holds
+    /// open (that process can use it beside the job).
+    fn warn_held_open_later(&self, allocation: &JobAllocation) {
+        let devices: Vec<DeviceRow> = allocation.devices.clone();
+        if devices.is_empty() {
+            return;
+        }
+        let (job, ignore) = (allocation.job.clone(), self.held_open_ignore.clone());
+        let spawned = std::thread::Builder::new().name("cderd-held-open".into()).spawn(move || warn_held_open(&job, &devices, &ignore));
+        if spawned.is_err() {
+            // No thread to spare: scan here rather than not at all.
+            warn_held_open(&allocation.job, &allocation.devices, &self.held_open_ignore);
+        }
+    }
+
+    /// After a new allocation: sets its device cgroups up on a thread of
+    /// their own (see [`GroupState`]).
+    fn prepare_groups_later(&self, store: &Store, allocation: &JobAllocation) -> Result<(), ErrorReply> {
+        if !self.cgroups.is_available() {
+            return Ok(());
+        }
+        let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation);
+        let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+        self.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), GroupState::Pending);
+        let (cgroups, groups, job) = (Arc::clone(&self.cgroups), Arc::clone(&self.groups), allocation.job.clone());
+        let thread_name = name.clone();
+        let spawned = std::thread::Builder::new().name("cderd-cgroup".into()).spawn(move || {
+            let mut groups = groups.lock().unwrap_or_else(|p| p.into_inner());
+            match groups.get(&thread_name) {
+                Some(GroupState::Pending) => match cgroups.prepare(&thread_name, &deny) {
+                    Ok(()) => {
+                        groups.insert(thread_name, GroupState::Ready);
+                    }
+                    Err(e) => {
+                        // confine tries again and answers the error then.
+                        tracing::warn!(job = %job, "setting up the job's device cgroups: {e}");
+                        groups.remove(&thread_name);
+                    }
+                },
+                Some(GroupState::Released) => {
+                    groups.remove(&thread_name);
+                }
+                _ => {}
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(job = %allocation.job, "no thread to set up the job's device cgroups ({e}); confine will");
+            self.groups.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+        }
+        Ok(())
+    }
+
     /// Removes a released job's device cgroups; never fails the release.
     fn remove_groups(&self, job: &JobKey, token: &str) {
         if !self.cgroups.is_available() {
             return;
         }
-        for e in self.cgroups.remove(&DeviceCgroups::group_name(job, token)) {
+        let name = DeviceCgroups::group_name(job, token);
+        {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            if groups.get(&name) == Some(&GroupState::Pending) {
+                groups.insert(name.clone(), GroupState::Released);
+            } else {
+                groups.remove(&name);
+            }
+        }
+        for e in self.cgroups.remove(&name) {
             tracing::warn!(job = %job, "device cgroup left in place (processes remain?); reconcile will retry: {e}");
         }
     }
@@ -475,6 +573,51 @@ impl Daemon {
     pub fn check_invariants(&self) -> Result<Vec<String>, ErrorReply> {
         self.store().check_invariants().map_err(StoreError::into_reply)
     }
+}
+
+/// Every present device this node manages, by number, except the job's own
+/// (a number shared with one of them stays allowed).
+fn deny_list(devices: &[DeviceRow], allocation: &JobAllocation) -> Vec<DeviceNumber> {
+    let own: BTreeSet<DeviceNumber> = allocation.devices.iter().filter_map(|d| DeviceNumber::of_path(&d.path)).collect();
+    devices.iter().filter(|d| d.present).filter_map(|d| DeviceNumber::of_path(&d.path)).filter(|n| !own.contains(n)).collect()
+}
+
+/// Logs each of `devices` that a process (not root, not an ignored uid)
+/// holds open: the batch system chose it for `job`, so it was recorded.
+fn warn_held_open(job: &JobKey, devices: &[DeviceRow], ignore: &BTreeSet<u32>) {
+    let by_rdev = rdevs_of(devices);
+    let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
+    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, ignore) {
+        for d in by_rdev.get(&rdev).into_iter().flatten() {
+            tracing::warn!(
+                device = %d.name(),
+                job = %job,
+                "handing out a device that {} (the batch system chose it): that process can use it beside the job",
+                describe_holders(&holders)
+            );
+        }
+    }
+}
+
+/// Character devices by device number.
+fn rdevs_of(devices: &[DeviceRow]) -> BTreeMap<u64, Vec<&DeviceRow>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut by_rdev: BTreeMap<u64, Vec<&DeviceRow>> = BTreeMap::new();
+    for d in devices {
+        if let Ok(meta) = std::fs::metadata(&d.path) {
+            if meta.file_type().is_char_device() {
+                by_rdev.entry(meta.rdev()).or_default().push(d);
+            }
+        }
+    }
+    by_rdev
+}
+
+/// "held open by pid 1 (…), pid 2 (…) and 3 more".
+fn describe_holders(holders: &[crate::held::Holder]) -> String {
+    let list: Vec<String> = holders.iter().take(3).map(ToString::to_string).collect();
+    let more = holders.len().saturating_sub(3);
+    format!("held open by {}{}", list.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() })
 }
 
 fn to_value<T: serde::Serialize>(v: &T) -> Value {

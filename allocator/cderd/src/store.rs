@@ -273,6 +273,14 @@ impl Store {
             crate::durable::DurableError::Open { path, source } => StoreError::Open { path, source },
             crate::durable::DurableError::TooNew { found, .. } => StoreError::TooNew(found),
         })?;
+        // The ledger must outlive cderd (a crash, SIGKILL, a restart), not the
+        // node: an OS crash or power loss kills every job on the node with it,
+        // SLURM/TORQUE mark the node down and reconcile frees what is left. In
+        // WAL mode with synchronous=NORMAL a COMMIT has written its frames to
+        // the WAL file (the kernel's page cache) before it returns, so a killed
+        // cderd loses nothing; only the fsync moves to the checkpoint, off the
+        // job's start path (docs/architecture.md, "Trust").
+        conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
         Ok(Store { conn, type_order })
     }

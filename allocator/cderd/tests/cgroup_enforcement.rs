@@ -282,8 +282,16 @@ fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
     r.devices = Some(vec![0]);
     let a = node.client().alloc(&r).unwrap();
     assert_eq!(a.devices[0].index, 0);
+    // The warning is logged by a thread after the reply (the scan is off a
+    // job's start path): wait for it while the holder still holds the device.
+    let holder_pid = format!("pid {}", holder.id());
+    let wanted = |log: &str| log.contains("the batch system chose it") && log.contains(&holder_pid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !wanted(&node.log()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let _ = holder.kill();
     let _ = holder.wait();
     let log = node.log();
-    assert!(log.contains("the batch system chose it") && log.contains(&format!("pid {}", holder.id())), "{log}");
+    assert!(wanted(&log), "{log}");
 }
