@@ -11,6 +11,13 @@
 //! `<CDER_FAKE_NVML_STATE>/<uuid>.compute_mode` when that variable is set, so
 //! a test can see what a daemon did.
 //!
+//! MIG: the file may carry a top-level `"mig"` list ([`FakeMig`]), one
+//! entry per GPU that supports MIG, with its mode and instances. A MIG
+//! instance's handle is answered like a device's (UUID `MIG-…`, name
+//! `<parent name> MIG <profile>`, its own memory) plus the MIG calls
+//! nvml-wrapper makes. The list sits beside `devices` rather than inside
+//! each device so that descriptions written before MIG stay valid.
+//!
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
 
@@ -52,6 +59,50 @@ pub struct FakeNvml {
     pub fail: Vec<String>,
 }
 
+/// MIG on one GPU, as the file's `"mig"` list describes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeMig {
+    /// Index of the GPU in `devices`.
+    pub device: u32,
+    /// Whether MIG mode is on now (`nvmlDeviceGetMigMode`'s current mode).
+    pub enabled: bool,
+    /// `nvmlDeviceGetMaxMigDeviceCount`: MIG slots the GPU has.
+    pub max_count: u32,
+    /// The instances that exist, by MIG index (position in this list).
+    #[serde(default)]
+    pub instances: Vec<FakeMigInstance>,
+}
+
+/// One MIG instance (a GPU instance with one compute instance).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeMigInstance {
+    /// `MIG-…`.
+    pub uuid: String,
+    /// The profile name NVIDIA gives it, e.g. `1g.10gb`.
+    pub profile: String,
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// Compute instance id within the GPU instance.
+    pub compute_instance: u32,
+    /// The instance's memory, in MB.
+    pub memory_mb: u64,
+    /// Streaming multiprocessors of the instance.
+    pub multiprocessors: u32,
+    /// GPU instance slices (`1` for `1g.*`).
+    pub slices: u32,
+}
+
+/// A whole description: [`FakeNvml`] plus the MIG list, as one file.
+#[derive(Debug, Clone, Serialize, Default)]
+struct Machine {
+    #[serde(flatten)]
+    nvml: FakeNvml,
+    #[serde(default)]
+    mig: Vec<FakeMig>,
+}
+
 /// Where cargo put this library, for tests: beside the test executable or
 /// one folder up (`target/debug/deps` → `target/debug`). A dependent crate's
 /// test build builds it, since cargo builds every crate type a package declares.
@@ -69,35 +120,93 @@ impl FakeNvml {
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(self)?)
     }
+
+    /// Writes the description with MIG on some GPUs to `path`.
+    pub fn write_with_mig(&self, mig: &[FakeMig], path: &std::path::Path) -> std::io::Result<()> {
+        let machine = Machine { nvml: self.clone(), mig: mig.to_vec() };
+        std::fs::write(path, serde_json::to_vec_pretty(&machine)?)
+    }
 }
 
 /// The loaded description; re-read at every `nvmlInit`, so one process can
 /// see several fake machines in turn, as a test suite may.
-static STATE: RwLock<Option<&'static FakeNvml>> = RwLock::new(None);
+static STATE: RwLock<Option<&'static Machine>> = RwLock::new(None);
 
-fn load() -> Option<&'static FakeNvml> {
+fn load() -> Option<&'static Machine> {
     let path = std::env::var_os("CDER_FAKE_NVML")?;
     let text = std::fs::read_to_string(path).ok()?;
-    let nvml: FakeNvml = serde_json::from_str(&text).ok()?;
+    // `flatten` cannot honour deny_unknown_fields, so the two halves are
+    // read separately and FakeNvml keeps refusing unknown keys.
+    let mut value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let mig = match value.as_object_mut()?.remove("mig") {
+        Some(list) => serde_json::from_value(list).ok()?,
+        None => Vec::new(),
+    };
+    let nvml = Machine { nvml: serde_json::from_value(value).ok()?, mig };
     // Leaked on purpose: handles into it must outlive any nvmlShutdown race,
     // and a test process inits only a handful of times.
     Some(Box::leak(Box::new(nvml)))
 }
 
-fn state() -> Option<&'static FakeNvml> {
+fn state() -> Option<&'static Machine> {
     *STATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A GPU's handle is its 1-based index; a MIG instance's is
+/// `(GPU index + 1) << 16 | (MIG index + 1)`, so neither is ever null and
+/// the two never collide.
+const MIG_SHIFT: usize = 16;
+
+/// What a handle names.
+enum Target {
+    Gpu(usize),
+    Instance { gpu: usize, mig: &'static FakeMig, slot: usize },
+}
+
+fn mig_of(machine: &'static Machine, gpu: usize) -> Option<&'static FakeMig> {
+    machine.mig.iter().find(|m| m.device as usize == gpu)
+}
+
+fn target(machine: &'static Machine, handle: nvmlDevice_t) -> Option<Target> {
+    let raw = handle as usize;
+    let (high, low) = (raw >> MIG_SHIFT, raw & ((1 << MIG_SHIFT) - 1));
+    if high == 0 {
+        let gpu = low.checked_sub(1)?;
+        return (gpu < machine.nvml.devices.len()).then_some(Target::Gpu(gpu));
+    }
+    let (gpu, slot) = (high - 1, low.checked_sub(1)?);
+    let mig = mig_of(machine, gpu)?;
+    (mig.enabled && slot < mig.instances.len()).then_some(Target::Instance { gpu, mig, slot })
+}
+
+/// A MIG instance seen as a device: its own UUID, name and memory, the
+/// parent's bus, minor and capabilities.
+fn instance_device(parent: &FakeDevice, instance: &FakeMigInstance) -> FakeDevice {
+    FakeDevice {
+        uuid: instance.uuid.clone(),
+        name: format!("{} MIG {}", parent.name, instance.profile),
+        memory_mb: instance.memory_mb,
+        cores: None,
+        ..parent.clone()
+    }
 }
 
 /// Runs `f` on the device behind a handle, or answers the NVML error.
 fn with_device(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&FakeDevice) -> nvmlReturn_t) -> nvmlReturn_t {
-    let Some(nvml) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
-    if nvml.fail.iter().any(|c| c == call) {
+    with_target(call, handle, |machine, target| match target {
+        Target::Gpu(gpu) => f(&machine.nvml.devices[gpu]),
+        Target::Instance { gpu, mig, slot } => f(&instance_device(&machine.nvml.devices[gpu], &mig.instances[slot])),
+    })
+}
+
+/// Runs `f` on what a handle names, or answers the NVML error.
+fn with_target(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&'static Machine, Target) -> nvmlReturn_t) -> nvmlReturn_t {
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    if machine.nvml.fail.iter().any(|c| c == call) {
         return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     }
-    // Handles are 1-based indices, so a handle is never null.
-    let index = (handle as usize).wrapping_sub(1);
-    match nvml.devices.get(index) {
-        Some(device) => f(device),
+    match target(machine, handle) {
+        Some(t) => f(machine, t),
         None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
     }
 }
@@ -159,6 +268,7 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
         nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT => c"Invalid Argument",
         nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
         nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        nvmlReturn_enum_NVML_ERROR_NOT_FOUND => c"Not Found",
         _ => c"Unknown Error",
     };
     text.as_ptr()
@@ -176,8 +286,8 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
     match state() {
-        Some(nvml) if nvml.fail.iter().any(|c| c == "nvmlDeviceGetCount_v2") => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
-        Some(nvml) => put(count, nvml.devices.len() as c_uint),
+        Some(m) if m.nvml.fail.iter().any(|c| c == "nvmlDeviceGetCount_v2") => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
+        Some(m) => put(count, m.nvml.devices.len() as c_uint),
         None => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
     }
 }
@@ -187,7 +297,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvmlDevice_t) -> nvmlReturn_t {
     match state() {
-        Some(nvml) if (index as usize) < nvml.devices.len() => put(device, (index as usize + 1) as nvmlDevice_t),
+        Some(m) if (index as usize) < m.nvml.devices.len() => put(device, (index as usize + 1) as nvmlDevice_t),
         Some(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
         None => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
     }
@@ -349,5 +459,117 @@ pub extern "C" fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlCompu
             }
         }
         nvmlReturn_enum_NVML_SUCCESS
+    })
+}
+
+/// MIG support of a whole GPU, or the error NVML gives for a handle that is
+/// not one.
+fn gpu_mig(call: &str, device: nvmlDevice_t, f: impl FnOnce(usize, &'static FakeMig) -> nvmlReturn_t) -> nvmlReturn_t {
+    with_target(call, device, |machine, target| match target {
+        Target::Gpu(gpu) => match mig_of(machine, gpu) {
+            Some(mig) => f(gpu, mig),
+            None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        },
+        Target::Instance { .. } => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// NVML contract: `current` and `pending` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMigMode", device, |_, mig| {
+        let mode = if mig.enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
+        let status = put(current, mode);
+        if status != nvmlReturn_enum_NVML_SUCCESS {
+            return status;
+        }
+        put(pending, mode)
+    })
+}
+
+/// # Safety
+/// NVML contract: `count` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMaxMigDeviceCount", device, |_, mig| put(count, mig.max_count))
+}
+
+/// # Safety
+/// NVML contract: `mig_device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMigDeviceHandleByIndex", device, |gpu, mig| {
+        if !mig.enabled || index >= mig.max_count {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // A slot below the maximum with no instance in it, as NVML answers.
+        if index as usize >= mig.instances.len() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        put(mig_device, (((gpu + 1) << MIG_SHIFT) | (index as usize + 1)) as nvmlDevice_t)
+    })
+}
+
+/// # Safety
+/// NVML contract: `is_mig` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, is_mig: *mut c_uint) -> nvmlReturn_t {
+    with_target("nvmlDeviceIsMigDeviceHandle", device, |_, target| put(is_mig, matches!(target, Target::Instance { .. }) as c_uint))
+}
+
+/// # Safety
+/// NVML contract: `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig_device, |_, target| match target {
+        Target::Instance { gpu, .. } => put(device, (gpu + 1) as nvmlDevice_t),
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// Answers a query about a MIG instance; a whole GPU's handle is refused.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn instance_uint(call: &str, device: nvmlDevice_t, out: *mut c_uint, pick: fn(&FakeMigInstance) -> u32) -> nvmlReturn_t {
+    with_target(call, device, |_, target| match target {
+        Target::Instance { mig, slot, .. } => put(out, pick(&mig.instances[slot])),
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// NVML contract: `id` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    instance_uint("nvmlDeviceGetGpuInstanceId", device, id, |i| i.gpu_instance)
+}
+
+/// # Safety
+/// NVML contract: `id` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    instance_uint("nvmlDeviceGetComputeInstanceId", device, id, |i| i.compute_instance)
+}
+
+/// Attributes of a MIG instance. A whole GPU answers NOT_SUPPORTED here
+/// (the real driver answers it; cder asks only for instances).
+///
+/// # Safety
+/// NVML contract: `attributes` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(device: nvmlDevice_t, attributes: *mut nvmlDeviceAttributes_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetAttributes_v2", device, |_, target| match target {
+        Target::Instance { mig, slot, .. } => {
+            let instance = &mig.instances[slot];
+            let mut attrs: nvmlDeviceAttributes_t = std::mem::zeroed();
+            attrs.multiprocessorCount = instance.multiprocessors;
+            attrs.gpuInstanceSliceCount = instance.slices;
+            attrs.computeInstanceSliceCount = instance.slices;
+            attrs.memorySizeMB = instance.memory_mb;
+            put(attributes, attrs)
+        }
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
     })
 }

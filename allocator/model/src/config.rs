@@ -217,6 +217,20 @@ pub enum VisibleIds {
     Uuid,
 }
 
+/// How a GPU in MIG mode is offered (`mig = "whole" | "instances"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MigOffer {
+    /// The GPU is one device, whatever its MIG mode; its instances are the
+    /// job's business (as without MIG).
+    #[default]
+    Whole,
+    /// A GPU in MIG mode is offered as its MIG instances, each a device of
+    /// its own (`MIG-…` UUID, profile such as `1g.10gb`); GPUs not in MIG
+    /// mode stay whole.
+    Instances,
+}
+
 /// The vendor families whose visibility variables cder knows by default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum VendorKind {
@@ -310,6 +324,10 @@ pub struct CderType {
     /// NVML library to load instead of the driver's `libnvidia-ml.so.1`.
     #[serde(default)]
     pub nvml_library: Option<PathBuf>,
+    /// Whether a GPU in MIG mode is offered whole or as its instances
+    /// (NVML discovery only).
+    #[serde(default)]
+    pub mig: MigOffer,
     /// Device file of a discovered device; `{index}` and `{minor}` are replaced.
     #[serde(default = "default_device_path")]
     pub device_path: String,
@@ -555,6 +573,9 @@ impl Config {
                 }
                 Discovery::Static if cder.nvml_library.is_some() => {
                     return Err(at(name_at, "cder.nvml_library", format!("type {name:?} uses discovery = \"static\"; nvml_library is only for discovery = \"nvml\"")));
+                }
+                Discovery::Static if cder.mig == MigOffer::Instances => {
+                    return Err(at(name_at, "cder.mig", format!("type {name:?} uses discovery = \"static\"; mig = \"instances\" is only for discovery = \"nvml\"")));
                 }
                 _ => {}
             }
@@ -816,6 +837,18 @@ path = "/dev/xclmgmt0"
 
         let relative = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"xclmgmt0\"");
         assert_eq!(parse(&relative).unwrap_err().key.as_deref(), Some("cder.device.path"));
+    }
+
+    #[test]
+    fn mig_offer_is_whole_unless_asked_and_only_for_nvml() {
+        let nvml = "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\n";
+        assert_eq!(parse(nvml).unwrap().cders[0].mig, MigOffer::Whole);
+        let instances = format!("{nvml}mig = \"instances\"\n");
+        assert_eq!(parse(&instances).unwrap().cders[0].mig, MigOffer::Instances);
+        let e = parse(&format!("{nvml}mig = \"slices\"\n")).unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        let e = parse(&instances.replace("\"nvml\"", "\"static\"")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.mig"), "{e}");
     }
 
     #[test]
