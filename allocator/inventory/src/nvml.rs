@@ -111,7 +111,10 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                     (Some(mp), Some(per)) => Some(mp * per),
                     _ => None,
                 };
-                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, ..whole.clone() });
+                let (gi, ci) = crate::sys::mig_instance_ids(&instance).map_err(call_failed("nvmlDeviceGetGpuInstanceId", at))?;
+                let cap = mig_access_minor(cder, minor, gi, ci, &uuid)?;
+                let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
+                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, path, ..whole.clone() });
             }
         } else {
             devices.push(whole);
@@ -123,6 +126,23 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
         }
     }
     Ok(devices)
+}
+
+/// The minor of the device file that grants a MIG instance, from the
+/// driver's `gpu<minor>/mig/gi<G>/ci<C>/access` (`DeviceFileMinor: N`).
+fn mig_access_minor(cder: &CderType, gpu_minor: u32, gi: u32, ci: u32, uuid: &str) -> Result<u32, InventoryError> {
+    let path = cder.mig_capabilities.join(format!("gpu{gpu_minor}/mig/gi{gi}/ci{ci}/access"));
+    let failed = |reason: String| InventoryError::MigAccess {
+        cder_type: cder.name().to_string(),
+        uuid: uuid.to_string(),
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(e.to_string()))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("DeviceFileMinor:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| failed("no \"DeviceFileMinor: N\" line".to_string()))
 }
 
 /// Whether a GPU is in MIG mode now; a GPU without MIG support is not.

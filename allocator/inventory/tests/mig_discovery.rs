@@ -63,8 +63,9 @@ fn machine() -> (FakeNvml, Vec<FakeMig>) {
 
 fn config(dir: &Path, library: &Path, mig: &str) -> Config {
     let text = format!(
-        "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\nmig = \"{mig}\"\n",
-        library.to_str().unwrap()
+        "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\nmig = \"{mig}\"\nmig_capabilities = {:?}\n",
+        library.to_str().unwrap(),
+        dir.join("capabilities").to_str().unwrap()
     );
     let path = dir.join(format!("cder-{mig}.toml"));
     std::fs::write(&path, &text).unwrap();
@@ -84,6 +85,13 @@ fn mig_instances_or_whole_gpus_by_config() {
     let (nvml, mig) = machine();
     nvml.write_with_mig(&mig, &file).unwrap();
     std::env::set_var("CDER_FAKE_NVML", &file);
+    // The driver's capability tree (/proc/driver/nvidia/capabilities), as the
+    // fake driver would show it: GPU minor 0, each instance's access minor.
+    for (gi, cap) in [(2, 30), (9, 111), (10, 120)] {
+        let at = dir.path().join(format!("capabilities/gpu0/mig/gi{gi}/ci0"));
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(at.join("access"), format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")).unwrap();
+    }
 
     // 1. mig = "whole": three GPUs, as without MIG.
     let whole = cder_inventory::discover(&config(dir.path(), &library, "whole")).unwrap();
@@ -102,9 +110,9 @@ fn mig_instances_or_whole_gpus_by_config() {
     assert_eq!(
         got,
         vec![
-            (0, mig0[0].uuid.as_str(), Some("3g.40gb"), 40192, Some(42), Some(42 * 64), "/dev/nvidia0"),
-            (1, mig0[1].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia0"),
-            (2, mig0[2].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia0"),
+            (0, mig0[0].uuid.as_str(), Some("3g.40gb"), 40192, Some(42), Some(42 * 64), "/dev/nvidia-caps/nvidia-cap30"),
+            (1, mig0[1].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia-caps/nvidia-cap111"),
+            (2, mig0[2].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia-caps/nvidia-cap120"),
             (3, nvml.devices[1].uuid.as_str(), None, 81920, Some(108), Some(6912), "/dev/nvidia1"),
             (4, nvml.devices[2].uuid.as_str(), None, 15360, Some(40), Some(2560), "/dev/nvidia2"),
         ],
@@ -121,7 +129,12 @@ fn mig_instances_or_whole_gpus_by_config() {
     let env = JobEnvironment::for_devices_relative(&config.cders, &[devices[2].clone(), devices[4].clone()]);
     assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(format!("{},0", mig0[2].uuid).as_str()));
 
-    // 4. A failing MIG call is reported by name and GPU.
+    // 4. An instance whose access file is missing is named with the file.
+    std::fs::remove_file(dir.path().join("capabilities/gpu0/mig/gi10/ci0/access")).unwrap();
+    let err = cder_inventory::discover(&config).unwrap_err().to_string();
+    assert!(err.contains(&mig0[2].uuid) && err.contains("gpu0/mig/gi10/ci0/access"), "{err}");
+
+    // 5. A failing MIG call is reported by name and GPU.
     let failing = FakeNvml { fail: vec!["nvmlDeviceGetMigDeviceHandleByIndex".into()], ..nvml.clone() };
     failing.write_with_mig(&mig, &file).unwrap();
     let err = cder_inventory::discover(&config).unwrap_err().to_string();

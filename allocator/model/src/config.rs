@@ -328,12 +328,29 @@ pub struct CderType {
     /// (NVML discovery only).
     #[serde(default)]
     pub mig: MigOffer,
+    /// The driver's MIG capability tree, where each instance's `access`
+    /// file names the minor of the device file that grants it.
+    #[serde(default = "default_mig_capabilities")]
+    pub mig_capabilities: PathBuf,
+    /// Device file of a MIG instance; `{cap}` is replaced by that minor.
+    /// It is the file cderd guards for the instance: the parent's
+    /// `/dev/nvidiaN` stays open to every job on that GPU, as SLURM leaves it.
+    #[serde(default = "default_mig_device_path")]
+    pub mig_device_path: String,
     /// Device file of a discovered device; `{index}` and `{minor}` are replaced.
     #[serde(default = "default_device_path")]
     pub device_path: String,
     /// Devices of a `static` type.
     #[serde(default, rename = "device")]
     pub devices: Vec<StaticDevice>,
+}
+
+fn default_mig_capabilities() -> PathBuf {
+    PathBuf::from("/proc/driver/nvidia/capabilities")
+}
+
+fn default_mig_device_path() -> String {
+    "/dev/nvidia-caps/nvidia-cap{cap}".to_string()
 }
 
 fn default_device_path() -> String {
