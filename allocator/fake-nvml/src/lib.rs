@@ -18,6 +18,15 @@
 //! nvml-wrapper makes. The list sits beside `devices` rather than inside
 //! each device so that descriptions written before MIG stay valid.
 //!
+//! Health events: `CDER_FAKE_NVML_EVENTS` names a control file of JSON
+//! lines ([`FakeEvent`]) the library re-reads at every call that needs it,
+//! so a test injects an event by appending a line. `xid` and
+//! `double_bit_ecc` lines appended after `nvmlInit` are delivered once each
+//! by `nvmlEventSetWait_v2` (to a set the device is registered in); every
+//! `double_bit_ecc` line also counts in `nvmlDeviceGetTotalEccErrors`
+//! (volatile, uncorrected); after a `lost` line every call on that GPU
+//! answers `NVML_ERROR_GPU_IS_LOST`, as for a GPU fallen off the bus.
+//!
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
 
@@ -92,6 +101,56 @@ pub struct FakeMigInstance {
     pub multiprocessors: u32,
     /// GPU instance slices (`1` for `1g.*`).
     pub slices: u32,
+}
+
+/// One line of the `CDER_FAKE_NVML_EVENTS` control file.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FakeEvent {
+    /// The GPU (`GPU-…`) it happens on.
+    pub uuid: String,
+    /// An Xid critical error with this number (e.g. 79: fallen off the bus).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u64>,
+    /// A double-bit (uncorrectable) ECC error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub double_bit_ecc: bool,
+    /// The GPU is lost from now on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
+}
+
+impl FakeEvent {
+    /// Appends this event to the control file at `path`.
+    pub fn append(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(self)?;
+        line.push(b'\n');
+        // One write of a whole line, so a reader never sees half of it.
+        std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(&line)
+    }
+}
+
+/// The control file's events, in order; unreadable lines are skipped.
+fn events() -> Vec<FakeEvent> {
+    let Some(path) = std::env::var_os("CDER_FAKE_NVML_EVENTS") else { return Vec::new() };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.ends_with('}')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Serialises deliveries.
+static DELIVERING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Control-file lines delivered or passed over so far. The process's first
+/// `nvmlInit` sets it to the file's length: older events are history (a restarted daemon does
+/// not see old Xids again). An event for a GPU in no set is passed over.
+static EVENTS_DELIVERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Event sets: an id (the opaque handle) and the GPUs registered in it.
+static EVENT_SETS: std::sync::Mutex<Vec<(usize, Vec<usize>)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_EVENT_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+fn is_lost(uuid: &str) -> bool {
+    events().iter().any(|e| e.lost && e.uuid == uuid)
 }
 
 /// A whole description: [`FakeNvml`] plus the MIG list, as one file.
@@ -206,6 +265,8 @@ fn with_target(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&'static Machine
         return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     }
     match target(machine, handle) {
+        Some(Target::Gpu(gpu)) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(Target::Instance { gpu, .. }) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
         Some(t) => f(machine, t),
         None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
     }
@@ -244,6 +305,9 @@ unsafe fn put<T>(out: *mut T, value: T) -> nvmlReturn_t {
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     let loaded = load();
     *STATE.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+    // Events written before the process's first init are history.
+    static FIRST_INIT: std::sync::Once = std::sync::Once::new();
+    FIRST_INIT.call_once(|| EVENTS_DELIVERED.store(events().len(), std::sync::atomic::Ordering::SeqCst));
     match loaded {
         Some(_) => nvmlReturn_enum_NVML_SUCCESS,
         None => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
@@ -269,6 +333,8 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
         nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
         nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
         nvmlReturn_enum_NVML_ERROR_NOT_FOUND => c"Not Found",
+        nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
+        nvmlReturn_enum_NVML_ERROR_TIMEOUT => c"Timeout",
         _ => c"Unknown Error",
     };
     text.as_ptr()
@@ -572,4 +638,128 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(device: nvmlDevice_t, attrib
         }
         Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
     })
+}
+
+/// # Safety
+/// NVML contract: `uuid` a NUL-terminated string, `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    if uuid.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let wanted = CStr::from_ptr(uuid).to_string_lossy();
+    match machine.nvml.devices.iter().position(|d| d.uuid == wanted) {
+        Some(_) if is_lost(&wanted) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(gpu) => put(device, (gpu + 1) as nvmlDevice_t),
+        None => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+    }
+}
+
+/// Uncorrected errors are the control file's `double_bit_ecc` lines for the
+/// GPU; corrected ones are 0.
+///
+/// # Safety
+/// NVML contract: `count` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: nvmlMemoryErrorType_t,
+    _counter_type: nvmlEccCounterType_t,
+    count: *mut std::ffi::c_ulonglong,
+) -> nvmlReturn_t {
+    with_device("nvmlDeviceGetTotalEccErrors", device, |d| match d.ecc {
+        Some(true) if error_type == nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
+            put(count, events().iter().filter(|e| e.double_bit_ecc && e.uuid == d.uuid).count() as u64)
+        }
+        Some(true) => put(count, 0),
+        _ => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+    })
+}
+
+const FAKE_EVENT_TYPES: u64 = (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError) as u64;
+
+/// # Safety
+/// NVML contract: `types` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, types: *mut std::ffi::c_ulonglong) -> nvmlReturn_t {
+    with_device("nvmlDeviceGetSupportedEventTypes", device, |_| put(types, FAKE_EVENT_TYPES))
+}
+
+/// # Safety
+/// NVML contract: `set` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    if state().is_none() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
+    let id = NEXT_EVENT_SET.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).push((id, Vec::new()));
+    put(set, id as nvmlEventSet_t)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: std::ffi::c_ulonglong, set: nvmlEventSet_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceRegisterEvents", device, |_, target| {
+        let Target::Gpu(gpu) = target else { return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED };
+        if types & !FAKE_EVENT_TYPES != 0 {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        let mut sets = EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner());
+        match sets.iter_mut().find(|(id, _)| *id == set as usize) {
+            Some((_, gpus)) => {
+                gpus.push(gpu);
+                nvmlReturn_enum_NVML_SUCCESS
+            }
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _)| *id != set as usize);
+    nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// Delivers the next new `xid` / `double_bit_ecc` line of the control file
+/// for a GPU registered in `set`, waiting up to `timeout_ms` for one.
+///
+/// # Safety
+/// NVML contract: `data` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> nvmlReturn_t {
+    use std::sync::atomic::Ordering::SeqCst;
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.into());
+    loop {
+        let registered: Vec<usize> = match EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(id, _)| *id == set as usize) {
+            Some((_, gpus)) => gpus.clone(),
+            None => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        };
+        {
+            // One delivery at a time, so each line goes to one waiter once.
+            let _one = DELIVERING.lock().unwrap_or_else(|e| e.into_inner());
+            let from = EVENTS_DELIVERED.load(SeqCst);
+            for (n, event) in events().iter().enumerate().skip(from) {
+                let kind = match (event.xid, event.double_bit_ecc) {
+                    (Some(_), _) => nvmlEventTypeXidCriticalError,
+                    (None, true) => nvmlEventTypeDoubleBitEccError,
+                    (None, false) => continue,
+                };
+                let gpu = machine.nvml.devices.iter().position(|d| d.uuid == event.uuid);
+                let Some(gpu) = gpu.filter(|g| registered.contains(g)) else { continue };
+                EVENTS_DELIVERED.store(n + 1, SeqCst);
+                let mut out: nvmlEventData_t = std::mem::zeroed();
+                out.device = (gpu + 1) as nvmlDevice_t;
+                out.eventType = kind as u64;
+                out.eventData = event.xid.unwrap_or(0);
+                return put(data, out);
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

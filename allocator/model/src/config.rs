@@ -59,6 +59,39 @@ pub struct NodeConfig {
     /// Device-file ownership and NVML compute-mode enforcement.
     #[serde(default)]
     pub enforcement: Enforcement,
+    /// The health watch over NVML devices.
+    #[serde(default)]
+    pub health: HealthWatch,
+}
+
+/// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
+/// double-bit ECC errors, a GPU fallen off the bus) and drains a device that
+/// fails, naming why. A job holding it keeps it; nobody gets it again until
+/// an operator runs `cderctl undrain`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthWatch {
+    /// Whether to watch at all.
+    #[serde(default = "default_true")]
+    pub watch: bool,
+    /// Seconds between polls (device reachable, ECC counters); events are
+    /// taken as they come in between.
+    #[serde(default = "default_health_interval_s")]
+    pub interval_s: u64,
+}
+
+impl Default for HealthWatch {
+    fn default() -> Self {
+        HealthWatch { watch: true, interval_s: default_health_interval_s() }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_health_interval_s() -> u64 {
+    10
 }
 
 /// `[node.enforcement]`: real exclusivity, where root allows it.
@@ -165,6 +198,7 @@ impl Default for NodeConfig {
             operators: Vec::new(),
             max_request_bytes: default_max_request_bytes(),
             enforcement: Enforcement::default(),
+            health: HealthWatch::default(),
         }
     }
 }
@@ -544,6 +578,9 @@ impl Config {
             if root.as_ref().is_some_and(|r| !r.is_absolute()) {
                 return Err(anywhere(key, "must be an absolute path".into()));
             }
+        }
+        if !(1..=3600).contains(&self.node.health.interval_s) {
+            return Err(anywhere("node.health.interval_s", "must be 1 to 3600 seconds".into()));
         }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));

@@ -26,5 +26,5 @@ pub use device::{ComputeCapability, Device, Health};
 pub use environment::{is_mig_uuid, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
-pub use config::{CderType, CgroupMode, Discovery, HeldOpen, MigOffer, VendorKind, VisibleIds};
+pub use config::{CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, VendorKind, VisibleIds};
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};
