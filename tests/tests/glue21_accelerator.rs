@@ -123,3 +123,52 @@ fn glue21_accelerator_entities_load_with_the_schema() {
     let fpga = search(&slapd, "(GLUE2ComputingShareAcceleratorInfoType=FPGA)");
     assert!(fpga.contains("GLUE2ComputingShareAcceleratorInfoUsedAcceleratorSlots: 1"), "{fpga}");
 }
+
+/// Phase 1 finds a CE through GLUE 2.1 AcceleratorEnvironments alone: the
+/// same grid (three GPU sites with their shares and endpoints, two without
+/// GPUs) published once with CDER keys (attribute-extension) and once with
+/// `glue21-accelerator` only gives the same CEs for the thesis's requests.
+#[test]
+fn list_match_finds_the_ce_through_glue21_entities_alone() {
+    use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, provider, VO};
+    use std::process::{Command, Stdio};
+    if !require_slapd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let matches = |slapd: &Slapd, jdl: &str| -> Vec<String> {
+        let path = dir.path().join("job.jdl");
+        std::fs::write(&path, jdl).unwrap();
+        let out = Command::new(cder_jdl())
+            .args(["list-match", "--bdii", &slapd.url(), "--json", "--timeout", "20", "--vo", VO])
+            .arg(&path)
+            .env_remove("LCG_GFAL_INFOSYS")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running cder-jdl");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        let mut ces: Vec<String> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
+        ces.sort();
+        ces
+    };
+    let load = |strategy: &str| {
+        let ldif = grid_ldif(&provider(), &gpu_sites(), &[strategy], 2, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let slapd = Slapd::start_with_schemas(&SlapdOptions::default(), &[schema()]).unwrap_or_else(|e| panic!("{e}"));
+        slapd.add_base_entries().unwrap();
+        slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
+        slapd
+    };
+    let keys = load("attribute-extension");
+    let glue21 = load("glue21-accelerator");
+    assert!(!search(&glue21, "(GLUE2EntityOtherInfo=GPGPU*)").contains("dn:"), "the GLUE 2.1 grid carries CDER keys");
+    for jdl in [
+        "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]",
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && (GPGPUMainMemorySize >= 512); Rank = 1 ]",
+        "[ Requirements = GPGPUCUDAComputeCapability >= 3.5 ]",
+    ] {
+        let expected = matches(&keys, jdl);
+        assert!(!expected.is_empty(), "{jdl}: no CE with CDER keys either");
+        assert_eq!(matches(&glue21, jdl), expected, "{jdl}");
+    }
+}
