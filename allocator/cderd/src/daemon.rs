@@ -390,6 +390,7 @@ impl Daemon {
         let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
         let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
         let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
+        let drains = store.drains(since, until).map_err(StoreError::into_reply)?;
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
@@ -401,7 +402,7 @@ impl Daemon {
         // In floating point: pool size × period exceeds i64 for long periods.
         let capacity = f64::from(pool_size) * until.saturating_sub(since) as f64;
         let ratio = if capacity > 0.0 { device_seconds as f64 / capacity } else { 0.0 };
-        Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio } })
+        Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio }, drains })
     }
 
     /// `confine`: moves the caller's process (SO_PEERCRED pid) into the

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use cder_fake_nvml::{FakeDevice, FakeEvent, FakeNvml};
-use cder_protocol::{AllocRequest, DeviceState, DeviceStatus};
+use cder_protocol::{AccountingRequest, AllocRequest, DeviceState, DeviceStatus};
 use common::Node;
 
 fn fake_device(i: u32) -> FakeDevice {
@@ -111,4 +111,13 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     let d2 = wait_for(&node, 2, "drained as lost", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("GPU lost")));
     assert_eq!(d2.state, DeviceState::Offline);
     assert_eq!(node.status().devices.iter().find(|d| d.uuid == fake_device(1).uuid).unwrap().state, DeviceState::Free);
+
+    // 7. Accounting lists every drain: the Xid and the loss still open, the ECC one closed by the undrain.
+    let accounting = node.client().accounting(&AccountingRequest::default()).unwrap();
+    let drains: Vec<(String, bool)> = accounting.drains.iter().map(|d| (d.reason.clone(), d.end.is_some())).collect();
+    assert_eq!(drains.len(), 3, "{drains:?}");
+    assert_eq!(drains[0], ("Xid 79".to_string(), false));
+    assert!(drains[1].0.starts_with("double-bit ECC error") && drains[1].1, "{drains:?}");
+    assert!(drains[2].0.starts_with("GPU lost") && !drains[2].1, "{drains:?}");
+    assert_eq!(accounting.drains[0].uuid, fake_device(0).uuid);
 }
