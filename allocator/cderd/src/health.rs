@@ -8,8 +8,9 @@
 //! `double-bit ECC error`, `GPU lost: …`), through the same durable drain as
 //! `cderctl drain`: a job that holds it keeps it (it goes offline at
 //! release), nobody is given it again, and it stays drained across restarts
-//! until an operator runs `cderctl undrain`. A device already drained keeps
-//! the reason it has. MIG instances are drained with their GPU: a GPU's
+//! until an operator runs `cderctl undrain` — or, with `[node.health]
+//! return_after_s`, until its GPU has polled healthy that long. A device
+//! already drained keeps the reason it has. MIG instances are drained with their GPU: a GPU's
 //! devices are those with its PCI bus id.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cder_model::{CderType, Device, Discovery};
-use cder_protocol::{DrainRequest, Request};
+use cder_protocol::{DeviceRequest, DrainRequest, Request};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::event::XidError;
@@ -86,6 +87,9 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
         "health watch started"
     );
     let mut failed: BTreeSet<String> = BTreeSet::new();
+    let return_after = Duration::from_secs(daemon.config().node.health.return_after_s);
+    // GPU UUID → since when it has polled healthy, for the return policy.
+    let mut healthy_since: BTreeMap<String, Instant> = BTreeMap::new();
     let mut next_poll = Instant::now();
     loop {
         let wait = next_poll.saturating_duration_since(Instant::now());
@@ -102,6 +106,7 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
                     };
                     if let Some(gpu) = gpus.iter().find(|g| g.uuid == uuid) {
                         fail(daemon, gpu, &reason, &mut failed);
+                        healthy_since.remove(&gpu.uuid);
                     }
                 }
                 continue;
@@ -119,8 +124,18 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
         }
         next_poll = Instant::now() + interval;
         for gpu in &gpus {
-            if let Some(reason) = poll(&nvml, gpu) {
-                fail(daemon, gpu, &reason, &mut failed);
+            match poll(&nvml, gpu) {
+                Some(reason) => {
+                    fail(daemon, gpu, &reason, &mut failed);
+                    healthy_since.remove(&gpu.uuid);
+                }
+                None if !return_after.is_zero() => {
+                    let since = *healthy_since.entry(gpu.uuid.clone()).or_insert_with(Instant::now);
+                    if since.elapsed() >= return_after && give_back(daemon, gpu) {
+                        failed.remove(&gpu.uuid);
+                    }
+                }
+                None => {}
             }
         }
     }
@@ -198,6 +213,33 @@ fn fail(daemon: &Daemon, gpu: &Watched, reason: &str, failed: &mut BTreeSet<Stri
             Err(e) => tracing::error!(device = %uuid, reason, "health watch cannot drain the device: {}", e.message),
         }
     }
+}
+
+/// Whether the return policy may return a device drained for this reason:
+/// the watch's Xid and lost-GPU drains. A double-bit ECC error needs an
+/// operator (GPU reset, maybe a new board), and an operator's own drain
+/// is the operator's to end.
+fn is_returnable(reason: &str) -> bool {
+    reason.starts_with("Xid ") || reason.starts_with("GPU lost")
+}
+
+/// The return policy: resumes the GPU's devices the watch drained. True
+/// when one was returned.
+fn give_back(daemon: &Daemon, gpu: &Watched) -> bool {
+    let Ok(status) = daemon.status() else { return false };
+    let mut returned = false;
+    for d in status.devices.iter().filter(|d| gpu.devices.contains(&d.uuid)) {
+        let Some(reason) = d.reason.as_deref().filter(|r| is_returnable(r)) else { continue };
+        let request = Request::Resume(DeviceRequest { device: d.uuid.clone() });
+        match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32 }, &request) {
+            Ok(_) => {
+                tracing::warn!(device = %d.uuid, gpu = %gpu.uuid, was = reason, "health watch returned the device: healthy for [node.health] return_after_s");
+                returned = true;
+            }
+            Err(e) => tracing::error!(device = %d.uuid, "health watch cannot return the device: {}", e.message),
+        }
+    }
+    returned
 }
 
 /// This node's name as SLURM knows it by default (the short host name).

@@ -121,3 +121,41 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     assert!(drains[2].0.starts_with("GPU lost") && !drains[2].1, "{drains:?}");
     assert_eq!(accounting.drains[0].uuid, fake_device(0).uuid);
 }
+
+/// `[node.health] return_after_s`: an Xid drain ends by itself once the GPU
+/// has polled healthy that long; a double-bit ECC drain does not.
+#[test]
+fn the_return_policy_gives_back_xid_drains_only() {
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = dir.path().join("machine.json");
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(&events, b"").unwrap();
+    FakeNvml { devices: (0..2).map(fake_device).collect(), fail: Vec::new() }.write(&machine).unwrap();
+    let devices: Vec<_> = (0..2).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
+    for d in &devices {
+        std::fs::write(d, b"").unwrap();
+    }
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+    let text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = [\"{me}\"]\n\
+         [node.health]\ninterval_s = 1\nreturn_after_s = 1\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\ndevice_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+        library,
+        dir.path().display()
+    );
+    let env = vec![("CDER_FAKE_NVML".to_string(), machine), ("CDER_FAKE_NVML_EVENTS".to_string(), events.clone())];
+    let node = Node::custom(dir, &text, devices, env);
+    FakeEvent { uuid: fake_device(1).uuid, double_bit_ecc: true, ..Default::default() }.append(&events).unwrap();
+    wait_for(&node, 1, "drained by ECC", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
+    FakeEvent { uuid: fake_device(0).uuid, xid: Some(31), ..Default::default() }.append(&events).unwrap();
+    wait_for(&node, 0, "drained by Xid 31", |d| d.reason.as_deref() == Some("Xid 31"));
+    let back = wait_for(&node, 0, "returned", |d| d.reason.is_none());
+    assert_eq!(back.state, DeviceState::Free);
+    let ecc = node.status().devices.into_iter().find(|d| d.uuid == fake_device(1).uuid).unwrap();
+    assert_eq!(ecc.state, DeviceState::Offline, "{ecc:?}");
+    let drains = node.client().accounting(&AccountingRequest::default()).unwrap().drains;
+    assert!(drains.iter().any(|d| d.reason == "Xid 31" && d.end.is_some()), "{drains:?}");
+}

@@ -78,11 +78,18 @@ pub struct HealthWatch {
     /// taken as they come in between.
     #[serde(default = "default_health_interval_s")]
     pub interval_s: u64,
+    /// Return policy: a device the watch drained for an Xid or a lost GPU
+    /// goes back into service once its GPU has polled healthy (reachable,
+    /// no new uncorrected ECC error) for this many seconds. Double-bit ECC
+    /// drains and operators' drains are never returned by it. `0` (default):
+    /// only `cderctl undrain` returns a device.
+    #[serde(default)]
+    pub return_after_s: u64,
 }
 
 impl Default for HealthWatch {
     fn default() -> Self {
-        HealthWatch { watch: true, interval_s: default_health_interval_s() }
+        HealthWatch { watch: true, interval_s: default_health_interval_s(), return_after_s: 0 }
     }
 }
 
