@@ -385,7 +385,12 @@ impl Daemon {
                 return Err(ErrorReply::new(ErrorCode::BadRequest, format!("accounting: since {s} is after until {until} (now)")));
             }
             Some(s) => s,
-            None => store.first_start().map_err(StoreError::into_reply)?.unwrap_or(until).min(until),
+            None => {
+                // From the first record of either kind: allocations or drains.
+                let first = store.first_start().map_err(StoreError::into_reply)?;
+                let first_drain = store.first_drain_start().map_err(StoreError::into_reply)?;
+                first.into_iter().chain(first_drain).min().unwrap_or(until).min(until)
+            }
         };
         let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
         let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;

@@ -68,9 +68,16 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
     let mut gpus = Vec::new();
     let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount_v2: {e}"))?;
     for index in 0..count {
-        let gpu = nvml.device_by_index(index).map_err(|e| format!("nvmlDeviceGetHandleByIndex_v2 for device {index}: {e}"))?;
-        let uuid = gpu.uuid().map_err(|e| format!("nvmlDeviceGetUUID for device {index}: {e}"))?;
-        let bus = gpu.pci_info().map_err(|e| format!("nvmlDeviceGetPciInfo_v3 for device {index}: {e}"))?.bus_id;
+        // A GPU that cannot be asked (lost before this start) is not in the
+        // inventory either: cderd already counts it unhealthy.
+        let identity = nvml.device_by_index(index).and_then(|gpu| Ok((gpu.uuid()?, gpu.pci_info()?.bus_id, gpu)));
+        let (uuid, bus, gpu) = match identity {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(cder_type = cder.name(), index, "health watch: GPU {index} not watched: {e}");
+                continue;
+            }
+        };
         let devices: Vec<String> = ours.iter().filter(|d| d.pci_bus_id == bus).map(|d| d.uuid.clone()).collect();
         if devices.is_empty() {
             continue;

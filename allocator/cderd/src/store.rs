@@ -583,6 +583,11 @@ impl Store {
         self.find_device(&device.uuid)
     }
 
+    /// When the first drain on record began.
+    pub fn first_drain_start(&self) -> Result<Option<i64>> {
+        Ok(self.conn.query_row("SELECT MIN(start) FROM drains", [], |r| r.get(0))?)
+    }
+
     /// Drains overlapping `[since, until]`, oldest first.
     pub fn drains(&self, since: i64, until: i64) -> Result<Vec<DrainRecord>> {
         let mut stmt = self.conn.prepare_cached(

@@ -112,8 +112,16 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     assert_eq!(d2.state, DeviceState::Offline);
     assert_eq!(node.status().devices.iter().find(|d| d.uuid == fake_device(1).uuid).unwrap().state, DeviceState::Free);
 
+    // A restart with the GPU still lost: cderd starts, the lost GPU stays out of service.
+    node.terminate();
+    node.start();
+    let lost = node.status().devices.into_iter().find(|d| d.uuid == fake_device(2).uuid).unwrap();
+    assert_ne!(lost.state, DeviceState::Free, "{lost:?}");
+    assert!(lost.reason.as_deref().is_some_and(|r| r.starts_with("GPU lost")), "{lost:?}");
+    let mut c = node.client();
+
     // 7. Accounting lists every drain: the Xid and the loss still open, the ECC one closed by the undrain.
-    let accounting = node.client().accounting(&AccountingRequest::default()).unwrap();
+    let accounting = c.accounting(&AccountingRequest::default()).unwrap();
     let drains: Vec<(String, bool)> = accounting.drains.iter().map(|d| (d.reason.clone(), d.end.is_some())).collect();
     assert_eq!(drains.len(), 3, "{drains:?}");
     assert_eq!(drains[0], ("Xid 79".to_string(), false));

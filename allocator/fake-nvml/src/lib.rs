@@ -141,13 +141,29 @@ fn events() -> Vec<FakeEvent> {
 /// Serialises deliveries.
 static DELIVERING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Control-file lines delivered or passed over so far. The process's first
-/// `nvmlInit` sets it to the file's length: older events are history (a restarted daemon does
+/// `nvmlInit` sets it to the file's length ([`history_length`]): older events are history (a restarted daemon does
 /// not see old Xids again). An event for a GPU in no set is passed over.
 static EVENTS_DELIVERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Event sets: an id (the opaque handle) and the GPUs registered in it.
 static EVENT_SETS: std::sync::Mutex<Vec<(usize, Vec<usize>)>> = std::sync::Mutex::new(Vec::new());
 static NEXT_EVENT_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// How many control-file lines are history for this process. nvml-wrapper
+/// unloads the library when its last `Nvml` is dropped, which resets every
+/// static here, so the answer of the process's first init is kept in a
+/// marker file beside the control file (`<file>.seen-<pid>`).
+fn history_length() -> usize {
+    let Some(path) = std::env::var_os("CDER_FAKE_NVML_EVENTS") else { return 0 };
+    let mut marker = path.clone();
+    marker.push(format!(".seen-{}", std::process::id()));
+    if let Some(n) = std::fs::read_to_string(&marker).ok().and_then(|t| t.trim().parse().ok()) {
+        return n;
+    }
+    let n = events().len();
+    let _ = std::fs::write(&marker, n.to_string());
+    n
+}
 
 fn is_lost(uuid: &str) -> bool {
     events().iter().any(|e| e.lost && e.uuid == uuid)
@@ -307,7 +323,7 @@ pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     *STATE.write().unwrap_or_else(|e| e.into_inner()) = loaded;
     // Events written before the process's first init are history.
     static FIRST_INIT: std::sync::Once = std::sync::Once::new();
-    FIRST_INIT.call_once(|| EVENTS_DELIVERED.store(events().len(), std::sync::atomic::Ordering::SeqCst));
+    FIRST_INIT.call_once(|| EVENTS_DELIVERED.store(history_length(), std::sync::atomic::Ordering::SeqCst));
     match loaded {
         Some(_) => nvmlReturn_enum_NVML_SUCCESS,
         None => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,

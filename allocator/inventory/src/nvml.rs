@@ -44,8 +44,22 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let mut devices = Vec::with_capacity(count as usize);
     for index in 0..count {
         let at = Some(index);
-        let device = nvml.device_by_index(index).map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?;
-        let uuid = device.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
+        // A GPU fallen off the bus is left out, loudly: the node's other
+        // devices stay usable, and cderd marks the missing one unhealthy.
+        let device = match nvml.device_by_index(index) {
+            Err(NvmlError::GpuLost) => {
+                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                continue;
+            }
+            other => other.map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?,
+        };
+        let uuid = match device.uuid() {
+            Err(NvmlError::GpuLost) => {
+                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                continue;
+            }
+            other => other.map_err(call_failed("nvmlDeviceGetUUID", at))?,
+        };
         let model = device.name().map_err(call_failed("nvmlDeviceGetName", at))?;
         let pci_bus_id = device.pci_info().map_err(call_failed("nvmlDeviceGetPciInfo_v3", at))?.bus_id;
         let memory_mb = device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
