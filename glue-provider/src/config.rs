@@ -82,6 +82,10 @@ pub struct Site {
     /// The node config that `inventory = true` groups discover through.
     #[serde(default)]
     pub cder_config: Option<PathBuf>,
+    /// `GLUE2ShareID`s of the CE's ComputingShares that run on these groups:
+    /// `glue21-accelerator` publishes a ComputingShareAcceleratorInfo for each.
+    #[serde(default)]
+    pub computing_share_ids: Vec<String>,
 }
 
 fn default_validity() -> u64 {
@@ -493,6 +497,11 @@ pub enum Strategy {
     Hybrid,
     /// GLUE 1.3 RunTimeEnvironment tags under `o=grid`, for legacy brokers.
     TaggedEnvironment,
+    /// GLUE 2.1 AcceleratorEnvironment, ComputingShareAcceleratorInfo and
+    /// ComputingManagerAcceleratorInfo entries (deploy/bdii/GLUE21-accelerator.schema).
+    #[serde(rename = "glue21-accelerator")]
+    #[value(name = "glue21-accelerator")]
+    Glue21Accelerator,
 }
 
 impl Strategy {
@@ -503,11 +512,13 @@ impl Strategy {
             Strategy::ClassExtension => "class-extension",
             Strategy::Hybrid => "hybrid",
             Strategy::TaggedEnvironment => "tagged-environment",
+            Strategy::Glue21Accelerator => "glue21-accelerator",
         }
     }
 
     /// Every strategy, in the order above.
-    pub const ALL: [Strategy; 4] = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment];
+    pub const ALL: [Strategy; 5] =
+        [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment, Strategy::Glue21Accelerator];
 }
 
 

@@ -25,6 +25,7 @@
 
 pub mod config;
 pub mod error;
+pub mod glue21;
 pub mod hostlist;
 pub mod ldif;
 pub mod site;

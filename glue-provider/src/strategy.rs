@@ -13,6 +13,9 @@
 //! * `tagged-environment`: GLUE 1.3 `GlueHostApplicationSoftwareRunTimeEnvironment`
 //!   tags on one `GlueSubCluster` per group, under `o=grid`.
 //!
+//! * `glue21-accelerator`: GLUE 2.1's AcceleratorEnvironment and the
+//!   ComputingShare/ComputingManager AcceleratorInfo entities ([`crate::glue21`]).
+//!
 //! vGPGPU services become `GLUE2ApplicationEnvironment`s (`rCUDA`, `VCL`)
 //! with `FreeVGPGPU` / `TotalVGPGPU`, attached the same way.
 
@@ -188,6 +191,9 @@ pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strate
             e.push("GLUE2ApplicationEnvironmentState", "installednotverified");
             e.push("GLUE2ApplicationEnvironmentComputingManagerForeignKey", manager_id.clone());
             attach(&mut entries, e, &id, &virtual_attributes(v), as_other_info, as_extension);
+        }
+        if set.contains(&Strategy::Glue21Accelerator) {
+            entries.extend(crate::glue21::entries(config, snapshot, &service_dn, &created));
         }
     }
 

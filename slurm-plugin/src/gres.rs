@@ -274,4 +274,16 @@ mod tests {
         let e = merge_tres_per_node(Some("gres/gpu:1"), &req("2")).unwrap_err();
         assert!(e.to_string().contains("gres/gpu:1"), "{e}");
     }
+
+    /// SLURM's own MIG support names each profile as a GRES type
+    /// (`gpu:1g.10gb:N`); cder counts them as GPUs of their node like any
+    /// typed GRES, and a request naming a profile keeps the profile.
+    #[test]
+    fn mig_profiles_are_typed_gpu_gres() {
+        let g = NodeGres::parse("NodeName=a100 Gres=gpu:1g.10gb:4,gpu:3g.40gb:1\n", Path::new("/")).unwrap();
+        assert_eq!(g.max_per_node["gpu"], 5);
+        assert_eq!(tres_entries("gres:gpu:1g.10gb:2,gres/gpu:3g.40gb"), vec![("gpu".to_string(), 2), ("gpu".to_string(), 1)]);
+        assert_eq!(merge_tres_per_node(Some("gres:gpu:1g.10gb:2"), &req("2")).unwrap(), "gres:gpu:1g.10gb:2");
+        assert!(merge_tres_per_node(Some("gres:gpu:1g.10gb:1"), &req("2")).is_err());
+    }
 }

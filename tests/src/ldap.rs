@@ -102,6 +102,17 @@ impl Slapd {
         Self::start_with(options, |conf| slapadd(conf, ldif))
     }
 
+    /// Like [`Slapd::start`], with more schema files included right after
+    /// GLUE20.schema (e.g. deploy/bdii/GLUE21-accelerator.schema).
+    pub fn start_with_schemas(options: &SlapdOptions, schemas: &[PathBuf]) -> Result<Slapd, String> {
+        Self::start_with(options, |conf| {
+            let text = std::fs::read_to_string(conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+            let extra: String = schemas.iter().map(|s| format!("include {}\n", s.display())).collect();
+            let at = text.find(GLUE20_SCHEMA).and_then(|i| text[i..].find('\n').map(|n| i + n + 1)).ok_or_else(|| format!("{BDII_SLAPD_CONF} includes no {GLUE20_SCHEMA}"))?;
+            std::fs::write(conf, format!("{}{extra}{}", &text[..at], &text[at..])).map_err(|e| format!("{}: {e}", conf.display()))
+        })
+    }
+
     fn start_with(options: &SlapdOptions, before: impl FnOnce(&Path) -> Result<(), String>) -> Result<Slapd, String> {
         let dir = tempfile::Builder::new().prefix("cder-slapd-").tempdir().map_err(|e| format!("temp dir: {e}"))?;
         let root = dir.path();

@@ -63,8 +63,9 @@ cderd prefers one NUMA node. Too few free devices: exit 1, saying how many are f
 and goes offline when released. Offline devices are counted apart in status and never allocated.",
         after_help = "EXAMPLES:\n    cderctl drain gpgpu:3 --reason \"Xid 79\"")]
     Drain(node::DrainArgs),
-    /// Put a drained device back into service (root and operators)
-    #[command(after_help = "EXAMPLES:\n    cderctl resume gpgpu:3")]
+    /// Put a drained device back into service (root and operators); also
+    /// `undrain`, the only way back for a device the health watch drained
+    #[command(visible_alias = "undrain", after_help = "EXAMPLES:\n    cderctl resume gpgpu:3\n    cderctl undrain GPU-4ea17400-0000-4000-8000-000000000000")]
     Resume(node::ResumeArgs),
     /// Free the devices of jobs the batch system no longer knows (root and operators)
     #[command(long_about = "Releases every allocation whose job is not in the live list. The list comes from \

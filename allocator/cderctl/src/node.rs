@@ -466,6 +466,9 @@ fn accounting_table(a: &Accounting) -> String {
             r.device_seconds
         );
     }
+    for d in &a.drains {
+        out += &format!("drained {}:{} {} from {} to {}: {}\n", d.cder_type, d.index, d.uuid, d.start, d.end.map_or("-".into(), |e| e.to_string()), d.reason);
+    }
     let u = &a.utilisation;
     out += &format!(
         "utilisation {:.4} = {} device-seconds / ({} devices x {} s), from {} to {}\n",

@@ -140,6 +140,9 @@ fn drain_resume_reconcile_accounting() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("3 free"), "{}", text(&out.stderr));
     assert_eq!(text(&d.ctl(&["resume", "gpgpu:3"]).stdout), "gpgpu:3 free\n");
+    // `undrain` is the same operation (the health watch's logs name it).
+    d.ctl(&["drain", "gpgpu:2", "--reason", "double-bit ECC error"]);
+    assert_eq!(text(&d.ctl(&["undrain", "gpgpu:2"]).stdout), "gpgpu:2 free\n");
     for j in ["slurm:1", "slurm:2", "torque:3.ce"] {
         assert!(d.ctl(&["alloc", "--job", j, "--uid", "1000", "--count", "1"]).status.success());
     }

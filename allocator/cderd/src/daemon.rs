@@ -407,11 +407,17 @@ impl Daemon {
                 return Err(ErrorReply::new(ErrorCode::BadRequest, format!("accounting: since {s} is after until {until} (now)")));
             }
             Some(s) => s,
-            None => store.first_start().map_err(StoreError::into_reply)?.unwrap_or(until).min(until),
+            None => {
+                // From the first record of either kind: allocations or drains.
+                let first = store.first_start().map_err(StoreError::into_reply)?;
+                let first_drain = store.first_drain_start().map_err(StoreError::into_reply)?;
+                first.into_iter().chain(first_drain).min().unwrap_or(until).min(until)
+            }
         };
         let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
         let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
         let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
+        let drains = store.drains(since, until).map_err(StoreError::into_reply)?;
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
@@ -423,7 +429,7 @@ impl Daemon {
         // In floating point: pool size × period exceeds i64 for long periods.
         let capacity = f64::from(pool_size) * until.saturating_sub(since) as f64;
         let ratio = if capacity > 0.0 { device_seconds as f64 / capacity } else { 0.0 };
-        Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio } })
+        Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio }, drains })
     }
 
     /// `confine`: moves the caller's process (SO_PEERCRED pid) into the

@@ -9,6 +9,7 @@
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
+//! * [`health`] — drains an NVML device that fails (Xid, double-bit ECC, lost).
 //! * [`held`] — which processes hold a device open (never handed out then).
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
@@ -17,6 +18,7 @@
 pub mod cgroup;
 pub mod daemon;
 pub mod enforce;
+pub mod health;
 pub mod held;
 pub mod server;
 pub mod store;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use cder_model::{Device, Health, JobKey};
-use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, ErrorCode, ErrorReply};
+use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DrainRecord, ErrorCode, ErrorReply};
 
 use crate::durable::new_token;
 use crate::policy::{Candidate, SelectionPolicy};
@@ -66,7 +66,35 @@ CREATE UNIQUE INDEX IF NOT EXISTS allocations_one_live_owner ON allocations(devi
 CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job_id);
 -- The live owner of a device in one probe, however long the history grows.
 CREATE INDEX IF NOT EXISTS allocations_by_device ON allocations(device, end);
+-- Drain history (operator and health watch), for accounting; additive, so
+-- databases made before it gain it at open.
+CREATE TABLE IF NOT EXISTS drains (
+    id      INTEGER PRIMARY KEY,
+    device  TEXT NOT NULL REFERENCES devices(uuid),
+    reason  TEXT NOT NULL,
+    start   INTEGER NOT NULL,
+    end     INTEGER
+);
+CREATE INDEX IF NOT EXISTS drains_by_device ON drains(device, end);
 ";
+
+/// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
+/// inside the same transaction: a new reason opens a record (closing the
+/// previous one), the same reason again is no new drain, a resume closes it.
+fn record_drain(tx: &Transaction<'_>, uuid: &str, reason: Option<&str>) -> Result<()> {
+    let now = crate::daemon::now();
+    let open: Option<String> = tx
+        .query_row("SELECT reason FROM drains WHERE device = ?1 AND end IS NULL", params![uuid], |r| r.get(0))
+        .optional()?;
+    if reason.is_some() && open.as_deref() == reason {
+        return Ok(());
+    }
+    tx.execute("UPDATE drains SET end = ?2 WHERE device = ?1 AND end IS NULL", params![uuid, now])?;
+    if let Some(reason) = reason {
+        tx.execute("INSERT INTO drains (device, reason, start) VALUES (?1, ?2, ?3)", params![uuid, reason, now])?;
+    }
+    Ok(())
+}
 
 /// Starts a thread that checkpoints the WAL of the database at `path` every
 /// `period`, on its own connection, so that the fsyncs of a checkpoint fall
@@ -558,8 +586,26 @@ impl Store {
             "UPDATE devices SET drained = ?2, drain_reason = ?3 WHERE uuid = ?1",
             params![device.uuid, reason.is_some(), reason],
         )?;
+        record_drain(&tx, &device.uuid, reason)?;
         tx.commit()?;
         self.find_device(&device.uuid)
+    }
+
+    /// When the first drain on record began.
+    pub fn first_drain_start(&self) -> Result<Option<i64>> {
+        Ok(self.conn.query_row("SELECT MIN(start) FROM drains", [], |r| r.get(0))?)
+    }
+
+    /// Drains overlapping `[since, until]`, oldest first.
+    pub fn drains(&self, since: i64, until: i64) -> Result<Vec<DrainRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT d.uuid, d.type, d.idx, r.reason, r.start, r.end FROM drains r JOIN devices d ON d.uuid = r.device \
+             WHERE r.start <= ?2 AND (r.end IS NULL OR r.end >= ?1) ORDER BY r.start, r.id",
+        )?;
+        let rows = stmt.query_map(params![since, until], |r| {
+            Ok(DrainRecord { uuid: r.get(0)?, cder_type: r.get(1)?, index: r.get(2)?, reason: r.get(3)?, start: r.get(4)?, end: r.get(5)? })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
     /// Records overlapping `[since, until]`, optionally of one uid only.

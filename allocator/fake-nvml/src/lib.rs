@@ -11,6 +11,22 @@
 //! `<CDER_FAKE_NVML_STATE>/<uuid>.compute_mode` when that variable is set, so
 //! a test can see what a daemon did.
 //!
+//! MIG: the file may carry a top-level `"mig"` list ([`FakeMig`]), one
+//! entry per GPU that supports MIG, with its mode and instances. A MIG
+//! instance's handle is answered like a device's (UUID `MIG-…`, name
+//! `<parent name> MIG <profile>`, its own memory) plus the MIG calls
+//! nvml-wrapper makes. The list sits beside `devices` rather than inside
+//! each device so that descriptions written before MIG stay valid.
+//!
+//! Health events: `CDER_FAKE_NVML_EVENTS` names a control file of JSON
+//! lines ([`FakeEvent`]) the library re-reads at every call that needs it,
+//! so a test injects an event by appending a line. `xid` and
+//! `double_bit_ecc` lines appended after `nvmlInit` are delivered once each
+//! by `nvmlEventSetWait_v2` (to a set the device is registered in); every
+//! `double_bit_ecc` line also counts in `nvmlDeviceGetTotalEccErrors`
+//! (volatile, uncorrected); after a `lost` line every call on that GPU
+//! answers `NVML_ERROR_GPU_IS_LOST`, as for a GPU fallen off the bus.
+//!
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
 #![deny(missing_docs)]
@@ -62,6 +78,116 @@ pub struct FakeNvml {
     pub fail: Vec<String>,
 }
 
+/// MIG on one GPU, as the file's `"mig"` list describes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeMig {
+    /// Index of the GPU in `devices`.
+    pub device: u32,
+    /// Whether MIG mode is on now (`nvmlDeviceGetMigMode`'s current mode).
+    pub enabled: bool,
+    /// `nvmlDeviceGetMaxMigDeviceCount`: MIG slots the GPU has.
+    pub max_count: u32,
+    /// The instances that exist, by MIG index (position in this list).
+    #[serde(default)]
+    pub instances: Vec<FakeMigInstance>,
+}
+
+/// One MIG instance (a GPU instance with one compute instance).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeMigInstance {
+    /// `MIG-…`.
+    pub uuid: String,
+    /// The profile name NVIDIA gives it, e.g. `1g.10gb`.
+    pub profile: String,
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// Compute instance id within the GPU instance.
+    pub compute_instance: u32,
+    /// The instance's memory, in MB.
+    pub memory_mb: u64,
+    /// Streaming multiprocessors of the instance.
+    pub multiprocessors: u32,
+    /// GPU instance slices (`1` for `1g.*`).
+    pub slices: u32,
+}
+
+/// One line of the `CDER_FAKE_NVML_EVENTS` control file.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FakeEvent {
+    /// The GPU (`GPU-…`) it happens on.
+    pub uuid: String,
+    /// An Xid critical error with this number (e.g. 79: fallen off the bus).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u64>,
+    /// A double-bit (uncorrectable) ECC error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub double_bit_ecc: bool,
+    /// The GPU is lost from now on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
+}
+
+impl FakeEvent {
+    /// Appends this event to the control file at `path`.
+    pub fn append(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(self)?;
+        line.push(b'\n');
+        // One write of a whole line, so a reader never sees half of it.
+        std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(&line)
+    }
+}
+
+/// The control file's events, in order; unreadable lines are skipped.
+fn events() -> Vec<FakeEvent> {
+    let Some(path) = std::env::var_os("CDER_FAKE_NVML_EVENTS") else { return Vec::new() };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.ends_with('}')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Serialises deliveries.
+static DELIVERING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Control-file lines delivered or passed over so far. The process's first
+/// `nvmlInit` sets it to the file's length ([`history_length`]): older events are history (a restarted daemon does
+/// not see old Xids again). An event for a GPU in no set is passed over.
+static EVENTS_DELIVERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Event sets: an id (the opaque handle) and the GPUs registered in it.
+static EVENT_SETS: std::sync::Mutex<Vec<(usize, Vec<usize>)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_EVENT_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// How many control-file lines are history for this process. nvml-wrapper
+/// unloads the library when its last `Nvml` is dropped, which resets every
+/// static here, so the answer of the process's first init is kept in a
+/// marker file beside the control file (`<file>.seen-<pid>`).
+fn history_length() -> usize {
+    let Some(path) = std::env::var_os("CDER_FAKE_NVML_EVENTS") else { return 0 };
+    let mut marker = path.clone();
+    marker.push(format!(".seen-{}", std::process::id()));
+    if let Some(n) = std::fs::read_to_string(&marker).ok().and_then(|t| t.trim().parse().ok()) {
+        return n;
+    }
+    let n = events().len();
+    let _ = std::fs::write(&marker, n.to_string());
+    n
+}
+
+fn is_lost(uuid: &str) -> bool {
+    events().iter().any(|e| e.lost && e.uuid == uuid)
+}
+
+/// A whole description: [`FakeNvml`] plus the MIG list, as one file.
+#[derive(Debug, Clone, Serialize, Default)]
+struct Machine {
+    #[serde(flatten)]
+    nvml: FakeNvml,
+    #[serde(default)]
+    mig: Vec<FakeMig>,
+}
+
 /// Where cargo put this library, for tests: beside the test executable or
 /// one folder up (`target/debug/deps` → `target/debug`). A dependent crate's
 /// test build builds it, since cargo builds every crate type a package declares.
@@ -79,35 +205,95 @@ impl FakeNvml {
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(self)?)
     }
+
+    /// Writes the description with MIG on some GPUs to `path`.
+    pub fn write_with_mig(&self, mig: &[FakeMig], path: &std::path::Path) -> std::io::Result<()> {
+        let machine = Machine { nvml: self.clone(), mig: mig.to_vec() };
+        std::fs::write(path, serde_json::to_vec_pretty(&machine)?)
+    }
 }
 
 /// The loaded description; re-read at every `nvmlInit`, so one process can
 /// see several fake machines in turn, as a test suite may.
-static STATE: RwLock<Option<&'static FakeNvml>> = RwLock::new(None);
+static STATE: RwLock<Option<&'static Machine>> = RwLock::new(None);
 
-fn load() -> Option<&'static FakeNvml> {
+fn load() -> Option<&'static Machine> {
     let path = std::env::var_os("CDER_FAKE_NVML")?;
     let text = std::fs::read_to_string(path).ok()?;
-    let nvml: FakeNvml = serde_json::from_str(&text).ok()?;
+    // `flatten` cannot honour deny_unknown_fields, so the two halves are
+    // read separately and FakeNvml keeps refusing unknown keys.
+    let mut value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let mig = match value.as_object_mut()?.remove("mig") {
+        Some(list) => serde_json::from_value(list).ok()?,
+        None => Vec::new(),
+    };
+    let nvml = Machine { nvml: serde_json::from_value(value).ok()?, mig };
     // Leaked on purpose: handles into it must outlive any nvmlShutdown race,
     // and a test process inits only a handful of times.
     Some(Box::leak(Box::new(nvml)))
 }
 
-fn state() -> Option<&'static FakeNvml> {
+fn state() -> Option<&'static Machine> {
     *STATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A GPU's handle is its 1-based index; a MIG instance's is
+/// `(GPU index + 1) << 16 | (MIG index + 1)`, so neither is ever null and
+/// the two never collide.
+const MIG_SHIFT: usize = 16;
+
+/// What a handle names.
+enum Target {
+    Gpu(usize),
+    Instance { gpu: usize, mig: &'static FakeMig, slot: usize },
+}
+
+fn mig_of(machine: &'static Machine, gpu: usize) -> Option<&'static FakeMig> {
+    machine.mig.iter().find(|m| m.device as usize == gpu)
+}
+
+fn target(machine: &'static Machine, handle: nvmlDevice_t) -> Option<Target> {
+    let raw = handle as usize;
+    let (high, low) = (raw >> MIG_SHIFT, raw & ((1 << MIG_SHIFT) - 1));
+    if high == 0 {
+        let gpu = low.checked_sub(1)?;
+        return (gpu < machine.nvml.devices.len()).then_some(Target::Gpu(gpu));
+    }
+    let (gpu, slot) = (high - 1, low.checked_sub(1)?);
+    let mig = mig_of(machine, gpu)?;
+    (mig.enabled && slot < mig.instances.len()).then_some(Target::Instance { gpu, mig, slot })
+}
+
+/// A MIG instance seen as a device: its own UUID, name and memory, the
+/// parent's bus, minor and capabilities.
+fn instance_device(parent: &FakeDevice, instance: &FakeMigInstance) -> FakeDevice {
+    FakeDevice {
+        uuid: instance.uuid.clone(),
+        name: format!("{} MIG {}", parent.name, instance.profile),
+        memory_mb: instance.memory_mb,
+        cores: None,
+        ..parent.clone()
+    }
 }
 
 /// Runs `f` on the device behind a handle, or answers the NVML error.
 fn with_device(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&FakeDevice) -> nvmlReturn_t) -> nvmlReturn_t {
-    let Some(nvml) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
-    if nvml.fail.iter().any(|c| c == call) {
+    with_target(call, handle, |machine, target| match target {
+        Target::Gpu(gpu) => f(&machine.nvml.devices[gpu]),
+        Target::Instance { gpu, mig, slot } => f(&instance_device(&machine.nvml.devices[gpu], &mig.instances[slot])),
+    })
+}
+
+/// Runs `f` on what a handle names, or answers the NVML error.
+fn with_target(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&'static Machine, Target) -> nvmlReturn_t) -> nvmlReturn_t {
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    if machine.nvml.fail.iter().any(|c| c == call) {
         return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     }
-    // Handles are 1-based indices, so a handle is never null.
-    let index = (handle as usize).wrapping_sub(1);
-    match nvml.devices.get(index) {
-        Some(device) => f(device),
+    match target(machine, handle) {
+        Some(Target::Gpu(gpu)) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(Target::Instance { gpu, .. }) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(t) => f(machine, t),
         None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
     }
 }
@@ -147,6 +333,9 @@ unsafe fn put<T>(out: *mut T, value: T) -> nvmlReturn_t {
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     let loaded = load();
     *STATE.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+    // Events written before the process's first init are history.
+    static FIRST_INIT: std::sync::Once = std::sync::Once::new();
+    FIRST_INIT.call_once(|| EVENTS_DELIVERED.store(history_length(), std::sync::atomic::Ordering::SeqCst));
     match loaded {
         Some(_) => nvmlReturn_enum_NVML_SUCCESS,
         None => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
@@ -174,6 +363,9 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
         nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT => c"Invalid Argument",
         nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
         nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        nvmlReturn_enum_NVML_ERROR_NOT_FOUND => c"Not Found",
+        nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
+        nvmlReturn_enum_NVML_ERROR_TIMEOUT => c"Timeout",
         _ => c"Unknown Error",
     };
     text.as_ptr()
@@ -191,8 +383,8 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
     match state() {
-        Some(nvml) if nvml.fail.iter().any(|c| c == "nvmlDeviceGetCount_v2") => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
-        Some(nvml) => put(count, nvml.devices.len() as c_uint),
+        Some(m) if m.nvml.fail.iter().any(|c| c == "nvmlDeviceGetCount_v2") => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
+        Some(m) => put(count, m.nvml.devices.len() as c_uint),
         None => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
     }
 }
@@ -202,7 +394,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvmlDevice_t) -> nvmlReturn_t {
     match state() {
-        Some(nvml) if (index as usize) < nvml.devices.len() => put(device, (index as usize + 1) as nvmlDevice_t),
+        Some(m) if (index as usize) < m.nvml.devices.len() => put(device, (index as usize + 1) as nvmlDevice_t),
         Some(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
         None => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
     }
@@ -367,4 +559,240 @@ pub extern "C" fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlCompu
         }
         nvmlReturn_enum_NVML_SUCCESS
     })
+}
+
+/// MIG support of a whole GPU, or the error NVML gives for a handle that is
+/// not one.
+fn gpu_mig(call: &str, device: nvmlDevice_t, f: impl FnOnce(usize, &'static FakeMig) -> nvmlReturn_t) -> nvmlReturn_t {
+    with_target(call, device, |machine, target| match target {
+        Target::Gpu(gpu) => match mig_of(machine, gpu) {
+            Some(mig) => f(gpu, mig),
+            None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        },
+        Target::Instance { .. } => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// NVML contract: `current` and `pending` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMigMode", device, |_, mig| {
+        let mode = if mig.enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
+        let status = put(current, mode);
+        if status != nvmlReturn_enum_NVML_SUCCESS {
+            return status;
+        }
+        put(pending, mode)
+    })
+}
+
+/// # Safety
+/// NVML contract: `count` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMaxMigDeviceCount", device, |_, mig| put(count, mig.max_count))
+}
+
+/// # Safety
+/// NVML contract: `mig_device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    gpu_mig("nvmlDeviceGetMigDeviceHandleByIndex", device, |gpu, mig| {
+        if !mig.enabled || index >= mig.max_count {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // A slot below the maximum with no instance in it, as NVML answers.
+        if index as usize >= mig.instances.len() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        put(mig_device, (((gpu + 1) << MIG_SHIFT) | (index as usize + 1)) as nvmlDevice_t)
+    })
+}
+
+/// # Safety
+/// NVML contract: `is_mig` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, is_mig: *mut c_uint) -> nvmlReturn_t {
+    with_target("nvmlDeviceIsMigDeviceHandle", device, |_, target| put(is_mig, matches!(target, Target::Instance { .. }) as c_uint))
+}
+
+/// # Safety
+/// NVML contract: `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig_device, |_, target| match target {
+        Target::Instance { gpu, .. } => put(device, (gpu + 1) as nvmlDevice_t),
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// Answers a query about a MIG instance; a whole GPU's handle is refused.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn instance_uint(call: &str, device: nvmlDevice_t, out: *mut c_uint, pick: fn(&FakeMigInstance) -> u32) -> nvmlReturn_t {
+    with_target(call, device, |_, target| match target {
+        Target::Instance { mig, slot, .. } => put(out, pick(&mig.instances[slot])),
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// NVML contract: `id` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    instance_uint("nvmlDeviceGetGpuInstanceId", device, id, |i| i.gpu_instance)
+}
+
+/// # Safety
+/// NVML contract: `id` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    instance_uint("nvmlDeviceGetComputeInstanceId", device, id, |i| i.compute_instance)
+}
+
+/// Attributes of a MIG instance. A whole GPU answers NOT_SUPPORTED here
+/// (the real driver answers it; cder asks only for instances).
+///
+/// # Safety
+/// NVML contract: `attributes` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(device: nvmlDevice_t, attributes: *mut nvmlDeviceAttributes_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetAttributes_v2", device, |_, target| match target {
+        Target::Instance { mig, slot, .. } => {
+            let instance = &mig.instances[slot];
+            let mut attrs: nvmlDeviceAttributes_t = std::mem::zeroed();
+            attrs.multiprocessorCount = instance.multiprocessors;
+            attrs.gpuInstanceSliceCount = instance.slices;
+            attrs.computeInstanceSliceCount = instance.slices;
+            attrs.memorySizeMB = instance.memory_mb;
+            put(attributes, attrs)
+        }
+        Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+    })
+}
+
+/// # Safety
+/// NVML contract: `uuid` a NUL-terminated string, `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    if uuid.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let wanted = CStr::from_ptr(uuid).to_string_lossy();
+    match machine.nvml.devices.iter().position(|d| d.uuid == wanted) {
+        Some(_) if is_lost(&wanted) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(gpu) => put(device, (gpu + 1) as nvmlDevice_t),
+        None => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+    }
+}
+
+/// Uncorrected errors are the control file's `double_bit_ecc` lines for the
+/// GPU; corrected ones are 0.
+///
+/// # Safety
+/// NVML contract: `count` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: nvmlMemoryErrorType_t,
+    _counter_type: nvmlEccCounterType_t,
+    count: *mut std::ffi::c_ulonglong,
+) -> nvmlReturn_t {
+    with_device("nvmlDeviceGetTotalEccErrors", device, |d| match d.ecc {
+        Some(true) if error_type == nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
+            put(count, events().iter().filter(|e| e.double_bit_ecc && e.uuid == d.uuid).count() as u64)
+        }
+        Some(true) => put(count, 0),
+        _ => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+    })
+}
+
+const FAKE_EVENT_TYPES: u64 = (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError) as u64;
+
+/// # Safety
+/// NVML contract: `types` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, types: *mut std::ffi::c_ulonglong) -> nvmlReturn_t {
+    with_device("nvmlDeviceGetSupportedEventTypes", device, |_| put(types, FAKE_EVENT_TYPES))
+}
+
+/// # Safety
+/// NVML contract: `set` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    if state().is_none() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
+    let id = NEXT_EVENT_SET.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).push((id, Vec::new()));
+    put(set, id as nvmlEventSet_t)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: std::ffi::c_ulonglong, set: nvmlEventSet_t) -> nvmlReturn_t {
+    with_target("nvmlDeviceRegisterEvents", device, |_, target| {
+        let Target::Gpu(gpu) = target else { return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED };
+        if types & !FAKE_EVENT_TYPES != 0 {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        let mut sets = EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner());
+        match sets.iter_mut().find(|(id, _)| *id == set as usize) {
+            Some((_, gpus)) => {
+                gpus.push(gpu);
+                nvmlReturn_enum_NVML_SUCCESS
+            }
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _)| *id != set as usize);
+    nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// Delivers the next new `xid` / `double_bit_ecc` line of the control file
+/// for a GPU registered in `set`, waiting up to `timeout_ms` for one.
+///
+/// # Safety
+/// NVML contract: `data` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> nvmlReturn_t {
+    use std::sync::atomic::Ordering::SeqCst;
+    let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.into());
+    loop {
+        let registered: Vec<usize> = match EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(id, _)| *id == set as usize) {
+            Some((_, gpus)) => gpus.clone(),
+            None => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        };
+        {
+            // One delivery at a time, so each line goes to one waiter once.
+            let _one = DELIVERING.lock().unwrap_or_else(|e| e.into_inner());
+            let from = EVENTS_DELIVERED.load(SeqCst);
+            for (n, event) in events().iter().enumerate().skip(from) {
+                let kind = match (event.xid, event.double_bit_ecc) {
+                    (Some(_), _) => nvmlEventTypeXidCriticalError,
+                    (None, true) => nvmlEventTypeDoubleBitEccError,
+                    (None, false) => continue,
+                };
+                let gpu = machine.nvml.devices.iter().position(|d| d.uuid == event.uuid);
+                let Some(gpu) = gpu.filter(|g| registered.contains(g)) else { continue };
+                EVENTS_DELIVERED.store(n + 1, SeqCst);
+                let mut out: nvmlEventData_t = std::mem::zeroed();
+                out.device = (gpu + 1) as nvmlDevice_t;
+                out.eventType = kind as u64;
+                out.eventData = event.xid.unwrap_or(0);
+                return put(data, out);
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

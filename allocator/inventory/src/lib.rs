@@ -9,8 +9,9 @@
 use cder_model::{CderType, Config, Device, Discovery};
 
 mod nvml;
+mod sys;
 
-pub use nvml::discover_nvml;
+pub use nvml::{discover_nvml, open_nvml, DRIVER_LIBRARY};
 
 /// Why discovery failed; each variant names what failed so that an admin
 /// can act on it.
@@ -37,6 +38,19 @@ pub enum InventoryError {
         device: String,
         /// NVML's own error.
         source: nvml_wrapper::error::NvmlError,
+    },
+    /// A MIG instance's `access` file in the driver's capability tree is
+    /// missing or unreadable, so the device file that grants it is unknown.
+    #[error("type {cder_type:?}: MIG instance {uuid}: {path}: {reason}")]
+    MigAccess {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The instance's `MIG-…` UUID.
+        uuid: String,
+        /// The `access` file read.
+        path: String,
+        /// What was wrong with it.
+        reason: String,
     },
 }
 

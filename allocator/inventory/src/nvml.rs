@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 
-use cder_model::{CderType, ComputeCapability, Device, Health};
+use cder_model::{CderType, ComputeCapability, Device, Health, MigOffer};
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -30,7 +30,10 @@ pub fn open_nvml(cder: &CderType) -> Result<Nvml, InventoryError> {
     })
 }
 
-/// Discovers every device NVML reports for this type.
+/// Discovers every device NVML reports for this type. With
+/// `mig = "instances"`, a GPU in MIG mode is replaced by its MIG instances;
+/// indices then number the type's devices in that order (GPU by GPU, a
+/// GPU's instances by MIG index), no longer NVML's GPU indices.
 pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let nvml = open_nvml(cder)?;
     let call_failed = |call: &'static str, index: Option<u32>| {
@@ -41,8 +44,22 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let mut devices = Vec::with_capacity(count as usize);
     for index in 0..count {
         let at = Some(index);
-        let device = nvml.device_by_index(index).map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?;
-        let uuid = device.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
+        // A GPU fallen off the bus is left out, loudly: the node's other
+        // devices stay usable, and cderd marks the missing one unhealthy.
+        let device = match nvml.device_by_index(index) {
+            Err(NvmlError::GpuLost) => {
+                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                continue;
+            }
+            other => other.map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?,
+        };
+        let uuid = match device.uuid() {
+            Err(NvmlError::GpuLost) => {
+                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                continue;
+            }
+            other => other.map_err(call_failed("nvmlDeviceGetUUID", at))?,
+        };
         let model = device.name().map_err(call_failed("nvmlDeviceGetName", at))?;
         let pci_bus_id = device.pci_info().map_err(call_failed("nvmlDeviceGetPciInfo_v3", at))?.bus_id;
         let memory_mb = device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
@@ -67,7 +84,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
             (Some(c), Some(per)) if per > 0 => Some(c / per),
             _ => None,
         };
-        devices.push(Device {
+        let whole = Device {
             cder_type: cder.name().to_string(),
             vendor: cder.vendor.published_name().to_string(),
             index,
@@ -88,10 +105,67 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 .into(),
             numa_node,
             health: Health::Healthy,
-        });
+        };
+        if cder.mig == MigOffer::Instances && mig_enabled(&device).map_err(call_failed("nvmlDeviceGetMigMode", at))? {
+            let slots = device.mig_device_count().map_err(call_failed("nvmlDeviceGetMaxMigDeviceCount", at))?;
+            for slot in 0..slots {
+                let instance = match device.mig_device_by_index(slot) {
+                    Ok(instance) => instance,
+                    // An empty slot: fewer instances exist than the GPU could hold.
+                    Err(NvmlError::NotFound) => continue,
+                    Err(e) => return Err(call_failed("nvmlDeviceGetMigDeviceHandleByIndex", at)(e)),
+                };
+                let uuid = instance.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
+                let model = instance.name().map_err(call_failed("nvmlDeviceGetName", at))?;
+                let memory_mb = instance.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
+                let multiprocessors = optional(instance.attributes())
+                    .map_err(call_failed("nvmlDeviceGetAttributes_v2", at))?
+                    .map(|a| a.multiprocessor_count);
+                let cores = match (multiprocessors, whole.cores_per_mp) {
+                    (Some(mp), Some(per)) => Some(mp * per),
+                    _ => None,
+                };
+                let (gi, ci) = crate::sys::mig_instance_ids(&instance).map_err(call_failed("nvmlDeviceGetGpuInstanceId", at))?;
+                let cap = mig_access_minor(cder, minor, gi, ci, &uuid)?;
+                let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
+                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, path, ..whole.clone() });
+            }
+        } else {
+            devices.push(whole);
+        }
+    }
+    if cder.mig == MigOffer::Instances {
+        for (index, device) in devices.iter_mut().enumerate() {
+            device.index = index as u32;
+        }
     }
     Ok(devices)
 }
+
+/// The minor of the device file that grants a MIG instance, from the
+/// driver's `gpu<minor>/mig/gi<G>/ci<C>/access` (`DeviceFileMinor: N`).
+fn mig_access_minor(cder: &CderType, gpu_minor: u32, gi: u32, ci: u32, uuid: &str) -> Result<u32, InventoryError> {
+    let path = cder.mig_capabilities.join(format!("gpu{gpu_minor}/mig/gi{gi}/ci{ci}/access"));
+    let failed = |reason: String| InventoryError::MigAccess {
+        cder_type: cder.name().to_string(),
+        uuid: uuid.to_string(),
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(e.to_string()))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("DeviceFileMinor:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| failed("no \"DeviceFileMinor: N\" line".to_string()))
+}
+
+/// Whether a GPU is in MIG mode now; a GPU without MIG support is not.
+fn mig_enabled(device: &nvml_wrapper::Device<'_>) -> Result<bool, NvmlError> {
+    Ok(optional(device.mig_mode())?.is_some_and(|mode| mode.current == NVML_DEVICE_MIG_ENABLE))
+}
+
+/// nvml.h's `NVML_DEVICE_MIG_ENABLE` (nvml-wrapper does not re-export it).
+const NVML_DEVICE_MIG_ENABLE: u32 = 1;
 
 /// Turns "this board does not support the query" into `None`; other errors stay errors.
 fn optional<T>(result: Result<T, NvmlError>) -> Result<Option<T>, NvmlError> {

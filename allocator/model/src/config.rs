@@ -59,6 +59,46 @@ pub struct NodeConfig {
     /// Device-file ownership and NVML compute-mode enforcement.
     #[serde(default)]
     pub enforcement: Enforcement,
+    /// The health watch over NVML devices.
+    #[serde(default)]
+    pub health: HealthWatch,
+}
+
+/// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
+/// double-bit ECC errors, a GPU fallen off the bus) and drains a device that
+/// fails, naming why. A job holding it keeps it; nobody gets it again until
+/// an operator runs `cderctl undrain`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthWatch {
+    /// Whether to watch at all.
+    #[serde(default = "default_true")]
+    pub watch: bool,
+    /// Seconds between polls (device reachable, ECC counters); events are
+    /// taken as they come in between.
+    #[serde(default = "default_health_interval_s")]
+    pub interval_s: u64,
+    /// Return policy: a device the watch drained for an Xid or a lost GPU
+    /// goes back into service once its GPU has polled healthy (reachable,
+    /// no new uncorrected ECC error) for this many seconds. Double-bit ECC
+    /// drains and operators' drains are never returned by it. `0` (default):
+    /// only `cderctl undrain` returns a device.
+    #[serde(default)]
+    pub return_after_s: u64,
+}
+
+impl Default for HealthWatch {
+    fn default() -> Self {
+        HealthWatch { watch: true, interval_s: default_health_interval_s(), return_after_s: 0 }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_health_interval_s() -> u64 {
+    10
 }
 
 /// `[node.enforcement]`: real exclusivity, where root allows it.
@@ -165,6 +205,7 @@ impl Default for NodeConfig {
             operators: Vec::new(),
             max_request_bytes: default_max_request_bytes(),
             enforcement: Enforcement::default(),
+            health: HealthWatch::default(),
         }
     }
 }
@@ -215,6 +256,20 @@ pub enum VisibleIds {
     Index,
     /// Device UUIDs (`GPU-…`), immune to renumbering.
     Uuid,
+}
+
+/// How a GPU in MIG mode is offered (`mig = "whole" | "instances"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MigOffer {
+    /// The GPU is one device, whatever its MIG mode; its instances are the
+    /// job's business (as without MIG).
+    #[default]
+    Whole,
+    /// A GPU in MIG mode is offered as its MIG instances, each a device of
+    /// its own (`MIG-…` UUID, profile such as `1g.10gb`); GPUs not in MIG
+    /// mode stay whole.
+    Instances,
 }
 
 /// The vendor families whose visibility variables cder knows by default.
@@ -310,12 +365,33 @@ pub struct CderType {
     /// NVML library to load instead of the driver's `libnvidia-ml.so.1`.
     #[serde(default)]
     pub nvml_library: Option<PathBuf>,
+    /// Whether a GPU in MIG mode is offered whole or as its instances
+    /// (NVML discovery only).
+    #[serde(default)]
+    pub mig: MigOffer,
+    /// The driver's MIG capability tree, where each instance's `access`
+    /// file names the minor of the device file that grants it.
+    #[serde(default = "default_mig_capabilities")]
+    pub mig_capabilities: PathBuf,
+    /// Device file of a MIG instance; `{cap}` is replaced by that minor.
+    /// It is the file cderd guards for the instance: the parent's
+    /// `/dev/nvidiaN` stays open to every job on that GPU, as SLURM leaves it.
+    #[serde(default = "default_mig_device_path")]
+    pub mig_device_path: String,
     /// Device file of a discovered device; `{index}` and `{minor}` are replaced.
     #[serde(default = "default_device_path")]
     pub device_path: String,
     /// Devices of a `static` type.
     #[serde(default, rename = "device")]
     pub devices: Vec<StaticDevice>,
+}
+
+fn default_mig_capabilities() -> PathBuf {
+    PathBuf::from("/proc/driver/nvidia/capabilities")
+}
+
+fn default_mig_device_path() -> String {
+    "/dev/nvidia-caps/nvidia-cap{cap}".to_string()
 }
 
 fn default_device_path() -> String {
@@ -510,6 +586,9 @@ impl Config {
                 return Err(anywhere(key, "must be an absolute path".into()));
             }
         }
+        if !(1..=3600).contains(&self.node.health.interval_s) {
+            return Err(anywhere("node.health.interval_s", "must be 1 to 3600 seconds".into()));
+        }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
         }
@@ -555,6 +634,9 @@ impl Config {
                 }
                 Discovery::Static if cder.nvml_library.is_some() => {
                     return Err(at(name_at, "cder.nvml_library", format!("type {name:?} uses discovery = \"static\"; nvml_library is only for discovery = \"nvml\"")));
+                }
+                Discovery::Static if cder.mig == MigOffer::Instances => {
+                    return Err(at(name_at, "cder.mig", format!("type {name:?} uses discovery = \"static\"; mig = \"instances\" is only for discovery = \"nvml\"")));
                 }
                 _ => {}
             }
@@ -816,6 +898,18 @@ path = "/dev/xclmgmt0"
 
         let relative = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"xclmgmt0\"");
         assert_eq!(parse(&relative).unwrap_err().key.as_deref(), Some("cder.device.path"));
+    }
+
+    #[test]
+    fn mig_offer_is_whole_unless_asked_and_only_for_nvml() {
+        let nvml = "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\n";
+        assert_eq!(parse(nvml).unwrap().cders[0].mig, MigOffer::Whole);
+        let instances = format!("{nvml}mig = \"instances\"\n");
+        assert_eq!(parse(&instances).unwrap().cders[0].mig, MigOffer::Instances);
+        let e = parse(&format!("{nvml}mig = \"slices\"\n")).unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        let e = parse(&instances.replace("\"nvml\"", "\"static\"")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.mig"), "{e}");
     }
 
     #[test]

@@ -47,6 +47,16 @@ pub struct Device {
 }
 
 impl Device {
+    /// The MIG profile (`1g.10gb`) when this device is a MIG instance: its
+    /// UUID is `MIG-…` and its model is NVML's `<GPU model> MIG <profile>`.
+    /// A MIG instance's `pci_bus_id` and `path` are its parent GPU's.
+    pub fn mig_profile(&self) -> Option<&str> {
+        if !crate::environment::is_mig_uuid(&self.uuid) {
+            return None;
+        }
+        self.model.rsplit_once(" MIG ").map(|(_, profile)| profile.trim()).filter(|p| !p.is_empty())
+    }
+
     /// The published attributes of this device under the type's prefix, in
     /// the order design.md lists them (`GPGPUMainMemorySize` …). Per-node
     /// counts (`…TotalInstances`) are the provider's business, not a device's.
@@ -182,6 +192,9 @@ mod tests {
             numa_node: 0,
             health: Health::Healthy,
         };
+        assert_eq!(d.mig_profile(), None);
+        let mig = Device { uuid: "MIG-1".into(), model: "NVIDIA A100 80GB PCIe MIG 1g.10gb".into(), ..d.clone() };
+        assert_eq!(mig.mig_profile(), Some("1g.10gb"));
         let attrs = d.published_attributes("GPGPU");
         assert!(attrs.contains(&("GPGPUCUDAComputeCapability".into(), "2.1".into())));
         assert!(attrs.contains(&("GPGPUCores".into(), "192".into())));

@@ -22,6 +22,12 @@ impl<'a> From<&'a Device> for HeldDevice<'a> {
     }
 }
 
+/// Whether a UUID names a MIG instance (`MIG-…`, NVIDIA's form since
+/// driver R470; the older `MIG-GPU-…/gi/ci` form starts the same way).
+pub fn is_mig_uuid(uuid: &str) -> bool {
+    uuid.starts_with("MIG-")
+}
+
 /// Variables to set in a job, in a stable (sorted) order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -60,12 +66,20 @@ impl JobEnvironment {
         for cder in types {
             let mut mine: Vec<&HeldDevice<'_>> = held.iter().filter(|d| d.cder_type == cder.name()).collect();
             mine.sort_by_key(|d| d.index);
+            // Relative positions count whole GPUs only: a MIG instance is
+            // named by UUID and takes no runtime index of its own.
+            let mut position = 0usize;
             let list = mine
                 .iter()
-                .enumerate()
-                .map(|(position, d)| match (cder.visible_ids, relative) {
+                .map(|d| match (cder.visible_ids, relative) {
+                    // The CUDA runtime selects a MIG instance only by its
+                    // UUID: an index names the whole parent GPU.
+                    _ if is_mig_uuid(d.uuid) => d.uuid.to_string(),
                     (VisibleIds::Index, false) => d.index.to_string(),
-                    (VisibleIds::Index, true) => position.to_string(),
+                    (VisibleIds::Index, true) => {
+                        position += 1;
+                        (position - 1).to_string()
+                    }
                     (VisibleIds::Uuid, _) => d.uuid.to_string(),
                 })
                 .collect::<Vec<_>>()
@@ -169,6 +183,20 @@ discovery = "static"
         let held = [HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" }];
         assert_eq!(JobEnvironment::for_held(&c.cders, &held, false).get("CUDA_VISIBLE_DEVICES"), Some("3"));
         assert_eq!(JobEnvironment::for_held(&c.cders, &held, true).get("CUDA_VISIBLE_DEVICES"), Some("0"));
+    }
+
+    #[test]
+    fn mig_instances_are_named_by_uuid_even_with_indices() {
+        let c = config();
+        let held = [
+            HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" },
+            HeldDevice { cder_type: "gpgpu", index: 5, uuid: "MIG-5c0b7a3e-0000-4000-8000-000000000005" },
+        ];
+        for relative in [false, true] {
+            let env = JobEnvironment::for_held(&c.cders, &held, relative);
+            let first = if relative { "0" } else { "3" };
+            assert_eq!(env.0["CUDA_VISIBLE_DEVICES"], format!("{first},MIG-5c0b7a3e-0000-4000-8000-000000000005"));
+        }
     }
 
     #[test]

@@ -322,6 +322,25 @@ pub struct Accounting {
     pub records: Vec<AccountingRecord>,
     /// The pool's utilisation over the period.
     pub utilisation: Utilisation,
+    /// Drains (by an operator or cderd's health watch) overlapping the
+    /// period. Absent from daemons that predate it.
+    #[serde(default)]
+    pub drains: Vec<DrainRecord>,
+}
+
+/// One period a device was out of service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRecord {
+    pub uuid: String,
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    pub index: u32,
+    /// `Xid 79`, `double-bit ECC error`, an operator's words …
+    pub reason: String,
+    /// Unix seconds.
+    pub start: i64,
+    /// Unix seconds; `null` while still drained.
+    pub end: Option<i64>,
 }
 
 /// The result of `ping`.

@@ -1,6 +1,7 @@
 //! The BDII side of phase 1: LDAP retrieval ([`query`]) and ClassAd
 //! Resource Offers ([`offers`]).
 
+pub mod glue21;
 pub mod offers;
 pub mod query;
 

@@ -533,6 +533,7 @@ impl Bdii {
         let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
             first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
+            first.push(Search::scan(&base, crate::bdii::glue21::FILTER.to_string(), crate::bdii::glue21::ATTRIBUTES));
         }
         if s.glue13 {
             first.push(Search::scan(&base13, subcluster_filter(wanted), &[] as &[&str]));
@@ -550,6 +551,8 @@ impl Bdii {
         }
         if s.class_extension {
             snap.extensions = results.next().unwrap_or_default();
+            // GLUE 2.1 AcceleratorEnvironments read as the Extensions they stand for.
+            snap.extensions.extend(crate::bdii::glue21::as_extensions(results.next().unwrap_or_default()));
         }
         if s.glue13 {
             snap.subclusters = results.next().unwrap_or_default();

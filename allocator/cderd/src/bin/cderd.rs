@@ -96,6 +96,7 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(socket = %socket.display(), mode = format!("{mode:o}"), version = env!("CARGO_PKG_VERSION"), "cderd listening");
+    cderd::health::spawn(&daemon);
     let stopping = Arc::clone(&daemon);
     let socket_path = socket.clone();
     // SIGTERM/SIGINT: let the operation in progress finish, remove the
