@@ -51,6 +51,18 @@ pub fn slurm_licences(total: u32) -> String {
     format!("{VGPGPU_LICENCE}:{total}")
 }
 
+/// The TORQUE resource that carries the mark a TORQUE+MAUI job's prologue
+/// reads, because MAUI's `-W x=GRES:` never reaches pbs_mom.
+pub const PBS_MARK_RESOURCE: &str = "other";
+
+/// The mark's first field: `other=cder:<type>:<count>`.
+pub const PBS_MARK_PREFIX: &str = "cder";
+
+/// `cder:gpgpu:2`: the mark value for `count` devices of `cder_type`.
+pub fn pbs_mark_value(cder_type: &str, count: u32) -> String {
+    format!("{PBS_MARK_PREFIX}:{cder_type}:{count}")
+}
+
 /// `gpus=2`: the element of a TORQUE `nodes=` spec for native GPUs.
 pub fn pbs_gpus(count: u32) -> String {
     format!("gpus={count}")
@@ -85,6 +97,7 @@ mod tests {
         assert_eq!(slurm_gres("gpgpu", 2), "gpu:2");
         assert_eq!(slurm_licences(6), "vgpgpu:6");
         assert_eq!(pbs_gpus(2), "gpus=2");
+        assert_eq!(pbs_mark_value("gpgpu", 2), "cder:gpgpu:2");
         assert_eq!(maui_gres(MAUI_GPU_GRES, 2), "gpus@2");
         let v = VgpgpuRequest { per_node: 2, method: VgpgpuMethod::Vcl };
         assert_eq!(pbs_vgpgpu_variables(&v), "VirtualGPGPUPerNode=2,VirtualGPGPUMethod=VCL");
