@@ -676,12 +676,26 @@ fn refuse_marks_maui(header: &Header<'_>, cli: &CommandLine, want: Option<&str>,
 /// else of the script (the command line overrides `-W x=` as a whole).
 fn maui_counted(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSettings) -> Result<Option<(Origin, u32)>, Rejection> {
     let gres = format!("GRES:{}@", settings.maui_gres);
+    // Every item is checked: MAUI reads them all, so one within the limit
+    // must not hide another above it, nor may two items disagree.
+    let bare = format!("GRES:{}", settings.maui_gres);
     let find = |x: &str, origin: Origin| -> Result<Option<(Origin, u32)>, Rejection> {
-        let mut found = None;
+        let mut found: Option<(Origin, u32)> = None;
         for item in x.split(';').map(str::trim) {
-            if let Some(m) = item.strip_prefix(&gres) {
-                found = Some((origin.clone(), per_node_value(m, &format!("x={x}"), &origin, settings)?));
+            let n = if let Some(m) = item.strip_prefix(&gres) {
+                per_node_value(m, &format!("x={x}"), &origin, settings)?
+            } else if item == bare {
+                // MAUI counts a GRES without @N as one.
+                1
+            } else {
+                continue;
+            };
+            if let Some((_, before)) = &found {
+                if *before != n {
+                    return Err(Rejection(format!("{origin}: x={x}: asks MAUI for {before} and for {n} {} per node", settings.maui_gres)));
+                }
             }
+            found = Some((origin.clone(), n));
         }
         Ok(found)
     };
@@ -1016,5 +1030,31 @@ mod tests {
         assert_eq!(with_gpus("1:ppn=4", 2, &o).unwrap(), "1:ppn=4:gpus=2");
         assert_eq!(with_gpus("2:ppn=8+1:ppn=2:gpus=2", 2, &o).unwrap(), "2:ppn=8:gpus=2+1:ppn=2:gpus=2");
         assert!(with_gpus("1:ppn=4:gpus=1", 2, &o).is_err());
+    }
+
+    #[test]
+    fn every_maui_gres_item_is_checked() {
+        let maui = TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() };
+        let w = |v: &str| vec!["-W".to_string(), v.to_string()];
+        for (script, argv, want) in [
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus@99\n./run\n"[..], vec![], "limit of 64"),
+            (&b"#PBS -W x=GRES:gpus@99\n./run\n"[..], vec![], "limit of 64"),
+            (&b"./run\n"[..], w("x=GRES:gpus@2;GRES:gpus@99"), "limit of 64"),
+            (&b"./run\n"[..], w("x=GRES:gpus@99"), "limit of 64"),
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus@3\n./run\n"[..], vec![], "for 2 and for 3"),
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus\n./run\n"[..], vec![], "for 2 and for 1"),
+        ] {
+            let err = filter(script, &argv, &|_| None, &maui).unwrap_err();
+            assert!(err.0.contains(want), "{:?} {argv:?}: {err}", String::from_utf8_lossy(script));
+        }
+        let ok = filter(b"#PBS -W x=GRES:gpus@2;GRES:gpus@2\n./run\n", &[], &|_| None, &maui).unwrap();
+        assert_eq!(ok.per_node, Some(2));
+        let one = filter(b"#PBS -W x=GRES:gpus\n./run\n", &[], &|_| None, &maui).unwrap();
+        assert_eq!(one.per_node, Some(1), "MAUI counts a bare GRES as one");
+        // What lrms-attrs writes in MAUI mode passes as it is.
+        let blah = b"#PBS -l nodes=1\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n";
+        let out = filter(blah, &[], &|_| None, &maui).unwrap();
+        assert_eq!(out.per_node, Some(2));
+        assert_eq!(out.script, blah.to_vec());
     }
 }
