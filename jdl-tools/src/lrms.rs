@@ -205,8 +205,8 @@ pub const BLAH_KEYS: [&str; 12] = [
 pub fn refusal_directive(lrms: Lrms, key: &str) -> String {
     let key: String = key.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
     match lrms {
-        Lrms::Slurm => format!("#SBATCH --cder-bad-attribute={key}"),
-        Lrms::Pbs => format!("#PBS -l cder_bad_attribute_{key}=1"),
+        Lrms::Slurm => format!("#SBATCH {}={key}", names::SLURM_REFUSAL_OPTION),
+        Lrms::Pbs => format!("#PBS -l {}{key}=1", names::PBS_REFUSAL_PREFIX),
     }
 }
 

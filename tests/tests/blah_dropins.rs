@@ -231,3 +231,39 @@ fn the_real_slurm_counts_the_directives_and_refuses_a_bad_value() {
     let err = cluster.sbatch(&[], &batch_script(&bad, &marker)).expect_err("a job with a refused attribute was accepted");
     assert!(err.contains("GPGPUPerNode"), "the refusal does not name the attribute: {err}");
 }
+
+/// cder's TORQUE submit filter run as qsub runs its SUBMITFILTER (the
+/// script on stdin, qsub's arguments; TORQUE itself is not in Debian 12).
+fn qsub_filter(script: &str, directive: &str) -> std::process::Output {
+    let filter = cder_tests::bdii::built_binary("cder-torque", "cder-torque-submit-filter").unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("torque.toml");
+    std::fs::write(&conf, format!("[torque]\ndirective = \"{directive}\"\n")).unwrap();
+    let mut child = Command::new(filter)
+        .env("CDER_TORQUE_CONFIG", &conf)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_torque_submit_filter_takes_the_pbs_drop_in_output_and_refuses_a_bad_value() {
+    let blah = Blah::install();
+    blah.set_conf("pbs_gpus = maui\n", 0o644);
+    let script = |lines: &[String]| format!("#!/bin/sh\n#PBS -q grid\n{}\n./run\n", lines.join("\n"));
+    let good = script(&blah.run("pbs", &["GPGPUPerNode='2'"]));
+    let out = qsub_filter(&good, "maui");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), good, "the drop-in's MAUI request and mark pass unchanged");
+    let bad = script(&blah.run("pbs", &["RequestGPUs='0'"]));
+    for directive in ["maui", "native"] {
+        let out = qsub_filter(&bad, directive);
+        assert_eq!(out.status.code(), Some(2), "{directive}: {}", String::from_utf8_lossy(&out.stdout));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("RequestGPUs"), "{directive}: the refusal does not name the attribute: {err}");
+    }
+}

@@ -555,6 +555,7 @@ impl Edits {
 pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<Filtered, Rejection> {
     let cli = CommandLine::read(argv, env, settings)?;
     let header = Header::read(script, &cli.prefix)?;
+    refuse_ce_refusals(&header)?;
     let request = read_script_request(&header, env, settings)?;
     let mut variables = request.variables;
     variables.extend(cli.variables.iter().cloned());
@@ -575,6 +576,24 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
         return Ok(Filtered { script: script.to_vec(), per_node, notes, variables, prefix: cli.prefix });
     }
     Ok(Filtered { script: assemble(script, &header, &edits), per_node, notes, variables, prefix: cli.prefix })
+}
+
+/// A BLAH drop-in that could not honour a job's attribute writes
+/// `-l cder_bad_attribute_<KEY>=1` (BLAH ignores its exit status): the job
+/// is refused here, naming the attribute, whatever TORQUE would make of an
+/// unknown resource.
+fn refuse_ce_refusals(header: &Header<'_>) -> Result<(), Rejection> {
+    for (d, o) in header.options().filter(|(_, o)| o.letter == 'l') {
+        for (k, _) in pairs(&o.value) {
+            if let Some(key) = k.strip_prefix(cder_request::lrms::PBS_REFUSAL_PREFIX) {
+                return Err(Rejection(format!(
+                    "job script line {}: the CE could not honour the job's {key} (its BLAH drop-in wrote -l {k}); see the CE's cder-jdl lrms-attrs for why",
+                    d.line
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `directive = "native"`: TORQUE counts `nodes=…:gpus=`; the request
@@ -1056,5 +1075,14 @@ mod tests {
         let out = filter(blah, &[], &|_| None, &maui).unwrap();
         assert_eq!(out.per_node, Some(2));
         assert_eq!(out.script, blah.to_vec());
+    }
+
+    #[test]
+    fn a_ce_refusal_stops_the_job_naming_the_attribute() {
+        let script = b"#!/bin/sh\n#PBS -l nodes=1\n#PBS -l cder_bad_attribute_GPGPUPerNode=1\n./run\n";
+        for settings in [TorqueSettings::default(), TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() }] {
+            let err = filter(script, &[], &|_| None, &settings).unwrap_err();
+            assert!(err.0.contains("line 3") && err.0.contains("GPGPUPerNode"), "{err}");
+        }
     }
 }

@@ -63,6 +63,16 @@ pub fn pbs_mark_value(cder_type: &str, count: u32) -> String {
     format!("{PBS_MARK_PREFIX}:{cder_type}:{count}")
 }
 
+/// The sbatch option a CE's drop-in writes when it cannot honour a job's
+/// attribute: sbatch knows no such option and refuses the job, naming it
+/// (`--cder-bad-attribute=GPGPUPerNode`).
+pub const SLURM_REFUSAL_OPTION: &str = "--cder-bad-attribute";
+
+/// The TORQUE resource prefix a CE's drop-in writes when it cannot honour a
+/// job's attribute (`-l cder_bad_attribute_GPGPUPerNode=1`): qsub knows no
+/// such resource, and cder's submit filter refuses it naming the attribute.
+pub const PBS_REFUSAL_PREFIX: &str = "cder_bad_attribute_";
+
 /// `gpus=2`: the element of a TORQUE `nodes=` spec for native GPUs.
 pub fn pbs_gpus(count: u32) -> String {
     format!("gpus={count}")
