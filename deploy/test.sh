@@ -4,9 +4,21 @@
 # munged on loopback, then a short bounded fuzz run of every parser that
 # takes outside input (deploy/fuzz.sh). Needs root and deploy/install-deps.sh done first.
 # Under CI=true a missing component fails the run instead of skipping.
+# The run ends with the number of skipped tests and why (each skip appends a
+# line to $CDER_SKIPPED_FILE: cder_tests::skipped and the crates' test helpers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+CDER_SKIPPED_FILE="$(mktemp "${TMPDIR:-/tmp}/cder-skipped.XXXXXX")"
+export CDER_SKIPPED_FILE
+skip_summary() {
+    local n
+    n=$(wc -l < "$CDER_SKIPPED_FILE")
+    echo "== skipped tests: $n${CI:+ (CI=$CI)}"
+    if [ "$n" -gt 0 ]; then sed 's/^/   /' "$CDER_SKIPPED_FILE"; fi
+    rm -f "$CDER_SKIPPED_FILE"
+}
+trap skip_summary EXIT
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
 # A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.

@@ -3,8 +3,10 @@
 //! Problems found: syntax errors; a Requirements expression that cannot be
 //! boolean-valued; `GPGPUPerNode` / `VirtualGPGPUPerNode` that is not a
 //! positive integer up to `cder_request::MAX_COUNT`; an unknown `VirtualGPGPUMethod` (alias
-//! `VirtualGPGPUType`); calls to unknown functions (a warning: they evaluate
-//! to `error`).
+//! `VirtualGPGPUType`); HTCondor's GPU vocabulary, as the CE reads it
+//! (`RequestGPUs` a count like `GPGPUPerNode` and equal to it when both are
+//! given, `gpus_minimum_capability` as `major.minor`, `gpus_minimum_memory`
+//! in MiB); calls to unknown functions (a warning: they evaluate to `error`).
 
 use std::fmt;
 
@@ -74,7 +76,7 @@ pub fn check_ad(ad: &ClassAd) -> Vec<Diagnostic> {
             }
         }
     }
-    for key in [keys::GPGPU_PER_NODE, keys::VIRTUAL_GPGPU_PER_NODE] {
+    for key in [keys::GPGPU_PER_NODE, keys::VIRTUAL_GPGPU_PER_NODE, keys::htcondor::REQUEST_GPUS] {
         if let Some(a) = ad.attribute(key) {
             let v = ad.eval_attr(key);
             let problem = match v {
@@ -87,6 +89,31 @@ pub fn check_ad(ad: &ClassAd) -> Vec<Diagnostic> {
             };
             if let Some(why) = problem {
                 out.push(Diagnostic { pos: a.pos, severity: Severity::Error, message: format!("{} {why}", a.name) });
+            }
+        }
+    }
+    if let (Some(a), Value::Int(g), Value::Int(r)) =
+        (ad.attribute(keys::htcondor::REQUEST_GPUS), ad.eval_attr(keys::GPGPU_PER_NODE), ad.eval_attr(keys::htcondor::REQUEST_GPUS))
+    {
+        if g != r {
+            out.push(Diagnostic { pos: a.pos, severity: Severity::Error, message: format!("{} {r} contradicts {} {g}", a.name, keys::GPGPU_PER_NODE) });
+        }
+    }
+    for key in [keys::htcondor::GPUS_MINIMUM_CAPABILITY, keys::htcondor::GPUS_MINIMUM_MEMORY] {
+        if let Some(a) = ad.attribute(key) {
+            let text = match ad.eval_attr(key) {
+                Value::Str(s) => s.to_string(),
+                Value::Int(i) => i.to_string(),
+                Value::Real(r) => r.to_string(),
+                other => describe(&other),
+            };
+            let problem = if key == keys::htcondor::GPUS_MINIMUM_MEMORY {
+                cder_request::parse_gpu_memory(&text).err().map(|e| e.to_string())
+            } else {
+                cder_request::parse_capability(&text).err().map(|e| e.to_string())
+            };
+            if let Some(why) = problem {
+                out.push(Diagnostic { pos: a.pos, severity: Severity::Error, message: format!("{}: {why}", a.name) });
             }
         }
     }
@@ -281,6 +308,11 @@ mod tests {
     fn gpgpu_counts_may_be_expressions() {
         assert_eq!(msgs("[ N = 2; GPGPUPerNode = N * 2 ]").len(), 0);
         assert_eq!(msgs("[ GPGPUPerNode = 1.5 ]").len(), 1);
+        assert_eq!(msgs("[ RequestGPUs = 2; GPGPUPerNode = 2; gpus_minimum_capability = 7.5; gpus_minimum_memory = 16000 ]").len(), 0);
+        assert_eq!(msgs("[ RequestGPUs = 0 ]").len(), 1);
+        assert_eq!(msgs("[ RequestGPUs = 2; GPGPUPerNode = 3 ]").len(), 1);
+        assert_eq!(msgs("[ gpus_minimum_capability = \"seven\" ]").len(), 1);
+        assert_eq!(msgs("[ gpus_minimum_memory = -1 ]").len(), 1);
         assert_eq!(msgs("[ GPGPUPerNode = other.x ]").len(), 1);
     }
 }

@@ -10,6 +10,17 @@
 //! | `CPUNumber`, `SMPGranularity`, `HostNumber` | `--ntasks`, `--ntasks-per-node`, `--nodes` | `nodes=H:ppn=G` | same |
 //! | `WholeNodes = true` | `--exclusive` | `#PBS -n` | same |
 //!
+//! HTCondor-CE's GPU vocabulary is understood beside the JDL keys (see
+//! docs/htcondor-ce.md): `RequestGPUs` is the same count as `GPGPUPerNode`
+//! (both given, they must agree); `gpus_minimum_capability` and
+//! `gpus_minimum_memory` are checked and exported for the job, since
+//! neither SLURM nor TORQUE counts them; `require_gpus` must parse as a
+//! ClassAd expression. HTCondor-CE's blahp writes its own
+//! `--gres=gpu[:model]:N` for `RequestGPUs`; with
+//! [`Settings::blahp_writes_gpus`] cder then writes no second GPU directive.
+//! In TORQUE+MAUI mode the mark the prologue reads (`-l other=cder:gpgpu:N`)
+//! goes with the MAUI request.
+//!
 //! The vGPGPU keys are also exported (`export VirtualGPGPUPerNode=…`) for
 //! the job's own wrappers. Counts, the vGPGPU method and every resource name
 //! come from `cder_request`, the vocabulary job_submit, the SPANK plugin and
@@ -19,6 +30,7 @@
 
 use std::fmt;
 
+use cder_request::keys::htcondor as htc;
 use cder_request::{keys, lrms as names, VgpgpuMethod, VgpgpuRequest};
 
 use crate::ast::{ClassAd, Pos};
@@ -56,6 +68,9 @@ pub struct Settings {
     /// SLURM licence that counts vGPGPU backends (default `vgpgpu`, what
     /// job_submit_cder.so counts).
     pub licence: Option<String>,
+    /// blahp (HTCondor-CE) writes its own GPU directive for `RequestGPUs`:
+    /// cder then writes none for that count, so the job has exactly one.
+    pub blahp_writes_gpus: bool,
 }
 
 impl Settings {
@@ -67,6 +82,7 @@ impl Settings {
             gres: names::GPU_GRES.into(),
             maui_gres: names::MAUI_GPU_GRES.into(),
             licence: None,
+            blahp_writes_gpus: false,
         }
     }
 }
@@ -108,6 +124,13 @@ pub struct JobResources {
     pub vgpgpus_per_node: Option<i64>,
     /// `VirtualGPGPUMethod` / `VirtualGPGPUType`, canonical spelling.
     pub vgpgpu_method: Option<String>,
+    /// The GPU count came from HTCondor's `RequestGPUs` (blahp may have
+    /// written its directive already).
+    pub gpus_from_request_gpus: bool,
+    /// `gpus_minimum_capability`, `major.minor`.
+    pub gpus_minimum_capability: Option<(u32, u32)>,
+    /// `gpus_minimum_memory`, MiB.
+    pub gpus_minimum_memory: Option<u32>,
 }
 
 /// Where the attributes come from: a parsed JDL or BLAH's environment.
@@ -152,6 +175,38 @@ pub fn env_value(raw: &str) -> Value {
 impl<F: Fn(&str) -> Option<String>> Source for EnvSource<F> {
     fn get(&self, key: &str) -> Option<Value> {
         (self.0)(key).filter(|v| !v.trim().is_empty()).map(|v| env_value(&v))
+    }
+}
+
+/// The keys a BLAH drop-in hands over (`--attr KEY=VALUE`): the JDL keys and
+/// HTCondor's GPU vocabulary. A drop-in passes exactly these, whatever else
+/// the job set.
+pub const BLAH_KEYS: [&str; 12] = [
+    keys::GPGPU_PER_NODE,
+    keys::VIRTUAL_GPGPU_PER_NODE,
+    keys::VIRTUAL_GPGPU_METHOD,
+    keys::VIRTUAL_GPGPU_TYPE,
+    "CPUNumber",
+    "SMPGranularity",
+    "HostNumber",
+    "WholeNodes",
+    htc::REQUEST_GPUS,
+    htc::REQUIRE_GPUS,
+    htc::GPUS_MINIMUM_CAPABILITY,
+    htc::GPUS_MINIMUM_MEMORY,
+];
+
+/// The directive that makes the batch system refuse a job whose attribute
+/// `key` cder could not honour, naming it: BLAH ignores a drop-in's exit
+/// status and stderr, so only the batch script can stop the job. sbatch
+/// refuses `unrecognized option '--cder-bad-attribute=KEY'`; TORQUE's qsub
+/// `Unknown resource type Resource_List.cder_bad_attribute_KEY`. `key` must
+/// be one of [`BLAH_KEYS`] or another fixed name, never job text.
+pub fn refusal_directive(lrms: Lrms, key: &str) -> String {
+    let key: String = key.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    match lrms {
+        Lrms::Slurm => format!("#SBATCH {}={key}", names::SLURM_REFUSAL_OPTION),
+        Lrms::Pbs => format!("#PBS -l {}{key}=1", names::PBS_REFUSAL_PREFIX),
     }
 }
 
@@ -202,15 +257,58 @@ impl JobResources {
             (None, Some(_)) => return Err(err(method_key, format!("needs {}", keys::VIRTUAL_GPGPU_PER_NODE))),
             (None, None) => None,
         };
+        let gpgpus = device_count(src, keys::GPGPU_PER_NODE)?;
+        let request_gpus = device_count(src, htc::REQUEST_GPUS)?;
+        if let (Some(g), Some(r)) = (gpgpus, request_gpus) {
+            if g != r {
+                return Err(err(htc::REQUEST_GPUS, format!("{r} GPUs contradicts {} = {g}", keys::GPGPU_PER_NODE)));
+            }
+        }
+        let text = |key: &str| -> Result<Option<String>, AttrError> {
+            match src.get(key) {
+                None | Some(Value::Undefined) => Ok(None),
+                Some(Value::Str(s)) => Ok(Some(s.to_string())),
+                Some(Value::Int(i)) => Ok(Some(i.to_string())),
+                Some(Value::Real(r)) => Ok(Some(r.to_string())),
+                Some(v) => Err(err(key, format!("must be a number, not {v}"))),
+            }
+        };
+        let gpus_minimum_capability = match text(htc::GPUS_MINIMUM_CAPABILITY)? {
+            Some(t) => Some(cder_request::parse_capability(&t).map_err(|e| err(htc::GPUS_MINIMUM_CAPABILITY, e.to_string()))?),
+            None => None,
+        };
+        let gpus_minimum_memory = match text(htc::GPUS_MINIMUM_MEMORY)? {
+            Some(t) => Some(cder_request::parse_gpu_memory(&t).map_err(|e| err(htc::GPUS_MINIMUM_MEMORY, e.to_string()))?),
+            None => None,
+        };
+        match src.get(htc::REQUIRE_GPUS) {
+            None | Some(Value::Undefined) | Some(Value::Bool(_)) => {}
+            Some(Value::Str(expr)) => {
+                crate::parser::parse_expr(&expr).map_err(|e| err(htc::REQUIRE_GPUS, format!("not a ClassAd expression ({e})")))?;
+            }
+            Some(v) => return Err(err(htc::REQUIRE_GPUS, format!("must be a ClassAd expression, not {v}"))),
+        }
         let r = JobResources {
             cpus: count(src, "CPUNumber")?,
             smp_granularity: count(src, "SMPGranularity")?,
             hosts: count(src, "HostNumber")?,
             whole_nodes,
-            gpgpus_per_node: device_count(src, keys::GPGPU_PER_NODE)?,
+            gpgpus_per_node: gpgpus.or(request_gpus),
             vgpgpus_per_node,
             vgpgpu_method,
+            gpus_from_request_gpus: request_gpus.is_some(),
+            gpus_minimum_capability,
+            gpus_minimum_memory,
         };
+        if let (Some(v), Some(_)) = (r.vgpgpus_per_node, &r.vgpgpu_method) {
+            if r.vgpgpus_total().is_none() {
+                let factor = r.cpus.unwrap_or(1);
+                return Err(err(
+                    keys::VIRTUAL_GPGPU_PER_NODE,
+                    format!("{v} per node for {factor} CPUs exceeds {} vGPGPUs for one job", cder_request::MAX_JOB_TOTAL),
+                ));
+            }
+        }
         if let (Some(h), Some(c)) = (r.hosts, r.cpus) {
             if h > c {
                 return Err(err("HostNumber", format!("{h} hosts for {c} CPUs (CPUNumber)")));
@@ -232,9 +330,11 @@ impl JobResources {
         })
     }
 
-    /// vGPGPUs for the whole job: VirtualGPGPUPerNode × CPUNumber (thesis ch. 4).
-    pub fn vgpgpus_total(&self) -> Option<i64> {
-        self.vgpgpus_per_node.map(|v| v.saturating_mul(self.cpus.unwrap_or(1)))
+    /// vGPGPUs for the whole job: VirtualGPGPUPerNode × CPUNumber (thesis
+    /// ch. 4), `None` without a request or above cder_request's job total.
+    pub fn vgpgpus_total(&self) -> Option<u32> {
+        let per_node = u32::try_from(self.vgpgpus_per_node?).ok()?;
+        cder_request::job_total(per_node, u64::try_from(self.cpus.unwrap_or(1)).ok()?)
     }
 
     /// The vGPGPU request in the shared vocabulary, for the `#PBS -v` form.
@@ -263,7 +363,7 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if r.whole_nodes {
                 out.push("#SBATCH --exclusive".into());
             }
-            if let Some(n) = r.gpgpus_per_node {
+            if let Some(n) = r.gpgpus_per_node.filter(|_| !(r.gpus_from_request_gpus && s.blahp_writes_gpus)) {
                 out.push(format!("#SBATCH --gres={}:{n}", s.gres));
             }
             if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
@@ -276,17 +376,20 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if let Some(p) = ppn {
                 nodes.push_str(&format!(":ppn={p}"));
             }
-            if let (Some(n), PbsGpus::Native) = (r.gpgpus_per_node, s.pbs_gpus) {
-                nodes.push_str(&format!(":gpus={n}"));
+            let gpus = r.gpgpus_per_node.filter(|_| !(r.gpus_from_request_gpus && s.blahp_writes_gpus));
+            if let (Some(n), PbsGpus::Native) = (gpus, s.pbs_gpus) {
+                nodes.push_str(&format!(":{}", names::pbs_gpus(n as u32)));
             }
-            if r.cpus.is_some() || r.smp_granularity.is_some() || r.hosts.is_some() || r.gpgpus_per_node.is_some() {
+            if r.cpus.is_some() || r.smp_granularity.is_some() || r.hosts.is_some() || gpus.is_some() {
                 out.push(format!("#PBS -l {nodes}"));
             }
             if r.whole_nodes {
                 out.push("#PBS -n".into());
             }
-            if let (Some(n), PbsGpus::Maui) = (r.gpgpus_per_node, s.pbs_gpus) {
+            if let (Some(n), PbsGpus::Maui) = (gpus, s.pbs_gpus) {
                 out.push(format!("#PBS -W x=GRES:{}", names::maui_gres(&s.maui_gres, n as u32)));
+                // MAUI's request never reaches pbs_mom: the prologue reads this mark.
+                out.push(format!("#PBS -l {}={}", names::PBS_MARK_RESOURCE, names::pbs_mark_value(cder_request::GPGPU, n as u32)));
             }
             // TORQUE counts vGPGPUs through the filter's hold and the
             // registry monitor, whichever scheduler runs.
@@ -301,6 +404,13 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
     if let (Some(v), Some(m)) = (r.vgpgpus_per_node, &r.vgpgpu_method) {
         out.push(format!("export VirtualGPGPUPerNode={v}"));
         out.push(format!("export VirtualGPGPUMethod={m}"));
+    }
+    // Neither SLURM nor TORQUE counts these: the job's wrappers may check them.
+    if let Some((major, minor)) = r.gpus_minimum_capability {
+        out.push(format!("export CDER_GPUS_MINIMUM_CAPABILITY={major}.{minor}"));
+    }
+    if let Some(m) = r.gpus_minimum_memory {
+        out.push(format!("export CDER_GPUS_MINIMUM_MEMORY={m}"));
     }
     out
 }
@@ -319,7 +429,21 @@ mod tests {
         assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Slurm)).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
         assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Pbs)).unwrap(), ["#PBS -l nodes=1:gpus=2", "export GPGPUPerNode=2"]);
         let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
-        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]);
+    }
+
+    #[test]
+    fn htcondor_request_gpus_is_the_same_count() {
+        let slurm = Settings::new(Lrms::Slurm);
+        assert_eq!(lines("[ RequestGPUs = 2 ]", &slurm).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ RequestGPUs = 2; GPGPUPerNode = 2 ]", &slurm).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ RequestGPUs = 2; GPGPUPerNode = 3 ]", &slurm).unwrap_err().key, "RequestGPUs");
+        let blahp = Settings { blahp_writes_gpus: true, ..Settings::new(Lrms::Slurm) };
+        assert_eq!(lines("[ RequestGPUs = 2 ]", &blahp).unwrap(), ["export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &blahp).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(lines("[ gpus_minimum_memory = 0 ]", &slurm).unwrap_err().key, "gpus_minimum_memory");
+        assert_eq!(lines("[ require_gpus = \"Capability >\" ]", &slurm).unwrap_err().key, "require_gpus");
+        assert_eq!(lines("[ VirtualGPGPUPerNode = 1048576; CPUNumber = 1048576 ]", &slurm).unwrap_err().key, "VirtualGPGPUPerNode");
     }
 
     #[test]

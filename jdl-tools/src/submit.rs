@@ -162,8 +162,10 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
     s.push_str(&format!("#SBATCH --chdir={}\n", dir.display()));
     for (key, opt) in [("StdOutput", "--output"), ("StdError", "--error")] {
         if let Some(f) = string_attr(job, key)? {
-            if f.contains(['\n', '%']) {
-                return Err(SubmitError::Input(format!("{key}: {f:?} is not a plain file name")));
+            // sbatch splits a #SBATCH line at blanks (a space or \r would
+            // start another option) and expands %: only a plain path gets in.
+            if f.is_empty() || f.chars().any(|c| c.is_whitespace() || c.is_control() || "%\"'\\".contains(c)) {
+                return Err(SubmitError::Input(format!("{key}: {f:?} is not a plain file name (no blanks, control characters, quotes, \\ or %)")));
             }
             s.push_str(&format!("#SBATCH {opt}={f}\n"));
         }
@@ -177,7 +179,7 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
             for it in items.iter() {
                 let Value::Str(kv) = it else { return Err(SubmitError::Input(format!("Environment: {it} is not a \"NAME=value\" string"))) };
                 let (k, v) = kv.split_once('=').ok_or_else(|| SubmitError::Input(format!("Environment: {kv:?} has no '='")))?;
-                if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                if !is_shell_name(k) {
                     return Err(SubmitError::Input(format!("Environment: {k:?} is not a variable name")));
                 }
                 s.push_str(&format!("export {k}={}\n", sh_quote(v)));
@@ -189,6 +191,12 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
     // gLite hands Arguments to the shell as written.
     s.push_str(&format!("exec {} {args}\n", sh_quote(&exe_path)));
     Ok(s)
+}
+
+/// A POSIX shell variable name: a letter or `_`, then letters, digits and `_`
+/// (`2X=1` would be run as a command, not assigned).
+fn is_shell_name(k: &str) -> bool {
+    k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -248,5 +256,27 @@ mod tests {
         }
         let bad = ClassAd::parse("[ Executable = \"x\"; GPGPUPerNode = -2 ]").unwrap();
         assert!(matches!(slurm_script(&bad, None, &Settings::new(crate::lrms::Lrms::Slurm), Path::new("/tmp")), Err(SubmitError::Input(_))));
+    }
+
+    #[test]
+    fn file_names_and_variable_names_cannot_add_options_or_commands() {
+        let slurm = Settings::new(crate::lrms::Lrms::Slurm);
+        for (attr, key) in [
+            ("StdOutput = \"out --partition=prio\"", "StdOutput"),
+            ("StdError = \"err\\r--partition=prio\"", "StdError"),
+            ("StdOutput = \"a\\tb\"", "StdOutput"),
+            ("StdOutput = \"\"", "StdOutput"),
+            ("Environment = { \"2X=1\" }", "Environment"),
+            ("Environment = { \"A-B=1\" }", "Environment"),
+        ] {
+            let job = ClassAd::parse(&format!("[ Executable = \"x\"; {attr} ]")).unwrap();
+            match slurm_script(&job, None, &slurm, Path::new("/tmp")) {
+                Err(SubmitError::Input(m)) => assert!(m.starts_with(key), "{attr}: {m}"),
+                other => panic!("{attr} was accepted: {other:?}"),
+            }
+        }
+        let ok = ClassAd::parse("[ Executable = \"x\"; StdOutput = \"logs/job_1.out\"; Environment = { \"_X2=a b\" } ]").unwrap();
+        let s = slurm_script(&ok, None, &slurm, Path::new("/tmp")).unwrap();
+        assert!(s.contains("#SBATCH --output=logs/job_1.out\n") && s.contains("export _X2='a b'\n"), "{s}");
     }
 }

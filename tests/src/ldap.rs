@@ -46,7 +46,7 @@ pub fn require(what: &[&str]) -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("CI=true and a real component is {message}");
     }
-    eprintln!("SKIPPED: {message}");
+    crate::skipped(&message);
     false
 }
 

@@ -48,7 +48,7 @@ pub fn require_slurm() -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("CI=true and a real component is {message}");
     }
-    eprintln!("SKIPPED: {message}");
+    crate::skipped(&message);
     false
 }
 

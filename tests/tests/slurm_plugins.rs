@@ -14,17 +14,22 @@ use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, Slu
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A job that prints when it started, what it can open and sees, what an
-/// srun step inside it sees, and when it ended.
-fn reporting_job(cluster: &SlurmCluster) -> String {
+/// srun step inside it sees, and when it ended. It first waits (up to 60 s)
+/// at a barrier until two jobs have started, so that two jobs given GPUs at
+/// the same time do run at the same time however slow the machine is.
+fn reporting_job(cluster: &SlurmCluster, barrier: &std::path::Path) -> String {
     format!(
         "#!/bin/sh\n\
+touch {barrier}/$SLURM_JOB_ID\n\
+i=0; while [ $(ls {barrier} | wc -l) -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n\
 echo START=$(date +%s.%N)\n\
 {}\
 env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|ROCR_VISIBLE_DEVICES)='\n\
 echo STEP_CUDA_VISIBLE_DEVICES=$(srun -n1 printenv CUDA_VISIBLE_DEVICES)\n\
 sleep 4\n\
 echo END=$(date +%s.%N)\n",
-        cluster.open_probe()
+        cluster.open_probe(),
+        barrier = barrier.display()
     )
 }
 
@@ -54,7 +59,9 @@ fn wait_all_free(cluster: &SlurmCluster) -> cder_protocol::Status {
 #[test]
 fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
     let Some((_g, cluster)) = start(SlurmConfig::default()) else { return };
-    let script = reporting_job(&cluster);
+    let barrier = cluster.dir().join("barrier");
+    std::fs::create_dir_all(&barrier).unwrap();
+    let script = reporting_job(&cluster, &barrier);
     let ids: Vec<u32> = (0..3)
         .map(|_| cluster.sbatch(&["--gpgpu-per-node=2"], &script).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs())))
         .collect();
@@ -79,6 +86,9 @@ fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
         assert!(info.fields.get("TresPerNode").is_some_and(|t| t.contains("gpu:2")), "{info:?}");
         runs.push((id, start, end, gpus));
     }
+    // Some jobs did run together, or "disjoint" below would prove nothing.
+    let overlapping = runs.iter().enumerate().flat_map(|(i, a)| runs[i + 1..].iter().map(move |b| (a, b))).filter(|(a, b)| a.1 < b.2 && b.1 < a.2).count();
+    assert!(overlapping >= 1, "no two jobs ran at the same time, so disjointness was not tested: {runs:?}\n{}", cluster.logs());
     // At most two at once, and jobs that overlapped saw disjoint devices.
     for (i, a) in runs.iter().enumerate() {
         let concurrent = runs.iter().filter(|b| b.1 <= a.1 && a.1 < b.2).count();

@@ -555,6 +555,7 @@ impl Edits {
 pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<Filtered, Rejection> {
     let cli = CommandLine::read(argv, env, settings)?;
     let header = Header::read(script, &cli.prefix)?;
+    refuse_ce_refusals(&header)?;
     let request = read_script_request(&header, env, settings)?;
     let mut variables = request.variables;
     variables.extend(cli.variables.iter().cloned());
@@ -575,6 +576,24 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
         return Ok(Filtered { script: script.to_vec(), per_node, notes, variables, prefix: cli.prefix });
     }
     Ok(Filtered { script: assemble(script, &header, &edits), per_node, notes, variables, prefix: cli.prefix })
+}
+
+/// A BLAH drop-in that could not honour a job's attribute writes
+/// `-l cder_bad_attribute_<KEY>=1` (BLAH ignores its exit status): the job
+/// is refused here, naming the attribute, whatever TORQUE would make of an
+/// unknown resource.
+fn refuse_ce_refusals(header: &Header<'_>) -> Result<(), Rejection> {
+    for (d, o) in header.options().filter(|(_, o)| o.letter == 'l') {
+        for (k, _) in pairs(&o.value) {
+            if let Some(key) = k.strip_prefix(cder_request::lrms::PBS_REFUSAL_PREFIX) {
+                return Err(Rejection(format!(
+                    "job script line {}: the CE could not honour the job's {key} (its BLAH drop-in wrote -l {k}); see the CE's cder-jdl lrms-attrs for why",
+                    d.line
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `directive = "native"`: TORQUE counts `nodes=…:gpus=`; the request
@@ -676,12 +695,26 @@ fn refuse_marks_maui(header: &Header<'_>, cli: &CommandLine, want: Option<&str>,
 /// else of the script (the command line overrides `-W x=` as a whole).
 fn maui_counted(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSettings) -> Result<Option<(Origin, u32)>, Rejection> {
     let gres = format!("GRES:{}@", settings.maui_gres);
+    // Every item is checked: MAUI reads them all, so one within the limit
+    // must not hide another above it, nor may two items disagree.
+    let bare = format!("GRES:{}", settings.maui_gres);
     let find = |x: &str, origin: Origin| -> Result<Option<(Origin, u32)>, Rejection> {
-        let mut found = None;
+        let mut found: Option<(Origin, u32)> = None;
         for item in x.split(';').map(str::trim) {
-            if let Some(m) = item.strip_prefix(&gres) {
-                found = Some((origin.clone(), per_node_value(m, &format!("x={x}"), &origin, settings)?));
+            let n = if let Some(m) = item.strip_prefix(&gres) {
+                per_node_value(m, &format!("x={x}"), &origin, settings)?
+            } else if item == bare {
+                // MAUI counts a GRES without @N as one.
+                1
+            } else {
+                continue;
+            };
+            if let Some((_, before)) = &found {
+                if *before != n {
+                    return Err(Rejection(format!("{origin}: x={x}: asks MAUI for {before} and for {n} {} per node", settings.maui_gres)));
+                }
             }
+            found = Some((origin.clone(), n));
         }
         Ok(found)
     };
@@ -1016,5 +1049,40 @@ mod tests {
         assert_eq!(with_gpus("1:ppn=4", 2, &o).unwrap(), "1:ppn=4:gpus=2");
         assert_eq!(with_gpus("2:ppn=8+1:ppn=2:gpus=2", 2, &o).unwrap(), "2:ppn=8:gpus=2+1:ppn=2:gpus=2");
         assert!(with_gpus("1:ppn=4:gpus=1", 2, &o).is_err());
+    }
+
+    #[test]
+    fn every_maui_gres_item_is_checked() {
+        let maui = TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() };
+        let w = |v: &str| vec!["-W".to_string(), v.to_string()];
+        for (script, argv, want) in [
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus@99\n./run\n"[..], vec![], "limit of 64"),
+            (&b"#PBS -W x=GRES:gpus@99\n./run\n"[..], vec![], "limit of 64"),
+            (&b"./run\n"[..], w("x=GRES:gpus@2;GRES:gpus@99"), "limit of 64"),
+            (&b"./run\n"[..], w("x=GRES:gpus@99"), "limit of 64"),
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus@3\n./run\n"[..], vec![], "for 2 and for 3"),
+            (&b"#PBS -W x=GRES:gpus@2;GRES:gpus\n./run\n"[..], vec![], "for 2 and for 1"),
+        ] {
+            let err = filter(script, &argv, &|_| None, &maui).unwrap_err();
+            assert!(err.0.contains(want), "{:?} {argv:?}: {err}", String::from_utf8_lossy(script));
+        }
+        let ok = filter(b"#PBS -W x=GRES:gpus@2;GRES:gpus@2\n./run\n", &[], &|_| None, &maui).unwrap();
+        assert_eq!(ok.per_node, Some(2));
+        let one = filter(b"#PBS -W x=GRES:gpus\n./run\n", &[], &|_| None, &maui).unwrap();
+        assert_eq!(one.per_node, Some(1), "MAUI counts a bare GRES as one");
+        // What lrms-attrs writes in MAUI mode passes as it is.
+        let blah = b"#PBS -l nodes=1\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n";
+        let out = filter(blah, &[], &|_| None, &maui).unwrap();
+        assert_eq!(out.per_node, Some(2));
+        assert_eq!(out.script, blah.to_vec());
+    }
+
+    #[test]
+    fn a_ce_refusal_stops_the_job_naming_the_attribute() {
+        let script = b"#!/bin/sh\n#PBS -l nodes=1\n#PBS -l cder_bad_attribute_GPGPUPerNode=1\n./run\n";
+        for settings in [TorqueSettings::default(), TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() }] {
+            let err = filter(script, &[], &|_| None, &settings).unwrap_err();
+            assert!(err.0.contains("line 3") && err.0.contains("GPGPUPerNode"), "{err}");
+        }
     }
 }

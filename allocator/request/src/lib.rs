@@ -50,6 +50,76 @@ pub mod keys {
     pub const VIRTUAL_GPGPU_METHOD: &str = "VirtualGPGPUMethod";
     /// The thesis's other spelling of [`VIRTUAL_GPGPU_METHOD`]; the method key wins when both are set.
     pub const VIRTUAL_GPGPU_TYPE: &str = "VirtualGPGPUType";
+
+    /// HTCondor's GPU vocabulary, as HTCondor-CE's job router hands a routed
+    /// job's attributes to blahp (and blahp to BLAH's drop-ins).
+    pub mod htcondor {
+        /// GPUs for the job: what SLURM counts as `--gres=gpu:N` and TORQUE
+        /// as `gpus=N`, the same count as [`super::GPGPU_PER_NODE`].
+        pub const REQUEST_GPUS: &str = "RequestGPUs";
+        /// A ClassAd expression over a GPU's properties (`Capability >= 7.0`).
+        pub const REQUIRE_GPUS: &str = "require_gpus";
+        /// The lowest CUDA compute capability a GPU may have (`7.5`).
+        pub const GPUS_MINIMUM_CAPABILITY: &str = "gpus_minimum_capability";
+        /// The least device memory a GPU may have, in MiB.
+        pub const GPUS_MINIMUM_MEMORY: &str = "gpus_minimum_memory";
+    }
+}
+
+/// The most vGPGPU backends one job may ask for in all (per node times
+/// nodes or CPUs): a directive never carries more.
+pub const MAX_JOB_TOTAL: u32 = 1 << 16;
+
+/// The job-wide total of `per_node` over `factor` nodes or CPUs, or `None`
+/// when it exceeds [`MAX_JOB_TOTAL`].
+pub fn job_total(per_node: u32, factor: u64) -> Option<u32> {
+    let t = u64::from(per_node).checked_mul(factor.max(1))?;
+    if t <= u64::from(MAX_JOB_TOTAL) {
+        Some(t as u32)
+    } else {
+        None
+    }
+}
+
+/// The least GPU memory, in MiB, a job may ask every GPU to have; above it
+/// no GPU exists (16 TiB).
+pub const MAX_GPU_MEMORY_MIB: u32 = 1 << 24;
+
+/// Why a GPU property a job asks for is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPropertyError(pub String);
+
+impl fmt::Display for GpuPropertyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GpuPropertyError {}
+
+/// A CUDA compute capability, `major.minor` (`7.5`, `8.0`; a bare `8`
+/// is `8.0`), as HTCondor's `gpus_minimum_capability` writes it.
+pub fn parse_capability(text: &str) -> Result<(u32, u32), GpuPropertyError> {
+    let t = text.trim();
+    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
+    let (major, minor) = t.split_once('.').unwrap_or((t, "0"));
+    let digits = |d: &str| !d.is_empty() && d.len() <= 3 && d.bytes().all(|b| b.is_ascii_digit());
+    if digits(major) && digits(minor) {
+        Ok((major.parse().unwrap_or(0), minor.parse().unwrap_or(0)))
+    } else {
+        Err(GpuPropertyError(format!("{:?} is not a compute capability (major.minor, e.g. 7.5)", t.chars().take(40).collect::<String>())))
+    }
+}
+
+/// GPU memory in MiB, 1 to [`MAX_GPU_MEMORY_MIB`], as HTCondor's
+/// `gpus_minimum_memory` writes it.
+pub fn parse_gpu_memory(text: &str) -> Result<u32, GpuPropertyError> {
+    let t = text.trim();
+    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
+    match t.parse::<u64>() {
+        Ok(n) if (1..=u64::from(MAX_GPU_MEMORY_MIB)).contains(&n) => Ok(n as u32),
+        _ => Err(GpuPropertyError(format!("{:?} is not a memory size in MiB (1 to {MAX_GPU_MEMORY_MIB})", t.chars().take(40).collect::<String>()))),
+    }
 }
 
 /// The most devices (or vGPGPU backends) one request may ask for per node,
@@ -298,6 +368,24 @@ mod tests {
         assert_eq!(check_count(0), Err(CountError::NotPositive));
         assert_eq!(check_count(i64::MIN), Err(CountError::NotPositive));
         assert_eq!(check_count(i64::from(MAX_COUNT) + 1), Err(CountError::TooLarge));
+    }
+
+    #[test]
+    fn job_totals_and_gpu_properties() {
+        assert_eq!(job_total(2, 3), Some(6));
+        assert_eq!(job_total(4, 0), Some(4));
+        assert_eq!(job_total(MAX_COUNT, 16), Some(MAX_JOB_TOTAL));
+        assert_eq!(job_total(MAX_COUNT, 17), None);
+        assert_eq!(job_total(1 << 20, 1 << 20), None);
+        assert_eq!(parse_capability("7.5"), Ok((7, 5)));
+        assert_eq!(parse_capability("\"8\""), Ok((8, 0)));
+        for bad in ["", "7.", ".5", "a", "7.5.1", "1e3", "-7"] {
+            assert!(parse_capability(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_gpu_memory("16000"), Ok(16000));
+        for bad in ["0", "-1", "1.5", "x", "99999999999"] {
+            assert!(parse_gpu_memory(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -51,6 +51,28 @@ pub fn slurm_licences(total: u32) -> String {
     format!("{VGPGPU_LICENCE}:{total}")
 }
 
+/// The TORQUE resource that carries the mark a TORQUE+MAUI job's prologue
+/// reads, because MAUI's `-W x=GRES:` never reaches pbs_mom.
+pub const PBS_MARK_RESOURCE: &str = "other";
+
+/// The mark's first field: `other=cder:<type>:<count>`.
+pub const PBS_MARK_PREFIX: &str = "cder";
+
+/// `cder:gpgpu:2`: the mark value for `count` devices of `cder_type`.
+pub fn pbs_mark_value(cder_type: &str, count: u32) -> String {
+    format!("{PBS_MARK_PREFIX}:{cder_type}:{count}")
+}
+
+/// The sbatch option a CE's drop-in writes when it cannot honour a job's
+/// attribute: sbatch knows no such option and refuses the job, naming it
+/// (`--cder-bad-attribute=GPGPUPerNode`).
+pub const SLURM_REFUSAL_OPTION: &str = "--cder-bad-attribute";
+
+/// The TORQUE resource prefix a CE's drop-in writes when it cannot honour a
+/// job's attribute (`-l cder_bad_attribute_GPGPUPerNode=1`): qsub knows no
+/// such resource, and cder's submit filter refuses it naming the attribute.
+pub const PBS_REFUSAL_PREFIX: &str = "cder_bad_attribute_";
+
 /// `gpus=2`: the element of a TORQUE `nodes=` spec for native GPUs.
 pub fn pbs_gpus(count: u32) -> String {
     format!("gpus={count}")
@@ -85,6 +107,7 @@ mod tests {
         assert_eq!(slurm_gres("gpgpu", 2), "gpu:2");
         assert_eq!(slurm_licences(6), "vgpgpu:6");
         assert_eq!(pbs_gpus(2), "gpus=2");
+        assert_eq!(pbs_mark_value("gpgpu", 2), "cder:gpgpu:2");
         assert_eq!(maui_gres(MAUI_GPU_GRES, 2), "gpus@2");
         let v = VgpgpuRequest { per_node: 2, method: VgpgpuMethod::Vcl };
         assert_eq!(pbs_vgpgpu_variables(&v), "VirtualGPGPUPerNode=2,VirtualGPGPUMethod=VCL");

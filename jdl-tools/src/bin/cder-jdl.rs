@@ -104,11 +104,14 @@ cder-jdl submit --via slurm --ce ce.example.org:8443/cream-slurm-gpu job.jdl"
         name = "lrms-attrs",
         long_about = "The CE side of the translation, for BLAH's slurm_local_submit_attributes.sh and \
 pbs_local_submit_attributes.sh (deploy/blah/): reads GPGPUPerNode, VirtualGPGPUPerNode, VirtualGPGPUMethod \
-(alias VirtualGPGPUType), CPUNumber, SMPGranularity, HostNumber and WholeNodes from a JDL (--jdl) or from \
-the environment BLAH sets (--from-env) and prints the lines BLAH inserts into the batch script: \
-#SBATCH --gres=gpu:N, #PBS -l nodes=...:gpus=N (native) or #PBS -W x=GRES:gpus@N (--pbs-gpus maui), \
-licences for vGPGPUs and export lines. A bad value is rejected naming the key (exit 2).",
-        after_long_help = "Examples:\n  GPGPUPerNode=2 cder-jdl lrms-attrs --lrms slurm --from-env\n  \
+(alias VirtualGPGPUType), CPUNumber, SMPGranularity, HostNumber, WholeNodes and HTCondor's RequestGPUs, \
+require_gpus, gpus_minimum_capability and gpus_minimum_memory from a JDL (--jdl), the environment \
+(--from-env) or --attr KEY=VALUE (what the drop-ins pass) and prints the lines BLAH inserts into the batch \
+script: #SBATCH --gres=gpu:N, #PBS -l nodes=...:gpus=N (native) or #PBS -W x=GRES:gpus@N with the \
+prologue's mark -l other=cder:gpgpu:N (--pbs-gpus maui), licences for vGPGPUs and export lines. Site \
+settings come from --config (root-owned; the drop-ins use /etc/cder/blah.conf). A bad value is rejected \
+naming the key (exit 2); with --blah it also prints a directive the batch system refuses, naming the key.",
+        after_long_help = "Examples:\n  cder-jdl lrms-attrs --lrms slurm --blah --attr GPGPUPerNode=2\n  \
 cder-jdl lrms-attrs --lrms pbs --pbs-gpus maui --jdl job.jdl"
     )]
     LrmsAttrs(cder_jdl::cmd::lrms_attrs::Args),

@@ -83,8 +83,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             print!("{refined}\n{script}");
             return Ok(());
         }
-        let path = temp_path("sh");
-        std::fs::write(&path, &script).map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+        let path = write_temp("sh", &script)?;
         let argv = vec![args.sbatch.clone(), "--parsable".into()];
         let env = crate::submit::slurm_submit_env(&refined_ad).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
         let out = run_submit(&argv, &path, &env);
@@ -103,10 +102,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let path = match &args.output {
-        Some(p) => p.clone(),
-        None => temp_path("jdl"),
+        Some(p) => {
+            write_private(p, &refined, false).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
+            p.clone()
+        }
+        None => write_temp("jdl", &refined)?,
     };
-    std::fs::write(&path, &refined).map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
     let argv = match (&args.submit_command, args.via.as_str()) {
         (Some(c), _) => words(c),
         (None, "wms") => words(&std::env::var("CDER_WMS_SUBMIT").unwrap_or_else(|_| "glite-wms-job-submit -a".into())),
@@ -131,7 +132,55 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     }
 }
 
-fn temp_path(ext: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    std::env::temp_dir().join(format!("cder-jdl-{}-{nanos}.{ext}", std::process::id()))
+/// Writes `text` readable by its owner only (mode 0600): a job's JDL and
+/// script hold its environment. `exclusive`: never open an existing file
+/// (O_EXCL), so another user cannot plant a file or link in the temp dir.
+fn write_private(path: &std::path::Path, text: &str, exclusive: bool) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).mode(0o600);
+    if exclusive {
+        o.create_new(true);
+    } else {
+        o.create(true).truncate(true);
+    }
+    o.open(path)?.write_all(text.as_bytes())
+}
+
+/// A new 0600 file in the temp dir holding `text`; its path.
+fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
+    let mut last = None;
+    for attempt in 0..100u32 {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let path = std::env::temp_dir().join(format!("cder-jdl-{}-{nanos}-{attempt}.{ext}", std::process::id()));
+        match write_private(&path, text, true) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(Failure::runtime(format!("{}: {e}", path.display()))),
+        }
+    }
+    Err(Failure::runtime(format!("{}: no new file could be created ({})", std::env::temp_dir().display(), last.map(|e| e.to_string()).unwrap_or_default())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn job_files_are_private_and_never_reuse_a_planted_file() {
+        let path = write_temp("jdl", "[ X = 1 ]").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[ X = 1 ]");
+        // A file already there (planted, or a symlink) is refused, not followed.
+        assert_eq!(write_private(&path, "other", true).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        std::fs::remove_file(&path).unwrap();
+        let out = std::env::temp_dir().join(format!("cder-jdl-test-{}-refined.jdl", std::process::id()));
+        let _ = std::fs::remove_file(&out);
+        write_private(&out, "[ Y = 2 ]", false).unwrap();
+        assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::remove_file(&out).unwrap();
+    }
 }
