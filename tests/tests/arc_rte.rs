@@ -16,6 +16,20 @@ use std::process::Command;
 use cder_tests::ldap::require;
 
 const SUBMIT_COMMON: &str = "/usr/share/arc/submit_common.sh";
+/// ARC's Python binding (python3-nordugrid-arc), used for its xRSL parser.
+const ARC_PYTHON: &str = "/usr/lib/python3/dist-packages/arc/compute.py";
+const ARC_PARSE: &str = r#"
+import sys, arc
+jobs = arc.JobDescriptionList()
+if not arc.JobDescription.Parse(open(sys.argv[1]).read(), jobs, "nordugrid:xrsl") or len(jobs) != 1:
+    sys.exit("not one xRSL job")
+j = jobs[0]
+print("exe", j.Application.Executable.Path)
+for a in j.Application.Executable.Argument: print("arg", a)
+print("stdout", j.Application.Output)
+for r in j.Resources.RunTimeEnvironment.getSoftwareList(): print("rte", r.getName(), *r.getOptions())
+for e in j.Application.Environment: print("env", e[0], e[1])
+"#;
 
 fn rte_file() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/arc/ENV/GPGPU")
@@ -90,7 +104,7 @@ fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
 fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
     use cder_tests::twophase::{ce, cder_jdl, gpu_sites, grid_ldif, provider, VO};
-    if !require_slapd() {
+    if !require_slapd() || !require(&[ARC_PYTHON]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -105,7 +119,7 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     std::fs::write(d.join("run.sh"), "#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES\"\n").unwrap();
     let jdl = d.join("job.jdl");
     let write_job = |n: &str| {
-        std::fs::write(&jdl, format!("[ Executable = \"run.sh\"; Arguments = \"-n 4\"; StdOutput = \"out.txt\"; VirtualOrganisation = \"{VO}\"; GPGPUPerNode = {n}; Requirements = GPGPUVendor == \"Nvidia\" ]")).unwrap();
+        std::fs::write(&jdl, format!("[ Executable = \"run.sh\"; Arguments = \"-n 4\"; StdOutput = \"out.txt\"; Environment = {{ \"GREETING=say \\\"hi\\\"\" }}; VirtualOrganisation = \"{VO}\"; GPGPUPerNode = {n}; Requirements = GPGPUVendor == \"Nvidia\" ]")).unwrap();
     };
     let submit = |extra: &[&str]| Command::new(cder_jdl()).args(["submit", "--bdii", &slapd.url(), "--via", "arc"]).args(extra).arg(&jdl).output().unwrap();
 
@@ -121,6 +135,14 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
         assert!(xrsl.contains(part), "{part} missing from\n{xrsl}");
     }
     assert!(xrsl.contains(&format!("(\"run.sh\" \"{}\")", d.canonicalize().unwrap().join("run.sh").display())), "{xrsl}");
+
+    // ARC's own xRSL parser (libarccompute through its Python binding) reads
+    // what cder-jdl wrote: the RTE and its option, the words, the quoting.
+    let parsed = Command::new("/usr/bin/python3").arg("-c").arg(ARC_PARSE).arg(d.join("job.xrsl")).output().unwrap();
+    assert!(parsed.status.success(), "ARC's parser: {}", String::from_utf8_lossy(&parsed.stderr));
+    let parsed = String::from_utf8_lossy(&parsed.stdout);
+    let want = "exe run.sh\narg -n\narg 4\nstdout out.txt\nrte ENV/GPGPU 2\nenv GREETING say \"hi\"\n";
+    assert_eq!(parsed, want, "xRSL:\n{xrsl}");
 
     // --dry-run prints the same xRSL and runs nothing.
     std::fs::remove_file(d.join("job.xrsl")).unwrap();
