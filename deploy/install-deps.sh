@@ -18,6 +18,10 @@ packages=(
   munge libmunge-dev
   # the ClassAd reference and the test harness
   python3 python3-venv python3-pip
+  # NorduGrid ARC CE (issue 16): A-REX's stage-0 code runs the ENV/GPGPU
+  # runtime environment in tests/tests/arc_rte.rs, whose xRSL check uses
+  # ARC's own parser through its Python binding; arcctl enables RTEs
+  nordugrid-arc-arex nordugrid-arc-arcctl python3-nordugrid-arc
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
 )

@@ -21,6 +21,7 @@ pub use cder_classad::{
     Sym, Value,
 };
 
+pub mod arc;
 pub mod bdii;
 pub mod cmd;
 pub mod jdl;

@@ -15,7 +15,7 @@ pub struct Args {
     /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE), command (--submit-command).
     #[arg(long, default_value = "wms", value_parser = ["wms", "arc", "slurm", "command"])]
     pub via: String,
-    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script).
+    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script; for --via arc, the xRSL).
     #[arg(long)]
     pub dry_run: bool,
     /// The submit command for wms, arc or command, split on spaces; the refined JDL's path is appended.
@@ -36,7 +36,7 @@ pub struct Args {
     /// CDER clauses (already checked in phase 1) as undefined.
     #[arg(long)]
     pub celist_only: bool,
-    /// Keep the refined JDL in this file (default: a temporary file, removed after submission).
+    /// Keep the refined JDL (the xRSL for --via arc) in this file (default: a temporary file, removed after submission).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// The job description.
@@ -97,6 +97,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         return Ok(());
     }
 
+    if args.via == "arc" {
+        return submit_arc(args, &refined, &ces, &dir);
+    }
     if args.dry_run {
         print!("{refined}");
         return Ok(());
@@ -111,7 +114,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let argv = match (&args.submit_command, args.via.as_str()) {
         (Some(c), _) => words(c),
         (None, "wms") => words(&std::env::var("CDER_WMS_SUBMIT").unwrap_or_else(|_| "glite-wms-job-submit -a".into())),
-        (None, _) => words(&std::env::var("CDER_ARC_SUBMIT").unwrap_or_else(|_| "arcsub".into())),
+        (None, _) => Vec::new(),
     };
     let out = run_submit(&argv, &path, &[]);
     if args.output.is_none() {
@@ -120,7 +123,6 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
     let id = match args.via.as_str() {
         "wms" => wms_job_id(&out),
-        "arc" => arc_job_id(&out),
         _ => last_line(&out),
     };
     match id {
@@ -161,6 +163,34 @@ fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
         }
     }
     Err(Failure::runtime(format!("{}: no new file could be created ({})", std::env::temp_dir().display(), last.map(|e| e.to_string()).unwrap_or_default())))
+}
+
+/// `--via arc`: the refined JDL as xRSL with the GPGPU runtime environment,
+/// handed to `arcsub -T arcrest -C <each matching CE>`; prints ARC's job ID.
+fn submit_arc(args: &Args, refined: &str, ces: &[&str], dir: &Path) -> Result<(), Failure> {
+    let ad = crate::parser::parse_classad(refined).map_err(|e| Failure::runtime(e.to_string()))?;
+    let xrsl = crate::arc::xrsl(&ad, dir).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
+    if args.dry_run {
+        print!("{xrsl}");
+        return Ok(());
+    }
+    let path = match &args.output {
+        Some(p) => {
+            write_private(p, &xrsl, false).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
+            p.clone()
+        }
+        None => write_temp("xrsl", &xrsl)?,
+    };
+    let mut argv = words(&args.submit_command.clone().or_else(|| std::env::var("CDER_ARC_SUBMIT").ok()).unwrap_or_else(|| "arcsub".into()));
+    argv.extend(crate::arc::arcsub_args(ces));
+    let out = run_submit(&argv, &path, &[]);
+    if args.output.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
+    let id = arc_job_id(&out).ok_or_else(|| Failure::runtime(format!("{} reported no job id: {}", argv.join(" "), out.trim())))?;
+    println!("{id}");
+    Ok(())
 }
 
 #[cfg(test)]
