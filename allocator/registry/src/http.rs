@@ -38,6 +38,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::api::{ApiError, ErrorCode};
+pub use crate::head::Head;
 use crate::service::{Authorized, Registry};
 
 /// How often deadlines are checked (their precision).
@@ -89,19 +90,6 @@ impl Limits {
             workers: workers.max(1),
         })
     }
-}
-
-/// A parsed request head.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    pub method: String,
-    /// Path and query, as sent.
-    pub target: String,
-    pub authorization: Option<String>,
-    pub content_length: usize,
-    pub expect_continue: bool,
-    /// Bytes of the head (request line, headers, blank line).
-    pub len: usize,
 }
 
 /// Parses the head at the start of `buf`: `Ok(None)` while incomplete.

@@ -15,6 +15,7 @@
 pub use cder_registry_client::{api, client, env, munge};
 
 pub mod factory;
+pub mod head;
 pub mod http;
 pub mod policy;
 pub mod service;

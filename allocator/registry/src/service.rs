@@ -49,7 +49,7 @@ fn path_of(target: &str) -> &str {
 
 /// The checks a head gets before any credential is spent or any body read:
 /// a known path and an `Authorization: MUNGE <credential>` of sane shape.
-pub fn screen(head: &crate::http::Head, max_body: usize) -> Result<(), ApiError> {
+pub fn screen(head: &crate::head::Head, max_body: usize) -> Result<(), ApiError> {
     let path = path_of(&head.target);
     if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
         return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
@@ -129,7 +129,7 @@ impl Registry {
     /// [`screen`], [`Registry::authenticate_head`], then
     /// [`Registry::serve_authorized`] once the body is in.)
     pub fn handle(&self, method: &str, url: &str, auth: Option<&str>, body: &[u8]) -> (u16, String) {
-        let head = crate::http::Head {
+        let head = crate::head::Head {
             method: method.to_string(),
             target: url.to_string(),
             authorization: auth.map(str::to_string),
@@ -146,7 +146,7 @@ impl Registry {
 
     /// Checks the head's credential with munged: who sent it, and the body
     /// it was made for. Runs before the body is read.
-    pub fn authenticate_head(&self, head: &crate::http::Head) -> Result<Authorized, ApiError> {
+    pub fn authenticate_head(&self, head: &crate::head::Head) -> Result<Authorized, ApiError> {
         let unauth = |m: String| ApiError::new(ErrorCode::Unauthenticated, m);
         let cred = credential_of(head.authorization.as_deref(), self.max_body)?;
         let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;

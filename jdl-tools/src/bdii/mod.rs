@@ -1,6 +1,8 @@
 //! The BDII side of phase 1: LDAP retrieval ([`query`]) and ClassAd
-//! Resource Offers ([`offers`]).
+//! Resource Offers ([`offers`]), and the GLUE 1.3 names both share
+//! ([`glue13`]).
 
+pub mod glue13;
 pub mod offers;
 pub mod query;
 
