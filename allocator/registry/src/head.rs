@@ -5,11 +5,15 @@
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
+    /// `GET`, `POST`, …
     pub method: String,
     /// Path and query, as sent.
     pub target: String,
+    /// The `Authorization` header (the MUNGE credential).
     pub authorization: Option<String>,
+    /// `Content-Length` (0 when absent).
     pub content_length: usize,
+    /// `Expect: 100-continue` was sent.
     pub expect_continue: bool,
     /// Bytes of the head (request line, headers, blank line).
     pub len: usize,

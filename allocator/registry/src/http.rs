@@ -62,13 +62,19 @@ const WAKER: Token = Token(1);
 /// The front end's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Open connections at most; at the limit the oldest one not yet
+    /// authenticated is closed.
     pub max_connections: usize,
+    /// Time to send the request head after connecting.
     pub header_timeout: Duration,
+    /// Time to send the body after the head.
     pub body_timeout: Duration,
+    /// Request body size limit.
     pub max_body_bytes: usize,
     /// Request line plus headers: the credential carries the body, base64
     /// encoded, so this is about twice `max_body_bytes` plus room.
     pub max_head_bytes: usize,
+    /// Threads that authenticate and serve requests.
     pub workers: usize,
 }
 

@@ -11,6 +11,7 @@
 //! [`policy`] (random, local-first, spread), [`service`] (request handling of
 //! `cder-registryd`), [`http`] (its HTTP/1.1 front end) and [`factory`] (what `cder-vgpgpu-factory` does on
 //! a GPU node).
+#![deny(missing_docs)]
 
 pub use cder_registry_client::{api, client, env, munge};
 

@@ -26,6 +26,7 @@ pub struct Registry {
 /// Who called, as munged says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
+    /// The caller's uid.
     pub uid: u32,
 }
 
@@ -33,7 +34,9 @@ pub struct Caller {
 /// credential was made for (the request's body must be exactly this).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authorized {
+    /// The uid the credential names.
     pub uid: u32,
+    /// The body the credential was made for.
     pub body: Vec<u8>,
 }
 
@@ -81,10 +84,13 @@ fn credential_of(auth: Option<&str>, max_body: usize) -> Result<&str, ApiError> 
 /// Why the registry could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// An `[registry] operators` entry names no user.
     #[error("[registry] operators: {0}")]
     Operators(String),
+    /// The state directory is unusable.
     #[error(transparent)]
     StateDir(#[from] cder_ledger::durable::StateDirError),
+    /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
