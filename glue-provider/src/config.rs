@@ -426,7 +426,7 @@ impl ProviderConfig {
                     }
                 }
                 if source == CountSourceKind::Static {
-                    let total = crate::sources::static_total(dev.count, nodes.len())
+                    let total = static_total(dev.count, nodes.len())
                         .ok_or_else(|| at(dev_at, "group.device.count", format!("{} per node × {} nodes is out of range", dev.count, nodes.len())))?;
                     for (key, value) in [("group.device.used", dev.used), ("group.device.offline", dev.offline), ("group.device.free", dev.free)] {
                         if let Some(n) = value.filter(|&n| n > total) {
@@ -521,6 +521,13 @@ impl Strategy {
         [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment, Strategy::Glue21Accelerator];
 }
 
+
+/// The devices of a configured group (checked here, counted by
+/// `sources::configured`): `count` per node × nodes, `None`
+/// when that does not fit in a u32.
+pub fn static_total(count: u32, nodes: usize) -> Option<u32> {
+    u32::try_from(nodes).ok()?.checked_mul(count)
+}
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -731,6 +731,8 @@ pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlRet
     put(set, id as nvmlEventSet_t)
 }
 
+/// Adds `device` to an event set; types the fake cannot inject are refused
+/// with NOT_SUPPORTED, as the driver refuses types a GPU does not have.
 #[no_mangle]
 pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: std::ffi::c_ulonglong, set: nvmlEventSet_t) -> nvmlReturn_t {
     with_target("nvmlDeviceRegisterEvents", device, |_, target| {
@@ -749,6 +751,7 @@ pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: std::ffi
     })
 }
 
+/// Forgets an event set made by `nvmlEventSetCreate`.
 #[no_mangle]
 pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _)| *id != set as usize);

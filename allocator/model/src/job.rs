@@ -34,6 +34,16 @@ pub const MAX_JOB_ID_LEN: usize = 200;
 /// A job's identity across cder. The id is restricted to the characters that
 /// real SLURM and TORQUE ids use, so a key can never smuggle shell, SQL, LDAP
 /// or path syntax into anything that logs or stores it.
+///
+/// ```
+/// use cder_model::{JobKey, Lrms};
+///
+/// let key: JobKey = "torque:12.ce.example.org".parse().unwrap();
+/// assert_eq!(key, JobKey::new(Lrms::Torque, "12.ce.example.org").unwrap());
+/// assert_eq!(key.to_string(), "torque:12.ce.example.org");
+/// // Shell syntax never gets into a key.
+/// assert!("slurm:1;rm -rf /".parse::<JobKey>().is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JobKey {
     lrms: Lrms,

@@ -331,9 +331,12 @@ pub struct Accounting {
 /// One period a device was out of service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainRecord {
+    /// The drained device's UUID (`GPU-…`, `MIG-…`).
     pub uuid: String,
+    /// Its CDER type.
     #[serde(rename = "type")]
     pub cder_type: String,
+    /// Its index among the type's devices.
     pub index: u32,
     /// `Xid 79`, `double-bit ECC error`, an operator's words …
     pub reason: String,

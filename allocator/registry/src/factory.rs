@@ -26,10 +26,17 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// A factory failure.
 #[derive(Debug, thiserror::Error)]
 pub enum FactoryError {
+    /// The registry refused or could not be reached.
     #[error("registry: {0}")]
     Registry(#[from] ClientError),
+    /// The backend launcher failed.
     #[error("launcher {program}: {message}")]
-    Launch { program: String, message: String },
+    Launch {
+        /// The launcher command.
+        program: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// What one walk did, backend by backend (UUIDs).

@@ -38,6 +38,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::api::{ApiError, ErrorCode};
+pub use crate::head::Head;
 use crate::service::{Authorized, Registry};
 
 /// How often deadlines are checked (their precision).
@@ -61,13 +62,19 @@ const WAKER: Token = Token(1);
 /// The front end's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Open connections at most; at the limit the oldest one not yet
+    /// authenticated is closed.
     pub max_connections: usize,
+    /// Time to send the request head after connecting.
     pub header_timeout: Duration,
+    /// Time to send the body after the head.
     pub body_timeout: Duration,
+    /// Request body size limit.
     pub max_body_bytes: usize,
     /// Request line plus headers: the credential carries the body, base64
     /// encoded, so this is about twice `max_body_bytes` plus room.
     pub max_head_bytes: usize,
+    /// Threads that authenticate and serve requests.
     pub workers: usize,
 }
 
@@ -89,19 +96,6 @@ impl Limits {
             workers: workers.max(1),
         })
     }
-}
-
-/// A parsed request head.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    pub method: String,
-    /// Path and query, as sent.
-    pub target: String,
-    pub authorization: Option<String>,
-    pub content_length: usize,
-    pub expect_continue: bool,
-    /// Bytes of the head (request line, headers, blank line).
-    pub len: usize,
 }
 
 /// Parses the head at the start of `buf`: `Ok(None)` while incomplete.

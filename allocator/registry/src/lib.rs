@@ -11,10 +11,12 @@
 //! [`policy`] (random, local-first, spread), [`service`] (request handling of
 //! `cder-registryd`), [`http`] (its HTTP/1.1 front end) and [`factory`] (what `cder-vgpgpu-factory` does on
 //! a GPU node).
+#![deny(missing_docs)]
 
 pub use cder_registry_client::{api, client, env, munge};
 
 pub mod factory;
+pub mod head;
 pub mod http;
 pub mod policy;
 pub mod service;

@@ -17,8 +17,11 @@ use cder_ledger::policy::{Candidate, LocalityPolicy, SelectionPolicy};
 /// A free backend that serves the requested method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendCandidate {
+    /// The backend's UUID.
     pub uuid: String,
+    /// The node it runs on.
     pub host: String,
+    /// The GPU index on that node.
     pub device: u32,
     /// Jobs currently holding backends on this host.
     pub host_jobs: u32,

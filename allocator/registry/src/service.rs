@@ -26,6 +26,7 @@ pub struct Registry {
 /// Who called, as munged says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
+    /// The caller's uid.
     pub uid: u32,
 }
 
@@ -33,7 +34,9 @@ pub struct Caller {
 /// credential was made for (the request's body must be exactly this).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authorized {
+    /// The uid the credential names.
     pub uid: u32,
+    /// The body the credential was made for.
     pub body: Vec<u8>,
 }
 
@@ -49,7 +52,7 @@ fn path_of(target: &str) -> &str {
 
 /// The checks a head gets before any credential is spent or any body read:
 /// a known path and an `Authorization: MUNGE <credential>` of sane shape.
-pub fn screen(head: &crate::http::Head, max_body: usize) -> Result<(), ApiError> {
+pub fn screen(head: &crate::head::Head, max_body: usize) -> Result<(), ApiError> {
     let path = path_of(&head.target);
     if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
         return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
@@ -81,10 +84,13 @@ fn credential_of(auth: Option<&str>, max_body: usize) -> Result<&str, ApiError> 
 /// Why the registry could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// An `[registry] operators` entry names no user.
     #[error("[registry] operators: {0}")]
     Operators(String),
+    /// The state directory is unusable.
     #[error(transparent)]
     StateDir(#[from] cder_ledger::durable::StateDirError),
+    /// The database could not be opened.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
@@ -129,7 +135,7 @@ impl Registry {
     /// [`screen`], [`Registry::authenticate_head`], then
     /// [`Registry::serve_authorized`] once the body is in.)
     pub fn handle(&self, method: &str, url: &str, auth: Option<&str>, body: &[u8]) -> (u16, String) {
-        let head = crate::http::Head {
+        let head = crate::head::Head {
             method: method.to_string(),
             target: url.to_string(),
             authorization: auth.map(str::to_string),
@@ -146,7 +152,7 @@ impl Registry {
 
     /// Checks the head's credential with munged: who sent it, and the body
     /// it was made for. Runs before the body is read.
-    pub fn authenticate_head(&self, head: &crate::http::Head) -> Result<Authorized, ApiError> {
+    pub fn authenticate_head(&self, head: &crate::head::Head) -> Result<Authorized, ApiError> {
         let unauth = |m: String| ApiError::new(ErrorCode::Unauthenticated, m);
         let cred = credential_of(head.authorization.as_deref(), self.max_body)?;
         let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;

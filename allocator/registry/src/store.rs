@@ -66,10 +66,13 @@ CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job_id);
 /// A store failure: the database, or a refusal of the request.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database could not be opened.
     #[error(transparent)]
     Open(#[from] DurableError),
+    /// SQLite failed.
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The request was refused (the reply to send).
     #[error("{0}")]
     Refused(ApiError),
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+pub use crate::config::static_total;
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::counts::{CountSource, Counts, GroupCounts};
@@ -40,10 +41,4 @@ impl CountSource for ConfiguredCounts {
             })
             .collect()
     }
-}
-
-/// The devices of a configured group: `count` per node × nodes, `None`
-/// when that does not fit in a u32.
-pub fn static_total(count: u32, nodes: usize) -> Option<u32> {
-    u32::try_from(nodes).ok()?.checked_mul(count)
 }

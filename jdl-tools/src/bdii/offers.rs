@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ast::{ClassAd, Expr};
+use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
+pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
 use crate::value::Value;
 
@@ -285,51 +287,6 @@ fn spelling(known: &'static [&'static str], lower: &str, map: &std::sync::OnceLo
 
 fn int_of(e: &Entry, name: &str) -> Option<i64> {
     e.first(name).and_then(|v| v.trim().parse().ok())
-}
-
-/// GLUE 1.3 names of share counts (GLUE 2.0 source).
-const SHARE_COUNTS: &[(&str, &str)] = &[
-    ("GlueCEStateFreeCPUs", "GLUE2ComputingShareFreeSlots"),
-    ("GlueCEStateFreeJobSlots", "GLUE2ComputingShareFreeSlots"),
-    ("GlueCEStateRunningJobs", "GLUE2ComputingShareRunningJobs"),
-    ("GlueCEStateWaitingJobs", "GLUE2ComputingShareWaitingJobs"),
-    ("GlueCEStateTotalJobs", "GLUE2ComputingShareTotalJobs"),
-    ("GlueCEStateEstimatedResponseTime", "GLUE2ComputingShareEstimatedAverageWaitingTime"),
-    ("GlueCEStateWorstResponseTime", "GLUE2ComputingShareEstimatedWorstWaitingTime"),
-    ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
-];
-/// GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-const SHARE_MINUTES: &[(&str, &str)] = &[("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")];
-const SHARE_STRINGS: &[(&str, &str)] = &[("GlueCEStateStatus", "GLUE2ComputingShareServingState"), ("GlueCEName", "GLUE2ComputingShareMappingQueue")];
-const EE_COUNTS: &[(&str, &str)] = &[
-    ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
-    ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),
-    ("GlueSubClusterLogicalCPUs", "GLUE2ExecutionEnvironmentLogicalCPUs"),
-    ("GlueSubClusterPhysicalCPUs", "GLUE2ExecutionEnvironmentPhysicalCPUs"),
-    ("GlueHostProcessorClockSpeed", "GLUE2ExecutionEnvironmentCPUClockSpeed"),
-];
-const EE_STRINGS: &[(&str, &str)] = &[
-    ("GlueHostArchitecturePlatformType", "GLUE2ExecutionEnvironmentPlatform"),
-    ("GlueHostOperatingSystemName", "GLUE2ExecutionEnvironmentOSName"),
-    ("GlueHostOperatingSystemRelease", "GLUE2ExecutionEnvironmentOSVersion"),
-    ("GlueHostProcessorModel", "GLUE2ExecutionEnvironmentCPUModel"),
-    ("GlueHostProcessorVendor", "GLUE2ExecutionEnvironmentCPUVendor"),
-    ("GlueSubClusterUniqueID", "GLUE2ResourceID"),
-];
-
-/// The GLUE 2.0 attributes an offer attribute is made from: itself for a
-/// GLUE 2.0 name, the source of a GLUE 1.3 name, nothing for the rest.
-pub fn glue2_sources(name: &str) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS, EE_COUNTS, EE_STRINGS]
-        .iter()
-        .flat_map(|t| t.iter())
-        .filter(|(g13, _)| g13.eq_ignore_ascii_case(name))
-        .map(|(_, g2)| *g2)
-        .collect();
-    if name.eq_ignore_ascii_case("GlueCEInfoLRMSType") {
-        out.push("GLUE2ManagerProductName");
-    }
-    out
 }
 
 /// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.

@@ -178,7 +178,7 @@ pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
         if n.len() > 5 && n[..5].eq_ignore_ascii_case("GLUE2") {
             out.insert(n.clone());
         } else {
-            out.extend(crate::bdii::offers::glue2_sources(n).into_iter().map(str::to_string));
+            out.extend(crate::bdii::glue13::glue2_sources(n).into_iter().map(str::to_string));
         }
     }
     out.into_iter().collect()
