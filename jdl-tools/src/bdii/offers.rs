@@ -191,6 +191,48 @@ pub struct Offers {
     pub offers: Vec<Offer>,
     /// One line per skipped entry.
     pub warnings: Vec<String>,
+    /// CE IDs a share published that its ComputingService does not own:
+    /// left out of the offers, shown by `--explain`.
+    pub refused_claims: Vec<RefusedClaim>,
+}
+
+/// A share that named a CE ID its own service cannot vouch for (another
+/// site's CE, or one several services claim and none owns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedClaim {
+    /// The CE ID the share named.
+    pub ce_id: String,
+    /// The share's DN.
+    pub share: String,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// Where a GLUE 2.0 share's CE ID came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CeIdSource {
+    /// Built from the service's own endpoint URL and the share's queue.
+    Endpoint,
+    /// `CREAMCEId=` OtherInfo: the share's word only.
+    Published,
+    /// The share's own ID.
+    ShareId,
+}
+
+/// Whether the service under `key` owns `ce_id`: its host is the host of one
+/// of the service's endpoint URLs, or it is the service's own ID.
+fn service_owns(ce_id: &str, key: &str, svc: &Service) -> bool {
+    let host = |s: &str| host_port(s).map(|hp| hp.split(':').next().unwrap_or_default().to_ascii_lowercase());
+    let ce_host = host(ce_id);
+    let by_endpoint = ce_host.as_deref().is_some_and(|h| {
+        !h.is_empty() && svc.endpoints.iter().filter_map(|e| e.first("GLUE2EndpointURL")).any(|u| host(u).as_deref() == Some(h))
+    });
+    let service_id = match key.split_once(':') {
+        Some(("id", id)) => Some(id.to_ascii_lowercase()),
+        Some(("dn", dn)) => dn.split_once('=').map(|(_, rest)| rest.split(',').next().unwrap_or_default().trim().to_string()),
+        _ => None,
+    };
+    by_endpoint || service_id.is_some_and(|id| !id.is_empty() && id == ce_id.to_ascii_lowercase())
 }
 
 fn host_port(url: &str) -> Option<String> {
@@ -574,6 +616,8 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         })
     });
     let mut built: BTreeSet<(String, String)> = BTreeSet::new();
+    // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
+    let mut claims: Vec<(String, bool, String)> = Vec::new();
     for share in shares {
         let Some(share_id) = share.first("GLUE2ShareID") else { continue };
         let share_dn = share.dn.to_ascii_lowercase();
@@ -618,10 +662,22 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             svc.managers.iter().find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk)).or_else(|| svc.managers.first()).copied()
         };
         let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
-        let ce_id = ce_unique_id(share, endpoint, manager, queue);
+        let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue);
         // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
         if ce_id.trim().is_empty() {
             out.warnings.push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
+            continue;
+        }
+        // A share speaks only for its own service's CEs: another site could
+        // otherwise divert jobs to its queue, or fake a CE's GPUs.
+        let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &key, svc);
+        let host_form = ce_id.contains(':') || ce_id.contains('/');
+        if !proven && (source == CeIdSource::Published || host_form) {
+            out.refused_claims.push(RefusedClaim {
+                ce_id: ce_id.clone(),
+                share: share.dn.clone(),
+                reason: format!("published by a share of another service ({}): the CE's host is none of that service's endpoints", key.split_once(':').map_or(key.as_str(), |(_, k)| k)),
+            });
             continue;
         }
         let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
@@ -690,8 +746,10 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                 schema: "GLUE2",
                 ad,
             });
+            claims.push((key.clone(), proven, share.dn.clone()));
         }
     }
+    refuse_contested(&mut out, &claims);
     glue13_offers(snap, prefixes, &mut out);
     out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
     out
@@ -700,15 +758,41 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
 /// The `GlueCEUniqueID` of a GLUE 2.0 share: CREAM publishes it as
 /// `CREAMCEId=` OtherInfo; otherwise `host:port/cream-<lrms>-<queue>` from
 /// the endpoint, as CREAM forms it; else the share ID.
-fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>) -> String {
+fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>) -> (String, CeIdSource) {
     if let Some(id) = share.all("GLUE2EntityOtherInfo").iter().find_map(|v| v.strip_prefix("CREAMCEId=")) {
-        return id.to_string();
+        return (id.to_string(), CeIdSource::Published);
     }
     if let (Some(hp), Some(q)) = (endpoint.and_then(|e| e.first("GLUE2EndpointURL")).and_then(host_port), queue) {
         let lrms = manager.and_then(|m| m.first("GLUE2ManagerProductName")).unwrap_or("lrms").to_ascii_lowercase();
-        return format!("{hp}/cream-{lrms}-{q}");
+        return (format!("{hp}/cream-{lrms}-{q}"), CeIdSource::Endpoint);
     }
-    share.first("GLUE2ShareID").unwrap_or_default().to_string()
+    (share.first("GLUE2ShareID").unwrap_or_default().to_string(), CeIdSource::ShareId)
+}
+
+/// A CE ID offered under several services is kept only from the services
+/// that own it; when none does, every claim is left out (and explained).
+fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
+    let mut services_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for (offer, (key, _, _)) in out.offers.iter().zip(claims) {
+        services_of.entry(offer.ce_id.as_str()).or_default().insert(key.as_str());
+    }
+    let contested: BTreeSet<String> = services_of.iter().filter(|(_, keys)| keys.len() > 1).map(|(id, _)| id.to_string()).collect();
+    if contested.is_empty() {
+        return;
+    }
+    let mut refused: BTreeSet<(String, String)> = BTreeSet::new();
+    let offers = std::mem::take(&mut out.offers);
+    for (offer, (_, proven, share)) in offers.into_iter().zip(claims) {
+        if !contested.contains(&offer.ce_id) || *proven {
+            out.offers.push(offer);
+        } else if refused.insert((offer.ce_id.clone(), share.clone())) {
+            out.refused_claims.push(RefusedClaim {
+                ce_id: offer.ce_id.clone(),
+                share: share.clone(),
+                reason: "published by several services, and this share's service does not own it".into(),
+            });
+        }
+    }
 }
 
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
@@ -873,6 +957,68 @@ mod tests {
             )],
             ..Default::default()
         }
+    }
+
+    /// `site()` plus a second service that publishes a share naming the first
+    /// service's CE ID (and its own queue), and a GPU EE of its own.
+    fn site_with_hostile_share(hostile_ce_id: &str) -> Snapshot {
+        let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
+        let mut snap = site(&gpu);
+        snap.shares[0].attrs.entry("glue2entityotherinfo".into()).or_default().push("CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
+        let mut ee2 = vec![("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee2"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2")];
+        ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
+        snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
+        snap.managers.push(Entry::from_pairs(
+            "GLUE2ManagerID=m2,o=glue",
+            [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m2"), ("GLUE2ComputingManagerComputingServiceForeignKey", "s2"), ("GLUE2ManagerProductName", "SLURM")],
+        ));
+        let claim = format!("CREAMCEId={hostile_ce_id}");
+        snap.shares.push(Entry::from_pairs(
+            "GLUE2ShareID=q2,o=glue",
+            [
+                ("objectClass", "GLUE2ComputingShare"),
+                ("GLUE2ShareID", "q2"),
+                ("GLUE2ShareServiceForeignKey", "s2"),
+                ("GLUE2ComputingShareMappingQueue", "evil_partition"),
+                ("GLUE2ComputingShareEstimatedAverageWaitingTime", "0"),
+                ("GLUE2EntityOtherInfo", claim.as_str()),
+            ],
+        ));
+        snap.endpoints.push(Entry::from_pairs(
+            "GLUE2EndpointID=e2,o=glue",
+            [("GLUE2EndpointID", "e2"), ("GLUE2EndpointURL", "https://evil.example.net:8443/ce-cream/services"), ("GLUE2EndpointServiceForeignKey", "s2")],
+        ));
+        snap
+    }
+
+    #[test]
+    fn a_share_cannot_speak_for_another_services_ce() {
+        let o = build_offers(&site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu"), &prefixes(), None);
+        let ce1: Vec<&Offer> = o.offers.iter().filter(|x| x.ce_id == "ce1.example.org:8443/cream-slurm-gpu").collect();
+        assert_eq!(ce1.len(), 1, "{:?}", o.offers.iter().map(|x| (&x.ce_id, &x.queue)).collect::<Vec<_>>());
+        assert_eq!(ce1[0].queue.as_deref(), Some("gpu"), "the queue comes from the owner's share");
+        assert_eq!(o.refused_claims.len(), 1, "{:?}", o.refused_claims);
+        assert_eq!(o.refused_claims[0].share, "GLUE2ShareID=q2,o=glue");
+        assert!(o.refused_claims[0].reason.contains("s2"), "{}", o.refused_claims[0].reason);
+        // The hostile service's own CE (its host) is still offered.
+        let own = build_offers(&site_with_hostile_share("evil.example.net:8443/cream-slurm-evil_partition"), &prefixes(), None);
+        assert!(own.refused_claims.is_empty(), "{:?}", own.refused_claims);
+        assert!(own.offers.iter().any(|x| x.ce_id == "evil.example.net:8443/cream-slurm-evil_partition"));
+        assert!(own.offers.iter().any(|x| x.ce_id == "ce1.example.org:8443/cream-slurm-gpu" && x.queue.as_deref() == Some("gpu")));
+    }
+
+    #[test]
+    fn a_ce_id_claimed_by_two_services_that_neither_owns_is_left_out() {
+        // Both shares fall back to the share ID "shared-id": no endpoint proves either.
+        let mut snap = site_with_hostile_share("x");
+        for sh in &mut snap.shares {
+            sh.attrs.remove("glue2entityotherinfo");
+            sh.attrs.remove("glue2computingsharemappingqueue");
+            sh.attrs.insert("glue2shareid".into(), vec!["shared-id".into()]);
+        }
+        let o = build_offers(&snap, &prefixes(), None);
+        assert!(o.offers.iter().all(|x| x.ce_id != "shared-id"), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
+        assert_eq!(o.refused_claims.len(), 2, "{:?}", o.refused_claims);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `cder-jdl list-match`: phase 1, like `glite-wms-job-list-match`.
 
-use crate::cmd::{explain_text, phase1, Failure, Phase1, Phase1Args};
+use crate::cmd::{explain_text, phase1, printable, Failure, Phase1, Phase1Args};
 
 /// Arguments of `list-match`.
 #[derive(clap::Args, Debug)]
@@ -45,23 +45,24 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
         "offers": p.offers.offers.len(),
         "queries": p.queries,
         "warnings": p.offers.warnings,
+        "refused_claims": p.offers.refused_claims.iter().map(|c| serde_json::json!({"ce": c.ce_id, "share": c.share, "reason": c.reason})).collect::<Vec<_>>(),
     })
 }
 
 /// The text report: the matching CEs, best rank first.
 pub fn to_text(p: &Phase1, explain: bool) -> String {
     let mut s = String::new();
-    let width = p.result.matches.iter().map(|m| m.ce_id.len()).max().unwrap_or(0).max(40);
+    let width = p.result.matches.iter().map(|m| printable(&m.ce_id).len()).max().unwrap_or(0).max(40);
     if p.result.matches.is_empty() {
         s.push_str("No CE matches the job requirements.\n");
     } else {
         s.push_str("The following CE(s) matching your job requirements have been found:\n\n");
         s.push_str(&format!("   {:<width$}  *Rank*\n", "*CEId*"));
         for m in &p.result.matches {
-            s.push_str(&format!(" - {:<width$}  {}\n", m.ce_id, crate::value::format_real(m.rank)));
+            s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), crate::value::format_real(m.rank)));
         }
     }
-    if explain && !p.result.excluded.is_empty() {
+    if explain && (!p.result.excluded.is_empty() || !p.offers.refused_claims.is_empty()) {
         s.push_str("\nLeft out:\n");
         s.push_str(&explain_text(p));
     }

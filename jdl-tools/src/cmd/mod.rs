@@ -168,12 +168,25 @@ pub fn explain_text(p: &Phase1) -> String {
         s.push_str(&format!("no CE in {} publishes the CDER keys this job uses\n", p.url));
     }
     for e in &p.result.excluded {
-        s.push_str(&format!(" - {}\n", e.ce_id));
+        s.push_str(&format!(" - {}\n", printable(&e.ce_id)));
         for r in &e.reasons {
-            s.push_str(&format!("     {r}\n"));
+            s.push_str(&format!("     {}\n", printable(r)));
         }
     }
+    for c in &p.offers.refused_claims {
+        s.push_str(&format!(" - {} (claimed by {})\n     {}\n", printable(&c.ce_id), printable(&c.share), printable(&c.reason)));
+    }
     s
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`): a CE ID
+/// or reason comes from whoever publishes in the BDII, and a raw newline
+/// would fake a result line.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect::<String>().into()
 }
 
 #[cfg(test)]
@@ -185,6 +198,13 @@ mod tests {
         assert_eq!(bdii_url("bdii.example.org:2170"), "ldap://bdii.example.org:2170");
         assert_eq!(bdii_url("bdii1:2170, bdii2:2170"), "ldap://bdii1:2170");
         assert_eq!(bdii_url("ldap://bdii:2170"), "ldap://bdii:2170");
+    }
+
+    #[test]
+    fn printed_fields_cannot_fake_lines() {
+        assert_eq!(printable("ce1:8443/cream-slurm-gpu"), "ce1:8443/cream-slurm-gpu");
+        assert_eq!(printable("evil\n - ce2:8443/x  1.0\r\u{1b}[2J"), "evil\\n - ce2:8443/x  1.0\\r\\u{1b}[2J");
+        assert!(!printable("a\tb\u{85}c").chars().any(char::is_control));
     }
 
     #[test]
