@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use crate::config::ProviderConfig;
 use crate::ldif::Entry;
 use crate::site::DeviceClass;
-use crate::strategy::Snapshot;
+use crate::sources::Snapshot;
 
 /// GLUE 2.1's accelerator type of a class: `GPU`, `MIC` or `FPGA`.
 pub fn accelerator_type(class: &DeviceClass) -> &'static str {

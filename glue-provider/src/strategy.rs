@@ -30,6 +30,7 @@ use crate::site::{DeviceClass, Environment, NodeGroup};
 use crate::sources::{GroupCounts, VirtualEnvironment};
 
 pub use crate::config::Strategy;
+pub use crate::sources::Snapshot;
 
 /// Whether a published key changes while the site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,14 +79,6 @@ pub fn virtual_attributes(v: &VirtualEnvironment) -> Vec<Published> {
     ]
 }
 
-/// What the renderer needs besides the config.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    pub groups: Vec<(NodeGroup, GroupCounts)>,
-    pub virtual_environments: Vec<VirtualEnvironment>,
-    /// `GLUE2EntityCreationTime`, unix seconds.
-    pub created: u64,
-}
 
 /// Renders every entry the strategies call for, parents before children.
 /// An empty `strategies` gives the bare GLUE 2.0 entries with no CDER data

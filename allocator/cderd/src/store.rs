@@ -82,7 +82,7 @@ CREATE INDEX IF NOT EXISTS drains_by_device ON drains(device, end);
 /// inside the same transaction: a new reason opens a record (closing the
 /// previous one), the same reason again is no new drain, a resume closes it.
 fn record_drain(tx: &Transaction<'_>, uuid: &str, reason: Option<&str>) -> Result<()> {
-    let now = crate::daemon::now();
+    let now = cder_ledger::now();
     let open: Option<String> = tx
         .query_row("SELECT reason FROM drains WHERE device = ?1 AND end IS NULL", params![uuid], |r| r.get(0))
         .optional()?;

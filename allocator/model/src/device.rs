@@ -46,12 +46,18 @@ pub struct Device {
     pub health: Health,
 }
 
+/// Whether a UUID names a MIG instance (`MIG-…`, NVIDIA's form since
+/// driver R470; the older `MIG-GPU-…/gi/ci` form starts the same way).
+pub fn is_mig_uuid(uuid: &str) -> bool {
+    uuid.starts_with("MIG-")
+}
+
 impl Device {
     /// The MIG profile (`1g.10gb`) when this device is a MIG instance: its
     /// UUID is `MIG-…` and its model is NVML's `<GPU model> MIG <profile>`.
     /// A MIG instance's `pci_bus_id` and `path` are its parent GPU's.
     pub fn mig_profile(&self) -> Option<&str> {
-        if !crate::environment::is_mig_uuid(&self.uuid) {
+        if !is_mig_uuid(&self.uuid) {
             return None;
         }
         self.model.rsplit_once(" MIG ").map(|(_, profile)| profile.trim()).filter(|p| !p.is_empty())

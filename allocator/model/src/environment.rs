@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{CderType, VisibleIds};
-use crate::device::Device;
+use crate::device::{is_mig_uuid, Device};
 
 /// One device a job holds, by the names the environment needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,12 +20,6 @@ impl<'a> From<&'a Device> for HeldDevice<'a> {
     fn from(d: &'a Device) -> Self {
         HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid }
     }
-}
-
-/// Whether a UUID names a MIG instance (`MIG-…`, NVIDIA's form since
-/// driver R470; the older `MIG-GPU-…/gi/ci` form starts the same way).
-pub fn is_mig_uuid(uuid: &str) -> bool {
-    uuid.starts_with("MIG-")
 }
 
 /// Variables to set in a job, in a stable (sorted) order.

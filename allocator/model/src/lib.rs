@@ -23,7 +23,8 @@ pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use device::{ComputeCapability, Device, Health};
-pub use environment::{is_mig_uuid, HeldDevice, JobEnvironment};
+pub use device::is_mig_uuid;
+pub use environment::{HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, VendorKind, VisibleIds};

@@ -22,6 +22,19 @@ use std::time::Duration;
 
 use crate::config::{CountSourceKind, ProviderConfig};
 
+/// What the renderer needs besides the config: every group with its
+/// counts, the virtual environments, and when they were read. It lives with
+/// the sources (which fill it) so that the renderers all import it one way.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The node groups with what the count source read for each.
+    pub groups: Vec<(crate::site::NodeGroup, GroupCounts)>,
+    /// The vGPGPU environments.
+    pub virtual_environments: Vec<VirtualEnvironment>,
+    /// `GLUE2EntityCreationTime`, unix seconds.
+    pub created: u64,
+}
+
 pub use cderd::CderdCounts;
 pub use command::run_command;
 pub use configured::{static_total, ConfiguredCounts};

@@ -16,7 +16,7 @@
 
 use cder_request::glue;
 
-use crate::bdii::query::{service_dn, Entry};
+use crate::bdii::entry::{service_dn, Entry};
 
 /// The discovery filter: every AcceleratorEnvironment of the grid. (A BDII
 /// without the GLUE 2.1 schema answers it with nothing.)

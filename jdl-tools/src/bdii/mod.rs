@@ -1,7 +1,8 @@
 //! The BDII side of phase 1: LDAP retrieval ([`query`]) and ClassAd
-//! Resource Offers ([`offers`]), the GLUE 1.3 names both share
+//! Resource Offers ([`offers`]) over the entries of [`entry`], the GLUE 1.3 names both share
 //! ([`glue13`]), and the GLUE 2.1 accelerator entities ([`glue21`]).
 
+pub mod entry;
 pub mod glue13;
 pub mod glue21;
 pub mod offers;
