@@ -39,8 +39,11 @@ pub enum Confine {
 /// The parsed plugin arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginArgs {
+    /// `socket=`: cderd's Unix socket.
     pub socket: PathBuf,
+    /// `fail=`: what happens when cderd cannot serve the job.
     pub fail: FailMode,
+    /// `confine=`: whether tasks go into cderd's device cgroup.
     pub confine: Confine,
     /// `mode=` was given: accepted for old plugstack.conf lines, no effect.
     pub legacy_mode: Option<String>,
@@ -68,7 +71,9 @@ impl Default for PluginArgs {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("plugstack.conf argument {arg:?}: {why}")]
 pub struct ArgError {
+    /// The argument as written.
     pub arg: String,
+    /// What is wrong with it.
     pub why: String,
 }
 

@@ -20,6 +20,7 @@ pub const TRES_PREFIX: &str = if crate::SLURM_VERSION_NUMBER < (23 << 16) + (2 <
 /// The largest count of each GRES that any one node has.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeGres {
+    /// GRES name → the largest count one node has of it.
     pub max_per_node: BTreeMap<String, u64>,
 }
 
@@ -167,8 +168,11 @@ pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cder: the job asks for {existing} and for {count} {cder_type} devices per node; ask once")]
 pub struct GresConflict {
+    /// The job's own `tres_per_node` entries for that GRES (`gres/gpu:1`).
     pub existing: String,
+    /// The count the cder request asks for.
     pub count: u32,
+    /// The CDER type asked for.
     pub cder_type: String,
 }
 

@@ -9,8 +9,12 @@ use crate::request::RawRequest;
 /// What the translation reads from a job description.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Submission {
+    /// The job's environment (`NAME=value`), where a CE puts the JDL keys.
     pub environment: Vec<String>,
+    /// The SPANK job-control environment, where the SPANK options' twins
+    /// arrive (a SPANK option outranks a JDL key).
     pub spank_job_env: Vec<String>,
+    /// The job's `tres_per_node`, as submitted.
     pub tres_per_node: Option<String>,
 }
 

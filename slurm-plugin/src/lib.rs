@@ -19,6 +19,8 @@
 //!
 //! Every exported function catches unwinds: no panic crosses into SLURM.
 
+#![deny(missing_docs)]
+
 pub mod args;
 pub mod devices;
 pub mod gres;

@@ -30,7 +30,9 @@ pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
 /// The SPANK option names, as users type them.
 pub const OPT_GPGPU_PER_NODE: &str = "gpgpu-per-node";
+/// `--cder=TYPE:N[,TYPE:N…]`.
 pub const OPT_CDER: &str = "cder";
+/// `--gpgpu-min-memory=MB`.
 pub const OPT_GPGPU_MIN_MEMORY: &str = "gpgpu-min-memory";
 
 /// Where a value came from, for the message a user sees.
@@ -54,37 +56,101 @@ impl fmt::Display for Source {
 /// One raw value and its source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sourced {
+    /// The text as given.
     pub value: String,
+    /// Where it was given.
     pub source: Source,
 }
 
 /// The request as typed, before validation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawRequest {
+    /// `--gpgpu-per-node` or `GPGPUPerNode`.
     pub gpgpu_per_node: Option<Sourced>,
+    /// `--cder`.
     pub cder: Option<Sourced>,
+    /// `--gpgpu-min-memory`.
     pub gpgpu_min_memory: Option<Sourced>,
 }
 
 /// Why a request is refused. The text is what `sbatch` prints.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// A count that is not a whole number.
     #[error("cder: {origin}={value}: not a whole number of devices")]
-    NotANumber { origin: Source, value: String },
+    NotANumber {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+    },
+    /// A count below 1.
     #[error("cder: {origin}={value}: the count must be at least 1")]
-    NotPositive { origin: Source, value: String },
+    NotPositive {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+    },
+    /// A count above [`MAX_COUNT`].
     #[error("cder: {origin}={value}: at most {MAX_COUNT} devices may be asked for")]
-    Huge { origin: Source, value: String },
+    Huge {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+    },
+    /// A `--cder` value not of the form `TYPE:N[,TYPE:N…]`, or with a type
+    /// name cderd would refuse.
     #[error("cder: {origin}={value}: expected TYPE:N, e.g. gpgpu:2 (several as gpgpu:2,fpga:1)")]
-    Shape { origin: Source, value: String },
+    Shape {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+    },
+    /// A `--gpgpu-min-memory` that is not a positive number of megabytes.
     #[error("cder: {origin}={value}: {why}")]
-    BadMemory { origin: Source, value: String, why: &'static str },
+    BadMemory {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// Two ways of asking give different counts for one type.
     #[error("cder: {first} and {second} ask for different numbers of {cder_type} devices")]
-    Conflict { first: String, second: String, cder_type: String },
+    Conflict {
+        /// The first request, as the user typed it (`--gpgpu-per-node=2`).
+        first: String,
+        /// The contradicting one.
+        second: String,
+        /// The type both ask for.
+        cder_type: String,
+    },
+    /// A type no node of the cluster has.
     #[error("cder: {origin}: unknown CDER type {cder_type:?} (this cluster has: {known})")]
-    UnknownType { origin: Source, cder_type: String, known: String },
+    UnknownType {
+        /// Where the type was given.
+        origin: Source,
+        /// The type asked for.
+        cder_type: String,
+        /// The types the cluster has, for the message.
+        known: String,
+    },
+    /// More devices per node than the largest node has.
     #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices per node)")]
-    TooMany { given: String, cder_type: String, count: u32, max: u64 },
+    TooMany {
+        /// The request as the user typed it.
+        given: String,
+        /// The type asked for.
+        cder_type: String,
+        /// The count asked for.
+        count: u32,
+        /// The largest count any node has.
+        max: u64,
+    },
 }
 
 /// A validated request: devices per node by CDER type, and constraints.

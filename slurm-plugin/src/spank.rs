@@ -23,17 +23,29 @@ pub type SpankResult = Result<(), SpankError>;
 /// The SPANK callbacks, by exported symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Callback {
+    /// `slurm_spank_init`.
     Init,
+    /// `slurm_spank_job_prolog`.
     JobProlog,
+    /// `slurm_spank_init_post_opt`.
     InitPostOpt,
+    /// `slurm_spank_local_user_init`.
     LocalUserInit,
+    /// `slurm_spank_user_init`.
     UserInit,
+    /// `slurm_spank_task_init_privileged`.
     TaskInitPrivileged,
+    /// `slurm_spank_task_init`.
     TaskInit,
+    /// `slurm_spank_task_post_fork`.
     TaskPostFork,
+    /// `slurm_spank_task_exit`.
     TaskExit,
+    /// `slurm_spank_job_epilog`.
     JobEpilog,
+    /// `slurm_spank_slurmd_exit`.
     SlurmdExit,
+    /// `slurm_spank_exit`.
     Exit,
 }
 

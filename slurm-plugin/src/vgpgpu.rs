@@ -18,10 +18,13 @@ pub const OPT_VGPGPU_PER_NODE: &str = "vgpgpu-per-node";
 pub const OPT_VGPGPU_METHOD: &str = "vgpgpu-method";
 /// The job-control twins the controller reads.
 pub const CONTROL_VGPGPU_PER_NODE: &str = "CDER_VGPGPU_PER_NODE";
+/// Job-control twin of `--vgpgpu-method`.
 pub const CONTROL_VGPGPU_METHOD: &str = "CDER_VGPGPU_METHOD";
 /// The JDL keys (thesis Table 4.1).
 pub const JDL_VGPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
+/// The JDL key naming the method (`rCUDA`, `VCL`).
 pub const JDL_VGPGPU_METHOD: &str = "VirtualGPGPUMethod";
+/// An alternative name for [`JDL_VGPGPU_METHOD`], read when that is absent.
 pub const JDL_VGPGPU_TYPE: &str = "VirtualGPGPUType";
 /// The SLURM licence that counts backends.
 pub const LICENSE: &str = cder_request::lrms::VGPGPU_LICENCE;
@@ -31,14 +34,18 @@ pub const MAX_PER_NODE: u32 = cder_request::MAX_COUNT;
 /// A parsed vGPGPU request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VgpgpuRequest {
+    /// Backends per node.
     pub per_node: u32,
+    /// How the job reaches its backends.
     pub method: VgpgpuMethod,
 }
 
 /// The raw values, wherever they came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawVgpgpu {
+    /// The per-node count as given.
     pub per_node: Option<String>,
+    /// The method as given.
     pub method: Option<String>,
     /// Where they came from, for messages (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`).
     pub origin: &'static str,

@@ -58,6 +58,7 @@ impl fmt::Display for Rejection {
 /// The filtered script and what the filter decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filtered {
+    /// The script qsub should submit.
     pub script: Vec<u8>,
     /// The device count per node the job asks for (`None`: no request).
     pub per_node: Option<u32>,

@@ -124,16 +124,24 @@ impl HookKind {
 /// The arguments pbs_mom passed, by meaning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobArgs {
+    /// The job id, as pbs_mom passes it (argument 1, never empty).
     pub job_id: String,
+    /// The job execution user (argument 2).
     pub user: Option<String>,
+    /// The job execution group (argument 3).
     pub group: Option<String>,
+    /// The job name (argument 4).
     pub job_name: Option<String>,
     /// Epilogues only.
     pub session_id: Option<String>,
+    /// The requested resource limits (`nodes=…,gres=…`), where the device
+    /// request is read from.
     pub limits: Option<String>,
     /// Epilogues only.
     pub resources_used: Option<String>,
+    /// The job's queue.
     pub queue: Option<String>,
+    /// The job's account string (often empty).
     pub account: Option<String>,
     /// Epilogues only.
     pub exit_code: Option<String>,
@@ -183,8 +191,11 @@ impl JobArgs {
 /// error file should show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// Run the job (exit status 0).
     Run(String),
+    /// Abort the job (exit status 1): a request that can never be satisfied.
     Abort(String),
+    /// Requeue the job (exit status above 1): worth another try later.
     Requeue(String),
 }
 
@@ -198,6 +209,7 @@ impl Outcome {
         }
     }
 
+    /// The reason, without the decision.
     pub fn message(&self) -> &str {
         match self {
             Outcome::Run(m) | Outcome::Abort(m) | Outcome::Requeue(m) => m,
@@ -219,6 +231,7 @@ impl fmt::Display for Outcome {
 /// How to reach cderd.
 #[derive(Debug, Clone)]
 pub struct Cderd<'a> {
+    /// cderd's Unix socket.
     pub socket: &'a Path,
     /// Bound on every read and write of one call.
     pub timeout: Duration,

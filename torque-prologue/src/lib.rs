@@ -26,6 +26,8 @@
 //! The hooks find cder's config at `/etc/cder/cder.toml` (pbs_mom gives them
 //! an empty environment; `CDER_CONFIG` is honoured when present).
 
+#![deny(missing_docs)]
+
 pub mod filter;
 pub mod hold;
 pub mod hook;

@@ -46,8 +46,12 @@ pub enum Role {
 /// Where a device count was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// `nodes=…:gpus=N`: TORQUE's native GPU request.
     Nodes,
+    /// `gres=<name>:N`, for a name in `gres_names`.
     Gres,
+    /// `other=cder:<type>:<count>`, which the submit filter writes under
+    /// `directive = "maui"`.
     Mark,
 }
 
@@ -64,15 +68,32 @@ impl fmt::Display for Source {
 /// A request that can never be understood: the job should be aborted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitsError {
+    /// A count that is not a number, or is out of range.
     #[error("{resource}: {value:?} is not a device count")]
-    BadCount { resource: String, value: String },
+    BadCount {
+        /// The entry the count came from.
+        resource: String,
+        /// The text found where a count should be.
+        value: String,
+    },
+    /// Two ways of asking disagree on the count.
     #[error("the job asks for {a_count} devices per node by {a} but {b_count} by {b}")]
-    Contradiction { a: Source, a_count: u32, b: Source, b_count: u32 },
+    Contradiction {
+        /// One way of asking.
+        a: Source,
+        /// The count `a` asks for.
+        a_count: u32,
+        /// The other way of asking.
+        b: Source,
+        /// The count `b` asks for.
+        b_count: u32,
+    },
 }
 
 /// The parsed list, in its original order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResourceList {
+    /// The `(name, value)` pairs; an entry without `=` has an empty value.
     pub entries: Vec<(String, String)>,
 }
 

@@ -8,8 +8,11 @@ use std::os::unix::net::UnixDatagram;
 /// Syslog severities the hooks use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
+    /// `LOG_ERR`.
     Error = 3,
+    /// `LOG_WARNING`.
     Warning = 4,
+    /// `LOG_INFO`.
     Info = 6,
 }
 

@@ -46,6 +46,7 @@ impl PbsHome {
             .map(PbsHome)
     }
 
+    /// `mom_priv/jobs`, where pbs_mom keeps the files of its running jobs.
     pub fn jobs_dir(&self) -> PathBuf {
         self.0.join("mom_priv/jobs")
     }
@@ -83,7 +84,9 @@ impl PbsHome {
 /// One GPU of `exec_gpus`: the host TORQUE names and the index on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecGpu {
+    /// The host name, as TORQUE wrote it.
     pub host: String,
+    /// The GPU index on that host.
     pub index: u32,
 }
 
@@ -91,7 +94,9 @@ pub struct ExecGpu {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{source_name}: {entry:?} is not <host>-gpu<index>")]
 pub struct ExecGpusError {
+    /// What was being read (`exec_gpus` or the gpu file's path).
     pub source_name: String,
+    /// The entry that did not parse.
     pub entry: String,
 }
 
@@ -219,6 +224,7 @@ pub fn live_jobs(home: &PbsHome) -> io::Result<Vec<String>> {
 pub struct Assignment {
     /// The indices on this host, in TORQUE's order.
     pub devices: Vec<u32>,
+    /// The file the assignment was read from.
     pub source: PathBuf,
 }
 

@@ -79,20 +79,29 @@ impl fmt::Display for Confine {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorqueSettings {
+    /// Which scheduler dialect the submit filter writes (`native`).
     #[serde(default = "default_directive")]
     pub directive: Directive,
+    /// `ppn` of the `nodes=` line the filter adds when a job has none (1).
     #[serde(default = "default_ppn")]
     pub default_ppn: u32,
+    /// The cderd device type `GPGPUPerNode` and `gpus=` ask for (`gpgpu`).
     #[serde(default = "default_cder_type")]
     pub cder_type: String,
+    /// The `-l gres=<name>:N` names the prologue counts as a device request
+    /// (`gpus`, `gpgpu`).
     #[serde(default = "default_gres_names")]
     pub gres_names: Vec<String>,
+    /// The MAUI GRES name in `x=GRES:<name>@N` (`gpus`).
     #[serde(default = "default_maui_gres")]
     pub maui_gres: String,
+    /// The largest `GPGPUPerNode` the filter accepts (64).
     #[serde(default = "default_max_per_node")]
     pub max_per_node: u32,
+    /// Each hook's bound, in seconds, on one cderd call (20).
     #[serde(default = "default_timeout")]
     pub cderd_timeout_s: u64,
+    /// What the job starter does about kernel enforcement (`required`).
     #[serde(default = "default_confine")]
     pub confine: Confine,
     /// `$PBS_HOME`, where the hooks cannot tell it from the `mom_priv/` they

@@ -31,8 +31,11 @@ use crate::settings::Confine;
 /// What to exec: the program, the argv\[0\] it gets, and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exec {
+    /// The path to exec.
     pub program: OsString,
+    /// What the program sees as argv\[0\] (a login shell's `-bash`).
     pub arg0: OsString,
+    /// The arguments after argv\[0\].
     pub args: Vec<OsString>,
 }
 
@@ -56,9 +59,11 @@ pub fn command_from_argv(argv: &[OsString]) -> Option<Exec> {
 /// user should know, that reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
+    /// The variables to set (empty when the job gets no devices).
     pub env: JobEnvironment,
     /// The job key, when `PBS_JOBID` named one.
     pub job: Option<JobKey>,
+    /// Why the job gets no devices, for its error file.
     pub note: Option<String>,
     /// True when cderd answered (with devices or "no allocation").
     pub answered: bool,

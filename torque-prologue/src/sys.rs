@@ -12,13 +12,20 @@ pub enum UserError {
     NotFound(String),
     /// The lookup itself failed (an LDAP server down …): worth a retry.
     #[error("looking up user {name:?} failed: {message}")]
-    Lookup { name: String, message: String },
+    Lookup {
+        /// The user name looked up.
+        name: String,
+        /// What the lookup reported.
+        message: String,
+    },
 }
 
 /// A user's uid and primary gid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UserIds {
+    /// The user id.
     pub uid: u32,
+    /// The primary group id.
     pub gid: u32,
 }
 

@@ -23,8 +23,11 @@ pub struct Iteration {
 
 /// The monitor: registry client and the TORQUE commands it runs.
 pub struct Monitor {
+    /// The cluster registry's client.
     pub client: Client,
+    /// The `qstat` command (name or path).
     pub qstat: String,
+    /// The `qrls` command (name or path).
     pub qrls: String,
 }
 

@@ -8,10 +8,15 @@ use crate::vgpgpu::keys::{METHOD_KEY, PER_NODE_KEY, TYPE_KEY};
 /// One job of `qstat -x`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QstatJob {
+    /// `Job_Id`.
     pub id: String,
+    /// `job_state` (`H` held, `C` completed, …).
     pub state: String,
+    /// `Hold_Types` (`u`: a user hold, as the submit filter sets).
     pub hold_types: String,
+    /// `qtime`, the queue time in epoch seconds (0 when absent).
     pub qtime: u64,
+    /// `Variable_List`, in its order (a later entry wins).
     pub variables: Vec<(String, String)>,
     /// `Resource_List.nodes`, e.g. `2:ppn=4` or `n1+n2`.
     pub nodes: Option<String>,
