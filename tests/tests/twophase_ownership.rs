@@ -77,6 +77,22 @@ fn a_hostile_site_cannot_speak_for_another_sites_ce() {
     let ces: Vec<&str> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap()).collect();
     assert_eq!(ces, vec![ce(2, "gpu").as_str()], "{v}");
 
+    // Phase 2 on ce-a's own SLURM takes the partition from ce-a's share,
+    // never from the hostile share that claimed its CE ID.
+    let jdl = d.join("phase2.jdl");
+    std::fs::write(&jdl, "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUPerNode >= 1; Rank = 0 ]").unwrap();
+    let out = Command::new(cder_jdl())
+        .args(["submit", "--via", "slurm", "--dry-run", "--bdii", &url, "--timeout", "20", "--vo", VO, "--ce", &victim])
+        .arg(&jdl)
+        .env_remove("LCG_GFAL_INFOSYS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cder-jdl submit");
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{script}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(script.lines().any(|l| l.trim() == "#SBATCH --partition=gpu"), "{script}");
+    assert!(!script.contains("evil_partition"), "{script}");
+
     // --explain names the refused claim and the share that made it.
     let out = list_match(&url, &["--explain"], "[ Requirements = GPGPUPerNode >= 1; Rank = 0 ]", d);
     let text = String::from_utf8_lossy(&out.stdout);
