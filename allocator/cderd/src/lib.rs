@@ -15,6 +15,8 @@
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
 
+#![deny(missing_docs)]
+
 pub mod cgroup;
 pub mod daemon;
 pub mod enforce;
