@@ -3,7 +3,7 @@
 //!
 //! * [`durable`] — opening SQLite the durable way (from `cder-ledger`, shared
 //!   with the vGPGPU registry).
-//! * [`store`] — durable state in SQLite (WAL, `synchronous=FULL`); the
+//! * [`store`] — durable state in SQLite (WAL, `synchronous=NORMAL`); the
 //!   database itself forbids two live owners of a device.
 //! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).

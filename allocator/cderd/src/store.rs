@@ -1,4 +1,7 @@
-//! The durable state: SQLite (WAL, `synchronous=FULL`) under the state dir.
+//! The durable state: SQLite under the state dir, WAL with
+//! `synchronous=NORMAL`: a COMMIT is in the WAL before the reply, so it
+//! survives any death of cderd, though not of the node (docs/architecture.md,
+//! "Trust").
 //!
 //! Three tables. `devices` mirrors the inventory plus what operators set
 //! (drained, reason). `jobs` holds one row per allocation lifetime of a job,
