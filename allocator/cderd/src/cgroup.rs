@@ -79,7 +79,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 /// A character device's number, as cgroup rules name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeviceNumber {
-    /// The driver's major number (195 for `/dev/nvidia*`).
+    /// The driver's major number (195 for `/dev/nvidia0`).
     pub major: u32,
     /// The device's minor number within that driver.
     pub minor: u32,
