@@ -46,11 +46,13 @@ pub const PROVIDER_CONFIG_ENV: &str = "CDER_GLUE_CONFIG";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
+    /// `[site]`: the ids every published entry hangs from.
     pub site: Site,
     /// Present when this provider also publishes the ComputingService and
     /// ComputingManager entries (a site whose CE does not publish them).
     #[serde(default)]
     pub service: Option<Service>,
+    /// `[counts]`: where the dynamic (free/used) numbers come from.
     pub counts: CountsConfig,
     /// The node groups: one ExecutionEnvironment each.
     #[serde(rename = "group")]
@@ -99,12 +101,14 @@ pub struct Service {
     /// `GLUE2ServiceType`, e.g. `org.glite.ce.CREAM` or `org.nordugrid.arex`.
     #[serde(rename = "type")]
     pub service_type: String,
+    /// `GLUE2ServiceQualityLevel` (default `production`).
     #[serde(default = "default_quality")]
     pub quality_level: String,
     /// `GLUE2ServiceAdminDomainForeignKey`: the site's GOCDB name.
     pub admin_domain: String,
     /// `GLUE2ManagerProductName`, e.g. `SLURM`, `TORQUE`.
     pub manager_product: String,
+    /// `GLUE2ManagerProductVersion`, when known.
     #[serde(default)]
     pub manager_version: Option<String>,
 }
@@ -131,12 +135,15 @@ pub enum CountSourceKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CountsConfig {
+    /// Which of cderd, SLURM, TORQUE or the config gives the counts.
     pub source: Spanned<CountSourceKind>,
     /// cderd's socket (default `/run/cder/cderd.sock`).
     #[serde(default)]
     pub socket: Option<PathBuf>,
+    /// The `scontrol` program for `source = "slurm"` (default: from `PATH`).
     #[serde(default = "default_scontrol")]
     pub scontrol: PathBuf,
+    /// The `pbsnodes` program for `source = "torque"` (default: from `PATH`).
     #[serde(default = "default_pbsnodes")]
     pub pbsnodes: PathBuf,
     /// Seconds to wait for cderd or the LRMS command (1 to [`MAX_TIMEOUT_S`]).
@@ -189,6 +196,7 @@ impl CountsConfig {
 pub struct GroupConfig {
     /// `GLUE2ResourceID` of the ExecutionEnvironment (and GLUE 1.3 SubCluster id).
     pub id: Spanned<String>,
+    /// `GLUE2EntityName` of the ExecutionEnvironment (and GLUE 1.3 SubCluster name); default: the id.
     #[serde(default)]
     pub name: Option<String>,
     /// Host names or SLURM-style host lists (`wn[01-16]`).
@@ -197,24 +205,34 @@ pub struct GroupConfig {
     pub platform: String,
     /// Per node, MB.
     pub main_memory_mb: u64,
+    /// `GLUE2ExecutionEnvironmentOSFamily` (default `linux`).
     #[serde(default = "default_os_family")]
     pub os_family: String,
+    /// `GLUE2ExecutionEnvironmentOSName`, e.g. `CentOS`.
     #[serde(default)]
     pub os_name: Option<String>,
+    /// `GLUE2ExecutionEnvironmentOSVersion`.
     #[serde(default)]
     pub os_version: Option<String>,
+    /// `GLUE2ExecutionEnvironmentConnectivityIn`: jobs can be reached from outside (default false).
     #[serde(default)]
     pub connectivity_in: bool,
+    /// `GLUE2ExecutionEnvironmentConnectivityOut`: jobs can open outbound connections (default true).
     #[serde(default = "default_true")]
     pub connectivity_out: bool,
+    /// `GLUE2ExecutionEnvironmentPhysicalCPUs`: CPU sockets per node.
     #[serde(default)]
     pub physical_cpus: Option<u32>,
+    /// `GLUE2ExecutionEnvironmentLogicalCPUs`: hardware threads per node.
     #[serde(default)]
     pub logical_cpus: Option<u32>,
+    /// `GLUE2ExecutionEnvironmentCPUVendor`.
     #[serde(default)]
     pub cpu_vendor: Option<String>,
+    /// `GLUE2ExecutionEnvironmentCPUModel`.
     #[serde(default)]
     pub cpu_model: Option<String>,
+    /// `GLUE2ExecutionEnvironmentCPUClockSpeed`, in MHz.
     #[serde(default)]
     pub cpu_clock_mhz: Option<u32>,
     /// Take the devices from this node's inventory (`cder.toml`, NVML or
@@ -237,27 +255,37 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupDevice {
+    /// The CDER type the devices belong to (default `gpgpu`), as in `cder.toml`.
     #[serde(rename = "type", default = "default_type")]
     pub cder_type: String,
     /// Published prefix (default: the upper-cased type, `GPGPU`).
     #[serde(default)]
     pub prefix: Option<String>,
+    /// The vendor as published (default `Nvidia`).
     #[serde(default = "default_vendor")]
     pub vendor: String,
+    /// The model name as published (`GeForce GTS 450`).
     pub model: Spanned<String>,
     /// Devices per node.
     pub count: u32,
+    /// Memory per device, in MB.
     pub memory_mb: u64,
+    /// CUDA compute capability (`major.minor`).
     #[serde(default)]
     pub compute_capability: Option<ComputeCapability>,
+    /// Streaming multiprocessors per device.
     #[serde(default)]
     pub multiprocessors: Option<u32>,
+    /// Cores per multiprocessor; with `multiprocessors` it gives `cores` when that is not set.
     #[serde(default)]
     pub cores_per_mp: Option<u32>,
+    /// Cores per device.
     #[serde(default)]
     pub cores: Option<u32>,
+    /// Core clock, in MHz.
     #[serde(default)]
     pub clock_mhz: Option<u32>,
+    /// Whether ECC memory is on.
     #[serde(default)]
     pub ecc: bool,
     /// The SLURM GRES type that counts these devices (`gpu:<gres_type>:N`);
@@ -268,8 +296,10 @@ pub struct GroupDevice {
     /// drained/unhealthy, and free (default: the rest).
     #[serde(default)]
     pub used: Option<u32>,
+    /// Devices of the whole group drained or unhealthy (with `counts.source = "static"`).
     #[serde(default)]
     pub offline: Option<u32>,
+    /// Free devices of the whole group (with `counts.source = "static"`; default: the rest).
     #[serde(default)]
     pub free: Option<u32>,
 }
@@ -290,6 +320,7 @@ pub struct VirtualConfig {
     /// `GLUE2ApplicationEnvironmentID` (default `<manager id>_<method>`).
     #[serde(default)]
     pub id: Option<String>,
+    /// `GLUE2ApplicationEnvironmentAppVersion` of the method's software.
     #[serde(default)]
     pub version: Option<String>,
     /// Installed vGPGPUs (with `counts.virtual_source = "config"`).

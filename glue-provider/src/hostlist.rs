@@ -15,6 +15,12 @@ pub fn expand_all(expressions: &[String]) -> Result<Vec<String>, String> {
 }
 
 /// Expands one expression (commas outside brackets separate hosts).
+///
+/// ```
+/// use cder_glue_provider::hostlist::expand;
+/// assert_eq!(expand("wn[08-10],gpu1").unwrap(), ["wn08", "wn09", "wn10", "gpu1"]);
+/// assert!(expand("wn[10-08]").is_err());
+/// ```
 pub fn expand(expression: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     expand_into(expression, &mut out)?;

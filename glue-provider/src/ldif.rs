@@ -14,7 +14,9 @@ pub const FOLD_WIDTH: usize = 76;
 /// One LDIF content record: a DN and its attribute values, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The entry's distinguished name, written as the record's `dn:` line.
     pub dn: String,
+    /// Attribute names and values in the order they are written; a name may repeat.
     pub attributes: Vec<(String, String)>,
 }
 

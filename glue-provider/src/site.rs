@@ -13,9 +13,11 @@ pub struct DeviceClass {
     /// Unique within the group: the type name, or `<type>-<model>` when the
     /// group has several kinds of device of that type. Counts are keyed by it.
     pub key: String,
+    /// The CDER type (`gpgpu`), as in `cder.toml`.
     pub cder_type: String,
     /// The published prefix (`GPGPU`).
     pub prefix: String,
+    /// Devices of the class on each node of the group.
     pub per_node: u32,
     /// Static attributes without the prefix, in design.md's order
     /// (`CUDAComputeCapability`, `MainMemorySize`, …, `Vendor`, `Model`).
@@ -37,6 +39,7 @@ impl DeviceClass {
 /// One group of identical worker nodes: one GLUE2ExecutionEnvironment.
 #[derive(Debug, Clone)]
 pub struct NodeGroup {
+    /// The `[[group]]` the group comes from.
     pub config: GroupConfig,
     /// The expanded host names.
     pub nodes: Vec<String>,
@@ -48,12 +51,16 @@ pub struct NodeGroup {
 /// the group has several kinds of device of one type, one per kind.
 #[derive(Debug, Clone)]
 pub struct Environment<'a> {
+    /// `GLUE2ResourceID`: the group's id, or `<group id>_<class key>` per kind when mixed.
     pub id: String,
+    /// `GLUE2EntityName`, when the config names the group.
     pub name: Option<String>,
+    /// The device classes published on this environment.
     pub classes: Vec<&'a DeviceClass>,
 }
 
 impl NodeGroup {
+    /// The group's `GLUE2ResourceID`, as configured.
     pub fn id(&self) -> &str {
         self.config.id.get_ref()
     }

@@ -35,15 +35,21 @@ pub use crate::sources::Snapshot;
 /// Whether a published key changes while the site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Fixed by the hardware and the config (model, memory …).
     Static,
+    /// Changes as jobs come and go (free, used counts).
     Dynamic,
 }
 
 /// One published key/value with its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
+    /// The CDER key, class prefix and attribute (`GPGPUFree`); each
+    /// strategy decides the GLUE attribute that carries it.
     pub key: String,
+    /// The value as published.
     pub value: String,
+    /// Whether it changes while the site runs.
     pub kind: Kind,
 }
 

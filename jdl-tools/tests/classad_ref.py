@@ -1,4 +1,4 @@
-"""Reference evaluator for cder-jdl's differential tests: HTCondor's classad2.
+"""Reference evaluator for cder-classad's differential tests (jdl-tools/classad/tests/differential.rs): HTCondor's classad2.
 
 Reads one JSON value per line on stdin and prints one JSON object per line:
 * a string: an expression, evaluated with no ad in scope;

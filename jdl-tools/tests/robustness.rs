@@ -4,6 +4,7 @@
 //! test: random bytes and mutations of valid inputs (cargo-fuzz would need a
 //! nightly toolchain and cargo-fuzz; this runs on stable, bounded).
 
+#[path = "../classad/tests/common/mod.rs"]
 mod common;
 
 use cder_jdl::jdl::check;

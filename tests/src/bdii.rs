@@ -32,6 +32,7 @@ pub struct BdiiOptions {
     /// Seconds an entry that vanished from the providers' output is kept
     /// (`BDII_DELETE_DELAY`): what keeps the last good data while a provider fails.
     pub delete_delay: u64,
+    /// How to run the slapd that bdii-update writes into.
     pub slapd: SlapdOptions,
 }
 

@@ -172,6 +172,7 @@ impl Slapd {
         format!("ldap://127.0.0.1:{}", self.port)
     }
 
+    /// The loopback port slapd listens on.
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -1,6 +1,8 @@
 //! The integration-test harness: starts real components on loopback in a
 //! temp dir and stops them when dropped.
 
+#![deny(missing_docs)]
+
 pub mod bdii;
 pub mod ldap;
 pub mod munge;

@@ -83,8 +83,11 @@ pub fn target_debug_dir() -> PathBuf {
 /// The cder artifacts a SLURM test loads.
 #[derive(Debug, Clone)]
 pub struct Artifacts {
+    /// `libspank_cder.so`, named in the test's plugstack.conf.
     pub spank: PathBuf,
+    /// `libjob_submit_cder.so`, loaded by slurmctld from the test's `PluginDir`.
     pub job_submit: PathBuf,
+    /// The `cderd` binary the node side talks to.
     pub cderd: PathBuf,
 }
 
@@ -173,9 +176,13 @@ impl Default for SlurmConfig {
 /// One finished (or current) job as `scontrol show job` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
+    /// The job id.
     pub id: u32,
+    /// `JobState=` (`COMPLETED`, `FAILED`, `PENDING` …).
     pub state: String,
+    /// `Reason=`: why it is pending or failed (`None` when nothing is wrong).
     pub reason: String,
+    /// `ExitCode=` as printed (`exit:signal`).
     pub exit_code: String,
     /// Every `Key=Value` of `scontrol show job -o`.
     pub fields: BTreeMap<String, String>,
@@ -190,8 +197,11 @@ pub struct SlurmCluster {
     slurmd: Option<Child>,
     cderd: Option<Child>,
     cderd_bin: Option<PathBuf>,
+    /// How the cluster was set up.
     pub config: SlurmConfig,
+    /// The loopback port slurmctld listens on (`SlurmctldPort`).
     pub ctld_port: u16,
+    /// The loopback port slurmd listens on (`SlurmdPort`).
     pub slurmd_port: u16,
 }
 

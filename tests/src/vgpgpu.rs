@@ -13,10 +13,12 @@ use crate::munge::Munged;
 
 /// A running registry.
 pub struct Registryd {
+    /// The munged the registry verifies credentials with; clients in the test use it too.
     pub munged: Munged,
     dir: tempfile::TempDir,
     child: Option<Child>,
     bin: PathBuf,
+    /// The loopback port the registry listens on.
     pub port: u16,
     starts: u32,
 }

@@ -1,5 +1,9 @@
 //! `cderctl`: the admin's and the hooks' view of cder on one node.
 
+// The clap arguments' doc comments are the --help text, printed as written:
+// `[registry]` or `<lrms>:<id>` there are words for the admin, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

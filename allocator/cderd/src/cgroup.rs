@@ -36,14 +36,40 @@ use crate::sys::{self, BpfInsn};
 /// A failed cgroup step, naming the path or call.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
+    /// A file operation under the cgroup file system failed.
     #[error("{action} {}: {source}", path.display())]
-    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    Io {
+        /// What was being done (`create`, `open`, `remove`, …).
+        action: &'static str,
+        /// The cgroup file or folder.
+        path: PathBuf,
+        /// The error the kernel returned.
+        source: std::io::Error,
+    },
+    /// The configured cgroup mode needs a controller or mount this node
+    /// lacks; found at start, so cderd refuses to run rather than confine
+    /// nothing.
     #[error("[node.enforcement] cgroup = {mode:?} needs {what}, which this node does not offer: {why}")]
-    Missing { mode: &'static str, what: &'static str, why: String },
+    Missing {
+        /// The `cgroup` setting as written (`auto`, `v1`, `v2`, `both`).
+        mode: &'static str,
+        /// The missing piece (the v1 `devices` controller, v2 device BPF).
+        what: &'static str,
+        /// What was looked at and not found.
+        why: String,
+    },
+    /// The kernel refused the device program (no BPF support, or the
+    /// verifier rejected it).
     #[error("loading the device BPF program: {0}")]
     BpfLoad(std::io::Error),
+    /// The kernel refused to attach the device program to a job's cgroup.
     #[error("attaching the device BPF program to {}: {source}", path.display())]
-    BpfAttach { path: PathBuf, source: std::io::Error },
+    BpfAttach {
+        /// The job's cgroup folder.
+        path: PathBuf,
+        /// The error bpf(2) returned.
+        source: std::io::Error,
+    },
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
@@ -53,7 +79,9 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 /// A character device's number, as cgroup rules name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeviceNumber {
+    /// The driver's major number (195 for `/dev/nvidia0`).
     pub major: u32,
+    /// The device's minor number within that driver.
     pub minor: u32,
 }
 

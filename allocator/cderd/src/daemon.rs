@@ -20,24 +20,38 @@ use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// Discovering the node's devices failed (NVML, sysfs, the config).
     #[error("discovery: {0}")]
     Inventory(#[from] cder_inventory::InventoryError),
+    /// The state database could not be opened or reconciled.
     #[error("state: {0}")]
     Store(#[from] StoreError),
+    /// `[node.enforcement]` asks for something this node cannot do.
     #[error("enforcement: {0}")]
     Enforcement(#[from] crate::enforce::EnforcementError),
+    /// `confine` was configured but device cgroups are unavailable.
     #[error("device cgroups: {0}")]
     Cgroup(#[from] crate::cgroup::CgroupError),
+    /// A `[node] operators` entry names no user this node knows.
     #[error("[node] operators: {0}")]
     Operator(String),
+    /// The state folder could not be created or secured.
     #[error("state dir {}: {source}", path.display())]
-    StateDir { path: std::path::PathBuf, source: std::io::Error },
+    StateDir {
+        /// `[node] state_dir`.
+        path: std::path::PathBuf,
+        /// Why it could not be used.
+        source: std::io::Error,
+    },
 }
 
 /// Who sent a request, from SO_PEERCRED.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
+    /// The caller's uid: root and operators may do everything, others
+    /// only read their own jobs.
     pub uid: u32,
+    /// The caller's pid: `confine` moves this process into the job's cgroup.
     pub pid: i32,
 }
 

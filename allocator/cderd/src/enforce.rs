@@ -22,14 +22,51 @@ const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";
 /// An enforcement step that failed, naming the device and the call.
 #[derive(Debug, thiserror::Error)]
 pub enum EnforcementError {
+    /// Changing a device file's owner or mode failed.
     #[error("{device}: {action} {}: {source}", path.display())]
-    File { device: String, action: &'static str, path: std::path::PathBuf, source: std::io::Error },
+    File {
+        /// The device, as operators name it (`<type>:<index>`).
+        device: String,
+        /// `chown` or `chmod`.
+        action: &'static str,
+        /// The device file.
+        path: std::path::PathBuf,
+        /// The error the kernel returned.
+        source: std::io::Error,
+    },
+    /// NVML could not be loaded for a type whose compute mode is managed.
     #[error("type {cder_type:?}: cannot load NVML from {library}: {source}")]
-    NvmlLoad { cder_type: String, library: String, source: nvml_wrapper::error::NvmlError },
+    NvmlLoad {
+        /// The CDER type.
+        cder_type: String,
+        /// The library tried (`nvml_library` or the driver's).
+        library: String,
+        /// NVML's error.
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// An NVML call on one device failed.
     #[error("{device}: NVML {call}: {source}")]
-    Nvml { device: String, call: &'static str, source: nvml_wrapper::error::NvmlError },
+    Nvml {
+        /// The device, as operators name it (`<type>:<index>`).
+        device: String,
+        /// The NVML call that failed.
+        call: &'static str,
+        /// NVML's error.
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// The device at the recorded NVML index is another GPU (renumbered
+    /// since discovery): its compute mode is left alone.
     #[error("{device}: NVML index {index} has UUID {found}, not {expected}; refusing to change its compute mode")]
-    NvmlMismatch { device: String, index: u32, found: String, expected: String },
+    NvmlMismatch {
+        /// The device, as operators name it (`<type>:<index>`).
+        device: String,
+        /// The NVML index looked up.
+        index: u32,
+        /// The UUID NVML reports there now.
+        found: String,
+        /// The UUID recorded for the device.
+        expected: String,
+    },
 }
 
 /// Applies and undoes enforcement on devices.

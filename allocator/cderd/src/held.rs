@@ -14,7 +14,9 @@ use std::path::Path;
 /// A process holding one of the devices asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
+    /// The process holding a device file open.
     pub pid: u32,
+    /// Its uid (the owner of `/proc/<pid>`).
     pub uid: u32,
     /// `/proc/<pid>/comm`, for the log line (untrusted: the process sets it).
     pub comm: String,

@@ -3,7 +3,7 @@
 //!
 //! * [`durable`] — opening SQLite the durable way (from `cder-ledger`, shared
 //!   with the vGPGPU registry).
-//! * [`store`] — durable state in SQLite (WAL, `synchronous=FULL`); the
+//! * [`store`] — durable state in SQLite (WAL, `synchronous=NORMAL`); the
 //!   database itself forbids two live owners of a device.
 //! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
@@ -14,6 +14,8 @@
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
+
+#![deny(missing_docs)]
 
 pub mod cgroup;
 pub mod daemon;

@@ -25,10 +25,20 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A live cderd answers on the socket path: a second daemon would
+    /// give the same devices out twice.
     #[error("socket {}: another cderd is already listening there", .0.display())]
     InUse(PathBuf),
+    /// Creating, binding or securing the socket failed.
     #[error("socket {}: {what}: {source}", path.display())]
-    Io { path: PathBuf, what: &'static str, source: std::io::Error },
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// The step that failed.
+        what: &'static str,
+        /// The error the kernel returned.
+        source: std::io::Error,
+    },
 }
 
 /// Binds the node socket at `path` with `mode`: creates the parent dir,

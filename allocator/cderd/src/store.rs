@@ -1,4 +1,7 @@
-//! The durable state: SQLite (WAL, `synchronous=FULL`) under the state dir.
+//! The durable state: SQLite under the state dir, WAL with
+//! `synchronous=NORMAL`: a COMMIT is in the WAL before the reply, so it
+//! survives any death of cderd, though not of the node (docs/architecture.md,
+//! "Trust").
 //!
 //! Three tables. `devices` mirrors the inventory plus what operators set
 //! (drained, reason). `jobs` holds one row per allocation lifetime of a job,
@@ -117,14 +120,26 @@ pub fn checkpoint_in_background(path: &Path, period: std::time::Duration) -> Res
 /// A store failure: the database, or a refusal of the request.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database file could not be opened or set up.
     #[error("database {}: {source}", path.display())]
-    Open { path: PathBuf, source: rusqlite::Error },
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// A statement failed.
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The database was written by a newer cderd (its schema version):
+    /// a downgrade must not guess at columns it does not know.
     #[error("database holds schema version {0}, newer than this cderd ({SCHEMA_VERSION}); refusing to touch it")]
     TooNew(i64),
+    /// A row holds a job key that does not parse.
     #[error("database holds a malformed job key {0:?}")]
     Corrupt(String),
+    /// The request was refused (not enough devices, a conflicting
+    /// allocation …): the reply the client gets.
     #[error("{0}")]
     Refused(ErrorReply),
 }
@@ -149,19 +164,33 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// One device row with its live owner, if any.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceRow {
+    /// The device UUID (the row's key; stable across renumbering).
     pub uuid: String,
+    /// The CDER type it belongs to.
     pub cder_type: String,
+    /// Its index within its type.
     pub index: u32,
+    /// The model name.
     pub model: String,
+    /// Memory in MiB.
     pub memory_mb: u64,
+    /// The NUMA node it is attached to (the locality policy's input).
     pub numa_node: u32,
+    /// The device file a job opens (`/dev/nvidia0`).
     pub path: PathBuf,
     /// Found by discovery at the last start.
     pub present: bool,
+    /// Discovery found it in working order at the last start (the
+    /// health watch drains a failing device instead).
     pub healthy: bool,
+    /// Set offline (`cderctl drain` or the health watch): handed out to
+    /// nobody until undrained.
     pub drained: bool,
+    /// Why it was drained, when it is.
     pub drain_reason: Option<String>,
+    /// The job holding it, if any.
     pub job: Option<JobKey>,
+    /// The uid of that job.
     pub uid: Option<u32>,
 }
 
@@ -219,12 +248,17 @@ impl DeviceRow {
 /// A job's live allocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobAllocation {
+    /// The job holding the devices.
     pub job: JobKey,
+    /// The job's owner, to whom the device files belong.
     pub uid: u32,
+    /// The CDER type allocated.
     pub cder_type: String,
+    /// How many devices the job asked for (and holds).
     pub count: u32,
     /// The UUID token that lives as long as the allocation.
     pub token: String,
+    /// When the allocation was made, in unix seconds.
     pub start: i64,
     /// By type order, then index.
     pub devices: Vec<DeviceRow>,

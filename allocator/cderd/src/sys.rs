@@ -11,8 +11,11 @@ use std::os::unix::net::UnixStream;
 /// Who is on the other end of a Unix socket, as the kernel says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
+    /// The peer's pid when it connected.
     pub pid: i32,
+    /// Its effective uid: what authorization goes by.
     pub uid: u32,
+    /// Its effective gid.
     pub gid: u32,
 }
 
@@ -81,14 +84,19 @@ fn termination_set() -> libc::sigset_t {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct BpfInsn {
+    /// The opcode (class, size/source and operation bits).
     pub code: u8,
     /// `dst_reg:4, src_reg:4` as a C bitfield: see [`BpfInsn::new`].
     pub regs: u8,
+    /// The jump or memory offset.
     pub off: i16,
+    /// The immediate operand.
     pub imm: i32,
 }
 
 impl BpfInsn {
+    /// An instruction with destination register `dst` and source `src`
+    /// packed as the kernel's bitfield expects on this target.
     pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> BpfInsn {
         // C bitfields fill from the least significant bit on little-endian
         // targets and from the most significant on big-endian ones.

@@ -56,6 +56,26 @@ pub enum InventoryError {
 
 /// Discovers the devices of every configured type, in config order and,
 /// within a type, by index.
+///
+/// ```
+/// use std::path::Path;
+/// let config = cder_model::Config::parse(r#"
+/// [[cder]]
+/// name = "fpga"
+/// vendor = "Xilinx"
+/// discovery = "static"
+/// visible_env = ["XILINX_VISIBLE_DEVICES"]
+///
+/// [[cder.device]]
+/// index = 0
+/// model = "Alveo U250"
+/// memory_mb = 65536
+/// path = "/dev/xclmgmt0"
+/// "#, Path::new("cder.toml")).unwrap();
+/// let devices = cder_inventory::discover(&config).unwrap();
+/// assert_eq!(devices.len(), 1);
+/// assert_eq!((devices[0].cder_type.as_str(), devices[0].model.as_str()), ("fpga", "Alveo U250"));
+/// ```
 pub fn discover(config: &Config) -> Result<Vec<Device>, InventoryError> {
     let mut devices = Vec::new();
     for cder in &config.cders {

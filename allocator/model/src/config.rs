@@ -551,6 +551,37 @@ impl Config {
     }
 
     /// Parses and validates config text; `path` is only used in messages.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use cder_model::Config;
+    ///
+    /// let text = r#"
+    /// [node]
+    /// operators = ["slurm"]
+    ///
+    /// [[cder]]
+    /// name = "gpgpu"
+    /// vendor = "nvidia"
+    /// discovery = "static"
+    ///
+    /// [[cder.device]]
+    /// index = 0
+    /// model = "Tesla K20m"
+    /// memory_mb = 4800
+    /// path = "/dev/nvidia0"
+    /// "#;
+    /// let config = Config::parse(text, Path::new("cder.toml")).unwrap();
+    /// let gpgpu = config.cder("gpgpu").unwrap();
+    /// assert_eq!(gpgpu.prefix(), "GPGPU");
+    /// assert_eq!(gpgpu.visible_env(), ["CUDA_VISIBLE_DEVICES"]);
+    /// assert_eq!(gpgpu.static_devices()[0].memory_mb, 4800);
+    ///
+    /// // A mistake names the file, line, column and key.
+    /// let e = Config::parse(&text.replace("4800", "\"lots\""), Path::new("cder.toml")).unwrap_err();
+    /// assert_eq!((e.line, e.key.as_deref()), (Some(13), Some("cder.device.memory_mb")));
+    /// assert!(e.to_string().starts_with("cder.toml:13:13: cder.device.memory_mb:"), "{e}");
+    /// ```
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = from_toml(text, path)?;
         config.validate(text, path)?;

@@ -50,8 +50,11 @@ pub struct RegisterRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Registered {
+    /// The backend's device UUID, as registered.
     pub uuid: String,
+    /// The host the backend listens on.
     pub host: String,
+    /// The port the registry gave the backend (stable for its UUID).
     pub port: u16,
     /// `host:port`.
     pub endpoint: String,
@@ -61,6 +64,7 @@ pub struct Registered {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnregisterRequest {
+    /// The device UUID given at registration.
     pub uuid: String,
 }
 
@@ -68,7 +72,9 @@ pub struct UnregisterRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Unregistered {
+    /// The device UUID the factory asked to remove.
     pub uuid: String,
+    /// False when no backend had that UUID (unregister is idempotent).
     pub removed: bool,
 }
 
@@ -77,10 +83,14 @@ pub struct Unregistered {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendRequest {
+    /// The job the backends are for (`slurm:42`, `torque:7.server`).
     pub job: JobKey,
+    /// How many backends the frontend wants, 1 to [`MAX_COUNT`].
     pub count: u32,
     /// The frontend node (the thesis's "node number"): where the job runs.
     pub node: String,
+    /// The interception method the frontend's library speaks; backends of
+    /// other methods are never given.
     pub method: VgpgpuMethod,
     /// The job's owner, who may then read the allocation
     /// (`GET /v1/allocation`) with its own credential.
@@ -92,9 +102,13 @@ pub struct BackendRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backend {
+    /// The UUID of the device behind the backend.
     pub uuid: String,
+    /// The device's vendor (`Nvidia`, `AMD`, …), as registered.
     pub vendor: String,
+    /// The host the frontend connects to.
     pub host: String,
+    /// The port the backend listens on there.
     pub port: u16,
     /// The device index on `host` the backend is pinned to.
     pub device: u32,
@@ -111,9 +125,13 @@ impl Backend {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Allocation {
+    /// The job holding the backends.
     pub job: JobKey,
+    /// The frontend node they were given for.
     pub node: String,
+    /// The method all of them serve for this job.
     pub method: VgpgpuMethod,
+    /// The backends the frontend may connect to.
     pub backends: Vec<Backend>,
 }
 
@@ -121,7 +139,9 @@ pub struct Allocation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobAllocations {
+    /// The job asked about.
     pub job: JobKey,
+    /// One entry per node where the job holds backends; empty when it holds none.
     pub allocations: Vec<Allocation>,
 }
 
@@ -136,6 +156,7 @@ impl JobAllocations {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
+    /// The job whose backends go back to the pool.
     pub job: JobKey,
 }
 
@@ -143,7 +164,9 @@ pub struct ReleaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Released {
+    /// The job that was released.
     pub job: JobKey,
+    /// How many backends it held; 0 when it held none or was already released.
     pub released: u32,
 }
 
@@ -152,8 +175,10 @@ pub struct Released {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OfflineRequest {
+    /// One backend, by device UUID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// Every backend registered on this host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Why (offline only; shown in status).
@@ -180,6 +205,7 @@ impl QueryName {
     pub const ALL: [(&'static str, QueryName); 4] =
         [("free", QueryName::Free), ("total", QueryName::Total), ("in_use", QueryName::InUse), ("offline", QueryName::Offline)];
 
+    /// The name as written in the query string (`in_use` for [`QueryName::InUse`]).
     pub fn as_str(self) -> &'static str {
         Self::ALL.iter().find(|(_, q)| *q == self).map_or("free", |(s, _)| s)
     }
@@ -199,9 +225,11 @@ impl std::str::FromStr for QueryName {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryReply {
+    /// What was counted.
     pub name: QueryName,
     /// The method counted; `None`: backends of any method.
     pub method: Option<VgpgpuMethod>,
+    /// The count.
     pub value: u64,
 }
 
@@ -209,8 +237,11 @@ pub struct QueryReply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendState {
+    /// Online and held by no job: the next request may get it.
     Free,
+    /// Held by a job until that job is released.
     Allocated,
+    /// Set offline by an operator and held by no job: never handed out.
     Offline,
 }
 
@@ -218,18 +249,28 @@ pub enum BackendState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendStatus {
+    /// The device UUID.
     pub uuid: String,
+    /// The device's vendor, as registered.
     pub vendor: String,
+    /// The host the backend listens on.
     pub host: String,
+    /// The port it was given.
     pub port: u16,
+    /// The device index on its host it is pinned to.
     pub device: u32,
+    /// The methods it serves.
     pub methods: Vec<VgpgpuMethod>,
+    /// Allocated when a job holds it, else offline or free.
     pub state: BackendState,
     /// Set offline by an operator (an allocated backend may be too: it turns
     /// offline when its job releases it).
     pub offline: bool,
+    /// The operator's reason for setting it offline, if one was given.
     pub reason: Option<String>,
+    /// The job holding it, if allocated.
     pub job: Option<JobKey>,
+    /// The frontend node it was given for, if allocated.
     pub node: Option<String>,
 }
 
@@ -237,9 +278,13 @@ pub struct BackendStatus {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Counts {
+    /// Registered backends, online or offline.
     pub total: u64,
+    /// Backends online and held by no job.
     pub free: u64,
+    /// Backends held by a job.
     pub in_use: u64,
+    /// Backends set offline and held by no job (one still held counts as in use).
     pub offline: u64,
 }
 
@@ -260,7 +305,10 @@ impl Counts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Status {
+    /// Every registered backend (and any unregistered one a job still
+    /// holds), by host and device.
     pub backends: Vec<BackendStatus>,
+    /// Counts keyed by method name (`rCUDA`, `VCL`) and `all`.
     pub counts: BTreeMap<String, Counts>,
 }
 
@@ -322,7 +370,9 @@ impl ErrorCode {
 #[serde(deny_unknown_fields)]
 #[error("{message} ({code:?})")]
 pub struct ApiError {
+    /// The machine-readable reason; it also fixes the HTTP status.
     pub code: ErrorCode,
+    /// A one-line explanation for the operator or the user.
     pub message: String,
     /// Free backends of the method, for `insufficient`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -330,9 +380,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error with `code` and `message` and no free count.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError { code, message: message.into(), free: None }
     }
+    /// A `bad_request` error: the caller sent something malformed.
     pub fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::BadRequest, message)
     }

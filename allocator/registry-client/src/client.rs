@@ -20,16 +20,39 @@ const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// `[registry] url` is not `http://host[:port]` (the URL as given);
+    /// there is no TLS, MUNGE authenticates each call instead.
     #[error("registry URL {0:?} is not http://host:port")]
     Url(String),
+    /// No credential could be made (munged down, program missing).
     #[error("MUNGE: {0}")]
     Munge(#[from] MungeError),
+    /// Connecting, sending or reading failed or timed out: the registry
+    /// is down or unreachable, so callers may fall back (`fail=open`).
     #[error("registry {endpoint} unreachable: {source}")]
-    Unavailable { endpoint: String, source: std::io::Error },
+    Unavailable {
+        /// The `host:port` called.
+        endpoint: String,
+        /// The socket error.
+        source: std::io::Error,
+    },
+    /// The registry answered with something that is not HTTP or not the
+    /// JSON expected.
     #[error("registry {endpoint}: malformed reply: {message}")]
-    Malformed { endpoint: String, message: String },
+    Malformed {
+        /// The `host:port` called.
+        endpoint: String,
+        /// What was wrong with the reply.
+        message: String,
+    },
+    /// The registry answered with an error body.
     #[error("registry refused ({status}): {error}")]
-    Refused { status: u16, error: ApiError },
+    Refused {
+        /// The HTTP status of the reply.
+        status: u16,
+        /// The error the registry gave.
+        error: ApiError,
+    },
 }
 
 impl ClientError {
@@ -50,7 +73,9 @@ impl ClientError {
 /// A reply: HTTP status and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawReply {
+    /// The HTTP status code.
     pub status: u16,
+    /// The body as received (at most 16 MiB).
     pub body: Vec<u8>,
 }
 

@@ -11,6 +11,8 @@
 //! The service itself, its store, policies and the factory are in
 //! `cder-registry`.
 
+#![deny(missing_docs)]
+
 pub mod api;
 pub mod client;
 pub mod env;

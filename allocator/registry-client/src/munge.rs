@@ -19,10 +19,28 @@ use std::process::{Command, Stdio};
 /// A MUNGE failure.
 #[derive(Debug, thiserror::Error)]
 pub enum MungeError {
+    /// The program could not be started (not installed, not executable).
     #[error("cannot run {}: {source}", program.display())]
-    Spawn { program: PathBuf, source: std::io::Error },
+    Spawn {
+        /// `munge` or `unmunge`, as configured.
+        program: PathBuf,
+        /// Why it could not be started.
+        source: std::io::Error,
+    },
+    /// The program ran and refused: munged unreachable, or a credential
+    /// that is invalid, expired or replayed.
     #[error("{} failed (exit {status}): {message}", program.display())]
-    Failed { program: PathBuf, status: i32, message: String },
+    Failed {
+        /// `munge` or `unmunge`, as configured.
+        program: PathBuf,
+        /// Its exit status (-1 when killed by a signal).
+        status: i32,
+        /// What its exit status means, or else what it printed.
+        message: String,
+    },
+    /// Output that is no credential (`munge`) or no numeric UID/GID
+    /// (`unmunge`), or a payload that cannot be passed on a command line
+    /// (not UTF-8, a NUL byte); the text says which.
     #[error("unmunge printed something unexpected: {0}")]
     Garbled(String),
 }
@@ -30,15 +48,20 @@ pub enum MungeError {
 /// A verified credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
+    /// The uid of the process that made the credential, as munged vouches.
     pub uid: u32,
+    /// Its gid.
     pub gid: u32,
+    /// The bytes the credential carries: the request it was made for.
     pub payload: Vec<u8>,
 }
 
 /// How to reach munged.
 #[derive(Debug, Clone)]
 pub struct Munge {
+    /// The `munge` program that encodes credentials (clients).
     pub munge_program: PathBuf,
+    /// The `unmunge` program that decodes them (the registry).
     pub unmunge_program: PathBuf,
     /// munged's socket; `None`: MUNGE's default.
     pub socket: Option<PathBuf>,

@@ -154,6 +154,16 @@ impl std::error::Error for CountError {}
 
 /// Parses a device count as a user or a CE wrote it (surrounding blanks and
 /// one pair of double quotes are allowed, as BLAH and shells write values).
+///
+/// ```
+/// use cder_request::{parse_count, CountError, MAX_COUNT};
+/// assert_eq!(parse_count(" \"2\" "), Ok(2));
+/// assert_eq!(parse_count("2.5"), Err(CountError::NotANumber));
+/// // 0 is not "no request": leave the key out to ask for none.
+/// assert_eq!(parse_count("0"), Err(CountError::NotPositive));
+/// assert_eq!(parse_count(&MAX_COUNT.to_string()), Ok(MAX_COUNT));
+/// assert_eq!(parse_count("99999999999999999999"), Err(CountError::TooLarge));
+/// ```
 pub fn parse_count(text: &str) -> Result<u32, CountError> {
     let t = text.trim();
     let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
@@ -206,6 +216,15 @@ impl std::error::Error for TypeNameError {}
 
 /// The one rule for CDER type names, shared by the config, the node
 /// protocol and every request parser, so no door accepts a name another refuses.
+///
+/// ```
+/// use cder_request::{check_type_name, MAX_TYPE_NAME_LEN};
+/// assert!(check_type_name("gpgpu").is_ok());
+/// assert!(check_type_name("fpga_u250").is_ok());
+/// assert!(check_type_name("GPU").is_err());
+/// assert!(check_type_name("2gpu").is_err());
+/// assert!(check_type_name(&"a".repeat(MAX_TYPE_NAME_LEN + 1)).is_err());
+/// ```
 pub fn check_type_name(name: &str) -> Result<(), TypeNameError> {
     let ok = name.len() <= MAX_TYPE_NAME_LEN
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -323,6 +342,18 @@ pub struct VgpgpuRequest {
 impl VgpgpuRequest {
     /// Reads the two values wherever they came from (options, JDL keys,
     /// `#PBS -v`): `Ok(None)` when neither is set.
+    ///
+    /// ```
+    /// use cder_request::{VgpgpuError, VgpgpuMethod, VgpgpuRequest};
+    /// let vcl = VgpgpuRequest::read(Some("2"), Some("vcl")).unwrap().unwrap();
+    /// assert_eq!((vcl.per_node, vcl.method), (2, VgpgpuMethod::Vcl));
+    /// assert_eq!(vcl.total(3), 6);
+    /// // No method named: rCUDA, the thesis's default.
+    /// assert_eq!(VgpgpuRequest::read(Some("1"), None).unwrap().unwrap().method, VgpgpuMethod::Rcuda);
+    /// assert_eq!(VgpgpuRequest::read(None, None), Ok(None));
+    /// assert_eq!(VgpgpuRequest::read(None, Some("rCUDA")), Err(VgpgpuError::MethodWithoutCount));
+    /// assert!(matches!(VgpgpuRequest::read(Some("1"), Some("OpenGL")), Err(VgpgpuError::Method(_))));
+    /// ```
     pub fn read(per_node: Option<&str>, method: Option<&str>) -> Result<Option<VgpgpuRequest>, VgpgpuError> {
         let method = method.map(str::trim).filter(|m| !m.is_empty());
         let Some(n) = per_node else {

@@ -13,7 +13,9 @@ use crate::sources::counts::{CountSource, Counts, GroupCounts};
 /// Counts from the local cderd's `status` reply.
 #[derive(Debug, Clone)]
 pub struct CderdCounts {
+    /// cderd's socket.
     pub socket: PathBuf,
+    /// How long to wait for cderd's reply before publishing nothing.
     pub timeout: Duration,
 }
 

@@ -11,9 +11,13 @@ use crate::site::NodeGroup;
 /// `total = free + used + offline`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Devices of the type over the group.
     pub total: u32,
+    /// Devices a job could be given now.
     pub free: u32,
+    /// Devices held by jobs.
     pub used: u32,
+    /// Devices drained, unhealthy or on an unavailable node.
     pub offline: u32,
 }
 
@@ -44,5 +48,6 @@ pub struct GroupCounts {
 
 /// A source of dynamic counts: one [`GroupCounts`] per group, in order.
 pub trait CountSource {
+    /// The counts of each group in `groups`, in the same order; an error when the LRMS cannot be asked or answers nonsense, so nothing stale is published.
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError>;
 }

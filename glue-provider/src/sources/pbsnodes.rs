@@ -18,28 +18,36 @@ use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 /// node's idle GPUs are all offline.
 #[derive(Debug, Clone)]
 pub struct TorqueCounts {
+    /// The `pbsnodes` program.
     pub pbsnodes: PathBuf,
+    /// How long `pbsnodes -x` may run before the provider gives up.
     pub timeout: Duration,
 }
 
 /// One `<Node>` of `pbsnodes -x`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TorqueNode {
+    /// The node's `<name>`.
     pub name: String,
+    /// The comma-separated words of `<state>` (`free`, `job-exclusive`, `down` …).
     pub states: Vec<String>,
+    /// `<gpus>`: the GPUs TORQUE manages on the node.
     pub gpus: u32,
     /// GPUs whose `gpu_state` is not `Unallocated`; `None` without `<gpu_status>`.
     pub gpus_allocated: Option<u32>,
     /// Idle GPUs in compute mode `Prohibited`.
     pub gpus_prohibited: u32,
+    /// The node lists running jobs (`<jobs>`).
     pub has_jobs: bool,
 }
 
 impl TorqueNode {
+    /// Down, offline or in an unknown state: its idle GPUs count as offline.
     pub fn unavailable(&self) -> bool {
         self.states.iter().any(|s| matches!(s.as_str(), "down" | "offline" | "unknown" | "state-unknown"))
     }
 
+    /// GPUs held by jobs: from `<gpu_status>`, else all of a `job-exclusive` node's.
     pub fn gpus_used(&self) -> u32 {
         match self.gpus_allocated {
             Some(n) => n.min(self.gpus),

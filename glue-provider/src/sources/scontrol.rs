@@ -14,15 +14,18 @@ use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 /// `Gres=`, `GresUsed=` and `State=`.
 #[derive(Debug, Clone)]
 pub struct SlurmCounts {
+    /// The `scontrol` program.
     pub scontrol: PathBuf,
     /// CDER type → GRES name.
     pub gres: BTreeMap<String, String>,
+    /// How long `scontrol` may run before the provider gives up.
     pub timeout: Duration,
 }
 
 /// One node as `scontrol show node -o` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmNode {
+    /// `NodeName=`.
     pub name: String,
     /// The base state and flags, upper-case (`IDLE`, `MIXED`, `DRAIN` …).
     pub states: Vec<String>,
@@ -37,8 +40,11 @@ pub struct SlurmNode {
 /// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gres {
+    /// The GRES name (`gpu`).
     pub name: String,
+    /// The GRES type (`tesla`), when given.
     pub gres_type: Option<String>,
+    /// How many.
     pub count: u32,
 }
 
@@ -58,6 +64,7 @@ impl SlurmNode {
             })
     }
 
+    /// Running jobs (allocated, mixed or completing): counts toward `UsedInstances`.
     pub fn busy(&self) -> bool {
         self.states.iter().any(|s| matches!(s.as_str(), "ALLOCATED" | "MIXED" | "COMPLETING"))
     }

@@ -12,14 +12,18 @@ pub struct VirtualEnvironment {
     pub method: String,
     /// `GLUE2ApplicationEnvironmentID`; `None` means `<manager id>_<method>`.
     pub id: Option<String>,
+    /// `GLUE2ApplicationEnvironmentAppVersion`, when known.
     pub version: Option<String>,
+    /// vGPGPUs (backends) serving the method.
     pub total: u32,
+    /// Of those, the ones a job could be given now.
     pub free: u32,
 }
 
 /// Where vGPGPU counts come from. Today the config ([`StaticVirtual`]); the
 /// cluster registry implements this trait to publish live counts.
 pub trait VirtualGpgpuSource {
+    /// The services to publish; an error when the registry cannot be asked, so nothing stale is published.
     fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError>;
 }
 
@@ -50,7 +54,9 @@ impl StaticVirtual {
 /// `[[virtual]]` names (which also gives its id and version).
 #[derive(Debug, Clone)]
 pub struct RegistryVirtual {
+    /// Where `cder-registryd` listens and how to authenticate to it.
     pub registry: cder_model::RegistryConfig,
+    /// The `[[virtual]]` entries: the ids and versions of known methods.
     pub described: Vec<VirtualConfig>,
 }
 

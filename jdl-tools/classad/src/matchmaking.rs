@@ -98,6 +98,17 @@ pub fn matches(request: &ClassAd, offer: &ClassAd) -> bool {
 }
 
 /// Both ads' Requirements hold against each other.
+///
+/// ```
+/// use cder_classad::{parse_classad, symmetric_match};
+/// let job = parse_classad(r#"[ Owner = "alice"; GPGPUPerNode = 2; Requirements = TARGET.GPGPUFree >= MY.GPGPUPerNode ]"#).unwrap();
+/// let open = parse_classad(r#"[ GPGPUFree = 4; Requirements = true ]"#).unwrap();
+/// let picky = parse_classad(r#"[ GPGPUFree = 4; Requirements = TARGET.Owner == "bob" ]"#).unwrap();
+/// assert!(symmetric_match(&job, &open));
+/// // The job would take `picky`, but `picky` does not take the job.
+/// assert!(cder_classad::matches(&job, &picky));
+/// assert!(!symmetric_match(&job, &picky));
+/// ```
 pub fn symmetric_match(a: &ClassAd, b: &ClassAd) -> bool {
     matches(a, b) && matches(b, a)
 }

@@ -27,6 +27,18 @@ pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
 
 /// Parses one ad: `[ ... ]`, or attribute definitions separated by `;` or
 /// newlines (the bracket-less JDL form and `condor_status -l` output).
+///
+/// ```
+/// use cder_classad::{eval_attr, parse_classad, Value};
+/// let jdl = parse_classad("Executable = \"/bin/hostname\";\nGPGPUPerNode = 1 + 1;").unwrap();
+/// assert!(matches!(eval_attr(&jdl, "GPGPUPerNode", None), Value::Int(2)));
+/// // Names are case-insensitive, as in HTCondor.
+/// assert!(matches!(eval_attr(&jdl, "gpgpupernode", None), Value::Int(2)));
+///
+/// // A syntax error says where.
+/// let e = parse_classad("[ A = 1;\n  B = ]").unwrap_err();
+/// assert_eq!(e.pos.line, 2);
+/// ```
 pub fn parse_classad(src: &str) -> Result<ClassAd, ParseError> {
     let mut p = Parser::new(src)?;
     let ad = if p.is_punct("[") {

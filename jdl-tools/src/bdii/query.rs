@@ -400,7 +400,7 @@ impl Bdii {
     }
 
     /// Runs independent searches pipelined on this connection (at most
-    /// [`IN_FLIGHT`] outstanding); results in the order given. The first
+    /// `IN_FLIGHT` = 64 outstanding); results in the order given. The first
     /// error wins.
     pub fn search_all(&mut self, searches: Vec<Search>) -> Result<Vec<Vec<Entry>>, BdiiError> {
         let handles = self.spawn_all(searches);

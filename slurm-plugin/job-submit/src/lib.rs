@@ -9,6 +9,8 @@
 //! can hold and unknown types are refused at submit time; the user sees
 //! the reason.
 
+#![deny(missing_docs)]
+
 use cder_slurm::job_submit::{check_tres_update, node_gres, translate, Submission};
 use cder_slurm::sys::{self, JobDesc, Level};
 

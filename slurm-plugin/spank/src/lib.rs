@@ -28,6 +28,8 @@
 //!   cderd is unreachable or holds no record of the job's devices;
 //!   `fail=open` runs it with an empty visible list.
 
+#![deny(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 

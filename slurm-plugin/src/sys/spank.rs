@@ -237,15 +237,20 @@ pub unsafe fn enter_option(plugin: &str, optarg: *const c_char, run: impl FnOnce
 #[macro_export]
 macro_rules! spank_plugin {
     ($name:literal, $ty:ty) => {
+        /// The plugin's name: SPANK options and log lines carry it.
         #[no_mangle]
         #[used]
         pub static plugin_name: [u8; $name.len() + 1] = $crate::nul_terminated::<{ $name.len() + 1 }>($name);
+        /// `spank`: the plugin type SLURM's plugstack loader expects.
         #[no_mangle]
         #[used]
         pub static plugin_type: [u8; 6] = *b"spank\0";
+        /// The SLURM release built against; the loader refuses a plugin
+        /// built for another one.
         #[no_mangle]
         #[used]
         pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
+        /// The SPANK interface version (0, the only one there is).
         #[no_mangle]
         #[used]
         pub static spank_plugin_version: u32 = 0;
@@ -282,6 +287,11 @@ macro_rules! spank_plugin {
     };
     (@callbacks $name:literal, $ty:ty, $($sym:ident => $cb:ident),*) => {
         $(
+            #[doc = concat!("The SPANK callback `", stringify!($sym), "`: runs the plugin's `Callback::", stringify!($cb), "` method (the `Plugin` trait says when SLURM calls it and what an error costs).")]
+            ///
+            /// # Safety
+            ///
+            /// Only SLURM calls it, with a live handle and `ac` plugstack arguments.
             #[no_mangle]
             pub unsafe extern "C" fn $sym(
                 sp: $crate::ffi::spank_t,

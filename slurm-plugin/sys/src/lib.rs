@@ -6,10 +6,18 @@
 //! Nothing here is safe to call directly; the `cder-slurm` crate wraps what
 //! the plugins need in one small `sys` module.
 
+#![deny(missing_docs)]
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
 #![allow(clippy::all)]
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+/// The generated declarations, re-exported at the crate root. They carry
+/// the headers' own comments where there are any; the rest are documented
+/// by SLURM's headers, so only here is `missing_docs` allowed.
+#[allow(missing_docs)]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+pub use bindings::*;
 
 /// `SLURM_VERSION_NUMBER` of the headers this was built against; the plugin
 /// loader refuses a plugin whose `plugin_version` names another release.

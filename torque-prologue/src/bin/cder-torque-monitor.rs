@@ -1,6 +1,10 @@
 //! `cder-torque-monitor`: releases held vGPGPU jobs once the registry has
 //! their backends, and returns the backends of finished jobs.
 
+// The clap arguments' doc comments are the --help text, printed as written:
+// `[registry]` or `<lrms>:<id>` there are words for the admin, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

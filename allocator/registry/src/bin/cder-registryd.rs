@@ -1,5 +1,9 @@
 //! `cder-registryd --config FILE`: the cluster's vGPGPU registry service.
 
+// The clap arguments' doc comments are the --help text, printed as written:
+// `[registry]` or `<lrms>:<id>` there are words for the admin, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

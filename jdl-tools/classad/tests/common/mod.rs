@@ -1,15 +1,28 @@
 //! Shared by the differential tests: the HTCondor classad2 reference runner,
 //! value comparison, and the random expression generator.
+//!
+//! cder-jdl's robustness tests include this module too (`#[path]`), for the
+//! generator and the value comparison.
 #![allow(dead_code)]
 
 pub mod gen;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cder_jdl::{parse_expr, Quirks, Value};
+use cder_classad::{parse_expr, Quirks, Value};
 use serde_json::{json, Value as Json};
+
+/// `jdl-tools/tests`, where the classad2 reference script (`classad_ref.py`)
+/// and the corpus and allow-list (`data/`) live, from either crate that
+/// compiles this module: cder-classad is `jdl-tools/classad`, cder-jdl is
+/// `jdl-tools`.
+pub fn jdl_tests_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let jdl_tools = if env!("CARGO_PKG_NAME") == "cder-classad" { manifest.parent().expect("jdl-tools/classad has a parent") } else { manifest };
+    jdl_tools.join("tests")
+}
 
 /// The Python that has HTCondor's bindings: $CDER_CLASSAD_PYTHON or the venv's.
 /// None (with a printed reason) when it is missing, unless CI=true, where a
@@ -47,9 +60,9 @@ pub fn reference(py: &PathBuf, exprs: &[String]) -> Vec<Json> {
     reference_cases(py, &cases)
 }
 
-/// Runs every case (see tests/classad_ref.py for the shapes) in one Python process.
+/// Runs every case (see jdl-tools/tests/classad_ref.py for the shapes) in one Python process.
 pub fn reference_cases(py: &PathBuf, cases: &[Json]) -> Vec<Json> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/classad_ref.py");
+    let script = jdl_tests_dir().join("classad_ref.py");
     let exprs = cases;
     let mut input = String::new();
     for e in cases {
@@ -133,7 +146,7 @@ pub struct Report {
     pub agree: usize,
     /// Differences explained by a documented quirk (docs/classad.md).
     pub quirk: usize,
-    /// Differences listed by expression in tests/data/allowlist.txt.
+    /// Differences listed by expression in jdl-tools/tests/data/allowlist.txt.
     pub listed: usize,
     pub failures: Vec<String>,
     /// Matchmaking only: pairs where the request matched the offer.
@@ -141,7 +154,7 @@ pub struct Report {
 }
 
 fn allowlist() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/allowlist.txt")).unwrap();
+    let text = std::fs::read_to_string(jdl_tests_dir().join("data/allowlist.txt")).unwrap();
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| {
@@ -160,7 +173,7 @@ pub fn compare_all(py: &PathBuf, exprs: &[String]) -> Report {
     let mut rep = Report { total: exprs.len(), ..Default::default() };
     for (e, r) in exprs.iter().zip(refs) {
         let (plain, quirky) = match parse_expr(e) {
-            Ok(x) => (to_ref_json(&cder_jdl::eval_expr(&x, None, None)), to_ref_json(&Quirks::eval_expr(&x, None, None))),
+            Ok(x) => (to_ref_json(&cder_classad::eval_expr(&x, None, None)), to_ref_json(&Quirks::eval_expr(&x, None, None))),
             Err(_) => (json!({"type": "parse_error", "value": null}), json!({"type": "parse_error", "value": null})),
         };
         if same(&plain, &r) {
@@ -206,11 +219,11 @@ pub fn compare_scoped(py: &PathBuf, cases: &[(String, String, String)]) -> Repor
     let refs = reference_cases(py, &input);
     let mut rep = Report { total: cases.len(), ..Default::default() };
     for ((e, m, t), r) in cases.iter().zip(refs) {
-        let my = cder_jdl::parse_classad(m).expect("generated MY ad");
-        let target = cder_jdl::parse_classad(t).expect("generated TARGET ad");
+        let my = cder_classad::parse_classad(m).expect("generated MY ad");
+        let target = cder_classad::parse_classad(t).expect("generated TARGET ad");
         let (plain, quirky) = match parse_expr(e) {
             Ok(x) => (
-                to_ref_json(&cder_jdl::eval_expr(&x, Some(&my), Some(&target))),
+                to_ref_json(&cder_classad::eval_expr(&x, Some(&my), Some(&target))),
                 to_ref_json(&Quirks::eval_expr(&x, Some(&my), Some(&target))),
             ),
             Err(_) => (json!({"type": "parse_error", "value": null}), json!({"type": "parse_error", "value": null})),
@@ -232,17 +245,17 @@ pub fn compare_matches(py: &PathBuf, pairs: &[(String, String)]) -> Report {
     let refs = reference_cases(py, &input);
     let mut rep = Report { total: pairs.len(), ..Default::default() };
     for ((q, o), r) in pairs.iter().zip(refs) {
-        let request = cder_jdl::parse_classad(q).expect("generated request");
-        let offer = cder_jdl::parse_classad(o).expect("generated offer");
-        let compiled = cder_jdl::CompiledRequest::new(&request);
+        let request = cder_classad::parse_classad(q).expect("generated request");
+        let offer = cder_classad::parse_classad(o).expect("generated offer");
+        let compiled = cder_classad::CompiledRequest::new(&request);
         let rank_expr = request.lookup("Rank").unwrap();
         let ours = json!({
             "matches": compiled.matches(&offer),
-            "symmetric": cder_jdl::symmetric_match(&request, &offer),
-            "rank": to_ref_json(&cder_jdl::eval_expr(rank_expr, Some(&request), Some(&offer))),
+            "symmetric": cder_classad::symmetric_match(&request, &offer),
+            "rank": to_ref_json(&cder_classad::eval_expr(rank_expr, Some(&request), Some(&offer))),
         });
         let quirky_rank = to_ref_json(&Quirks::eval_expr(rank_expr, Some(&request), Some(&offer)));
-        let quirky_match = |a: &cder_jdl::ClassAd, b: &cder_jdl::ClassAd| {
+        let quirky_match = |a: &cder_classad::ClassAd, b: &cder_classad::ClassAd| {
             a.lookup("Requirements").is_some_and(|e| match Quirks::eval_expr(e, Some(a), Some(b)) {
                 Value::Bool(t) => t,
                 Value::Int(i) => i != 0,

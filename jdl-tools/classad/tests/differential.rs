@@ -3,7 +3,9 @@
 //! and three-valued case, and random well-typed expressions.
 //!
 //! Disagreements fail the test unless they are one of the documented quirks
-//! (`cder_jdl::Quirks`, docs/classad.md) or listed in tests/data/allowlist.txt.
+//! (`cder_classad::Quirks`, docs/classad.md) or listed in
+//! jdl-tools/tests/data/allowlist.txt. The corpus and the Python reference
+//! (`classad_ref.py`) stay in jdl-tools/tests, beside the JDL test data.
 //! Environment: CDER_CLASSAD_PYTHON (default /opt/cder-venv/bin/python);
 //! CDER_DIFF_COUNT (random expressions per seed, default 10000);
 //! CDER_DIFF_SEED (the per-run seed; default: from the clock, printed).
@@ -15,7 +17,7 @@ use common::{assert_report, compare_all, gen, python};
 #[test]
 fn corpus_agrees_with_classad2() {
     let Some(py) = python() else { return };
-    let text = include_str!("data/corpus.txt");
+    let text = include_str!("../../tests/data/corpus.txt");
     let exprs: Vec<String> = text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from).collect();
     assert!(exprs.len() >= 500, "the corpus has {} expressions", exprs.len());
     let rep = compare_all(&py, &exprs);
@@ -75,10 +77,10 @@ fn unparsed_text_means_the_same_to_classad2() {
     let Some(py) = python() else { return };
     let exprs: Vec<String> = gen::batch(0xD15_9A7, count() / 2, 5)
         .into_iter()
-        .chain(include_str!("data/corpus.txt").lines().skip(1).map(String::from))
-        .filter(|e| cder_jdl::parse_expr(e).is_ok())
+        .chain(include_str!("../../tests/data/corpus.txt").lines().skip(1).map(String::from))
+        .filter(|e| cder_classad::parse_expr(e).is_ok())
         .collect();
-    let printed: Vec<String> = exprs.iter().map(|e| cder_jdl::parse_expr(e).unwrap().to_string()).collect();
+    let printed: Vec<String> = exprs.iter().map(|e| cder_classad::parse_expr(e).unwrap().to_string()).collect();
     let (orig, again) = (common::reference(&py, &exprs), common::reference(&py, &printed));
     let bad: Vec<String> = exprs
         .iter()
