@@ -172,3 +172,91 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
         assert_eq!(matches(&glue21, jdl), expected, "{jdl}");
     }
 }
+
+/// Phase 1 reads the GLUE 2.1 counts: each GPU site publishes
+/// `glue21-accelerator` only, with a ComputingShareAcceleratorInfo per
+/// queue (`site.computing_share_ids`); `GPGPUFreeInstances`,
+/// `GPGPUUsedInstances` (share) and `GPGPUTotalInstances` (manager) come
+/// from them, follow a change of the published counts, and a hostile
+/// service that publishes AcceleratorInfo naming another site's share (and
+/// an AcceleratorEnvironment naming its EE) lends that site nothing.
+#[test]
+fn list_match_reads_glue21_counts_from_the_owning_service_only() {
+    use cder_tests::ldap::{ROOT_PASSWORD, SUFFIXES};
+    use cder_tests::twophase::{ce, ce_glue2_ldif, cder_jdl, gpu_sites, provider, GpuSite, VO};
+    use std::process::{Command, Stdio};
+    if !require_slapd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let matches = |slapd: &Slapd, requirements: &str| -> Vec<String> {
+        let path = dir.path().join("job.jdl");
+        std::fs::write(&path, format!("[ Requirements = {requirements} ]")).unwrap();
+        let out = Command::new(cder_jdl())
+            .args(["list-match", "--bdii", &slapd.url(), "--json", "--timeout", "20", "--vo", VO])
+            .arg(&path)
+            .env_remove("LCG_GFAL_INFOSYS")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running cder-jdl");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        let mut ces: Vec<String> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
+        ces.sort();
+        ces
+    };
+    // The provider's glue21-accelerator output for a site, with AcceleratorInfo for `shares`.
+    let publish21 = |site: &GpuSite, shares: &[String]| -> String {
+        let list = shares.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
+        let config = dir.path().join(format!("{}.toml", site.host));
+        std::fs::write(&config, site.provider_config().replacen("[site]\n", &format!("[site]\ncomputing_share_ids = [{list}]\n"), 1)).unwrap();
+        let out = Command::new(provider()).arg("--config").arg(&config).args(["--strategy", "glue21-accelerator"]).stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let sites = gpu_sites();
+    let share_ids = |site: &GpuSite| -> Vec<String> { site.queues.iter().map(|q| format!("{}_{}", q.0, site.service())).collect() };
+    let mut ldif = String::new();
+    for site in &sites {
+        ldif.push_str(&publish21(site, &share_ids(site)));
+        ldif.push('\n');
+        ldif.push_str(&ce_glue2_ldif(&site.host, &site.lrms, &site.service(), Some(&site.group), &site.queues));
+    }
+    let slapd = Slapd::start_with_schemas(&SlapdOptions::default(), &[schema()]).unwrap_or_else(|e| panic!("{e}"));
+    slapd.add_base_entries().unwrap();
+    slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!search(&slapd, "(|(objectClass=GLUE2Extension)(GLUE2EntityOtherInfo=GPGPU*))").contains("dn:"), "the grid carries CDER keys");
+
+    // ce-a: 5 free, 3 used of 8; ce-b: 8 free of 8; ce-c: 2 free, 6 used of 8 (gpu_sites()).
+    let (a, b, c) = (ce(0, "gpu"), ce(1, "gpgpu"), ce(2, "gpu"));
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 2"), [a.clone(), b.clone(), c.clone()]);
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 6"), vec![b.clone()]);
+    assert_eq!(matches(&slapd, "GPGPUTotalInstances == 8 && GPGPUUsedInstances == 3 && GPGPUPerNode == 2"), vec![a.clone()]);
+
+    // ce-b's free slots drop to 1: it no longer matches.
+    let share_info = format!("GLUE2ComputingShareAcceleratorInfoID=gpgpu_{}_GPU,GLUE2ServiceID={},GLUE2GroupID=resource,o=glue", sites[1].service(), sites[1].service());
+    let change = |free: u32| {
+        let modify = format!("dn: {share_info}\nchangetype: modify\nreplace: GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots\nGLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots: {free}\n");
+        slapd.tool("ldapmodify", &["-D", SUFFIXES[1], "-w", ROOT_PASSWORD], Some(&modify)).unwrap_or_else(|e| panic!("{e}"));
+    };
+    change(1);
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 6"), Vec::<String>::new());
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 2"), [a.clone(), c.clone()]);
+    change(7);
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 6"), vec![b.clone()]);
+
+    // A hostile service reuses ce-c's EE id and names ce-c's share in its
+    // ShareAcceleratorInfo (64 free GPUs of 99999 MB): ce-c keeps its own numbers.
+    let mut evil = sites[2].clone();
+    evil.host = "evil.example.net".into();
+    evil.device = evil.device.replace("memory_mb = 16384", "memory_mb = 99999").replace("count = 1", "count = 8");
+    evil.free = 64;
+    evil.used = 0;
+    slapd.add(&publish21(&evil, &share_ids(&sites[2]))).unwrap_or_else(|e| panic!("{e}"));
+    let lent = search(&slapd, &format!("(GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey={})", share_ids(&sites[2])[0]));
+    assert_eq!(lent.matches("dn:").count(), 2, "the hostile AcceleratorInfo is published: {lent}");
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 50"), Vec::<String>::new());
+    assert_eq!(matches(&slapd, "other.GPGPUMainMemorySize >= 50000"), Vec::<String>::new());
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances == 2 && other.GPGPUMainMemorySize == 16384"), vec![c.clone()]);
+    assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 2"), [a, b, c]);
+}

@@ -3,8 +3,17 @@
 //! One thread per `discovery = "nvml"` type (`[node.health] watch`, on by
 //! default) registers for NVML's critical Xid and double-bit ECC events and,
 //! every `interval_s` (and whenever no event set can be had), polls each GPU:
-//! still reachable by UUID, volatile uncorrected ECC count unchanged since
-//! the watch started. A GPU that fails is drained with the reason (`Xid 79`,
+//! still reachable by UUID, volatile uncorrected ECC count not grown since
+//! it was last seen. Not every Xid means a bad GPU: those NVIDIA's catalogue
+//! puts on the application (`[node.health] ignore_xids`, by default 13, 31,
+//! 43, 45, 68) are logged, the others drain (or only `drain_xids`).
+//!
+//! The last ECC count seen is kept in `state_dir` (`health-ecc-<type>.json`):
+//! a count already non-zero when cderd starts drains only if it grew while
+//! cderd was down, not again at every restart; a count lower than the one
+//! kept (GPU reset, driver reload, reboot) is the new baseline.
+//!
+//! A GPU that fails is drained with the reason (`Xid 79`,
 //! `double-bit ECC error`, `GPU lost: …`), through the same durable drain as
 //! `cderctl drain`: a job that holds it keeps it (it goes offline at
 //! release), nobody is given it again, and it stays drained across restarts
@@ -14,6 +23,7 @@
 //! devices are those with its PCI bus id.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,9 +65,9 @@ pub fn spawn(daemon: &Arc<Daemon>) {
 /// One physical GPU being watched.
 struct Watched {
     uuid: String,
-    /// Volatile uncorrected ECC errors when the watch started; `None` when
-    /// the board has no ECC.
-    ecc_baseline: Option<u64>,
+    /// Volatile uncorrected ECC errors when last seen; `None` when the board
+    /// has no ECC (or could not say yet).
+    ecc_seen: Option<u64>,
     /// cderd's devices on it: the GPU, or its MIG instances.
     devices: Vec<String>,
 }
@@ -66,6 +76,7 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
     let nvml = cder_inventory::open_nvml(cder).map_err(|e| e.to_string())?;
     let ours: Vec<Device> = cder_inventory::discover_type(cder).map_err(|e| e.to_string())?;
     let mut gpus = Vec::new();
+    let mut ecc_at_start = Vec::new();
     let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount_v2: {e}"))?;
     for index in 0..count {
         // A GPU that cannot be asked (lost before this start) is not in the
@@ -82,9 +93,27 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
         if devices.is_empty() {
             continue;
         }
-        let ecc_baseline = gpu.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok();
-        gpus.push(Watched { uuid, ecc_baseline, devices });
+        gpus.push(Watched { uuid, ecc_seen: None, devices });
+        // Counted before the event set exists, so an event for an error seen here is not a second drain.
+        let now = gpu.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok();
+        ecc_at_start.push(now);
     }
+    let ecc_file = daemon.config().node.state_dir.join(format!("health-ecc-{}.json", cder.name()));
+    let mut kept = read_ecc(&ecc_file);
+    for (gpu, now) in gpus.iter_mut().zip(ecc_at_start) {
+        let Some(now) = now else { continue };
+        match ecc_verdict(kept.get(&gpu.uuid).copied(), now) {
+            Some(reason) => fail(daemon, gpu, &format!("{reason} while cderd was not watching"), &mut BTreeSet::new()),
+            None if now > 0 && !kept.contains_key(&gpu.uuid) => tracing::warn!(
+                gpu = %gpu.uuid,
+                "health watch: {now} uncorrected ECC errors since the driver loaded, from before cderd watched this GPU: not drained; only new ones drain (nvidia-smi -q -d ECC,ROW_REMAPPER shows them)"
+            ),
+            None => {}
+        }
+        gpu.ecc_seen = Some(now);
+        kept.insert(gpu.uuid.clone(), now);
+    }
+    write_ecc(&ecc_file, &kept);
     let mut events = event_set(&nvml, &gpus);
     tracing::info!(
         cder_type = cder.name(),
@@ -105,15 +134,23 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
                 if let Ok(uuid) = event.device.uuid() {
                     let reason = if event.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
                         match event.event_data {
+                            Some(XidError::Value(xid)) if !daemon.config().node.health.drains_xid(xid) => {
+                                tracing::warn!(gpu = %uuid, xid, "health watch: Xid {xid} is an application error ([node.health] ignore_xids / drain_xids): the job that caused it fails, the GPU is not drained");
+                                continue;
+                            }
                             Some(XidError::Value(xid)) => format!("Xid {xid}"),
                             _ => "Xid (number unknown)".to_string(),
                         }
                     } else {
                         "double-bit ECC error".to_string()
                     };
-                    if let Some(gpu) = gpus.iter().find(|g| g.uuid == uuid) {
+                    if let Some(gpu) = gpus.iter_mut().find(|g| g.uuid == uuid) {
                         fail(daemon, gpu, &reason, &mut failed);
                         healthy_since.remove(&gpu.uuid);
+                        // This error is counted now: the next poll must not drain it again.
+                        if let Ok(n) = event.device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
+                            gpu.ecc_seen = Some(n);
+                        }
                     }
                 }
                 continue;
@@ -130,7 +167,7 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
             continue;
         }
         next_poll = Instant::now() + interval;
-        for gpu in &gpus {
+        for gpu in &mut gpus {
             match poll(&nvml, gpu) {
                 Some(reason) => {
                     fail(daemon, gpu, &reason, &mut failed);
@@ -145,6 +182,47 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
                 None => {}
             }
         }
+        if gpus.iter().any(|g| g.ecc_seen.is_some_and(|n| kept.get(&g.uuid) != Some(&n))) {
+            for gpu in &gpus {
+                if let Some(n) = gpu.ecc_seen {
+                    kept.insert(gpu.uuid.clone(), n);
+                }
+            }
+            write_ecc(&ecc_file, &kept);
+        }
+    }
+}
+
+/// Whether an uncorrected ECC count drains, given the one seen before
+/// (`None`: never seen): only growth does; a lower count is a reset counter.
+fn ecc_verdict(seen: Option<u64>, now: u64) -> Option<String> {
+    let before = seen?;
+    (now > before).then(|| format!("double-bit ECC error ({now} uncorrected since boot, {before} before)"))
+}
+
+/// The ECC counts kept by [`write_ecc`]; none when missing or unreadable
+/// (then every count is a baseline, as at a first start).
+fn read_ecc(path: &Path) -> BTreeMap<String, u64> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            tracing::warn!(file = %path.display(), "health watch: unreadable ECC baseline ({e}); counts seen now are the baseline");
+            BTreeMap::new()
+        }),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+/// Keeps the ECC counts (write, fsync, rename), so a restart compares with them.
+fn write_ecc(path: &Path, counts: &BTreeMap<String, u64>) {
+    let tmp = path.with_extension("json.tmp");
+    let written = serde_json::to_vec(counts).map_err(std::io::Error::other).and_then(|bytes| {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, &bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    });
+    if let Err(e) = written {
+        tracing::warn!(file = %path.display(), "health watch: cannot keep the ECC baseline: {e}");
     }
 }
 
@@ -176,15 +254,16 @@ fn event_set<'n>(nvml: &'n Nvml, gpus: &[Watched]) -> Option<EventSet<'n>> {
     Some(set)
 }
 
-/// Why a GPU is to be drained now, if it is.
-fn poll(nvml: &Nvml, gpu: &Watched) -> Option<String> {
+/// Why a GPU is to be drained now, if it is; notes its ECC count.
+fn poll(nvml: &Nvml, gpu: &mut Watched) -> Option<String> {
     let device = match nvml.device_by_uuid(gpu.uuid.as_str()) {
         Ok(device) => device,
         Err(e @ (NvmlError::GpuLost | NvmlError::NotFound)) => return Some(format!("GPU lost: {e}")),
         Err(_) => return None,
     };
     match device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
-        Ok(now) if now > gpu.ecc_baseline.unwrap_or(0) => Some(format!("double-bit ECC error ({now} uncorrected since boot)")),
+        // Seen once: an operator's undrain is not undone at the next poll.
+        Ok(now) => ecc_verdict(gpu.ecc_seen.replace(now).or(Some(now)), now),
         Err(e @ NvmlError::GpuLost) => Some(format!("GPU lost: {e}")),
         _ => None,
     }
@@ -253,4 +332,31 @@ fn give_back(daemon: &Daemon, gpu: &Watched) -> bool {
 fn short_hostname() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     name.trim().split('.').next().filter(|n| !n.is_empty()).unwrap_or("$(hostname -s)").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_grown_ecc_count_drains() {
+        // First sight: the baseline, whatever it is.
+        assert_eq!(ecc_verdict(None, 3), None);
+        assert_eq!(ecc_verdict(Some(3), 3), None);
+        // A reset counter (GPU reset, reboot) is the new baseline.
+        assert_eq!(ecc_verdict(Some(3), 0), None);
+        assert_eq!(ecc_verdict(Some(3), 4).as_deref(), Some("double-bit ECC error (4 uncorrected since boot, 3 before)"));
+    }
+
+    #[test]
+    fn the_kept_ecc_counts_survive_a_restart_and_a_bad_file_is_a_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("health-ecc-gpgpu.json");
+        assert!(read_ecc(&file).is_empty());
+        let counts = BTreeMap::from([("GPU-a".to_string(), 2u64)]);
+        write_ecc(&file, &counts);
+        assert_eq!(read_ecc(&file), counts);
+        std::fs::write(&file, b"{not json").unwrap();
+        assert!(read_ecc(&file).is_empty());
+    }
 }

@@ -158,12 +158,116 @@ fn the_return_policy_gives_back_xid_drains_only() {
     let node = Node::custom(dir, &text, devices, env);
     FakeEvent { uuid: fake_device(1).uuid, double_bit_ecc: true, ..Default::default() }.append(&events).unwrap();
     wait_for(&node, 1, "drained by ECC", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
-    FakeEvent { uuid: fake_device(0).uuid, xid: Some(31), ..Default::default() }.append(&events).unwrap();
-    wait_for(&node, 0, "drained by Xid 31", |d| d.reason.as_deref() == Some("Xid 31"));
+    FakeEvent { uuid: fake_device(0).uuid, xid: Some(74), ..Default::default() }.append(&events).unwrap();
+    wait_for(&node, 0, "drained by Xid 74", |d| d.reason.as_deref() == Some("Xid 74"));
     let back = wait_for(&node, 0, "returned", |d| d.reason.is_none());
     assert_eq!(back.state, DeviceState::Free);
     let ecc = node.status().devices.into_iter().find(|d| d.uuid == fake_device(1).uuid).unwrap();
     assert_eq!(ecc.state, DeviceState::Offline, "{ecc:?}");
     let drains = node.client().accounting(&AccountingRequest::default()).unwrap().drains;
-    assert!(drains.iter().any(|d| d.reason == "Xid 31" && d.end.is_some()), "{drains:?}");
+    assert!(drains.iter().any(|d| d.reason == "Xid 74" && d.end.is_some()), "{drains:?}");
+}
+
+/// A node of `n` fake GPUs with `[node.health] interval_s = 1` plus `health`
+/// lines; the events file may already hold lines (errors from before start).
+fn watched_node(n: u32, health: &str, events_before: &[FakeEvent]) -> (Node, std::path::PathBuf) {
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = dir.path().join("machine.json");
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(&events, b"").unwrap();
+    for e in events_before {
+        e.append(&events).unwrap();
+    }
+    FakeNvml { devices: (0..n).map(fake_device).collect(), fail: Vec::new() }.write(&machine).unwrap();
+    let devices: Vec<_> = (0..n).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
+    for d in &devices {
+        std::fs::write(d, b"").unwrap();
+    }
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+    let text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = [\"{me}\"]\n\
+         [node.health]\ninterval_s = 1\n{health}\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\ndevice_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+        library,
+        dir.path().display()
+    );
+    let env = vec![("CDER_FAKE_NVML".to_string(), machine), ("CDER_FAKE_NVML_EVENTS".to_string(), events.clone())];
+    (Node::custom(dir, &text, devices, env), events)
+}
+
+fn reason_of(node: &Node, i: u32) -> Option<String> {
+    node.status().devices.into_iter().find(|d| d.uuid == fake_device(i).uuid).and_then(|d| d.reason)
+}
+
+/// Application Xids (NVIDIA's catalogue: the job's fault) are logged, not
+/// drained; hardware ones drain; `[node.health] drain_xids` narrows the set.
+#[test]
+fn application_xids_are_logged_and_hardware_xids_drain() {
+    let (node, events) = watched_node(2, "", &[]);
+    let xid = |i: u32, n: u64| FakeEvent { uuid: fake_device(i).uuid, xid: Some(n), ..Default::default() }.append(&events).unwrap();
+    // Events come in order: when the Xid 48 drain shows, the Xid 13 and 31 before it were handled.
+    xid(0, 13);
+    xid(0, 31);
+    xid(0, 48);
+    wait_for(&node, 0, "drained by Xid 48", |d| d.reason.is_some());
+    assert_eq!(reason_of(&node, 0).as_deref(), Some("Xid 48"), "an application Xid drained:\n{}", node.log());
+    let log = node.log();
+    assert!(log.contains("Xid 13 is an application error") && log.contains("Xid 31 is an application error"), "{log}");
+    xid(1, 43);
+    xid(1, 94);
+    assert_eq!(wait_for(&node, 1, "drained by Xid 94", |d| d.reason.is_some()).reason.as_deref(), Some("Xid 94"));
+    drop(node);
+
+    // Only the listed Xids drain: 94 is logged, 79 drains.
+    let (node, events) = watched_node(1, "drain_xids = [79]", &[]);
+    for n in [94, 79] {
+        FakeEvent { uuid: fake_device(0).uuid, xid: Some(n), ..Default::default() }.append(&events).unwrap();
+    }
+    assert_eq!(wait_for(&node, 0, "drained by Xid 79", |d| d.reason.is_some()).reason.as_deref(), Some("Xid 79"));
+    assert!(node.log().contains("Xid 94 is an application error"), "{}", node.log());
+}
+
+/// An uncorrected ECC count already non-zero when cderd first starts is
+/// the baseline: no drain, at that start or any restart. A count that grew
+/// while cderd was down drains at start; an operator's undrain after it is
+/// not undone by the next poll.
+#[test]
+fn ecc_errors_from_before_drain_only_when_the_count_grew() {
+    let dbe = |i: u32| FakeEvent { uuid: fake_device(i).uuid, double_bit_ecc: true, ..Default::default() };
+    // GPU 0 has one uncorrected error before cderd starts; GPU 1 is the probe.
+    let (mut node, events) = watched_node(2, "", &[dbe(0)]);
+    // The start-up check runs before the event set exists: once an Xid on the probe drains it, the check is done.
+    let probe = |node: &Node| {
+        FakeEvent { uuid: fake_device(1).uuid, xid: Some(79), ..Default::default() }.append(&events).unwrap();
+        wait_for(node, 1, "probe drained", |d| d.reason.is_some());
+        node.client().resume(&fake_device(1).uuid).unwrap();
+    };
+    probe(&node);
+    assert_eq!(reason_of(&node, 0), None, "a count from before cderd watched drained:\n{}", node.log());
+    assert!(node.log().contains("from before cderd watched this GPU"), "{}", node.log());
+
+    // A restart with the same count: still no drain.
+    node.terminate();
+    node.start();
+    probe(&node);
+    assert_eq!(reason_of(&node, 0), None, "the same count drained again at restart:\n{}", node.log());
+
+    // An error while cderd is down (counted, no event after start): drained at start.
+    node.terminate();
+    dbe(0).append(&events).unwrap();
+    node.start();
+    let d0 = wait_for(&node, 0, "drained by the grown ECC count", |d| d.reason.is_some());
+    let reason = d0.reason.unwrap();
+    assert!(reason.starts_with("double-bit ECC error (2 uncorrected since boot, 1 before)") && reason.contains("not watching"), "{reason}");
+
+    // The operator returns it; the count has not grown since: it stays in service over several polls.
+    node.client().resume(&fake_device(0).uuid).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(reason_of(&node, 0), None, "re-drained without a new error:\n{}", node.log());
+    // A new error while watched drains it again.
+    dbe(0).append(&events).unwrap();
+    wait_for(&node, 0, "drained by a new ECC error", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
 }

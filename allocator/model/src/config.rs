@@ -85,11 +85,39 @@ pub struct HealthWatch {
     /// only `cderctl undrain` returns a device.
     #[serde(default)]
     pub return_after_s: u64,
+    /// Xids that drain; every other Xid is only logged. Exclusive with
+    /// `ignore_xids`. Unset: every Xid not in `ignore_xids` drains.
+    #[serde(default)]
+    pub drain_xids: Option<Spanned<Vec<u64>>>,
+    /// Xids that are only logged, every other Xid drains. Unset (and no
+    /// `drain_xids`): [`APPLICATION_XIDS`].
+    #[serde(default)]
+    pub ignore_xids: Option<Spanned<Vec<u64>>>,
+}
+
+/// The Xids NVIDIA's Xid catalogue puts on the application, not the GPU
+/// (docs.nvidia.com/deploy/xid-errors; the same list NVIDIA's Kubernetes
+/// device plugin skips): 13 graphics engine exception, 31 GPU memory page
+/// fault, 43 GPU stopped processing (the job's fault), 45 preemptive
+/// cleanup after an earlier error, 68 video processor exception. The job
+/// that caused one fails; the GPU serves the next job.
+pub const APPLICATION_XIDS: [u64; 5] = [13, 31, 43, 45, 68];
+
+impl HealthWatch {
+    /// Whether an Xid drains the GPU (`[node.health] drain_xids` /
+    /// `ignore_xids`); otherwise it is only logged.
+    pub fn drains_xid(&self, xid: u64) -> bool {
+        match (&self.drain_xids, &self.ignore_xids) {
+            (Some(drain), _) => drain.get_ref().contains(&xid),
+            (None, Some(ignore)) => !ignore.get_ref().contains(&xid),
+            (None, None) => !APPLICATION_XIDS.contains(&xid),
+        }
+    }
 }
 
 impl Default for HealthWatch {
     fn default() -> Self {
-        HealthWatch { watch: true, interval_s: default_health_interval_s(), return_after_s: 0 }
+        HealthWatch { watch: true, interval_s: default_health_interval_s(), return_after_s: 0, drain_xids: None, ignore_xids: None }
     }
 }
 
@@ -620,6 +648,23 @@ impl Config {
         if !(1..=3600).contains(&self.node.health.interval_s) {
             return Err(anywhere("node.health.interval_s", "must be 1 to 3600 seconds".into()));
         }
+        let health = &self.node.health;
+        if let (Some(drain), Some(_)) = (&health.drain_xids, &health.ignore_xids) {
+            return Err(at(drain.span().start, "node.health.drain_xids", "give drain_xids (only these drain) or ignore_xids (all but these drain), not both".into()));
+        }
+        for (key, xids) in [("node.health.drain_xids", &health.drain_xids), ("node.health.ignore_xids", &health.ignore_xids)] {
+            let Some(xids) = xids else { continue };
+            let mut seen = BTreeSet::new();
+            for xid in xids.get_ref() {
+                // NVIDIA numbers Xids from 1; the catalogue stays far below 1000.
+                if !(1..=999).contains(xid) {
+                    return Err(at(xids.span().start, key, format!("Xid {xid} is not an Xid number (1 to 999)")));
+                }
+                if !seen.insert(xid) {
+                    return Err(at(xids.span().start, key, format!("Xid {xid} is listed twice")));
+                }
+            }
+        }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
         }
@@ -964,5 +1009,38 @@ path = "/dev/xclmgmt0"
     fn load_reports_unreadable_file() {
         let e = Config::load(Some(Path::new("/nonexistent/cder.toml"))).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/cder.toml: cannot read the config"), "{e}");
+    }
+
+    #[test]
+    fn xids_are_classified_by_node_health() {
+        let health = |extra: &str| parse(&format!("{GOOD}\n[node.health]\n{extra}")).map(|c| c.node.health);
+        // Default: NVIDIA's application Xids are logged, hardware and driver ones drain.
+        let default = health("").unwrap();
+        for xid in [13, 31, 43, 45, 68] {
+            assert!(!default.drains_xid(xid), "Xid {xid}");
+        }
+        for xid in [48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154] {
+            assert!(default.drains_xid(xid), "Xid {xid}");
+        }
+        let ignore = health("ignore_xids = [13, 94]").unwrap();
+        assert!(!ignore.drains_xid(94) && ignore.drains_xid(31) && ignore.drains_xid(79));
+        let only = health("drain_xids = [79, 48]").unwrap();
+        assert!(only.drains_xid(79) && only.drains_xid(48) && !only.drains_xid(94) && !only.drains_xid(13));
+    }
+
+    #[test]
+    fn bad_xid_lists_name_file_line_and_key() {
+        let text = format!("{GOOD}\n[node.health]\ndrain_xids = [79]\nignore_xids = [13]\n");
+        let line = text.lines().position(|l| l.starts_with("drain_xids")).unwrap() + 1;
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("cder.toml:{line}:")) && e.contains("node.health.drain_xids") && e.contains("not both"), "{e}");
+        for (list, why) in [("[79, 0]", "Xid 0"), ("[79, 79]", "listed twice"), ("[1000]", "Xid 1000")] {
+            let text = format!("{GOOD}\n[node.health]\nignore_xids = {list}\n");
+            let line = text.lines().position(|l| l.starts_with("ignore_xids")).unwrap() + 1;
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("cder.toml:{line}:")) && e.contains("node.health.ignore_xids") && e.contains(why), "{list}: {e}");
+        }
+        let e = parse(&format!("{GOOD}\n[node.health]\nignore_xids = [-1]\n")).unwrap_err().to_string();
+        assert!(e.contains("node.health.ignore_xids"), "{e}");
     }
 }

@@ -489,14 +489,15 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let parent = parent_dn(&x.dn).map(str::to_ascii_lowercase);
         let service = service_dn(&x.dn).map(|s| format!("dn:{}", s.to_ascii_lowercase()));
         for fk in x.all("GLUE2ExtensionEntityForeignKey") {
-            // The entity above the Extension; else the one of that ID in its service; else
-            // the only one of that ID anywhere.
+            // The entity above the Extension; else the one of that ID in its service; else,
+            // for an Extension outside any service, the only one of that ID anywhere (one
+            // inside a service speaks only for that service's entities).
             let target = parent
                 .as_ref()
                 .filter(|p| by_dn.get(*p).is_some_and(|e| id_of(e) == Some(fk.as_str())))
                 .cloned()
                 .or_else(|| by_service_id.get(&(service.clone(), fk.as_str())).filter(|v| v.len() == 1).map(|v| v[0].dn.to_ascii_lowercase()))
-                .or_else(|| by_service_id.get(&(None, fk.as_str())).filter(|v| v.len() == 1).map(|v| v[0].dn.to_ascii_lowercase()));
+                .or_else(|| by_service_id.get(&(None, fk.as_str())).filter(|v| v.len() == 1 && service.is_none()).map(|v| v[0].dn.to_ascii_lowercase()));
             let Some(target) = target else { continue };
             if bad.contains(&target) {
                 continue;

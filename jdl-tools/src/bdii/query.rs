@@ -508,8 +508,8 @@ impl Bdii {
         }
         if s.class_extension {
             snap.extensions = results.next().unwrap_or_default();
-            // GLUE 2.1 AcceleratorEnvironments read as the Extensions they stand for.
-            snap.extensions.extend(crate::bdii::glue21::as_extensions(results.next().unwrap_or_default()));
+            // GLUE 2.1 accelerator entities read as the Extensions they stand for.
+            crate::bdii::glue21::add_extensions(&mut snap.extensions, results.next().unwrap_or_default());
         }
         if s.glue13 {
             snap.subclusters = results.next().unwrap_or_default();
