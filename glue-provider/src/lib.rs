@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod arc;
 pub mod config;
 pub mod error;
 pub mod glue21;
