@@ -1,6 +1,7 @@
 //! The integration-test harness: starts real components on loopback in a
 //! temp dir and stops them when dropped.
 
+pub mod arc;
 pub mod bdii;
 pub mod ldap;
 pub mod munge;

@@ -1,0 +1,321 @@
+//! Issue 16 end to end on a real NorduGrid ARC CE (tests/src/arc.rs): a grid
+//! user's JDL with `GPGPUPerNode = 2` goes `cder-jdl list-match` against
+//! ARC's own LDAP infosys (where `cder-glue-provider --arc-plugin`, a BDII
+//! plugin, added the GPU keys to ARC's ExecutionEnvironment) → `cder-jdl
+//! submit --via arc` → the real `arcsub` → A-REX (REST) → stage 0 runs
+//! deploy/arc/ENV/GPGPU → `sbatch --gres=gpu:2` → slurmctld/slurmd with
+//! both cder plugins and cderd → the job sees exactly 2 devices → `arcstat`
+//! says Finished → `arcget` returns its output.
+//!
+//! Real components only (A-REX, arched, ARC's slapd/bdii-update, slurmctld,
+//! slurmd, cderd, arcsub/arcstat/arcget); the GPUs are fake character
+//! devices (tests/src/slurm.rs), as everywhere without NVIDIA hardware.
+//! Waits are bounded; A-REX is set to poll every 2 s, but its REST status
+//! and the infosys follow its infoprovider, which runs once a minute.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cder_tests::arc::{require_arc, ArcCe, ArcOptions};
+use cder_tests::bdii::require_bdii;
+use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
+use cder_tests::twophase::{cder_jdl, provider};
+
+/// ARC names its EEs per node type; one node type here.
+const ARC_EE: &str = "urn:ogf:ExecutionEnvironment:localhost:execenv0";
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn secs(t: Instant, t0: Instant) -> f64 {
+    t.duration_since(t0).as_secs_f64()
+}
+
+/// Polls `f` every `every` until it gives `Some`, at most `timeout`.
+fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+#[test]
+fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
+    if !require_slurm() || !require_bdii() || !require_arc(true) {
+        return;
+    }
+    let _serial = serial();
+    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+
+    // cder's provider as a BDII plugin of ARC's infosys: counts from cderd.
+    let toml = w.join("glue-provider.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[site]\ncomputing_service_id = \"urn:ogf:ComputingService:localhost:arex\"\n\
+             computing_manager_id = \"urn:ogf:ComputingManager:localhost:slurm\"\nce_unique_id = \"localhost\"\n\n\
+             [counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n\
+             [[group]]\nid = \"{ARC_EE}\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\ncompute_capability = \"3.5\"\n",
+            cluster.cderd_socket().display()
+        ),
+    )
+    .unwrap();
+    let plugin = format!(
+        "#!/bin/sh\nexec {} --config {} --arc-plugin\n",
+        provider().display(),
+        toml.display()
+    );
+    let check = Command::new(provider())
+        .args(["--config", &toml.display().to_string(), "--arc-plugin"])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "the plugin itself fails: {}",
+        text(&check)
+    );
+
+    let t_start = Instant::now();
+    let ce = ArcCe::start(&ArcOptions {
+        slurm_conf: cluster.slurm_conf().to_path_buf(),
+        rtes: vec!["ENV/GPGPU".into()],
+        infosys: true,
+        bdii_plugins: vec![("cder-glue-provider".into(), plugin)],
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t_ce = Instant::now();
+    let ldap = ce.ldap_url().unwrap();
+
+    std::fs::write(w.join("probe.sh"), "#!/bin/sh\necho \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\necho \"SLURM_JOB_ID=$SLURM_JOB_ID\"\nsleep 6\n").unwrap();
+    let jdl = w.join("job.jdl");
+    std::fs::write(
+        &jdl,
+        "[ Executable = \"probe.sh\"; StdOutput = \"out.txt\"; StdError = \"err.txt\"; OutputSandbox = { \"out.txt\", \"err.txt\" };\n  \
+         GPGPUPerNode = 2; Requirements = GPGPUModel == \"Tesla K20m\" && GPGPUFreeInstances >= 2 ]\n",
+    )
+    .unwrap();
+
+    // Discovery: ARC's infosys publishes its GLUE 2.0 tree once its
+    // infoprovider has run; the plugin's keys ride on ARC's own EE.
+    let list_match = || {
+        Command::new(cder_jdl())
+            .args(["list-match", "--bdii", &ldap])
+            .arg(&jdl)
+            .output()
+            .unwrap()
+    };
+    let found = poll(Duration::from_secs(150), Duration::from_secs(3), || {
+        let out = list_match();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    let t_found = Instant::now();
+    let found = found.unwrap_or_else(|| {
+        panic!(
+            "list-match never found the ARC CE: {}\n{}",
+            text(&list_match()),
+            ce.logs()
+        )
+    });
+    assert!(
+        found.contains(&ce.rest_url),
+        "list-match must name the CE by its REST endpoint {}:\n{found}",
+        ce.rest_url
+    );
+    let ee = Command::new("ldapsearch")
+        .args([
+            "-x",
+            "-LLL",
+            "-o",
+            "ldif-wrap=no",
+            "-H",
+            &ldap,
+            "-b",
+            "o=glue",
+            &format!("(GLUE2ResourceID={ARC_EE})"),
+            "GLUE2EntityOtherInfo",
+            "GLUE2ExecutionEnvironmentPlatform",
+        ])
+        .output()
+        .unwrap();
+    let ee = String::from_utf8_lossy(&ee.stdout).into_owned();
+    assert!(
+        ee.contains("GLUE2EntityOtherInfo: GPGPUFreeInstances=4"),
+        "the keys must be on ARC's own EE:\n{ee}"
+    );
+    assert!(
+        ee.contains("GLUE2ExecutionEnvironmentPlatform: amd64"),
+        "ARC's own attributes stay:\n{ee}"
+    );
+    assert!(ee.contains("GLUE2GroupID=ExecutionEnvironments,GLUE2ManagerID=urn:ogf:ComputingManager:localhost:slurm"), "{ee}");
+
+    // Phase 2 through the real arcsub.
+    let t_submit = Instant::now();
+    let out = ce
+        .client(cder_jdl())
+        .args(["submit", "--bdii", &ldap, "--via", "arc"])
+        .arg(&jdl)
+        .output()
+        .unwrap();
+    let t_submitted = Instant::now();
+    assert!(
+        out.status.success(),
+        "cder-jdl submit --via arc: {}\n{}",
+        text(&out),
+        ce.logs()
+    );
+    let job_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        job_id.starts_with(&format!("{}/rest/1.0/jobs/", ce.rest_url)),
+        "not an ARC REST job ID: {job_id:?}"
+    );
+    let arex_id = ArcCe::local_id(&job_id).to_string();
+
+    // A-REX runs stage 0 (ENV/GPGPU) and sbatch; SLURM counts gres gpu:2.
+    let slurm_id = poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        ce.slurm_id(&arex_id)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "A-REX never passed the job to SLURM:\n{}\n{}",
+            ce.job_errors(&arex_id),
+            ce.logs()
+        )
+    });
+    let t_sbatch = Instant::now();
+    let running = cluster
+        .wait_running(slurm_id, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", ce.job_errors(&arex_id)));
+    let t_running = Instant::now();
+    assert_eq!(
+        running.fields.get("TresPerNode").map(String::as_str),
+        Some("gres:gpu:2"),
+        "{:?}",
+        running.fields
+    );
+    assert_eq!(
+        running
+            .fields
+            .get("UserId")
+            .map(|u| u.split('(').next().unwrap_or_default()),
+        Some("nobody"),
+        "A-REX maps the grid user"
+    );
+    let held = cluster.ledger(slurm_id).unwrap();
+    assert_eq!(
+        held.len(),
+        2,
+        "cderd's ledger for slurm:{slurm_id}: {held:?}"
+    );
+    let errors = ce.job_errors(&arex_id);
+    assert!(
+        errors.contains("#SBATCH  --gres=gpu:2") || errors.contains("#SBATCH --gres=gpu:2"),
+        "batch script:\n{errors}"
+    );
+    let done = cluster.wait_job(slurm_id, Duration::from_secs(60)).unwrap();
+    assert_eq!(done.state, "COMPLETED", "{:?}", done.fields);
+
+    // ARC's view: Finished, then the output back with arcget.
+    let finished = poll(Duration::from_secs(150), Duration::from_secs(2), || {
+        let out = ce.client("arcstat").arg(&job_id).output().ok()?;
+        let t = text(&out);
+        if t.contains("State: Failed") {
+            panic!("ARC says the job failed:\n{t}\n{}", ce.job_errors(&arex_id));
+        }
+        t.contains("State: Finished").then_some(())
+    });
+    let t_finished = Instant::now();
+    assert!(
+        finished.is_some(),
+        "arcstat never said Finished:\n{}\n{}",
+        ce.job_errors(&arex_id),
+        ce.logs()
+    );
+    let dl = w.join("download");
+    std::fs::create_dir_all(&dl).unwrap();
+    let got = ce
+        .client("arcget")
+        .arg("-D")
+        .arg(&dl)
+        .arg(&job_id)
+        .output()
+        .unwrap();
+    let t_got = Instant::now();
+    assert!(got.status.success(), "arcget: {}", text(&got));
+    let out_txt = std::fs::read_to_string(dl.join(&arex_id).join("out.txt"))
+        .unwrap_or_else(|e| panic!("{e}: arcget gave {:?}", ls(&dl)));
+    let cvd = out_txt
+        .lines()
+        .find_map(|l| l.strip_prefix("CUDA_VISIBLE_DEVICES="))
+        .unwrap_or_else(|| panic!("no CUDA_VISIBLE_DEVICES:\n{out_txt}"));
+    let devices: Vec<&str> = cvd.split(',').filter(|s| !s.is_empty()).collect();
+    assert_eq!(
+        devices.len(),
+        2,
+        "the job must see exactly 2 devices: {cvd:?}"
+    );
+    assert_ne!(devices[0], devices[1]);
+    assert!(
+        out_txt.contains(&format!("SLURM_JOB_ID={slurm_id}")),
+        "{out_txt}"
+    );
+
+    // Where the time goes (BENCHMARKS.md, ARC section); never asserted.
+    let state_times: Vec<&str> = errors
+        .lines()
+        .filter(|l| l.contains("Job state change"))
+        .collect();
+    eprintln!(
+        "ARC timings (s): CE up {:.1}; infosys shows GPUs {:.1} after; submit (list-match + arcsub) {:.2}; \
+         A-REX pickup to sbatch {:.1}; sbatch to running {:.1}; running to arcstat Finished {:.1}; arcget {:.2}; \
+         submit to running {:.1}\nA-REX:\n{}\nSLURM: SubmitTime={} StartTime={} EndTime={}",
+        secs(t_ce, t_start),
+        secs(t_found, t_ce),
+        secs(t_submitted, t_submit),
+        secs(t_sbatch, t_submitted),
+        secs(t_running, t_sbatch),
+        secs(t_finished, t_running),
+        secs(t_got, t_finished),
+        secs(t_running, t_submit),
+        state_times.join("\n"),
+        done.fields.get("SubmitTime").map(String::as_str).unwrap_or("?"),
+        done.fields.get("StartTime").map(String::as_str).unwrap_or("?"),
+        done.fields.get("EndTime").map(String::as_str).unwrap_or("?"),
+    );
+}
+
+fn ls(dir: &Path) -> Vec<String> {
+    walk(dir)
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
