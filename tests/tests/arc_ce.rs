@@ -165,6 +165,11 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     );
     assert!(ee.contains("GLUE2GroupID=ExecutionEnvironments,GLUE2ManagerID=urn:ogf:ComputingManager:localhost:slurm"), "{ee}");
 
+    // Phase 1 alone, for the breakdown.
+    let t_lm = Instant::now();
+    assert!(list_match().status.success());
+    let list_match_s = secs(Instant::now(), t_lm);
+
     // Phase 2 through the real arcsub.
     let t_submit = Instant::now();
     let out = ce
@@ -276,23 +281,36 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "{out_txt}"
     );
 
+    // The reference, same cluster, same run: the job straight to sbatch.
+    let t_direct = Instant::now();
+    let direct = cluster
+        .sbatch(&["--gres=gpu:2"], "#!/bin/sh\nsleep 1\n")
+        .unwrap();
+    cluster
+        .wait_running(direct, Duration::from_secs(60))
+        .unwrap();
+    let direct_s = secs(Instant::now(), t_direct);
+
     // Where the time goes (BENCHMARKS.md, ARC section); never asserted.
     let state_times: Vec<&str> = errors
         .lines()
         .filter(|l| l.contains("Job state change"))
         .collect();
     eprintln!(
-        "ARC timings (s): CE up {:.1}; infosys shows GPUs {:.1} after; submit (list-match + arcsub) {:.2}; \
+        "ARC timings (s): CE up {:.1}; infosys shows GPUs {:.1} after; list-match {:.2}; submit (list-match + arcsub) {:.2}; \
          A-REX pickup to sbatch {:.1}; sbatch to running {:.1}; running to arcstat Finished {:.1}; arcget {:.2}; \
-         submit to running {:.1}\nA-REX:\n{}\nSLURM: SubmitTime={} StartTime={} EndTime={}",
+         submit to running {:.1}; sbatch straight to running {:.2} (ratio {:.0})\nA-REX:\n{}\nSLURM: SubmitTime={} StartTime={} EndTime={}",
         secs(t_ce, t_start),
         secs(t_found, t_ce),
+        list_match_s,
         secs(t_submitted, t_submit),
         secs(t_sbatch, t_submitted),
         secs(t_running, t_sbatch),
         secs(t_finished, t_running),
         secs(t_got, t_finished),
         secs(t_running, t_submit),
+        direct_s,
+        secs(t_running, t_submit) / direct_s,
         state_times.join("\n"),
         done.fields.get("SubmitTime").map(String::as_str).unwrap_or("?"),
         done.fields.get("StartTime").map(String::as_str).unwrap_or("?"),
