@@ -67,6 +67,35 @@ pub fn require_arc(infosys: bool) -> bool {
     require(&want)
 }
 
+/// The ExecutionEnvironment ARC's infosys publishes for the one node type
+/// of a test cluster (ARC names them `execenv0`, `execenv1`, …).
+pub const ARC_EE: &str = "urn:ogf:ExecutionEnvironment:localhost:execenv0";
+
+/// A `cder-glue-provider` config for ARC mode on a test CE: ARC's own IDs,
+/// the cluster's one node with 4 devices, counts from cderd's `socket`.
+pub fn provider_config(socket: &Path) -> String {
+    format!(
+        "[site]\ncomputing_service_id = \"urn:ogf:ComputingService:localhost:arex\"\n\
+         computing_manager_id = \"urn:ogf:ComputingManager:localhost:slurm\"\nce_unique_id = \"localhost\"\n\n\
+         [counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n\
+         [[group]]\nid = \"{ARC_EE}\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\ncompute_capability = \"3.5\"\n",
+        socket.display()
+    )
+}
+
+/// The BDII plugin (name, script) that runs `provider --arc-plugin` with `config`.
+pub fn cder_plugin(provider: &Path, config: &Path) -> (String, String) {
+    (
+        "cder-glue-provider".into(),
+        format!(
+            "#!/bin/sh\nexec {} --config {} --arc-plugin\n",
+            provider.display(),
+            config.display()
+        ),
+    )
+}
+
 /// How to set the CE up.
 #[derive(Debug, Clone, Default)]
 pub struct ArcOptions {

@@ -17,13 +17,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cder_tests::arc::{require_arc, ArcCe, ArcOptions};
+use cder_tests::arc::{cder_plugin, provider_config, require_arc, ArcCe, ArcOptions, ARC_EE};
 use cder_tests::bdii::require_bdii;
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 use cder_tests::twophase::{cder_jdl, provider};
-
-/// ARC names its EEs per node type; one node type here.
-const ARC_EE: &str = "urn:ogf:ExecutionEnvironment:localhost:execenv0";
 
 fn text(out: &std::process::Output) -> String {
     format!(
@@ -63,23 +60,8 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 
     // cder's provider as a BDII plugin of ARC's infosys: counts from cderd.
     let toml = w.join("glue-provider.toml");
-    std::fs::write(
-        &toml,
-        format!(
-            "[site]\ncomputing_service_id = \"urn:ogf:ComputingService:localhost:arex\"\n\
-             computing_manager_id = \"urn:ogf:ComputingManager:localhost:slurm\"\nce_unique_id = \"localhost\"\n\n\
-             [counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n\
-             [[group]]\nid = \"{ARC_EE}\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
-             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\ncompute_capability = \"3.5\"\n",
-            cluster.cderd_socket().display()
-        ),
-    )
-    .unwrap();
-    let plugin = format!(
-        "#!/bin/sh\nexec {} --config {} --arc-plugin\n",
-        provider().display(),
-        toml.display()
-    );
+    std::fs::write(&toml, provider_config(&cluster.cderd_socket())).unwrap();
+    let plugin = cder_plugin(&provider(), &toml);
     let check = Command::new(provider())
         .args(["--config", &toml.display().to_string(), "--arc-plugin"])
         .output()
@@ -95,7 +77,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         slurm_conf: cluster.slurm_conf().to_path_buf(),
         rtes: vec!["ENV/GPGPU".into()],
         infosys: true,
-        bdii_plugins: vec![("cder-glue-provider".into(), plugin)],
+        bdii_plugins: vec![plugin],
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let t_ce = Instant::now();
