@@ -263,6 +263,53 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "{out_txt}"
     );
 
+    // A count cder-jdl would never write, sent with arcsub directly: A-REX
+    // fails the job at stage 0 with ENV/GPGPU's reason, SLURM never sees
+    // it, and A-REX goes on serving.
+    std::fs::write(
+        w.join("bad.xrsl"),
+        "&(executable=\"/bin/true\")(runtimeenvironment=\"ENV/GPGPU\" \"0\")(jobname=\"bad\")\n",
+    )
+    .unwrap();
+    let out = ce
+        .client("arcsub")
+        .args(["-T", "arcrest", "-C", &ce.rest_url])
+        .arg(w.join("bad.xrsl"))
+        .output()
+        .unwrap();
+    let bad_id = cder_jdl::submit::arc_job_id(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| panic!("arcsub: {}", text(&out)));
+    let bad_arex = ArcCe::local_id(&bad_id).to_string();
+    let reason = poll(Duration::from_secs(60), Duration::from_millis(500), || {
+        let e = ce.job_errors(&bad_arex);
+        e.contains("stage 0 execution failed").then_some(e)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "A-REX did not fail the bad job:\n{}",
+            ce.job_errors(&bad_arex)
+        )
+    });
+    assert!(
+        reason.contains("cder: RTE ENV/GPGPU: argument 0: the count must be at least 1"),
+        "{reason}"
+    );
+    assert_eq!(
+        ce.slurm_id(&bad_arex),
+        None,
+        "a refused job must not reach SLURM"
+    );
+    // ...and the grid user sees it Failed (A-REX still answering).
+    let failed = poll(Duration::from_secs(60), Duration::from_secs(1), || {
+        let out = ce.client("arcstat").arg(&bad_id).output().ok()?;
+        text(&out).contains("State: Failed").then_some(())
+    });
+    assert!(
+        failed.is_some(),
+        "arcstat never said Failed: {}",
+        text(&ce.client("arcstat").arg(&bad_id).output().unwrap())
+    );
+
     // The reference, same cluster, same run: the job straight to sbatch.
     let t_direct = Instant::now();
     let direct = cluster
