@@ -83,7 +83,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     let t_ce = Instant::now();
     let ldap = ce.ldap_url().unwrap();
 
-    std::fs::write(w.join("probe.sh"), "#!/bin/sh\necho \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\necho \"SLURM_JOB_ID=$SLURM_JOB_ID\"\nsleep 6\n").unwrap();
+    std::fs::write(w.join("probe.sh"), "#!/bin/sh\necho \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\necho \"SLURM_JOB_ID=$SLURM_JOB_ID\"\nsleep 20\n").unwrap();
     let jdl = w.join("job.jdl");
     std::fs::write(
         &jdl,
@@ -204,11 +204,58 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         Some("nobody"),
         "A-REX maps the grid user"
     );
-    let held = cluster.ledger(slurm_id).unwrap();
+    // RUNNING comes before the job's step has started (and SPANK has told cderd).
+    let held = poll(Duration::from_secs(15), Duration::from_millis(200), || {
+        cluster.ledger(slurm_id).ok().filter(|h| h.len() == 2)
+    });
+    assert!(
+        held.is_some(),
+        "cderd's ledger for slurm:{slurm_id}: {:?}",
+        cluster.ledger(slurm_id)
+    );
+    // While it runs, ARC's infosys shows 2 of the 4 GPUs free (cderd's
+    // counts, through the plugin, on the next infoprovider/bdii cycle), and
+    // phase 1 reads them: a job wanting 3 free finds no CE.
+    let ldap_free = || {
+        let out = Command::new("ldapsearch")
+            .args([
+                "-x",
+                "-LLL",
+                "-H",
+                &ldap,
+                "-b",
+                "o=glue",
+                &format!("(GLUE2ResourceID={ARC_EE})"),
+                "GLUE2EntityOtherInfo",
+            ])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            l.strip_prefix("GLUE2EntityOtherInfo: GPGPUFreeInstances=")
+                .map(str::to_string)
+        })
+    };
+    let free_now = poll(Duration::from_secs(18), Duration::from_millis(500), || {
+        ldap_free().filter(|f| f == "2")
+    });
     assert_eq!(
-        held.len(),
-        2,
-        "cderd's ledger for slurm:{slurm_id}: {held:?}"
+        free_now.as_deref(),
+        Some("2"),
+        "ARC's infosys while the job holds 2 of 4 GPUs (last seen {:?})",
+        ldap_free()
+    );
+    let greedy = w.join("greedy.jdl");
+    std::fs::write(&greedy, "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUFreeInstances >= 3 ]\n").unwrap();
+    let lm = Command::new(cder_jdl())
+        .args(["list-match", "--bdii", &ldap])
+        .arg(&greedy)
+        .output()
+        .unwrap();
+    assert_eq!(
+        lm.status.code(),
+        Some(1),
+        "no CE has 3 free now: {}",
+        text(&lm)
     );
     let errors = ce.job_errors(&arex_id);
     assert!(
@@ -216,6 +263,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "batch script:\n{errors}"
     );
     let done = cluster.wait_job(slurm_id, Duration::from_secs(60)).unwrap();
+    let t_done = Instant::now();
     assert_eq!(done.state, "COMPLETED", "{:?}", done.fields);
 
     // ARC's view: Finished, then the output back with arcget.
@@ -327,7 +375,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         .collect();
     eprintln!(
         "ARC timings (s): CE up {:.1}; infosys shows GPUs {:.1} after; list-match {:.2}; submit (list-match + arcsub) {:.2}; \
-         A-REX pickup to sbatch {:.1}; sbatch to running {:.1}; running to arcstat Finished {:.1}; arcget {:.2}; \
+         A-REX pickup to sbatch {:.1}; sbatch to running {:.1}; SLURM job end to arcstat Finished {:.1}; arcget {:.2}; \
          submit to running {:.1}; sbatch straight to running {:.2} (ratio {:.0})\nA-REX:\n{}\nSLURM: SubmitTime={} StartTime={} EndTime={}",
         secs(t_ce, t_start),
         secs(t_found, t_ce),
@@ -335,7 +383,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         secs(t_submitted, t_submit),
         secs(t_sbatch, t_submitted),
         secs(t_running, t_sbatch),
-        secs(t_finished, t_running),
+        secs(t_finished, t_done),
         secs(t_got, t_finished),
         secs(t_running, t_submit),
         direct_s,
