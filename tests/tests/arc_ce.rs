@@ -54,7 +54,13 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         return;
     }
     let _serial = serial();
-    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    // Licences so that a vGPGPU job is accepted (no registry runs here: it
+    // is only submitted, to see what SLURM counts).
+    let config = SlurmConfig {
+        extra_slurm_conf: "Licenses=vgpgpu:8\n".into(),
+        ..SlurmConfig::default()
+    };
+    let cluster = SlurmCluster::start(&config).unwrap_or_else(|e| panic!("{e}"));
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
 
@@ -75,7 +81,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     let t_start = Instant::now();
     let ce = ArcCe::start(&ArcOptions {
         slurm_conf: cluster.slurm_conf().to_path_buf(),
-        rtes: vec!["ENV/GPGPU".into()],
+        rtes: vec!["ENV/GPGPU".into(), "ENV/VGPGPU".into()],
         infosys: true,
         bdii_plugins: vec![plugin],
     })
@@ -357,6 +363,41 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "arcstat never said Failed: {}",
         text(&ce.client("arcstat").arg(&bad_id).output().unwrap())
     );
+
+    // ENV/VGPGPU through the real A-REX and sbatch: job_submit_cder.so
+    // counts 3 VCL backends on the job's one node as the vgpgpu licence.
+    std::fs::write(w.join("vgpgpu.xrsl"), "&(executable=\"/bin/true\")(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")(jobname=\"v\")\n").unwrap();
+    let out = ce
+        .client("arcsub")
+        .args(["-T", "arcrest", "-C", &ce.rest_url])
+        .arg(w.join("vgpgpu.xrsl"))
+        .output()
+        .unwrap();
+    let v_id = cder_jdl::submit::arc_job_id(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| panic!("arcsub: {}", text(&out)));
+    let v_arex = ArcCe::local_id(&v_id).to_string();
+    let v_slurm = poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        ce.slurm_id(&v_arex)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "A-REX never passed the vGPGPU job to SLURM:\n{}",
+            ce.job_errors(&v_arex)
+        )
+    });
+    let v_errors = ce.job_errors(&v_arex);
+    assert!(
+        v_errors.contains("--vgpgpu-per-node=3 --vgpgpu-method=VCL"),
+        "batch script:\n{v_errors}"
+    );
+    let v = cluster.job(v_slurm).unwrap();
+    assert_eq!(
+        v.fields.get("Licenses").map(String::as_str),
+        Some("vgpgpu:3"),
+        "{:?}",
+        v.fields
+    );
+    let _ = cluster.run("scancel", &[&v_slurm.to_string()]);
 
     // The reference, same cluster, same run: the job straight to sbatch.
     let t_direct = Instant::now();
