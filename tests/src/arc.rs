@@ -8,8 +8,9 @@
 //! plugin of the test's choosing).
 //!
 //! Nothing is written outside the temp dir except
-//! `/run/arc/arc-infosys-ldap.conf`, where ARC's `create-*-config` scripts
-//! always put their parsed config. What the harness changes in ARC's
+//! `/run/arc/arc-infosys-ldap.conf` and `/run/arc/arcctl.runtime.conf`,
+//! where ARC's `create-*-config` scripts and `arcctl` always put the config
+//! they parsed. What the harness changes in ARC's
 //! generated files, each for a reason that is written next to it:
 //! - the web service's XML gets `<tcp:Interface>127.0.0.1</tcp:Interface>`
 //!   (ARC binds every interface; there is no arc.conf option), through an
