@@ -1,12 +1,14 @@
 #!/bin/sh
-# The CE side of the ARC path (docs/arc.md): the ENV/GPGPU runtime
-# environment run by A-REX's own stage-0 code (nordugrid-arc-arex's
-# submit_common.sh, what submit-SLURM-job calls before it writes the batch
-# script). A job asking (runtimeenvironment="ENV/GPGPU" "2") gets the
-# #SBATCH line job_submit_cder.so counts; a bad count stops the submission
-# with a readable reason. No daemon is started; everything is in a temp dir.
-# The grid side (`cder-jdl submit --via arc`) is shown by
-# `cargo test -p cder-tests --test arc_rte`, which needs a BDII.
+# The ARC path (docs/arc.md), in two parts. First the CE side alone: the
+# ENV/GPGPU runtime environment run by A-REX's own stage-0 code
+# (nordugrid-arc-arex's submit_common.sh, what submit-SLURM-job calls before
+# it writes the batch script): a job asking (runtimeenvironment="ENV/GPGPU"
+# "2") gets the #SBATCH line job_submit_cder.so counts; a bad count stops
+# the submission with a readable reason. Then, as root, the whole path on a
+# real ARC CE (target/debug/cder-arc-demo): ARC's LDAP infosys showing
+# cder's GPU keys, `cder-jdl list-match` and `submit --via arc`, the real
+# arcsub, A-REX, SLURM with four fake GPUs and cderd, arcstat and arcget.
+# Everything runs in temp dirs on 127.0.0.1 and stops when it ends.
 set -eu
 cd "$(dirname "$0")/.."
 common=/usr/share/arc/submit_common.sh
@@ -19,16 +21,28 @@ trap 'rm -rf "$controldir"' EXIT
 # What `arcctl rte enable ENV/GPGPU` does: a link under <controldir>/rte/enabled.
 mkdir -p "$controldir/rte/enabled/ENV"
 ln -s "$PWD/deploy/arc/ENV/GPGPU" "$controldir/rte/enabled/ENV/GPGPU"
+ln -s "$PWD/deploy/arc/ENV/VGPGPU" "$controldir/rte/enabled/ENV/VGPGPU"
 
 stage0() {
-    echo "\$ xRSL (runtimeenvironment=\"ENV/GPGPU\" \"$1\") -> A-REX stage 0 -> batch script line:"
-    sh -c '. "$1"; CONFIG_controldir=$2; joboption_runtime_0=ENV/GPGPU; joboption_runtime_0_1=$3
+    rte=$1; shift
+    echo "\$ xRSL (runtimeenvironment=\"$rte\" $*) -> A-REX stage 0 -> batch script line:"
+    sh -c '. "$1"; CONFIG_controldir=$2; joboption_runtime_0=$3; shift 3
+           k=1; for a in "$@"; do eval "joboption_runtime_0_$k=\$a"; k=$((k+1)); done
            RTE_stage0
            # the node-property line exactly as submit-SLURM-job joins it
            line="#SBATCH"; i=0
            while eval "[ -n \"\${joboption_nodeproperty_$i+set}\" ]"; do eval "line=\"\$line \$joboption_nodeproperty_$i\""; i=$((i+1)); done
-           echo "  $line"' sh "$common" "$controldir" "$1" 2>&1 || echo "  (exit $?: A-REX fails the job; the reason above lands in <controldir>/job.ID.errors)"
+           echo "  $line"' sh "$common" "$controldir" "$rte" "$@" 2>&1 || echo "  (exit $?: A-REX fails the job; the reason above lands in <controldir>/job.ID.errors)"
 }
-stage0 2
-stage0 0
-stage0 4097
+stage0 ENV/GPGPU 2
+stage0 ENV/GPGPU 0
+stage0 ENV/GPGPU 4097
+stage0 ENV/VGPGPU 3 VCL
+stage0 ENV/VGPGPU 3 cuda
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "(run as root to see the whole path on a real ARC CE: target/debug/cder-arc-demo)"
+    exit 0
+fi
+cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-glue-provider -p cder-jdl -p cder-tests --bin cder-arc-demo
+exec target/debug/cder-arc-demo

@@ -22,6 +22,9 @@ packages=(
   # runtime environment in tests/tests/arc_rte.rs, whose xRSL check uses
   # ARC's own parser through its Python binding; arcctl enables RTEs
   nordugrid-arc-arex nordugrid-arc-arcctl python3-nordugrid-arc
+  # ...and end to end in tests/tests/arc_ce.rs: arcsub/arcstat/arcget over
+  # the REST interface, ARC's LDAP infosys (its slapd config and bdii-update)
+  nordugrid-arc-client nordugrid-arc-plugins-arcrest nordugrid-arc-infosys-ldap
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
 )

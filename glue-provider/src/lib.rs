@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+pub mod arc;
 pub mod config;
 pub mod error;
 pub mod glue21;

@@ -2,10 +2,12 @@
 //!
 //! The GPU request travels as the CE's runtime environment
 //! `(runtimeenvironment="ENV/GPGPU" "N")` (deploy/arc/ENV/GPGPU), which turns
-//! it, at A-REX's stage 0, into the SLURM form job_submit_cder counts. The
-//! count is read with the same reader as every other directive writer
-//! ([`JobResources`], which applies cder-request's count rule), so a value
-//! this module writes is one the CE's RTE and job_submit accept.
+//! it, at A-REX's stage 0, into the SLURM form job_submit_cder counts; a
+//! vGPGPU request as `(runtimeenvironment="ENV/VGPGPU" "V" "rCUDA|VCL")`
+//! (deploy/arc/ENV/VGPGPU, cder's SPANK options). The values are read with
+//! the same reader as every other directive writer ([`JobResources`], which
+//! applies cder-request's count and method rules), so a value this module
+//! writes is one the CE's RTEs and job_submit accept.
 //!
 //! xRSL strings are written in double quotes with an inner `"` doubled, as
 //! ARC's RSL parser reads them; control characters are refused because the
@@ -22,6 +24,10 @@ use crate::value::Value;
 /// The runtime environment an ARC CE running cder publishes for GPGPU jobs.
 pub const GPGPU_RTE: &str = "ENV/GPGPU";
 
+/// The runtime environment for vGPGPU jobs (deploy/arc/ENV/VGPGPU):
+/// arguments per-node count and method.
+pub const VGPGPU_RTE: &str = "ENV/VGPGPU";
+
 /// Why a JDL cannot be written as xRSL.
 #[derive(Debug, thiserror::Error)]
 #[error("{key}: {message}")]
@@ -33,14 +39,20 @@ pub struct XrslError {
 }
 
 fn err(key: &str, message: impl Into<String>) -> XrslError {
-    XrslError { key: key.into(), message: message.into() }
+    XrslError {
+        key: key.into(),
+        message: message.into(),
+    }
 }
 
 /// One xRSL string literal: `"…"` with inner quotes doubled; control
 /// characters refused (`key` names the JDL attribute in the error).
 pub fn quote(key: &str, s: &str) -> Result<String, XrslError> {
     if let Some(c) = s.chars().find(|c| c.is_control()) {
-        return Err(err(key, format!("{s:?} holds the control character {c:?}, which xRSL cannot carry")));
+        return Err(err(
+            key,
+            format!("{s:?} holds the control character {c:?}, which xRSL cannot carry"),
+        ));
     }
     Ok(format!("\"{}\"", s.replace('"', "\"\"")))
 }
@@ -64,13 +76,19 @@ fn string_list(job: &ClassAd, key: &str) -> Result<Vec<String>, XrslError> {
                 other => Err(err(key, format!("{other} is not a string"))),
             })
             .collect(),
-        Some(v) => Err(err(key, format!("must be a string or a list of strings, not {v}"))),
+        Some(v) => Err(err(
+            key,
+            format!("must be a string or a list of strings, not {v}"),
+        )),
     }
 }
 
 /// The name a local file has in the job's session directory.
 fn session_name(key: &str, path: &str) -> Result<String, XrslError> {
-    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     if name.is_empty() || name == "." || name == ".." {
         return Err(err(key, format!("{path:?} names no file")));
     }
@@ -90,17 +108,16 @@ fn absolute(dir: &Path, path: &str) -> String {
 /// The xRSL of a (refined) JDL job: executable, arguments, stdout/stderr,
 /// input files (the executable when it is a local file, and InputSandbox),
 /// output files (OutputSandbox), Environment, and the GPGPU runtime
-/// environment. `dir`: the JDL's directory. A vGPGPU request is refused:
-/// ENV/GPGPU carries physical GPGPUs only.
+/// environment(s): `ENV/GPGPU "N"` for `GPGPUPerNode`, `ENV/VGPGPU "V" "M"`
+/// for `VirtualGPGPUPerNode` and its method (rCUDA unless the job names
+/// one). `dir`: the JDL's directory.
 pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
-    let exe = string_attr(job, "Executable")?.ok_or_else(|| err("Executable", "missing (phase 2 needs a program to run)"))?;
+    let exe = string_attr(job, "Executable")?
+        .ok_or_else(|| err("Executable", "missing (phase 2 needs a program to run)"))?;
     let resources = JobResources::read(job).map_err(|e| match e.pos {
         Some(p) if p.line > 0 => err(&e.key, format!("{} (at {p})", e.message)),
         _ => err(&e.key, e.message),
     })?;
-    if resources.vgpgpus_per_node.is_some() {
-        return Err(err(keys::VIRTUAL_GPGPU_PER_NODE, format!("the ARC path carries GPGPUs only ({GPGPU_RTE}); submit vGPGPU jobs --via wms or --via slurm")));
-    }
     let mut out = String::from("&");
     let mut inputs: Vec<(String, String)> = Vec::new();
     let local_exe = !Path::new(&exe).is_absolute() && dir.join(&exe).is_file();
@@ -117,7 +134,10 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
         if let Some(c) = args.chars().find(|c| "\"'\\$`;&|<>(){}*?".contains(*c)) {
             return Err(err("Arguments", format!("{args:?}: {c:?} would be read by gLite's shell but not by ARC; write plain words separated by blanks")));
         }
-        let words: Vec<String> = args.split_whitespace().map(|w| quote("Arguments", w)).collect::<Result<_, _>>()?;
+        let words: Vec<String> = args
+            .split_whitespace()
+            .map(|w| quote("Arguments", w))
+            .collect::<Result<_, _>>()?;
         if !words.is_empty() {
             out.push_str(&format!(" (arguments={})\n", words.join(" ")));
         }
@@ -136,7 +156,11 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     if !inputs.is_empty() {
         out.push_str(" (inputfiles=");
         for (name, src) in &inputs {
-            out.push_str(&format!("({} {})", quote("InputSandbox", name)?, quote("InputSandbox", src)?));
+            out.push_str(&format!(
+                "({} {})",
+                quote("InputSandbox", name)?,
+                quote("InputSandbox", src)?
+            ));
         }
         out.push_str(")\n");
     }
@@ -153,17 +177,43 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     if !env.is_empty() {
         out.push_str(" (environment=");
         for kv in &env {
-            let (k, v) = kv.split_once('=').ok_or_else(|| err("Environment", format!("{kv:?} has no '='")))?;
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| err("Environment", format!("{kv:?} has no '='")))?;
             if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(err("Environment", format!("{k:?} is not a variable name")));
             }
-            out.push_str(&format!("({} {})", quote("Environment", k)?, quote("Environment", v)?));
+            out.push_str(&format!(
+                "({} {})",
+                quote("Environment", k)?,
+                quote("Environment", v)?
+            ));
         }
         out.push_str(")\n");
     }
     if let Some(n) = resources.gpgpus_per_node {
-        let n = cder_request::check_count(n).map_err(|e| err(keys::GPGPU_PER_NODE, format!("{n}: {e}")))?;
-        out.push_str(&format!(" (runtimeenvironment={} {})\n", quote(keys::GPGPU_PER_NODE, GPGPU_RTE)?, quote(keys::GPGPU_PER_NODE, &n.to_string())?));
+        let n = cder_request::check_count(n)
+            .map_err(|e| err(keys::GPGPU_PER_NODE, format!("{n}: {e}")))?;
+        out.push_str(&format!(
+            " (runtimeenvironment={} {})\n",
+            quote(keys::GPGPU_PER_NODE, GPGPU_RTE)?,
+            quote(keys::GPGPU_PER_NODE, &n.to_string())?
+        ));
+    }
+    // Per node, as the SPANK option: job_submit multiplies by the nodes.
+    if let (Some(v), Some(method)) = (resources.vgpgpus_per_node, &resources.vgpgpu_method) {
+        let v = cder_request::check_count(v)
+            .map_err(|e| err(keys::VIRTUAL_GPGPU_PER_NODE, format!("{v}: {e}")))?;
+        let method: cder_request::VgpgpuMethod =
+            method.parse().map_err(|e: cder_request::UnknownMethod| {
+                err(keys::VIRTUAL_GPGPU_METHOD, e.to_string())
+            })?;
+        out.push_str(&format!(
+            " (runtimeenvironment={} {} {})\n",
+            quote(keys::VIRTUAL_GPGPU_PER_NODE, VGPGPU_RTE)?,
+            quote(keys::VIRTUAL_GPGPU_PER_NODE, &v.to_string())?,
+            quote(keys::VIRTUAL_GPGPU_METHOD, method.name())?
+        ));
     }
     let name = session_name("Executable", &exe).unwrap_or_else(|_| "cder-job".into());
     out.push_str(&format!(" (jobname={})\n", quote("Executable", &name)?));
@@ -221,7 +271,8 @@ mod tests {
             ("[ Executable = \"/bin/x\"; GPGPUPerNode = 4097 ]", "GPGPUPerNode"),
             ("[ Executable = \"/bin/x\"; StdOutput = \"a\\nb\" ]", "StdOutput"),
             ("[ Executable = \"/bin/x\"; Arguments = \"a; rm\" ]", "Arguments"),
-            ("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 1 ]", "VirtualGPGPUPerNode"),
+            ("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 0 ]", "VirtualGPGPUPerNode"),
+            ("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"cuda\" ]", "VirtualGPGPUMethod"),
             ("[ Arguments = \"a\" ]", "Executable"),
         ] {
             let e = xrsl(&ad(text), d).unwrap_err();
@@ -232,10 +283,39 @@ mod tests {
     }
 
     #[test]
+    fn vgpgpu_request_becomes_its_runtime_environment() {
+        let d = Path::new("/nonexistent");
+        let x = xrsl(&ad("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]"), d).unwrap();
+        assert!(
+            x.contains("(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")"),
+            "{x}"
+        );
+        assert!(!x.contains("ENV/GPGPU\""), "{x}");
+        // No method: rCUDA, as everywhere else; both kinds: both RTEs.
+        let x = xrsl(
+            &ad("[ Executable = \"/bin/x\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 2 ]"),
+            d,
+        )
+        .unwrap();
+        assert!(
+            x.contains("(runtimeenvironment=\"ENV/VGPGPU\" \"2\" \"rCUDA\")")
+                && x.contains("(runtimeenvironment=\"ENV/GPGPU\" \"1\")"),
+            "{x}"
+        );
+    }
+
+    #[test]
     fn no_request_no_runtime_environment() {
-        let x = xrsl(&ad("[ Executable = \"/bin/hostname\" ]"), Path::new("/nonexistent")).unwrap();
+        let x = xrsl(
+            &ad("[ Executable = \"/bin/hostname\" ]"),
+            Path::new("/nonexistent"),
+        )
+        .unwrap();
         assert!(!x.contains("runtimeenvironment"), "{x}");
         assert!(x.starts_with("&(executable=\"/bin/hostname\")"), "{x}");
-        assert_eq!(arcsub_args(&["https://a:443/arex", "b"]), ["-T", "arcrest", "-C", "https://a:443/arex", "-C", "b"]);
+        assert_eq!(
+            arcsub_args(&["https://a:443/arex", "b"]),
+            ["-T", "arcrest", "-C", "https://a:443/arex", "-C", "b"]
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 #![deny(missing_docs)]
 
+pub mod arc;
 pub mod bdii;
 pub mod ldap;
 pub mod munge;

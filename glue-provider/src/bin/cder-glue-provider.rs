@@ -44,6 +44,11 @@ struct Cli {
     /// (default: [site] strategies, else attribute-extension).
     #[arg(long, short = 's', value_enum, value_delimiter = ',', value_name = "STRATEGY")]
     strategy: Vec<Strategy>,
+    /// Run as a BDII plugin of a NorduGrid ARC CE's infosys: print modify
+    /// records adding the keys (attribute-extension) to ARC's own
+    /// ExecutionEnvironments, whose IDs are the `[[group]] id`s (docs/arc.md).
+    #[arg(long, conflicts_with = "strategy")]
+    arc_plugin: bool,
 }
 
 fn main() -> ExitCode {
@@ -78,5 +83,9 @@ fn run(cli: &Cli) -> Result<String, ProviderError> {
     let counts = sources::from_config(&config);
     let vgpus = sources::virtual_from_config(&config)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    if cli.arc_plugin {
+        let snapshot = cder_glue_provider::snapshot(&config, counts.as_ref(), vgpus.as_ref(), now)?;
+        return cder_glue_provider::arc::plugin_ldif(&config, &snapshot);
+    }
     publish(&config, counts.as_ref(), vgpus.as_ref(), &strategies, now)
 }

@@ -28,6 +28,9 @@ pub const DEFAULT_PREFIX: &str = glue::GPGPU_PREFIX;
 // The key names the GLUE provider publishes (one vocabulary, `cder_request::glue`).
 use cder_request::glue::{self, NUMERIC_SUFFIXES, VGPGPU_KEYS};
 
+/// `GLUE2EndpointInterfaceName` of ARC's REST interface (A-REX, ARC 6+).
+pub const ARC_REST_INTERFACE: &str = "org.nordugrid.arcrest";
+
 /// One Resource Offer.
 #[derive(Clone, Debug)]
 pub struct Offer {
@@ -663,7 +666,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             svc.managers.iter().find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk)).or_else(|| svc.managers.first()).copied()
         };
         let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
-        let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue);
+        let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue, &svc.endpoints);
         // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
         if ce_id.trim().is_empty() {
             out.warnings.push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
@@ -759,9 +762,13 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
 /// The `GlueCEUniqueID` of a GLUE 2.0 share: CREAM publishes it as
 /// `CREAMCEId=` OtherInfo; otherwise `host:port/cream-<lrms>-<queue>` from
 /// the endpoint, as CREAM forms it; else the share ID.
-fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>) -> (String, CeIdSource) {
+fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>, endpoints: &[&Entry]) -> (String, CeIdSource) {
     if let Some(id) = share.all("GLUE2EntityOtherInfo").iter().find_map(|v| v.strip_prefix("CREAMCEId=")) {
         return (id.to_string(), CeIdSource::Published);
+    }
+    // An ARC CE is named by its REST endpoint's URL: what `arcsub -C` takes (docs/arc.md).
+    if let Some(url) = endpoints.iter().find(|e| e.first("GLUE2EndpointInterfaceName") == Some(ARC_REST_INTERFACE)).and_then(|e| e.first("GLUE2EndpointURL")) {
+        return (url.to_string(), CeIdSource::Endpoint);
     }
     if let (Some(hp), Some(q)) = (endpoint.and_then(|e| e.first("GLUE2EndpointURL")).and_then(host_port), queue) {
         let lrms = manager.and_then(|m| m.first("GLUE2ManagerProductName")).unwrap_or("lrms").to_ascii_lowercase();
@@ -1006,6 +1013,20 @@ mod tests {
         assert!(own.refused_claims.is_empty(), "{:?}", own.refused_claims);
         assert!(own.offers.iter().any(|x| x.ce_id == "evil.example.net:8443/cream-slurm-evil_partition"));
         assert!(own.offers.iter().any(|x| x.ce_id == "ce1.example.org:8443/cream-slurm-gpu" && x.queue.as_deref() == Some("gpu")));
+    }
+
+    #[test]
+    fn an_arc_ce_is_named_by_its_rest_endpoint() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        snap.endpoints.push(Entry::from_pairs(
+            "GLUE2EndpointID=e-rest,o=glue",
+            [("GLUE2EndpointID", "e-rest"), ("GLUE2EndpointURL", "https://arc.example.org:8443/arex"), ("GLUE2EndpointInterfaceName", ARC_REST_INTERFACE), ("GLUE2EndpointServiceForeignKey", "s1")],
+        ));
+        let o = build_offers(&snap, &prefixes(), None);
+        assert_eq!(o.offers.iter().map(|x| x.ce_id.as_str()).collect::<Vec<_>>(), ["https://arc.example.org:8443/arex"]);
+        // Without the REST endpoint the CREAM form stays.
+        let o = build_offers(&site(&["GPGPUVendor=Nvidia"]), &prefixes(), None);
+        assert_eq!(o.offers[0].ce_id, "ce1.example.org:8443/cream-slurm-gpu");
     }
 
     #[test]
