@@ -114,6 +114,7 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
         kept.insert(gpu.uuid.clone(), now);
     }
     write_ecc(&ecc_file, &kept);
+    drain_lost_since_start(daemon, cder, &ours);
     let mut events = event_set(&nvml, &gpus);
     tracing::info!(
         cder_type = cder.name(),
@@ -148,8 +149,11 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
                         fail(daemon, gpu, &reason, &mut failed);
                         healthy_since.remove(&gpu.uuid);
                         // This error is counted now: the next poll must not drain it again.
+                        // Kept at once too: a restart before the next poll must not drain it again either.
                         if let Ok(n) = event.device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
                             gpu.ecc_seen = Some(n);
+                            kept.insert(gpu.uuid.clone(), n);
+                            write_ecc(&ecc_file, &kept);
                         }
                     }
                 }
@@ -190,6 +194,22 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
             }
             write_ecc(&ecc_file, &kept);
         }
+    }
+}
+
+/// Drains the devices cderd found at its start that NVML no longer shows
+/// now that the watch begins: a GPU lost in between would otherwise be
+/// neither watched nor drained, and handed out.
+fn drain_lost_since_start(daemon: &Daemon, cder: &CderType, found: &[Device]) {
+    let found: BTreeSet<&str> = found.iter().map(|d| d.uuid.as_str()).collect();
+    let status = match daemon.status() {
+        Ok(status) => status,
+        Err(e) => return tracing::error!(cder_type = cder.name(), "health watch: cannot read the device table: {}", e.message),
+    };
+    let lost = status.devices.iter().filter(|d| d.cder_type == cder.name() && d.reason.is_none() && !found.contains(d.uuid.as_str()));
+    for device in lost {
+        let gpu = Watched { uuid: device.uuid.clone(), ecc_seen: None, devices: vec![device.uuid.clone()] };
+        fail(daemon, &gpu, "GPU lost: not found by NVML when the health watch started", &mut BTreeSet::new());
     }
 }
 

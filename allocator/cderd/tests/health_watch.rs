@@ -13,18 +13,7 @@ use cder_protocol::{AccountingRequest, AllocRequest, DeviceState, DeviceStatus};
 use common::Node;
 
 fn fake_device(i: u32) -> FakeDevice {
-    FakeDevice {
-        uuid: format!("GPU-4ea17400-0000-4000-8000-00000000000{i}"),
-        name: "NVIDIA A100-SXM4-40GB".into(),
-        pci_bus_id: format!("0000:{:02x}:00.0", 7 + i),
-        memory_mb: 40960,
-        compute_capability: "8.0".into(),
-        cores: Some(6912),
-        clock_mhz: Some(1410),
-        ecc: Some(true),
-        numa_node: Some(0),
-        minor: i,
-    }
+    FakeDevice::a100("4ea17400", i, 40960)
 }
 
 /// Waits (generously: the machine may be loaded) until device `i` matches.
@@ -43,28 +32,7 @@ fn wait_for(node: &Node, i: u32, what: &str, ok: impl Fn(&DeviceStatus) -> bool)
 
 #[test]
 fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
-    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
-    let dir = tempfile::tempdir().unwrap();
-    let machine = dir.path().join("machine.json");
-    let events = dir.path().join("events.jsonl");
-    std::fs::write(&events, b"").unwrap();
-    FakeNvml { devices: (0..4).map(fake_device).collect(), fail: Vec::new() }.write(&machine).unwrap();
-    let devices: Vec<_> = (0..4).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
-    for d in &devices {
-        std::fs::write(d, b"").unwrap();
-    }
-    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-    let text = format!(
-        "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = [\"{me}\"]\n\
-         [node.health]\ninterval_s = 1\n\
-         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\ndevice_path = \"{}/nvidia{{minor}}\"\n",
-        dir.path().join("cderd.sock"),
-        dir.path().join("state"),
-        library,
-        dir.path().display()
-    );
-    let env = vec![("CDER_FAKE_NVML".to_string(), machine), ("CDER_FAKE_NVML_EVENTS".to_string(), events.clone())];
-    let mut node = Node::custom(dir, &text, devices, env);
+    let (mut node, events) = watched_node(4, "", &[]);
     let event = |i: u32| FakeEvent { uuid: fake_device(i).uuid, ..Default::default() };
 
     // 1. An Xid on a GPU a job holds: drained with the Xid, the job keeps it.
@@ -134,28 +102,7 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
 /// has polled healthy that long; a double-bit ECC drain does not.
 #[test]
 fn the_return_policy_gives_back_xid_drains_only() {
-    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
-    let dir = tempfile::tempdir().unwrap();
-    let machine = dir.path().join("machine.json");
-    let events = dir.path().join("events.jsonl");
-    std::fs::write(&events, b"").unwrap();
-    FakeNvml { devices: (0..2).map(fake_device).collect(), fail: Vec::new() }.write(&machine).unwrap();
-    let devices: Vec<_> = (0..2).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
-    for d in &devices {
-        std::fs::write(d, b"").unwrap();
-    }
-    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-    let text = format!(
-        "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"0666\"\noperators = [\"{me}\"]\n\
-         [node.health]\ninterval_s = 1\nreturn_after_s = 1\n\
-         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\ndevice_path = \"{}/nvidia{{minor}}\"\n",
-        dir.path().join("cderd.sock"),
-        dir.path().join("state"),
-        library,
-        dir.path().display()
-    );
-    let env = vec![("CDER_FAKE_NVML".to_string(), machine), ("CDER_FAKE_NVML_EVENTS".to_string(), events.clone())];
-    let node = Node::custom(dir, &text, devices, env);
+    let (node, events) = watched_node(2, "return_after_s = 1", &[]);
     FakeEvent { uuid: fake_device(1).uuid, double_bit_ecc: true, ..Default::default() }.append(&events).unwrap();
     wait_for(&node, 1, "drained by ECC", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
     FakeEvent { uuid: fake_device(0).uuid, xid: Some(74), ..Default::default() }.append(&events).unwrap();

@@ -13,18 +13,7 @@ use cder_protocol::{AllocRequest, DeviceState};
 use common::Node;
 
 fn gpu(i: u32) -> FakeDevice {
-    FakeDevice {
-        uuid: format!("GPU-a1000000-0000-4000-8000-00000000000{i}"),
-        name: "NVIDIA A100-SXM4-80GB".into(),
-        pci_bus_id: format!("0000:{:02x}:00.0", 7 + i),
-        memory_mb: 81920,
-        compute_capability: "8.0".into(),
-        cores: Some(6912),
-        clock_mhz: Some(1410),
-        ecc: Some(true),
-        numa_node: Some(0),
-        minor: i,
-    }
+    FakeDevice::a100("a1000000", i, 81920)
 }
 
 fn instance(n: u32, profile: &str, gi: u32) -> FakeMigInstance {

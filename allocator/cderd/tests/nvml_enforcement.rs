@@ -17,18 +17,7 @@ const DEFAULT: &str = "0";
 const EXCLUSIVE_PROCESS: &str = "3";
 
 fn fake_device(i: u32) -> FakeDevice {
-    FakeDevice {
-        uuid: format!("GPU-fa4e0000-0000-4000-8000-00000000000{i}"),
-        name: "NVIDIA A100-SXM4-40GB".into(),
-        pci_bus_id: format!("0000:{:02x}:00.0", 7 + i),
-        memory_mb: 40960,
-        compute_capability: "8.0".into(),
-        cores: Some(6912),
-        clock_mhz: Some(1410),
-        ecc: Some(true),
-        numa_node: Some(i / 2),
-        minor: i,
-    }
+    FakeDevice { numa_node: Some(i / 2), ..FakeDevice::a100("fa4e0000", i, 40960) }
 }
 
 #[test]

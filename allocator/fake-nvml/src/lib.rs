@@ -66,6 +66,26 @@ pub struct FakeDevice {
     pub minor: u32,
 }
 
+impl FakeDevice {
+    /// An A100 as the tests describe one: GPU `i` at PCI bus
+    /// `0000:(7+i):00.0`, `/dev/nvidia<i>`, NUMA node 0, ECC on; `tag`
+    /// (8 hex digits) keeps one test's UUIDs apart from another's.
+    pub fn a100(tag: &str, i: u32, memory_mb: u64) -> FakeDevice {
+        FakeDevice {
+            uuid: format!("GPU-{tag}-0000-4000-8000-{i:012}"),
+            name: format!("NVIDIA A100-SXM4-{}GB", memory_mb / 1024),
+            pci_bus_id: format!("0000:{:02x}:00.0", 7 + i),
+            memory_mb,
+            compute_capability: "8.0".into(),
+            cores: Some(6912),
+            clock_mhz: Some(1410),
+            ecc: Some(true),
+            numa_node: Some(0),
+            minor: i,
+        }
+    }
+}
+
 /// The whole file: devices, and NVML calls to fail (by symbol name), so
 /// tests can check that a failing call is reported by name.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
