@@ -177,6 +177,22 @@ impl Host {
         })
     }
 
+    /// Kills (SIGKILL) every process in this host whose command name is
+    /// one of `names`, as a crash of those daemons would: e.g. `slurmd`
+    /// and `slurmstepd`, so that no epilog runs for the host's jobs.
+    pub fn crash(&mut self, names: &[&str]) {
+        for name in names {
+            self.kill(name);
+        }
+        let Ok(text) = sh("ip", &["netns", "pids", &self.netns]) else { return };
+        for pid in text.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if names.contains(&comm.trim()) {
+                let _ = Command::new("kill").args(["-9", pid]).stderr(Stdio::null()).status();
+            }
+        }
+    }
+
     /// cderd's `status` on this host.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
         cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5)).and_then(|mut c| c.status()).map_err(|e| e.to_string())
