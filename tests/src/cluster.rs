@@ -582,6 +582,34 @@ impl Cluster {
         text.trim().parse().map_err(|_| format!("cderctl registry query {name} printed {text:?}"))
     }
 
+    /// On each named worker, one pass of `cder-vgpgpu-factory --once` run
+    /// in that host: it starts `cder-test-vgpgpu-backend` (a stand-in for
+    /// an rCUDA/VCL server) for each of `gpus` devices (UUIDs
+    /// `GPU-<host>-<index>`), listening on the host's address, and
+    /// registers them with the head's registry.
+    pub fn start_backends(&self, hosts: &[(&str, u32)]) -> Result<(), String> {
+        let backend = crate::vgpgpu::binary("cder-tests", "cder-test-vgpgpu-backend")?;
+        let factory = crate::vgpgpu::binary("cder-registry", "cder-vgpgpu-factory")?;
+        for (name, gpus) in hosts {
+            let w = self.worker(name);
+            let dir = w.dir.join("vgpgpu");
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let uuids: Vec<String> = (0..*gpus).map(|i| format!("GPU-{name}-{i}")).collect();
+            let devices: Vec<(u32, &str)> = uuids.iter().enumerate().map(|(i, u)| (i as u32, u.as_str())).collect();
+            let config = crate::vgpgpu::node_config_in(&self.registry_config(), &dir, &backend, &w.addr, "nvidia", &devices)?;
+            let out = w.command(&factory.to_string_lossy()).arg("--config").arg(&config).arg("--once").output().map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cder-vgpgpu-factory on {name} exited {}: {}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn wait_idle(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
