@@ -35,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::munge::Munged;
-use crate::slurm::{artifacts, find_program, make_fake_gpu, JobInfo, SlurmClient, SLURM_PLUGIN_DIR};
+use crate::slurm::{artifacts, find_program, make_fake_gpu, JobInfo, SlurmClient, SLURM_CONF_COMMON, SLURM_PLUGIN_DIR};
 
 /// The private range the hosts live in (only inside the test's namespaces).
 pub const SUBNET: &str = "10.77.0";
@@ -49,30 +49,11 @@ pub const REGISTRY_PORT: u16 = 8790;
 /// The programs the harness itself runs, besides SLURM's.
 pub const CLUSTER_PROGRAMS: [&str; 5] = ["ip", "nsenter", "unshare", "mount", "mknod"];
 
-/// Checks that SLURM and the namespace tools are installed (and that we are
-/// root, which namespaces need). When not: with `CI=true` this panics (the
-/// test fails); otherwise it prints why and returns false.
+/// Checks that SLURM and the namespace tools are installed. When not: with
+/// `CI=true` this panics (the test fails); otherwise it prints why and
+/// returns false. (Namespaces need root, as slurmd does.)
 pub fn require_cluster() -> bool {
-    if !crate::slurm::require_slurm() {
-        return false;
-    }
-    let mut missing: Vec<String> = CLUSTER_PROGRAMS.iter().filter(|p| find_program(p).is_none()).map(|p| p.to_string()).collect();
-    if !is_root() {
-        missing.push("root (network namespaces)".into());
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let message = format!("missing {} (install iproute2 and util-linux, run as root)", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and a real component is {message}");
-    }
-    crate::skipped(&message);
-    false
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    crate::slurm::require_slurm() && crate::ldap::require(&CLUSTER_PROGRAMS)
 }
 
 /// How to set the cluster up.
@@ -417,39 +398,20 @@ impl Cluster {
              SlurmctldHost=head({head})\n\
              SlurmctldPort={CTLD_PORT}\n\
              SlurmdPort={SLURMD_PORT}\n\
-             AuthType=auth/none\n\
-             CredType=cred/none\n\
+             {SLURM_CONF_COMMON}\
              ProctrackType=proctrack/linuxproc\n\
              TaskPlugin=task/none\n\
              FirstJobId={first_job_id}\n\
-             SelectType=select/cons_tres\n\
-             SelectTypeParameters=CR_Core\n\
-             GresTypes=gpu\n\
-             SlurmUser=root\n\
-             SlurmdUser=root\n\
              StateSaveLocation={state}\n\
              SlurmdSpoolDir=/run/slurmd\n\
              SlurmctldPidFile=/run/slurmctld.pid\n\
              SlurmdPidFile=/run/slurmd.pid\n\
              SlurmctldLogFile=/run/slurmctld.log\n\
              SlurmdLogFile=/run/slurmd.log\n\
-             SlurmctldDebug=verbose\n\
-             SlurmdDebug=verbose\n\
              PluginDir={SLURM_PLUGIN_DIR}:{plugins}\n\
              PlugStackConfig={plugstack}\n\
              JobSubmitPlugins=cder\n\
-             MpiDefault=none\n\
-             SwitchType=switch/none\n\
-             AccountingStorageType=accounting_storage/none\n\
-             JobAcctGatherType=jobacct_gather/none\n\
-             JobCompType=jobcomp/none\n\
-             SchedulerType=sched/backfill\n\
-             SchedulerParameters=sched_interval=2,bf_interval=1\n\
-             MinJobAge=3600\n\
-             ReturnToService=2\n\
-             KillWait=2\n\
              SlurmdTimeout=30\n\
-             SlurmdParameters=config_overrides\n\
              {extra}\n\
              {nodes}\
              PartitionName=debug Nodes={list} Default=YES MaxTime=INFINITE State=UP\n",

@@ -26,6 +26,16 @@ pub fn skipped(reason: &str) {
     }
 }
 
+/// Polls `ok` every 200 ms until it holds; panics naming `what` after
+/// `timeout` (a bound on waiting for the daemons, not a timed assertion).
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 /// Appends `test: reason` (one line) to the skip list at `path`.
 pub fn record_skip(path: &std::path::Path, test: &str, reason: &str) -> std::io::Result<()> {
     use std::io::Write as _;

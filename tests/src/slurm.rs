@@ -30,6 +30,30 @@ use std::time::{Duration, Instant};
 /// Where Debian puts SLURM's own plugins.
 pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
+/// The slurm.conf lines every test cluster shares: no authentication
+/// (daemons and clients are the test's own), daemons as root, no
+/// accounting, and a scheduler that starts jobs within a second or two.
+pub const SLURM_CONF_COMMON: &str = "AuthType=auth/none\n\
+    CredType=cred/none\n\
+    SelectType=select/cons_tres\n\
+    SelectTypeParameters=CR_Core\n\
+    GresTypes=gpu\n\
+    SlurmUser=root\n\
+    SlurmdUser=root\n\
+    SlurmctldDebug=verbose\n\
+    SlurmdDebug=verbose\n\
+    MpiDefault=none\n\
+    SwitchType=switch/none\n\
+    AccountingStorageType=accounting_storage/none\n\
+    JobAcctGatherType=jobacct_gather/none\n\
+    JobCompType=jobcomp/none\n\
+    SchedulerType=sched/backfill\n\
+    SchedulerParameters=sched_interval=2,bf_interval=1\n\
+    MinJobAge=3600\n\
+    ReturnToService=2\n\
+    KillWait=2\n\
+    SlurmdParameters=config_overrides\n";
+
 /// The programs a SLURM test runs.
 pub const SLURM_PROGRAMS: [&str; 7] = ["slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol"];
 
@@ -256,38 +280,19 @@ impl SlurmCluster {
              SlurmctldHost=localhost(127.0.0.1)\n\
              SlurmctldPort={ctld_port}\n\
              SlurmdPort={slurmd_port}\n\
-             AuthType=auth/none\n\
-             CredType=cred/none\n\
+             {SLURM_CONF_COMMON}\
              ProctrackType={proctrack}\n\
              TaskPlugin={task}\n\
              FirstJobId={first_job_id}\n\
-             SelectType=select/cons_tres\n\
-             SelectTypeParameters=CR_Core\n\
-             GresTypes=gpu\n\
-             SlurmUser=root\n\
-             SlurmdUser=root\n\
              StateSaveLocation={state}\n\
              SlurmdSpoolDir={spool}\n\
              SlurmctldPidFile={ctldpid}\n\
              SlurmdPidFile={slurmdpid}\n\
              SlurmctldLogFile={ctldlog}\n\
              SlurmdLogFile={slurmdlog}\n\
-             SlurmctldDebug=verbose\n\
-             SlurmdDebug=verbose\n\
              PluginDir={SLURM_PLUGIN_DIR}:{plugins}\n\
              PlugStackConfig={plugstack}\n\
              {job_submit}\
-             MpiDefault=none\n\
-             SwitchType=switch/none\n\
-             AccountingStorageType=accounting_storage/none\n\
-             JobAcctGatherType=jobacct_gather/none\n\
-             JobCompType=jobcomp/none\n\
-             SchedulerType=sched/backfill\n\
-             SchedulerParameters=sched_interval=2,bf_interval=1\n\
-             MinJobAge=3600\n\
-             ReturnToService=2\n\
-             KillWait=2\n\
-             SlurmdParameters=config_overrides\n\
              {extra}\n\
              NodeName={node} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} RealMemory=1000{gres} State=UNKNOWN\n\
              PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cder_glue_provider::ldif;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
-use cder_tests::glue::{assert_reads_back, other_info, provider};
+use cder_tests::glue::{assert_reads_back, other_info, provider, slurm_ce_config};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{serial, SlurmClient};
 
@@ -50,10 +50,9 @@ fn the_provider_follows_jobs_and_drains_across_the_cluster() {
     let config = cluster.dir().join("glue-provider.toml");
     std::fs::write(
         &config,
-        format!(
-            "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n\
-             ce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\n\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n\
-             [counts]\nsource = \"slurm\"\n\n[[group]]\nid = \"{EE}\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+        slurm_ce_config("")
+            + &format!(
+                "\n[[group]]\nid = \"{EE}\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
              [[group.device]]\nmodel = \"Tesla K20m\"\ncount = {}\nmemory_mb = 4800\n",
             cluster.config.gpus
         ),

@@ -6,21 +6,14 @@
 //! exactly the dead job's devices on the hosts it ran on and keeps a live
 //! job on the third.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use cder_tests::wait_for;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::{serial, SlurmClient};
 use cder_tests::vgpgpu::binary;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn reconcile_on_each_node_frees_a_job_killed_mid_run() {

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use cder_tests::wait_for;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::{parse_env_lines, serial, visible_set, SlurmClient};
 
@@ -42,14 +43,6 @@ fn wait_all_free(cluster: &Cluster) -> BTreeMap<String, u32> {
         if free.values().all(|&f| f == cluster.config.gpus) || Instant::now() > deadline {
             return free;
         }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }

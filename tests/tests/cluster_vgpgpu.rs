@@ -7,20 +7,13 @@
 //! holds a second such job; the epilog gives every backend back.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use cder_tests::wait_for;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::munge::require_munge;
 use cder_tests::slurm::{parse_env_lines, serial, SlurmClient};
 use cder_tests::vgpgpu::RCUDA_JOB;
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn jobs_get_backends_that_factories_on_other_hosts_registered() {
