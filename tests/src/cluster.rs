@@ -435,6 +435,12 @@ impl Cluster {
         std::fs::write(self.dir().join("plugstack.conf"), text).map_err(|e| e.to_string())
     }
 
+    /// Empties plugstack.conf: no cder on any host (the reference side of
+    /// a benchmark); [`Self::set_plugstack`] loads the plugin again.
+    pub fn disable_spank(&self) -> Result<(), String> {
+        std::fs::write(self.dir().join("plugstack.conf"), "").map_err(|e| e.to_string())
+    }
+
     /// The fake GPUs and cderd's config of worker `i`.
     fn write_worker(&self, i: usize) -> Result<(), String> {
         let w = &self.workers[i];
