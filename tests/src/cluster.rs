@@ -631,8 +631,13 @@ impl Cluster {
         self.worker(name).command(program).args(args).env("SLURM_CONF", self.slurm_conf()).output().map_err(|e| format!("{program} on {name}: {e}"))
     }
 
-    /// Every process in this cluster's namespaces, holders included.
-    fn pids(&self) -> Vec<i32> {
+    /// Every network namespace of this cluster, the switch's included.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.switch.iter().cloned().chain(std::iter::once(&self.head).chain(&self.workers).map(|h| h.netns.clone())).collect()
+    }
+
+    /// Every process in this cluster's host namespaces, holders included.
+    pub fn pids(&self) -> Vec<i32> {
         let mut pids = Vec::new();
         for h in std::iter::once(&self.head).chain(&self.workers) {
             if let Ok(text) = sh("ip", &["netns", "pids", &h.netns]) {
@@ -641,6 +646,11 @@ impl Cluster {
         }
         pids
     }
+}
+
+/// True for a process that has exited and waits for its parent to reap it.
+pub fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
 }
 
 impl SlurmClient for Cluster {
@@ -673,8 +683,17 @@ impl Drop for Cluster {
         }
         // What is left (job steps, fake backends, the holders) was started
         // in these namespaces by this cluster.
-        for pid in self.pids() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).stderr(Stdio::null()).status();
+        // Repeated: a step may fork between listing and killing.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pids: Vec<i32> = self.pids().into_iter().filter(|p| !is_zombie(*p)).collect();
+            if pids.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            for pid in pids {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).stderr(Stdio::null()).status();
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
         for h in self.workers.iter_mut().chain(std::iter::once(&mut self.head)) {
             if let Some(mut c) = h.holder.take() {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use cder_tests::wait_for;
-use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
+use cder_tests::cluster::{is_zombie, require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::{parse_env_lines, serial, visible_set, SlurmClient};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -180,4 +180,33 @@ fn a_host_without_cderd_fails_only_its_own_steps() {
     assert_eq!(done.state, "COMPLETED", "{}", cluster.job_output(id));
     let free = wait_all_free(&cluster);
     assert!(free.values().all(|&f| f == cluster.config.gpus), "{free:?}");
+}
+
+/// The harness itself: a test that panics with the cluster running leaves
+/// no namespace and none of the cluster's processes behind.
+#[test]
+fn a_panicking_test_leaves_no_namespace_or_process_behind() {
+    let Some((_g, cluster)) = start(ClusterConfig { workers: 2, ..ClusterConfig::default() }) else { return };
+    let id = cluster.sbatch(&["-N", "2", "--gpgpu-per-node=1"], "#!/bin/sh\nsrun -N2 sleep 300\n").unwrap();
+    cluster.wait_running(id, JOB_TIMEOUT).unwrap();
+    let namespaces = cluster.namespaces();
+    let pids = cluster.pids();
+    assert_eq!(namespaces.len(), 4, "{namespaces:?}");
+    assert!(pids.len() >= 3 * 2, "holders, daemons and the job's steps: {pids:?}");
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _cluster = cluster;
+        panic!("a failing test");
+    }));
+    assert!(failed.is_err());
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = String::from_utf8_lossy(&out.stdout);
+    for ns in &namespaces {
+        assert!(!left.lines().any(|l| l.split_whitespace().next() == Some(ns.as_str())), "{ns} is left: {left}");
+    }
+    let alive: Vec<String> = pids
+        .iter()
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists() && !is_zombie(**p))
+        .map(|p| format!("{p} {}", std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ")))
+        .collect();
+    assert!(alive.is_empty(), "still running: {alive:?}");
 }
