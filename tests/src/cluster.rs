@@ -61,7 +61,8 @@ pub fn require_cluster() -> bool {
 pub struct ClusterConfig {
     /// Worker hosts (`w1` … `wN`).
     pub workers: u32,
-    /// Fake GPUs per worker (at most 4 character devices).
+    /// Fake GPUs per worker (character devices for the first four, plain
+    /// files beyond: see [`crate::slurm::make_fake_gpu`]).
     pub gpus: u32,
     /// CPUs each worker declares.
     pub cpus: u32,
@@ -124,9 +125,10 @@ impl Host {
         c
     }
 
-    /// Starts a daemon in this host, its output appended to
-    /// `/run/<name>.out` of the host.
-    fn spawn(&mut self, name: &str, mut cmd: Command) -> Result<(), String> {
+    /// Starts a daemon in this host (`cmd` from [`Host::command`]), its
+    /// output appended to `/run/<name>.out` of the host; [`Host::logs`]
+    /// shows it and `Drop` of the cluster kills it.
+    pub fn spawn(&mut self, name: &str, mut cmd: Command) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
