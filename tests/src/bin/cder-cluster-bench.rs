@@ -19,8 +19,12 @@
 //!
 //! ```text
 //! cargo run -p cder-tests --bin cder-cluster-bench -- [JOBS]   # per side, default 100
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-cluster-bench -- 100
 //! ```
+//!
+//! With `CDER_TESTS_PROFILE=release` (after `cargo build --release -p
+//! spank-cder -p job-submit-cder -p cderd`) the release-built plugins and
+//! cderd are measured, as a site installs them; this program only runs
+//! `sbatch` and `scontrol`, so its own build does not matter.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
