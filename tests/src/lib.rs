@@ -5,6 +5,7 @@
 
 pub mod arc;
 pub mod bdii;
+pub mod bench;
 pub mod cluster;
 pub mod ldap;
 pub mod munge;

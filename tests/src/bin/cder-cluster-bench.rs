@@ -29,25 +29,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use cder_tests::bench::{count_arg, mean, median};
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::SlurmClient;
 
 fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Submits `n` jobs with `args` at once and returns each one's
@@ -131,13 +118,9 @@ fn run(cluster: &Cluster, per_side: usize) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let per_side: usize = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 100,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("cder-cluster-bench: usage: cder-cluster-bench [JOBS] (jobs per side, a positive number; default 100)");
-            return ExitCode::from(2);
-        }
+    let per_side = match count_arg("cder-cluster-bench", "JOBS", 100) {
+        Ok(n) => n,
+        Err(code) => return code,
     };
     if !require_cluster() {
         return ExitCode::from(1);
