@@ -62,3 +62,14 @@ pub fn other_info(entry: &Entry) -> BTreeMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// The `[site]` and `[service]` tables of a test CE (`ce.example.org`,
+/// CREAM over SLURM) and `[counts] source = "slurm"` with `counts_extra`
+/// lines; the caller appends its `[[group]]`s.
+pub fn slurm_ce_config(counts_extra: &str) -> String {
+    format!(
+        "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n\
+         ce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\n\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n\
+         [counts]\nsource = \"slurm\"\n{counts_extra}\n"
+    )
+}

@@ -5,6 +5,8 @@
 
 pub mod arc;
 pub mod bdii;
+pub mod bench;
+pub mod cluster;
 pub mod ldap;
 pub mod munge;
 pub mod vgpgpu;
@@ -22,6 +24,16 @@ pub fn skipped(reason: &str) {
     if let Some(path) = std::env::var_os("CDER_SKIPPED_FILE") {
         let test = std::thread::current().name().unwrap_or("?").to_string();
         let _ = record_skip(std::path::Path::new(&path), &test, reason);
+    }
+}
+
+/// Polls `ok` every 200 ms until it holds; panics naming `what` after
+/// `timeout` (a bound on waiting for the daemons, not a timed assertion).
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
 

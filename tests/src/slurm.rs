@@ -30,6 +30,30 @@ use std::time::{Duration, Instant};
 /// Where Debian puts SLURM's own plugins.
 pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
+/// The slurm.conf lines every test cluster shares: no authentication
+/// (daemons and clients are the test's own), daemons as root, no
+/// accounting, and a scheduler that starts jobs within a second or two.
+pub const SLURM_CONF_COMMON: &str = "AuthType=auth/none\n\
+    CredType=cred/none\n\
+    SelectType=select/cons_tres\n\
+    SelectTypeParameters=CR_Core\n\
+    GresTypes=gpu\n\
+    SlurmUser=root\n\
+    SlurmdUser=root\n\
+    SlurmctldDebug=verbose\n\
+    SlurmdDebug=verbose\n\
+    MpiDefault=none\n\
+    SwitchType=switch/none\n\
+    AccountingStorageType=accounting_storage/none\n\
+    JobAcctGatherType=jobacct_gather/none\n\
+    JobCompType=jobcomp/none\n\
+    SchedulerType=sched/backfill\n\
+    SchedulerParameters=sched_interval=2,bf_interval=1\n\
+    MinJobAge=3600\n\
+    ReturnToService=2\n\
+    KillWait=2\n\
+    SlurmdParameters=config_overrides\n";
+
 /// The programs a SLURM test runs.
 pub const SLURM_PROGRAMS: [&str; 7] = ["slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol"];
 
@@ -52,7 +76,9 @@ pub fn require_slurm() -> bool {
     false
 }
 
-fn find_program(name: &str) -> Option<PathBuf> {
+/// `name` on `PATH`, or in /usr/sbin or /usr/bin (where Debian puts the
+/// daemons, often outside a user's `PATH`).
+pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path).chain(["/usr/sbin".into(), "/usr/bin".into()]).map(|d| d.join(name)).find(|p| p.is_file())
 }
@@ -254,38 +280,19 @@ impl SlurmCluster {
              SlurmctldHost=localhost(127.0.0.1)\n\
              SlurmctldPort={ctld_port}\n\
              SlurmdPort={slurmd_port}\n\
-             AuthType=auth/none\n\
-             CredType=cred/none\n\
+             {SLURM_CONF_COMMON}\
              ProctrackType={proctrack}\n\
              TaskPlugin={task}\n\
              FirstJobId={first_job_id}\n\
-             SelectType=select/cons_tres\n\
-             SelectTypeParameters=CR_Core\n\
-             GresTypes=gpu\n\
-             SlurmUser=root\n\
-             SlurmdUser=root\n\
              StateSaveLocation={state}\n\
              SlurmdSpoolDir={spool}\n\
              SlurmctldPidFile={ctldpid}\n\
              SlurmdPidFile={slurmdpid}\n\
              SlurmctldLogFile={ctldlog}\n\
              SlurmdLogFile={slurmdlog}\n\
-             SlurmctldDebug=verbose\n\
-             SlurmdDebug=verbose\n\
              PluginDir={SLURM_PLUGIN_DIR}:{plugins}\n\
              PlugStackConfig={plugstack}\n\
              {job_submit}\
-             MpiDefault=none\n\
-             SwitchType=switch/none\n\
-             AccountingStorageType=accounting_storage/none\n\
-             JobAcctGatherType=jobacct_gather/none\n\
-             JobCompType=jobcomp/none\n\
-             SchedulerType=sched/backfill\n\
-             SchedulerParameters=sched_interval=2,bf_interval=1\n\
-             MinJobAge=3600\n\
-             ReturnToService=2\n\
-             KillWait=2\n\
-             SlurmdParameters=config_overrides\n\
              {extra}\n\
              NodeName={node} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} RealMemory=1000{gres} State=UNKNOWN\n\
              PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
@@ -539,20 +546,48 @@ impl SlurmCluster {
         Ok(held)
     }
 
+    /// The last lines of every log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out", "cderd.log"] {
+            let text = std::fs::read_to_string(self.dir().join("log").join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            let _ = writeln!(out, "==== {name} (last {} lines) ====\n{}", tail.len(), tail.join("\n"));
+        }
+        out
+    }
+
+}
+
+/// The client side of a SLURM cluster, shared by the one-node harness and
+/// the multi-host one ([`crate::cluster`]): everything here runs SLURM's
+/// own commands, built by [`SlurmClient::command`] wherever the controller
+/// is reachable.
+pub trait SlurmClient {
+    /// A SLURM client command (`sbatch`, `scontrol` …) aimed at this cluster.
+    fn command(&self, program: &str) -> Command;
+
+    /// A folder job scripts may write into (and where `%j.out` goes).
+    fn jobs_dir(&self) -> PathBuf;
+
+    /// The last lines of every log, for a failing test's message.
+    fn logs(&self) -> String;
+
     /// Runs a client command and returns its output, whatever its status.
-    pub fn run(&self, program: &str, args: &[&str]) -> Result<Output, String> {
+    fn run(&self, program: &str, args: &[&str]) -> Result<Output, String> {
         self.command(program).args(args).output().map_err(|e| format!("running {program}: {e}"))
     }
 
     /// Submits `script` with `args`; output goes to `jobs/<id>.out`.
     /// `Err` carries sbatch's stderr when it refuses the job.
-    pub fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+    fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
         self.sbatch_env(args, script, &[])
     }
 
     /// [`Self::sbatch`] with extra variables in the submit environment (as
     /// a CE sets `GPGPUPerNode`).
-    pub fn sbatch_env(&self, args: &[&str], script: &str, env: &[(&str, &str)]) -> Result<u32, String> {
+    fn sbatch_env(&self, args: &[&str], script: &str, env: &[(&str, &str)]) -> Result<u32, String> {
         let path = self.jobs_dir().join(format!("script-{}.sh", unique()));
         std::fs::write(&path, script).map_err(|e| e.to_string())?;
         let out_pattern = self.jobs_dir().join("%j.out").display().to_string();
@@ -570,25 +605,17 @@ impl SlurmCluster {
     }
 
     /// `scontrol show job -o <id>`, parsed.
-    pub fn job(&self, id: u32) -> Result<JobInfo, String> {
+    fn job(&self, id: u32) -> Result<JobInfo, String> {
         let out = self.run("scontrol", &["show", "job", "-o", &id.to_string()])?;
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         if !out.status.success() || text.trim().is_empty() {
             return Err(format!("scontrol show job {id}: {}", String::from_utf8_lossy(&out.stderr)));
         }
-        let fields: BTreeMap<String, String> =
-            text.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Ok(JobInfo {
-            id,
-            state: fields.get("JobState").cloned().unwrap_or_default(),
-            reason: fields.get("Reason").cloned().unwrap_or_default(),
-            exit_code: fields.get("ExitCode").cloned().unwrap_or_default(),
-            fields,
-        })
+        Ok(parse_job(id, &text))
     }
 
     /// Waits until the job has left PENDING/RUNNING/CONFIGURING/COMPLETING.
-    pub fn wait_job(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+    fn wait_job(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let info = self.job(id)?;
@@ -603,7 +630,7 @@ impl SlurmCluster {
     }
 
     /// Waits until the job is RUNNING.
-    pub fn wait_running(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+    fn wait_running(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let info = self.job(id)?;
@@ -618,12 +645,12 @@ impl SlurmCluster {
     }
 
     /// `squeue` as text.
-    pub fn squeue(&self) -> String {
+    fn squeue(&self) -> String {
         self.run("squeue", &[]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_else(|e| e)
     }
 
     /// `scontrol <args>` stdout.
-    pub fn scontrol(&self, args: &[&str]) -> Result<String, String> {
+    fn scontrol(&self, args: &[&str]) -> Result<String, String> {
         let out = self.run("scontrol", args)?;
         if !out.status.success() {
             return Err(format!("scontrol {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -632,25 +659,13 @@ impl SlurmCluster {
     }
 
     /// The output file of a batch job (empty if none).
-    pub fn job_output(&self, id: u32) -> String {
+    fn job_output(&self, id: u32) -> String {
         std::fs::read_to_string(self.jobs_dir().join(format!("{id}.out"))).unwrap_or_default()
-    }
-
-    /// The last lines of every log, for a failing test's message.
-    pub fn logs(&self) -> String {
-        let mut out = String::new();
-        for name in ["slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out", "cderd.log"] {
-            let text = std::fs::read_to_string(self.dir().join("log").join(name)).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(40)..];
-            let _ = writeln!(out, "==== {name} (last {} lines) ====\n{}", tail.len(), tail.join("\n"));
-        }
-        out
     }
 
     /// Cancels every job and waits (briefly) until none is left running,
     /// so no slurmstepd outlives the cluster.
-    pub fn cancel_all(&self) {
+    fn cancel_all(&self) {
         let _ = self.run("scancel", &["--user=root"]);
         let _ = self.run("scancel", &["--user=nobody"]);
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -661,6 +676,76 @@ impl SlurmCluster {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+}
+
+/// Parses `scontrol show job -o` output of job `id`.
+pub fn parse_job(id: u32, text: &str) -> JobInfo {
+    let fields: BTreeMap<String, String> =
+        text.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    JobInfo {
+        id,
+        state: fields.get("JobState").cloned().unwrap_or_default(),
+        reason: fields.get("Reason").cloned().unwrap_or_default(),
+        exit_code: fields.get("ExitCode").cloned().unwrap_or_default(),
+        fields,
+    }
+}
+
+impl SlurmClient for SlurmCluster {
+    fn command(&self, program: &str) -> Command {
+        SlurmCluster::command(self, program)
+    }
+    fn jobs_dir(&self) -> PathBuf {
+        SlurmCluster::jobs_dir(self)
+    }
+    fn logs(&self) -> String {
+        SlurmCluster::logs(self)
+    }
+}
+
+/// The [`SlurmClient`] methods as inherent ones, so that the tests of the
+/// one-node cluster need not import the trait.
+impl SlurmCluster {
+    /// See [`SlurmClient::run`].
+    pub fn run(&self, program: &str, args: &[&str]) -> Result<Output, String> {
+        SlurmClient::run(self, program, args)
+    }
+    /// See [`SlurmClient::sbatch`].
+    pub fn sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        SlurmClient::sbatch(self, args, script)
+    }
+    /// See [`SlurmClient::sbatch_env`].
+    pub fn sbatch_env(&self, args: &[&str], script: &str, env: &[(&str, &str)]) -> Result<u32, String> {
+        SlurmClient::sbatch_env(self, args, script, env)
+    }
+    /// See [`SlurmClient::job`].
+    pub fn job(&self, id: u32) -> Result<JobInfo, String> {
+        SlurmClient::job(self, id)
+    }
+    /// See [`SlurmClient::wait_job`].
+    pub fn wait_job(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+        SlurmClient::wait_job(self, id, timeout)
+    }
+    /// See [`SlurmClient::wait_running`].
+    pub fn wait_running(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
+        SlurmClient::wait_running(self, id, timeout)
+    }
+    /// See [`SlurmClient::squeue`].
+    pub fn squeue(&self) -> String {
+        SlurmClient::squeue(self)
+    }
+    /// See [`SlurmClient::scontrol`].
+    pub fn scontrol(&self, args: &[&str]) -> Result<String, String> {
+        SlurmClient::scontrol(self, args)
+    }
+    /// See [`SlurmClient::job_output`].
+    pub fn job_output(&self, id: u32) -> String {
+        SlurmClient::job_output(self, id)
+    }
+    /// See [`SlurmClient::cancel_all`].
+    pub fn cancel_all(&self) {
+        SlurmClient::cancel_all(self)
     }
 }
 
@@ -692,7 +777,7 @@ pub const FAKE_GPU_NUMBERS: [(u32, u32); 4] = [(1, 5), (1, 7), (1, 8), (1, 9)];
 /// with the `index`th of [`FAKE_GPU_NUMBERS`]. Fallback (no `mknod`, e.g.
 /// not root, or more than four GPUs): a plain file, which SLURM counts but
 /// logs as "not a valid character device", and which no cgroup can confine.
-fn make_fake_gpu(path: &Path, index: u32) -> Result<(), String> {
+pub fn make_fake_gpu(path: &Path, index: u32) -> Result<(), String> {
     let made = FAKE_GPU_NUMBERS.get(index as usize).is_some_and(|(major, minor)| {
         Command::new("mknod")
             .arg(path)

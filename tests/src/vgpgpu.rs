@@ -228,18 +228,25 @@ stop = [\"/bin/sh\", \"-c\", \"kill $(cat {pid}) && rm -f {pid}\"]\n",
 /// `cder-test-vgpgpu-backend` on `host`, and a static `[[cder]]` with one
 /// device per `(index, uuid)` (device files are plain files in the temp dir).
 pub fn node_config(r: &Registryd, backend: &Path, host: &str, vendor: &str, gpus: &[(u32, &str)]) -> Result<PathBuf, String> {
-    let base = std::fs::read_to_string(r.config_path()).map_err(|e| e.to_string())?;
-    let mut text = base + &factory_section(backend, r.dir(), host);
+    node_config_in(&r.config_path(), r.dir(), backend, host, vendor, gpus)
+}
+
+/// [`node_config`] for any registry: `registry_config` holds its
+/// `[registry]` section, and `dir` gets the config, the device files, the
+/// backends' pid files and log.
+pub fn node_config_in(registry_config: &Path, dir: &Path, backend: &Path, host: &str, vendor: &str, gpus: &[(u32, &str)]) -> Result<PathBuf, String> {
+    let base = std::fs::read_to_string(registry_config).map_err(|e| e.to_string())?;
+    let mut text = base + &factory_section(backend, dir, host);
     text.push_str(&format!("\n[[cder]]\nname = \"gpgpu\"\nvendor = \"{vendor}\"\ndiscovery = \"static\"\n"));
     for (index, uuid) in gpus {
-        let dev = r.dir().join(format!("{host}-gpu{index}"));
+        let dev = dir.join(format!("{host}-gpu{index}"));
         std::fs::write(&dev, "").map_err(|e| e.to_string())?;
         text.push_str(&format!(
             "\n[[cder.device]]\nindex = {index}\nuuid = \"{uuid}\"\npci_bus_id = \"0000:0{index}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\n",
             dev.display()
         ));
     }
-    let path = r.dir().join(format!("{host}.toml"));
+    let path = dir.join(format!("{host}.toml"));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
     Ok(path)
 }

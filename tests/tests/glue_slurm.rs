@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use cder_glue_provider::ldif;
-use cder_tests::glue::{assert_reads_back, other_info, publish};
+use cder_tests::glue::{assert_reads_back, other_info, publish, slurm_ce_config};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
@@ -45,15 +45,11 @@ fn slurm_gres_counts_are_published() {
     let config = dir.path().join("glue-provider.toml");
     std::fs::write(
         &config,
-        format!(
-            "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n\
-             ce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\n\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n\
-             [counts]\nsource = \"slurm\"\nscontrol = \"{}\"\n\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+        slurm_ce_config(&format!("scontrol = \"{}\"", scontrol.display()))
+            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
              [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n\n\
              [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
              [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mb = 2048\n",
-            scontrol.display()
-        ),
     )
     .unwrap();
 

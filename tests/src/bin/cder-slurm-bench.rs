@@ -36,6 +36,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use cder_tests::bench::{count_arg, mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
 
 const ROUNDS: usize = 10;
@@ -58,20 +59,6 @@ fn time_sruns(cluster: &SlurmCluster, args: &[&str], n: usize) -> Result<Vec<f64
 struct Sides {
     without: Vec<f64>,
     with: Vec<f64>,
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Waits (up to 10 s) until cderd holds no device: every job's epilog ran.
@@ -142,13 +129,9 @@ fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64) {
 }
 
 fn main() -> ExitCode {
-    let n: usize = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 50,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("cder-slurm-bench: usage: cder-slurm-bench [STEPS] (a positive number; default 50)");
-            return ExitCode::from(2);
-        }
+    let n = match count_arg("cder-slurm-bench", "STEPS", 50) {
+        Ok(n) => n,
+        Err(code) => return code,
     };
     if !require_slurm() {
         return ExitCode::from(1);
