@@ -32,6 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 
 use cder_model::{JobEnvironment, JobKey, Lrms, VendorKind};
 use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, ErrorCode};
@@ -43,6 +44,7 @@ use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
     JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
+use cder_slurm::gres_conf::{cderd_indices, load_gres_devices};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{self, log, Level};
 
@@ -125,6 +127,39 @@ fn list(devices: &[u32]) -> String {
     devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// This node's name as slurm.conf and gres.conf spell it (`NodeName=`),
+/// which need not be its host name.
+fn node_name(spank: Option<&Spank>) -> Option<String> {
+    std::env::var("SLURMD_NODENAME").ok().or_else(|| spank.and_then(|s| s.getenv("SLURMD_NODENAME"))).or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+        host.trim().split('.').next().map(str::to_string)
+    })
+}
+
+/// SLURM's GPU indices (`SLURM_JOB_GPUS`, `SLURM_STEP_GPUS`: positions in
+/// slurmd's gres.conf list) as cderd's indices, matched by device file:
+/// slurmd's order need not be cderd's (MIG profiles listed by type).
+fn to_cderd(spank: Option<&Spank>, slurm: &[u32], client: &mut Client) -> Result<Vec<u32>, String> {
+    if slurm.is_empty() {
+        return Ok(Vec::new());
+    }
+    let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+    let gres = load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU))
+        .map_err(|e| e.to_string())?;
+    if gres.is_empty() {
+        // gres.conf names no device files: SLURM's indices are all there is.
+        return Ok(slurm.to_vec());
+    }
+    let status = client.status().map_err(|e| e.to_string())?;
+    let cderd: Vec<(u32, PathBuf)> = status
+        .devices
+        .iter()
+        .filter(|d| d.cder_type == GPGPU)
+        .filter_map(|d| d.path.as_ref().map(|p| (d.index, PathBuf::from(p))))
+        .collect();
+    cderd_indices(slurm, &gres, &cderd, GPGPU).map_err(|e| e.to_string())
+}
+
 impl CderSpank {
     fn args(&self) -> PluginArgs {
         self.args.clone().unwrap_or_default()
@@ -183,8 +218,22 @@ impl CderSpank {
                 None => return log(Level::Error, &format!("spank_cder: {job}: job prolog: {SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded")),
             },
         };
-        let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
-        alloc.devices = Some(gpus.clone());
+        // Which of cderd's devices those are: by device file, not position.
+        let devices = if gpus.is_empty() {
+            Vec::new()
+        } else {
+            match self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(None, &gpus, &mut c)) {
+                Ok(d) => d,
+                Err(e) => {
+                    return log(
+                        Level::Error,
+                        &format!("spank_cder: {job}: job prolog: cannot tell which of cderd's devices are SLURM's GPU(s) [{}] ({SLURM_JOB_GPUS}): {e}; nothing recorded", list(&gpus)),
+                    )
+                }
+            }
+        };
+        let mut alloc = AllocRequest::new(job.clone(), uid, devices.len() as u32);
+        alloc.devices = Some(devices.clone());
         // SLURM frees a finished job's GRES when the job ends, and may start
         // the next job on them while the finished one's epilog, which
         // releases them in cderd, still runs beside this prolog: wait for
@@ -199,10 +248,17 @@ impl CderSpank {
             // A node without cderd (no socket) and a job without GPUs: nothing
             // cder manages here.
             Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
-            Ok(_) => log(Level::Info, &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: [{}]", list(&gpus))),
+            Ok(_) => log(
+                Level::Info,
+                &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: SLURM's [{}], cderd's [{}]", list(&gpus), list(&devices)),
+            ),
             Err(e) => log(
                 Level::Error,
-                &format!("spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, [{}]: {e}; SLURM and cderd disagree", list(&gpus)),
+                &format!(
+                    "spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, SLURM's [{}], cderd's [{}]: {e}; SLURM and cderd disagree",
+                    list(&gpus),
+                    list(&devices)
+                ),
             ),
         }
     }
@@ -309,7 +365,16 @@ impl CderSpank {
                 return Ok(());
             }
         }
-        let step_list = step_gpus.as_deref().and_then(parse_index_list);
+        let step_list = match step_gpus.as_deref().and_then(parse_index_list) {
+            None => None,
+            Some(slurm) => match to_cderd(Some(spank), &slurm, &mut client) {
+                Ok(cderd) => Some(cderd),
+                Err(e) => {
+                    self.outcome = Some(refuse(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm))));
+                    return Ok(());
+                }
+            },
+        };
         let step = step_devices(&alloc.devices, step_list.as_deref());
         self.plan = Some(Plan { job, alloc, step, slurm_cgroup });
         Ok(())
@@ -362,7 +427,11 @@ impl Plugin for CderSpank {
                 arginfo: Some("N"),
                 usage: "Exclusive GPGPUs per node (cder; the JDL key GPGPUPerNode)",
             },
-            SpankOption { name: OPT_CDER, arginfo: Some("TYPE:N"), usage: "Exclusive CDER devices per node, e.g. gpgpu:2 or fpga:1 (cder)" },
+            SpankOption {
+                name: OPT_CDER,
+                arginfo: Some("TYPE[:GRESTYPE]:N"),
+                usage: "Exclusive CDER devices per node, e.g. gpgpu:2, fpga:1, or a GRES type such as a MIG profile: gpgpu:1g.10gb:2 (cder)",
+            },
             SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
         ];
         all.extend(vgpgpu::options());
