@@ -188,6 +188,59 @@ pub fn load_gres_devices(slurm_conf: Option<&Path>, node: Option<&str>, gres: &s
     }
 }
 
+/// True when the list holds devices of more than one `Type=` (e.g. two MIG
+/// profiles). SLURM 22.05 then sets the job prolog's `SLURM_JOB_GPUS` from
+/// the job's last GRES record alone (one per type), so a job of
+/// `gpu:1g.10gb:1,gpu:2g.20gb:1` shows only its 2g.20gb GPU there.
+pub fn several_types(devices: &[GresDevice]) -> bool {
+    let mut types = devices.iter().map(|d| d.gres_type.as_deref());
+    let first = types.next();
+    types.any(|t| Some(t) != first)
+}
+
+/// The indices of GRES `gres` in one node's entry of the controller's
+/// `gres_detail_str` (`gpu:1g.10gb:1(IDX:0),gpu:2g.20gb:2(IDX:1-2,3)`),
+/// every type together, sorted. `None` when an index list is malformed.
+pub fn detail_indices(detail: &str, gres: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut items = Vec::new();
+    for (i, c) in detail.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&detail[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&detail[start..]);
+    for item in items {
+        let item = item.trim();
+        if item.split([':', '(']).next() != Some(gres) {
+            continue;
+        }
+        let Some(idx) = item.split("IDX:").nth(1) else { continue };
+        let list = idx.split(')').next().unwrap_or("");
+        if list.trim() == "N/A" {
+            continue;
+        }
+        out.extend(crate::devices::parse_index_list(list)?);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+/// The position of `node` in a job's node list (`node[1-4],gpu9`), which
+/// is its entry in `gres_detail_str`.
+pub fn node_position(nodes: &str, node: &str) -> Option<usize> {
+    expand_hostlist(nodes)?.iter().position(|n| n == node)
+}
+
 /// Why SLURM's GPU indices could not be turned into cderd's devices.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MapError {
@@ -311,6 +364,22 @@ mod tests {
         assert_eq!(e, MapError::NotInGresConf { index: 4, count: 4 });
         let e = cderd_indices(&[1], &gres, &cderd[..2], "gpgpu").unwrap_err();
         assert!(e.to_string().contains("/dev/nvidia-caps/nvidia-cap39 (gres.conf line 3)"), "{e}");
+    }
+
+    #[test]
+    fn controller_detail() {
+        assert_eq!(detail_indices("gpu:1g.10gb:1(IDX:0),gpu:2g.20gb:1(IDX:3)", "gpu").unwrap(), [0, 3]);
+        assert_eq!(detail_indices("gpu:1g.10gb:3(IDX:0-1,4),fpga:1(IDX:0)", "gpu").unwrap(), [0, 1, 4]);
+        assert_eq!(detail_indices("gpu(IDX:2)", "gpu").unwrap(), [2]);
+        assert_eq!(detail_indices("fpga:1(IDX:0)", "gpu").unwrap(), Vec::<u32>::new());
+        assert_eq!(detail_indices("", "gpu").unwrap(), Vec::<u32>::new());
+        assert_eq!(detail_indices("gpu:1(IDX:x)", "gpu"), None);
+        assert_eq!(node_position("n[1-3],gpu9", "gpu9"), Some(3));
+        assert_eq!(node_position("n[1-3]", "n4"), None);
+        let mixed = gres_devices(MIXED, "gres.conf", Some("wn01"), "gpu").unwrap();
+        assert!(several_types(&mixed));
+        assert!(!several_types(&gres_devices(MIXED, "gres.conf", Some("wn02"), "gpu").unwrap()[..4]));
+        assert!(!several_types(&[]));
     }
 
     #[test]

@@ -44,7 +44,7 @@ use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
     JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
-use cder_slurm::gres_conf::{cderd_indices, load_gres_devices};
+use cder_slurm::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, GresDevice};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{self, log, Level};
 
@@ -136,16 +136,19 @@ fn node_name(spank: Option<&Spank>) -> Option<String> {
     })
 }
 
+/// slurmd's GPU list for this node, from the gres.conf beside slurm.conf.
+fn gres_list(spank: Option<&Spank>) -> Result<Vec<GresDevice>, String> {
+    let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+    load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU)).map_err(|e| e.to_string())
+}
+
 /// SLURM's GPU indices (`SLURM_JOB_GPUS`, `SLURM_STEP_GPUS`: positions in
 /// slurmd's gres.conf list) as cderd's indices, matched by device file:
 /// slurmd's order need not be cderd's (MIG profiles listed by type).
-fn to_cderd(spank: Option<&Spank>, slurm: &[u32], client: &mut Client) -> Result<Vec<u32>, String> {
+fn to_cderd(gres: &[GresDevice], slurm: &[u32], client: &mut Client) -> Result<Vec<u32>, String> {
     if slurm.is_empty() {
         return Ok(Vec::new());
     }
-    let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
-    let gres = load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU))
-        .map_err(|e| e.to_string())?;
     if gres.is_empty() {
         // gres.conf names no device files: SLURM's indices are all there is.
         return Ok(slurm.to_vec());
@@ -157,7 +160,40 @@ fn to_cderd(spank: Option<&Spank>, slurm: &[u32], client: &mut Client) -> Result
         .filter(|d| d.cder_type == GPGPU)
         .filter_map(|d| d.path.as_ref().map(|p| (d.index, PathBuf::from(p))))
         .collect();
-    cderd_indices(slurm, &gres, &cderd, GPGPU).map_err(|e| e.to_string())
+    cderd_indices(slurm, gres, &cderd, GPGPU).map_err(|e| e.to_string())
+}
+
+/// The job's GPUs on this node as the controller allocated them, where the
+/// prolog's `SLURM_JOB_GPUS` cannot be trusted to hold them all: with
+/// several GRES types on the node (MIG profiles), SLURM 22.05 builds it from
+/// the job's last GRES record only. Asks slurmctld for the job's
+/// `gres_detail_str` (what `scontrol show job -d` prints as `IDX:`); keeps
+/// `from_env` when that fails or says less.
+fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env: &[u32]) -> Vec<u32> {
+    if from_env.is_empty() || !several_types(gres) {
+        return from_env.to_vec();
+    }
+    let node = node_name(None);
+    let detail = sys::load_job(job_id).and_then(|granted| {
+        let at = match (&granted.nodes, &node) {
+            (Some(nodes), Some(node)) => node_position(nodes, node).ok_or_else(|| format!("{node} is not in the job's nodes {nodes}"))?,
+            _ if granted.gres_detail.len() == 1 => 0,
+            _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
+        };
+        let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+        detail_indices(&text, cder_slurm::gres::gres_name(GPGPU)).ok_or_else(|| format!("unreadable GRES detail {text:?}"))
+    });
+    match detail {
+        Ok(all) if from_env.iter().all(|i| all.contains(i)) => all,
+        Ok(all) => {
+            log(Level::Error, &format!("spank_cder: {job}: slurmctld's GRES detail [{}] lacks {SLURM_JOB_GPUS}=[{}]; using the latter", list(&all), list(from_env)));
+            from_env.to_vec()
+        }
+        Err(e) => {
+            log(Level::Error, &format!("spank_cder: {job}: job prolog: asking slurmctld for the job's GPUs of every GRES type: {e}; using {SLURM_JOB_GPUS}=[{}] alone", list(from_env)));
+            from_env.to_vec()
+        }
+    }
 }
 
 impl CderSpank {
@@ -219,11 +255,21 @@ impl CderSpank {
             },
         };
         // Which of cderd's devices those are: by device file, not position.
+        let mut gpus = gpus;
         let devices = if gpus.is_empty() {
             Vec::new()
         } else {
-            match self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(None, &gpus, &mut c)) {
-                Ok(d) => d,
+            let mapped = gres_list(None).and_then(|gres| {
+                let job_id = spank.job_id().map_err(|e| e.to_string())?;
+                let slurm = controller_gpus(&job, job_id, &gres, &gpus);
+                let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, &mut c))?;
+                Ok((slurm, cderd))
+            });
+            match mapped {
+                Ok((slurm, d)) => {
+                    gpus = slurm;
+                    d
+                }
                 Err(e) => {
                     return log(
                         Level::Error,
@@ -332,9 +378,15 @@ impl CderSpank {
         for (ty, &count) in &req.counts {
             let held = alloc.devices.iter().filter(|d| &d.cder_type == ty).count() as u32;
             if count > held {
-                let source = req.sources.get(ty).map(|s| s.to_string()).unwrap_or_else(|| format!("--{OPT_CDER}"));
+                let given = match req.sources.get(ty) {
+                    Some(Source::Option(o)) if *o == OPT_CDER => {
+                        format!("--{OPT_CDER}={}", self.options.cder.as_ref().map(|c| c.value.as_str()).unwrap_or_default())
+                    }
+                    Some(other) => format!("{other}={count}"),
+                    None => format!("--{OPT_CDER}={ty}:{count}"),
+                };
                 let message = format!(
-                    "cder: {source}={count}: SLURM gave {job} {held} {ty} device(s) on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --gpgpu-per-node={count}); the step is not started"
+                    "cder: {given}: SLURM gave {job} {held} {ty} device(s) on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --gpgpu-per-node={count}); the step is not started"
                 );
                 log(Level::Error, &format!("spank_cder: {message}"));
                 self.outcome = Some(Outcome::Fail(message));
@@ -367,7 +419,7 @@ impl CderSpank {
         }
         let step_list = match step_gpus.as_deref().and_then(parse_index_list) {
             None => None,
-            Some(slurm) => match to_cderd(Some(spank), &slurm, &mut client) {
+            Some(slurm) => match gres_list(Some(spank)).and_then(|gres| to_cderd(&gres, &slurm, &mut client)) {
                 Ok(cderd) => Some(cderd),
                 Err(e) => {
                     self.outcome = Some(refuse(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm))));
