@@ -40,6 +40,9 @@ pub struct GresConfError {
     pub value: String,
     /// What is wrong.
     pub why: String,
+    /// The record is `AutoDetect=`: slurmd lists devices as the driver
+    /// reports them (PCI bus order for whole GPUs), not as the file does.
+    pub autodetect: bool,
 }
 
 /// Expands a SLURM hostlist expression as gres.conf's `File=` and
@@ -129,6 +132,7 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
             key: key.to_string(),
             value: value.to_string(),
             why: why.to_string(),
+            autodetect: false,
         };
         let mut fields: Vec<(String, String)> = Vec::new();
         for word in record.split_whitespace() {
@@ -149,11 +153,14 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
         }
         if let Some(mode) = get("autodetect") {
             if !mode.eq_ignore_ascii_case("off") {
-                return Err(bad(
-                    "AutoDetect",
-                    mode,
-                    "slurmd then orders the GPUs as the driver reports them, which cder cannot read from gres.conf; list each device with File= (AutoDetect=off)",
-                ));
+                return Err(GresConfError {
+                    autodetect: true,
+                    ..bad(
+                        "AutoDetect",
+                        mode,
+                        "slurmd then orders the GPUs as the driver reports them, which cder cannot read from gres.conf; list each device with File= (AutoDetect=off)",
+                    )
+                });
             }
         }
         if get("name") != Some(gres) {
@@ -184,7 +191,7 @@ pub fn load_gres_devices(slurm_conf: Option<&Path>, node: Option<&str>, gres: &s
     match std::fs::read_to_string(&path) {
         Ok(text) => gres_devices(&text, &shown, node, gres),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(GresConfError { file: shown, line: 0, key: "File".into(), value: String::new(), why: e.to_string() }),
+        Err(e) => Err(GresConfError { file: shown, line: 0, key: "File".into(), value: String::new(), why: e.to_string(), autodetect: false }),
     }
 }
 
@@ -338,6 +345,7 @@ mod tests {
     fn what_cannot_be_ordered_is_refused_with_file_and_line() {
         let e = gres_devices("Name=gpu File=/dev/nvidia0\nAutoDetect=nvml\n", "/etc/slurm/gres.conf", None, "gpu").unwrap_err();
         assert!(e.to_string().starts_with("/etc/slurm/gres.conf:2: AutoDetect=nvml: "), "{e}");
+        assert!(e.autodetect);
         let e = gres_devices("Name=gpu File=/dev/nvidia[0-\n", "g.conf", None, "gpu").unwrap_err();
         assert_eq!((e.line, e.key.as_str()), (1, "File"));
         let e = gres_devices("Name=gpu bogus\n", "g.conf", None, "gpu").unwrap_err();

@@ -139,7 +139,17 @@ fn node_name(spank: Option<&Spank>) -> Option<String> {
 /// slurmd's GPU list for this node, from the gres.conf beside slurm.conf.
 fn gres_list(spank: Option<&Spank>) -> Result<Vec<GresDevice>, String> {
     let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
-    load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU)).map_err(|e| e.to_string())
+    match load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU)) {
+        Ok(list) => Ok(list),
+        // slurmd lists what NVML reports, in PCI bus order, as cderd numbers
+        // whole GPUs: SLURM's indices are cderd's (MIG instances are refused
+        // in `to_cderd`).
+        Err(e) if e.autodetect => {
+            log(Level::Verbose, &format!("spank_cder: {e}; taking SLURM's GPU indices as cderd's"));
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// SLURM's GPU indices (`SLURM_JOB_GPUS`, `SLURM_STEP_GPUS`: positions in
@@ -149,11 +159,25 @@ fn to_cderd(gres: &[GresDevice], slurm: &[u32], client: &mut Client) -> Result<V
     if slurm.is_empty() {
         return Ok(Vec::new());
     }
+    let status = client.status().map_err(|e| e.to_string())?;
     if gres.is_empty() {
-        // gres.conf names no device files: SLURM's indices are all there is.
+        // gres.conf names no device files (or AutoDetect): SLURM's indices are
+        // all there is, and they are cderd's for whole GPUs in PCI bus order.
+        // Which MIG instances they mean, no file says.
+        let mig: Vec<String> = status
+            .devices
+            .iter()
+            .filter(|d| d.cder_type == GPGPU && slurm.contains(&d.index) && d.uuid.starts_with("MIG-"))
+            .map(|d| format!("{}:{}", d.cder_type, d.index))
+            .collect();
+        if !mig.is_empty() {
+            return Err(format!(
+                "gres.conf gives slurmd no device file per GPU, and cderd's {} are MIG instances, whose order slurmd and cderd need not share; declare each instance with File= (docs/slurm.md, MIG)",
+                mig.join(",")
+            ));
+        }
         return Ok(slurm.to_vec());
     }
-    let status = client.status().map_err(|e| e.to_string())?;
     let cderd: Vec<(u32, PathBuf)> = status
         .devices
         .iter()
