@@ -109,7 +109,14 @@ fn start(cgroup: bool) -> Option<(std::sync::MutexGuard<'static, ()>, SlurmClust
 /// A job that prints its `CUDA_VISIBLE_DEVICES` and the capability files
 /// it can open, then waits for `flag`.
 fn probe_script(cluster: &SlurmCluster, flag: &std::path::Path) -> String {
-    let mut s = String::from("#!/bin/sh\nopen=''\n");
+    let mut s = format!("#!/bin/sh\n{}\n", probe_command(cluster));
+    s.push_str(&format!("while [ ! -e '{}' ]; do sleep 0.2; done\n", flag.display()));
+    s
+}
+
+/// The probe alone, as shell lines (for `srun sh -c`).
+fn probe_command(cluster: &SlurmCluster) -> String {
+    let mut s = String::from("open=''\n");
     for i in &INSTANCES {
         s.push_str(&format!(
             "if ( : < '{}/dev/nvidia-cap{c}' ) 2>/dev/null; then open=\"${{open}}{c},\"; fi\n",
@@ -117,8 +124,7 @@ fn probe_script(cluster: &SlurmCluster, flag: &std::path::Path) -> String {
             c = i.cap
         ));
     }
-    s.push_str("echo OPEN=${open%,}\necho CVD=${CUDA_VISIBLE_DEVICES-unset}\n");
-    s.push_str(&format!("while [ ! -e '{}' ]; do sleep 0.2; done\n", flag.display()));
+    s.push_str("echo OPEN=${open%,}\necho CVD=${CUDA_VISIBLE_DEVICES-unset}");
     s
 }
 
@@ -294,4 +300,34 @@ fn the_cder_option_names_a_mig_profile() {
     }
     let e = cluster.sbatch_as_user(&["--gpgpu-per-node=3", "--cder=gpgpu:1g.10gb:2"], "#!/bin/sh\ntrue\n").unwrap_err();
     assert!(e.contains("ask for different numbers of gpgpu devices"), "{e}");
+}
+
+/// A step of one profile inside a job of two: `SLURM_STEP_GPUS` (slurmd's
+/// position 3) is matched by file to cderd's 2g.20gb instance, so the step
+/// sees that one alone.
+#[test]
+fn a_step_of_one_profile_sees_that_instance() {
+    for cgroup in [true, false] {
+        let Some((_guard, cluster)) = start(cgroup) else { return };
+        let plugin = if cgroup { "task/cgroup" } else { "task/none" };
+        let probe = probe_command(&cluster);
+        let out = cluster
+            .run_as_user("salloc", &["-N1", "-n1", "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1", "srun", "--gres=gpu:2g.20gb:1", "sh", "-c", &probe])
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{plugin}: {stdout}\n{stderr}\n{}", cluster.logs());
+        let env = parse_env_lines(&stdout);
+        let big = INSTANCES.iter().find(|i| i.profile == "2g.20gb").unwrap();
+        assert_eq!(env.get("CVD").map(String::as_str), Some(big.uuid), "{plugin}: {stdout}\n{}", cluster.logs());
+        let open: BTreeSet<u32> = env.get("OPEN").map(|o| o.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
+        if cgroup {
+            // SLURM's step cgroup holds the step's GRES alone.
+            assert_eq!(open, BTreeSet::from([big.cap]), "{plugin}: {stdout}");
+        } else {
+            // cderd's cgroup holds the job's two instances: one of each profile.
+            assert!(open.contains(&big.cap) && open.len() == 2, "{plugin}: {stdout}");
+            assert!(open.iter().any(|c| INSTANCES.iter().any(|i| i.cap == *c && i.profile == "1g.10gb")), "{plugin}: {stdout}");
+        }
+        wait_all_free(&cluster);
+    }
 }
