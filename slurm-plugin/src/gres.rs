@@ -214,6 +214,19 @@ pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Like [`tres_entries`], with each entry's GRES type (`gres:gpu:1g.10gb:2`
+/// → `("gpu", Some("1g.10gb"), 2)`).
+pub fn typed_tres_entries(tres: &str) -> Vec<(String, Option<String>, u64)> {
+    tres.split([',', ';'])
+        .map(str::trim)
+        .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
+        .filter_map(|body| {
+            let (name, gres_type, count) = split_gres_item(body)?;
+            Some((name.to_string(), gres_type.map(str::to_string), count.unwrap_or(1)))
+        })
+        .collect()
+}
+
 /// A user asked for the same GRES with another count (e.g. `--gres=gpu:1`
 /// and `--gpgpu-per-node=2`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
