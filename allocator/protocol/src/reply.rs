@@ -149,6 +149,10 @@ pub struct AllocatedDevice {
     pub index: u32,
     /// The device UUID.
     pub uuid: String,
+    /// The device file that grants it (see [`DeviceStatus::path`]); absent
+    /// from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// The result of `alloc` and `env`: a job's devices and its environment.

@@ -154,22 +154,29 @@ fn gres_list(spank: Option<&Spank>) -> Result<Vec<GresDevice>, String> {
 
 /// SLURM's GPU indices (`SLURM_JOB_GPUS`, `SLURM_STEP_GPUS`: positions in
 /// slurmd's gres.conf list) as cderd's indices, matched by device file:
-/// slurmd's order need not be cderd's (MIG profiles listed by type).
-fn to_cderd(gres: &[GresDevice], slurm: &[u32], client: &mut Client) -> Result<Vec<u32>, String> {
+/// slurmd's order need not be cderd's (MIG profiles listed by type). A step
+/// passes its job's devices (`known`), whose files cderd's record carries;
+/// the prolog asks cderd for every device (`status`).
+fn to_cderd(gres: &[GresDevice], slurm: &[u32], known: Option<&[AllocatedDevice]>, client: &mut Client) -> Result<Vec<u32>, String> {
     if slurm.is_empty() {
         return Ok(Vec::new());
     }
-    let status = client.status().map_err(|e| e.to_string())?;
+    // (index, uuid, device file) of the gpgpu devices to look among.
+    let devices: Vec<(u32, String, Option<String>)> = match known {
+        Some(held) if held.iter().filter(|d| d.cder_type == GPGPU).all(|d| d.path.is_some()) => {
+            held.iter().filter(|d| d.cder_type == GPGPU).map(|d| (d.index, d.uuid.clone(), d.path.clone())).collect()
+        }
+        _ => {
+            let status = client.status().map_err(|e| e.to_string())?;
+            status.devices.into_iter().filter(|d| d.cder_type == GPGPU).map(|d| (d.index, d.uuid, d.path)).collect()
+        }
+    };
     if gres.is_empty() {
         // gres.conf names no device files (or AutoDetect): SLURM's indices are
         // all there is, and they are cderd's for whole GPUs in PCI bus order.
         // Which MIG instances they mean, no file says.
-        let mig: Vec<String> = status
-            .devices
-            .iter()
-            .filter(|d| d.cder_type == GPGPU && slurm.contains(&d.index) && d.uuid.starts_with("MIG-"))
-            .map(|d| format!("{}:{}", d.cder_type, d.index))
-            .collect();
+        let mig: Vec<String> =
+            devices.iter().filter(|(i, uuid, _)| slurm.contains(i) && uuid.starts_with("MIG-")).map(|(i, _, _)| format!("{GPGPU}:{i}")).collect();
         if !mig.is_empty() {
             return Err(format!(
                 "gres.conf gives slurmd no device file per GPU, and cderd's {} are MIG instances, whose order slurmd and cderd need not share; declare each instance with File= (docs/slurm.md, MIG)",
@@ -178,13 +185,8 @@ fn to_cderd(gres: &[GresDevice], slurm: &[u32], client: &mut Client) -> Result<V
         }
         return Ok(slurm.to_vec());
     }
-    let cderd: Vec<(u32, PathBuf)> = status
-        .devices
-        .iter()
-        .filter(|d| d.cder_type == GPGPU)
-        .filter_map(|d| d.path.as_ref().map(|p| (d.index, PathBuf::from(p))))
-        .collect();
-    cderd_indices(slurm, gres, &cderd, GPGPU).map_err(|e| e.to_string())
+    let files: Vec<(u32, PathBuf)> = devices.into_iter().filter_map(|(i, _, p)| p.map(|p| (i, PathBuf::from(p)))).collect();
+    cderd_indices(slurm, gres, &files, GPGPU).map_err(|e| e.to_string())
 }
 
 /// The job's GPUs on this node as the controller allocated them, where the
@@ -286,7 +288,7 @@ impl CderSpank {
             let mapped = gres_list(None).and_then(|gres| {
                 let job_id = spank.job_id().map_err(|e| e.to_string())?;
                 let slurm = controller_gpus(&job, job_id, &gres, &gpus);
-                let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, &mut c))?;
+                let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, None, &mut c))?;
                 Ok((slurm, cderd))
             });
             match mapped {
@@ -443,7 +445,7 @@ impl CderSpank {
         }
         let step_list = match step_gpus.as_deref().and_then(parse_index_list) {
             None => None,
-            Some(slurm) => match gres_list(Some(spank)).and_then(|gres| to_cderd(&gres, &slurm, &mut client)) {
+            Some(slurm) => match gres_list(Some(spank)).and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), &mut client)) {
                 Ok(cderd) => Some(cderd),
                 Err(e) => {
                     self.outcome = Some(refuse(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm))));
