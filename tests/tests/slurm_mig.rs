@@ -328,6 +328,17 @@ fn a_step_of_one_profile_sees_that_instance() {
             assert!(open.contains(&big.cap) && open.len() == 2, "{plugin}: {stdout}");
             assert!(open.iter().any(|c| INSTANCES.iter().any(|i| i.cap == *c && i.profile == "1g.10gb")), "{plugin}: {stdout}");
         }
+        // A step may not name more of a profile than its job holds.
+        let out = cluster
+            .run_as_user("salloc", &["-N1", "-n1", "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1", "srun", "--cder=gpgpu:1g.10gb:2", "true"])
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{plugin}: a step asked for 2 of the job's 1 1g.10gb instance and ran: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains("SLURM gave") && stderr.contains("1 gpgpu device(s) of GRES type 1g.10gb"),
+            "{plugin}: {stdout}\n{stderr}\n{}",
+            cluster.logs()
+        );
         wait_all_free(&cluster);
     }
 }

@@ -419,6 +419,33 @@ impl CderSpank {
                 return Ok(());
             }
         }
+        // A step naming GRES types (MIG profiles) may use only its job's
+        // devices of each type; gres.conf says which type each file is.
+        if let Some(by_type) = req.gres_types.get(GPGPU) {
+            let gres = match gres_list(Some(spank)) {
+                Ok(g) => g,
+                Err(e) => {
+                    self.outcome = Some(refuse(e));
+                    return Ok(());
+                }
+            };
+            let type_of = |d: &AllocatedDevice| {
+                let path = d.path.as_deref().map(std::path::Path::new)?;
+                gres.iter().find(|g| g.files.iter().any(|f| f == path)).and_then(|g| g.gres_type.as_deref())
+            };
+            for (gres_type, &n) in by_type {
+                let held = alloc.devices.iter().filter(|d| d.cder_type == GPGPU && type_of(d) == Some(gres_type.as_str())).count() as u32;
+                if n > held && !gres.is_empty() {
+                    let value = self.options.cder.as_ref().map(|c| c.value.as_str()).unwrap_or_default();
+                    let message = format!(
+                        "cder: --{OPT_CDER}={value}: SLURM gave {job} {held} {GPGPU} device(s) of GRES type {gres_type} on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --{OPT_CDER}={GPGPU}:{gres_type}:{n}); the step is not started"
+                    );
+                    log(Level::Error, &format!("spank_cder: {message}"));
+                    self.outcome = Some(Outcome::Fail(message));
+                    return Ok(());
+                }
+            }
+        }
         if let Some(min) = req.gpgpu_min_memory_mb {
             let status = match client.status() {
                 Ok(s) => s,
