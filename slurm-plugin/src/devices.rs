@@ -148,7 +148,7 @@ mod tests {
     use cder_model::{JobKey, Lrms};
 
     fn dev(index: u32) -> AllocatedDevice {
-        AllocatedDevice { cder_type: GPGPU.into(), index, uuid: format!("GPU-{index}") }
+        AllocatedDevice { cder_type: GPGPU.into(), index, uuid: format!("GPU-{index}"), path: None }
     }
 
     fn alloc(indices: &[u32]) -> Allocation {

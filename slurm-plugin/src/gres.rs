@@ -22,6 +22,9 @@ pub const TRES_PREFIX: &str = if crate::SLURM_VERSION_NUMBER < (23 << 16) + (2 <
 pub struct NodeGres {
     /// GRES name → the largest count one node has of it.
     pub max_per_node: BTreeMap<String, u64>,
+    /// GRES name → GRES type (`1g.10gb`, `tesla`) → the largest count of
+    /// that type one node has (typed GRES only).
+    pub max_per_type: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl NodeGres {
@@ -77,8 +80,13 @@ impl NodeGres {
                 continue;
             }
             if let Some(spec) = gres.or_else(|| default_gres.clone()) {
-                for (name, count) in node_gres_counts(&spec) {
+                let (totals, typed) = node_gres_counts(&spec);
+                for (name, count) in totals {
                     let max = self.max_per_node.entry(name).or_insert(0);
+                    *max = (*max).max(count);
+                }
+                for ((name, gres_type), count) in typed {
+                    let max = self.max_per_type.entry(name).or_default().entry(gres_type).or_insert(0);
                     *max = (*max).max(count);
                 }
             }
@@ -107,29 +115,72 @@ impl NodeGres {
                 }
                 Some(_) => {}
             }
+            for (gres_type, &n) in req.gres_types.get(ty).into_iter().flatten() {
+                let given = format!("--{OPT_CDER}={ty}:{gres_type}:{n}");
+                let types = self.max_per_type.get(gres_name(ty));
+                match types.and_then(|t| t.get(gres_type)) {
+                    None | Some(0) => {
+                        let known: Vec<&str> =
+                            types.into_iter().flatten().filter(|(_, &m)| m > 0).map(|(t, _)| t.as_str()).collect();
+                        let known = if known.is_empty() { "no GRES types".to_string() } else { known.join(", ") };
+                        return Err(RequestError::UnknownGresType { given, cder_type: ty.clone(), gres_type: gres_type.clone(), known });
+                    }
+                    Some(&max) if u64::from(n) > max => {
+                        return Err(RequestError::TooManyOfGresType {
+                            given,
+                            cder_type: ty.clone(),
+                            gres_type: gres_type.clone(),
+                            count: n,
+                            max,
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// `gpu:4,gpu:tesla:2,fpga` → per-name totals for one node line.
-fn node_gres_counts(spec: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
+/// One GRES item, `name[:type][:count]`, split: the count is 1 when absent
+/// and `None` when the last part is not a count after a type.
+fn split_gres_item(item: &str) -> Option<(&str, Option<&str>, Option<u64>)> {
+    let mut parts = item.split(':');
+    let name = parts.next().filter(|n| !n.is_empty())?;
+    let rest: Vec<&str> = parts.collect();
+    Some(match rest.as_slice() {
+        [] => (name, None, Some(1)),
+        // `gpu:2` or `gpu:tesla`: a lone word that is no count is a type.
+        [one] => match parse_gres_count(one) {
+            Some(n) => (name, None, Some(n)),
+            None => (name, Some(*one), Some(1)),
+        },
+        [.., t, last] => (name, Some(*t), parse_gres_count(last)),
+    })
+}
+
+/// Per-name totals and per-(name, type) counts of one node line's GRES
+/// (`gpu:4,gpu:tesla:2,fpga`).
+type NodeCounts = (BTreeMap<String, u64>, BTreeMap<(String, String), u64>);
+
+/// `gpu:4,gpu:tesla:2,fpga` → per-name totals and typed counts for one node line.
+fn node_gres_counts(spec: &str) -> NodeCounts {
+    let mut totals = BTreeMap::new();
+    let mut typed = BTreeMap::new();
     for item in spec.split(',') {
         // name[:type][:count][(S:…)] — drop a socket binding suffix.
         let item = item.split('(').next().unwrap_or("").trim();
-        let mut parts = item.split(':');
-        let Some(name) = parts.next().filter(|n| !n.is_empty()) else { continue };
-        let rest: Vec<&str> = parts.collect();
-        let count = match rest.last() {
-            None => 1,
-            Some(last) => parse_gres_count(last).unwrap_or(if rest.len() == 1 { 1 } else { 0 }),
-        };
+        let Some((name, gres_type, count)) = split_gres_item(item) else { continue };
+        let count = count.unwrap_or(0);
         // Saturating: a per-node bound past u64 is "more than any request" (fuzz: slurm_submit).
-        let total = out.entry(name.to_string()).or_insert(0u64);
+        let total = totals.entry(name.to_string()).or_insert(0u64);
         *total = total.saturating_add(count);
+        if let Some(t) = gres_type {
+            let n = typed.entry((name.to_string(), t.to_string())).or_insert(0u64);
+            *n = n.saturating_add(count);
+        }
     }
-    out
+    (totals, typed)
 }
 
 fn parse_gres_count(s: &str) -> Option<u64> {
@@ -163,6 +214,19 @@ pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Like [`tres_entries`], with each entry's GRES type (`gres:gpu:1g.10gb:2`
+/// → `("gpu", Some("1g.10gb"), 2)`).
+pub fn typed_tres_entries(tres: &str) -> Vec<(String, Option<String>, u64)> {
+    tres.split([',', ';'])
+        .map(str::trim)
+        .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
+        .filter_map(|body| {
+            let (name, gres_type, count) = split_gres_item(body)?;
+            Some((name.to_string(), gres_type.map(str::to_string), count.unwrap_or(1)))
+        })
+        .collect()
+}
+
 /// A user asked for the same GRES with another count (e.g. `--gres=gpu:1`
 /// and `--gpgpu-per-node=2`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,8 +253,30 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
             body.split(':').next() == Some(gres)
         };
         let theirs: Vec<&String> = entries.iter().filter(|e| mine(e)).collect();
+        let typed = req.gres_types.get(ty);
         if theirs.is_empty() {
-            entries.push(format!("{TRES_PREFIX}{gres}:{count}"));
+            match typed {
+                Some(by_type) => entries.extend(by_type.iter().map(|(t, n)| format!("{TRES_PREFIX}{gres}:{t}:{n}"))),
+                None => entries.push(format!("{TRES_PREFIX}{gres}:{count}")),
+            }
+            continue;
+        }
+        if let Some(by_type) = typed {
+            // A request that names GRES types agrees with the job's own
+            // `--gres` only if that asks for exactly the same types and counts.
+            let mut theirs_by_type: BTreeMap<String, u32> = BTreeMap::new();
+            let mut untyped = false;
+            for e in &theirs {
+                let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
+                match split_gres_item(body) {
+                    Some((_, Some(t), Some(n))) => *theirs_by_type.entry(t.to_string()).or_insert(0) += n.min(u64::from(u32::MAX)) as u32,
+                    _ => untyped = true,
+                }
+            }
+            if untyped || &theirs_by_type != by_type {
+                let existing = theirs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+                return Err(GresConflict { existing, count, cder_type: ty.clone() });
+            }
             continue;
         }
         let total: u64 = theirs
@@ -286,8 +372,46 @@ mod tests {
     fn mig_profiles_are_typed_gpu_gres() {
         let g = NodeGres::parse("NodeName=a100 Gres=gpu:1g.10gb:4,gpu:3g.40gb:1\n", Path::new("/")).unwrap();
         assert_eq!(g.max_per_node["gpu"], 5);
+        assert_eq!(g.max_per_type["gpu"]["1g.10gb"], 4);
+        assert_eq!(g.max_per_type["gpu"]["3g.40gb"], 1);
         assert_eq!(tres_entries("gres:gpu:1g.10gb:2,gres/gpu:3g.40gb"), vec![("gpu".to_string(), 2), ("gpu".to_string(), 1)]);
         assert_eq!(merge_tres_per_node(Some("gres:gpu:1g.10gb:2"), &req("2")).unwrap(), "gres:gpu:1g.10gb:2");
         assert!(merge_tres_per_node(Some("gres:gpu:1g.10gb:1"), &req("2")).is_err());
+    }
+
+    fn cder(v: &str) -> Request {
+        RawRequest { cder: Some(Sourced { value: v.into(), source: Source::Option(OPT_CDER) }), ..Default::default() }.parse().unwrap()
+    }
+
+    /// `--cder=gpgpu:1g.10gb:N` becomes the typed GRES SLURM schedules
+    /// MIG instances by, checked against the profiles the nodes declare.
+    #[test]
+    fn requests_naming_a_gres_type() {
+        let g = NodeGres::parse(
+            "NodeName=a Gres=gpu:1g.10gb:3,gpu:2g.20gb:1\nNodeName=b Gres=gpu:1g.10gb:2,gpu:tesla\n",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(g.max_per_type["gpu"]["1g.10gb"], 3);
+        assert_eq!(g.max_per_type["gpu"]["tesla"], 1);
+        assert!(g.validate(&cder("gpgpu:1g.10gb:3")).is_ok());
+        assert!(g.validate(&cder("gpgpu:1g.10gb:2,gpgpu:2g.20gb:1")).is_ok());
+        let e = g.validate(&cder("gpgpu:1g.10gb:4")).unwrap_err();
+        assert_eq!(e.to_string(), "cder: --cder=gpgpu:1g.10gb:4: more than any node has (at most 3 gpgpu devices of GRES type 1g.10gb per node)");
+        let e = g.validate(&cder("gpgpu:3g.40gb:1")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cder: --cder=gpgpu:3g.40gb:1: no node has gpgpu devices of GRES type \"3g.40gb\" (this cluster has: 1g.10gb, 2g.20gb, tesla)"
+        );
+        // The total still bounds the sum.
+        assert!(g.validate(&cder("gpgpu:1g.10gb:3,gpgpu:2g.20gb:1,gpgpu:tesla:1")).is_err());
+        let untyped = NodeGres::parse("NodeName=a Gres=gpu:4\n", Path::new("/")).unwrap();
+        assert!(untyped.validate(&cder("gpgpu:1g.10gb:1")).unwrap_err().to_string().contains("(this cluster has: no GRES types)"));
+
+        let two = cder("gpgpu:1g.10gb:2,gpgpu:2g.20gb:1");
+        assert_eq!(merge_tres_per_node(None, &two).unwrap(), format!("{TRES_PREFIX}gpu:1g.10gb:2,{TRES_PREFIX}gpu:2g.20gb:1"));
+        assert_eq!(merge_tres_per_node(Some("gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2"), &two).unwrap(), "gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2");
+        assert!(merge_tres_per_node(Some("gres:gpu:3"), &two).is_err(), "an untyped --gres does not say which profiles");
+        assert!(merge_tres_per_node(Some("gres:gpu:1g.10gb:3"), &two).is_err());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::gres::{cder_type, merge_tres_per_node, tres_entries, NodeGres};
+use crate::gres::{cder_type, merge_tres_per_node, tres_entries, typed_tres_entries, NodeGres};
 use crate::request::RawRequest;
 
 /// What the translation reads from a job description.
@@ -57,6 +57,25 @@ pub fn check_tres_update(update: Option<&str>, operator: bool, nodes: &NodeGres)
         }
         if count > max {
             return Err(format!("cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"));
+        }
+    }
+    // Typed entries (MIG profiles): the sum per GRES, and each type's own count.
+    let mut totals: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for (gres, gres_type, count) in typed_tres_entries(update) {
+        let Some(&max) = nodes.max_per_node.get(&gres) else { continue };
+        let ty = cder_type(&gres);
+        let total = totals.entry(gres.clone()).or_insert(0);
+        *total = total.saturating_add(count);
+        if *total > max {
+            return Err(format!("cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"));
+        }
+        if let Some(t) = gres_type {
+            let type_max = nodes.max_per_type.get(&gres).and_then(|m| m.get(&t)).copied().unwrap_or(0);
+            if count > type_max {
+                return Err(format!(
+                    "cder: TresPerNode={update}: more than any node has (at most {type_max} {ty} devices of GRES type {t} per node)"
+                ));
+            }
         }
     }
     Ok(())
@@ -117,6 +136,20 @@ mod tests {
         assert!(check_tres_update(Some("gres:gpu:2"), true, &nodes()).is_ok());
         assert!(check_tres_update(Some("gres:gpu:0"), true, &nodes()).unwrap_err().contains("cancel the job"));
         assert!(check_tres_update(Some("gres/gpu:5"), true, &nodes()).unwrap_err().contains("at most 4"));
+    }
+
+    #[test]
+    fn typed_tres_updates_are_bounded_per_type() {
+        let mig = NodeGres::parse("NodeName=a Gres=gpu:1g.10gb:3,gpu:2g.20gb:1\n", Path::new("/")).unwrap();
+        assert!(check_tres_update(Some("gres:gpu:1g.10gb:3"), true, &mig).is_ok());
+        assert!(check_tres_update(Some("gres:gpu:1g.10gb:1,gres:gpu:2g.20gb:1"), true, &mig).is_ok());
+        let e = check_tres_update(Some("gres:gpu:2g.20gb:2"), true, &mig).unwrap_err();
+        assert!(e.contains("at most 1 gpgpu devices of GRES type 2g.20gb per node"), "{e}");
+        let e = check_tres_update(Some("gres:gpu:3g.40gb:1"), true, &mig).unwrap_err();
+        assert!(e.contains("at most 0 gpgpu devices of GRES type 3g.40gb"), "{e}");
+        let e = check_tres_update(Some("gres:gpu:1g.10gb:3,gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:1"), true, &mig).unwrap_err();
+        assert!(e.contains("at most 4 gpgpu devices per node"), "{e}");
+        assert!(check_tres_update(Some("gres:gpu:1g.10gb:1"), false, &mig).is_err(), "owners still may not change it");
     }
 
     #[test]

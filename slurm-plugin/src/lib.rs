@@ -13,6 +13,8 @@
 //!   `slurm.conf`;
 //! * [`devices`] — the job's devices as SLURM granted them, and their
 //!   numbering inside and outside a device cgroup;
+//! * [`gres_conf`] — slurmd's GPU list from gres.conf, and SLURM's GPU
+//!   indices turned into cderd's devices by device file;
 //! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
 //! * [`vgpgpu`] — vGPGPU requests (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`) and the `vgpgpu` licence;
 //! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
@@ -24,6 +26,7 @@
 pub mod args;
 pub mod devices;
 pub mod gres;
+pub mod gres_conf;
 pub mod job_submit;
 pub mod request;
 pub mod spank;

@@ -2,7 +2,7 @@
 //! the request is malformed.
 //!
 //! A request reaches the controller two ways: as SPANK options
-//! (`--gpgpu-per-node=N`, `--cder=TYPE:N`, `--gpgpu-min-memory=MB`), which
+//! (`--gpgpu-per-node=N`, `--cder=TYPE[:GRESTYPE]:N`, `--gpgpu-min-memory=MB`), which
 //! the plugin copies into the job-control environment on the submit host
 //! (the controller sees `CDER_GPGPU_PER_NODE=2` in `spank_job_env`, the
 //! prolog and epilog `SPANK_CDER_GPGPU_PER_NODE=2`), or as the JDL keys a
@@ -30,7 +30,8 @@ pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
 /// The SPANK option names, as users type them.
 pub const OPT_GPGPU_PER_NODE: &str = "gpgpu-per-node";
-/// `--cder=TYPE:N[,TYPE:N…]`.
+/// `--cder=TYPE[:GRESTYPE]:N[,…]`; `GRESTYPE` names a GRES type of the
+/// nodes, e.g. a MIG profile (`gpgpu:1g.10gb:2`).
 pub const OPT_CDER: &str = "cder";
 /// `--gpgpu-min-memory=MB`.
 pub const OPT_GPGPU_MIN_MEMORY: &str = "gpgpu-min-memory";
@@ -100,14 +101,24 @@ pub enum RequestError {
         /// The value as given.
         value: String,
     },
-    /// A `--cder` value not of the form `TYPE:N[,TYPE:N…]`, or with a type
-    /// name cderd would refuse.
-    #[error("cder: {origin}={value}: expected TYPE:N, e.g. gpgpu:2 (several as gpgpu:2,fpga:1)")]
+    /// A `--cder` value not of the form `TYPE[:GRESTYPE]:N[,…]`, or with a
+    /// type name cderd would refuse.
+    #[error("cder: {origin}={value}: expected TYPE:N or TYPE:GRESTYPE:N, e.g. gpgpu:2 or gpgpu:1g.10gb:2 (several as gpgpu:2,fpga:1)")]
     Shape {
         /// Where the value was given.
         origin: Source,
         /// The value as given.
         value: String,
+    },
+    /// A GRES type (`--cder=gpgpu:GRESTYPE:N`) SLURM could not take.
+    #[error("cder: {origin}={value}: {why}")]
+    BadGresType {
+        /// Where the value was given.
+        origin: Source,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it (the shared rule's message).
+        why: String,
     },
     /// A `--gpgpu-min-memory` that is not a positive number of megabytes.
     #[error("cder: {origin}={value}: {why}")]
@@ -139,6 +150,32 @@ pub enum RequestError {
         /// The types the cluster has, for the message.
         known: String,
     },
+    /// A GRES type (e.g. a MIG profile) no node declares for that type.
+    #[error("cder: {given}: no node has {cder_type} devices of GRES type {gres_type:?} (this cluster has: {known})")]
+    UnknownGresType {
+        /// The request as the user typed it.
+        given: String,
+        /// The CDER type asked for.
+        cder_type: String,
+        /// The GRES type asked for.
+        gres_type: String,
+        /// The GRES types the nodes declare for it, for the message.
+        known: String,
+    },
+    /// More devices of one GRES type per node than the largest node has.
+    #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices of GRES type {gres_type} per node)")]
+    TooManyOfGresType {
+        /// The request as the user typed it.
+        given: String,
+        /// The CDER type asked for.
+        cder_type: String,
+        /// The GRES type asked for.
+        gres_type: String,
+        /// The count asked for.
+        count: u32,
+        /// The largest count of that GRES type any node has.
+        max: u64,
+    },
     /// More devices per node than the largest node has.
     #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices per node)")]
     TooMany {
@@ -160,6 +197,10 @@ pub struct Request {
     pub counts: BTreeMap<String, u32>,
     /// Where each count came from (for messages).
     pub sources: BTreeMap<String, Source>,
+    /// Counts by GRES type, for the CDER types whose request named them
+    /// (`--cder=gpgpu:1g.10gb:2` → `gpgpu` → `1g.10gb` → 2); their sum is
+    /// the type's entry in `counts`.
+    pub gres_types: BTreeMap<String, BTreeMap<String, u32>>,
     /// Only GPGPUs with at least this much memory.
     pub gpgpu_min_memory_mb: Option<u64>,
 }
@@ -229,27 +270,71 @@ impl RawRequest {
         }
         if let Some(s) = &self.cder {
             let shape = || RequestError::Shape { origin: s.source.clone(), value: s.value.clone() };
+            let whole = format!("--{OPT_CDER}={}", s.value);
+            let mut typed: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
             for item in s.value.split(',') {
-                let (ty, n) = item.trim().split_once(':').ok_or_else(shape)?;
-                let ty = ty.trim();
+                let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+                let (ty, gres_type, n) = match parts.as_slice() {
+                    [ty, n] => (*ty, None, *n),
+                    [ty, g, n] => (*ty, Some(*g), *n),
+                    _ => return Err(shape()),
+                };
                 // The rule cderd applies too, so the controller never accepts a name the node refuses.
                 if cder_request::check_type_name(ty).is_err() {
                     return Err(shape());
                 }
                 let n = parse_count(n, &s.source, &s.value)?;
+                if let Some(g) = gres_type {
+                    cder_request::lrms::check_gres_type(g).map_err(|e| RequestError::BadGresType {
+                        origin: s.source.clone(),
+                        value: s.value.clone(),
+                        why: e.to_string(),
+                    })?;
+                    let slot = typed.entry(ty.to_string()).or_default();
+                    match slot.get(g) {
+                        Some(&old) if old != n => {
+                            return Err(RequestError::Conflict { first: whole.clone(), second: whole, cder_type: format!("{ty} {g}") });
+                        }
+                        _ => {
+                            slot.insert(g.to_string(), n);
+                        }
+                    }
+                    continue;
+                }
                 match req.counts.get(ty) {
                     Some(&old) if old != n => {
                         let first = match &req.sources[ty] {
-                            Source::Option(o) if *o == OPT_CDER => format!("--{OPT_CDER}={}", s.value),
+                            Source::Option(o) if *o == OPT_CDER => whole.clone(),
                             other => format!("{other}={old}"),
                         };
-                        return Err(RequestError::Conflict { first, second: format!("--{OPT_CDER}={}", s.value), cder_type: ty.into() });
+                        return Err(RequestError::Conflict { first, second: whole, cder_type: ty.into() });
                     }
                     _ => {
                         req.counts.insert(ty.into(), n);
                         req.sources.entry(ty.into()).or_insert_with(|| s.source.clone());
                     }
                 }
+            }
+            // A type asked for by GRES type: the sum is its count, which must
+            // agree with an untyped count of the same type.
+            for (ty, by_gres_type) in typed {
+                let total: u64 = by_gres_type.values().map(|&n| u64::from(n)).sum();
+                if total > u64::from(MAX_COUNT) {
+                    return Err(RequestError::Huge { origin: s.source.clone(), value: s.value.clone() });
+                }
+                let total = total as u32;
+                if let Some(&old) = req.counts.get(&ty) {
+                    if old != total {
+                        let first = match &req.sources[&ty] {
+                            Source::Option(o) if *o == OPT_CDER => whole.clone(),
+                            other => format!("{other}={old}"),
+                        };
+                        return Err(RequestError::Conflict { first, second: whole, cder_type: ty });
+                    }
+                }
+                req.counts.insert(ty.clone(), total);
+                req.sources.entry(ty.clone()).or_insert_with(|| s.source.clone());
+                req.gres_types.insert(ty, by_gres_type);
             }
         }
         if let Some(s) = &self.gpgpu_min_memory {
@@ -327,6 +412,36 @@ mod tests {
         assert!(e.to_string().contains("--gpgpu-per-node=2"), "{e}");
         let same = RawRequest { cder: Some(Sourced { value: "gpgpu:2".into(), source: Source::Option(OPT_CDER) }), ..opt("2") };
         assert_eq!(same.parse().unwrap().counts[GPGPU], 2);
+    }
+
+    fn cder(v: &str) -> RawRequest {
+        RawRequest { cder: Some(Sourced { value: v.into(), source: Source::Option(OPT_CDER) }), ..Default::default() }
+    }
+
+    /// `--cder=TYPE:GRESTYPE:N` names a GRES type (a MIG profile): the
+    /// counts by GRES type sum to the type's count.
+    #[test]
+    fn cder_option_names_gres_types() {
+        let req = cder("gpgpu:1g.10gb:2,gpgpu:2g.20gb:1").parse().unwrap();
+        assert_eq!(req.counts[GPGPU], 3);
+        assert_eq!(req.gres_types[GPGPU]["1g.10gb"], 2);
+        assert_eq!(req.gres_types[GPGPU]["2g.20gb"], 1);
+        assert!(cder("gpgpu:2").parse().unwrap().gres_types.is_empty());
+        // The untyped count of the same type must agree with the sum.
+        let both = RawRequest { cder: cder("gpgpu:1g.10gb:2").cder, ..opt("2") };
+        assert_eq!(both.parse().unwrap().counts[GPGPU], 2);
+        let e = RawRequest { cder: cder("gpgpu:1g.10gb:2").cder, ..opt("3") }.parse().unwrap_err();
+        assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
+        assert!(e.to_string().contains("--gpgpu-per-node=3") && e.to_string().contains("--cder=gpgpu:1g.10gb:2"), "{e}");
+        let e = cder("gpgpu:1g.10gb:1,gpgpu:1g.10gb:2").parse().unwrap_err();
+        assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
+        let e = cder("gpgpu:1g 10gb:1").parse().unwrap_err();
+        assert!(e.to_string().contains("is not a GRES type name"), "{e}");
+        for bad in ["gpgpu:1g.10gb", "gpgpu:a:b:1", "gpgpu::1", "GPU:1g.10gb:1", "gpgpu:1g.10gb:0", "gpgpu:.x:1"] {
+            assert!(cder(bad).parse().is_err(), "{bad}");
+        }
+        let e = cder("gpgpu:a:4000,gpgpu:b:4000").parse().unwrap_err();
+        assert!(matches!(e, RequestError::Huge { .. }), "{e}");
     }
 
     #[test]

@@ -106,6 +106,37 @@ pub fn target_debug_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join(profile())
 }
 
+/// Builds (once per process) the fake NVML library (`libcder_fake_nvml.so`),
+/// which a cderd with `discovery = "nvml"` loads as `nvml_library`.
+pub fn fake_nvml_library() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let path = target_debug_dir().join("libcder_fake_nvml.so");
+            if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let mut args = vec!["build", "-j", "2", "-p", "cder-fake-nvml"];
+                if profile() == "release" {
+                    args.push("--release");
+                }
+                let out = Command::new(cargo)
+                    .args(&args)
+                    .current_dir(workspace_root())
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("running cargo build: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!("cargo build of the fake NVML failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+                }
+            }
+            if !path.is_file() {
+                return Err(format!("{} is missing; run cargo build -p cder-fake-nvml", path.display()));
+            }
+            Ok(path)
+        })
+        .clone()
+}
+
 /// The cder artifacts a SLURM test loads.
 #[derive(Debug, Clone)]
 pub struct Artifacts {
@@ -182,6 +213,23 @@ pub struct SlurmConfig {
     /// cgroup.conf with `CgroupPlugin=cgroup/v1`, `ConstrainDevices=yes`
     /// (SLURM's own device enforcement); `task/none` otherwise.
     pub cgroup: bool,
+    /// The node's `Gres=` instead of `gpu:<gpus>` (e.g. MIG profiles as
+    /// typed GRES, `gpu:1g.10gb:3,gpu:2g.20gb:1`).
+    pub node_gres: Option<String>,
+    /// gres.conf instead of one `File=` per fake GPU; `{dir}` is the
+    /// cluster's temp dir.
+    pub gres_conf: Option<String>,
+    /// Fake character devices to create (paths relative to the temp dir),
+    /// numbered after the `gpus` ones from [`FAKE_GPU_NUMBERS`].
+    pub device_files: Vec<String>,
+    /// Files to write before cderd starts (path relative to the temp dir,
+    /// text with `{dir}` replaced): a fake NVML machine, a MIG capability tree.
+    pub files: Vec<(String, String)>,
+    /// cderd's `[[cder]]` sections instead of the static fake GPUs;
+    /// `{dir}` is replaced.
+    pub cder_types: Option<String>,
+    /// Extra environment for cderd (e.g. `CDER_FAKE_NVML`); `{dir}` is replaced.
+    pub cderd_env: Vec<(String, String)>,
 }
 
 impl Default for SlurmConfig {
@@ -195,6 +243,12 @@ impl Default for SlurmConfig {
             cderd: true,
             extra_slurm_conf: String::new(),
             cgroup: false,
+            node_gres: None,
+            gres_conf: None,
+            device_files: Vec::new(),
+            files: Vec::new(),
+            cder_types: None,
+            cderd_env: Vec::new(),
         }
     }
 }
@@ -255,12 +309,31 @@ impl SlurmCluster {
         for i in 0..config.gpus {
             make_fake_gpu(&d.join(format!("dev/gpu{i}")), i)?;
         }
+        let fill = |text: &str| text.replace("{dir}", &d.display().to_string());
+        for (n, rel) in config.device_files.iter().enumerate() {
+            let path = d.join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            make_fake_gpu(&path, config.gpus + n as u32)?;
+        }
+        for (rel, text) in &config.files {
+            let path = d.join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(&path, fill(text)).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         // Fresh copies: a .so rewritten in place under a running daemon crashes it.
         std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
         std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
 
         let p = |sub: &str| d.join(sub).display().to_string();
-        let gres = if config.gpus > 0 { format!(" Gres=gpu:{}", config.gpus) } else { String::new() };
+        let gres = match &config.node_gres {
+            Some(g) => format!(" Gres={g}"),
+            None if config.gpus > 0 => format!(" Gres=gpu:{}", config.gpus),
+            None => String::new(),
+        };
         let job_submit = if config.job_submit { "JobSubmitPlugins=cder\n" } else { "" };
         let (proctrack, task) =
             if config.cgroup { ("proctrack/cgroup", "task/cgroup") } else { ("proctrack/linuxproc", "task/none") };
@@ -309,7 +382,9 @@ impl SlurmCluster {
         );
         let conf = d.join("slurm.conf");
         std::fs::write(&conf, slurm_conf).map_err(|e| e.to_string())?;
-        if config.gpus > 0 {
+        if let Some(text) = &config.gres_conf {
+            std::fs::write(d.join("gres.conf"), fill(text)).map_err(|e| e.to_string())?;
+        } else if config.gpus > 0 {
             let last = config.gpus - 1;
             let range = if last == 0 { "0".to_string() } else { format!("[0-{last}]") };
             std::fs::write(d.join("gres.conf"), format!("NodeName={node} Name=gpu File={}/dev/gpu{range}\n", d.display()))
@@ -379,12 +454,12 @@ impl SlurmCluster {
 
     fn write_cder_toml(&self) -> Result<(), String> {
         let d = self.dir();
-        let mut t = format!(
-            "[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
-            self.cderd_socket().display(),
-            d.join("cder/state").display()
-        );
-        for i in 0..self.config.gpus {
+        let mut t = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n", self.cderd_socket().display(), d.join("cder/state").display());
+        match &self.config.cder_types {
+            Some(types) => t.push_str(&types.replace("{dir}", &d.display().to_string())),
+            None => t.push_str("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n"),
+        }
+        for i in (0..self.config.gpus).filter(|_| self.config.cder_types.is_none()) {
             let _ = write!(
                 t,
                 "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-00000000-0000-4000-8000-00000000000{i}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mb = 4800\npath = \"{}/dev/gpu{i}\"\n",
@@ -400,7 +475,10 @@ impl SlurmCluster {
         let bin = self.cderd_bin.clone().ok_or("no cderd binary")?;
         let _ = std::fs::remove_file(self.cderd_socket());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir().join("log/cderd.log")).map_err(|e| e.to_string())?;
+        let dir = self.dir().display().to_string();
+        let env: Vec<(String, String)> = self.config.cderd_env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", &dir))).collect();
         let child = Command::new(&bin)
+            .envs(env)
             .arg("--config")
             .arg(self.dir().join("cder/cder.toml"))
             .stdin(Stdio::null())

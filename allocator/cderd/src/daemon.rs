@@ -223,7 +223,16 @@ impl Daemon {
         Allocation {
             job: a.job.clone(),
             uid: a.uid,
-            devices: a.devices.iter().map(|d| AllocatedDevice { cder_type: d.cder_type.clone(), index: d.index, uuid: d.uuid.clone() }).collect(),
+            devices: a
+                .devices
+                .iter()
+                .map(|d| AllocatedDevice {
+                    cder_type: d.cder_type.clone(),
+                    index: d.index,
+                    uuid: d.uuid.clone(),
+                    path: Some(d.path.display().to_string()),
+                })
+                .collect(),
             env: JobEnvironment::for_devices(&self.config.cders, &devices),
         }
     }

@@ -236,6 +236,7 @@ impl DeviceRow {
             job: self.job.clone(),
             uid: self.uid,
             reason,
+            path: Some(self.path.display().to_string()),
         }
     }
 

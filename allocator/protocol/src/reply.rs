@@ -149,6 +149,10 @@ pub struct AllocatedDevice {
     pub index: u32,
     /// The device UUID.
     pub uuid: String,
+    /// The device file that grants it (see [`DeviceStatus::path`]); absent
+    /// from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// The result of `alloc` and `env`: a job's devices and its environment.
@@ -227,6 +231,11 @@ pub struct DeviceStatus {
     pub uid: Option<u32>,
     /// Why it is offline or unhealthy; `null` otherwise.
     pub reason: Option<String>,
+    /// The device file that grants it (`/dev/nvidia0`, a MIG instance's
+    /// `/dev/nvidia-caps/nvidia-capN`): how a batch system that names
+    /// devices by file (SLURM's gres.conf `File=`) finds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// Device counts of one type. `total` = free + allocated + offline + unhealthy.
@@ -397,6 +406,7 @@ mod tests {
             job: None,
             uid: None,
             reason: None,
+            path: None,
         };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["state"], "free");

@@ -46,6 +46,58 @@ pub fn slurm_gres(cder_type: &str, count: u32) -> String {
     format!("{}:{count}", gres_name(cder_type))
 }
 
+/// The longest GRES type name accepted (`Type=` in gres.conf, the middle
+/// part of `gpu:1g.10gb:2`).
+pub const MAX_GRES_TYPE_LEN: usize = 64;
+
+/// Why a GRES type name is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GresTypeError {
+    /// The name, cut to 70 characters for the message.
+    pub name: String,
+}
+
+impl std::fmt::Display for GresTypeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} is not a GRES type name (1 to {MAX_GRES_TYPE_LEN} of letters, digits, '.', '_', '-' and '+', starting with a letter or digit)",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for GresTypeError {}
+
+/// The rule for a GRES type name as a request may carry it: a model
+/// (`tesla`, `a100`) or a MIG profile as NVIDIA names it (`1g.10gb`,
+/// `1g.10gb+me`). Characters SLURM uses as separators in a GRES
+/// specification (`:`, `,`, `(`, `=`, blanks) can never be part of it.
+///
+/// ```
+/// use cder_request::lrms::check_gres_type;
+/// assert!(check_gres_type("1g.10gb").is_ok());
+/// assert!(check_gres_type("tesla_k20m").is_ok());
+/// assert!(check_gres_type("1g.10gb:2").is_err());
+/// assert!(check_gres_type("").is_err());
+/// assert!(check_gres_type(".x").is_err());
+/// ```
+pub fn check_gres_type(name: &str) -> Result<(), GresTypeError> {
+    let ok = name.len() <= MAX_GRES_TYPE_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(GresTypeError { name: name.chars().take(70).collect() })
+    }
+}
+
+/// `gpu:1g.10gb:2`: one typed item of `--gres` / `tres_per_node`.
+pub fn slurm_typed_gres(cder_type: &str, gres_type: &str, count: u32) -> String {
+    format!("{}:{gres_type}:{count}", gres_name(cder_type))
+}
+
 /// `vgpgpu:6`: the `--licenses` item for `total` backends.
 pub fn slurm_licences(total: u32) -> String {
     format!("{VGPGPU_LICENCE}:{total}")

@@ -32,6 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 
 use cder_model::{JobEnvironment, JobKey, Lrms, VendorKind};
 use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, ErrorCode};
@@ -43,6 +44,7 @@ use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
     JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
+use cder_slurm::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, GresDevice};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{self, log, Level};
 
@@ -125,6 +127,101 @@ fn list(devices: &[u32]) -> String {
     devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// This node's name as slurm.conf and gres.conf spell it (`NodeName=`),
+/// which need not be its host name.
+fn node_name(spank: Option<&Spank>) -> Option<String> {
+    std::env::var("SLURMD_NODENAME").ok().or_else(|| spank.and_then(|s| s.getenv("SLURMD_NODENAME"))).or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+        host.trim().split('.').next().map(str::to_string)
+    })
+}
+
+/// slurmd's GPU list for this node, from the gres.conf beside slurm.conf.
+fn gres_list(spank: Option<&Spank>) -> Result<Vec<GresDevice>, String> {
+    let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+    match load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU)) {
+        Ok(list) => Ok(list),
+        // slurmd lists what NVML reports, in PCI bus order, as cderd numbers
+        // whole GPUs: SLURM's indices are cderd's (MIG instances are refused
+        // in `to_cderd`).
+        Err(e) if e.autodetect => {
+            log(Level::Verbose, &format!("spank_cder: {e}; taking SLURM's GPU indices as cderd's"));
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// SLURM's GPU indices (`SLURM_JOB_GPUS`, `SLURM_STEP_GPUS`: positions in
+/// slurmd's gres.conf list) as cderd's indices, matched by device file:
+/// slurmd's order need not be cderd's (MIG profiles listed by type). A step
+/// passes its job's devices (`known`), whose files cderd's record carries;
+/// the prolog asks cderd for every device (`status`).
+fn to_cderd(gres: &[GresDevice], slurm: &[u32], known: Option<&[AllocatedDevice]>, client: &mut Client) -> Result<Vec<u32>, String> {
+    if slurm.is_empty() {
+        return Ok(Vec::new());
+    }
+    // (index, uuid, device file) of the gpgpu devices to look among.
+    let devices: Vec<(u32, String, Option<String>)> = match known {
+        Some(held) if held.iter().filter(|d| d.cder_type == GPGPU).all(|d| d.path.is_some()) => {
+            held.iter().filter(|d| d.cder_type == GPGPU).map(|d| (d.index, d.uuid.clone(), d.path.clone())).collect()
+        }
+        _ => {
+            let status = client.status().map_err(|e| e.to_string())?;
+            status.devices.into_iter().filter(|d| d.cder_type == GPGPU).map(|d| (d.index, d.uuid, d.path)).collect()
+        }
+    };
+    if gres.is_empty() {
+        // gres.conf names no device files (or AutoDetect): SLURM's indices are
+        // all there is, and they are cderd's for whole GPUs in PCI bus order.
+        // Which MIG instances they mean, no file says.
+        let mig: Vec<String> =
+            devices.iter().filter(|(i, uuid, _)| slurm.contains(i) && uuid.starts_with("MIG-")).map(|(i, _, _)| format!("{GPGPU}:{i}")).collect();
+        if !mig.is_empty() {
+            return Err(format!(
+                "gres.conf gives slurmd no device file per GPU, and cderd's {} are MIG instances, whose order slurmd and cderd need not share; declare each instance with File= (docs/slurm.md, MIG)",
+                mig.join(",")
+            ));
+        }
+        return Ok(slurm.to_vec());
+    }
+    let files: Vec<(u32, PathBuf)> = devices.into_iter().filter_map(|(i, _, p)| p.map(|p| (i, PathBuf::from(p)))).collect();
+    cderd_indices(slurm, gres, &files, GPGPU).map_err(|e| e.to_string())
+}
+
+/// The job's GPUs on this node as the controller allocated them, where the
+/// prolog's `SLURM_JOB_GPUS` cannot be trusted to hold them all: with
+/// several GRES types on the node (MIG profiles), SLURM 22.05 builds it from
+/// the job's last GRES record only. Asks slurmctld for the job's
+/// `gres_detail_str` (what `scontrol show job -d` prints as `IDX:`); keeps
+/// `from_env` when that fails or says less.
+fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env: &[u32]) -> Vec<u32> {
+    if from_env.is_empty() || !several_types(gres) {
+        return from_env.to_vec();
+    }
+    let node = node_name(None);
+    let detail = sys::load_job(job_id).and_then(|granted| {
+        let at = match (&granted.nodes, &node) {
+            (Some(nodes), Some(node)) => node_position(nodes, node).ok_or_else(|| format!("{node} is not in the job's nodes {nodes}"))?,
+            _ if granted.gres_detail.len() == 1 => 0,
+            _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
+        };
+        let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+        detail_indices(&text, cder_slurm::gres::gres_name(GPGPU)).ok_or_else(|| format!("unreadable GRES detail {text:?}"))
+    });
+    match detail {
+        Ok(all) if from_env.iter().all(|i| all.contains(i)) => all,
+        Ok(all) => {
+            log(Level::Error, &format!("spank_cder: {job}: slurmctld's GRES detail [{}] lacks {SLURM_JOB_GPUS}=[{}]; using the latter", list(&all), list(from_env)));
+            from_env.to_vec()
+        }
+        Err(e) => {
+            log(Level::Error, &format!("spank_cder: {job}: job prolog: asking slurmctld for the job's GPUs of every GRES type: {e}; using {SLURM_JOB_GPUS}=[{}] alone", list(from_env)));
+            from_env.to_vec()
+        }
+    }
+}
+
 impl CderSpank {
     fn args(&self) -> PluginArgs {
         self.args.clone().unwrap_or_default()
@@ -183,8 +280,32 @@ impl CderSpank {
                 None => return log(Level::Error, &format!("spank_cder: {job}: job prolog: {SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded")),
             },
         };
-        let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
-        alloc.devices = Some(gpus.clone());
+        // Which of cderd's devices those are: by device file, not position.
+        let mut gpus = gpus;
+        let devices = if gpus.is_empty() {
+            Vec::new()
+        } else {
+            let mapped = gres_list(None).and_then(|gres| {
+                let job_id = spank.job_id().map_err(|e| e.to_string())?;
+                let slurm = controller_gpus(&job, job_id, &gres, &gpus);
+                let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, None, &mut c))?;
+                Ok((slurm, cderd))
+            });
+            match mapped {
+                Ok((slurm, d)) => {
+                    gpus = slurm;
+                    d
+                }
+                Err(e) => {
+                    return log(
+                        Level::Error,
+                        &format!("spank_cder: {job}: job prolog: cannot tell which of cderd's devices are SLURM's GPU(s) [{}] ({SLURM_JOB_GPUS}): {e}; nothing recorded", list(&gpus)),
+                    )
+                }
+            }
+        };
+        let mut alloc = AllocRequest::new(job.clone(), uid, devices.len() as u32);
+        alloc.devices = Some(devices.clone());
         // SLURM frees a finished job's GRES when the job ends, and may start
         // the next job on them while the finished one's epilog, which
         // releases them in cderd, still runs beside this prolog: wait for
@@ -199,10 +320,17 @@ impl CderSpank {
             // A node without cderd (no socket) and a job without GPUs: nothing
             // cder manages here.
             Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
-            Ok(_) => log(Level::Info, &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: [{}]", list(&gpus))),
+            Ok(_) => log(
+                Level::Info,
+                &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: SLURM's [{}], cderd's [{}]", list(&gpus), list(&devices)),
+            ),
             Err(e) => log(
                 Level::Error,
-                &format!("spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, [{}]: {e}; SLURM and cderd disagree", list(&gpus)),
+                &format!(
+                    "spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, SLURM's [{}], cderd's [{}]: {e}; SLURM and cderd disagree",
+                    list(&gpus),
+                    list(&devices)
+                ),
             ),
         }
     }
@@ -276,13 +404,46 @@ impl CderSpank {
         for (ty, &count) in &req.counts {
             let held = alloc.devices.iter().filter(|d| &d.cder_type == ty).count() as u32;
             if count > held {
-                let source = req.sources.get(ty).map(|s| s.to_string()).unwrap_or_else(|| format!("--{OPT_CDER}"));
+                let given = match req.sources.get(ty) {
+                    Some(Source::Option(o)) if *o == OPT_CDER => {
+                        format!("--{OPT_CDER}={}", self.options.cder.as_ref().map(|c| c.value.as_str()).unwrap_or_default())
+                    }
+                    Some(other) => format!("{other}={count}"),
+                    None => format!("--{OPT_CDER}={ty}:{count}"),
+                };
                 let message = format!(
-                    "cder: {source}={count}: SLURM gave {job} {held} {ty} device(s) on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --gpgpu-per-node={count}); the step is not started"
+                    "cder: {given}: SLURM gave {job} {held} {ty} device(s) on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --gpgpu-per-node={count}); the step is not started"
                 );
                 log(Level::Error, &format!("spank_cder: {message}"));
                 self.outcome = Some(Outcome::Fail(message));
                 return Ok(());
+            }
+        }
+        // A step naming GRES types (MIG profiles) may use only its job's
+        // devices of each type; gres.conf says which type each file is.
+        if let Some(by_type) = req.gres_types.get(GPGPU) {
+            let gres = match gres_list(Some(spank)) {
+                Ok(g) => g,
+                Err(e) => {
+                    self.outcome = Some(refuse(e));
+                    return Ok(());
+                }
+            };
+            let type_of = |d: &AllocatedDevice| {
+                let path = d.path.as_deref().map(std::path::Path::new)?;
+                gres.iter().find(|g| g.files.iter().any(|f| f == path)).and_then(|g| g.gres_type.as_deref())
+            };
+            for (gres_type, &n) in by_type {
+                let held = alloc.devices.iter().filter(|d| d.cder_type == GPGPU && type_of(d) == Some(gres_type.as_str())).count() as u32;
+                if n > held && !gres.is_empty() {
+                    let value = self.options.cder.as_ref().map(|c| c.value.as_str()).unwrap_or_default();
+                    let message = format!(
+                        "cder: --{OPT_CDER}={value}: SLURM gave {job} {held} {GPGPU} device(s) of GRES type {gres_type} on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --{OPT_CDER}={GPGPU}:{gres_type}:{n}); the step is not started"
+                    );
+                    log(Level::Error, &format!("spank_cder: {message}"));
+                    self.outcome = Some(Outcome::Fail(message));
+                    return Ok(());
+                }
             }
         }
         if let Some(min) = req.gpgpu_min_memory_mb {
@@ -309,7 +470,16 @@ impl CderSpank {
                 return Ok(());
             }
         }
-        let step_list = step_gpus.as_deref().and_then(parse_index_list);
+        let step_list = match step_gpus.as_deref().and_then(parse_index_list) {
+            None => None,
+            Some(slurm) => match gres_list(Some(spank)).and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), &mut client)) {
+                Ok(cderd) => Some(cderd),
+                Err(e) => {
+                    self.outcome = Some(refuse(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm))));
+                    return Ok(());
+                }
+            },
+        };
         let step = step_devices(&alloc.devices, step_list.as_deref());
         self.plan = Some(Plan { job, alloc, step, slurm_cgroup });
         Ok(())
@@ -362,7 +532,11 @@ impl Plugin for CderSpank {
                 arginfo: Some("N"),
                 usage: "Exclusive GPGPUs per node (cder; the JDL key GPGPUPerNode)",
             },
-            SpankOption { name: OPT_CDER, arginfo: Some("TYPE:N"), usage: "Exclusive CDER devices per node, e.g. gpgpu:2 or fpga:1 (cder)" },
+            SpankOption {
+                name: OPT_CDER,
+                arginfo: Some("TYPE[:GRESTYPE]:N"),
+                usage: "Exclusive CDER devices per node, e.g. gpgpu:2, fpga:1, or a GRES type such as a MIG profile: gpgpu:1g.10gb:2 (cder)",
+            },
             SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
         ];
         all.extend(vgpgpu::options());

@@ -41,6 +41,11 @@ pub struct GrantedJob {
     pub licenses: Option<String>,
     /// The nodes allocated to the job.
     pub num_nodes: u32,
+    /// Its node list (`node[1-4]`), in the order of `gres_detail`.
+    pub nodes: Option<String>,
+    /// Per node, the GRES the controller allocated with their indices
+    /// (`gpu:1g.10gb:1(IDX:0),gpu:2g.20gb:1(IDX:3)`).
+    pub gres_detail: Vec<String>,
 }
 
 /// Asks slurmctld for job `job_id`'s record (`slurm_load_job`): the
@@ -57,7 +62,20 @@ pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
     let out = unsafe {
         let msg = &*resp;
         let records = if msg.job_array.is_null() { &[][..] } else { std::slice::from_raw_parts(msg.job_array, msg.record_count as usize) };
-        let found = records.iter().find(|r| r.job_id == job_id).map(|r| GrantedJob { licenses: read_cstr(r.licenses), num_nodes: r.num_nodes });
+        let found = records.iter().find(|r| r.job_id == job_id).map(|r| {
+            let details = if r.gres_detail_str.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(r.gres_detail_str, r.gres_detail_cnt as usize)
+            };
+            GrantedJob {
+                licenses: read_cstr(r.licenses),
+                num_nodes: r.num_nodes,
+                nodes: read_cstr(r.nodes),
+                // Each entry is null or an xstrdup'd string owned by `resp`.
+                gres_detail: details.iter().map(|&p| read_cstr(p).unwrap_or_default()).collect(),
+            }
+        });
         ffi::slurm_free_job_info_msg(resp);
         found
     };
