@@ -32,8 +32,11 @@ fn slurm_gres_counts_are_published() {
     if !require_slurm() || !require_slapd() {
         return;
     }
+    // node2's slurmd port is one nothing listens on: at the shared SlurmdPort,
+    // node1's slurmd (bound to every loopback address) would answer
+    // slurmctld's pings for 127.0.0.2 and node2 would turn IDLE.
     let two_nodes = SlurmConfig {
-        extra_slurm_conf: "NodeName=node2 NodeAddr=127.0.0.2 NodeHostname=node2 CPUs=4 RealMemory=1000 Gres=gpu:2 State=UNKNOWN".into(),
+        extra_slurm_conf: "NodeName=node2 NodeAddr=127.0.0.2 NodeHostname=node2 Port=1 CPUs=4 RealMemory=1000 Gres=gpu:2 State=UNKNOWN".into(),
         ..SlurmConfig::default()
     };
     let cluster = SlurmCluster::start(&two_nodes).unwrap_or_else(|e| panic!("{e}"));
