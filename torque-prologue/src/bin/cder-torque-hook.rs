@@ -15,7 +15,7 @@ use cder_torque::settings::TorqueSettings;
 use cder_torque::starter;
 
 // argv is pbs_mom's (the hook contract), so it is read by hand, not by clap.
-const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 cder-torque-hook — cder's pbs_mom prologue and epilogue
 
 USAGE (by pbs_mom, never by hand):
