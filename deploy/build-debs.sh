@@ -6,7 +6,7 @@
 # Copies deploy/debian/ to OUTDIR/build/cder/debian/ and runs
 # dpkg-buildpackage -b there; cargo builds the sources in place (CDER_SRC),
 # into CARGO_TARGET_DIR (default: target/), so a second run rebuilds only
-# what changed. The .deb files (and -dbgsym .ddeb) land in OUTDIR.
+# what changed. The .deb files (the -dbgsym ones too) land in OUTDIR.
 # Needs the build dependencies of deploy/debian/control (deploy/install-deps.sh).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +21,7 @@ export CDER_SRC=$src
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$src/target}
 (cd "$tree" && dpkg-buildpackage -b -us -uc --no-pre-clean)
 # dpkg-buildpackage writes the packages next to the build tree.
-for f in "$out"/build/*.deb "$out"/build/*.ddeb "$out"/build/*.buildinfo "$out"/build/*.changes; do
+for f in "$out"/build/*.deb "$out"/build/*.buildinfo "$out"/build/*.changes; do
     [ -e "$f" ] && mv -f "$f" "$out/"
 done
 ls -1 "$out"/*.deb

@@ -178,7 +178,12 @@ fn packages_build_install_run_and_purge() {
         assert!(d.is_file(), "{} was not built; the build said:\n{}", d.display(), text(&build));
     }
     // The debug info went into -dbgsym packages, not into the binaries.
-    let dbgsym: Vec<String> = std::fs::read_dir(out_dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".ddeb")).collect();
+    let dbgsym: Vec<String> = std::fs::read_dir(out_dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("-dbgsym_"))
+        .collect();
     for p in ["cder-node", "cder-slurm", "cder-torque", "cder-glue-provider", "cder-jdl", "cder-vgpgpu"] {
         assert!(dbgsym.iter().any(|n| n.starts_with(&format!("{p}-dbgsym_"))), "no {p}-dbgsym package among {dbgsym:?}");
     }
