@@ -7,6 +7,7 @@
 # dpkg-buildpackage -b there; cargo builds the sources in place (CDER_SRC),
 # into CARGO_TARGET_DIR (default: target/), so a second run rebuilds only
 # what changed. The .deb files (the -dbgsym ones too) land in OUTDIR.
+# CDER_DEB_COMPRESSION (e.g. "-Zgzip -z1") overrides dpkg-deb's compression.
 # Needs the build dependencies of deploy/debian/control (deploy/install-deps.sh).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
