@@ -63,7 +63,7 @@ fn installed(package: &str) -> bool {
 /// namespace and with it the overlay.
 struct Namespace {
     holder: Child,
-    _upper: tempfile::TempDir,
+    upper: tempfile::TempDir,
 }
 
 impl Namespace {
@@ -74,7 +74,7 @@ impl Namespace {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| format!("unshare: {e}"))?;
-        let ns = Namespace { holder, _upper: upper };
+        let ns = Namespace { holder, upper };
         let ours = std::fs::read_link("/proc/self/ns/mnt").map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::fs::read_link(format!("/proc/{}/ns/mnt", ns.holder.id())).map_err(|e| e.to_string())? == ours {
@@ -83,7 +83,7 @@ impl Namespace {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let up = ns._upper.path().display().to_string();
+        let up = ns.upper.path().display().to_string();
         let script = format!(
             "set -e; mount -t tmpfs cder-pkg {up}; mkdir {up}/upper {up}/work; \
              mount -t overlay overlay -o lowerdir={SLURM_PLUGIN_DIR},upperdir={up}/upper,workdir={up}/work {SLURM_PLUGIN_DIR}"
@@ -262,6 +262,12 @@ fn packages_build_install_run_and_purge() {
             // What pbs_mom's stat() sees through the link: root's, no one else may write.
             let m = std::fs::metadata(&p).unwrap();
             assert!(m.uid() == 0 && m.permissions().mode() & 0o022 == 0 && m.permissions().mode() & 0o100 != 0, "{name}: {:o}", m.permissions().mode());
+            // Run by the link's name, the hook knows its role: a prologue
+            // without pbs_mom's argv aborts the job (1), an epilogue never
+            // fails (0); under a name it does not know it would exit 2.
+            let run = Command::new(&p).stdin(Stdio::null()).output().unwrap();
+            let expected = if name.starts_with("prologue") { 1 } else { 0 };
+            assert_eq!(run.status.code(), Some(expected), "{name} run through its link: {}", text(&run));
         }
     }
     // The GLUE provider publishes nothing until the admin configures it.
