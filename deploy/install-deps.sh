@@ -25,6 +25,9 @@ packages=(
   # ...and end to end in tests/tests/arc_ce.rs: arcsub/arcstat/arcget over
   # the REST interface, ARC's LDAP infosys (its slapd config and bdii-update)
   nordugrid-arc-client nordugrid-arc-plugins-arcrest nordugrid-arc-infosys-ldap
+  # Debian packaging (issue 19, docs/packaging.md): deploy/build-debs.sh
+  # and tests/tests/packages.rs build, lint and install cder's packages
+  dpkg-dev debhelper fakeroot lintian man-db
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
 )

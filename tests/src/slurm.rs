@@ -146,21 +146,46 @@ pub struct Artifacts {
     pub job_submit: PathBuf,
     /// The `cderd` binary the node side talks to.
     pub cderd: PathBuf,
+    /// True when these are the packaged files (`CDER_TESTS_INSTALLED=1`):
+    /// the plugins are loaded from SLURM's own folder, not copied.
+    pub installed: bool,
+}
+
+/// Where the cder-slurm and cder-node packages put the plugins and cderd,
+/// which [`artifacts`] hands out under `CDER_TESTS_INSTALLED=1`.
+pub fn installed_artifacts() -> Artifacts {
+    Artifacts {
+        spank: Path::new(SLURM_PLUGIN_DIR).join("spank_cder.so"),
+        job_submit: Path::new(SLURM_PLUGIN_DIR).join("job_submit_cder.so"),
+        cderd: PathBuf::from("/usr/sbin/cderd"),
+        installed: true,
+    }
 }
 
 /// Builds (once per process) and finds `libspank_cder.so`,
 /// `libjob_submit_cder.so` and `cderd` in target/debug (target/release
 /// with `CDER_TESTS_PROFILE=release`). `CDER_TESTS_NO_BUILD=1` skips the
-/// build and only looks for them.
+/// build and only looks for them; `CDER_TESTS_INSTALLED=1` takes the
+/// packaged ones instead ([`installed_artifacts`], tests/tests/packages.rs).
 pub fn artifacts() -> Result<Artifacts, String> {
     static BUILT: OnceLock<Result<Artifacts, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if std::env::var_os("CDER_TESTS_INSTALLED").is_some_and(|v| v == "1") {
+                let found = installed_artifacts();
+                for p in [&found.spank, &found.job_submit, &found.cderd] {
+                    if !p.exists() {
+                        return Err(format!("{} is missing: are cder-slurm and cder-node installed?", p.display()));
+                    }
+                }
+                return Ok(found);
+            }
             let dir = target_debug_dir();
             let found = Artifacts {
                 spank: dir.join("libspank_cder.so"),
                 job_submit: dir.join("libjob_submit_cder.so"),
                 cderd: dir.join("cderd"),
+                installed: false,
             };
             // Building while `cargo test` runs is safe: cargo has released
             // the build lock by the time test binaries run.
@@ -277,6 +302,8 @@ pub struct SlurmCluster {
     slurmd: Option<Child>,
     cderd: Option<Child>,
     cderd_bin: Option<PathBuf>,
+    /// The SPANK plugin plugstack.conf names.
+    spank: PathBuf,
     /// How the cluster was set up.
     pub config: SlurmConfig,
     /// The loopback port slurmctld listens on (`SlurmctldPort`).
@@ -324,9 +351,16 @@ impl SlurmCluster {
             }
             std::fs::write(&path, fill(text)).map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        // Fresh copies: a .so rewritten in place under a running daemon crashes it.
-        std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
-        std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
+        // Fresh copies: a .so rewritten in place under a running daemon
+        // crashes it. Packaged plugins are used where SLURM finds them:
+        // job_submit_cder.so in PluginDir's first folder, SLURM's own.
+        let spank = if arts.installed {
+            arts.spank.clone()
+        } else {
+            std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
+            std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
+            d.join("plugins/spank_cder.so")
+        };
 
         let p = |sub: &str| d.join(sub).display().to_string();
         let gres = match &config.node_gres {
@@ -400,6 +434,7 @@ impl SlurmCluster {
             slurmd: None,
             cderd: None,
             cderd_bin: Some(arts.cderd.clone()),
+            spank,
             config: config.clone(),
             ctld_port,
             slurmd_port,
@@ -441,8 +476,8 @@ impl SlurmCluster {
     pub fn set_plugstack(&self, spank: bool, args: &[String]) -> Result<(), String> {
         let text = if spank {
             format!(
-                "required {}/plugins/spank_cder.so socket={} {}\n",
-                self.dir().display(),
+                "required {} socket={} {}\n",
+                self.spank.display(),
                 self.cderd_socket().display(),
                 args.join(" ")
             )

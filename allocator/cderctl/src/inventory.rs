@@ -4,7 +4,7 @@ use std::path::Path;
 
 use cder_model::{Config, Device};
 
-use crate::Failure;
+use super::Failure;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,9 +18,9 @@ pub fn run(config_path: Option<&Path>, args: &Args) -> Result<(), Failure> {
     let devices = cder_inventory::discover(&config).map_err(Failure::runtime)?;
     if args.json {
         let text = serde_json::to_string_pretty(&devices).map_err(Failure::runtime)?;
-        crate::print(&(text + "\n"))
+        super::print(&(text + "\n"))
     } else {
-        crate::print(&table(&devices))
+        super::print(&table(&devices))
     }
 }
 

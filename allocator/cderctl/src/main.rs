@@ -28,7 +28,7 @@ who holds them. It reads /etc/cder/cder.toml unless --config or CDER_CONFIG name
     after_help = "EXAMPLES:\n    cderctl inventory\n    cderctl inventory --json --config deploy/cder.example.toml\n    cderctl status\n    cderctl alloc --job local:demo-1 --uid 1000 --count 2\n\n\
 EXIT STATUS:\n    0 success, 1 runtime failure (daemon down, too few devices), 2 bad input or usage."
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// Config file [default: $CDER_CONFIG, else /etc/cder/cder.toml]
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,

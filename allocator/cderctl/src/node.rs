@@ -13,7 +13,7 @@ use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode, ReconcileRequest, Status,
 };
 
-use crate::Failure;
+use super::Failure;
 
 /// How to reach cderd; shared by every daemon subcommand.
 #[derive(clap::Args, Debug)]
@@ -48,7 +48,7 @@ fn refused(e: ClientError) -> Failure {
 
 fn json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value).map_err(Failure::runtime)?;
-    crate::print(&(text + "\n"))
+    super::print(&(text + "\n"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -100,7 +100,7 @@ fn print_allocation(allocation: &Allocation, as_json: bool) -> Result<(), Failur
     if as_json {
         json(allocation)
     } else {
-        crate::print(&allocation.env.to_lines())
+        super::print(&allocation.env.to_lines())
     }
 }
 
@@ -121,7 +121,7 @@ pub fn release(config: Option<&Path>, args: &JobArgs) -> Result<(), Failure> {
     if args.json {
         json(&released)
     } else {
-        crate::print(&format!("{}: released {} device(s)\n", released.job, released.released))
+        super::print(&format!("{}: released {} device(s)\n", released.job, released.released))
     }
 }
 
@@ -144,7 +144,7 @@ pub fn status(config: Option<&Path>, args: &StatusArgs) -> Result<(), Failure> {
     if args.json {
         json(&status)
     } else {
-        crate::print(&status_table(&status))
+        super::print(&status_table(&status))
     }
 }
 
@@ -227,7 +227,7 @@ fn print_device(d: &DeviceStatus, as_json: bool) -> Result<(), Failure> {
         return json(d);
     }
     let [t, i, state, job, _, _, _, _, reason] = device_cells(d);
-    crate::print(&format!("{t}:{i} {state}{}{}\n", if job == "-" { String::new() } else { format!(" job={job}") }, if reason == "-" { String::new() } else { format!(" reason={reason}") }))
+    super::print(&format!("{t}:{i} {state}{}{}\n", if job == "-" { String::new() } else { format!(" job={job}") }, if reason == "-" { String::new() } else { format!(" reason={reason}") }))
 }
 
 /// Where reconcile learns which jobs are alive.
@@ -368,7 +368,7 @@ fn print_reconciled(reconciled: &cder_protocol::Reconciled, as_json: bool) -> Re
             out += &format!("released {job}\n");
         }
         out += &format!("{} job(s) released\n", reconciled.released.len());
-        crate::print(&out)
+        super::print(&out)
     }
 }
 
@@ -395,7 +395,7 @@ pub fn confine(config: Option<&Path>, args: &ConfineArgs) -> Result<(), Failure>
         return if args.json {
             json(&confined)
         } else {
-            crate::print(&format!("{}: pid {} confined to {}\n", confined.job, confined.pid, confined.cgroups.join(" ")))
+            super::print(&format!("{}: pid {} confined to {}\n", confined.job, confined.pid, confined.cgroups.join(" ")))
         };
     };
     // Inside the groups the runtime numbers the job's devices from 0.
@@ -448,7 +448,7 @@ pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Fa
     if args.json {
         json(&accounting)
     } else {
-        crate::print(&accounting_table(&accounting))
+        super::print(&accounting_table(&accounting))
     }
 }
 

@@ -9,7 +9,7 @@ use cder_registry_client::api::{OfflineRequest, QueryName};
 use cder_registry_client::{Client, ClientError, ErrorCode, Status};
 use clap::{Args as ClapArgs, Subcommand};
 
-use crate::{print, Failure};
+use super::{print, Failure};
 
 /// `cderctl registry`.
 #[derive(ClapArgs)]

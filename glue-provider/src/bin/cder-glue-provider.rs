@@ -36,7 +36,7 @@ cder-glue-provider --strategy hybrid --strategy tagged-environment\n  \
 cder-glue-provider --config /etc/cder/glue-provider.toml | ldapadd -x -H ldap://localhost:2170 -D o=glue -w secret\n\n\
 Install into the BDII: deploy/bdii/install-provider.sh"
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// The provider config (default: $CDER_GLUE_CONFIG or /etc/cder/glue-provider.toml).
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,

@@ -31,7 +31,7 @@ OTHER./TARGET. and PARENT. scopes, and HTCondor's built-in functions. Ads may al
 FILE:LINE:COL: message.",
     after_long_help = EXAMPLES
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }

@@ -30,7 +30,7 @@ with the reason on stderr and a non-zero exit status.",
     after_help = "EXAMPLES:\n    eval \"$(cder-env --shell)\"          # in a job script\n    cder-env                              # KEY=VALUE lines\n    cder-env --job 17.ce.example.org      # another of your jobs\n\n\
 EXIT STATUS:\n    0  cderd answered (the job's devices, or none)\n    1  cderd could not be asked, or the job is not yours (empty lists printed)\n    2  bad usage, job id or configuration (empty lists printed)"
 )]
-struct Args {
+pub(crate) struct Args {
     /// Print `NAME='value'; export NAME; readonly NAME` lines for eval.
     #[arg(long)]
     shell: bool,

@@ -11,7 +11,7 @@ use cder_torque::settings::TorqueSettings;
 use cder_torque::starter::{command_from_argv, fallback_config, fetch};
 
 // argv is the job's command line as pbs_mom passes it, so it is read by hand, not by clap.
-const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 cder-job-starter — run a TORQUE job with its own devices visible
 
 USAGE:

@@ -15,15 +15,16 @@ use cder_torque::settings::TorqueSettings;
 use cder_torque::starter;
 
 // argv is pbs_mom's (the hook contract), so it is read by hand, not by clap.
-const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 cder-torque-hook — cder's pbs_mom prologue and epilogue
 
 USAGE (by pbs_mom, never by hand):
     mom_priv/prologue  JOBID USER GROUP JOBNAME LIMITS QUEUE ACCOUNT [...]
     mom_priv/epilogue  JOBID USER GROUP JOBNAME SESSION LIMITS USED QUEUE ACCOUNT EXITCODE [...]
 
-One binary, installed as a copy under each of these names in
-$PBS_HOME/mom_priv/ (root:root, mode 0500; the .user hooks 0505):
+One binary, installed under each of these names in $PBS_HOME/mom_priv/:
+a link to /usr/libexec/cder/cder-torque-hook (the cder-torque package), or
+a copy (install-mom-hooks.sh; root:root, mode 0500, the .user hooks 0505):
 
     prologue, prologue.parallel   allocate the job's devices from cderd
     epilogue, epilogue.parallel,  release them (idempotent)

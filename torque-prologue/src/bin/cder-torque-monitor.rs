@@ -33,7 +33,7 @@ is collected or released in that pass.",
 ENVIRONMENT:\n    CDER_QSTAT, CDER_QRLS   the qstat and qrls programs (default: from PATH)\n\n\
 EXIT STATUS:\n    2  bad command line or configuration\n    1  a pass failed (with --once)"
 )]
-struct Args {
+pub(crate) struct Args {
     /// Configuration file with [registry] [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,

@@ -23,8 +23,8 @@ use cder_torque::settings::TorqueSettings;
 /// allocates meanwhile keeps its devices. When the job directory cannot be
 /// read, nothing is released.
 #[derive(Parser)]
-#[command(version, after_help = "EXIT STATUS:\n    0 done, 1 cderd or the job directory could not be read, 2 usage or configuration\n\nEXAMPLE (/etc/cron.d/cder-torque-reconcile):\n    */10 * * * * root /usr/libexec/cder/cder-torque-reconcile")]
-struct Args {
+#[command(name = "cder-torque-reconcile", version, after_help = "EXIT STATUS:\n    0 done, 1 cderd or the job directory could not be read, 2 usage or configuration\n\nEXAMPLE (/etc/cron.d/cder-torque-reconcile):\n    */10 * * * * root /usr/libexec/cder/cder-torque-reconcile")]
+pub(crate) struct Args {
     /// TORQUE's home [default: torque.toml pbs_home, else $PBS_HOME, else /var/spool/torque].
     #[arg(long, value_name = "DIR")]
     pbs_home: Option<PathBuf>,

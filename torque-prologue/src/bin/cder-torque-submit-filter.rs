@@ -8,7 +8,7 @@ use cder_torque::filter::filter;
 use cder_torque::settings::TorqueSettings;
 
 // argv is qsub's own command line, so it is read by hand, not by clap.
-const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 cder-torque-submit-filter — translate GPGPUPerNode=N for TORQUE/MAUI
 
 USAGE (by qsub):

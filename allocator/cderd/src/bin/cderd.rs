@@ -29,7 +29,7 @@ for more or less detail.",
     after_help = "EXAMPLES:\n    cderd --config /etc/cder/cder.toml\n    CDER_CONFIG=/tmp/test.toml RUST_LOG=debug cderd\n    cderd --config /etc/cder/cder.toml --check    # validate config, discovery and state, then exit\n\n\
 EXIT STATUS:\n    2  bad command line or configuration\n    1  cannot start (discovery, state, socket) or serving failed"
 )]
-struct Args {
+pub(crate) struct Args {
     /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,

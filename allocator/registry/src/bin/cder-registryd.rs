@@ -36,7 +36,7 @@ Logs go to stderr (journald under systemd); RUST_LOG=debug for more.",
     curl -s -H \"Authorization: MUNGE $(printf 'GET /v1/status\\n' | munge)\" http://registry:8731/v1/status\n\n\
 EXIT STATUS:\n    2  bad command line or configuration\n    1  cannot start (state, address) or serving failed"
 )]
-struct Args {
+pub(crate) struct Args {
     /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,

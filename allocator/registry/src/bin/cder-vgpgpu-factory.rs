@@ -30,7 +30,7 @@ By default it repeats every [registry.factory] interval_s seconds; --once makes 
 CONFIG:\n    [registry.factory]\n    launcher = [\"docker\", \"run\", \"-d\", \"--name=vgpgpu-{uuid}\", \"--gpus=device={index}\",\n                \"-e\", \"{visible_env}=0\", \"-p\", \"{port}:8308\", \"site/rcuda-server\"]\n\n\
 EXIT STATUS:\n    2  bad command line or configuration\n    1  discovery or the registry failed (with --once), or a backend could not be started"
 )]
-struct Args {
+pub(crate) struct Args {
     /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
