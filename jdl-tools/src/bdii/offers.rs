@@ -99,8 +99,8 @@ pub fn typed_checked(value: &str) -> Result<Value, String> {
 fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> {
     // Cheap when all is well (every offer's share and EE pass here); the
     // first bad attribute by name when not, so the warning is stable.
-    let mut bad: Option<(&String, &String)> = None;
-    for (lname, vals) in &e.attrs {
+    let mut bad: Option<(&str, &String)> = None;
+    for (lname, vals) in e.iter() {
         if !lname.starts_with("glue") {
             continue;
         }
@@ -254,13 +254,12 @@ fn put_str(ad: &mut ClassAd, name: &str, v: &str) {
 
 /// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
 fn copy_glue2(ad: &mut ClassAd, e: &Entry) {
-    let mut names: Vec<&String> = e.attrs.keys().collect();
-    names.sort();
-    for lname in names {
+    let mut names: Vec<(&str, &[String])> = e.iter().collect();
+    names.sort_unstable_by_key(|(n, _)| *n);
+    for (lname, vals) in names {
         if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
             continue;
         }
-        let vals = &e.attrs[lname];
         // LDAP names are case-insensitive; ClassAd names too, so the lower-case key is fine,
         // but keep GLUE's spelling for display by taking it from the schema name when known.
         let name = glue2_spelling(lname);
@@ -867,15 +866,14 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
             put_str(&mut ad, "MyType", "Machine");
             put_str(&mut ad, "Name", ce_id);
             for e in [ce, *sc] {
-                let mut names: Vec<&String> = e.attrs.keys().collect();
-                names.sort();
-                for lname in names {
+                let mut names: Vec<(&str, &[String])> = e.iter().collect();
+                names.sort_unstable_by_key(|(n, _)| *n);
+                for (lname, vals) in names {
                     if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
                         continue;
                     }
-                    let vals = &e.attrs[lname];
                     let name = glue13_spelling(lname);
-                    if lname.as_str() == "glueceaccesscontrolbaserule" || vals.len() > 1 {
+                    if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
                         put(&mut ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
                     } else {
                         put(&mut ad, &name, typed(&vals[0]));
@@ -972,7 +970,7 @@ mod tests {
     fn site_with_hostile_share(hostile_ce_id: &str) -> Snapshot {
         let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
         let mut snap = site(&gpu);
-        snap.shares[0].attrs.entry("glue2entityotherinfo".into()).or_default().push("CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
+        snap.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
         let mut ee2 = vec![("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee2"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2")];
         ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
         snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
@@ -1034,9 +1032,9 @@ mod tests {
         // Both shares fall back to the share ID "shared-id": no endpoint proves either.
         let mut snap = site_with_hostile_share("x");
         for sh in &mut snap.shares {
-            sh.attrs.remove("glue2entityotherinfo");
-            sh.attrs.remove("glue2computingsharemappingqueue");
-            sh.attrs.insert("glue2shareid".into(), vec!["shared-id".into()]);
+            sh.remove("glue2entityotherinfo");
+            sh.remove("glue2computingsharemappingqueue");
+            sh.set("glue2shareid", vec!["shared-id".into()]);
         }
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.iter().all(|x| x.ce_id != "shared-id"), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
@@ -1135,12 +1133,12 @@ mod tests {
         assert!(o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:") && o.warnings[0].contains("GLUE2ExtensionValue"), "{:?}", o.warnings);
         // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.shares[0].attrs.insert("glue2computingsharefreeslots".into(), vec![huge.into()]);
+        snap.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.carriers[0].attrs.insert("glue2executionenvironmentmainmemorysize".into(), vec!["-1".into()]);
+        snap.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"), "{:?}", o.warnings);
@@ -1163,8 +1161,8 @@ mod tests {
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
         let mut second = snap.shares[0].clone();
         second.dn = "GLUE2ShareID=q2,o=glue".into();
-        second.attrs.insert("glue2shareid".into(), vec!["q2".into()]);
-        second.attrs.insert("glue2computingsharefreeslots".into(), vec!["99".into()]);
+        second.set("glue2shareid", vec!["q2".into()]);
+        second.set("glue2computingsharefreeslots", vec!["99".into()]);
         snap.shares.push(second);
         let count = |names: Option<&[&str]>| {
             let mut s = snap.clone();
