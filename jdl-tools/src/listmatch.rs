@@ -12,7 +12,7 @@
 //! The request is compiled once ([`CompiledRequest`]) and matched against
 //! every offer.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ast::{BinOp, ClassAd, Expr, Scope};
 use crate::bdii::offers::Offer;
@@ -312,6 +312,11 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
                 (c.to_string(), CompiledRequest::new(&ad))
             })
             .collect();
+        // Offers per CE, counted once (a grid has 10^4 offers: not once per offer).
+        let mut per_ce: HashMap<&str, usize> = HashMap::new();
+        for o in offers {
+            *per_ce.entry(o.ce_id.as_str()).or_default() += 1;
+        }
         let mut by_ce: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for o in offers.iter().filter(|o| !matched_ces.contains(o.ce_id.as_str())) {
             let reasons = by_ce.entry(o.ce_id.as_str()).or_default();
@@ -319,7 +324,7 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
                 let v = c.requirements_value(&o.ad);
                 if truth(&v) != Truth::True {
                     let line = match &o.ee_id {
-                        Some(ee) if offers.iter().filter(|x| x.ce_id == o.ce_id).count() > 1 => format!("{text} is {} (on {ee})", describe(&v)),
+                        Some(ee) if per_ce[o.ce_id.as_str()] > 1 => format!("{text} is {} (on {ee})", describe(&v)),
                         _ => format!("{text} is {}", describe(&v)),
                     };
                     if !reasons.contains(&line) {

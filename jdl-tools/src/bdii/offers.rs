@@ -244,17 +244,54 @@ fn host_port(url: &str) -> Option<String> {
     (!hp.is_empty()).then(|| hp.to_string())
 }
 
-fn put(ad: &mut ClassAd, name: &str, v: Value) {
-    ad.insert(name, Expr::Lit(v));
+/// The offer attributes a job may look up (lower-cased, interned), from
+/// [`Snapshot::names`]; None: every attribute. Matching and ranking read
+/// nothing else, so an offer is built with those alone (a grid has 10^4
+/// offers of some 40 attributes each).
+struct Keep(Option<Vec<&'static str>>);
+
+impl Keep {
+    fn of(snap: &Snapshot) -> Keep {
+        Keep(snap.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|names| names.iter().any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name)))
+    }
 }
 
-fn put_str(ad: &mut ClassAd, name: &str, v: &str) {
-    put(ad, name, Value::Str(v.into()));
+/// An offer's ClassAd under construction: only the attributes `keep` wants
+/// (and the offer's own `Requirements`) go in.
+struct Ad<'k> {
+    ad: ClassAd,
+    keep: &'k Keep,
+}
+
+impl<'k> Ad<'k> {
+    fn new(keep: &'k Keep) -> Ad<'k> {
+        Ad { ad: ClassAd::new(), keep }
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.keep.wants(name)
+    }
+
+    fn put(&mut self, name: &str, v: Value) {
+        if name == "Requirements" || self.wants(name) {
+            self.ad.insert(name, Expr::Lit(v));
+        }
+    }
+
+    fn put_str(&mut self, name: &str, v: &str) {
+        if self.wants(name) {
+            self.ad.insert(name, Expr::Lit(Value::Str(v.into())));
+        }
+    }
 }
 
 /// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
-fn copy_glue2(ad: &mut ClassAd, e: &Entry) {
-    let mut names: Vec<(&str, &[String])> = e.iter().collect();
+fn copy_glue2(ad: &mut Ad, e: &Entry) {
+    let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
     names.sort_unstable_by_key(|(n, _)| *n);
     for (lname, vals) in names {
         if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
@@ -265,8 +302,8 @@ fn copy_glue2(ad: &mut ClassAd, e: &Entry) {
         let name = glue2_spelling(lname);
         match vals.len() {
             0 => {}
-            1 => put(ad, &name, typed(&vals[0])),
-            _ => put(ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
+            1 => ad.put(&name, typed(&vals[0])),
+            _ => ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
         }
     }
 }
@@ -334,44 +371,47 @@ fn int_of(e: &Entry, name: &str) -> Option<i64> {
 }
 
 /// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.
-fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
+fn glue13_names(ad: &mut Ad, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
+    let keep = ad.keep;
     if let Some(s) = share {
-        for &(g13, g2) in SHARE_COUNTS {
+        for &(g13, g2) in SHARE_COUNTS.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(s, g2) {
-                put(ad, g13, Value::Int(v));
+                ad.put(g13, Value::Int(v));
             }
         }
         // GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-        for &(g13, g2) in SHARE_MINUTES {
+        for &(g13, g2) in SHARE_MINUTES.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(s, g2) {
-                put(ad, g13, Value::Int(v / 60));
+                ad.put(g13, Value::Int(v / 60));
             }
         }
-        if let Some(state) = s.first("GLUE2ComputingShareServingState") {
+        if let Some(state) = s.first("GLUE2ComputingShareServingState").filter(|_| ad.wants("GlueCEStateStatus")) {
             let mut c = state.chars();
             let cap = c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default();
-            put_str(ad, "GlueCEStateStatus", &cap);
+            ad.put_str("GlueCEStateStatus", &cap);
         }
         if let Some(q) = s.first("GLUE2ComputingShareMappingQueue") {
-            put_str(ad, "GlueCEName", q);
+            ad.put_str("GlueCEName", q);
         }
     }
     if let Some(e) = ee {
-        for &(g13, g2) in EE_COUNTS {
+        for &(g13, g2) in EE_COUNTS.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(e, g2) {
-                put(ad, g13, Value::Int(v));
+                ad.put(g13, Value::Int(v));
             }
         }
         for &(g13, g2) in EE_STRINGS {
             if let Some(v) = e.first(g2) {
-                put_str(ad, g13, v);
+                ad.put_str(g13, v);
             }
         }
     }
     if let Some(m) = manager {
         if let Some(p) = m.first("GLUE2ManagerProductName") {
-            put_str(ad, "GlueCEInfoLRMSType", &p.to_ascii_lowercase());
-            put_str(ad, "GLUE2ManagerProductName", p);
+            if ad.wants("GlueCEInfoLRMSType") {
+                ad.put_str("GlueCEInfoLRMSType", &p.to_ascii_lowercase());
+            }
+            ad.put_str("GLUE2ManagerProductName", p);
         }
     }
 }
@@ -452,6 +492,8 @@ struct Service<'a> {
 /// ComputingService, because real top-level BDIIs reuse IDs across sites.
 pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
     let mut out = Offers::default();
+    let keep = Keep::of(snap);
+    let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
     let managers_by_id: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
     // CDER pairs of every carrier, by lower-cased DN; unusable carriers dropped with a warning.
     let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
@@ -692,12 +734,12 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                     }
                 }
             }
-            let mut ad = ClassAd::new();
-            put_str(&mut ad, "MyType", "Machine");
-            put_str(&mut ad, "Name", &ce_id);
-            put_str(&mut ad, "GlueCEUniqueID", &ce_id);
-            if let Some(hp) = host_port(&ce_id) {
-                put_str(&mut ad, "GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
+            let mut ad = Ad::new(&keep);
+            ad.put_str("MyType", "Machine");
+            ad.put_str("Name", &ce_id);
+            ad.put_str("GlueCEUniqueID", &ce_id);
+            if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
+                ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
             }
             copy_glue2(&mut ad, share);
             if let Some(e) = ee {
@@ -706,19 +748,21 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             if let Some(ep) = endpoint {
                 for a in ["GLUE2EndpointURL", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState"] {
                     if let Some(v) = ep.first(a) {
-                        put_str(&mut ad, a, v);
+                        ad.put_str(a, v);
                     }
                 }
             }
             glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
             let mut rte: Vec<String> = Vec::new();
-            let mut add_cder = |ad: &mut ClassAd, pairs: &BTreeMap<String, Value>| {
+            let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<String, Value>| {
                 for (k, v) in pairs {
                     if VGPGPU_KEYS.contains(&k.as_str()) {
                         continue;
                     }
-                    put(ad, k, v.clone());
-                    if let Some(p) = prefixes.iter().find(|p| k.as_str() == format!("{p}Vendor")) {
+                    if ad.wants(k) {
+                        ad.put(k, v.clone());
+                    }
+                    if let Some(p) = vendor_keys.iter().position(|vk| k == vk).map(|i| &prefixes[i]) {
                         if let Value::Str(vendor) = v {
                             rte.push(format!("{vendor}{p}"));
                         }
@@ -732,22 +776,24 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                 add_cder(&mut ad, pairs);
             }
             for (k, v) in &svc.vgpgpu {
-                put(&mut ad, k, v.clone());
+                ad.put(k, v.clone());
             }
-            rte.extend(svc.apps.iter().cloned());
-            rte.dedup();
-            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
-            if let Some(vo) = vo {
-                put(&mut ad, "GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
+            if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
+                rte.extend(svc.apps.iter().cloned());
+                rte.dedup();
+                ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
             }
-            put(&mut ad, "Requirements", Value::Bool(true));
+            if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
+                ad.put("GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
+            }
+            ad.put("Requirements", Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.clone(),
                 queue: queue.map(str::to_string),
                 share_id: Some(share_id.to_string()),
                 ee_id: ee.and_then(entity_id),
                 schema: "GLUE2",
-                ad,
+                ad: ad.ad,
             });
             claims.push((key.clone(), proven, share.dn.clone()));
         }
@@ -804,6 +850,7 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
 
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
 fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
+    let keep = Keep::of(snap);
     let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
     for sc in &snap.subclusters {
@@ -862,11 +909,11 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                 out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
-            let mut ad = ClassAd::new();
-            put_str(&mut ad, "MyType", "Machine");
-            put_str(&mut ad, "Name", ce_id);
+            let mut ad = Ad::new(&keep);
+            ad.put_str("MyType", "Machine");
+            ad.put_str("Name", ce_id);
             for e in [ce, *sc] {
-                let mut names: Vec<(&str, &[String])> = e.iter().collect();
+                let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
                 names.sort_unstable_by_key(|(n, _)| *n);
                 for (lname, vals) in names {
                     if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
@@ -874,25 +921,25 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     }
                     let name = glue13_spelling(lname);
                     if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
-                        put(&mut ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
+                        ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
                     } else {
-                        put(&mut ad, &name, typed(&vals[0]));
+                        ad.put(&name, typed(&vals[0]));
                     }
                 }
             }
-            put_str(&mut ad, "GlueCEUniqueID", ce_id);
-            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
+            ad.put_str("GlueCEUniqueID", ce_id);
+            ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
             for (k, v) in pairs {
-                put(&mut ad, &k, v);
+                ad.put(&k, v);
             }
-            put(&mut ad, "Requirements", Value::Bool(true));
+            ad.put("Requirements", Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),
                 share_id: Some(ce_id.to_string()),
                 ee_id: sc.first("GlueSubClusterUniqueID").map(str::to_string),
                 schema: "GLUE1.3",
-                ad,
+                ad: ad.ad,
             });
         }
     }
