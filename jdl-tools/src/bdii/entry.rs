@@ -191,3 +191,32 @@ pub(crate) fn parent_rdn_attr(dn: &str) -> Option<String> {
 pub fn entity_id(e: &Entry) -> Option<String> {
     e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID")).map(str::to_string)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_case_insensitive_and_shared() {
+        let mut e = Entry::from_pairs("GLUE2ShareID=q,o=glue", [("objectClass", "GLUE2Share"), ("OBJECTCLASS", "GLUE2ComputingShare"), ("GLUE2ShareID", "q")]);
+        assert_eq!(e.all("objectclass"), ["GLUE2Share", "GLUE2ComputingShare"]);
+        assert!(e.is_a("glue2computingshare"));
+        assert_eq!(e.first("glue2shareid"), Some("q"));
+        assert_eq!(e.names().collect::<Vec<_>>(), ["objectclass", "glue2shareid"]);
+        assert!(std::ptr::eq(intern("GLUE2ShareID"), e.names().nth(1).unwrap()));
+        e.set("GLUE2ShareID", vec!["r".into()]);
+        assert_eq!(e.first("GLUE2ShareID"), Some("r"));
+        assert_eq!(e.remove("glue2shareid"), Some(vec!["r".to_string()]));
+        assert!(e.all("GLUE2ShareID").is_empty());
+        assert_eq!(e.first("GLUE2ShareI"), None);
+    }
+
+    #[test]
+    fn equal_entries_whatever_the_attribute_order() {
+        let a = Entry::from_pairs("x=1", [("a", "1"), ("b", "2")]);
+        let b = Entry::from_pairs("x=1", [("B", "2"), ("A", "1")]);
+        assert_eq!(a, b);
+        assert_ne!(a, Entry::from_pairs("x=1", [("a", "1"), ("b", "3")]));
+        assert_ne!(a, Entry::from_pairs("x=1", [("a", "1")]));
+    }
+}

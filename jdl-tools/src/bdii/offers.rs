@@ -1226,6 +1226,23 @@ mod tests {
     }
 
     #[test]
+    fn offers_carry_only_what_the_job_may_look_up_and_match_alike() {
+        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
+        let full = build_offers(&snap, &prefixes(), None).offers;
+        snap.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
+        let slim = build_offers(&snap, &prefixes(), None).offers;
+        assert_eq!(full.len(), 1);
+        assert_eq!(slim.len(), 1);
+        assert!(full[0].ad.len() > 10, "{}", full[0].ad);
+        let names: Vec<&str> = slim[0].ad.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["GlueCEStateFreeCPUs", "GPGPUMainMemorySize", "Requirements"]);
+        for n in ["GPGPUMainMemorySize", "GlueCEStateFreeCPUs", "Requirements"] {
+            assert_eq!(slim[0].ad.eval_attr(n).to_string(), full[0].ad.eval_attr(n).to_string(), "{n}");
+        }
+        assert_eq!((&slim[0].ce_id, &slim[0].share_id, &slim[0].ee_id), (&full[0].ce_id, &full[0].share_id, &full[0].ee_id));
+    }
+
+    #[test]
     fn values_are_typed() {
         assert!(matches!(typed("42"), Value::Int(42)));
         assert!(matches!(typed("2.1"), Value::Real(r) if r == 2.1));

@@ -827,6 +827,30 @@ mod tests {
     }
 
     #[test]
+    fn entries_decode_from_the_ber_with_shared_names() {
+        use ldap3::asn1::{StructureTag, TagClass, PL};
+        let prim = |b: &[u8]| StructureTag { class: TagClass::Universal, id: 4, payload: PL::P(b.to_vec()) };
+        let cons = |id: u64, v: Vec<StructureTag>| StructureTag { class: TagClass::Universal, id, payload: PL::C(v) };
+        let attr = |name: &[u8], vals: &[&[u8]]| cons(16, vec![prim(name), cons(17, vals.iter().map(|v| prim(v)).collect())]);
+        let entry = |attrs: Vec<StructureTag>| StructureTag { class: TagClass::Application, id: 4, payload: PL::C(vec![prim(b"GLUE2ShareID=q,o=glue"), cons(16, attrs)]) };
+        let mut names = NameCache::default();
+        let e = decode_entry(
+            entry(vec![attr(b"objectClass", &[b"GLUE2Share", b"GLUE2ComputingShare"]), attr(b"GLUE2EntityOtherInfo", &[b"A=1", b"\xff\xfe"]), attr(b"GLUE2ShareID", &[b"q"])]),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(e.dn, "GLUE2ShareID=q,o=glue");
+        assert!(e.is_a("GLUE2ComputingShare"));
+        // As ldap3's SearchEntry: an attribute with a value that is not UTF-8 is left out.
+        assert_eq!(e.names().collect::<Vec<_>>(), ["objectclass", "glue2shareid"]);
+        let again = decode_entry(entry(vec![attr(b"objectClass", &[b"GLUE2Share"]), attr(b"GLUE2ShareID", &[b"r"])]), &mut names).unwrap();
+        assert!(std::ptr::eq(e.names().next().unwrap(), again.names().next().unwrap()));
+        assert_eq!(again.first("glue2shareid"), Some("r"));
+        // Not a SearchResultEntry: skipped.
+        assert!(decode_entry(prim(b"x"), &mut names).is_none());
+    }
+
+    #[test]
     fn parent_rdn_of_an_extension() {
         assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=K,GLUE2ShareID=s,GLUE2ServiceID=x,o=glue").as_deref(), Some("GLUE2ShareID"));
         assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=a\\,b,GLUE2ResourceID=e,o=glue").as_deref(), Some("GLUE2ResourceID"));
