@@ -436,7 +436,7 @@ impl Bdii {
             LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
             e => map_err(&opts.url, opts.connect_timeout, "connecting", e),
         })?;
-        // The connection's reader runs whenever this runtime does (inside block_on).
+        // The connection's reader runs on the runtime's workers.
         rt.spawn(async move {
             if let Err(e) = conn.drive().await {
                 tracing::debug!("LDAP connection ended: {e}");
@@ -459,9 +459,9 @@ impl Bdii {
         self.join_all(handles)
     }
 
-    /// Starts searches; they progress whenever this connection's runtime
-    /// runs (any later [`Bdii::search_all`] or [`Bdii::join_all`]), so a slow
-    /// scan overlaps the work that does not depend on it.
+    /// Starts searches; they progress on the runtime's workers while the
+    /// caller goes on, so a slow scan overlaps the work that does not depend
+    /// on it.
     ///
     /// slapd keeps one paged-results state per connection (a second paged
     /// search interleaved on it invalidates the first one's cookie), so each
