@@ -206,6 +206,10 @@ fn target_names(e: &Expr, job: &ClassAd, out: &mut BTreeSet<String>, visiting: &
         },
         Expr::Select(b, _, _) => target_names(b, job, out, visiting),
         Expr::Index(b) => {
+            // `other["GPGPUVendor"]` looks the name up as `other.GPGPUVendor` does.
+            if let Expr::Lit(Value::Str(name)) = &b.1 {
+                out.insert(name.to_string());
+            }
             target_names(&b.0, job, out, visiting);
             target_names(&b.1, job, out, visiting);
         }
@@ -389,6 +393,14 @@ mod tests {
         let w = r.wanted(&["GPGPU".to_string()], Some("gputestvo"));
         assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
         assert_eq!(w.vo.as_deref(), Some("gputestvo"));
+    }
+
+    #[test]
+    fn subscripted_names_are_wanted_too() {
+        let r = Request::new(&job("[ Requirements = other[\"GPGPUVendor\"] == \"Nvidia\"; Rank = other.GPGPUMainMemorySize ]"), None).unwrap();
+        let w = r.wanted(&["GPGPU".to_string()], None);
+        assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+        assert!(w.names.unwrap().contains("GPGPUVendor"));
     }
 
     #[test]
