@@ -14,7 +14,7 @@
 //! count that is not a number) makes the carrier unusable: it is skipped
 //! with a warning, never trusted and never fatal.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::ast::{ClassAd, Expr};
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
@@ -588,6 +588,9 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     }
 
     let mut services: BTreeMap<String, Service> = BTreeMap::new();
+    // The CDER pairs of each offered EE, by the entry itself: an EE is one
+    // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
+    let mut ee_pairs: HashMap<*const Entry, &BTreeMap<String, Value>> = HashMap::new();
     for m in &snap.managers {
         if let Some(key) = service_key(m, &managers_by_id) {
             services.entry(key).or_default().managers.push(m);
@@ -611,6 +614,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let svc = services.entry(key).or_default();
         if c.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
             svc.ees.push(c);
+            ee_pairs.insert(std::ptr::from_ref(c), pairs);
         }
         if c.is_a("GLUE2ApplicationEnvironment") {
             let id = id_of(c).unwrap_or_default();
@@ -660,7 +664,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             (ee_only || !l.starts_with("glue2")) && !from_share
         })
     });
-    let mut built: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut built: HashSet<(String, *const Entry)> = HashSet::new();
     // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
     let mut claims: Vec<(String, bool, String)> = Vec::new();
     for share in shares {
@@ -729,7 +733,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         for ee in targets {
             if share_blind && share_cder.is_none() {
                 if let Some(e) = ee {
-                    if !built.insert((ce_id.clone(), e.dn.to_ascii_lowercase())) {
+                    if !built.insert((ce_id.clone(), std::ptr::from_ref(e))) {
                         continue;
                     }
                 }
@@ -769,7 +773,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                     }
                 }
             };
-            if let Some(pairs) = ee.and_then(|e| cder.get(&e.dn.to_ascii_lowercase())) {
+            if let Some(pairs) = ee.and_then(|e| ee_pairs.get(&std::ptr::from_ref(e))) {
                 add_cder(&mut ad, pairs);
             }
             if let Some(pairs) = share_cder {
