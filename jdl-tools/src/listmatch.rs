@@ -12,7 +12,7 @@
 //! The request is compiled once ([`CompiledRequest`]) and matched against
 //! every offer.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ast::{BinOp, ClassAd, Expr, Scope};
 use crate::bdii::offers::Offer;
@@ -206,6 +206,10 @@ fn target_names(e: &Expr, job: &ClassAd, out: &mut BTreeSet<String>, visiting: &
         },
         Expr::Select(b, _, _) => target_names(b, job, out, visiting),
         Expr::Index(b) => {
+            // `other["GPGPUVendor"]` looks the name up as `other.GPGPUVendor` does.
+            if let Expr::Lit(Value::Str(name)) = &b.1 {
+                out.insert(name.to_string());
+            }
             target_names(&b.0, job, out, visiting);
             target_names(&b.1, job, out, visiting);
         }
@@ -312,6 +316,11 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
                 (c.to_string(), CompiledRequest::new(&ad))
             })
             .collect();
+        // Offers per CE, counted once (a grid has 10^4 offers: not once per offer).
+        let mut per_ce: HashMap<&str, usize> = HashMap::new();
+        for o in offers {
+            *per_ce.entry(o.ce_id.as_str()).or_default() += 1;
+        }
         let mut by_ce: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for o in offers.iter().filter(|o| !matched_ces.contains(o.ce_id.as_str())) {
             let reasons = by_ce.entry(o.ce_id.as_str()).or_default();
@@ -319,7 +328,7 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
                 let v = c.requirements_value(&o.ad);
                 if truth(&v) != Truth::True {
                     let line = match &o.ee_id {
-                        Some(ee) if offers.iter().filter(|x| x.ce_id == o.ce_id).count() > 1 => format!("{text} is {} (on {ee})", describe(&v)),
+                        Some(ee) if per_ce[o.ce_id.as_str()] > 1 => format!("{text} is {} (on {ee})", describe(&v)),
                         _ => format!("{text} is {}", describe(&v)),
                     };
                     if !reasons.contains(&line) {
@@ -384,6 +393,14 @@ mod tests {
         let w = r.wanted(&["GPGPU".to_string()], Some("gputestvo"));
         assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
         assert_eq!(w.vo.as_deref(), Some("gputestvo"));
+    }
+
+    #[test]
+    fn subscripted_names_are_wanted_too() {
+        let r = Request::new(&job("[ Requirements = other[\"GPGPUVendor\"] == \"Nvidia\"; Rank = other.GPGPUMainMemorySize ]"), None).unwrap();
+        let w = r.wanted(&["GPGPU".to_string()], None);
+        assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+        assert!(w.names.unwrap().contains("GPGPUVendor"));
     }
 
     #[test]

@@ -2,40 +2,75 @@
 //! (which service an entry belongs to, its parent). Both the retrieval
 //! ([`crate::bdii::query`]) and the entity readers build on it.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::{OnceLock, RwLock};
 
-/// One LDAP entry: its DN and its values by lower-cased attribute name.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One LDAP entry: its DN and its values by attribute name.
+///
+/// Compact: a grid's snapshot holds 10^4–10^5 of these, so the names are
+/// interned (lower-cased, shared by every entry) and the values are the
+/// buffers the server's answer was decoded into.
+#[derive(Clone, Debug, Default)]
 pub struct Entry {
     /// Distinguished name.
     pub dn: String,
-    /// Values by lower-cased attribute name, in the order the server sent them.
-    pub attrs: HashMap<String, Vec<String>>,
+    /// `(lower-cased interned name, values in the order the server sent them)`.
+    attrs: Vec<(&'static str, Vec<String>)>,
+}
+
+/// The one shared, lower-cased copy of an attribute name (the schema's few
+/// hundred names; never freed).
+pub fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<RwLock<HashSet<&'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    let lower = name.to_ascii_lowercase();
+    if let Some(n) = names.read().unwrap_or_else(|e| e.into_inner()).get(lower.as_str()) {
+        return n;
+    }
+    let mut w = names.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = w.get(lower.as_str()) {
+        return n;
+    }
+    let n: &'static str = Box::leak(lower.into_boxed_str());
+    w.insert(n);
+    n
+}
+
+impl PartialEq for Entry {
+    /// Same DN and the same values per attribute, whatever order the attributes came in.
+    fn eq(&self, other: &Entry) -> bool {
+        self.dn == other.dn && self.attrs.len() == other.attrs.len() && self.attrs.iter().all(|(n, v)| other.get(n) == Some(v))
+    }
 }
 
 impl Entry {
+    /// An entry without attributes.
+    pub fn new(dn: impl Into<String>) -> Entry {
+        Entry { dn: dn.into(), attrs: Vec::new() }
+    }
+
     /// An entry from `(name, value)` pairs (for tests and LDIF input).
     pub fn from_pairs<'a>(dn: &str, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Entry {
-        let mut e = Entry { dn: dn.to_string(), attrs: HashMap::new() };
+        let mut e = Entry::new(dn);
         for (k, v) in pairs {
-            e.attrs.entry(k.to_ascii_lowercase()).or_default().push(v.to_string());
+            e.push(k, v.to_string());
         }
         e
     }
 
+    fn get(&self, name: &str) -> Option<&Vec<String>> {
+        // Interned names are lower-case: compare bytes folded on one side only.
+        let b = name.as_bytes();
+        self.attrs.iter().find(|(n, _)| n.len() == b.len() && n.bytes().zip(b).all(|(x, y)| x == y.to_ascii_lowercase())).map(|(_, v)| v)
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.attrs.iter().position(|(n, _)| n.eq_ignore_ascii_case(name))
+    }
+
     /// Every value of an attribute (case-insensitive name).
     pub fn all(&self, name: &str) -> &[String] {
-        // Lower-case on the stack: offers of a whole grid make millions of these lookups.
-        let mut buf = [0u8; 96];
-        let found = if name.len() <= buf.len() {
-            for (d, b) in buf.iter_mut().zip(name.bytes()) {
-                *d = b.to_ascii_lowercase();
-            }
-            std::str::from_utf8(&buf[..name.len()]).ok().and_then(|k| self.attrs.get(k))
-        } else {
-            self.attrs.get(&name.to_ascii_lowercase())
-        };
-        found.map(Vec::as_slice).unwrap_or(&[])
+        self.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The first value of an attribute.
@@ -46,6 +81,55 @@ impl Entry {
     /// True when the entry has this objectClass (case-insensitive).
     pub fn is_a(&self, class: &str) -> bool {
         self.all("objectClass").iter().any(|c| c.eq_ignore_ascii_case(class))
+    }
+
+    /// The attributes: lower-cased names and their values, in the order received.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &[String])> + '_ {
+        self.attrs.iter().map(|(n, v)| (*n, v.as_slice()))
+    }
+
+    /// The lower-cased attribute names, in the order received.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.attrs.iter().map(|(n, _)| *n)
+    }
+
+    /// Adds a value to an attribute (created when absent).
+    pub fn push(&mut self, name: &str, value: String) {
+        self.extend(name, std::iter::once(value));
+    }
+
+    /// Adds values to an attribute (created, possibly empty, when absent).
+    pub fn extend(&mut self, name: &str, values: impl IntoIterator<Item = String>) {
+        match self.position(name) {
+            Some(i) => self.attrs[i].1.extend(values),
+            None => self.attrs.push((intern(name), values.into_iter().collect())),
+        }
+    }
+
+    /// Adds the values of an attribute whose name is already interned.
+    pub(crate) fn extend_interned(&mut self, name: &'static str, values: Vec<String>) {
+        match self.attrs.iter().position(|(n, _)| std::ptr::eq(*n, name)) {
+            Some(i) => self.attrs[i].1.extend(values),
+            None => self.attrs.push((name, values)),
+        }
+    }
+
+    /// Replaces an attribute's values.
+    pub fn set(&mut self, name: &str, values: Vec<String>) {
+        match self.position(name) {
+            Some(i) => self.attrs[i].1 = values,
+            None => self.attrs.push((intern(name), values)),
+        }
+    }
+
+    /// Removes an attribute; its values, if it had any.
+    pub fn remove(&mut self, name: &str) -> Option<Vec<String>> {
+        self.position(name).map(|i| self.attrs.remove(i).1)
+    }
+
+    /// Room for `n` attributes.
+    pub(crate) fn with_capacity(dn: String, n: usize) -> Entry {
+        Entry { dn, attrs: Vec::with_capacity(n) }
     }
 }
 
@@ -106,4 +190,33 @@ pub(crate) fn parent_rdn_attr(dn: &str) -> Option<String> {
 /// The ID of a GLUE 2.0 carrier entity.
 pub fn entity_id(e: &Entry) -> Option<String> {
     e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID")).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_case_insensitive_and_shared() {
+        let mut e = Entry::from_pairs("GLUE2ShareID=q,o=glue", [("objectClass", "GLUE2Share"), ("OBJECTCLASS", "GLUE2ComputingShare"), ("GLUE2ShareID", "q")]);
+        assert_eq!(e.all("objectclass"), ["GLUE2Share", "GLUE2ComputingShare"]);
+        assert!(e.is_a("glue2computingshare"));
+        assert_eq!(e.first("glue2shareid"), Some("q"));
+        assert_eq!(e.names().collect::<Vec<_>>(), ["objectclass", "glue2shareid"]);
+        assert!(std::ptr::eq(intern("GLUE2ShareID"), e.names().nth(1).unwrap()));
+        e.set("GLUE2ShareID", vec!["r".into()]);
+        assert_eq!(e.first("GLUE2ShareID"), Some("r"));
+        assert_eq!(e.remove("glue2shareid"), Some(vec!["r".to_string()]));
+        assert!(e.all("GLUE2ShareID").is_empty());
+        assert_eq!(e.first("GLUE2ShareI"), None);
+    }
+
+    #[test]
+    fn equal_entries_whatever_the_attribute_order() {
+        let a = Entry::from_pairs("x=1", [("a", "1"), ("b", "2")]);
+        let b = Entry::from_pairs("x=1", [("B", "2"), ("A", "1")]);
+        assert_eq!(a, b);
+        assert_ne!(a, Entry::from_pairs("x=1", [("a", "1"), ("b", "3")]));
+        assert_ne!(a, Entry::from_pairs("x=1", [("a", "1")]));
+    }
 }

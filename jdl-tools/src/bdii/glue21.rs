@@ -345,7 +345,7 @@ mod tests {
                 entries.extend([share_info(S2, "q1_GPU", "GPU", "q1", "64"), share_info(S2, "q1_FPGA", "FPGA", "q1", "8"), gpu_environment(S2, "ee1")]);
             }
             let mut ee = Entry::from_pairs(&format!("GLUE2ResourceID=ee1,{S1}"), [("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee1")]);
-            ee.attrs.insert("glue2executionenvironmentcomputingmanagerforeignkey".into(), vec!["m".into()]);
+            ee.set("glue2executionenvironmentcomputingmanagerforeignkey", vec!["m".into()]);
             Snapshot {
                 carriers: vec![ee, share(S1, "q1", "ce1.example.org"), share(S2, "q2", "evil.example.net")],
                 extensions: as_extensions(entries),

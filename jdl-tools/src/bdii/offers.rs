@@ -14,7 +14,7 @@
 //! count that is not a number) makes the carrier unusable: it is skipped
 //! with a warning, never trusted and never fatal.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::ast::{ClassAd, Expr};
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
@@ -99,8 +99,8 @@ pub fn typed_checked(value: &str) -> Result<Value, String> {
 fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> {
     // Cheap when all is well (every offer's share and EE pass here); the
     // first bad attribute by name when not, so the warning is stable.
-    let mut bad: Option<(&String, &String)> = None;
-    for (lname, vals) in &e.attrs {
+    let mut bad: Option<(&str, &String)> = None;
+    for (lname, vals) in e.iter() {
         if !lname.starts_with("glue") {
             continue;
         }
@@ -244,30 +244,66 @@ fn host_port(url: &str) -> Option<String> {
     (!hp.is_empty()).then(|| hp.to_string())
 }
 
-fn put(ad: &mut ClassAd, name: &str, v: Value) {
-    ad.insert(name, Expr::Lit(v));
+/// The offer attributes a job may look up (lower-cased, interned), from
+/// [`Snapshot::names`]; None: every attribute. Matching and ranking read
+/// nothing else, so an offer is built with those alone (a grid has 10^4
+/// offers of some 40 attributes each).
+struct Keep(Option<Vec<&'static str>>);
+
+impl Keep {
+    fn of(snap: &Snapshot) -> Keep {
+        Keep(snap.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|names| names.iter().any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name)))
+    }
 }
 
-fn put_str(ad: &mut ClassAd, name: &str, v: &str) {
-    put(ad, name, Value::Str(v.into()));
+/// An offer's ClassAd under construction: only the attributes `keep` wants
+/// (and the offer's own `Requirements`) go in.
+struct Ad<'k> {
+    ad: ClassAd,
+    keep: &'k Keep,
+}
+
+impl<'k> Ad<'k> {
+    fn new(keep: &'k Keep) -> Ad<'k> {
+        Ad { ad: ClassAd::new(), keep }
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.keep.wants(name)
+    }
+
+    fn put(&mut self, name: &str, v: Value) {
+        if name == "Requirements" || self.wants(name) {
+            self.ad.insert(name, Expr::Lit(v));
+        }
+    }
+
+    fn put_str(&mut self, name: &str, v: &str) {
+        if self.wants(name) {
+            self.ad.insert(name, Expr::Lit(Value::Str(v.into())));
+        }
+    }
 }
 
 /// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
-fn copy_glue2(ad: &mut ClassAd, e: &Entry) {
-    let mut names: Vec<&String> = e.attrs.keys().collect();
-    names.sort();
-    for lname in names {
+fn copy_glue2(ad: &mut Ad, e: &Entry) {
+    let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+    names.sort_unstable_by_key(|(n, _)| *n);
+    for (lname, vals) in names {
         if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
             continue;
         }
-        let vals = &e.attrs[lname];
         // LDAP names are case-insensitive; ClassAd names too, so the lower-case key is fine,
         // but keep GLUE's spelling for display by taking it from the schema name when known.
         let name = glue2_spelling(lname);
         match vals.len() {
             0 => {}
-            1 => put(ad, &name, typed(&vals[0])),
-            _ => put(ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
+            1 => ad.put(&name, typed(&vals[0])),
+            _ => ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
         }
     }
 }
@@ -335,44 +371,47 @@ fn int_of(e: &Entry, name: &str) -> Option<i64> {
 }
 
 /// GLUE 1.3 names from a GLUE 2.0 share, EE and manager.
-fn glue13_names(ad: &mut ClassAd, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
+fn glue13_names(ad: &mut Ad, share: Option<&Entry>, ee: Option<&Entry>, manager: Option<&Entry>) {
+    let keep = ad.keep;
     if let Some(s) = share {
-        for &(g13, g2) in SHARE_COUNTS {
+        for &(g13, g2) in SHARE_COUNTS.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(s, g2) {
-                put(ad, g13, Value::Int(v));
+                ad.put(g13, Value::Int(v));
             }
         }
         // GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-        for &(g13, g2) in SHARE_MINUTES {
+        for &(g13, g2) in SHARE_MINUTES.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(s, g2) {
-                put(ad, g13, Value::Int(v / 60));
+                ad.put(g13, Value::Int(v / 60));
             }
         }
-        if let Some(state) = s.first("GLUE2ComputingShareServingState") {
+        if let Some(state) = s.first("GLUE2ComputingShareServingState").filter(|_| ad.wants("GlueCEStateStatus")) {
             let mut c = state.chars();
             let cap = c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default();
-            put_str(ad, "GlueCEStateStatus", &cap);
+            ad.put_str("GlueCEStateStatus", &cap);
         }
         if let Some(q) = s.first("GLUE2ComputingShareMappingQueue") {
-            put_str(ad, "GlueCEName", q);
+            ad.put_str("GlueCEName", q);
         }
     }
     if let Some(e) = ee {
-        for &(g13, g2) in EE_COUNTS {
+        for &(g13, g2) in EE_COUNTS.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = int_of(e, g2) {
-                put(ad, g13, Value::Int(v));
+                ad.put(g13, Value::Int(v));
             }
         }
         for &(g13, g2) in EE_STRINGS {
             if let Some(v) = e.first(g2) {
-                put_str(ad, g13, v);
+                ad.put_str(g13, v);
             }
         }
     }
     if let Some(m) = manager {
         if let Some(p) = m.first("GLUE2ManagerProductName") {
-            put_str(ad, "GlueCEInfoLRMSType", &p.to_ascii_lowercase());
-            put_str(ad, "GLUE2ManagerProductName", p);
+            if ad.wants("GlueCEInfoLRMSType") {
+                ad.put_str("GlueCEInfoLRMSType", &p.to_ascii_lowercase());
+            }
+            ad.put_str("GLUE2ManagerProductName", p);
         }
     }
 }
@@ -453,6 +492,8 @@ struct Service<'a> {
 /// ComputingService, because real top-level BDIIs reuse IDs across sites.
 pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
     let mut out = Offers::default();
+    let keep = Keep::of(snap);
+    let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
     let managers_by_id: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
     // CDER pairs of every carrier, by lower-cased DN; unusable carriers dropped with a warning.
     let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
@@ -547,6 +588,9 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     }
 
     let mut services: BTreeMap<String, Service> = BTreeMap::new();
+    // The CDER pairs of each offered EE, by the entry itself: an EE is one
+    // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
+    let mut ee_pairs: HashMap<*const Entry, &BTreeMap<String, Value>> = HashMap::new();
     for m in &snap.managers {
         if let Some(key) = service_key(m, &managers_by_id) {
             services.entry(key).or_default().managers.push(m);
@@ -570,6 +614,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let svc = services.entry(key).or_default();
         if c.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
             svc.ees.push(c);
+            ee_pairs.insert(std::ptr::from_ref(c), pairs);
         }
         if c.is_a("GLUE2ApplicationEnvironment") {
             let id = id_of(c).unwrap_or_default();
@@ -619,7 +664,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             (ee_only || !l.starts_with("glue2")) && !from_share
         })
     });
-    let mut built: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut built: HashSet<(String, *const Entry)> = HashSet::new();
     // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
     let mut claims: Vec<(String, bool, String)> = Vec::new();
     for share in shares {
@@ -688,17 +733,17 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         for ee in targets {
             if share_blind && share_cder.is_none() {
                 if let Some(e) = ee {
-                    if !built.insert((ce_id.clone(), e.dn.to_ascii_lowercase())) {
+                    if !built.insert((ce_id.clone(), std::ptr::from_ref(e))) {
                         continue;
                     }
                 }
             }
-            let mut ad = ClassAd::new();
-            put_str(&mut ad, "MyType", "Machine");
-            put_str(&mut ad, "Name", &ce_id);
-            put_str(&mut ad, "GlueCEUniqueID", &ce_id);
-            if let Some(hp) = host_port(&ce_id) {
-                put_str(&mut ad, "GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
+            let mut ad = Ad::new(&keep);
+            ad.put_str("MyType", "Machine");
+            ad.put_str("Name", &ce_id);
+            ad.put_str("GlueCEUniqueID", &ce_id);
+            if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
+                ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
             }
             copy_glue2(&mut ad, share);
             if let Some(e) = ee {
@@ -707,48 +752,52 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             if let Some(ep) = endpoint {
                 for a in ["GLUE2EndpointURL", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState"] {
                     if let Some(v) = ep.first(a) {
-                        put_str(&mut ad, a, v);
+                        ad.put_str(a, v);
                     }
                 }
             }
             glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
             let mut rte: Vec<String> = Vec::new();
-            let mut add_cder = |ad: &mut ClassAd, pairs: &BTreeMap<String, Value>| {
+            let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<String, Value>| {
                 for (k, v) in pairs {
                     if VGPGPU_KEYS.contains(&k.as_str()) {
                         continue;
                     }
-                    put(ad, k, v.clone());
-                    if let Some(p) = prefixes.iter().find(|p| k.as_str() == format!("{p}Vendor")) {
+                    if ad.wants(k) {
+                        ad.put(k, v.clone());
+                    }
+                    if let Some(p) = vendor_keys.iter().position(|vk| k == vk).map(|i| &prefixes[i]) {
                         if let Value::Str(vendor) = v {
                             rte.push(format!("{vendor}{p}"));
                         }
                     }
                 }
             };
-            if let Some(pairs) = ee.and_then(|e| cder.get(&e.dn.to_ascii_lowercase())) {
+            if let Some(pairs) = ee.and_then(|e| ee_pairs.get(&std::ptr::from_ref(e))) {
                 add_cder(&mut ad, pairs);
             }
             if let Some(pairs) = share_cder {
                 add_cder(&mut ad, pairs);
             }
             for (k, v) in &svc.vgpgpu {
-                put(&mut ad, k, v.clone());
+                ad.put(k, v.clone());
             }
-            rte.extend(svc.apps.iter().cloned());
-            rte.dedup();
-            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
-            if let Some(vo) = vo {
-                put(&mut ad, "GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
+            if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
+                rte.extend(svc.apps.iter().cloned());
+                rte.dedup();
+                ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
             }
-            put(&mut ad, "Requirements", Value::Bool(true));
+            if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
+                ad.put("GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
+            }
+            ad.put("Requirements", Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.clone(),
                 queue: queue.map(str::to_string),
                 share_id: Some(share_id.to_string()),
                 ee_id: ee.and_then(entity_id),
                 schema: "GLUE2",
-                ad,
+                ad: ad.ad,
             });
             claims.push((key.clone(), proven, share.dn.clone()));
         }
@@ -805,6 +854,7 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
 
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
 fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
+    let keep = Keep::of(snap);
     let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
     for sc in &snap.subclusters {
@@ -863,38 +913,37 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                 out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
-            let mut ad = ClassAd::new();
-            put_str(&mut ad, "MyType", "Machine");
-            put_str(&mut ad, "Name", ce_id);
+            let mut ad = Ad::new(&keep);
+            ad.put_str("MyType", "Machine");
+            ad.put_str("Name", ce_id);
             for e in [ce, *sc] {
-                let mut names: Vec<&String> = e.attrs.keys().collect();
-                names.sort();
-                for lname in names {
+                let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+                names.sort_unstable_by_key(|(n, _)| *n);
+                for (lname, vals) in names {
                     if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
                         continue;
                     }
-                    let vals = &e.attrs[lname];
                     let name = glue13_spelling(lname);
-                    if lname.as_str() == "glueceaccesscontrolbaserule" || vals.len() > 1 {
-                        put(&mut ad, &name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
+                    if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
+                        ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
                     } else {
-                        put(&mut ad, &name, typed(&vals[0]));
+                        ad.put(&name, typed(&vals[0]));
                     }
                 }
             }
-            put_str(&mut ad, "GlueCEUniqueID", ce_id);
-            put(&mut ad, "GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
+            ad.put_str("GlueCEUniqueID", ce_id);
+            ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
             for (k, v) in pairs {
-                put(&mut ad, &k, v);
+                ad.put(&k, v);
             }
-            put(&mut ad, "Requirements", Value::Bool(true));
+            ad.put("Requirements", Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),
                 share_id: Some(ce_id.to_string()),
                 ee_id: sc.first("GlueSubClusterUniqueID").map(str::to_string),
                 schema: "GLUE1.3",
-                ad,
+                ad: ad.ad,
             });
         }
     }
@@ -972,7 +1021,7 @@ mod tests {
     fn site_with_hostile_share(hostile_ce_id: &str) -> Snapshot {
         let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
         let mut snap = site(&gpu);
-        snap.shares[0].attrs.entry("glue2entityotherinfo".into()).or_default().push("CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
+        snap.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
         let mut ee2 = vec![("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee2"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2")];
         ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
         snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
@@ -1034,9 +1083,9 @@ mod tests {
         // Both shares fall back to the share ID "shared-id": no endpoint proves either.
         let mut snap = site_with_hostile_share("x");
         for sh in &mut snap.shares {
-            sh.attrs.remove("glue2entityotherinfo");
-            sh.attrs.remove("glue2computingsharemappingqueue");
-            sh.attrs.insert("glue2shareid".into(), vec!["shared-id".into()]);
+            sh.remove("glue2entityotherinfo");
+            sh.remove("glue2computingsharemappingqueue");
+            sh.set("glue2shareid", vec!["shared-id".into()]);
         }
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.iter().all(|x| x.ce_id != "shared-id"), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
@@ -1135,12 +1184,12 @@ mod tests {
         assert!(o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:") && o.warnings[0].contains("GLUE2ExtensionValue"), "{:?}", o.warnings);
         // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.shares[0].attrs.insert("glue2computingsharefreeslots".into(), vec![huge.into()]);
+        snap.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.carriers[0].attrs.insert("glue2executionenvironmentmainmemorysize".into(), vec!["-1".into()]);
+        snap.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"), "{:?}", o.warnings);
@@ -1163,8 +1212,8 @@ mod tests {
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
         let mut second = snap.shares[0].clone();
         second.dn = "GLUE2ShareID=q2,o=glue".into();
-        second.attrs.insert("glue2shareid".into(), vec!["q2".into()]);
-        second.attrs.insert("glue2computingsharefreeslots".into(), vec!["99".into()]);
+        second.set("glue2shareid", vec!["q2".into()]);
+        second.set("glue2computingsharefreeslots", vec!["99".into()]);
         snap.shares.push(second);
         let count = |names: Option<&[&str]>| {
             let mut s = snap.clone();
@@ -1178,6 +1227,23 @@ mod tests {
         assert_eq!(count(Some(&["GPGPUVendor", "GLUE2ComputingShareFreeSlots"])).len(), 2);
         assert_eq!(count(Some(&["GPGPUVendor", "GlueCEStateFreeCPUs"])).len(), 2);
         assert_eq!(count(None).len(), 2);
+    }
+
+    #[test]
+    fn offers_carry_only_what_the_job_may_look_up_and_match_alike() {
+        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
+        let full = build_offers(&snap, &prefixes(), None).offers;
+        snap.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
+        let slim = build_offers(&snap, &prefixes(), None).offers;
+        assert_eq!(full.len(), 1);
+        assert_eq!(slim.len(), 1);
+        assert!(full[0].ad.len() > 10, "{}", full[0].ad);
+        let names: Vec<&str> = slim[0].ad.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["GlueCEStateFreeCPUs", "GPGPUMainMemorySize", "Requirements"]);
+        for n in ["GPGPUMainMemorySize", "GlueCEStateFreeCPUs", "Requirements"] {
+            assert_eq!(slim[0].ad.eval_attr(n).to_string(), full[0].ad.eval_attr(n).to_string(), "{n}");
+        }
+        assert_eq!((&slim[0].ce_id, &slim[0].share_id, &slim[0].ee_id), (&full[0].ce_id, &full[0].share_id, &full[0].ee_id));
     }
 
     #[test]

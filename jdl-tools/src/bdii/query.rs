@@ -10,13 +10,13 @@
 //! with RFC 4515 rules ([`ldap3::ldap_escape`]) before it enters a filter, so
 //! `*`, `(`, `)`, `\` and NUL in a JDL cannot widen a query.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
 use crate::bdii::entry::parent_rdn_attr;
-use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope, SearchEntry};
+use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope};
 
 /// The GLUE 2.0 suffix of a BDII.
 pub const GLUE2_BASE: &str = "o=glue";
@@ -345,16 +345,13 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
     let attrs = if s.attrs.is_empty() { vec!["*".to_string()] } else { s.attrs.clone() };
     let mut stream = ldap.with_timeout(timeout).streaming_search_with(adapters, &s.base, s.scope, &s.filter, attrs).await.map_err(|e| map_err(&url, timeout, &what, e))?;
     let mut out = Vec::new();
+    let mut names = NameCache::default();
     loop {
         match stream.next().await {
             Ok(Some(raw)) => {
-                let se = SearchEntry::construct(raw);
-                let mut attrs: HashMap<String, Vec<String>> = HashMap::with_capacity(se.attrs.len());
-                for (k, v) in se.attrs {
-                    attrs.entry(k.to_ascii_lowercase()).or_default().extend(v);
+                if let Some(e) = decode_entry(raw.0, &mut names) {
+                    out.push(e);
                 }
-                // Values that are not UTF-8 (none in GLUE) come as bin_attrs and are dropped.
-                out.push(Entry { dn: se.dn, attrs });
             }
             Ok(None) => break,
             Err(e) => return Err(map_err(&url, timeout, &what, e)),
@@ -369,13 +366,68 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
     Ok(out)
 }
 
+/// The interned names of one search's attributes, by the bytes the server
+/// spells them with: entries of a search repeat the same few names in the
+/// same order, so the hint usually hits at once.
+#[derive(Default)]
+struct NameCache {
+    names: Vec<(Vec<u8>, &'static str)>,
+    hint: usize,
+}
+
+impl NameCache {
+    fn get(&mut self, raw: &[u8]) -> Option<&'static str> {
+        if let Some((r, n)) = self.names.get(self.hint) {
+            if r == raw {
+                self.hint += 1;
+                return Some(n);
+            }
+        }
+        let i = match self.names.iter().position(|(r, _)| r == raw) {
+            Some(i) => i,
+            None => {
+                self.names.push((raw.to_vec(), crate::bdii::entry::intern(std::str::from_utf8(raw).ok()?)));
+                self.names.len() - 1
+            }
+        };
+        self.hint = i + 1;
+        Some(self.names[i].1)
+    }
+}
+
+/// An entry straight from its `SearchResultEntry` BER: the DN and values keep
+/// the buffers they were decoded into (no second copy, no per-entry map of
+/// names). As ldap3's `SearchEntry` does, an attribute with a value that is
+/// not UTF-8 (none in GLUE) is left out; a malformed entry is skipped.
+fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option<Entry> {
+    names.hint = 0;
+    let mut parts = tag.match_id(4)?.expect_constructed()?.into_iter();
+    let dn = String::from_utf8(parts.next()?.expect_primitive()?).ok()?;
+    let attrs = parts.next()?.expect_constructed()?;
+    let mut e = Entry::with_capacity(dn, attrs.len());
+    for a in attrs {
+        let mut pa = a.expect_constructed()?.into_iter();
+        let name = pa.next()?.expect_primitive()?;
+        let Some(name) = names.get(&name) else { continue };
+        let vals = pa.next()?.expect_constructed()?;
+        let values: Option<Vec<String>> = vals.into_iter().map(|v| v.expect_primitive().and_then(|b| String::from_utf8(b).ok())).collect();
+        if let Some(values) = values {
+            e.extend_interned(name, values);
+        }
+    }
+    Some(e)
+}
+
 impl Bdii {
     /// Connects (anonymous, as BDIIs are read).
     pub fn connect(opts: &QueryOptions) -> Result<Bdii, BdiiError> {
         if !(opts.url.starts_with("ldap://") || opts.url.starts_with("ldapi://")) {
             return Err(BdiiError::BadUrl { url: opts.url.clone() });
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // Two workers: the big scans' answers are decoded on them while this
+        // thread joins the results, and two searches' entries decode at once.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| BdiiError::Unreachable { url: opts.url.clone(), message: format!("cannot start the I/O runtime: {e}") })?;
@@ -384,7 +436,7 @@ impl Bdii {
             LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
             e => map_err(&opts.url, opts.connect_timeout, "connecting", e),
         })?;
-        // The connection's reader runs whenever this runtime does (inside block_on).
+        // The connection's reader runs on the runtime's workers.
         rt.spawn(async move {
             if let Err(e) = conn.drive().await {
                 tracing::debug!("LDAP connection ended: {e}");
@@ -407,9 +459,9 @@ impl Bdii {
         self.join_all(handles)
     }
 
-    /// Starts searches; they progress whenever this connection's runtime
-    /// runs (any later [`Bdii::search_all`] or [`Bdii::join_all`]), so a slow
-    /// scan overlaps the work that does not depend on it.
+    /// Starts searches; they progress on the runtime's workers while the
+    /// caller goes on, so a slow scan overlaps the work that does not depend
+    /// on it.
     ///
     /// slapd keeps one paged-results state per connection (a second paged
     /// search interleaved on it invalidates the first one's cookie), so each
@@ -772,6 +824,30 @@ mod tests {
             let opens = f.matches('(').count();
             assert_eq!(opens, f.matches(')').count(), "{f}");
         }
+    }
+
+    #[test]
+    fn entries_decode_from_the_ber_with_shared_names() {
+        use ldap3::asn1::{StructureTag, TagClass, PL};
+        let prim = |b: &[u8]| StructureTag { class: TagClass::Universal, id: 4, payload: PL::P(b.to_vec()) };
+        let cons = |id: u64, v: Vec<StructureTag>| StructureTag { class: TagClass::Universal, id, payload: PL::C(v) };
+        let attr = |name: &[u8], vals: &[&[u8]]| cons(16, vec![prim(name), cons(17, vals.iter().map(|v| prim(v)).collect())]);
+        let entry = |attrs: Vec<StructureTag>| StructureTag { class: TagClass::Application, id: 4, payload: PL::C(vec![prim(b"GLUE2ShareID=q,o=glue"), cons(16, attrs)]) };
+        let mut names = NameCache::default();
+        let e = decode_entry(
+            entry(vec![attr(b"objectClass", &[b"GLUE2Share", b"GLUE2ComputingShare"]), attr(b"GLUE2EntityOtherInfo", &[b"A=1", b"\xff\xfe"]), attr(b"GLUE2ShareID", &[b"q"])]),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(e.dn, "GLUE2ShareID=q,o=glue");
+        assert!(e.is_a("GLUE2ComputingShare"));
+        // As ldap3's SearchEntry: an attribute with a value that is not UTF-8 is left out.
+        assert_eq!(e.names().collect::<Vec<_>>(), ["objectclass", "glue2shareid"]);
+        let again = decode_entry(entry(vec![attr(b"objectClass", &[b"GLUE2Share"]), attr(b"GLUE2ShareID", &[b"r"])]), &mut names).unwrap();
+        assert!(std::ptr::eq(e.names().next().unwrap(), again.names().next().unwrap()));
+        assert_eq!(again.first("glue2shareid"), Some("r"));
+        // Not a SearchResultEntry: skipped.
+        assert!(decode_entry(prim(b"x"), &mut names).is_none());
     }
 
     #[test]

@@ -77,7 +77,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     } else {
         print!("{}", to_text(&p, args.explain));
     }
-    if p.result.matches.is_empty() {
+    let none = p.result.matches.is_empty();
+    p.exit();
+    if none {
         return Err(Failure::runtime(format!("{}: no CE matches the job requirements{}", args.job, if args.explain { "" } else { " (--explain says why)" })));
     }
     Ok(())

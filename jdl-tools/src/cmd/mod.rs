@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::ast::ClassAd;
-use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Strategies};
+use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
 
 /// A failure with its exit code and one-line message.
@@ -97,6 +97,18 @@ pub struct Phase1 {
     pub url: String,
     /// LDAP searches made.
     pub queries: usize,
+    /// The connection and what it fetched, kept so that [`Phase1::exit`]
+    /// can leave them to the process's end instead of freeing them.
+    _retained: Option<(Bdii, Snapshot)>,
+}
+
+impl Phase1 {
+    /// Gives everything up at the end of a command: the process is about to
+    /// exit, and freeing 10^4–10^5 entries and offers one by one (and joining
+    /// the I/O threads) would only delay it; the system reclaims the memory.
+    pub fn exit(self) {
+        std::mem::forget(self);
+    }
 }
 
 /// Normalises `LCG_GFAL_INFOSYS`-style values to an LDAP URL.
@@ -158,7 +170,8 @@ pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Fa
         tracing::warn!("{url}: {w}");
     }
     let result = list_match(&request, &offers.offers, explain);
-    Ok(Phase1 { job, request, offers, result, url, queries: snap.queries })
+    let queries = snap.queries;
+    Ok(Phase1 { job, request, offers, result, url, queries, _retained: Some((bdii, snap)) })
 }
 
 /// The no-match explanation: one line per CE left out and why.
