@@ -7,18 +7,7 @@
 use cder_fake_nvml::{FakeDevice, FakeMig, FakeMigInstance, FakeNvml};
 
 fn gpu(i: u32) -> FakeDevice {
-    FakeDevice {
-        uuid: format!("GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd"),
-        name: "NVIDIA A100-SXM4-80GB".into(),
-        pci_bus_id: format!("0000:{:02x}:00.0", 0x1b + i * 0x20),
-        memory_mb: 81920,
-        compute_capability: "8.0".into(),
-        cores: Some(6912),
-        clock_mhz: Some(1410),
-        ecc: Some(true),
-        numa_node: Some(0),
-        minor: i,
-    }
+    FakeDevice { pci_bus_id: format!("0000:{:02x}:00.0", 0x1b + i * 0x20), ..FakeDevice::a100("0000000a", i, 81920) }
 }
 
 fn instance(n: u32, profile: &str, gi: u32, memory_mb: u64, multiprocessors: u32) -> FakeMigInstance {
@@ -71,7 +60,7 @@ fn each_mig_profile_is_its_own_kind() {
         vec![
             ("gpgpu-NVIDIA-A100-SXM4-80GB-MIG-3g-40gb", Some("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), 1, vec![instances[0].uuid.as_str()]),
             ("gpgpu-NVIDIA-A100-SXM4-80GB-MIG-1g-10gb", Some("NVIDIA A100-SXM4-80GB MIG 1g.10gb"), 2, vec![instances[1].uuid.as_str(), instances[2].uuid.as_str()]),
-            ("gpgpu-NVIDIA-A100-SXM4-80GB", Some("NVIDIA A100-SXM4-80GB"), 1, vec!["GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"]),
+            ("gpgpu-NVIDIA-A100-SXM4-80GB", Some("NVIDIA A100-SXM4-80GB"), 1, vec![gpu(1).uuid.as_str()]),
         ],
         "{classes:#?}"
     );

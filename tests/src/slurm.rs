@@ -106,6 +106,32 @@ pub fn target_debug_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join(profile())
 }
 
+/// Builds workspace packages for the test's profile (once per caller's
+/// `OnceLock`), unless `CDER_TESTS_NO_BUILD` says they are built already.
+fn build_packages(packages: &[&str], what: &str) -> Result<(), String> {
+    if std::env::var_os("CDER_TESTS_NO_BUILD").is_some() {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut args = vec!["build", "-j", "2"];
+    for p in packages {
+        args.extend(["-p", p]);
+    }
+    if profile() == "release" {
+        args.push("--release");
+    }
+    let out = Command::new(cargo)
+        .args(&args)
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running cargo build: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build of {what} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
 /// Builds (once per process) the fake NVML library (`libcder_fake_nvml.so`),
 /// which a cderd with `discovery = "nvml"` loads as `nvml_library`.
 pub fn fake_nvml_library() -> Result<PathBuf, String> {
@@ -113,22 +139,7 @@ pub fn fake_nvml_library() -> Result<PathBuf, String> {
     BUILT
         .get_or_init(|| {
             let path = target_debug_dir().join("libcder_fake_nvml.so");
-            if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let mut args = vec!["build", "-j", "2", "-p", "cder-fake-nvml"];
-                if profile() == "release" {
-                    args.push("--release");
-                }
-                let out = Command::new(cargo)
-                    .args(&args)
-                    .current_dir(workspace_root())
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("running cargo build: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!("cargo build of the fake NVML failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-                }
-            }
+            build_packages(&["cder-fake-nvml"], "the fake NVML")?;
             if !path.is_file() {
                 return Err(format!("{} is missing; run cargo build -p cder-fake-nvml", path.display()));
             }
@@ -189,22 +200,7 @@ pub fn artifacts() -> Result<Artifacts, String> {
             };
             // Building while `cargo test` runs is safe: cargo has released
             // the build lock by the time test binaries run.
-            if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let mut args = vec!["build", "-j", "2", "-p", "spank-cder", "-p", "job-submit-cder", "-p", "cderd"];
-                if profile() == "release" {
-                    args.push("--release");
-                }
-                let out = Command::new(cargo)
-                    .args(&args)
-                    .current_dir(workspace_root())
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("running cargo build: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!("cargo build of the plugins and cderd failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-                }
-            }
+            build_packages(&["spank-cder", "job-submit-cder", "cderd"], "the plugins and cderd")?;
             for p in [&found.spank, &found.job_submit, &found.cderd] {
                 if !p.exists() {
                     return Err(format!("{} is missing; run cargo build -p spank-cder -p job-submit-cder -p cderd", p.display()));
