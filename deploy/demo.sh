@@ -45,7 +45,7 @@ unset CDER_CONFIG
 
 # The batch-system and grid parts start real daemons; each script explains itself.
 if [ "$(id -u)" -eq 0 ]; then
-  for part in slurm torque bdii twophase vgpgpu arc; do
+  for part in slurm cluster torque bdii twophase vgpgpu arc; do
     script=deploy/demo-$part.sh
     [ -x "$script" ] || continue
     step "deploy/demo-$part.sh"
