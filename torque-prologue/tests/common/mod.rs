@@ -347,7 +347,17 @@ impl Node {
         let err_path = out_path.with_extension("err");
         cmd.stdout(fs::File::create(&out_path).unwrap()).stderr(fs::File::create(&err_path).unwrap());
         cmd.stdin(if null_stdin { Stdio::null() } else { Stdio::piped() });
-        let mut child = cmd.spawn().unwrap();
+        // ETXTBSY: a hook copied by this test (`fs::copy`) may still be open
+        // for writing in a child another test thread forked; it closes at exec.
+        let mut child = (0..200)
+            .find_map(|_| match cmd.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    None
+                }
+                other => Some(other.unwrap()),
+            })
+            .expect("the hook stayed busy (ETXTBSY)");
         if !null_stdin {
             let mut pipe = child.stdin.take().unwrap();
             let _ = pipe.write_all(stdin);
