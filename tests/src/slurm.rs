@@ -852,6 +852,23 @@ impl SlurmCluster {
     pub fn job_output(&self, id: u32) -> String {
         SlurmClient::job_output(self, id)
     }
+    /// Waits until job `id`'s output holds `needle`; an error (with the
+    /// output and the daemons' logs) if the job leaves PENDING, CONFIGURING
+    /// and RUNNING or the timeout passes first.
+    pub fn wait_output(&self, id: u32, needle: &str, timeout: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let out = self.job_output(id);
+            if out.contains(needle) {
+                return Ok(out);
+            }
+            let state = self.job(id)?.state;
+            if Instant::now() >= deadline || !["PENDING", "RUNNING", "CONFIGURING"].contains(&state.as_str()) {
+                return Err(format!("job {id} is {state} and printed no {needle:?}:\n{out}\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     /// See [`SlurmClient::cancel_all`].
     pub fn cancel_all(&self) {
         SlurmClient::cancel_all(self)

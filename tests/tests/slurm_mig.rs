@@ -129,20 +129,7 @@ fn probe_command(cluster: &SlurmCluster) -> String {
 }
 
 fn wait_for_output(cluster: &SlurmCluster, id: u32, needle: &str) -> String {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
-        let out = cluster.job_output(id);
-        if out.contains(needle) {
-            return out;
-        }
-        let state = cluster.job(id).map(|j| j.state).unwrap_or_default();
-        assert!(
-            Instant::now() < deadline && ["PENDING", "RUNNING", "CONFIGURING"].contains(&state.as_str()),
-            "job {id} ({state}) never printed {needle:?}: {out}\n{}",
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_output(id, needle, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The capability files of the GPUs the controller allocated to a running

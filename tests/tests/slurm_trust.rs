@@ -73,21 +73,7 @@ fn check_consistent(cluster: &SlurmCluster, plugin: &str, id: u32, report: &str)
 }
 
 fn wait_for_output(cluster: &SlurmCluster, id: u32, needle: &str) -> String {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
-        let out = cluster.job_output(id);
-        if out.contains(needle) {
-            return out;
-        }
-        let info = cluster.job(id).unwrap();
-        assert!(
-            Instant::now() < deadline && ["PENDING", "RUNNING", "CONFIGURING"].contains(&info.state.as_str()),
-            "job {id} is {} and printed no {needle:?}:\n{out}\n{}",
-            info.state,
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_output(id, needle, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn wait_all_free(cluster: &SlurmCluster) -> u32 {
