@@ -273,6 +273,19 @@ pub enum MapError {
     },
 }
 
+/// The device file(s) of each GPU SLURM gave (`slurm`: positions in
+/// `gres`, slurmd's list), in that order: what an `alloc` names SLURM's
+/// choice by (`device_files`), so that cderd maps the files itself.
+pub fn slurm_device_files(slurm: &[u32], gres: &[GresDevice]) -> Result<Vec<Vec<String>>, MapError> {
+    slurm
+        .iter()
+        .map(|&i| {
+            let dev = gres.iter().find(|d| d.index == i).ok_or(MapError::NotInGresConf { index: i, count: gres.len() })?;
+            Ok(dev.files.iter().map(|f| f.display().to_string()).collect())
+        })
+        .collect()
+}
+
 /// cderd's indices of the devices SLURM gave, matched by device file:
 /// `slurm` are positions in `gres` (slurmd's list), `cderd` is every
 /// device of the type as cderd reports it (`index`, `path`). Sorted, without
@@ -365,11 +378,13 @@ mod tests {
             .collect();
         // SLURM's 2g instance is its position 2, cderd's index 1.
         assert_eq!(cderd_indices(&[2], &gres, &cderd, "gpgpu").unwrap(), [1]);
+        assert_eq!(slurm_device_files(&[2], &gres).unwrap(), [vec!["/dev/nvidia-caps/nvidia-cap30".to_string()]]);
         assert_eq!(cderd_indices(&[0, 1], &gres, &cderd, "gpgpu").unwrap(), [0, 2]);
         assert_eq!(cderd_indices(&[3], &gres, &cderd, "gpgpu").unwrap(), [3]);
         assert_eq!(cderd_indices(&[], &gres, &cderd, "gpgpu").unwrap(), Vec::<u32>::new());
         let e = cderd_indices(&[4], &gres, &cderd, "gpgpu").unwrap_err();
         assert_eq!(e, MapError::NotInGresConf { index: 4, count: 4 });
+        assert_eq!(slurm_device_files(&[4], &gres).unwrap_err(), MapError::NotInGresConf { index: 4, count: 4 });
         let e = cderd_indices(&[1], &gres, &cderd[..2], "gpgpu").unwrap_err();
         assert!(e.to_string().contains("/dev/nvidia-caps/nvidia-cap39 (gres.conf line 3)"), "{e}");
     }

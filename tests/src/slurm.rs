@@ -251,6 +251,8 @@ pub struct SlurmConfig {
     pub cder_types: Option<String>,
     /// Extra environment for cderd (e.g. `CDER_FAKE_NVML`); `{dir}` is replaced.
     pub cderd_env: Vec<(String, String)>,
+    /// Lines for cderd's `[node.enforcement]` (e.g. `cgroup_warmup_ms = 0`).
+    pub cderd_enforcement: String,
 }
 
 impl Default for SlurmConfig {
@@ -270,6 +272,7 @@ impl Default for SlurmConfig {
             files: Vec::new(),
             cder_types: None,
             cderd_env: Vec::new(),
+            cderd_enforcement: String::new(),
         }
     }
 }
@@ -486,6 +489,9 @@ impl SlurmCluster {
     fn write_cder_toml(&self) -> Result<(), String> {
         let d = self.dir();
         let mut t = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n", self.cderd_socket().display(), d.join("cder/state").display());
+        if !self.config.cderd_enforcement.is_empty() {
+            let _ = write!(t, "[node.enforcement]\n{}\n\n", self.config.cderd_enforcement.trim_end());
+        }
         match &self.config.cder_types {
             Some(types) => t.push_str(&types.replace("{dir}", &d.display().to_string())),
             None => t.push_str("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n"),

@@ -91,6 +91,7 @@ pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
         min_memory_mb: args.min_memory,
         model: args.model.clone(),
         devices: args.devices.clone(),
+        device_files: None,
     };
     let allocation = client.alloc(&request).map_err(refused)?;
     print_allocation(&allocation, args.json)

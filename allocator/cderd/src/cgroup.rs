@@ -152,6 +152,8 @@ pub struct DeviceCgroups {
     v2: Option<PathBuf>,
     /// Why nothing is in use, for `enforcement_unavailable`.
     unavailable: Option<String>,
+    /// The mount points in use (v1 `devices`, cgroup2), for the warm-up.
+    roots: (Option<PathBuf>, Option<PathBuf>),
 }
 
 /// The cgroup mounts /proc/self/mountinfo lists: the v1 `devices`
@@ -213,7 +215,7 @@ fn mode_name(mode: CgroupMode) -> &'static str {
 impl DeviceCgroups {
     /// Nothing in use (`cgroup = "off"`, or `cderd --check`).
     pub fn off(why: &str) -> DeviceCgroups {
-        DeviceCgroups { v1: None, v2: None, unavailable: Some(why.to_string()) }
+        DeviceCgroups { v1: None, v2: None, unavailable: Some(why.to_string()), roots: (None, None) }
     }
 
     /// Finds the hierarchies `settings.cgroup` asks for and creates the
@@ -242,7 +244,10 @@ impl DeviceCgroups {
         let mut reasons = Vec::new();
         if want_v1 {
             match v1_root.as_deref().map(|root| Self::prepare_v1(root, &settings.cgroup_parent)) {
-                Some(Ok(dir)) => out.v1 = Some(dir),
+                Some(Ok(dir)) => {
+                    out.v1 = Some(dir);
+                    out.roots.0 = v1_root.clone();
+                }
                 Some(Err(e)) => {
                     reasons.push(format!("v1: {e}"));
                     required("the cgroup v1 devices controller", e.to_string())?;
@@ -256,7 +261,10 @@ impl DeviceCgroups {
         }
         if want_v2 {
             match v2_root.as_deref().map(|root| Self::prepare_v2(root, &settings.cgroup_parent)) {
-                Some(Ok(dir)) => out.v2 = Some(dir),
+                Some(Ok(dir)) => {
+                    out.v2 = Some(dir);
+                    out.roots.1 = v2_root.clone();
+                }
                 Some(Err(e)) => {
                     reasons.push(format!("v2: {e}"));
                     required("cgroup v2 with device BPF programs", e.to_string())?;
@@ -308,6 +316,13 @@ impl DeviceCgroups {
     /// Why none is, when none is.
     pub fn unavailable_reason(&self) -> Option<&str> {
         self.unavailable.as_deref()
+    }
+
+    /// The `cgroup.procs` of cderd's own group in a hierarchy in use (v1
+    /// first): what [`crate::warmup`] rewrites.
+    pub fn own_procs_file(&self) -> Option<PathBuf> {
+        let v1 = self.roots.0.as_deref().and_then(|root| crate::warmup::own_procs_file(root, true));
+        v1.or_else(|| self.roots.1.as_deref().and_then(|root| crate::warmup::own_procs_file(root, false)))
     }
 
     /// The directory name of a job's group: the job key and the start of

@@ -16,6 +16,7 @@ use crate::cgroup::{DeviceCgroups, DeviceNumber};
 use crate::enforce::Enforcer;
 use crate::policy::{LocalityPolicy, SelectionPolicy};
 use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
+use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +73,8 @@ pub struct Daemon {
     groups: Arc<Mutex<HashMap<String, GroupState>>>,
     /// Uids whose open descriptors do not make a device busy.
     held_open_ignore: BTreeSet<u32>,
+    /// Warms the kernel's cgroup migration lock before tasks are confined.
+    warmup: MigrationWarmup,
 }
 
 pub use cder_ledger::{now, resolve_operators};
@@ -106,6 +109,7 @@ impl Daemon {
     pub fn start_with(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
         let mut daemon = Self::open(config, policy)?;
         daemon.cgroups = Arc::new(DeviceCgroups::new(&daemon.config.node.enforcement)?);
+        daemon.warmup = warmup_for(&daemon.cgroups, daemon.config.node.enforcement.cgroup_warmup_ms);
         let db = daemon.config.node.state_dir.join("cderd.db");
         crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         daemon.reassert_enforcement()?;
@@ -150,6 +154,7 @@ impl Daemon {
             cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
             groups: Arc::default(),
             held_open_ignore,
+            warmup: MigrationWarmup::off(),
         };
         Ok(daemon)
     }
@@ -247,6 +252,15 @@ impl Daemon {
         }
         let started = std::time::Instant::now();
         let mut store = self.store();
+        let by_file;
+        let request = match &request.device_files {
+            None => request,
+            Some(files) => {
+                let devices = store.devices().map_err(StoreError::into_reply)?;
+                by_file = AllocRequest { devices: Some(indices_at(&devices, &request.cder_type, files)?), device_files: None, ..request.clone() };
+                &by_file
+            }
+        };
         // The /proc scan costs a walk of every descriptor on the node: only
         // for a job that holds nothing yet (a retried prologue skips it), and
         // only here where cderd chooses. A list from the batch system is
@@ -297,6 +311,8 @@ impl Daemon {
                 self.warn_held_open_later(&allocation);
             }
             self.prepare_groups_later(&store, &allocation)?;
+            // The job's tasks are confined next: wait out the grace period now.
+            self.warmup.warm();
         }
         // Where a job's start time goes (BENCHMARKS.md, issue 12).
         tracing::debug!(
@@ -332,7 +348,13 @@ impl Daemon {
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
         drop(store);
         match allocation {
-            Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => Ok(self.allocation(&a)),
+            Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
+                // A step starts: its tasks' `confine` follows.
+                if self.cgroups.is_available() {
+                    self.warmup.warm();
+                }
+                Ok(self.allocation(&a))
+            }
             Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),
             None => Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node"))),
         }
@@ -673,5 +695,59 @@ fn device_from_row(d: &DeviceRow) -> Device {
         path: d.path.clone(),
         numa_node: d.numa_node,
         health: cder_model::Health::Unhealthy,
+    }
+}
+
+/// The indices of the `cder_type` devices at `files` (one entry per
+/// device, any of its files), as the batch system names its choice.
+fn indices_at(devices: &[DeviceRow], cder_type: &str, files: &[Vec<String>]) -> Result<Vec<u32>, ErrorReply> {
+    let mut out = Vec::with_capacity(files.len());
+    for group in files {
+        let found = devices.iter().find(|d| d.cder_type == cder_type && group.iter().any(|f| d.path == std::path::Path::new(f)));
+        match found {
+            Some(d) => out.push(d.index),
+            None => {
+                let known: Vec<String> =
+                    devices.iter().filter(|d| d.cder_type == cder_type).map(|d| format!("{}={}", d.index, d.path.display())).collect();
+                return Err(ErrorReply::new(
+                    ErrorCode::UnknownDevice,
+                    format!("no {cder_type} device of this node is at {} (cderd's: {})", group.join(" or "), known.join(", ")),
+                ));
+            }
+        }
+    }
+    let listed = out.len();
+    out.sort_unstable();
+    out.dedup();
+    if out.len() != listed {
+        let named: Vec<String> = files.iter().map(|g| g.join(" or ")).collect();
+        return Err(ErrorReply::new(ErrorCode::BadRequest, format!("device_files names one {cder_type} device twice ({})", named.join(", "))));
+    }
+    Ok(out)
+}
+
+/// The warm-up for this node: off with `cgroup_warmup_ms = 0`, without
+/// device cgroups, or where `favordynmods` already makes moves cheap.
+fn warmup_for(cgroups: &DeviceCgroups, window_ms: u64) -> MigrationWarmup {
+    if window_ms == 0 || !cgroups.is_available() {
+        return MigrationWarmup::off();
+    }
+    if favors_dynmods() {
+        tracing::info!("cgroup warm-up off: a cgroup hierarchy is mounted with favordynmods, moves are cheap");
+        return MigrationWarmup::off();
+    }
+    let Some(procs) = cgroups.own_procs_file() else {
+        tracing::warn!("cgroup warm-up off: cderd's own group is not in /proc/self/cgroup; confine may wait for RCU grace periods");
+        return MigrationWarmup::off();
+    };
+    match MigrationWarmup::start(&procs, std::time::Duration::from_millis(window_ms)) {
+        Ok(w) => {
+            tracing::debug!(procs = %procs.display(), window_ms, "cgroup warm-up on");
+            w
+        }
+        Err(e) => {
+            tracing::warn!(procs = %procs.display(), "cgroup warm-up off: {e}; confine may wait for RCU grace periods");
+            MigrationWarmup::off()
+        }
     }
 }

@@ -9,6 +9,8 @@
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
+//! * [`warmup`] — keeps the kernel's cgroup migration lock warm while tasks
+//!   are about to be confined (no RCU grace period on the job's start path).
 //! * [`health`] — drains an NVML device that fails (Xid, double-bit ECC, lost).
 //! * [`held`] — which processes hold a device open (never handed out then).
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
@@ -25,6 +27,7 @@ pub mod held;
 pub mod server;
 pub mod store;
 pub mod sys;
+pub mod warmup;
 
 pub use cder_ledger::{durable, policy};
 pub use daemon::{Caller, Daemon, StartError};

@@ -173,6 +173,12 @@ pub struct Enforcement {
     /// A name that does not exist on the node is ignored.
     #[serde(default = "default_held_open_ignore_users")]
     pub held_open_ignore_users: Vec<String>,
+    /// For how long after an `alloc` or `env` cderd keeps the kernel's
+    /// cgroup migration lock warm, so that a task's `confine` need not wait
+    /// for an RCU grace period (milliseconds; 0: never; no effect where a
+    /// cgroup hierarchy is mounted with `favordynmods`).
+    #[serde(default = "default_cgroup_warmup_ms")]
+    pub cgroup_warmup_ms: u64,
 }
 
 /// `[node.enforcement] cgroup`: which device cgroups cderd manages.
@@ -220,6 +226,7 @@ impl Default for Enforcement {
             cgroup_parent: default_cgroup_parent(),
             held_open: HeldOpen::default(),
             held_open_ignore_users: default_held_open_ignore_users(),
+            cgroup_warmup_ms: default_cgroup_warmup_ms(),
         }
     }
 }
@@ -261,6 +268,10 @@ fn default_idle_mode() -> u32 {
 fn default_cgroup_parent() -> String {
     "cder".into()
 }
+fn default_cgroup_warmup_ms() -> u64 {
+    1000
+}
+
 fn default_held_open_ignore_users() -> Vec<String> {
     vec!["nvidia-persistenced".into()]
 }

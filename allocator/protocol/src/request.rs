@@ -73,6 +73,14 @@ pub struct AllocRequest {
     /// given, its length must equal `count`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<u32>>,
+    /// Record exactly the devices at these files instead of choosing: one
+    /// entry per device, the file(s) the batch system knows it by (SLURM's
+    /// gres.conf `File=`, or `MultipleFiles=` for a MIG instance), matched
+    /// against each device's own file. Lets a job prolog name SLURM's choice
+    /// without first asking `status` for cderd's files. When given, its
+    /// length must equal `count`; not together with `devices`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_files: Option<Vec<Vec<String>>>,
 }
 
 fn default_type() -> String {
@@ -82,7 +90,7 @@ fn default_type() -> String {
 impl AllocRequest {
     /// A request for `count` devices of the default type, no constraints.
     pub fn new(job: JobKey, uid: u32, count: u32) -> AllocRequest {
-        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None }
+        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None }
     }
 }
 
@@ -273,6 +281,25 @@ impl Request {
                         return Err("alloc: a device index is listed twice".into());
                     }
                 }
+                if let Some(files) = &r.device_files {
+                    if r.devices.is_some() {
+                        return Err("alloc: give devices or device_files, not both".into());
+                    }
+                    if files.len() != r.count as usize {
+                        return Err(format!("alloc: {} device files listed but count is {}", files.len(), r.count));
+                    }
+                    for group in files {
+                        if group.is_empty() || group.len() > 8 {
+                            return Err("alloc: each entry of device_files names 1 to 8 files".into());
+                        }
+                        for f in group {
+                            check_text("device file", f)?;
+                            if !f.starts_with('/') {
+                                return Err(format!("alloc: device file {:?} is not an absolute path", f.chars().take(64).collect::<String>()));
+                            }
+                        }
+                    }
+                }
                 Ok(())
             }
             Request::Drain(r) => {
@@ -355,6 +382,10 @@ mod tests {
             Request::Status,
             Request::Alloc(AllocRequest { min_memory_mb: Some(4096), model: Some("K20".into()), ..AllocRequest::new(job.clone(), 1000, 2) }),
             Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
+            Request::Alloc(AllocRequest {
+                device_files: Some(vec![vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap48".into()], vec!["/dev/nvidia2".into()]]),
+                ..AllocRequest::new(job.clone(), 1000, 2)
+            }),
             Request::Release(JobRequest { job: job.clone() }),
             Request::Env(JobRequest { job: job.clone() }),
             Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
@@ -398,6 +429,13 @@ mod tests {
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":99999}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1]}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1,1]}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"device_files":[["/dev/nvidia0"]]}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[[]]}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[["nvidia0"]]}"#), ErrorCode::BadRequest);
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"devices":[0],"device_files":[["/dev/nvidia0"]]}"#),
+            ErrorCode::BadRequest
+        );
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"type":"GPU'; DROP"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"gpgpu:1","reason":""}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"../etc","reason":"x"}"#), ErrorCode::BadRequest);

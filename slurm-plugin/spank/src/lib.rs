@@ -44,7 +44,7 @@ use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
     JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
-use cder_slurm::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, GresDevice};
+use cder_slurm::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{self, log, Level};
 
@@ -281,20 +281,28 @@ impl CderSpank {
             },
         };
         // Which of cderd's devices those are: by device file, not position.
+        // cderd maps the files of gres.conf in the `alloc` itself; only
+        // without files (AutoDetect) are SLURM's indices taken as cderd's.
         let mut gpus = gpus;
-        let devices = if gpus.is_empty() {
-            Vec::new()
-        } else {
+        let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
+        if !gpus.is_empty() {
             let mapped = gres_list(None).and_then(|gres| {
                 let job_id = spank.job_id().map_err(|e| e.to_string())?;
                 let slurm = controller_gpus(&job, job_id, &gres, &gpus);
-                let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, None, &mut c))?;
-                Ok((slurm, cderd))
+                if gres.is_empty() {
+                    let cderd = self.connect().map_err(|e| e.to_string()).and_then(|mut c| to_cderd(&gres, &slurm, None, &mut c))?;
+                    Ok((slurm, Some(cderd), None))
+                } else {
+                    let files = slurm_device_files(&slurm, &gres).map_err(|e| e.to_string())?;
+                    Ok((slurm, None, Some(files)))
+                }
             });
             match mapped {
-                Ok((slurm, d)) => {
+                Ok((slurm, devices, files)) => {
+                    alloc.count = slurm.len() as u32;
+                    alloc.devices = devices;
+                    alloc.device_files = files;
                     gpus = slurm;
-                    d
                 }
                 Err(e) => {
                     return log(
@@ -303,9 +311,13 @@ impl CderSpank {
                     )
                 }
             }
+        } else {
+            alloc.devices = Some(Vec::new());
+        }
+        let files = |a: &AllocRequest| match &a.device_files {
+            Some(f) => f.iter().map(|g| g.join("|")).collect::<Vec<_>>().join(","),
+            None => list(a.devices.as_deref().unwrap_or_default()),
         };
-        let mut alloc = AllocRequest::new(job.clone(), uid, devices.len() as u32);
-        alloc.devices = Some(devices.clone());
         // SLURM frees a finished job's GRES when the job ends, and may start
         // the next job on them while the finished one's epilog, which
         // releases them in cderd, still runs beside this prolog: wait for
@@ -320,16 +332,19 @@ impl CderSpank {
             // A node without cderd (no socket) and a job without GPUs: nothing
             // cder manages here.
             Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
-            Ok(_) => log(
-                Level::Info,
-                &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: SLURM's [{}], cderd's [{}]", list(&gpus), list(&devices)),
-            ),
+            Ok(a) => {
+                let cderd: Vec<u32> = a.devices.iter().filter(|d| d.cder_type == GPGPU).map(|d| d.index).collect();
+                log(
+                    Level::Info,
+                    &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: SLURM's [{}], cderd's [{}]", list(&gpus), list(&cderd)),
+                )
+            }
             Err(e) => log(
                 Level::Error,
                 &format!(
-                    "spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, SLURM's [{}], cderd's [{}]: {e}; SLURM and cderd disagree",
+                    "spank_cder: {job}: cderd did not record the gpgpu device(s) SLURM gave the job, SLURM's [{}] ({}): {e}; SLURM and cderd disagree",
                     list(&gpus),
-                    list(&devices)
+                    files(&alloc)
                 ),
             ),
         }

@@ -26,8 +26,15 @@
 //! Run with `RUST_LOG=cderd=debug CDER_KEEP_TMP=1` to keep cderd's log, whose
 //! `alloc timing` and `confine timing` lines break the cderd side down.
 //!
+//! `--task-cgroup` runs both sides with SLURM's own device enforcement
+//! (`TaskPlugin=task/cgroup`, `ConstrainDevices=yes`): the native job is then
+//! moved into SLURM's cgroups too, and cder only records and reads the
+//! ledger. `--warmup-ms N` sets cderd's `cgroup_warmup_ms` (0: no warm-up of
+//! the kernel's cgroup migration lock). The first line printed says whether
+//! a cgroup hierarchy is mounted with `favordynmods`.
+//!
 //! ```text
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [STEPS]   # default 50
 //! ```
 //!
 //! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,
@@ -36,7 +43,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cder_tests::bench::{count_arg, mean, median};
+use cder_tests::bench::{mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
 
 const ROUNDS: usize = 10;
@@ -128,15 +135,54 @@ fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64) {
     added
 }
 
+/// The command line: `[--task-cgroup] [--warmup-ms N] [STEPS]`.
+struct Args {
+    steps: usize,
+    task_cgroup: bool,
+    warmup_ms: Option<u64>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args { steps: 50, task_cgroup: false, warmup_ms: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--task-cgroup" => a.task_cgroup = true,
+            "--warmup-ms" => {
+                let v = it.next().ok_or("--warmup-ms needs a number of milliseconds")?;
+                a.warmup_ms = Some(v.parse().map_err(|e| format!("--warmup-ms {v}: {e}"))?);
+            }
+            n => a.steps = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?,
+        }
+    }
+    Ok(a)
+}
+
 fn main() -> ExitCode {
-    let n = match count_arg("cder-slurm-bench", "STEPS", 50) {
-        Ok(n) => n,
-        Err(code) => return code,
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [STEPS] (default 50)");
+            return ExitCode::from(2);
+        }
     };
+    let n = args.steps;
     if !require_slurm() {
         return ExitCode::from(1);
     }
-    let cluster = match SlurmCluster::start(&SlurmConfig::default()) {
+    let favordynmods = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|l| l.contains("cgroup") && l.contains("favordynmods"));
+    println!(
+        "cder-slurm-bench: TaskPlugin={}, cgroup favordynmods {}, cderd cgroup_warmup_ms {}",
+        if args.task_cgroup { "task/cgroup (ConstrainDevices=yes)" } else { "task/none" },
+        if favordynmods { "on" } else { "off" },
+        args.warmup_ms.map_or("default".to_string(), |ms| ms.to_string())
+    );
+    let config = SlurmConfig {
+        cgroup: args.task_cgroup,
+        cderd_enforcement: args.warmup_ms.map(|ms| format!("cgroup_warmup_ms = {ms}")).unwrap_or_default(),
+        ..SlurmConfig::default()
+    };
+    let cluster = match SlurmCluster::start(&config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cder-slurm-bench: {e}");
