@@ -75,12 +75,50 @@ pub struct Daemon {
     held_open_ignore: BTreeSet<u32>,
     /// Warms the kernel's cgroup migration lock before tasks are confined.
     warmup: MigrationWarmup,
+    /// Runs what follows an `alloc`'s reply (cgroup set-up, held-open warning).
+    background: Background,
+}
+
+/// Work queued for after a reply.
+type Chore = Box<dyn FnOnce() + Send>;
+
+/// One long-lived thread for the work that follows an `alloc` (a job's
+/// cgroup set-up, the held-open warning): a channel send on the job's start
+/// path instead of starting a thread per chore (~50 µs each, more on a busy
+/// node). Chores run in the order queued.
+struct Background {
+    queue: Mutex<Option<std::sync::mpsc::Sender<Chore>>>,
+}
+
+impl Background {
+    fn start() -> Background {
+        let (tx, rx) = std::sync::mpsc::channel::<Chore>();
+        let spawned = std::thread::Builder::new().name("cderd-background".into()).spawn(move || {
+            for chore in rx {
+                chore();
+            }
+        });
+        Background { queue: Mutex::new(spawned.ok().map(|_| tx)) }
+    }
+
+    /// Queues `chore`; runs it here when the thread is gone.
+    fn run(&self, chore: Chore) {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let refused = match queue.as_ref() {
+            Some(tx) => tx.send(chore).err().map(|e| e.0),
+            None => Some(chore),
+        };
+        drop(queue);
+        if let Some(chore) = refused {
+            chore();
+        }
+    }
 }
 
 pub use cder_ledger::{now, resolve_operators};
 
 /// A job's device cgroups between `alloc` and `release`. `alloc` sets them
-/// up on a thread of their own after its commit, so neither the job prolog
+/// up on the background thread after its commit, so neither the job prolog
 /// nor a task's `confine` waits for the directories, the v1 rules or the
 /// BPF program (BENCHMARKS.md, issue 12). Whoever holds the map's lock while
 /// setting up is the only one doing it; `confine` sets up itself whatever is
@@ -155,6 +193,7 @@ impl Daemon {
             groups: Arc::default(),
             held_open_ignore,
             warmup: MigrationWarmup::off(),
+            background: Background::start(),
         };
         Ok(daemon)
     }
@@ -307,10 +346,10 @@ impl Daemon {
             }
             let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
+            self.prepare_groups_later(&store, &allocation)?;
             if explicit {
                 self.warn_held_open_later(&allocation);
             }
-            self.prepare_groups_later(&store, &allocation)?;
             // The job's tasks are confined next: wait out the grace period now.
             self.warmup.warm();
         }
@@ -541,15 +580,11 @@ impl Daemon {
             return;
         }
         let (job, ignore) = (allocation.job.clone(), self.held_open_ignore.clone());
-        let spawned = std::thread::Builder::new().name("cderd-held-open".into()).spawn(move || warn_held_open(&job, &devices, &ignore));
-        if spawned.is_err() {
-            // No thread to spare: scan here rather than not at all.
-            warn_held_open(&allocation.job, &allocation.devices, &self.held_open_ignore);
-        }
+        self.background.run(Box::new(move || warn_held_open(&job, &devices, &ignore)));
     }
 
-    /// After a new allocation: sets its device cgroups up on a thread of
-    /// their own (see [`GroupState`]).
+    /// After a new allocation: sets its device cgroups up on the background
+    /// thread (see [`GroupState`]).
     fn prepare_groups_later(&self, store: &Store, allocation: &JobAllocation) -> Result<(), ErrorReply> {
         if !self.cgroups.is_available() {
             return Ok(());
@@ -558,8 +593,8 @@ impl Daemon {
         let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
         self.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), GroupState::Pending);
         let (cgroups, groups, job) = (Arc::clone(&self.cgroups), Arc::clone(&self.groups), allocation.job.clone());
-        let thread_name = name.clone();
-        let spawned = std::thread::Builder::new().name("cderd-cgroup".into()).spawn(move || {
+        let thread_name = name;
+        self.background.run(Box::new(move || {
             let mut groups = groups.lock().unwrap_or_else(|p| p.into_inner());
             match groups.get(&thread_name) {
                 Some(GroupState::Pending) => match cgroups.prepare(&thread_name, &deny) {
@@ -577,11 +612,7 @@ impl Daemon {
                 }
                 _ => {}
             }
-        });
-        if let Err(e) = spawned {
-            tracing::warn!(job = %allocation.job, "no thread to set up the job's device cgroups ({e}); confine will");
-            self.groups.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
-        }
+        }));
         Ok(())
     }
 
