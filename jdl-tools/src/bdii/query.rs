@@ -335,7 +335,10 @@ pub struct Bdii {
     queries: usize,
 }
 
-async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search) -> Result<Vec<Entry>, BdiiError> {
+/// Where a search copies each entry as it arrives, besides its result.
+type Tap = tokio::sync::mpsc::UnboundedSender<Entry>;
+
+async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search, tap: Option<Tap>) -> Result<Vec<Entry>, BdiiError> {
     let started = std::time::Instant::now();
     let what = format!("search {}", s.filter);
     let mut adapters: Vec<Box<dyn Adapter<'static, String, Vec<String>>>> = vec![Box::new(EntriesOnly::new())];
@@ -350,6 +353,9 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
         match stream.next().await {
             Ok(Some(raw)) => {
                 if let Some(e) = decode_entry(raw.0, &mut names) {
+                    if let Some(tap) = &tap {
+                        let _ = tap.send(e.clone());
+                    }
                     out.push(e);
                 }
             }
@@ -467,13 +473,19 @@ impl Bdii {
     /// search interleaved on it invalidates the first one's cookie), so each
     /// paged scan runs on a connection of its own; the rest share this one.
     pub fn spawn_all(&mut self, searches: Vec<Search>) -> Vec<Pending> {
+        self.spawn_tapped(searches, None)
+    }
+
+    /// [`Bdii::spawn_all`], each entry also sent to `tap` as it arrives (the
+    /// channel closes when every search has ended).
+    fn spawn_tapped(&mut self, searches: Vec<Search>, tap: Option<Tap>) -> Vec<Pending> {
         self.queries += searches.len();
         let (url, timeout, page, connect_timeout) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         searches
             .into_iter()
             .map(|s| {
-                let (main, url, gate) = (self.ldap.clone(), url.clone(), gate.clone());
+                let (main, url, gate, tap) = (self.ldap.clone(), url.clone(), gate.clone(), tap.clone());
                 Pending(self.rt.spawn(async move {
                     let ldap = if s.paged {
                         let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
@@ -488,7 +500,7 @@ impl Bdii {
                         main
                     };
                     let _permit = gate.acquire_owned().await;
-                    run_search(ldap, url, timeout, page, s).await
+                    run_search(ldap, url, timeout, page, s, tap).await
                 }))
             })
             .collect()
@@ -538,7 +550,8 @@ impl Bdii {
         const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
         let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
         let (slow_filters, fast_filters): (Vec<String>, Vec<String>) = oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
-        let slow = self.spawn_all(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect());
+        let (tap, mut slow_entries) = tokio::sync::mpsc::unbounded_channel();
+        let slow = self.spawn_tapped(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect(), Some(tap));
         let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
             first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
@@ -647,18 +660,35 @@ impl Bdii {
         snap.glue13_ces = self.services(&plans, glue2, policy.as_deref(), &attrs2, glue13_searches, &mut seen, &mut snap, &mut policies)?;
         done.extend(plans.into_keys());
 
-        // The slow scan's carriers: their services, where not asked already.
+        // The slow scan's carriers: their services, where not asked already,
+        // each asked as soon as its first carrier streams in, beside the scan
+        // (which takes most of the time), not after it. A service whose plan
+        // grows later is asked again; the last answer is the one kept.
         let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
+        while let Some(e) = self.rt.block_on(slow_entries.recv()) {
+            let service = service_base(&e.dn);
+            if done.contains(&service) {
+                continue;
+            }
+            note_carrier(&mut late, &e);
+            let plan = &late[&service];
+            if asked.get(&service).is_none_or(|(sent, _)| sent != plan) {
+                let search = self.service_searches(std::iter::once((&service, plan)), policy.as_deref(), &attrs2);
+                let pending = self.spawn_all(search).pop().expect("one search per plan");
+                asked.insert(service, (plan.clone(), pending));
+            }
+        }
         for e in self.join_all(slow)?.into_iter().flatten() {
             if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                if !done.contains(&service_base(&e.dn)) {
-                    note_carrier(&mut late, &e);
-                }
                 snap.carriers.push(e);
             }
         }
-        if !late.is_empty() {
-            self.services(&late, glue2, policy.as_deref(), &attrs2, Vec::new(), &mut seen, &mut snap, &mut policies)?;
+        if glue2 && !asked.is_empty() {
+            let (plans, pending): (BTreeMap<String, ServicePlan>, Vec<Pending>) =
+                asked.into_iter().map(|(service, (plan, pending))| ((service, plan), pending)).unzip();
+            let results = self.join_all(pending)?;
+            absorb_services(&plans, results, &mut seen, &mut snap, &mut policies);
         }
         // A carrier also fetched as another EE's share is kept once, as a carrier.
         snap.shares.retain(|sh| !carrier_dns.contains(&sh.dn.to_ascii_lowercase()));
@@ -685,38 +715,49 @@ impl Bdii {
         snap: &mut Snapshot,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
-        let mut searches: Vec<Search> = Vec::new();
-        if glue2 {
-            for (service, plan) in plans {
-                // Managers, endpoints, shares and (CREAM) EEs are the service's children;
-                // MappingPolicies sit under their shares.
-                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
-                searches.push(Search::under(service, scope, plan.filter(policy), attrs));
-            }
-        }
+        let mut searches = if glue2 { self.service_searches(plans.iter(), policy, attrs) } else { Vec::new() };
         let n = searches.len();
         searches.extend(extra);
-        let mut results = self.search_all(searches)?.into_iter();
-        for (plan, entries) in plans.values().zip(results.by_ref().take(n)) {
-            for e in entries {
-                if !seen.insert(e.dn.to_ascii_lowercase()) {
-                    continue;
-                }
-                if e.is_a("GLUE2ComputingManager") {
-                    snap.managers.push(e);
-                } else if e.is_a("GLUE2ComputingEndpoint") {
-                    snap.endpoints.push(e);
-                } else if e.is_a("GLUE2MappingPolicy") {
-                    policies.push(e);
-                } else if entity_id(&e).is_some_and(|id| plan.ids.iter().any(|ids| ids.contains(&id))) {
-                    // An entity its Extensions extend: a carrier.
-                    snap.carriers.push(e);
-                } else if e.is_a("GLUE2ComputingShare") {
-                    snap.shares.push(e);
-                }
+        let mut results = self.search_all(searches)?;
+        let rest = results.split_off(n);
+        absorb_services(plans, results, seen, snap, policies);
+        Ok(rest.into_iter().flatten().collect())
+    }
+
+    /// One search per service plan: managers, endpoints, shares and (CREAM)
+    /// EEs are the service's children; MappingPolicies sit under their shares.
+    fn service_searches<'a>(&self, plans: impl Iterator<Item = (&'a String, &'a ServicePlan)>, policy: Option<&str>, attrs: &[String]) -> Vec<Search> {
+        plans
+            .map(|(service, plan)| {
+                let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
+                Search::under(service, scope, plan.filter(policy), attrs)
+            })
+            .collect()
+    }
+}
+
+/// Files the answers of [`Bdii::service_searches`] (in `plans` order) into
+/// `snap`: managers, endpoints, shares, policies, and the entities
+/// Extensions extend (as carriers).
+fn absorb_services(plans: &BTreeMap<String, ServicePlan>, results: Vec<Vec<Entry>>, seen: &mut BTreeSet<String>, snap: &mut Snapshot, policies: &mut Vec<Entry>) {
+    for (plan, entries) in plans.values().zip(results) {
+        for e in entries {
+            if !seen.insert(e.dn.to_ascii_lowercase()) {
+                continue;
+            }
+            if e.is_a("GLUE2ComputingManager") {
+                snap.managers.push(e);
+            } else if e.is_a("GLUE2ComputingEndpoint") {
+                snap.endpoints.push(e);
+            } else if e.is_a("GLUE2MappingPolicy") {
+                policies.push(e);
+            } else if entity_id(&e).is_some_and(|id| plan.ids.iter().any(|ids| ids.contains(&id))) {
+                // An entity its Extensions extend: a carrier.
+                snap.carriers.push(e);
+            } else if e.is_a("GLUE2ComputingShare") {
+                snap.shares.push(e);
             }
         }
-        Ok(results.flatten().collect())
     }
 }
 
@@ -738,7 +779,7 @@ const CARRIERS: [(&str, &str); 3] = [
 ];
 
 /// What one ComputingService's subtree search asks for.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct ServicePlan {
     /// The service's EEs that carry CDER data: the shares that name one of
     /// them, or name no EE at all, offer them.
