@@ -150,8 +150,8 @@ pub fn status(config: Option<&Path>, args: &StatusArgs) -> Result<(), Failure> {
 }
 
 fn status_table(status: &Status) -> String {
-    let header = ["TYPE", "IDX", "STATE", "JOB", "UID", "NUMA", "MEM(MB)", "MODEL", "REASON"];
-    let rows: Vec<[String; 9]> = status.devices.iter().map(device_cells).collect();
+    let header = ["TYPE", "IDX", "STATE", "JOB", "UID", "NUMA", "MEM(MB)", "PATH", "MODEL", "REASON"];
+    let rows: Vec<[String; 10]> = status.devices.iter().map(device_cells).collect();
     let mut widths = header.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -172,7 +172,7 @@ fn status_table(status: &Status) -> String {
     out
 }
 
-fn device_cells(d: &DeviceStatus) -> [String; 9] {
+fn device_cells(d: &DeviceStatus) -> [String; 10] {
     [
         d.cder_type.clone(),
         d.index.to_string(),
@@ -181,6 +181,9 @@ fn device_cells(d: &DeviceStatus) -> [String; 9] {
         d.uid.map_or("-".into(), |u| u.to_string()),
         d.numa_node.to_string(),
         d.memory_mb.to_string(),
+        // The file a batch system's configuration names the device by
+        // (gres.conf `File=`): what the job prolog maps SLURM's GPUs with.
+        d.path.clone().unwrap_or_else(|| "-".into()),
         d.model.clone(),
         d.reason.clone().unwrap_or_else(|| "-".into()),
     ]
@@ -227,7 +230,7 @@ fn print_device(d: &DeviceStatus, as_json: bool) -> Result<(), Failure> {
     if as_json {
         return json(d);
     }
-    let [t, i, state, job, _, _, _, _, reason] = device_cells(d);
+    let [t, i, state, job, _, _, _, _, _, reason] = device_cells(d);
     super::print(&format!("{t}:{i} {state}{}{}\n", if job == "-" { String::new() } else { format!(" job={job}") }, if reason == "-" { String::new() } else { format!(" reason={reason}") }))
 }
 

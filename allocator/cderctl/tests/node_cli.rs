@@ -120,6 +120,10 @@ fn readme_demo_two_jobs_get_disjoint_devices() {
     assert_eq!(s["devices"][0]["job"], "local:demo-1");
     let table = text(&d.ctl(&["status"]).stdout);
     assert!(table.contains("gpgpu: 4 total, 0 free, 4 allocated, 0 offline, 0 unhealthy"), "{table}");
+    // Each device's file, as gres.conf names it, in its own column.
+    let path0 = s["devices"][0]["path"].as_str().expect("a device file in the JSON");
+    assert!(table.lines().next().is_some_and(|h| h.split_whitespace().any(|c| c == "PATH")), "{table}");
+    assert!(table.lines().nth(1).is_some_and(|row| row.split_whitespace().any(|c| c == path0)), "{table}");
 
     let r = d.ctl(&["release", "--job", "local:demo-1"]);
     assert_eq!(text(&r.stdout), "local:demo-1: released 2 device(s)\n");
