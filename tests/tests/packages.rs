@@ -22,6 +22,9 @@ use cder_tests::slurm::{require_slurm, serial, workspace_root, SLURM_PLUGIN_DIR}
 const PACKAGES: [&str; 9] =
     ["cder-common", "cder-node", "cder-slurm", "cder-torque", "cder-glue-provider", "cder-jdl", "cder-vgpgpu", "cder-arc", "cder-blah"];
 const HOOK: &str = "/usr/libexec/cder/cder-torque-hook";
+/// The mom_priv of distributions whose `PBS_HOME` is `/var/lib/torque`:
+/// linked too, all five names (no admin hook there).
+const OTHER_MOM_PRIV: &str = "/var/lib/torque/mom_priv";
 const HOOK_NAMES: [&str; 5] = ["prologue", "prologue.parallel", "epilogue", "epilogue.parallel", "epilogue.precancel"];
 const MOM_PRIV: &str = "/var/spool/torque/mom_priv";
 
@@ -202,7 +205,7 @@ fn packages_build_install_run_and_purge() {
     let mut etc_before = list("/etc/cder");
     let ns = Namespace::new().expect("a mount namespace with an overlay over SLURM's plugin folder");
     let mut cleanup = Cleanup { ns: &ns, made: Vec::new() };
-    for dir in ["/var/spool/torque", "/etc/cder"] {
+    for dir in ["/var/spool/torque", "/var/lib/torque", OTHER_MOM_PRIV, "/etc/cder"] {
         if !Path::new(dir).exists() {
             std::fs::create_dir_all(dir).unwrap();
             cleanup.made.push(dir.into());
@@ -270,6 +273,19 @@ fn packages_build_install_run_and_purge() {
             assert_eq!(run.status.code(), Some(expected), "{name} run through its link: {}", text(&run));
         }
     }
+    for name in HOOK_NAMES {
+        let p = Path::new(OTHER_MOM_PRIV).join(name);
+        assert_eq!(std::fs::read_link(&p).ok(), Some(PathBuf::from(HOOK)), "{} is not a link to the hook", p.display());
+    }
+    // The monitor's unit runs as the system user the package made.
+    let monitor = std::fs::read_to_string("/lib/systemd/system/cder-torque-monitor.service").unwrap();
+    assert!(monitor.contains("User=cder-monitor\n") && monitor.contains("ExecStart=/usr/bin/cder-torque-monitor "), "{monitor}");
+    let user = Command::new("getent").args(["passwd", "cder-monitor"]).output().unwrap();
+    let fields: Vec<String> = text(&user).trim().split(':').map(str::to_string).collect();
+    assert!(user.status.success() && fields.len() == 7, "no cder-monitor user after install: {}", text(&user));
+    let uid: u32 = fields[2].parse().unwrap();
+    assert!(uid < 1000 && (fields[6].ends_with("nologin") || fields[6].ends_with("false")), "cder-monitor is not a system user: {fields:?}");
+
     // The GLUE provider publishes nothing until the admin configures it.
     let provider = ns.run("/var/lib/bdii/gip/provider/cder-glue-provider", &[]).expect("the BDII provider wrapper");
     assert!(provider.trim().is_empty(), "an unconfigured provider published:\n{provider}");
@@ -303,6 +319,9 @@ fn packages_build_install_run_and_purge() {
     }
     for name in HOOK_NAMES.iter().filter(|n| **n != "epilogue.precancel") {
         assert!(std::fs::symlink_metadata(Path::new(MOM_PRIV).join(name)).is_err(), "{name} link left after purge");
+    }
+    for name in HOOK_NAMES {
+        assert!(std::fs::symlink_metadata(Path::new(OTHER_MOM_PRIV).join(name)).is_err(), "{OTHER_MOM_PRIV}/{name} link left after purge");
     }
     assert!(admin_hook.is_file() && admin_file.is_file(), "purge removed what the admin created");
     etc_before.insert("site-local.toml".into());
