@@ -94,7 +94,7 @@ fn run(shared: &Shared, mut file: File, path: &Path) {
             }
             std::thread::sleep(PERIOD);
             let until = *shared.until.lock().unwrap_or_else(|p| p.into_inner());
-            if !until.is_some_and(|t| t > Instant::now()) {
+            if until.is_none_or(|t| t <= Instant::now()) {
                 break;
             }
         }
