@@ -30,6 +30,19 @@ fn wait_for(node: &Node, i: u32, what: &str, ok: impl Fn(&DeviceStatus) -> bool)
     }
 }
 
+/// Waits (as generously as [`wait_for`]) until cderd's log says `what`.
+fn wait_for_log(node: &Node, what: &str, ok: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let log = node.log();
+        if ok(&log) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "cderd never logged {what}:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     let (mut node, events) = watched_node(4, "", &[]);
@@ -42,8 +55,8 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     FakeEvent { xid: Some(79), ..event(0) }.append(&events).unwrap();
     let d0 = wait_for(&node, 0, "drained by Xid 79", |d| d.reason.as_deref() == Some("Xid 79"));
     assert_eq!((d0.state, d0.job.as_ref().map(|j| j.to_string())), (DeviceState::Allocated, Some("slurm:1".to_string())));
-    let log = node.log();
-    assert!(log.contains("scontrol update nodename=") && log.contains("state=drain") && log.contains("Xid 79"), "{log}");
+    // The drain is durable before it is logged: wait for the admin's hint.
+    wait_for_log(&node, "the scontrol hint", |log| log.contains("scontrol update nodename=") && log.contains("state=drain") && log.contains("Xid 79"));
 
     // 2. A double-bit ECC error on a free GPU: offline at once.
     FakeEvent { double_bit_ecc: true, ..event(1) }.append(&events).unwrap();
