@@ -389,9 +389,7 @@ impl Daemon {
         match allocation {
             Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
                 // A step starts: its tasks' `confine` follows.
-                if self.cgroups.is_available() {
-                    self.warmup.warm();
-                }
+                self.warmup.warm();
                 Ok(self.allocation(&a))
             }
             Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),

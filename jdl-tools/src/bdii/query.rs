@@ -335,10 +335,11 @@ pub struct Bdii {
     queries: usize,
 }
 
-/// Where a search copies each entry as it arrives, besides its result.
-type Tap = tokio::sync::mpsc::UnboundedSender<Entry>;
+/// Where a tapped search hands each entry as it arrives, with the search's
+/// position, instead of keeping it for its result.
+type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Entry)>;
 
-async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search, tap: Option<Tap>) -> Result<Vec<Entry>, BdiiError> {
+async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search, tap: Option<(usize, Tap)>) -> Result<Vec<Entry>, BdiiError> {
     let started = std::time::Instant::now();
     let what = format!("search {}", s.filter);
     let mut adapters: Vec<Box<dyn Adapter<'static, String, Vec<String>>>> = vec![Box::new(EntriesOnly::new())];
@@ -353,10 +354,12 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
         match stream.next().await {
             Ok(Some(raw)) => {
                 if let Some(e) = decode_entry(raw.0, &mut names) {
-                    if let Some(tap) = &tap {
-                        let _ = tap.send(e.clone());
+                    match &tap {
+                        Some((at, tap)) => {
+                            let _ = tap.send((*at, e));
+                        }
+                        None => out.push(e),
                     }
-                    out.push(e);
                 }
             }
             Ok(None) => break,
@@ -476,16 +479,18 @@ impl Bdii {
         self.spawn_tapped(searches, None)
     }
 
-    /// [`Bdii::spawn_all`], each entry also sent to `tap` as it arrives (the
-    /// channel closes when every search has ended).
+    /// [`Bdii::spawn_all`], each entry sent to `tap` as it arrives, with the
+    /// search's position, and not kept for the search's result (the channel
+    /// closes when every search has ended).
     fn spawn_tapped(&mut self, searches: Vec<Search>, tap: Option<Tap>) -> Vec<Pending> {
         self.queries += searches.len();
         let (url, timeout, page, connect_timeout) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         searches
             .into_iter()
-            .map(|s| {
-                let (main, url, gate, tap) = (self.ldap.clone(), url.clone(), gate.clone(), tap.clone());
+            .enumerate()
+            .map(|(at, s)| {
+                let (main, url, gate, tap) = (self.ldap.clone(), url.clone(), gate.clone(), tap.clone().map(|t| (at, t)));
                 Pending(self.rt.spawn(async move {
                     let ldap = if s.paged {
                         let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
@@ -666,20 +671,24 @@ impl Bdii {
         // grows later is asked again; the last answer is the one kept.
         let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
         let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
-        while let Some(e) = self.rt.block_on(slow_entries.recv()) {
+        // Per slow search, its entries in the order it returned them.
+        let mut found: Vec<Vec<Entry>> = vec![Vec::new(); slow.len()];
+        while let Some((at, e)) = self.rt.block_on(slow_entries.recv()) {
             let service = service_base(&e.dn);
-            if done.contains(&service) {
-                continue;
+            if !done.contains(&service) {
+                note_carrier(&mut late, &e);
+                let plan = &late[&service];
+                if asked.get(&service).is_none_or(|(sent, _)| sent != plan) {
+                    let search = self.service_searches(std::iter::once((&service, plan)), policy.as_deref(), &attrs2);
+                    let pending = self.spawn_all(search).pop().expect("one search per plan");
+                    asked.insert(service, (plan.clone(), pending));
+                }
             }
-            note_carrier(&mut late, &e);
-            let plan = &late[&service];
-            if asked.get(&service).is_none_or(|(sent, _)| sent != plan) {
-                let search = self.service_searches(std::iter::once((&service, plan)), policy.as_deref(), &attrs2);
-                let pending = self.spawn_all(search).pop().expect("one search per plan");
-                asked.insert(service, (plan.clone(), pending));
-            }
+            found[at].push(e);
         }
-        for e in self.join_all(slow)?.into_iter().flatten() {
+        // The searches' own results are empty (tapped); joined for their errors.
+        self.join_all(slow)?;
+        for e in found.into_iter().flatten() {
             if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
                 snap.carriers.push(e);
             }
