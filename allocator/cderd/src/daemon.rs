@@ -388,8 +388,12 @@ impl Daemon {
         drop(store);
         match allocation {
             Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
-                // A step starts: its tasks' `confine` follows.
-                self.warmup.warm();
+                // A step starts (slurmstepd asks, as root): its tasks'
+                // `confine` follows. A user's own `env` calls do not keep
+                // the node's fork path slow.
+                if self.is_operator(caller.uid) {
+                    self.warmup.warm();
+                }
                 Ok(self.allocation(&a))
             }
             Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),
