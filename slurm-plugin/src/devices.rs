@@ -161,6 +161,7 @@ mod tests {
             uid: 1000,
             devices: indices.iter().map(|&i| dev(i)).collect(),
             env: JobEnvironment(env),
+            cgroups: None,
         }
     }
 

@@ -278,6 +278,7 @@ impl Daemon {
                 })
                 .collect(),
             env: JobEnvironment::for_devices(&self.config.cders, &devices),
+            cgroups: None,
         }
     }
 
@@ -385,16 +386,22 @@ impl Daemon {
     pub fn env(&self, caller: Caller, job: &JobKey) -> Result<Allocation, ErrorReply> {
         let store = self.store();
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
-        drop(store);
         match allocation {
             Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
                 // A step starts (slurmstepd asks, as root): its tasks'
                 // `confine` follows. A user's own `env` calls do not keep
                 // the node's fork path slow.
+                let mut reply = self.allocation(&a);
                 if self.is_operator(caller.uid) {
                     self.warmup.warm();
+                    // slurmstepd's tasks enter the groups themselves, as
+                    // root, instead of asking `confine` each.
+                    if self.cgroups.is_available() {
+                        reply.cgroups = Some(self.ready_groups(&store, &a)?.iter().map(|p| p.display().to_string()).collect());
+                    }
                 }
-                Ok(self.allocation(&a))
+                drop(store);
+                Ok(reply)
             }
             Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),
             None => Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node"))),
@@ -542,19 +549,31 @@ impl Daemon {
             tracing::error!(job = %job, pid, "confine failed: {e}");
             ErrorReply::new(ErrorCode::Internal, format!("confining pid {pid} for job {job}: {e}"))
         };
-        {
-            // Under the map's lock: never beside the set-up thread.
-            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            if groups.get(&name) != Some(&GroupState::Ready) {
-                let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, &allocation);
-                self.cgroups.prepare(&name, &deny).map_err(failed)?;
-                groups.insert(name.clone(), GroupState::Ready);
-            }
-        }
+        // The store's lock, held throughout, keeps a `release` from
+        // removing the groups in between (it would find them re-created).
+        self.ready_groups(&store, &allocation)?;
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
         drop(store);
         tracing::info!(job = %job, pid, took_us = started.elapsed().as_micros() as u64, "confined");
         Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })
+    }
+
+    /// The paths of `allocation`'s device cgroups, set up (rules, program)
+    /// if the background thread has not done it yet.
+    /// `store` is the held store: a `release` cannot run in between.
+    fn ready_groups(&self, store: &Store, allocation: &JobAllocation) -> Result<Vec<std::path::PathBuf>, ErrorReply> {
+        let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+        // Under the map's lock: never beside the set-up thread.
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        if groups.get(&name) != Some(&GroupState::Ready) {
+            let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation);
+            self.cgroups.prepare(&name, &deny).map_err(|e| {
+                tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
+                ErrorReply::new(ErrorCode::Internal, format!("setting up the device cgroups of job {}: {e}", allocation.job))
+            })?;
+            groups.insert(name.clone(), GroupState::Ready);
+        }
+        Ok(self.cgroups.paths(&name))
     }
 
     /// Free present devices that some process (not root, not an ignored

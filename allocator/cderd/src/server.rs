@@ -1,6 +1,9 @@
 //! The node socket: a Unix stream socket, one thread per connection (up to
 //! [`MAX_CONNECTIONS`], fewer for unprivileged uids), one newline-terminated request per line, each line
 //! read with a bound so no client can make the daemon buffer without limit.
+//! A connection's thread waits [`KEEP_IDLE_THREAD`] for the next connection
+//! before it ends: a job's start makes three short connections in a few
+//! milliseconds, and starting a thread cost more than answering one.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -8,7 +11,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use cder_protocol::{error_line, ok_line, ErrorCode, ErrorReply, Request};
@@ -21,6 +25,65 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A client that does not read its reply within this is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection thread with nothing to serve ends after this.
+pub const KEEP_IDLE_THREAD: Duration = Duration::from_secs(30);
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// Connection threads that outlive their connection, idle for a while:
+/// a new connection goes to one of them, or to a new thread when none is
+/// idle (so there are never fewer threads than connections being served).
+#[derive(Default)]
+struct Threads {
+    state: Mutex<ThreadsState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct ThreadsState {
+    queue: VecDeque<Work>,
+    idle: usize,
+}
+
+impl Threads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ThreadsState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `work` on an idle thread, or on a new one.
+    fn run(self: &Arc<Self>, work: Work) -> std::io::Result<()> {
+        let mut state = self.lock();
+        // Each queued item has an idle thread of its own to take it: an
+        // idle thread ends only after looking at the queue under the lock.
+        if state.idle > state.queue.len() {
+            state.queue.push_back(work);
+            drop(state);
+            self.wake.notify_one();
+            return Ok(());
+        }
+        drop(state);
+        let threads = Arc::clone(self);
+        std::thread::Builder::new().name("cderd-conn".into()).spawn(move || {
+            work();
+            threads.serve_queue();
+        })?;
+        Ok(())
+    }
+
+    /// Takes queued work until none comes for [`KEEP_IDLE_THREAD`].
+    fn serve_queue(&self) {
+        let mut state = self.lock();
+        loop {
+            state.idle += 1;
+            state = self.wake.wait_timeout_while(state, KEEP_IDLE_THREAD, |s| s.queue.is_empty()).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
+            state.idle -= 1;
+            let Some(work) = state.queue.pop_front() else { return };
+            drop(state);
+            work();
+            state = self.lock();
+        }
+    }
+}
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +178,7 @@ impl Slots {
 /// Serves `listener` forever (until accept fails fatally).
 pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
     let slots = Arc::new(Slots::default());
+    let threads = Arc::new(Threads::default());
     let max_line = daemon.config().node.max_request_bytes;
     for stream in listener.incoming() {
         let stream = match stream {
@@ -142,10 +206,10 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
         }
         let daemon = Arc::clone(&daemon);
         let slots_here = Arc::clone(&slots);
-        let spawned = std::thread::Builder::new().name("cderd-conn".into()).spawn(move || {
+        let spawned = threads.run(Box::new(move || {
             connection(&daemon, stream, caller, max_line);
             slots_here.give_back(caller.uid);
-        });
+        }));
         if let Err(e) = spawned {
             slots.give_back(caller.uid);
             tracing::error!("cannot start a connection thread: {e}");
@@ -223,6 +287,41 @@ pub fn answer(daemon: &Daemon, caller: Caller, line: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_threads_are_reused_and_never_too_few() {
+        let threads = Arc::new(Threads::default());
+        // One after another: the finished thread takes the next one.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let mut ids = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let done = done_tx.clone();
+            threads.run(Box::new(move || done.send(std::thread::current().id()).unwrap())).unwrap();
+            ids.insert(done_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+            // Let the thread get back to waiting before the next arrives.
+            while threads.lock().idle == 0 {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(ids.len(), 1, "one thread served all twenty, one after another");
+        // All at once: eight held connections get eight threads.
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        for _ in 0..8 {
+            let (started, gate) = (started_tx.clone(), Arc::clone(&gate));
+            threads
+                .run(Box::new(move || {
+                    started.send(std::thread::current().id()).unwrap();
+                    let open = gate.0.lock().unwrap();
+                    let _open = gate.1.wait_while(open, |o| !*o).unwrap();
+                }))
+                .unwrap();
+        }
+        let running: std::collections::HashSet<_> = (0..8).map(|_| started_rx.recv_timeout(Duration::from_secs(10)).expect("a connection waited for a thread")).collect();
+        assert_eq!(running.len(), 8);
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+    }
 
     #[test]
     fn unprivileged_users_cannot_take_every_slot() {

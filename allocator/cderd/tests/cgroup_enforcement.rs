@@ -119,6 +119,11 @@ fn same_uid_jobs_are_separated(mode: &str) {
     let expected = if mode == "both" { 2 } else { 1 };
     assert_eq!(groups.len(), expected, "{groups:?}");
     assert!(groups.iter().all(|g| g.is_dir()), "{groups:?}");
+    // The job's own uid is not told where its groups are; root (slurmstepd)
+    // is, and gets the groups `confine` used, ready to enter.
+    assert!(seen.lines.iter().any(|l| l == "PROBE env-cgroups none"), "{:?}", seen.lines);
+    let named = node.client().env(&"slurm:101".parse().unwrap()).unwrap().cgroups.expect("root's env names the groups");
+    assert_eq!(named.iter().map(PathBuf::from).collect::<Vec<_>>(), groups);
     // And the other way round: job 102 reaches its own device only.
     let seen = probe(&node, uid, "slurm:102");
     assert_eq!(seen.open("after", &a), EPERM);
@@ -210,6 +215,8 @@ fn cgroup_off_answers_enforcement_unavailable() {
     alloc(&node, "local:x", 0, 0);
     let e = node.client().confine(&"local:x".parse().unwrap()).unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::EnforcementUnavailable), "{e}");
+    // Without groups, env names none, even to root.
+    assert_eq!(node.client().env(&"local:x".parse().unwrap()).unwrap().cgroups, None);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Barrier};
 
 use cder_model::JobKey;
-use cder_protocol::{AccountingRequest, AllocRequest, ClientError, DeviceState, ErrorCode, ReconcileRequest, Request};
+use cder_protocol::{AccountingRequest, AllocRequest, Allocation, ClientError, DeviceState, ErrorCode, ReconcileRequest, Request};
 use common::{as_uid, is_root, live_owners, require, Node, Options};
 
 fn job(s: &str) -> JobKey {
@@ -66,7 +66,10 @@ fn alloc_and_release_are_idempotent_and_env_is_the_allocation() {
     let again = c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 2)).unwrap();
     assert_eq!(a, again);
     assert_eq!(code(c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 1)).unwrap_err()), ErrorCode::Conflict);
-    assert_eq!(c.env(&job("torque:17.ce.example.org")).unwrap(), a);
+    // Root, an operator, is also told where the job's device cgroups are
+    // (where this node has them); the rest is the allocation.
+    let env = c.env(&job("torque:17.ce.example.org")).unwrap();
+    assert_eq!(Allocation { cgroups: None, ..env }, a);
     assert_eq!(c.release(&job("torque:17.ce.example.org")).unwrap().released, 2);
     assert_eq!(c.release(&job("torque:17.ce.example.org")).unwrap().released, 0);
     assert_eq!(code(c.env(&job("torque:17.ce.example.org")).unwrap_err()), ErrorCode::UnknownJob);

@@ -166,6 +166,13 @@ pub struct Allocation {
     pub devices: Vec<AllocatedDevice>,
     /// The variables to set in the job (`CUDA_VISIBLE_DEVICES=1,3` …).
     pub env: JobEnvironment,
+    /// The job's device cgroups (directories), set up and ready for a
+    /// process to enter by writing its pid into their `cgroup.procs`. Only
+    /// in the answer to an operator's `env` on a node where cderd confines
+    /// jobs: slurmstepd's tasks enter them as root without a `confine`
+    /// round trip each. Absent from older daemons (the task asks `confine`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<Vec<String>>,
 }
 
 impl Allocation {

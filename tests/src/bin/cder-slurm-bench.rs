@@ -22,6 +22,11 @@
 //!   job prolog/epilog is loaded (slurmd forks `slurmstepd spank prolog` and
 //!   `… epilog` per job, srun and slurmstepd load the plugin), none of it
 //!   cder's work. `gpu-job` minus this line is what cderd and the plugin add.
+//! * `prolog-floor`: the same native job with a trivial C SPANK plugin whose
+//!   only callbacks are a job prolog and epilog that return at once (built
+//!   here with `cc`): what SLURM spends on any plugin that records jobs in a
+//!   job prolog, whoever writes it. No design with a SPANK job prolog starts
+//!   a job faster than this over native.
 //!
 //! Run with `RUST_LOG=cderd=debug CDER_KEEP_TMP=1` to keep cderd's log, whose
 //! `alloc timing` and `confine timing` lines break the cderd side down.
@@ -85,8 +90,21 @@ fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], n: usize) 
     compare_with(cluster, args, args_with, &[], n)
 }
 
+/// What the "with" side's plugstack.conf loads.
+enum Loaded<'a> {
+    /// spank_cder.so with these arguments after it.
+    Cder(&'a [String]),
+    /// Another plugin: this plugstack.conf line.
+    Line(&'a str),
+}
+
 /// [`compare`], with `spank_args` after the plugin in plugstack.conf.
 fn compare_with(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize) -> Result<Sides, String> {
+    compare_loaded(cluster, args, args_with, Loaded::Cder(spank_args), n)
+}
+
+/// [`compare`], with `loaded` on the "with" side.
+fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loaded: Loaded, n: usize) -> Result<Sides, String> {
     let per_round = n.div_ceil(ROUNDS);
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let mut done = 0;
@@ -97,9 +115,13 @@ fn compare_with(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank
         }
         // Alternate which side goes first, so neither always runs warm.
         for side in if round % 2 == 0 { [false, true] } else { [true, false] } {
-            cluster.set_plugstack(side, spank_args)?;
+            match (&loaded, side) {
+                (Loaded::Line(line), true) => std::fs::write(cluster.dir().join("plugstack.conf"), format!("{line}\n")).map_err(|e| e.to_string())?,
+                (Loaded::Cder(spank_args), _) => cluster.set_plugstack(side, spank_args)?,
+                (Loaded::Line(_), false) => cluster.set_plugstack(false, &[])?,
+            }
             let t = time_sruns(cluster, if side { args_with } else { args }, k)?;
-            if side && spank_args.is_empty() {
+            if side && matches!(loaded, Loaded::Cder(a) if a.is_empty()) {
                 // Untimed: the last jobs' epilogs (which release in cderd)
                 // must run with the plugin loaded, before plugstack.conf
                 // is emptied for the other side.
@@ -114,6 +136,27 @@ fn compare_with(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank
         done += k;
     }
     Ok(Sides { without, with })
+}
+
+/// Builds, in `dir`, a SPANK plugin whose only callbacks are a job prolog
+/// and epilog that return at once; returns its path.
+fn trivial_prolog_plugin(dir: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    let source = dir.join("prolog_floor.c");
+    let plugin = dir.join("prolog_floor.so");
+    let text = "#include <slurm/spank.h>\nSPANK_PLUGIN(prolog_floor, 1);\n\
+                int slurm_spank_job_prolog(spank_t sp, int ac, char **av) { return 0; }\n\
+                int slurm_spank_job_epilog(spank_t sp, int ac, char **av) { return 0; }\n";
+    std::fs::write(&source, text).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&plugin)
+        .arg(&source)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cc {}: {}", source.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(plugin)
 }
 
 /// Prints one line (mean and median per srun); returns the milliseconds
@@ -207,6 +250,9 @@ fn main() -> ExitCode {
         let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
         let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
         let spank_only = compare_with(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], &no_cderd, n)?;
+        let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
+        let floor_line = format!("required {}", floor_plugin.display());
+        let floor = compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Line(&floor_line), n)?;
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
@@ -216,6 +262,7 @@ fn main() -> ExitCode {
         report("jobs+gpu", n, &gpu);
         let gpu_job = report("gpu-job", n, &gpu_job);
         report("spank-only", n, &spank_only);
+        let floor = report("prolog-floor", n, &floor);
         let ok = steps.0 < 5.0 || steps.1 < 5.0;
         println!("target (steps): under 5 ms added per step (mean or median): {}", if ok { "met" } else { "NOT met" });
         let verdict = |ms: f64| if ms <= 2.0 { "met" } else { "NOT met" };
@@ -225,6 +272,13 @@ fn main() -> ExitCode {
             gpu_job.0,
             verdict(gpu_job.1),
             gpu_job.1
+        );
+        println!(
+            "of which SLURM's own cost of any SPANK plugin with a job prolog (prolog-floor): {:+.2} ms by mean, {:+.2} ms by median; cder beyond it: {:+.2} / {:+.2} ms",
+            floor.0,
+            floor.1,
+            gpu_job.0 - floor.0,
+            gpu_job.1 - floor.1
         );
         Ok(())
     };

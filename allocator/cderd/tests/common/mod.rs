@@ -285,6 +285,10 @@ pub fn probe_child_main() {
     };
     try_all("before");
     let mut c = Client::connect(&socket, Duration::from_secs(30)).unwrap();
+    // Only root and operators are told the groups' paths.
+    if let Ok(a) = c.env(&job.parse().unwrap()) {
+        println!("PROBE env-cgroups {}", a.cgroups.map_or("none".to_string(), |g| g.join(",")));
+    }
     match c.confine(&job.parse().unwrap()) {
         Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
         Err(e) => println!("PROBE refused {}", e.code().map_or("none".to_string(), |c| c.to_string())),
