@@ -22,11 +22,13 @@
 //! the job is released; if processes are still in it the kernel refuses
 //! (EBUSY), the group stays, and reconcile tries again later.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use cder_model::config::Enforcement;
 use cder_model::{CgroupMode, JobKey};
@@ -154,7 +156,15 @@ pub struct DeviceCgroups {
     unavailable: Option<String>,
     /// The mount points in use (v1 `devices`, cgroup2), for the warm-up.
     roots: (Option<PathBuf>, Option<PathBuf>),
+    /// Loaded v2 device programs by deny list. A program depends only on
+    /// what it denies, so the kernel's verifier runs once per list instead
+    /// of once per job (it was most of cderd's CPU per job start).
+    programs: Arc<Mutex<HashMap<Vec<DeviceNumber>, OwnedFd>>>,
 }
+
+/// Programs kept loaded at most; past this the cache starts again (each
+/// attached program keeps its own reference).
+const MAX_CACHED_PROGRAMS: usize = 64;
 
 /// The cgroup mounts /proc/self/mountinfo lists: the v1 `devices`
 /// controller's and the cgroup2 hierarchy's, each only where the mount
@@ -215,7 +225,7 @@ fn mode_name(mode: CgroupMode) -> &'static str {
 impl DeviceCgroups {
     /// Nothing in use (`cgroup = "off"`, or `cderd --check`).
     pub fn off(why: &str) -> DeviceCgroups {
-        DeviceCgroups { v1: None, v2: None, unavailable: Some(why.to_string()), roots: (None, None) }
+        DeviceCgroups { unavailable: Some(why.to_string()), ..DeviceCgroups::default() }
     }
 
     /// Finds the hierarchies `settings.cgroup` asks for and creates the
@@ -366,10 +376,19 @@ impl DeviceCgroups {
             // changes, so an attached program is already the right one.
             let attached = sys::bpf_prog_query_count(&dir, sys::BPF_CGROUP_DEVICE).map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
             if attached == 0 {
-                let prog = sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&deny), "cder_job")
-                    .map_err(CgroupError::BpfLoad)?;
+                let mut programs = self.programs.lock().unwrap_or_else(|p| p.into_inner());
+                if programs.len() >= MAX_CACHED_PROGRAMS && !programs.contains_key(&deny) {
+                    programs.clear();
+                }
+                let prog = match programs.entry(deny.clone()) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                        sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&deny), "cder_job")
+                            .map_err(CgroupError::BpfLoad)?,
+                    ),
+                };
                 // The attachment holds its own reference: the fd may close.
-                sys::bpf_prog_attach(&dir, &prog, sys::BPF_CGROUP_DEVICE, sys::BPF_F_ALLOW_MULTI)
+                sys::bpf_prog_attach(&dir, prog, sys::BPF_CGROUP_DEVICE, sys::BPF_F_ALLOW_MULTI)
                     .map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
             }
         }

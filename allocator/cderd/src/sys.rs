@@ -175,8 +175,15 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
 /// Loads `insns` as a program of `prog_type` (`name` is shown by bpftool).
 /// On a verifier refusal the error carries the verifier's log.
 pub fn bpf_prog_load(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn], name: &str) -> std::io::Result<OwnedFd> {
+    // The verifier's log slows every load; ask for it only to explain a
+    // refusal.
+    bpf_prog_load_logged(prog_type, expected_attach_type, insns, name, false)
+        .or_else(|_| bpf_prog_load_logged(prog_type, expected_attach_type, insns, name, true))
+}
+
+fn bpf_prog_load_logged(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn], name: &str, logged: bool) -> std::io::Result<OwnedFd> {
     let license = c"GPL";
-    let mut log = vec![0u8; 64 * 1024];
+    let mut log = vec![0u8; if logged { 64 * 1024 } else { 0 }];
     let mut prog_name = [0u8; 16];
     for (dst, src) in prog_name.iter_mut().zip(name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_').take(15)) {
         *dst = src;
@@ -186,9 +193,9 @@ pub fn bpf_prog_load(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
-        log_level: 1,
+        log_level: u32::from(logged),
         log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
+        log_buf: if logged { log.as_mut_ptr() as u64 } else { 0 },
         prog_name,
         expected_attach_type,
         ..ProgLoadAttr::default()

@@ -134,6 +134,13 @@ fn same_uid_jobs_are_separated(mode: &str) {
     // Release removes the (now empty) groups.
     assert_eq!(node.client().release(&"slurm:101".parse().unwrap()).unwrap().released, 1);
     assert!(groups.iter().all(|g| !g.exists()), "groups left after release: {groups:?}");
+    // The next job on the same device denies the same devices: cderd
+    // attaches the program it already loaded, which must still deny them.
+    alloc(&node, "slurm:103", uid, 0);
+    let seen = probe(&node, uid, "slurm:103");
+    assert_eq!(seen.open("after", &a), "ok");
+    assert_eq!(seen.open("after", &b), EPERM, "a reused program must deny job 102's device");
+    assert_eq!(node.client().release(&"slurm:103".parse().unwrap()).unwrap().released, 1);
     // A job with no allocation here is unknown_job.
     let e = node.client().confine(&"slurm:101".parse().unwrap()).unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::UnknownJob));
