@@ -344,6 +344,9 @@ impl Store {
         // cderd loses nothing; only the fsync moves to the checkpoint, off the
         // job's start path (docs/architecture.md, "Trust").
         conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
+        // Room for every statement of the job start and end paths (the
+        // default, 16, made them evict each other).
+        conn.set_prepared_statement_cache_capacity(64);
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
         Ok(Store { conn, type_order })
     }
@@ -440,7 +443,7 @@ impl Store {
     /// deleted and their ids are SQLite rowids, which only grow while the
     /// largest row exists, so this is monotonic and as durable as the rows.
     pub fn generation(&self) -> Result<u64> {
-        let max: Option<i64> = self.conn.query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
+        let max: Option<i64> = self.conn.prepare_cached("SELECT MAX(id) FROM jobs")?.query_row([], |r| r.get(0))?;
         Ok(max.unwrap_or(0).max(0) as u64)
     }
 
@@ -528,10 +531,8 @@ impl Store {
             }
         };
         let token = new_token().map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
-        tx.execute(
-            "INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now],
-        )?;
+        tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+            .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
         let job_id = tx.last_insert_rowid();
         {
             let mut insert = tx.prepare_cached("INSERT INTO allocations (job_id, device, start) VALUES (?1, ?2, ?3)")?;
@@ -582,9 +583,11 @@ impl Store {
         let Some(allocation) = self.allocation_of(tx, job)? else {
             return Ok(Vec::new());
         };
-        let id: i64 = tx.query_row("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL", [job.to_string()], |r| r.get(0))?;
-        tx.execute("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL", params![id, now])?;
-        tx.execute("UPDATE jobs SET end = ?2 WHERE id = ?1", params![id, now])?;
+        // Cached statements: a job's epilog runs this, and parsing the SQL
+        // each time was a visible share of cderd's CPU per job.
+        let id: i64 = tx.prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?.query_row([job.to_string()], |r| r.get(0))?;
+        tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?.execute(params![id, now])?;
+        tx.prepare_cached("UPDATE jobs SET end = ?2 WHERE id = ?1")?.execute(params![id, now])?;
         Ok(allocation.devices.into_iter().map(|d| DeviceRow { job: None, uid: None, ..d }).collect())
     }
 

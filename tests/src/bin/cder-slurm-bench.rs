@@ -35,11 +35,13 @@
 //! (`TaskPlugin=task/cgroup`, `ConstrainDevices=yes`): the native job is then
 //! moved into SLURM's cgroups too, and cder only records and reads the
 //! ledger. `--warmup-ms N` sets cderd's `cgroup_warmup_ms` (0: no warm-up of
-//! the kernel's cgroup migration lock). The first line printed says whether
-//! a cgroup hierarchy is mounted with `favordynmods`.
+//! the kernel's cgroup migration lock). `--spank-arg WORD` (repeatable) adds
+//! a plugstack.conf word for spank_cder.so on the cder sides, e.g.
+//! `confine=off` to leave cderd's device cgroups out. The first line printed
+//! says whether a cgroup hierarchy is mounted with `favordynmods`.
 //!
 //! ```text
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [STEPS]   # default 50
 //! ```
 //!
 //! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,
@@ -86,21 +88,17 @@ fn settle(cluster: &SlurmCluster) {
 
 /// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
 /// seconds of each srun without and with the plugin.
-fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], n: usize) -> Result<Sides, String> {
-    compare_with(cluster, args, args_with, &[], n)
+fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize) -> Result<Sides, String> {
+    compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: true }, n)
 }
 
 /// What the "with" side's plugstack.conf loads.
 enum Loaded<'a> {
-    /// spank_cder.so with these arguments after it.
-    Cder(&'a [String]),
+    /// spank_cder.so with these arguments after it; `settle`: wait for
+    /// cderd to hold nothing before the other side runs.
+    Cder { args: &'a [String], settle: bool },
     /// Another plugin: this plugstack.conf line.
     Line(&'a str),
-}
-
-/// [`compare`], with `spank_args` after the plugin in plugstack.conf.
-fn compare_with(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize) -> Result<Sides, String> {
-    compare_loaded(cluster, args, args_with, Loaded::Cder(spank_args), n)
 }
 
 /// [`compare`], with `loaded` on the "with" side.
@@ -117,11 +115,11 @@ fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loa
         for side in if round % 2 == 0 { [false, true] } else { [true, false] } {
             match (&loaded, side) {
                 (Loaded::Line(line), true) => std::fs::write(cluster.dir().join("plugstack.conf"), format!("{line}\n")).map_err(|e| e.to_string())?,
-                (Loaded::Cder(spank_args), _) => cluster.set_plugstack(side, spank_args)?,
+                (Loaded::Cder { args, .. }, _) => cluster.set_plugstack(side, args)?,
                 (Loaded::Line(_), false) => cluster.set_plugstack(false, &[])?,
             }
             let t = time_sruns(cluster, if side { args_with } else { args }, k)?;
-            if side && matches!(loaded, Loaded::Cder(a) if a.is_empty()) {
+            if side && matches!(loaded, Loaded::Cder { settle: true, .. }) {
                 // Untimed: the last jobs' epilogs (which release in cderd)
                 // must run with the plugin loaded, before plugstack.conf
                 // is emptied for the other side.
@@ -178,15 +176,17 @@ fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64) {
     added
 }
 
-/// The command line: `[--task-cgroup] [--warmup-ms N] [STEPS]`.
+/// The command line: `[--task-cgroup] [--warmup-ms N] [--spank-arg WORD]… [STEPS]`.
 struct Args {
     steps: usize,
     task_cgroup: bool,
     warmup_ms: Option<u64>,
+    /// Words after spank_cder.so on the cder sides (`confine=off` …).
+    spank_args: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { steps: 50, task_cgroup: false, warmup_ms: None };
+    let mut a = Args { steps: 50, task_cgroup: false, warmup_ms: None, spank_args: Vec::new() };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -195,6 +195,7 @@ fn parse_args() -> Result<Args, String> {
                 let v = it.next().ok_or("--warmup-ms needs a number of milliseconds")?;
                 a.warmup_ms = Some(v.parse().map_err(|e| format!("--warmup-ms {v}: {e}"))?);
             }
+            "--spank-arg" => a.spank_args.push(it.next().ok_or("--spank-arg needs a plugstack.conf word, e.g. confine=off")?),
             n => a.steps = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?,
         }
     }
@@ -205,7 +206,7 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [STEPS] (default 50)");
+            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [STEPS] (default 50)");
             return ExitCode::from(2);
         }
     };
@@ -215,10 +216,11 @@ fn main() -> ExitCode {
     }
     let favordynmods = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|l| l.contains("cgroup") && l.contains("favordynmods"));
     println!(
-        "cder-slurm-bench: TaskPlugin={}, cgroup favordynmods {}, cderd cgroup_warmup_ms {}",
+        "cder-slurm-bench: TaskPlugin={}, cgroup favordynmods {}, cderd cgroup_warmup_ms {}, spank_cder.so words [{}]",
         if args.task_cgroup { "task/cgroup (ConstrainDevices=yes)" } else { "task/none" },
         if favordynmods { "on" } else { "off" },
-        args.warmup_ms.map_or("default".to_string(), |ms| ms.to_string())
+        args.warmup_ms.map_or("default".to_string(), |ms| ms.to_string()),
+        args.spank_args.join(" ")
     );
     let config = SlurmConfig {
         cgroup: args.task_cgroup,
@@ -243,13 +245,15 @@ fn main() -> ExitCode {
             .and_then(|w| w.parse::<u32>().ok())
             .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
         let jobid = format!("--jobid={job}");
-        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], n)?;
+        let extra = &args.spank_args;
+        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n)?;
         let _ = cluster.run("scancel", &[&job.to_string()]);
-        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], n)?;
-        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
-        let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], n)?;
+        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n)?;
+        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n)?;
+        let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n)?;
         let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
-        let spank_only = compare_with(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], &no_cderd, n)?;
+        let spank_only =
+            compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Cder { args: &no_cderd, settle: false }, n)?;
         let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
         let floor_line = format!("required {}", floor_plugin.display());
         let floor = compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Line(&floor_line), n)?;
