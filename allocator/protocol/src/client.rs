@@ -166,6 +166,15 @@ impl Client {
         self.typed(&Request::Release(JobRequest { job: job.clone() }))
     }
 
+    /// `release`, sent without waiting for the answer: cderd acts on it
+    /// whether or not anyone reads the reply. For a job epilog, whose end
+    /// SLURM waits for before it gives the node to the next job; the next
+    /// job's prolog retries while the devices are still held, and cderd
+    /// logs a release it could not do.
+    pub fn release_unanswered(&mut self, job: &JobKey) -> Result<(), ClientError> {
+        self.send_line(Request::Release(JobRequest { job: job.clone() }).to_line().as_bytes())
+    }
+
     /// `env`: the allocation of a job (allowed to the job's uid and operators).
     pub fn env(&mut self, job: &JobKey) -> Result<Allocation, ClientError> {
         self.typed(&Request::Env(JobRequest { job: job.clone() }))

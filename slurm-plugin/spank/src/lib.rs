@@ -559,11 +559,17 @@ impl CderSpank {
         }
     }
 
-    fn release(&self, spank: &Spank, when: &str) -> SpankResult {
+    /// Releases the job's devices in cderd; `answered`: waits for cderd's
+    /// answer. The job epilog does not: SLURM starts the node's next job
+    /// only after the epilog ends, and the wait was the largest part of
+    /// what cder added to the epilog (BENCHMARKS.md, issue 12).
+    fn release(&self, spank: &Spank, when: &str, answered: bool) -> SpankResult {
         let job = job_key(spank)?;
         vgpgpu::Vgpgpu::release(&self.args(), &job, when);
-        match self.connect().and_then(|mut c| c.release(&job)) {
-            Ok(r) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {} device(s)", r.released)),
+        let sent = self.connect().and_then(|mut c| if answered { c.release(&job).map(|r| Some(r.released)) } else { c.release_unanswered(&job).map(|()| None) });
+        match sent {
+            Ok(Some(n)) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {n} device(s)")),
+            Ok(None) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: release sent to cderd")),
             // Never fail an epilog over this: SLURM would drain the node.
             // cderd's reconcile releases jobs SLURM no longer runs.
             Err(e) => log(Level::Error, &format!("spank_cder: {job}: {when}: release failed: {e}")),
@@ -677,7 +683,7 @@ impl Plugin for CderSpank {
         // The batch step ending is the job ending on this node; other steps
         // end while the job may still run more.
         if spank.context() == Context::Remote && spank.step_id().ok() == Some(cder_slurm::ffi::SLURM_BATCH_SCRIPT) {
-            self.release(spank, "batch step ended")?;
+            self.release(spank, "batch step ended", true)?;
         }
         Ok(())
     }
@@ -688,7 +694,7 @@ impl Plugin for CderSpank {
             log(Level::Error, &format!("spank_cder: job epilog: {e}"));
             return Ok(());
         }
-        self.release(spank, "job epilog")
+        self.release(spank, "job epilog", false)
     }
 }
 

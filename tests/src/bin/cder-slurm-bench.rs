@@ -37,11 +37,15 @@
 //! ledger. `--warmup-ms N` sets cderd's `cgroup_warmup_ms` (0: no warm-up of
 //! the kernel's cgroup migration lock). `--spank-arg WORD` (repeatable) adds
 //! a plugstack.conf word for spank_cder.so on the cder sides, e.g.
-//! `confine=off` to leave cderd's device cgroups out. The first line printed
+//! `confine=off` to leave cderd's device cgroups out. `--rounds R` splits
+//! each side's sruns into R interleaved rounds (default 10); besides the
+//! mean and median over all sruns, each line prints the median over rounds
+//! of each round's own added median ("paired"), from which the host's drift
+//! between rounds cancels out. The first line printed
 //! says whether a cgroup hierarchy is mounted with `favordynmods`.
 //!
 //! ```text
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [STEPS]   # default 50
 //! ```
 //!
 //! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,
@@ -53,6 +57,7 @@ use std::time::{Duration, Instant};
 use cder_tests::bench::{mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
 
+/// Interleaved rounds per comparison unless `--rounds` says otherwise.
 const ROUNDS: usize = 10;
 
 /// Seconds each of `n` sruns took.
@@ -73,6 +78,9 @@ fn time_sruns(cluster: &SlurmCluster, args: &[&str], n: usize) -> Result<Vec<f64
 struct Sides {
     without: Vec<f64>,
     with: Vec<f64>,
+    /// Per round, its median with minus its median without: the machine's
+    /// drift between rounds cancels out of each.
+    paired: Vec<f64>,
 }
 
 /// Waits (up to 10 s) until cderd holds no device: every job's epilog ran.
@@ -88,8 +96,8 @@ fn settle(cluster: &SlurmCluster) {
 
 /// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
 /// seconds of each srun without and with the plugin.
-fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize) -> Result<Sides, String> {
-    compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: true }, n)
+fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize, rounds: usize) -> Result<Sides, String> {
+    compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: true }, n, rounds)
 }
 
 /// What the "with" side's plugstack.conf loads.
@@ -102,11 +110,11 @@ enum Loaded<'a> {
 }
 
 /// [`compare`], with `loaded` on the "with" side.
-fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loaded: Loaded, n: usize) -> Result<Sides, String> {
-    let per_round = n.div_ceil(ROUNDS);
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loaded: Loaded, n: usize, rounds: usize) -> Result<Sides, String> {
+    let per_round = n.div_ceil(rounds);
+    let (mut without, mut with): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
     let mut done = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let k = per_round.min(n - done);
         if k == 0 {
             break;
@@ -126,14 +134,15 @@ fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loa
                 settle(cluster);
             }
             if side {
-                with.extend(t);
+                with.push(t);
             } else {
-                without.extend(t);
+                without.push(t);
             }
         }
         done += k;
     }
-    Ok(Sides { without, with })
+    let paired = with.iter().zip(&without).map(|(w, o)| median(w) - median(o)).collect();
+    Ok(Sides { without: without.concat(), with: with.concat(), paired })
 }
 
 /// Builds, in `dir`, a SPANK plugin whose only callbacks are a job prolog
@@ -157,14 +166,14 @@ fn trivial_prolog_plugin(dir: &std::path::Path) -> Result<std::path::PathBuf, St
     Ok(plugin)
 }
 
-/// Prints one line (mean and median per srun); returns the milliseconds
-/// added, by mean and by median.
-fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64) {
+/// Prints one line (mean and median per srun, and the median over rounds
+/// of each round's added median); returns the milliseconds added by each.
+fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64, f64) {
     let (without, with) = (mean(&sides.without), mean(&sides.with));
     let (without_med, with_med) = (median(&sides.without), median(&sides.with));
-    let added = ((with - without) * 1000.0, (with_med - without_med) * 1000.0);
+    let added = ((with - without) * 1000.0, (with_med - without_med) * 1000.0, median(&sides.paired) * 1000.0);
     println!(
-        "{name:<10} n={n:<3} mean: without {:>7.2} with {:>7.2} ms/srun, ratio {:.3}, added {:+.2} ms   median: without {:>7.2} with {:>7.2}, added {:+.2} ms",
+        "{name:<12} n={n:<3} mean: without {:>7.2} with {:>7.2} ms/srun, ratio {:.3}, added {:+.2} ms   median: without {:>7.2} with {:>7.2}, added {:+.2} ms   paired over {} rounds: {:+.2} ms",
         without * 1000.0,
         with * 1000.0,
         with / without,
@@ -172,13 +181,16 @@ fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64) {
         without_med * 1000.0,
         with_med * 1000.0,
         added.1,
+        sides.paired.len(),
+        added.2,
     );
     added
 }
 
-/// The command line: `[--task-cgroup] [--warmup-ms N] [--spank-arg WORD]… [STEPS]`.
+/// The command line: `[--task-cgroup] [--warmup-ms N] [--spank-arg WORD]… [--rounds R] [STEPS]`.
 struct Args {
     steps: usize,
+    rounds: usize,
     task_cgroup: bool,
     warmup_ms: Option<u64>,
     /// Words after spank_cder.so on the cder sides (`confine=off` …).
@@ -186,7 +198,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { steps: 50, task_cgroup: false, warmup_ms: None, spank_args: Vec::new() };
+    let mut a = Args { steps: 50, rounds: ROUNDS, task_cgroup: false, warmup_ms: None, spank_args: Vec::new() };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -194,6 +206,10 @@ fn parse_args() -> Result<Args, String> {
             "--warmup-ms" => {
                 let v = it.next().ok_or("--warmup-ms needs a number of milliseconds")?;
                 a.warmup_ms = Some(v.parse().map_err(|e| format!("--warmup-ms {v}: {e}"))?);
+            }
+            "--rounds" => {
+                let v = it.next().ok_or("--rounds needs a number")?;
+                a.rounds = v.parse().ok().filter(|r| *r > 0).ok_or_else(|| format!("--rounds {v}: not a positive number"))?;
             }
             "--spank-arg" => a.spank_args.push(it.next().ok_or("--spank-arg needs a plugstack.conf word, e.g. confine=off")?),
             n => a.steps = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?,
@@ -206,11 +222,11 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [STEPS] (default 50)");
+            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [STEPS] (default 50 sruns per side in 10 rounds)");
             return ExitCode::from(2);
         }
     };
-    let n = args.steps;
+    let (n, rounds) = (args.steps, args.rounds.min(args.steps));
     if !require_slurm() {
         return ExitCode::from(1);
     }
@@ -246,17 +262,17 @@ fn main() -> ExitCode {
             .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
         let jobid = format!("--jobid={job}");
         let extra = &args.spank_args;
-        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n)?;
+        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n, rounds)?;
         let _ = cluster.run("scancel", &[&job.to_string()]);
-        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n)?;
-        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n)?;
-        let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n)?;
+        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n, rounds)?;
+        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?;
+        let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?;
         let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
         let spank_only =
-            compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Cder { args: &no_cderd, settle: false }, n)?;
+            compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Cder { args: &no_cderd, settle: false }, n, rounds)?;
         let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
         let floor_line = format!("required {}", floor_plugin.display());
-        let floor = compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Line(&floor_line), n)?;
+        let floor = compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Line(&floor_line), n, rounds)?;
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
@@ -271,18 +287,22 @@ fn main() -> ExitCode {
         println!("target (steps): under 5 ms added per step (mean or median): {}", if ok { "met" } else { "NOT met" });
         let verdict = |ms: f64| if ms <= 2.0 { "met" } else { "NOT met" };
         println!(
-            "target (gpu-job): cder adds at most 2 ms to a one-GPU job over native --gres=gpu:1: by mean {} ({:+.2} ms), by median {} ({:+.2} ms)",
+            "target (gpu-job): cder adds at most 2 ms to a one-GPU job over native --gres=gpu:1: by mean {} ({:+.2} ms), by median {} ({:+.2} ms), paired by round {} ({:+.2} ms)",
             verdict(gpu_job.0),
             gpu_job.0,
             verdict(gpu_job.1),
-            gpu_job.1
+            gpu_job.1,
+            verdict(gpu_job.2),
+            gpu_job.2
         );
         println!(
-            "of which SLURM's own cost of any SPANK plugin with a job prolog (prolog-floor): {:+.2} ms by mean, {:+.2} ms by median; cder beyond it: {:+.2} / {:+.2} ms",
+            "of which SLURM's own cost of any SPANK plugin with a job prolog (prolog-floor): {:+.2} ms by mean, {:+.2} ms by median, {:+.2} ms paired; cder beyond it: {:+.2} / {:+.2} / {:+.2} ms",
             floor.0,
             floor.1,
+            floor.2,
             gpu_job.0 - floor.0,
-            gpu_job.1 - floor.1
+            gpu_job.1 - floor.1,
+            gpu_job.2 - floor.2
         );
         Ok(())
     };
