@@ -12,16 +12,14 @@
 //!   (allocation from and release to cderd);
 //! * `gpu-job`: the start cost of a one-GPU job through cder
 //!   (`--gpgpu-per-node=1` with spank_cder.so: job prolog recording SLURM's
-//!   GRES in cderd, the step reading it, `confine`, release) against the same
+//!   GRES in cderd, the step reading it, the task entering its device cgroups, release) against the same
 //!   job as native `--gres=gpu:1` with plugstack.conf empty (no cder on the
 //!   node; job_submit_cder.so stays loaded in slurmctld, where it returns at
 //!   once for a job without a cder request). Target: at most 2 ms added.
 //! * `spank-only`: the same native `--gres=gpu:1` job with spank_cder.so
 //!   loaded but pointed at no cderd (`socket=` a missing path, `fail=open`,
-//!   `confine=off`): what SLURM itself spends because a SPANK plugin with a
-//!   job prolog/epilog is loaded (slurmd forks `slurmstepd spank prolog` and
-//!   `… epilog` per job, srun and slurmstepd load the plugin), none of it
-//!   cder's work. `gpu-job` minus this line is what cderd and the plugin add.
+//!   `confine=off`): the plugin's load and its failure paths (which log
+//!   errors), none of cderd's work.
 //! * `prolog-floor`: the same native job with a trivial C SPANK plugin whose
 //!   only callbacks are a job prolog and epilog that return at once (built
 //!   here with `cc`): what SLURM spends on any plugin that records jobs in a
