@@ -92,6 +92,7 @@ pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
         model: args.model.clone(),
         devices: args.devices.clone(),
         device_files: None,
+        wait_ms: None,
     };
     let allocation = client.alloc(&request).map_err(refused)?;
     print_allocation(&allocation, args.json)

@@ -14,6 +14,7 @@ use cder_protocol::{
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber};
 use crate::enforce::Enforcer;
+use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
 use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
@@ -77,7 +78,15 @@ pub struct Daemon {
     warmup: MigrationWarmup,
     /// Runs what follows an `alloc`'s reply (cgroup set-up, held-open warning).
     background: Background,
+    /// `alloc`s on their way in, for the `env` that follows (see [`crate::intake`]).
+    intake: Intake,
 }
+
+/// The longest an `alloc` waits out a conflict (the protocol's bound).
+pub const MAX_ALLOC_WAIT: std::time::Duration = std::time::Duration::from_millis(cder_protocol::MAX_WAIT_MS);
+/// How long after its wait an `alloc` is still expected to end: an `env`
+/// waits no longer for a pending record.
+const ALLOC_SETTLES_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Work queued for after a reply.
 type Chore = Box<dyn FnOnce() + Send>;
@@ -116,6 +125,27 @@ impl Background {
 }
 
 pub use cder_ledger::{now, resolve_operators};
+
+/// How long `request` may wait out a conflict.
+fn alloc_wait(request: &AllocRequest) -> std::time::Duration {
+    request.wait_ms.map_or(std::time::Duration::ZERO, |ms| std::time::Duration::from_millis(ms).min(MAX_ALLOC_WAIT))
+}
+
+/// Marks an `alloc` refused in the intake unless it ended normally.
+struct Settle<'a> {
+    intake: &'a Intake,
+    job: &'a JobKey,
+    uid: u32,
+    done: bool,
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.intake.settled(self.job, self.uid, Some(&ErrorReply::new(ErrorCode::Internal, "internal error while recording (see the cderd log)")));
+        }
+    }
+}
 
 /// A job's device cgroups between `alloc` and `release`. `alloc` sets them
 /// up on the background thread after its commit, so neither the job prolog
@@ -194,6 +224,7 @@ impl Daemon {
             held_open_ignore,
             warmup: MigrationWarmup::off(),
             background: Background::start(),
+            intake: Intake::default(),
         };
         Ok(daemon)
     }
@@ -248,13 +279,73 @@ impl Daemon {
             Request::Ping => Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION })),
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
             Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
-            Request::Env(r) => self.env(caller, &r.job).map(|a| to_value(&a)),
+            Request::Env(r) => self.env_after(caller, &r.job, None).map(|a| to_value(&a)),
             Request::Status => self.status().map(|s| to_value(&s)),
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
             Request::Confine(r) => self.confine(caller, &r.job).map(|c| to_value(&c)),
+        }
+    }
+
+    /// A connection was accepted; its place in the arrival order for
+    /// [`Daemon::handle_arrival`] (the server calls [`Daemon::arrival_read`]
+    /// when the connection ends, whatever it sent).
+    pub fn arrived(&self) -> u64 {
+        self.intake.arrived()
+    }
+
+    /// The connection `seq` has sent its first request, or ended.
+    pub fn arrival_read(&self, seq: u64) {
+        self.intake.read(seq);
+    }
+
+    /// [`Daemon::handle`] for a request read from connection `seq` (see
+    /// [`crate::intake`]): an operator's `alloc` is known to be pending
+    /// before the connection counts as read, and an `env` for a job with no
+    /// record waits for the connections accepted before its own, and for
+    /// their `alloc`s to end.
+    pub fn handle_arrival(&self, caller: Caller, request: &Request, seq: u64) -> Result<Value, ErrorReply> {
+        if let Request::Alloc(r) = request {
+            if self.is_operator(caller.uid) {
+                self.intake.pending(&r.job, std::time::Instant::now() + alloc_wait(r) + ALLOC_SETTLES_WITHIN);
+            }
+        }
+        self.intake.read(seq);
+        match request {
+            Request::Env(r) => self.env_after(caller, &r.job, Some(seq)).map(|a| to_value(&a)),
+            _ => self.handle(caller, request),
+        }
+    }
+
+    /// `env`, for a job whose `alloc` may still be on its way in: waits for
+    /// the connections accepted before `seq` (if given) and for the job's
+    /// pending `alloc`; a refused one is reported with its reason to the
+    /// job's uid and operators.
+    pub fn env_after(&self, caller: Caller, job: &JobKey, seq: Option<u64>) -> Result<Allocation, ErrorReply> {
+        let unknown = match self.env(caller, job) {
+            Err(e) if e.code == ErrorCode::UnknownJob => e,
+            other => return other,
+        };
+        if let Some(seq) = seq {
+            self.intake.wait_older_arrivals(seq);
+        }
+        match self.intake.settle(job) {
+            Some(Record::Refused { uid, reply }) if uid == caller.uid || self.is_operator(caller.uid) => {
+                // A later alloc may have been committed since.
+                match self.env(caller, job) {
+                    Err(e) if e.code == ErrorCode::UnknownJob => Err(ErrorReply::new(
+                        ErrorCode::UnknownJob,
+                        format!("job {job} holds no allocation on this node: cderd refused to record it: {}", reply.message),
+                    )),
+                    other => other,
+                }
+            }
+            // Committed meanwhile (a record leaves the intake only after its
+            // commit), or never asked for.
+            _ if seq.is_some() => self.env(caller, job),
+            _ => Err(unknown),
         }
     }
 
@@ -282,8 +373,33 @@ impl Daemon {
         }
     }
 
-    /// `alloc`: idempotent per job; enforced after commit, undone if enforcement fails.
+    /// `alloc`: idempotent per job; enforced after commit, undone if
+    /// enforcement fails. A conflict (another job still holds the devices)
+    /// is retried after each release for up to the request's `wait_ms`. The
+    /// outcome is left in the intake for a later `env` to explain.
     pub fn alloc(&self, request: &AllocRequest) -> Result<Allocation, ErrorReply> {
+        let until = std::time::Instant::now() + alloc_wait(request);
+        // Settles the record as refused if the attempt panics.
+        let mut settle = Settle { intake: &self.intake, job: &request.job, uid: request.uid, done: false };
+        let result = loop {
+            let releases = self.intake.releases();
+            match self.alloc_now(request) {
+                Err(e) if e.code == ErrorCode::Conflict && std::time::Instant::now() < until => {
+                    tracing::debug!(job = %request.job, "alloc waits out a conflict: {}", e.message);
+                    self.intake.wait_release(releases, until);
+                }
+                other => break other,
+            }
+        };
+        if let Err(e) = &result {
+            tracing::warn!(job = %request.job, uid = request.uid, code = e.code.as_str(), "alloc refused: {}", e.message);
+        }
+        self.intake.settled(&request.job, request.uid, result.as_ref().err());
+        settle.done = true;
+        result
+    }
+
+    fn alloc_now(&self, request: &AllocRequest) -> Result<Allocation, ErrorReply> {
         if self.config.cder(&request.cder_type).is_none() {
             return Err(ErrorReply::new(
                 ErrorCode::UnknownDevice,
@@ -376,6 +492,7 @@ impl Daemon {
         if let Some(token) = token {
             self.remove_groups(job, &token);
         }
+        self.intake.released(Some(job));
         if !released.is_empty() {
             tracing::info!(job = %job, devices = released.len(), "released");
         }
@@ -430,6 +547,8 @@ impl Daemon {
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
         let row = self.store().set_drained(device, reason).map_err(StoreError::into_reply)?;
+        // A resumed device may end an `alloc`'s conflict.
+        self.intake.released(None);
         match reason {
             Some(r) => tracing::warn!(device = %row.name(), reason = r, "drained"),
             None => tracing::info!(device = %row.name(), "resumed"),
@@ -463,6 +582,9 @@ impl Daemon {
                 self.remove_groups(&job, token);
             }
             jobs.push(job);
+        }
+        if !jobs.is_empty() {
+            self.intake.released(None);
         }
         // Groups of jobs released earlier that still held processes then.
         if self.cgroups.is_available() {

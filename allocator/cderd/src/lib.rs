@@ -13,6 +13,8 @@
 //!   are about to be confined (no RCU grace period on the job's start path).
 //! * [`health`] — drains an NVML device that fails (Xid, double-bit ECC, lost).
 //! * [`held`] — which processes hold a device open (never handed out then).
+//! * [`intake`] — `alloc`s on their way in (the SLURM job prolog does not
+//!   wait for its answer): what the job's first `env` waits for.
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
@@ -24,6 +26,7 @@ pub mod daemon;
 pub mod enforce;
 pub mod health;
 pub mod held;
+pub mod intake;
 pub mod server;
 pub mod store;
 pub mod sys;

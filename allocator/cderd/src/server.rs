@@ -198,19 +198,24 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
             }
         };
         let caller = Caller { uid: cred.uid, pid: cred.pid };
+        // Before a thread takes it: an `env` arriving later waits for this
+        // connection's first request (a job prolog's unanswered `alloc`).
+        let arrival = daemon.arrived();
         if let Err(why) = slots.take(caller.uid, daemon.is_operator(caller.uid)) {
+            daemon.arrival_read(arrival);
             tracing::warn!(uid = caller.uid, pid = caller.pid, "refusing a connection: {why}");
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, why)).as_bytes());
             continue;
         }
-        let daemon = Arc::clone(&daemon);
         let slots_here = Arc::clone(&slots);
+        let daemon_here = Arc::clone(&daemon);
         let spawned = threads.run(Box::new(move || {
-            connection(&daemon, stream, caller, max_line);
+            connection(&daemon_here, stream, caller, arrival, max_line);
             slots_here.give_back(caller.uid);
         }));
         if let Err(e) = spawned {
+            daemon.arrival_read(arrival);
             slots.give_back(caller.uid);
             tracing::error!("cannot start a connection thread: {e}");
         }
@@ -218,8 +223,22 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
     Ok(())
 }
 
-/// Serves one connection until it closes, idles out, or sends a line too long.
-fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, max_line: usize) {
+/// Marks the connection's arrival read however its thread leaves it.
+struct Arrival<'a> {
+    daemon: &'a Daemon,
+    seq: u64,
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.daemon.arrival_read(self.seq);
+    }
+}
+
+/// Serves one connection (the `arrival`th accepted) until it closes, idles
+/// out, or sends a line too long.
+fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, arrival: u64, max_line: usize) {
+    let _arrival = Arrival { daemon, seq: arrival };
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let Ok(read_half) = stream.try_clone() else { return };
@@ -251,7 +270,7 @@ fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, max_line: usi
             }
             continue;
         }
-        let reply = answer(daemon, caller, &line);
+        let reply = answer_arrival(daemon, caller, &line, Some(arrival));
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
         }
@@ -264,9 +283,18 @@ fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, max_line: usi
 
 /// One request line in, one reply line out; never panics.
 pub fn answer(daemon: &Daemon, caller: Caller, line: &[u8]) -> String {
+    answer_arrival(daemon, caller, line, None)
+}
+
+/// [`answer`] for a line from the `arrival`th connection accepted (see
+/// [`Daemon::handle_arrival`]).
+fn answer_arrival(daemon: &Daemon, caller: Caller, line: &[u8], arrival: Option<u64>) -> String {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let request = Request::from_line(line)?;
-        let result = daemon.handle(caller, &request);
+        let result = match arrival {
+            Some(seq) => daemon.handle_arrival(caller, &request, seq),
+            None => daemon.handle(caller, &request),
+        };
         if let Err(e) = &result {
             if e.code == ErrorCode::PermissionDenied || e.code == ErrorCode::Internal {
                 tracing::warn!(uid = caller.uid, pid = caller.pid, op = request.op(), "{e}");

@@ -230,6 +230,58 @@ fn client_helper() {
     println!("REPLY:{}", reply.trim_end());
 }
 
+/// SLURM's job prolog sends its `alloc` without reading the answer; the
+/// job's first step asks `env` on a connection of its own right after.
+fn prolog_sends(node: &Node, request: &AllocRequest) {
+    node.client().alloc_unanswered(request).unwrap();
+}
+
+#[test]
+fn the_step_after_an_unanswered_alloc_gets_its_record_or_why_there_is_none() {
+    let node = Node::new(4);
+    // Back to back, as slurmd runs them: the step's `env` arrives while the
+    // prolog's `alloc` may still be unread or uncommitted, and must see it.
+    for i in 0..40 {
+        let request = AllocRequest { devices: Some(vec![i % 4]), ..AllocRequest::new(job(&format!("slurm:{}", 100 + i)), 1000, 1) };
+        prolog_sends(&node, &request);
+        let env = node.client().env(&request.job).unwrap_or_else(|e| panic!("job {}: {e}\n{}", request.job, node.log()));
+        assert_eq!(indices(&env), vec![i % 4]);
+        node.client().release(&request.job).unwrap();
+    }
+    // The node's previous job still holds device 0 (its epilog's release
+    // not yet applied): cderd waits out the conflict, and the step waits
+    // for cderd.
+    let mut c = node.client();
+    c.alloc(&AllocRequest { devices: Some(vec![0]), ..AllocRequest::new(job("slurm:1"), 1000, 1) }).unwrap();
+    let next = AllocRequest { devices: Some(vec![0]), wait_ms: Some(20_000), ..AllocRequest::new(job("slurm:2"), 1001, 1) };
+    prolog_sends(&node, &next);
+    let step = {
+        let socket = node.socket.clone();
+        std::thread::spawn(move || cder_protocol::Client::connect(socket, std::time::Duration::from_secs(30)).unwrap().env(&job("slurm:2")))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(node.status().devices[0].job, Some(job("slurm:1")), "device 0 changed hands before its release");
+    c.release(&job("slurm:1")).unwrap();
+    let env = step.join().unwrap().unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    assert_eq!((indices(&env), env.uid), (vec![0], 1001));
+    // Refused: the step learns why, and cderd's log says so too.
+    let refused = AllocRequest { devices: Some(vec![9]), ..AllocRequest::new(job("slurm:3"), 1000, 1) };
+    prolog_sends(&node, &refused);
+    let e = node.client().env(&refused.job).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::UnknownJob));
+    assert!(e.to_string().contains("refused to record it: no device gpgpu:9"), "{e}");
+    assert!(node.log().contains("alloc refused"), "{}", node.log());
+    // Only the job's uid and operators learn why.
+    if is_root() {
+        let other = call_as(&node, 65534, r#"{"v":1,"op":"env","job":"slurm:3"}"#);
+        assert!(other.contains("unknown_job") && !other.contains("gpgpu:9"), "{other}");
+        let own = call_as(&node, 1000, r#"{"v":1,"op":"env","job":"slurm:3"}"#);
+        assert!(own.contains("no device gpgpu:9"), "{own}");
+    }
+    // A job that nothing recorded is unknown, as before.
+    assert_eq!(code(node.client().env(&job("slurm:4")).unwrap_err()), ErrorCode::UnknownJob);
+}
+
 #[test]
 fn unprivileged_users_cannot_alloc_release_or_read_others_jobs() {
     if !require(is_root(), "root (to run clients as other uids)") {

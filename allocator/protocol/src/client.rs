@@ -166,11 +166,19 @@ impl Client {
         self.typed(&Request::Release(JobRequest { job: job.clone() }))
     }
 
+    /// `alloc`, without reading the answer: for SLURM's job prolog, whose
+    /// wait delays the job's start. cderd keeps the outcome for the job's
+    /// first `env`, which waits for it (and says why, if it was refused).
+    /// Give the request a `wait_ms` so that cderd waits out a conflict.
+    pub fn alloc_unanswered(&mut self, request: &AllocRequest) -> Result<(), ClientError> {
+        self.send_line(Request::Alloc(request.clone()).to_line().as_bytes())
+    }
+
     /// `release`, sent without waiting for the answer: cderd acts on it
     /// whether or not anyone reads the reply. For a job epilog, whose end
-    /// SLURM waits for before it gives the node to the next job; the next
-    /// job's prolog retries while the devices are still held, and cderd
-    /// logs a release it could not do.
+    /// SLURM waits for before it gives the node to the next job. The next
+    /// job's `alloc` waits (its `wait_ms`) while the devices are still
+    /// held, and cderd logs a release it could not do.
     pub fn release_unanswered(&mut self, job: &JobKey) -> Result<(), ClientError> {
         self.send_line(Request::Release(JobRequest { job: job.clone() }).to_line().as_bytes())
     }

@@ -36,7 +36,7 @@ pub use reply::{
 };
 pub use request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request, DEFAULT_TYPE,
-    MAX_COUNT, MAX_TEXT_LEN, MAX_UNIX_TIME,
+    MAX_COUNT, MAX_TEXT_LEN, MAX_UNIX_TIME, MAX_WAIT_MS,
 };
 
 /// The protocol version this crate speaks (`"v": 1`).

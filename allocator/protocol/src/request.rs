@@ -16,6 +16,9 @@ pub const DEFAULT_TYPE: &str = "gpgpu";
 /// request. The bound every request parser shares (`cder_request`).
 pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
+/// Longest `alloc` `wait_ms`: five minutes, beyond any prolog's timeout.
+pub const MAX_WAIT_MS: u64 = 300_000;
+
 /// Latest time a request may name (9999-12-31T23:59:59Z, unix seconds):
 /// bounds `accounting`'s period so that no arithmetic on it can overflow.
 pub const MAX_UNIX_TIME: i64 = 253_402_300_799;
@@ -81,6 +84,12 @@ pub struct AllocRequest {
     /// length must equal `count`; not together with `devices`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_files: Option<Vec<Vec<String>>>,
+    /// Wait out a conflict (another job still holding the devices, its
+    /// release on the way) for up to this many milliseconds before
+    /// answering `conflict`: lets a job prolog send its `alloc` without
+    /// waiting for the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
 
 fn default_type() -> String {
@@ -90,7 +99,7 @@ fn default_type() -> String {
 impl AllocRequest {
     /// A request for `count` devices of the default type, no constraints.
     pub fn new(job: JobKey, uid: u32, count: u32) -> AllocRequest {
-        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None }
+        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None, wait_ms: None }
     }
 }
 
@@ -270,6 +279,9 @@ impl Request {
                 if let Some(model) = &r.model {
                     check_text("model", model)?;
                 }
+                if r.wait_ms.is_some_and(|ms| ms > MAX_WAIT_MS) {
+                    return Err(format!("alloc: wait_ms is larger than {MAX_WAIT_MS} (5 minutes)"));
+                }
                 if let Some(devices) = &r.devices {
                     if devices.len() != r.count as usize {
                         return Err(format!("alloc: {} devices listed but count is {}", devices.len(), r.count));
@@ -382,6 +394,7 @@ mod tests {
             Request::Status,
             Request::Alloc(AllocRequest { min_memory_mb: Some(4096), model: Some("K20".into()), ..AllocRequest::new(job.clone(), 1000, 2) }),
             Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
+            Request::Alloc(AllocRequest { devices: Some(vec![0]), wait_ms: Some(10_000), ..AllocRequest::new(job.clone(), 1000, 1) }),
             Request::Alloc(AllocRequest {
                 device_files: Some(vec![vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap48".into()], vec!["/dev/nvidia2".into()]]),
                 ..AllocRequest::new(job.clone(), 1000, 2)

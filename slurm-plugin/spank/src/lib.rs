@@ -339,25 +339,24 @@ impl CderSpank {
         };
         // SLURM frees a finished job's GRES when the job ends, and may start
         // the next job on them while the finished one's epilog, which
-        // releases them in cderd, still runs beside this prolog: wait for
-        // that release, up to the plugin's timeout.
-        let deadline = std::time::Instant::now() + self.args().timeout;
-        let mut result = self.connect().and_then(|mut c| c.alloc(&alloc));
-        while matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            result = self.connect().and_then(|mut c| c.alloc(&alloc));
-        }
-        match result {
+        // releases them in cderd, still runs beside this prolog: cderd waits
+        // for that release, up to the plugin's timeout. The answer is not
+        // waited for: SLURM starts the job only after its prolog ends, and
+        // the job's first step gets the record, or why it was refused, from
+        // cderd's `env` (BENCHMARKS.md, issue 12).
+        // The step's `env`, which waits for this outcome, gives up after
+        // the timeout too: leave it a second to read the answer.
+        let timeout = self.args().timeout;
+        let wait = timeout.saturating_sub(std::time::Duration::from_secs(1)).max(timeout / 2);
+        alloc.wait_ms = Some((wait.as_millis() as u64).min(cder_protocol::MAX_WAIT_MS));
+        match self.connect().and_then(|mut c| c.alloc_unanswered(&alloc)) {
             // A node without cderd (no socket) and a job without GPUs: nothing
             // cder manages here.
             Err(_) if gpus.is_empty() && !self.args().socket.exists() => {}
-            Ok(a) => {
-                let cderd: Vec<u32> = a.devices.iter().filter(|d| d.cder_type == GPGPU).map(|d| d.index).collect();
-                log(
-                    Level::Info,
-                    &format!("spank_cder: {job}: uid {uid} holds the gpgpu device(s) SLURM gave it: SLURM's [{}], cderd's [{}]", list(&gpus), list(&cderd)),
-                )
-            }
+            Ok(()) => log(
+                Level::Info,
+                &format!("spank_cder: {job}: recording for uid {uid} the gpgpu device(s) SLURM gave it in cderd: SLURM's [{}] ({})", list(&gpus), files(&alloc)),
+            ),
             Err(e) => log(
                 Level::Error,
                 &format!(
@@ -427,7 +426,10 @@ impl CderSpank {
                 }
             }
             Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
-                self.outcome = Some(refuse(format!("cderd holds no record of the devices SLURM gave {job} (the job prolog records them; see slurmd's log)")));
+                // cderd's message says why, where its `alloc` was refused.
+                let why = e.to_string();
+                let why = why.split_once("cderd refused to record it: ").map_or_else(|| "the job prolog records them; see slurmd's log".to_string(), |(_, reason)| format!("it refused the job prolog's record: {reason}"));
+                self.outcome = Some(refuse(format!("cderd holds no record of the devices SLURM gave {job} ({why})")));
                 return Ok(());
             }
             Err(e) => {

@@ -39,11 +39,12 @@
 //! each side's sruns into R interleaved rounds (default 10); besides the
 //! mean and median over all sruns, each line prints the median over rounds
 //! of each round's own added median ("paired"), from which the host's drift
-//! between rounds cancels out. The first line printed
+//! between rounds cancels out. `--only LINE` (repeatable) measures just
+//! those lines; `gpu-job` brings `prolog-floor` with it. The first line printed
 //! says whether a cgroup hierarchy is mounted with `favordynmods`.
 //!
 //! ```text
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS]   # default 50
 //! ```
 //!
 //! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,
@@ -54,6 +55,9 @@ use std::time::{Duration, Instant};
 
 use cder_tests::bench::{mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
+
+/// The lines measured, in order; `--only` picks some.
+const LINES: [&str; 6] = ["steps", "jobs", "jobs+gpu", "gpu-job", "spank-only", "prolog-floor"];
 
 /// Interleaved rounds per comparison unless `--rounds` says otherwise.
 const ROUNDS: usize = 10;
@@ -185,7 +189,7 @@ fn report(name: &str, n: usize, sides: &Sides) -> (f64, f64, f64) {
     added
 }
 
-/// The command line: `[--task-cgroup] [--warmup-ms N] [--spank-arg WORD]… [--rounds R] [STEPS]`.
+/// The command line: `[--task-cgroup] [--warmup-ms N] [--spank-arg WORD]… [--rounds R] [--only LINE]… [STEPS]`.
 struct Args {
     steps: usize,
     rounds: usize,
@@ -193,10 +197,12 @@ struct Args {
     warmup_ms: Option<u64>,
     /// Words after spank_cder.so on the cder sides (`confine=off` …).
     spank_args: Vec<String>,
+    /// `--only`: just these lines (and the prolog floor they are read against).
+    only: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { steps: 50, rounds: ROUNDS, task_cgroup: false, warmup_ms: None, spank_args: Vec::new() };
+    let mut a = Args { steps: 50, rounds: ROUNDS, task_cgroup: false, warmup_ms: None, spank_args: Vec::new(), only: Vec::new() };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -210,6 +216,13 @@ fn parse_args() -> Result<Args, String> {
                 a.rounds = v.parse().ok().filter(|r| *r > 0).ok_or_else(|| format!("--rounds {v}: not a positive number"))?;
             }
             "--spank-arg" => a.spank_args.push(it.next().ok_or("--spank-arg needs a plugstack.conf word, e.g. confine=off")?),
+            "--only" => {
+                let v = it.next().ok_or("--only needs a line name")?;
+                if !LINES.contains(&v.as_str()) {
+                    return Err(format!("--only {v}: not one of {}", LINES.join(", ")));
+                }
+                a.only.push(v);
+            }
             n => a.steps = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?,
         }
     }
@@ -220,7 +233,7 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [STEPS] (default 50 sruns per side in 10 rounds)");
+            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS] (default 50 sruns per side in 10 rounds; lines: steps, jobs, jobs+gpu, gpu-job, spank-only, prolog-floor)");
             return ExitCode::from(2);
         }
     };
@@ -248,60 +261,73 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let wanted = |line: &str| args.only.is_empty() || args.only.iter().any(|o| o == line);
     let run = || -> Result<(), String> {
-        // One allocation for the step benchmark, held without a shell.
-        let alloc = cluster.run("salloc", &["--no-shell", "-n1", "-J", "bench"])?;
-        let text = String::from_utf8_lossy(&alloc.stderr).to_string();
-        let job = text
-            .split_whitespace()
-            .skip_while(|w| *w != "allocation")
-            .nth(1)
-            .and_then(|w| w.parse::<u32>().ok())
-            .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
-        let jobid = format!("--jobid={job}");
         let extra = &args.spank_args;
-        let steps = compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n, rounds)?;
-        let _ = cluster.run("scancel", &[&job.to_string()]);
-        let jobs = compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n, rounds)?;
-        let gpu = compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?;
-        let gpu_job = compare(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?;
-        let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
-        let spank_only =
-            compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Cder { args: &no_cderd, settle: false }, n, rounds)?;
-        let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
-        let floor_line = format!("required {}", floor_plugin.display());
-        let floor = compare_loaded(&cluster, &["-n1", "--gres=gpu:1", "true"], &["-n1", "--gres=gpu:1", "true"], Loaded::Line(&floor_line), n, rounds)?;
+        let native_gpu: &[&str] = &["-n1", "--gres=gpu:1", "true"];
+        let mut measured: Vec<(&str, Sides)> = Vec::new();
+        if wanted("steps") {
+            // One allocation for the step benchmark, held without a shell.
+            let alloc = cluster.run("salloc", &["--no-shell", "-n1", "-J", "bench"])?;
+            let text = String::from_utf8_lossy(&alloc.stderr).to_string();
+            let job = text
+                .split_whitespace()
+                .skip_while(|w| *w != "allocation")
+                .nth(1)
+                .and_then(|w| w.parse::<u32>().ok())
+                .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
+            let jobid = format!("--jobid={job}");
+            measured.push(("steps", compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n, rounds)?));
+            let _ = cluster.run("scancel", &[&job.to_string()]);
+        }
+        if wanted("jobs") {
+            measured.push(("jobs", compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n, rounds)?));
+        }
+        if wanted("jobs+gpu") {
+            measured.push(("jobs+gpu", compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?));
+        }
+        if wanted("gpu-job") {
+            measured.push(("gpu-job", compare(&cluster, native_gpu, &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?));
+        }
+        if wanted("spank-only") {
+            let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
+            measured.push(("spank-only", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Cder { args: &no_cderd, settle: false }, n, rounds)?));
+        }
+        if wanted("prolog-floor") || wanted("gpu-job") {
+            let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
+            let floor_line = format!("required {}", floor_plugin.display());
+            measured.push(("prolog-floor", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Line(&floor_line), n, rounds)?));
+        }
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
         );
-        let steps = report("steps", n, &steps);
-        report("jobs", n, &jobs);
-        report("jobs+gpu", n, &gpu);
-        let gpu_job = report("gpu-job", n, &gpu_job);
-        report("spank-only", n, &spank_only);
-        let floor = report("prolog-floor", n, &floor);
-        let ok = steps.0 < 5.0 || steps.1 < 5.0;
-        println!("target (steps): under 5 ms added per step (mean or median): {}", if ok { "met" } else { "NOT met" });
-        let verdict = |ms: f64| if ms <= 2.0 { "met" } else { "NOT met" };
-        println!(
-            "target (gpu-job): cder adds at most 2 ms to a one-GPU job over native --gres=gpu:1: by mean {} ({:+.2} ms), by median {} ({:+.2} ms), paired by round {} ({:+.2} ms)",
-            verdict(gpu_job.0),
-            gpu_job.0,
-            verdict(gpu_job.1),
-            gpu_job.1,
-            verdict(gpu_job.2),
-            gpu_job.2
-        );
-        println!(
-            "of which SLURM's own cost of any SPANK plugin with a job prolog (prolog-floor): {:+.2} ms by mean, {:+.2} ms by median, {:+.2} ms paired; cder beyond it: {:+.2} / {:+.2} / {:+.2} ms",
-            floor.0,
-            floor.1,
-            floor.2,
-            gpu_job.0 - floor.0,
-            gpu_job.1 - floor.1,
-            gpu_job.2 - floor.2
-        );
+        let added: std::collections::HashMap<&str, (f64, f64, f64)> = measured.iter().map(|(name, sides)| (*name, report(name, n, sides))).collect();
+        if let Some(steps) = added.get("steps") {
+            let ok = steps.0 < 5.0 || steps.1 < 5.0;
+            println!("target (steps): under 5 ms added per step (mean or median): {}", if ok { "met" } else { "NOT met" });
+        }
+        if let (Some(gpu_job), Some(floor)) = (added.get("gpu-job"), added.get("prolog-floor")) {
+            let verdict = |ms: f64| if ms <= 2.0 { "met" } else { "NOT met" };
+            println!(
+                "target (gpu-job): cder adds at most 2 ms to a one-GPU job over native --gres=gpu:1: by mean {} ({:+.2} ms), by median {} ({:+.2} ms), paired by round {} ({:+.2} ms)",
+                verdict(gpu_job.0),
+                gpu_job.0,
+                verdict(gpu_job.1),
+                gpu_job.1,
+                verdict(gpu_job.2),
+                gpu_job.2
+            );
+            println!(
+                "of which SLURM's own cost of any SPANK plugin with a job prolog (prolog-floor): {:+.2} ms by mean, {:+.2} ms by median, {:+.2} ms paired; cder beyond it: {:+.2} / {:+.2} / {:+.2} ms",
+                floor.0,
+                floor.1,
+                floor.2,
+                gpu_job.0 - floor.0,
+                gpu_job.1 - floor.1,
+                gpu_job.2 - floor.2
+            );
+        }
         Ok(())
     };
     match run() {
