@@ -241,7 +241,6 @@ impl DeviceCgroups {
         let v1_root = settings.cgroup_v1_root.clone().or(found_v1);
         let v2_root = settings.cgroup_v2_root.clone().or(found_v2);
         let want_v1 = matches!(mode, CgroupMode::Auto | CgroupMode::V1 | CgroupMode::Both);
-        let want_v2 = matches!(mode, CgroupMode::Auto | CgroupMode::V2 | CgroupMode::Both);
         let required = |what: &'static str, why: String| -> Result<(), CgroupError> {
             if mode == CgroupMode::Auto {
                 tracing::warn!("device cgroups: {what} not used: {why}");
@@ -269,6 +268,10 @@ impl DeviceCgroups {
                 }
             }
         }
+        // One hierarchy denies as well as two: `auto` adds cgroup2 only
+        // where v1 cannot be used, so that a task is moved once, not twice,
+        // on its way to exec (BENCHMARKS.md, issue 12).
+        let want_v2 = matches!(mode, CgroupMode::V2 | CgroupMode::Both) || (mode == CgroupMode::Auto && out.v1.is_none());
         if want_v2 {
             match v2_root.as_deref().map(|root| Self::prepare_v2(root, &settings.cgroup_parent)) {
                 Some(Ok(dir)) => {

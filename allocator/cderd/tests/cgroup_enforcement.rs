@@ -163,6 +163,26 @@ fn v2_bpf_program_separates_two_jobs_of_one_uid() {
 }
 
 #[test]
+fn auto_confines_through_one_hierarchy() {
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    // One hierarchy denies as well as two, and each is one more move of
+    // every task on its way to exec: v1's devices controller where it is
+    // mounted, else cgroup2.
+    let node = node("auto");
+    alloc(&node, "slurm:201", 1000, 0);
+    alloc(&node, "slurm:202", 1000, 1);
+    let seen = probe(&node, 1000, "slurm:201");
+    let groups = seen.cgroups();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let v1_root = Path::new("/sys/fs/cgroup/devices");
+    assert_eq!(groups[0].starts_with(v1_root), v1_available(), "{groups:?}");
+    assert_eq!(seen.open("after", &node.devices[0]), "ok");
+    assert_eq!(seen.open("after", &node.devices[1]), EPERM, "job 202's device must be denied by the one group");
+}
+
+#[test]
 fn both_hierarchies_together() {
     if !require(common::is_root() && v1_available() && v2_available(), "root, cgroup v1 devices and cgroup2") {
         return;

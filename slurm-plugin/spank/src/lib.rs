@@ -537,7 +537,8 @@ impl CderSpank {
             let pid = std::process::id();
             match enter_cgroups(groups, pid) {
                 Ok(()) => {
-                    log(Level::Verbose, &format!("spank_cder: {job}: task {pid} confined to its devices in {}", groups.join(" ")));
+                    // Debug: this runs in every task, just before its exec.
+                    log(Level::Debug, &format!("spank_cder: {job}: task {pid} confined to its devices in {}", groups.join(" ")));
                     self.confined = true;
                     return;
                 }
@@ -571,7 +572,8 @@ impl CderSpank {
         let sent = self.connect().and_then(|mut c| if answered { c.release(&job).map(|r| Some(r.released)) } else { c.release_unanswered(&job).map(|()| None) });
         match sent {
             Ok(Some(n)) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {n} device(s)")),
-            Ok(None) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: release sent to cderd")),
+            // cderd logs the release; SLURM waits for the epilog.
+            Ok(None) => log(Level::Debug, &format!("spank_cder: {job}: {when}: release sent to cderd")),
             // Never fail an epilog over this: SLURM would drain the node.
             // cderd's reconcile releases jobs SLURM no longer runs.
             Err(e) => log(Level::Error, &format!("spank_cder: {job}: {when}: release failed: {e}")),
