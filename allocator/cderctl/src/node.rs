@@ -93,6 +93,7 @@ pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
         devices: args.devices.clone(),
         device_files: None,
         wait_ms: None,
+        prepare_cgroups: None,
     };
     let allocation = client.alloc(&request).map_err(refused)?;
     print_allocation(&allocation, args.json)

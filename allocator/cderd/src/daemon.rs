@@ -162,6 +162,9 @@ enum GroupState {
     Ready,
     /// Released before the set-up thread ran: it must not create them.
     Released,
+    /// Not set up: the batch system confines the job itself
+    /// (`prepare_cgroups: false`); `confine` sets them up if asked.
+    NotWanted,
 }
 
 
@@ -324,10 +327,10 @@ impl Daemon {
     /// pending `alloc`; a refused one is reported with its reason to the
     /// job's uid and operators.
     pub fn env_after(&self, caller: Caller, job: &JobKey, seq: Option<u64>) -> Result<Allocation, ErrorReply> {
-        let unknown = match self.env(caller, job) {
-            Err(e) if e.code == ErrorCode::UnknownJob => e,
+        match self.env(caller, job) {
+            Err(e) if e.code == ErrorCode::UnknownJob => {}
             other => return other,
-        };
+        }
         if let Some(seq) = seq {
             self.intake.wait_older_arrivals(seq);
         }
@@ -344,8 +347,7 @@ impl Daemon {
             }
             // Committed meanwhile (a record leaves the intake only after its
             // commit), or never asked for.
-            _ if seq.is_some() => self.env(caller, job),
-            _ => Err(unknown),
+            _ => self.env(caller, job),
         }
     }
 
@@ -463,12 +465,16 @@ impl Daemon {
             }
             let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
-            self.prepare_groups_later(&store, &allocation)?;
+            if request.prepare_cgroups == Some(false) {
+                self.groups_not_wanted(&allocation);
+            } else {
+                self.prepare_groups_later(&store, &allocation)?;
+                // The job's tasks are confined next: wait out the grace period now.
+                self.warmup.warm();
+            }
             if explicit {
                 self.warn_held_open_later(&allocation);
             }
-            // The job's tasks are confined next: wait out the grace period now.
-            self.warmup.warm();
         }
         // Where a job's start time goes (BENCHMARKS.md, issue 12).
         tracing::debug!(
@@ -509,7 +515,7 @@ impl Daemon {
                 // `confine` follows. A user's own `env` calls do not keep
                 // the node's fork path slow.
                 let mut reply = self.allocation(&a);
-                if self.is_operator(caller.uid) {
+                if self.is_operator(caller.uid) && !self.groups_unwanted(&a) {
                     self.warmup.warm();
                     // slurmstepd's tasks enter the groups themselves, as
                     // root, instead of asking `confine` each.
@@ -757,6 +763,20 @@ impl Daemon {
             }
         }));
         Ok(())
+    }
+
+    /// Records that `allocation`'s groups are not to be set up ahead.
+    fn groups_not_wanted(&self, allocation: &JobAllocation) {
+        if self.cgroups.is_available() {
+            let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+            self.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name, GroupState::NotWanted);
+        }
+    }
+
+    /// Whether the batch system confines `allocation`'s job itself.
+    fn groups_unwanted(&self, allocation: &JobAllocation) -> bool {
+        let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+        self.groups.lock().unwrap_or_else(|p| p.into_inner()).get(&name) == Some(&GroupState::NotWanted)
     }
 
     /// Removes a released job's device cgroups; never fails the release.

@@ -183,6 +183,31 @@ fn auto_confines_through_one_hierarchy() {
 }
 
 #[test]
+fn a_job_the_batch_system_confines_gets_no_groups_unless_it_asks() {
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    // SLURM's task/cgroup confines the job: the prolog says so, and cderd
+    // sets nothing up for it (nor names groups to slurmstepd).
+    let node = node("auto");
+    let mut r = AllocRequest::new("slurm:301".parse().unwrap(), 1000, 1);
+    r.devices = Some(vec![0]);
+    r.prepare_cgroups = Some(false);
+    node.client().alloc(&r).unwrap();
+    alloc(&node, "slurm:302", 1000, 1);
+    let env = node.client().env(&r.job).unwrap();
+    assert_eq!(env.cgroups, None, "groups named for a job SLURM confines");
+    // `confine` still confines it, setting the groups up on demand.
+    let seen = probe(&node, 1000, "slurm:301");
+    assert_eq!(seen.cgroups().len(), 1);
+    assert_eq!(seen.open("after", &node.devices[0]), "ok");
+    assert_eq!(seen.open("after", &node.devices[1]), EPERM);
+    // The other job's groups were set up ahead as before.
+    let other = node.client().env(&"slurm:302".parse().unwrap()).unwrap();
+    assert!(other.cgroups.is_some_and(|g| g.len() == 1 && Path::new(&g[0]).is_dir()));
+}
+
+#[test]
 fn both_hierarchies_together() {
     if !require(common::is_root() && v1_available() && v2_available(), "root, cgroup v1 devices and cgroup2") {
         return;

@@ -90,6 +90,12 @@ pub struct AllocRequest {
     /// waiting for the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// `false`: the batch system keeps the job's processes to their devices
+    /// itself (SLURM's task/cgroup with `ConstrainDevices=yes`), so cderd
+    /// neither sets up the job's device cgroups ahead of `confine` nor
+    /// warms the kernel's cgroup lock for its steps. `confine` still works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare_cgroups: Option<bool>,
 }
 
 fn default_type() -> String {
@@ -99,7 +105,7 @@ fn default_type() -> String {
 impl AllocRequest {
     /// A request for `count` devices of the default type, no constraints.
     pub fn new(job: JobKey, uid: u32, count: u32) -> AllocRequest {
-        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None, wait_ms: None }
+        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None, wait_ms: None, prepare_cgroups: None }
     }
 }
 
@@ -394,7 +400,7 @@ mod tests {
             Request::Status,
             Request::Alloc(AllocRequest { min_memory_mb: Some(4096), model: Some("K20".into()), ..AllocRequest::new(job.clone(), 1000, 2) }),
             Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
-            Request::Alloc(AllocRequest { devices: Some(vec![0]), wait_ms: Some(10_000), ..AllocRequest::new(job.clone(), 1000, 1) }),
+            Request::Alloc(AllocRequest { devices: Some(vec![0]), wait_ms: Some(10_000), prepare_cgroups: Some(false), ..AllocRequest::new(job.clone(), 1000, 1) }),
             Request::Alloc(AllocRequest {
                 device_files: Some(vec![vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap48".into()], vec!["/dev/nvidia2".into()]]),
                 ..AllocRequest::new(job.clone(), 1000, 2)

@@ -349,6 +349,11 @@ impl CderSpank {
         let timeout = self.args().timeout;
         let wait = timeout.saturating_sub(std::time::Duration::from_secs(1)).max(timeout / 2);
         alloc.wait_ms = Some((wait.as_millis() as u64).min(cder_protocol::MAX_WAIT_MS));
+        // Where SLURM's cgroup confines the tasks (or cder is told not to),
+        // cderd's groups and its lock warm-up would be work for nothing.
+        if self.args().confine == Confine::Off || slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref()) {
+            alloc.prepare_cgroups = Some(false);
+        }
         match self.connect().and_then(|mut c| c.alloc_unanswered(&alloc)) {
             // A node without cderd (no socket) and a job without GPUs: nothing
             // cder manages here.
