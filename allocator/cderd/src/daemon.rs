@@ -469,9 +469,10 @@ impl Daemon {
                 self.groups_not_wanted(&allocation);
             } else {
                 self.prepare_groups_later(&store, &allocation)?;
-                // The job's tasks are confined next: wait out the grace period now.
-                self.warmup.warm();
             }
+            // The job's tasks are moved into cgroups next (cderd's, or the
+            // batch system's own): wait out the grace period now.
+            self.warmup.warm();
             if explicit {
                 self.warn_held_open_later(&allocation);
             }
@@ -515,11 +516,13 @@ impl Daemon {
                 // `confine` follows. A user's own `env` calls do not keep
                 // the node's fork path slow.
                 let mut reply = self.allocation(&a);
-                if self.is_operator(caller.uid) && !self.groups_unwanted(&a) {
+                if self.is_operator(caller.uid) {
+                    // SLURM's task/cgroup moves the step's tasks too, and
+                    // gains as much from a warm lock.
                     self.warmup.warm();
                     // slurmstepd's tasks enter the groups themselves, as
                     // root, instead of asking `confine` each.
-                    if self.cgroups.is_available() {
+                    if self.cgroups.is_available() && !self.groups_unwanted(&a) {
                         reply.cgroups = Some(self.ready_groups(&store, &a)?.iter().map(|p| p.display().to_string()).collect());
                     }
                 }

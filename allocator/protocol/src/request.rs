@@ -92,8 +92,8 @@ pub struct AllocRequest {
     pub wait_ms: Option<u64>,
     /// `false`: the batch system keeps the job's processes to their devices
     /// itself (SLURM's task/cgroup with `ConstrainDevices=yes`), so cderd
-    /// neither sets up the job's device cgroups ahead of `confine` nor
-    /// warms the kernel's cgroup lock for its steps. `confine` still works.
+    /// does not set up the job's device cgroups ahead of `confine`, nor
+    /// names them in `env`. `confine` still works.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_cgroups: Option<bool>,
 }

@@ -343,9 +343,8 @@ impl CderSpank {
         // for that release, up to the plugin's timeout. The answer is not
         // waited for: SLURM starts the job only after its prolog ends, and
         // the job's first step gets the record, or why it was refused, from
-        // cderd's `env` (BENCHMARKS.md, issue 12).
-        // The step's `env`, which waits for this outcome, gives up after
-        // the timeout too: leave it a second to read the answer.
+        // cderd's `env` (BENCHMARKS.md, issue 12). That `env` gives up after
+        // the timeout too: cderd's wait leaves it a second to read the answer.
         let timeout = self.args().timeout;
         let wait = timeout.saturating_sub(std::time::Duration::from_secs(1)).max(timeout / 2);
         alloc.wait_ms = Some((wait.as_millis() as u64).min(cder_protocol::MAX_WAIT_MS));

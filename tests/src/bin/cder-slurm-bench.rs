@@ -86,27 +86,31 @@ struct Sides {
 }
 
 /// Waits (up to 10 s) until cderd holds no device: every job's epilog ran.
-fn settle(cluster: &SlurmCluster) {
+/// Then waits out cderd's cgroup warm-up window (`warmup`), so that the
+/// other side's jobs neither gain nor lose from a lock cderd keeps warm.
+fn settle(cluster: &SlurmCluster, warmup: Duration) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if cluster.cderd_status().is_ok_and(|s| s.counts.values().all(|c| c.allocated == 0)) {
-            return;
+            break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::thread::sleep(warmup + Duration::from_millis(100));
 }
 
 /// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
 /// seconds of each srun without and with the plugin.
-fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], n: usize, rounds: usize) -> Result<Sides, String> {
-    compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: true }, n, rounds)
+fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], warmup: Duration, n: usize, rounds: usize) -> Result<Sides, String> {
+    compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: Some(warmup) }, n, rounds)
 }
 
 /// What the "with" side's plugstack.conf loads.
 enum Loaded<'a> {
     /// spank_cder.so with these arguments after it; `settle`: wait for
-    /// cderd to hold nothing before the other side runs.
-    Cder { args: &'a [String], settle: bool },
+    /// cderd to hold nothing, then for its warm-up window (this long) to
+    /// close, before the other side runs.
+    Cder { args: &'a [String], settle: Option<Duration> },
     /// Another plugin: this plugstack.conf line.
     Line(&'a str),
 }
@@ -129,11 +133,11 @@ fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loa
                 (Loaded::Line(_), false) => cluster.set_plugstack(false, &[])?,
             }
             let t = time_sruns(cluster, if side { args_with } else { args }, k)?;
-            if side && matches!(loaded, Loaded::Cder { settle: true, .. }) {
+            if let (true, Loaded::Cder { settle: Some(warmup), .. }) = (side, &loaded) {
                 // Untimed: the last jobs' epilogs (which release in cderd)
                 // must run with the plugin loaded, before plugstack.conf
                 // is emptied for the other side.
-                settle(cluster);
+                settle(cluster, *warmup);
             }
             if side {
                 with.push(t);
@@ -264,6 +268,8 @@ fn main() -> ExitCode {
     let wanted = |line: &str| args.only.is_empty() || args.only.iter().any(|o| o == line);
     let run = || -> Result<(), String> {
         let extra = &args.spank_args;
+        // cderd's default `cgroup_warmup_ms` (deploy/cderd.md).
+        let warmup = Duration::from_millis(args.warmup_ms.unwrap_or(1000));
         let native_gpu: &[&str] = &["-n1", "--gres=gpu:1", "true"];
         let mut measured: Vec<(&str, Sides)> = Vec::new();
         if wanted("steps") {
@@ -277,21 +283,21 @@ fn main() -> ExitCode {
                 .and_then(|w| w.parse::<u32>().ok())
                 .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
             let jobid = format!("--jobid={job}");
-            measured.push(("steps", compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, n, rounds)?));
+            measured.push(("steps", compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, warmup, n, rounds)?));
             let _ = cluster.run("scancel", &[&job.to_string()]);
         }
         if wanted("jobs") {
-            measured.push(("jobs", compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, n, rounds)?));
+            measured.push(("jobs", compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, warmup, n, rounds)?));
         }
         if wanted("jobs+gpu") {
-            measured.push(("jobs+gpu", compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?));
+            measured.push(("jobs+gpu", compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?));
         }
         if wanted("gpu-job") {
-            measured.push(("gpu-job", compare(&cluster, native_gpu, &["-n1", "--gpgpu-per-node=1", "true"], extra, n, rounds)?));
+            measured.push(("gpu-job", compare(&cluster, native_gpu, &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?));
         }
         if wanted("spank-only") {
             let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
-            measured.push(("spank-only", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Cder { args: &no_cderd, settle: false }, n, rounds)?));
+            measured.push(("spank-only", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Cder { args: &no_cderd, settle: None }, n, rounds)?));
         }
         if wanted("prolog-floor") || wanted("gpu-job") {
             let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
