@@ -340,7 +340,7 @@ impl Daemon {
                 match self.env(caller, job) {
                     Err(e) if e.code == ErrorCode::UnknownJob => Err(ErrorReply::new(
                         ErrorCode::UnknownJob,
-                        format!("job {job} holds no allocation on this node: cderd refused to record it: {}", reply.message),
+                        format!("job {job} holds no allocation on this node: {}{}", cder_protocol::REFUSED_TO_RECORD, reply.message),
                     )),
                     other => other,
                 }

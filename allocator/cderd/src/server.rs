@@ -290,7 +290,12 @@ pub fn answer(daemon: &Daemon, caller: Caller, line: &[u8]) -> String {
 /// [`Daemon::handle_arrival`]).
 fn answer_arrival(daemon: &Daemon, caller: Caller, line: &[u8], arrival: Option<u64>) -> String {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let request = Request::from_line(line)?;
+        let request = Request::from_line(line).inspect_err(|_| {
+            // No `alloc` to register: later `env`s need not wait for it.
+            if let Some(seq) = arrival {
+                daemon.arrival_read(seq);
+            }
+        })?;
         let result = match arrival {
             Some(seq) => daemon.handle_arrival(caller, &request, seq),
             None => daemon.handle(caller, &request),

@@ -69,6 +69,10 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// In `unknown_job`'s message from `env`, before the reason cderd refused
+/// the job's `alloc` (docs/protocol.md): a client may show the reason alone.
+pub const REFUSED_TO_RECORD: &str = "cderd refused to record it: ";
+
 /// The `error` object of a failed reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]

@@ -432,7 +432,7 @@ impl CderSpank {
             Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
                 // cderd's message says why, where its `alloc` was refused.
                 let why = e.to_string();
-                let why = why.split_once("cderd refused to record it: ").map_or_else(|| "the job prolog records them; see slurmd's log".to_string(), |(_, reason)| format!("it refused the job prolog's record: {reason}"));
+                let why = why.split_once(cder_protocol::REFUSED_TO_RECORD).map_or_else(|| "the job prolog records them; see slurmd's log".to_string(), |(_, reason)| format!("it refused the job prolog's record: {reason}"));
                 self.outcome = Some(refuse(format!("cderd holds no record of the devices SLURM gave {job} ({why})")));
                 return Ok(());
             }
