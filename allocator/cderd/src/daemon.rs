@@ -890,6 +890,7 @@ fn device_from_row(d: &DeviceRow) -> Device {
         clock_mhz: None,
         ecc: false,
         path: d.path.clone(),
+        dev: None,
         numa_node: d.numa_node,
         health: cder_model::Health::Unhealthy,
     }
