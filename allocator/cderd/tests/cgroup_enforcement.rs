@@ -354,3 +354,123 @@ fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
     let log = node.log();
     assert!(wanted(&log), "{log}");
 }
+
+/// The late-node probe's side: confines itself into `CDER_LATE_JOB`, says
+/// so, waits for the file `CDER_LATE_GO`, then opens each path.
+#[test]
+fn late_node_probe_child() {
+    let Ok(socket) = std::env::var("CDER_LATE_SOCKET") else { return };
+    let job = std::env::var("CDER_LATE_JOB").unwrap();
+    let go = PathBuf::from(std::env::var("CDER_LATE_GO").unwrap());
+    let mut c = cder_protocol::Client::connect(Path::new(&socket), std::time::Duration::from_secs(30)).unwrap();
+    match c.confine(&job.parse().unwrap()) {
+        Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
+        Err(e) => println!("PROBE refused {e}"),
+    }
+    println!("PROBE waiting");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !go.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for p in std::env::var("CDER_LATE_PATHS").unwrap().split(',') {
+        match std::fs::File::open(p) {
+            Ok(_) => println!("PROBE later {p} ok"),
+            Err(e) => println!("PROBE later {p} {}", e.raw_os_error().unwrap_or(-1)),
+        }
+    }
+}
+
+/// A node whose device 0 is a copy of 1:5 and whose device 1's file does
+/// not exist yet; `dev1` is the `dev = …` line of device 1, if any.
+fn late_node(mode: &str, dev1: &str) -> (Node, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = common::unique_cgroup_parent();
+    let first = dir.path().join("nvidia0");
+    let late = dir.path().join("nvidia-cap1");
+    assert!(Command::new("mknod").arg(&first).args(["c", "1", "5"]).status().unwrap().success());
+    let text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ncgroup_parent = {parent:?}\ncgroup = {mode:?}\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
+         [[cder.device]]\nindex = 0\nmodel = \"Fake\"\nmemory_mb = 1\npath = {first:?}\n\
+         [[cder.device]]\nindex = 1\nmodel = \"Fake\"\nmemory_mb = 1\npath = {late:?}\n{dev1}\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+    );
+    let node = Node::custom(dir, &text, vec![first, late.clone()], Vec::new());
+    (node, late)
+}
+
+/// nvidia-modprobe makes `/dev/nvidiaN` and the MIG capability files on
+/// first use: a file that appears after the job's group was set up is
+/// denied by the number discovery knows (here the static `dev`).
+fn a_device_file_made_later_is_denied(mode: &str) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let (node, late) = late_node(mode, "dev = \"1:9\"");
+    alloc(&node, "slurm:601", 1000, 0);
+    let go = node.dir.path().join("go");
+    let paths = format!("{},{}", node.devices[0].display(), late.display());
+    let mut child = KillOnDrop(retry_busy(|| {
+        Command::new(common::probe_binary(node.dir.path()))
+            .args(["--exact", "late_node_probe_child", "--nocapture", "--test-threads=1"])
+            .env("CDER_LATE_SOCKET", &node.socket)
+            .env("CDER_LATE_JOB", "slurm:601")
+            .env("CDER_LATE_GO", &go)
+            .env("CDER_LATE_PATHS", &paths)
+            .env_remove("CI")
+            .uid(1000)
+            .gid(1000)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+    }));
+    let mut lines = Vec::new();
+    let mut reader = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    while reader.read_line(&mut line).unwrap() > 0 {
+        let waiting = line.contains("PROBE waiting");
+        lines.push(std::mem::take(&mut line));
+        if waiting {
+            break;
+        }
+    }
+    assert!(lines.iter().any(|l| l.contains("PROBE confined ")), "{lines:?}\nlog:\n{}", node.log());
+    // Now the driver's helper makes the node, open to all.
+    assert!(Command::new("mknod").arg(&late).args(["c", "1", "9"]).status().unwrap().success());
+    std::fs::set_permissions(&late, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    std::fs::write(&go, b"").unwrap();
+    for l in reader.lines() {
+        lines.push(l.unwrap());
+    }
+    let seen = Seen { lines: probe_lines(lines.iter().map(String::as_str)) };
+    assert_eq!(seen.open("later", &node.devices[0]), "ok");
+    assert_eq!(seen.open("later", &late), EPERM, "a device file made after the group was set up must be denied");
+}
+
+#[test]
+fn v1_denies_a_device_file_made_after_the_group() {
+    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+        return;
+    }
+    a_device_file_made_later_is_denied("v1");
+}
+
+#[test]
+fn v2_denies_a_device_file_made_after_the_group() {
+    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+        return;
+    }
+    a_device_file_made_later_is_denied("v2");
+}
+
+#[test]
+fn a_device_with_no_file_and_no_known_number_fails_confine_closed() {
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    let (node, late) = late_node("auto", "");
+    alloc(&node, "slurm:701", 1000, 0);
+    let seen = probe(&node, 1000, "slurm:701");
+    assert!(seen.lines.iter().any(|l| l == "PROBE refused internal"), "{:?}", seen.lines);
+    let log = node.log();
+    assert!(log.contains("gpgpu:1") && log.contains(&late.display().to_string()) && log.contains("unknown"), "{log}");
+}
