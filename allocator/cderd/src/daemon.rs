@@ -55,6 +55,10 @@ pub struct Caller {
     pub uid: u32,
     /// The caller's pid: `confine` moves this process into the job's cgroup.
     pub pid: i32,
+    /// What tells that process from a later one with its pid (see
+    /// [`crate::server::AskingProcess`]); `None` when it was gone at once,
+    /// or for cderd's own requests, which never `confine`.
+    pub process: Option<crate::server::ProcessIdentity>,
 }
 
 /// The node daemon's state and operations. Thread-safe: every operation
@@ -683,7 +687,14 @@ impl Daemon {
         // The store's lock, held throughout, keeps a `release` from
         // removing the groups in between (it would find them re-created).
         self.ready_groups(&store, &allocation)?;
+        // The pid is the one the caller had at connect(): move it only while it is still the caller's.
+        let asking = crate::server::AskingProcess::confirm(&caller)
+            .map_err(|why| ErrorReply::new(ErrorCode::PermissionDenied, format!("confine moves only the process that connected: {why}")))?;
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
+        asking.still_there().map_err(|why| {
+            tracing::error!(job = %job, pid, "confine: {why}; the pid written to {groups:?} may have been another process's");
+            ErrorReply::new(ErrorCode::Internal, format!("confining pid {pid} for job {job}: {why}"))
+        })?;
         drop(store);
         tracing::info!(job = %job, pid, took_us = started.elapsed().as_micros() as u64, "confined");
         Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })

@@ -474,3 +474,96 @@ fn a_device_with_no_file_and_no_known_number_fails_confine_closed() {
     let log = node.log();
     assert!(log.contains("gpgpu:1") && log.contains(&late.display().to_string()) && log.contains("unknown"), "{log}");
 }
+
+/// The connecting side of the pid-reuse test: connects, hands the
+/// connection to a child of its own as that child's stdin, and exits.
+#[test]
+fn confine_connector_child() {
+    let Ok(socket) = std::env::var("CDER_CONNECT_SOCKET") else { return };
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let holder = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "confine_holder_child", "--nocapture", "--test-threads=1"])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(stream)))
+        .spawn()
+        .unwrap();
+    println!("PROBE holder {}", holder.id());
+}
+
+/// The holding side: once `CDER_HOLD_GO` exists, asks to `confine` over the
+/// connection it inherited and prints the reply.
+#[test]
+fn confine_holder_child() {
+    use std::io::{BufRead, Write};
+    use std::os::fd::AsFd;
+    let Ok(go) = std::env::var("CDER_HOLD_GO") else { return };
+    let job = std::env::var("CDER_HOLD_JOB").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !Path::new(&go).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
+    let mut stream = std::os::unix::net::UnixStream::from(fd);
+    let line = cder_protocol::Request::Confine(cder_protocol::JobRequest { job: job.parse().unwrap() }).to_line();
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(stream).read_line(&mut reply).unwrap();
+    println!("PROBE reply {}", reply.trim());
+}
+
+/// A client keeps its connection after the process that connected has
+/// exited and its pid went to another process of the same uid: `confine`
+/// must refuse, not move that process into the job's groups.
+#[test]
+fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    let node = node("auto");
+    alloc(&node, "slurm:801", 1000, 0);
+    let go = node.dir.path().join("go");
+    let mut connector = retry_busy(|| {
+        Command::new(common::probe_binary(node.dir.path()))
+            .args(["--exact", "confine_connector_child", "--nocapture", "--test-threads=1"])
+            .env("CDER_CONNECT_SOCKET", &node.socket)
+            .env("CDER_HOLD_GO", &go)
+            .env("CDER_HOLD_JOB", "slurm:801")
+            .env_remove("CI")
+            .uid(1000)
+            .gid(1000)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+    });
+    let connected = connector.id();
+    let mut out = std::io::BufReader::new(connector.stdout.take().unwrap());
+    let status = connector.wait().unwrap();
+    assert!(status.success(), "connector: {status}");
+    // The connector is reaped: give its pid to a process of the same uid
+    // (the kernel hands out ns_last_pid + 1 next; other forks may race).
+    let mut victim = None;
+    for _ in 0..500 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (connected - 1).to_string()).unwrap();
+        let mut sleeper = Command::new("sleep").arg("120").uid(1000).gid(1000).spawn().unwrap();
+        if sleeper.id() == connected {
+            victim = Some(KillOnDrop(sleeper));
+            break;
+        }
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+    let victim = victim.expect("the connector's pid was not reused within 500 tries");
+    std::fs::write(&go, b"").unwrap();
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        lines.push(std::mem::take(&mut line));
+    }
+    let lines = probe_lines(lines.iter().map(String::as_str));
+    let reply = lines.iter().find_map(|l| l.strip_prefix("PROBE reply ")).unwrap_or_else(|| panic!("{lines:?}\nlog:\n{}", node.log()));
+    assert!(reply.contains("permission_denied") && reply.contains("process that connected"), "{reply}");
+    // The process that now has the pid was not moved.
+    let parent = node.cgroup_parent.clone().unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", victim.0.id())).unwrap();
+    assert!(!cgroups.contains(&parent), "pid {connected} was moved into the job's groups: {cgroups}");
+}
