@@ -228,28 +228,34 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
 /// SO_PEERCRED is the one it had at `connect()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessIdentity {
-    /// Its start time in clock ticks after boot (`/proc/PID/stat` field 22).
-    pub start_time: u64,
+    /// Its start time in clock ticks after boot (`/proc/PID/stat` field
+    /// 22); not read where the pidfs inode tells already.
+    pub start_time: Option<u64>,
     /// Its pidfs inode (Linux 6.9+), which no other process of this boot has.
     pub pidfs_inode: Option<u64>,
 }
 
 impl ProcessIdentity {
     /// The identity of the process that connected `stream` as `pid`; `None`
-    /// when it has already gone. With SO_PEERPIDFD the kernel's pidfd
-    /// proves that the start time read from /proc is that process's.
+    /// when it has already gone. SO_PEERPIDFD's pidfd is the connecting
+    /// process's even after its pid was reused: its pidfs inode identifies
+    /// it, or, without pidfs, it proves the start time read from /proc is its.
     pub fn at_connect(stream: &UnixStream, pid: i32) -> Option<ProcessIdentity> {
+        let start_time = |pid| proc_identity(Path::new("/proc"), pid).ok().map(|(start, _)| start);
         let Ok(pidfd) = crate::sys::peer_pidfd(stream) else {
             // Before Linux 6.5: the pid may already be another's; the uid
             // and start time are still checked again at `confine`.
-            return proc_identity(Path::new("/proc"), pid).ok().map(|(start_time, _)| ProcessIdentity { start_time, pidfs_inode: None });
+            return Some(ProcessIdentity { start_time: Some(start_time(pid)?), pidfs_inode: None });
         };
+        if let Some(inode) = crate::sys::pidfs_inode(&pidfd) {
+            return Some(ProcessIdentity { start_time: None, pidfs_inode: Some(inode) });
+        }
         let alive = || crate::sys::pidfd_pid(&pidfd) == Some(pid);
         if !alive() {
             return None;
         }
-        let (start_time, _) = proc_identity(Path::new("/proc"), pid).ok()?;
-        alive().then(|| ProcessIdentity { start_time, pidfs_inode: crate::sys::pidfs_inode(&pidfd) })
+        let start_time = start_time(pid)?;
+        alive().then_some(ProcessIdentity { start_time: Some(start_time), pidfs_inode: None })
     }
 }
 
@@ -271,12 +277,15 @@ pub fn proc_identity(proc: &Path, pid: i32) -> std::io::Result<(u64, u32)> {
     Ok((start_time, euid))
 }
 
-/// Whether `pid` under `proc` is still the process `identity` recorded at
-/// connect, run by `uid`: the check where no pidfd can tell.
+/// Whether `pid` under `proc` still runs as `uid` and, where `identity`
+/// has the start time recorded at connect, started then.
 pub fn same_process(proc: &Path, pid: i32, uid: u32, identity: &ProcessIdentity) -> Result<(), String> {
     match proc_identity(proc, pid) {
-        Ok((start_time, euid)) if start_time == identity.start_time && euid == uid => Ok(()),
-        Ok((start_time, _)) if start_time != identity.start_time => Err(format!("pid {pid} is no longer the process that connected (it started at tick {start_time}, not {})", identity.start_time)),
+        Ok((start_time, _)) if identity.start_time.is_some_and(|t| t != start_time) => Err(format!(
+            "pid {pid} is no longer the process that connected (it started at tick {start_time}, not {})",
+            identity.start_time.unwrap_or_default()
+        )),
+        Ok((_, euid)) if euid == uid => Ok(()),
         Ok((_, euid)) => Err(format!("pid {pid} now runs as uid {euid}, not uid {uid} that connected")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!("pid {pid}, which connected, has exited")),
         Err(e) => Err(format!("cannot read pid {pid} in /proc: {e}")),
@@ -306,8 +315,8 @@ impl AskingProcess {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(format!("pid {pid}, which connected, has exited")),
             Err(_) => None,
         };
-        if let (Some(fd), Some(recorded)) = (&pidfd, identity.pidfs_inode) {
-            if crate::sys::pidfs_inode(fd) != Some(recorded) {
+        if let Some(recorded) = identity.pidfs_inode {
+            if pidfd.as_ref().and_then(crate::sys::pidfs_inode) != Some(recorded) {
                 return Err(format!("pid {pid} is no longer the process that connected"));
             }
         }
@@ -471,7 +480,7 @@ mod tests {
         std::fs::write(at.join("stat"), stat(777)).unwrap();
         std::fs::write(at.join("status"), "Name:\ta) b (c\nUid:\t1000\t1000\t1000\t1000\n").unwrap();
         assert_eq!(proc_identity(proc.path(), 42).unwrap(), (777, 1000));
-        let recorded = ProcessIdentity { start_time: 777, pidfs_inode: None };
+        let recorded = ProcessIdentity { start_time: Some(777), pidfs_inode: None };
         assert_eq!(same_process(proc.path(), 42, 1000, &recorded), Ok(()));
         // The same uid, but the pid now names a later process.
         std::fs::write(at.join("stat"), stat(901)).unwrap();
@@ -486,7 +495,7 @@ mod tests {
         // Our own stat parses, and says we are us.
         let me = std::process::id() as i32;
         let (start, uid) = proc_identity(Path::new("/proc"), me).unwrap();
-        assert_eq!(same_process(Path::new("/proc"), me, uid, &ProcessIdentity { start_time: start, pidfs_inode: None }), Ok(()));
+        assert_eq!(same_process(Path::new("/proc"), me, uid, &ProcessIdentity { start_time: Some(start), pidfs_inode: None }), Ok(()));
     }
 
     #[test]
@@ -505,9 +514,12 @@ mod tests {
         let pidfs_inode = crate::sys::pidfd_open(pid).ok().and_then(|fd| crate::sys::pidfs_inode(&fd));
         child.kill().unwrap();
         child.wait().unwrap();
-        let gone = Caller { uid, pid, process: Some(ProcessIdentity { start_time, pidfs_inode }) };
-        let e = AskingProcess::confirm(&gone).err().expect("a reaped caller is refused");
-        assert!(e.contains(&pid.to_string()), "{e}");
+        // Recorded either way, a reaped caller is refused.
+        for identity in [ProcessIdentity { start_time: Some(start_time), pidfs_inode: None }, ProcessIdentity { start_time: None, pidfs_inode }] {
+            let gone = Caller { uid, pid, process: Some(identity) };
+            let e = AskingProcess::confirm(&gone).err().expect("a reaped caller is refused");
+            assert!(e.contains(&pid.to_string()), "{e}");
+        }
         assert!(AskingProcess::confirm(&Caller { process: None, ..caller }).is_err());
     }
 
