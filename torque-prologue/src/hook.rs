@@ -286,7 +286,17 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         },
         None => None,
     };
-    let (count, devices) = match (&assigned, requested.count) {
+    // exec_gpus exists but names only other hosts: TORQUE counted no GPU
+    // here, whatever the node spec asks for (a sister of gpus=1+ppn=1).
+    let (assigned, requested_count) = match assigned {
+        Some(a) if a.devices.is_empty() => {
+            let asked = requested.count.map(|n| format!("; the limits ask for {n}, which TORQUE did not count on this host")).unwrap_or_default();
+            notes.push(format!("TORQUE assigned GPUs only on other hosts ({}), none here{asked}", a.source.display()));
+            (None, None)
+        }
+        other => (other, requested.count),
+    };
+    let (count, devices) = match (&assigned, requested_count) {
         (Some(a), asked) => {
             let n = a.devices.len() as u32;
             if asked.is_some_and(|c| c != n) {

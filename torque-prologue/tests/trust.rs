@@ -89,6 +89,38 @@ fn torque_assigned_gpus_are_adopted_from_the_gpu_file_and_the_job_file() {
     assert_eq!(node.holders()["torque:803.ce"], vec![0]);
 }
 
+#[test]
+fn a_sister_gets_only_what_exec_gpus_names_for_it() {
+    let Some(node) = Node::start("") else { return };
+    let host = hostname();
+    // qsub -l nodes=wnA:ppn=1:gpus=1+<this host>:ppn=1: TORQUE put the one
+    // GPU on wnA and counts every GPU of this host free.
+    let limits = format!("neednodes=wnA:ppn=1:gpus=1+{host}:ppn=1,nodes=wnA:ppn=1:gpus=1+{host}:ppn=1");
+    node.write_job_file("1100.ce", Some("wnA-gpu/0"));
+    let r = node.hook("prologue.parallel", &prologue_args("1100.ce", &limits));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!node.holders().contains_key("torque:1100.ce"), "TORQUE counted no GPU here: {:?}", node.holders());
+
+    // TORQUE 4.2's binary job file, with a -v list that spells exec_gpus
+    // (the arst value is saved NUL-separated) before TORQUE's own record.
+    let variables = format!("PBS_O_HOME=/home/u\0X=exec_gpus\0{host}-gpu/3\0exec_gpus\0{host}-gpu/2\0");
+    node.write_binary_job_file(
+        "1101.ce",
+        &[("Job_Name", None, b"x\0"), ("Resource_List", Some("nodes"), limits.as_bytes()), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, b"wnA-gpu/0\0")],
+    );
+    let r = node.hook("prologue.parallel", &prologue_args("1101.ce", &limits));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!node.holders().contains_key("torque:1101.ce"), "the variable list is not exec_gpus: {:?}", node.holders());
+    // The same on the mother superior, where TORQUE did assign one here.
+    node.write_binary_job_file(
+        "1102.ce",
+        &[("Job_Name", None, b"x\0"), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, format!("{host}-gpu/1+wnA-gpu/0\0").as_bytes())],
+    );
+    let r = node.hook("prologue", &prologue_args("1102.ce", "nodes=2:ppn=1:gpus=1"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.holders()["torque:1102.ce"], vec![1], "exactly TORQUE's record");
+}
+
 /// Runs, through the job starter as pbs_mom execs it, a job that tries to
 /// read one byte of each device; prints its environment's device list and
 /// each open's outcome.

@@ -412,6 +412,32 @@ impl Node {
         fs::write(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB")), xml).unwrap();
     }
 
+    /// Writes pbs_mom's job file for `job_id` in TORQUE 4.2's binary form
+    /// (src/server/job_recov.c `job_save`, attr_recov.c `save_attr`): the
+    /// fixed `ji_qs` struct, then each attribute as a 64-bit `struct
+    /// svrattrl` header (pointers as the heap left them, `al_tsize`,
+    /// `al_nameln`, `al_rescln`, `al_valln`, `al_flags`; 88 bytes) followed by
+    /// name, resource and value, then the `ENDATTRIBUTES` (-711) record.
+    pub fn write_binary_job_file(&self, job_id: &str, attributes: &[(&str, Option<&str>, &[u8])]) {
+        let mut out = vec![0u8; 0x2c8];
+        out[..4].copy_from_slice(&0x00020300i32.to_ne_bytes());
+        out[8..8 + job_id.len()].copy_from_slice(job_id.as_bytes());
+        for (name, resource, value) in attributes {
+            let name = [name.as_bytes(), b"\0"].concat();
+            let resource = resource.map(|r| [r.as_bytes(), b"\0"].concat()).unwrap_or_default();
+            let mut header: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) | 0x40).collect();
+            for n in [88 + name.len() + resource.len() + value.len(), name.len(), resource.len(), value.len(), 1025] {
+                header.extend_from_slice(&(n as i32).to_ne_bytes());
+            }
+            header.resize(88, 0);
+            out.extend_from_slice(&[header, name, resource, value.to_vec()].concat());
+        }
+        let mut end = vec![0u8; 88];
+        end[64..68].copy_from_slice(&(-711i32).to_ne_bytes());
+        out.extend_from_slice(&end);
+        fs::write(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB")), out).unwrap();
+    }
+
     pub fn remove_job_file(&self, job_id: &str) {
         fs::remove_file(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB"))).unwrap();
     }
