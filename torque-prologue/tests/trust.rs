@@ -181,6 +181,11 @@ fn the_jobs_environment_does_not_configure_the_job_starter() {
         assert!(line.contains("Operation not permitted"), "device {i} is fenced whatever the job's variables say: {}", r.stdout);
     }
     assert_eq!(node.hook("epilogue", &epilogue_args("1200.ce")).code, 0);
+
+    // Only --config, --torque-config and -- come before the command.
+    let r = node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"], &[]);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{r:?}");
+    assert!(r.stderr.contains("unknown option --colour"), "{r:?}");
 }
 
 #[test]
