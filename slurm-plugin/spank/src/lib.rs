@@ -39,7 +39,7 @@ use cder_model::{JobEnvironment, JobKey, Lrms, VendorKind};
 use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, ErrorCode};
 use cder_slurm::args::{Confine, FailMode, PluginArgs};
 use cder_slurm::devices::{
-    parse_index_list, slurm_constrains_devices, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
+    parse_index_list, slurm_constrains_devices_checked, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
 };
 use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
@@ -223,6 +223,16 @@ fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env: &[u
     }
 }
 
+/// SLURM confines the tasks to their devices itself (task/cgroup with
+/// ConstrainDevices on). A value SLURM would refuse is logged and leaves
+/// cder's own fence in place.
+fn slurm_cgroup() -> bool {
+    slurm_constrains_devices_checked(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref()).unwrap_or_else(|e| {
+        log(Level::Error, &format!("spank_cder: {e}; taking SLURM's device cgroup as off, cder confines"));
+        false
+    })
+}
+
 /// Moves process `pid` into each of `groups` (cgroup directories that cderd
 /// set up for its job) by writing it into their `cgroup.procs`.
 fn enter_cgroups(groups: &[String], pid: u32) -> Result<(), String> {
@@ -350,7 +360,7 @@ impl CderSpank {
         alloc.wait_ms = Some((wait.as_millis() as u64).min(cder_protocol::MAX_WAIT_MS));
         // Where SLURM's cgroup confines the tasks (or cder is told not to),
         // cderd's groups and its lock warm-up would be work for nothing.
-        if self.args().confine == Confine::Off || slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref()) {
+        if self.args().confine == Confine::Off || slurm_cgroup() {
             alloc.prepare_cgroups = Some(false);
         }
         match self.connect().and_then(|mut c| c.alloc_unanswered(&alloc)) {
@@ -393,7 +403,7 @@ impl CderSpank {
                 FailMode::Open => Outcome::Env(empty_env()),
             }
         };
-        let slurm_cgroup = slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref());
+        let slurm_cgroup = slurm_cgroup();
         // A job without devices must still be kept from the node's devices:
         // SLURM's cgroup does that, else cderd's `confine`, which needs cderd.
         let unconfinable_ok = slurm_cgroup || args.confine == Confine::Off || !args.socket.exists();
