@@ -96,6 +96,11 @@ pub struct BackendRequest {
     /// (`GET /v1/allocation`) with its own credential.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// The most backends the job may hold on all its nodes together: what
+    /// its batch system granted (SLURM's `vgpgpu` licences). A request
+    /// that would take the job past it is refused (`conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_limit: Option<u32>,
 }
 
 /// One backend given to a job.
