@@ -348,6 +348,9 @@ pub enum ErrorCode {
     TooLarge,
     /// 431: request head too long or with too many headers.
     HeadersTooLarge,
+    /// 429: the caller's uid already holds its share of the registry's
+    /// connections (`max_connections_per_uid`) with requests in progress.
+    TooManyConnections,
     /// 500: the database failed; nothing was changed.
     Internal,
 }
@@ -365,6 +368,7 @@ impl ErrorCode {
             ErrorCode::Timeout => 408,
             ErrorCode::TooLarge => 413,
             ErrorCode::HeadersTooLarge => 431,
+            ErrorCode::TooManyConnections => 429,
             ErrorCode::Internal => 500,
         }
     }
