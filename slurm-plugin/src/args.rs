@@ -50,7 +50,8 @@ pub struct PluginArgs {
     /// How long one call to cderd may take before it counts as unreachable.
     pub timeout: Duration,
     /// `config=`: the cder.toml whose `[registry]` vGPGPU jobs use
-    /// (default: `$CDER_CONFIG`, else /etc/cder/cder.toml).
+    /// (default /etc/cder/cder.toml; never `$CDER_CONFIG`, see
+    /// [`PluginArgs::config_path`]).
     pub config: Option<PathBuf>,
 }
 
@@ -78,6 +79,13 @@ pub struct ArgError {
 }
 
 impl PluginArgs {
+    /// The cder.toml to read: `config=` from plugstack.conf, else the fixed
+    /// default. The plugin runs in srun and beside the job in slurmstepd,
+    /// so no environment variable may choose the file.
+    pub fn config_path(&self) -> PathBuf {
+        self.config.clone().unwrap_or_else(|| cder_model::DEFAULT_CONFIG_PATH.into())
+    }
+
     /// Parses `key=value` words; unknown keys and bad values are errors that
     /// name the argument, so a typo in plugstack.conf is not silently ignored.
     pub fn parse<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgError> {

@@ -47,31 +47,64 @@ pub fn parse_index_list(text: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
-/// True when `cgroup.conf` says `ConstrainDevices=yes` (SLURM's own
-/// default is no).
-pub fn constrain_devices(cgroup_conf: &str) -> bool {
-    let mut on = false;
-    for line in cgroup_conf.lines() {
+/// A SLURM boolean as its config parser reads it (`s_p_handle_boolean`,
+/// case-insensitive): `None` for anything else, which SLURM refuses.
+pub fn slurm_boolean(value: &str) -> Option<bool> {
+    let value = value.trim();
+    let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+    let is = |words: &[&str]| words.iter().any(|w| value.eq_ignore_ascii_case(w));
+    if is(&["yes", "up", "true", "1"]) {
+        Some(true)
+    } else if is(&["no", "down", "false", "0"]) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// `ConstrainDevices` in `cgroup.conf` (SLURM's own default is no; the
+/// last line wins, as in SLURM). An error names the line whose value SLURM
+/// would refuse: slurmd does not start with such a file.
+pub fn constrain_devices(cgroup_conf: &str) -> Result<bool, String> {
+    let mut on = Ok(false);
+    for (n, line) in cgroup_conf.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if let Some((k, v)) = line.split_once('=') {
             if k.trim().eq_ignore_ascii_case("ConstrainDevices") {
-                on = v.trim().eq_ignore_ascii_case("yes");
+                on = slurm_boolean(v).ok_or_else(|| {
+                    format!("line {}: ConstrainDevices={:?} is not a SLURM boolean (yes, up, true, 1, no, down, false, 0)", n + 1, v.trim())
+                });
             }
         }
     }
     on
 }
 
+/// True when `TaskPlugin` (comma-separated, each name with or without its
+/// `task/` prefix, as slurmd loads them) includes task/cgroup.
+pub fn task_cgroup(task_plugin: Option<&str>) -> bool {
+    task_plugin.is_some_and(|t| t.split(',').map(str::trim).any(|p| p.strip_prefix("task/").unwrap_or(p) == "cgroup"))
+}
+
 /// True when SLURM itself puts every task into a device cgroup holding its
-/// GRES: `task/cgroup` among the task plugins and `ConstrainDevices=yes` in
-/// the cgroup.conf next to slurm.conf.
-pub fn slurm_constrains_devices(task_plugin: Option<&str>, slurm_conf: Option<&Path>) -> bool {
-    let cgroup_task = task_plugin.is_some_and(|t| t.split(',').any(|p| p.trim() == "task/cgroup" || p.trim() == "cgroup"));
-    if !cgroup_task {
-        return false;
+/// GRES: `task/cgroup` among the task plugins and `ConstrainDevices` true
+/// in the cgroup.conf next to slurm.conf. `Err` for a value SLURM would
+/// refuse, which the caller logs.
+pub fn slurm_constrains_devices_checked(task_plugin: Option<&str>, slurm_conf: Option<&Path>) -> Result<bool, String> {
+    if !task_cgroup(task_plugin) {
+        return Ok(false);
     }
     let path = slurm_conf.and_then(Path::parent).map(|d| d.join("cgroup.conf")).unwrap_or_else(|| "/etc/slurm/cgroup.conf".into());
-    std::fs::read_to_string(path).is_ok_and(|text| constrain_devices(&text))
+    match std::fs::read_to_string(&path) {
+        Ok(text) => constrain_devices(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(_) => Ok(false),
+    }
+}
+
+/// [`slurm_constrains_devices_checked`], a value SLURM would refuse counted
+/// as not constrained: cder then keeps its own fence.
+pub fn slurm_constrains_devices(task_plugin: Option<&str>, slurm_conf: Option<&Path>) -> bool {
+    slurm_constrains_devices_checked(task_plugin, slurm_conf).unwrap_or(false)
 }
 
 /// How the job's processes are kept to their devices, which decides how
@@ -176,12 +209,50 @@ mod tests {
 
     #[test]
     fn cgroup_conf_switch() {
-        assert!(constrain_devices("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n"));
-        assert!(constrain_devices("constraindevices = YES # on"));
-        assert!(!constrain_devices("#ConstrainDevices=yes\nConstrainCores=yes\n"));
-        assert!(!constrain_devices("ConstrainDevices=no"));
+        assert_eq!(constrain_devices("CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n"), Ok(true));
+        assert_eq!(constrain_devices("constraindevices = YES # on"), Ok(true));
+        assert_eq!(constrain_devices("#ConstrainDevices=yes\nConstrainCores=yes\n"), Ok(false));
+        assert_eq!(constrain_devices("ConstrainDevices=no"), Ok(false));
         assert!(!slurm_constrains_devices(Some("task/none"), None));
         assert!(!slurm_constrains_devices(None, None));
+    }
+
+    #[test]
+    fn constrain_devices_takes_every_spelling_slurm_takes() {
+        for on in ["yes", "Up", "TRUE", "1", "\"yes\"", " true "] {
+            assert_eq!(constrain_devices(&format!("ConstrainDevices={on}\n")), Ok(true), "{on:?}");
+        }
+        for off in ["no", "DOWN", "False", "0"] {
+            assert_eq!(constrain_devices(&format!("ConstrainDevices=yes\nConstrainDevices={off}\n")), Ok(false), "{off:?}");
+        }
+        for bad in ["y", "on", "2", "enabled"] {
+            let e = constrain_devices(&format!("CgroupPlugin=cgroup/v1\nConstrainDevices={bad}\n")).unwrap_err();
+            assert!(e.starts_with("line 2:") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn task_plugin_names_as_slurmd_loads_them() {
+        assert!(task_cgroup(Some("task/cgroup")));
+        assert!(task_cgroup(Some("cgroup")));
+        assert!(task_cgroup(Some("task/affinity,cgroup")));
+        assert!(task_cgroup(Some("affinity, task/cgroup")));
+        assert!(!task_cgroup(Some("task/affinity")));
+        assert!(!task_cgroup(Some("task/cgroupx")));
+        assert!(!task_cgroup(None));
+    }
+
+    #[test]
+    fn constrain_devices_1_beside_slurm_conf_is_slurms_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("slurm.conf");
+        std::fs::write(&conf, "").unwrap();
+        std::fs::write(dir.path().join("cgroup.conf"), "ConstrainDevices=1\n").unwrap();
+        assert!(slurm_constrains_devices(Some("task/affinity,task/cgroup"), Some(&conf)));
+        assert!(!slurm_constrains_devices(Some("task/none"), Some(&conf)));
+        std::fs::write(dir.path().join("cgroup.conf"), "ConstrainDevices=on\n").unwrap();
+        let e = slurm_constrains_devices_checked(Some("task/cgroup"), Some(&conf)).unwrap_err();
+        assert!(e.contains("cgroup.conf") && e.contains("line 1") && e.contains("\"on\""), "{e}");
     }
 
     #[test]

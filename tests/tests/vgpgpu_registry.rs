@@ -262,7 +262,7 @@ fn a_job_allocation_is_readable_by_operators_and_its_owner_only() {
     r.register_many("GPU", "n1", 3).unwrap();
     let c = r.client();
     let nobody = 65534;
-    let req = cder_registry::api::BackendRequest { job: job(5), count: 2, node: "n1".into(), method: VgpgpuMethod::Rcuda, uid: Some(nobody) };
+    let req = cder_registry::api::BackendRequest { job: job(5), count: 2, node: "n1".into(), method: VgpgpuMethod::Rcuda, uid: Some(nobody), job_limit: None };
     let a = c.request_for(&req).unwrap();
     let held = c.allocation(&job(5)).unwrap();
     assert_eq!(held.allocations, vec![a.clone()]);

@@ -243,3 +243,64 @@ fn out_of_range_numbers_are_refused_naming_the_field() {
     }
     assert_eq!(r.client().status().unwrap().counts_for(None).free, 2, "nothing out of range changed state");
 }
+
+/// One uid opening as many authenticated connections as the registry has
+/// slots (512, the default `max_connections`) and stalling every body does
+/// not stop another uid: the registry holds `max_connections_per_uid` of
+/// them and refuses the rest (429) as soon as they are authenticated.
+#[test]
+fn one_uid_stalling_every_slot_does_not_stop_another_uid() {
+    if !require_munge() {
+        return;
+    }
+    let defaults = cder_model::RegistryConfig::default();
+    let (slots, share) = (defaults.max_connections, defaults.max_connections_per_uid);
+    assert!(share < slots, "the default share ({share}) leaves room for others");
+    // The stalled bodies would be held for the whole test without the share.
+    let r = Registryd::start("header_timeout_s = 600\nbody_timeout_s = 600").unwrap();
+    r.register_many("GPU", "n1", 4).unwrap();
+    let body = br#"{"job":"slurm:1"}"#;
+    let creds: Vec<String> = (0..slots).map(|_| r.credential(Some("nobody"), "POST", "/v1/release", body).unwrap()).collect();
+    let mut held: Vec<(TcpStream, Vec<u8>, bool)> = creds
+        .iter()
+        .map(|cred| {
+            let head = format!("POST /v1/release HTTP/1.1\r\nHost: x\r\nAuthorization: MUNGE {cred}\r\nContent-Length: {}\r\n\r\n{{", body.len());
+            (connect(&r, head.as_bytes()), Vec::new(), false)
+        })
+        .collect();
+    // Root, another uid, is served within the client's 30 s timeout.
+    authenticated_calls_succeed(&r, 0);
+    // Every stalled connection beyond the share is refused, naming the key;
+    // the share is held (its bodies never come).
+    for (s, _, _) in &held {
+        s.set_nonblocking(true).unwrap();
+    }
+    let refused = eventually(
+        || {
+            for (s, buf, eof) in held.iter_mut().filter(|(_, _, eof)| !*eof) {
+                let mut chunk = [0u8; 4096];
+                loop {
+                    match s.read(&mut chunk) {
+                        Ok(0) => {
+                            *eof = true;
+                            break;
+                        }
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(_) => break,
+                    }
+                }
+            }
+            held.iter().filter(|(_, _, eof)| *eof).count()
+        },
+        |n| *n >= slots - share,
+    );
+    assert_eq!(refused, slots - share, "{refused} of {slots} stalled connections closed, expected all but the share of {share}");
+    for (_, buf, _) in held.iter().filter(|(_, _, eof)| *eof) {
+        let r = cder_registry::client::parse_reply(buf).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(buf)));
+        let text = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 429, "{text}");
+        assert!(text.contains("max_connections_per_uid"), "{text}");
+    }
+    authenticated_calls_succeed(&r, 1);
+    assert!(r.log().lines().all(|l| !l.contains("panic")), "{}", r.log());
+}

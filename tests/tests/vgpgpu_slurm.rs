@@ -134,3 +134,52 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     let e = cluster.sbatch(&["--vgpgpu-per-node=7"], "#!/bin/sh\ntrue\n").unwrap_err();
     assert!(e.to_lowercase().contains("licen"), "{e}");
 }
+
+/// A one-licence job that runs twenty steps, each naming another node in
+/// its own `SLURMD_NODENAME` (and a `CDER_CONFIG` of the user's that names
+/// another registry), holds one backend: the node name is slurmd's and the
+/// registry counts the job's backends across nodes against its licences.
+#[test]
+fn steps_that_name_their_own_node_get_no_more_backends_than_the_licences() {
+    if !require_munge() || !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    let r = Registryd::start("").unwrap();
+    let _cleanup = Cleanup(r.dir().to_path_buf());
+    start_backends(&r, &[("127.0.2.2", 2), ("127.0.2.3", 2), ("127.0.2.4", 2)]).unwrap();
+    let c = r.client();
+    assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
+    let config = SlurmConfig {
+        gpus: 2,
+        spank_args: vec![format!("config={}", r.config_path().display())],
+        extra_slurm_conf: "Licenses=vgpgpu:6\n".into(),
+        ..SlurmConfig::default()
+    };
+    let cluster = SlurmCluster::start(&config).unwrap();
+    // A config the user wrote: another registry, which the plugin must not read.
+    let user_config = cluster.jobs_dir().join("user-cder.toml");
+    std::fs::write(&user_config, "[registry]\nurl = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    let flag = cluster.jobs_dir().join("go-loop");
+    let script = "#!/bin/sh\n\
+        for i in $(seq 20); do\n\
+          SLURMD_NODENAME=x$i CDER_CONFIG=$USER_CONFIG srun -n1 sh -c 'echo STEP count=$RCUDA_DEVICE_COUNT first=$RCUDA_DEVICE_0'\n\
+        done\n\
+        echo LOOP DONE\n\
+        while [ ! -e \"$FLAG\" ]; do sleep 0.2; done\n";
+    let env = [("FLAG", flag.to_str().unwrap()), ("USER_CONFIG", user_config.to_str().unwrap())];
+    let j = cluster.sbatch_env(&["--vgpgpu-per-node=1", "--export=ALL"], script, &env).unwrap();
+    let out = cluster.wait_output(j, "LOOP DONE", Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cluster.job(j).unwrap().fields.get("Licenses").map(String::as_str), Some("vgpgpu:1"));
+    let held = c.query(QueryName::InUse, None).unwrap();
+    assert_eq!(held, 1, "a one-licence job holds {held} backends:\n{out}\n{:?}", c.status().unwrap().backends);
+    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("STEP ")).collect();
+    assert_eq!(steps.len(), 20, "every step ran, with the job's one backend:\n{out}\n{}", cluster.logs());
+    let distinct: BTreeSet<&str> = steps.iter().copied().collect();
+    assert_eq!(distinct.len(), 1, "the steps saw different backends:\n{out}");
+    assert!(steps[0].starts_with("STEP count=1 first=") && steps[0].ends_with(":0"), "{}", steps[0]);
+    std::fs::write(&flag, "").unwrap();
+    let done = cluster.wait_job(j, Duration::from_secs(90)).unwrap();
+    assert_eq!(done.state, "COMPLETED", "{}\n{}", cluster.job_output(j), cluster.logs());
+    wait_for("all backends free", Duration::from_secs(30), || c.query(QueryName::Free, None).unwrap() == 6);
+}

@@ -75,6 +75,11 @@ pub struct RegistryConfig {
     /// oldest one still sending its headers is dropped.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Authenticated requests of one uid in progress at once (its body
+    /// being read, or being served); more are refused at once, so that one
+    /// user holding connections cannot take every slot.
+    #[serde(default = "default_max_connections_per_uid")]
+    pub max_connections_per_uid: usize,
     /// Seconds a client has, from connecting, to send its request headers.
     #[serde(default = "default_io_timeout")]
     pub header_timeout_s: u64,
@@ -140,6 +145,7 @@ impl Default for RegistryConfig {
             max_body_bytes: default_max_body(),
             timeout_s: default_timeout(),
             max_connections: default_max_connections(),
+            max_connections_per_uid: default_max_connections_per_uid(),
             header_timeout_s: default_io_timeout(),
             body_timeout_s: default_io_timeout(),
             port_base: default_port_base(),
@@ -165,6 +171,9 @@ impl RegistryConfig {
         }
         if !(1..=65536).contains(&self.max_connections) {
             return bad("max_connections", "must be 1 to 65536".into());
+        }
+        if !(1..=65536).contains(&self.max_connections_per_uid) {
+            return bad("max_connections_per_uid", "must be 1 to 65536".into());
         }
         for (key, v) in [("header_timeout_s", self.header_timeout_s), ("body_timeout_s", self.body_timeout_s)] {
             if !(1..=3600).contains(&v) {
@@ -239,6 +248,9 @@ fn default_timeout() -> u64 {
 fn default_max_connections() -> usize {
     512
 }
+fn default_max_connections_per_uid() -> usize {
+    64
+}
 fn default_io_timeout() -> u64 {
     10
 }
@@ -277,6 +289,7 @@ mod tests {
         assert!(c.validate().is_ok());
         for (key, bad) in [
             ("registry.max_connections", RegistryConfig { max_connections: 0, ..c.clone() }),
+            ("registry.max_connections_per_uid", RegistryConfig { max_connections_per_uid: 0, ..c.clone() }),
             ("registry.header_timeout_s", RegistryConfig { header_timeout_s: 0, ..c.clone() }),
             ("registry.body_timeout_s", RegistryConfig { body_timeout_s: 86_400, ..c.clone() }),
             ("registry.max_body_bytes", RegistryConfig { max_body_bytes: usize::MAX, ..c.clone() }),

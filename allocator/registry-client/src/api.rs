@@ -96,6 +96,11 @@ pub struct BackendRequest {
     /// (`GET /v1/allocation`) with its own credential.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// The most backends the job may hold on all its nodes together: what
+    /// its batch system granted (SLURM's `vgpgpu` licences). A request
+    /// that would take the job past it is refused (`conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_limit: Option<u32>,
 }
 
 /// One backend given to a job.
@@ -343,6 +348,9 @@ pub enum ErrorCode {
     TooLarge,
     /// 431: request head too long or with too many headers.
     HeadersTooLarge,
+    /// 429: the caller's uid already holds its share of the registry's
+    /// connections (`max_connections_per_uid`) with requests in progress.
+    TooManyConnections,
     /// 500: the database failed; nothing was changed.
     Internal,
 }
@@ -360,6 +368,7 @@ impl ErrorCode {
             ErrorCode::Timeout => 408,
             ErrorCode::TooLarge => 413,
             ErrorCode::HeadersTooLarge => 431,
+            ErrorCode::TooManyConnections => 429,
             ErrorCode::Internal => 500,
         }
     }

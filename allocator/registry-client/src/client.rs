@@ -165,7 +165,7 @@ impl Client {
 
     /// `request`: `count` backends for `job` on `node`.
     pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<Allocation, ClientError> {
-        self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None })
+        self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None, job_limit: None })
     }
 
     /// `request` with every field, e.g. the owner's `uid`.

@@ -25,7 +25,11 @@
 //!
 //! At `max_connections` the oldest connection not yet authenticated is
 //! dropped for the new one, so clients that hold connections open cannot
-//! lock out the others. Deadlines are checked every [`SWEEP`].
+//! lock out the others. An authenticated connection cannot be dropped, so
+//! one uid holds at most `max_connections_per_uid` of them (body being
+//! read, or being served); beyond that its requests are refused (429) as
+//! soon as they are authenticated, and their slots can be taken again.
+//! Deadlines are checked every [`SWEEP`].
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -65,6 +69,8 @@ pub struct Limits {
     /// Open connections at most; at the limit the oldest one not yet
     /// authenticated is closed.
     pub max_connections: usize,
+    /// Authenticated requests in progress per uid at most.
+    pub max_connections_per_uid: usize,
     /// Time to send the request head after connecting.
     pub header_timeout: Duration,
     /// Time to send the body after the head.
@@ -89,6 +95,7 @@ impl Limits {
             .ok_or_else(|| format!("registry.max_body_bytes: {} is too large", c.max_body_bytes))?;
         Ok(Limits {
             max_connections: c.max_connections.max(1),
+            max_connections_per_uid: c.max_connections_per_uid.max(1),
             header_timeout: Duration::from_secs(c.header_timeout_s),
             body_timeout: Duration::from_secs(c.body_timeout_s),
             max_body_bytes: c.max_body_bytes,
@@ -179,6 +186,7 @@ fn reason(status: u16) -> &'static str {
         408 => "Request Timeout",
         409 => "Conflict",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         _ => "Unknown",
@@ -225,12 +233,20 @@ struct Conn {
     /// When the current phase must be over (`None`: a worker has it).
     deadline: Option<Instant>,
     opened: Instant,
+    /// Who munged vouched for, once authenticated.
+    uid: Option<u32>,
 }
 
 impl Conn {
     /// Not yet vouched for by munged: may be dropped for a newcomer.
     fn evictable(&self) -> bool {
         matches!(self.phase, Phase::Head | Phase::Draining { .. })
+    }
+
+    /// Holds a slot that cannot be taken back: an authenticated request
+    /// whose body is awaited or which a worker serves.
+    fn in_progress_for(&self, uid: u32) -> bool {
+        self.uid == Some(uid) && matches!(self.phase, Phase::Body(..) | Phase::Handling)
     }
 }
 
@@ -382,7 +398,7 @@ impl Front {
                     }
                     let _ = stream.set_nodelay(true);
                     let now = Instant::now();
-                    let conn = Conn { stream, peer, buf: Vec::new(), phase: Phase::Head, deadline: Some(now + self.limits.header_timeout), opened: now };
+                    let conn = Conn { stream, peer, buf: Vec::new(), phase: Phase::Head, deadline: Some(now + self.limits.header_timeout), opened: now, uid: None };
                     self.conns.insert(token, conn);
                     // Edge-triggered: what arrived with the connection must be read now.
                     self.ready(token, registry);
@@ -551,6 +567,24 @@ impl Front {
                     );
                     self.answer(&mut conn, error_reply(&e), true);
                 }
+                Phase::Authenticating(head) if self.conns.values().filter(|c| c.in_progress_for(who.uid)).count() >= self.limits.max_connections_per_uid => {
+                    tracing::warn!(
+                        "{}: uid {}: {} {} refused: it already has {} requests in progress (max_connections_per_uid)",
+                        conn.peer,
+                        who.uid,
+                        head.method,
+                        head.target,
+                        self.limits.max_connections_per_uid
+                    );
+                    let e = ApiError::new(
+                        ErrorCode::TooManyConnections,
+                        format!(
+                            "uid {} already has {} requests in progress (max_connections_per_uid); finish or close them and try again",
+                            who.uid, self.limits.max_connections_per_uid
+                        ),
+                    );
+                    self.answer(&mut conn, error_reply(&e), true);
+                }
                 Phase::Authenticating(head) => {
                     if head.expect_continue && conn.buf.len() < head.len.saturating_add(head.content_length) {
                         // A fresh socket's buffer takes these 25 bytes; if it
@@ -565,6 +599,7 @@ impl Front {
                             }
                         }
                     }
+                    conn.uid = Some(who.uid);
                     conn.phase = Phase::Body(head, who);
                     conn.deadline = Some(Instant::now() + self.limits.body_timeout);
                 }

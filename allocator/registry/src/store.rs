@@ -251,6 +251,17 @@ impl Store {
                 format!("{} on {} already holds {count} {method} backend(s); release it first", r.job, r.node),
             ));
         }
+        if let Some(limit) = r.job_limit {
+            // Node names come from the caller: whatever node a request
+            // names, the job's total stays within what was granted.
+            let held: u32 = tx.query_row("SELECT COALESCE(SUM(count), 0) FROM jobs WHERE job = ?1 AND end IS NULL", [r.job.to_string()], |x| x.get(0))?;
+            if held.saturating_add(r.count) > limit {
+                return Err(refused(
+                    ErrorCode::Conflict,
+                    format!("{} holds {held} backend(s) on its other nodes; {} more on {} would pass the {limit} its batch system granted", r.job, r.count, r.node),
+                ));
+            }
+        }
         let like = format!("%,{},%", r.method.name());
         let host_jobs: BTreeMap<String, u32> = {
             let mut s = tx.prepare_cached(
@@ -417,7 +428,7 @@ mod tests {
     }
 
     fn req(job: &str, count: u32, node: &str) -> BackendRequest {
-        BackendRequest { job: job.parse().unwrap(), count, node: node.into(), method: VgpgpuMethod::Rcuda, uid: Some(1000) }
+        BackendRequest { job: job.parse().unwrap(), count, node: node.into(), method: VgpgpuMethod::Rcuda, uid: Some(1000), job_limit: None }
     }
 
     const BOTH: &[VgpgpuMethod] = &[VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
@@ -459,6 +470,29 @@ mod tests {
         let (held, uids) = s.allocations(&"slurm:2".parse().unwrap()).unwrap();
         assert_eq!((held.len(), held[0].backends.clone(), uids), (1, b.backends, vec![Some(1000)]));
         assert!(s.allocations(&"slurm:1".parse().unwrap()).unwrap().0.is_empty(), "released");
+    }
+
+    #[test]
+    fn a_job_never_holds_more_than_its_limit_whatever_nodes_it_names() {
+        let (_d, mut s) = store();
+        for i in 0..6 {
+            reg(&mut s, &format!("GPU-{i}"), "n1", i, BOTH);
+        }
+        let limited = |count, node: &str| BackendRequest { job_limit: Some(2), ..req("slurm:1", count, node) };
+        assert_eq!(s.request(&limited(1, "n1"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1);
+        assert_eq!(s.request(&limited(1, "n1"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1, "the same node again: the same backend");
+        assert_eq!(s.request(&limited(1, "n2"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1);
+        for node in ["n3", "x1", "x2"] {
+            let e = s.request(&limited(1, node), &LocalFirstPolicy, 1).unwrap_err().into_api();
+            assert_eq!(e.code, ErrorCode::Conflict, "{node}");
+            assert!(e.message.contains("holds 2") && e.message.contains("the 2 its batch system granted"), "{}", e.message);
+        }
+        let e = s.request(&BackendRequest { job_limit: Some(3), ..req("slurm:2", 4, "n1") }, &LocalFirstPolicy, 1).unwrap_err().into_api();
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert_eq!(s.status().unwrap().counts_for(None).in_use, 2);
+        // After the release the job starts again from nothing.
+        s.release(&"slurm:1".parse().unwrap(), 2).unwrap();
+        assert_eq!(s.request(&limited(2, "x1"), &LocalFirstPolicy, 3).unwrap().backends.len(), 2);
     }
 
     #[test]

@@ -39,7 +39,7 @@ use cder_model::{JobEnvironment, JobKey, Lrms, VendorKind};
 use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, ErrorCode};
 use cder_slurm::args::{Confine, FailMode, PluginArgs};
 use cder_slurm::devices::{
-    parse_index_list, slurm_constrains_devices, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
+    parse_index_list, slurm_constrains_devices_checked, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
 };
 use cder_slurm::request::{
     RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
@@ -129,18 +129,21 @@ fn list(devices: &[u32]) -> String {
 }
 
 /// This node's name as slurm.conf and gres.conf spell it (`NodeName=`),
-/// which need not be its host name.
-fn node_name(spank: Option<&Spank>) -> Option<String> {
-    std::env::var("SLURMD_NODENAME").ok().or_else(|| spank.and_then(|s| s.getenv("SLURMD_NODENAME"))).or_else(|| {
+/// which need not be its host name. Read from this process's environment,
+/// where slurmstepd (from slurmd's config, before any plugin loads) and
+/// slurmd's prolog put it; never from the job's, which srun copies from
+/// the user.
+fn node_name() -> Option<String> {
+    std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.is_empty()).or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
         host.trim().split('.').next().map(str::to_string)
     })
 }
 
 /// slurmd's GPU list for this node, from the gres.conf beside slurm.conf.
-fn gres_list(spank: Option<&Spank>) -> Result<Vec<GresDevice>, String> {
+fn gres_list() -> Result<Vec<GresDevice>, String> {
     let conf = sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
-    match load_gres_devices(conf.as_deref(), node_name(spank).as_deref(), cder_slurm::gres::gres_name(GPGPU)) {
+    match load_gres_devices(conf.as_deref(), node_name().as_deref(), cder_slurm::gres::gres_name(GPGPU)) {
         Ok(list) => Ok(list),
         // slurmd lists what NVML reports, in PCI bus order, as cderd numbers
         // whole GPUs: SLURM's indices are cderd's (MIG instances are refused
@@ -200,7 +203,7 @@ fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env: &[u
     if from_env.is_empty() || !several_types(gres) {
         return from_env.to_vec();
     }
-    let node = node_name(None);
+    let node = node_name();
     let detail = sys::load_job(job_id).and_then(|granted| {
         let at = match (&granted.nodes, &node) {
             (Some(nodes), Some(node)) => node_position(nodes, node).ok_or_else(|| format!("{node} is not in the job's nodes {nodes}"))?,
@@ -221,6 +224,16 @@ fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env: &[u
             from_env.to_vec()
         }
     }
+}
+
+/// SLURM confines the tasks to their devices itself (task/cgroup with
+/// ConstrainDevices on). A value SLURM would refuse is logged and leaves
+/// cder's own fence in place.
+fn slurm_cgroup() -> bool {
+    slurm_constrains_devices_checked(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref()).unwrap_or_else(|e| {
+        log(Level::Error, &format!("spank_cder: {e}; taking SLURM's device cgroup as off, cder confines"));
+        false
+    })
 }
 
 /// Moves process `pid` into each of `groups` (cgroup directories that cderd
@@ -305,7 +318,7 @@ impl CderSpank {
         let mut gpus = gpus;
         let mut alloc = AllocRequest::new(job.clone(), uid, gpus.len() as u32);
         if !gpus.is_empty() {
-            let mapped = gres_list(None).and_then(|gres| {
+            let mapped = gres_list().and_then(|gres| {
                 let job_id = spank.job_id().map_err(|e| e.to_string())?;
                 let slurm = controller_gpus(&job, job_id, &gres, &gpus);
                 if gres.is_empty() {
@@ -350,7 +363,7 @@ impl CderSpank {
         alloc.wait_ms = Some((wait.as_millis() as u64).min(cder_protocol::MAX_WAIT_MS));
         // Where SLURM's cgroup confines the tasks (or cder is told not to),
         // cderd's groups and its lock warm-up would be work for nothing.
-        if self.args().confine == Confine::Off || slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref()) {
+        if self.args().confine == Confine::Off || slurm_cgroup() {
             alloc.prepare_cgroups = Some(false);
         }
         match self.connect().and_then(|mut c| c.alloc_unanswered(&alloc)) {
@@ -393,7 +406,7 @@ impl CderSpank {
                 FailMode::Open => Outcome::Env(empty_env()),
             }
         };
-        let slurm_cgroup = slurm_constrains_devices(sys::task_plugin().as_deref(), sys::slurm_conf_path().as_deref());
+        let slurm_cgroup = slurm_cgroup();
         // A job without devices must still be kept from the node's devices:
         // SLURM's cgroup does that, else cderd's `confine`, which needs cderd.
         let unconfinable_ok = slurm_cgroup || args.confine == Confine::Off || !args.socket.exists();
@@ -462,7 +475,7 @@ impl CderSpank {
         // A step naming GRES types (MIG profiles) may use only its job's
         // devices of each type; gres.conf says which type each file is.
         if let Some(by_type) = req.gres_types.get(GPGPU) {
-            let gres = match gres_list(Some(spank)) {
+            let gres = match gres_list() {
                 Ok(g) => g,
                 Err(e) => {
                     self.outcome = Some(refuse(e));
@@ -512,7 +525,7 @@ impl CderSpank {
         }
         let step_list = match step_gpus.as_deref().and_then(parse_index_list) {
             None => None,
-            Some(slurm) => match gres_list(Some(spank)).and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), &mut client)) {
+            Some(slurm) => match gres_list().and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), &mut client)) {
                 Ok(cderd) => Some(cderd),
                 Err(e) => {
                     self.outcome = Some(refuse(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm))));

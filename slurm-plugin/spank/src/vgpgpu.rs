@@ -19,8 +19,9 @@ use cder_slurm::spank::{Spank, SpankOption, SpankResult};
 
 use super::Outcome;
 use cder_slurm::sys::{log, Level};
+use cder_slurm::gres_conf::node_position;
 use cder_slurm::vgpgpu::{
-    granted_per_node, RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
+    granted_licenses, granted_per_node, RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
     OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
 };
 
@@ -45,8 +46,9 @@ pub fn options() -> Vec<SpankOption> {
 
 /// The registry section of the plugin's config.
 fn registry_config(args: &PluginArgs) -> Result<RegistryConfig, String> {
-    let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    config.registry.ok_or_else(|| format!("{}: no [registry] section", Config::resolve_path(args.config.as_deref()).display()))
+    let path = args.config_path();
+    let config = Config::load(Some(&path)).map_err(|e| e.to_string())?;
+    config.registry.ok_or_else(|| format!("{}: no [registry] section", path.display()))
 }
 
 impl Vgpgpu {
@@ -92,11 +94,11 @@ impl Vgpgpu {
         // time; a request in the job's environment or a step option must
         // not take more backends than that.
         let origin = if self.options.per_node.is_some() { "--vgpgpu-per-node" } else { JDL_VGPGPU_PER_NODE };
-        let granted = match spank.job_id().map_err(|e| e.to_string()).and_then(cder_slurm::sys::load_job) {
-            Ok(g) => granted_per_node(g.licenses.as_deref(), g.num_nodes),
+        let (granted, licences, nodes) = match spank.job_id().map_err(|e| e.to_string()).and_then(cder_slurm::sys::load_job) {
+            Ok(g) => (granted_per_node(g.licenses.as_deref(), g.num_nodes), granted_licenses(g.licenses.as_deref()), g.nodes),
             Err(why) => {
                 log(Level::Error, &format!("spank_cder: {job}: reading the job's vgpgpu licences from slurmctld: {why}"));
-                0
+                (0, 0, None)
             }
         };
         if u64::from(req.per_node) > granted {
@@ -108,10 +110,27 @@ impl Vgpgpu {
             self.outcome = Some(Outcome::Fail(message));
             return;
         }
-        let node = spank.getenv("SLURMD_NODENAME").unwrap_or_else(cder_registry_host);
+        // The registry keys a job's backends by node: the name must be
+        // slurmd's, never the step's SLURMD_NODENAME, which the user sets.
+        let node = match super::node_name() {
+            Some(n) if nodes.as_deref().is_none_or(|list| node_position(list, &n).is_some()) => n,
+            other => {
+                let message = format!(
+                    "cder: this node ({}) is not among the nodes SLURM gave {job} ({}); no vGPGPU backends, the step is not started",
+                    other.as_deref().unwrap_or("name unknown"),
+                    nodes.as_deref().unwrap_or("?")
+                );
+                log(Level::Error, &format!("spank_cder: {message}"));
+                self.outcome = Some(Outcome::Fail(message));
+                return;
+            }
+        };
+        // The registry's own fence: all nodes together stay within the
+        // licences, whatever node names reach it.
+        let job_limit = Some(u32::try_from(licences).unwrap_or(u32::MAX));
         let got = registry_config(args).and_then(|rc| {
             let client = Client::from_config(&rc).map_err(|e| e.to_string())?;
-            let r = BackendRequest { job: job.clone(), count: req.per_node, node: node.clone(), method: req.method, uid: spank.job_uid().ok() };
+            let r = BackendRequest { job: job.clone(), count: req.per_node, node: node.clone(), method: req.method, uid: spank.job_uid().ok(), job_limit };
             let a = client.request_for(&r).map_err(|e| e.to_string())?;
             let nodefile = match req.method {
                 cder_model::VgpgpuMethod::Vcl => {
@@ -175,11 +194,6 @@ impl Vgpgpu {
     }
 }
 
-/// This node's name when SLURM does not say.
-fn cder_registry_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +219,20 @@ mod tests {
         assert!(e.contains(&path.display().to_string()) && e.contains("[registry]"), "{e}");
         let args = PluginArgs { config: Some(dir.path().join("missing.toml")), ..PluginArgs::default() };
         assert!(registry_config(&args).unwrap_err().contains("missing.toml"));
+    }
+
+    #[test]
+    fn cder_config_in_the_environment_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.toml");
+        std::fs::write(&user, "[registry]\nurl = \"http://user.example:1\"\n").unwrap();
+        // The only test here that touches the environment.
+        std::env::set_var(cder_model::config::CONFIG_ENV, &user);
+        let got = registry_config(&PluginArgs::default());
+        std::env::remove_var(cder_model::config::CONFIG_ENV);
+        match got {
+            Ok(rc) => assert_ne!(rc.url, "http://user.example:1", "the plugin read $CDER_CONFIG"),
+            Err(e) => assert!(e.contains(cder_model::DEFAULT_CONFIG_PATH) && !e.contains("user.toml"), "{e}"),
+        }
     }
 }

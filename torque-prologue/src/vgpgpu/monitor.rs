@@ -80,7 +80,7 @@ impl Monitor {
             }
             // The owner may then read the allocation from inside the job.
             let uid = q.euser.as_deref().and_then(|u| crate::sys::user_by_name(u).ok()).map(|ids| ids.uid);
-            let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid };
+            let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid, job_limit: None };
             match self.client.request_for(&request) {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(cder_registry_client::ErrorCode::Insufficient) => {

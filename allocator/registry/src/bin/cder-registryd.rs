@@ -28,7 +28,8 @@ change state; any authenticated user may query. State lives in SQLite (WAL, sync
 killed at any moment. Request bodies are limited to [registry] max_body_bytes.\n\n\
 The credential is checked before the body is read. A client has [registry] header_timeout_s \
 to send its headers and body_timeout_s to send its body; at most [registry] max_connections \
-are held (the oldest not yet authenticated is dropped for a new one), by one event loop and \
+are held (the oldest not yet authenticated is dropped for a new one), and at most \
+max_connections_per_uid authenticated requests of one uid at once, by one event loop and \
 --threads workers. The state directory is kept 0700 and the database 0600; a state \
 directory writable by group or others is refused.\n\n\
 Logs go to stderr (journald under systemd); RUST_LOG=debug for more.",
@@ -119,6 +120,7 @@ fn main() -> ExitCode {
         state = %rc.state_dir.display(),
         workers = limits.workers,
         max_connections = limits.max_connections,
+        max_connections_per_uid = limits.max_connections_per_uid,
         header_timeout_s = rc.header_timeout_s,
         body_timeout_s = rc.body_timeout_s,
         version = env!("CARGO_PKG_VERSION"),
