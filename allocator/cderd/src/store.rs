@@ -936,6 +936,36 @@ mod tests {
     }
 
     #[test]
+    fn batch_confined_and_leftovers_are_kept_and_old_databases_gain_them() {
+        let (dir, mut s) = node(2);
+        let mut r = req("slurm:1", 1);
+        r.prepare_cgroups = Some(false);
+        let (a, _) = s.alloc(&r, &LocalityPolicy, 1).unwrap();
+        assert!(a.batch_confined);
+        assert!(!s.alloc(&req("slurm:2", 1), &LocalityPolicy, 1).unwrap().0.batch_confined);
+        // Released with device 0 still held: out of the pool, with the reason.
+        let held: BTreeMap<String, String> = [(a.devices[0].uuid.clone(), "held open by pid 7".to_string())].into();
+        let released = s.release_keeping(&"slurm:1".parse().unwrap(), 2, &held).unwrap();
+        assert_eq!(released[0].leftover.as_deref(), Some("held open by pid 7"));
+        let d = s.find_device(&a.devices[0].uuid).unwrap();
+        assert_eq!((d.state(), d.status().reason.as_deref()), (DeviceState::Offline, Some("held open by pid 7")));
+        let mut again = req("slurm:3", 1);
+        again.devices = Some(vec![a.devices[0].index]);
+        let e = s.alloc(&again, &LocalityPolicy, 3).unwrap_err().into_reply();
+        assert!(e.code == ErrorCode::Conflict && e.message.contains("pid 7"), "{e:?}");
+        assert_eq!(s.leftovers().unwrap().len(), 1);
+        s.set_leftover(&a.devices[0].uuid, None).unwrap();
+        assert_eq!(indices(&s.alloc(&again, &LocalityPolicy, 4).unwrap().0), vec![a.devices[0].index]);
+        // A database made before these tables opens, and gains them.
+        s.conn.execute_batch("DROP TABLE batch_confined; DROP TABLE leftovers;").unwrap();
+        drop(s);
+        let s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        assert!(!s.job(&"slurm:2".parse().unwrap()).unwrap().unwrap().batch_confined);
+        assert!(s.leftovers().unwrap().is_empty());
+        assert_eq!(s.devices().unwrap().len(), 2);
+    }
+
+    #[test]
     fn database_refuses_a_second_live_owner() {
         let (_d, mut s) = node(2);
         s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1).unwrap();
