@@ -304,6 +304,8 @@ pub fn probe_child_main() {
         for _ in 0..n.parse::<u32>().unwrap() {
             // Not a group leader, so setsid(1) calls setsid() and execs
             // sleep in place: the pid is the sleeper's.
+            // Left behind on purpose: the probe exits, the test ends it.
+            #[allow(clippy::zombie_processes)]
             let child = Command::new("setsid")
                 .args(["sleep", "300"])
                 .stdin(std::fs::File::open(path).unwrap())
