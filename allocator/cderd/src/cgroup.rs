@@ -527,7 +527,8 @@ fn freeze_and_kill(group: &Path, frozen: &Path) -> Result<(), CgroupError> {
     }
     create_dir(frozen)?;
     let state = frozen.join("freezer.state");
-    for _ in 0..100 {
+    let deadline = std::time::Instant::now() + END_WITHIN;
+    while std::time::Instant::now() < deadline {
         let inside: BTreeSet<u32> = procs(frozen).into_iter().collect();
         let outside: Vec<u32> = procs(group).into_iter().filter(|p| !inside.contains(p)).collect();
         if outside.is_empty() {
@@ -538,7 +539,6 @@ fn freeze_and_kill(group: &Path, frozen: &Path) -> Result<(), CgroupError> {
             let _ = write_file(&frozen.join("cgroup.procs"), &pid.to_string(), "move the process into");
         }
         write_file(&state, "FROZEN", "freeze")?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::fs::read_to_string(&state).map_err(io("read", &state))?.trim() != "FROZEN" && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }

@@ -281,7 +281,11 @@ impl Daemon {
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
             Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
             Request::Env(r) => self.env_after(caller, &r.job, None).map(|a| to_value(&a)),
-            Request::Status => self.status().map(|s| to_value(&s)),
+            Request::Status => {
+                // A device kept out after a release shows why only while it still is.
+                self.recheck_leftovers(&mut self.store())?;
+                self.status().map(|s| to_value(&s))
+            }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
@@ -551,6 +555,22 @@ impl Daemon {
             }
         }
         out
+    }
+
+    /// Starts a thread that looks again every `period` at the devices kept
+    /// out after a release (besides each `alloc`, `status` and `reconcile`),
+    /// so that one goes back to the pool soon after its holder is gone.
+    pub fn watch_leftovers(daemon: &Arc<Daemon>, period: std::time::Duration) {
+        let daemon = Arc::clone(daemon);
+        let spawned = std::thread::Builder::new().name("cderd-leftovers".into()).spawn(move || loop {
+            std::thread::sleep(period);
+            if let Err(e) = daemon.recheck_leftovers(&mut daemon.store()) {
+                tracing::warn!("looking again at devices kept out after a release: {}", e.message);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the thread that looks again at devices kept out after a release: {e}");
+        }
     }
 
     /// Looks again at the devices kept out after a release, and puts back
