@@ -88,6 +88,10 @@ pub const MAX_ALLOC_WAIT: std::time::Duration = std::time::Duration::from_millis
 /// waits no longer for a pending record.
 const ALLOC_SETTLES_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often an `alloc` waiting out a conflict looks again at the devices
+/// kept out after a release.
+const LEFTOVER_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Work queued for after a reply.
 type Chore = Box<dyn FnOnce() + Send>;
 
@@ -390,7 +394,11 @@ impl Daemon {
             match self.alloc_now(request) {
                 Err(e) if e.code == ErrorCode::Conflict && std::time::Instant::now() < until => {
                     tracing::debug!(job = %request.job, "alloc waits out a conflict: {}", e.message);
-                    self.intake.wait_release(releases, until);
+                    // A device kept out after a release comes back when its
+                    // holder is gone, which no release announces: look again soon.
+                    let kept_out = self.store().leftovers().is_ok_and(|l| !l.is_empty());
+                    let wake = if kept_out { until.min(std::time::Instant::now() + LEFTOVER_POLL) } else { until };
+                    self.intake.wait_release(releases, wake);
                 }
                 other => break other,
             }

@@ -318,12 +318,18 @@ fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
     node.kill();
     node.start();
     kept_out(&node);
-    // Once it is gone, the next alloc gets the device.
+    // A prolog's alloc that waits out the conflict gets the device once the
+    // process is gone (nothing announces that: cderd looks again).
+    let socket = node.socket.clone();
+    let waiting = std::thread::spawn(move || {
+        let mut r = AllocRequest::new("slurm:502".parse().unwrap(), 1000, 1);
+        r.devices = Some(vec![0]);
+        r.wait_ms = Some(cder_protocol::MAX_WAIT_MS);
+        cder_protocol::Client::connect(&socket, std::time::Duration::from_secs(600)).unwrap().alloc(&r)
+    });
     drop(_cleanup);
     wait_for("the escaped child to die", || !alive(escaped));
-    let mut r = AllocRequest::new("slurm:502".parse().unwrap(), 1000, 1);
-    r.devices = Some(vec![0]);
-    assert_eq!(node.client().alloc(&r).unwrap().devices[0].index, 0);
+    assert_eq!(waiting.join().unwrap().unwrap().devices[0].index, 0);
 }
 
 #[test]
