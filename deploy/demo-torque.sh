@@ -95,21 +95,26 @@ step "A hand-written mark reaching pbs_mom anyway: ignored, the job gets no devi
 prologue 21.ce.example.org "nodes=1:ppn=1,other=cder:gpgpu:4"
 
 step "The job starter, as the job's user (nobody), sees exactly its own devices"
-cp "$work/libexec/cder-job-starter" "$work/cder-job-starter"
+# $job_starter takes no arguments: root's wrapper names the node's files
+# (the starter never reads CDER_CONFIG from the job's environment).
+printf '#!/bin/sh\nexec %s --config %s --torque-config %s -- "$@"\n' \
+    "$work/libexec/cder-job-starter" "$CDER_CONFIG" "$CDER_TORQUE_CONFIG" >"$work/cder-job-starter"
+chmod 0755 "$work/cder-job-starter"
 show "setpriv --reuid=nobody cder-job-starter /bin/sh -sh  <<< 'env | grep VISIBLE'   (PBS_JOBID=17.ce.example.org)"
 echo 'id -un; env | grep -E "^CUDA_(VISIBLE_DEVICES|DEVICE_ORDER)="' |
-    env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
+    env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
     setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
 show "the same, as root (pbs_mom with \$job_starter_run_privileged): refused"
-echo 'id -un' | env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
+echo 'id -un' | env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
     "$work/cder-job-starter" /bin/sh -sh || echo "   -> exit $?: the job does not run"
 show "the same, as another user (uid 65533)"
 echo 'env | grep -E "^CUDA_VISIBLE_DEVICES="' |
-    env -i PBS_JOBID=17.ce.example.org CDER_CONFIG="$CDER_CONFIG" PATH=/usr/bin:/bin \
-    setpriv --reuid=65533 --regid=65533 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
+    env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
+    setpriv --reuid=65533 --regid=65533 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh \
+    || echo "   -> exit $?: not this user's job, so it cannot be confined; the job does not run"
 show 'eval "$(cder-env --shell)"   (for sites without a job starter)'
-env -i PBS_JOBID=18.ce.example.org CDER_CONFIG="$CDER_CONFIG" \
-    setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/libexec/cder-env" --shell
+env -i PBS_JOBID=18.ce.example.org \
+    setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/libexec/cder-env" --shell --config "$CDER_CONFIG"
 
 step "Job 17 ends: its epilogue releases; the requeued job 19 now runs on the GPU TORQUE assigned it"
 epilogue 17.ce.example.org

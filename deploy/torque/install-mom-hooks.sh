@@ -3,6 +3,7 @@
 #
 #   deploy/torque/install-mom-hooks.sh [--pbs-home DIR] [--bindir DIR] [--libexec DIR]
 #                                      [--user-hooks] [--configure] [--force]
+#                                      [--config FILE] [--torque-config FILE]
 #
 #   --pbs-home DIR  TORQUE's home (default $PBS_HOME, else /var/spool/torque)
 #   --bindir DIR    where the built binaries are (default target/release)
@@ -12,6 +13,13 @@
 #                   and device-seconds into the job's output)
 #   --configure     add the $job_starter line to mom_priv/config (idempotent)
 #   --force         replace existing hooks that are not cder's
+#   --config FILE, --torque-config FILE
+#                   the node keeps cder.toml / torque.toml elsewhere than
+#                   /etc/cder: $job_starter then names a wrapper,
+#                   mom_priv/cder-job-starter (root:root 0755), that passes
+#                   them on the job starter's command line. The job starter
+#                   runs in the job's environment, so it never reads
+#                   CDER_CONFIG or CDER_TORQUE_CONFIG.
 #
 # mom_priv gets a COPY of cder-torque-hook under each hook name, owned by
 # root:root, mode 0500 (the .user hooks 0505): pbs_mom refuses hooks that
@@ -26,6 +34,8 @@ userbin=/usr/bin
 user_hooks=0
 configure=0
 force=0
+cder_config=
+torque_config=
 while [ $# -gt 0 ]; do
     case "$1" in
         --pbs-home) pbs_home=$2; shift 2 ;;
@@ -34,7 +44,9 @@ while [ $# -gt 0 ]; do
         --user-hooks) user_hooks=1; shift ;;
         --configure) configure=1; shift ;;
         --force) force=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --config) cder_config=$2; shift 2 ;;
+        --torque-config) torque_config=$2; shift 2 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "install-mom-hooks.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -78,7 +90,26 @@ for h in $hooks; do
     echo "installed $dest ($mode)"
 done
 
-line="\$job_starter $libexec/cder-job-starter"
+starter=$libexec/cder-job-starter
+if [ -n "$cder_config$torque_config" ]; then
+    # Root's paths on root's command line; sh -c quoting of each path.
+    quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+    starter=$mom_priv/cder-job-starter
+    {
+        echo '#!/bin/sh'
+        echo '# cder job starter with this node'"'"'s files (install-mom-hooks.sh); root-owned:'
+        echo '# the job runs it in its own environment, so the paths live here, not there.'
+        printf 'exec %s' "$(quote "$libexec/cder-job-starter")"
+        [ -n "$cder_config" ] && printf ' --config %s' "$(quote "$cder_config")"
+        [ -n "$torque_config" ] && printf ' --torque-config %s' "$(quote "$torque_config")"
+        printf ' -- "$@"\n'
+    } >"$starter.new"
+    chown root:root "$starter.new"
+    chmod 0755 "$starter.new"
+    mv -f "$starter.new" "$starter"
+    echo "installed $starter (0755)"
+fi
+line="\$job_starter $starter"
 if [ "$configure" = 1 ]; then
     config=$mom_priv/config
     touch "$config"

@@ -180,6 +180,7 @@ fn class_from_config(dev: &GroupDevice) -> DeviceClass {
         clock_mhz: dev.clock_mhz,
         ecc: dev.ecc,
         path: Default::default(),
+        dev: None,
         numa_node: 0,
         health: Health::Healthy,
     };

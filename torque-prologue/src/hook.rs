@@ -286,7 +286,17 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         },
         None => None,
     };
-    let (count, devices) = match (&assigned, requested.count) {
+    // exec_gpus exists but names only other hosts: TORQUE counted no GPU
+    // here, whatever the node spec asks for (a sister of gpus=1+ppn=1).
+    let (assigned, requested_count) = match assigned {
+        Some(a) if a.devices.is_empty() => {
+            let asked = requested.count.map(|n| format!("; the limits ask for {n}, which TORQUE did not count on this host")).unwrap_or_default();
+            notes.push(format!("TORQUE assigned GPUs only on other hosts ({}), none here{asked}", a.source.display()));
+            (None, None)
+        }
+        other => (other, requested.count),
+    };
+    let (count, devices) = match (&assigned, requested_count) {
         (Some(a), asked) => {
             let n = a.devices.len() as u32;
             if asked.is_some_and(|c| c != n) {
@@ -298,8 +308,15 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         (None, None) => {
             let mut m = format!("{job} asks for no {} devices", settings.cder_type);
             if settings.confine != Confine::Off {
-                m.push_str("; ");
-                m.push_str(&record_without_devices(&job, args.user.as_deref().unwrap_or(""), settings, cderd));
+                // The job starter refuses a job cderd has no record of:
+                // requeue now rather than let the job fail at its start.
+                match record_without_devices(&job, args.user.as_deref().unwrap_or(""), settings, cderd) {
+                    Ok(recorded) => {
+                        m.push_str("; ");
+                        m.push_str(&recorded);
+                    }
+                    Err(outcome) => return outcome,
+                }
             }
             for n in &notes {
                 m.push_str("; ");
@@ -365,21 +382,19 @@ fn alloc_afresh(client: &mut Client, request: &AllocRequest) -> Result<Result<cd
 /// manages (a job of the same user could otherwise open a GPU job's
 /// devices). Best effort: the job runs whatever happens; the result is
 /// returned for the log.
-fn record_without_devices(job: &JobKey, user: &str, settings: &TorqueSettings, cderd: &Cderd<'_>) -> String {
-    let not = |why: String| format!("not recorded ({why}): the job starter cannot confine it");
+fn record_without_devices(job: &JobKey, user: &str, settings: &TorqueSettings, cderd: &Cderd<'_>) -> Result<String, Outcome> {
+    let not = |why: String| format!("{job} asks for no devices but cannot be recorded ({why}): the job starter would refuse it");
     let uid = match user_by_name(user) {
         Ok(ids) => ids.uid,
-        Err(e) => return not(e.to_string()),
+        Err(e @ UserError::NotFound(_)) => return Err(Outcome::Abort(not(e.to_string()))),
+        Err(e @ UserError::Lookup { .. }) => return Err(Outcome::Requeue(not(e.to_string()))),
     };
-    let mut client = match cderd.connect() {
-        Ok(c) => c,
-        Err(e) => return not(e.to_string()),
-    };
+    let mut client = cderd.connect().map_err(|e| Outcome::Requeue(not(e.to_string())))?;
     let mut request = AllocRequest::new(job.clone(), uid, 0);
     request.cder_type = settings.cder_type.clone();
     match alloc_afresh(&mut client, &request) {
-        Ok(Ok(_)) => "recorded with no devices, for the job starter to confine".to_string(),
-        Ok(Err(e)) | Err(e) => not(e.to_string()),
+        Ok(Ok(_)) => Ok("recorded with no devices, for the job starter to confine".to_string()),
+        Ok(Err(e)) | Err(e) => Err(Outcome::Requeue(not(e.to_string()))),
     }
 }
 
@@ -520,7 +535,16 @@ mod tests {
     fn no_request_runs_without_cderd() {
         let a = JobArgs { job_id: "3.ce".into(), user: Some("no-such-user-cder".into()), limits: Some("nodes=1:ppn=4,walltime=1:00:00".into()), ..JobArgs::default() };
         let cderd = Cderd { socket: Path::new("/nonexistent.sock"), timeout: Duration::from_secs(1) };
-        assert_eq!(prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::RUN);
+        let off = TorqueSettings { confine: Confine::Off, ..TorqueSettings::default() };
+        assert_eq!(prologue(HookKind::Prologue, &a, &off, &cderd, &no_mom()).exit_code(), exit::RUN);
+        // Where the job starter confines, a job it could not confine is
+        // requeued now instead of refused at its start.
+        let mut root = a.clone();
+        root.user = Some("root".into());
+        let o = prologue(HookKind::Prologue, &root, &TorqueSettings::default(), &cderd, &no_mom());
+        assert_eq!(o.exit_code(), exit::REQUEUE, "{o}");
+        assert!(o.message().contains("cannot be recorded") && o.message().contains("/nonexistent.sock"), "{o}");
+        assert_eq!(prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::ABORT);
         // A request with cderd away requeues; an unknown user aborts first.
         let mut b = a.clone();
         b.limits = Some("nodes=1:ppn=4:gpus=1".into());
@@ -535,7 +559,7 @@ mod tests {
         assert_eq!(prologue(HookKind::Prologue, &b, &maui, &cderd, &no_mom()).exit_code(), exit::ABORT);
         // A form the scheduler does not count runs the job without devices.
         b.limits = Some("nodes=1,other=cder:gpgpu:4".into());
-        let o = prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom());
+        let o = prologue(HookKind::Prologue, &b, &off, &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::RUN, "{o}");
         assert!(o.message().contains("ignored other=cder:gpgpu:4"), "{o}");
     }

@@ -105,32 +105,53 @@ pub fn in_job_group(job: &JobKey, proc_cgroup: &str) -> bool {
 /// job's own devices, or the empty list for each configured type.
 ///
 /// With `confine` other than [`Confine::Off`], a job cderd has a record of
-/// (with devices, or with none) also has this process moved into its device cgroup (cderd's `confine`, by the
-/// caller's pid), so that what it execs can open only the job's own
-/// devices; the indices are then relative (`0..n-1`), as the vendor runtime
-/// numbers what it can open. When that fails, `Required` sets
-/// [`Fetched::refusal`] and `BestEffort` a note.
+/// (with devices, or with none) also has this process moved into its device
+/// cgroup (cderd's `confine`, by the caller's pid), so that what it execs
+/// can open only the job's own devices; the indices are then relative
+/// (`0..n-1`), as the vendor runtime numbers what it can open. A job that
+/// cannot be put into a group that fences it from cderd's devices (no job
+/// id, cderd unreachable or without a record of the job, another user's
+/// job) sets [`Fetched::refusal`]: only cderd can confine, so such a job is
+/// never run. When cderd knows the job but cannot confine it,
+/// `Required` refuses and `BestEffort` runs it with a note.
 pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: Confine) -> Fetched {
     let empty = JobEnvironment::empty(&config.cders);
+    // Where the starter must confine, a job it cannot even ask about is refused.
+    let refuse = |fetched: Fetched| -> Fetched {
+        if confine == Confine::Off {
+            return fetched;
+        }
+        let why = fetched.note.clone().unwrap_or_default();
+        Fetched {
+            note: None,
+            refusal: Some(format!(
+                "{why}; not starting the job, because only cderd can confine it away from this node's devices (torque.toml [torque] confine = \"{confine}\")"
+            )),
+            ..fetched
+        }
+    };
     let Some(id) = job_id.filter(|s| !s.is_empty()) else {
-        return Fetched::new(empty, None, Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), false);
+        return refuse(Fetched::new(empty, None, Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), false));
     };
     let job = match JobKey::new(Lrms::Torque, id) {
         Ok(j) => j,
-        Err(e) => return Fetched::new(empty, None, Some(e.to_string()), false),
+        Err(e) => return refuse(Fetched::new(empty, None, Some(e.to_string()), false)),
     };
     let mut client = match Client::connect(&config.node.socket, timeout) {
         Ok(c) => c,
-        Err(e) => return Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false),
+        Err(e) => return refuse(Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false)),
     };
     let allocation = match client.env(&job) {
         Ok(a) => a,
-        Err(e) if e.code() == Some(ErrorCode::UnknownJob) => return Fetched::new(empty, Some(job), None, true),
+        Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
+            let note = (confine != Confine::Off).then(|| format!("{job}: cderd has no record of the job on this node (did the cder prologue run?)"));
+            return refuse(Fetched::new(empty, Some(job), note, true));
+        }
         Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => {
             let note = format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid());
-            return Fetched::new(empty, Some(job), Some(note), true);
+            return refuse(Fetched::new(empty, Some(job), Some(note), true));
         }
-        Err(e) => return Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false),
+        Err(e) => return refuse(Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false)),
     };
     // Start from the empty lists so a type missing from the reply is still
     // set (an unset variable means every device).
@@ -207,14 +228,29 @@ mod tests {
     fn no_job_or_no_daemon_gives_the_empty_list() {
         let mut config = fallback_config();
         config.node.socket = "/nonexistent/cderd.sock".into();
-        let f = fetch(&config, None, Duration::from_secs(1), Confine::Required);
+        let f = fetch(&config, None, Duration::from_secs(1), Confine::Off);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
         assert!(f.note.unwrap().contains("PBS_JOBID"));
-        let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), Confine::Required);
+        assert_eq!(f.refusal, None);
+        let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), Confine::Off);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
         assert!(!f.answered);
         assert!(f.note.unwrap().contains("/nonexistent/cderd.sock"));
-        let f = fetch(&config, Some("12;x"), Duration::from_secs(1), Confine::Required);
+        let f = fetch(&config, Some("12;x"), Duration::from_secs(1), Confine::Off);
         assert_eq!(f.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+
+    #[test]
+    fn a_job_that_cannot_be_confined_is_refused_unless_confine_is_off() {
+        let mut config = fallback_config();
+        config.node.socket = "/nonexistent/cderd.sock".into();
+        for confine in [Confine::Required, Confine::BestEffort] {
+            let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), confine);
+            let refusal = f.refusal.expect("cderd unreachable: refused");
+            assert!(refusal.contains("/nonexistent/cderd.sock") && refusal.contains(&format!("confine = \"{confine}\"")), "{refusal}");
+            let f = fetch(&config, None, Duration::from_secs(1), confine);
+            assert!(f.refusal.unwrap().contains("PBS_JOBID is not set"));
+            assert!(fetch(&config, Some("12;x"), Duration::from_secs(1), confine).refusal.is_some());
+        }
     }
 }

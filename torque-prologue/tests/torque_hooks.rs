@@ -144,13 +144,14 @@ fn job_starter_gives_the_job_exactly_its_own_devices() {
 
     // cder-env for sites without a job starter: read-only exports for eval.
     let env_bin = node.cder_env.clone();
-    let r = node.run_as(JOB_UID, JOB_GID, &env_bin, &["--shell"], &[("PBS_JOBID", "300.ce")]);
+    let config = node.config.to_str().unwrap();
+    let r = node.run_as(JOB_UID, JOB_GID, &env_bin, &["--shell", "--config", config], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains(&format!("CUDA_VISIBLE_DEVICES='{}'; export CUDA_VISIBLE_DEVICES; readonly CUDA_VISIBLE_DEVICES", mine.join(","))), "{}", r.stdout);
-    let script = format!("eval \"$({} --shell)\"; echo \"$CUDA_VISIBLE_DEVICES\"; (CUDA_VISIBLE_DEVICES=0,1,2,3) 2>/dev/null || echo read-only", env_bin.display());
+    let script = format!("eval \"$({} --shell --config {config})\"; echo \"$CUDA_VISIBLE_DEVICES\"; (CUDA_VISIBLE_DEVICES=0,1,2,3) 2>/dev/null || echo read-only", env_bin.display());
     let r = node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/bin/sh"), &["-c", &script], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.stdout, format!("{}\nread-only\n", mine.join(",")), "{r:?}");
-    let r = node.run_as(OTHER_UID, OTHER_UID, &env_bin, &[], &[("PBS_JOBID", "300.ce")]);
+    let r = node.run_as(OTHER_UID, OTHER_UID, &env_bin, &["--config", config], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stdout.contains("CUDA_VISIBLE_DEVICES=\n"), "{r:?}");
 

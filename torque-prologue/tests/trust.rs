@@ -89,16 +89,122 @@ fn torque_assigned_gpus_are_adopted_from_the_gpu_file_and_the_job_file() {
     assert_eq!(node.holders()["torque:803.ce"], vec![0]);
 }
 
+#[test]
+fn a_sister_gets_only_what_exec_gpus_names_for_it() {
+    let Some(node) = Node::start("") else { return };
+    let host = hostname();
+    // qsub -l nodes=wnA:ppn=1:gpus=1+<this host>:ppn=1: TORQUE put the one
+    // GPU on wnA and counts every GPU of this host free.
+    let limits = format!("neednodes=wnA:ppn=1:gpus=1+{host}:ppn=1,nodes=wnA:ppn=1:gpus=1+{host}:ppn=1");
+    node.write_job_file("1100.ce", Some("wnA-gpu/0"));
+    let r = node.hook("prologue.parallel", &prologue_args("1100.ce", &limits));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!node.holders().contains_key("torque:1100.ce"), "TORQUE counted no GPU here: {:?}", node.holders());
+
+    // TORQUE 4.2's binary job file, with a -v list that spells exec_gpus
+    // (the arst value is saved NUL-separated) before TORQUE's own record.
+    let variables = format!("PBS_O_HOME=/home/u\0X=exec_gpus\0{host}-gpu/3\0exec_gpus\0{host}-gpu/2\0");
+    node.write_binary_job_file(
+        "1101.ce",
+        &[("Job_Name", None, b"x\0"), ("Resource_List", Some("nodes"), limits.as_bytes()), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, b"wnA-gpu/0\0")],
+    );
+    let r = node.hook("prologue.parallel", &prologue_args("1101.ce", &limits));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!node.holders().contains_key("torque:1101.ce"), "the variable list is not exec_gpus: {:?}", node.holders());
+    // The same on the mother superior, where TORQUE did assign one here.
+    node.write_binary_job_file(
+        "1102.ce",
+        &[("Job_Name", None, b"x\0"), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, format!("{host}-gpu/1+wnA-gpu/0\0").as_bytes())],
+    );
+    let r = node.hook("prologue", &prologue_args("1102.ce", "nodes=2:ppn=1:gpus=1"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.holders()["torque:1102.ce"], vec![1], "exactly TORQUE's record");
+}
+
 /// Runs, through the job starter as pbs_mom execs it, a job that tries to
 /// read one byte of each device; prints its environment's device list and
 /// each open's outcome.
 fn probe(node: &Node, job: &str) -> common::Run {
+    probe_with(node, job, &[])
+}
+
+/// [`probe`] with more variables in the job's environment.
+fn probe_with(node: &Node, job: &str, env: &[(&str, &str)]) -> common::Run {
     let mut script = String::from("echo \"CVD=$CUDA_VISIBLE_DEVICES\"\n");
     for (i, p) in node.device_paths.iter().enumerate() {
         script.push_str(&format!("if head -c 1 {} >/dev/null 2>/tmp/cder-probe-$$; then echo 'dev{i} open'; else echo \"dev{i} $(cat /tmp/cder-probe-$$)\"; fi\n", p.display()));
     }
     script.push_str("rm -f /tmp/cder-probe-$$\n");
-    node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", job), ("PATH", "/usr/bin:/bin")], &["/bin/sh", "-sh"], script.as_bytes())
+    let mut all = vec![("PBS_JOBID", job), ("PATH", "/usr/bin:/bin")];
+    all.extend_from_slice(env);
+    node.job_starter(JOB_UID, JOB_GID, &all, &["/bin/sh", "-sh"], script.as_bytes())
+}
+
+/// A torque.toml the job's user wrote, as `qsub -v CDER_TORQUE_CONFIG=$HOME/t.toml` names it.
+fn users_own_torque_toml(node: &Node) -> std::path::PathBuf {
+    let path = node.dir.path().join("users-t.toml");
+    std::fs::write(&path, "[torque]\nconfine = \"off\"\n").unwrap();
+    std::os::unix::fs::chown(&path, Some(JOB_UID), Some(JOB_GID)).unwrap();
+    path
+}
+
+#[test]
+fn the_jobs_environment_does_not_configure_the_job_starter() {
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else { return };
+    let user_toml = users_own_torque_toml(&node);
+    let hostile = [("CDER_CONFIG", "/nonexistent"), ("CDER_TORQUE_CONFIG", user_toml.to_str().unwrap())];
+
+    // The audit's repro: the starter itself as $job_starter names it, as
+    // uid 65534 with `env -i PBS_JOBID=17.ce CDER_CONFIG=/nonexistent …`.
+    // It reads /etc/cder only, and a job it cannot confine does not run.
+    let mut env = vec![("PBS_JOBID", "17.ce")];
+    env.extend_from_slice(&hostile);
+    let r = node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["/bin/sh", "-c", "echo JOB RAN"], &env);
+    assert!(!r.stdout.contains("JOB RAN"), "ran unconfined: {r:?}");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("not starting the job"), "the job's error file says why: {r:?}");
+
+    // Through root's wrapper the variables change nothing either: cderd has
+    // no record of 17.ce, so it is refused …
+    let r = node.job_starter(JOB_UID, JOB_GID, &env, &["/bin/sh", "-sh"], b"echo JOB RAN\n");
+    assert!(!r.stdout.contains("JOB RAN"), "{r:?}");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("cderd has no record of the job") && r.stderr.contains("confine = \"required\""), "{r:?}");
+
+    // … and a recorded job runs confined, away from every device.
+    assert_eq!(node.hook("prologue", &prologue_args("1200.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")).code, 0);
+    let r = probe_with(&node, "1200.ce", &hostile);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("CVD=\n"), "{}", r.stdout);
+    for i in 0..4 {
+        let line = r.stdout.lines().find(|l| l.starts_with(&format!("dev{i} "))).unwrap_or_default();
+        assert!(line.contains("Operation not permitted"), "device {i} is fenced whatever the job's variables say: {}", r.stdout);
+    }
+    assert_eq!(node.hook("epilogue", &epilogue_args("1200.ce")).code, 0);
+
+    // Only --config, --torque-config and -- come before the command.
+    let r = node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"], &[]);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{r:?}");
+    assert!(r.stderr.contains("unknown option --colour"), "{r:?}");
+}
+
+#[test]
+fn with_cderd_down_the_job_starter_does_not_start_the_job() {
+    let Some(mut node) = Node::start("[torque]\nconfine = \"required\"\n") else { return };
+    assert_eq!(node.hook("prologue", &prologue_args("1300.ce", "nodes=1:ppn=1:gpus=1")).code, 0);
+    node.stop_cderd();
+    let socket = node.socket.display().to_string();
+    for confine in ["required", "best_effort"] {
+        std::fs::write(&node.torque_toml, format!("[torque]\nconfine = \"{confine}\"\n")).unwrap();
+        let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "1300.ce")], &["/bin/sh", "-sh"], b"echo JOB RAN\n");
+        assert_eq!(r.code, 1, "{confine}: {r:?}");
+        assert!(!r.stdout.contains("JOB RAN"), "{confine}: {r:?}");
+        assert!(r.stderr.contains(&socket) && r.stderr.contains(&format!("confine = \"{confine}\"")), "{confine}: the reason, in the job's error file: {r:?}");
+    }
+    // "off" (TORQUE's own cgroups fence the devices): the empty list.
+    std::fs::write(&node.torque_toml, "[torque]\nconfine = \"off\"\n").unwrap();
+    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "1300.ce")], &["/bin/sh", "-sh"], b"echo \"JOB RAN CVD=$CUDA_VISIBLE_DEVICES\"\n");
+    assert_eq!((r.code, r.stdout.as_str()), (0, "JOB RAN CVD=\n"), "{r:?}");
 }
 
 #[test]
@@ -180,8 +286,6 @@ fn job_starter_refuses_to_run_a_job_as_root() {
     let mut cmd = Command::new(&node.job_starter);
     cmd.args(["/bin/sh", "-sh"])
         .env_clear()
-        .env("CDER_CONFIG", &node.config)
-        .env("CDER_TORQUE_CONFIG", &node.torque_toml)
         .env("PBS_JOBID", "990.ce")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

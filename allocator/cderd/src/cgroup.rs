@@ -26,8 +26,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -65,6 +65,19 @@ pub enum CgroupError {
     /// verifier rejected it).
     #[error("loading the device BPF program: {0}")]
     BpfLoad(std::io::Error),
+    /// A device's file does not exist and discovery knows no number for
+    /// it: a job's group could not deny it once the file appears.
+    #[error(
+        "device {device}: {} does not exist and its device number is unknown, so a job's device cgroup cannot deny it; \
+         not confining any job until it is known (a static device takes dev = \"MAJOR:MINOR\")",
+        path.display()
+    )]
+    UnknownNumber {
+        /// The device, as operators name it (`<type>:<index>`).
+        device: String,
+        /// Its device file.
+        path: PathBuf,
+    },
     /// The kernel refused to attach the device program to a job's cgroup.
     #[error("attaching the device BPF program to {}: {source}", path.display())]
     BpfAttach {
@@ -79,35 +92,44 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| CgroupError::Io { action, path: path.to_path_buf(), source }
 }
 
-/// A character device's number, as cgroup rules name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DeviceNumber {
-    /// The driver's major number (195 for `/dev/nvidia0`).
-    pub major: u32,
-    /// The device's minor number within that driver.
-    pub minor: u32,
+pub use cder_model::DeviceNumber;
+
+/// A device a job's group may have to deny.
+#[derive(Debug, Clone)]
+pub struct Fenced<'a> {
+    /// The device, as operators name it (`<type>:<index>`).
+    pub name: String,
+    /// Its device file.
+    pub path: &'a Path,
+    /// The number discovery knows for it (NVML, the MIG capability tree,
+    /// `/proc/devices`, the static `dev`).
+    pub known: Option<DeviceNumber>,
+    /// Whether the job holds it.
+    pub own: bool,
 }
 
-impl DeviceNumber {
-    /// Splits a `st_rdev` the way glibc's `major()`/`minor()` do.
-    pub fn from_rdev(rdev: u64) -> DeviceNumber {
-        let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
-        let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
-        DeviceNumber { major: major as u32, minor: minor as u32 }
+/// The numbers a job's group denies: every number of the devices it does
+/// not hold, except one shared with a device it holds. A device's numbers
+/// are its file's and the one discovery knows, since nvidia-modprobe makes
+/// `/dev/nvidiaN` and the MIG capability files on first use, after the
+/// group was set up. A missing file with no known number is an error.
+pub fn deny_list(devices: &[Fenced<'_>]) -> Result<Vec<DeviceNumber>, CgroupError> {
+    let mut own = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for d in devices {
+        let numbers = if d.own { &mut own } else { &mut others };
+        numbers.extend(d.known);
+        match std::fs::metadata(d.path) {
+            Ok(meta) if meta.file_type().is_char_device() => {
+                numbers.insert(DeviceNumber::from_rdev(meta.rdev()));
+            }
+            // A plain file is nothing a device cgroup can guard.
+            Ok(_) => {}
+            Err(_) if d.known.is_some() || d.own => {}
+            Err(_) => return Err(CgroupError::UnknownNumber { device: d.name.clone(), path: d.path.to_path_buf() }),
+        }
     }
-
-    /// The number of the character device at `path`; `None` when the path
-    /// is missing or not a character device (nothing a cgroup can guard).
-    pub fn of_path(path: &Path) -> Option<DeviceNumber> {
-        let meta = std::fs::metadata(path).ok()?;
-        meta.file_type().is_char_device().then(|| DeviceNumber::from_rdev(meta.rdev()))
-    }
-}
-
-impl std::fmt::Display for DeviceNumber {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
+    Ok(others.difference(&own).copied().collect())
 }
 
 /// The device program: deny (return 0) a character-device access whose
@@ -568,13 +590,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rdev_split_matches_glibc() {
-        // /dev/null is 1:3; a large minor lands in the high bits.
-        assert_eq!(DeviceNumber::from_rdev(0x0103), DeviceNumber { major: 1, minor: 3 });
-        let rdev = (0x12u64 << 8) | 0x34 | (0x567u64 << 20);
-        assert_eq!(DeviceNumber::from_rdev(rdev), DeviceNumber { major: 0x12, minor: 0x56734 });
-        assert_eq!(DeviceNumber::of_path(Path::new("/dev/null")), Some(DeviceNumber { major: 1, minor: 3 }));
-        assert_eq!(DeviceNumber::of_path(Path::new("/etc/hostname")), None);
+    fn deny_list_uses_known_numbers_and_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nvidia-cap120");
+        let plain = dir.path().join("nvidia9");
+        std::fs::write(&plain, b"").unwrap();
+        let n = |major, minor| DeviceNumber { major, minor };
+        let dev = |name: &str, path, known, own| Fenced { name: name.into(), path, known, own };
+        // /dev/null's file gives 1:3; the missing MIG file is denied by the
+        // number discovery knows; the job's own known number stays allowed.
+        let list = [
+            dev("gpgpu:0", Path::new("/dev/null"), None, false),
+            dev("gpgpu:1", &missing, Some(n(237, 120)), false),
+            dev("gpgpu:2", &missing, Some(n(237, 111)), true),
+            dev("gpgpu:3", &plain, None, false),
+        ];
+        assert_eq!(deny_list(&list).unwrap(), vec![n(1, 3), n(237, 120)]);
+        // A number the job holds is never denied, even if another device shares it.
+        let shared = [dev("gpgpu:0", Path::new("/dev/null"), None, false), dev("gpgpu:1", &missing, Some(n(1, 3)), true)];
+        assert_eq!(deny_list(&shared).unwrap(), vec![]);
+        // A missing file with no known number fails closed, naming the device.
+        let unknown = [dev("gpgpu:0", Path::new("/dev/null"), None, false), dev("gpgpu:4", &missing, None, false)];
+        let e = deny_list(&unknown).unwrap_err().to_string();
+        assert!(e.contains("gpgpu:4") && e.contains("nvidia-cap120") && e.contains("unknown"), "{e}");
+        // The job's own device may be unknown: not denying it opens nothing.
+        assert_eq!(deny_list(&[dev("gpgpu:4", &missing, None, true)]).unwrap(), vec![]);
     }
 
     #[test]

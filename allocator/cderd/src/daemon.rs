@@ -12,7 +12,7 @@ use cder_protocol::{
     ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation, PROTOCOL_VERSION,
 };
 
-use crate::cgroup::{DeviceCgroups, DeviceNumber};
+use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
@@ -55,6 +55,10 @@ pub struct Caller {
     pub uid: u32,
     /// The caller's pid: `confine` moves this process into the job's cgroup.
     pub pid: i32,
+    /// What tells that process from a later one with its pid (see
+    /// [`crate::server::AskingProcess`]); `None` when it was gone at once,
+    /// or for cderd's own requests, which never `confine`.
+    pub process: Option<crate::server::ProcessIdentity>,
 }
 
 /// The node daemon's state and operations. Thread-safe: every operation
@@ -808,7 +812,14 @@ impl Daemon {
         // The store's lock, held throughout, keeps a `release` from
         // removing the groups in between (it would find them re-created).
         self.ready_groups(&store, &allocation)?;
+        // The pid is the one the caller had at connect(): move it only while it is still the caller's.
+        let asking = crate::server::AskingProcess::confirm(&caller)
+            .map_err(|why| ErrorReply::new(ErrorCode::PermissionDenied, format!("confine moves only the process that connected: {why}")))?;
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
+        asking.still_there().map_err(|why| {
+            tracing::error!(job = %job, pid, "confine: {why}; the pid written to {groups:?} may have been another process's");
+            ErrorReply::new(ErrorCode::Internal, format!("confining pid {pid} for job {job}: {why}"))
+        })?;
         drop(store);
         tracing::info!(job = %job, pid, took_us = started.elapsed().as_micros() as u64, "confined");
         Ok(Confined { job: job.clone(), pid, cgroups: groups.iter().map(|p| p.display().to_string()).collect() })
@@ -822,8 +833,9 @@ impl Daemon {
         // Under the map's lock: never beside the set-up thread.
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if groups.get(&name) != Some(&GroupState::Ready) {
-            let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation);
-            self.cgroups.prepare(&name, &deny).map_err(|e| {
+            let devices = store.devices().map_err(StoreError::into_reply)?;
+            let deny = deny_list(&devices, allocation, &self.inventory);
+            deny.and_then(|deny| self.cgroups.prepare(&name, &deny)).map_err(|e| {
                 tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
                 ErrorReply::new(ErrorCode::Internal, format!("setting up the device cgroups of job {}: {e}", allocation.job))
             })?;
@@ -866,7 +878,14 @@ impl Daemon {
         if !self.cgroups.is_available() {
             return Ok(());
         }
-        let deny = deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation);
+        let deny = match deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation, &self.inventory) {
+            Ok(deny) => deny,
+            Err(e) => {
+                // Left unset: the job's `confine` (or root's `env`) answers it.
+                tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
+                return Ok(());
+            }
+        };
         let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
         self.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), GroupState::Pending);
         let (cgroups, groups, job) = (Arc::clone(&self.cgroups), Arc::clone(&self.groups), allocation.job.clone());
@@ -935,10 +954,15 @@ impl Daemon {
 }
 
 /// Every present device this node manages, by number, except the job's own
-/// (a number shared with one of them stays allowed).
-fn deny_list(devices: &[DeviceRow], allocation: &JobAllocation) -> Vec<DeviceNumber> {
-    let own: BTreeSet<DeviceNumber> = allocation.devices.iter().filter_map(|d| DeviceNumber::of_path(&d.path)).collect();
-    devices.iter().filter(|d| d.present).filter_map(|d| DeviceNumber::of_path(&d.path)).filter(|n| !own.contains(n)).collect()
+/// (see [`crate::cgroup::deny_list`]); `inventory` has the numbers discovery knows.
+fn deny_list(devices: &[DeviceRow], allocation: &JobAllocation, inventory: &HashMap<String, Device>) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
+    let own: BTreeSet<&str> = allocation.devices.iter().map(|d| d.uuid.as_str()).collect();
+    let fenced: Vec<Fenced<'_>> = devices
+        .iter()
+        .filter(|d| d.present)
+        .map(|d| Fenced { name: d.name(), path: &d.path, known: inventory.get(&d.uuid).and_then(|i| i.dev), own: own.contains(d.uuid.as_str()) })
+        .collect();
+    crate::cgroup::deny_list(&fenced)
 }
 
 /// Logs each of `devices` that a process (not root, not an ignored uid)
@@ -1001,6 +1025,7 @@ fn device_from_row(d: &DeviceRow) -> Device {
         clock_mhz: None,
         ecc: false,
         path: d.path.clone(),
+        dev: None,
         numa_node: d.numa_node,
         health: cder_model::Health::Unhealthy,
     }

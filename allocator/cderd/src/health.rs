@@ -305,7 +305,7 @@ fn fail(daemon: &Daemon, gpu: &Watched, reason: &str, failed: &mut BTreeSet<Stri
         }
         // The daemon's own drain, as root: durable before it is logged.
         let request = Request::Drain(DrainRequest { device: uuid.clone(), reason: reason.to_string() });
-        match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32 }, &request) {
+        match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32, process: None }, &request) {
             Ok(_) => {
                 tracing::error!(device = %uuid, gpu = %gpu.uuid, reason, "health watch drained the device; a job holding it keeps it; `cderctl undrain {uuid}` returns it");
                 if failed.insert(gpu.uuid.clone()) {
@@ -337,7 +337,7 @@ fn give_back(daemon: &Daemon, gpu: &Watched) -> bool {
     for d in status.devices.iter().filter(|d| gpu.devices.contains(&d.uuid)) {
         let Some(reason) = d.reason.as_deref().filter(|r| is_returnable(r)) else { continue };
         let request = Request::Resume(DeviceRequest { device: d.uuid.clone() });
-        match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32 }, &request) {
+        match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32, process: None }, &request) {
             Ok(_) => {
                 tracing::warn!(device = %d.uuid, gpu = %gpu.uuid, was = reason, "health watch returned the device: healthy for [node.health] return_after_s");
                 returned = true;

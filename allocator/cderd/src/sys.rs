@@ -40,6 +40,78 @@ pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
     Ok(PeerCred { pid: cred.pid, uid: cred.uid, gid: cred.gid })
 }
 
+/// `SO_PEERPIDFD` (Linux 6.5+), asm-generic's number; not yet in libc.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm"))]
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// A pidfd for the process that connected `stream`, taken by the kernel at
+/// `connect()`: it refers to that process even once its pid is reused.
+/// An error where the kernel has none (before 6.5: `ENOPROTOOPT`).
+pub fn peer_pidfd(stream: &UnixStream) -> std::io::Result<OwnedFd> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm"))]
+    {
+        let mut fd: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the fd is a live socket owned by `stream`; `fd` and `len`
+        // are valid for writes and `len` holds the size of `fd`.
+        let rc = unsafe { libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, SO_PEERPIDFD, (&mut fd as *mut libc::c_int).cast(), &mut len) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a successful SO_PEERPIDFD returns a new descriptor that
+        // nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm")))]
+    {
+        let _ = stream;
+        Err(std::io::Error::from_raw_os_error(libc::ENOPROTOOPT))
+    }
+}
+
+/// A pidfd for `pid` now (Linux 5.3+); `ESRCH` when no such process.
+pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as libc::c_int) })
+}
+
+/// The pid a pidfd refers to, from `/proc/self/fdinfo` (`Pid:`); `None`
+/// once that process has been reaped (the kernel writes -1) or where the
+/// kernel does not say.
+pub fn pidfd_pid(pidfd: &OwnedFd) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    let pid: i32 = text.lines().find_map(|l| l.strip_prefix("Pid:"))?.trim().parse().ok()?;
+    (pid > 0).then_some(pid)
+}
+
+/// pidfs's `f_type` (Linux 6.9+), where every pidfd of one process has the
+/// same inode and no two processes of a boot share one.
+const PIDFS_MAGIC: i64 = 0x5049_4446;
+
+/// The pidfs inode of `pidfd`; `None` on kernels without pidfs, whose
+/// pidfds all share one anonymous inode.
+pub fn pidfs_inode(pidfd: &OwnedFd) -> Option<u64> {
+    // SAFETY: both structs are plain data, zeroed as valid initial values;
+    // the fd is live and each pointer is valid for the call's write.
+    unsafe {
+        let mut fs: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(pidfd.as_raw_fd(), &mut fs) != 0 || fs.f_type as i64 != PIDFS_MAGIC {
+            return None;
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(pidfd.as_raw_fd(), &mut st) != 0 {
+            return None;
+        }
+        Some(st.st_ino as u64)
+    }
+}
+
 pub use cder_ledger::sys::uid_of_user;
 
 /// Blocks SIGTERM and SIGINT in the calling thread and every thread it
@@ -253,6 +325,25 @@ pub fn bpf_prog_query_count(cgroup: &impl AsRawFd, attach_type: u32) -> std::io:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_pidfd_names_the_connecting_process() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let pidfd = match peer_pidfd(&a) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => return eprintln!("skipping: no SO_PEERPIDFD (Linux < 6.5)"),
+            other => other.unwrap(),
+        };
+        assert_eq!(pidfd_pid(&pidfd), Some(std::process::id() as i32));
+        let mine = pidfd_open(std::process::id() as i32).unwrap();
+        assert_eq!(pidfs_inode(&pidfd), pidfs_inode(&mine));
+        // A reaped child's pidfd says so, and its pid opens no more.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let fd = pidfd_open(pid).unwrap();
+        child.wait().unwrap();
+        assert_eq!(pidfd_pid(&fd), None);
+        assert_ne!(pidfs_inode(&fd), pidfs_inode(&mine));
+    }
 
     #[test]
     fn peer_cred_is_our_own() {

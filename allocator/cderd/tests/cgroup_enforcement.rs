@@ -442,3 +442,218 @@ fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
     let log = node.log();
     assert!(wanted(&log), "{log}");
 }
+
+/// The late-node probe's side: confines itself into `CDER_LATE_JOB`, says
+/// so, waits for the file `CDER_LATE_GO`, then opens each path.
+#[test]
+fn late_node_probe_child() {
+    let Ok(socket) = std::env::var("CDER_LATE_SOCKET") else { return };
+    let job = std::env::var("CDER_LATE_JOB").unwrap();
+    let go = PathBuf::from(std::env::var("CDER_LATE_GO").unwrap());
+    let mut c = cder_protocol::Client::connect(Path::new(&socket), std::time::Duration::from_secs(30)).unwrap();
+    match c.confine(&job.parse().unwrap()) {
+        Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
+        Err(e) => println!("PROBE refused {e}"),
+    }
+    println!("PROBE waiting");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !go.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for p in std::env::var("CDER_LATE_PATHS").unwrap().split(',') {
+        match std::fs::File::open(p) {
+            Ok(_) => println!("PROBE later {p} ok"),
+            Err(e) => println!("PROBE later {p} {}", e.raw_os_error().unwrap_or(-1)),
+        }
+    }
+}
+
+/// A node whose device 0 is a copy of 1:5 and whose device 1's file does
+/// not exist yet; `dev1` is the `dev = …` line of device 1, if any.
+fn late_node(mode: &str, dev1: &str) -> (Node, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = common::unique_cgroup_parent();
+    let first = dir.path().join("nvidia0");
+    let late = dir.path().join("nvidia-cap1");
+    assert!(Command::new("mknod").arg(&first).args(["c", "1", "5"]).status().unwrap().success());
+    let text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ncgroup_parent = {parent:?}\ncgroup = {mode:?}\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
+         [[cder.device]]\nindex = 0\nmodel = \"Fake\"\nmemory_mb = 1\npath = {first:?}\n\
+         [[cder.device]]\nindex = 1\nmodel = \"Fake\"\nmemory_mb = 1\npath = {late:?}\n{dev1}\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+    );
+    let node = Node::custom(dir, &text, vec![first, late.clone()], Vec::new());
+    (node, late)
+}
+
+/// nvidia-modprobe makes `/dev/nvidiaN` and the MIG capability files on
+/// first use: a file that appears after the job's group was set up is
+/// denied by the number discovery knows (here the static `dev`).
+fn a_device_file_made_later_is_denied(mode: &str) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let (node, late) = late_node(mode, "dev = \"1:9\"");
+    alloc(&node, "slurm:601", 1000, 0);
+    let go = node.dir.path().join("go");
+    let paths = format!("{},{}", node.devices[0].display(), late.display());
+    let mut child = KillOnDrop(retry_busy(|| {
+        Command::new(common::probe_binary(node.dir.path()))
+            .args(["--exact", "late_node_probe_child", "--nocapture", "--test-threads=1"])
+            .env("CDER_LATE_SOCKET", &node.socket)
+            .env("CDER_LATE_JOB", "slurm:601")
+            .env("CDER_LATE_GO", &go)
+            .env("CDER_LATE_PATHS", &paths)
+            .env_remove("CI")
+            .uid(1000)
+            .gid(1000)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+    }));
+    let mut lines = Vec::new();
+    let mut reader = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    while reader.read_line(&mut line).unwrap() > 0 {
+        let waiting = line.contains("PROBE waiting");
+        lines.push(std::mem::take(&mut line));
+        if waiting {
+            break;
+        }
+    }
+    assert!(lines.iter().any(|l| l.contains("PROBE confined ")), "{lines:?}\nlog:\n{}", node.log());
+    // Now the driver's helper makes the node, open to all.
+    assert!(Command::new("mknod").arg(&late).args(["c", "1", "9"]).status().unwrap().success());
+    std::fs::set_permissions(&late, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    std::fs::write(&go, b"").unwrap();
+    for l in reader.lines() {
+        lines.push(l.unwrap());
+    }
+    let seen = Seen { lines: probe_lines(lines.iter().map(String::as_str)) };
+    assert_eq!(seen.open("later", &node.devices[0]), "ok");
+    assert_eq!(seen.open("later", &late), EPERM, "a device file made after the group was set up must be denied");
+}
+
+#[test]
+fn v1_denies_a_device_file_made_after_the_group() {
+    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+        return;
+    }
+    a_device_file_made_later_is_denied("v1");
+}
+
+#[test]
+fn v2_denies_a_device_file_made_after_the_group() {
+    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+        return;
+    }
+    a_device_file_made_later_is_denied("v2");
+}
+
+#[test]
+fn a_device_with_no_file_and_no_known_number_fails_confine_closed() {
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    let (node, late) = late_node("auto", "");
+    alloc(&node, "slurm:701", 1000, 0);
+    let seen = probe(&node, 1000, "slurm:701");
+    assert!(seen.lines.iter().any(|l| l == "PROBE refused internal"), "{:?}", seen.lines);
+    let log = node.log();
+    assert!(log.contains("gpgpu:1") && log.contains(&late.display().to_string()) && log.contains("unknown"), "{log}");
+}
+
+/// The connecting side of the pid-reuse test: connects, hands the
+/// connection to a child of its own as that child's stdin, and exits.
+#[test]
+// The holder must outlive the connector: that is the point.
+#[allow(clippy::zombie_processes)]
+fn confine_connector_child() {
+    let Ok(socket) = std::env::var("CDER_CONNECT_SOCKET") else { return };
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let holder = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "confine_holder_child", "--nocapture", "--test-threads=1"])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(stream)))
+        .spawn()
+        .unwrap();
+    println!("PROBE holder {}", holder.id());
+}
+
+/// The holding side: once `CDER_HOLD_GO` exists, asks to `confine` over the
+/// connection it inherited and prints the reply.
+#[test]
+fn confine_holder_child() {
+    use std::io::{BufRead, Write};
+    use std::os::fd::AsFd;
+    let Ok(go) = std::env::var("CDER_HOLD_GO") else { return };
+    let job = std::env::var("CDER_HOLD_JOB").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !Path::new(&go).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
+    let mut stream = std::os::unix::net::UnixStream::from(fd);
+    let line = cder_protocol::Request::Confine(cder_protocol::JobRequest { job: job.parse().unwrap() }).to_line();
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(stream).read_line(&mut reply).unwrap();
+    println!("PROBE reply {}", reply.trim());
+}
+
+/// A client keeps its connection after the process that connected has
+/// exited and its pid went to another process of the same uid: `confine`
+/// must refuse, not move that process into the job's groups.
+#[test]
+fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+        return;
+    }
+    let node = node("auto");
+    alloc(&node, "slurm:801", 1000, 0);
+    let go = node.dir.path().join("go");
+    let mut connector = retry_busy(|| {
+        Command::new(common::probe_binary(node.dir.path()))
+            .args(["--exact", "confine_connector_child", "--nocapture", "--test-threads=1"])
+            .env("CDER_CONNECT_SOCKET", &node.socket)
+            .env("CDER_HOLD_GO", &go)
+            .env("CDER_HOLD_JOB", "slurm:801")
+            .env_remove("CI")
+            .uid(1000)
+            .gid(1000)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+    });
+    let connected = connector.id();
+    let mut out = std::io::BufReader::new(connector.stdout.take().unwrap());
+    let status = connector.wait().unwrap();
+    assert!(status.success(), "connector: {status}");
+    // The connector is reaped: give its pid to a process of the same uid
+    // (the kernel hands out ns_last_pid + 1 next; other forks may race).
+    let mut victim = None;
+    for _ in 0..500 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (connected - 1).to_string()).unwrap();
+        let mut sleeper = Command::new("sleep").arg("120").uid(1000).gid(1000).spawn().unwrap();
+        if sleeper.id() == connected {
+            victim = Some(KillOnDrop(sleeper));
+            break;
+        }
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+    let victim = victim.expect("the connector's pid was not reused within 500 tries");
+    std::fs::write(&go, b"").unwrap();
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        lines.push(std::mem::take(&mut line));
+    }
+    let lines = probe_lines(lines.iter().map(String::as_str));
+    let reply = lines.iter().find_map(|l| l.strip_prefix("PROBE reply ")).unwrap_or_else(|| panic!("{lines:?}\nlog:\n{}", node.log()));
+    assert!(reply.contains("permission_denied") && reply.contains("process that connected"), "{reply}");
+    // The process that now has the pid was not moved.
+    let parent = node.cgroup_parent.clone().unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", victim.0.id())).unwrap();
+    assert!(!cgroups.contains(&parent), "pid {connected} was moved into the job's groups: {cgroups}");
+}

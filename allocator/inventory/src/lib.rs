@@ -11,7 +11,7 @@ use cder_model::{CderType, Config, Device, Discovery};
 mod nvml;
 mod sys;
 
-pub use nvml::{discover_nvml, open_nvml, DRIVER_LIBRARY};
+pub use nvml::{char_major, discover_nvml, open_nvml, DRIVER_LIBRARY};
 
 /// Why discovery failed; each variant names what failed so that an admin
 /// can act on it.

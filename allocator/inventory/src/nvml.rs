@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 
-use cder_model::{CderType, ComputeCapability, Device, Health, MigOffer};
+use cder_model::{CderType, ComputeCapability, Device, DeviceNumber, Health, MigOffer};
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -41,6 +41,11 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
         move |source: NvmlError| InventoryError::NvmlCall { cder_type: cder.name().to_string(), call, device, source }
     };
     let count = nvml.device_count().map_err(call_failed("nvmlDeviceGetCount_v2", None))?;
+    // The device files may not exist yet (nvidia-modprobe makes them on
+    // first use): the cgroups deny these numbers meanwhile.
+    let majors = std::fs::read_to_string(&cder.proc_devices).unwrap_or_default();
+    let gpu_major = char_major(&majors, "nvidia-frontend").or_else(|| char_major(&majors, "nvidia"));
+    let caps_major = char_major(&majors, "nvidia-caps");
     let mut devices = Vec::with_capacity(count as usize);
     for index in 0..count {
         let at = Some(index);
@@ -103,6 +108,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 .replace("{index}", &index.to_string())
                 .replace("{minor}", &minor.to_string())
                 .into(),
+            dev: gpu_major.map(|major| DeviceNumber { major, minor }),
             numa_node,
             health: Health::Healthy,
         };
@@ -128,7 +134,8 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 let (gi, ci) = crate::sys::mig_instance_ids(&instance).map_err(call_failed("nvmlDeviceGetGpuInstanceId", at))?;
                 let cap = mig_access_minor(cder, minor, gi, ci, &uuid)?;
                 let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
-                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, path, ..whole.clone() });
+                let dev = caps_major.map(|major| DeviceNumber { major, minor: cap });
+                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, path, dev, ..whole.clone() });
             }
         } else {
             devices.push(whole);
@@ -157,6 +164,17 @@ fn mig_access_minor(cder: &CderType, gpu_minor: u32, gi: u32, ci: u32, uuid: &st
         .find_map(|line| line.strip_prefix("DeviceFileMinor:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| failed("no \"DeviceFileMinor: N\" line".to_string()))
+}
+
+/// The major of the character-device driver `name` in `/proc/devices`'s
+/// text (its "Character devices:" section, `<major> <name>` lines).
+pub fn char_major(proc_devices: &str, name: &str) -> Option<u32> {
+    proc_devices
+        .lines()
+        .skip_while(|l| l.trim() != "Character devices:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| l.trim().split_once(' ').filter(|(_, n)| n.trim() == name).and_then(|(m, _)| m.parse().ok()))
 }
 
 /// Whether a GPU is in MIG mode now; a GPU without MIG support is not.
@@ -209,6 +227,16 @@ pub fn cores_per_multiprocessor(cc: ComputeCapability) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn char_majors_come_from_the_character_section_only() {
+        let text = "Character devices:\n  1 mem\n195 nvidia-frontend\n195 nvidia\n237 nvidia-caps\n508 nvidia-uvm\n\nBlock devices:\n  8 sd\n240 nvidia-caps\n";
+        assert_eq!(char_major(text, "nvidia-frontend"), Some(195));
+        assert_eq!(char_major(text, "nvidia-caps"), Some(237));
+        assert_eq!(char_major(text, "mem"), Some(1));
+        assert_eq!(char_major(text, "sd"), None);
+        assert_eq!(char_major("", "nvidia"), None);
+    }
 
     #[test]
     fn cores_per_mp_follows_the_cuda_table() {

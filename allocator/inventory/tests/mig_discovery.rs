@@ -63,9 +63,10 @@ fn machine() -> (FakeNvml, Vec<FakeMig>) {
 
 fn config(dir: &Path, library: &Path, mig: &str) -> Config {
     let text = format!(
-        "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\nmig = \"{mig}\"\nmig_capabilities = {:?}\n",
+        "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\nmig = \"{mig}\"\nmig_capabilities = {:?}\nproc_devices = {:?}\n",
         library.to_str().unwrap(),
-        dir.join("capabilities").to_str().unwrap()
+        dir.join("capabilities").to_str().unwrap(),
+        dir.join("devices").to_str().unwrap()
     );
     let path = dir.join(format!("cder-{mig}.toml"));
     std::fs::write(&path, &text).unwrap();
@@ -93,6 +94,9 @@ fn mig_instances_or_whole_gpus_by_config() {
         std::fs::write(at.join("access"), format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")).unwrap();
     }
 
+    // The kernel's majors (/proc/devices): nvidia-caps' is dynamic.
+    std::fs::write(dir.path().join("devices"), "Character devices:\n  1 mem\n195 nvidia-frontend\n237 nvidia-caps\n\nBlock devices:\n  8 sd\n").unwrap();
+
     // 1. mig = "whole": three GPUs, as without MIG.
     let whole = cder_inventory::discover(&config(dir.path(), &library, "whole")).unwrap();
     let ids: Vec<(u32, &str)> = whole.iter().map(|d| (d.index, d.uuid.as_str())).collect();
@@ -118,6 +122,10 @@ fn mig_instances_or_whole_gpus_by_config() {
         ],
         "{devices:#?}"
     );
+    // Each device's number is known without its file (none of these exist):
+    // an instance's is nvidia-caps' major and its access minor.
+    let numbers: Vec<String> = devices.iter().map(|d| d.dev.map(|n| n.to_string()).unwrap_or_default()).collect();
+    assert_eq!(numbers, ["237:30", "237:111", "237:120", "195:1", "195:2"]);
     // An instance carries its parent's bus id (its parent), model and capability.
     assert_eq!(devices[1].pci_bus_id, "00000000:1B:00.0");
     assert_eq!(devices[1].model, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
-use crate::device::{ComputeCapability, Device, Health};
+use crate::device::{ComputeCapability, Device, DeviceNumber, Health};
 
 /// Where the config lives unless `--config` or `CDER_CONFIG` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cder/cder.toml";
@@ -420,6 +420,10 @@ pub struct CderType {
     /// Device file of a discovered device; `{index}` and `{minor}` are replaced.
     #[serde(default = "default_device_path")]
     pub device_path: String,
+    /// The kernel's list of character-device majors, where discovery looks
+    /// up the NVIDIA driver's (`nvidia-frontend`, `nvidia-caps`).
+    #[serde(default = "default_proc_devices")]
+    pub proc_devices: PathBuf,
     /// Devices of a `static` type.
     #[serde(default, rename = "device")]
     pub devices: Vec<StaticDevice>,
@@ -431,6 +435,10 @@ fn default_mig_capabilities() -> PathBuf {
 
 fn default_mig_device_path() -> String {
     "/dev/nvidia-caps/nvidia-cap{cap}".to_string()
+}
+
+fn default_proc_devices() -> PathBuf {
+    PathBuf::from("/proc/devices")
 }
 
 fn default_device_path() -> String {
@@ -503,6 +511,10 @@ pub struct StaticDevice {
     pub ecc: bool,
     /// The device file that guards it (`/dev/nvidia0`).
     pub path: PathBuf,
+    /// Its character device's number (`"195:0"`), for a file that may not
+    /// exist yet when a job's device cgroups are set up.
+    #[serde(default)]
+    pub dev: Option<DeviceNumber>,
     /// NUMA node / locality domain.
     #[serde(default)]
     pub numa_node: u32,
@@ -529,6 +541,7 @@ impl StaticDevice {
             clock_mhz: self.clock_mhz,
             ecc: self.ecc,
             path: self.path.clone(),
+            dev: self.dev,
             numa_node: self.numa_node,
             health: self.health,
         }
@@ -914,6 +927,18 @@ path = "/dev/xclmgmt0"
         assert_eq!(fpga.vendor.published_name(), "Xilinx");
         assert_eq!(fpga.static_devices()[0].uuid, "fpga-0");
         assert_eq!(fpga.static_devices()[0].cores, None);
+        assert_eq!(fpga.static_devices()[0].dev, None);
+    }
+
+    #[test]
+    fn static_device_number_is_optional_and_checked() {
+        let with = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"/dev/xclmgmt0\"\ndev = \"511:0\"");
+        let c = parse(&with).unwrap();
+        assert_eq!(c.cder("fpga").unwrap().static_devices()[0].dev, Some(DeviceNumber { major: 511, minor: 0 }));
+        let bad = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"/dev/xclmgmt0\"\ndev = \"511\"");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("cder.device.dev"), "{e}");
+        assert!(e.to_string().contains("MAJOR:MINOR") && e.line.is_some(), "{e}");
     }
 
     #[test]

@@ -40,10 +40,75 @@ pub struct Device {
     pub ecc: bool,
     /// The device file that guards it (`/dev/nvidia0`).
     pub path: PathBuf,
+    /// The number of that file's character device, as discovery knows it
+    /// (NVML's minor, the MIG capability's minor, the majors in
+    /// `/proc/devices`, or the static config's `dev`): what the device
+    /// cgroups deny while the file itself does not exist yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<DeviceNumber>,
     /// NUMA node / locality domain, used by the allocator's locality policy.
     pub numa_node: u32,
     /// Whether it may be handed out.
     pub health: Health,
+}
+
+/// A character device's number, as cgroup rules and `/proc/devices` name
+/// it; written `MAJOR:MINOR` (`195:0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceNumber {
+    /// The driver's major number (195 for `/dev/nvidia0`).
+    pub major: u32,
+    /// The device's minor number within that driver.
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// Splits a `st_rdev` the way glibc's `major()`/`minor()` do.
+    pub fn from_rdev(rdev: u64) -> DeviceNumber {
+        let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+        let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+        DeviceNumber { major: major as u32, minor: minor as u32 }
+    }
+
+    /// The number of the character device at `path`; `None` when the path
+    /// is missing or not a character device (nothing a cgroup can guard).
+    pub fn of_path(path: &std::path::Path) -> Option<DeviceNumber> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(path).ok()?;
+        meta.file_type().is_char_device().then(|| DeviceNumber::from_rdev(meta.rdev()))
+    }
+}
+
+impl fmt::Display for DeviceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for DeviceNumber {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("device number {s:?} is not of the form MAJOR:MINOR (e.g. \"195:0\")");
+        let (major, minor) = s.trim().split_once(':').ok_or_else(bad)?;
+        let (major, minor): (u32, u32) = (major.parse().map_err(|_| bad())?, minor.parse().map_err(|_| bad())?);
+        // Linux's dev_t: 12-bit majors, 20-bit minors.
+        if major >= 1 << 12 || minor >= 1 << 20 {
+            return Err(format!("device number {s:?} is out of range (major below 4096, minor below 1048576)"));
+        }
+        Ok(DeviceNumber { major, minor })
+    }
+}
+
+impl Serialize for DeviceNumber {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceNumber {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Whether a UUID names a MIG instance (`MIG-…`, NVIDIA's form since
@@ -179,6 +244,21 @@ mod tests {
     }
 
     #[test]
+    fn device_numbers_parse_split_and_print() {
+        let n: DeviceNumber = "195:3".parse().unwrap();
+        assert_eq!(n, DeviceNumber { major: 195, minor: 3 });
+        assert_eq!(n.to_string(), "195:3");
+        assert!("195".parse::<DeviceNumber>().unwrap_err().contains("MAJOR:MINOR"));
+        assert!("4096:0".parse::<DeviceNumber>().unwrap_err().contains("out of range"));
+        // /dev/null is 1:3; a large minor lands in the high bits.
+        assert_eq!(DeviceNumber::from_rdev(0x0103), DeviceNumber { major: 1, minor: 3 });
+        let rdev = (0x12u64 << 8) | 0x34 | (0x567u64 << 20);
+        assert_eq!(DeviceNumber::from_rdev(rdev), DeviceNumber { major: 0x12, minor: 0x56734 });
+        assert_eq!(DeviceNumber::of_path(std::path::Path::new("/dev/null")), Some(DeviceNumber { major: 1, minor: 3 }));
+        assert_eq!(DeviceNumber::of_path(std::path::Path::new("/etc/hostname")), None);
+    }
+
+    #[test]
     fn published_attributes_use_the_prefix() {
         let d = Device {
             cder_type: "gpgpu".into(),
@@ -195,6 +275,7 @@ mod tests {
             clock_mhz: Some(1566),
             ecc: false,
             path: "/dev/nvidia0".into(),
+            dev: None,
             numa_node: 0,
             health: Health::Healthy,
         };

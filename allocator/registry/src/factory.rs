@@ -221,6 +221,7 @@ mod tests {
             clock_mhz: None,
             ecc: false,
             path: "/dev/null".into(),
+            dev: None,
             numa_node: 0,
             health: cder_model::Health::Healthy,
         }

@@ -40,15 +40,16 @@ pub(crate) struct Args {
     /// The TORQUE job id [default: $PBS_JOBID].
     #[arg(long, value_name = "JOBID")]
     job: Option<String>,
-    /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    /// Configuration file [default: /etc/cder/cder.toml; $CDER_CONFIG is not read].
+    #[arg(long, value_name = "FILE", default_value = cder_model::DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let mut status = 0u8;
-    let config = Config::load(args.config.as_deref()).unwrap_or_else(|e| {
+    // Never $CDER_CONFIG: the job sets its own environment (qsub -v).
+    let config = Config::load(Some(&args.config)).unwrap_or_else(|e| {
         eprintln!("cder-env: {e}");
         status = 2;
         let mut fallback = fallback_config();

@@ -3,11 +3,13 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use cder_model::config::DEFAULT_CONFIG_PATH;
 use cder_model::Config;
-use cder_torque::settings::TorqueSettings;
+use cder_torque::settings::{TorqueSettings, DEFAULT_SETTINGS_PATH};
 use cder_torque::starter::{command_from_argv, fallback_config, fetch};
 
 // argv is the job's command line as pbs_mom passes it, so it is read by hand, not by clap.
@@ -15,12 +17,24 @@ pub(crate) const HELP: &str = "\
 cder-job-starter — run a TORQUE job with its own devices visible
 
 USAGE:
-    cder-job-starter SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
-    cder-job-starter PROGRAM [ARGS...]             (by hand, inside a job)
+    cder-job-starter [OPTIONS] SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
+    cder-job-starter [OPTIONS] PROGRAM [ARGS...]             (by hand, inside a job)
+
+OPTIONS (before the command; pbs_mom passes none, so only a root-owned
+wrapper named in $job_starter can give them):
+    --config FILE          cder.toml [default: /etc/cder/cder.toml]
+    --torque-config FILE   torque.toml [default: /etc/cder/torque.toml]
+    --                     end of options
 
 Set in $PBS_HOME/mom_priv/config:
 
     $job_starter /usr/libexec/cder/cder-job-starter
+
+or, where the files are elsewhere, a wrapper owned by root and writable by
+root only (e.g. $PBS_HOME/mom_priv/cder-job-starter, mode 0755):
+
+    #!/bin/sh
+    exec /usr/libexec/cder/cder-job-starter --config /srv/cder/cder.toml -- \"$@\"
 
 pbs_mom then runs it as the job's user, with the job's environment, in
 place of the job's shell, passing the shell's path and argument vector.
@@ -29,18 +43,22 @@ the caller's uid is the job's), has cderd put it into the job's device
 cgroup (op confine: the job can open its own devices and no others), sets
 CUDA_VISIBLE_DEVICES and the other visible-device variables (relative
 indices 0..n-1 inside the cgroup), and execs the shell. A job without
-devices, a job of another user, or a node where cderd cannot be reached
-gets the empty list (never \"all devices\"), with the reason on stderr
-where there is one. When a job holding devices cannot be confined, it is
-not started (torque.toml confine = \"required\", the default) or runs with
-the variables only (\"best_effort\").
+devices is confined away from every device. A job that cannot be confined
+because cderd cannot be reached, has no record of it, or says it is another
+user's, is not started (exit 1, the reason on stderr) unless torque.toml
+sets confine = \"off\". When cderd knows the job but cannot confine it,
+it is not started (confine = \"required\", the default) or runs with the
+variables only (\"best_effort\").
+
+The job's environment never chooses the configuration: CDER_CONFIG and
+CDER_TORQUE_CONFIG are ignored here (the job sets its own variables with
+qsub -v).
 
 It never runs a job as root: pbs_mom runs the job starter as root only
 when mom_priv/config sets $job_starter_run_privileged, and then it refuses.
 
 ENVIRONMENT:
     PBS_JOBID     the job (set by pbs_mom)
-    CDER_CONFIG   cder.toml to read instead of /etc/cder/cder.toml
     VirtualGPGPUPerNode
                   (set by the submit filter for vGPGPU jobs) also fetch the
                   job's backends from the [registry] and set RCUDA_DEVICE_*
@@ -48,8 +66,40 @@ ENVIRONMENT:
 
 EXIT STATUS:
     that of the job; 127 when the job's program cannot be executed,
-    2 when there is no program to run, 1 when it refuses to start the job
-    (run as root, or not confined with confine = \"required\").";
+    2 when there is no program to run or an option is wrong, 1 when it
+    refuses to start the job (run as root, or not confined).";
+
+/// The options root's wrapper may put before the command, and the rest of argv
+/// (argv\[0\] first, as [`command_from_argv`] expects).
+struct Options {
+    config: PathBuf,
+    torque_config: PathBuf,
+    argv: Vec<OsString>,
+}
+
+fn parse_options(argv: Vec<OsString>) -> Result<Options, String> {
+    let mut options = Options { config: DEFAULT_CONFIG_PATH.into(), torque_config: DEFAULT_SETTINGS_PATH.into(), argv: Vec::new() };
+    let mut args = argv.into_iter();
+    options.argv.extend(args.next());
+    while let Some(arg) = args.next() {
+        // pbs_mom's first argument is the job's shell, an absolute path: an
+        // argument that is not an option ends them.
+        let target = match arg.to_str() {
+            Some("--") => break,
+            Some("--config") => &mut options.config,
+            Some("--torque-config") => &mut options.torque_config,
+            Some(a) if a.starts_with("--") => return Err(format!("unknown option {a} (see --help)")),
+            _ => {
+                options.argv.push(arg);
+                break;
+            }
+        };
+        let value = args.next().filter(|v| !v.is_empty()).ok_or_else(|| format!("{} needs a file", arg.to_string_lossy()))?;
+        *target = PathBuf::from(value);
+    }
+    options.argv.extend(args);
+    Ok(options)
+}
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -72,18 +122,26 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    let Some(exec) = command_from_argv(&argv) else {
+    let options = match parse_options(argv) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cder-job-starter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(exec) = command_from_argv(&options.argv) else {
         eprintln!("cder-job-starter: no program to run (see --help)");
         return ExitCode::from(2);
     };
-    let config = Config::load(None).unwrap_or_else(|e| {
+    // Fixed paths or root's wrapper only: never $CDER_CONFIG, which the job sets.
+    let config = Config::load(Some(&options.config)).unwrap_or_else(|e| {
         eprintln!("cder-job-starter: {e}; no devices are visible");
         let mut fallback = fallback_config();
         fallback.node.socket = "/nonexistent".into();
         fallback
     });
     // An unreadable torque.toml keeps the defaults, which fail closed.
-    let settings = TorqueSettings::load(&TorqueSettings::resolve_path()).unwrap_or_else(|e| {
+    let settings = TorqueSettings::load(&options.torque_config).unwrap_or_else(|e| {
         eprintln!("cder-job-starter: {e}; using the default settings");
         TorqueSettings::default()
     });

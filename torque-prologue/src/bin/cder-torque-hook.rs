@@ -104,7 +104,10 @@ fn main() -> ExitCode {
                     let defaults = TorqueSettings::default();
                     let s = settings.as_ref().unwrap_or(&defaults);
                     match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), s) {
-                        Ok(r) if r.count.is_none() => Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id)),
+                        // The job starter cannot confine a job cderd never recorded.
+                        Ok(r) if r.count.is_none() && s.confine == cder_torque::settings::Confine::Off => {
+                            Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id))
+                        }
                         _ => Outcome::Requeue(format!("torque:{}: cannot read the node's cder configuration: {problem}", args.job_id)),
                     }
                 }

@@ -12,9 +12,12 @@
 //! * a prologue still running after `$prologalarm` seconds (300 by default)
 //!   is killed and counts as -4.
 //!
-//! The one liberty: the environment carries `CDER_CONFIG` and
-//! `CDER_TORQUE_CONFIG`, standing in for `/etc/cder/cder.toml` and
-//! `/etc/cder/torque.toml`, which a test must not write.
+//! The one liberty: a test must not write `/etc/cder/cder.toml` and
+//! `/etc/cder/torque.toml`, so the root-run hooks find the node's files by
+//! `CDER_CONFIG` and `CDER_TORQUE_CONFIG` in the environment pbs_mom gives
+//! them (its own, never the job's), and the job starter by the options of a
+//! root-owned wrapper in `mom_priv/`, as a site with other paths installs
+//! it. Nothing that runs as the job's user gets those variables from here.
 //!
 //! cderd is the real daemon (`target/debug/cderd`, built by
 //! `cargo build -p cderd`). Without it the tests skip with a reason, or
@@ -89,8 +92,12 @@ pub struct Node {
     pub torque_toml: PathBuf,
     pub socket: PathBuf,
     pub mom_priv: PathBuf,
-    /// A copy of cder-job-starter, reachable by unprivileged users.
+    /// What `$job_starter` names: `mom_priv/cder-job-starter`, a root-owned
+    /// wrapper that execs [`job_starter_bin`](Self::job_starter_bin) with
+    /// `--config` and `--torque-config`.
     pub job_starter: PathBuf,
+    /// A copy of cder-job-starter, reachable by unprivileged users.
+    pub job_starter_bin: PathBuf,
     pub cder_env: PathBuf,
     pub cderctl: PathBuf,
     cderd_bin: PathBuf,
@@ -207,12 +214,22 @@ impl Node {
         let bin = dir.path().join("bin");
         fs::create_dir(&bin).unwrap();
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-        let job_starter = bin.join("cder-job-starter");
+        let job_starter_bin = bin.join("cder-job-starter");
         let cder_env = bin.join("cder-env");
-        fs::copy(bin_dir().join("cder-job-starter"), &job_starter).unwrap();
+        fs::copy(bin_dir().join("cder-job-starter"), &job_starter_bin).unwrap();
         fs::copy(bin_dir().join("cder-env"), &cder_env).unwrap();
+        // The site's wrapper (docs/torque.md): root's paths, on root's command line.
+        let job_starter = mom_priv.join("cder-job-starter");
+        let wrapper = format!(
+            "#!/bin/sh\nexec '{}' --config '{}' --torque-config '{}' -- \"$@\"\n",
+            job_starter_bin.display(),
+            config_path.display(),
+            torque_toml.display()
+        );
+        fs::write(&job_starter, wrapper).unwrap();
+        fs::set_permissions(&job_starter, fs::Permissions::from_mode(0o755)).unwrap();
 
-        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, cder_env, cderctl, cderd_bin, cderd: None };
+        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, job_starter_bin, cder_env, cderctl, cderd_bin, cderd: None };
         node.start_cderd();
         Some(node)
     }
@@ -317,8 +334,6 @@ impl Node {
             .arg(&self.job_starter)
             .args(argv)
             .env_clear()
-            .env("CDER_CONFIG", &self.config)
-            .env("CDER_TORQUE_CONFIG", &self.torque_toml)
             .envs(env.iter().copied())
             .current_dir("/");
         self.run_with_alarm(cmd, stdin, PROLOGALARM, false)
@@ -334,7 +349,6 @@ impl Node {
             .arg(program)
             .args(args)
             .env_clear()
-            .env("CDER_CONFIG", &self.config)
             .envs(env.iter().copied())
             .current_dir("/");
         self.run_with_alarm(cmd, b"", PROLOGALARM, false)
@@ -410,6 +424,32 @@ impl Node {
 <fileprefix>{job_id}</fileprefix><attributes><Job_Name flags=\"1\">gpu-job</Job_Name>{gpus}</attributes></job>\n"
         );
         fs::write(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB")), xml).unwrap();
+    }
+
+    /// Writes pbs_mom's job file for `job_id` in TORQUE 4.2's binary form
+    /// (src/server/job_recov.c `job_save`, attr_recov.c `save_attr`): the
+    /// fixed `ji_qs` struct, then each attribute as a 64-bit `struct
+    /// svrattrl` header (pointers as the heap left them, `al_tsize`,
+    /// `al_nameln`, `al_rescln`, `al_valln`, `al_flags`; 88 bytes) followed by
+    /// name, resource and value, then the `ENDATTRIBUTES` (-711) record.
+    pub fn write_binary_job_file(&self, job_id: &str, attributes: &[(&str, Option<&str>, &[u8])]) {
+        let mut out = vec![0u8; 0x2c8];
+        out[..4].copy_from_slice(&0x00020300i32.to_ne_bytes());
+        out[8..8 + job_id.len()].copy_from_slice(job_id.as_bytes());
+        for (name, resource, value) in attributes {
+            let name = [name.as_bytes(), b"\0"].concat();
+            let resource = resource.map(|r| [r.as_bytes(), b"\0"].concat()).unwrap_or_default();
+            let mut header: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) | 0x40).collect();
+            for n in [88 + name.len() + resource.len() + value.len(), name.len(), resource.len(), value.len(), 1025] {
+                header.extend_from_slice(&(n as i32).to_ne_bytes());
+            }
+            header.resize(88, 0);
+            out.extend_from_slice(&[header, name, resource, value.to_vec()].concat());
+        }
+        let mut end = vec![0u8; 88];
+        end[64..68].copy_from_slice(&(-711i32).to_ne_bytes());
+        out.extend_from_slice(&end);
+        fs::write(self.dir.path().join(format!("mom_priv/jobs/{job_id}.JB")), out).unwrap();
     }
 
     pub fn remove_job_file(&self, job_id: &str) {
