@@ -237,10 +237,21 @@ fn both_hierarchies_together() {
     same_uid_jobs_are_separated("both");
 }
 
-/// A process the test left behind must not outlive a failed assertion.
-struct KillOnDrop(u32);
+/// A lingering probe must not outlive a failed assertion.
+struct KillOnDrop(std::process::Child);
 
 impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process the test left behind (not its child) must not outlive a
+/// failed assertion either.
+struct KillPid(u32);
+
+impl Drop for KillPid {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
     }
@@ -283,7 +294,7 @@ fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
     let groups = seen.cgroups();
     let pids: Vec<u32> = seen.lines.iter().filter_map(|l| l.strip_prefix("PROBE spawned ")).map(|p| p.parse().unwrap()).collect();
     assert_eq!(pids.len(), 2, "{:?}", seen.lines);
-    let _cleanup: Vec<KillOnDrop> = pids.iter().map(|p| KillOnDrop(*p)).collect();
+    let _cleanup: Vec<KillPid> = pids.iter().map(|p| KillPid(*p)).collect();
     for &pid in &pids {
         // Past setsid and exec: a session of its own, in the job's groups.
         wait_for("the setsid child", || stat_fields(pid).is_some_and(|f| f[3] == pid.to_string()) && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep"));
