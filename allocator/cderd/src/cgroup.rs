@@ -18,9 +18,10 @@
 //!   it composes with programs attached above (all must allow).
 //!
 //! `confine` writes the caller's pid to `cgroup.procs` of each group; the
-//! children it forks afterwards inherit the groups. A group is removed when
-//! the job is released; if processes are still in it the kernel refuses
-//! (EBUSY), the group stays, and reconcile tries again later.
+//! children it forks afterwards inherit the groups. When the job is
+//! released, every process still in its groups is ended first (see
+//! [`DeviceCgroups::end_processes`]), then the groups are removed; a group
+//! whose processes could not be ended stays, and reconcile tries again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -178,6 +179,9 @@ pub struct DeviceCgroups {
     unavailable: Option<String>,
     /// The mount points in use (v1 `devices`, cgroup2), for the warm-up.
     roots: (Option<PathBuf>, Option<PathBuf>),
+    /// `<v1 freezer mount>/<cgroup_parent>`, when v1 is in use and the
+    /// freezer is mounted: stops a released job's forks before the kill.
+    freezer: Option<PathBuf>,
     /// Loaded v2 device programs by deny list. A program depends only on
     /// what it denies, so the kernel's verifier runs once per list instead
     /// of once per job (it was most of cderd's CPU per job start).
@@ -311,6 +315,9 @@ impl DeviceCgroups {
                 }
             }
         }
+        if out.v1.is_some() {
+            out.freezer = find_freezer().map(|root| root.join(&settings.cgroup_parent));
+        }
         if out.v1.is_none() && out.v2.is_none() {
             out.unavailable = Some(format!("no device cgroup can be used on this node ({})", reasons.join("; ")));
         }
@@ -437,11 +444,53 @@ impl DeviceCgroups {
         Ok(out)
     }
 
+    /// Ends every process in `name`'s groups: on cgroup2 with `cgroup.kill`;
+    /// on v1, whose `devices` hierarchy has no freezer, by moving them into a
+    /// frozen group of the v1 freezer (where mounted) before the SIGKILL, so
+    /// that none forks past it. Then, and where neither applies, SIGKILL
+    /// whatever is still listed until nothing is (a fork that raced a round
+    /// is caught by the next). Returns the pids still there after
+    /// [`END_WITHIN`]: the caller keeps the devices out of the pool.
+    pub fn end_processes(&self, name: &str) -> Vec<u32> {
+        let groups: Vec<PathBuf> = self.paths(name).into_iter().filter(|g| g.is_dir()).collect();
+        if groups.iter().all(|g| procs(g).is_empty()) {
+            return Vec::new();
+        }
+        if let Some(group) = self.v2.as_ref().map(|p| p.join(name)).filter(|g| g.is_dir()) {
+            // Since Linux 5.14; older kernels get the kill rounds below.
+            if let Err(e) = write_file(&group.join("cgroup.kill"), "1", "kill the processes of") {
+                tracing::debug!(group = name, "cgroup.kill: {e}");
+            }
+        }
+        if let (Some(group), Some(freezer)) = (self.v1.as_ref().map(|p| p.join(name)).filter(|g| g.is_dir()), self.freezer.as_ref()) {
+            if let Err(e) = freeze_and_kill(&group, &freezer.join(name)) {
+                tracing::warn!(group = name, "freezing the released job's processes: {e}; killing them without");
+            }
+        }
+        let deadline = std::time::Instant::now() + END_WITHIN;
+        loop {
+            let left: BTreeSet<u32> = groups.iter().flat_map(|g| procs(g)).collect();
+            if left.is_empty() {
+                return Vec::new();
+            }
+            if std::time::Instant::now() >= deadline {
+                return left.into_iter().collect();
+            }
+            for pid in &left {
+                if let Err(e) = sys::kill_process(*pid) {
+                    tracing::warn!(group = name, pid, "ending a released job's process: {e}");
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Removes `name`'s groups. A group that still holds processes stays
     /// (reported; reconcile retries); a missing one is fine.
     pub fn remove(&self, name: &str) -> Vec<CgroupError> {
         let mut errors = Vec::new();
-        for group in self.paths(name) {
+        let freezer = self.freezer.as_ref().map(|p| p.join(name));
+        for group in self.paths(name).into_iter().chain(freezer) {
             match std::fs::remove_dir(&group) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -464,6 +513,62 @@ impl DeviceCgroups {
         }
         names
     }
+}
+
+/// How long [`DeviceCgroups::end_processes`] keeps killing before it gives
+/// up (a process in uninterruptible sleep cannot die until it wakes).
+pub const END_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pids listed in `group`'s `cgroup.procs` (none when it is gone).
+fn procs(group: &Path) -> Vec<u32> {
+    std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// The v1 freezer's mount, from /proc/self/mountinfo (the hierarchy's root only).
+fn find_freezer() -> Option<PathBuf> {
+    parse_freezer(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+fn parse_freezer(text: &str) -> Option<PathBuf> {
+    text.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let fields: Vec<&str> = before.split(' ').collect();
+        let tail: Vec<&str> = after.split(' ').collect();
+        let freezer = fields.len() >= 5 && fields[3] == "/" && tail.len() >= 3 && tail[0] == "cgroup" && tail[2].split(',').any(|o| o == "freezer");
+        freezer.then(|| PathBuf::from(unescape(fields[4])))
+    })
+}
+
+/// Moves every process of the v1 devices group `group` into the freezer
+/// group `frozen`, freezes it (a process moved in after the freeze is
+/// frozen on arrival), and SIGKILLs them all before thawing: a fork racing
+/// the move lands in `group` and is moved in the next round.
+fn freeze_and_kill(group: &Path, frozen: &Path) -> Result<(), CgroupError> {
+    if let Some(parent) = frozen.parent() {
+        create_dir(parent)?;
+    }
+    create_dir(frozen)?;
+    let state = frozen.join("freezer.state");
+    let deadline = std::time::Instant::now() + END_WITHIN;
+    while std::time::Instant::now() < deadline {
+        let inside: BTreeSet<u32> = procs(frozen).into_iter().collect();
+        let outside: Vec<u32> = procs(group).into_iter().filter(|p| !inside.contains(p)).collect();
+        if outside.is_empty() {
+            break;
+        }
+        for pid in outside {
+            // One that exited meanwhile is fine.
+            let _ = write_file(&frozen.join("cgroup.procs"), &pid.to_string(), "move the process into");
+        }
+        write_file(&state, "FROZEN", "freeze")?;
+        while std::fs::read_to_string(&state).map_err(io("read", &state))?.trim() != "FROZEN" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    for pid in procs(frozen) {
+        sys::kill_process(pid).map_err(io("kill a process of", frozen))?;
+    }
+    write_file(&state, "THAWED", "thaw")
 }
 
 fn create_dir(dir: &Path) -> Result<(), CgroupError> {
@@ -545,6 +650,9 @@ mod tests {
         assert_eq!(v2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
         assert_eq!(unescape("a\\040b"), "a b");
         assert_eq!(parse_mountinfo("33 25 0:29 /sub /x rw - cgroup2 cgroup2 rw\n"), (None, None));
+        assert_eq!(parse_freezer(text), None);
+        let freezer = "34 25 0:30 / /sys/fs/cgroup/freezer rw,relatime shared:12 - cgroup cgroup rw,freezer\n";
+        assert_eq!(parse_freezer(freezer).as_deref(), Some(Path::new("/sys/fs/cgroup/freezer")));
     }
 
     #[test]

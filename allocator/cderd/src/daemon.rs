@@ -92,6 +92,10 @@ pub const MAX_ALLOC_WAIT: std::time::Duration = std::time::Duration::from_millis
 /// waits no longer for a pending record.
 const ALLOC_SETTLES_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often an `alloc` waiting out a conflict looks again at the devices
+/// kept out after a release.
+const LEFTOVER_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Work queued for after a reply.
 type Chore = Box<dyn FnOnce() + Send>;
 
@@ -157,7 +161,8 @@ impl Drop for Settle<'_> {
 /// BPF program (BENCHMARKS.md, issue 12). Whoever holds the map's lock while
 /// setting up is the only one doing it; `confine` sets up itself whatever is
 /// not `Ready` (a restarted cderd knows no group as ready, so it re-applies
-/// the rules before moving anyone into an existing group).
+/// the rules before moving anyone into an existing group). A job the batch
+/// system confines gets none ahead (see [`JobAllocation::batch_confined`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupState {
     /// The set-up thread has not run yet.
@@ -166,9 +171,6 @@ enum GroupState {
     Ready,
     /// Released before the set-up thread ran: it must not create them.
     Released,
-    /// Not set up: the batch system confines the job itself
-    /// (`prepare_cgroups: false`); `confine` sets them up if asked.
-    NotWanted,
 }
 
 
@@ -287,7 +289,11 @@ impl Daemon {
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
             Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
             Request::Env(r) => self.env_after(caller, &r.job, None).map(|a| to_value(&a)),
-            Request::Status => self.status().map(|s| to_value(&s)),
+            Request::Status => {
+                // A device kept out after a release shows why only while it still is.
+                self.recheck_leftovers(&mut self.store())?;
+                self.status().map(|s| to_value(&s))
+            }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
             Request::Resume(r) => self.set_drained(&r.device, None),
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
@@ -392,7 +398,11 @@ impl Daemon {
             match self.alloc_now(request) {
                 Err(e) if e.code == ErrorCode::Conflict && std::time::Instant::now() < until => {
                     tracing::debug!(job = %request.job, "alloc waits out a conflict: {}", e.message);
-                    self.intake.wait_release(releases, until);
+                    // A device kept out after a release comes back when its
+                    // holder is gone, which no release announces: look again soon.
+                    let kept_out = self.store().leftovers().is_ok_and(|l| !l.is_empty());
+                    let wake = if kept_out { until.min(std::time::Instant::now() + LEFTOVER_POLL) } else { until };
+                    self.intake.wait_release(releases, wake);
                 }
                 other => break other,
             }
@@ -414,6 +424,7 @@ impl Daemon {
         }
         let started = std::time::Instant::now();
         let mut store = self.store();
+        self.recheck_leftovers(&mut store)?;
         let by_file;
         let request = match &request.device_files {
             None => request,
@@ -469,9 +480,7 @@ impl Daemon {
             }
             let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
-            if request.prepare_cgroups == Some(false) {
-                self.groups_not_wanted(&allocation);
-            } else {
+            if !allocation.batch_confined {
                 self.prepare_groups_later(&store, &allocation)?;
             }
             // The job's tasks are moved into cgroups next (cderd's, or the
@@ -492,22 +501,126 @@ impl Daemon {
         Ok(self.allocation(&allocation))
     }
 
-    /// `release`: idempotent; the number of devices freed.
+    /// `release`: idempotent; the number of devices freed. The job's
+    /// processes left in its device cgroups are ended first; a device that
+    /// one of them still holds stays out of the pool (see [`Daemon::end_job`]).
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
         let mut store = self.store();
-        let token = store.job(job).map_err(StoreError::into_reply)?.map(|a| a.token);
-        let released = store.release(job, now()).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
+        let released = store.release_keeping(job, now(), &held).map_err(StoreError::into_reply)?;
         for e in self.enforcer.restore(&released) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
-        if let Some(token) = token {
-            self.remove_groups(job, &token);
+        if let Some(a) = &allocation {
+            self.remove_groups(job, &a.token);
         }
         self.intake.released(Some(job));
         if !released.is_empty() {
             tracing::info!(job = %job, devices = released.len(), "released");
         }
         Ok(released.len() as u32)
+    }
+
+    /// Ends what is left of `allocation`'s job before its devices go back:
+    /// every process in its device cgroups, whatever `held_open` says. Then
+    /// looks for a process of the job's uid that still holds one of its
+    /// devices (one that left the groups, or a job cder did not confine).
+    /// Returns the devices to keep out of the pool: UUID → why.
+    fn end_job(&self, allocation: &JobAllocation) -> BTreeMap<String, String> {
+        let survivors = if self.cgroups.is_available() {
+            self.cgroups.end_processes(&DeviceCgroups::group_name(&allocation.job, &allocation.token))
+        } else {
+            Vec::new()
+        };
+        let holders = self.holders_of(allocation.uid, &allocation.devices);
+        let mut held = BTreeMap::new();
+        for d in &allocation.devices {
+            let mut why = Vec::new();
+            if !survivors.is_empty() {
+                let pids: Vec<String> = survivors.iter().take(5).map(ToString::to_string).collect();
+                why.push(format!("pid {} stayed in its device cgroups after SIGKILL", pids.join(", ")));
+            }
+            why.extend(holders.get(&d.uuid).cloned());
+            if !why.is_empty() {
+                let reason = format!("released by job {}, but {}; kept out of the pool until that ends", allocation.job, why.join("; "));
+                tracing::error!(device = %d.name(), "{reason}");
+                held.insert(d.uuid.clone(), reason);
+            }
+        }
+        held
+    }
+
+    /// `devices` that a process of `uid` holds open: UUID → why. Root's and
+    /// the ignored uids' processes are trusted, as for `held_open`.
+    fn holders_of(&self, uid: u32, devices: &[DeviceRow]) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        if uid == 0 || self.held_open_ignore.contains(&uid) {
+            return out;
+        }
+        let by_rdev = rdevs_of(devices);
+        let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
+        for (rdev, holders) in crate::held::holders_where(std::path::Path::new("/proc"), &rdevs, |u| u == uid) {
+            let why = describe_holders(&holders);
+            for d in by_rdev.get(&rdev).into_iter().flatten() {
+                out.insert(d.uuid.clone(), why.clone());
+            }
+        }
+        out
+    }
+
+    /// Starts a thread that looks again every `period` at the devices kept
+    /// out after a release (besides each `alloc`, `status` and `reconcile`),
+    /// so that one goes back to the pool soon after its holder is gone.
+    pub fn watch_leftovers(daemon: &Arc<Daemon>, period: std::time::Duration) {
+        let daemon = Arc::clone(daemon);
+        let spawned = std::thread::Builder::new().name("cderd-leftovers".into()).spawn(move || loop {
+            std::thread::sleep(period);
+            if let Err(e) = daemon.recheck_leftovers(&mut daemon.store()) {
+                tracing::warn!("looking again at devices kept out after a release: {}", e.message);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the thread that looks again at devices kept out after a release: {e}");
+        }
+    }
+
+    /// Looks again at the devices kept out after a release, and puts back
+    /// in the pool each whose job has nothing left on it.
+    fn recheck_leftovers(&self, store: &mut Store) -> Result<(), ErrorReply> {
+        let leftovers = store.leftovers().map_err(StoreError::into_reply)?;
+        if leftovers.is_empty() {
+            return Ok(());
+        }
+        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let mut back = 0;
+        let mut by_job: BTreeMap<(String, String), Vec<&crate::store::Leftover>> = BTreeMap::new();
+        for l in &leftovers {
+            by_job.entry((l.job.to_string(), l.token.clone())).or_default().push(l);
+        }
+        for group in by_job.values() {
+            let (job, token, uid) = (&group[0].job, &group[0].token, group[0].uid);
+            let name = DeviceCgroups::group_name(job, token);
+            let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(&name) } else { Vec::new() };
+            let rows: Vec<DeviceRow> = devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
+            let holders = self.holders_of(uid, &rows);
+            for l in group {
+                if survivors.is_empty() && !holders.contains_key(&l.device) {
+                    store.set_leftover(&l.device, None).map_err(StoreError::into_reply)?;
+                    tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
+                    back += 1;
+                }
+            }
+            if survivors.is_empty() && self.cgroups.is_available() {
+                for e in self.cgroups.remove(&name) {
+                    tracing::warn!(job = %job, "removing a released job's device cgroup: {e}");
+                }
+            }
+        }
+        if back > 0 {
+            self.intake.released(None);
+        }
+        Ok(())
     }
 
     /// `env`: the job's own uid or an operator.
@@ -526,7 +639,7 @@ impl Daemon {
                     self.warmup.warm();
                     // slurmstepd's tasks enter the groups themselves, as
                     // root, instead of asking `confine` each.
-                    if self.cgroups.is_available() && !self.groups_unwanted(&a) {
+                    if self.cgroups.is_available() && !a.batch_confined {
                         reply.cgroups = Some(self.ready_groups(&store, &a)?.iter().map(|p| p.display().to_string()).collect());
                     }
                 }
@@ -575,30 +688,27 @@ impl Daemon {
         let lrms = request.lrms.as_deref();
         let as_of = request.as_of;
         let mut store = self.store();
-        let tokens: HashMap<JobKey, String> =
-            store.live_allocations().map_err(StoreError::into_reply)?.into_iter().map(|(job, _, token)| (job, token)).collect();
         // Newer than the caller's snapshot of live jobs: the snapshot
         // cannot know the job, so its absence there says nothing.
-        let released = store
-            .release_where(
-                |job, seq| as_of.is_some_and(|g| seq > g) || live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l),
-                now(),
-            )
-            .map_err(StoreError::into_reply)?;
+        let keep = |job: &JobKey, seq: u64| as_of.is_some_and(|g| seq > g) || live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l);
+        let doomed: Vec<JobKey> =
+            store.live_allocations().map_err(StoreError::into_reply)?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
         let mut jobs = Vec::new();
-        for (job, devices) in released {
+        for job in doomed {
+            let Some(allocation) = store.job(&job).map_err(StoreError::into_reply)? else { continue };
+            let held = self.end_job(&allocation);
+            let devices = store.release_keeping(&job, now(), &held).map_err(StoreError::into_reply)?;
             for e in self.enforcer.restore(&devices) {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
             }
             tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
-            if let Some(token) = tokens.get(&job) {
-                self.remove_groups(&job, token);
-            }
+            self.remove_groups(&job, &allocation.token);
             jobs.push(job);
         }
         if !jobs.is_empty() {
             self.intake.released(None);
         }
+        self.recheck_leftovers(&mut store)?;
         // Groups of jobs released earlier that still held processes then.
         if self.cgroups.is_available() {
             let wanted: BTreeSet<String> = store
@@ -608,6 +718,10 @@ impl Daemon {
                 .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
                 .collect();
             for name in self.cgroups.group_names().difference(&wanted) {
+                let survivors = self.cgroups.end_processes(name);
+                if !survivors.is_empty() {
+                    tracing::error!(group = %name, "processes of a released job stayed after SIGKILL: {survivors:?}");
+                }
                 for e in self.cgroups.remove(name) {
                     tracing::warn!(group = %name, "a released job's device cgroup is still busy; reconcile will retry: {e}");
                 }
@@ -671,6 +785,17 @@ impl Daemon {
         };
         if allocation.uid != caller.uid && !self.is_operator(caller.uid) {
             return Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid)));
+        }
+        // On cgroup v2 a process is in one cgroup: a move would take it out
+        // of the batch system's tracking, limits and end-of-job kill.
+        if allocation.batch_confined && !self.is_operator(caller.uid) {
+            return Err(ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "job {job} is confined by the batch system (its alloc said prepare_cgroups = false), so cder will not move its processes \
+                     out of the batch system's cgroups; only root and the operators in [node] operators may confine it"
+                ),
+            ));
         }
         if !self.cgroups.is_available() {
             let why = self.cgroups.unavailable_reason().unwrap_or("no device cgroup can be used on this node");
@@ -785,20 +910,6 @@ impl Daemon {
             }
         }));
         Ok(())
-    }
-
-    /// Records that `allocation`'s groups are not to be set up ahead.
-    fn groups_not_wanted(&self, allocation: &JobAllocation) {
-        if self.cgroups.is_available() {
-            let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
-            self.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name, GroupState::NotWanted);
-        }
-    }
-
-    /// Whether the batch system confines `allocation`'s job itself.
-    fn groups_unwanted(&self, allocation: &JobAllocation) -> bool {
-        let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
-        self.groups.lock().unwrap_or_else(|p| p.into_inner()).get(&name) == Some(&GroupState::NotWanted)
     }
 
     /// Removes a released job's device cgroups; never fails the release.

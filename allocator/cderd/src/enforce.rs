@@ -184,6 +184,7 @@ mod tests {
             drain_reason: None,
             job: None,
             uid: None,
+            leftover: None,
         }
     }
 

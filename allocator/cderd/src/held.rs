@@ -33,6 +33,12 @@ impl std::fmt::Display for Holder {
 /// itself), those of `ignore_uids`, and this process. Processes that exit
 /// or deny access mid-scan are skipped.
 pub fn holders(proc_root: &Path, rdevs: &BTreeSet<u64>, ignore_uids: &BTreeSet<u32>) -> BTreeMap<u64, Vec<Holder>> {
+    holders_where(proc_root, rdevs, |uid| uid != 0 && !ignore_uids.contains(&uid))
+}
+
+/// As [`holders`], looking only at the processes whose uid `wanted` accepts
+/// (never this process): after a release, those of the job's uid.
+pub fn holders_where(proc_root: &Path, rdevs: &BTreeSet<u64>, wanted: impl Fn(u32) -> bool) -> BTreeMap<u64, Vec<Holder>> {
     let mut out: BTreeMap<u64, Vec<Holder>> = BTreeMap::new();
     if rdevs.is_empty() {
         return out;
@@ -48,7 +54,7 @@ pub fn holders(proc_root: &Path, rdevs: &BTreeSet<u64>, ignore_uids: &BTreeSet<u
         }
         let Ok(meta) = entry.metadata() else { continue };
         let uid = meta.uid();
-        if uid == 0 || ignore_uids.contains(&uid) {
+        if !wanted(uid) {
             continue;
         }
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };

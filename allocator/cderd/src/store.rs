@@ -79,6 +79,22 @@ CREATE TABLE IF NOT EXISTS drains (
     end     INTEGER
 );
 CREATE INDEX IF NOT EXISTS drains_by_device ON drains(device, end);
+-- Allocations whose job the batch system confines (its alloc said
+-- prepare_cgroups = false): cder never moves that job's processes for its
+-- user. A table of its own, so that older databases gain it at open.
+CREATE TABLE IF NOT EXISTS batch_confined (
+    job_id  INTEGER PRIMARY KEY REFERENCES jobs(id)
+);
+-- Released devices that a process of their last job still held open or
+-- that sat in its device cgroups: out of the pool until that is over.
+CREATE TABLE IF NOT EXISTS leftovers (
+    device  TEXT PRIMARY KEY REFERENCES devices(uuid),
+    job     TEXT NOT NULL,
+    uid     INTEGER NOT NULL,
+    token   TEXT NOT NULL,
+    reason  TEXT NOT NULL,
+    since   INTEGER NOT NULL
+);
 ";
 
 /// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
@@ -192,6 +208,9 @@ pub struct DeviceRow {
     pub job: Option<JobKey>,
     /// The uid of that job.
     pub uid: Option<u32>,
+    /// Released, but a process of its last job may still hold it: why
+    /// (see [`Leftover`]). Handed out to nobody meanwhile.
+    pub leftover: Option<String>,
 }
 
 impl DeviceRow {
@@ -200,7 +219,7 @@ impl DeviceRow {
     pub fn state(&self) -> DeviceState {
         if self.job.is_some() {
             DeviceState::Allocated
-        } else if self.drained {
+        } else if self.drained || self.leftover.is_some() {
             DeviceState::Offline
         } else if !self.present || !self.healthy {
             DeviceState::Unhealthy
@@ -216,7 +235,9 @@ impl DeviceRow {
 
     /// The status entry of this device.
     pub fn status(&self) -> DeviceStatus {
-        let reason = if self.drained {
+        let reason = if self.job.is_none() && self.leftover.is_some() {
+            self.leftover.clone()
+        } else if self.drained {
             self.drain_reason.clone()
         } else if !self.present {
             Some("not found by discovery when cderd started".into())
@@ -266,6 +287,26 @@ pub struct JobAllocation {
     /// The allocation's sequence number (its `jobs` row id): every new
     /// allocation takes the next one, see [`Store::generation`].
     pub seq: u64,
+    /// The batch system confines the job itself (its `alloc` said
+    /// `prepare_cgroups = false`): cder sets up no groups ahead, and only
+    /// root and operators may `confine` into them.
+    pub batch_confined: bool,
+}
+
+/// A released device kept out of the pool: a process of its last job still
+/// held it open, or could not be ended, at the release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leftover {
+    /// The device's UUID.
+    pub device: String,
+    /// The job it was released from.
+    pub job: JobKey,
+    /// That job's uid: whose processes are looked for.
+    pub uid: u32,
+    /// That allocation's token (names its device cgroups).
+    pub token: String,
+    /// Why it is kept out, for `status`.
+    pub reason: String,
 }
 
 /// A live row of the `jobs` table.
@@ -276,6 +317,7 @@ struct JobRow {
     count: u32,
     token: String,
     start: i64,
+    batch_confined: bool,
 }
 
 /// The SQLite state of one node.
@@ -285,8 +327,9 @@ pub struct Store {
     type_order: HashMap<String, usize>,
 }
 
-const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid";
-const DEVICE_FROM: &str = "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id";
+const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid, l.reason";
+const DEVICE_FROM: &str = "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id \
+    LEFT JOIN leftovers l ON l.device = d.uuid";
 
 fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(DeviceRow, Option<String>)> {
     let job: Option<String> = r.get(11)?;
@@ -305,6 +348,7 @@ fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(DeviceRow, Option<Stri
             drain_reason: r.get(10)?,
             job: None,
             uid: r.get(12)?,
+            leftover: r.get(13)?,
         },
         job,
     ))
@@ -403,20 +447,31 @@ impl Store {
 
     fn live_job(tx: &Connection, job: &JobKey) -> Result<Option<JobRow>> {
         Ok(tx
-            .prepare_cached("SELECT id, uid, type, count, token, start FROM jobs WHERE job = ?1 AND end IS NULL")?
+            .prepare_cached(
+                "SELECT id, uid, type, count, token, start, EXISTS (SELECT 1 FROM batch_confined b WHERE b.job_id = jobs.id) \
+                 FROM jobs WHERE job = ?1 AND end IS NULL",
+            )?
             .query_row([job.to_string()], |r| {
-                Ok(JobRow { id: r.get(0)?, uid: r.get(1)?, cder_type: r.get(2)?, count: r.get(3)?, token: r.get(4)?, start: r.get(5)? })
+                Ok(JobRow {
+                    id: r.get(0)?,
+                    uid: r.get(1)?,
+                    cder_type: r.get(2)?,
+                    count: r.get(3)?,
+                    token: r.get(4)?,
+                    start: r.get(5)?,
+                    batch_confined: r.get(6)?,
+                })
             })
             .optional()?)
     }
 
     fn allocation_of(&self, conn: &Connection, job: &JobKey) -> Result<Option<JobAllocation>> {
-        let Some(JobRow { id, uid, cder_type, count, token, start }) = Self::live_job(conn, job)? else {
+        let Some(JobRow { id, uid, cder_type, count, token, start, batch_confined }) = Self::live_job(conn, job)? else {
             return Ok(None);
         };
         let mut devices = query_devices(conn, "WHERE a.job_id = ?1", &[&id])?;
         self.sort(&mut devices);
-        Ok(Some(JobAllocation { job: job.clone(), uid, cder_type, count, token, start, devices, seq: id.max(0) as u64 }))
+        Ok(Some(JobAllocation { job: job.clone(), uid, cder_type, count, token, start, devices, seq: id.max(0) as u64, batch_confined }))
     }
 
     /// The live allocation of `job`, if it holds one.
@@ -534,6 +589,9 @@ impl Store {
         tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
             .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
         let job_id = tx.last_insert_rowid();
+        if req.prepare_cgroups == Some(false) {
+            tx.prepare_cached("INSERT INTO batch_confined (job_id) VALUES (?1)")?.execute([job_id])?;
+        }
         {
             let mut insert = tx.prepare_cached("INSERT INTO allocations (job_id, device, start) VALUES (?1, ?2, ?3)")?;
             for d in &chosen {
@@ -562,6 +620,9 @@ impl Store {
             if let Some(owner) = &d.job {
                 return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is held by job {owner}", d.name())));
             }
+            if let Some(why) = d.leftover.as_deref().filter(|_| !d.drained) {
+                return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is not free yet: {why}", d.name())));
+            }
             if !d.is_free() {
                 return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is {:?}, not free", d.name(), d.state()).to_lowercase()));
             }
@@ -573,10 +634,46 @@ impl Store {
     /// Ends `job`'s allocation; returns the devices it held (empty when it
     /// held none: release is idempotent).
     pub fn release(&mut self, job: &JobKey, now: i64) -> Result<Vec<DeviceRow>> {
+        self.release_keeping(job, now, &BTreeMap::new())
+    }
+
+    /// As [`Store::release`], keeping the devices in `held` (UUID → why)
+    /// out of the pool in the same transaction (see [`Leftover`]).
+    pub fn release_keeping(&mut self, job: &JobKey, now: i64, held: &BTreeMap<String, String>) -> Result<Vec<DeviceRow>> {
         let tx = self.begin()?;
-        let released = self.release_in(&tx, job, now)?;
+        let token: Option<(u32, String)> = Self::live_job(&tx, job)?.map(|r| (r.uid, r.token));
+        let mut released = self.release_in(&tx, job, now)?;
+        if let Some((uid, token)) = token {
+            for d in released.iter_mut().filter(|d| held.contains_key(&d.uuid)) {
+                let reason = &held[&d.uuid];
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO leftovers (device, job, uid, token, reason, since) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![d.uuid, job.to_string(), uid, token, reason, now])?;
+                d.leftover = Some(reason.clone());
+            }
+        }
         tx.commit()?;
         Ok(released)
+    }
+
+    /// Every device kept out of the pool after its job's release.
+    pub fn leftovers(&self) -> Result<Vec<Leftover>> {
+        let mut stmt = self.conn.prepare_cached("SELECT device, job, uid, token, reason FROM leftovers ORDER BY device")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter().map(|(device, job, uid, token, reason)| Ok(Leftover { device, job: parse_job(&job)?, uid, token, reason })).collect()
+    }
+
+    /// Puts a device kept out after a release back in the pool (or keeps it
+    /// out with a new reason, `Some`).
+    pub fn set_leftover(&mut self, device: &str, reason: Option<&str>) -> Result<()> {
+        match reason {
+            None => self.conn.prepare_cached("DELETE FROM leftovers WHERE device = ?1")?.execute([device])?,
+            Some(r) => self.conn.prepare_cached("UPDATE leftovers SET reason = ?2 WHERE device = ?1")?.execute(params![device, r])?,
+        };
+        Ok(())
     }
 
     fn release_in(&self, tx: &Transaction<'_>, job: &JobKey, now: i64) -> Result<Vec<DeviceRow>> {
@@ -836,6 +933,36 @@ mod tests {
         let mut r = req("slurm:2", 1);
         r.devices = Some(vec![0]);
         assert_eq!(indices(&s.alloc_avoiding(&r, &LocalityPolicy, 1, &busy).unwrap().0), vec![0]);
+    }
+
+    #[test]
+    fn batch_confined_and_leftovers_are_kept_and_old_databases_gain_them() {
+        let (dir, mut s) = node(2);
+        let mut r = req("slurm:1", 1);
+        r.prepare_cgroups = Some(false);
+        let (a, _) = s.alloc(&r, &LocalityPolicy, 1).unwrap();
+        assert!(a.batch_confined);
+        assert!(!s.alloc(&req("slurm:2", 1), &LocalityPolicy, 1).unwrap().0.batch_confined);
+        // Released with device 0 still held: out of the pool, with the reason.
+        let held: BTreeMap<String, String> = [(a.devices[0].uuid.clone(), "held open by pid 7".to_string())].into();
+        let released = s.release_keeping(&"slurm:1".parse().unwrap(), 2, &held).unwrap();
+        assert_eq!(released[0].leftover.as_deref(), Some("held open by pid 7"));
+        let d = s.find_device(&a.devices[0].uuid).unwrap();
+        assert_eq!((d.state(), d.status().reason.as_deref()), (DeviceState::Offline, Some("held open by pid 7")));
+        let mut again = req("slurm:3", 1);
+        again.devices = Some(vec![a.devices[0].index]);
+        let e = s.alloc(&again, &LocalityPolicy, 3).unwrap_err().into_reply();
+        assert!(e.code == ErrorCode::Conflict && e.message.contains("pid 7"), "{e:?}");
+        assert_eq!(s.leftovers().unwrap().len(), 1);
+        s.set_leftover(&a.devices[0].uuid, None).unwrap();
+        assert_eq!(indices(&s.alloc(&again, &LocalityPolicy, 4).unwrap().0), vec![a.devices[0].index]);
+        // A database made before these tables opens, and gains them.
+        s.conn.execute_batch("DROP TABLE batch_confined; DROP TABLE leftovers;").unwrap();
+        drop(s);
+        let s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        assert!(!s.job(&"slurm:2".parse().unwrap()).unwrap().unwrap().batch_confined);
+        assert!(s.leftovers().unwrap().is_empty());
+        assert_eq!(s.devices().unwrap().len(), 2);
     }
 
     #[test]

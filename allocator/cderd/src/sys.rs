@@ -152,6 +152,25 @@ fn termination_set() -> libc::sigset_t {
     }
 }
 
+/// Sends SIGKILL to `pid` (a process left in a released job's cgroup).
+/// A process that is already gone (ESRCH) is not an error.
+pub fn kill_process(pid: u32) -> std::io::Result<()> {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return Ok(()) };
+    if pid <= 0 {
+        return Ok(());
+    }
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; a
+    // positive pid names one process, never a group.
+    let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// One eBPF instruction as the kernel reads it (`struct bpf_insn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]

@@ -1,8 +1,10 @@
 //! Kernel enforcement through `confine`, with real cgroups (issue 12, item
 //! 5): a process confined into job A's device cgroup opens A's device and
 //! gets EPERM on B's, even when A and B run as the same uid and B's device
-//! file is that uid's; the group goes away on release, or, while a process
-//! still sits in it, on a later reconcile.
+//! file is that uid's. At release every process left in the job's groups is
+//! ended and the groups go away; a device that a process of the job still
+//! holds (one that left the groups) goes to nobody until that process is
+//! gone. The job's own user cannot `confine` a job the batch system confines.
 //!
 //! The devices are real character devices with distinct numbers (the mem
 //! driver's 1:5, 1:7, 1:8, 1:9 made with mknod in a temp dir), so a cgroup
@@ -15,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cder_protocol::{AllocRequest, ErrorCode, ReconcileRequest};
+use cder_protocol::{AllocRequest, DeviceState, ErrorCode};
 use common::{probe_lines, require, retry_busy, Node};
 
 /// The probe's side: runs in a child process started by [`probe`].
@@ -183,13 +185,13 @@ fn auto_confines_through_one_hierarchy() {
 }
 
 #[test]
-fn a_job_the_batch_system_confines_gets_no_groups_unless_it_asks() {
+fn the_jobs_own_user_cannot_confine_a_job_the_batch_system_confines() {
     if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
         return;
     }
     // SLURM's task/cgroup confines the job: the prolog says so, and cderd
     // sets nothing up for it (nor names groups to slurmstepd).
-    let node = node("auto");
+    let mut node = node("auto");
     let mut r = AllocRequest::new("slurm:301".parse().unwrap(), 1000, 1);
     r.devices = Some(vec![0]);
     r.prepare_cgroups = Some(false);
@@ -197,14 +199,34 @@ fn a_job_the_batch_system_confines_gets_no_groups_unless_it_asks() {
     alloc(&node, "slurm:302", 1000, 1);
     let env = node.client().env(&r.job).unwrap();
     assert_eq!(env.cgroups, None, "groups named for a job SLURM confines");
-    // `confine` still confines it, setting the groups up on demand.
-    let seen = probe(&node, 1000, "slurm:301");
+    // The job's user may not move a process out of SLURM's cgroups, and
+    // is told why; the process stays where it was.
+    let refused = |node: &Node| {
+        let seen = probe(node, 1000, "slurm:301");
+        assert!(seen.lines.iter().any(|l| l == "PROBE refused permission_denied"), "{:?}", seen.lines);
+        assert!(
+            seen.lines.iter().any(|l| l.starts_with("PROBE refusal") && l.contains("confined by the batch system") && l.contains("will not move")),
+            "{:?}",
+            seen.lines
+        );
+        assert_eq!(seen.open("after", &node.devices[1]), "ok", "a refused confine must not confine");
+    };
+    refused(&node);
+    // The record survives a restart of cderd.
+    node.kill();
+    node.start();
+    refused(&node);
+    assert_eq!(node.client().env(&r.job).unwrap().cgroups, None, "after a restart, groups named for a job SLURM confines");
+    // Root (an operator) still can, and the groups are set up on demand.
+    let seen = probe(&node, 0, "slurm:301");
     assert_eq!(seen.cgroups().len(), 1);
     assert_eq!(seen.open("after", &node.devices[0]), "ok");
     assert_eq!(seen.open("after", &node.devices[1]), EPERM);
-    // The other job's groups were set up ahead as before.
+    // The other job's groups are set up ahead as before, and its own user
+    // confines into them.
     let other = node.client().env(&"slurm:302".parse().unwrap()).unwrap();
     assert!(other.cgroups.is_some_and(|g| g.len() == 1 && Path::new(&g[0]).is_dir()));
+    assert_eq!(probe(&node, 1000, "slurm:302").cgroups().len(), 1);
 }
 
 #[test]
@@ -225,40 +247,117 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A process the test left behind (not its child) must not outlive a
+/// failed assertion either.
+struct KillPid(u32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+    }
+}
+
+/// `/proc/<pid>/stat` after the command name: state, ppid, pgrp, session, …
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(") ")?.1.split(' ').map(String::from).collect())
+}
+
+/// Running (a zombie has ended: it holds no descriptors).
+fn alive(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn in_group(group: &Path, pid: u32) -> bool {
+    std::fs::read_to_string(group.join("cgroup.procs")).is_ok_and(|p| p.lines().any(|l| l.trim() == pid.to_string()))
+}
+
+/// A confined job leaves two `setsid` children holding its device; one then
+/// leaves the job's groups. Release ends the one inside, and the device goes
+/// to nobody (across a restart too) while the other still holds it.
+fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
+    let mut node = node(mode);
+    let job = "slurm:501";
+    alloc(&node, job, uid, 0);
+    let out = retry_busy(|| probe_command(&node, uid, job).env("CDER_PROBE_HOLD", format!("{},2", node.devices[0].display())).output());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "probe failed: {text}");
+    let seen = Seen { lines: probe_lines(text.lines()) };
+    let groups = seen.cgroups();
+    let pids: Vec<u32> = seen.lines.iter().filter_map(|l| l.strip_prefix("PROBE spawned ")).map(|p| p.parse().unwrap()).collect();
+    assert_eq!(pids.len(), 2, "{:?}", seen.lines);
+    let _cleanup: Vec<KillPid> = pids.iter().map(|p| KillPid(*p)).collect();
+    for &pid in &pids {
+        // Past setsid and exec: a session of its own, in the job's groups.
+        wait_for("the setsid child", || stat_fields(pid).is_some_and(|f| f[3] == pid.to_string()) && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+        assert!(groups.iter().all(|g| in_group(g, pid)), "{pid} is not in {groups:?}");
+    }
+    let (inside, escaped) = (pids[0], pids[1]);
+    // Root moves one out, to the root of each hierarchy: a process of the
+    // job that the groups no longer reach.
+    for g in &groups {
+        let root = g.parent().and_then(Path::parent).unwrap();
+        std::fs::write(root.join("cgroup.procs"), escaped.to_string()).unwrap();
+    }
+    assert_eq!(node.client().release(&job.parse().unwrap()).unwrap().released, 1);
+    assert!(!alive(inside), "the setsid child left in the job's groups outlived the release");
+    assert!(groups.iter().all(|g| !g.exists()), "groups left after release: {groups:?}");
+    assert!(alive(escaped));
+    // Whatever held_open says ("allow" here), the device goes to nobody.
+    let kept_out = |node: &Node| {
+        let status = node.status();
+        let d = status.devices.iter().find(|d| d.index == 0).unwrap();
+        assert_eq!(d.state, DeviceState::Offline, "{d:?}");
+        let reason = d.reason.clone().unwrap_or_default();
+        assert!(reason.contains(job) && reason.contains(&format!("pid {escaped}")), "{reason}");
+        let mut r = AllocRequest::new("slurm:502".parse().unwrap(), 1000, 1);
+        r.devices = Some(vec![0]);
+        let e = node.client().alloc(&r).unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Conflict), "{e}");
+        let e = node.client().alloc(&AllocRequest::new("slurm:503".parse().unwrap(), 1000, 4)).unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Insufficient), "{e}");
+    };
+    kept_out(&node);
+    node.kill();
+    node.start();
+    kept_out(&node);
+    // A prolog's alloc that waits out the conflict gets the device once the
+    // process is gone (nothing announces that: cderd looks again).
+    let socket = node.socket.clone();
+    let waiting = std::thread::spawn(move || {
+        let mut r = AllocRequest::new("slurm:502".parse().unwrap(), 1000, 1);
+        r.devices = Some(vec![0]);
+        r.wait_ms = Some(cder_protocol::MAX_WAIT_MS);
+        cder_protocol::Client::connect(&socket, std::time::Duration::from_secs(600)).unwrap().alloc(&r)
+    });
+    drop(_cleanup);
+    wait_for("the escaped child to die", || !alive(escaped));
+    assert_eq!(waiting.join().unwrap().unwrap().devices[0].index, 0);
+}
+
 #[test]
-fn busy_group_survives_release_and_reconcile_removes_it_later() {
+fn a_setsid_child_is_ended_at_release_under_v1() {
     if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
         return;
     }
-    let node = node("auto");
-    alloc(&node, "slurm:201", 1000, 2);
-    alloc(&node, "slurm:202", 1000, 3);
-    let mut child = KillOnDrop(retry_busy(|| probe_command(&node, 1000, "slurm:201").env("CDER_PROBE_LINGER", "1").stdout(std::process::Stdio::piped()).spawn()));
-    // Read until the probe says it is confined and lingering.
-    let mut lines = Vec::new();
-    {
-        use std::io::BufRead;
-        let reader = std::io::BufReader::new(child.0.stdout.as_mut().unwrap());
-        for line in reader.lines() {
-            let line = line.unwrap();
-            let done = line.ends_with("PROBE lingering");
-            lines.push(line);
-            if done {
-                break;
-            }
-        }
+    // A uid no other test here uses: its processes are this test's.
+    leftover_processes_are_ended_at_release("v1", 1003);
+}
+
+#[test]
+fn a_setsid_child_is_ended_at_release_under_cders_v2_groups() {
+    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+        return;
     }
-    let seen = Seen { lines: probe_lines(lines.iter().map(String::as_str)) };
-    let groups = seen.cgroups();
-    assert_eq!(seen.open("after", &node.devices[2]), "ok");
-    assert_eq!(seen.open("after", &node.devices[3]), EPERM);
-    // Release succeeds although the group is busy; the group stays.
-    assert_eq!(node.client().release(&"slurm:201".parse().unwrap()).unwrap().released, 1);
-    assert!(groups.iter().all(|g| g.is_dir()), "a group with a process in it cannot be removed yet");
-    drop(child);
-    // The next reconcile sweeps it.
-    node.client().reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
-    assert!(groups.iter().all(|g| !g.exists()), "reconcile left {groups:?}");
+    leftover_processes_are_ended_at_release("v2", 1004);
 }
 
 #[test]

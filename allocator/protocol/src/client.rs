@@ -212,7 +212,9 @@ impl Client {
     /// SO_PEERCRED) into the job's device cgroup(s). Children forked
     /// afterwards inherit them. Afterwards the job's devices are numbered
     /// from 0: use [`Allocation::relative_env`] for the job's environment.
-    /// `enforcement_unavailable` means no device cgroup can be used here.
+    /// `enforcement_unavailable` means no device cgroup can be used here;
+    /// `permission_denied` for the job's own user where the batch system
+    /// confines the job (its `alloc` had `prepare_cgroups: false`).
     pub fn confine(&mut self, job: &JobKey) -> Result<Confined, ClientError> {
         self.typed(&Request::Confine(JobRequest { job: job.clone() }))
     }

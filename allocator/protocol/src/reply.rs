@@ -212,7 +212,8 @@ pub enum DeviceState {
     Free,
     /// Held by a job (even if drained meanwhile: it goes offline on release).
     Allocated,
-    /// Drained by an operator; never allocated.
+    /// Drained by an operator, or released while a process of its last job
+    /// still held it (until that process is gone); never allocated.
     Offline,
     /// Reported unhealthy, or no longer found by discovery; never allocated.
     Unhealthy,

@@ -93,7 +93,10 @@ pub struct AllocRequest {
     /// `false`: the batch system keeps the job's processes to their devices
     /// itself (SLURM's task/cgroup with `ConstrainDevices=yes`), so cderd
     /// does not set up the job's device cgroups ahead of `confine`, nor
-    /// names them in `env`. `confine` still works.
+    /// names them in `env`. Recorded with the allocation: only root and
+    /// the operators may `confine` such a job (its own user is refused,
+    /// since on cgroup v2 the move would take the process out of the batch
+    /// system's cgroup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_cgroups: Option<bool>,
 }

@@ -48,7 +48,7 @@ pub fn unique_cgroup_parent() -> String {
 /// Removes `parent` and its groups from every cgroup mount (best effort:
 /// a group with processes in it stays).
 pub fn remove_cgroup_parent(parent: &str) {
-    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"] {
+    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"] {
         let dir = Path::new(root).join(parent);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for e in entries.flatten() {
@@ -291,9 +291,31 @@ pub fn probe_child_main() {
     }
     match c.confine(&job.parse().unwrap()) {
         Ok(confined) => println!("PROBE confined {}", confined.cgroups.join(",")),
-        Err(e) => println!("PROBE refused {}", e.code().map_or("none".to_string(), |c| c.to_string())),
+        Err(e) => {
+            println!("PROBE refused {}", e.code().map_or("none".to_string(), |c| c.to_string()));
+            println!("PROBE refusal {e}");
+        }
     }
     try_all("after");
+    // `CDER_PROBE_HOLD=<path>,<n>`: leaves n `setsid sleep`s behind, each
+    // holding <path> open, in whatever groups the probe is in now.
+    if let Ok(hold) = std::env::var("CDER_PROBE_HOLD") {
+        let (path, n) = hold.rsplit_once(',').unwrap();
+        for _ in 0..n.parse::<u32>().unwrap() {
+            // Not a group leader, so setsid(1) calls setsid() and execs
+            // sleep in place: the pid is the sleeper's.
+            // Left behind on purpose: the probe exits, the test ends it.
+            #[allow(clippy::zombie_processes)]
+            let child = Command::new("setsid")
+                .args(["sleep", "300"])
+                .stdin(std::fs::File::open(path).unwrap())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            println!("PROBE spawned {}", child.id());
+        }
+    }
     if std::env::var("CDER_PROBE_LINGER").is_ok() {
         println!("PROBE lingering");
         std::thread::sleep(Duration::from_secs(120));
