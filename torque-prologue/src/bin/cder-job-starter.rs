@@ -20,8 +20,7 @@ USAGE:
     cder-job-starter [OPTIONS] SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
     cder-job-starter [OPTIONS] PROGRAM [ARGS...]             (by hand, inside a job)
 
-OPTIONS (before the command; pbs_mom passes none, so only a root-owned
-wrapper named in $job_starter can give them):
+OPTIONS (before the command, for runs by hand; pbs_mom passes none):
     --config FILE          cder.toml [default: /etc/cder/cder.toml]
     --torque-config FILE   torque.toml [default: /etc/cder/torque.toml]
     --                     end of options
@@ -30,11 +29,11 @@ Set in $PBS_HOME/mom_priv/config:
 
     $job_starter /usr/libexec/cder/cder-job-starter
 
-or, where the files are elsewhere, a wrapper owned by root and writable by
-root only (e.g. $PBS_HOME/mom_priv/cder-job-starter, mode 0755):
-
-    #!/bin/sh
-    exec /usr/libexec/cder/cder-job-starter --config /srv/cder/cder.toml -- \"$@\"
+with the starter installed root:cder-starter, mode 2755: set-group-ID, so
+that the loader ignores the job's LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT …
+(the group is dropped first thing; the job gets its whole environment).
+Where the files are elsewhere, link them into /etc/cder; never name a
+wrapper script in $job_starter (its /bin/sh loads the job's LD_PRELOAD).
 
 pbs_mom then runs it as the job's user, with the job's environment, in
 place of the job's shell, passing the shell's path and argument vector.
@@ -67,7 +66,8 @@ ENVIRONMENT:
 EXIT STATUS:
     that of the job; 127 when the job's program cannot be executed,
     2 when there is no program to run or an option is wrong, 1 when it
-    refuses to start the job (run as root, or not confined).";
+    refuses to start the job (run as root, not confined, or its installed
+    group cannot be dropped).";
 
 /// The options root's wrapper may put before the command, and the rest of argv
 /// (argv\[0\] first, as [`command_from_argv`] expects).
