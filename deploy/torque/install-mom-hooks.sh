@@ -15,11 +15,12 @@
 #   --force         replace existing hooks that are not cder's
 #   --config FILE, --torque-config FILE
 #                   the node keeps cder.toml / torque.toml elsewhere than
-#                   /etc/cder: $job_starter then names a wrapper,
-#                   mom_priv/cder-job-starter (root:root 0755), that passes
-#                   them on the job starter's command line. The job starter
-#                   runs in the job's environment, so it never reads
-#                   CDER_CONFIG or CDER_TORQUE_CONFIG.
+#                   /etc/cder: /etc/cder/cder.toml and torque.toml become
+#                   root-owned links to them (an existing file there is
+#                   kept unless --force). The job starter runs in the job's
+#                   environment, so it never reads CDER_CONFIG or
+#                   CDER_TORQUE_CONFIG, and no wrapper script may run before
+#                   it (see docs/torque.md, "The job's loader variables").
 #
 # mom_priv gets a COPY of cder-torque-hook under each hook name, owned by
 # root:root, mode 0500 (the .user hooks 0505): pbs_mom refuses hooks that
@@ -90,24 +91,32 @@ for h in $hooks; do
     echo "installed $dest ($mode)"
 done
 
+# Set-group-ID to a group of its own, which it drops first thing: the loader
+# then runs it in secure-execution mode and ignores the job's LD_PRELOAD,
+# LD_LIBRARY_PATH, LD_AUDIT …, which would otherwise run before it.
+getent group cder-starter >/dev/null || groupadd --system cder-starter
+chown root:cder-starter "$libexec/cder-job-starter"
+chmod 2755 "$libexec/cder-job-starter"
+echo "installed $libexec/cder-job-starter (root:cder-starter 2755)"
 starter=$libexec/cder-job-starter
-if [ -n "$cder_config$torque_config" ]; then
-    # Root's paths on root's command line; sh -c quoting of each path.
-    quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
-    starter=$mom_priv/cder-job-starter
-    {
-        echo '#!/bin/sh'
-        echo '# cder job starter with this node'"'"'s files (install-mom-hooks.sh); root-owned:'
-        echo '# the job runs it in its own environment, so the paths live here, not there.'
-        printf 'exec %s' "$(quote "$libexec/cder-job-starter")"
-        [ -n "$cder_config" ] && printf ' --config %s' "$(quote "$cder_config")"
-        [ -n "$torque_config" ] && printf ' --torque-config %s' "$(quote "$torque_config")"
-        printf ' -- "$@"\n'
-    } >"$starter.new"
-    chown root:root "$starter.new"
-    chmod 0755 "$starter.new"
-    mv -f "$starter.new" "$starter"
-    echo "installed $starter (0755)"
+# Other paths: root-owned links in /etc/cder, never a wrapper script (its
+# /bin/sh, not set-ID, would load the job's LD_PRELOAD before the starter).
+link_config() { # FILE NAME
+    local dest=/etc/cder/$2
+    [ -n "$1" ] || return 0
+    if [ -L "$dest" ] && [ "$(readlink "$dest")" = "$1" ]; then return 0; fi
+    if { [ -e "$dest" ] || [ -L "$dest" ]; } && [ "$force" != 1 ]; then
+        echo "install-mom-hooks.sh: $dest exists; the job starter reads only /etc/cder: remove it, or use --force to replace it by a link to $1" >&2
+        exit 1
+    fi
+    install -d -o root -g root -m 0755 /etc/cder
+    ln -sfn "$1" "$dest"
+    echo "linked $dest -> $1"
+}
+link_config "$cder_config" cder.toml
+link_config "$torque_config" torque.toml
+if [ -e "$mom_priv/cder-job-starter" ] && grep -qaF "install-mom-hooks.sh" "$mom_priv/cder-job-starter"; then
+    echo "install-mom-hooks.sh: $mom_priv/cder-job-starter is an old wrapper script, open to the job's LD_PRELOAD: point \$job_starter in mom_priv/config at $starter, then remove it" >&2
 fi
 line="\$job_starter $starter"
 if [ "$configure" = 1 ]; then

@@ -55,6 +55,25 @@ pub fn command_from_argv(argv: &[OsString]) -> Option<Exec> {
     }
 }
 
+/// The environment a process was started with, from its
+/// `/proc/self/environ` text (NUL-separated `NAME=value` entries). The
+/// loader's secure-execution mode takes `LD_LIBRARY_PATH`, `TMPDIR` and the
+/// like out of the live environment only; the job is owed them all.
+pub fn environment_as_started(proc_environ: &[u8]) -> Vec<(OsString, OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    proc_environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| {
+            // As getenv(3) reads it: the name ends at the first '=', and is not empty.
+            let at = entry.iter().position(|&b| b == b'=').filter(|&at| at > 0)?;
+            Some((
+                OsStr::from_bytes(&entry[..at]).to_os_string(),
+                OsStr::from_bytes(&entry[at + 1..]).to_os_string(),
+            ))
+        })
+        .collect()
+}
+
 /// A job's environment and, when the job gets no devices for a reason the
 /// user should know, that reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +223,24 @@ mod tests {
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn environment_as_started_keeps_every_entry_in_order() {
+        let env = environment_as_started(b"PBS_JOBID=17.ce\0LD_LIBRARY_PATH=/opt/x/lib\0EMPTY=\0A=b=c\0=nameless\0noequals\0TMPDIR=/tmp/17\0");
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let want = [
+            ("PBS_JOBID", "17.ce"),
+            ("LD_LIBRARY_PATH", "/opt/x/lib"),
+            ("EMPTY", ""),
+            ("A", "b=c"),
+            ("TMPDIR", "/tmp/17"),
+        ];
+        assert_eq!(env, want.map(|(k, v)| (k.to_string(), v.to_string())));
+        assert!(environment_as_started(b"").is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The crate's only unsafe code: looking a user up in the system's user
 //! database (files, LDAP, sssd … through NSS), as pbs_mom itself does, and
-//! the process's own ids and host name.
+//! the process's own ids (and giving up the job starter's installed group)
+//! and host name.
 
 use std::ffi::{CStr, CString};
 
@@ -71,6 +72,61 @@ pub fn current_uid() -> u32 {
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid takes no arguments, cannot fail and touches no memory.
     unsafe { libc::geteuid() }
+}
+
+/// Gives up the group the job starter is installed set-group-ID to (that
+/// mode only buys the loader's secure-execution mode): real, effective and
+/// saved gid all become the real gid, and are checked to be so.
+pub fn drop_borrowed_group() -> Result<(), String> {
+    // SAFETY: getgid takes no arguments, cannot fail and touches no memory.
+    let gid = unsafe { libc::getgid() };
+    // SAFETY: setresgid takes plain integers and touches no memory; an
+    // unprivileged process may set each of its gids to its real gid.
+    if unsafe { libc::setresgid(gid, gid, gid) } != 0 {
+        return Err(format!(
+            "cannot drop the installed group (setresgid to gid {gid}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let (mut real, mut effective, mut saved) = (0, 0, 0);
+    // SAFETY: the three pointers are live, writable locals of type gid_t.
+    if unsafe { libc::getresgid(&mut real, &mut effective, &mut saved) } != 0 {
+        return Err(format!(
+            "cannot read back its gids (getresgid): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if (real, effective, saved) != (gid, gid, gid) {
+        return Err(format!("the installed group was not dropped: gids real {real}, effective {effective}, saved {saved}"));
+    }
+    Ok(())
+}
+
+/// Whether the loader ran this process in secure-execution mode
+/// (`AT_SECURE`: set-ID, so `LD_PRELOAD` and the like were not honoured).
+pub fn secure_execution() -> bool {
+    // SAFETY: getauxval reads the process's auxiliary vector; it takes an
+    // integer, touches no caller memory and returns 0 for a missing entry.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// Lets this process's `/proc/self` files be read by its own user again
+/// (`PR_SET_DUMPABLE`), which a set-group-ID start turns off until exec.
+pub fn make_dumpable() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_DUMPABLE takes integers only and touches no memory.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_DUMPABLE,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// This host's name (`gethostname(2)`), as pbs_mom names its node by default.

@@ -299,6 +299,192 @@ fn job_starter_refuses_to_run_a_job_as_root() {
     assert!(err.contains("$job_starter_run_privileged"), "{err}");
 }
 
+/// A group that is neither root's nor the job's, that the job starter is
+/// installed set-group-ID to (a site's `cder-starter`).
+const STARTER_GID: u32 = 64123;
+
+/// A copy of the job starter owned by root and `gid`, with `mode`.
+fn installed_starter(node: &Node, name: &str, gid: u32, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = node.dir.path().join(name);
+    std::fs::copy(&node.job_starter_bin, &path).unwrap();
+    std::os::unix::fs::chown(&path, Some(0), Some(gid)).unwrap();
+    // chown clears the set-ID bits: the mode comes after it.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// A shared library whose constructor, wherever it is loaded, leaves
+/// `marker` and runs the job itself, before the job starter's main.
+fn job_preload_library(node: &Node) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = node.dir.path().join("preload");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = dir.join("constructor-ran");
+    let source = dir.join("hijack.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <fcntl.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+             __attribute__((constructor)) static void hijack(void) {{\n\
+             close(open(\"{}\", O_CREAT | O_WRONLY, 0666));\n\
+             unsetenv(\"LD_PRELOAD\");\n\
+             execl(\"/bin/sh\", \"sh\", \"-c\", \"echo UNCONFINED\", (char *)0);\n}}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let library = dir.join("libhijack.so");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .output()
+        .expect("cc (build-essential) builds the test's library");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (library, marker)
+}
+
+/// `starter argv…` as `uid`:`gid` with `LD_PRELOAD=library` set for it
+/// alone (setpriv, which runs as root, must not load the library itself).
+fn run_preloaded(
+    node: &Node,
+    starter: &std::path::Path,
+    library: Option<&std::path::Path>,
+    argv: &[&str],
+) -> common::Run {
+    let preload = library
+        .map(|l| format!("LD_PRELOAD={}", l.display()))
+        .unwrap_or_else(|| "NO_PRELOAD=1".into());
+    let mut args = vec![preload.as_str(), starter.to_str().unwrap()];
+    args.extend_from_slice(argv);
+    node.run_as(
+        JOB_UID,
+        JOB_GID,
+        std::path::Path::new("/usr/bin/env"),
+        &args,
+        &[("PBS_JOBID", "1400.ce"), ("PATH", "/usr/bin:/bin")],
+    )
+}
+
+#[test]
+fn the_jobs_ld_preload_does_not_run_before_the_job_starter() {
+    let Some(node) = Node::start("[torque]\nconfine = \"required\"\n") else {
+        return;
+    };
+    let (library, marker) = job_preload_library(&node);
+    let argv = [
+        "--config",
+        node.config.to_str().unwrap(),
+        "--torque-config",
+        node.torque_toml.to_str().unwrap(),
+        "/bin/sh",
+        "-c",
+        "echo JOB RAN",
+    ];
+
+    // Installed as the job starter was before: the loader runs the job's
+    // library first, and it runs the job without cderd ever confining it.
+    let plain = installed_starter(&node, "starter-0755", 0, 0o755);
+    let r = run_preloaded(&node, &plain, Some(&library), &argv);
+    assert!(
+        r.stdout.contains("UNCONFINED") && marker.exists(),
+        "the loader honours LD_PRELOAD: {r:?}"
+    );
+    std::fs::remove_file(&marker).unwrap();
+
+    // Set-group-ID: secure execution, the library is never loaded, and the
+    // job (unknown to cderd) is refused exactly as without the variable.
+    let setgid = installed_starter(&node, "starter-2755", STARTER_GID, 0o2755);
+    let with = run_preloaded(&node, &setgid, Some(&library), &argv);
+    assert!(
+        !marker.exists(),
+        "the job's library ran in the job starter: {with:?}"
+    );
+    assert!(
+        !with.stdout.contains("UNCONFINED") && !with.stdout.contains("JOB RAN"),
+        "{with:?}"
+    );
+    let without = run_preloaded(&node, &setgid, None, &argv);
+    assert_eq!(
+        (with.code, &with.stdout, &with.stderr),
+        (without.code, &without.stdout, &without.stderr)
+    );
+    assert_eq!(with.code, 1, "{with:?}");
+    assert!(
+        with.stderr.contains("cderd has no record of the job"),
+        "{with:?}"
+    );
+}
+
+#[test]
+fn the_job_runs_without_the_job_starters_group_and_with_its_whole_environment() {
+    let Some(node) = Node::start_with(
+        "[torque]\nconfine = \"required\"\n",
+        Devices::Char { cgroup: "v1" },
+    ) else {
+        return;
+    };
+    let setgid = installed_starter(&node, "starter-2755", STARTER_GID, 0o2755);
+    assert_eq!(
+        node.hook(
+            "prologue",
+            &prologue_args("1401.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")
+        )
+        .code,
+        0
+    );
+    // Variables the loader takes out of a set-group-ID program's environment.
+    let env = [
+        ("PBS_JOBID", "1401.ce"),
+        ("PATH", "/usr/bin:/bin"),
+        ("LD_LIBRARY_PATH", "/opt/app/lib"),
+        ("TMPDIR", "/tmp/1401.ce"),
+    ];
+    let script = "grep '^Gid:' /proc/self/status; echo \"LLP=$LD_LIBRARY_PATH TMPDIR=$TMPDIR CVD=$CUDA_VISIBLE_DEVICES\"; cat /proc/self/cgroup";
+    let files = [
+        "--config",
+        node.config.to_str().unwrap(),
+        "--torque-config",
+        node.torque_toml.to_str().unwrap(),
+    ];
+    let r = node.run_as(
+        JOB_UID,
+        JOB_GID,
+        &setgid,
+        &[&files[..], &["/bin/sh", "-c", script]].concat(),
+        &env,
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let gids: Vec<u32> = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Gid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|g| g.parse().ok())
+        .collect();
+    assert_eq!(
+        gids, [JOB_GID; 4],
+        "real, effective, saved and fs gid are the job's: {r:?}"
+    );
+    assert!(
+        r.stdout
+            .contains("LLP=/opt/app/lib TMPDIR=/tmp/1401.ce CVD=\n"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout.contains("torque-1401.ce-"),
+        "confined by cderd: {r:?}"
+    );
+    assert_eq!(node.hook("epilogue", &epilogue_args("1401.ce")).code, 0);
+}
+
 #[test]
 fn reconcile_after_a_snapshot_keeps_a_newer_allocation() {
     let Some(node) = Node::start("") else { return };

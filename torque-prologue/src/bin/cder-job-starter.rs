@@ -10,7 +10,7 @@ use std::time::Duration;
 use cder_model::config::DEFAULT_CONFIG_PATH;
 use cder_model::Config;
 use cder_torque::settings::{TorqueSettings, DEFAULT_SETTINGS_PATH};
-use cder_torque::starter::{command_from_argv, fallback_config, fetch};
+use cder_torque::starter::{command_from_argv, environment_as_started, fallback_config, fetch};
 
 // argv is the job's command line as pbs_mom passes it, so it is read by hand, not by clap.
 pub(crate) const HELP: &str = "\
@@ -20,8 +20,7 @@ USAGE:
     cder-job-starter [OPTIONS] SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
     cder-job-starter [OPTIONS] PROGRAM [ARGS...]             (by hand, inside a job)
 
-OPTIONS (before the command; pbs_mom passes none, so only a root-owned
-wrapper named in $job_starter can give them):
+OPTIONS (before the command, for runs by hand; pbs_mom passes none):
     --config FILE          cder.toml [default: /etc/cder/cder.toml]
     --torque-config FILE   torque.toml [default: /etc/cder/torque.toml]
     --                     end of options
@@ -30,11 +29,11 @@ Set in $PBS_HOME/mom_priv/config:
 
     $job_starter /usr/libexec/cder/cder-job-starter
 
-or, where the files are elsewhere, a wrapper owned by root and writable by
-root only (e.g. $PBS_HOME/mom_priv/cder-job-starter, mode 0755):
-
-    #!/bin/sh
-    exec /usr/libexec/cder/cder-job-starter --config /srv/cder/cder.toml -- \"$@\"
+with the starter installed root:cder-starter, mode 2755: set-group-ID, so
+that the loader ignores the job's LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT …
+(the group is dropped first thing; the job gets its whole environment).
+Where the files are elsewhere, link them into /etc/cder; never name a
+wrapper script in $job_starter (its /bin/sh loads the job's LD_PRELOAD).
 
 pbs_mom then runs it as the job's user, with the job's environment, in
 place of the job's shell, passing the shell's path and argument vector.
@@ -67,7 +66,8 @@ ENVIRONMENT:
 EXIT STATUS:
     that of the job; 127 when the job's program cannot be executed,
     2 when there is no program to run or an option is wrong, 1 when it
-    refuses to start the job (run as root, or not confined).";
+    refuses to start the job (run as root, not confined, or its installed
+    group cannot be dropped).";
 
 /// The options root's wrapper may put before the command, and the rest of argv
 /// (argv\[0\] first, as [`command_from_argv`] expects).
@@ -102,6 +102,12 @@ fn parse_options(argv: Vec<OsString>) -> Result<Options, String> {
 }
 
 fn main() -> ExitCode {
+    // Installed set-group-ID only so that the loader ignores the job's
+    // LD_PRELOAD and the like: the group itself goes before anything else.
+    if let Err(e) = cder_torque::sys::drop_borrowed_group() {
+        eprintln!("cder-job-starter: {e}; not starting the job");
+        return ExitCode::from(1);
+    }
     let argv: Vec<OsString> = std::env::args_os().collect();
     match argv.get(1).and_then(|a| a.to_str()) {
         Some("--help" | "-h") => {
@@ -164,7 +170,21 @@ fn main() -> ExitCode {
             Err(e) => eprintln!("cder-job-starter: {job}: {e}; no vGPGPUs"),
         }
     }
-    let error = Command::new(&exec.program).arg0(&exec.arg0).args(&exec.args).envs(&fetched.env.0).envs(&vgpgpu.0).exec();
+    let mut command = Command::new(&exec.program);
+    if cder_torque::sys::secure_execution() {
+        // The loader dropped LD_LIBRARY_PATH, TMPDIR … from this process's
+        // environment; the job, confined and running with no borrowed group,
+        // gets the environment pbs_mom gave it back. /proc/self/environ is
+        // root's until this process is dumpable again, which only now, confined
+        // and about to exec the job (exec makes it so anyway), it may be.
+        match cder_torque::sys::make_dumpable().and_then(|()| std::fs::read("/proc/self/environ")) {
+            Ok(environ) => {
+                command.env_clear().envs(environment_as_started(&environ));
+            }
+            Err(e) => eprintln!("cder-job-starter: /proc/self/environ: {e}; the job runs without LD_LIBRARY_PATH, TMPDIR and the other variables the loader drops for a set-group-ID program"),
+        }
+    }
+    let error = command.arg0(&exec.arg0).args(&exec.args).envs(&fetched.env.0).envs(&vgpgpu.0).exec();
     eprintln!("cder-job-starter: cannot execute {}: {error}", exec.program.to_string_lossy());
     ExitCode::from(127)
 }
