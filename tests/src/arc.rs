@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ldap::require;
+use cder_testkit::require_programs;
 
 /// ARC's start scripts and tools a test runs.
 pub const ARC_PROGRAMS: [&str; 9] = [
@@ -65,7 +65,7 @@ pub fn require_arc(infosys: bool) -> bool {
     if infosys {
         want.extend(ARC_INFOSYS);
     }
-    require(&want)
+    require_programs(&want)
 }
 
 /// The ExecutionEnvironment ARC's infosys publishes for the one node type

@@ -10,16 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ldap::{require, Slapd, SlapdOptions};
+use cder_testkit::require_programs;
+
+use crate::ldap::{Slapd, SlapdOptions};
 
 /// Debian's BDII updater.
 pub const BDII_UPDATE: &str = "/usr/sbin/bdii-update";
 /// BDII's top entries.
 pub const DEFAULT_LDIF: &str = "/usr/share/bdii/default.ldif";
 
-/// Everything a BDII test needs from the system (see [`require`]).
+/// Everything a BDII test needs from the system (see [`cder_testkit::require_programs`]).
 pub fn require_bdii() -> bool {
-    crate::ldap::require_slapd() && require(&[BDII_UPDATE, DEFAULT_LDIF, "python3", "ldapmodify", "ldapdelete"])
+    crate::ldap::require_slapd() && require_programs(&[BDII_UPDATE, DEFAULT_LDIF, "python3", "ldapmodify", "ldapdelete"])
 }
 
 /// How to run bdii-update.

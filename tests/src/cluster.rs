@@ -35,7 +35,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::munge::Munged;
-use crate::slurm::{artifacts, find_program, make_fake_gpu, JobInfo, SlurmClient, SLURM_CONF_COMMON, SLURM_PLUGIN_DIR};
+use cder_testkit::find_program;
+
+use crate::slurm::{artifacts, make_fake_gpu, JobInfo, SlurmClient, SLURM_CONF_COMMON, SLURM_PLUGIN_DIR};
 
 /// The private range the hosts live in (only inside the test's namespaces).
 pub const SUBNET: &str = "10.77.0";
@@ -53,7 +55,7 @@ pub const CLUSTER_PROGRAMS: [&str; 5] = ["ip", "nsenter", "unshare", "mount", "m
 /// `CI=true` this panics (the test fails); otherwise it prints why and
 /// returns false. (Namespaces need root, as slurmd does.)
 pub fn require_cluster() -> bool {
-    crate::slurm::require_slurm() && crate::ldap::require(&CLUSTER_PROGRAMS)
+    crate::slurm::require_slurm() && cder_testkit::require_programs(&CLUSTER_PROGRAMS)
 }
 
 /// How to set the cluster up.

@@ -34,34 +34,11 @@ pub const ROOT_PASSWORD: &str = "secret";
 /// The suffixes (each its own database, bound as itself) of the BDII config.
 pub const SUFFIXES: [&str; 3] = ["o=grid", "o=glue", "o=infosys"];
 
-/// Checks that the programs and files a test needs exist. When one is
-/// missing: with `CI=true` the test must fail, so this panics; otherwise it
-/// prints why and returns false, and the test returns early (skips).
-pub fn require(what: &[&str]) -> bool {
-    let missing: Vec<&str> = what.iter().copied().filter(|p| !exists(p)).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let message = format!("missing {} (install with deploy/install-deps.sh)", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and a real component is {message}");
-    }
-    crate::skipped(&message);
-    false
-}
-
-fn exists(program_or_path: &str) -> bool {
-    if program_or_path.contains('/') {
-        return Path::new(program_or_path).exists();
-    }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program_or_path).is_file()))
-}
-
 /// Everything a GLUE/BDII test needs from the system.
 pub fn require_slapd() -> bool {
     let mut needed = vec!["/usr/sbin/slapd", "ldapadd", "ldapsearch", BDII_SLAPD_CONF, GLUE20_SCHEMA];
     needed.extend(GLUE13_SCHEMAS);
-    require(&needed)
+    cder_testkit::require_programs(&needed)
 }
 
 /// A free TCP port on 127.0.0.1 (asked of the kernel; free when returned).

@@ -21,7 +21,7 @@ pub const MUNGE_PROGRAMS: [&str; 3] = ["/usr/sbin/munged", "/usr/bin/munge", "/u
 /// Checks that MUNGE is installed: with `CI=true` a missing piece fails the
 /// test (panics); otherwise it prints why and returns false.
 pub fn require_munge() -> bool {
-    crate::ldap::require(&MUNGE_PROGRAMS)
+    cder_testkit::require_programs(&MUNGE_PROGRAMS)
 }
 
 /// A running munged.

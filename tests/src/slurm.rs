@@ -25,6 +25,8 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
+
+use cder_testkit::find_program;
 use std::time::{Duration, Instant};
 
 /// Where Debian puts SLURM's own plugins.
@@ -68,19 +70,7 @@ pub fn require_slurm() -> bool {
     if missing.is_empty() {
         return true;
     }
-    let message = format!("missing {} (install slurm-wlm with deploy/install-deps.sh)", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and a real component is {message}");
-    }
-    crate::skipped(&message);
-    false
-}
-
-/// `name` on `PATH`, or in /usr/sbin or /usr/bin (where Debian puts the
-/// daemons, often outside a user's `PATH`).
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/usr/bin".into()]).map(|d| d.join(name)).find(|p| p.is_file())
+    cder_testkit::missing(&format!("missing {} (install slurm-wlm with deploy/install-deps.sh)", missing.join(", ")))
 }
 
 /// Only one SLURM cluster at a time per test process: the machine has two

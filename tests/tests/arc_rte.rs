@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use cder_tests::ldap::require;
+use cder_testkit::require_programs;
 
 const SUBMIT_COMMON: &str = "/usr/share/arc/submit_common.sh";
 /// ARC's Python binding (python3-nordugrid-arc), used for its xRSL parser.
@@ -83,7 +83,7 @@ fn stage0_rte(
 
 #[test]
 fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
-    if !require(&[SUBMIT_COMMON, "/bin/sh"]) {
+    if !require_programs(&[SUBMIT_COMMON, "/bin/sh"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -185,7 +185,7 @@ fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
 /// job_submit_cder.so turns into `licenses=vgpgpu:N×nodes`.
 #[test]
 fn arc_stage0_turns_a_vgpgpu_request_into_the_spank_options() {
-    if !require(&[SUBMIT_COMMON, "/bin/sh"]) {
+    if !require_programs(&[SUBMIT_COMMON, "/bin/sh"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -288,7 +288,7 @@ fn arc_stage0_turns_a_vgpgpu_request_into_the_spank_options() {
 fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
     use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
-    if !require_slapd() || !require(&[ARC_PYTHON]) {
+    if !require_slapd() || !require_programs(&[ARC_PYTHON]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -403,7 +403,7 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
 /// both runtime environments with their arguments.
 #[test]
 fn arcs_parser_reads_the_vgpgpu_runtime_environment() {
-    if !require(&[ARC_PYTHON]) {
+    if !require_programs(&[ARC_PYTHON]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -181,7 +181,7 @@ fn settings_only_from_a_root_owned_file_no_one_else_may_write() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("CI=true and {why}");
         }
-        cder_tests::skipped(why);
+        cder_testkit::skipped(why);
         return;
     }
     let blah = Blah::install();

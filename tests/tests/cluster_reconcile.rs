@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use cder_tests::wait_for;
+use cder_testkit::wait_for;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::{serial, SlurmClient};
 use cder_tests::vgpgpu::binary;

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use cder_tests::wait_for;
+use cder_testkit::wait_for;
 use cder_tests::cluster::{is_zombie, require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::{parse_env_lines, serial, visible_set, SlurmClient};
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cder_tests::wait_for;
+use cder_testkit::wait_for;
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::munge::require_munge;
 use cder_tests::slurm::{parse_env_lines, serial, SlurmClient};

@@ -46,7 +46,7 @@ fn require_tools() -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("CI=true and a packaging tool is {message}");
     }
-    cder_tests::skipped(&message);
+    cder_testkit::skipped(&message);
     false
 }
 
@@ -291,7 +291,8 @@ fn packages_build_install_run_and_purge() {
     assert!(provider.trim().is_empty(), "an unconfigured provider published:\n{provider}");
 
     // The SLURM demo, with the installed plugins and cderd.
-    let mut demo = ns.command(env!("CARGO_BIN_EXE_cder-slurm-demo"));
+    let demo_bin = cder_tests::bdii::built_binary("cder-demos", "cder-slurm-demo").unwrap_or_else(|e| panic!("{e}"));
+    let mut demo = ns.command(demo_bin.to_str().expect("a UTF-8 target path"));
     demo.env("CDER_TESTS_INSTALLED", "1");
     let demo = demo.output().expect("cder-slurm-demo");
     let shown = text(&demo);

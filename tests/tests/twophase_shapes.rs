@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
-use cder_tests::ldap::{require, require_slapd, Slapd, SlapdOptions};
+use cder_testkit::require_programs;
+use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::twophase::cder_jdl;
 
 const PYTHON: &str = "/opt/cder-venv/bin/python";
@@ -30,7 +31,7 @@ fn strategy_name(s: Strategy) -> &'static str {
 
 /// Runs one shape; `read_all`: cder reads every strategy (GLUE 1.3 included), not just the published one.
 fn shape(spec: SnapshotSpec, read_all: bool) {
-    if !require_slapd() || !require(&["/usr/sbin/slapadd", PYTHON]) {
+    if !require_slapd() || !require_programs(&["/usr/sbin/slapadd", PYTHON]) {
         return;
     }
     let name = strategy_name(spec.strategy);
@@ -135,7 +136,7 @@ fn a_site_bdii_tree_without_site_domains() {
 fn paged_scans_side_by_side_on_one_connection() {
     // slapd keeps one paged-results state per connection: two scans that each
     // need several pages (EEs with OtherInfo, tagged SubClusters) must not share one.
-    if !require_slapd() || !require(&["/usr/sbin/slapadd"]) {
+    if !require_slapd() || !require_programs(&["/usr/sbin/slapadd"]) {
         return;
     }
     use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};

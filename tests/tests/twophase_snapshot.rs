@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use cder_tests::egi_snapshot::{generate, SnapshotSpec, Strategy};
-use cder_tests::ldap::{require, require_slapd, Slapd, SlapdOptions};
+use cder_testkit::require_programs;
+use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::twophase::cder_jdl;
 
 const PYTHON: &str = "/opt/cder-venv/bin/python";
@@ -18,7 +19,7 @@ const JOB: &str = "[ Requirements = other.GPGPUVendor == \"Nvidia\" && (other.GP
 
 #[test]
 fn list_match_on_a_small_snapshot_agrees_with_the_data_and_the_reference() {
-    if !require_slapd() || !require(&["/usr/sbin/slapadd", PYTHON]) {
+    if !require_slapd() || !require_programs(&["/usr/sbin/slapadd", PYTHON]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

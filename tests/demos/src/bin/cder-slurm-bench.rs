@@ -53,7 +53,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cder_tests::bench::{mean, median};
+use cder_demos::{mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
 
 /// The lines measured, in order; `--only` picks some.

@@ -29,7 +29,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cder_tests::bench::{count_arg, mean, median};
+use cder_demos::{count_arg, mean, median};
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::SlurmClient;
 

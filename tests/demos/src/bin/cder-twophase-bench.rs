@@ -171,7 +171,7 @@ fn real_main() -> Result<(), String> {
     let cder_jdl = here.parent().map(|d| d.join("cder-jdl")).filter(|p| p.is_file()).ok_or_else(|| {
         format!("no cder-jdl next to {}; build it: cargo build --release -j 2 -p cder-jdl -p cder-tests", here.display())
     })?;
-    let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/twophase_reference.py");
+    let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/twophase_reference.py");
     for p in [Path::new(PYTHON), reference.as_path(), Path::new("/usr/sbin/slapd"), Path::new("/usr/sbin/slapadd")] {
         if !p.exists() {
             return Err(format!("{} is missing (deploy/install-deps.sh)", p.display()));
