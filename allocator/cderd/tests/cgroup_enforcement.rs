@@ -12,13 +12,14 @@
 //! cgroup v1 `devices` controller / a cgroup2 mount with device BPF
 //! programs; under CI=true their absence fails the test.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cder_protocol::{AllocRequest, DeviceState, ErrorCode};
-use common::{probe_lines, require, retry_busy, Node};
+use cder_testkit::require;
+use common::{probe_lines, retry_busy, Node};
 
 /// The probe's side: runs in a child process started by [`probe`].
 #[test]
@@ -54,7 +55,7 @@ impl Seen {
 fn probe_command(node: &Node, uid: u32, job: &str) -> Command {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(common::probe_binary(node.dir.path()));
-    cmd.args(["--exact", "cgroup_probe_child", "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", "cgroup_enforcement::cgroup_probe_child", "--nocapture", "--test-threads=1"])
         .env("CDER_PROBE_SOCKET", &node.socket)
         .env("CDER_PROBE_JOB", job)
         .env("CDER_PROBE_PATHS", node.devices.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))
@@ -150,7 +151,7 @@ fn same_uid_jobs_are_separated(mode: &str) {
 
 #[test]
 fn v1_devices_controller_separates_two_jobs_of_one_uid() {
-    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+    if !require(cder_testkit::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
         return;
     }
     same_uid_jobs_are_separated("v1");
@@ -158,7 +159,7 @@ fn v1_devices_controller_separates_two_jobs_of_one_uid() {
 
 #[test]
 fn v2_bpf_program_separates_two_jobs_of_one_uid() {
-    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+    if !require(cder_testkit::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
         return;
     }
     same_uid_jobs_are_separated("v2");
@@ -166,7 +167,7 @@ fn v2_bpf_program_separates_two_jobs_of_one_uid() {
 
 #[test]
 fn auto_confines_through_one_hierarchy() {
-    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+    if !require(cder_testkit::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
         return;
     }
     // One hierarchy denies as well as two, and each is one more move of
@@ -186,7 +187,7 @@ fn auto_confines_through_one_hierarchy() {
 
 #[test]
 fn the_jobs_own_user_cannot_confine_a_job_the_batch_system_confines() {
-    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+    if !require(cder_testkit::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
         return;
     }
     // SLURM's task/cgroup confines the job: the prolog says so, and cderd
@@ -231,7 +232,7 @@ fn the_jobs_own_user_cannot_confine_a_job_the_batch_system_confines() {
 
 #[test]
 fn both_hierarchies_together() {
-    if !require(common::is_root() && v1_available() && v2_available(), "root, cgroup v1 devices and cgroup2") {
+    if !require(cder_testkit::is_root() && v1_available() && v2_available(), "root, cgroup v1 devices and cgroup2") {
         return;
     }
     same_uid_jobs_are_separated("both");
@@ -345,7 +346,7 @@ fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
 
 #[test]
 fn a_setsid_child_is_ended_at_release_under_v1() {
-    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+    if !require(cder_testkit::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
         return;
     }
     // A uid no other test here uses: its processes are this test's.
@@ -354,7 +355,7 @@ fn a_setsid_child_is_ended_at_release_under_v1() {
 
 #[test]
 fn a_setsid_child_is_ended_at_release_under_cders_v2_groups() {
-    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+    if !require(cder_testkit::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
         return;
     }
     leftover_processes_are_ended_at_release("v2", 1004);
@@ -372,7 +373,7 @@ fn cgroup_off_answers_enforcement_unavailable() {
 
 #[test]
 fn a_device_held_open_by_another_process_is_not_handed_out() {
-    if !require(common::is_root(), "root (to hold a device open as another uid)") {
+    if !require(cder_testkit::is_root(), "root (to hold a device open as another uid)") {
         return;
     }
     // Device 0 is a copy of 1:11 (/dev/kmsg), which no other test uses and
@@ -415,7 +416,7 @@ fn a_device_held_open_by_another_process_is_not_handed_out() {
 
 #[test]
 fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
-    if !require(common::is_root(), "root (to hold a device open as another uid)") {
+    if !require(cder_testkit::is_root(), "root (to hold a device open as another uid)") {
         return;
     }
     let node = node_with("off", [11, 7, 8, 9], "skip");
@@ -511,7 +512,7 @@ fn a_device_file_made_later_is_denied(mode: &str) {
     let paths = format!("{},{}", node.devices[0].display(), late.display());
     let mut child = KillOnDrop(retry_busy(|| {
         Command::new(common::probe_binary(node.dir.path()))
-            .args(["--exact", "late_node_probe_child", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "cgroup_enforcement::late_node_probe_child", "--nocapture", "--test-threads=1"])
             .env("CDER_LATE_SOCKET", &node.socket)
             .env("CDER_LATE_JOB", "slurm:601")
             .env("CDER_LATE_GO", &go)
@@ -547,7 +548,7 @@ fn a_device_file_made_later_is_denied(mode: &str) {
 
 #[test]
 fn v1_denies_a_device_file_made_after_the_group() {
-    if !require(common::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
+    if !require(cder_testkit::is_root() && v1_available(), "root and the cgroup v1 devices controller") {
         return;
     }
     a_device_file_made_later_is_denied("v1");
@@ -555,7 +556,7 @@ fn v1_denies_a_device_file_made_after_the_group() {
 
 #[test]
 fn v2_denies_a_device_file_made_after_the_group() {
-    if !require(common::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
+    if !require(cder_testkit::is_root() && v2_available(), "root and a cgroup2 mount with device BPF programs") {
         return;
     }
     a_device_file_made_later_is_denied("v2");
@@ -563,7 +564,7 @@ fn v2_denies_a_device_file_made_after_the_group() {
 
 #[test]
 fn a_device_with_no_file_and_no_known_number_fails_confine_closed() {
-    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+    if !require(cder_testkit::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
         return;
     }
     let (node, late) = late_node("auto", "");
@@ -583,7 +584,7 @@ fn confine_connector_child() {
     let Ok(socket) = std::env::var("CDER_CONNECT_SOCKET") else { return };
     let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     let holder = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "confine_holder_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "cgroup_enforcement::confine_holder_child", "--nocapture", "--test-threads=1"])
         .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(stream)))
         .spawn()
         .unwrap();
@@ -618,7 +619,7 @@ fn confine_holder_child() {
 fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
-    if !require(common::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
+    if !require(cder_testkit::is_root() && (v1_available() || v2_available()), "root and a device cgroup") {
         return;
     }
     let node = node("auto");
@@ -626,7 +627,7 @@ fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
     let go = node.dir.path().join("go");
     let mut connector = retry_busy(|| {
         Command::new(common::probe_binary(node.dir.path()))
-            .args(["--exact", "confine_connector_child", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "cgroup_enforcement::confine_connector_child", "--nocapture", "--test-threads=1"])
             .env("CDER_CONNECT_SOCKET", &node.socket)
             .env("CDER_HOLD_GO", &go)
             .env("CDER_HOLD_JOB", "slurm:801")

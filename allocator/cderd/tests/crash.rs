@@ -4,7 +4,7 @@
 //! change is still there, and `status` agrees with the database file.
 //! The seed is printed; `CDER_CRASH_SEED=<n>` replays a run.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

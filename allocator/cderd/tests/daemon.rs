@@ -2,7 +2,7 @@
 //! input, authorization, drain, reconcile, accounting, enforcement,
 //! durability across SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -10,7 +10,8 @@ use std::sync::{Arc, Barrier};
 
 use cder_model::JobKey;
 use cder_protocol::{AccountingRequest, AllocRequest, Allocation, ClientError, DeviceState, ErrorCode, ReconcileRequest, Request};
-use common::{as_uid, is_root, live_owners, require, Node, Options};
+use cder_testkit::{is_root, require};
+use common::{as_uid, live_owners, Node, Options};
 
 fn job(s: &str) -> JobKey {
     s.parse().unwrap()
@@ -205,7 +206,7 @@ fn protocol_fuzz_against_the_daemon() {
 /// Runs this test binary's `client_helper` as `uid`, sending `line`; returns the reply line.
 fn call_as(node: &Node, uid: u32, line: &str) -> String {
     let exe = std::env::current_exe().unwrap();
-    let out = as_uid(uid, &[exe.as_os_str(), "--ignored".as_ref(), "--exact".as_ref(), "client_helper".as_ref(), "--nocapture".as_ref(), "--quiet".as_ref()])
+    let out = as_uid(uid, &[exe.as_os_str(), "--ignored".as_ref(), "--exact".as_ref(), "daemon::client_helper".as_ref(), "--nocapture".as_ref(), "--quiet".as_ref()])
         .env("CDER_TEST_SOCKET", &node.socket)
         .env("CDER_TEST_LINE", line)
         .output()
@@ -548,7 +549,7 @@ fn socket_mode_is_applied_and_a_second_daemon_is_refused() {
         let reply = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "client_helper", "--nocapture", "--quiet"])
+            .args(["--ignored", "--exact", "daemon::client_helper", "--nocapture", "--quiet"])
             .env("CDER_TEST_SOCKET", &node.socket)
             .env("CDER_TEST_LINE", r#"{"v":1,"op":"status"}"#)
             .output()

@@ -4,7 +4,7 @@
 //! through its `CDER_FAKE_NVML_EVENTS` control file: an Xid critical error,
 //! a double-bit ECC error (event and counter), a GPU fallen off the bus.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

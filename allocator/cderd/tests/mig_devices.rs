@@ -4,7 +4,7 @@
 //! one GPU in MIG mode (three instances) and one whole GPU; the driver's
 //! capability tree is a temp dir.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,13 +4,14 @@
 //! one is); it records compute modes in `CDER_FAKE_NVML_STATE`. Device
 //! files are temp files standing in for /dev/nvidiaN.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 
 use cder_fake_nvml::{FakeDevice, FakeNvml};
 use cder_protocol::{AllocRequest, ReconcileRequest};
-use common::{is_root, require, Node};
+use cder_testkit::{is_root, require};
+use common::Node;
 
 /// NVML_COMPUTEMODE_DEFAULT and NVML_COMPUTEMODE_EXCLUSIVE_PROCESS.
 const DEFAULT: &str = "0";

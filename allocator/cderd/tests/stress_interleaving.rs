@@ -14,7 +14,7 @@
 //! Runs a fixed seed and a per-run seed (printed); `CDER_STRESS_SEED=<n>`
 //! replays a run.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cder_model::JobKey;
 use cder_protocol::{AllocRequest, Client, ReconcileRequest};
-use common::{live_owners, require, Node, Rng};
+use cder_testkit::require;
+use common::{live_owners, Node, Rng};
 
 const ITERATIONS: usize = 20;
 const WORKERS: usize = 3;
@@ -118,7 +119,7 @@ fn verify(node: &Node, ctx: &str, probe: bool) {
     }
     for (job, own) in by_job.iter().take(2) {
         // As root: file modes do not stop root, only the cgroup can.
-        let lines = common::run_probe("stress_probe_child", node, 0, job, &node.devices);
+        let lines = common::run_probe("stress_interleaving::stress_probe_child", node, 0, job, &node.devices);
         assert!(lines.iter().any(|l| l.starts_with("PROBE confined ")), "{ctx}: {job} not confined: {lines:?}");
         for (i, path) in node.devices.iter().enumerate() {
             let prefix = format!("PROBE after {} ", path.display());
@@ -161,7 +162,7 @@ fn run(seed: u64, cgroups: bool) {
 }
 
 fn cgroups_here() -> bool {
-    common::is_root()
+    cder_testkit::is_root()
         && (std::path::Path::new("/sys/fs/cgroup/devices/devices.deny").exists()
             || std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(" - cgroup2 ")))
 }

@@ -7,10 +7,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use cder_protocol::{Client, Status};
+use cder_testkit::TestNode;
 
 pub const CDERD: &str = env!("CARGO_BIN_EXE_cderd");
 
@@ -30,13 +31,11 @@ pub struct Node {
     pub config: PathBuf,
     pub socket: PathBuf,
     pub devices: Vec<PathBuf>,
-    /// Extra environment for the daemon (e.g. the fake NVML's variables).
-    pub env: Vec<(String, PathBuf)>,
     /// `[node.enforcement] cgroup_parent` of this node, unique per test
     /// node so that parallel tests never sweep each other's groups;
     /// removed with the node.
     pub cgroup_parent: Option<String>,
-    child: Option<Child>,
+    daemon: TestNode,
 }
 
 /// A `cgroup_parent` no other test node uses.
@@ -110,7 +109,8 @@ impl Node {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let mut node = Node { dir, config, socket, devices, env: Vec::new(), cgroup_parent: Some(cgroup_parent), child: None };
+        let daemon = TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log"));
+        let mut node = Node { dir, config, socket, devices, cgroup_parent: Some(cgroup_parent), daemon };
         node.start();
         node
     }
@@ -125,71 +125,35 @@ impl Node {
         let cgroup_parent = text
             .lines()
             .find_map(|l| l.trim().strip_prefix("cgroup_parent = ").map(|v| v.trim_matches('"').to_string()));
-        let mut node = Node { dir, config, socket, devices, env, cgroup_parent, child: None };
+        // Extra environment for the daemon (e.g. the fake NVML's variables).
+        let daemon = env.into_iter().fold(TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log")), |d, (k, v)| d.env(k, v));
+        let mut node = Node { dir, config, socket, devices, cgroup_parent, daemon };
         node.start();
         node
     }
 
     /// Starts cderd and waits until it answers `ping`.
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "cderd already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("cderd.log")).unwrap();
-        let child = Command::new(CDERD)
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_os_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start cderd");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut c) = Client::connect(&self.socket, Duration::from_secs(5)) {
-                if c.ping().is_ok() {
-                    return;
-                }
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("cderd exited with {status} at start; log:\n{}", self.log());
-            }
-            assert!(Instant::now() < deadline, "cderd did not come up; log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.daemon.start(Duration::from_secs(30));
     }
 
     /// SIGKILLs the daemon (no chance to clean up) and reaps it.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.daemon.kill();
     }
 
     /// Sends SIGTERM and waits for the daemon to exit; returns its status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("cderd running");
-        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-        assert!(status.success(), "kill -TERM failed");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "cderd did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.daemon.terminate()
     }
 
     /// Whether the daemon process is still running.
     pub fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.daemon.alive()
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("cderd.log")).unwrap_or_default()
+        self.daemon.log()
     }
 
     pub fn client(&self) -> Client {
@@ -248,23 +212,6 @@ pub fn as_uid(uid: u32, argv: &[&std::ffi::OsStr]) -> Command {
     cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups");
     cmd.args(argv);
     cmd
-}
-
-/// True when running as root (the tests that change uids need it).
-pub fn is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
-}
-
-/// Skip (printing why) or, under CI=true, fail.
-pub fn require(condition: bool, what: &str) -> bool {
-    if condition {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what} is required under CI=true");
-    }
-    eprintln!("skipping: {what} is not available");
-    false
 }
 
 /// The probe child's side (call it from a `#[test]` in the test file; it

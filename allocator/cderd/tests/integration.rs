@@ -1,0 +1,14 @@
+//! cderd's integration tests in one binary, one module per area (a binary
+//! per file made linking most of a test build): `cargo test -p cderd --test
+//! integration crash::` runs one area. Probe children are this binary run
+//! again with `--exact <module>::<test>`.
+
+mod common;
+
+mod cgroup_enforcement;
+mod crash;
+mod daemon;
+mod health_watch;
+mod mig_devices;
+mod nvml_enforcement;
+mod stress_interleaving;
