@@ -1,7 +1,7 @@
 //! The TORQUE hooks against a real cderd with four devices, run exactly as
 //! pbs_mom runs them (see tests/common/mod.rs for the contract reproduced).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

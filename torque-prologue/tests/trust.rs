@@ -9,7 +9,7 @@
 //!   one user cannot open each other's devices, and never runs a job as root;
 //! * reconcile never frees an allocation newer than its snapshot.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::Write;

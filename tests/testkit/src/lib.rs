@@ -42,7 +42,7 @@ pub fn under_ci() -> bool {
 /// this returns false, for the caller to return early.
 pub fn missing(what: &str) -> bool {
     if under_ci() {
-        panic!("CI=true and a real component is {what}");
+        panic!("CI=true, so a missing component fails the test: {what}");
     }
     skipped(what);
     false

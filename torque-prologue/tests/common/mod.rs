@@ -30,10 +30,11 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use cder_protocol::Client;
+use cder_testkit::TestNode;
 
 /// pbs_mom's default `$prologalarm`, in seconds.
 pub const PROLOGALARM: u64 = 300;
@@ -100,26 +101,16 @@ pub struct Node {
     pub job_starter_bin: PathBuf,
     pub cder_env: PathBuf,
     pub cderctl: PathBuf,
-    cderd_bin: PathBuf,
-    cderd: Option<Child>,
+    cderd: TestNode,
 }
 
 fn bin_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_cder-torque-hook")).parent().unwrap().to_path_buf()
 }
 
+/// [`cder_testkit::missing`], then no node.
 fn missing(what: &str) -> Option<Node> {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what} (CI=true: a missing component is a failure)");
-    }
-    eprintln!("SKIPPED: {what}");
-    // deploy/test.sh counts skips from this file (cder_tests::skipped does the same).
-    if let Some(f) = std::env::var_os("CDER_SKIPPED_FILE") {
-        use std::io::Write as _;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(f) {
-            let _ = writeln!(f, "{}: {}", std::thread::current().name().unwrap_or("?"), what.replace('\n', " "));
-        }
-    }
+    cder_testkit::missing(what);
     None
 }
 
@@ -229,47 +220,21 @@ impl Node {
         fs::write(&job_starter, wrapper).unwrap();
         fs::set_permissions(&job_starter, fs::Permissions::from_mode(0o755)).unwrap();
 
-        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, job_starter_bin, cder_env, cderctl, cderd_bin, cderd: None };
+        let cderd = TestNode::new(&cderd_bin, &config_path, &socket, dir.path().join("cderd.log"));
+        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, job_starter_bin, cder_env, cderctl, cderd };
         node.start_cderd();
         Some(node)
     }
 
     /// Starts cderd and waits until it answers `ping`.
     pub fn start_cderd(&mut self) {
-        assert!(self.cderd.is_none(), "cderd is already running");
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("cderd.log")).unwrap();
-        let child = Command::new(&self.cderd_bin)
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.cderd = Some(child);
         // Waiting for a daemon to come up, not a timing assertion: generous.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(mut c) = Client::connect(&self.socket, Duration::from_secs(5)) {
-                if c.ping().is_ok() {
-                    return;
-                }
-            }
-            if let Some(status) = self.cderd.as_mut().unwrap().try_wait().unwrap() {
-                panic!("cderd exited with {status}: {}", fs::read_to_string(self.dir.path().join("cderd.log")).unwrap_or_default());
-            }
-            assert!(Instant::now() < deadline, "cderd did not answer within 60 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.cderd.start(Duration::from_secs(60));
     }
 
     /// Kills cderd (as a crash would) and waits for it.
     pub fn stop_cderd(&mut self) {
-        if let Some(mut c) = self.cderd.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.cderd.kill();
     }
 
     pub fn client(&self) -> Client {
