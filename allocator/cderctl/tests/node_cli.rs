@@ -5,9 +5,10 @@
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+
+use cder_testkit::TestNode;
 
 const CDERCTL: &str = env!("CARGO_BIN_EXE_cderctl");
 
@@ -34,11 +35,11 @@ fn cderd_binary() -> PathBuf {
         .clone()
 }
 
+/// Fields drop in order: the daemon stops before its dir goes.
 struct Daemon {
+    cderd: TestNode,
     dir: tempfile::TempDir,
     config: PathBuf,
-    socket: PathBuf,
-    child: Child,
 }
 
 impl Daemon {
@@ -59,32 +60,13 @@ impl Daemon {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let child = Command::new(cderd_binary())
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("cderd.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while cder_protocol::Client::connect(&socket, Duration::from_secs(5)).and_then(|mut c| c.ping()).is_err() {
-            assert!(Instant::now() < deadline, "cderd did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Daemon { dir, config, socket, child }
+        let cderd = TestNode::started(cderd_binary(), &config, &socket, dir.path().join("cderd.log"));
+        Daemon { cderd, dir, config }
     }
 
     /// cderctl with the config in CDER_CONFIG, as on a node.
     fn ctl(&self, args: &[&str]) -> Output {
         Command::new(CDERCTL).args(args).env("CDER_CONFIG", &self.config).stdin(Stdio::null()).output().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -158,7 +140,7 @@ fn drain_resume_reconcile_accounting() {
     // From stdin, all batch systems.
     let mut child = Command::new(CDERCTL)
         .args(["reconcile", "--live-jobs", "-", "--json", "--socket"])
-        .arg(&d.socket)
+        .arg(d.cderd.socket())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -203,10 +185,7 @@ fn bad_input_exits_2_and_runtime_failures_exit_1() {
 
 #[test]
 fn another_user_cannot_alloc_or_read_foreign_jobs() {
-    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
-    if !root {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: this test must run as root");
-        eprintln!("skipping: not root, cannot run cderctl as another uid");
+    if !cder_testkit::require_root("to run cderctl as another uid") {
         return;
     }
     let d = Daemon::start();
@@ -217,7 +196,7 @@ fn another_user_cannot_alloc_or_read_foreign_jobs() {
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", CDERCTL])
             .args(args)
             .arg("--socket")
-            .arg(&d.socket)
+            .arg(d.cderd.socket())
             .output()
             .unwrap()
     };

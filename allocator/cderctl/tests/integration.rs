@@ -1,0 +1,6 @@
+//! cderctl's integration tests in one binary, one module per area (a binary
+//! per file made linking most of a test build): `cargo test -p cderctl
+//! --test integration node_cli::` runs one area.
+
+mod inventory_cli;
+mod node_cli;
