@@ -80,6 +80,7 @@ type Seen<'a> = (u32, &'a str, Option<&'a str>, u64, Option<u32>, Option<u32>, &
 /// `nvmlInit`, and the environment is process-wide.
 #[test]
 fn mig_instances_or_whole_gpus_by_config() {
+    let _env = cder_testkit::env_lock();
     let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("machine.json");

@@ -45,6 +45,7 @@ fn config(dir: &Path, library: &Path) -> Config {
 /// each `nvmlInit`, and the environment is process-wide.
 #[test]
 fn nvml_discovery_through_the_fake_library() {
+    let _env = cder_testkit::env_lock();
     let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &library);

@@ -10,6 +10,7 @@ mod node;
 pub use node::TestNode;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Reports a skipped test: prints why on stderr and, when
@@ -83,6 +84,14 @@ pub fn is_root() -> bool {
 /// [`require`]`(is_root(), …)`: `why` names what needs root.
 pub fn require_root(why: &str) -> bool {
     require(is_root(), &format!("root ({why})"))
+}
+
+/// Held by the tests that set a process-wide environment variable (such
+/// as `CDER_FAKE_NVML`, which the fake NVML reads at every init): the
+/// tests of a binary run on threads side by side.
+pub fn env_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Polls `ok` every 200 ms until it holds; panics naming `what` after
