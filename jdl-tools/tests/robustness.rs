@@ -4,8 +4,7 @@
 //! test: random bytes and mutations of valid inputs (cargo-fuzz would need a
 //! nightly toolchain and cargo-fuzz; this runs on stable, bounded).
 
-#[path = "../classad/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use cder_jdl::jdl::check;
 use cder_jdl::{eval_expr, eval_str, parse_classad, parse_classads, parse_expr, ClassAd, Value};

@@ -10,7 +10,7 @@
 //! CDER_DIFF_COUNT (random expressions per seed, default 10000);
 //! CDER_DIFF_SEED (the per-run seed; default: from the clock, printed).
 
-mod common;
+use crate::common;
 
 use common::{assert_report, compare_all, gen, python};
 
