@@ -24,6 +24,7 @@ fn instance(n: u32, profile: &str, gi: u32, memory_mb: u64, multiprocessors: u32
 
 #[test]
 fn each_mig_profile_is_its_own_kind() {
+    let _env = cder_testkit::env_lock();
     let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
     let dir = tempfile::tempdir().unwrap();
     let machine = dir.path().join("machine.json");
