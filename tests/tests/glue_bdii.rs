@@ -7,43 +7,16 @@
 //! keeps the last good data (BDII_DELETE_DELAY).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use cder_glue_provider::ldif;
 use cder_protocol::{AllocRequest, Client};
+use cder_testkit::TestNode;
 use cder_tests::bdii::{built_binary, require_bdii, Bdii, BdiiOptions};
 use cder_tests::glue::other_info;
 
 const EE_DN: &str = "GLUE2ResourceID=wn01.example.org_gpgpu,GLUE2ServiceID=wn01.example.org_ComputingElement,GLUE2GroupID=resource,o=glue";
-
-/// A cderd we started; killed (by its pid) when dropped.
-struct Cderd {
-    child: Child,
-}
-
-impl Cderd {
-    fn start(config: &Path, socket: &Path, log: &Path) -> Cderd {
-        let bin = built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}"));
-        let log = std::fs::File::create(log).unwrap();
-        let child = Command::new(bin).arg("--config").arg(config).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        let mut cderd = Cderd { child };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(socket, Duration::from_secs(2)).and_then(|mut c| c.ping()).is_err() {
-            assert!(cderd.child.try_wait().unwrap().is_none(), "cderd exited at start");
-            assert!(Instant::now() < deadline, "cderd did not answer on {}", socket.display());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        cderd
-    }
-}
-
-impl Drop for Cderd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn node_config(dir: &Path) -> (PathBuf, PathBuf) {
     let socket = dir.join("cderd.sock");
@@ -111,7 +84,8 @@ fn cderd_counts_flow_through_bdii_update() {
     }
     let work = tempfile::tempdir().unwrap();
     let (node_cfg, socket) = node_config(work.path());
-    let mut cderd = Some(Cderd::start(&node_cfg, &socket, &work.path().join("cderd.log")));
+    let bin = built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}"));
+    let mut cderd = Some(TestNode::started(bin, &node_cfg, &socket, work.path().join("cderd.log")));
     let glue_cfg = provider_config(work.path(), &node_cfg, &socket);
 
     let mut bdii = Bdii::new(&BdiiOptions { breathe_time: 1.0, delete_delay: 3600, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
