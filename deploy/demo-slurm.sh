@@ -10,5 +10,5 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-slurm.sh: run as root (slurmctld and slurmd run as root in the demo)" >&2
     exit 2
 fi
-cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-tests --bin cder-slurm-demo
+cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-demos --bin cder-slurm-demo
 exec target/debug/cder-slurm-demo

@@ -13,5 +13,5 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-twophase.sh: run as root (slurmctld and slurmd run as root in the demo)" >&2
     exit 2
 fi
-cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-glue-provider -p cder-jdl -p cder-tests --bin cder-twophase-demo
+cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-glue-provider -p cder-jdl -p cder-demos --bin cder-twophase-demo
 exec target/debug/cder-twophase-demo

@@ -5,7 +5,7 @@
 # takes outside input (deploy/fuzz.sh). Needs root and deploy/install-deps.sh done first.
 # Under CI=true a missing component fails the run instead of skipping.
 # The run ends with the number of skipped tests and why (each skip appends a
-# line to $CDER_SKIPPED_FILE: cder_tests::skipped and the crates' test helpers).
+# line to $CDER_SKIPPED_FILE: cder_testkit::skipped, which every crate's tests use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}

@@ -11,7 +11,7 @@ offer, rank, and print the matching CEs.
 Prints the CEs, best rank first, one per line, then a line
 `#work_seconds <t>`: the time from connecting to printing (imports and
 interpreter start-up excluded; the caller also measures the whole process).
-Used by cder-twophase-bench (tests/src/bin) as the reference it compares
+Used by cder-twophase-bench (tests/demos) as the reference it compares
 `cder-jdl list-match` against, in the same run.
 """
 import sys

@@ -8,7 +8,7 @@
 //!
 //! The seed is fixed (`CDER_STRESS_SEED` overrides it) and printed, so a
 //! failure can be replayed: `CDER_STRESS_SEED=<seed> cargo test -p
-//! cder-tests --test slurm_stress -- --nocapture`.
+//! cder-tests --test cluster slurm_stress:: -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
