@@ -59,7 +59,7 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
         s.push_str("The following CE(s) matching your job requirements have been found:\n\n");
         s.push_str(&format!("   {:<width$}  *Rank*\n", "*CEId*"));
         for m in &p.result.matches {
-            s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), crate::value::format_real(m.rank)));
+            s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), cder_classad::value::format_real(m.rank)));
         }
     }
     if explain && (!p.result.excluded.is_empty() || !p.offers.refused_claims.is_empty()) {

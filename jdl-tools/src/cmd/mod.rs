@@ -10,7 +10,7 @@ pub mod submit;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::ast::ClassAd;
+use cder_classad::ast::ClassAd;
 use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
 
@@ -130,7 +130,7 @@ pub fn read_job(path: &str) -> Result<ClassAd, Failure> {
     } else {
         std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: cannot read: {e}")))?
     };
-    crate::parser::parse_classad(&text).map_err(|e| Failure::input(format!("{path}:{e}")))
+    cder_classad::parser::parse_classad(&text).map_err(|e| Failure::input(format!("{path}:{e}")))
 }
 
 fn seconds(v: f64, what: &str) -> Result<Duration, Failure> {

@@ -63,7 +63,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let ces: Vec<&str> = p.result.ce_ids();
     let refined = render(&if args.celist_only { restrict(&p.job, &ces) } else { refine(&p.job, &ces) });
     // The refined JDL must read back: a broker would reject it otherwise.
-    crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
+    cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
     let dir = Path::new(&args.job).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
 
@@ -74,7 +74,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         };
         let queue = p.offers.offers[m.offer].queue.clone();
         let settings = Settings { gres: args.gres.clone(), ..Settings::new(Lrms::Slurm) };
-        let refined_ad = crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
+        let refined_ad = cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
         let script = slurm_script(&refined_ad, queue.as_deref(), &settings, &dir).map_err(|e| match e {
             crate::submit::SubmitError::Input(m) => Failure::input(format!("{}: {m}", args.job)),
             crate::submit::SubmitError::Runtime(m) => Failure::runtime(m),
@@ -168,7 +168,7 @@ fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
 /// `--via arc`: the refined JDL as xRSL with the GPGPU runtime environment,
 /// handed to `arcsub -T arcrest -C <each matching CE>`; prints ARC's job ID.
 fn submit_arc(args: &Args, refined: &str, ces: &[&str], dir: &Path) -> Result<(), Failure> {
-    let ad = crate::parser::parse_classad(refined).map_err(|e| Failure::runtime(e.to_string()))?;
+    let ad = cder_classad::parser::parse_classad(refined).map_err(|e| Failure::runtime(e.to_string()))?;
     let xrsl = crate::arc::xrsl(&ad, dir).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
     if args.dry_run {
         print!("{xrsl}");
