@@ -158,7 +158,7 @@ impl Drop for Settle<'_> {
 /// A job's device cgroups between `alloc` and `release`. `alloc` sets them
 /// up on the background thread after its commit, so neither the job prolog
 /// nor a task's `confine` waits for the directories, the v1 rules or the
-/// BPF program (BENCHMARKS.md, issue 12). Whoever holds the map's lock while
+/// BPF program. Whoever holds the map's lock while
 /// setting up is the only one doing it; `confine` sets up itself whatever is
 /// not `Ready` (a restarted cderd knows no group as ready, so it re-applies
 /// the rules before moving anyone into an existing group). A job the batch
@@ -490,7 +490,7 @@ impl Daemon {
                 self.warn_held_open_later(&allocation);
             }
         }
-        // Where a job's start time goes (BENCHMARKS.md, issue 12).
+        // Where a job's start time goes, for an admin measuring it.
         tracing::debug!(
             job = %allocation.job,
             held_open_scan_us = scanned.as_micros() as u64,

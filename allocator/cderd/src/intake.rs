@@ -1,6 +1,6 @@
 //! Records on their way in. SLURM's job prolog sends its `alloc` without
 //! waiting for the answer (the wait was the largest part of what cder adds
-//! to a job's start; BENCHMARKS.md, issue 12), so the job's first step may
+//! to a job's start), so the job's first step may
 //! ask `env` before that `alloc` is read or committed. This keeps what the
 //! step needs to get the prolog's record, or the reason there is none:
 //!

@@ -1,5 +1,4 @@
-//! Kernel enforcement through `confine`, with real cgroups (issue 12, item
-//! 5): a process confined into job A's device cgroup opens A's device and
+//! Kernel enforcement through `confine`, with real cgroups: a process confined into job A's device cgroup opens A's device and
 //! gets EPERM on B's, even when A and B run as the same uid and B's device
 //! file is that uid's. At release every process left in the job's groups is
 //! ended and the groups go away; a device that a process of the job still

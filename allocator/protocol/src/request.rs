@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn accounting_times_out_of_range_name_the_field() {
-        // Issue 14: i64::MAX used to overflow the daemon's arithmetic.
+        // i64::MAX would overflow the daemon's arithmetic.
         let e = Request::from_line(br#"{"v":1,"op":"accounting","since":9223372036854775807}"#).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert!(e.message.contains("since") && e.message.contains("out of range"), "{}", e.message);
