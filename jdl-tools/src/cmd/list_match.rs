@@ -8,7 +8,8 @@ pub struct Args {
     /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
-    /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment", "schema"}], "excluded", "warnings"}.
+    /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment",
+    /// "schema"}], "excluded", "warnings"}.
     #[arg(long)]
     pub json: bool,
     /// For each CE left out, say which Requirements clause was false or undefined.

@@ -66,10 +66,12 @@ pub struct Phase1Args {
     /// Virtual Organisation (default: the JDL's VirtualOrganisation): only shares open to it.
     #[arg(long, value_name = "VO")]
     pub vo: Option<String>,
-    /// Rank preset instead of the JDL's Rank: gpgpu-free-ratio (Free/Total) or gpgpu-max-free (Free/Total × Free/max Total).
+    /// Rank preset instead of the JDL's Rank: gpgpu-free-ratio (Free/Total) or gpgpu-max-free
+    /// (Free/Total × Free/max Total).
     #[arg(long, value_name = "PRESET", value_parser = ["gpgpu-free-ratio", "gpgpu-max-free"])]
     pub rank: Option<String>,
-    /// Publication strategies to read (repeatable): attribute-extension, class-extension, tagged-environment. Default: all.
+    /// Publication strategies to read (repeatable): attribute-extension, class-extension,
+    /// tagged-environment. Default: all.
     #[arg(long = "strategy", value_name = "STRATEGY", value_delimiter = ',', value_parser = ["attribute-extension", "class-extension", "tagged-environment"])]
     pub strategies: Vec<String>,
     /// CDER key prefixes (repeatable).

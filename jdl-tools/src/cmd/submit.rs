@@ -12,10 +12,12 @@ pub struct Args {
     /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
-    /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE), command (--submit-command).
+    /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE),
+    /// command (--submit-command).
     #[arg(long, default_value = "wms", value_parser = ["wms", "arc", "slurm", "command"])]
     pub via: String,
-    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script; for --via arc, the xRSL).
+    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script; for
+    /// --via arc, the xRSL).
     #[arg(long)]
     pub dry_run: bool,
     /// The submit command for wms, arc or command, split on spaces; the refined JDL's path is appended.
@@ -36,7 +38,8 @@ pub struct Args {
     /// CDER clauses (already checked in phase 1) as undefined.
     #[arg(long)]
     pub celist_only: bool,
-    /// Keep the refined JDL (the xRSL for --via arc) in this file (default: a temporary file, removed after submission).
+    /// Keep the refined JDL (the xRSL for --via arc) in this file (default: a temporary file,
+    /// removed after submission).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// The job description.
