@@ -158,11 +158,11 @@ impl Drop for Settle<'_> {
 /// A job's device cgroups between `alloc` and `release`. `alloc` sets them
 /// up on the background thread after its commit, so neither the job prolog
 /// nor a task's `confine` waits for the directories, the v1 rules or the
-/// BPF program. Whoever holds the map's lock while
-/// setting up is the only one doing it; `confine` sets up itself whatever is
-/// not `Ready` (a restarted cderd knows no group as ready, so it re-applies
-/// the rules before moving anyone into an existing group). A job the batch
-/// system confines gets none ahead (see [`JobAllocation::batch_confined`]).
+/// BPF program. Whoever holds the map's lock while setting up is the only
+/// one doing it; `confine` sets up itself whatever is not `Ready`. A
+/// restarted cderd knows no group as ready, so it re-applies the rules
+/// before moving anyone into an existing group. A job the batch system
+/// confines gets none ahead (see [`JobAllocation::batch_confined`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupState {
     /// The set-up thread has not run yet.
