@@ -7,17 +7,10 @@
 //! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
 //! ```
 //!
-//! * srun/sbatch/salloc get `--gpgpu-per-node=N`, `--cder=TYPE:N`,
-//!   `--gpgpu-min-memory=MB` and `--vgpgpu-per-node=N`; on the submit host
-//!   the values are copied into the job-control environment, where
-//!   `job_submit_cder.so` turns them into GRES and licences.
-//! * The job prolog (root) records in cderd the GPUs slurmd received for the
-//!   job in its credential (`SLURM_JOB_GPUS`), count 0 for none.
-//! * slurmstepd (root) reads that record and refuses a step asking for more;
-//!   cderd renders the tasks' variables for the device cgroup they run in.
-//! * In each task, as root, where SLURM gives no device cgroup, the task
-//!   enters the job's device cgroups that cderd set up.
-//! * The devices are released when the batch step ends and by the job epilog.
+//! On the submit host the options go into the job-control environment for
+//! `job_submit_cder.so`; the job prolog records SLURM's GPUs in cderd; each
+//! step is planned in slurmstepd and each task confined and given its
+//! variables; the batch step's end and the job epilog release.
 
 #![deny(missing_docs)]
 
@@ -26,7 +19,7 @@ use std::io::Write;
 use cder_model::{JobEnvironment, JobKey, Lrms};
 use cder_slurm::args::PluginArgs;
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
-use cder_slurm::node::{self, Node, Outcome, Plan, Prolog, Slurmd, Step};
+use cder_slurm::node::{self, Outcome, Plan, Prolog, Slurmd, Step};
 use cder_slurm::request::{
     RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, JDL_GPGPU_PER_NODE, OPT_CDER,
     OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
@@ -124,43 +117,11 @@ impl CderSpank {
         self.vgpgpu = vgpgpu::allocate(&step, &args, &self.node);
         Ok(())
     }
-
-    /// Releases the job's devices and backends; `answered`: waits for
-    /// cderd's answer. The job epilog does not: SLURM starts the node's
-    /// next job only after the epilog ends.
-    fn release(&self, spank: &Spank, when: &str, answered: bool) -> SpankResult {
-        let (args, job) = (self.args(), job_key(spank)?);
-        vgpgpu::release(&args, &job, when, &self.node);
-        let sent = self.node.cderd(&args).and_then(|mut c| if answered { c.release(&job).map(|n| Some(n)) } else { c.release_unanswered(&job).map(|()| None) });
-        match sent {
-            Ok(Some(n)) => log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {n} device(s)")),
-            // cderd logs the release; SLURM waits for the epilog.
-            Ok(None) => log(Level::Debug, &format!("spank_cder: {job}: {when}: release sent to cderd")),
-            // Never fail an epilog over this: SLURM would drain the node.
-            // cderd's reconcile releases jobs SLURM no longer runs.
-            Err(e) => log(Level::Error, &format!("spank_cder: {job}: {when}: release failed: {e}")),
-        }
-        Ok(())
-    }
 }
 
 impl Plugin for CderSpank {
     fn options() -> Vec<SpankOption> {
-        vec![
-            SpankOption { name: OPT_GPGPU_PER_NODE, arginfo: Some("N"), usage: "Exclusive GPGPUs per node (cder; the JDL key GPGPUPerNode)" },
-            SpankOption {
-                name: OPT_CDER,
-                arginfo: Some("TYPE[:GRESTYPE]:N"),
-                usage: "Exclusive CDER devices per node, e.g. gpgpu:2, fpga:1, or a GRES type such as a MIG profile: gpgpu:1g.10gb:2 (cder)",
-            },
-            SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
-            SpankOption {
-                name: OPT_VGPGPU_PER_NODE,
-                arginfo: Some("N"),
-                usage: "Virtual GPGPUs per node from the cluster's registry, reached over rCUDA or VCL (cder; JDL VirtualGPGPUPerNode)",
-            },
-            SpankOption { name: OPT_VGPGPU_METHOD, arginfo: Some("rCUDA|VCL"), usage: "API interception for --vgpgpu-per-node (default rCUDA)" },
-        ]
+        node::options()
     }
 
     fn option(&mut self, name: &str, value: Option<&str>, _remote: bool) -> SpankResult {
@@ -206,21 +167,23 @@ impl Plugin for CderSpank {
 
     fn job_prolog(&mut self, spank: &Spank, args: &[String]) -> SpankResult {
         // Failing a prolog drains the node; the steps refuse instead.
-        let fail = |what: String| log(Level::Error, &format!("spank_cder: {what}"));
+        let fail = |what: String| {
+            log(Level::Error, &format!("spank_cder: {what}"));
+            Ok(())
+        };
         if let Err(e) = self.load_args(args) {
-            fail(format!("job prolog: {e}"));
-            return Ok(());
+            return fail(format!("job prolog: {e}"));
         }
         let (job, job_id) = match job_key(spank).and_then(|job| Ok((job, spank.job_id()?))) {
             Ok(j) => j,
-            Err(e) => return Ok(fail(format!("job prolog: {e}"))),
+            Err(e) => return fail(format!("job prolog: {e}")),
         };
         let uid = std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse::<u32>().ok()).or_else(|| spank.job_uid().ok());
-        let Some(uid) = uid else { return Ok(fail(format!("{job}: job prolog: no SLURM_JOB_UID; nothing recorded"))) };
+        let Some(uid) = uid else { return fail(format!("{job}: job prolog: no SLURM_JOB_UID; nothing recorded")) };
         let prolog = Prolog { job: job.clone(), job_id, uid, job_gpus: std::env::var(SLURM_JOB_GPUS).ok() };
         match node::prolog_record(&prolog, &self.args(), &self.node) {
             Ok(record) => node::send_record(&record, &self.args(), &self.node),
-            Err(e) => fail(format!("{job}: job prolog: {e}")),
+            Err(e) => return fail(format!("{job}: job prolog: {e}")),
         }
         Ok(())
     }
@@ -252,7 +215,7 @@ impl Plugin for CderSpank {
         // The batch step ending is the job ending on this node; other steps
         // end while the job may still run more.
         if spank.context() == Context::Remote && spank.step_id().ok() == Some(cder_slurm::ffi::SLURM_BATCH_SCRIPT) {
-            self.release(spank, "batch step ended", true)?;
+            node::release(&self.args(), &job_key(spank)?, "batch step ended", true, &self.node);
         }
         Ok(())
     }
@@ -263,7 +226,8 @@ impl Plugin for CderSpank {
             log(Level::Error, &format!("spank_cder: job epilog: {e}"));
             return Ok(());
         }
-        self.release(spank, "job epilog", false)
+        node::release(&self.args(), &job_key(spank)?, "job epilog", false, &self.node);
+        Ok(())
     }
 }
 

@@ -19,7 +19,9 @@ use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientErr
 use crate::args::{Confine, FailMode, PluginArgs};
 use crate::devices::{parse_index_list, slurm_constrains_devices_checked, SLURM_JOB_GPUS};
 use crate::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice};
-use crate::request::{Request, Source, GPGPU, OPT_CDER, OPT_GPGPU_MIN_MEMORY};
+use crate::request::{Request, Source, GPGPU, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE};
+use crate::spank::SpankOption;
+use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
 use crate::sys::{GrantedJob, Level};
 
 /// What a step's tasks get when it is not their plan's environment.
@@ -198,6 +200,25 @@ pub fn read_gres(slurm_conf: Option<&Path>, node_name: Option<&str>, node: &dyn 
         }
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The srun/sbatch/salloc options of `spank_cder.so`.
+pub fn options() -> Vec<SpankOption> {
+    vec![
+        SpankOption { name: OPT_GPGPU_PER_NODE, arginfo: Some("N"), usage: "Exclusive GPGPUs per node (cder; the JDL key GPGPUPerNode)" },
+        SpankOption {
+            name: OPT_CDER,
+            arginfo: Some("TYPE[:GRESTYPE]:N"),
+            usage: "Exclusive CDER devices per node, e.g. gpgpu:2, fpga:1, or a GRES type such as a MIG profile: gpgpu:1g.10gb:2 (cder)",
+        },
+        SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
+        SpankOption {
+            name: OPT_VGPGPU_PER_NODE,
+            arginfo: Some("N"),
+            usage: "Virtual GPGPUs per node from the cluster's registry, reached over rCUDA or VCL (cder; JDL VirtualGPGPUPerNode)",
+        },
+        SpankOption { name: OPT_VGPGPU_METHOD, arginfo: Some("rCUDA|VCL"), usage: "API interception for --vgpgpu-per-node (default rCUDA)" },
+    ]
 }
 
 /// The empty visible list for every vendor cder knows: what a job gets when
@@ -544,6 +565,21 @@ fn check_request(step: &Step, req: &Request, alloc: &Allocation, cderd: &mut dyn
         }
     }
     Ok(())
+}
+
+/// Releases the job's devices and vGPGPU backends; `answered`: waits for
+/// cderd's answer. The job epilog does not: SLURM starts the node's next
+/// job only after the epilog ends. Never fails: SLURM would drain the node.
+pub fn release(args: &PluginArgs, job: &JobKey, when: &str, answered: bool, node: &dyn Node) {
+    vgpgpu::release(args, job, when, node);
+    let sent = node.cderd(args).and_then(|mut c| if answered { c.release(job).map(Some) } else { c.release_unanswered(job).map(|()| None) });
+    match sent {
+        Ok(Some(n)) => node.log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {n} device(s)")),
+        // cderd logs the release; SLURM waits for the epilog.
+        Ok(None) => node.log(Level::Debug, &format!("spank_cder: {job}: {when}: release sent to cderd")),
+        // cderd's reconcile releases jobs SLURM no longer runs.
+        Err(e) => node.log(Level::Error, &format!("spank_cder: {job}: {when}: release failed: {e}")),
+    }
 }
 
 /// Moves process `pid` into each of `groups` (cgroup directories that cderd
