@@ -97,16 +97,6 @@ impl TestNode {
         self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
-    /// Whether this node has a daemon started and not stopped since.
-    pub fn started_now(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// The daemon's pid, while started.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     /// Everything the daemon has written to its log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -115,11 +105,6 @@ impl TestNode {
     /// The socket the daemon listens on.
     pub fn socket(&self) -> &Path {
         &self.socket
-    }
-
-    /// The config the daemon was started with.
-    pub fn config(&self) -> &Path {
-        &self.config
     }
 
     /// A connection to the daemon (waiting up to 30 s).
