@@ -32,10 +32,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use cder_model::{config, ComputeCapability, ConfigError};
+use cder_request::hostlist::{self, Hostlist};
 use serde::Deserialize;
 use toml::Spanned;
-
-use crate::hostlist;
 
 /// Where the provider's config lives unless `--config` or `CDER_GLUE_CONFIG` says otherwise.
 pub const DEFAULT_PROVIDER_CONFIG: &str = "/etc/cder/glue-provider.toml";
@@ -393,7 +392,7 @@ impl ProviderConfig {
                 return Err(at(id_at, "group.id", format!("group {:?} is configured twice", group.id.get_ref())));
             }
             let nodes_at = group.nodes.span().start;
-            let nodes = hostlist::expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m))?;
+            let nodes = Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m.into()))?;
             if nodes.is_empty() {
                 return Err(at(nodes_at, "group.nodes", "a group needs at least one node".into()));
             }
@@ -468,7 +467,7 @@ impl ProviderConfig {
             }
         }
         if source == CountSourceKind::Cderd {
-            let single = self.groups.len() == 1 && hostlist::expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
+            let single = self.groups.len() == 1 && Hostlist::HOSTS.expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
             if !single {
                 return Err(at(
                     self.counts.source.span().start,

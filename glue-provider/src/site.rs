@@ -4,7 +4,7 @@
 use cder_model::{Config, Device, Health};
 
 use crate::config::{GroupConfig, GroupDevice, ProviderConfig};
-use crate::hostlist;
+use cder_request::hostlist::Hostlist;
 use crate::error::ProviderError;
 
 /// `count` identical devices of one CDER type on every node of a group.
@@ -137,7 +137,7 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
     let mut inventory: Option<(Vec<Device>, Config)> = None;
     let mut groups = Vec::with_capacity(config.groups.len());
     for group in &config.groups {
-        let nodes = hostlist::expand_all(group.nodes.get_ref()).map_err(ProviderError::Input)?;
+        let nodes = Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|e| ProviderError::Input(e.into()))?;
         let classes = if group.inventory {
             if inventory.is_none() {
                 let node_config = Config::load(config.site.cder_config.as_deref())?;

@@ -41,9 +41,10 @@ use cder_slurm::args::{Confine, FailMode, PluginArgs};
 use cder_slurm::devices::{
     parse_index_list, slurm_constrains_devices_checked, step_devices, step_env, Enforcement, SLURM_JOB_GPUS, SLURM_STEP_GPUS,
 };
+use cder_request::keys::GPGPU_PER_NODE as JDL_GPGPU_PER_NODE;
 use cder_slurm::request::{
-    RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU,
-    JDL_GPGPU_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
+    RawRequest, Request, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, GPGPU, OPT_CDER,
+    OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
 use cder_slurm::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};

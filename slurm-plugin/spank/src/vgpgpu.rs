@@ -20,9 +20,12 @@ use cder_slurm::spank::{Spank, SpankOption, SpankResult};
 use super::Outcome;
 use cder_slurm::sys::{log, Level};
 use cder_slurm::gres_conf::node_position;
+use cder_request::keys::{
+    VIRTUAL_GPGPU_METHOD as JDL_VGPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE as JDL_VGPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE as JDL_VGPGPU_TYPE,
+};
 use cder_slurm::vgpgpu::{
-    granted_licenses, granted_per_node, RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE,
-    OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
+    granted_licenses, granted_per_node, RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, OPT_VGPGPU_METHOD,
+    OPT_VGPGPU_PER_NODE,
 };
 
 /// The vGPGPU state of one plugin instance.
