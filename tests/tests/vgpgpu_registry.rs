@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cder_model::{JobKey, VgpgpuMethod};
 use cder_registry::api::{OfflineRequest, QueryName};
-use cder_registry::{Allocation, BackendState, ErrorCode};
+use cder_registry::{BackendAllocation, BackendState, ErrorCode};
 use cder_tests::munge::require_munge;
 use cder_tests::vgpgpu::Registryd;
 
@@ -39,7 +39,7 @@ fn concurrent_requests_never_share_a_backend() {
             })
         })
         .collect();
-    let mut granted: Vec<Allocation> = Vec::new();
+    let mut granted: Vec<BackendAllocation> = Vec::new();
     let mut refused = 0;
     for t in threads {
         match t.join().unwrap() {
@@ -112,7 +112,7 @@ fn kill_9_loses_nothing_acknowledged() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     r.kill9();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let acked: Vec<Allocation> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let acked: Vec<BackendAllocation> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     assert!(!acked.is_empty(), "no request was acknowledged before the kill");
     eprintln!("{} requests acknowledged before kill -9", acked.len());
     r.restart().unwrap();

@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `POST /v1/register` | [`RegisterRequest`] | [`Registered`] | operators |
 //! | `POST /v1/unregister` | [`UnregisterRequest`] | [`Unregistered`] | operators |
-//! | `POST /v1/request` | [`BackendRequest`] | [`Allocation`] | operators |
+//! | `POST /v1/request` | [`BackendRequest`] | [`BackendAllocation`] | operators |
 //! | `POST /v1/release` | [`ReleaseRequest`] | [`Released`] | operators |
 //! | `POST /v1/offline`, `/v1/online` | [`OfflineRequest`] | [`Status`] of the backends changed | operators |
 //! | `GET /v1/query?name=free&method=rCUDA` | — | [`QueryReply`] | any authenticated uid |
@@ -129,7 +129,7 @@ impl Backend {
 /// What a job's frontend on one node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Allocation {
+pub struct BackendAllocation {
     /// The job holding the backends.
     pub job: JobKey,
     /// The frontend node they were given for.
@@ -147,7 +147,7 @@ pub struct JobAllocations {
     /// The job asked about.
     pub job: JobKey,
     /// One entry per node where the job holds backends; empty when it holds none.
-    pub allocations: Vec<Allocation>,
+    pub allocations: Vec<BackendAllocation>,
 }
 
 impl JobAllocations {

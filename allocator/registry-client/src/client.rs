@@ -164,12 +164,12 @@ impl Client {
     }
 
     /// `request`: `count` backends for `job` on `node`.
-    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<Allocation, ClientError> {
+    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<BackendAllocation, ClientError> {
         self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None, job_limit: None })
     }
 
     /// `request` with every field, e.g. the owner's `uid`.
-    pub fn request_for(&self, r: &BackendRequest) -> Result<Allocation, ClientError> {
+    pub fn request_for(&self, r: &BackendRequest) -> Result<BackendAllocation, ClientError> {
         self.call("POST", "/v1/request", Some(r))
     }
 

@@ -237,9 +237,9 @@ impl Store {
     /// `request`: idempotent per (job, node); the same request again gets
     /// the same backends, a different one for a live (job, node) is
     /// `conflict`.
-    pub fn request(&mut self, r: &BackendRequest, policy: &dyn BackendPolicy, now: i64) -> Result<Allocation> {
+    pub fn request(&mut self, r: &BackendRequest, policy: &dyn BackendPolicy, now: i64) -> Result<BackendAllocation> {
         let tx = durable::begin(&self.conn)?;
-        let done = |backends| Allocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
+        let done = |backends| BackendAllocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
         if let Some((id, count, method)) = self.live(&r.job, &r.node)? {
             if count == r.count && method == r.method.name() {
                 let backends = self.backends_of(id)?;
@@ -315,7 +315,7 @@ impl Store {
 
     /// What `job` holds, node by node, with the owner uid recorded by its
     /// requests (`None` when no request named one).
-    pub fn allocations(&self, job: &JobKey) -> Result<(Vec<Allocation>, Vec<Option<u32>>)> {
+    pub fn allocations(&self, job: &JobKey) -> Result<(Vec<BackendAllocation>, Vec<Option<u32>>)> {
         let rows: Vec<(i64, String, String, Option<u32>)> = {
             let mut s = self.conn.prepare_cached("SELECT id, node, method, uid FROM jobs WHERE job = ?1 AND end IS NULL ORDER BY id")?;
             let v = s.query_map([job.to_string()], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))?.collect::<rusqlite::Result<_>>()?;
@@ -325,7 +325,7 @@ impl Store {
         let mut uids = Vec::new();
         for (id, node, method, uid) in rows {
             let method = method.parse().map_err(|e: cder_model::registry::UnknownMethod| refused(ErrorCode::Internal, e.to_string()))?;
-            allocations.push(Allocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
+            allocations.push(BackendAllocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
             uids.push(uid);
         }
         Ok((allocations, uids))

@@ -53,6 +53,36 @@ pub mod keys {
     /// The thesis's other spelling of [`VIRTUAL_GPGPU_METHOD`]; the method key wins when both are set.
     pub const VIRTUAL_GPGPU_TYPE: &str = "VirtualGPGPUType";
 
+    /// CPUs (slots) for the whole job; a vGPGPU count is per CPU (thesis ch. 4).
+    pub const CPU_NUMBER: &str = "CPUNumber";
+    /// Cores per node.
+    pub const SMP_GRANULARITY: &str = "SMPGranularity";
+    /// Nodes for the job.
+    pub const HOST_NUMBER: &str = "HostNumber";
+    /// Whether the job takes its nodes whole.
+    pub const WHOLE_NODES: &str = "WholeNodes";
+
+    /// The program a job runs.
+    pub const EXECUTABLE: &str = "Executable";
+    /// Its arguments, one string of blank-separated words.
+    pub const ARGUMENTS: &str = "Arguments";
+    /// The file its standard output goes to.
+    pub const STD_OUTPUT: &str = "StdOutput";
+    /// The file its standard error goes to.
+    pub const STD_ERROR: &str = "StdError";
+    /// Files staged in before it runs.
+    pub const INPUT_SANDBOX: &str = "InputSandbox";
+    /// Files staged out after it ran.
+    pub const OUTPUT_SANDBOX: &str = "OutputSandbox";
+    /// `NAME=VALUE` strings set in its environment.
+    pub const ENVIRONMENT: &str = "Environment";
+    /// The VO it runs for.
+    pub const VIRTUAL_ORGANISATION: &str = "VirtualOrganisation";
+    /// The ClassAd expression a resource must satisfy (a job's and an offer's).
+    pub const REQUIREMENTS: &str = "Requirements";
+    /// The ClassAd expression that orders matching resources.
+    pub const RANK: &str = "Rank";
+
     /// HTCondor's GPU vocabulary, as HTCondor-CE's job router hands a routed
     /// job's attributes to blahp (and blahp to BLAH's drop-ins).
     pub mod htcondor {
