@@ -421,8 +421,8 @@ impl Store {
                     d.uuid,
                     d.cder_type,
                     d.index,
-                    d.model,
-                    d.memory_mb.min(i64::MAX as u64) as i64,
+                    d.attributes.model,
+                    d.attributes.memory_mb.min(i64::MAX as u64) as i64,
                     d.numa_node,
                     d.path.to_string_lossy(),
                     d.health == Health::Healthy
