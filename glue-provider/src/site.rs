@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(classes[0].per_node, 2);
         assert_eq!(classes[0].attribute("Model"), Some("Tesla K20m"));
         assert_eq!(classes[0].members, ["gpgpu-0", "gpgpu-1"]);
-        devices[1].model = "Tesla K40m".into();
+        devices[1].attributes.model = "Tesla K40m".into();
         let mut classes = classes_from_inventory("g", &devices, &node).unwrap();
         assert_eq!(classes.len(), 2);
         assign_keys(&mut classes);

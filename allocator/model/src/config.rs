@@ -893,14 +893,14 @@ path = "/dev/xclmgmt0"
         assert_eq!(gpu.visible_env(), vec!["CUDA_VISIBLE_DEVICES"]);
         assert_eq!(gpu.extra_env().get("CUDA_DEVICE_ORDER").map(String::as_str), Some("PCI_BUS_ID"));
         let devs = gpu.static_devices();
-        assert_eq!(devs[0].cores, Some(13 * 192));
+        assert_eq!(devs[0].attributes.cores, Some(13 * 192));
         assert_eq!(devs[0].vendor, "Nvidia");
         assert_eq!(devs[0].numa_node, 1);
         let fpga = c.cder("fpga").unwrap();
         assert_eq!(fpga.prefix(), "FPGA");
         assert_eq!(fpga.vendor.published_name(), "Xilinx");
         assert_eq!(fpga.static_devices()[0].uuid, "fpga-0");
-        assert_eq!(fpga.static_devices()[0].cores, None);
+        assert_eq!(fpga.static_devices()[0].attributes.cores, None);
         assert_eq!(fpga.static_devices()[0].dev, None);
     }
 
