@@ -601,7 +601,7 @@ impl Config {
     /// let gpgpu = config.cder("gpgpu").unwrap();
     /// assert_eq!(gpgpu.prefix(), "GPGPU");
     /// assert_eq!(gpgpu.visible_env(), ["CUDA_VISIBLE_DEVICES"]);
-    /// assert_eq!(gpgpu.static_devices()[0].memory_mb, 4800);
+    /// assert_eq!(gpgpu.static_devices()[0].attributes.memory_mb, 4800);
     ///
     /// // A mistake names the file, line, column and key.
     /// let e = Config::parse(&text.replace("4800", "\"lots\""), Path::new("cder.toml")).unwrap_err();
