@@ -47,19 +47,7 @@ pub enum StartError {
     },
 }
 
-/// Who sent a request, from SO_PEERCRED.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
-    /// The caller's uid: root and operators may do everything, others
-    /// only read their own jobs.
-    pub uid: u32,
-    /// The caller's pid: `confine` moves this process into the job's cgroup.
-    pub pid: i32,
-    /// What tells that process from a later one with its pid (see
-    /// [`crate::server::AskingProcess`]); `None` when it was gone at once,
-    /// or for cderd's own requests, which never `confine`.
-    pub process: Option<crate::server::ProcessIdentity>,
-}
+pub use crate::peer::Caller;
 
 /// The node daemon's state and operations. Thread-safe: every operation
 /// takes the one store lock, which serializes writers (SQLite has one
@@ -813,7 +801,7 @@ impl Daemon {
         // removing the groups in between (it would find them re-created).
         self.ready_groups(&store, &allocation)?;
         // The pid is the one the caller had at connect(): move it only while it is still the caller's.
-        let asking = crate::server::AskingProcess::confirm(&caller)
+        let asking = crate::peer::AskingProcess::confirm(&caller)
             .map_err(|why| ErrorReply::new(ErrorCode::PermissionDenied, format!("confine moves only the process that connected: {why}")))?;
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
         asking.still_there().map_err(|why| {

@@ -15,6 +15,8 @@
 //! * [`held`] — which processes hold a device open (never handed out then).
 //! * [`intake`] — `alloc`s on their way in (the SLURM job prolog does not
 //!   wait for its answer): what the job's first `env` waits for.
+//! * [`peer`] — the calling process: SO_PEERCRED, and its pidfd or start time
+//!   (what `confine` moves is the process that connected, never a later one).
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
@@ -27,6 +29,7 @@ pub mod enforce;
 pub mod health;
 pub mod held;
 pub mod intake;
+pub mod peer;
 pub mod server;
 pub mod store;
 pub mod sys;
