@@ -57,7 +57,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// The registry's error code, when it answered with one.
-    pub fn code(&self) -> Option<ErrorCode> {
+    pub fn code(&self) -> Option<ApiErrorCode> {
         match self {
             ClientError::Refused { error, .. } => Some(error.code),
             _ => None,
@@ -179,7 +179,7 @@ impl Client {
     }
 
     /// `release`: every backend of `job`.
-    pub fn release(&self, job: &JobKey) -> Result<Released, ClientError> {
+    pub fn release(&self, job: &JobKey) -> Result<BackendsReleased, ClientError> {
         self.call("POST", "/v1/release", Some(&ReleaseRequest { job: job.clone() }))
     }
 
@@ -194,17 +194,17 @@ impl Client {
     }
 
     /// `status`.
-    pub fn status(&self) -> Result<Status, ClientError> {
+    pub fn status(&self) -> Result<RegistryStatus, ClientError> {
         self.call("GET", "/v1/status", None::<&()>)
     }
 
     /// `offline`: one backend or a whole host.
-    pub fn offline(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+    pub fn offline(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
         self.call("POST", "/v1/offline", Some(r))
     }
 
     /// `online`: one backend or a whole host.
-    pub fn online(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+    pub fn online(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
         self.call("POST", "/v1/online", Some(r))
     }
 }
@@ -241,7 +241,7 @@ pub fn query_unescape(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Status code and body of an HTTP/1.x reply (`Content-Length` or read to
+/// RegistryStatus code and body of an HTTP/1.x reply (`Content-Length` or read to
 /// end; the server closes after each reply).
 pub fn parse_reply(raw: &[u8]) -> Result<RawReply, String> {
     if raw.len() > MAX_REPLY_BYTES {
