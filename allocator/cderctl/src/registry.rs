@@ -22,7 +22,7 @@ pub struct Args {
 enum Command {
     /// Every backend with its state and job, and the counts per method
     #[command(after_help = "EXAMPLES:\n    cderctl registry status\n    cderctl registry status --json")]
-    RegistryStatus {
+    Status {
         /// Print the registry's JSON.
         #[arg(long)]
         json: bool,
@@ -127,7 +127,7 @@ fn slurm_conf_licenses(text: &str) -> Option<(usize, Option<u64>)> {
 pub fn run(config: Option<&Path>, args: &Args) -> Result<(), Failure> {
     let c = client(config)?;
     match &args.command {
-        Command::RegistryStatus { json } => {
+        Command::Status { json } => {
             let s = c.status().map_err(refused)?;
             if *json {
                 print(&format!("{}\n", serde_json::to_string_pretty(&s).map_err(Failure::runtime)?))

@@ -279,7 +279,7 @@ pub struct BackendStatus {
     pub node: Option<String>,
 }
 
-/// BackendCounts for one method (or all).
+/// Backend counts for one method (or all).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendCounts {
