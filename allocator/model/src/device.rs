@@ -211,6 +211,20 @@ impl Device {
 }
 
 impl DeviceAttributes {
+    /// A device known only by its model and memory (a ledger row, a test).
+    pub fn new(model: impl Into<String>, memory_mb: u64) -> DeviceAttributes {
+        DeviceAttributes {
+            model: model.into(),
+            memory_mb,
+            compute_capability: None,
+            multiprocessors: None,
+            cores_per_mp: None,
+            cores: None,
+            clock_mhz: None,
+            ecc: false,
+        }
+    }
+
     /// These attributes and the `vendor` under `prefix` (`GPGPUVendor`,
     /// `GPGPUModel`, `GPGPUMainMemorySize` …): the one source of the names.
     pub fn published(&self, prefix: &str, vendor: &str) -> Vec<(String, String)> {

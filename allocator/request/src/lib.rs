@@ -178,27 +178,11 @@ impl std::error::Error for MemoryError {}
 /// assert_eq!(parse_memory_mib(&(MAX_GPU_MEMORY_MIB + 1).to_string()), Err(MemoryError::TooLarge));
 /// ```
 pub fn parse_memory_mib(text: &str) -> Result<u32, MemoryError> {
-    let t = text.trim();
-    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
-    let digits = t.strip_prefix('+').unwrap_or(t);
-    if let Some(rest) = digits.strip_prefix('-') {
-        return Err(if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
-            MemoryError::NotPositive
-        } else {
-            MemoryError::NotANumber
-        });
-    }
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(MemoryError::NotANumber);
-    }
-    let significant = digits.trim_start_matches('0');
-    if significant.is_empty() {
-        return Err(MemoryError::NotPositive);
-    }
-    match significant.parse::<u64>() {
-        Ok(n) if n <= u64::from(MAX_GPU_MEMORY_MIB) => Ok(n as u32),
-        _ => Err(MemoryError::TooLarge),
-    }
+    positive_whole(text, MAX_GPU_MEMORY_MIB).map_err(|e| match e {
+        CountError::NotANumber => MemoryError::NotANumber,
+        CountError::NotPositive => MemoryError::NotPositive,
+        CountError::TooLarge => MemoryError::TooLarge,
+    })
 }
 
 /// GPU memory in MiB by [`parse_memory_mib`]'s rule, with the message the
@@ -254,6 +238,12 @@ impl std::error::Error for CountError {}
 /// assert_eq!(parse_count("99999999999999999999"), Err(CountError::TooLarge));
 /// ```
 pub fn parse_count(text: &str) -> Result<u32, CountError> {
+    positive_whole(text, MAX_COUNT)
+}
+
+/// A whole number from 1 to `max` as users and CEs write one: the rule of
+/// [`parse_count`] and [`parse_memory_mib`].
+fn positive_whole(text: &str, max: u32) -> Result<u32, CountError> {
     let t = text.trim();
     let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
     let (negative, digits) = match t.strip_prefix('-') {
@@ -272,7 +262,7 @@ pub fn parse_count(text: &str) -> Result<u32, CountError> {
         return Err(CountError::TooLarge);
     }
     match significant.parse::<u64>() {
-        Ok(n) if n <= u64::from(MAX_COUNT) => Ok(n as u32),
+        Ok(n) if n <= u64::from(max) => Ok(n as u32),
         _ => Err(CountError::TooLarge),
     }
 }
