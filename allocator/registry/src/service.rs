@@ -12,11 +12,11 @@ use serde::Serialize;
 use crate::api::*;
 use crate::munge::{request_payload, Munge};
 use crate::policy::BackendPolicy;
-use crate::store::Store;
+use crate::store::BackendLedger;
 
 /// The registry: its store, policy, and who may change what.
 pub struct Registry {
-    store: Mutex<Store>,
+    store: Mutex<BackendLedger>,
     policy: Box<dyn BackendPolicy>,
     munge: Munge,
     operators: std::collections::BTreeSet<u32>,
@@ -92,7 +92,7 @@ pub enum StartError {
     StateDir(#[from] cder_ledger::durable::StateDirError),
     /// The database could not be opened.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::store::BackendLedgerError),
 }
 
 impl Registry {
@@ -105,14 +105,14 @@ impl Registry {
     pub fn open_with(config: &RegistryConfig, policy: Box<dyn BackendPolicy>) -> Result<Registry, StartError> {
         // 0700 whatever the umask; refused when group or others may write.
         cder_ledger::durable::create_state_dir(&config.state_dir)?;
-        let store = Store::open(&config.state_dir.join("registry.db"), config.port_base)?;
+        let store = BackendLedger::open(&config.state_dir.join("registry.db"), config.port_base)?;
         let operators = cder_ledger::resolve_operators(&config.operators).map_err(StartError::Operators)?;
         Ok(Registry { store: Mutex::new(store), policy, munge: Munge::from_config(config), operators, max_body: config.max_body_bytes })
     }
 
     /// The state, as `GET /v1/status` gives it.
     pub fn status(&self) -> Result<RegistryStatus, ApiError> {
-        self.store().status().map_err(crate::store::StoreError::into_api)
+        self.store().status().map_err(crate::store::BackendLedgerError::into_api)
     }
 
     /// The policy's name.
@@ -120,7 +120,7 @@ impl Registry {
         self.policy.name()
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+    fn store(&self) -> std::sync::MutexGuard<'_, BackendLedger> {
         // A panic under the lock leaves no half-done transaction behind
         // (rusqlite rolls back on drop), so the store is still sound.
         self.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -203,7 +203,7 @@ impl Registry {
             ));
         }
         let now = cder_ledger::now();
-        let api = crate::store::StoreError::into_api;
+        let api = crate::store::BackendLedgerError::into_api;
         match path {
             "/v1/register" => {
                 post(method)?;
@@ -283,7 +283,7 @@ impl Registry {
 
     /// Database-level consistency problems (none expected).
     pub fn check(&self) -> Result<Vec<String>, ApiError> {
-        self.store().check_invariants().map_err(crate::store::StoreError::into_api)
+        self.store().check_invariants().map_err(crate::store::BackendLedgerError::into_api)
     }
 }
 

@@ -65,7 +65,7 @@ CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job_id);
 
 /// A store failure: the database, or a refusal of the request.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum BackendLedgerError {
     /// The database could not be opened.
     #[error(transparent)]
     Open(#[from] DurableError),
@@ -77,22 +77,22 @@ pub enum StoreError {
     Refused(ApiError),
 }
 
-impl StoreError {
+impl BackendLedgerError {
     /// The API error this becomes: refusals as they are, anything else
     /// `internal` (the transaction was rolled back).
     pub fn into_api(self) -> ApiError {
         match self {
-            StoreError::Refused(e) => e,
+            BackendLedgerError::Refused(e) => e,
             other => ApiError::new(ApiErrorCode::Internal, format!("{other}; nothing was changed")),
         }
     }
 }
 
-fn refused(code: ApiErrorCode, message: impl Into<String>) -> StoreError {
-    StoreError::Refused(ApiError::new(code, message))
+fn refused(code: ApiErrorCode, message: impl Into<String>) -> BackendLedgerError {
+    BackendLedgerError::Refused(ApiError::new(code, message))
 }
 
-type Result<T> = std::result::Result<T, StoreError>;
+type Result<T> = std::result::Result<T, BackendLedgerError>;
 
 fn methods_column(methods: &[VgpgpuMethod]) -> String {
     let mut m: Vec<VgpgpuMethod> = methods.to_vec();
@@ -106,7 +106,7 @@ fn parse_methods(column: &str) -> Vec<VgpgpuMethod> {
 }
 
 /// The registry's SQLite state.
-pub struct Store {
+pub struct BackendLedger {
     conn: Connection,
     port_base: u16,
 }
@@ -153,12 +153,12 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(Row, Option<String>)> {
     ))
 }
 
-impl Store {
+impl BackendLedger {
     /// Opens (creating if needed) the database at `path`; new hosts' backends
     /// get ports from `port_base` up.
-    pub fn open(path: &Path, port_base: u16) -> Result<Store> {
+    pub fn open(path: &Path, port_base: u16) -> Result<BackendLedger> {
         let conn = durable::open(path, SCHEMA, SCHEMA_VERSION)?;
-        Ok(Store { conn, port_base })
+        Ok(BackendLedger { conn, port_base })
     }
 
     fn rows(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Row>> {
@@ -287,7 +287,7 @@ impl Store {
         };
         let count = usize::try_from(r.count).map_err(|_| refused(ApiErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
         let insufficient = || {
-            StoreError::Refused(ApiError {
+            BackendLedgerError::Refused(ApiError {
                 code: ApiErrorCode::Insufficient,
                 message: format!("{count} {} backend(s) requested, {} free", r.method, candidates.len()),
                 free: Some(candidates.len() as u64),
@@ -417,13 +417,13 @@ mod tests {
     use super::*;
     use crate::policy::LocalFirstPolicy;
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, BackendLedger) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(&dir.path().join("registry.db"), 8308).unwrap();
+        let s = BackendLedger::open(&dir.path().join("registry.db"), 8308).unwrap();
         (dir, s)
     }
 
-    fn reg(s: &mut Store, uuid: &str, host: &str, device: u32, methods: &[VgpgpuMethod]) -> Registered {
+    fn reg(s: &mut BackendLedger, uuid: &str, host: &str, device: u32, methods: &[VgpgpuMethod]) -> Registered {
         s.register(&RegisterRequest { uuid: uuid.into(), vendor: "Nvidia".into(), device, host: host.into(), methods: methods.to_vec() }, 1).unwrap()
     }
 
@@ -534,11 +534,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
         {
-            let mut s = Store::open(&path, 9000).unwrap();
+            let mut s = BackendLedger::open(&path, 9000).unwrap();
             reg(&mut s, "GPU-0", "n1", 0, BOTH);
             s.request(&req("torque:7.ce", 1, "n1"), &LocalFirstPolicy, 1).unwrap();
         }
-        let mut s = Store::open(&path, 9000).unwrap();
+        let mut s = BackendLedger::open(&path, 9000).unwrap();
         assert_eq!(s.status().unwrap().backends[0].job, Some("torque:7.ce".parse().unwrap()));
         assert_eq!(s.request(&req("torque:7.ce", 1, "n1"), &LocalFirstPolicy, 2).unwrap().backends[0].port, 9000);
     }
