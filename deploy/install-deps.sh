@@ -18,14 +18,14 @@ packages=(
   munge libmunge-dev
   # the ClassAd reference and the test harness
   python3 python3-venv python3-pip
-  # NorduGrid ARC CE (issue 16): A-REX's stage-0 code runs the ENV/GPGPU
+  # NorduGrid ARC CE: A-REX's stage-0 code runs the ENV/GPGPU
   # runtime environment in tests/tests/arc_rte.rs, whose xRSL check uses
   # ARC's own parser through its Python binding; arcctl enables RTEs
   nordugrid-arc-arex nordugrid-arc-arcctl python3-nordugrid-arc
   # ...and end to end in tests/tests/arc_ce.rs: arcsub/arcstat/arcget over
   # the REST interface, ARC's LDAP infosys (its slapd config and bdii-update)
   nordugrid-arc-client nordugrid-arc-plugins-arcrest nordugrid-arc-infosys-ldap
-  # Debian packaging (issue 19, docs/packaging.md): deploy/build-debs.sh
+  # Debian packaging (docs/packaging.md): deploy/build-debs.sh
   # and tests/tests/packages.rs build, lint and install cder's packages
   dpkg-dev debhelper fakeroot lintian man-db
   # small tools the tests use

@@ -6,7 +6,7 @@
 //! never a panic, a hang or unbounded recursion.
 #![no_main]
 
-use cder_jdl::{eval_expr, parse_classad, parse_expr, symmetric_match, CompiledRequest};
+use cder_classad::{eval_expr, parse_classad, parse_expr, symmetric_match, CompiledRequest};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,6 +25,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = compiled.rank(&offer);
     let _ = symmetric_match(&request, &offer);
     for (name, _) in offer.iter() {
-        let _ = cder_jdl::eval_attr(&offer, name, Some(&request));
+        let _ = cder_classad::eval_attr(&offer, name, Some(&request));
     }
 });

@@ -11,10 +11,10 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };
     let _ = cder_jdl::jdl::check(src);
-    let _ = cder_jdl::parse_classads(src);
-    let Ok(ad) = cder_jdl::parse_classad(src) else { return };
+    let _ = cder_classad::parse_classads(src);
+    let Ok(ad) = cder_classad::parse_classad(src) else { return };
     let printed = ad.to_string();
-    let reparsed = cder_jdl::parse_classad(&printed).unwrap_or_else(|e| panic!("printed ad {printed:?} does not parse: {e}"));
+    let reparsed = cder_classad::parse_classad(&printed).unwrap_or_else(|e| panic!("printed ad {printed:?} does not parse: {e}"));
     assert_eq!(reparsed.to_string(), printed, "printing is not stable");
     if let Ok(resources) = JobResources::read(&ad) {
         for (lrms, pbs_gpus) in [(Lrms::Slurm, PbsGpus::Native), (Lrms::Pbs, PbsGpus::Native), (Lrms::Pbs, PbsGpus::Maui)] {

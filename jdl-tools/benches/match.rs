@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::Instant;
 
-use cder_jdl::{parse_classad, parse_classads, ClassAd, CompiledRequest};
+use cder_classad::{parse_classad, parse_classads, ClassAd, CompiledRequest};
 
 /// The thesis writes the offer's attributes unqualified (the matchmaking
 /// fallback resolves them); classad2's ClassAd.matches has no fallback, so the

@@ -17,9 +17,10 @@ use std::path::Path;
 
 use cder_request::keys;
 
-use crate::ast::ClassAd;
+use cder_classad::ast::ClassAd;
+use cder_classad::value::Value;
+
 use crate::resources::JobResources;
-use crate::value::Value;
 
 /// The runtime environment an ARC CE running cder publishes for GPGPU jobs.
 pub const GPGPU_RTE: &str = "ENV/GPGPU";

@@ -10,9 +10,9 @@
 
 use std::fmt;
 
-use crate::ast::{BinOp, ClassAd, Expr, Pos, Scope, UnOp};
-use crate::functions::Func;
-use crate::value::Value;
+use cder_classad::ast::{BinOp, ClassAd, Expr, Pos, Scope, UnOp};
+use cder_classad::functions::Func;
+use cder_classad::value::Value;
 use cder_request::{keys, CountError, VgpgpuMethod, MAX_COUNT};
 
 /// The virtual-GPGPU methods cder knows (remote CUDA and the Virtual OpenCL
@@ -51,7 +51,7 @@ impl fmt::Display for Diagnostic {
 
 /// Checks a JDL text; returns every problem found, in source order.
 pub fn check(src: &str) -> Vec<Diagnostic> {
-    let (ad, errs) = crate::parser::parse_classad_recovering(src);
+    let (ad, errs) = cder_classad::parser::parse_classad_recovering(src);
     let mut out: Vec<Diagnostic> =
         errs.into_iter().map(|e| Diagnostic { pos: e.pos, severity: Severity::Error, message: e.message }).collect();
     out.extend(check_ad(&ad));

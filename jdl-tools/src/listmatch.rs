@@ -14,14 +14,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use cder_classad::ast::{BinOp, ClassAd, Expr, Scope};
 use cder_request::{glue, keys};
-use crate::ast::{BinOp, ClassAd, Expr, Scope};
 use crate::bdii::offers::Offer;
 use crate::bdii::query::Wanted;
-use crate::eval::{truth, Truth};
+use cder_classad::eval::{truth, Truth};
 use crate::jdl::VIRTUAL_GPGPU_METHODS;
-use crate::matchmaking::CompiledRequest;
-use crate::value::Value;
+use cder_classad::matchmaking::CompiledRequest;
+use cder_classad::value::Value;
 
 /// A named Rank.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub struct Request {
 }
 
 fn parse(src: &str) -> Expr {
-    crate::parser::parse_expr(src).unwrap_or_else(|e| panic!("built-in expression {src:?}: {e}"))
+    cder_classad::parser::parse_expr(src).unwrap_or_else(|e| panic!("built-in expression {src:?}: {e}"))
 }
 
 fn and(a: Expr, b: Expr) -> Expr {

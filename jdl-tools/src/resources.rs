@@ -33,8 +33,8 @@ use std::fmt;
 use cder_request::keys::htcondor as htc;
 use cder_request::{keys, lrms as names, VgpgpuMethod, VgpgpuRequest};
 
-use crate::ast::{ClassAd, Pos};
-use crate::value::Value;
+use cder_classad::ast::{ClassAd, Pos};
+use cder_classad::value::Value;
 
 /// The batch system.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -284,7 +284,7 @@ impl JobResources {
         match src.get(htc::REQUIRE_GPUS) {
             None | Some(Value::Undefined) | Some(Value::Bool(_)) => {}
             Some(Value::Str(expr)) => {
-                crate::parser::parse_expr(&expr).map_err(|e| err(htc::REQUIRE_GPUS, format!("not a ClassAd expression ({e})")))?;
+                cder_classad::parser::parse_expr(&expr).map_err(|e| err(htc::REQUIRE_GPUS, format!("not a ClassAd expression ({e})")))?;
             }
             Some(v) => return Err(err(htc::REQUIRE_GPUS, format!("must be a ClassAd expression, not {v}"))),
         }

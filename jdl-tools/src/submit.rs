@@ -7,10 +7,11 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use cder_classad::ast::{BinOp, ClassAd, Expr, Scope, Sym};
+use cder_classad::value::Value;
 use cder_request::keys;
-use crate::ast::{BinOp, ClassAd, Expr, Scope, Sym};
+
 use crate::resources::{directives, JobResources, Settings};
-use crate::value::Value;
 
 /// The CELIST expression of some CEs.
 pub fn celist(ce_ids: &[&str]) -> Expr {
@@ -214,8 +215,8 @@ mod tests {
         // A GLUE 1.3 offer of that CE, without CDER attributes, now matches.
         let back = ClassAd::parse(&text).unwrap();
         let glue13 = ClassAd::parse("[ GlueCEUniqueID = \"ce1:8443/cream-slurm-gpu\" ]").unwrap();
-        assert!(crate::CompiledRequest::new(&back).matches(&glue13));
-        assert!(!crate::CompiledRequest::new(&refine(&job, &["ce1:8443/cream-slurm-gpu"])).matches(&glue13));
+        assert!(cder_classad::CompiledRequest::new(&back).matches(&glue13));
+        assert!(!cder_classad::CompiledRequest::new(&refine(&job, &["ce1:8443/cream-slurm-gpu"])).matches(&glue13));
     }
 
     #[test]
@@ -234,7 +235,7 @@ mod tests {
         assert_eq!(back.len(), job.len());
         // Each CE of the list passes the restriction, others do not.
         let ce = |id: &str| ClassAd::parse(&format!("[ GlueCEUniqueID = \"{id}\"; GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 1024 ]")).unwrap();
-        let req = crate::CompiledRequest::new(&back);
+        let req = cder_classad::CompiledRequest::new(&back);
         assert!(req.matches(&ce("ce1.example.org:8443/cream-slurm-gpu")));
         assert!(!req.matches(&ce("ce3.example.org:8443/cream-pbs-gpu")));
     }

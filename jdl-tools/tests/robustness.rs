@@ -8,7 +8,7 @@
 mod common;
 
 use cder_jdl::jdl::check;
-use cder_jdl::{eval_expr, eval_str, parse_classad, parse_classads, parse_expr, ClassAd, Value};
+use cder_classad::{eval_expr, eval_str, parse_classad, parse_classads, parse_expr, ClassAd, Value};
 use common::gen::{self, Rng};
 
 fn thesis_files() -> Vec<String> {
@@ -189,7 +189,7 @@ fn exercise(src: &str) {
         for a in ad.attributes() {
             let _ = ad.eval_attr(&a.name);
         }
-        let _ = cder_jdl::CompiledRequest::new(&ad).match_rank(&ad);
+        let _ = cder_classad::CompiledRequest::new(&ad).match_rank(&ad);
     }
     let _ = parse_classads(src);
     let _ = check(src);

@@ -2,7 +2,7 @@
 //! as the thesis describes.
 
 use cder_jdl::jdl::check;
-use cder_jdl::{eval_expr_matching, matches, parse_classad, rank, symmetric_match, ClassAd, CompiledRequest, Value};
+use cder_classad::{eval_expr_matching, matches, parse_classad, rank, symmetric_match, ClassAd, CompiledRequest, Value};
 
 fn load(name: &str) -> ClassAd {
     let path = format!("{}/tests/data/thesis/{name}", env!("CARGO_MANIFEST_DIR"));

@@ -4,7 +4,7 @@
 //!
 //! srun and every slurmstepd load this plugin on a job's path, and none of
 //! them has libgcc_s.so.1 loaded: loading it for Rust's unwinder took about
-//! 0.1 ms per `dlopen` (BENCHMARKS.md, issue 12). libgcc_eh.a, listed before
+//! 0.1 ms per `dlopen`. libgcc_eh.a, listed before
 //! the standard library, gives the plugin its own copy (hidden by the
 //! export list), so `--as-needed` drops libgcc_s. Panics never leave the
 //! plugin (each callback catches them), so the two unwinders never meet.

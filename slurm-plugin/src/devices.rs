@@ -1,6 +1,5 @@
-//! Which devices a job has on a node, as SLURM granted them, and the
-//! visibility variables that name them in the numbering the job's processes
-//! will see.
+//! Which devices a job has on a node, as SLURM granted them, and whether
+//! SLURM keeps the job's processes to them itself.
 //!
 //! SLURM is the authority: the job prolog reads `SLURM_JOB_GPUS`, which
 //! slurmd builds from the job's credential (the GRES the controller
@@ -8,13 +7,7 @@
 //! cderd. Steps only read that record; what a step asks for is a request
 //! that may select among the job's devices, never add to them.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-
-use cder_model::JobEnvironment;
-use cder_protocol::{AllocatedDevice, Allocation};
-
-use crate::request::GPGPU;
 
 /// The variable slurmd sets in the job prolog's environment (and slurmstepd
 /// in the batch step's) from the credential: the job's GPU indices.
@@ -107,97 +100,10 @@ pub fn slurm_constrains_devices(task_plugin: Option<&str>, slurm_conf: Option<&P
     slurm_constrains_devices_checked(task_plugin, slurm_conf).unwrap_or(false)
 }
 
-/// How the job's processes are kept to their devices, which decides how
-/// CUDA and its twins number them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enforcement {
-    /// No device cgroup: every device is openable, numbered absolutely.
-    None,
-    /// SLURM's device cgroup holds the step's own devices.
-    SlurmCgroup,
-    /// cderd's device cgroup (`confine`) holds the job's devices.
-    CderCgroup,
-}
-
-/// The devices a step uses: the job's devices, narrowed to the step's GPU
-/// list when SLURM gave one. The step list comes from the step's
-/// environment, so it can only select among the job's devices.
-pub fn step_devices(job: &[AllocatedDevice], step_gpus: Option<&[u32]>) -> Vec<AllocatedDevice> {
-    job.iter()
-        .filter(|d| match step_gpus {
-            Some(gpus) if d.cder_type == GPGPU => gpus.contains(&d.index),
-            _ => true,
-        })
-        .cloned()
-        .collect()
-}
-
-/// The step's environment: cderd's variables for the job (absolute indices
-/// or UUIDs), rewritten so that they name exactly `step`'s devices in the
-/// numbering the processes see under `enforcement`: absolute indices with
-/// no cgroup; positions among the devices the cgroup lets them open
-/// (numbered from 0, in node order) inside one, as SLURM writes them.
-pub fn step_env(alloc: &Allocation, step: &[AllocatedDevice], enforcement: Enforcement) -> JobEnvironment {
-    let mut env = alloc.env.0.clone();
-    let mut by_type: BTreeMap<&str, Vec<&AllocatedDevice>> = BTreeMap::new();
-    for d in &alloc.devices {
-        by_type.entry(d.cder_type.as_str()).or_default().push(d);
-    }
-    for (ty, mut held) in by_type {
-        held.sort_by_key(|d| d.index);
-        let absolute = held.iter().map(|d| d.index.to_string()).collect::<Vec<_>>().join(",");
-        let uuids = held.iter().map(|d| d.uuid.as_str()).collect::<Vec<_>>().join(",");
-        let mut visible: Vec<&AllocatedDevice> = step.iter().filter(|d| d.cder_type == ty).collect();
-        visible.sort_by_key(|d| d.index);
-        // What the processes can open, in node order: CUDA numbers those.
-        let openable: Vec<u32> = match enforcement {
-            Enforcement::None => Vec::new(),
-            Enforcement::SlurmCgroup => visible.iter().map(|d| d.index).collect(),
-            Enforcement::CderCgroup => held.iter().map(|d| d.index).collect(),
-        };
-        let ids = visible
-            .iter()
-            .map(|d| match enforcement {
-                Enforcement::None => d.index.to_string(),
-                _ => openable.iter().position(|&i| i == d.index).unwrap_or(0).to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(",");
-        let visible_uuids = visible.iter().map(|d| d.uuid.as_str()).collect::<Vec<_>>().join(",");
-        for value in env.values_mut() {
-            if *value == absolute {
-                *value = ids.clone();
-            } else if *value == uuids {
-                *value = visible_uuids.clone();
-            }
-        }
-    }
-    JobEnvironment(env)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cder_model::{JobKey, Lrms};
-
-    fn dev(index: u32) -> AllocatedDevice {
-        AllocatedDevice { cder_type: GPGPU.into(), index, uuid: format!("GPU-{index}"), path: None }
-    }
-
-    fn alloc(indices: &[u32]) -> Allocation {
-        let list = indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let mut env = BTreeMap::new();
-        env.insert("CUDA_VISIBLE_DEVICES".to_string(), list);
-        env.insert("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string());
-        Allocation {
-            job: JobKey::new(Lrms::Slurm, "7").unwrap(),
-            uid: 1000,
-            devices: indices.iter().map(|&i| dev(i)).collect(),
-            env: JobEnvironment(env),
-            cgroups: None,
-        }
-    }
-
+    
     #[test]
     fn index_lists() {
         assert_eq!(parse_index_list("2,0,3"), Some(vec![0, 2, 3]));
@@ -253,36 +159,5 @@ mod tests {
         std::fs::write(dir.path().join("cgroup.conf"), "ConstrainDevices=on\n").unwrap();
         let e = slurm_constrains_devices_checked(Some("task/cgroup"), Some(&conf)).unwrap_err();
         assert!(e.contains("cgroup.conf") && e.contains("line 1") && e.contains("\"on\""), "{e}");
-    }
-
-    #[test]
-    fn numbering_follows_the_enforcement() {
-        let a = alloc(&[1, 3]);
-        let all = step_devices(&a.devices, None);
-        assert_eq!(step_env(&a, &all, Enforcement::None).get("CUDA_VISIBLE_DEVICES"), Some("1,3"));
-        assert_eq!(step_env(&a, &all, Enforcement::CderCgroup).get("CUDA_VISIBLE_DEVICES"), Some("0,1"));
-        assert_eq!(step_env(&a, &all, Enforcement::SlurmCgroup).get("CUDA_VISIBLE_DEVICES"), Some("0,1"));
-        assert_eq!(step_env(&a, &all, Enforcement::CderCgroup).get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
-        // A step of GPU 3 only: SLURM's step cgroup opens just that one;
-        // cder's job cgroup opens both, where 3 is the second.
-        let one = step_devices(&a.devices, Some(&[3, 0]));
-        assert_eq!(one, vec![dev(3)]);
-        assert_eq!(step_env(&a, &one, Enforcement::SlurmCgroup).get("CUDA_VISIBLE_DEVICES"), Some("0"));
-        assert_eq!(step_env(&a, &one, Enforcement::CderCgroup).get("CUDA_VISIBLE_DEVICES"), Some("1"));
-        assert_eq!(step_env(&a, &one, Enforcement::None).get("CUDA_VISIBLE_DEVICES"), Some("3"));
-    }
-
-    #[test]
-    fn uuids_are_filtered_not_renumbered() {
-        let mut a = alloc(&[0, 2]);
-        a.env.0.insert("CUDA_VISIBLE_DEVICES".into(), "GPU-0,GPU-2".into());
-        let one = step_devices(&a.devices, Some(&[2]));
-        assert_eq!(step_env(&a, &one, Enforcement::SlurmCgroup).get("CUDA_VISIBLE_DEVICES"), Some("GPU-2"));
-    }
-
-    #[test]
-    fn no_devices_stay_empty() {
-        let a = alloc(&[]);
-        assert_eq!(step_env(&a, &[], Enforcement::CderCgroup).get("CUDA_VISIBLE_DEVICES"), Some(""));
     }
 }

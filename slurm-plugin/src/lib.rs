@@ -15,6 +15,9 @@
 //!   numbering inside and outside a device cgroup;
 //! * [`gres_conf`] — slurmd's GPU list from gres.conf, and SLURM's GPU
 //!   indices turned into cderd's devices by device file;
+//! * [`node`] — the node side of `spank_cder.so` as plain functions: the
+//!   prolog's record, the step's plan, the tasks' confinement, vGPGPU
+//!   backends; SLURM and cderd behind traits;
 //! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
 //! * [`vgpgpu`] — vGPGPU requests (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`) and the `vgpgpu` licence;
 //! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
@@ -28,6 +31,7 @@ pub mod devices;
 pub mod gres;
 pub mod gres_conf;
 pub mod job_submit;
+pub mod node;
 pub mod request;
 pub mod spank;
 pub mod sys;

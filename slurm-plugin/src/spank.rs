@@ -195,3 +195,93 @@ pub fn run_option<P: Plugin>(state: &Mutex<Option<P>>, val: std::ffi::c_int, val
     let mut guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     guard.get_or_insert_with(P::default).option(opt.name, value, remote)
 }
+
+/// Exports a SPANK plugin: the `plugin_name`, `plugin_type`,
+/// `plugin_version` and `spank_plugin_version` symbols and every
+/// `slurm_spank_*` callback, each dispatching to the [`crate::spank::Plugin`] methods of
+/// one process-wide value of `$ty` (created with `Default`).
+///
+/// ```ignore
+/// cder_slurm::spank_plugin!("cder", MyPlugin);
+/// ```
+#[macro_export]
+macro_rules! spank_plugin {
+    ($name:literal, $ty:ty) => {
+        /// The plugin's name: SPANK options and log lines carry it.
+        #[no_mangle]
+        #[used]
+        pub static plugin_name: [u8; $name.len() + 1] = $crate::nul_terminated::<{ $name.len() + 1 }>($name);
+        /// `spank`: the plugin type SLURM's plugstack loader expects.
+        #[no_mangle]
+        #[used]
+        pub static plugin_type: [u8; 6] = *b"spank\0";
+        /// The SLURM release built against; the loader refuses a plugin
+        /// built for another one.
+        #[no_mangle]
+        #[used]
+        pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
+        /// The SPANK interface version (0, the only one there is).
+        #[no_mangle]
+        #[used]
+        pub static spank_plugin_version: u32 = 0;
+
+        static __CDER_SPANK_STATE: ::std::sync::Mutex<::std::option::Option<$ty>> = ::std::sync::Mutex::new(None);
+
+        unsafe extern "C" fn __cder_spank_option(
+            val: ::std::ffi::c_int,
+            optarg: *const ::std::ffi::c_char,
+            remote: ::std::ffi::c_int,
+        ) -> ::std::ffi::c_int {
+            // SAFETY: SLURM passes a valid (or null) option argument.
+            unsafe {
+                $crate::sys::spank::enter_option($name, optarg, |value| {
+                    $crate::spank::run_option::<$ty>(&__CDER_SPANK_STATE, val, value, remote != 0)
+                })
+            }
+        }
+
+        $crate::spank_plugin!(@callbacks $name, $ty,
+            slurm_spank_init => Init,
+            slurm_spank_job_prolog => JobProlog,
+            slurm_spank_init_post_opt => InitPostOpt,
+            slurm_spank_local_user_init => LocalUserInit,
+            slurm_spank_user_init => UserInit,
+            slurm_spank_task_init_privileged => TaskInitPrivileged,
+            slurm_spank_task_init => TaskInit,
+            slurm_spank_task_post_fork => TaskPostFork,
+            slurm_spank_task_exit => TaskExit,
+            slurm_spank_job_epilog => JobEpilog,
+            slurm_spank_slurmd_exit => SlurmdExit,
+            slurm_spank_exit => Exit
+        );
+    };
+    (@callbacks $name:literal, $ty:ty, $($sym:ident => $cb:ident),*) => {
+        $(
+            #[doc = concat!("The SPANK callback `", stringify!($sym), "`: runs the plugin's `Callback::", stringify!($cb), "` method (the `Plugin` trait says when SLURM calls it and what an error costs).")]
+            ///
+            /// # Safety
+            ///
+            /// Only SLURM calls it, with a live handle and `ac` plugstack arguments.
+            #[no_mangle]
+            pub unsafe extern "C" fn $sym(
+                sp: $crate::ffi::spank_t,
+                ac: ::std::ffi::c_int,
+                av: *mut *mut ::std::ffi::c_char,
+            ) -> ::std::ffi::c_int {
+                // SAFETY: SLURM passes a valid handle and `ac` plugstack arguments.
+                unsafe {
+                    $crate::sys::spank::enter($name, stringify!($sym), sp, ac, av, |spank, args| {
+                        $crate::spank::run::<$ty>(
+                            &__CDER_SPANK_STATE,
+                            $crate::spank::Callback::$cb,
+                            Some(__cder_spank_option),
+                            spank,
+                            args,
+                        )
+                    })
+                }
+            }
+        )*
+    };
+}
+

@@ -19,7 +19,8 @@
 //! use cder_tests::slurm::SlurmClient;
 //! if !cder_tests::cluster::require_cluster() { return; }
 //! let cluster = Cluster::start(&ClusterConfig::default()).unwrap();
-//! let job = cluster.sbatch(&["-N", "2", "--gpgpu-per-node=2"], "#!/bin/sh\nsrun printenv CUDA_VISIBLE_DEVICES\n").unwrap();
+//! let script = "#!/bin/sh\nsrun printenv CUDA_VISIBLE_DEVICES\n";
+//! let job = cluster.sbatch(&["-N", "2", "--gpgpu-per-node=2"], script).unwrap();
 //! cluster.wait_job(job, std::time::Duration::from_secs(60)).unwrap();
 //! ```
 //!

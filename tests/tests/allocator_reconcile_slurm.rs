@@ -131,7 +131,7 @@ fn wait_state(cluster: &SlurmCluster, id: u32, state: &str) {
     }
 }
 
-/// Issue 12, item 3: a STOPPED job (`scancel --signal=STOP`) is live. The
+/// A STOPPED job (`scancel --signal=STOP`) is live. The
 /// old reconcile listed only PENDING/RUNNING/SUSPENDED/COMPLETING/
 /// CONFIGURING and freed its two GPUs, so the next job got the same two.
 /// And an allocation made while squeue runs (after the ledger's generation

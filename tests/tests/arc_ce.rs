@@ -1,4 +1,4 @@
-//! Issue 16 end to end on a real NorduGrid ARC CE (tests/src/arc.rs): a grid
+//! GPU jobs end to end on a real NorduGrid ARC CE (tests/src/arc.rs): a grid
 //! user's JDL with `GPGPUPerNode = 2` goes `cder-jdl list-match` against
 //! ARC's own LDAP infosys (where `cder-glue-provider --arc-plugin`, a BDII
 //! plugin, added the GPU keys to ARC's ExecutionEnvironment) → `cder-jdl
@@ -409,7 +409,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         .unwrap();
     let direct_s = secs(Instant::now(), t_direct);
 
-    // Where the time goes (BENCHMARKS.md, ARC section); never asserted.
+    // Where the time goes, printed for the record; never asserted.
     let state_times: Vec<&str> = errors
         .lines()
         .filter(|l| l.contains("Job state change"))

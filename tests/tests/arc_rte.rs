@@ -407,7 +407,7 @@ fn arcs_parser_reads_the_vgpgpu_runtime_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let job = cder_jdl::ast::ClassAd::parse("[ Executable = \"/bin/hostname\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]").unwrap();
+    let job = cder_classad::ast::ClassAd::parse("[ Executable = \"/bin/hostname\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]").unwrap();
     let xrsl = cder_jdl::arc::xrsl(&job, dir.path()).unwrap();
     std::fs::write(dir.path().join("job.xrsl"), &xrsl).unwrap();
     let parsed = Command::new("/usr/bin/python3")

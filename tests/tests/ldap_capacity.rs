@@ -1,8 +1,8 @@
 //! The harness's slapd can hold a real grid's worth of GLUE entries when
 //! asked: Debian's BDII config leaves each mdb database at the 10 MiB
 //! default map size, and `ldapadd` then fails ("txn_commit failed" / "MDB_MAP_FULL");
-//! `SlapdOptions::maxsize` raises it. (Issue 8's list-match loads 10^5
-//! entities through this.)
+//! `SlapdOptions::maxsize` raises it, so list-match can be measured on 10^5
+//! entities.
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 

@@ -1,4 +1,4 @@
-//! The Debian packages (issue 19, docs/packaging.md): `deploy/build-debs.sh`
+//! The Debian packages (docs/packaging.md): `deploy/build-debs.sh`
 //! builds them, lintian checks them, `dpkg -i` installs them on this
 //! machine, the installed `cderd --check`, `man -w` and the SLURM demo run
 //! against what was installed, and `dpkg --purge` leaves nothing but what

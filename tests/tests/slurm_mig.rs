@@ -1,4 +1,4 @@
-//! MIG instances as SLURM typed GRES, end to end (issue 18), on a real
+//! MIG instances as SLURM typed GRES, end to end, on a real
 //! slurmctld and slurmd (Debian's SLURM 22.05) with a real cderd whose
 //! NVIDIA driver is the fake NVML library: two A100s in MIG mode, GPU 0 with
 //! a 1g.10gb, a 2g.20gb and a 1g.10gb instance (in MIG index order), GPU 1

@@ -1,4 +1,4 @@
-//! Exclusivity the scheduler vouches for (issue 12), on a real slurmctld and
+//! Exclusivity the scheduler vouches for, on a real slurmctld and
 //! slurmd (Debian's SLURM 22.05) with a real cderd, both plugins at their
 //! default arguments. Only the GPUs are fake: character devices with the
 //! mem driver's distinct numbers (1:5, 1:7, 1:8, 1:9), so a device cgroup

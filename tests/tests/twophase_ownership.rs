@@ -1,4 +1,4 @@
-//! Phase 1 trusts a CE ID only from the service that owns it (issue 21).
+//! Phase 1 trusts a CE ID only from the service that owns it.
 //! A real slapd with Debian's BDII config holds the three GPU sites of the
 //! thesis tables plus a hostile site: its own provider output (an AMD GPU)
 //! and CREAM shares that publish `CREAMCEId=` of ce-a's queue `gpu` with

@@ -1,4 +1,4 @@
-//! Phase 1 on every shape a real top-level BDII holds (issue 15): the GPU
+//! Phase 1 on every shape a real top-level BDII holds: the GPU
 //! keys on ComputingShares or on ExecutionEnvironments, as OtherInfo or as
 //! Extension children; shares naming their EE or not; services in a
 //! top-level BDII's site tree; GLUE 1.3 beside GLUE 2.0; generic EE IDs

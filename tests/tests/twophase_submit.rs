@@ -44,8 +44,8 @@ fn submit_hands_a_refined_jdl_to_the_submit_command() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "job-4242");
     let refined = std::fs::read_to_string(d.join("submitted.jdl")).unwrap();
-    let ad = cder_jdl::ClassAd::parse(&refined).unwrap();
-    let user = cder_jdl::ClassAd::parse(&job).unwrap();
+    let ad = cder_classad::ClassAd::parse(&refined).unwrap();
+    let user = cder_classad::ClassAd::parse(&job).unwrap();
     for (name, expr) in user.iter().filter(|(n, _)| *n != "Requirements") {
         assert_eq!(ad.lookup(name).map(|e| e.to_string()), Some(expr.to_string()), "{name} changed:\n{refined}");
     }
@@ -54,9 +54,9 @@ fn submit_hands_a_refined_jdl_to_the_submit_command() {
     let expected = format!("(TARGET.GlueCEUniqueID == \"{}\" || TARGET.GlueCEUniqueID == \"{}\") && ({})", ce(1, "gpgpu"), ce(0, "gpu"), user.lookup("Requirements").unwrap());
     assert_eq!(req, expected);
     // The refined JDL restricts: an offer of ce-c with the same GPUs no longer matches.
-    let like_a_but_c = cder_jdl::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(2, "gpu"))).unwrap();
-    let like_a = cder_jdl::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(0, "gpu"))).unwrap();
-    let compiled = cder_jdl::CompiledRequest::new(&ad);
+    let like_a_but_c = cder_classad::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(2, "gpu"))).unwrap();
+    let like_a = cder_classad::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(0, "gpu"))).unwrap();
+    let compiled = cder_classad::CompiledRequest::new(&ad);
     assert!(compiled.matches(&like_a) && !compiled.matches(&like_a_but_c));
 
     // --dry-run prints the same refined JDL and submits nothing.

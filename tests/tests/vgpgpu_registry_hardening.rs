@@ -1,4 +1,4 @@
-//! cder-registryd under clients that hold connections open (issue 14):
+//! cder-registryd under clients that hold connections open:
 //! a real cder-registryd and a real munged. Hundreds of connections that
 //! never finish their headers, and connections that announce a large body
 //! and send one byte, must neither stop authenticated clients from being

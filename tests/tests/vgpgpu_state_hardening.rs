@@ -1,5 +1,5 @@
 //! The durable state of cder-registryd and cderd is private whatever the
-//! umask (issue 14): state directories 0700, databases and their -wal/-shm
+//! umask: state directories 0700, databases and their -wal/-shm
 //! 0600, and a state directory writable by group or others is refused by
 //! name. Real daemons (cder-registryd with a real munged; cderd with a
 //! static device list, as `cderd --check`) started through `/bin/sh -c

@@ -17,8 +17,8 @@
 //!
 //! The mark tells the node what the scheduler counted, so the filter is its
 //! only author: a mark written by hand is refused unless it repeats the
-//! GRES count MAUI sees (issue 12: a hand-written `other=cder:gpgpu:4` used
-//! to make the prologue allocate four devices TORQUE never counted).
+//! GRES count MAUI sees: otherwise a hand-written `other=cder:gpgpu:4` gets
+//! four devices TORQUE never counted.
 //!
 //! `GPGPUPerNode` comes from `qsub -v`, a `#PBS -v` directive, or a
 //! `#CDER GPGPUPerNode=N` line. The script is read as qsub reads it

@@ -260,7 +260,7 @@ pub struct Mom {
 /// (`exec_gpus`), the job gets exactly those (cderd records them, and
 /// refuses if its ledger has one held by another job); otherwise cderd
 /// chooses as many as the form the site's scheduler counts asks for, and
-/// forms the scheduler does not count are ignored (issue 12).
+/// forms the scheduler does not count are ignored.
 pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd: &Cderd<'_>, mom: &Mom) -> Outcome {
     let job = match args.job_key() {
         Ok(j) => j,

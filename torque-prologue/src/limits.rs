@@ -12,9 +12,8 @@
 //!   submit filter leaves, because the MAUI request itself
 //!   (`-W x=GRES:gpus@2`) never reaches pbs_mom: `other=cder:gpgpu:2`.
 //!
-//! A form the scheduler does not count is ignored and reported (issue 12:
-//! a hand-written `other=cder:gpgpu:4` once got four devices that TORQUE
-//! never counted, and every later `gpus=` job on the node was requeued).
+//! A form the scheduler does not count is ignored and reported: devices
+//! TORQUE never counted would requeue every later `gpus=` job on the node.
 
 use std::fmt;
 
@@ -257,7 +256,7 @@ mod tests {
 
     #[test]
     fn only_the_form_the_scheduler_counts_is_honoured() {
-        // Issue 12: native TORQUE never counted a hand-written mark or gres=.
+        // Native TORQUE never counts a hand-written mark or gres=.
         let r = requested_devices("nodes=1:ppn=1,other=cder:gpgpu:4", Role::MotherSuperior, &TorqueSettings::default()).unwrap();
         assert_eq!(r, Requested { count: None, ignored: vec!["other=cder:gpgpu:4".into()] });
         let r = requested_devices("nodes=1:ppn=1:gpus=1,gres=gpus:3", Role::MotherSuperior, &TorqueSettings::default()).unwrap();

@@ -132,13 +132,13 @@ const REJECTED: &[(&str, &[&str], &str, &str)] = &[
     ),
     ("#PBS -W x=GRES:gpus@4\n#CDER GPGPUPerNode=1\n", &[], MAUI, "job script line 1: x=GRES:gpus@4 asks MAUI for 4 per node, which contradicts GPGPUPerNode=1"),
     ("#PBS -W x=GRES:gpus@999\n", &[], MAUI, "job script line 1: x=GRES:gpus@999: more than this site's limit of 64 per node"),
-    // Issue 12: a device mark written by hand, in a form the scheduler does not count.
+    // A device mark written by hand, in a form the scheduler does not count.
     ("#!/bin/sh\n#PBS -l nodes=1:ppn=1,other=cder:gpgpu:4\n./a\n", &[], NATIVE, "job script line 2: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"),
     ("./a\n", &["-l", "other=cder:gpgpu:4"], NATIVE, "qsub command line: -l other=cder:gpgpu:4: TORQUE does not count"),
     ("#PBS -l gres=gpus:2\n./a\n", &[], NATIVE, "job script line 1: -l gres=gpus:2: TORQUE does not count"),
     ("#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 1: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job asks MAUI for no gpgpu"),
     ("#PBS -W x=GRES:gpus@1\n#PBS -l other=cder:gpgpu:4\n./a\n", &[], MAUI, "job script line 2: -l other=cder:gpgpu:4: cder's mark is written by the submit filter from the GRES count MAUI sees, and the job's request needs other=cder:gpgpu:1"),
-    // Issue 14: a Latin-1 comment does not end qsub's header, so what follows counts.
+    // A Latin-1 comment does not end qsub's header, so what follows counts.
     ("#!/bin/sh\n# r\u{e9}sum\u{e9}\n#PBS -l nodes=1:gpus=999\n./a\n", &[], NATIVE, "job script line 3: nodes …:gpus=999: more than this site's limit of 64 per node"),
     ("#PBS -l \\\nnodes=1:gpus=999\n", &[], NATIVE, "job script line 1: nodes …:gpus=999: more than this site's limit"),
     ("./a\n", &["-C", "", "-v", "GPGPUPerNode=1"], NATIVE, "-C \"\" turns directives off"),
@@ -158,7 +158,7 @@ fn bad_requests_are_refused_with_a_message() {
     }
 }
 
-/// Issue 14: qsub reads the script as bytes; a Latin-1 comment (not UTF-8)
+/// qsub reads the script as bytes; a Latin-1 comment (not UTF-8)
 /// does not end the directives, so an over-limit request after it is
 /// refused, and a `-v GPGPUPerNode` after it is honoured.
 #[test]

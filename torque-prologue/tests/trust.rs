@@ -1,4 +1,4 @@
-//! Issue 12 and 14 on the TORQUE side, against a real cderd and real
+//! Device exclusivity and privilege on the TORQUE side, against a real cderd and real
 //! cgroups, with the hooks run exactly as pbs_mom runs them (TORQUE is not
 //! packaged here; tests/common/mod.rs reproduces pbs_mom's contract, and
 //! its job files and gpu file as TORQUE's source writes them).

@@ -74,7 +74,8 @@ pub struct AllocArgs {
     /// Record exactly these device indices (comma-separated) instead of letting cderd choose
     #[arg(long, value_name = "I,J,…", value_delimiter = ',')]
     devices: Option<Vec<u32>>,
-    /// Print {"job":…,"uid":…,"devices":[{"type":…,"index":…,"uuid":…}],"env":{…}} instead of KEY=VALUE lines
+    /// Print {"job":…,"uid":…,"devices":[{"type":…,"index":…,"uuid":…}],"env":{…}} instead of
+    /// KEY=VALUE lines
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -1,6 +1,5 @@
 //! Per-job device cgroups: the kernel, not file modes, keeps a job's
-//! processes away from the other jobs' devices (issue 12, "enforcement is
-//! advisory").
+//! processes away from the other jobs' devices; file modes alone are advisory.
 //!
 //! A job's group lives under `<root>/<cgroup_parent>/` of each hierarchy in
 //! use and is named after the job and its allocation token, so a requeued
@@ -296,7 +295,7 @@ impl DeviceCgroups {
         }
         // One hierarchy denies as well as two: `auto` adds cgroup2 only
         // where v1 cannot be used, so that a task is moved once, not twice,
-        // on its way to exec (BENCHMARKS.md, issue 12).
+        // on its way to exec.
         let want_v2 = matches!(mode, CgroupMode::V2 | CgroupMode::Both) || (mode == CgroupMode::Auto && out.v1.is_none());
         if want_v2 {
             match v2_root.as_deref().map(|root| Self::prepare_v2(root, &settings.cgroup_parent)) {

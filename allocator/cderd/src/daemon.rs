@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use cder_model::{Config, Device, HeldOpen, JobEnvironment, JobKey};
+use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
-    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, ErrorCode, ErrorReply, Pong,
+    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest, ErrorCode, ErrorReply, Pong,
     ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation, PROTOCOL_VERSION,
 };
 
@@ -146,11 +146,11 @@ impl Drop for Settle<'_> {
 /// A job's device cgroups between `alloc` and `release`. `alloc` sets them
 /// up on the background thread after its commit, so neither the job prolog
 /// nor a task's `confine` waits for the directories, the v1 rules or the
-/// BPF program (BENCHMARKS.md, issue 12). Whoever holds the map's lock while
-/// setting up is the only one doing it; `confine` sets up itself whatever is
-/// not `Ready` (a restarted cderd knows no group as ready, so it re-applies
-/// the rules before moving anyone into an existing group). A job the batch
-/// system confines gets none ahead (see [`JobAllocation::batch_confined`]).
+/// BPF program. Whoever holds the map's lock while setting up is the only
+/// one doing it; `confine` sets up itself whatever is not `Ready`. A
+/// restarted cderd knows no group as ready, so it re-applies the rules
+/// before moving anyone into an existing group. A job the batch system
+/// confines gets none ahead (see [`JobAllocation::batch_confined`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupState {
     /// The set-up thread has not run yet.
@@ -276,7 +276,7 @@ impl Daemon {
             Request::Ping => Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION })),
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
             Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
-            Request::Env(r) => self.env_after(caller, &r.job, None).map(|a| to_value(&a)),
+            Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
                 // A device kept out after a release shows why only while it still is.
                 self.recheck_leftovers(&mut self.store())?;
@@ -315,7 +315,7 @@ impl Daemon {
         }
         self.intake.read(seq);
         match request {
-            Request::Env(r) => self.env_after(caller, &r.job, Some(seq)).map(|a| to_value(&a)),
+            Request::Env(r) => self.env_after(caller, r, Some(seq)).map(|a| to_value(&a)),
             _ => self.handle(caller, request),
         }
     }
@@ -324,8 +324,9 @@ impl Daemon {
     /// the connections accepted before `seq` (if given) and for the job's
     /// pending `alloc`; a refused one is reported with its reason to the
     /// job's uid and operators.
-    pub fn env_after(&self, caller: Caller, job: &JobKey, seq: Option<u64>) -> Result<Allocation, ErrorReply> {
-        match self.env(caller, job) {
+    pub fn env_after(&self, caller: Caller, request: &EnvRequest, seq: Option<u64>) -> Result<Allocation, ErrorReply> {
+        let job = &request.job;
+        match self.env_for(caller, request) {
             Err(e) if e.code == ErrorCode::UnknownJob => {}
             other => return other,
         }
@@ -335,7 +336,7 @@ impl Daemon {
         match self.intake.settle(job) {
             Some(Record::Refused { uid, reply }) if uid == caller.uid || self.is_operator(caller.uid) => {
                 // A later alloc may have been committed since.
-                match self.env(caller, job) {
+                match self.env_for(caller, request) {
                     Err(e) if e.code == ErrorCode::UnknownJob => Err(ErrorReply::new(
                         ErrorCode::UnknownJob,
                         format!("job {job} holds no allocation on this node: {}{}", cder_protocol::REFUSED_TO_RECORD, reply.message),
@@ -345,7 +346,7 @@ impl Daemon {
             }
             // Committed meanwhile (a record leaves the intake only after its
             // commit), or never asked for.
-            _ => self.env(caller, job),
+            _ => self.env_for(caller, request),
         }
     }
 
@@ -370,7 +371,24 @@ impl Daemon {
                 .collect(),
             env: JobEnvironment::for_devices(&self.config.cders, &devices),
             cgroups: None,
+            device_cgroup: None,
         }
+    }
+
+    /// The environment of `reply`'s devices, narrowed to `step` (indices of
+    /// the default type), numbered for `cgroup`.
+    fn step_environment(&self, reply: &Allocation, step: Option<&[u32]>, cgroup: DeviceCgroup) -> JobEnvironment {
+        let held: Vec<HeldDevice<'_>> =
+            reply.devices.iter().map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid }).collect();
+        let visible: Vec<HeldDevice<'_>> = held
+            .iter()
+            .filter(|d| match step {
+                Some(list) if d.cder_type == cder_protocol::DEFAULT_TYPE => list.contains(&d.index),
+                _ => true,
+            })
+            .copied()
+            .collect();
+        JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup)
     }
 
     /// `alloc`: idempotent per job; enforced after commit, undone if
@@ -478,7 +496,7 @@ impl Daemon {
                 self.warn_held_open_later(&allocation);
             }
         }
-        // Where a job's start time goes (BENCHMARKS.md, issue 12).
+        // Where a job's start time goes, for an admin measuring it.
         tracing::debug!(
             job = %allocation.job,
             held_open_scan_us = scanned.as_micros() as u64,
@@ -611,8 +629,16 @@ impl Daemon {
         Ok(())
     }
 
-    /// `env`: the job's own uid or an operator.
+    /// `env` of the job's whole allocation in node indices: the job's own
+    /// uid or an operator.
     pub fn env(&self, caller: Caller, job: &JobKey) -> Result<Allocation, ErrorReply> {
+        self.env_for(caller, &EnvRequest::new(job.clone()))
+    }
+
+    /// `env`, numbered for the request's device cgroup and narrowed to its
+    /// step's devices: the job's own uid or an operator.
+    pub fn env_for(&self, caller: Caller, request: &EnvRequest) -> Result<Allocation, ErrorReply> {
+        let job = &request.job;
         let store = self.store();
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
         match allocation {
@@ -632,6 +658,18 @@ impl Daemon {
                     }
                 }
                 drop(store);
+                // `confine` refuses where no device cgroup can be used, and
+                // the job's own user where the batch system confines it:
+                // those processes see every device, in node indices.
+                let cgroup = match request.device_cgroup {
+                    DeviceCgroup::Job if !self.cgroups.is_available() => DeviceCgroup::None,
+                    DeviceCgroup::Job if a.batch_confined && !self.is_operator(caller.uid) => DeviceCgroup::None,
+                    other => other,
+                };
+                if cgroup != DeviceCgroup::None || request.step_devices.is_some() {
+                    reply.env = self.step_environment(&reply, request.step_devices.as_deref(), cgroup);
+                    reply.device_cgroup = Some(cgroup);
+                }
                 Ok(reply)
             }
             Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),

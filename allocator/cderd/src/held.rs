@@ -1,4 +1,4 @@
-//! Which processes hold a device open right now (issue 12): a descriptor
+//! Which processes hold a device open right now: a descriptor
 //! opened while a device was free survives the chown and chmod that give
 //! the device to the next job, so such a device is not handed out unless
 //! the admin says so (`[node.enforcement] held_open`).

@@ -1,8 +1,8 @@
 //! Records on their way in. SLURM's job prolog sends its `alloc` without
-//! waiting for the answer (the wait was the largest part of what cder adds
-//! to a job's start; BENCHMARKS.md, issue 12), so the job's first step may
-//! ask `env` before that `alloc` is read or committed. This keeps what the
-//! step needs to get the prolog's record, or the reason there is none:
+//! waiting for the answer, the largest part of what cder added to a job's
+//! start. So the job's first step may ask `env` before that `alloc` is read
+//! or committed. This keeps what the step needs to get the prolog's record,
+//! or the reason there is none:
 //!
 //! * the order connections arrived in, and which of them have not yet
 //!   sent their first request: an `env` for an unknown job waits for every

@@ -1,5 +1,5 @@
 //! Keeping the kernel's cgroup migration lock warm while tasks are about to
-//! be confined (issue 12, BENCHMARKS.md).
+//! be confined, so that confining a task does not wait for it.
 //!
 //! Moving a process into a cgroup takes the kernel's global
 //! `cgroup_threadgroup_rwsem` for writing. Unless the hierarchy is mounted

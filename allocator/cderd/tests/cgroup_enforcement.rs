@@ -1,10 +1,10 @@
-//! Kernel enforcement through `confine`, with real cgroups (issue 12, item
-//! 5): a process confined into job A's device cgroup opens A's device and
-//! gets EPERM on B's, even when A and B run as the same uid and B's device
-//! file is that uid's. At release every process left in the job's groups is
-//! ended and the groups go away; a device that a process of the job still
-//! holds (one that left the groups) goes to nobody until that process is
-//! gone. The job's own user cannot `confine` a job the batch system confines.
+//! Kernel enforcement through `confine`, with real cgroups: a process
+//! confined into job A's device cgroup opens A's device and gets EPERM on
+//! B's, even when A and B run as the same uid and B's device file is that
+//! uid's. At release every process left in the job's groups is ended and the
+//! groups go away; a device that a process of the job still holds (one that
+//! left the groups) goes to nobody until that process is gone. The job's own
+//! user cannot `confine` a job the batch system confines.
 //!
 //! The devices are real character devices with distinct numbers (the mem
 //! driver's 1:5, 1:7, 1:8, 1:9 made with mknod in a temp dir), so a cgroup

@@ -371,7 +371,7 @@ fn reconcile_frees_jobs_that_no_longer_exist() {
 
 #[test]
 fn reconcile_never_frees_an_allocation_newer_than_its_snapshot() {
-    // The TORQUE race of issue 12: the live-jobs snapshot is taken, then a
+    // TORQUE's race: the live-jobs snapshot is taken, then a
     // prologue allocates, then reconcile runs with the (older) snapshot.
     let node = Node::new(4);
     let mut c = node.client();
@@ -401,7 +401,7 @@ fn reconcile_never_frees_an_allocation_newer_than_its_snapshot() {
 
 #[test]
 fn accounting_with_user_numbers_out_of_range_is_refused_not_a_panic() {
-    // Issue 14: since = i64::MAX made a debug build panic (multiply with
+    // since = i64::MAX once made a debug build panic (multiply with
     // overflow) and a release build answer since after until.
     let node = Node::new(2);
     let reply = node.raw(b"{\"v\":1,\"op\":\"accounting\",\"since\":9223372036854775807}\n");

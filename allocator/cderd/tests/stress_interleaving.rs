@@ -1,4 +1,4 @@
-//! Randomized interleaving (issue 12): client threads mix allocations
+//! Randomized interleaving: client threads mix allocations
 //! (chosen by cderd and explicit device lists), releases, and reconciles
 //! with `as_of`, while the real daemon is SIGKILLed at random moments and
 //! restarted. After every restart:

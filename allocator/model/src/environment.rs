@@ -22,6 +22,21 @@ impl<'a> From<&'a Device> for HeldDevice<'a> {
     }
 }
 
+/// The device cgroup a job's processes run in. The vendor runtimes number
+/// only the devices a process can open, so this decides the numbering.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceCgroup {
+    /// None: every device of the node opens, so indices are the node's.
+    #[default]
+    None,
+    /// The job's (cder's `confine`): the job's devices open, numbered from 0.
+    Job,
+    /// The step's (SLURM's ConstrainDevices): the step's devices open,
+    /// numbered from 0.
+    Step,
+}
+
 /// Variables to set in a job, in a stable (sorted) order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -35,7 +50,7 @@ impl JobEnvironment {
     /// that can open every device file of the node.
     pub fn for_devices(types: &[CderType], devices: &[Device]) -> JobEnvironment {
         let held: Vec<HeldDevice<'_>> = devices.iter().map(HeldDevice::from).collect();
-        Self::build(types, &held, false)
+        Self::for_held(types, &held, false)
     }
 
     /// The environment for a job whose processes run inside a device cgroup
@@ -45,35 +60,47 @@ impl JobEnvironment {
     /// index), or the UUIDs where the type is configured for UUIDs.
     pub fn for_devices_relative(types: &[CderType], devices: &[Device]) -> JobEnvironment {
         let held: Vec<HeldDevice<'_>> = devices.iter().map(HeldDevice::from).collect();
-        Self::build(types, &held, true)
+        Self::for_held(types, &held, true)
     }
 
     /// [`for_devices`](Self::for_devices) / [`for_devices_relative`](Self::for_devices_relative)
     /// from just type, index and UUID: what a client of cderd has in hand
     /// (the protocol's allocated devices) without the full [`Device`].
     pub fn for_held(types: &[CderType], held: &[HeldDevice<'_>], relative: bool) -> JobEnvironment {
-        Self::build(types, held, relative)
+        Self::build(types, held, held, if relative { DeviceCgroup::Job } else { DeviceCgroup::None })
     }
 
-    fn build(types: &[CderType], held: &[HeldDevice<'_>], relative: bool) -> JobEnvironment {
+    /// The environment of a step that uses `step`, some of its job's
+    /// devices `job`, with its processes in `cgroup`: the step's devices
+    /// only, numbered among those the processes can open.
+    pub fn for_step(types: &[CderType], job: &[HeldDevice<'_>], step: &[HeldDevice<'_>], cgroup: DeviceCgroup) -> JobEnvironment {
+        Self::build(types, job, step, cgroup)
+    }
+
+    fn build(types: &[CderType], job: &[HeldDevice<'_>], visible: &[HeldDevice<'_>], cgroup: DeviceCgroup) -> JobEnvironment {
         let mut env = BTreeMap::new();
         for cder in types {
-            let mut mine: Vec<&HeldDevice<'_>> = held.iter().filter(|d| d.cder_type == cder.name()).collect();
-            mine.sort_by_key(|d| d.index);
+            fn of_type<'a>(list: &[HeldDevice<'a>], name: &str) -> Vec<HeldDevice<'a>> {
+                let mut mine: Vec<HeldDevice<'a>> = list.iter().filter(|d| d.cder_type == name).copied().collect();
+                mine.sort_by_key(|d| d.index);
+                mine
+            }
+            let mine = of_type(visible, cder.name());
             // Relative positions count whole GPUs only: a MIG instance is
             // named by UUID and takes no runtime index of its own.
-            let mut position = 0usize;
+            let openable: Vec<u32> = match cgroup {
+                DeviceCgroup::None => Vec::new(),
+                DeviceCgroup::Job => of_type(job, cder.name()).iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect(),
+                DeviceCgroup::Step => mine.iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect(),
+            };
             let list = mine
                 .iter()
-                .map(|d| match (cder.visible_ids, relative) {
+                .map(|d| match (cder.visible_ids, cgroup) {
                     // The CUDA runtime selects a MIG instance only by its
                     // UUID: an index names the whole parent GPU.
                     _ if is_mig_uuid(d.uuid) => d.uuid.to_string(),
-                    (VisibleIds::Index, false) => d.index.to_string(),
-                    (VisibleIds::Index, true) => {
-                        position += 1;
-                        (position - 1).to_string()
-                    }
+                    (VisibleIds::Index, DeviceCgroup::None) => d.index.to_string(),
+                    (VisibleIds::Index, _) => openable.iter().position(|&i| i == d.index).unwrap_or(0).to_string(),
                     (VisibleIds::Uuid, _) => d.uuid.to_string(),
                 })
                 .collect::<Vec<_>>()
@@ -200,6 +227,35 @@ discovery = "static"
         let devs = c.cders[0].static_devices();
         let env = JobEnvironment::for_devices_relative(&c.cders, &[devs[0].clone(), devs[2].clone()]);
         assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some("gpgpu-0,GPU-3"));
+    }
+
+    #[test]
+    fn a_step_sees_its_devices_numbered_among_what_it_can_open() {
+        let c = config();
+        let job = [HeldDevice { cder_type: "gpgpu", index: 1, uuid: "GPU-1" }, HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" }];
+        let cvd = |step: &[HeldDevice<'_>], cgroup| JobEnvironment::for_step(&c.cders, &job, step, cgroup).0["CUDA_VISIBLE_DEVICES"].clone();
+        assert_eq!(cvd(&job, DeviceCgroup::None), "1,3");
+        assert_eq!(cvd(&job, DeviceCgroup::Job), "0,1");
+        assert_eq!(cvd(&job, DeviceCgroup::Step), "0,1");
+        // A step of GPU 3 only: SLURM's step cgroup opens just that one;
+        // cder's job cgroup opens both, where 3 is the second.
+        let three = &job[1..];
+        assert_eq!(cvd(three, DeviceCgroup::Step), "0");
+        assert_eq!(cvd(three, DeviceCgroup::Job), "1");
+        assert_eq!(cvd(three, DeviceCgroup::None), "3");
+        assert_eq!(cvd(&[], DeviceCgroup::Job), "");
+        let env = JobEnvironment::for_step(&c.cders, &job, three, DeviceCgroup::Job);
+        assert_eq!(env.get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+        let mut by_uuid = config();
+        by_uuid.cders[0].visible_ids = VisibleIds::Uuid;
+        assert_eq!(JobEnvironment::for_step(&by_uuid.cders, &job, three, DeviceCgroup::Step).get("CUDA_VISIBLE_DEVICES"), Some("GPU-3"));
+    }
+
+    #[test]
+    fn device_cgroups_on_the_wire() {
+        assert_eq!(serde_json::to_string(&DeviceCgroup::Step).unwrap(), "\"step\"");
+        assert_eq!(serde_json::from_str::<DeviceCgroup>("\"none\"").unwrap(), DeviceCgroup::None);
+        assert_eq!(DeviceCgroup::default(), DeviceCgroup::None);
     }
 
     #[test]

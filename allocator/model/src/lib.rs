@@ -25,7 +25,7 @@ pub mod registry;
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use device::is_mig_uuid;
-pub use environment::{HeldDevice, JobEnvironment};
+pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, VendorKind, VisibleIds};

@@ -11,7 +11,7 @@ use serde_json::Value;
 use cder_model::JobKey;
 
 use crate::reply::{parse_reply, Accounting, Allocation, Confined, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released, Status};
-use crate::request::{AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request};
+use crate::request::{AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request};
 
 /// Longest reply line the client reads (a large node's accounting fits well).
 pub const MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
@@ -185,7 +185,13 @@ impl Client {
 
     /// `env`: the allocation of a job (allowed to the job's uid and operators).
     pub fn env(&mut self, job: &JobKey) -> Result<Allocation, ClientError> {
-        self.typed(&Request::Env(JobRequest { job: job.clone() }))
+        self.typed(&Request::Env(EnvRequest::new(job.clone())))
+    }
+
+    /// `env`, its environment numbered for `request`'s device cgroup and
+    /// narrowed to its step's devices.
+    pub fn env_for(&mut self, request: &EnvRequest) -> Result<Allocation, ClientError> {
+        self.typed(&Request::Env(request.clone()))
     }
 
     /// `status`: every device and the counts per type.

@@ -35,7 +35,7 @@ pub use reply::{
     ErrorCode, ErrorReply, Pong, Reconciled, Released, Status, TypeCounts, Utilisation, REFUSED_TO_RECORD,
 };
 pub use request::{
-    AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, JobRequest, ReconcileRequest, Request, DEFAULT_TYPE,
+    AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request, DEFAULT_TYPE,
     MAX_COUNT, MAX_TEXT_LEN, MAX_UNIX_TIME, MAX_WAIT_MS,
 };
 

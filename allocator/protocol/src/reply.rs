@@ -177,6 +177,10 @@ pub struct Allocation {
     /// round trip each. Absent from older daemons (the task asks `confine`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroups: Option<Vec<String>>,
+    /// The device cgroup `env` is numbered for (an `env` request's
+    /// `device_cgroup`, as cderd could honour it); absent: none, node indices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_cgroup: Option<cder_model::DeviceCgroup>,
 }
 
 impl Allocation {

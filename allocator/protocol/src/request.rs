@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use cder_model::JobKey;
+use cder_model::{DeviceCgroup, JobKey};
 
 use crate::reply::{ErrorCode, ErrorReply};
 use crate::PROTOCOL_VERSION;
@@ -36,7 +36,7 @@ pub enum Request {
     /// Take a job's devices back (operators only).
     Release(JobRequest),
     /// The environment of a job's allocation (the job's uid, operators).
-    Env(JobRequest),
+    Env(EnvRequest),
     /// Every device with its state and owner (anyone).
     Status,
     /// Take a device out of service (operators only).
@@ -120,6 +120,37 @@ pub struct JobRequest {
     pub job: JobKey,
 }
 
+/// `env`: one job's allocation, its environment numbered for where the
+/// caller's processes run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvRequest {
+    /// The job.
+    pub job: JobKey,
+    /// The device cgroup the processes that get the environment run in;
+    /// `none` (the default): node indices. `job` is answered relative only
+    /// where cderd can confine the job, since its `confine` refuses
+    /// elsewhere; the reply's `device_cgroup` says which numbering it is.
+    #[serde(default, skip_serializing_if = "is_no_cgroup")]
+    pub device_cgroup: DeviceCgroup,
+    /// The indices of the job's devices of the default type that the
+    /// processes use (a SLURM step's GPUs); the environment names only
+    /// those. Absent: all the job's devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_devices: Option<Vec<u32>>,
+}
+
+fn is_no_cgroup(cgroup: &DeviceCgroup) -> bool {
+    *cgroup == DeviceCgroup::None
+}
+
+impl EnvRequest {
+    /// The job's whole allocation, in node indices: the plain `env`.
+    pub fn new(job: JobKey) -> EnvRequest {
+        EnvRequest { job, device_cgroup: DeviceCgroup::None, step_devices: None }
+    }
+}
+
 /// `drain`: take `device` out of service, saying why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -201,7 +232,8 @@ impl Request {
         let fields = match self {
             Request::Ping | Request::Status => Ok(Value::Object(Map::new())),
             Request::Alloc(r) => serde_json::to_value(r),
-            Request::Release(r) | Request::Env(r) | Request::Confine(r) => serde_json::to_value(r),
+            Request::Release(r) | Request::Confine(r) => serde_json::to_value(r),
+            Request::Env(r) => serde_json::to_value(r),
             Request::Drain(r) => serde_json::to_value(r),
             Request::Resume(r) => serde_json::to_value(r),
             Request::Reconcile(r) => serde_json::to_value(r),
@@ -351,7 +383,11 @@ impl Request {
                     _ => Ok(()),
                 }
             }
-            Request::Ping | Request::Status | Request::Release(_) | Request::Env(_) | Request::Confine(_) => Ok(()),
+            Request::Env(r) => match &r.step_devices {
+                Some(list) if list.len() > MAX_COUNT as usize => Err(format!("env: more than {MAX_COUNT} step_devices")),
+                _ => Ok(()),
+            },
+            Request::Ping | Request::Status | Request::Release(_) | Request::Confine(_) => Ok(()),
         }
     }
 }
@@ -409,7 +445,9 @@ mod tests {
                 ..AllocRequest::new(job.clone(), 1000, 2)
             }),
             Request::Release(JobRequest { job: job.clone() }),
-            Request::Env(JobRequest { job: job.clone() }),
+            Request::Env(EnvRequest::new(job.clone())),
+            Request::Env(EnvRequest { device_cgroup: DeviceCgroup::Job, step_devices: Some(vec![1]), ..EnvRequest::new(job.clone()) }),
+            Request::Env(EnvRequest { device_cgroup: DeviceCgroup::Step, ..EnvRequest::new(job.clone()) }),
             Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
             Request::Resume(DeviceRequest { device: "GPU-aaaa".into() }),
             Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()), as_of: None }),
@@ -433,6 +471,15 @@ mod tests {
         assert!(Request::from_line(br#"{"v":1,"op":"reconcile","live_jobs":["slurm:4243"],"lrms":"slurm"}"#).is_ok());
         let Request::Alloc(a) = Request::from_line(br#"{"v":1,"op":"alloc","job":"local:a","uid":1,"count":1}"#).unwrap() else { panic!() };
         assert_eq!(a.cder_type, "gpgpu");
+    }
+
+    #[test]
+    fn env_without_the_new_fields_is_the_plain_env() {
+        let Request::Env(r) = Request::from_line(br#"{"v":1,"op":"env","job":"slurm:4242"}"#).unwrap() else { panic!("not env") };
+        assert_eq!(r, EnvRequest::new("slurm:4242".parse().unwrap()));
+        assert_eq!(Request::Env(r).to_line(), "{\"v\":1,\"op\":\"env\",\"job\":\"slurm:4242\"}\n");
+        let Request::Env(r) = Request::from_line(br#"{"v":1,"op":"env","job":"slurm:1","device_cgroup":"step","step_devices":[2]}"#).unwrap() else { panic!() };
+        assert_eq!((r.device_cgroup, r.step_devices), (DeviceCgroup::Step, Some(vec![2])));
     }
 
     #[test]
@@ -464,13 +511,15 @@ mod tests {
         assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"lsf"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"accounting","since":5,"until":1}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"confine","job":"slurm:1","pid":7}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"env","job":"slurm:1","device_cgroup":"node"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"release","job":"slurm:1","device_cgroup":"job"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"as_of":-1}"#), ErrorCode::BadRequest);
         assert_eq!(code("\u{0}\u{1}"), ErrorCode::BadRequest);
     }
 
     #[test]
     fn accounting_times_out_of_range_name_the_field() {
-        // Issue 14: i64::MAX used to overflow the daemon's arithmetic.
+        // i64::MAX would overflow the daemon's arithmetic.
         let e = Request::from_line(br#"{"v":1,"op":"accounting","since":9223372036854775807}"#).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert!(e.message.contains("since") && e.message.contains("out of range"), "{}", e.message);
@@ -488,7 +537,7 @@ mod tests {
         let job: JobKey = "slurm:1".parse().unwrap();
         assert!(Request::Alloc(AllocRequest::new(job.clone(), 1, 1)).needs_operator());
         assert!(Request::Release(JobRequest { job: job.clone() }).needs_operator());
-        assert!(!Request::Env(JobRequest { job: job.clone() }).needs_operator());
+        assert!(!Request::Env(EnvRequest::new(job.clone())).needs_operator());
         // The job's own uid confines its processes; the daemon checks ownership.
         assert!(!Request::Confine(JobRequest { job }).needs_operator());
         assert!(!Request::Status.needs_operator());

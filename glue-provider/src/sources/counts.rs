@@ -48,6 +48,7 @@ pub struct GroupCounts {
 
 /// A source of dynamic counts: one [`GroupCounts`] per group, in order.
 pub trait CountSource {
-    /// The counts of each group in `groups`, in the same order; an error when the LRMS cannot be asked or answers nonsense, so nothing stale is published.
+    /// The counts of each group in `groups`, in the same order; an error when the LRMS cannot be
+    /// asked or answers nonsense, so nothing stale is published.
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError>;
 }

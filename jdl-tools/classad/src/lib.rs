@@ -2,7 +2,10 @@
 //!
 //! ```
 //! use cder_classad::{ClassAd, CompiledRequest, Value};
-//! let request = ClassAd::parse(r#"[ Requirements = GPGPUVendor == "Nvidia" && GPGPUMainMemorySize >= 512; Rank = GPGPUMainMemorySize ]"#).unwrap();
+//! let request = ClassAd::parse(
+//!     r#"[ Requirements = GPGPUVendor == "Nvidia" && GPGPUMainMemorySize >= 512; Rank = GPGPUMainMemorySize ]"#,
+//! )
+//! .unwrap();
 //! let offer = ClassAd::parse(r#"[ GPGPUVendor = "NVIDIA"; GPGPUMainMemorySize = 1024 ]"#).unwrap();
 //! let req = CompiledRequest::new(&request);
 //! assert!(req.matches(&offer));

@@ -101,7 +101,10 @@ pub fn matches(request: &ClassAd, offer: &ClassAd) -> bool {
 ///
 /// ```
 /// use cder_classad::{parse_classad, symmetric_match};
-/// let job = parse_classad(r#"[ Owner = "alice"; GPGPUPerNode = 2; Requirements = TARGET.GPGPUFree >= MY.GPGPUPerNode ]"#).unwrap();
+/// let job = parse_classad(
+///     r#"[ Owner = "alice"; GPGPUPerNode = 2; Requirements = TARGET.GPGPUFree >= MY.GPGPUPerNode ]"#,
+/// )
+/// .unwrap();
 /// let open = parse_classad(r#"[ GPGPUFree = 4; Requirements = true ]"#).unwrap();
 /// let picky = parse_classad(r#"[ GPGPUFree = 4; Requirements = TARGET.Owner == "bob" ]"#).unwrap();
 /// assert!(symmetric_match(&job, &open));

@@ -312,9 +312,9 @@ mod tests {
     /// its own counts (no lent ones, no "given twice" that would drop it).
     #[test]
     fn a_hostile_services_accelerator_info_lends_nothing_to_another_ce() {
-        use crate::ast::Expr;
+        use cder_classad::ast::Expr;
         use crate::bdii::{build_offers, Snapshot};
-        use crate::value::Value;
+        use cder_classad::value::Value;
         let share = |service: &str, id: &str, host: &str| {
             Entry::from_pairs(
                 &format!("GLUE2ShareID={id},{service}"),

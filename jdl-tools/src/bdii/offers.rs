@@ -16,12 +16,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use cder_classad::ast::{ClassAd, Expr};
 use cder_request::keys;
-use crate::ast::{ClassAd, Expr};
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
-use crate::value::Value;
+use cder_classad::value::Value;
 
 /// The CDER key prefix of GPGPUs (design.md: other types use their own).
 pub const DEFAULT_PREFIX: &str = glue::GPGPU_PREFIX;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use cder_jdl::jdl::{check, Severity};
-use cder_jdl::{eval_expr, parse_classad, parse_expr, ClassAd};
+use cder_classad::{eval_expr, parse_classad, parse_expr, ClassAd};
 
 const EXAMPLES: &str = "\
 Examples:

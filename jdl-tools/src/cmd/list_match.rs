@@ -8,7 +8,8 @@ pub struct Args {
     /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
-    /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment", "schema"}], "excluded", "warnings"}.
+    /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment",
+    /// "schema"}], "excluded", "warnings"}.
     #[arg(long)]
     pub json: bool,
     /// For each CE left out, say which Requirements clause was false or undefined.
@@ -59,7 +60,7 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
         s.push_str("The following CE(s) matching your job requirements have been found:\n\n");
         s.push_str(&format!("   {:<width$}  *Rank*\n", "*CEId*"));
         for m in &p.result.matches {
-            s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), crate::value::format_real(m.rank)));
+            s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), cder_classad::value::format_real(m.rank)));
         }
     }
     if explain && (!p.result.excluded.is_empty() || !p.offers.refused_claims.is_empty()) {

@@ -10,7 +10,7 @@ pub mod submit;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::ast::ClassAd;
+use cder_classad::ast::ClassAd;
 use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
 
@@ -66,10 +66,12 @@ pub struct Phase1Args {
     /// Virtual Organisation (default: the JDL's VirtualOrganisation): only shares open to it.
     #[arg(long, value_name = "VO")]
     pub vo: Option<String>,
-    /// Rank preset instead of the JDL's Rank: gpgpu-free-ratio (Free/Total) or gpgpu-max-free (Free/Total × Free/max Total).
+    /// Rank preset instead of the JDL's Rank: gpgpu-free-ratio (Free/Total) or gpgpu-max-free
+    /// (Free/Total × Free/max Total).
     #[arg(long, value_name = "PRESET", value_parser = ["gpgpu-free-ratio", "gpgpu-max-free"])]
     pub rank: Option<String>,
-    /// Publication strategies to read (repeatable): attribute-extension, class-extension, tagged-environment. Default: all.
+    /// Publication strategies to read (repeatable): attribute-extension, class-extension,
+    /// tagged-environment. Default: all.
     #[arg(long = "strategy", value_name = "STRATEGY", value_delimiter = ',', value_parser = ["attribute-extension", "class-extension", "tagged-environment"])]
     pub strategies: Vec<String>,
     /// CDER key prefixes (repeatable).
@@ -130,7 +132,7 @@ pub fn read_job(path: &str) -> Result<ClassAd, Failure> {
     } else {
         std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: cannot read: {e}")))?
     };
-    crate::parser::parse_classad(&text).map_err(|e| Failure::input(format!("{path}:{e}")))
+    cder_classad::parser::parse_classad(&text).map_err(|e| Failure::input(format!("{path}:{e}")))
 }
 
 fn seconds(v: f64, what: &str) -> Result<Duration, Failure> {

@@ -12,10 +12,12 @@ pub struct Args {
     /// The phase-1 options shared with the other command (BDII, VO, rank, timeouts).
     #[command(flatten)]
     pub phase1: Phase1Args,
-    /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE), command (--submit-command).
+    /// Where phase 2 goes: wms (glite-wms-job-submit -a), arc (arcsub), slurm (sbatch on this CE),
+    /// command (--submit-command).
     #[arg(long, default_value = "wms", value_parser = ["wms", "arc", "slurm", "command"])]
     pub via: String,
-    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script; for --via arc, the xRSL).
+    /// Print the refined JDL instead of submitting it (for --via slurm, also the batch script; for
+    /// --via arc, the xRSL).
     #[arg(long)]
     pub dry_run: bool,
     /// The submit command for wms, arc or command, split on spaces; the refined JDL's path is appended.
@@ -36,7 +38,8 @@ pub struct Args {
     /// CDER clauses (already checked in phase 1) as undefined.
     #[arg(long)]
     pub celist_only: bool,
-    /// Keep the refined JDL (the xRSL for --via arc) in this file (default: a temporary file, removed after submission).
+    /// Keep the refined JDL (the xRSL for --via arc) in this file (default: a temporary file,
+    /// removed after submission).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// The job description.
@@ -63,7 +66,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let ces: Vec<&str> = p.result.ce_ids();
     let refined = render(&if args.celist_only { restrict(&p.job, &ces) } else { refine(&p.job, &ces) });
     // The refined JDL must read back: a broker would reject it otherwise.
-    crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
+    cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
     let dir = Path::new(&args.job).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
 
@@ -74,7 +77,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         };
         let queue = p.offers.offers[m.offer].queue.clone();
         let settings = Settings { gres: args.gres.clone(), ..Settings::new(Lrms::Slurm) };
-        let refined_ad = crate::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
+        let refined_ad = cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
         let script = slurm_script(&refined_ad, queue.as_deref(), &settings, &dir).map_err(|e| match e {
             crate::submit::SubmitError::Input(m) => Failure::input(format!("{}: {m}", args.job)),
             crate::submit::SubmitError::Runtime(m) => Failure::runtime(m),
@@ -168,7 +171,7 @@ fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
 /// `--via arc`: the refined JDL as xRSL with the GPGPU runtime environment,
 /// handed to `arcsub -T arcrest -C <each matching CE>`; prints ARC's job ID.
 fn submit_arc(args: &Args, refined: &str, ces: &[&str], dir: &Path) -> Result<(), Failure> {
-    let ad = crate::parser::parse_classad(refined).map_err(|e| Failure::runtime(e.to_string()))?;
+    let ad = cder_classad::parser::parse_classad(refined).map_err(|e| Failure::runtime(e.to_string()))?;
     let xrsl = crate::arc::xrsl(&ad, dir).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
     if args.dry_run {
         print!("{xrsl}");

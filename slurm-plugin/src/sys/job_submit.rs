@@ -1,5 +1,5 @@
-//! The job description slurmctld hands a job_submit plugin, the dispatcher
-//! the export macro calls, and [`crate::job_submit_plugin!`] itself.
+//! The job description slurmctld hands a job_submit plugin, and the
+//! dispatcher that the export macro beside the controller logic calls.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -105,78 +105,6 @@ pub unsafe fn dispatch_job_submit(
         }
     }
     ffi::slurm_err_t_ESLURM_INVALID_GRES as c_int
-}
-
-/// Exports a job_submit plugin: `plugin_name`, `plugin_type`
-/// (`job_submit/<name>`), `plugin_version`, `init`, `fini`, `job_submit`
-/// and `job_modify`, the last two calling `$submit` / `$modify`
-/// (`fn(&mut JobDesc, submit_uid) -> Result<(), String>`; the error text
-/// is what the user sees).
-#[macro_export]
-macro_rules! job_submit_plugin {
-    ($name:literal, $submit:path, $modify:path) => {
-        /// The plugin's name, as slurmctld's plugin loader logs it.
-        #[no_mangle]
-        #[used]
-        pub static plugin_name: [u8; concat!("job_submit/", $name).len() + 1] =
-            $crate::nul_terminated::<{ concat!("job_submit/", $name).len() + 1 }>(concat!("job_submit/", $name));
-        /// `job_submit/<name>`: what `JobSubmitPlugins=<name>` selects.
-        #[no_mangle]
-        #[used]
-        pub static plugin_type: [u8; concat!("job_submit/", $name).len() + 1] =
-            $crate::nul_terminated::<{ concat!("job_submit/", $name).len() + 1 }>(concat!("job_submit/", $name));
-        /// The SLURM release built against; the loader refuses a plugin
-        /// built for another one.
-        #[no_mangle]
-        #[used]
-        pub static plugin_version: u32 = $crate::SLURM_VERSION_NUMBER;
-
-        /// Called once when slurmctld loads the plugin; logs that it did.
-        #[no_mangle]
-        pub extern "C" fn init() -> ::std::ffi::c_int {
-            $crate::sys::log($crate::sys::Level::Verbose, concat!("job_submit/", $name, " loaded"));
-            0
-        }
-
-        /// Called when slurmctld unloads the plugin; nothing to free.
-        #[no_mangle]
-        pub extern "C" fn fini() -> ::std::ffi::c_int {
-            0
-        }
-
-        /// Called by slurmctld for every new job, before it is queued; an
-        /// error refuses the submission and the user sees the message.
-        ///
-        /// # Safety
-        ///
-        /// Only slurmctld calls it, with a live job description and message slot.
-        #[no_mangle]
-        pub unsafe extern "C" fn job_submit(
-            job_desc: *mut $crate::ffi::job_desc_msg_t,
-            submit_uid: u32,
-            err_msg: *mut *mut ::std::ffi::c_char,
-        ) -> ::std::ffi::c_int {
-            // SAFETY: slurmctld passes a valid job description and message slot.
-            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $submit, job_desc, submit_uid, err_msg) }
-        }
-
-        /// Called by slurmctld for `scontrol update job`; an error refuses
-        /// the update and the user sees the message.
-        ///
-        /// # Safety
-        ///
-        /// Only slurmctld calls it, with a live job description and message slot.
-        #[no_mangle]
-        pub unsafe extern "C" fn job_modify(
-            job_desc: *mut $crate::ffi::job_desc_msg_t,
-            _job_ptr: *mut ::std::ffi::c_void,
-            submit_uid: u32,
-            err_msg: *mut *mut ::std::ffi::c_char,
-        ) -> ::std::ffi::c_int {
-            // SAFETY: slurmctld passes a valid job description and message slot.
-            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $modify, job_desc, submit_uid, err_msg) }
-        }
-    };
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The only unsafe code of the plugins: thin, safe wrappers over the
-//! bindgen'd SLURM API, the entry points that the export macros call, and the
-//! macros themselves. Everything above this module is safe Rust. It imports
+//! bindgen'd SLURM API and the entry points that the export macros (beside
+//! the plugin layers, [`crate::spank`] and [`crate::job_submit`]) call.
+//! Everything above this module is safe Rust. It imports
 //! nothing from the rest of the crate but the bindings (`crate::ffi`): the
 //! SPANK framework ([`crate::spank`]) builds on it, never the other way.
 //!

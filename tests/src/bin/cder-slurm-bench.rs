@@ -44,7 +44,8 @@
 //! says whether a cgroup hierarchy is mounted with `favordynmods`.
 //!
 //! ```text
-//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS]   # default 50
+//! CDER_TESTS_PROFILE=release cargo run --release -p cder-tests --bin cder-slurm-bench -- \
+//!     [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS]   # default 50
 //! ```
 //!
 //! (`CDER_TESTS_PROFILE=release` loads the release-built plugins and cderd,

@@ -180,7 +180,7 @@ fn real_main() -> Result<(), String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let job = work.path().join("job.jdl");
     std::fs::write(&job, JOB).map_err(|e| e.to_string())?;
-    let request = Request::new(&cder_jdl::ClassAd::parse(JOB).map_err(|e| e.to_string())?, None).map_err(|e| e.to_string())?;
+    let request = Request::new(&cder_classad::ClassAd::parse(JOB).map_err(|e| e.to_string())?, None).map_err(|e| e.to_string())?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "host: {} CPUs, load average {}; runs per measurement: {} (medians)",

@@ -122,7 +122,7 @@ fn main() -> ExitCode {
     }
     if cder_torque::sys::current_uid() == 0 || cder_torque::sys::effective_uid() == 0 {
         // Only $job_starter_run_privileged makes pbs_mom run the starter as
-        // root; a job must never get root by it (issue 14).
+        // root; a job must never get root by it.
         eprintln!(
             "cder-job-starter: refusing to run a job as root (uid 0): remove $job_starter_run_privileged from mom_priv/config, so that pbs_mom runs the job starter as the job's user"
         );
