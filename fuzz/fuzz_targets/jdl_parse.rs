@@ -5,7 +5,7 @@
 //! again to the same printed form.
 #![no_main]
 
-use cder_jdl::lrms::{directives, JobResources, Lrms, PbsGpus, Settings};
+use cder_jdl::resources::{directives, JobResources, Lrms, PbsGpus, Settings};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,7 +10,7 @@
 
 use cder_model::RegistryPolicy;
 use cder_registry::api::{BackendRequest, OfflineRequest, RegisterRequest, ReleaseRequest, UnregisterRequest};
-use cder_registry::store::Store;
+use cder_registry::store::BackendLedger;
 use libfuzzer_sys::fuzz_target;
 use serde::de::DeserializeOwned;
 
@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     // tmpfs where there is one: the store syncs every transaction.
     let base = std::path::Path::new("/dev/shm");
     let dir = if base.is_dir() { tempfile::tempdir_in(base) } else { tempfile::tempdir() }.unwrap();
-    let mut store = Store::open(&dir.path().join("registry.db"), 50_000).unwrap();
+    let mut store = BackendLedger::open(&dir.path().join("registry.db"), 50_000).unwrap();
     let policy = cder_registry::policy::from_config(RegistryPolicy::default());
     for (now, line) in (1_000_000..).zip(data.split(|&b| b == b'\n').take(32)) {
         let Some((&op, json)) = line.split_first() else { continue };

@@ -31,11 +31,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cder_model::{config, ComputeCapability, ConfigError};
+use cder_model::{config, ConfigError};
+use cder_request::hostlist::{self, Hostlist};
 use serde::Deserialize;
 use toml::Spanned;
-
-use crate::hostlist;
 
 /// Where the provider's config lives unless `--config` or `CDER_GLUE_CONFIG` says otherwise.
 pub const DEFAULT_PROVIDER_CONFIG: &str = "/etc/cder/glue-provider.toml";
@@ -251,61 +250,42 @@ fn default_true() -> bool {
     true
 }
 
-/// One `[[group.device]]`: `count` identical devices on every node.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupDevice {
-    /// The CDER type the devices belong to (default `gpgpu`), as in `cder.toml`.
-    #[serde(rename = "type", default = "default_type")]
-    pub cder_type: String,
-    /// Published prefix (default: the upper-cased type, `GPGPU`).
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// The vendor as published (default `Nvidia`).
-    #[serde(default = "default_vendor")]
-    pub vendor: String,
-    /// The model name as published (`GeForce GTS 450`).
-    pub model: Spanned<String>,
-    /// Devices per node.
-    pub count: u32,
-    /// Memory per device, in MB.
-    pub memory_mb: u64,
-    /// CUDA compute capability (`major.minor`).
-    #[serde(default)]
-    pub compute_capability: Option<ComputeCapability>,
-    /// Streaming multiprocessors per device.
-    #[serde(default)]
-    pub multiprocessors: Option<u32>,
-    /// Cores per multiprocessor; with `multiprocessors` it gives `cores` when that is not set.
-    #[serde(default)]
-    pub cores_per_mp: Option<u32>,
-    /// Cores per device.
-    #[serde(default)]
-    pub cores: Option<u32>,
-    /// Core clock, in MHz.
-    #[serde(default)]
-    pub clock_mhz: Option<u32>,
-    /// Whether ECC memory is on.
-    #[serde(default)]
-    pub ecc: bool,
-    /// The SLURM GRES type that counts these devices (`gpu:<gres_type>:N`);
-    /// needed when a group has several kinds of device of one type.
-    #[serde(default)]
-    pub gres_type: Option<String>,
-    /// With `counts.source = "static"`: devices of the whole group in use,
-    /// drained/unhealthy, and free (default: the rest).
-    #[serde(default)]
-    pub used: Option<u32>,
-    /// Devices of the whole group drained or unhealthy (with `counts.source = "static"`).
-    #[serde(default)]
-    pub offline: Option<u32>,
-    /// Free devices of the whole group (with `counts.source = "static"`; default: the rest).
-    #[serde(default)]
-    pub free: Option<u32>,
+cder_model::device_table! {
+    /// One `[[group.device]]`: `count` identical devices on every node.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct GroupDevice {
+        /// The CDER type the devices belong to (default `gpgpu`), as in `cder.toml`.
+        #[serde(rename = "type", default = "default_type")]
+        pub cder_type: String,
+        /// Published prefix (default: the upper-cased type, `GPGPU`).
+        #[serde(default)]
+        pub prefix: Option<String>,
+        /// The vendor as published (default `Nvidia`).
+        #[serde(default = "default_vendor")]
+        pub vendor: String,
+        /// Devices per node.
+        pub count: u32,
+        @attributes
+        /// The SLURM GRES type that counts these devices (`gpu:<gres_type>:N`);
+        /// needed when a group has several kinds of device of one type.
+        #[serde(default)]
+        pub gres_type: Option<String>,
+        /// With `counts.source = "static"`: devices of the whole group in use,
+        /// drained/unhealthy, and free (default: the rest).
+        #[serde(default)]
+        pub used: Option<u32>,
+        /// Devices of the whole group drained or unhealthy (with `counts.source = "static"`).
+        #[serde(default)]
+        pub offline: Option<u32>,
+        /// Free devices of the whole group (with `counts.source = "static"`; default: the rest).
+        #[serde(default)]
+        pub free: Option<u32>,
+    }
 }
 
 fn default_type() -> String {
-    "gpgpu".into()
+    cder_request::GPGPU.into()
 }
 fn default_vendor() -> String {
     "Nvidia".into()
@@ -393,7 +373,7 @@ impl ProviderConfig {
                 return Err(at(id_at, "group.id", format!("group {:?} is configured twice", group.id.get_ref())));
             }
             let nodes_at = group.nodes.span().start;
-            let nodes = hostlist::expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m))?;
+            let nodes = Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m.into()))?;
             if nodes.is_empty() {
                 return Err(at(nodes_at, "group.nodes", "a group needs at least one node".into()));
             }
@@ -468,7 +448,7 @@ impl ProviderConfig {
             }
         }
         if source == CountSourceKind::Cderd {
-            let single = self.groups.len() == 1 && hostlist::expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
+            let single = self.groups.len() == 1 && Hostlist::HOSTS.expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
             if !single {
                 return Err(at(
                     self.counts.source.span().start,

@@ -29,7 +29,6 @@ pub mod arc;
 pub mod config;
 pub mod error;
 pub mod glue21;
-pub mod hostlist;
 pub mod ldif;
 pub mod site;
 pub mod sources;

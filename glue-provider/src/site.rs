@@ -1,10 +1,10 @@
 //! What a site has: its node groups and the identical devices on each node
 //! of a group, from the config or from this node's inventory.
 
-use cder_model::{Config, Device, Health};
+use cder_model::{Config, Device, DeviceAttributes};
 
 use crate::config::{GroupConfig, GroupDevice, ProviderConfig};
-use crate::hostlist;
+use cder_request::hostlist::Hostlist;
 use crate::error::ProviderError;
 
 /// `count` identical devices of one CDER type on every node of a group.
@@ -118,12 +118,11 @@ fn assign_keys(classes: &mut [DeviceClass]) {
 const STATIC_ORDER: [&str; 9] = cder_request::glue::ATTRIBUTE_SUFFIXES;
 
 /// The static attributes of `device` without the prefix, in design.md's order.
-pub fn static_attributes(device: &Device) -> Vec<(String, String)> {
-    // published_attributes is the single source of the names; the prefix is
-    // a marker stripped again here.
+pub fn static_attributes(attributes: &DeviceAttributes, vendor: &str) -> Vec<(String, String)> {
+    // `published` is the single source of the names; the prefix is a marker stripped again here.
     const MARK: &str = "\u{1}";
-    let mut attrs: Vec<(String, String)> = device
-        .published_attributes(MARK)
+    let mut attrs: Vec<(String, String)> = attributes
+        .published(MARK, vendor)
         .into_iter()
         .map(|(k, v)| (k.trim_start_matches(MARK).to_string(), v))
         .collect();
@@ -137,7 +136,7 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
     let mut inventory: Option<(Vec<Device>, Config)> = None;
     let mut groups = Vec::with_capacity(config.groups.len());
     for group in &config.groups {
-        let nodes = hostlist::expand_all(group.nodes.get_ref()).map_err(ProviderError::Input)?;
+        let nodes = Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|e| ProviderError::Input(e.into()))?;
         let classes = if group.inventory {
             if inventory.is_none() {
                 let node_config = Config::load(config.site.cder_config.as_deref())?;
@@ -163,33 +162,12 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
 }
 
 fn class_from_config(dev: &GroupDevice) -> DeviceClass {
-    // Only the published fields matter; the rest are a node's business.
-    let device = Device {
-        cder_type: dev.cder_type.clone(),
-        vendor: dev.vendor.clone(),
-        index: 0,
-        uuid: String::new(),
-        pci_bus_id: String::new(),
-        model: dev.model.get_ref().clone(),
-        memory_mb: dev.memory_mb,
-        compute_capability: dev.compute_capability,
-        multiprocessors: dev.multiprocessors,
-        cores_per_mp: dev.cores_per_mp,
-        // The config refuses a product past u32 (group.device.cores_per_mp).
-        cores: dev.cores.or_else(|| dev.multiprocessors?.checked_mul(dev.cores_per_mp?)),
-        clock_mhz: dev.clock_mhz,
-        ecc: dev.ecc,
-        path: Default::default(),
-        dev: None,
-        numa_node: 0,
-        health: Health::Healthy,
-    };
     DeviceClass {
         key: dev.cder_type.clone(),
         cder_type: dev.cder_type.clone(),
         prefix: dev.prefix.clone().unwrap_or_else(|| dev.cder_type.to_ascii_uppercase()),
         per_node: dev.count,
-        attributes: static_attributes(&device),
+        attributes: static_attributes(&dev.attributes(), &dev.vendor),
         members: Vec::new(),
         gres_type: dev.gres_type.clone(),
     }
@@ -202,7 +180,7 @@ pub fn classes_from_inventory(group: &str, devices: &[Device], node_config: &Con
     // Config order, then discovery order, so the output does not depend on map order.
     for cder in &node_config.cders {
         for d in devices.iter().filter(|d| d.cder_type == cder.name()) {
-            let attributes = static_attributes(d);
+            let attributes = static_attributes(&d.attributes, &d.vendor);
             match classes.iter_mut().find(|c| c.cder_type == d.cder_type && c.attributes == attributes) {
                 Some(class) => {
                     class.per_node += 1;
@@ -257,7 +235,7 @@ mod tests {
         assert_eq!(classes[0].per_node, 2);
         assert_eq!(classes[0].attribute("Model"), Some("Tesla K20m"));
         assert_eq!(classes[0].members, ["gpgpu-0", "gpgpu-1"]);
-        devices[1].model = "Tesla K40m".into();
+        devices[1].attributes.model = "Tesla K40m".into();
         let mut classes = classes_from_inventory("g", &devices, &node).unwrap();
         assert_eq!(classes.len(), 2);
         assign_keys(&mut classes);

@@ -18,8 +18,9 @@ use std::path::Path;
 use cder_request::keys;
 
 use cder_classad::ast::ClassAd;
-use crate::lrms::JobResources;
 use cder_classad::value::Value;
+
+use crate::resources::JobResources;
 
 /// The runtime environment an ARC CE running cder publishes for GPGPU jobs.
 pub const GPGPU_RTE: &str = "ENV/GPGPU";
@@ -112,8 +113,8 @@ fn absolute(dir: &Path, path: &str) -> String {
 /// for `VirtualGPGPUPerNode` and its method (rCUDA unless the job names
 /// one). `dir`: the JDL's directory.
 pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
-    let exe = string_attr(job, "Executable")?
-        .ok_or_else(|| err("Executable", "missing (phase 2 needs a program to run)"))?;
+    let exe = string_attr(job, keys::EXECUTABLE)?
+        .ok_or_else(|| err(keys::EXECUTABLE, "missing (phase 2 needs a program to run)"))?;
     let resources = JobResources::read(job).map_err(|e| match e.pos {
         Some(p) if p.line > 0 => err(&e.key, format!("{} (at {p})", e.message)),
         _ => err(&e.key, e.message),
@@ -122,33 +123,33 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     let mut inputs: Vec<(String, String)> = Vec::new();
     let local_exe = !Path::new(&exe).is_absolute() && dir.join(&exe).is_file();
     if local_exe {
-        let name = session_name("Executable", &exe)?;
-        out.push_str(&format!("(executable={})\n", quote("Executable", &name)?));
+        let name = session_name(keys::EXECUTABLE, &exe)?;
+        out.push_str(&format!("(executable={})\n", quote(keys::EXECUTABLE, &name)?));
         inputs.push((name, absolute(dir, &exe)));
     } else {
-        out.push_str(&format!("(executable={})\n", quote("Executable", &exe)?));
+        out.push_str(&format!("(executable={})\n", quote(keys::EXECUTABLE, &exe)?));
     }
-    if let Some(args) = string_attr(job, "Arguments")? {
+    if let Some(args) = string_attr(job, keys::ARGUMENTS)? {
         // gLite hands Arguments to a shell; xRSL takes a list of words and
         // runs no shell, so only plain words have one meaning in both.
         if let Some(c) = args.chars().find(|c| "\"'\\$`;&|<>(){}*?".contains(*c)) {
-            return Err(err("Arguments", format!("{args:?}: {c:?} would be read by gLite's shell but not by ARC; write plain words separated by blanks")));
+            return Err(err(keys::ARGUMENTS, format!("{args:?}: {c:?} would be read by gLite's shell but not by ARC; write plain words separated by blanks")));
         }
         let words: Vec<String> = args
             .split_whitespace()
-            .map(|w| quote("Arguments", w))
+            .map(|w| quote(keys::ARGUMENTS, w))
             .collect::<Result<_, _>>()?;
         if !words.is_empty() {
             out.push_str(&format!(" (arguments={})\n", words.join(" ")));
         }
     }
-    for (key, attr) in [("StdOutput", "stdout"), ("StdError", "stderr")] {
+    for (key, attr) in [(keys::STD_OUTPUT, "stdout"), (keys::STD_ERROR, "stderr")] {
         if let Some(f) = string_attr(job, key)? {
             out.push_str(&format!(" ({attr}={})\n", quote(key, &f)?));
         }
     }
-    for f in string_list(job, "InputSandbox")? {
-        let name = session_name("InputSandbox", &f)?;
+    for f in string_list(job, keys::INPUT_SANDBOX)? {
+        let name = session_name(keys::INPUT_SANDBOX, &f)?;
         if !inputs.iter().any(|(n, _)| *n == name) {
             inputs.push((name, absolute(dir, &f)));
         }
@@ -158,35 +159,35 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
         for (name, src) in &inputs {
             out.push_str(&format!(
                 "({} {})",
-                quote("InputSandbox", name)?,
-                quote("InputSandbox", src)?
+                quote(keys::INPUT_SANDBOX, name)?,
+                quote(keys::INPUT_SANDBOX, src)?
             ));
         }
         out.push_str(")\n");
     }
-    let outputs = string_list(job, "OutputSandbox")?;
+    let outputs = string_list(job, keys::OUTPUT_SANDBOX)?;
     if !outputs.is_empty() {
         out.push_str(" (outputfiles=");
         for f in &outputs {
             // An empty destination keeps the file for arcget.
-            out.push_str(&format!("({} \"\")", quote("OutputSandbox", f)?));
+            out.push_str(&format!("({} \"\")", quote(keys::OUTPUT_SANDBOX, f)?));
         }
         out.push_str(")\n");
     }
-    let env = string_list(job, "Environment")?;
+    let env = string_list(job, keys::ENVIRONMENT)?;
     if !env.is_empty() {
         out.push_str(" (environment=");
         for kv in &env {
             let (k, v) = kv
                 .split_once('=')
-                .ok_or_else(|| err("Environment", format!("{kv:?} has no '='")))?;
+                .ok_or_else(|| err(keys::ENVIRONMENT, format!("{kv:?} has no '='")))?;
             if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(err("Environment", format!("{k:?} is not a variable name")));
+                return Err(err(keys::ENVIRONMENT, format!("{k:?} is not a variable name")));
             }
             out.push_str(&format!(
                 "({} {})",
-                quote("Environment", k)?,
-                quote("Environment", v)?
+                quote(keys::ENVIRONMENT, k)?,
+                quote(keys::ENVIRONMENT, v)?
             ));
         }
         out.push_str(")\n");
@@ -215,8 +216,8 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
             quote(keys::VIRTUAL_GPGPU_METHOD, method.name())?
         ));
     }
-    let name = session_name("Executable", &exe).unwrap_or_else(|_| "cder-job".into());
-    out.push_str(&format!(" (jobname={})\n", quote("Executable", &name)?));
+    let name = session_name(keys::EXECUTABLE, &exe).unwrap_or_else(|_| "cder-job".into());
+    out.push_str(&format!(" (jobname={})\n", quote(keys::EXECUTABLE, &name)?));
     Ok(out)
 }
 

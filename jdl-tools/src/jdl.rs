@@ -65,7 +65,7 @@ pub fn check_ad(ad: &ClassAd) -> Vec<Diagnostic> {
     for a in ad.attributes() {
         unknown_functions(&a.expr, &mut out);
     }
-    if let Some(a) = ad.attribute("Requirements") {
+    if let Some(a) = ad.attribute(keys::REQUIREMENTS) {
         if let Some(t) = static_type(&a.expr, ad, 0) {
             if t != Ty::Bool {
                 out.push(Diagnostic {

@@ -16,5 +16,5 @@ pub mod bdii;
 pub mod cmd;
 pub mod jdl;
 pub mod listmatch;
-pub mod lrms;
+pub mod resources;
 pub mod submit;

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cder_classad::ast::{BinOp, ClassAd, Expr, Scope};
+use cder_request::{glue, keys};
 use crate::bdii::offers::Offer;
 use crate::bdii::query::Wanted;
 use cder_classad::eval::{truth, Truth};
@@ -102,10 +103,10 @@ fn positive_int(job: &ClassAd, key: &str) -> Result<Option<i64>, JobError> {
 impl Request {
     /// Reads a job: its Requirements (absent: true), cder's clauses, the Rank.
     pub fn new(job: &ClassAd, preset: Option<RankPreset>) -> Result<Request, JobError> {
-        let mut requirements = job.lookup("Requirements").cloned().unwrap_or(Expr::Lit(Value::Bool(true)));
-        positive_int(job, "CPUNumber")?;
-        let vcount = positive_int(job, "VirtualGPGPUPerNode")?;
-        let method_key = if job.lookup("VirtualGPGPUMethod").is_some() { "VirtualGPGPUMethod" } else { "VirtualGPGPUType" };
+        let mut requirements = job.lookup(keys::REQUIREMENTS).cloned().unwrap_or(Expr::Lit(Value::Bool(true)));
+        positive_int(job, keys::CPU_NUMBER)?;
+        let vcount = positive_int(job, keys::VIRTUAL_GPGPU_PER_NODE)?;
+        let method_key = if job.lookup(keys::VIRTUAL_GPGPU_METHOD).is_some() { keys::VIRTUAL_GPGPU_METHOD } else { keys::VIRTUAL_GPGPU_TYPE };
         let method = match job.lookup(method_key) {
             None => None,
             Some(_) => match job.eval_attr(method_key) {
@@ -121,19 +122,19 @@ impl Request {
         };
         if vcount.is_some() != method.is_some() {
             return Err(JobError {
-                key: if vcount.is_some() { "VirtualGPGPUMethod".into() } else { "VirtualGPGPUPerNode".into() },
+                key: if vcount.is_some() { keys::VIRTUAL_GPGPU_METHOD.into() } else { keys::VIRTUAL_GPGPU_PER_NODE.into() },
                 message: "VirtualGPGPUPerNode and VirtualGPGPUMethod go together".into(),
             });
         }
         if let Some(m) = &method {
             // Thesis ch. 4: the per-node GPGPU test does not apply to virtual GPGPUs.
             requirements = and(requirements, parse(&format!("MY.VirtualGPGPUPerNode * (isUndefined(MY.CPUNumber) ? 1 : MY.CPUNumber) <= TARGET.TotalVGPGPU_{m}")));
-        } else if positive_int(job, "GPGPUPerNode")?.is_some() {
+        } else if positive_int(job, keys::GPGPU_PER_NODE)?.is_some() {
             requirements = and(requirements, parse("MY.GPGPUPerNode <= TARGET.GPGPUPerNode"));
         }
         let rank = match preset {
             Some(_) => Self::preset_rank(method.as_deref(), None),
-            None => job.lookup("Rank").cloned().unwrap_or_else(|| parse("-TARGET.GlueCEStateEstimatedResponseTime")),
+            None => job.lookup(keys::RANK).cloned().unwrap_or_else(|| parse("-TARGET.GlueCEStateEstimatedResponseTime")),
         };
         let clauses = conjuncts(&requirements);
         Ok(Request { job: job.clone(), requirements, clauses, rank, preset, method })
@@ -159,8 +160,8 @@ impl Request {
     /// The request ad: the job with the augmented Requirements and the Rank.
     pub fn ad(&self) -> ClassAd {
         let mut ad = self.job.clone();
-        ad.insert("Requirements", self.requirements.clone());
-        ad.insert("Rank", self.rank.clone());
+        ad.insert(keys::REQUIREMENTS, self.requirements.clone());
+        ad.insert(keys::RANK, self.rank.clone());
         ad
     }
 
@@ -172,12 +173,12 @@ impl Request {
         target_names(&self.requirements, &self.job, &mut names, &mut visiting);
         target_names(&self.rank, &self.job, &mut names, &mut visiting);
         if self.preset.is_some() && self.method.is_none() {
-            names.insert("GPGPUFreeInstances".into());
-            names.insert("GPGPUTotalInstances".into());
+            names.insert(glue::key(glue::GPGPU_PREFIX, glue::FREE_INSTANCES));
+            names.insert(glue::key(glue::GPGPU_PREFIX, glue::TOTAL_INSTANCES));
         }
         let all = names.clone();
         let keys = names.into_iter().filter(|n| prefixes.iter().any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))).collect();
-        let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr("VirtualOrganisation") {
+        let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr(keys::VIRTUAL_ORGANISATION) {
             Value::Str(s) => Some(s.to_string()),
             _ => None,
         });
@@ -289,7 +290,7 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
             let total_key = total_key.trim_start_matches("TARGET.");
             let max = matched.iter().filter_map(|&i| offers[i].ad.eval_attr(total_key).as_number()).fold(0.0_f64, f64::max);
             let mut ad = request.ad();
-            ad.insert("Rank", Request::preset_rank(request.method.as_deref(), Some(max)));
+            ad.insert(keys::RANK, Request::preset_rank(request.method.as_deref(), Some(max)));
             CompiledRequest::new(&ad)
         }
         _ => compiled,
@@ -312,7 +313,7 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
             .iter()
             .map(|c| {
                 let mut ad = request.job.clone();
-                ad.insert("Requirements", c.clone());
+                ad.insert(keys::REQUIREMENTS, c.clone());
                 (c.to_string(), CompiledRequest::new(&ad))
             })
             .collect();

@@ -8,8 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use cder_classad::ast::{BinOp, ClassAd, Expr, Scope, Sym};
-use crate::lrms::{directives, JobResources, Settings};
 use cder_classad::value::Value;
+use cder_request::keys;
+
+use crate::resources::{directives, JobResources, Settings};
 
 /// The CELIST expression of some CEs.
 pub fn celist(ce_ids: &[&str]) -> Expr {
@@ -28,11 +30,11 @@ pub fn celist(ce_ids: &[&str]) -> Expr {
 pub fn refine(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
     let mut out = job.clone();
     let list = celist(ce_ids);
-    let req = match job.lookup("Requirements") {
+    let req = match job.lookup(keys::REQUIREMENTS) {
         Some(orig) => Expr::Binary(BinOp::And, Box::new((list, orig.clone()))),
         None => list,
     };
-    out.insert("Requirements", req);
+    out.insert(keys::REQUIREMENTS, req);
     out
 }
 
@@ -40,7 +42,7 @@ pub fn refine(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
 /// thesis's Listing 3.11), for brokers that cannot evaluate CDER attributes.
 pub fn restrict(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
     let mut out = job.clone();
-    out.insert("Requirements", celist(ce_ids));
+    out.insert(keys::REQUIREMENTS, celist(ce_ids));
     out
 }
 
@@ -135,20 +137,20 @@ pub fn slurm_submit_env(job: &ClassAd) -> Result<Vec<(String, String)>, SubmitEr
     let r = JobResources::read(job).map_err(|e| SubmitError::Input(e.to_string()))?;
     let mut env = Vec::new();
     if let Some(n) = r.gpgpus_per_node {
-        env.push(("GPGPUPerNode".to_string(), n.to_string()));
+        env.push((keys::GPGPU_PER_NODE.to_string(), n.to_string()));
     }
     if let (Some(v), Some(m)) = (r.vgpgpus_per_node, r.vgpgpu_method) {
-        env.push(("VirtualGPGPUPerNode".to_string(), v.to_string()));
-        env.push(("VirtualGPGPUMethod".to_string(), m));
+        env.push((keys::VIRTUAL_GPGPU_PER_NODE.to_string(), v.to_string()));
+        env.push((keys::VIRTUAL_GPGPU_METHOD.to_string(), m));
     }
     Ok(env)
 }
 
 /// A SLURM batch script for a JDL job on a local CE: the LRMS directives
-/// of [`crate::lrms`], the queue, the job's files and Environment.
+/// of [`crate::resources`], the queue, the job's files and Environment.
 /// `dir`: the JDL's directory (relative paths are from there).
 pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir: &Path) -> Result<String, SubmitError> {
-    let exe = string_attr(job, "Executable")?.ok_or_else(|| SubmitError::Input("Executable: missing (phase 2 needs a program to run)".into()))?;
+    let exe = string_attr(job, keys::EXECUTABLE)?.ok_or_else(|| SubmitError::Input("Executable: missing (phase 2 needs a program to run)".into()))?;
     let resources = JobResources::read(job).map_err(|e| SubmitError::Input(e.to_string()))?;
     let mut s = String::from("#!/bin/sh\n");
     let name = Path::new(&exe).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| exe.clone());
@@ -160,7 +162,7 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
         s.push_str(&format!("#SBATCH --partition={q}\n"));
     }
     s.push_str(&format!("#SBATCH --chdir={}\n", dir.display()));
-    for (key, opt) in [("StdOutput", "--output"), ("StdError", "--error")] {
+    for (key, opt) in [(keys::STD_OUTPUT, "--output"), (keys::STD_ERROR, "--error")] {
         if let Some(f) = string_attr(job, key)? {
             // sbatch splits a #SBATCH line at blanks (a space or \r would
             // start another option) and expands %: only a plain path gets in.
@@ -174,8 +176,8 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
         s.push_str(&line);
         s.push('\n');
     }
-    if let Some(Expr::List(_)) | Some(Expr::Lit(Value::List(_))) = job.lookup("Environment") {
-        if let Value::List(items) = job.eval_attr("Environment") {
+    if let Some(Expr::List(_)) | Some(Expr::Lit(Value::List(_))) = job.lookup(keys::ENVIRONMENT) {
+        if let Value::List(items) = job.eval_attr(keys::ENVIRONMENT) {
             for it in items.iter() {
                 let Value::Str(kv) = it else { return Err(SubmitError::Input(format!("Environment: {it} is not a \"NAME=value\" string"))) };
                 let (k, v) = kv.split_once('=').ok_or_else(|| SubmitError::Input(format!("Environment: {kv:?} has no '='")))?;
@@ -187,7 +189,7 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
         }
     }
     let exe_path = if Path::new(&exe).is_absolute() || !dir.join(&exe).exists() { exe.clone() } else { dir.join(&exe).display().to_string() };
-    let args = string_attr(job, "Arguments")?.unwrap_or_default();
+    let args = string_attr(job, keys::ARGUMENTS)?.unwrap_or_default();
     // gLite hands Arguments to the shell as written.
     s.push_str(&format!("exec {} {args}\n", sh_quote(&exe_path)));
     Ok(s)
@@ -250,17 +252,17 @@ mod tests {
     #[test]
     fn slurm_script_carries_the_translation() {
         let job = ClassAd::parse("[ Executable = \"/bin/echo\"; Arguments = \"hi\"; StdOutput = \"std.out\"; GPGPUPerNode = 2; Environment = { \"A=it's\" } ]").unwrap();
-        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::lrms::Lrms::Slurm), Path::new("/tmp")).unwrap();
+        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")).unwrap();
         for line in ["#SBATCH --partition=debug", "#SBATCH --output=std.out", "#SBATCH --gres=gpu:2", "export A='it'\\''s'", "exec '/bin/echo' hi"] {
             assert!(s.lines().any(|l| l == line), "{line} missing from\n{s}");
         }
         let bad = ClassAd::parse("[ Executable = \"x\"; GPGPUPerNode = -2 ]").unwrap();
-        assert!(matches!(slurm_script(&bad, None, &Settings::new(crate::lrms::Lrms::Slurm), Path::new("/tmp")), Err(SubmitError::Input(_))));
+        assert!(matches!(slurm_script(&bad, None, &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")), Err(SubmitError::Input(_))));
     }
 
     #[test]
     fn file_names_and_variable_names_cannot_add_options_or_commands() {
-        let slurm = Settings::new(crate::lrms::Lrms::Slurm);
+        let slurm = Settings::new(crate::resources::Lrms::Slurm);
         for (attr, key) in [
             ("StdOutput = \"out --partition=prio\"", "StdOutput"),
             ("StdError = \"err\\r--partition=prio\"", "StdError"),

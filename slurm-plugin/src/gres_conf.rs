@@ -12,6 +12,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cder_request::hostlist::Hostlist;
+
 /// One device of slurmd's list for a GRES.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GresDevice {
@@ -45,61 +47,14 @@ pub struct GresConfError {
     pub autodetect: bool,
 }
 
-/// Expands a SLURM hostlist expression as gres.conf's `File=` and
-/// `NodeName=` use it: `/dev/nvidia[0-3]`, `node[01-04,7],gpu9`, several
-/// bracket groups in one name. `None` for a malformed expression or one of
-/// more than 4096 names.
-pub fn expand_hostlist(expr: &str) -> Option<Vec<String>> {
-    let mut out = Vec::new();
-    let mut depth = 0usize;
-    let mut start = 0;
-    for (i, c) in expr.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.checked_sub(1)?,
-            ',' if depth == 0 => {
-                expand_one(&expr[start..i], &mut out)?;
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return None;
-    }
-    expand_one(&expr[start..], &mut out)?;
-    Some(out)
-}
+/// How gres.conf's `File=` and `NodeName=` lists expand (`/dev/nvidia[0-3]`,
+/// `node[01-04,7],gpu9`): file names allowed, and no more names than one
+/// node may have devices.
+const GRES_CONF_LIST: Hostlist = Hostlist::names(cder_request::MAX_COUNT as usize);
 
-const MAX_NAMES: usize = 4096;
-
-fn expand_one(name: &str, out: &mut Vec<String>) -> Option<()> {
-    let name = name.trim();
-    if name.is_empty() {
-        return None;
-    }
-    let Some(open) = name.find('[') else {
-        if name.contains(']') || out.len() >= MAX_NAMES {
-            return None;
-        }
-        out.push(name.to_string());
-        return Some(());
-    };
-    let close = open + name[open..].find(']')?;
-    let (prefix, ranges, rest) = (&name[..open], &name[open + 1..close], &name[close + 1..]);
-    for range in ranges.split(',') {
-        let (a, b) = range.split_once('-').unwrap_or((range, range));
-        let (a, b) = (a.trim(), b.trim());
-        let width = a.len();
-        let (lo, hi): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
-        if hi < lo || hi - lo >= MAX_NAMES as u64 {
-            return None;
-        }
-        for n in lo..=hi {
-            expand_one(&format!("{prefix}{n:0width$}{rest}"), out)?;
-        }
-    }
-    Some(())
+/// Expands one gres.conf list; `None` when it is malformed or too long.
+fn expand_list(expr: &str) -> Option<Vec<String>> {
+    GRES_CONF_LIST.expand(expr).ok()
 }
 
 /// The devices slurmd lists for GRES `gres` (`gpu`) on node `node`, from
@@ -146,7 +101,7 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
         }
         let get = |key: &str| fields.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         if let (Some(expr), Some(me)) = (get("nodename"), node) {
-            let names = expand_hostlist(expr).ok_or_else(|| bad("NodeName", expr, "not a host list"))?;
+            let names = expand_list(expr).ok_or_else(|| bad("NodeName", expr, "not a host list"))?;
             if !names.iter().any(|n| n == me) {
                 continue;
             }
@@ -168,11 +123,11 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
         }
         let gres_type = get("type").map(str::to_string);
         if let Some(expr) = get("multiplefiles") {
-            let files = expand_hostlist(expr).ok_or_else(|| bad("MultipleFiles", expr, "not a list of files"))?;
+            let files = expand_list(expr).ok_or_else(|| bad("MultipleFiles", expr, "not a list of files"))?;
             out.push(GresDevice { index, gres_type, files: files.into_iter().map(PathBuf::from).collect(), line: first_line });
             index += 1;
         } else if let Some((key, expr)) = fields.iter().rev().find(|(k, _)| k == "file" || k == "files") {
-            let files = expand_hostlist(expr).ok_or_else(|| bad(if key == "file" { "File" } else { "Files" }, expr, "not a file name list"))?;
+            let files = expand_list(expr).ok_or_else(|| bad(if key == "file" { "File" } else { "Files" }, expr, "not a file name list"))?;
             for f in files {
                 out.push(GresDevice { index, gres_type: gres_type.clone(), files: vec![PathBuf::from(f)], line: first_line });
                 index += 1;
@@ -245,7 +200,7 @@ pub fn detail_indices(detail: &str, gres: &str) -> Option<Vec<u32>> {
 /// The position of `node` in a job's node list (`node[1-4],gpu9`), which
 /// is its entry in `gres_detail_str`.
 pub fn node_position(nodes: &str, node: &str) -> Option<usize> {
-    expand_hostlist(nodes)?.iter().position(|n| n == node)
+    expand_list(nodes)?.iter().position(|n| n == node)
 }
 
 /// Why SLURM's GPU indices could not be turned into cderd's devices.
@@ -314,13 +269,13 @@ mod tests {
 
     #[test]
     fn host_lists() {
-        assert_eq!(expand_hostlist("/dev/nvidia[0-2]").unwrap(), ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]);
-        assert_eq!(expand_hostlist("n[01-02,7],gpu9").unwrap(), ["n01", "n02", "n7", "gpu9"]);
-        assert_eq!(expand_hostlist("/d/cap[21,39]").unwrap(), ["/d/cap21", "/d/cap39"]);
-        assert_eq!(expand_hostlist("r[1-2]n[1-2]").unwrap(), ["r1n1", "r1n2", "r2n1", "r2n2"]);
-        assert_eq!(expand_hostlist("plain").unwrap(), ["plain"]);
+        assert_eq!(expand_list("/dev/nvidia[0-2]").unwrap(), ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]);
+        assert_eq!(expand_list("n[01-02,7],gpu9").unwrap(), ["n01", "n02", "n7", "gpu9"]);
+        assert_eq!(expand_list("/d/cap[21,39]").unwrap(), ["/d/cap21", "/d/cap39"]);
+        assert_eq!(expand_list("r[1-2]n[1-2]").unwrap(), ["r1n1", "r1n2", "r2n1", "r2n2"]);
+        assert_eq!(expand_list("plain").unwrap(), ["plain"]);
         for bad in ["n[1-", "n]1", "n[3-1]", "n[a-b]", "", "a,,b", "n[0-99999]"] {
-            assert_eq!(expand_hostlist(bad), None, "{bad}");
+            assert_eq!(expand_list(bad), None, "{bad}");
         }
     }
 

@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use cder_request::keys::GPGPU_PER_NODE;
+
 /// The CDER type that `--gpgpu-per-node` and `GPGPUPerNode` ask for.
 pub const GPGPU: &str = cder_request::GPGPU;
 /// Job-control variable (before SLURM's `SPANK_` prefix) for `--gpgpu-per-node`.
@@ -23,8 +25,6 @@ pub const CONTROL_CDER: &str = "CDER_REQUEST";
 pub const CONTROL_GPGPU_MIN_MEMORY: &str = "CDER_GPGPU_MIN_MEMORY";
 /// The prefix SLURM puts before job-control variables.
 pub const CONTROL_PREFIX: &str = "SPANK_";
-/// The JDL key a CE sets in the job's environment.
-pub const JDL_GPGPU_PER_NODE: &str = cder_request::keys::GPGPU_PER_NODE;
 /// The largest count accepted from anyone (one bound for every door).
 pub const MAX_COUNT: u32 = cder_request::MAX_COUNT;
 
@@ -120,7 +120,7 @@ pub enum RequestError {
         /// What is wrong with it (the shared rule's message).
         why: String,
     },
-    /// A `--gpgpu-min-memory` that is not a positive number of megabytes.
+    /// A `--gpgpu-min-memory` outside 1 to [`cder_request::MAX_GPU_MEMORY_MIB`] megabytes.
     #[error("cder: {origin}={value}: {why}")]
     BadMemory {
         /// Where the value was given.
@@ -128,7 +128,7 @@ pub enum RequestError {
         /// The value as given.
         value: String,
         /// What is wrong with it.
-        why: &'static str,
+        why: cder_request::MemoryError,
     },
     /// Two ways of asking give different counts for one type.
     #[error("cder: {first} and {second} ask for different numbers of {cder_type} devices")]
@@ -239,8 +239,8 @@ impl RawRequest {
     /// The JDL keys a CE puts into the job's environment (`GPGPUPerNode`).
     pub fn from_jdl_env<S: AsRef<str>>(environment: &[S]) -> RawRequest {
         RawRequest {
-            gpgpu_per_node: env_lookup(environment, JDL_GPGPU_PER_NODE)
-                .map(|v| Sourced { value: v.to_string(), source: Source::JdlKey(JDL_GPGPU_PER_NODE) }),
+            gpgpu_per_node: env_lookup(environment, GPGPU_PER_NODE)
+                .map(|v| Sourced { value: v.to_string(), source: Source::JdlKey(GPGPU_PER_NODE) }),
             ..RawRequest::default()
         }
     }
@@ -338,12 +338,9 @@ impl RawRequest {
             }
         }
         if let Some(s) = &self.gpgpu_min_memory {
-            let bad = |why| RequestError::BadMemory { origin: s.source.clone(), value: s.value.clone(), why };
-            let mb: u64 = s.value.trim().parse().map_err(|_| bad("not a whole number of megabytes"))?;
-            if mb == 0 {
-                return Err(bad("the memory must be at least 1 MB"));
-            }
-            req.gpgpu_min_memory_mb = Some(mb);
+            let mb = cder_request::parse_memory_mib(&s.value)
+                .map_err(|why| RequestError::BadMemory { origin: s.source.clone(), value: s.value.clone(), why })?;
+            req.gpgpu_min_memory_mb = Some(u64::from(mb));
         }
         Ok(req)
     }
@@ -390,7 +387,7 @@ mod tests {
         assert_eq!(req.gpgpu_min_memory_mb, Some(4096));
         let jdl = RawRequest::from_control_env::<&str>(&[]).or(RawRequest::from_jdl_env(&env)).parse().unwrap();
         assert_eq!(jdl.counts[GPGPU], 1);
-        assert_eq!(jdl.sources[GPGPU], Source::JdlKey(JDL_GPGPU_PER_NODE));
+        assert_eq!(jdl.sources[GPGPU], Source::JdlKey(GPGPU_PER_NODE));
         let e = RawRequest::from_jdl_env(&["GPGPUPerNode=two"]).parse().unwrap_err();
         assert_eq!(e.to_string(), "cder: GPGPUPerNode=two: not a whole number of devices");
         assert!(RawRequest::from_jdl_env(&["GPGPUPerNodeX=2"]).is_empty());
@@ -446,7 +443,13 @@ mod tests {
 
     #[test]
     fn memory_must_be_positive() {
-        let raw = RawRequest { gpgpu_min_memory: Some(Sourced { value: "0".into(), source: Source::Option(OPT_GPGPU_MIN_MEMORY) }), ..Default::default() };
-        assert!(matches!(raw.parse(), Err(RequestError::BadMemory { .. })));
+        let mem = |v: &str| RawRequest { gpgpu_min_memory: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_MIN_MEMORY) }), ..Default::default() };
+        assert!(matches!(mem("0").parse(), Err(RequestError::BadMemory { .. })));
+        assert_eq!(mem("0").parse().unwrap_err().to_string(), "cder: --gpgpu-min-memory=0: the memory must be at least 1 MB");
+        assert_eq!(mem("lots").parse().unwrap_err().to_string(), "cder: --gpgpu-min-memory=lots: not a whole number of megabytes");
+        // The shared bound: no GPU has more than 16 TiB.
+        let e = mem("99999999999").parse().unwrap_err();
+        assert!(matches!(e, RequestError::BadMemory { why: cder_request::MemoryError::TooLarge, .. }), "{e}");
+        assert_eq!(mem("16384").parse().unwrap().gpgpu_min_memory_mb, Some(16384));
     }
 }

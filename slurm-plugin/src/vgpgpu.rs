@@ -8,7 +8,8 @@
 //! requests N backends from the registry and sets the rCUDA / VCL
 //! environment.
 
-use cder_model::VgpgpuMethod;
+use cder_request::keys::{VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
+use cder_request::VgpgpuRequest;
 
 use crate::request::{env_lookup, CONTROL_PREFIX};
 
@@ -20,25 +21,8 @@ pub const OPT_VGPGPU_METHOD: &str = "vgpgpu-method";
 pub const CONTROL_VGPGPU_PER_NODE: &str = "CDER_VGPGPU_PER_NODE";
 /// Job-control twin of `--vgpgpu-method`.
 pub const CONTROL_VGPGPU_METHOD: &str = "CDER_VGPGPU_METHOD";
-/// The JDL keys (thesis Table 4.1).
-pub const JDL_VGPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
-/// The JDL key naming the method (`rCUDA`, `VCL`).
-pub const JDL_VGPGPU_METHOD: &str = "VirtualGPGPUMethod";
-/// An alternative name for [`JDL_VGPGPU_METHOD`], read when that is absent.
-pub const JDL_VGPGPU_TYPE: &str = "VirtualGPGPUType";
 /// The SLURM licence that counts backends.
 pub const LICENSE: &str = cder_request::lrms::VGPGPU_LICENCE;
-/// The most backends one node may ask for.
-pub const MAX_PER_NODE: u32 = cder_request::MAX_COUNT;
-
-/// A parsed vGPGPU request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VgpgpuRequest {
-    /// Backends per node.
-    pub per_node: u32,
-    /// How the job reaches its backends.
-    pub method: VgpgpuMethod,
-}
 
 /// The raw values, wherever they came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,9 +47,9 @@ impl RawVgpgpu {
     /// From the JDL keys in a job's environment.
     pub fn from_jdl_env<S: AsRef<str>>(environment: &[S]) -> RawVgpgpu {
         RawVgpgpu {
-            per_node: env_lookup(environment, JDL_VGPGPU_PER_NODE).map(str::to_string),
-            method: env_lookup(environment, JDL_VGPGPU_METHOD).or_else(|| env_lookup(environment, JDL_VGPGPU_TYPE)).map(str::to_string),
-            origin: JDL_VGPGPU_PER_NODE,
+            per_node: env_lookup(environment, VIRTUAL_GPGPU_PER_NODE).map(str::to_string),
+            method: env_lookup(environment, VIRTUAL_GPGPU_METHOD).or_else(|| env_lookup(environment, VIRTUAL_GPGPU_TYPE)).map(str::to_string),
+            origin: VIRTUAL_GPGPU_PER_NODE,
         }
     }
 
@@ -85,7 +69,7 @@ impl RawVgpgpu {
     pub fn parse(&self) -> Result<Option<VgpgpuRequest>, String> {
         let read = cder_request::VgpgpuRequest::read(self.per_node.as_deref(), self.method.as_deref());
         match read {
-            Ok(r) => Ok(r.map(|r| VgpgpuRequest { per_node: r.per_node, method: r.method })),
+            Ok(r) => Ok(r),
             Err(cder_request::VgpgpuError::Count(e)) => {
                 Err(format!("{}={:?}: {e}", self.origin, self.per_node.as_deref().unwrap_or_default()))
             }
@@ -128,6 +112,15 @@ pub fn nodes_of(min_nodes: u32) -> u64 {
     }
 }
 
+/// The `vgpgpu` licences a job of `per_node` backends on `min_nodes`
+/// nodes takes: [`cder_request::job_total`], refused above its bound.
+pub fn licence_total(per_node: u32, min_nodes: u32) -> Result<u32, String> {
+    let nodes = nodes_of(min_nodes);
+    cder_request::job_total(per_node, nodes).ok_or_else(|| {
+        format!("cder: {per_node} vGPGPUs per node on {nodes} nodes exceed {} for one job", cder_request::MAX_JOB_TOTAL)
+    })
+}
+
 /// The `vgpgpu` licences a job record holds (`licenses` as slurmctld
 /// reports it: `vgpgpu:6`, `matlab:1,vgpgpu*2`), summed.
 pub fn granted_licenses(licenses: Option<&str>) -> u64 {
@@ -154,6 +147,7 @@ pub fn granted_per_node(licenses: Option<&str>, num_nodes: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cder_request::VgpgpuMethod;
 
     #[test]
     fn options_win_and_values_are_checked() {
@@ -190,5 +184,9 @@ mod tests {
         assert_eq!(licenses_with(Some("vgpgpuX:1"), 3), "vgpgpuX:1,vgpgpu:3");
         assert_eq!(nodes_of(0xffff_fffe), 1);
         assert_eq!(nodes_of(2), 2);
+        assert_eq!(licence_total(3, 2), Ok(6));
+        assert_eq!(licence_total(3, 0), Ok(3));
+        let e = licence_total(4096, 17).unwrap_err();
+        assert!(e.contains("exceed 65536"), "{e}");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cder_model::{JobKey, VgpgpuMethod};
 use cder_registry::api::{OfflineRequest, QueryName};
-use cder_registry::{Allocation, BackendState, ErrorCode};
+use cder_registry::{BackendAllocation, BackendState, ApiErrorCode};
 use cder_tests::munge::require_munge;
 use cder_tests::vgpgpu::Registryd;
 
@@ -39,13 +39,13 @@ fn concurrent_requests_never_share_a_backend() {
             })
         })
         .collect();
-    let mut granted: Vec<Allocation> = Vec::new();
+    let mut granted: Vec<BackendAllocation> = Vec::new();
     let mut refused = 0;
     for t in threads {
         match t.join().unwrap() {
             Ok(a) => granted.push(a),
             Err(e) => {
-                assert_eq!(e.code(), Some(ErrorCode::Insufficient), "{e}");
+                assert_eq!(e.code(), Some(ApiErrorCode::Insufficient), "{e}");
                 refused += 1;
             }
         }
@@ -112,7 +112,7 @@ fn kill_9_loses_nothing_acknowledged() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     r.kill9();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let acked: Vec<Allocation> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let acked: Vec<BackendAllocation> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     assert!(!acked.is_empty(), "no request was acknowledged before the kill");
     eprintln!("{} requests acknowledged before kill -9", acked.len());
     r.restart().unwrap();
@@ -161,12 +161,12 @@ fn offline_backends_and_hosts_are_never_handed_out() {
     let a = c.request(&job(1), 1, "nodeX", VgpgpuMethod::Rcuda).unwrap();
     assert_eq!(a.backends[0].uuid, "GPU-y-1");
     let e = c.request(&job(2), 1, "nodeX", VgpgpuMethod::Rcuda).unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::Insufficient));
+    assert_eq!(e.code(), Some(ApiErrorCode::Insufficient));
     c.online(&OfflineRequest { host: Some("nodeX".into()), ..Default::default() }).unwrap();
     let a = c.request(&job(2), 2, "nodeX", VgpgpuMethod::Rcuda).unwrap();
     assert!(a.backends.iter().all(|b| b.host == "nodeX"), "local first once nodeX is back: {a:?}");
     let e = c.offline(&OfflineRequest { host: Some("nowhere".into()), ..Default::default() }).unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::NotFound));
+    assert_eq!(e.code(), Some(ApiErrorCode::NotFound));
 }
 
 #[test]
@@ -276,8 +276,8 @@ fn a_job_allocation_is_readable_by_operators_and_its_owner_only() {
     assert!(a.backends.iter().all(|b| body.contains(&b.uuid)), "{body}");
     assert_eq!(as_user("daemon").0, 403);
     let e = c.allocation(&job(6)).unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::NotFound));
+    assert_eq!(e.code(), Some(ApiErrorCode::NotFound));
     c.release(&job(5)).unwrap();
-    assert_eq!(c.allocation(&job(5)).unwrap_err().code(), Some(ErrorCode::NotFound));
+    assert_eq!(c.allocation(&job(5)).unwrap_err().code(), Some(ApiErrorCode::NotFound));
     assert_eq!(r.raw("GET", "/v1/allocation?job=%zz", Some(&format!("MUNGE {}", r.credential(None, "GET", "/v1/allocation?job=%zz", b"").unwrap())), b"").unwrap().0, 400);
 }

@@ -32,11 +32,11 @@
 use std::fmt;
 use std::ops::Range;
 
+use cder_request::keys::GPGPU_PER_NODE;
+
 use crate::limits::{mark_value, node_spec_gpus, MARK_PREFIX, MARK_RESOURCE};
 use crate::settings::{Directive, TorqueSettings};
 
-/// The job key the filter translates.
-pub const PER_NODE_KEY: &str = "GPGPUPerNode";
 /// The prefix of cder's own script lines.
 pub const CDER_PREFIX: &str = "#CDER";
 /// qsub's directive prefix unless `-C` or `PBS_DPREFIX` says otherwise.
@@ -231,7 +231,7 @@ impl<'a> Header<'a> {
             let first = content(lines[i]);
             let n = i + 1;
             if exec {
-                let mentions = after_prefix(first, prefix).is_some_and(|r| contains(r, PER_NODE_KEY.as_bytes())) || after_cder_prefix(first).is_some();
+                let mentions = after_prefix(first, prefix).is_some_and(|r| contains(r, GPGPU_PER_NODE.as_bytes())) || after_cder_prefix(first).is_some();
                 if mentions {
                     header.notes.push(format!("job script line {n}: ignored: qsub reads no directives after the first command"));
                 }
@@ -512,11 +512,11 @@ fn read_script_request(header: &Header<'_>, env: &dyn Fn(&str) -> Option<String>
                 request.variables.push((k.to_string(), v.to_string()));
                 continue;
             }
-            if k != PER_NODE_KEY {
-                return Err(Rejection(format!("job script line {}: {CDER_PREFIX} {word}: unknown key (expected {PER_NODE_KEY}=N)", c.line)));
+            if k != GPGPU_PER_NODE {
+                return Err(Rejection(format!("job script line {}: {CDER_PREFIX} {word}: unknown key (expected {GPGPU_PER_NODE}=N)", c.line)));
             }
             request.variables.push((k.to_string(), v.to_string()));
-            request.counts.push((c.line, per_node_value(v, &format!("{PER_NODE_KEY}={v}"), &Origin::Line(c.line), settings)?));
+            request.counts.push((c.line, per_node_value(v, &format!("{GPGPU_PER_NODE}={v}"), &Origin::Line(c.line), settings)?));
         }
     }
     // Directives are read in order, `#CDER` lines after: sort by line for messages.
@@ -524,7 +524,7 @@ fn read_script_request(header: &Header<'_>, env: &dyn Fn(&str) -> Option<String>
     if let Some(&(first_line, first)) = request.counts.first() {
         if let Some(&(line, other)) = request.counts.iter().find(|(_, c)| *c != first) {
             return Err(Rejection(format!(
-                "job script line {line}: {PER_NODE_KEY}={other} contradicts {PER_NODE_KEY}={first} on line {first_line}"
+                "job script line {line}: {GPGPU_PER_NODE}={other} contradicts {GPGPU_PER_NODE}={first} on line {first_line}"
             )));
         }
     }
@@ -570,7 +570,7 @@ pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<Strin
     };
     if cli.prefix.is_empty() && !edits.inserts.is_empty() {
         return Err(Rejection(format!(
-            "qsub command line: -C \"\" turns directives off, so {PER_NODE_KEY} cannot be written into the job script; ask on the command line"
+            "qsub command line: -C \"\" turns directives off, so {GPGPU_PER_NODE} cannot be written into the job script; ask on the command line"
         )));
     }
     if edits.rewrites.iter().all(Option::is_none) && edits.inserts.is_empty() {
@@ -615,7 +615,7 @@ fn maui(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: &T
     let n = match (asked, &counted) {
         (Some(a), Some((origin, c))) if a != *c => {
             return Err(Rejection(format!(
-                "{origin}: x=GRES:{}@{c} asks MAUI for {c} per node, which contradicts {PER_NODE_KEY}={a}",
+                "{origin}: x=GRES:{}@{c} asks MAUI for {c} per node, which contradicts {GPGPU_PER_NODE}={a}",
                 settings.maui_gres
             )));
         }
@@ -667,7 +667,7 @@ fn refuse_marks_native(header: &Header<'_>, cli: &CommandLine, settings: &Torque
     }
     if let Some((origin, what)) = found.into_iter().next() {
         return Err(Rejection(format!(
-            "{origin}: -l {what}: TORQUE does not count devices asked for this way, and cder does not honour it; ask with -l nodes=N:ppn=P:gpus=G or {PER_NODE_KEY}=G"
+            "{origin}: -l {what}: TORQUE does not count devices asked for this way, and cder does not honour it; ask with -l nodes=N:ppn=P:gpus=G or {GPGPU_PER_NODE}=G"
         )));
     }
     Ok(())
@@ -684,7 +684,7 @@ fn refuse_marks_maui(header: &Header<'_>, cli: &CommandLine, want: Option<&str>,
                 None => format!("the job asks MAUI for no {} (x=GRES:{}@N)", settings.cder_type, settings.maui_gres),
             };
             return Err(Rejection(format!(
-                "{origin}: -l {MARK_RESOURCE}={v}: cder's mark is written by the submit filter from the GRES count MAUI sees, and {asked}; ask with {PER_NODE_KEY}=N or -W x=GRES:{}@N",
+                "{origin}: -l {MARK_RESOURCE}={v}: cder's mark is written by the submit filter from the GRES count MAUI sees, and {asked}; ask with {GPGPU_PER_NODE}=N or -W x=GRES:{}@N",
                 settings.maui_gres
             )));
         }
@@ -742,7 +742,7 @@ fn native_edits(header: &Header<'_>, cli: &CommandLine, n: u32, settings: &Torqu
     if let Some(spec) = &cli.nodes {
         if node_spec_gpus(spec).unwrap_or_default().iter().any(|g| *g != Some(n)) {
             return Err(Rejection(format!(
-                "qsub command line: -l nodes={spec} overrides the job script, so {PER_NODE_KEY}={n} cannot be added to it; ask there: -l nodes={}",
+                "qsub command line: -l nodes={spec} overrides the job script, so {GPGPU_PER_NODE}={n} cannot be added to it; ask there: -l nodes={}",
                 with_gpus(spec, n, &Origin::CommandLine)?
             )));
         }
@@ -785,7 +785,7 @@ fn maui_edits(header: &Header<'_>, cli: &CommandLine, n: u32, settings: &TorqueS
     if let Some(x) = &cli.x {
         if !has_gres(x) {
             return Err(Rejection(format!(
-                "qsub command line: -W x={x} overrides the job script, so {PER_NODE_KEY}={n} cannot be added to it; ask there: -W x={x};{want}"
+                "qsub command line: -W x={x} overrides the job script, so {GPGPU_PER_NODE}={n} cannot be added to it; ask there: -W x={x};{want}"
             )));
         }
     } else {
@@ -826,12 +826,12 @@ fn maui_edits(header: &Header<'_>, cli: &CommandLine, n: u32, settings: &TorqueS
     match (&cli.other, &script_other) {
         (Some(v), _) if *v != mark => {
             return Err(Rejection(format!(
-                "qsub command line: -l {MARK_RESOURCE}={v}: cder needs {MARK_RESOURCE}={mark} to tell the node about {PER_NODE_KEY}={n}"
+                "qsub command line: -l {MARK_RESOURCE}={v}: cder needs {MARK_RESOURCE}={mark} to tell the node about {GPGPU_PER_NODE}={n}"
             )))
         }
         (None, Some((line, v))) if *v != mark => {
             return Err(Rejection(format!(
-                "job script line {line}: -l {MARK_RESOURCE}={v}: cder needs {MARK_RESOURCE}={mark} to tell the node about {PER_NODE_KEY}={n}"
+                "job script line {line}: -l {MARK_RESOURCE}={v}: cder needs {MARK_RESOURCE}={mark} to tell the node about {GPGPU_PER_NODE}={n}"
             )))
         }
         (None, None) => edits.inserts.push(format!("{prefix} -l {MARK_RESOURCE}={mark}")),
@@ -924,12 +924,12 @@ fn count_from_v(list: &str, origin: &Origin, env: &dyn Fn(&str) -> Option<String
             Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
             None => (item.trim(), None),
         };
-        if k != PER_NODE_KEY {
+        if k != GPGPU_PER_NODE {
             continue;
         }
         // `-v NAME` exports the submitter's own value of NAME.
-        let Some(v) = v.or_else(|| env(PER_NODE_KEY)) else { continue };
-        found = Some(per_node_value(&v, &format!("{PER_NODE_KEY}={v}"), origin, settings)?);
+        let Some(v) = v.or_else(|| env(GPGPU_PER_NODE)) else { continue };
+        found = Some(per_node_value(&v, &format!("{GPGPU_PER_NODE}={v}"), origin, settings)?);
     }
     Ok(found)
 }
@@ -955,7 +955,7 @@ fn with_gpus(spec: &str, n: u32, origin: &Origin) -> Result<String, Rejection> {
         match g {
             Some(m) if m == n => parts.push(part.to_string()),
             Some(m) => {
-                return Err(Rejection(format!("{origin}: nodes={spec} asks for gpus={m}, which contradicts {PER_NODE_KEY}={n}")));
+                return Err(Rejection(format!("{origin}: nodes={spec} asks for gpus={m}, which contradicts {GPGPU_PER_NODE}={n}")));
             }
             None => parts.push(format!("{part}:gpus={n}")),
         }

@@ -2,10 +2,10 @@
 //! put on user hold with its need in its variable list, for
 //! `cder-torque-monitor` ([`crate::vgpgpu`]) to release.
 
+use cder_request::keys::{VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
 use cder_request::{VgpgpuError, VgpgpuRequest};
 
 use crate::filter::Rejection;
-use crate::vgpgpu::keys::{METHOD_KEY, PER_NODE_KEY, TYPE_KEY};
 
 /// The submit filter's part: a job whose variables (the header's `-v`
 /// directives and `#CDER` lines, then `qsub -v`, as the filter read them
@@ -19,18 +19,18 @@ use crate::vgpgpu::keys::{METHOD_KEY, PER_NODE_KEY, TYPE_KEY};
 pub fn hold_script(script: &[u8], vars: &[(String, String)], prefix: &str) -> Result<Option<Vec<u8>>, Rejection> {
     let get = |k: &str| vars.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let refuse = |m: String| Rejection(m);
-    let count = get(PER_NODE_KEY);
-    let method_text = get(METHOD_KEY).or_else(|| get(TYPE_KEY));
+    let count = get(VIRTUAL_GPGPU_PER_NODE);
+    let method_text = get(VIRTUAL_GPGPU_METHOD).or_else(|| get(VIRTUAL_GPGPU_TYPE));
     // One reading for every door (cder_request): a count of 1 to MAX_COUNT,
     // rCUDA when no method is named, a method without a count refused.
     let request = VgpgpuRequest::read(count.as_deref(), method_text.as_deref()).map_err(|e| match e {
-        VgpgpuError::Count(c) => refuse(format!("{PER_NODE_KEY}={:?}: {c}", count.unwrap_or_default())),
-        VgpgpuError::Method(m) => refuse(format!("{METHOD_KEY}: {m}")),
+        VgpgpuError::Count(c) => refuse(format!("{VIRTUAL_GPGPU_PER_NODE}={:?}: {c}", count.unwrap_or_default())),
+        VgpgpuError::Method(m) => refuse(format!("{VIRTUAL_GPGPU_METHOD}: {m}")),
         VgpgpuError::MethodWithoutCount => refuse(e.to_string()),
     })?;
     let Some(VgpgpuRequest { per_node, method }) = request else { return Ok(None) };
     if prefix.is_empty() {
-        return Err(refuse(format!("qsub command line: -C \"\" turns directives off, so the {PER_NODE_KEY} job cannot be held for its backends")));
+        return Err(refuse(format!("qsub command line: -C \"\" turns directives off, so the {VIRTUAL_GPGPU_PER_NODE} job cannot be held for its backends")));
     }
     let variables = cder_request::lrms::pbs_vgpgpu_variables(&VgpgpuRequest { per_node, method });
     let directives = format!("{prefix} -h\n{prefix} -v {variables}\n");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use cder_model::{Config, VgpgpuMethod};
 use cder_registry_client::api::{OfflineRequest, QueryName};
-use cder_registry_client::{Client, ClientError, ErrorCode, Status};
+use cder_registry_client::{Client, ClientError, ApiErrorCode, RegistryStatus};
 use clap::{Args as ClapArgs, Subcommand};
 
 use super::{print, Failure};
@@ -80,7 +80,7 @@ fn client(config: Option<&Path>) -> Result<Client, Failure> {
 
 fn refused(e: ClientError) -> Failure {
     match e.code() {
-        Some(ErrorCode::BadRequest | ErrorCode::NotFound | ErrorCode::TooLarge) => Failure::usage(e),
+        Some(ApiErrorCode::BadRequest | ApiErrorCode::NotFound | ApiErrorCode::TooLarge) => Failure::usage(e),
         _ => Failure::runtime(e),
     }
 }
@@ -89,7 +89,7 @@ fn method(text: Option<&str>) -> Result<Option<VgpgpuMethod>, Failure> {
     text.map(|m| m.parse().map_err(|e: cder_model::registry::UnknownMethod| Failure::usage(anyhow!("--method: {e}")))).transpose()
 }
 
-fn table(s: &Status) -> String {
+fn table(s: &RegistryStatus) -> String {
     let mut out = format!("{:<40} {:<24} {:>6} {:>4} {:<10} {:<9} {}\n", "UUID", "HOST", "PORT", "DEV", "METHODS", "STATE", "JOB");
     for b in &s.backends {
         let methods = b.methods.iter().map(|m| m.name()).collect::<Vec<_>>().join(",");

@@ -16,7 +16,7 @@ use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
-use crate::store::{DeviceRow, JobAllocation, Store, StoreError};
+use crate::store::{LedgerRow, JobAllocation, Store, StoreError};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
@@ -484,7 +484,7 @@ impl Daemon {
                 }
                 return Err(ErrorReply::new(ErrorCode::Internal, format!("enforcement failed, allocation undone: {e}")));
             }
-            let indices: Vec<String> = allocation.devices.iter().map(DeviceRow::name).collect();
+            let indices: Vec<String> = allocation.devices.iter().map(LedgerRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
             if !allocation.batch_confined {
                 self.prepare_groups_later(&store, &allocation)?;
@@ -559,7 +559,7 @@ impl Daemon {
 
     /// `devices` that a process of `uid` holds open: UUID → why. Root's and
     /// the ignored uids' processes are trusted, as for `held_open`.
-    fn holders_of(&self, uid: u32, devices: &[DeviceRow]) -> BTreeMap<String, String> {
+    fn holders_of(&self, uid: u32, devices: &[LedgerRow]) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         if uid == 0 || self.held_open_ignore.contains(&uid) {
             return out;
@@ -608,7 +608,7 @@ impl Daemon {
             let (job, token, uid) = (&group[0].job, &group[0].token, group[0].uid);
             let name = DeviceCgroups::group_name(job, token);
             let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(&name) } else { Vec::new() };
-            let rows: Vec<DeviceRow> = devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
+            let rows: Vec<LedgerRow> = devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
             let holders = self.holders_of(uid, &rows);
             for l in group {
                 if survivors.is_empty() && !holders.contains_key(&l.device) {
@@ -694,7 +694,7 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(DeviceRow::status).collect(), counts, generation })
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation })
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
@@ -755,7 +755,7 @@ impl Daemon {
         }
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
-            let free: Vec<DeviceRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
+            let free: Vec<LedgerRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
             for e in self.enforcer.restore(&free) {
                 tracing::error!("restoring idle ownership: {e}");
             }
@@ -873,7 +873,7 @@ impl Daemon {
     /// Free present devices that some process (not root, not an ignored
     /// uid) holds open: UUID → why.
     fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
-        let free: Vec<DeviceRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(DeviceRow::is_free).collect();
+        let free: Vec<LedgerRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(LedgerRow::is_free).collect();
         let by_rdev = rdevs_of(&free);
         let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
         let mut out = BTreeMap::new();
@@ -890,7 +890,7 @@ impl Daemon {
     /// thread of its own, each of its devices that another process holds
     /// open (that process can use it beside the job).
     fn warn_held_open_later(&self, allocation: &JobAllocation) {
-        let devices: Vec<DeviceRow> = allocation.devices.clone();
+        let devices: Vec<LedgerRow> = allocation.devices.clone();
         if devices.is_empty() {
             return;
         }
@@ -981,7 +981,7 @@ impl Daemon {
 
 /// Every present device this node manages, by number, except the job's own
 /// (see [`crate::cgroup::deny_list`]); `inventory` has the numbers discovery knows.
-fn deny_list(devices: &[DeviceRow], allocation: &JobAllocation, inventory: &HashMap<String, Device>) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
+fn deny_list(devices: &[LedgerRow], allocation: &JobAllocation, inventory: &HashMap<String, Device>) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
     let own: BTreeSet<&str> = allocation.devices.iter().map(|d| d.uuid.as_str()).collect();
     let fenced: Vec<Fenced<'_>> = devices
         .iter()
@@ -993,7 +993,7 @@ fn deny_list(devices: &[DeviceRow], allocation: &JobAllocation, inventory: &Hash
 
 /// Logs each of `devices` that a process (not root, not an ignored uid)
 /// holds open: the batch system chose it for `job`, so it was recorded.
-fn warn_held_open(job: &JobKey, devices: &[DeviceRow], ignore: &BTreeSet<u32>) {
+fn warn_held_open(job: &JobKey, devices: &[LedgerRow], ignore: &BTreeSet<u32>) {
     let by_rdev = rdevs_of(devices);
     let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
     for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, ignore) {
@@ -1009,9 +1009,9 @@ fn warn_held_open(job: &JobKey, devices: &[DeviceRow], ignore: &BTreeSet<u32>) {
 }
 
 /// Character devices by device number.
-fn rdevs_of(devices: &[DeviceRow]) -> BTreeMap<u64, Vec<&DeviceRow>> {
+fn rdevs_of(devices: &[LedgerRow]) -> BTreeMap<u64, Vec<&LedgerRow>> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let mut by_rdev: BTreeMap<u64, Vec<&DeviceRow>> = BTreeMap::new();
+    let mut by_rdev: BTreeMap<u64, Vec<&LedgerRow>> = BTreeMap::new();
     for d in devices {
         if let Ok(meta) = std::fs::metadata(&d.path) {
             if meta.file_type().is_char_device() {
@@ -1035,21 +1035,14 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 
 /// A device that discovery no longer reports, rebuilt from its row: enough
 /// for the environment (type, index, UUID).
-fn device_from_row(d: &DeviceRow) -> Device {
+fn device_from_row(d: &LedgerRow) -> Device {
     Device {
         cder_type: d.cder_type.clone(),
         vendor: String::new(),
         index: d.index,
         uuid: d.uuid.clone(),
         pci_bus_id: String::new(),
-        model: d.model.clone(),
-        memory_mb: d.memory_mb,
-        compute_capability: None,
-        multiprocessors: None,
-        cores_per_mp: None,
-        cores: None,
-        clock_mhz: None,
-        ecc: false,
+        attributes: cder_model::DeviceAttributes::new(d.model.clone(), d.memory_mb),
         path: d.path.clone(),
         dev: None,
         numa_node: d.numa_node,
@@ -1059,7 +1052,7 @@ fn device_from_row(d: &DeviceRow) -> Device {
 
 /// The indices of the `cder_type` devices at `files` (one entry per
 /// device, any of its files), as the batch system names its choice.
-fn indices_at(devices: &[DeviceRow], cder_type: &str, files: &[Vec<String>]) -> Result<Vec<u32>, ErrorReply> {
+fn indices_at(devices: &[LedgerRow], cder_type: &str, files: &[Vec<String>]) -> Result<Vec<u32>, ErrorReply> {
     let mut out = Vec::with_capacity(files.len());
     for group in files {
         let found = devices.iter().find(|d| d.cder_type == cder_type && group.iter().any(|f| d.path == std::path::Path::new(f)));

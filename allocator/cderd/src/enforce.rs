@@ -14,7 +14,7 @@ use nvml_wrapper::Nvml;
 use cder_model::{Config, Discovery, VendorKind};
 use cder_model::config::Enforcement;
 
-use crate::store::DeviceRow;
+use crate::store::LedgerRow;
 
 /// The NVIDIA driver's library, as the dynamic loader finds it.
 const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -109,7 +109,7 @@ impl Enforcer {
 
     /// Gives `devices` to `uid`. Stops at the first failure; the caller
     /// then releases the allocation (which restores what was changed).
-    pub fn apply(&self, uid: u32, devices: &[DeviceRow]) -> Result<(), EnforcementError> {
+    pub fn apply(&self, uid: u32, devices: &[LedgerRow]) -> Result<(), EnforcementError> {
         for d in devices {
             if self.settings.device_files {
                 set_owner(d, &d.path, uid, None, self.settings.job_mode)?;
@@ -121,7 +121,7 @@ impl Enforcer {
 
     /// Returns `devices` to their idle owner and mode. Tries every device
     /// and step, and reports every failure.
-    pub fn restore(&self, devices: &[DeviceRow]) -> Vec<EnforcementError> {
+    pub fn restore(&self, devices: &[LedgerRow]) -> Vec<EnforcementError> {
         let mut errors = Vec::new();
         for d in devices {
             if !d.present {
@@ -139,7 +139,7 @@ impl Enforcer {
         errors
     }
 
-    fn compute_mode(&self, d: &DeviceRow, mode: ComputeMode) -> Result<(), EnforcementError> {
+    fn compute_mode(&self, d: &LedgerRow, mode: ComputeMode) -> Result<(), EnforcementError> {
         let Some(nvml) = self.nvml.get(&d.cder_type) else {
             return Ok(());
         };
@@ -154,7 +154,7 @@ impl Enforcer {
     }
 }
 
-fn set_owner(d: &DeviceRow, path: &Path, uid: u32, gid: Option<u32>, mode: u32) -> Result<(), EnforcementError> {
+fn set_owner(d: &LedgerRow, path: &Path, uid: u32, gid: Option<u32>, mode: u32) -> Result<(), EnforcementError> {
     let err = |action, source| EnforcementError::File { device: d.name(), action, path: path.to_path_buf(), source };
     // Mode first when tightening, so the file is never owned by the job
     // while still open to others; chown clears setuid bits, mode is set again.
@@ -169,8 +169,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
-    fn row(path: &Path) -> DeviceRow {
-        DeviceRow {
+    fn row(path: &Path) -> LedgerRow {
+        LedgerRow {
             uuid: "gpgpu-0".into(),
             cder_type: "gpgpu".into(),
             index: 0,

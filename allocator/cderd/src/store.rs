@@ -177,9 +177,9 @@ impl StoreError {
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-/// One device row with its live owner, if any.
+/// One device's row of the ledger, with its live owner, if any.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeviceRow {
+pub struct LedgerRow {
     /// The device UUID (the row's key; stable across renumbering).
     pub uuid: String,
     /// The CDER type it belongs to.
@@ -213,7 +213,7 @@ pub struct DeviceRow {
     pub leftover: Option<String>,
 }
 
-impl DeviceRow {
+impl LedgerRow {
     /// The state `status` reports: a held device is allocated even when
     /// drained meanwhile (it goes offline when released).
     pub fn state(&self) -> DeviceState {
@@ -283,7 +283,7 @@ pub struct JobAllocation {
     /// When the allocation was made, in unix seconds.
     pub start: i64,
     /// By type order, then index.
-    pub devices: Vec<DeviceRow>,
+    pub devices: Vec<LedgerRow>,
     /// The allocation's sequence number (its `jobs` row id): every new
     /// allocation takes the next one, see [`Store::generation`].
     pub seq: u64,
@@ -331,10 +331,10 @@ const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.num
 const DEVICE_FROM: &str = "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id \
     LEFT JOIN leftovers l ON l.device = d.uuid";
 
-fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(DeviceRow, Option<String>)> {
+fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(LedgerRow, Option<String>)> {
     let job: Option<String> = r.get(11)?;
     Ok((
-        DeviceRow {
+        LedgerRow {
             uuid: r.get(0)?,
             cder_type: r.get(1)?,
             index: r.get(2)?,
@@ -359,7 +359,7 @@ fn parse_job(text: &str) -> Result<JobKey> {
 }
 
 /// Reads devices through `conn` (a connection or a transaction).
-fn query_devices(conn: &Connection, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<DeviceRow>> {
+fn query_devices(conn: &Connection, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<LedgerRow>> {
     let sql = format!("SELECT {DEVICE_COLUMNS} FROM {DEVICE_FROM} {filter}");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(args, device_row)?;
@@ -401,7 +401,7 @@ impl Store {
         Ok(crate::durable::begin(&self.conn)?)
     }
 
-    fn sort(&self, devices: &mut [DeviceRow]) {
+    fn sort(&self, devices: &mut [LedgerRow]) {
         devices.sort_by_key(|d| (self.type_order.get(&d.cder_type).copied().unwrap_or(usize::MAX), d.cder_type.clone(), d.index, !d.present));
     }
 
@@ -421,8 +421,8 @@ impl Store {
                     d.uuid,
                     d.cder_type,
                     d.index,
-                    d.model,
-                    d.memory_mb.min(i64::MAX as u64) as i64,
+                    d.attributes.model,
+                    d.attributes.memory_mb.min(i64::MAX as u64) as i64,
                     d.numa_node,
                     d.path.to_string_lossy(),
                     d.health == Health::Healthy
@@ -434,7 +434,7 @@ impl Store {
     }
 
     /// Every known device with its owner, by type order then index.
-    pub fn devices(&self) -> Result<Vec<DeviceRow>> {
+    pub fn devices(&self) -> Result<Vec<LedgerRow>> {
         let mut devices = query_devices(&self.conn, "", &[])?;
         self.sort(&mut devices);
         Ok(devices)
@@ -541,12 +541,12 @@ impl Store {
             return Ok((existing, false));
         }
         let of_type = query_devices(&tx, "WHERE d.type = ?1", &[&req.cder_type])?;
-        let chosen: Vec<DeviceRow> = match &req.devices {
+        let chosen: Vec<LedgerRow> = match &req.devices {
             Some(indices) => Self::exactly(&of_type, indices, &req.cder_type)?,
             None => {
                 let model = req.model.as_ref().map(|m| m.to_lowercase());
                 let held_open = of_type.iter().filter(|d| d.is_free() && busy.contains_key(&d.uuid)).count();
-                let eligible: Vec<&DeviceRow> = of_type
+                let eligible: Vec<&LedgerRow> = of_type
                     .iter()
                     .filter(|d| d.is_free())
                     .filter(|d| !busy.contains_key(&d.uuid))
@@ -611,7 +611,7 @@ impl Store {
     }
 
     /// `devices` given explicitly: each must exist, be present and free.
-    fn exactly(of_type: &[DeviceRow], indices: &[u32], cder_type: &str) -> Result<Vec<DeviceRow>> {
+    fn exactly(of_type: &[LedgerRow], indices: &[u32], cder_type: &str) -> Result<Vec<LedgerRow>> {
         let mut chosen = Vec::new();
         for &index in indices {
             let Some(d) = of_type.iter().filter(|d| d.index == index).max_by_key(|d| d.present) else {
@@ -633,13 +633,13 @@ impl Store {
 
     /// Ends `job`'s allocation; returns the devices it held (empty when it
     /// held none: release is idempotent).
-    pub fn release(&mut self, job: &JobKey, now: i64) -> Result<Vec<DeviceRow>> {
+    pub fn release(&mut self, job: &JobKey, now: i64) -> Result<Vec<LedgerRow>> {
         self.release_keeping(job, now, &BTreeMap::new())
     }
 
     /// As [`Store::release`], keeping the devices in `held` (UUID → why)
     /// out of the pool in the same transaction (see [`Leftover`]).
-    pub fn release_keeping(&mut self, job: &JobKey, now: i64, held: &BTreeMap<String, String>) -> Result<Vec<DeviceRow>> {
+    pub fn release_keeping(&mut self, job: &JobKey, now: i64, held: &BTreeMap<String, String>) -> Result<Vec<LedgerRow>> {
         let tx = self.begin()?;
         let token: Option<(u32, String)> = Self::live_job(&tx, job)?.map(|r| (r.uid, r.token));
         let mut released = self.release_in(&tx, job, now)?;
@@ -676,7 +676,7 @@ impl Store {
         Ok(())
     }
 
-    fn release_in(&self, tx: &Transaction<'_>, job: &JobKey, now: i64) -> Result<Vec<DeviceRow>> {
+    fn release_in(&self, tx: &Transaction<'_>, job: &JobKey, now: i64) -> Result<Vec<LedgerRow>> {
         let Some(allocation) = self.allocation_of(tx, job)? else {
             return Ok(Vec::new());
         };
@@ -685,12 +685,12 @@ impl Store {
         let id: i64 = tx.prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?.query_row([job.to_string()], |r| r.get(0))?;
         tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?.execute(params![id, now])?;
         tx.prepare_cached("UPDATE jobs SET end = ?2 WHERE id = ?1")?.execute(params![id, now])?;
-        Ok(allocation.devices.into_iter().map(|d| DeviceRow { job: None, uid: None, ..d }).collect())
+        Ok(allocation.devices.into_iter().map(|d| LedgerRow { job: None, uid: None, ..d }).collect())
     }
 
     /// Releases, in one transaction, every live job that `keep` rejects
     /// (it is given the job and its allocation's sequence number).
-    pub fn release_where(&mut self, keep: impl Fn(&JobKey, u64) -> bool, now: i64) -> Result<Vec<(JobKey, Vec<DeviceRow>)>> {
+    pub fn release_where(&mut self, keep: impl Fn(&JobKey, u64) -> bool, now: i64) -> Result<Vec<(JobKey, Vec<LedgerRow>)>> {
         let doomed: Vec<JobKey> = self.live_allocations()?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
         let tx = self.begin()?;
         let mut out = Vec::new();
@@ -703,7 +703,7 @@ impl Store {
     }
 
     /// Finds a device by `<type>:<index>` (the present one first) or UUID.
-    pub fn find_device(&self, name: &str) -> Result<DeviceRow> {
+    pub fn find_device(&self, name: &str) -> Result<LedgerRow> {
         let all = self.devices()?;
         let by_name = name.rsplit_once(':').and_then(|(t, i)| i.parse::<u32>().ok().map(|i| (t, i))).and_then(|(t, i)| {
             all.iter().filter(|d| d.cder_type == t && d.index == i).max_by_key(|d| d.present).cloned()
@@ -714,7 +714,7 @@ impl Store {
     }
 
     /// Drains (`Some(reason)`) or resumes (`None`) a device; idempotent.
-    pub fn set_drained(&mut self, name: &str, reason: Option<&str>) -> Result<DeviceRow> {
+    pub fn set_drained(&mut self, name: &str, reason: Option<&str>) -> Result<LedgerRow> {
         let device = self.find_device(name)?;
         let tx = self.begin()?;
         tx.execute(

@@ -74,7 +74,7 @@ pub enum InventoryError {
 /// "#, Path::new("cder.toml")).unwrap();
 /// let devices = cder_inventory::discover(&config).unwrap();
 /// assert_eq!(devices.len(), 1);
-/// assert_eq!((devices[0].cder_type.as_str(), devices[0].model.as_str()), ("fpga", "Alveo U250"));
+/// assert_eq!((devices[0].cder_type.as_str(), devices[0].attributes.model.as_str()), ("fpga", "Alveo U250"));
 /// ```
 pub fn discover(config: &Config) -> Result<Vec<Device>, InventoryError> {
     let mut devices = Vec::new();

@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 
-use cder_model::{CderType, ComputeCapability, Device, DeviceNumber, Health, MigOffer};
+use cder_model::{CderType, ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health, MigOffer};
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -95,14 +95,16 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
             index,
             uuid,
             pci_bus_id,
-            model,
-            memory_mb,
-            compute_capability: Some(compute_capability),
-            multiprocessors,
-            cores_per_mp,
-            cores,
-            clock_mhz,
-            ecc,
+            attributes: DeviceAttributes {
+                model,
+                memory_mb,
+                compute_capability: Some(compute_capability),
+                multiprocessors,
+                cores_per_mp,
+                cores,
+                clock_mhz,
+                ecc,
+            },
             path: cder
                 .device_path
                 .replace("{index}", &index.to_string())
@@ -127,7 +129,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 let multiprocessors = optional(instance.attributes())
                     .map_err(call_failed("nvmlDeviceGetAttributes_v2", at))?
                     .map(|a| a.multiprocessor_count);
-                let cores = match (multiprocessors, whole.cores_per_mp) {
+                let cores = match (multiprocessors, whole.attributes.cores_per_mp) {
                     (Some(mp), Some(per)) => Some(mp * per),
                     _ => None,
                 };
@@ -135,7 +137,8 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 let cap = mig_access_minor(cder, minor, gi, ci, &uuid)?;
                 let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
                 let dev = caps_major.map(|major| DeviceNumber { major, minor: cap });
-                devices.push(Device { index: 0, uuid, model, memory_mb, multiprocessors, cores, path, dev, ..whole.clone() });
+                let attributes = DeviceAttributes { model, memory_mb, multiprocessors, cores, ..whole.attributes.clone() };
+                devices.push(Device { index: 0, uuid, attributes, path, dev, ..whole.clone() });
             }
         } else {
             devices.push(whole);

@@ -109,7 +109,7 @@ fn mig_instances_or_whole_gpus_by_config() {
     let devices = cder_inventory::discover(&config).unwrap();
     let got: Vec<Seen<'_>> = devices
         .iter()
-        .map(|d| (d.index, d.uuid.as_str(), d.mig_profile(), d.memory_mb, d.multiprocessors, d.cores, d.path.to_str().unwrap()))
+        .map(|d| (d.index, d.uuid.as_str(), d.mig_profile(), d.attributes.memory_mb, d.attributes.multiprocessors, d.attributes.cores, d.path.to_str().unwrap()))
         .collect();
     let mig0 = &mig[0].instances;
     assert_eq!(
@@ -129,8 +129,8 @@ fn mig_instances_or_whole_gpus_by_config() {
     assert_eq!(numbers, ["237:30", "237:111", "237:120", "195:1", "195:2"]);
     // An instance carries its parent's bus id (its parent), model and capability.
     assert_eq!(devices[1].pci_bus_id, "00000000:1B:00.0");
-    assert_eq!(devices[1].model, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
-    assert_eq!(devices[1].compute_capability.unwrap().to_string(), "8.0");
+    assert_eq!(devices[1].attributes.model, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
+    assert_eq!(devices[1].attributes.compute_capability.unwrap().to_string(), "8.0");
 
     // 3. A job holding a MIG instance and a whole GPU sees the instance by UUID.
     let env = JobEnvironment::for_devices(&config.cders, &[devices[2].clone(), devices[4].clone()]);

@@ -51,7 +51,7 @@ health = "unhealthy"
     let devices = cder_inventory::discover(&config).unwrap();
     let summary: Vec<(String, u32, String, Option<u32>, u32)> = devices
         .iter()
-        .map(|d| (d.cder_type.clone(), d.index, d.uuid.clone(), d.cores, d.numa_node))
+        .map(|d| (d.cder_type.clone(), d.index, d.uuid.clone(), d.attributes.cores, d.numa_node))
         .collect();
     assert_eq!(
         summary,
@@ -61,7 +61,7 @@ health = "unhealthy"
             ("fpga".into(), 0, "fpga-0".into(), None, 0),
         ]
     );
-    assert_eq!(devices[0].compute_capability.unwrap().to_string(), "2.1");
+    assert_eq!(devices[0].attributes.compute_capability.unwrap().to_string(), "2.1");
     assert_eq!(devices[2].vendor, "xilinx");
     assert_eq!(devices[2].health, cder_model::Health::Unhealthy);
 }

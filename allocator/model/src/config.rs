@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
-use crate::device::{ComputeCapability, Device, DeviceNumber, Health};
+use crate::device::{Device, DeviceNumber, Health};
 
 /// Where the config lives unless `--config` or `CDER_CONFIG` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cder/cder.toml";
@@ -475,52 +475,33 @@ impl CderType {
     }
 }
 
-/// One `[[cder.device]]` entry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StaticDevice {
-    /// Index in the vendor's enumeration (PCI bus order for NVIDIA).
-    pub index: Spanned<u32>,
-    /// Defaults to `<type>-<index>`, unique on the node.
-    #[serde(default)]
-    pub uuid: Option<String>,
-    /// PCI bus id, as the driver writes it (`0000:3b:00.0`).
-    #[serde(default)]
-    pub pci_bus_id: String,
-    /// Model name as published (`Tesla K20m`).
-    pub model: String,
-    /// Device memory, in MB.
-    pub memory_mb: u64,
-    /// CUDA compute capability (`"8.6"`).
-    #[serde(default)]
-    pub compute_capability: Option<ComputeCapability>,
-    /// Streaming multiprocessors.
-    #[serde(default)]
-    pub multiprocessors: Option<u32>,
-    /// Cores per multiprocessor.
-    #[serde(default)]
-    pub cores_per_mp: Option<u32>,
-    /// Total cores; multiprocessors × cores per MP when not given.
-    #[serde(default)]
-    pub cores: Option<u32>,
-    /// Clock speed, in MHz.
-    #[serde(default)]
-    pub clock_mhz: Option<u32>,
-    /// Whether ECC is on.
-    #[serde(default)]
-    pub ecc: bool,
-    /// The device file that guards it (`/dev/nvidia0`).
-    pub path: PathBuf,
-    /// Its character device's number (`"195:0"`), for a file that may not
-    /// exist yet when a job's device cgroups are set up.
-    #[serde(default)]
-    pub dev: Option<DeviceNumber>,
-    /// NUMA node / locality domain.
-    #[serde(default)]
-    pub numa_node: u32,
-    /// Whether it may be handed out.
-    #[serde(default)]
-    pub health: Health,
+crate::device_table! {
+    /// One `[[cder.device]]` entry.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct StaticDevice {
+        /// Index in the vendor's enumeration (PCI bus order for NVIDIA).
+        pub index: Spanned<u32>,
+        /// Defaults to `<type>-<index>`, unique on the node.
+        #[serde(default)]
+        pub uuid: Option<String>,
+        /// PCI bus id, as the driver writes it (`0000:3b:00.0`).
+        #[serde(default)]
+        pub pci_bus_id: String,
+        @attributes
+        /// The device file that guards it (`/dev/nvidia0`).
+        pub path: PathBuf,
+        /// Its character device's number (`"195:0"`), for a file that may not
+        /// exist yet when a job's device cgroups are set up.
+        #[serde(default)]
+        pub dev: Option<DeviceNumber>,
+        /// NUMA node / locality domain.
+        #[serde(default)]
+        pub numa_node: u32,
+        /// Whether it may be handed out.
+        #[serde(default)]
+        pub health: Health,
+    }
 }
 
 impl StaticDevice {
@@ -532,14 +513,7 @@ impl StaticDevice {
             index,
             uuid: self.uuid.clone().unwrap_or_else(|| format!("{}-{index}", cder.name())),
             pci_bus_id: self.pci_bus_id.clone(),
-            model: self.model.clone(),
-            memory_mb: self.memory_mb,
-            compute_capability: self.compute_capability,
-            multiprocessors: self.multiprocessors,
-            cores_per_mp: self.cores_per_mp,
-            cores: self.cores.or_else(|| Some(self.multiprocessors? * self.cores_per_mp?)),
-            clock_mhz: self.clock_mhz,
-            ecc: self.ecc,
+            attributes: self.attributes(),
             path: self.path.clone(),
             dev: self.dev,
             numa_node: self.numa_node,
@@ -627,7 +601,7 @@ impl Config {
     /// let gpgpu = config.cder("gpgpu").unwrap();
     /// assert_eq!(gpgpu.prefix(), "GPGPU");
     /// assert_eq!(gpgpu.visible_env(), ["CUDA_VISIBLE_DEVICES"]);
-    /// assert_eq!(gpgpu.static_devices()[0].memory_mb, 4800);
+    /// assert_eq!(gpgpu.static_devices()[0].attributes.memory_mb, 4800);
     ///
     /// // A mistake names the file, line, column and key.
     /// let e = Config::parse(&text.replace("4800", "\"lots\""), Path::new("cder.toml")).unwrap_err();
@@ -751,7 +725,7 @@ impl Config {
                 if uuid.is_empty() || !uuids.insert(uuid.clone()) {
                     return Err(at(dev.index.span().start, "cder.device.uuid", format!("uuid {uuid:?} of device {index} is empty or not unique")));
                 }
-                if dev.model.trim().is_empty() {
+                if dev.model.get_ref().trim().is_empty() {
                     return Err(at(dev.index.span().start, "cder.device.model", format!("device {index} of type {name:?} has an empty model")));
                 }
                 if !dev.path.is_absolute() {
@@ -919,14 +893,14 @@ path = "/dev/xclmgmt0"
         assert_eq!(gpu.visible_env(), vec!["CUDA_VISIBLE_DEVICES"]);
         assert_eq!(gpu.extra_env().get("CUDA_DEVICE_ORDER").map(String::as_str), Some("PCI_BUS_ID"));
         let devs = gpu.static_devices();
-        assert_eq!(devs[0].cores, Some(13 * 192));
+        assert_eq!(devs[0].attributes.cores, Some(13 * 192));
         assert_eq!(devs[0].vendor, "Nvidia");
         assert_eq!(devs[0].numa_node, 1);
         let fpga = c.cder("fpga").unwrap();
         assert_eq!(fpga.prefix(), "FPGA");
         assert_eq!(fpga.vendor.published_name(), "Xilinx");
         assert_eq!(fpga.static_devices()[0].uuid, "fpga-0");
-        assert_eq!(fpga.static_devices()[0].cores, None);
+        assert_eq!(fpga.static_devices()[0].attributes.cores, None);
         assert_eq!(fpga.static_devices()[0].dev, None);
     }
 

@@ -6,22 +6,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A device as discovery reports it and as `cderctl inventory --json` prints
-/// it. Field names are the snake_case names used in `[[cder.device]]`.
+/// What a device is, as a site publishes it (design.md's attribute list):
+/// the one set that a static `[[cder.device]]`, a provider's
+/// `[[group.device]]` and discovery each state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Device {
-    /// The CDER type this device belongs to (`gpgpu`, `fpga`, …).
-    #[serde(rename = "type")]
-    pub cder_type: String,
-    /// The vendor's name for it as published (`Nvidia`, `AMD`, …).
-    pub vendor: String,
-    /// Index in the vendor's enumeration; for NVIDIA this is PCI bus order.
-    pub index: u32,
-    /// Stable identity (`GPU-…` for NVIDIA, `<type>-<index>` for static devices).
-    pub uuid: String,
-    /// PCI bus id (`0000:3b:00.0`), empty when unknown.
-    pub pci_bus_id: String,
+pub struct DeviceAttributes {
     /// Model name as published (`Tesla K20m`).
     pub model: String,
     /// Device memory, in MB.
@@ -38,6 +27,91 @@ pub struct Device {
     pub clock_mhz: Option<u32>,
     /// Whether ECC is on.
     pub ecc: bool,
+}
+
+/// Declares a config table that states a device's [`DeviceAttributes`]
+/// (`[[cder.device]]`, a provider's `[[group.device]]`): the table's own
+/// fields, `@attributes` where the attribute keys stand, and `attributes()`
+/// to read them. The keys stay flat fields, not `#[serde(flatten)]`, so an
+/// error keeps its line and key and unknown keys are still refused.
+#[macro_export]
+macro_rules! device_table {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$before_meta:meta])* pub $before:ident : $before_ty:ty,)*
+            @attributes
+            $($(#[$after_meta:meta])* pub $after:ident : $after_ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$before_meta])* pub $before: $before_ty,)*
+            /// Model name as published (`Tesla K20m`).
+            pub model: $crate::device::Spanned<String>,
+            /// Device memory, in MB.
+            pub memory_mb: u64,
+            /// CUDA compute capability (`"8.6"`).
+            #[serde(default)]
+            pub compute_capability: Option<$crate::ComputeCapability>,
+            /// Streaming multiprocessors.
+            #[serde(default)]
+            pub multiprocessors: Option<u32>,
+            /// Cores per multiprocessor; with `multiprocessors` it gives `cores` when that is not set.
+            #[serde(default)]
+            pub cores_per_mp: Option<u32>,
+            /// Total cores.
+            #[serde(default)]
+            pub cores: Option<u32>,
+            /// Clock speed, in MHz.
+            #[serde(default)]
+            pub clock_mhz: Option<u32>,
+            /// Whether ECC memory is on.
+            #[serde(default)]
+            pub ecc: bool,
+            $($(#[$after_meta])* pub $after: $after_ty,)*
+        }
+
+        impl $name {
+            /// The attributes as published: `cores` is multiprocessors ×
+            /// cores per MP when not given (none when that overflows).
+            pub fn attributes(&self) -> $crate::DeviceAttributes {
+                $crate::DeviceAttributes {
+                    model: self.model.get_ref().clone(),
+                    memory_mb: self.memory_mb,
+                    compute_capability: self.compute_capability,
+                    multiprocessors: self.multiprocessors,
+                    cores_per_mp: self.cores_per_mp,
+                    cores: self.cores.or_else(|| self.multiprocessors?.checked_mul(self.cores_per_mp?)),
+                    clock_mhz: self.clock_mhz,
+                    ecc: self.ecc,
+                }
+            }
+        }
+    };
+}
+
+#[doc(hidden)]
+pub use toml::Spanned;
+
+/// A device as discovery reports it and as `cderctl inventory --json` prints
+/// it. Field names are the snake_case names used in `[[cder.device]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// The CDER type this device belongs to (`gpgpu`, `fpga`, …).
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    /// The vendor's name for it as published (`Nvidia`, `AMD`, …).
+    pub vendor: String,
+    /// Index in the vendor's enumeration; for NVIDIA this is PCI bus order.
+    pub index: u32,
+    /// Stable identity (`GPU-…` for NVIDIA, `<type>-<index>` for static devices).
+    pub uuid: String,
+    /// PCI bus id (`0000:3b:00.0`), empty when unknown.
+    pub pci_bus_id: String,
+    /// What it is: model, memory, cores… (flat keys in the JSON, in this place).
+    #[serde(flatten)]
+    pub attributes: DeviceAttributes,
     /// The device file that guards it (`/dev/nvidia0`).
     pub path: PathBuf,
     /// The number of that file's character device, as discovery knows it
@@ -125,15 +199,37 @@ impl Device {
         if !is_mig_uuid(&self.uuid) {
             return None;
         }
-        self.model.rsplit_once(" MIG ").map(|(_, profile)| profile.trim()).filter(|p| !p.is_empty())
+        self.attributes.model.rsplit_once(" MIG ").map(|(_, profile)| profile.trim()).filter(|p| !p.is_empty())
     }
 
     /// The published attributes of this device under the type's prefix, in
     /// the order design.md lists them (`GPGPUMainMemorySize` …). Per-node
     /// counts (`…TotalInstances`) are the provider's business, not a device's.
     pub fn published_attributes(&self, prefix: &str) -> Vec<(String, String)> {
+        self.attributes.published(prefix, &self.vendor)
+    }
+}
+
+impl DeviceAttributes {
+    /// A device known only by its model and memory (a ledger row, a test).
+    pub fn new(model: impl Into<String>, memory_mb: u64) -> DeviceAttributes {
+        DeviceAttributes {
+            model: model.into(),
+            memory_mb,
+            compute_capability: None,
+            multiprocessors: None,
+            cores_per_mp: None,
+            cores: None,
+            clock_mhz: None,
+            ecc: false,
+        }
+    }
+
+    /// These attributes and the `vendor` under `prefix` (`GPGPUVendor`,
+    /// `GPGPUModel`, `GPGPUMainMemorySize` …): the one source of the names.
+    pub fn published(&self, prefix: &str, vendor: &str) -> Vec<(String, String)> {
         let mut out = vec![
-            (format!("{prefix}Vendor"), self.vendor.clone()),
+            (format!("{prefix}Vendor"), vendor.to_string()),
             (format!("{prefix}Model"), self.model.clone()),
             (format!("{prefix}MainMemorySize"), self.memory_mb.to_string()),
         ];
@@ -266,25 +362,33 @@ mod tests {
             index: 0,
             uuid: "GPU-1".into(),
             pci_bus_id: "0000:01:00.0".into(),
-            model: "GeForce GTS 450".into(),
-            memory_mb: 1023,
-            compute_capability: Some("2.1".parse().unwrap()),
-            multiprocessors: Some(4),
-            cores_per_mp: Some(48),
-            cores: Some(192),
-            clock_mhz: Some(1566),
-            ecc: false,
+            attributes: DeviceAttributes {
+                model: "GeForce GTS 450".into(),
+                memory_mb: 1023,
+                compute_capability: Some("2.1".parse().unwrap()),
+                multiprocessors: Some(4),
+                cores_per_mp: Some(48),
+                cores: Some(192),
+                clock_mhz: Some(1566),
+                ecc: false,
+            },
             path: "/dev/nvidia0".into(),
             dev: None,
             numa_node: 0,
             health: Health::Healthy,
         };
         assert_eq!(d.mig_profile(), None);
-        let mig = Device { uuid: "MIG-1".into(), model: "NVIDIA A100 80GB PCIe MIG 1g.10gb".into(), ..d.clone() };
+        let mig_attributes = DeviceAttributes { model: "NVIDIA A100 80GB PCIe MIG 1g.10gb".into(), ..d.attributes.clone() };
+        let mig = Device { uuid: "MIG-1".into(), attributes: mig_attributes, ..d.clone() };
         assert_eq!(mig.mig_profile(), Some("1g.10gb"));
         let attrs = d.published_attributes("GPGPU");
         assert!(attrs.contains(&("GPGPUCUDAComputeCapability".into(), "2.1".into())));
         assert!(attrs.contains(&("GPGPUCores".into(), "192".into())));
         assert!(attrs.contains(&("GPGPUECCSupport".into(), "false".into())));
+        // Flat keys in the JSON, in their old place.
+        let json = serde_json::to_string(&d).unwrap();
+        assert!(json.contains(r#""pci_bus_id":"0000:01:00.0","model":"GeForce GTS 450","memory_mb":1023,"#), "{json}");
+        assert!(json.contains(r#""ecc":false,"path":"/dev/nvidia0""#), "{json}");
+        assert_eq!(serde_json::from_str::<Device>(&json).unwrap(), d);
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! * [`CderType`] — a configured device type: vendor, discovery, published
 //!   prefix, visibility variables, guarding device files;
-//! * [`Device`] — one device with its quantitative attributes;
+//! * [`Device`] — one device with its [`DeviceAttributes`], the set static
+//!   config ([`device_table!`]), provider groups and discovery share;
 //! * [`JobKey`] — the `<lrms>:<job id>` identity of a job;
 //! * [`Config`] — `/etc/cder/cder.toml`, with errors that name key and line;
 //! * [`JobEnvironment`] — the variables that make a job's devices visible.
@@ -22,7 +23,7 @@ pub mod job;
 pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
-pub use device::{ComputeCapability, Device, DeviceNumber, Health};
+pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use device::is_mig_uuid;
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};

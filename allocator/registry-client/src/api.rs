@@ -5,11 +5,11 @@
 //! |---|---|---|---|
 //! | `POST /v1/register` | [`RegisterRequest`] | [`Registered`] | operators |
 //! | `POST /v1/unregister` | [`UnregisterRequest`] | [`Unregistered`] | operators |
-//! | `POST /v1/request` | [`BackendRequest`] | [`Allocation`] | operators |
-//! | `POST /v1/release` | [`ReleaseRequest`] | [`Released`] | operators |
-//! | `POST /v1/offline`, `/v1/online` | [`OfflineRequest`] | [`Status`] of the backends changed | operators |
+//! | `POST /v1/request` | [`BackendRequest`] | [`BackendAllocation`] | operators |
+//! | `POST /v1/release` | [`ReleaseRequest`] | [`BackendsReleased`] | operators |
+//! | `POST /v1/offline`, `/v1/online` | [`OfflineRequest`] | [`RegistryStatus`] of the backends changed | operators |
 //! | `GET /v1/query?name=free&method=rCUDA` | — | [`QueryReply`] | any authenticated uid |
-//! | `GET /v1/status` | — | [`Status`] | any authenticated uid |
+//! | `GET /v1/status` | — | [`RegistryStatus`] | any authenticated uid |
 //! | `GET /v1/allocation?job=slurm:42` | — | [`JobAllocations`] | operators, the job's owner |
 //!
 //! Bodies are JSON objects; unknown fields are refused. Errors are
@@ -129,7 +129,7 @@ impl Backend {
 /// What a job's frontend on one node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Allocation {
+pub struct BackendAllocation {
     /// The job holding the backends.
     pub job: JobKey,
     /// The frontend node they were given for.
@@ -147,7 +147,7 @@ pub struct JobAllocations {
     /// The job asked about.
     pub job: JobKey,
     /// One entry per node where the job holds backends; empty when it holds none.
-    pub allocations: Vec<Allocation>,
+    pub allocations: Vec<BackendAllocation>,
 }
 
 impl JobAllocations {
@@ -168,7 +168,7 @@ pub struct ReleaseRequest {
 /// How many backends a release returned to the pool (0 the second time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Released {
+pub struct BackendsReleased {
     /// The job that was released.
     pub job: JobKey,
     /// How many backends it held; 0 when it held none or was already released.
@@ -279,10 +279,10 @@ pub struct BackendStatus {
     pub node: Option<String>,
 }
 
-/// Counts for one method (or all).
+/// Backend counts for one method (or all).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Counts {
+pub struct BackendCounts {
     /// Registered backends, online or offline.
     pub total: u64,
     /// Backends online and held by no job.
@@ -293,7 +293,7 @@ pub struct Counts {
     pub offline: u64,
 }
 
-impl Counts {
+impl BackendCounts {
     /// The count a [`QueryName`] asks for.
     pub fn get(&self, name: QueryName) -> u64 {
         match name {
@@ -309,17 +309,17 @@ impl Counts {
 /// (keys `rCUDA`, `VCL`) and over all (`all`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Status {
+pub struct RegistryStatus {
     /// Every registered backend (and any unregistered one a job still
     /// holds), by host and device.
     pub backends: Vec<BackendStatus>,
-    /// Counts keyed by method name (`rCUDA`, `VCL`) and `all`.
-    pub counts: BTreeMap<String, Counts>,
+    /// BackendCounts keyed by method name (`rCUDA`, `VCL`) and `all`.
+    pub counts: BTreeMap<String, BackendCounts>,
 }
 
-impl Status {
+impl RegistryStatus {
     /// The counts for `method`, or over all backends.
-    pub fn counts_for(&self, method: Option<VgpgpuMethod>) -> Counts {
+    pub fn counts_for(&self, method: Option<VgpgpuMethod>) -> BackendCounts {
         self.counts.get(method.map_or("all", |m| m.name())).copied().unwrap_or_default()
     }
 }
@@ -327,7 +327,7 @@ impl Status {
 /// Error codes, each with its HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
+pub enum ApiErrorCode {
     /// 400: malformed JSON, a bad field, a bad query string.
     BadRequest,
     /// 401: no MUNGE credential, or one that does not verify or bind this request.
@@ -355,21 +355,21 @@ pub enum ErrorCode {
     Internal,
 }
 
-impl ErrorCode {
+impl ApiErrorCode {
     /// The HTTP status that carries this code.
     pub fn http_status(self) -> u16 {
         match self {
-            ErrorCode::BadRequest => 400,
-            ErrorCode::Unauthenticated => 401,
-            ErrorCode::Forbidden => 403,
-            ErrorCode::NotFound => 404,
-            ErrorCode::MethodNotAllowed => 405,
-            ErrorCode::Conflict | ErrorCode::Insufficient => 409,
-            ErrorCode::Timeout => 408,
-            ErrorCode::TooLarge => 413,
-            ErrorCode::HeadersTooLarge => 431,
-            ErrorCode::TooManyConnections => 429,
-            ErrorCode::Internal => 500,
+            ApiErrorCode::BadRequest => 400,
+            ApiErrorCode::Unauthenticated => 401,
+            ApiErrorCode::Forbidden => 403,
+            ApiErrorCode::NotFound => 404,
+            ApiErrorCode::MethodNotAllowed => 405,
+            ApiErrorCode::Conflict | ApiErrorCode::Insufficient => 409,
+            ApiErrorCode::Timeout => 408,
+            ApiErrorCode::TooLarge => 413,
+            ApiErrorCode::HeadersTooLarge => 431,
+            ApiErrorCode::TooManyConnections => 429,
+            ApiErrorCode::Internal => 500,
         }
     }
 }
@@ -380,7 +380,7 @@ impl ErrorCode {
 #[error("{message} ({code:?})")]
 pub struct ApiError {
     /// The machine-readable reason; it also fixes the HTTP status.
-    pub code: ErrorCode,
+    pub code: ApiErrorCode,
     /// A one-line explanation for the operator or the user.
     pub message: String,
     /// Free backends of the method, for `insufficient`.
@@ -390,12 +390,12 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `code` and `message` and no free count.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    pub fn new(code: ApiErrorCode, message: impl Into<String>) -> ApiError {
         ApiError { code, message: message.into(), free: None }
     }
     /// A `bad_request` error: the caller sent something malformed.
     pub fn bad(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::BadRequest, message)
+        ApiError::new(ApiErrorCode::BadRequest, message)
     }
 }
 
@@ -482,7 +482,7 @@ mod tests {
         assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":-1,"node":"n1","method":"VCL"}"#).is_err());
         for count in [0, MAX_COUNT + 1, u32::MAX] {
             let e = BackendRequest { count, ..ok.clone() }.validate().unwrap_err();
-            assert_eq!(e.code, ErrorCode::BadRequest);
+            assert_eq!(e.code, ApiErrorCode::BadRequest);
             assert!(e.message.starts_with("count:"), "{}", e.message);
         }
         let e = BackendRequest { uid: Some(u32::MAX), ..ok.clone() }.validate().unwrap_err();
@@ -510,9 +510,9 @@ mod tests {
         assert_eq!("used".parse::<QueryName>().unwrap(), QueryName::InUse);
         assert_eq!("total".parse::<QueryName>().unwrap().as_str(), "total");
         assert!("everything".parse::<QueryName>().is_err());
-        assert_eq!(ErrorCode::Insufficient.http_status(), 409);
-        assert_eq!(ErrorCode::Unauthenticated.http_status(), 401);
-        assert_eq!((ErrorCode::Timeout.http_status(), ErrorCode::HeadersTooLarge.http_status()), (408, 431));
+        assert_eq!(ApiErrorCode::Insufficient.http_status(), 409);
+        assert_eq!(ApiErrorCode::Unauthenticated.http_status(), 401);
+        assert_eq!((ApiErrorCode::Timeout.http_status(), ApiErrorCode::HeadersTooLarge.http_status()), (408, 431));
         let e: ApiError = serde_json::from_str(r#"{"code":"insufficient","message":"m","free":2}"#).unwrap();
         assert_eq!(e.free, Some(2));
     }

@@ -57,7 +57,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// The registry's error code, when it answered with one.
-    pub fn code(&self) -> Option<ErrorCode> {
+    pub fn code(&self) -> Option<ApiErrorCode> {
         match self {
             ClientError::Refused { error, .. } => Some(error.code),
             _ => None,
@@ -164,12 +164,12 @@ impl Client {
     }
 
     /// `request`: `count` backends for `job` on `node`.
-    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<Allocation, ClientError> {
+    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<BackendAllocation, ClientError> {
         self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None, job_limit: None })
     }
 
     /// `request` with every field, e.g. the owner's `uid`.
-    pub fn request_for(&self, r: &BackendRequest) -> Result<Allocation, ClientError> {
+    pub fn request_for(&self, r: &BackendRequest) -> Result<BackendAllocation, ClientError> {
         self.call("POST", "/v1/request", Some(r))
     }
 
@@ -179,7 +179,7 @@ impl Client {
     }
 
     /// `release`: every backend of `job`.
-    pub fn release(&self, job: &JobKey) -> Result<Released, ClientError> {
+    pub fn release(&self, job: &JobKey) -> Result<BackendsReleased, ClientError> {
         self.call("POST", "/v1/release", Some(&ReleaseRequest { job: job.clone() }))
     }
 
@@ -194,17 +194,17 @@ impl Client {
     }
 
     /// `status`.
-    pub fn status(&self) -> Result<Status, ClientError> {
+    pub fn status(&self) -> Result<RegistryStatus, ClientError> {
         self.call("GET", "/v1/status", None::<&()>)
     }
 
     /// `offline`: one backend or a whole host.
-    pub fn offline(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+    pub fn offline(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
         self.call("POST", "/v1/offline", Some(r))
     }
 
     /// `online`: one backend or a whole host.
-    pub fn online(&self, r: &OfflineRequest) -> Result<Status, ClientError> {
+    pub fn online(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
         self.call("POST", "/v1/online", Some(r))
     }
 }
@@ -241,7 +241,7 @@ pub fn query_unescape(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Status code and body of an HTTP/1.x reply (`Content-Length` or read to
+/// RegistryStatus code and body of an HTTP/1.x reply (`Content-Length` or read to
 /// end; the server closes after each reply).
 pub fn parse_reply(raw: &[u8]) -> Result<RawReply, String> {
     if raw.len() > MAX_REPLY_BYTES {

@@ -18,6 +18,6 @@ pub mod client;
 pub mod env;
 pub mod munge;
 
-pub use api::{Allocation, ApiError, Backend, BackendState, Counts, ErrorCode, QueryName, Status};
+pub use api::{BackendAllocation, ApiError, Backend, BackendState, BackendCounts, ApiErrorCode, QueryName, RegistryStatus};
 pub use client::{Client, ClientError};
 pub use munge::Munge;

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::api::{ApiError, ErrorCode};
+use crate::api::{ApiError, ApiErrorCode};
 pub use crate::head::Head;
 use crate::service::{Authorized, Registry};
 
@@ -110,7 +110,7 @@ impl Limits {
 /// `Content-Length`, and `Transfer-Encoding` (every client of this service
 /// sends a length).
 pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option<Head>, ApiError> {
-    let too_long = || ApiError::new(ErrorCode::HeadersTooLarge, format!("request head longer than {max_head} bytes"));
+    let too_long = || ApiError::new(ApiErrorCode::HeadersTooLarge, format!("request head longer than {max_head} bytes"));
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
@@ -118,7 +118,7 @@ pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option
         Ok(httparse::Status::Partial) if buf.len() >= max_head => return Err(too_long()),
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(ApiError::new(ErrorCode::HeadersTooLarge, format!("more than {MAX_HEADERS} headers")))
+            return Err(ApiError::new(ApiErrorCode::HeadersTooLarge, format!("more than {MAX_HEADERS} headers")))
         }
         Err(e) => return Err(ApiError::bad(format!("malformed HTTP request head: {e}"))),
     };
@@ -141,9 +141,9 @@ pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option
             return Err(ApiError::bad("Transfer-Encoding is not supported; send Content-Length"));
         } else if name.eq_ignore_ascii_case("authorization") {
             if authorization.is_some() {
-                return Err(ApiError::new(ErrorCode::Unauthenticated, "Authorization: given twice"));
+                return Err(ApiError::new(ApiErrorCode::Unauthenticated, "Authorization: given twice"));
             }
-            let v = std::str::from_utf8(h.value).map_err(|_| ApiError::new(ErrorCode::Unauthenticated, "Authorization: not ASCII"))?;
+            let v = std::str::from_utf8(h.value).map_err(|_| ApiError::new(ApiErrorCode::Unauthenticated, "Authorization: not ASCII"))?;
             authorization = Some(v.to_string());
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.eq_ignore_ascii_case(b"100-continue");
@@ -165,7 +165,7 @@ fn parse_length(text: &str, max_body: usize) -> Result<usize, ApiError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ApiError::bad(format!("Content-Length: {text:?} is not a non-negative integer")));
     }
-    let too_large = || ApiError::new(ErrorCode::TooLarge, format!("Content-Length: {text} is more than max_body_bytes ({max_body})"));
+    let too_large = || ApiError::new(ApiErrorCode::TooLarge, format!("Content-Length: {text} is more than max_body_bytes ({max_body})"));
     let n: u64 = text.parse().map_err(|_| too_large())?;
     match usize::try_from(n) {
         Ok(n) if n <= max_body => Ok(n),
@@ -324,7 +324,7 @@ fn work(registry: &Registry, jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>, w
                 let run = std::panic::AssertUnwindSafe(|| registry.authenticate_head(&head));
                 let r = std::panic::catch_unwind(run).unwrap_or_else(|_| {
                     tracing::error!("{} {}: internal error (panic) while authenticating", head.method, head.target);
-                    Err(ApiError::new(ErrorCode::Internal, "internal error"))
+                    Err(ApiError::new(ApiErrorCode::Internal, "internal error"))
                 });
                 Done::Authenticated(token, r.map(Box::new))
             }
@@ -332,7 +332,7 @@ fn work(registry: &Registry, jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>, w
                 let run = std::panic::AssertUnwindSafe(|| registry.serve_authorized(&head.method, &head.target, &who, &body));
                 let (status, json) = std::panic::catch_unwind(run).unwrap_or_else(|_| {
                     tracing::error!("{} {}: internal error (panic); request dropped, service carries on", head.method, head.target);
-                    (500, crate::service::to_json(&ApiError::new(ErrorCode::Internal, "internal error")))
+                    (500, crate::service::to_json(&ApiError::new(ApiErrorCode::Internal, "internal error")))
                 });
                 if status >= 400 {
                     tracing::warn!("uid {}: {} {}: {status} {json}", who.uid, head.method, head.target);
@@ -562,7 +562,7 @@ impl Front {
                     // The payload holds the body: a length that differs
                     // cannot match, so the body is not read at all.
                     let e = ApiError::new(
-                        ErrorCode::Unauthenticated,
+                        ApiErrorCode::Unauthenticated,
                         format!("the credential was made for another request, not {} {} with this body", head.method, head.target),
                     );
                     self.answer(&mut conn, error_reply(&e), true);
@@ -577,7 +577,7 @@ impl Front {
                         self.limits.max_connections_per_uid
                     );
                     let e = ApiError::new(
-                        ErrorCode::TooManyConnections,
+                        ApiErrorCode::TooManyConnections,
                         format!(
                             "uid {} already has {} requests in progress (max_connections_per_uid); finish or close them and try again",
                             who.uid, self.limits.max_connections_per_uid
@@ -604,7 +604,7 @@ impl Front {
                     conn.deadline = Some(Instant::now() + self.limits.body_timeout);
                 }
                 _ => {
-                    let e = ApiError::new(ErrorCode::Internal, "internal error: request head lost");
+                    let e = ApiError::new(ApiErrorCode::Internal, "internal error: request head lost");
                     self.answer(&mut conn, error_reply(&e), true);
                 }
             },
@@ -623,14 +623,14 @@ impl Front {
             match conn.phase {
                 Phase::Body(..) => {
                     tracing::warn!("{}: body not received within {:?}; dropped", conn.peer, self.limits.body_timeout);
-                    let e = ApiError::new(ErrorCode::Timeout, format!("request body not received within {} s", self.limits.body_timeout.as_secs()));
+                    let e = ApiError::new(ApiErrorCode::Timeout, format!("request body not received within {} s", self.limits.body_timeout.as_secs()));
                     // One try, no waiting: the client is too slow anyway.
                     let _ = conn.stream.write(&error_reply(&e));
                 }
                 Phase::Head => {
                     tracing::debug!("{}: request head not received within {:?}; dropped", conn.peer, self.limits.header_timeout);
                     if !conn.buf.is_empty() {
-                        let e = ApiError::new(ErrorCode::Timeout, format!("request head not received within {} s", self.limits.header_timeout.as_secs()));
+                        let e = ApiError::new(ApiErrorCode::Timeout, format!("request head not received within {} s", self.limits.header_timeout.as_secs()));
                         let _ = conn.stream.write(&error_reply(&e));
                     }
                 }
@@ -682,17 +682,17 @@ mod tests {
         let code = |v: &str| parse_head(head(v).as_bytes(), HEAD, 1000).unwrap_err();
         for bad in ["-5", "+5", "5x", "0x10", "", "1 2"] {
             let e = code(bad);
-            assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
+            assert_eq!(e.code, ApiErrorCode::BadRequest, "{bad:?}");
             assert!(e.message.starts_with("Content-Length:"), "{}", e.message);
         }
         for big in ["1001", "99999999999999999999999", "18446744073709551616"] {
             let e = code(big);
-            assert_eq!(e.code, ErrorCode::TooLarge, "{big}");
+            assert_eq!(e.code, ApiErrorCode::TooLarge, "{big}");
             assert!(e.message.contains("Content-Length"), "{}", e.message);
         }
         assert_eq!(parse_head(head("1000").as_bytes(), HEAD, 1000).unwrap().unwrap().content_length, 1000);
         let twice = b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
-        assert_eq!(parse_head(twice, HEAD, 10).unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(parse_head(twice, HEAD, 10).unwrap_err().code, ApiErrorCode::BadRequest);
         let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert!(parse_head(chunked, HEAD, 10).unwrap_err().message.contains("Transfer-Encoding"));
     }
@@ -700,11 +700,11 @@ mod tests {
     #[test]
     fn oversize_and_malformed_heads_are_refused() {
         let long = format!("GET /v1/status HTTP/1.1\r\nX: {}\r\n", "a".repeat(HEAD));
-        assert_eq!(parse_head(long.as_bytes(), HEAD, 10).unwrap_err().code, ErrorCode::HeadersTooLarge);
+        assert_eq!(parse_head(long.as_bytes(), HEAD, 10).unwrap_err().code, ApiErrorCode::HeadersTooLarge);
         let many: String = (0..40).map(|i| format!("X{i}: y\r\n")).collect();
         let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
-        assert_eq!(parse_head(many.as_bytes(), HEAD, 10).unwrap_err().code, ErrorCode::HeadersTooLarge);
-        assert_eq!(parse_head(b"\x16\x03\x01\x02\x00\r\n\r\n", HEAD, 10).unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(parse_head(many.as_bytes(), HEAD, 10).unwrap_err().code, ApiErrorCode::HeadersTooLarge);
+        assert_eq!(parse_head(b"\x16\x03\x01\x02\x00\r\n\r\n", HEAD, 10).unwrap_err().code, ApiErrorCode::BadRequest);
     }
 
     #[test]

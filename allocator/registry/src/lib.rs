@@ -23,6 +23,6 @@ pub mod service;
 pub mod startup;
 pub mod store;
 
-pub use api::{Allocation, ApiError, Backend, BackendState, Counts, ErrorCode, QueryName, Status};
+pub use api::{BackendAllocation, ApiError, Backend, BackendState, BackendCounts, ApiErrorCode, QueryName, RegistryStatus};
 pub use client::{Client, ClientError};
 pub use munge::Munge;

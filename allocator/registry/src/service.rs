@@ -12,11 +12,11 @@ use serde::Serialize;
 use crate::api::*;
 use crate::munge::{request_payload, Munge};
 use crate::policy::BackendPolicy;
-use crate::store::Store;
+use crate::store::BackendLedger;
 
 /// The registry: its store, policy, and who may change what.
 pub struct Registry {
-    store: Mutex<Store>,
+    store: Mutex<BackendLedger>,
     policy: Box<dyn BackendPolicy>,
     munge: Munge,
     operators: std::collections::BTreeSet<u32>,
@@ -55,14 +55,14 @@ fn path_of(target: &str) -> &str {
 pub fn screen(head: &crate::head::Head, max_body: usize) -> Result<(), ApiError> {
     let path = path_of(&head.target);
     if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
-        return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
+        return Err(ApiError::new(ApiErrorCode::NotFound, format!("no such endpoint {path:?}")));
     }
     credential_of(head.authorization.as_deref(), max_body).map(|_| ())
 }
 
 /// The credential in an `Authorization` value, or 401.
 fn credential_of(auth: Option<&str>, max_body: usize) -> Result<&str, ApiError> {
-    let unauth = |m: &str| ApiError::new(ErrorCode::Unauthenticated, m);
+    let unauth = |m: &str| ApiError::new(ApiErrorCode::Unauthenticated, m);
     let cred = auth
         .and_then(|a| a.trim().strip_prefix("MUNGE "))
         .map(str::trim)
@@ -92,7 +92,7 @@ pub enum StartError {
     StateDir(#[from] cder_ledger::durable::StateDirError),
     /// The database could not be opened.
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::store::BackendLedgerError),
 }
 
 impl Registry {
@@ -105,14 +105,14 @@ impl Registry {
     pub fn open_with(config: &RegistryConfig, policy: Box<dyn BackendPolicy>) -> Result<Registry, StartError> {
         // 0700 whatever the umask; refused when group or others may write.
         cder_ledger::durable::create_state_dir(&config.state_dir)?;
-        let store = Store::open(&config.state_dir.join("registry.db"), config.port_base)?;
+        let store = BackendLedger::open(&config.state_dir.join("registry.db"), config.port_base)?;
         let operators = cder_ledger::resolve_operators(&config.operators).map_err(StartError::Operators)?;
         Ok(Registry { store: Mutex::new(store), policy, munge: Munge::from_config(config), operators, max_body: config.max_body_bytes })
     }
 
     /// The state, as `GET /v1/status` gives it.
-    pub fn status(&self) -> Result<Status, ApiError> {
-        self.store().status().map_err(crate::store::StoreError::into_api)
+    pub fn status(&self) -> Result<RegistryStatus, ApiError> {
+        self.store().status().map_err(crate::store::BackendLedgerError::into_api)
     }
 
     /// The policy's name.
@@ -120,7 +120,7 @@ impl Registry {
         self.policy.name()
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+    fn store(&self) -> std::sync::MutexGuard<'_, BackendLedger> {
         // A panic under the lock leaves no half-done transaction behind
         // (rusqlite rolls back on drop), so the store is still sound.
         self.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -153,7 +153,7 @@ impl Registry {
     /// Checks the head's credential with munged: who sent it, and the body
     /// it was made for. Runs before the body is read.
     pub fn authenticate_head(&self, head: &crate::head::Head) -> Result<Authorized, ApiError> {
-        let unauth = |m: String| ApiError::new(ErrorCode::Unauthenticated, m);
+        let unauth = |m: String| ApiError::new(ApiErrorCode::Unauthenticated, m);
         let cred = credential_of(head.authorization.as_deref(), self.max_body)?;
         let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;
         let prefix = request_payload(&head.method, &head.target, b"");
@@ -169,7 +169,7 @@ impl Registry {
         let result = if body == who.body.as_slice() {
             self.dispatch(method, url, Caller { uid: who.uid }, body)
         } else {
-            Err(ApiError::new(ErrorCode::Unauthenticated, format!("the credential was made for another request, not {method} {url} with this body")))
+            Err(ApiError::new(ApiErrorCode::Unauthenticated, format!("the credential was made for another request, not {method} {url} with this body")))
         };
         match result {
             Ok(json) => (200, json),
@@ -183,27 +183,27 @@ impl Registry {
             if m == "POST" {
                 Ok(())
             } else {
-                Err(ApiError::new(ErrorCode::MethodNotAllowed, format!("{path} takes POST, not {m}")))
+                Err(ApiError::new(ApiErrorCode::MethodNotAllowed, format!("{path} takes POST, not {m}")))
             }
         };
         let get = |m: &str| -> Result<(), ApiError> {
             if m == "GET" {
                 Ok(())
             } else {
-                Err(ApiError::new(ErrorCode::MethodNotAllowed, format!("{path} takes GET, not {m}")))
+                Err(ApiError::new(ApiErrorCode::MethodNotAllowed, format!("{path} takes GET, not {m}")))
             }
         };
         if !OPERATOR_PATHS.contains(&path) && !READ_PATHS.contains(&path) {
-            return Err(ApiError::new(ErrorCode::NotFound, format!("no such endpoint {path:?}")));
+            return Err(ApiError::new(ApiErrorCode::NotFound, format!("no such endpoint {path:?}")));
         }
         if OPERATOR_PATHS.contains(&path) && !self.is_operator(caller.uid) {
             return Err(ApiError::new(
-                ErrorCode::Forbidden,
+                ApiErrorCode::Forbidden,
                 format!("{path} is only for root and [registry] operators; uid {} is neither", caller.uid),
             ));
         }
         let now = cder_ledger::now();
-        let api = crate::store::StoreError::into_api;
+        let api = crate::store::BackendLedgerError::into_api;
         match path {
             "/v1/register" => {
                 post(method)?;
@@ -242,7 +242,7 @@ impl Registry {
                 let r: ReleaseRequest = parse(body)?;
                 let released = self.store().release(&r.job, now).map_err(api)?;
                 tracing::info!("uid {}: {} released {released} backend(s)", caller.uid, r.job);
-                Ok(to_json(&Released { job: r.job, released }))
+                Ok(to_json(&BackendsReleased { job: r.job, released }))
             }
             "/v1/offline" | "/v1/online" => {
                 post(method)?;
@@ -260,11 +260,11 @@ impl Registry {
                 let job = parse_job_query(query)?;
                 let (allocations, uids) = self.store().allocations(&job).map_err(api)?;
                 if allocations.is_empty() {
-                    return Err(ApiError::new(ErrorCode::NotFound, format!("{job} holds no backends")));
+                    return Err(ApiError::new(ApiErrorCode::NotFound, format!("{job} holds no backends")));
                 }
                 // Like cderd's `env`: operators, or the job's own user.
                 if !self.is_operator(caller.uid) && !uids.iter().all(|u| *u == Some(caller.uid)) {
-                    return Err(ApiError::new(ErrorCode::Forbidden, format!("{job} is not a job of uid {}", caller.uid)));
+                    return Err(ApiError::new(ApiErrorCode::Forbidden, format!("{job} is not a job of uid {}", caller.uid)));
                 }
                 Ok(to_json(&JobAllocations { job, allocations }))
             }
@@ -283,7 +283,7 @@ impl Registry {
 
     /// Database-level consistency problems (none expected).
     pub fn check(&self) -> Result<Vec<String>, ApiError> {
-        self.store().check_invariants().map_err(crate::store::StoreError::into_api)
+        self.store().check_invariants().map_err(crate::store::BackendLedgerError::into_api)
     }
 }
 

@@ -65,7 +65,7 @@ CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job_id);
 
 /// A store failure: the database, or a refusal of the request.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum BackendLedgerError {
     /// The database could not be opened.
     #[error(transparent)]
     Open(#[from] DurableError),
@@ -77,22 +77,22 @@ pub enum StoreError {
     Refused(ApiError),
 }
 
-impl StoreError {
+impl BackendLedgerError {
     /// The API error this becomes: refusals as they are, anything else
     /// `internal` (the transaction was rolled back).
     pub fn into_api(self) -> ApiError {
         match self {
-            StoreError::Refused(e) => e,
-            other => ApiError::new(ErrorCode::Internal, format!("{other}; nothing was changed")),
+            BackendLedgerError::Refused(e) => e,
+            other => ApiError::new(ApiErrorCode::Internal, format!("{other}; nothing was changed")),
         }
     }
 }
 
-fn refused(code: ErrorCode, message: impl Into<String>) -> StoreError {
-    StoreError::Refused(ApiError::new(code, message))
+fn refused(code: ApiErrorCode, message: impl Into<String>) -> BackendLedgerError {
+    BackendLedgerError::Refused(ApiError::new(code, message))
 }
 
-type Result<T> = std::result::Result<T, StoreError>;
+type Result<T> = std::result::Result<T, BackendLedgerError>;
 
 fn methods_column(methods: &[VgpgpuMethod]) -> String {
     let mut m: Vec<VgpgpuMethod> = methods.to_vec();
@@ -106,7 +106,7 @@ fn parse_methods(column: &str) -> Vec<VgpgpuMethod> {
 }
 
 /// The registry's SQLite state.
-pub struct Store {
+pub struct BackendLedger {
     conn: Connection,
     port_base: u16,
 }
@@ -153,12 +153,12 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(Row, Option<String>)> {
     ))
 }
 
-impl Store {
+impl BackendLedger {
     /// Opens (creating if needed) the database at `path`; new hosts' backends
     /// get ports from `port_base` up.
-    pub fn open(path: &Path, port_base: u16) -> Result<Store> {
+    pub fn open(path: &Path, port_base: u16) -> Result<BackendLedger> {
         let conn = durable::open(path, SCHEMA, SCHEMA_VERSION)?;
-        Ok(Store { conn, port_base })
+        Ok(BackendLedger { conn, port_base })
     }
 
     fn rows(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Row>> {
@@ -168,7 +168,7 @@ impl Store {
         raw.into_iter()
             .map(|(mut r, job)| {
                 r.status.job = match job {
-                    Some(j) => Some(j.parse().map_err(|_| refused(ErrorCode::Internal, format!("database holds a malformed job key {j:?}")))?),
+                    Some(j) => Some(j.parse().map_err(|_| refused(ApiErrorCode::Internal, format!("database holds a malformed job key {j:?}")))?),
                     None => None,
                 };
                 Ok(r)
@@ -192,7 +192,7 @@ impl Store {
                 };
                 (self.port_base..=u16::MAX)
                     .find(|p| !used.contains(p))
-                    .ok_or_else(|| refused(ErrorCode::Conflict, format!("no free port left on {}", r.host)))?
+                    .ok_or_else(|| refused(ApiErrorCode::Conflict, format!("no free port left on {}", r.host)))?
             }
         };
         tx.execute(
@@ -237,9 +237,9 @@ impl Store {
     /// `request`: idempotent per (job, node); the same request again gets
     /// the same backends, a different one for a live (job, node) is
     /// `conflict`.
-    pub fn request(&mut self, r: &BackendRequest, policy: &dyn BackendPolicy, now: i64) -> Result<Allocation> {
+    pub fn request(&mut self, r: &BackendRequest, policy: &dyn BackendPolicy, now: i64) -> Result<BackendAllocation> {
         let tx = durable::begin(&self.conn)?;
-        let done = |backends| Allocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
+        let done = |backends| BackendAllocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
         if let Some((id, count, method)) = self.live(&r.job, &r.node)? {
             if count == r.count && method == r.method.name() {
                 let backends = self.backends_of(id)?;
@@ -247,7 +247,7 @@ impl Store {
                 return Ok(done(backends));
             }
             return Err(refused(
-                ErrorCode::Conflict,
+                ApiErrorCode::Conflict,
                 format!("{} on {} already holds {count} {method} backend(s); release it first", r.job, r.node),
             ));
         }
@@ -257,7 +257,7 @@ impl Store {
             let held: u32 = tx.query_row("SELECT COALESCE(SUM(count), 0) FROM jobs WHERE job = ?1 AND end IS NULL", [r.job.to_string()], |x| x.get(0))?;
             if held.saturating_add(r.count) > limit {
                 return Err(refused(
-                    ErrorCode::Conflict,
+                    ApiErrorCode::Conflict,
                     format!("{} holds {held} backend(s) on its other nodes; {} more on {} would pass the {limit} its batch system granted", r.job, r.count, r.node),
                 ));
             }
@@ -285,10 +285,10 @@ impl Store {
                 .collect::<rusqlite::Result<_>>()?;
             v
         };
-        let count = usize::try_from(r.count).map_err(|_| refused(ErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
+        let count = usize::try_from(r.count).map_err(|_| refused(ApiErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
         let insufficient = || {
-            StoreError::Refused(ApiError {
-                code: ErrorCode::Insufficient,
+            BackendLedgerError::Refused(ApiError {
+                code: ApiErrorCode::Insufficient,
                 message: format!("{count} {} backend(s) requested, {} free", r.method, candidates.len()),
                 free: Some(candidates.len() as u64),
             })
@@ -298,7 +298,7 @@ impl Store {
         distinct.sort_unstable();
         distinct.dedup();
         if chosen.len() != count || distinct.len() != count || chosen.iter().any(|&i| i >= candidates.len()) {
-            return Err(refused(ErrorCode::Internal, format!("policy {} made an invalid choice {chosen:?}", policy.name())));
+            return Err(refused(ApiErrorCode::Internal, format!("policy {} made an invalid choice {chosen:?}", policy.name())));
         }
         tx.execute(
             "INSERT INTO jobs (job, node, method, count, uid, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -315,7 +315,7 @@ impl Store {
 
     /// What `job` holds, node by node, with the owner uid recorded by its
     /// requests (`None` when no request named one).
-    pub fn allocations(&self, job: &JobKey) -> Result<(Vec<Allocation>, Vec<Option<u32>>)> {
+    pub fn allocations(&self, job: &JobKey) -> Result<(Vec<BackendAllocation>, Vec<Option<u32>>)> {
         let rows: Vec<(i64, String, String, Option<u32>)> = {
             let mut s = self.conn.prepare_cached("SELECT id, node, method, uid FROM jobs WHERE job = ?1 AND end IS NULL ORDER BY id")?;
             let v = s.query_map([job.to_string()], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))?.collect::<rusqlite::Result<_>>()?;
@@ -324,8 +324,8 @@ impl Store {
         let mut allocations = Vec::new();
         let mut uids = Vec::new();
         for (id, node, method, uid) in rows {
-            let method = method.parse().map_err(|e: cder_model::registry::UnknownMethod| refused(ErrorCode::Internal, e.to_string()))?;
-            allocations.push(Allocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
+            let method = method.parse().map_err(|e: cder_model::registry::UnknownMethod| refused(ApiErrorCode::Internal, e.to_string()))?;
+            allocations.push(BackendAllocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
             uids.push(uid);
         }
         Ok((allocations, uids))
@@ -341,7 +341,7 @@ impl Store {
             params![key, now],
         )?;
         tx.execute("UPDATE jobs SET end = ?2 WHERE job = ?1 AND end IS NULL", params![key, now])?;
-        let n = u32::try_from(n).map_err(|_| refused(ErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count")))?;
+        let n = u32::try_from(n).map_err(|_| refused(ApiErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count")))?;
         tx.commit()?;
         Ok(n)
     }
@@ -353,10 +353,10 @@ impl Store {
         let (n, filter, key) = match (&r.uuid, &r.host) {
             (Some(u), _) => (tx.execute("UPDATE backends SET offline = ?2, reason = ?3 WHERE uuid = ?1 AND present = 1", params![u, offline, reason])?, "WHERE b.uuid = ?1", u),
             (None, Some(h)) => (tx.execute("UPDATE backends SET offline = ?2, reason = ?3 WHERE host = ?1 AND present = 1", params![h, offline, reason])?, "WHERE b.host = ?1 AND b.present = 1", h),
-            (None, None) => return Err(refused(ErrorCode::BadRequest, "give exactly one of uuid and host")),
+            (None, None) => return Err(refused(ApiErrorCode::BadRequest, "give exactly one of uuid and host")),
         };
         if n == 0 {
-            return Err(refused(ErrorCode::NotFound, format!("no registered backend matches {key:?}")));
+            return Err(refused(ApiErrorCode::NotFound, format!("no registered backend matches {key:?}")));
         }
         tx.commit()?;
         Ok(self.rows(filter, &[key])?.into_iter().map(|r| r.status).collect())
@@ -364,12 +364,12 @@ impl Store {
 
     /// Every backend in the pool (and unregistered ones still held), and
     /// the counts per method and over all.
-    pub fn status(&self) -> Result<Status> {
+    pub fn status(&self) -> Result<RegistryStatus> {
         let rows = self.rows("WHERE b.present = 1 OR a.id IS NOT NULL", &[])?;
-        let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
-        counts.insert("all".into(), Counts::default());
+        let mut counts: BTreeMap<String, BackendCounts> = BTreeMap::new();
+        counts.insert("all".into(), BackendCounts::default());
         for m in VgpgpuMethod::ALL {
-            counts.insert(m.name().into(), Counts::default());
+            counts.insert(m.name().into(), BackendCounts::default());
         }
         for r in &rows {
             let keys = std::iter::once("all").chain(r.status.methods.iter().map(|m| m.name()));
@@ -385,7 +385,7 @@ impl Store {
                 }
             }
         }
-        Ok(Status { backends: rows.into_iter().map(|r| r.status).collect(), counts })
+        Ok(RegistryStatus { backends: rows.into_iter().map(|r| r.status).collect(), counts })
     }
 
     /// Database-level checks for tests and `--check`: no backend with two
@@ -417,13 +417,13 @@ mod tests {
     use super::*;
     use crate::policy::LocalFirstPolicy;
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, BackendLedger) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(&dir.path().join("registry.db"), 8308).unwrap();
+        let s = BackendLedger::open(&dir.path().join("registry.db"), 8308).unwrap();
         (dir, s)
     }
 
-    fn reg(s: &mut Store, uuid: &str, host: &str, device: u32, methods: &[VgpgpuMethod]) -> Registered {
+    fn reg(s: &mut BackendLedger, uuid: &str, host: &str, device: u32, methods: &[VgpgpuMethod]) -> Registered {
         s.register(&RegisterRequest { uuid: uuid.into(), vendor: "Nvidia".into(), device, host: host.into(), methods: methods.to_vec() }, 1).unwrap()
     }
 
@@ -457,12 +457,12 @@ mod tests {
         assert_eq!(a.backends.len(), 2);
         assert_eq!(a.backends[0].host, "n2", "local first");
         assert_eq!(s.request(&req("slurm:1", 2, "n2"), &LocalFirstPolicy, 3).unwrap(), a);
-        assert_eq!(s.request(&req("slurm:1", 1, "n2"), &LocalFirstPolicy, 3).unwrap_err().into_api().code, ErrorCode::Conflict);
+        assert_eq!(s.request(&req("slurm:1", 1, "n2"), &LocalFirstPolicy, 3).unwrap_err().into_api().code, ApiErrorCode::Conflict);
         let e = s.request(&req("slurm:2", 2, "n1"), &LocalFirstPolicy, 3).unwrap_err().into_api();
-        assert_eq!((e.code, e.free), (ErrorCode::Insufficient, Some(1)));
+        assert_eq!((e.code, e.free), (ApiErrorCode::Insufficient, Some(1)));
         let b = s.request(&req("slurm:2", 1, "n1"), &LocalFirstPolicy, 3).unwrap();
         assert!(a.backends.iter().all(|x| x.uuid != b.backends[0].uuid));
-        assert_eq!(s.status().unwrap().counts_for(None), Counts { total: 3, free: 0, in_use: 3, offline: 0 });
+        assert_eq!(s.status().unwrap().counts_for(None), BackendCounts { total: 3, free: 0, in_use: 3, offline: 0 });
         assert_eq!(s.release(&"slurm:1".parse().unwrap(), 4).unwrap(), 2);
         assert_eq!(s.release(&"slurm:1".parse().unwrap(), 5).unwrap(), 0);
         assert_eq!(s.status().unwrap().counts_for(Some(VgpgpuMethod::Vcl)).free, 2);
@@ -484,11 +484,11 @@ mod tests {
         assert_eq!(s.request(&limited(1, "n2"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1);
         for node in ["n3", "x1", "x2"] {
             let e = s.request(&limited(1, node), &LocalFirstPolicy, 1).unwrap_err().into_api();
-            assert_eq!(e.code, ErrorCode::Conflict, "{node}");
+            assert_eq!(e.code, ApiErrorCode::Conflict, "{node}");
             assert!(e.message.contains("holds 2") && e.message.contains("the 2 its batch system granted"), "{}", e.message);
         }
         let e = s.request(&BackendRequest { job_limit: Some(3), ..req("slurm:2", 4, "n1") }, &LocalFirstPolicy, 1).unwrap_err().into_api();
-        assert_eq!(e.code, ErrorCode::Conflict);
+        assert_eq!(e.code, ApiErrorCode::Conflict);
         assert_eq!(s.status().unwrap().counts_for(None).in_use, 2);
         // After the release the job starts again from nothing.
         s.release(&"slurm:1".parse().unwrap(), 2).unwrap();
@@ -513,7 +513,7 @@ mod tests {
         s.set_offline(&on, false).unwrap();
         assert_eq!(s.request(&req("slurm:2", 1, "n1"), &LocalFirstPolicy, 1).unwrap().backends[0].uuid, "GPU-1");
         let missing = OfflineRequest { host: Some("n9".into()), ..Default::default() };
-        assert_eq!(s.set_offline(&missing, true).unwrap_err().into_api().code, ErrorCode::NotFound);
+        assert_eq!(s.set_offline(&missing, true).unwrap_err().into_api().code, ApiErrorCode::NotFound);
     }
 
     #[test]
@@ -534,11 +534,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
         {
-            let mut s = Store::open(&path, 9000).unwrap();
+            let mut s = BackendLedger::open(&path, 9000).unwrap();
             reg(&mut s, "GPU-0", "n1", 0, BOTH);
             s.request(&req("torque:7.ce", 1, "n1"), &LocalFirstPolicy, 1).unwrap();
         }
-        let mut s = Store::open(&path, 9000).unwrap();
+        let mut s = BackendLedger::open(&path, 9000).unwrap();
         assert_eq!(s.status().unwrap().backends[0].job, Some("torque:7.ce".parse().unwrap()));
         assert_eq!(s.request(&req("torque:7.ce", 1, "n1"), &LocalFirstPolicy, 2).unwrap().backends[0].port, 9000);
     }

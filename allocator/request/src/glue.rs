@@ -9,8 +9,17 @@
 /// The prefix of GPGPU keys.
 pub const GPGPU_PREFIX: &str = "GPGPU";
 
+/// Devices installed.
+pub const TOTAL_INSTANCES: &str = "TotalInstances";
+/// Devices free now.
+pub const FREE_INSTANCES: &str = "FreeInstances";
+/// Devices in use now.
+pub const USED_INSTANCES: &str = "UsedInstances";
+/// Devices drained or unhealthy.
+pub const OFFLINE_INSTANCES: &str = "OfflineInstances";
+
 /// Live counts, in publication order (dynamic: they change with every job).
-pub const COUNT_SUFFIXES: [&str; 4] = ["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances"];
+pub const COUNT_SUFFIXES: [&str; 4] = [TOTAL_INSTANCES, FREE_INSTANCES, USED_INSTANCES, OFFLINE_INSTANCES];
 
 /// Devices per node of the ExecutionEnvironment (static).
 pub const PER_NODE_SUFFIX: &str = "PerNode";

@@ -17,6 +17,7 @@
 //!   method without a count is refused.
 //! * [`lrms`]: what each request becomes in each batch system's own words.
 //! * [`glue`]: the GLUE keys a site publishes and the offer builder reads.
+//! * [`hostlist`]: SLURM-style host and file lists (`wn[01-16]`), bounded.
 //!
 //! ```
 //! use cder_request::{lrms, parse_count, VgpgpuMethod, VgpgpuRequest};
@@ -34,6 +35,7 @@
 use std::fmt;
 
 pub mod glue;
+pub mod hostlist;
 pub mod lrms;
 
 /// The CDER type of a GPGPU: what `GPGPUPerNode` and `--gpgpu-per-node` ask for.
@@ -50,6 +52,36 @@ pub mod keys {
     pub const VIRTUAL_GPGPU_METHOD: &str = "VirtualGPGPUMethod";
     /// The thesis's other spelling of [`VIRTUAL_GPGPU_METHOD`]; the method key wins when both are set.
     pub const VIRTUAL_GPGPU_TYPE: &str = "VirtualGPGPUType";
+
+    /// CPUs (slots) for the whole job; a vGPGPU count is per CPU (thesis ch. 4).
+    pub const CPU_NUMBER: &str = "CPUNumber";
+    /// Cores per node.
+    pub const SMP_GRANULARITY: &str = "SMPGranularity";
+    /// Nodes for the job.
+    pub const HOST_NUMBER: &str = "HostNumber";
+    /// Whether the job takes its nodes whole.
+    pub const WHOLE_NODES: &str = "WholeNodes";
+
+    /// The program a job runs.
+    pub const EXECUTABLE: &str = "Executable";
+    /// Its arguments, one string of blank-separated words.
+    pub const ARGUMENTS: &str = "Arguments";
+    /// The file its standard output goes to.
+    pub const STD_OUTPUT: &str = "StdOutput";
+    /// The file its standard error goes to.
+    pub const STD_ERROR: &str = "StdError";
+    /// Files staged in before it runs.
+    pub const INPUT_SANDBOX: &str = "InputSandbox";
+    /// Files staged out after it ran.
+    pub const OUTPUT_SANDBOX: &str = "OutputSandbox";
+    /// `NAME=VALUE` strings set in its environment.
+    pub const ENVIRONMENT: &str = "Environment";
+    /// The VO it runs for.
+    pub const VIRTUAL_ORGANISATION: &str = "VirtualOrganisation";
+    /// The ClassAd expression a resource must satisfy (a job's and an offer's).
+    pub const REQUIREMENTS: &str = "Requirements";
+    /// The ClassAd expression that orders matching resources.
+    pub const RANK: &str = "Rank";
 
     /// HTCondor's GPU vocabulary, as HTCondor-CE's job router hands a routed
     /// job's attributes to blahp (and blahp to BLAH's drop-ins).
@@ -71,7 +103,8 @@ pub mod keys {
 pub const MAX_JOB_TOTAL: u32 = 1 << 16;
 
 /// The job-wide total of `per_node` over `factor` nodes or CPUs, or `None`
-/// when it exceeds [`MAX_JOB_TOTAL`].
+/// when it exceeds [`MAX_JOB_TOTAL`]: the one rule for the `vgpgpu`
+/// licences, the PBS resource and the JDL tools' check.
 pub fn job_total(per_node: u32, factor: u64) -> Option<u32> {
     let t = u64::from(per_node).checked_mul(factor.max(1))?;
     if t <= u64::from(MAX_JOB_TOTAL) {
@@ -111,15 +144,55 @@ pub fn parse_capability(text: &str) -> Result<(u32, u32), GpuPropertyError> {
     }
 }
 
-/// GPU memory in MiB, 1 to [`MAX_GPU_MEMORY_MIB`], as HTCondor's
-/// `gpus_minimum_memory` writes it.
-pub fn parse_gpu_memory(text: &str) -> Result<u32, GpuPropertyError> {
-    let t = text.trim();
-    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
-    match t.parse::<u64>() {
-        Ok(n) if (1..=u64::from(MAX_GPU_MEMORY_MIB)).contains(&n) => Ok(n as u32),
-        _ => Err(GpuPropertyError(format!("{:?} is not a memory size in MiB (1 to {MAX_GPU_MEMORY_MIB})", t.chars().take(40).collect::<String>()))),
+/// Why a memory size is refused. The text completes "KEY=VALUE: …".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryError {
+    /// Not a whole number (`lots`, `1.5`, empty).
+    NotANumber,
+    /// Zero or negative.
+    NotPositive,
+    /// Above [`MAX_GPU_MEMORY_MIB`].
+    TooLarge,
+}
+
+impl fmt::Display for MemoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryError::NotANumber => f.write_str("not a whole number of megabytes"),
+            MemoryError::NotPositive => f.write_str("the memory must be at least 1 MB"),
+            MemoryError::TooLarge => write!(f, "at most {MAX_GPU_MEMORY_MIB} MB may be asked for"),
+        }
     }
+}
+
+impl std::error::Error for MemoryError {}
+
+/// The least memory, in MiB, every GPU of a job must have, 1 to
+/// [`MAX_GPU_MEMORY_MIB`]: `--gpgpu-min-memory`, HTCondor's
+/// `gpus_minimum_memory` (blanks and one pair of double quotes allowed).
+///
+/// ```
+/// use cder_request::{parse_memory_mib, MemoryError, MAX_GPU_MEMORY_MIB};
+/// assert_eq!(parse_memory_mib(" 4096 "), Ok(4096));
+/// assert_eq!(parse_memory_mib("0"), Err(MemoryError::NotPositive));
+/// assert_eq!(parse_memory_mib(&(MAX_GPU_MEMORY_MIB + 1).to_string()), Err(MemoryError::TooLarge));
+/// ```
+pub fn parse_memory_mib(text: &str) -> Result<u32, MemoryError> {
+    positive_whole(text, MAX_GPU_MEMORY_MIB).map_err(|e| match e {
+        CountError::NotANumber => MemoryError::NotANumber,
+        CountError::NotPositive => MemoryError::NotPositive,
+        CountError::TooLarge => MemoryError::TooLarge,
+    })
+}
+
+/// GPU memory in MiB by [`parse_memory_mib`]'s rule, with the message the
+/// grid tools print for HTCondor's `gpus_minimum_memory`.
+pub fn parse_gpu_memory(text: &str) -> Result<u32, GpuPropertyError> {
+    parse_memory_mib(text).map_err(|_| {
+        let t = text.trim();
+        let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
+        GpuPropertyError(format!("{:?} is not a memory size in MiB (1 to {MAX_GPU_MEMORY_MIB})", t.chars().take(40).collect::<String>()))
+    })
 }
 
 /// The most devices (or vGPGPU backends) one request may ask for per node,
@@ -165,6 +238,12 @@ impl std::error::Error for CountError {}
 /// assert_eq!(parse_count("99999999999999999999"), Err(CountError::TooLarge));
 /// ```
 pub fn parse_count(text: &str) -> Result<u32, CountError> {
+    positive_whole(text, MAX_COUNT)
+}
+
+/// A whole number from 1 to `max` as users and CEs write one: the rule of
+/// [`parse_count`] and [`parse_memory_mib`].
+fn positive_whole(text: &str, max: u32) -> Result<u32, CountError> {
     let t = text.trim();
     let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
     let (negative, digits) = match t.strip_prefix('-') {
@@ -183,7 +262,7 @@ pub fn parse_count(text: &str) -> Result<u32, CountError> {
         return Err(CountError::TooLarge);
     }
     match significant.parse::<u64>() {
-        Ok(n) if n <= u64::from(MAX_COUNT) => Ok(n as u32),
+        Ok(n) if n <= u64::from(max) => Ok(n as u32),
         _ => Err(CountError::TooLarge),
     }
 }
@@ -347,7 +426,7 @@ impl VgpgpuRequest {
     /// use cder_request::{VgpgpuError, VgpgpuMethod, VgpgpuRequest};
     /// let vcl = VgpgpuRequest::read(Some("2"), Some("vcl")).unwrap().unwrap();
     /// assert_eq!((vcl.per_node, vcl.method), (2, VgpgpuMethod::Vcl));
-    /// assert_eq!(vcl.total(3), 6);
+    /// assert_eq!(cder_request::job_total(vcl.per_node, 3), Some(6));
     /// // No method named: rCUDA, the thesis's default.
     /// assert_eq!(VgpgpuRequest::read(Some("1"), None).unwrap().unwrap().method, VgpgpuMethod::Rcuda);
     /// assert_eq!(VgpgpuRequest::read(None, None), Ok(None));
@@ -368,11 +447,6 @@ impl VgpgpuRequest {
             None => VgpgpuMethod::Rcuda,
         };
         Ok(Some(VgpgpuRequest { per_node, method }))
-    }
-
-    /// Backends for the whole job on `nodes` nodes, saturating at `u32::MAX`.
-    pub fn total(&self, nodes: u32) -> u32 {
-        self.per_node.saturating_mul(nodes.max(1))
     }
 }
 
@@ -417,6 +491,15 @@ mod tests {
         for bad in ["0", "-1", "1.5", "x", "99999999999"] {
             assert!(parse_gpu_memory(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_memory_mib("\"8192\""), Ok(8192));
+        assert_eq!(parse_memory_mib("+1"), Ok(1));
+        assert_eq!(parse_memory_mib(&MAX_GPU_MEMORY_MIB.to_string()), Ok(MAX_GPU_MEMORY_MIB));
+        for (bad, why) in [("", MemoryError::NotANumber), ("x", MemoryError::NotANumber), ("1.5", MemoryError::NotANumber), ("-", MemoryError::NotANumber),
+            ("0", MemoryError::NotPositive), ("000", MemoryError::NotPositive), ("-1", MemoryError::NotPositive),
+            ("16777217", MemoryError::TooLarge), ("99999999999999999999999", MemoryError::TooLarge)]
+        {
+            assert_eq!(parse_memory_mib(bad), Err(why), "{bad:?}");
+        }
     }
 
     #[test]
@@ -440,8 +523,7 @@ mod tests {
         assert_eq!(VgpgpuRequest::read(Some("0"), None), Err(VgpgpuError::Count(CountError::NotPositive)));
         assert_eq!(VgpgpuRequest::read(None, Some("VCL")), Err(VgpgpuError::MethodWithoutCount));
         assert!(matches!(VgpgpuRequest::read(Some("1"), Some("CUDA")), Err(VgpgpuError::Method(_))));
-        assert_eq!(r.total(3), 6);
-        assert_eq!(r.total(0), 2);
-        assert_eq!(VgpgpuRequest { per_node: MAX_COUNT, method: VgpgpuMethod::Vcl }.total(u32::MAX), u32::MAX);
+        assert_eq!(job_total(r.per_node, 3), Some(6));
+        assert_eq!(job_total(r.per_node, 0), Some(2));
     }
 }

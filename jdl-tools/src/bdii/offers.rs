@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use cder_classad::ast::{ClassAd, Expr};
+use cder_request::keys;
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
@@ -277,7 +278,7 @@ impl<'k> Ad<'k> {
     }
 
     fn put(&mut self, name: &str, v: Value) {
-        if name == "Requirements" || self.wants(name) {
+        if name == keys::REQUIREMENTS || self.wants(name) {
             self.ad.insert(name, Expr::Lit(v));
         }
     }
@@ -790,7 +791,7 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
                 ad.put("GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
             }
-            ad.put("Requirements", Value::Bool(true));
+            ad.put(keys::REQUIREMENTS, Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.clone(),
                 queue: queue.map(str::to_string),
@@ -936,7 +937,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
             for (k, v) in pairs {
                 ad.put(&k, v);
             }
-            ad.put("Requirements", Value::Bool(true));
+            ad.put(keys::REQUIREMENTS, Value::Bool(true));
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),

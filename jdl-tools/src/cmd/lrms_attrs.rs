@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::cmd::{read_job, Failure};
-use crate::lrms::{directives, refusal_directive, EnvSource, JobResources, Lrms, PbsGpus, Settings, BLAH_KEYS};
+use crate::resources::{directives, refusal_directive, EnvSource, JobResources, Lrms, PbsGpus, Settings, BLAH_KEYS};
 
 /// Arguments of `lrms-attrs`.
 #[derive(clap::Args, Debug)]

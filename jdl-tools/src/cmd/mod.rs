@@ -75,7 +75,7 @@ pub struct Phase1Args {
     #[arg(long = "strategy", value_name = "STRATEGY", value_delimiter = ',', value_parser = ["attribute-extension", "class-extension", "tagged-environment"])]
     pub strategies: Vec<String>,
     /// CDER key prefixes (repeatable).
-    #[arg(long = "prefix", value_name = "PREFIX", default_value = "GPGPU")]
+    #[arg(long = "prefix", value_name = "PREFIX", default_value = cder_request::glue::GPGPU_PREFIX)]
     pub prefixes: Vec<String>,
     /// Seconds to wait for the BDII's TCP connection.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cmd::{explain_text, phase1, Failure, Phase1Args};
-use crate::lrms::{Lrms, Settings};
+use crate::resources::{Lrms, Settings};
 use crate::submit::{arc_job_id, last_line, refine, render, restrict, run_submit, slurm_script, wms_job_id};
 
 /// Arguments of `submit`.

@@ -17,11 +17,11 @@ use cder_slurm::sys::{self, JobDesc, Level};
 /// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
 /// until that many backends are free (`cder_slurm::vgpgpu`).
 fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
-    use cder_slurm::vgpgpu::{licenses_with, nodes_of, RawVgpgpu};
+    use cder_slurm::vgpgpu::{licence_total, licenses_with, RawVgpgpu};
     let raw = RawVgpgpu::from_control_env(&job.spank_job_env()).or(RawVgpgpu::from_jdl_env(&job.environment()));
     if let Some(req) = raw.parse()? {
-        let total = u64::from(req.per_node) * nodes_of(job.min_nodes());
-        let licenses = licenses_with(job.licenses().as_deref(), total);
+        let total = licence_total(req.per_node, job.min_nodes())?;
+        let licenses = licenses_with(job.licenses().as_deref(), u64::from(total));
         sys::log(Level::Verbose, &format!("job_submit/cder: uid {submit_uid}: {} {} vGPGPU(s) per node -> licenses {licenses:?}", req.per_node, req.method));
         job.set_licenses(&licenses);
     }

@@ -17,18 +17,19 @@
 use std::io::Write;
 
 use cder_model::{JobEnvironment, JobKey, Lrms};
+use cder_request::keys::{GPGPU_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
 use cder_slurm::args::PluginArgs;
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
 use cder_slurm::node::{self, Outcome, Plan, Prolog, Slurmd, Step};
 use cder_slurm::request::{
-    RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, JDL_GPGPU_PER_NODE, OPT_CDER,
+    RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, OPT_CDER,
     OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
 use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{log, Level};
 use cder_slurm::vgpgpu::{
-    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, JDL_VGPGPU_METHOD, JDL_VGPGPU_PER_NODE, JDL_VGPGPU_TYPE, OPT_VGPGPU_METHOD,
+    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, OPT_VGPGPU_METHOD,
     OPT_VGPGPU_PER_NODE,
 };
 
@@ -92,7 +93,7 @@ impl CderSpank {
         let args = self.args();
         let job = job_key(spank)?;
         let jdl = RawRequest {
-            gpgpu_per_node: spank.getenv(JDL_GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::JdlKey(JDL_GPGPU_PER_NODE) }),
+            gpgpu_per_node: spank.getenv(GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::JdlKey(GPGPU_PER_NODE) }),
             ..RawRequest::default()
         };
         let step = Step {
@@ -107,9 +108,9 @@ impl CderSpank {
             Err(refusal) => self.outcome = Some(refusal.outcome(&job, args.fail, &self.node)),
         }
         let jdl = RawVgpgpu {
-            per_node: spank.getenv(JDL_VGPGPU_PER_NODE),
-            method: spank.getenv(JDL_VGPGPU_METHOD).or_else(|| spank.getenv(JDL_VGPGPU_TYPE)),
-            origin: JDL_VGPGPU_PER_NODE,
+            per_node: spank.getenv(VIRTUAL_GPGPU_PER_NODE),
+            method: spank.getenv(VIRTUAL_GPGPU_METHOD).or_else(|| spank.getenv(VIRTUAL_GPGPU_TYPE)),
+            origin: VIRTUAL_GPGPU_PER_NODE,
         };
         let from_option = self.vgpgpu_options.per_node.is_some();
         let raw = self.vgpgpu_options.clone().or(jdl);

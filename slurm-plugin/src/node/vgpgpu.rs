@@ -14,12 +14,13 @@ use cder_model::{Config, JobKey, RegistryConfig, VgpgpuMethod};
 use cder_registry_client::api::BackendRequest;
 use cder_registry_client::env::{job_environment, vcl_nodefile};
 use cder_registry_client::Client;
+use cder_request::keys::VIRTUAL_GPGPU_PER_NODE;
 
 use super::{Node, Outcome};
 use crate::args::{FailMode, PluginArgs};
 use crate::gres_conf::node_position;
 use crate::sys::Level;
-use crate::vgpgpu::{granted_licenses, granted_per_node, RawVgpgpu, JDL_VGPGPU_PER_NODE};
+use crate::vgpgpu::{granted_licenses, granted_per_node, RawVgpgpu};
 
 /// What slurmstepd knows of a step's vGPGPU request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +60,7 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
     // The controller counted `vgpgpu` licences for the job at submit time;
     // a request in the job's environment or a step option must not take
     // more backends than that.
-    let origin = if step.from_option { "--vgpgpu-per-node" } else { JDL_VGPGPU_PER_NODE };
+    let origin = if step.from_option { "--vgpgpu-per-node" } else { VIRTUAL_GPGPU_PER_NODE };
     let granted = step.job_id.ok_or_else(|| "job id unknown".to_string()).and_then(|id| node.granted(id));
     let (per_node, licences, nodes) = match granted {
         Ok(g) => (granted_per_node(g.licenses.as_deref(), g.num_nodes), granted_licenses(g.licenses.as_deref()), g.nodes),

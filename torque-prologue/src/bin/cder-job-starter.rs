@@ -163,7 +163,7 @@ fn main() -> ExitCode {
     // vGPGPU jobs (the submit filter recorded VirtualGPGPUPerNode): the
     // rCUDA / VCL variables of the backends cder-torque-monitor requested.
     let mut vgpgpu = cder_model::JobEnvironment::default();
-    if let (Some(job), Some(_)) = (&fetched.job, std::env::var_os(cder_torque::vgpgpu::PER_NODE_KEY)) {
+    if let (Some(job), Some(_)) = (&fetched.job, std::env::var_os(cder_request::keys::VIRTUAL_GPGPU_PER_NODE)) {
         match cder_torque::vgpgpu::job_environment(&config, job) {
             Ok(Some(env)) => vgpgpu = env,
             Ok(None) => eprintln!("cder-job-starter: {job} holds no vGPGPU backends"),

@@ -23,7 +23,7 @@ pub mod monitor;
 pub mod qstat;
 pub mod starter;
 
-pub use keys::{KEYS, METHOD_KEY, MONITOR_NODE, PER_NODE_KEY, TYPE_KEY};
+pub use keys::{KEYS, MONITOR_NODE};
 pub use monitor::{Iteration, Monitor};
 pub use qstat::{node_count, parse_qstat_x, QstatJob};
 pub use starter::job_environment;

@@ -83,7 +83,7 @@ impl Monitor {
             let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid, job_limit: None };
             match self.client.request_for(&request) {
                 Ok(_) => {}
-                Err(e) if e.code() == Some(cder_registry_client::ErrorCode::Insufficient) => {
+                Err(e) if e.code() == Some(cder_registry_client::ApiErrorCode::Insufficient) => {
                     it.waiting = Some(q.id.clone());
                     break;
                 }

@@ -14,7 +14,7 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
     let client = Client::from_config(rc).map_err(|e| e.to_string())?;
     let held = match client.allocation(job) {
         Ok(h) => h,
-        Err(e) if e.code() == Some(cder_registry_client::ErrorCode::NotFound) => return Ok(None),
+        Err(e) if e.code() == Some(cder_registry_client::ApiErrorCode::NotFound) => return Ok(None),
         Err(e) => return Err(format!("vGPGPU registry: {e}")),
     };
     let Some(method) = held.allocations.first().map(|a| a.method) else { return Ok(None) };

@@ -186,10 +186,10 @@ pub const BLAH_KEYS: [&str; 12] = [
     keys::VIRTUAL_GPGPU_PER_NODE,
     keys::VIRTUAL_GPGPU_METHOD,
     keys::VIRTUAL_GPGPU_TYPE,
-    "CPUNumber",
-    "SMPGranularity",
-    "HostNumber",
-    "WholeNodes",
+    keys::CPU_NUMBER,
+    keys::SMP_GRANULARITY,
+    keys::HOST_NUMBER,
+    keys::WHOLE_NODES,
     htc::REQUEST_GPUS,
     htc::REQUIRE_GPUS,
     htc::GPUS_MINIMUM_CAPABILITY,
@@ -237,10 +237,10 @@ impl JobResources {
     /// Reads and checks the keys the CE honours.
     pub fn read(src: &dyn Source) -> Result<JobResources, AttrError> {
         let err = |key: &str, message: String| AttrError { key: key.into(), pos: src.pos(key), message };
-        let whole_nodes = match src.get("WholeNodes") {
+        let whole_nodes = match src.get(keys::WHOLE_NODES) {
             None | Some(Value::Undefined) => false,
             Some(Value::Bool(b)) => b,
-            Some(v) => return Err(err("WholeNodes", format!("must be true or false, not {v}"))),
+            Some(v) => return Err(err(keys::WHOLE_NODES, format!("must be true or false, not {v}"))),
         };
         let method_key =
             if src.get(keys::VIRTUAL_GPGPU_METHOD).is_some() { keys::VIRTUAL_GPGPU_METHOD } else { keys::VIRTUAL_GPGPU_TYPE };
@@ -289,9 +289,9 @@ impl JobResources {
             Some(v) => return Err(err(htc::REQUIRE_GPUS, format!("must be a ClassAd expression, not {v}"))),
         }
         let r = JobResources {
-            cpus: count(src, "CPUNumber")?,
-            smp_granularity: count(src, "SMPGranularity")?,
-            hosts: count(src, "HostNumber")?,
+            cpus: count(src, keys::CPU_NUMBER)?,
+            smp_granularity: count(src, keys::SMP_GRANULARITY)?,
+            hosts: count(src, keys::HOST_NUMBER)?,
             whole_nodes,
             gpgpus_per_node: gpgpus.or(request_gpus),
             vgpgpus_per_node,
@@ -311,12 +311,12 @@ impl JobResources {
         }
         if let (Some(h), Some(c)) = (r.hosts, r.cpus) {
             if h > c {
-                return Err(err("HostNumber", format!("{h} hosts for {c} CPUs (CPUNumber)")));
+                return Err(err(keys::HOST_NUMBER, format!("{h} hosts for {c} CPUs (CPUNumber)")));
             }
         }
         if let (Some(g), Some(c)) = (r.smp_granularity, r.cpus) {
             if g > c && !r.whole_nodes {
-                return Err(err("SMPGranularity", format!("{g} cores per node exceeds CPUNumber {c}")));
+                return Err(err(keys::SMP_GRANULARITY, format!("{g} cores per node exceeds CPUNumber {c}")));
             }
         }
         Ok(r)
