@@ -2,7 +2,9 @@
 # The test suite: unit tests, the differential ClassAd tests against HTCondor,
 # and the integration tests that start real cderd, SLURM, slapd, BDII and
 # munged on loopback, then a short bounded fuzz run of every parser that
-# takes outside input (deploy/fuzz.sh). Needs root and deploy/install-deps.sh done first.
+# takes outside input (deploy/fuzz.sh). It first checks formatting
+# (cargo fmt --check) and lints (clippy -D warnings). Needs root and
+# deploy/install-deps.sh done first.
 # Under CI=true a missing component fails the run instead of skipping.
 # The run ends with the number of skipped tests and why (each skip appends a
 # line to $CDER_SKIPPED_FILE: cder_testkit::skipped, which every crate's tests use).
@@ -19,7 +21,11 @@ skip_summary() {
     rm -f "$CDER_SKIPPED_FILE"
 }
 trap skip_summary EXIT
+# Formatting and lints are gates, as in ripgrep's and jaq's CI: rustfmt.toml
+# is the style, and a clippy warning fails the run.
+cargo fmt --all --check
 cargo build --workspace --all-targets --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
 # A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
 bash deploy/fuzz.sh

@@ -86,11 +86,16 @@ fn bytes_per_strategy(report: &mut String) {
     let hybrid = size(&render(&config, &[Strategy::Hybrid])) - baseline;
     // GLUE 1.3: the RunTimeEnvironment values (the SubCluster exists anyway).
     let tagged_entries = render(&config, &[Strategy::TaggedEnvironment]);
-    let tags: Vec<&str> = tagged_entries.iter().flat_map(|e| e.values("GlueHostApplicationSoftwareRunTimeEnvironment")).collect();
-    let tagged: u64 = tags.iter().map(|t| ldif::write(&[tag_line(t)]).len() as u64 - ldif::write(&[Entry::new("")]).len() as u64).sum();
+    let tags: Vec<&str> =
+        tagged_entries.iter().flat_map(|e| e.values("GlueHostApplicationSoftwareRunTimeEnvironment")).collect();
+    let tagged: u64 = tags
+        .iter()
+        .map(|t| ldif::write(&[tag_line(t)]).len() as u64 - ldif::write(&[Entry::new("")]).len() as u64)
+        .sum();
     // GLUE 2.0 rendering of the same tags, one ApplicationEnvironment each,
     // as the UMD GLUE 2.0 provider converts GLUE 1.3 tags (our AppEnv shape).
-    let glue2_tags: u64 = tags.iter().map(|t| ldif::write(&[tag_application_environment(&config, t)]).len() as u64).sum();
+    let glue2_tags: u64 =
+        tags.iter().map(|t| ldif::write(&[tag_application_environment(&config, t)]).len() as u64).sum();
     let keys = tags.len() - 1; // minus the NvidiaGPGPU marker tag
     let measured = [tagged, glue2_tags, attribute, class, hybrid];
     let _ = writeln!(report, "## LDIF bytes per strategy, Table 3.2 sample (32 GTS 450, 16 nodes × 2, 30 free)\n");
@@ -118,7 +123,8 @@ fn tag_application_environment(config: &ProviderConfig, tag: &str) -> Entry {
     let manager = config.site.computing_manager_id.get_ref();
     let service = config.site.computing_service_id.get_ref();
     let id = format!("{manager}_{tag}");
-    let mut e = Entry::new(format!("GLUE2ApplicationEnvironmentID={id},GLUE2ServiceID={service},{}", strategy::GLUE2_SUFFIX));
+    let mut e =
+        Entry::new(format!("GLUE2ApplicationEnvironmentID={id},GLUE2ServiceID={service},{}", strategy::GLUE2_SUFFIX));
     e.push("objectClass", "GLUE2ApplicationEnvironment");
     e.push("GLUE2ApplicationEnvironmentID", id);
     e.push("GLUE2EntityCreationTime", strategy::glue_time(1_795_291_140));
@@ -144,7 +150,16 @@ fn median(runs: usize, mut cmd: impl FnMut() -> Command) -> Duration {
 }
 
 fn cluster_config(dir: &Path, scontrol: &Path) -> PathBuf {
-    let models = ["Tesla K20m", "Tesla K40m", "Tesla K80", "Tesla P100", "Tesla V100", "A100-SXM4-40GB", "GeForce GTX 1080", "GeForce RTX 2080 Ti"];
+    let models = [
+        "Tesla K20m",
+        "Tesla K40m",
+        "Tesla K80",
+        "Tesla P100",
+        "Tesla V100",
+        "A100-SXM4-40GB",
+        "GeForce GTX 1080",
+        "GeForce RTX 2080 Ti",
+    ];
     let mut text = format!(
         "[site]\ncomputing_service_id = \"ce.example.org_ComputingElement\"\ncomputing_manager_id = \"ce.example.org_ComputingElement_Manager\"\nce_unique_id = \"ce.example.org:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce.example.org\"\n\n[counts]\nsource = \"slurm\"\nscontrol = \"{}\"\n",
         scontrol.display()
@@ -167,7 +182,13 @@ fn fake_scontrol(dir: &Path) -> PathBuf {
         for n in 1..=125 {
             let gpus = g % 4 + 1;
             let used = n % (gpus + 1);
-            let state = if n % 50 == 0 { "IDLE+DRAIN" } else if used > 0 { "MIXED" } else { "IDLE" };
+            let state = if n % 50 == 0 {
+                "IDLE+DRAIN"
+            } else if used > 0 {
+                "MIXED"
+            } else {
+                "IDLE"
+            };
             let _ = writeln!(
                 lines,
                 "NodeName=g{g}n{n:03} Arch=x86_64 CoresPerSocket=16 CPUAlloc=0 CPUTot=32 CPULoad=0.01 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:{gpus}(S:0-1) GresUsed=gpu:{used}(IDX:N/A) NodeAddr=g{g}n{n:03} NodeHostName=g{g}n{n:03} RealMemory=131072 State={state} ThreadsPerCore=2 Partitions=gpu"
@@ -267,7 +288,9 @@ fn run_times(dir: &Path, report: &mut String) {
     });
     let all = median(runs, || {
         let mut c = Command::new(BIN);
-        c.arg("--config").arg(&cluster).args(["--strategy", "attribute-extension,class-extension,hybrid,tagged-environment"]);
+        c.arg("--config")
+            .arg(&cluster)
+            .args(["--strategy", "attribute-extension,class-extension,hybrid,tagged-environment"]);
         c
     });
     let out = Command::new(BIN).arg("--config").arg(&cluster).output().unwrap();
@@ -278,7 +301,13 @@ fn run_times(dir: &Path, report: &mut String) {
     let _ = writeln!(report, "## Provider run time (median of {runs}, wall clock, this machine)\n");
     let _ = writeln!(report, "| case | provider | reference | ratio |");
     let _ = writeln!(report, "|---|---:|---:|---:|");
-    let _ = writeln!(report, "| 1 node, static counts, attribute-extension | {:.1} ms | /bin/true {:.1} ms | {:.1} |", ms(single), ms(spawn), ms(single) / ms(spawn));
+    let _ = writeln!(
+        report,
+        "| 1 node, static counts, attribute-extension | {:.1} ms | /bin/true {:.1} ms | {:.1} |",
+        ms(single),
+        ms(spawn),
+        ms(single) / ms(spawn)
+    );
     if let Some((with_cderd, round_trip)) = cderd_times(dir, runs) {
         let _ = writeln!(
             report,
@@ -288,6 +317,18 @@ fn run_times(dir: &Path, report: &mut String) {
             ms(with_cderd) / ms(spawn + round_trip)
         );
     }
-    let _ = writeln!(report, "| 1,000 nodes / 8 groups, SLURM, attribute-extension | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |", ms(whole), ms(query), ms(whole) / ms(query));
-    let _ = writeln!(report, "| 1,000 nodes / 8 groups, SLURM, all four strategies | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |", ms(all), ms(query), ms(all) / ms(query));
+    let _ = writeln!(
+        report,
+        "| 1,000 nodes / 8 groups, SLURM, attribute-extension | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |",
+        ms(whole),
+        ms(query),
+        ms(whole) / ms(query)
+    );
+    let _ = writeln!(
+        report,
+        "| 1,000 nodes / 8 groups, SLURM, all four strategies | {:.1} ms | scontrol query alone {:.1} ms | {:.1} |",
+        ms(all),
+        ms(query),
+        ms(all) / ms(query)
+    );
 }

@@ -39,10 +39,7 @@ pub fn plugin_ldif(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Strin
     let entries = strategy::render(config, snapshot, &[Strategy::AttributeExtension])?;
     let mut out = Vec::new();
     for e in &entries {
-        if !e
-            .values("objectClass")
-            .any(|c| c.eq_ignore_ascii_case("GLUE2ExecutionEnvironment"))
-        {
+        if !e.values("objectClass").any(|c| c.eq_ignore_ascii_case("GLUE2ExecutionEnvironment")) {
             continue;
         }
         let id = e.values("GLUE2ResourceID").next().unwrap_or_default();
@@ -52,8 +49,7 @@ pub fn plugin_ldif(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Strin
             )));
         }
         let mut m = Entry::new(arc_ee_dn(config, id));
-        m.push("changetype", "modify")
-            .push("add", "GLUE2EntityOtherInfo");
+        m.push("changetype", "modify").push("add", "GLUE2EntityOtherInfo");
         for v in e.values("GLUE2EntityOtherInfo") {
             m.push("GLUE2EntityOtherInfo", v);
         }
@@ -71,18 +67,9 @@ mod tests {
 
     fn arc_config(extra: &str) -> ProviderConfig {
         let text = SAMPLE
-            .replace(
-                "ce.example.org_ComputingElement_Manager",
-                "urn:ogf:ComputingManager:arc.example.org:slurm",
-            )
-            .replace(
-                "ce.example.org_ComputingElement",
-                "urn:ogf:ComputingService:arc.example.org:arex",
-            )
-            .replace(
-                "ce.example.org_gts450",
-                "urn:ogf:ExecutionEnvironment:arc.example.org:execenv0",
-            );
+            .replace("ce.example.org_ComputingElement_Manager", "urn:ogf:ComputingManager:arc.example.org:slurm")
+            .replace("ce.example.org_ComputingElement", "urn:ogf:ComputingService:arc.example.org:arex")
+            .replace("ce.example.org_gts450", "urn:ogf:ExecutionEnvironment:arc.example.org:execenv0");
         ProviderConfig::parse(&format!("{text}{extra}"), Path::new("t.toml")).unwrap()
     }
 
@@ -90,13 +77,7 @@ mod tests {
     fn keys_become_a_modify_of_arcs_own_ee() {
         let config = arc_config("");
         let counts = crate::sources::from_config(&config);
-        let snap = crate::snapshot(
-            &config,
-            counts.as_ref(),
-            &StaticVirtual::from_config(&[]),
-            1_700_000_000,
-        )
-        .unwrap();
+        let snap = crate::snapshot(&config, counts.as_ref(), &StaticVirtual::from_config(&[]), 1_700_000_000).unwrap();
         let text = plugin_ldif(&config, &snap).unwrap();
         let records = ldif::parse(&text).unwrap();
         assert_eq!(records.len(), 1, "{text}");
@@ -107,10 +88,7 @@ mod tests {
              GLUE2ManagerID=urn:ogf:ComputingManager:arc.example.org:slurm,GLUE2ServiceID=urn:ogf:ComputingService:arc.example.org:arex,GLUE2GroupID=services,o=glue"
         );
         assert_eq!(r.values("changetype").collect::<Vec<_>>(), ["modify"]);
-        assert_eq!(
-            r.values("add").collect::<Vec<_>>(),
-            ["GLUE2EntityOtherInfo"]
-        );
+        assert_eq!(r.values("add").collect::<Vec<_>>(), ["GLUE2EntityOtherInfo"]);
         let info: Vec<&str> = r.values("GLUE2EntityOtherInfo").collect();
         // 16 nodes × 2 devices, 2 used: the same keys the attribute-extension strategy writes.
         for kv in [
@@ -128,17 +106,9 @@ mod tests {
 
     #[test]
     fn a_group_of_several_kinds_is_refused() {
-        let config = arc_config(
-            "\n[[group.device]]\nmodel = \"Tesla T4\"\ncount = 1\nmemory_mb = 16000\nused = 0\n",
-        );
+        let config = arc_config("\n[[group.device]]\nmodel = \"Tesla T4\"\ncount = 1\nmemory_mb = 16000\nused = 0\n");
         let counts = crate::sources::from_config(&config);
-        let snap = crate::snapshot(
-            &config,
-            counts.as_ref(),
-            &StaticVirtual::from_config(&[]),
-            1_700_000_000,
-        )
-        .unwrap();
+        let snap = crate::snapshot(&config, counts.as_ref(), &StaticVirtual::from_config(&[]), 1_700_000_000).unwrap();
         let e = plugin_ldif(&config, &snap).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("split the group"), "{e}");

@@ -185,7 +185,13 @@ pub const MAX_TIMEOUT_S: u64 = 3600;
 impl CountsConfig {
     /// The SLURM GRES name that counts devices of `cder_type`.
     pub fn gres_name(&self, cder_type: &str) -> String {
-        self.gres.get(cder_type).cloned().unwrap_or_else(|| if cder_type == "gpgpu" { "gpu".into() } else { cder_type.into() })
+        self.gres.get(cder_type).cloned().unwrap_or_else(|| {
+            if cder_type == "gpgpu" {
+                "gpu".into()
+            } else {
+                cder_type.into()
+            }
+        })
     }
 }
 
@@ -362,7 +368,11 @@ impl ProviderConfig {
         let source = *self.counts.source.get_ref();
         let timeout = *self.counts.timeout_s.get_ref();
         if !(1..=MAX_TIMEOUT_S).contains(&timeout) {
-            return Err(at(self.counts.timeout_s.span().start, "counts.timeout_s", format!("{timeout} is out of range: give 1 to {MAX_TIMEOUT_S} seconds")));
+            return Err(at(
+                self.counts.timeout_s.span().start,
+                "counts.timeout_s",
+                format!("{timeout} is out of range: give 1 to {MAX_TIMEOUT_S} seconds"),
+            ));
         }
         let mut ids = BTreeSet::new();
         let mut all_nodes = BTreeSet::new();
@@ -373,7 +383,8 @@ impl ProviderConfig {
                 return Err(at(id_at, "group.id", format!("group {:?} is configured twice", group.id.get_ref())));
             }
             let nodes_at = group.nodes.span().start;
-            let nodes = Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m.into()))?;
+            let nodes =
+                Hostlist::HOSTS.expand_all(group.nodes.get_ref()).map_err(|m| at(nodes_at, "group.nodes", m.into()))?;
             if nodes.is_empty() {
                 return Err(at(nodes_at, "group.nodes", "a group needs at least one node".into()));
             }
@@ -383,22 +394,38 @@ impl ProviderConfig {
                 }
             }
             if all_nodes.len() > hostlist::MAX_HOSTS {
-                return Err(at(nodes_at, "group.nodes", format!("the groups name more than {} nodes together", hostlist::MAX_HOSTS)));
+                return Err(at(
+                    nodes_at,
+                    "group.nodes",
+                    format!("the groups name more than {} nodes together", hostlist::MAX_HOSTS),
+                ));
             }
             if group.platform.trim().is_empty() {
                 return Err(at(id_at, "group.platform", "must not be empty".into()));
             }
             match (group.inventory, group.devices.is_empty()) {
                 (true, false) => {
-                    return Err(at(id_at, "group.device", "a group takes its devices from the inventory or from [[group.device]], not both".into()));
+                    return Err(at(
+                        id_at,
+                        "group.device",
+                        "a group takes its devices from the inventory or from [[group.device]], not both".into(),
+                    ));
                 }
                 (false, true) => {
-                    return Err(at(id_at, "group.device", "list the devices in [[group.device]] or set inventory = true".into()));
+                    return Err(at(
+                        id_at,
+                        "group.device",
+                        "list the devices in [[group.device]] or set inventory = true".into(),
+                    ));
                 }
                 _ => {}
             }
             if group.inventory && source == CountSourceKind::Static {
-                return Err(at(id_at, "group.inventory", "counts.source = \"static\" needs [[group.device]] entries with their counts".into()));
+                return Err(at(
+                    id_at,
+                    "group.inventory",
+                    "counts.source = \"static\" needs [[group.device]] entries with their counts".into(),
+                ));
             }
             let mut kinds = BTreeSet::new();
             for dev in &group.devices {
@@ -422,24 +449,48 @@ impl ProviderConfig {
                     return Err(at(dev_at, "group.device.model", "must not be empty".into()));
                 }
                 let prefix = dev.prefix.clone().unwrap_or_else(|| dev.cder_type.to_ascii_uppercase());
-                if prefix.is_empty() || !prefix.starts_with(|c: char| c.is_ascii_alphabetic()) || !prefix.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                    return Err(at(dev_at, "group.device.prefix", format!("{prefix:?} must be letters and digits, starting with a letter")));
+                if prefix.is_empty()
+                    || !prefix.starts_with(|c: char| c.is_ascii_alphabetic())
+                    || !prefix.bytes().all(|b| b.is_ascii_alphanumeric())
+                {
+                    return Err(at(
+                        dev_at,
+                        "group.device.prefix",
+                        format!("{prefix:?} must be letters and digits, starting with a letter"),
+                    ));
                 }
                 let counted = [dev.used, dev.offline, dev.free];
                 if source != CountSourceKind::Static && counted.iter().any(Option::is_some) {
-                    return Err(at(dev_at, "group.device.free", "free/used/offline are only read with counts.source = \"static\"".into()));
+                    return Err(at(
+                        dev_at,
+                        "group.device.free",
+                        "free/used/offline are only read with counts.source = \"static\"".into(),
+                    ));
                 }
                 if dev.cores.is_none() {
                     if let (Some(mp), Some(per_mp)) = (dev.multiprocessors, dev.cores_per_mp) {
                         if mp.checked_mul(per_mp).is_none() {
-                            return Err(at(dev_at, "group.device.cores_per_mp", format!("multiprocessors {mp} × cores_per_mp {per_mp} is out of range for cores")));
+                            return Err(at(
+                                dev_at,
+                                "group.device.cores_per_mp",
+                                format!("multiprocessors {mp} × cores_per_mp {per_mp} is out of range for cores"),
+                            ));
                         }
                     }
                 }
                 if source == CountSourceKind::Static {
-                    let total = static_total(dev.count, nodes.len())
-                        .ok_or_else(|| at(dev_at, "group.device.count", format!("{} per node × {} nodes is out of range", dev.count, nodes.len())))?;
-                    for (key, value) in [("group.device.used", dev.used), ("group.device.offline", dev.offline), ("group.device.free", dev.free)] {
+                    let total = static_total(dev.count, nodes.len()).ok_or_else(|| {
+                        at(
+                            dev_at,
+                            "group.device.count",
+                            format!("{} per node × {} nodes is out of range", dev.count, nodes.len()),
+                        )
+                    })?;
+                    for (key, value) in [
+                        ("group.device.used", dev.used),
+                        ("group.device.offline", dev.offline),
+                        ("group.device.free", dev.free),
+                    ] {
                         if let Some(n) = value.filter(|&n| n > total) {
                             return Err(at(dev_at, key, format!("{n} is more than the group's {total} devices")));
                         }
@@ -448,7 +499,8 @@ impl ProviderConfig {
             }
         }
         if source == CountSourceKind::Cderd {
-            let single = self.groups.len() == 1 && Hostlist::HOSTS.expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
+            let single = self.groups.len() == 1
+                && Hostlist::HOSTS.expand_all(self.groups[0].nodes.get_ref()).map(|n| n.len()) == Ok(1);
             if !single {
                 return Err(at(
                     self.counts.source.span().start,
@@ -469,10 +521,22 @@ impl ProviderConfig {
                 (VirtualSourceKind::Config, Some(total), Some(free)) if free > total => {
                     return Err(at(v_at, "virtual.free", format!("free ({free}) is more than total ({total})")));
                 }
-                (VirtualSourceKind::Config, None, _) => return Err(at(v_at, "virtual.total", "required unless counts.virtual_source = \"registry\"".into())),
-                (VirtualSourceKind::Config, _, None) => return Err(at(v_at, "virtual.free", "required unless counts.virtual_source = \"registry\"".into())),
+                (VirtualSourceKind::Config, None, _) => {
+                    return Err(at(
+                        v_at,
+                        "virtual.total",
+                        "required unless counts.virtual_source = \"registry\"".into(),
+                    ))
+                }
+                (VirtualSourceKind::Config, _, None) => {
+                    return Err(at(v_at, "virtual.free", "required unless counts.virtual_source = \"registry\"".into()))
+                }
                 (VirtualSourceKind::Registry, Some(_), _) | (VirtualSourceKind::Registry, _, Some(_)) => {
-                    return Err(at(v_at, "virtual.total", "counts.virtual_source = \"registry\" counts vGPGPUs itself: drop total and free".into()));
+                    return Err(at(
+                        v_at,
+                        "virtual.total",
+                        "counts.virtual_source = \"registry\" counts vGPGPUs itself: drop total and free".into(),
+                    ));
                 }
                 _ => {}
             }
@@ -491,7 +555,9 @@ pub fn check_id(id: &str) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     match id.chars().find(|&c| !c.is_ascii_graphic() || ",+\"\\<>;=#".contains(c)) {
-        Some(c) => Err(format!("{id:?} contains {c:?}; use printable ASCII without spaces or any of , + \" \\ < > ; = #")),
+        Some(c) => {
+            Err(format!("{id:?} contains {c:?}; use printable ASCII without spaces or any of , + \" \\ < > ; = #"))
+        }
         None => Ok(()),
     }
 }
@@ -528,10 +594,14 @@ impl Strategy {
     }
 
     /// Every strategy, in the order above.
-    pub const ALL: [Strategy; 5] =
-        [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment, Strategy::Glue21Accelerator];
+    pub const ALL: [Strategy; 5] = [
+        Strategy::AttributeExtension,
+        Strategy::ClassExtension,
+        Strategy::Hybrid,
+        Strategy::TaggedEnvironment,
+        Strategy::Glue21Accelerator,
+    ];
 }
-
 
 /// The devices of a configured group (checked here, counted by
 /// `sources::configured`): `count` per node × nodes, `None`
@@ -590,7 +660,8 @@ used = 2
 
     #[test]
     fn missing_key_is_named_with_its_table() {
-        let e = parse(&SAMPLE.replace("computing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n", "")).unwrap_err();
+        let e = parse(&SAMPLE.replace("computing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n", ""))
+            .unwrap_err();
         assert!(e.message.contains("missing field `computing_manager_id`"), "{e}");
         assert_eq!(e.key.as_deref(), Some("site.computing_manager_id"), "{e}");
         assert!(e.line.is_some(), "{e}");
@@ -614,7 +685,8 @@ used = 2
         assert_eq!((e.line, e.key.as_deref()), (Some(11), Some("group.id")), "{e}");
         let e = parse(&SAMPLE.replace("wn[01-16]", "wn[16-01]")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("group.nodes"), "{e}");
-        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"cderd\"").replace("used = 2\n", "")).unwrap_err();
+        let e =
+            parse(&SAMPLE.replace("source = \"static\"", "source = \"cderd\"").replace("used = 2\n", "")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("counts.source"), "{e}");
         let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"slurm\"")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("group.device.free"), "{e}");
@@ -625,10 +697,18 @@ used = 2
 
     #[test]
     fn virtual_counts_come_from_one_place() {
-        let with = |counts: &str, virt: &str| parse(&format!("{}\n[[virtual]]\nmethod = \"rCUDA\"\n{virt}", SAMPLE.replace("source = \"static\"", counts)));
+        let with = |counts: &str, virt: &str| {
+            parse(&format!(
+                "{}\n[[virtual]]\nmethod = \"rCUDA\"\n{virt}",
+                SAMPLE.replace("source = \"static\"", counts)
+            ))
+        };
         assert!(with("source = \"static\"", "total = 4\nfree = 2\n").is_ok());
         assert_eq!(with("source = \"static\"", "total = 4\n").unwrap_err().key.as_deref(), Some("virtual.free"));
-        assert_eq!(with("source = \"static\"", "total = 4\nfree = 5\n").unwrap_err().key.as_deref(), Some("virtual.free"));
+        assert_eq!(
+            with("source = \"static\"", "total = 4\nfree = 5\n").unwrap_err().key.as_deref(),
+            Some("virtual.free")
+        );
         let registry = "source = \"static\"\nvirtual_source = \"registry\"";
         assert!(with(registry, "version = \"16.11\"\n").is_ok());
         let e = with(registry, "total = 4\nfree = 2\n").unwrap_err();
@@ -639,7 +719,8 @@ used = 2
     fn out_of_range_numbers_name_their_key() {
         let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 0")).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(9), Some("counts.timeout_s")), "{e}");
-        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 18446744073709")).unwrap_err();
+        let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 18446744073709"))
+            .unwrap_err();
         assert_eq!(e.key.as_deref(), Some("counts.timeout_s"), "{e}");
         assert!(e.message.contains("out of range"), "{e}");
         assert!(parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 3600")).is_ok());

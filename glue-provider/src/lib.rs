@@ -60,7 +60,11 @@ pub fn snapshot(
     let groups = site::node_groups(config)?;
     let group_counts = counts.counts(&groups)?;
     let virtual_environments = virtual_gpgpus.environments()?;
-    Ok(strategy::Snapshot { groups: groups.into_iter().zip(group_counts).collect(), virtual_environments, created: now })
+    Ok(strategy::Snapshot {
+        groups: groups.into_iter().zip(group_counts).collect(),
+        virtual_environments,
+        created: now,
+    })
 }
 
 #[cfg(test)]
@@ -107,7 +111,10 @@ mod tests {
             assert!(info.contains(&expected), "{expected} missing from {info:?}");
         }
         assert_eq!(ee.values("GLUE2ExecutionEnvironmentTotalInstances").collect::<Vec<_>>(), ["16"]);
-        assert_eq!(ee.values("GLUE2ExecutionEnvironmentComputingManagerForeignKey").collect::<Vec<_>>(), ["ce.example.org_ComputingElement_Manager"]);
+        assert_eq!(
+            ee.values("GLUE2ExecutionEnvironmentComputingManagerForeignKey").collect::<Vec<_>>(),
+            ["ce.example.org_ComputingElement_Manager"]
+        );
         assert_eq!(ee.values("GLUE2EntityCreationTime").collect::<Vec<_>>(), ["2026-11-21T19:59:00Z"]);
     }
 
@@ -120,7 +127,11 @@ mod tests {
         let free = ext.iter().find(|e| e.values("GLUE2ExtensionKey").any(|k| k == "GPGPUFreeInstances")).unwrap();
         assert_eq!(free.values("GLUE2ExtensionValue").collect::<Vec<_>>(), ["30"]);
         assert_eq!(free.values("GLUE2ExtensionEntityForeignKey").collect::<Vec<_>>(), ["ce.example.org_gts450"]);
-        assert!(free.dn.starts_with("GLUE2ExtensionLocalID=GPGPUFreeInstances,GLUE2ResourceID=ce.example.org_gts450,"), "{}", free.dn);
+        assert!(
+            free.dn.starts_with("GLUE2ExtensionLocalID=GPGPUFreeInstances,GLUE2ResourceID=ce.example.org_gts450,"),
+            "{}",
+            free.dn
+        );
     }
 
     #[test]
@@ -146,19 +157,33 @@ mod tests {
         let mut no_cluster = no_cluster;
         no_cluster.site.cluster_id = None;
         let counts = sources::from_config(&no_cluster);
-        let e = publish(&no_cluster, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::TaggedEnvironment], 0).unwrap_err();
+        let e = publish(
+            &no_cluster,
+            counts.as_ref(),
+            &sources::StaticVirtual::default(),
+            &[Strategy::TaggedEnvironment],
+            0,
+        )
+        .unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("site.cluster_id"), "{e}");
     }
 
     #[test]
     fn non_ascii_model_is_base64_in_glue2_and_refused_in_glue13() {
-        let cfg = config::ProviderConfig::parse(&SAMPLE.replace("GeForce GTS 450", "GeForce GTS 450™"), Path::new("t.toml")).unwrap();
+        let cfg =
+            config::ProviderConfig::parse(&SAMPLE.replace("GeForce GTS 450", "GeForce GTS 450™"), Path::new("t.toml"))
+                .unwrap();
         let counts = sources::from_config(&cfg);
-        let text = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0).unwrap();
+        let text =
+            publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0)
+                .unwrap();
         assert!(text.contains("GLUE2EntityOtherInfo:: "), "{text}");
-        assert!(ldif::parse(&text).unwrap()[0].values("GLUE2EntityOtherInfo").any(|v| v == "GPGPUModel=GeForce GTS 450™"));
-        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::TaggedEnvironment], 0).unwrap_err();
+        assert!(ldif::parse(&text).unwrap()[0]
+            .values("GLUE2EntityOtherInfo")
+            .any(|v| v == "GPGPUModel=GeForce GTS 450™"));
+        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::TaggedEnvironment], 0)
+            .unwrap_err();
         assert!(e.to_string().contains("not ASCII"), "{e}");
     }
 
@@ -193,21 +218,32 @@ mod tests {
         let ids: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2ResourceID")).collect();
         assert_eq!(ids, ["ce.example.org_gts450_gpgpu-GeForce-GTS-450", "ce.example.org_gts450_gpgpu-Tesla-K20m"]);
         let k20: Vec<&str> = entries[1].values("GLUE2EntityOtherInfo").collect();
-        assert!(k20.contains(&"GPGPUTotalInstances=16") && k20.contains(&"GPGPUOfflineInstances=1") && k20.contains(&"GPGPUFreeInstances=15"), "{k20:?}");
+        assert!(
+            k20.contains(&"GPGPUTotalInstances=16")
+                && k20.contains(&"GPGPUOfflineInstances=1")
+                && k20.contains(&"GPGPUFreeInstances=15"),
+            "{k20:?}"
+        );
         assert!(!k20.iter().any(|v| v.contains("GTS")), "{k20:?}");
         let gts: Vec<&str> = entries[0].values("GLUE2EntityOtherInfo").collect();
         assert!(gts.contains(&"GPGPUTotalInstances=32") && gts.contains(&"GPGPUFreeInstances=30"), "{gts:?}");
         // SLURM must be told which GRES type counts which kind.
-        let slurm = format!("{SAMPLE}{extra}").replace("source = \"static\"", "source = \"slurm\"").replace("used = 2\n", "").replace("offline = 1\n", "");
+        let slurm = format!("{SAMPLE}{extra}")
+            .replace("source = \"static\"", "source = \"slurm\"")
+            .replace("used = 2\n", "")
+            .replace("offline = 1\n", "");
         let e = config::ProviderConfig::parse(&slurm, Path::new("t.toml")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("group.device.gres_type"), "{e}");
     }
 
     #[test]
     fn static_counts_must_add_up() {
-        let cfg = config::ProviderConfig::parse(&SAMPLE.replace("used = 2", "used = 2\nfree = 31"), Path::new("t.toml")).unwrap();
+        let cfg =
+            config::ProviderConfig::parse(&SAMPLE.replace("used = 2", "used = 2\nfree = 31"), Path::new("t.toml"))
+                .unwrap();
         let counts = sources::from_config(&cfg);
-        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0).unwrap_err();
+        let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0)
+            .unwrap_err();
         assert!(e.to_string().contains("free 31 + used 2 + offline 0 is not the 32 devices"), "{e}");
     }
 }

@@ -4,8 +4,8 @@
 use cder_model::{Config, Device, DeviceAttributes};
 
 use crate::config::{GroupConfig, GroupDevice, ProviderConfig};
-use cder_request::hostlist::Hostlist;
 use crate::error::ProviderError;
+use cder_request::hostlist::Hostlist;
 
 /// `count` identical devices of one CDER type on every node of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,13 +77,21 @@ impl NodeGroup {
     /// count is published twice.
     pub fn environments(&self) -> Vec<Environment<'_>> {
         if !self.is_mixed() {
-            return vec![Environment { id: self.id().to_string(), name: self.config.name.clone(), classes: self.classes.iter().collect() }];
+            return vec![Environment {
+                id: self.id().to_string(),
+                name: self.config.name.clone(),
+                classes: self.classes.iter().collect(),
+            }];
         }
         self.classes
             .iter()
             .map(|c| Environment {
                 id: format!("{}_{}", self.id(), c.key),
-                name: Some(format!("{} ({})", self.config.name.as_deref().unwrap_or(self.id()), c.attribute("Model").unwrap_or(&c.cder_type))),
+                name: Some(format!(
+                    "{} ({})",
+                    self.config.name.as_deref().unwrap_or(self.id()),
+                    c.attribute("Model").unwrap_or(&c.cder_type)
+                )),
                 classes: vec![c],
             })
             .collect()
@@ -98,7 +106,12 @@ fn assign_keys(classes: &mut [DeviceClass]) {
         let t = classes[i].cder_type.clone();
         let mixed = classes.iter().filter(|c| c.cder_type == t).count() > 1;
         let base = if mixed {
-            let slug: String = classes[i].attribute("Model").unwrap_or("device").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+            let slug: String = classes[i]
+                .attribute("Model")
+                .unwrap_or("device")
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                .collect();
             let slug = slug.split('-').filter(|s| !s.is_empty()).collect::<Vec<_>>().join("-");
             format!("{t}-{slug}")
         } else {
@@ -140,7 +153,8 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
         let classes = if group.inventory {
             if inventory.is_none() {
                 let node_config = Config::load(config.site.cder_config.as_deref())?;
-                let devices = cder_inventory::discover(&node_config).map_err(|e| ProviderError::Runtime(format!("device inventory: {e}")))?;
+                let devices = cder_inventory::discover(&node_config)
+                    .map_err(|e| ProviderError::Runtime(format!("device inventory: {e}")))?;
                 inventory = Some((devices, node_config));
             }
             let (devices, node_config) = inventory.as_ref().expect("filled above");
@@ -153,7 +167,11 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
         let mut prefixes = std::collections::BTreeMap::new();
         for c in &classes {
             if prefixes.insert(c.prefix.clone(), c.cder_type.clone()).is_some_and(|t| t != c.cder_type) {
-                return Err(ProviderError::Input(format!("group {:?}: two device types publish under the prefix {:?}; give each type its own prefix", group.id.get_ref(), c.prefix)));
+                return Err(ProviderError::Input(format!(
+                    "group {:?}: two device types publish under the prefix {:?}; give each type its own prefix",
+                    group.id.get_ref(),
+                    c.prefix
+                )));
             }
         }
         groups.push(NodeGroup { config: group.clone(), nodes, classes });
@@ -175,7 +193,11 @@ fn class_from_config(dev: &GroupDevice) -> DeviceClass {
 
 /// Groups this node's devices by type, and within a type by identical
 /// published attributes: one class per kind of device.
-pub fn classes_from_inventory(group: &str, devices: &[Device], node_config: &Config) -> Result<Vec<DeviceClass>, ProviderError> {
+pub fn classes_from_inventory(
+    group: &str,
+    devices: &[Device],
+    node_config: &Config,
+) -> Result<Vec<DeviceClass>, ProviderError> {
     let mut classes: Vec<DeviceClass> = Vec::new();
     // Config order, then discovery order, so the output does not depend on map order.
     for cder in &node_config.cders {
@@ -214,7 +236,20 @@ mod tests {
         let cfg = ProviderConfig::parse(crate::config::tests::SAMPLE, Path::new("t.toml")).unwrap();
         let class = class_from_config(&cfg.groups[0].devices[0]);
         let names: Vec<&str> = class.attributes.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(names, ["CUDAComputeCapability", "MainMemorySize", "MP", "CoresPerMP", "Cores", "ClockSpeed", "ECCSupport", "Vendor", "Model"]);
+        assert_eq!(
+            names,
+            [
+                "CUDAComputeCapability",
+                "MainMemorySize",
+                "MP",
+                "CoresPerMP",
+                "Cores",
+                "ClockSpeed",
+                "ECCSupport",
+                "Vendor",
+                "Model"
+            ]
+        );
         assert_eq!(class.attribute("Cores"), Some("192"));
         assert_eq!(class.prefix, "GPGPU");
         assert_eq!(class.per_node, 2);
@@ -245,7 +280,10 @@ mod tests {
         let cfg = ProviderConfig::parse(crate::config::tests::SAMPLE, Path::new("t.toml")).unwrap();
         let group = NodeGroup { config: cfg.groups[0].clone(), nodes: vec!["wn01".into()], classes };
         let envs = group.environments();
-        assert_eq!(envs.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["ce.example.org_gts450_gpgpu-Tesla-K20m", "ce.example.org_gts450_gpgpu-Tesla-K40m"]);
+        assert_eq!(
+            envs.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            ["ce.example.org_gts450_gpgpu-Tesla-K20m", "ce.example.org_gts450_gpgpu-Tesla-K40m"]
+        );
         assert_eq!(envs[1].name.as_deref(), Some("ce.example.org_gts450 (Tesla K40m)"));
     }
 }

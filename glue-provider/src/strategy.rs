@@ -69,7 +69,11 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
         for (suffix, value) in glue::COUNT_SUFFIXES.into_iter().zip([c.total, c.free, c.used, c.offline]) {
             out.push(Published { key: glue::key(p, suffix), value: value.to_string(), kind: Kind::Dynamic });
         }
-        out.push(Published { key: glue::key(p, glue::PER_NODE_SUFFIX), value: class.per_node.to_string(), kind: Kind::Static });
+        out.push(Published {
+            key: glue::key(p, glue::PER_NODE_SUFFIX),
+            value: class.per_node.to_string(),
+            kind: Kind::Static,
+        });
         for (name, value) in &class.attributes {
             out.push(Published { key: format!("{p}{name}"), value: value.clone(), kind: Kind::Static });
         }
@@ -85,14 +89,21 @@ pub fn virtual_attributes(v: &VirtualEnvironment) -> Vec<Published> {
     ]
 }
 
-
 /// Renders every entry the strategies call for, parents before children.
 /// An empty `strategies` gives the bare GLUE 2.0 entries with no CDER data
 /// (the benchmark's baseline).
-pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strategy]) -> Result<Vec<Entry>, ProviderError> {
+pub fn render(
+    config: &ProviderConfig,
+    snapshot: &Snapshot,
+    strategies: &[Strategy],
+) -> Result<Vec<Entry>, ProviderError> {
     let set: BTreeSet<Strategy> = strategies.iter().copied().collect();
-    let as_other_info = |kind: Kind| set.contains(&Strategy::AttributeExtension) || (kind == Kind::Static && set.contains(&Strategy::Hybrid));
-    let as_extension = |kind: Kind| set.contains(&Strategy::ClassExtension) || (kind == Kind::Dynamic && set.contains(&Strategy::Hybrid));
+    let as_other_info = |kind: Kind| {
+        set.contains(&Strategy::AttributeExtension) || (kind == Kind::Static && set.contains(&Strategy::Hybrid))
+    };
+    let as_extension = |kind: Kind| {
+        set.contains(&Strategy::ClassExtension) || (kind == Kind::Dynamic && set.contains(&Strategy::Hybrid))
+    };
     let glue2 = set.iter().any(|s| *s != Strategy::TaggedEnvironment) || set.is_empty();
 
     let site = &config.site;
@@ -204,11 +215,21 @@ pub fn render(config: &ProviderConfig, snapshot: &Snapshot, strategies: &[Strate
 
 /// Every ExecutionEnvironment of the snapshot with its group and counts.
 fn environments(snapshot: &Snapshot) -> impl Iterator<Item = (&NodeGroup, &GroupCounts, Environment<'_>)> {
-    snapshot.groups.iter().flat_map(|(group, counts)| group.environments().into_iter().map(move |env| (group, counts, env)))
+    snapshot
+        .groups
+        .iter()
+        .flat_map(|(group, counts)| group.environments().into_iter().map(move |env| (group, counts, env)))
 }
 
 /// Pushes `entity` with its OtherInfo values, then its Extension children.
-fn attach(entries: &mut Vec<Entry>, mut entity: Entry, id: &str, attrs: &[Published], as_other_info: impl Fn(Kind) -> bool, as_extension: impl Fn(Kind) -> bool) {
+fn attach(
+    entries: &mut Vec<Entry>,
+    mut entity: Entry,
+    id: &str,
+    attrs: &[Published],
+    as_other_info: impl Fn(Kind) -> bool,
+    as_extension: impl Fn(Kind) -> bool,
+) {
     for a in attrs.iter().filter(|a| as_other_info(a.kind)) {
         entity.push("GLUE2EntityOtherInfo", format!("{}={}", a.key, a.value));
     }
@@ -230,7 +251,9 @@ fn attach(entries: &mut Vec<Entry>, mut entity: Entry, id: &str, attrs: &[Publis
 /// JDL matches), `Key=Value` per attribute, and the vGPGPU methods.
 fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<Entry>, ProviderError> {
     let cluster = config.site.cluster_id.as_ref().map(|c| c.get_ref().clone()).ok_or_else(|| {
-        ProviderError::Input("site.cluster_id (the GLUE 1.3 GlueClusterUniqueID) is required by the tagged-environment strategy".into())
+        ProviderError::Input(
+            "site.cluster_id (the GLUE 1.3 GlueClusterUniqueID) is required by the tagged-environment strategy".into(),
+        )
     })?;
     let cluster_dn = format!("GlueClusterUniqueID={cluster},{GLUE13_SUFFIX}");
     let mut entries = Vec::new();
@@ -249,7 +272,8 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
     for (group, counts, env) in environments(snapshot) {
         let g = &group.config;
         let mut s = Entry::new(format!("GlueSubClusterUniqueID={},{cluster_dn}", env.id));
-        for class in ["GlueClusterTop", "GlueSubCluster", "GlueHostApplicationSoftware", "GlueKey", "GlueSchemaVersion"] {
+        for class in ["GlueClusterTop", "GlueSubCluster", "GlueHostApplicationSoftware", "GlueKey", "GlueSchemaVersion"]
+        {
             s.push("objectClass", class);
         }
         s.push("GlueSubClusterUniqueID", env.id.clone());

@@ -30,7 +30,14 @@ memory_mb = 1024
 fn run(dir: &Path, config: &[u8], args: &[&str]) -> Output {
     let path = dir.join("glue-provider.toml");
     std::fs::write(&path, config).unwrap();
-    Command::new(BIN).arg("--config").arg(&path).args(args).stdin(Stdio::null()).env_remove("CDER_GLUE_CONFIG").output().unwrap()
+    Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("CDER_GLUE_CONFIG")
+        .output()
+        .unwrap()
 }
 
 fn assert_failed(out: &Output, code: i32, needles: &[&str]) -> String {
@@ -83,7 +90,9 @@ fn non_utf8_model_name_is_located() {
 fn unreachable_cderd_is_a_runtime_failure() {
     let dir = tempfile::tempdir().unwrap();
     let socket: PathBuf = dir.path().join("no-cderd.sock");
-    let config = SITE.replace("source = \"static\"", &format!("source = \"cderd\"\nsocket = \"{}\"", socket.display())).replace("wn[01-16]", "wn01");
+    let config = SITE
+        .replace("source = \"static\"", &format!("source = \"cderd\"\nsocket = \"{}\"", socket.display()))
+        .replace("wn[01-16]", "wn01");
     let out = run(dir.path(), config.as_bytes(), &[]);
     assert_failed(&out, 1, &["cderd status", "cannot connect to cderd", "no-cderd.sock"]);
 }
@@ -99,7 +108,8 @@ fn unreachable_lrms_is_a_runtime_failure() {
     let script = dir.path().join("pbsnodes");
     std::fs::write(&script, "#!/bin/sh\necho 'pbsnodes: cannot connect to server ce.example.org, error=111 (Connection refused)' >&2\nexit 1\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let config = SITE.replace("source = \"static\"", &format!("source = \"torque\"\npbsnodes = \"{}\"", script.display()));
+    let config =
+        SITE.replace("source = \"static\"", &format!("source = \"torque\"\npbsnodes = \"{}\"", script.display()));
     let out = run(dir.path(), config.as_bytes(), &[]);
     assert_failed(&out, 1, &["pbsnodes -x failed", "Connection refused"]);
 }
@@ -109,9 +119,12 @@ fn non_utf8_lrms_output_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     // A fake scontrol whose GRES type (the model) is not UTF-8.
     let script = dir.path().join("scontrol");
-    std::fs::write(&script, b"#!/bin/sh\nprintf 'NodeName=wn01 Gres=gpu:gts\\37750:2 GresUsed=gpu:0 State=IDLE\\n'\n").unwrap();
+    std::fs::write(&script, b"#!/bin/sh\nprintf 'NodeName=wn01 Gres=gpu:gts\\37750:2 GresUsed=gpu:0 State=IDLE\\n'\n")
+        .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let config = SITE.replace("source = \"static\"", &format!("source = \"slurm\"\nscontrol = \"{}\"", script.display())).replace("wn[01-16]", "wn01");
+    let config = SITE
+        .replace("source = \"static\"", &format!("source = \"slurm\"\nscontrol = \"{}\"", script.display()))
+        .replace("wn[01-16]", "wn01");
     let out = run(dir.path(), config.as_bytes(), &[]);
     assert_failed(&out, 1, &["scontrol output line 1: not valid UTF-8"]);
 }

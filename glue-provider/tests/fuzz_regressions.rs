@@ -62,7 +62,11 @@ fn static_totals_past_u32_are_refused() {
 #[test]
 fn lrms_sums_past_u32_are_refused() {
     let groups = node_groups(&parse(&config("slurm", "wn[01-02]", "2")).unwrap()).unwrap();
-    let slurm = SlurmCounts { scontrol: "scontrol".into(), gres: [("gpgpu".to_string(), "gpu".to_string())].into(), timeout: Duration::from_secs(1) };
+    let slurm = SlurmCounts {
+        scontrol: "scontrol".into(),
+        gres: [("gpgpu".to_string(), "gpu".to_string())].into(),
+        timeout: Duration::from_secs(1),
+    };
     let one_node = b"NodeName=wn01 Gres=gpu:x:4294967295,gpu:y:1 GresUsed=gpu:0 State=IDLE\nNodeName=wn02 Gres=gpu:2 GresUsed=gpu:0 State=IDLE\n";
     let e = slurm.counts_from_output(&groups, one_node).unwrap_err();
     assert!(e.to_string().contains("node wn01: the gpu items of Gres= add up past"), "{e}");

@@ -28,7 +28,11 @@ fn each_mig_profile_is_its_own_kind() {
     let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
     let dir = tempfile::tempdir().unwrap();
     let machine = dir.path().join("machine.json");
-    let instances = vec![instance(1, "3g.40gb", 2, 40192, 42), instance(2, "1g.10gb", 9, 9728, 14), instance(3, "1g.10gb", 10, 9728, 14)];
+    let instances = vec![
+        instance(1, "3g.40gb", 2, 40192, 42),
+        instance(2, "1g.10gb", 9, 9728, 14),
+        instance(3, "1g.10gb", 10, 9728, 14),
+    ];
     let mig = [FakeMig { device: 0, enabled: true, max_count: 7, instances: instances.clone() }];
     FakeNvml { devices: vec![gpu(0), gpu(1)], fail: vec![] }.write_with_mig(&mig, &machine).unwrap();
     std::env::set_var("CDER_FAKE_NVML", &machine);
@@ -54,13 +58,25 @@ fn each_mig_profile_is_its_own_kind() {
     let config = cder_glue_provider::ProviderConfig::parse(&provider, &dir.path().join("glue-provider.toml")).unwrap();
     let groups = cder_glue_provider::site::node_groups(&config).unwrap();
     let classes = &groups[0].classes;
-    let kinds: Vec<(&str, Option<&str>, u32, Vec<&str>)> =
-        classes.iter().map(|c| (c.key.as_str(), c.attribute("Model"), c.per_node, c.members.iter().map(String::as_str).collect())).collect();
+    let kinds: Vec<(&str, Option<&str>, u32, Vec<&str>)> = classes
+        .iter()
+        .map(|c| (c.key.as_str(), c.attribute("Model"), c.per_node, c.members.iter().map(String::as_str).collect()))
+        .collect();
     assert_eq!(
         kinds,
         vec![
-            ("gpgpu-NVIDIA-A100-SXM4-80GB-MIG-3g-40gb", Some("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), 1, vec![instances[0].uuid.as_str()]),
-            ("gpgpu-NVIDIA-A100-SXM4-80GB-MIG-1g-10gb", Some("NVIDIA A100-SXM4-80GB MIG 1g.10gb"), 2, vec![instances[1].uuid.as_str(), instances[2].uuid.as_str()]),
+            (
+                "gpgpu-NVIDIA-A100-SXM4-80GB-MIG-3g-40gb",
+                Some("NVIDIA A100-SXM4-80GB MIG 3g.40gb"),
+                1,
+                vec![instances[0].uuid.as_str()]
+            ),
+            (
+                "gpgpu-NVIDIA-A100-SXM4-80GB-MIG-1g-10gb",
+                Some("NVIDIA A100-SXM4-80GB MIG 1g.10gb"),
+                2,
+                vec![instances[1].uuid.as_str(), instances[2].uuid.as_str()]
+            ),
             ("gpgpu-NVIDIA-A100-SXM4-80GB", Some("NVIDIA A100-SXM4-80GB"), 1, vec![gpu(1).uuid.as_str()]),
         ],
         "{classes:#?}"
@@ -68,5 +84,12 @@ fn each_mig_profile_is_its_own_kind() {
     assert_eq!(classes[1].attribute("MainMemorySize"), Some("9728"));
     assert_eq!(classes[1].attribute("MP"), Some("14"));
     let ids: Vec<String> = groups[0].environments().into_iter().map(|e| e.id).collect();
-    assert_eq!(ids, ["a100_gpgpu-NVIDIA-A100-SXM4-80GB-MIG-3g-40gb", "a100_gpgpu-NVIDIA-A100-SXM4-80GB-MIG-1g-10gb", "a100_gpgpu-NVIDIA-A100-SXM4-80GB"]);
+    assert_eq!(
+        ids,
+        [
+            "a100_gpgpu-NVIDIA-A100-SXM4-80GB-MIG-3g-40gb",
+            "a100_gpgpu-NVIDIA-A100-SXM4-80GB-MIG-1g-10gb",
+            "a100_gpgpu-NVIDIA-A100-SXM4-80GB"
+        ]
+    );
 }

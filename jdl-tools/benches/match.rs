@@ -132,7 +132,10 @@ fn main() {
                 let m_ref = v["matches"].as_u64().unwrap() as usize;
                 let rank_ref = v["rank_sum"].as_f64().unwrap();
                 assert_eq!(m_ref, m_thesis, "classad2 found a different number of matches");
-                assert!((rank_ref - rank_thesis).abs() <= 1e-9 * rank_ref.abs().max(1.0), "rank sums differ: {rank_ref} vs {rank_thesis}");
+                assert!(
+                    (rank_ref - rank_thesis).abs() <= 1e-9 * rank_ref.abs().max(1.0),
+                    "rank sums differ: {rank_ref} vs {rank_thesis}"
+                );
                 println!(
                     "  classad2 (Python):       {:.4} s, {:.1} ns/match, {:.3} M matches/s",
                     t_ref,

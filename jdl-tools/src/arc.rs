@@ -40,20 +40,14 @@ pub struct XrslError {
 }
 
 fn err(key: &str, message: impl Into<String>) -> XrslError {
-    XrslError {
-        key: key.into(),
-        message: message.into(),
-    }
+    XrslError { key: key.into(), message: message.into() }
 }
 
 /// One xRSL string literal: `"…"` with inner quotes doubled; control
 /// characters refused (`key` names the JDL attribute in the error).
 pub fn quote(key: &str, s: &str) -> Result<String, XrslError> {
     if let Some(c) = s.chars().find(|c| c.is_control()) {
-        return Err(err(
-            key,
-            format!("{s:?} holds the control character {c:?}, which xRSL cannot carry"),
-        ));
+        return Err(err(key, format!("{s:?} holds the control character {c:?}, which xRSL cannot carry")));
     }
     Ok(format!("\"{}\"", s.replace('"', "\"\"")))
 }
@@ -77,19 +71,13 @@ fn string_list(job: &ClassAd, key: &str) -> Result<Vec<String>, XrslError> {
                 other => Err(err(key, format!("{other} is not a string"))),
             })
             .collect(),
-        Some(v) => Err(err(
-            key,
-            format!("must be a string or a list of strings, not {v}"),
-        )),
+        Some(v) => Err(err(key, format!("must be a string or a list of strings, not {v}"))),
     }
 }
 
 /// The name a local file has in the job's session directory.
 fn session_name(key: &str, path: &str) -> Result<String, XrslError> {
-    let name = Path::new(path)
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
+    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     if name.is_empty() || name == "." || name == ".." {
         return Err(err(key, format!("{path:?} names no file")));
     }
@@ -135,10 +123,8 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
         if let Some(c) = args.chars().find(|c| "\"'\\$`;&|<>(){}*?".contains(*c)) {
             return Err(err(keys::ARGUMENTS, format!("{args:?}: {c:?} would be read by gLite's shell but not by ARC; write plain words separated by blanks")));
         }
-        let words: Vec<String> = args
-            .split_whitespace()
-            .map(|w| quote(keys::ARGUMENTS, w))
-            .collect::<Result<_, _>>()?;
+        let words: Vec<String> =
+            args.split_whitespace().map(|w| quote(keys::ARGUMENTS, w)).collect::<Result<_, _>>()?;
         if !words.is_empty() {
             out.push_str(&format!(" (arguments={})\n", words.join(" ")));
         }
@@ -157,11 +143,7 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     if !inputs.is_empty() {
         out.push_str(" (inputfiles=");
         for (name, src) in &inputs {
-            out.push_str(&format!(
-                "({} {})",
-                quote(keys::INPUT_SANDBOX, name)?,
-                quote(keys::INPUT_SANDBOX, src)?
-            ));
+            out.push_str(&format!("({} {})", quote(keys::INPUT_SANDBOX, name)?, quote(keys::INPUT_SANDBOX, src)?));
         }
         out.push_str(")\n");
     }
@@ -178,23 +160,16 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     if !env.is_empty() {
         out.push_str(" (environment=");
         for kv in &env {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| err(keys::ENVIRONMENT, format!("{kv:?} has no '='")))?;
+            let (k, v) = kv.split_once('=').ok_or_else(|| err(keys::ENVIRONMENT, format!("{kv:?} has no '='")))?;
             if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(err(keys::ENVIRONMENT, format!("{k:?} is not a variable name")));
             }
-            out.push_str(&format!(
-                "({} {})",
-                quote(keys::ENVIRONMENT, k)?,
-                quote(keys::ENVIRONMENT, v)?
-            ));
+            out.push_str(&format!("({} {})", quote(keys::ENVIRONMENT, k)?, quote(keys::ENVIRONMENT, v)?));
         }
         out.push_str(")\n");
     }
     if let Some(n) = resources.gpgpus_per_node {
-        let n = cder_request::check_count(n)
-            .map_err(|e| err(keys::GPGPU_PER_NODE, format!("{n}: {e}")))?;
+        let n = cder_request::check_count(n).map_err(|e| err(keys::GPGPU_PER_NODE, format!("{n}: {e}")))?;
         out.push_str(&format!(
             " (runtimeenvironment={} {})\n",
             quote(keys::GPGPU_PER_NODE, GPGPU_RTE)?,
@@ -203,12 +178,9 @@ pub fn xrsl(job: &ClassAd, dir: &Path) -> Result<String, XrslError> {
     }
     // Per node, as the SPANK option: job_submit multiplies by the nodes.
     if let (Some(v), Some(method)) = (resources.vgpgpus_per_node, &resources.vgpgpu_method) {
-        let v = cder_request::check_count(v)
-            .map_err(|e| err(keys::VIRTUAL_GPGPU_PER_NODE, format!("{v}: {e}")))?;
+        let v = cder_request::check_count(v).map_err(|e| err(keys::VIRTUAL_GPGPU_PER_NODE, format!("{v}: {e}")))?;
         let method: cder_request::VgpgpuMethod =
-            method.parse().map_err(|e: cder_request::UnknownMethod| {
-                err(keys::VIRTUAL_GPGPU_METHOD, e.to_string())
-            })?;
+            method.parse().map_err(|e: cder_request::UnknownMethod| err(keys::VIRTUAL_GPGPU_METHOD, e.to_string()))?;
         out.push_str(&format!(
             " (runtimeenvironment={} {} {})\n",
             quote(keys::VIRTUAL_GPGPU_PER_NODE, VGPGPU_RTE)?,
@@ -273,7 +245,10 @@ mod tests {
             ("[ Executable = \"/bin/x\"; StdOutput = \"a\\nb\" ]", "StdOutput"),
             ("[ Executable = \"/bin/x\"; Arguments = \"a; rm\" ]", "Arguments"),
             ("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 0 ]", "VirtualGPGPUPerNode"),
-            ("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"cuda\" ]", "VirtualGPGPUMethod"),
+            (
+                "[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"cuda\" ]",
+                "VirtualGPGPUMethod",
+            ),
             ("[ Arguments = \"a\" ]", "Executable"),
         ] {
             let e = xrsl(&ad(text), d).unwrap_err();
@@ -286,18 +261,12 @@ mod tests {
     #[test]
     fn vgpgpu_request_becomes_its_runtime_environment() {
         let d = Path::new("/nonexistent");
-        let x = xrsl(&ad("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]"), d).unwrap();
-        assert!(
-            x.contains("(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")"),
-            "{x}"
-        );
+        let x =
+            xrsl(&ad("[ Executable = \"/bin/x\"; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]"), d).unwrap();
+        assert!(x.contains("(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")"), "{x}");
         assert!(!x.contains("ENV/GPGPU\""), "{x}");
         // No method: rCUDA, as everywhere else; both kinds: both RTEs.
-        let x = xrsl(
-            &ad("[ Executable = \"/bin/x\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 2 ]"),
-            d,
-        )
-        .unwrap();
+        let x = xrsl(&ad("[ Executable = \"/bin/x\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 2 ]"), d).unwrap();
         assert!(
             x.contains("(runtimeenvironment=\"ENV/VGPGPU\" \"2\" \"rCUDA\")")
                 && x.contains("(runtimeenvironment=\"ENV/GPGPU\" \"1\")"),
@@ -307,16 +276,9 @@ mod tests {
 
     #[test]
     fn no_request_no_runtime_environment() {
-        let x = xrsl(
-            &ad("[ Executable = \"/bin/hostname\" ]"),
-            Path::new("/nonexistent"),
-        )
-        .unwrap();
+        let x = xrsl(&ad("[ Executable = \"/bin/hostname\" ]"), Path::new("/nonexistent")).unwrap();
         assert!(!x.contains("runtimeenvironment"), "{x}");
         assert!(x.starts_with("&(executable=\"/bin/hostname\")"), "{x}");
-        assert_eq!(
-            arcsub_args(&["https://a:443/arex", "b"]),
-            ["-T", "arcrest", "-C", "https://a:443/arex", "-C", "b"]
-        );
+        assert_eq!(arcsub_args(&["https://a:443/arex", "b"]), ["-T", "arcrest", "-C", "https://a:443/arex", "-C", "b"]);
     }
 }

@@ -92,11 +92,17 @@ pub fn check_ad(ad: &ClassAd) -> Vec<Diagnostic> {
             }
         }
     }
-    if let (Some(a), Value::Int(g), Value::Int(r)) =
-        (ad.attribute(keys::htcondor::REQUEST_GPUS), ad.eval_attr(keys::GPGPU_PER_NODE), ad.eval_attr(keys::htcondor::REQUEST_GPUS))
-    {
+    if let (Some(a), Value::Int(g), Value::Int(r)) = (
+        ad.attribute(keys::htcondor::REQUEST_GPUS),
+        ad.eval_attr(keys::GPGPU_PER_NODE),
+        ad.eval_attr(keys::htcondor::REQUEST_GPUS),
+    ) {
         if g != r {
-            out.push(Diagnostic { pos: a.pos, severity: Severity::Error, message: format!("{} {r} contradicts {} {g}", a.name, keys::GPGPU_PER_NODE) });
+            out.push(Diagnostic {
+                pos: a.pos,
+                severity: Severity::Error,
+                message: format!("{} {r} contradicts {} {g}", a.name, keys::GPGPU_PER_NODE),
+            });
         }
     }
     for key in [keys::htcondor::GPUS_MINIMUM_CAPABILITY, keys::htcondor::GPUS_MINIMUM_MEMORY] {
@@ -160,7 +166,12 @@ fn unknown_functions(e: &Expr, out: &mut Vec<Diagnostic>) {
                     out.push(Diagnostic {
                         pos: c.pos,
                         severity: Severity::Warning,
-                        message: format!("{} takes {}, not {} (the call evaluates to error)", c.name, arity_text(lo, hi), c.args.len()),
+                        message: format!(
+                            "{} takes {}, not {} (the call evaluates to error)",
+                            c.name,
+                            arity_text(lo, hi),
+                            c.args.len()
+                        ),
                     });
                 }
             }
@@ -246,16 +257,18 @@ fn static_type(e: &Expr, ad: &ClassAd, depth: u32) -> Option<Ty> {
         Expr::Call(c) => {
             use Func::*;
             match c.func {
-                Member | IdenticalMember | Regexp | RegexpMember | StringListMember | StringListIMember | IsUndefined
-                | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList | IsClassAd | AnyCompare | AllCompare => {
-                    Some(Ty::Bool)
-                }
+                Member | IdenticalMember | Regexp | RegexpMember | StringListMember | StringListIMember
+                | IsUndefined | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList | IsClassAd
+                | AnyCompare | AllCompare => Some(Ty::Bool),
                 Int | Real | Floor | Ceiling | Round | Pow | Size | Sum | Avg | Min | Max | StringListSize
-                | StringListSum | StringListAvg | StringListMin | StringListMax | Time | Strcmp | Stricmp => Some(Ty::Number),
+                | StringListSum | StringListAvg | StringListMin | StringListMax | Time | Strcmp | Stricmp => {
+                    Some(Ty::Number)
+                }
                 String | Strcat | Substr | ToUpper | ToLower => Some(Ty::Str),
                 Bool => Some(Ty::Bool),
                 IfThenElse => {
-                    let (x, y) = (static_type(c.args.get(1)?, ad, depth + 1)?, static_type(c.args.get(2)?, ad, depth + 1)?);
+                    let (x, y) =
+                        (static_type(c.args.get(1)?, ad, depth + 1)?, static_type(c.args.get(2)?, ad, depth + 1)?);
                     (x == y).then_some(x)
                 }
                 Unknown => None,
@@ -283,7 +296,8 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_with_its_position() {
-        let src = "[\n Requirements = \"yes\";\n GPGPUPerNode = -1;\n VirtualGPGPUType = \"VMware\";\n Rank = nope(1)\n]";
+        let src =
+            "[\n Requirements = \"yes\";\n GPGPUPerNode = -1;\n VirtualGPGPUType = \"VMware\";\n Rank = nope(1)\n]";
         assert_eq!(
             msgs(src),
             vec![
@@ -308,7 +322,11 @@ mod tests {
     fn gpgpu_counts_may_be_expressions() {
         assert_eq!(msgs("[ N = 2; GPGPUPerNode = N * 2 ]").len(), 0);
         assert_eq!(msgs("[ GPGPUPerNode = 1.5 ]").len(), 1);
-        assert_eq!(msgs("[ RequestGPUs = 2; GPGPUPerNode = 2; gpus_minimum_capability = 7.5; gpus_minimum_memory = 16000 ]").len(), 0);
+        assert_eq!(
+            msgs("[ RequestGPUs = 2; GPGPUPerNode = 2; gpus_minimum_capability = 7.5; gpus_minimum_memory = 16000 ]")
+                .len(),
+            0
+        );
         assert_eq!(msgs("[ RequestGPUs = 0 ]").len(), 1);
         assert_eq!(msgs("[ RequestGPUs = 2; GPGPUPerNode = 3 ]").len(), 1);
         assert_eq!(msgs("[ gpus_minimum_capability = \"seven\" ]").len(), 1);

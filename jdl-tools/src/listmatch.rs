@@ -14,14 +14,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use cder_classad::ast::{BinOp, ClassAd, Expr, Scope};
-use cder_request::{glue, keys};
 use crate::bdii::offers::Offer;
 use crate::bdii::query::Wanted;
-use cder_classad::eval::{truth, Truth};
 use crate::jdl::VIRTUAL_GPGPU_METHODS;
+use cder_classad::ast::{BinOp, ClassAd, Expr, Scope};
+use cder_classad::eval::{truth, Truth};
 use cder_classad::matchmaking::CompiledRequest;
 use cder_classad::value::Value;
+use cder_request::{glue, keys};
 
 /// A named Rank.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -106,7 +106,11 @@ impl Request {
         let mut requirements = job.lookup(keys::REQUIREMENTS).cloned().unwrap_or(Expr::Lit(Value::Bool(true)));
         positive_int(job, keys::CPU_NUMBER)?;
         let vcount = positive_int(job, keys::VIRTUAL_GPGPU_PER_NODE)?;
-        let method_key = if job.lookup(keys::VIRTUAL_GPGPU_METHOD).is_some() { keys::VIRTUAL_GPGPU_METHOD } else { keys::VIRTUAL_GPGPU_TYPE };
+        let method_key = if job.lookup(keys::VIRTUAL_GPGPU_METHOD).is_some() {
+            keys::VIRTUAL_GPGPU_METHOD
+        } else {
+            keys::VIRTUAL_GPGPU_TYPE
+        };
         let method = match job.lookup(method_key) {
             None => None,
             Some(_) => match job.eval_attr(method_key) {
@@ -115,26 +119,40 @@ impl Request {
                         .iter()
                         .find(|m| m.eq_ignore_ascii_case(&s))
                         .map(|m| m.to_string())
-                        .ok_or_else(|| JobError { key: method_key.into(), message: format!("{s:?} is not one of {VIRTUAL_GPGPU_METHODS:?}") })?,
+                        .ok_or_else(|| JobError {
+                            key: method_key.into(),
+                            message: format!("{s:?} is not one of {VIRTUAL_GPGPU_METHODS:?}"),
+                        })?,
                 ),
                 v => return Err(JobError { key: method_key.into(), message: format!("must be a string, not {v}") }),
             },
         };
         if vcount.is_some() != method.is_some() {
             return Err(JobError {
-                key: if vcount.is_some() { keys::VIRTUAL_GPGPU_METHOD.into() } else { keys::VIRTUAL_GPGPU_PER_NODE.into() },
+                key: if vcount.is_some() {
+                    keys::VIRTUAL_GPGPU_METHOD.into()
+                } else {
+                    keys::VIRTUAL_GPGPU_PER_NODE.into()
+                },
                 message: "VirtualGPGPUPerNode and VirtualGPGPUMethod go together".into(),
             });
         }
         if let Some(m) = &method {
             // Thesis ch. 4: the per-node GPGPU test does not apply to virtual GPGPUs.
-            requirements = and(requirements, parse(&format!("MY.VirtualGPGPUPerNode * (isUndefined(MY.CPUNumber) ? 1 : MY.CPUNumber) <= TARGET.TotalVGPGPU_{m}")));
+            requirements = and(
+                requirements,
+                parse(&format!(
+                    "MY.VirtualGPGPUPerNode * (isUndefined(MY.CPUNumber) ? 1 : MY.CPUNumber) <= TARGET.TotalVGPGPU_{m}"
+                )),
+            );
         } else if positive_int(job, keys::GPGPU_PER_NODE)?.is_some() {
             requirements = and(requirements, parse("MY.GPGPUPerNode <= TARGET.GPGPUPerNode"));
         }
         let rank = match preset {
             Some(_) => Self::preset_rank(method.as_deref(), None),
-            None => job.lookup(keys::RANK).cloned().unwrap_or_else(|| parse("-TARGET.GlueCEStateEstimatedResponseTime")),
+            None => {
+                job.lookup(keys::RANK).cloned().unwrap_or_else(|| parse("-TARGET.GlueCEStateEstimatedResponseTime"))
+            }
         };
         let clauses = conjuncts(&requirements);
         Ok(Request { job: job.clone(), requirements, clauses, rank, preset, method })
@@ -177,12 +195,25 @@ impl Request {
             names.insert(glue::key(glue::GPGPU_PREFIX, glue::TOTAL_INSTANCES));
         }
         let all = names.clone();
-        let keys = names.into_iter().filter(|n| prefixes.iter().any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))).collect();
+        let keys = names
+            .into_iter()
+            .filter(|n| {
+                prefixes
+                    .iter()
+                    .any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))
+            })
+            .collect();
         let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr(keys::VIRTUAL_ORGANISATION) {
             Value::Str(s) => Some(s.to_string()),
             _ => None,
         });
-        Wanted { keys, prefixes: prefixes.iter().cloned().collect(), vo, vgpgpu: self.method.is_some(), names: Some(all) }
+        Wanted {
+            keys,
+            prefixes: prefixes.iter().cloned().collect(),
+            vo,
+            vgpgpu: self.method.is_some(),
+            names: Some(all),
+        }
     }
 }
 
@@ -288,7 +319,8 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
             // The thesis's supplemental formula needs the largest pool among the matches first.
             let total_key = Request::counts(request.method.as_deref()).1;
             let total_key = total_key.trim_start_matches("TARGET.");
-            let max = matched.iter().filter_map(|&i| offers[i].ad.eval_attr(total_key).as_number()).fold(0.0_f64, f64::max);
+            let max =
+                matched.iter().filter_map(|&i| offers[i].ad.eval_attr(total_key).as_number()).fold(0.0_f64, f64::max);
             let mut ad = request.ad();
             ad.insert(keys::RANK, Request::preset_rank(request.method.as_deref(), Some(max)));
             CompiledRequest::new(&ad)
@@ -303,7 +335,8 @@ pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchRe
             *slot = (r, i);
         }
     }
-    let mut matches: Vec<Match> = best.into_iter().map(|(ce, (rank, offer))| Match { ce_id: ce.to_string(), rank, offer }).collect();
+    let mut matches: Vec<Match> =
+        best.into_iter().map(|(ce, (rank, offer))| Match { ce_id: ce.to_string(), rank, offer }).collect();
     matches.sort_by(|a, b| b.rank.total_cmp(&a.rank).then_with(|| a.ce_id.cmp(&b.ce_id)));
     let mut excluded = Vec::new();
     if explain {
@@ -348,7 +381,14 @@ mod tests {
     use super::*;
 
     fn offer(ce: &str, src: &str) -> Offer {
-        Offer { ce_id: ce.into(), queue: None, share_id: None, ee_id: None, schema: "GLUE2", ad: ClassAd::parse(src).unwrap() }
+        Offer {
+            ce_id: ce.into(),
+            queue: None,
+            share_id: None,
+            ee_id: None,
+            schema: "GLUE2",
+            ad: ClassAd::parse(src).unwrap(),
+        }
     }
 
     fn job(src: &str) -> ClassAd {
@@ -398,7 +438,11 @@ mod tests {
 
     #[test]
     fn subscripted_names_are_wanted_too() {
-        let r = Request::new(&job("[ Requirements = other[\"GPGPUVendor\"] == \"Nvidia\"; Rank = other.GPGPUMainMemorySize ]"), None).unwrap();
+        let r = Request::new(
+            &job("[ Requirements = other[\"GPGPUVendor\"] == \"Nvidia\"; Rank = other.GPGPUMainMemorySize ]"),
+            None,
+        )
+        .unwrap();
         let w = r.wanted(&["GPGPU".to_string()], None);
         assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
         assert!(w.names.unwrap().contains("GPGPUVendor"));
@@ -406,7 +450,10 @@ mod tests {
 
     #[test]
     fn bad_vgpgpu_requests_are_rejected() {
-        assert_eq!(Request::new(&job("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"OpenCL\" ]"), None).unwrap_err().key, "VirtualGPGPUMethod");
+        assert_eq!(
+            Request::new(&job("[ VirtualGPGPUPerNode = 1; VirtualGPGPUMethod = \"OpenCL\" ]"), None).unwrap_err().key,
+            "VirtualGPGPUMethod"
+        );
         assert_eq!(Request::new(&job("[ VirtualGPGPUPerNode = 1 ]"), None).unwrap_err().key, "VirtualGPGPUMethod");
         assert_eq!(Request::new(&job("[ GPGPUPerNode = 0 ]"), None).unwrap_err().key, "GPGPUPerNode");
     }

@@ -218,7 +218,11 @@ fn count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
     match src.get(key) {
         None | Some(Value::Undefined) => Ok(None),
         Some(Value::Int(n)) if (1..=MAX_CPU_COUNT).contains(&n) => Ok(Some(n)),
-        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {MAX_CPU_COUNT}, not {v}") }),
+        Some(v) => Err(AttrError {
+            key: key.into(),
+            pos: src.pos(key),
+            message: format!("must be a whole number from 1 to {MAX_CPU_COUNT}, not {v}"),
+        }),
     }
 }
 
@@ -226,10 +230,16 @@ fn count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
 fn device_count(src: &dyn Source, key: &str) -> Result<Option<i64>, AttrError> {
     match src.get(key) {
         None | Some(Value::Undefined) => Ok(None),
-        Some(Value::Int(n)) => cder_request::check_count(n)
-            .map(|n| Some(i64::from(n)))
-            .map_err(|e| AttrError { key: key.into(), pos: src.pos(key), message: format!("{e}, not {n}") }),
-        Some(v) => Err(AttrError { key: key.into(), pos: src.pos(key), message: format!("must be a whole number from 1 to {}, not {v}", cder_request::MAX_COUNT) }),
+        Some(Value::Int(n)) => cder_request::check_count(n).map(|n| Some(i64::from(n))).map_err(|e| AttrError {
+            key: key.into(),
+            pos: src.pos(key),
+            message: format!("{e}, not {n}"),
+        }),
+        Some(v) => Err(AttrError {
+            key: key.into(),
+            pos: src.pos(key),
+            message: format!("must be a whole number from 1 to {}, not {v}", cder_request::MAX_COUNT),
+        }),
     }
 }
 
@@ -242,8 +252,11 @@ impl JobResources {
             Some(Value::Bool(b)) => b,
             Some(v) => return Err(err(keys::WHOLE_NODES, format!("must be true or false, not {v}"))),
         };
-        let method_key =
-            if src.get(keys::VIRTUAL_GPGPU_METHOD).is_some() { keys::VIRTUAL_GPGPU_METHOD } else { keys::VIRTUAL_GPGPU_TYPE };
+        let method_key = if src.get(keys::VIRTUAL_GPGPU_METHOD).is_some() {
+            keys::VIRTUAL_GPGPU_METHOD
+        } else {
+            keys::VIRTUAL_GPGPU_TYPE
+        };
         let method = match src.get(method_key) {
             None | Some(Value::Undefined) => None,
             Some(Value::Str(s)) => Some(s.parse::<VgpgpuMethod>().map_err(|e| err(method_key, e.to_string()))?),
@@ -274,17 +287,22 @@ impl JobResources {
             }
         };
         let gpus_minimum_capability = match text(htc::GPUS_MINIMUM_CAPABILITY)? {
-            Some(t) => Some(cder_request::parse_capability(&t).map_err(|e| err(htc::GPUS_MINIMUM_CAPABILITY, e.to_string()))?),
+            Some(t) => {
+                Some(cder_request::parse_capability(&t).map_err(|e| err(htc::GPUS_MINIMUM_CAPABILITY, e.to_string()))?)
+            }
             None => None,
         };
         let gpus_minimum_memory = match text(htc::GPUS_MINIMUM_MEMORY)? {
-            Some(t) => Some(cder_request::parse_gpu_memory(&t).map_err(|e| err(htc::GPUS_MINIMUM_MEMORY, e.to_string()))?),
+            Some(t) => {
+                Some(cder_request::parse_gpu_memory(&t).map_err(|e| err(htc::GPUS_MINIMUM_MEMORY, e.to_string()))?)
+            }
             None => None,
         };
         match src.get(htc::REQUIRE_GPUS) {
             None | Some(Value::Undefined) | Some(Value::Bool(_)) => {}
             Some(Value::Str(expr)) => {
-                cder_classad::parser::parse_expr(&expr).map_err(|e| err(htc::REQUIRE_GPUS, format!("not a ClassAd expression ({e})")))?;
+                cder_classad::parser::parse_expr(&expr)
+                    .map_err(|e| err(htc::REQUIRE_GPUS, format!("not a ClassAd expression ({e})")))?;
             }
             Some(v) => return Err(err(htc::REQUIRE_GPUS, format!("must be a ClassAd expression, not {v}"))),
         }
@@ -305,7 +323,10 @@ impl JobResources {
                 let factor = r.cpus.unwrap_or(1);
                 return Err(err(
                     keys::VIRTUAL_GPGPU_PER_NODE,
-                    format!("{v} per node for {factor} CPUs exceeds {} vGPGPUs for one job", cder_request::MAX_JOB_TOTAL),
+                    format!(
+                        "{v} per node for {factor} CPUs exceeds {} vGPGPUs for one job",
+                        cder_request::MAX_JOB_TOTAL
+                    ),
                 ));
             }
         }
@@ -348,7 +369,8 @@ impl JobResources {
 /// The directives (and `export` lines) for a job, one per line.
 pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
     let mut out = Vec::new();
-    let licence = r.vgpgpu_method.as_ref().map(|_| s.licence.clone().unwrap_or_else(|| names::VGPGPU_LICENCE.to_string()));
+    let licence =
+        r.vgpgpu_method.as_ref().map(|_| s.licence.clone().unwrap_or_else(|| names::VGPGPU_LICENCE.to_string()));
     match s.lrms {
         Lrms::Slurm => {
             if let Some(c) = r.cpus {
@@ -389,7 +411,11 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if let (Some(n), PbsGpus::Maui) = (gpus, s.pbs_gpus) {
                 out.push(format!("#PBS -W x=GRES:{}", names::maui_gres(&s.maui_gres, n as u32)));
                 // MAUI's request never reaches pbs_mom: the prologue reads this mark.
-                out.push(format!("#PBS -l {}={}", names::PBS_MARK_RESOURCE, names::pbs_mark_value(cder_request::GPGPU, n as u32)));
+                out.push(format!(
+                    "#PBS -l {}={}",
+                    names::PBS_MARK_RESOURCE,
+                    names::pbs_mark_value(cder_request::GPGPU, n as u32)
+                ));
             }
             // TORQUE counts vGPGPUs through the filter's hold and the
             // registry monitor, whichever scheduler runs.
@@ -426,38 +452,82 @@ mod tests {
 
     #[test]
     fn gpgpus_per_node_in_each_lrms() {
-        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Slurm)).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
-        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Pbs)).unwrap(), ["#PBS -l nodes=1:gpus=2", "export GPGPUPerNode=2"]);
+        assert_eq!(
+            lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Slurm)).unwrap(),
+            ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]
+        );
+        assert_eq!(
+            lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Pbs)).unwrap(),
+            ["#PBS -l nodes=1:gpus=2", "export GPGPUPerNode=2"]
+        );
         let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
-        assert_eq!(lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(), ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(
+            lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(),
+            ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]
+        );
     }
 
     #[test]
     fn htcondor_request_gpus_is_the_same_count() {
         let slurm = Settings::new(Lrms::Slurm);
         assert_eq!(lines("[ RequestGPUs = 2 ]", &slurm).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
-        assert_eq!(lines("[ RequestGPUs = 2; GPGPUPerNode = 2 ]", &slurm).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+        assert_eq!(
+            lines("[ RequestGPUs = 2; GPGPUPerNode = 2 ]", &slurm).unwrap(),
+            ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]
+        );
         assert_eq!(lines("[ RequestGPUs = 2; GPGPUPerNode = 3 ]", &slurm).unwrap_err().key, "RequestGPUs");
         let blahp = Settings { blahp_writes_gpus: true, ..Settings::new(Lrms::Slurm) };
         assert_eq!(lines("[ RequestGPUs = 2 ]", &blahp).unwrap(), ["export GPGPUPerNode=2"]);
         assert_eq!(lines("[ GPGPUPerNode = 2 ]", &blahp).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
         assert_eq!(lines("[ gpus_minimum_memory = 0 ]", &slurm).unwrap_err().key, "gpus_minimum_memory");
         assert_eq!(lines("[ require_gpus = \"Capability >\" ]", &slurm).unwrap_err().key, "require_gpus");
-        assert_eq!(lines("[ VirtualGPGPUPerNode = 1048576; CPUNumber = 1048576 ]", &slurm).unwrap_err().key, "VirtualGPGPUPerNode");
+        assert_eq!(
+            lines("[ VirtualGPGPUPerNode = 1048576; CPUNumber = 1048576 ]", &slurm).unwrap_err().key,
+            "VirtualGPGPUPerNode"
+        );
     }
 
     #[test]
     fn cpus_granularity_and_whole_nodes() {
-        let s = lines("[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]", &Settings::new(Lrms::Slurm)).unwrap();
-        assert_eq!(s[..5], ["#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4", "#SBATCH --nodes=2", "#SBATCH --exclusive", "#SBATCH --gres=gpu:1"]);
-        let p = lines("[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]", &Settings::new(Lrms::Pbs)).unwrap();
+        let s = lines(
+            "[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]",
+            &Settings::new(Lrms::Slurm),
+        )
+        .unwrap();
+        assert_eq!(
+            s[..5],
+            [
+                "#SBATCH --ntasks=8",
+                "#SBATCH --ntasks-per-node=4",
+                "#SBATCH --nodes=2",
+                "#SBATCH --exclusive",
+                "#SBATCH --gres=gpu:1"
+            ]
+        );
+        let p = lines(
+            "[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]",
+            &Settings::new(Lrms::Pbs),
+        )
+        .unwrap();
         assert_eq!(p[..2], ["#PBS -l nodes=2:ppn=4:gpus=1", "#PBS -n"]);
     }
 
     #[test]
     fn vgpgpus_become_licences_and_variables() {
-        let s = lines("[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 3 ]", &Settings::new(Lrms::Slurm)).unwrap();
-        assert_eq!(s, ["#SBATCH --ntasks=3", "#SBATCH --licenses=vgpgpu:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
+        let s = lines(
+            "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 3 ]",
+            &Settings::new(Lrms::Slurm),
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            [
+                "#SBATCH --ntasks=3",
+                "#SBATCH --licenses=vgpgpu:6",
+                "export VirtualGPGPUPerNode=2",
+                "export VirtualGPGPUMethod=rCUDA"
+            ]
+        );
         let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
         let p = lines("[ VirtualGPGPUPerNode = 1; VirtualGPGPUType = \"VCL\"; GPGPUPerNode = 1 ]", &maui).unwrap();
         assert!(p.contains(&"#PBS -W x=GRES:gpus@1".to_string()), "{p:?}");

@@ -18,7 +18,10 @@ pub fn celist(ce_ids: &[&str]) -> Expr {
     let eq = |ce: &str| {
         Expr::Binary(
             BinOp::Eq,
-            Box::new((Expr::Attr { scope: Scope::Target, sym: Sym::of("GlueCEUniqueID"), name: "GlueCEUniqueID".into() }, Expr::Lit(Value::str(ce)))),
+            Box::new((
+                Expr::Attr { scope: Scope::Target, sym: Sym::of("GlueCEUniqueID"), name: "GlueCEUniqueID".into() },
+                Expr::Lit(Value::str(ce)),
+            )),
         )
     };
     let mut it = ce_ids.iter();
@@ -51,7 +54,8 @@ pub fn restrict(job: &ClassAd, ce_ids: &[&str]) -> ClassAd {
 pub fn render(ad: &ClassAd) -> String {
     let mut s = String::from("[\n");
     for (name, expr) in ad.iter() {
-        let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if plain {
             s.push_str(&format!("  {name} = {expr:#};\n"));
         } else {
@@ -106,7 +110,11 @@ pub fn run_submit(argv: &[String], jdl: &Path, env: &[(String, String)]) -> Resu
 /// The job id in `glite-wms-job-submit` output: the last line that is an
 /// `https://…` URL (the first names the WMProxy it connected to).
 pub fn wms_job_id(stdout: &str) -> Option<String> {
-    stdout.lines().map(str::trim).rfind(|l| l.starts_with("https://") && !l.contains(char::is_whitespace)).map(str::to_string)
+    stdout
+        .lines()
+        .map(str::trim)
+        .rfind(|l| l.starts_with("https://") && !l.contains(char::is_whitespace))
+        .map(str::to_string)
 }
 
 /// The job id in `arcsub` output: `Job submitted with jobid: <id>`.
@@ -149,12 +157,21 @@ pub fn slurm_submit_env(job: &ClassAd) -> Result<Vec<(String, String)>, SubmitEr
 /// A SLURM batch script for a JDL job on a local CE: the LRMS directives
 /// of [`crate::resources`], the queue, the job's files and Environment.
 /// `dir`: the JDL's directory (relative paths are from there).
-pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir: &Path) -> Result<String, SubmitError> {
-    let exe = string_attr(job, keys::EXECUTABLE)?.ok_or_else(|| SubmitError::Input("Executable: missing (phase 2 needs a program to run)".into()))?;
+pub fn slurm_script(
+    job: &ClassAd,
+    queue: Option<&str>,
+    settings: &Settings,
+    dir: &Path,
+) -> Result<String, SubmitError> {
+    let exe = string_attr(job, keys::EXECUTABLE)?
+        .ok_or_else(|| SubmitError::Input("Executable: missing (phase 2 needs a program to run)".into()))?;
     let resources = JobResources::read(job).map_err(|e| SubmitError::Input(e.to_string()))?;
     let mut s = String::from("#!/bin/sh\n");
     let name = Path::new(&exe).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| exe.clone());
-    s.push_str(&format!("#SBATCH --job-name={}\n", name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_' && c != '-', "_")));
+    s.push_str(&format!(
+        "#SBATCH --job-name={}\n",
+        name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_' && c != '-', "_")
+    ));
     if let Some(q) = queue {
         if !q.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
             return Err(SubmitError::Input(format!("queue {q:?}: not a SLURM partition name")));
@@ -167,7 +184,9 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
             // sbatch splits a #SBATCH line at blanks (a space or \r would
             // start another option) and expands %: only a plain path gets in.
             if f.is_empty() || f.chars().any(|c| c.is_whitespace() || c.is_control() || "%\"'\\".contains(c)) {
-                return Err(SubmitError::Input(format!("{key}: {f:?} is not a plain file name (no blanks, control characters, quotes, \\ or %)")));
+                return Err(SubmitError::Input(format!(
+                    "{key}: {f:?} is not a plain file name (no blanks, control characters, quotes, \\ or %)"
+                )));
             }
             s.push_str(&format!("#SBATCH {opt}={f}\n"));
         }
@@ -179,8 +198,11 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
     if let Some(Expr::List(_)) | Some(Expr::Lit(Value::List(_))) = job.lookup(keys::ENVIRONMENT) {
         if let Value::List(items) = job.eval_attr(keys::ENVIRONMENT) {
             for it in items.iter() {
-                let Value::Str(kv) = it else { return Err(SubmitError::Input(format!("Environment: {it} is not a \"NAME=value\" string"))) };
-                let (k, v) = kv.split_once('=').ok_or_else(|| SubmitError::Input(format!("Environment: {kv:?} has no '='")))?;
+                let Value::Str(kv) = it else {
+                    return Err(SubmitError::Input(format!("Environment: {it} is not a \"NAME=value\" string")));
+                };
+                let (k, v) =
+                    kv.split_once('=').ok_or_else(|| SubmitError::Input(format!("Environment: {kv:?} has no '='")))?;
                 if !is_shell_name(k) {
                     return Err(SubmitError::Input(format!("Environment: {k:?} is not a variable name")));
                 }
@@ -188,7 +210,11 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
             }
         }
     }
-    let exe_path = if Path::new(&exe).is_absolute() || !dir.join(&exe).exists() { exe.clone() } else { dir.join(&exe).display().to_string() };
+    let exe_path = if Path::new(&exe).is_absolute() || !dir.join(&exe).exists() {
+        exe.clone()
+    } else {
+        dir.join(&exe).display().to_string()
+    };
     let args = string_attr(job, keys::ARGUMENTS)?.unwrap_or_default();
     // gLite hands Arguments to the shell as written.
     s.push_str(&format!("exec {} {args}\n", sh_quote(&exe_path)));
@@ -198,7 +224,8 @@ pub fn slurm_script(job: &ClassAd, queue: Option<&str>, settings: &Settings, dir
 /// A POSIX shell variable name: a letter or `_`, then letters, digits and `_`
 /// (`2X=1` would be run as a command, not assigned).
 fn is_shell_name(k: &str) -> bool {
-    k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -207,7 +234,9 @@ mod tests {
 
     #[test]
     fn celist_only_drops_the_cder_clauses_and_keeps_the_rest() {
-        let job = ClassAd::parse("[ Executable = \"run.sh\"; GPGPUPerNode = 2; Requirements = GPGPUVendor == \"Nvidia\" ]").unwrap();
+        let job =
+            ClassAd::parse("[ Executable = \"run.sh\"; GPGPUPerNode = 2; Requirements = GPGPUVendor == \"Nvidia\" ]")
+                .unwrap();
         let text = render(&restrict(&job, &["ce1:8443/cream-slurm-gpu"]));
         assert!(text.contains("Requirements = other.GlueCEUniqueID == \"ce1:8443/cream-slurm-gpu\";"), "{text}");
         assert!(!text.contains("GPGPUVendor"), "{text}");
@@ -234,7 +263,12 @@ mod tests {
         assert_eq!(back.to_string(), refined.to_string());
         assert_eq!(back.len(), job.len());
         // Each CE of the list passes the restriction, others do not.
-        let ce = |id: &str| ClassAd::parse(&format!("[ GlueCEUniqueID = \"{id}\"; GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 1024 ]")).unwrap();
+        let ce = |id: &str| {
+            ClassAd::parse(&format!(
+                "[ GlueCEUniqueID = \"{id}\"; GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 1024 ]"
+            ))
+            .unwrap()
+        };
         let req = cder_classad::CompiledRequest::new(&back);
         assert!(req.matches(&ce("ce1.example.org:8443/cream-slurm-gpu")));
         assert!(!req.matches(&ce("ce3.example.org:8443/cream-pbs-gpu")));
@@ -252,12 +286,22 @@ mod tests {
     #[test]
     fn slurm_script_carries_the_translation() {
         let job = ClassAd::parse("[ Executable = \"/bin/echo\"; Arguments = \"hi\"; StdOutput = \"std.out\"; GPGPUPerNode = 2; Environment = { \"A=it's\" } ]").unwrap();
-        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")).unwrap();
-        for line in ["#SBATCH --partition=debug", "#SBATCH --output=std.out", "#SBATCH --gres=gpu:2", "export A='it'\\''s'", "exec '/bin/echo' hi"] {
+        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp"))
+            .unwrap();
+        for line in [
+            "#SBATCH --partition=debug",
+            "#SBATCH --output=std.out",
+            "#SBATCH --gres=gpu:2",
+            "export A='it'\\''s'",
+            "exec '/bin/echo' hi",
+        ] {
             assert!(s.lines().any(|l| l == line), "{line} missing from\n{s}");
         }
         let bad = ClassAd::parse("[ Executable = \"x\"; GPGPUPerNode = -2 ]").unwrap();
-        assert!(matches!(slurm_script(&bad, None, &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")), Err(SubmitError::Input(_))));
+        assert!(matches!(
+            slurm_script(&bad, None, &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")),
+            Err(SubmitError::Input(_))
+        ));
     }
 
     #[test]
@@ -277,7 +321,9 @@ mod tests {
                 other => panic!("{attr} was accepted: {other:?}"),
             }
         }
-        let ok = ClassAd::parse("[ Executable = \"x\"; StdOutput = \"logs/job_1.out\"; Environment = { \"_X2=a b\" } ]").unwrap();
+        let ok =
+            ClassAd::parse("[ Executable = \"x\"; StdOutput = \"logs/job_1.out\"; Environment = { \"_X2=a b\" } ]")
+                .unwrap();
         let s = slurm_script(&ok, None, &slurm, Path::new("/tmp")).unwrap();
         assert!(s.contains("#SBATCH --output=logs/job_1.out\n") && s.contains("export _X2='a b'\n"), "{s}");
     }

@@ -78,7 +78,8 @@ fn eval_errors_are_one_line_with_position_and_exit_2() {
 
 #[test]
 fn check_accepts_the_thesis_jdls() {
-    for f in ["thesis/listing_3_1_named_queue.jdl", "thesis/listing_3_11_phase2.jdl", "thesis/listing_3_10_request.jdl"] {
+    for f in ["thesis/listing_3_1_named_queue.jdl", "thesis/listing_3_11_phase2.jdl", "thesis/listing_3_10_request.jdl"]
+    {
         let o = run(&["check", &data(f)]);
         assert_eq!(o.status.code(), Some(0), "{f}: {}", stderr(&o));
         assert!(stdout(&o).ends_with(": ok"), "{}", stdout(&o));

@@ -6,16 +6,14 @@
 
 use crate::common;
 
-use cder_jdl::jdl::check;
 use cder_classad::{eval_expr, eval_str, parse_classad, parse_classads, parse_expr, ClassAd, Value};
+use cder_jdl::jdl::check;
 use common::gen::{self, Rng};
 
 fn thesis_files() -> Vec<String> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/thesis");
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect();
     v.sort();
     v
 }
@@ -154,7 +152,26 @@ fn mutate(r: &mut Rng, s: &str) -> String {
                 b[i] = r.next() as u8;
             }
             1 => {
-                let tok = [&b"("[..], b")", b"[", b"]", b"{", b"}", b"\"", b"'", b"\\", b";", b"/*", b"//", b"#", b"\n", b"=", b".", b"1e", b"&&"];
+                let tok = [
+                    &b"("[..],
+                    b")",
+                    b"[",
+                    b"]",
+                    b"{",
+                    b"}",
+                    b"\"",
+                    b"'",
+                    b"\\",
+                    b";",
+                    b"/*",
+                    b"//",
+                    b"#",
+                    b"\n",
+                    b"=",
+                    b".",
+                    b"1e",
+                    b"&&",
+                ];
                 let t = tok[r.below(tok.len() as u64) as usize];
                 b.splice(at..at, t.iter().copied());
             }
@@ -227,7 +244,8 @@ fn unparsed_expressions_evaluate_the_same() {
         let Ok(e) = parse_expr(&src) else { continue };
         let text = e.to_string();
         let again = parse_expr(&text).unwrap_or_else(|err| panic!("{src} unparsed as {text}: {err}"));
-        let (a, b) = (common::to_ref_json(&eval_expr(&e, None, None)), common::to_ref_json(&eval_expr(&again, None, None)));
+        let (a, b) =
+            (common::to_ref_json(&eval_expr(&e, None, None)), common::to_ref_json(&eval_expr(&again, None, None)));
         assert!(common::same(&a, &b), "{src}\n  unparsed: {text}\n  {a} vs {b}");
     }
     let ad = ClassAd::parse("[ a = 1; 'b c' = a + 1; 'error' = 'b c' * 2; e = [] ]").unwrap();

@@ -1,8 +1,10 @@
 //! The seed thesis's ClassAd examples (chapter 3) parse, evaluate and match
 //! as the thesis describes.
 
+use cder_classad::{
+    eval_expr_matching, matches, parse_classad, rank, symmetric_match, ClassAd, CompiledRequest, Value,
+};
 use cder_jdl::jdl::check;
-use cder_classad::{eval_expr_matching, matches, parse_classad, rank, symmetric_match, ClassAd, CompiledRequest, Value};
 
 fn load(name: &str) -> ClassAd {
     let path = format!("{}/tests/data/thesis/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -55,11 +57,14 @@ fn gpgpu_request_of_listing_3_10_matches_the_offer_of_listing_3_9() {
     assert_eq!(rank(&request, &offer), 1.0);
     assert!(symmetric_match(&request, &offer));
     // The explicit other. form agrees.
-    let explicit = ad(r#"[ Requirements = other.GPGPUVendor == "Nvidia" && (other.GPGPUMainMemorySize >= 512); Rank = 1 ]"#);
+    let explicit =
+        ad(r#"[ Requirements = other.GPGPUVendor == "Nvidia" && (other.GPGPUMainMemorySize >= 512); Rank = 1 ]"#);
     assert!(matches(&explicit, &offer));
 
     let compiled = CompiledRequest::new(&request);
-    for (vendor, mem, expect) in [("Nvidia", 1024, true), ("NVIDIA", 512, true), ("Nvidia", 511, false), ("AMD", 4096, false)] {
+    for (vendor, mem, expect) in
+        [("Nvidia", 1024, true), ("NVIDIA", 512, true), ("Nvidia", 511, false), ("AMD", 4096, false)]
+    {
         let o = ad(&format!("[ GPGPUVendor = \"{vendor}\"; GPGPUMainMemorySize = {mem} ]"));
         assert_eq!(compiled.matches(&o), expect, "{vendor} {mem}");
         assert_eq!(matches(&explicit, &o), expect, "explicit other.: {vendor} {mem}");

@@ -13,14 +13,20 @@ fn main() {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let found = std::process::Command::new(&cc).arg("-print-file-name=libgcc_eh.a").output().ok().filter(|o| o.status.success());
+    let found = std::process::Command::new(&cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
     let archive = found.map(|o| std::path::PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
     match archive.as_deref().and_then(|a| a.parent().filter(|_| a.is_absolute() && a.exists())) {
         Some(dir) => {
             println!("cargo:rustc-link-search=native={}", dir.display());
             println!("cargo:rustc-link-lib=static:+whole-archive,-bundle=gcc_eh");
         }
-        None => println!("cargo:warning=libgcc_eh.a not found ({cc} -print-file-name): spank_cder.so will load libgcc_s.so.1"),
+        None => println!(
+            "cargo:warning=libgcc_eh.a not found ({cc} -print-file-name): spank_cder.so will load libgcc_s.so.1"
+        ),
     }
     println!("cargo:rerun-if-env-changed=CC");
 }

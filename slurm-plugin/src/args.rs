@@ -93,7 +93,9 @@ impl PluginArgs {
         for word in words {
             let word = word.as_ref();
             let bad = |why: &str| ArgError { arg: word.to_string(), why: why.to_string() };
-            let (key, value) = word.split_once('=').ok_or_else(|| bad("expected key=value (socket=, fail=, confine=, timeout=, config=)"))?;
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value (socket=, fail=, confine=, timeout=, config=)"))?;
             match key {
                 "socket" if value.starts_with('/') => args.socket = value.into(),
                 "socket" => return Err(bad("the socket must be an absolute path")),
@@ -153,7 +155,9 @@ mod tests {
 
     #[test]
     fn parses_every_key() {
-        let a = PluginArgs::parse(&["socket=/tmp/x.sock", "fail=open", "mode=observe", "timeout=3", "confine=required"]).unwrap();
+        let a =
+            PluginArgs::parse(&["socket=/tmp/x.sock", "fail=open", "mode=observe", "timeout=3", "confine=required"])
+                .unwrap();
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(a.fail, FailMode::Open);
         assert_eq!(a.legacy_mode.as_deref(), Some("observe"));

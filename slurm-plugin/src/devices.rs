@@ -65,7 +65,11 @@ pub fn constrain_devices(cgroup_conf: &str) -> Result<bool, String> {
         if let Some((k, v)) = line.split_once('=') {
             if k.trim().eq_ignore_ascii_case("ConstrainDevices") {
                 on = slurm_boolean(v).ok_or_else(|| {
-                    format!("line {}: ConstrainDevices={:?} is not a SLURM boolean (yes, up, true, 1, no, down, false, 0)", n + 1, v.trim())
+                    format!(
+                        "line {}: ConstrainDevices={:?} is not a SLURM boolean (yes, up, true, 1, no, down, false, 0)",
+                        n + 1,
+                        v.trim()
+                    )
                 });
             }
         }
@@ -87,7 +91,10 @@ pub fn slurm_constrains_devices_checked(task_plugin: Option<&str>, slurm_conf: O
     if !task_cgroup(task_plugin) {
         return Ok(false);
     }
-    let path = slurm_conf.and_then(Path::parent).map(|d| d.join("cgroup.conf")).unwrap_or_else(|| "/etc/slurm/cgroup.conf".into());
+    let path = slurm_conf
+        .and_then(Path::parent)
+        .map(|d| d.join("cgroup.conf"))
+        .unwrap_or_else(|| "/etc/slurm/cgroup.conf".into());
     match std::fs::read_to_string(&path) {
         Ok(text) => constrain_devices(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(_) => Ok(false),
@@ -103,7 +110,7 @@ pub fn slurm_constrains_devices(task_plugin: Option<&str>, slurm_conf: Option<&P
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     #[test]
     fn index_lists() {
         assert_eq!(parse_index_list("2,0,3"), Some(vec![0, 2, 3]));
@@ -129,7 +136,11 @@ mod tests {
             assert_eq!(constrain_devices(&format!("ConstrainDevices={on}\n")), Ok(true), "{on:?}");
         }
         for off in ["no", "DOWN", "False", "0"] {
-            assert_eq!(constrain_devices(&format!("ConstrainDevices=yes\nConstrainDevices={off}\n")), Ok(false), "{off:?}");
+            assert_eq!(
+                constrain_devices(&format!("ConstrainDevices=yes\nConstrainDevices={off}\n")),
+                Ok(false),
+                "{off:?}"
+            );
         }
         for bad in ["y", "on", "2", "enabled"] {
             let e = constrain_devices(&format!("CgroupPlugin=cgroup/v1\nConstrainDevices={bad}\n")).unwrap_err();

@@ -50,7 +50,13 @@ impl NodeGres {
         self.read_text(&text, &base, default_gres, depth)
     }
 
-    fn read_text(&mut self, text: &str, base: &Path, default_gres: &mut Option<String>, depth: u32) -> std::io::Result<()> {
+    fn read_text(
+        &mut self,
+        text: &str,
+        base: &Path,
+        default_gres: &mut Option<String>,
+        depth: u32,
+    ) -> std::io::Result<()> {
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -101,7 +107,8 @@ impl NodeGres {
             let source = req.sources.get(ty).cloned().expect("every count has a source");
             match self.max_per_node.get(gres_name(ty)) {
                 None | Some(0) => {
-                    let mut known: Vec<&str> = self.max_per_node.iter().filter(|(_, &n)| n > 0).map(|(g, _)| cder_type(g)).collect();
+                    let mut known: Vec<&str> =
+                        self.max_per_node.iter().filter(|(_, &n)| n > 0).map(|(g, _)| cder_type(g)).collect();
                     known.sort_unstable();
                     let known = if known.is_empty() { "no CDER devices".to_string() } else { known.join(", ") };
                     return Err(RequestError::UnknownType { origin: source, cder_type: ty.clone(), known });
@@ -123,7 +130,12 @@ impl NodeGres {
                         let known: Vec<&str> =
                             types.into_iter().flatten().filter(|(_, &m)| m > 0).map(|(t, _)| t.as_str()).collect();
                         let known = if known.is_empty() { "no GRES types".to_string() } else { known.join(", ") };
-                        return Err(RequestError::UnknownGresType { given, cder_type: ty.clone(), gres_type: gres_type.clone(), known });
+                        return Err(RequestError::UnknownGresType {
+                            given,
+                            cder_type: ty.clone(),
+                            gres_type: gres_type.clone(),
+                            known,
+                        });
                     }
                     Some(&max) if u64::from(n) > max => {
                         return Err(RequestError::TooManyOfGresType {
@@ -269,7 +281,9 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
             for e in &theirs {
                 let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
                 match split_gres_item(body) {
-                    Some((_, Some(t), Some(n))) => *theirs_by_type.entry(t.to_string()).or_insert(0) += n.min(u64::from(u32::MAX)) as u32,
+                    Some((_, Some(t), Some(n))) => {
+                        *theirs_by_type.entry(t.to_string()).or_insert(0) += n.min(u64::from(u32::MAX)) as u32
+                    }
                     _ => untyped = true,
                 }
             }
@@ -304,9 +318,12 @@ mod tests {
     use crate::request::{RawRequest, Sourced, OPT_GPGPU_PER_NODE};
 
     fn req(n: &str) -> Request {
-        RawRequest { gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }), ..Default::default() }
-            .parse()
-            .unwrap()
+        RawRequest {
+            gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap()
     }
 
     const CONF: &str = "ClusterName=x\n\
@@ -337,17 +354,26 @@ mod tests {
         let g = NodeGres::parse("NodeName=n Gres=gpu:4\n", Path::new("/")).unwrap();
         assert!(g.validate(&req("4")).is_ok());
         let e = g.validate(&req("5")).unwrap_err();
-        assert_eq!(e.to_string(), "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)");
-        let fpga = RawRequest { cder: Some(Sourced { value: "fpga:1".into(), source: Source::Option(OPT_CDER) }), ..Default::default() }
-            .parse()
-            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)"
+        );
+        let fpga = RawRequest {
+            cder: Some(Sourced { value: "fpga:1".into(), source: Source::Option(OPT_CDER) }),
+            ..Default::default()
+        }
+        .parse()
+        .unwrap();
         let e = g.validate(&fpga).unwrap_err();
         assert!(e.to_string().contains("unknown CDER type \"fpga\" (this cluster has: gpgpu)"), "{e}");
     }
 
     #[test]
     fn tres_entries_and_counts() {
-        assert_eq!(tres_entries("gres:gpu:tesla:2,gres/fpga,cpu=2"), vec![("gpu".to_string(), 2), ("fpga".to_string(), 1)]);
+        assert_eq!(
+            tres_entries("gres:gpu:tesla:2,gres/fpga,cpu=2"),
+            vec![("gpu".to_string(), 2), ("fpga".to_string(), 1)]
+        );
         assert_eq!(tres_entries("gres:gpu:0"), vec![("gpu".to_string(), 0)]);
         assert!(tres_entries("").is_empty());
     }
@@ -374,13 +400,18 @@ mod tests {
         assert_eq!(g.max_per_node["gpu"], 5);
         assert_eq!(g.max_per_type["gpu"]["1g.10gb"], 4);
         assert_eq!(g.max_per_type["gpu"]["3g.40gb"], 1);
-        assert_eq!(tres_entries("gres:gpu:1g.10gb:2,gres/gpu:3g.40gb"), vec![("gpu".to_string(), 2), ("gpu".to_string(), 1)]);
+        assert_eq!(
+            tres_entries("gres:gpu:1g.10gb:2,gres/gpu:3g.40gb"),
+            vec![("gpu".to_string(), 2), ("gpu".to_string(), 1)]
+        );
         assert_eq!(merge_tres_per_node(Some("gres:gpu:1g.10gb:2"), &req("2")).unwrap(), "gres:gpu:1g.10gb:2");
         assert!(merge_tres_per_node(Some("gres:gpu:1g.10gb:1"), &req("2")).is_err());
     }
 
     fn cder(v: &str) -> Request {
-        RawRequest { cder: Some(Sourced { value: v.into(), source: Source::Option(OPT_CDER) }), ..Default::default() }.parse().unwrap()
+        RawRequest { cder: Some(Sourced { value: v.into(), source: Source::Option(OPT_CDER) }), ..Default::default() }
+            .parse()
+            .unwrap()
     }
 
     /// `--cder=gpgpu:1g.10gb:N` becomes the typed GRES SLURM schedules
@@ -406,12 +437,25 @@ mod tests {
         // The total still bounds the sum.
         assert!(g.validate(&cder("gpgpu:1g.10gb:3,gpgpu:2g.20gb:1,gpgpu:tesla:1")).is_err());
         let untyped = NodeGres::parse("NodeName=a Gres=gpu:4\n", Path::new("/")).unwrap();
-        assert!(untyped.validate(&cder("gpgpu:1g.10gb:1")).unwrap_err().to_string().contains("(this cluster has: no GRES types)"));
+        assert!(untyped
+            .validate(&cder("gpgpu:1g.10gb:1"))
+            .unwrap_err()
+            .to_string()
+            .contains("(this cluster has: no GRES types)"));
 
         let two = cder("gpgpu:1g.10gb:2,gpgpu:2g.20gb:1");
-        assert_eq!(merge_tres_per_node(None, &two).unwrap(), format!("{TRES_PREFIX}gpu:1g.10gb:2,{TRES_PREFIX}gpu:2g.20gb:1"));
-        assert_eq!(merge_tres_per_node(Some("gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2"), &two).unwrap(), "gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2");
-        assert!(merge_tres_per_node(Some("gres:gpu:3"), &two).is_err(), "an untyped --gres does not say which profiles");
+        assert_eq!(
+            merge_tres_per_node(None, &two).unwrap(),
+            format!("{TRES_PREFIX}gpu:1g.10gb:2,{TRES_PREFIX}gpu:2g.20gb:1")
+        );
+        assert_eq!(
+            merge_tres_per_node(Some("gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2"), &two).unwrap(),
+            "gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:2"
+        );
+        assert!(
+            merge_tres_per_node(Some("gres:gpu:3"), &two).is_err(),
+            "an untyped --gres does not say which profiles"
+        );
         assert!(merge_tres_per_node(Some("gres:gpu:1g.10gb:3"), &two).is_err());
     }
 }

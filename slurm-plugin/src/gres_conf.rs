@@ -124,12 +124,23 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
         let gres_type = get("type").map(str::to_string);
         if let Some(expr) = get("multiplefiles") {
             let files = expand_list(expr).ok_or_else(|| bad("MultipleFiles", expr, "not a list of files"))?;
-            out.push(GresDevice { index, gres_type, files: files.into_iter().map(PathBuf::from).collect(), line: first_line });
+            out.push(GresDevice {
+                index,
+                gres_type,
+                files: files.into_iter().map(PathBuf::from).collect(),
+                line: first_line,
+            });
             index += 1;
         } else if let Some((key, expr)) = fields.iter().rev().find(|(k, _)| k == "file" || k == "files") {
-            let files = expand_list(expr).ok_or_else(|| bad(if key == "file" { "File" } else { "Files" }, expr, "not a file name list"))?;
+            let files = expand_list(expr)
+                .ok_or_else(|| bad(if key == "file" { "File" } else { "Files" }, expr, "not a file name list"))?;
             for f in files {
-                out.push(GresDevice { index, gres_type: gres_type.clone(), files: vec![PathBuf::from(f)], line: first_line });
+                out.push(GresDevice {
+                    index,
+                    gres_type: gres_type.clone(),
+                    files: vec![PathBuf::from(f)],
+                    line: first_line,
+                });
                 index += 1;
             }
         }
@@ -139,14 +150,25 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
 
 /// Reads `gres.conf` beside `slurm.conf` (where slurmd reads it). A
 /// missing file is an empty list: SLURM then has no device files either.
-pub fn load_gres_devices(slurm_conf: Option<&Path>, node: Option<&str>, gres: &str) -> Result<Vec<GresDevice>, GresConfError> {
+pub fn load_gres_devices(
+    slurm_conf: Option<&Path>,
+    node: Option<&str>,
+    gres: &str,
+) -> Result<Vec<GresDevice>, GresConfError> {
     let dir = slurm_conf.and_then(Path::parent).unwrap_or(Path::new("/etc/slurm"));
     let path = dir.join("gres.conf");
     let shown = path.display().to_string();
     match std::fs::read_to_string(&path) {
         Ok(text) => gres_devices(&text, &shown, node, gres),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(GresConfError { file: shown, line: 0, key: "File".into(), value: String::new(), why: e.to_string(), autodetect: false }),
+        Err(e) => Err(GresConfError {
+            file: shown,
+            line: 0,
+            key: "File".into(),
+            value: String::new(),
+            why: e.to_string(),
+            autodetect: false,
+        }),
     }
 }
 
@@ -235,7 +257,8 @@ pub fn slurm_device_files(slurm: &[u32], gres: &[GresDevice]) -> Result<Vec<Vec<
     slurm
         .iter()
         .map(|&i| {
-            let dev = gres.iter().find(|d| d.index == i).ok_or(MapError::NotInGresConf { index: i, count: gres.len() })?;
+            let dev =
+                gres.iter().find(|d| d.index == i).ok_or(MapError::NotInGresConf { index: i, count: gres.len() })?;
             Ok(dev.files.iter().map(|f| f.display().to_string()).collect())
         })
         .collect()
@@ -245,7 +268,12 @@ pub fn slurm_device_files(slurm: &[u32], gres: &[GresDevice]) -> Result<Vec<Vec<
 /// `slurm` are positions in `gres` (slurmd's list), `cderd` is every
 /// device of the type as cderd reports it (`index`, `path`). Sorted, without
 /// duplicates.
-pub fn cderd_indices(slurm: &[u32], gres: &[GresDevice], cderd: &[(u32, PathBuf)], cder_type: &str) -> Result<Vec<u32>, MapError> {
+pub fn cderd_indices(
+    slurm: &[u32],
+    gres: &[GresDevice],
+    cderd: &[(u32, PathBuf)],
+    cder_type: &str,
+) -> Result<Vec<u32>, MapError> {
     let mut out = Vec::with_capacity(slurm.len());
     for &i in slurm {
         let dev = gres.iter().find(|d| d.index == i).ok_or(MapError::NotInGresConf { index: i, count: gres.len() })?;
@@ -292,7 +320,8 @@ mod tests {
     #[test]
     fn slurmd_order_from_gres_conf() {
         let d = gres_devices(MIXED, "gres.conf", Some("wn01"), "gpu").unwrap();
-        let files: Vec<Vec<String>> = d.iter().map(|d| d.files.iter().map(|f| f.display().to_string()).collect()).collect();
+        let files: Vec<Vec<String>> =
+            d.iter().map(|d| d.files.iter().map(|f| f.display().to_string()).collect()).collect();
         assert_eq!(
             files,
             [
@@ -311,7 +340,8 @@ mod tests {
 
     #[test]
     fn what_cannot_be_ordered_is_refused_with_file_and_line() {
-        let e = gres_devices("Name=gpu File=/dev/nvidia0\nAutoDetect=nvml\n", "/etc/slurm/gres.conf", None, "gpu").unwrap_err();
+        let e = gres_devices("Name=gpu File=/dev/nvidia0\nAutoDetect=nvml\n", "/etc/slurm/gres.conf", None, "gpu")
+            .unwrap_err();
         assert!(e.to_string().starts_with("/etc/slurm/gres.conf:2: AutoDetect=nvml: "), "{e}");
         assert!(e.autodetect);
         let e = gres_devices("Name=gpu File=/dev/nvidia[0-\n", "g.conf", None, "gpu").unwrap_err();
@@ -326,11 +356,16 @@ mod tests {
     fn indices_map_by_device_file() {
         let gres = gres_devices(MIXED, "gres.conf", Some("wn01"), "gpu").unwrap();
         // cderd numbers the instances in MIG index order: 1g (cap21), 2g (cap30), 1g (cap39), then GPU 1's.
-        let cderd: Vec<(u32, PathBuf)> = ["/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap39", "/dev/nvidia-caps/nvidia-cap48"]
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i as u32, PathBuf::from(p)))
-            .collect();
+        let cderd: Vec<(u32, PathBuf)> = [
+            "/dev/nvidia-caps/nvidia-cap21",
+            "/dev/nvidia-caps/nvidia-cap30",
+            "/dev/nvidia-caps/nvidia-cap39",
+            "/dev/nvidia-caps/nvidia-cap48",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i as u32, PathBuf::from(p)))
+        .collect();
         // SLURM's 2g instance is its position 2, cderd's index 1.
         assert_eq!(cderd_indices(&[2], &gres, &cderd, "gpgpu").unwrap(), [1]);
         assert_eq!(slurm_device_files(&[2], &gres).unwrap(), [vec!["/dev/nvidia-caps/nvidia-cap30".to_string()]]);

@@ -56,7 +56,9 @@ pub fn check_tres_update(update: Option<&str>, operator: bool, nodes: &NodeGres)
             return Err(format!("cder: TresPerNode={update}: SLURM keeps the job's {gres} allocated when the count is set to 0; cancel the job instead"));
         }
         if count > max {
-            return Err(format!("cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"));
+            return Err(format!(
+                "cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"
+            ));
         }
     }
     // Typed entries (MIG profiles): the sum per GRES, and each type's own count.
@@ -67,7 +69,9 @@ pub fn check_tres_update(update: Option<&str>, operator: bool, nodes: &NodeGres)
         let total = totals.entry(gres.clone()).or_insert(0);
         *total = total.saturating_add(count);
         if *total > max {
-            return Err(format!("cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"));
+            return Err(format!(
+                "cder: TresPerNode={update}: more than any node has (at most {max} {ty} devices per node)"
+            ));
         }
         if let Some(t) = gres_type {
             let type_max = nodes.max_per_type.get(&gres).and_then(|m| m.get(&t)).copied().unwrap_or(0);
@@ -83,8 +87,12 @@ pub fn check_tres_update(update: Option<&str>, operator: bool, nodes: &NodeGres)
 
 /// The GRES of the nodes, from the `slurm.conf` the controller runs with.
 pub fn node_gres(slurm_conf: Option<&Path>) -> Result<NodeGres, String> {
-    let path = slurm_conf.map(Path::to_path_buf).or_else(|| std::env::var_os("SLURM_CONF").map(Into::into)).unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
-    NodeGres::load(&path).map_err(|e| format!("cder: cannot read {} to check the request against the nodes: {e}", path.display()))
+    let path = slurm_conf
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("SLURM_CONF").map(Into::into))
+        .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    NodeGres::load(&path)
+        .map_err(|e| format!("cder: cannot read {} to check the request against the nodes: {e}", path.display()))
 }
 
 /// Exports a job_submit plugin: `plugin_name`, `plugin_type`
@@ -137,7 +145,9 @@ macro_rules! job_submit_plugin {
             err_msg: *mut *mut ::std::ffi::c_char,
         ) -> ::std::ffi::c_int {
             // SAFETY: slurmctld passes a valid job description and message slot.
-            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $submit, job_desc, submit_uid, err_msg) }
+            unsafe {
+                $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $submit, job_desc, submit_uid, err_msg)
+            }
         }
 
         /// Called by slurmctld for `scontrol update job`; an error refuses
@@ -154,7 +164,9 @@ macro_rules! job_submit_plugin {
             err_msg: *mut *mut ::std::ffi::c_char,
         ) -> ::std::ffi::c_int {
             // SAFETY: slurmctld passes a valid job description and message slot.
-            unsafe { $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $modify, job_desc, submit_uid, err_msg) }
+            unsafe {
+                $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $modify, job_desc, submit_uid, err_msg)
+            }
         }
     };
 }
@@ -178,9 +190,15 @@ mod tests {
 
     #[test]
     fn options_and_jdl_keys_become_gres() {
-        assert_eq!(translate(&sub(&["CDER_GPGPU_PER_NODE=2"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:2")));
+        assert_eq!(
+            translate(&sub(&["CDER_GPGPU_PER_NODE=2"], &[]), &nodes()).unwrap(),
+            Some(format!("{TRES_PREFIX}gpu:2"))
+        );
         assert_eq!(translate(&sub(&[], &["GPGPUPerNode=3"]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:3")));
-        assert_eq!(translate(&sub(&["CDER_REQUEST=gpgpu:1"], &[]), &nodes()).unwrap(), Some(format!("{TRES_PREFIX}gpu:1")));
+        assert_eq!(
+            translate(&sub(&["CDER_REQUEST=gpgpu:1"], &[]), &nodes()).unwrap(),
+            Some(format!("{TRES_PREFIX}gpu:1"))
+        );
         assert_eq!(translate(&sub(&[], &["PATH=/bin"]), &nodes()).unwrap(), None);
     }
 
@@ -219,7 +237,8 @@ mod tests {
         assert!(e.contains("at most 1 gpgpu devices of GRES type 2g.20gb per node"), "{e}");
         let e = check_tres_update(Some("gres:gpu:3g.40gb:1"), true, &mig).unwrap_err();
         assert!(e.contains("at most 0 gpgpu devices of GRES type 3g.40gb"), "{e}");
-        let e = check_tres_update(Some("gres:gpu:1g.10gb:3,gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:1"), true, &mig).unwrap_err();
+        let e = check_tres_update(Some("gres:gpu:1g.10gb:3,gres:gpu:2g.20gb:1,gres:gpu:1g.10gb:1"), true, &mig)
+            .unwrap_err();
         assert!(e.contains("at most 4 gpgpu devices per node"), "{e}");
         assert!(check_tres_update(Some("gres:gpu:1g.10gb:1"), false, &mig).is_err(), "owners still may not change it");
     }

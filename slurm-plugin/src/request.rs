@@ -163,7 +163,9 @@ pub enum RequestError {
         known: String,
     },
     /// More devices of one GRES type per node than the largest node has.
-    #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices of GRES type {gres_type} per node)")]
+    #[error(
+        "cder: {given}: more than any node has (at most {max} {cder_type} devices of GRES type {gres_type} per node)"
+    )]
     TooManyOfGresType {
         /// The request as the user typed it.
         given: String,
@@ -229,7 +231,8 @@ impl RawRequest {
                 .map(str::to_string)
         };
         RawRequest {
-            gpgpu_per_node: get(CONTROL_GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_PER_NODE) }),
+            gpgpu_per_node: get(CONTROL_GPGPU_PER_NODE)
+                .map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_PER_NODE) }),
             cder: get(CONTROL_CDER).map(|value| Sourced { value, source: Source::Option(OPT_CDER) }),
             gpgpu_min_memory: get(CONTROL_GPGPU_MIN_MEMORY)
                 .map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_MIN_MEMORY) }),
@@ -293,7 +296,11 @@ impl RawRequest {
                     let slot = typed.entry(ty.to_string()).or_default();
                     match slot.get(g) {
                         Some(&old) if old != n => {
-                            return Err(RequestError::Conflict { first: whole.clone(), second: whole, cder_type: format!("{ty} {g}") });
+                            return Err(RequestError::Conflict {
+                                first: whole.clone(),
+                                second: whole,
+                                cder_type: format!("{ty} {g}"),
+                            });
                         }
                         _ => {
                             slot.insert(g.to_string(), n);
@@ -338,8 +345,11 @@ impl RawRequest {
             }
         }
         if let Some(s) = &self.gpgpu_min_memory {
-            let mb = cder_request::parse_memory_mib(&s.value)
-                .map_err(|why| RequestError::BadMemory { origin: s.source.clone(), value: s.value.clone(), why })?;
+            let mb = cder_request::parse_memory_mib(&s.value).map_err(|why| RequestError::BadMemory {
+                origin: s.source.clone(),
+                value: s.value.clone(),
+                why,
+            })?;
             req.gpgpu_min_memory_mb = Some(u64::from(mb));
         }
         Ok(req)
@@ -361,7 +371,10 @@ mod tests {
     use super::*;
 
     fn opt(v: &str) -> RawRequest {
-        RawRequest { gpgpu_per_node: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }), ..Default::default() }
+        RawRequest {
+            gpgpu_per_node: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_PER_NODE) }),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -395,19 +408,31 @@ mod tests {
 
     #[test]
     fn cder_option_lists_types() {
-        let raw = RawRequest { cder: Some(Sourced { value: "gpgpu:2,fpga:1".into(), source: Source::Option(OPT_CDER) }), ..Default::default() };
+        let raw = RawRequest {
+            cder: Some(Sourced { value: "gpgpu:2,fpga:1".into(), source: Source::Option(OPT_CDER) }),
+            ..Default::default()
+        };
         let req = raw.parse().unwrap();
         assert_eq!(req.counts.len(), 2);
         assert_eq!(req.counts["fpga"], 1);
         for bad in ["gpgpu", ":2", "GPU:1", "gpgpu:x", "a b:1"] {
-            let raw = RawRequest { cder: Some(Sourced { value: bad.into(), source: Source::Option(OPT_CDER) }), ..Default::default() };
+            let raw = RawRequest {
+                cder: Some(Sourced { value: bad.into(), source: Source::Option(OPT_CDER) }),
+                ..Default::default()
+            };
             assert!(raw.parse().is_err(), "{bad}");
         }
-        let both = RawRequest { cder: Some(Sourced { value: "gpgpu:3".into(), source: Source::Option(OPT_CDER) }), ..opt("2") };
+        let both = RawRequest {
+            cder: Some(Sourced { value: "gpgpu:3".into(), source: Source::Option(OPT_CDER) }),
+            ..opt("2")
+        };
         let e = both.parse().unwrap_err();
         assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
         assert!(e.to_string().contains("--gpgpu-per-node=2"), "{e}");
-        let same = RawRequest { cder: Some(Sourced { value: "gpgpu:2".into(), source: Source::Option(OPT_CDER) }), ..opt("2") };
+        let same = RawRequest {
+            cder: Some(Sourced { value: "gpgpu:2".into(), source: Source::Option(OPT_CDER) }),
+            ..opt("2")
+        };
         assert_eq!(same.parse().unwrap().counts[GPGPU], 2);
     }
 
@@ -429,7 +454,10 @@ mod tests {
         assert_eq!(both.parse().unwrap().counts[GPGPU], 2);
         let e = RawRequest { cder: cder("gpgpu:1g.10gb:2").cder, ..opt("3") }.parse().unwrap_err();
         assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
-        assert!(e.to_string().contains("--gpgpu-per-node=3") && e.to_string().contains("--cder=gpgpu:1g.10gb:2"), "{e}");
+        assert!(
+            e.to_string().contains("--gpgpu-per-node=3") && e.to_string().contains("--cder=gpgpu:1g.10gb:2"),
+            "{e}"
+        );
         let e = cder("gpgpu:1g.10gb:1,gpgpu:1g.10gb:2").parse().unwrap_err();
         assert!(matches!(e, RequestError::Conflict { .. }), "{e}");
         let e = cder("gpgpu:1g 10gb:1").parse().unwrap_err();
@@ -443,10 +471,19 @@ mod tests {
 
     #[test]
     fn memory_must_be_positive() {
-        let mem = |v: &str| RawRequest { gpgpu_min_memory: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_MIN_MEMORY) }), ..Default::default() };
+        let mem = |v: &str| RawRequest {
+            gpgpu_min_memory: Some(Sourced { value: v.into(), source: Source::Option(OPT_GPGPU_MIN_MEMORY) }),
+            ..Default::default()
+        };
         assert!(matches!(mem("0").parse(), Err(RequestError::BadMemory { .. })));
-        assert_eq!(mem("0").parse().unwrap_err().to_string(), "cder: --gpgpu-min-memory=0: the memory must be at least 1 MB");
-        assert_eq!(mem("lots").parse().unwrap_err().to_string(), "cder: --gpgpu-min-memory=lots: not a whole number of megabytes");
+        assert_eq!(
+            mem("0").parse().unwrap_err().to_string(),
+            "cder: --gpgpu-min-memory=0: the memory must be at least 1 MB"
+        );
+        assert_eq!(
+            mem("lots").parse().unwrap_err().to_string(),
+            "cder: --gpgpu-min-memory=lots: not a whole number of megabytes"
+        );
         // The shared bound: no GPU has more than 16 TiB.
         let e = mem("99999999999").parse().unwrap_err();
         assert!(matches!(e, RequestError::BadMemory { why: cder_request::MemoryError::TooLarge, .. }), "{e}");

@@ -175,7 +175,13 @@ pub(crate) fn call<P: Plugin>(plugin: &mut P, callback: Callback, spank: &Spank,
 /// registering its options first when the callback is `slurm_spank_init`.
 /// Called by [`crate::spank_plugin!`] inside [`crate::sys::spank::enter`].
 #[doc(hidden)]
-pub fn run<P: Plugin>(state: &Mutex<Option<P>>, callback: Callback, option_cb: crate::ffi::spank_opt_cb_f, spank: &Spank, args: &[String]) -> SpankResult {
+pub fn run<P: Plugin>(
+    state: &Mutex<Option<P>>,
+    callback: Callback,
+    option_cb: crate::ffi::spank_opt_cb_f,
+    spank: &Spank,
+    args: &[String],
+) -> SpankResult {
     let mut guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let plugin = guard.get_or_insert_with(P::default);
     if callback == Callback::Init {
@@ -189,9 +195,17 @@ pub fn run<P: Plugin>(state: &Mutex<Option<P>>, callback: Callback, option_cb: c
 /// Runs the option callback of the process's plugin value for option number
 /// `val` (its index in [`Plugin::options`]).
 #[doc(hidden)]
-pub fn run_option<P: Plugin>(state: &Mutex<Option<P>>, val: std::ffi::c_int, value: Option<&str>, remote: bool) -> SpankResult {
+pub fn run_option<P: Plugin>(
+    state: &Mutex<Option<P>>,
+    val: std::ffi::c_int,
+    value: Option<&str>,
+    remote: bool,
+) -> SpankResult {
     let options = P::options();
-    let opt = usize::try_from(val).ok().and_then(|i| options.get(i)).ok_or_else(|| SpankError::new(format!("unknown option number {val}")))?;
+    let opt = usize::try_from(val)
+        .ok()
+        .and_then(|i| options.get(i))
+        .ok_or_else(|| SpankError::new(format!("unknown option number {val}")))?;
     let mut guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     guard.get_or_insert_with(P::default).option(opt.name, value, remote)
 }
@@ -284,4 +298,3 @@ macro_rules! spank_plugin {
         )*
     };
 }
-

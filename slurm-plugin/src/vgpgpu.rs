@@ -39,16 +39,24 @@ impl RawVgpgpu {
     /// From `spank_job_env` (controller: unprefixed; prolog: `SPANK_`).
     pub fn from_control_env<S: AsRef<str>>(spank_job_env: &[S]) -> RawVgpgpu {
         let get = |name: &str| {
-            env_lookup(spank_job_env, name).or_else(|| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}"))).map(str::to_string)
+            env_lookup(spank_job_env, name)
+                .or_else(|| env_lookup(spank_job_env, &format!("{CONTROL_PREFIX}{name}")))
+                .map(str::to_string)
         };
-        RawVgpgpu { per_node: get(CONTROL_VGPGPU_PER_NODE), method: get(CONTROL_VGPGPU_METHOD), origin: "--vgpgpu-per-node" }
+        RawVgpgpu {
+            per_node: get(CONTROL_VGPGPU_PER_NODE),
+            method: get(CONTROL_VGPGPU_METHOD),
+            origin: "--vgpgpu-per-node",
+        }
     }
 
     /// From the JDL keys in a job's environment.
     pub fn from_jdl_env<S: AsRef<str>>(environment: &[S]) -> RawVgpgpu {
         RawVgpgpu {
             per_node: env_lookup(environment, VIRTUAL_GPGPU_PER_NODE).map(str::to_string),
-            method: env_lookup(environment, VIRTUAL_GPGPU_METHOD).or_else(|| env_lookup(environment, VIRTUAL_GPGPU_TYPE)).map(str::to_string),
+            method: env_lookup(environment, VIRTUAL_GPGPU_METHOD)
+                .or_else(|| env_lookup(environment, VIRTUAL_GPGPU_TYPE))
+                .map(str::to_string),
             origin: VIRTUAL_GPGPU_PER_NODE,
         }
     }
@@ -153,8 +161,14 @@ mod tests {
     fn options_win_and_values_are_checked() {
         let opts = RawVgpgpu::from_control_env(&["CDER_VGPGPU_PER_NODE=3", "CDER_VGPGPU_METHOD=vcl"]);
         let jdl = RawVgpgpu::from_jdl_env(&["VirtualGPGPUPerNode=1", "VirtualGPGPUType=rCUDA"]);
-        assert_eq!(opts.clone().or(jdl.clone()).parse().unwrap(), Some(VgpgpuRequest { per_node: 3, method: VgpgpuMethod::Vcl }));
-        assert_eq!(RawVgpgpu::default().or(jdl).parse().unwrap(), Some(VgpgpuRequest { per_node: 1, method: VgpgpuMethod::Rcuda }));
+        assert_eq!(
+            opts.clone().or(jdl.clone()).parse().unwrap(),
+            Some(VgpgpuRequest { per_node: 3, method: VgpgpuMethod::Vcl })
+        );
+        assert_eq!(
+            RawVgpgpu::default().or(jdl).parse().unwrap(),
+            Some(VgpgpuRequest { per_node: 1, method: VgpgpuMethod::Rcuda })
+        );
         let prolog = RawVgpgpu::from_control_env(&["SPANK_CDER_VGPGPU_PER_NODE=2"]);
         assert_eq!(prolog.parse().unwrap().unwrap().per_node, 2);
         // 0 is refused on every door (cder_request): leave the option out to ask for none.

@@ -16,9 +16,7 @@ fn main() {
 
     let include = env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
     if !Path::new(&include).join("slurm/spank.h").exists() {
-        panic!(
-            "slurm/spank.h not found under {include}: install libslurm-dev (Debian) or set SLURM_INCLUDE_DIR"
-        );
+        panic!("slurm/spank.h not found under {include}: install libslurm-dev (Debian) or set SLURM_INCLUDE_DIR");
     }
     for h in ["slurm.h", "spank.h", "slurm_version.h", "slurm_errno.h"] {
         println!("cargo:rerun-if-changed={include}/slurm/{h}");

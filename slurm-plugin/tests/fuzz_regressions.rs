@@ -11,7 +11,9 @@ use cder_slurm::job_submit::{translate, Submission};
 /// `Gres=gpu:17777777777777777777g`: the G suffix multiplied past u64.
 #[test]
 fn gres_count_with_suffix_past_u64_is_not_a_count() {
-    let nodes = NodeGres::parse("NodeName=big Gres=gpu:17777777777777777777g\nNodeName=n1 Gres=gpu:4\n", Path::new("/")).unwrap();
+    let nodes =
+        NodeGres::parse("NodeName=big Gres=gpu:17777777777777777777g\nNodeName=n1 Gres=gpu:4\n", Path::new("/"))
+            .unwrap();
     // Unreadable like any count past u64: the node's other lines decide.
     assert_eq!(nodes.max_per_node.get("gpu"), Some(&4));
     let sub = Submission { spank_job_env: vec!["CDER_GPGPU_PER_NODE=1".into()], ..Submission::default() };

@@ -89,11 +89,7 @@ pub fn provider_config(socket: &Path) -> String {
 pub fn cder_plugin(provider: &Path, config: &Path) -> (String, String) {
     (
         "cder-glue-provider".into(),
-        format!(
-            "#!/bin/sh\nexec {} --config {} --arc-plugin\n",
-            provider.display(),
-            config.display()
-        ),
+        format!("#!/bin/sh\nexec {} --config {} --arc-plugin\n", provider.display(), config.display()),
     )
 }
 
@@ -130,10 +126,7 @@ fn free_port() -> Result<u16, String> {
 }
 
 fn run_ok(cmd: &mut Command, what: &str) -> Result<Output, String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{what}: {e}"))?;
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "{what}: exit {}\n{}{}",
@@ -148,8 +141,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> Result<Output, String> {
 fn write_exec(path: &Path, text: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
 }
 
 fn wait_port(
@@ -166,17 +158,11 @@ fn wait_port(
         }
         for c in children.iter_mut() {
             if let Ok(Some(st)) = c.try_wait() {
-                return Err(format!(
-                    "{what}: a process exited ({st}) before port {port} opened\n{}",
-                    log()
-                ));
+                return Err(format!("{what}: a process exited ({st}) before port {port} opened\n{}", log()));
             }
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{what}: port {port} not open within {timeout:?}\n{}",
-                log()
-            ));
+            return Err(format!("{what}: port {port} not open within {timeout:?}\n{}", log()));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -187,38 +173,19 @@ impl ArcCe {
     /// starts A-REX and its web service (and the infosys), makes the user's
     /// proxy, and waits until the REST port answers.
     pub fn start(options: &ArcOptions) -> Result<ArcCe, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("cder-arc-")
-            .tempdir()
-            .map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new().prefix("cder-arc-").tempdir().map_err(|e| e.to_string())?;
         let d = dir.path().to_path_buf();
-        for sub in [
-            "certificates",
-            "host",
-            "user",
-            "control",
-            "session",
-            "tmp",
-            "log",
-            "run",
-            "home",
-            "arcloc/sbin",
-            "shim",
-        ] {
+        for sub in
+            ["certificates", "host", "user", "control", "session", "tmp", "log", "run", "home", "arcloc/sbin", "shim"]
+        {
             std::fs::create_dir_all(d.join(sub)).map_err(|e| e.to_string())?;
         }
         // Jobs run as the mapped account (nobody) in session/; A-REX's SLURM
         // scan wants a sticky, world-writable tmpdir.
         let _ = Command::new("chmod")
-            .args([
-                "0755",
-                &d.display().to_string(),
-                &d.join("session").display().to_string(),
-            ])
+            .args(["0755", &d.display().to_string(), &d.join("session").display().to_string()])
             .status();
-        let _ = Command::new("chmod")
-            .args(["1777", &d.join("tmp").display().to_string()])
-            .status();
+        let _ = Command::new("chmod").args(["1777", &d.join("tmp").display().to_string()]).status();
         let (rest_port, ldap_port) = (free_port()?, free_port()?);
         let rest_url = format!("https://localhost:{rest_port}/arex");
         let p = |s: &str| d.join(s).display().to_string();
@@ -270,22 +237,13 @@ impl ArcCe {
         // (`--ca-dir`; `hostcert -n` and `usercert` write to the cwd;
         // `--no-auth` keeps /etc/grid-security/testCA.allowed-subjects as is).
         let ca = ["test-ca", "--ca-dir", &p("certificates"), "--ca-id", "cder"];
+        run_ok(&mut arcctl(&[&ca[..], &["init"]].concat(), &d), "arcctl test-ca init")?;
         run_ok(
-            &mut arcctl(&[&ca[..], &["init"]].concat(), &d),
-            "arcctl test-ca init",
-        )?;
-        run_ok(
-            &mut arcctl(
-                &[&ca[..], &["hostcert", "-n", "localhost"]].concat(),
-                &d.join("host"),
-            ),
+            &mut arcctl(&[&ca[..], &["hostcert", "-n", "localhost"]].concat(), &d.join("host")),
             "arcctl test-ca hostcert",
         )?;
         run_ok(
-            &mut arcctl(
-                &[&ca[..], &["usercert", "-n", "cder grid user", "--no-auth"]].concat(),
-                &d.join("user"),
-            ),
+            &mut arcctl(&[&ca[..], &["usercert", "-n", "cder grid user", "--no-auth"]].concat(), &d.join("user")),
             "arcctl test-ca usercert",
         )?;
         let subject = run_ok(
@@ -294,49 +252,28 @@ impl ArcCe {
                 .arg(d.join("user/client-cder-grid-user-cert.pem")),
             "openssl x509 -subject",
         )?;
-        let user_dn = String::from_utf8_lossy(&subject.stdout)
-            .trim()
-            .trim_start_matches("subject=")
-            .trim()
-            .to_string();
-        std::fs::write(d.join("allowed-subjects"), format!("\"{user_dn}\"\n"))
-            .map_err(|e| e.to_string())?;
+        let user_dn = String::from_utf8_lossy(&subject.stdout).trim().trim_start_matches("subject=").trim().to_string();
+        std::fs::write(d.join("allowed-subjects"), format!("\"{user_dn}\"\n")).map_err(|e| e.to_string())?;
         // Without it arc-arex-ws-start spends minutes in `openssl dhparam 4096`.
         run_ok(
             Command::new("openssl")
-                .args([
-                    "genpkey",
-                    "-genparam",
-                    "-algorithm",
-                    "DH",
-                    "-pkeyopt",
-                    "group:ffdhe2048",
-                    "-out",
-                ])
+                .args(["genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt", "group:ffdhe2048", "-out"])
                 .arg(d.join("control/dhparam.pem")),
             "openssl genpkey -genparam",
         )?;
         for rte in &options.rtes {
-            run_ok(
-                &mut arcctl(&["rte", "enable", rte], &d),
-                &format!("arcctl rte enable {rte}"),
-            )?;
+            run_ok(&mut arcctl(&["rte", "enable", rte], &d), &format!("arcctl rte enable {rte}"))?;
             if !d.join("control/rte/enabled").join(rte).exists() {
-                return Err(format!(
-                    "arcctl rte enable {rte} made no link in control/rte/enabled"
-                ));
+                return Err(format!("arcctl rte enable {rte} made no link in control/rte/enabled"));
             }
         }
 
         // ARC_LOCATION for both daemons: ARC's own files, but an arched that
         // edits the XML the start scripts generate (see the module doc).
         let loc = d.join("arcloc");
-        for (name, target) in [
-            ("lib", "/usr/lib"),
-            ("share", "/usr/share"),
-            ("libexec", "/usr/libexec"),
-            ("bin", "/usr/bin"),
-        ] {
+        for (name, target) in
+            [("lib", "/usr/lib"), ("share", "/usr/share"), ("libexec", "/usr/libexec"), ("bin", "/usr/bin")]
+        {
             std::os::unix::fs::symlink(target, loc.join(name)).map_err(|e| e.to_string())?;
         }
         write_exec(
@@ -369,32 +306,18 @@ impl ArcCe {
                 .process_group(0);
             let out = std::fs::File::create(d.join("log").join(log)).map_err(|e| e.to_string())?;
             let err = out.try_clone().map_err(|e| e.to_string())?;
-            c.stdout(out)
-                .stderr(err)
-                .spawn()
-                .map_err(|e| format!("{script}: {e}"))
+            c.stdout(out).stderr(err).spawn().map_err(|e| format!("{script}: {e}"))
         };
         // The infosys first, so that it reads A-REX's first infoprovider run
         // (ARC's LDIF provider waits on a fifo that run notifies).
         if options.infosys {
             ce.start_infosys(&arc_conf, ldap_port, options)?;
         }
-        ce.children
-            .push(spawn("/usr/share/arc/arc-arex-start", "arex.out", &loc)?);
-        ce.children
-            .push(spawn("/usr/share/arc/arc-arex-ws-start", "ws.out", &loc)?);
+        ce.children.push(spawn("/usr/share/arc/arc-arex-start", "arex.out", &loc)?);
+        ce.children.push(spawn("/usr/share/arc/arc-arex-ws-start", "ws.out", &loc)?);
         let logs = || ce_logs(&d);
-        wait_port(
-            rest_port,
-            Duration::from_secs(60),
-            &mut ce.children,
-            "A-REX web service",
-            &logs,
-        )?;
-        let out = ce
-            .client("arcproxy")
-            .output()
-            .map_err(|e| format!("arcproxy: {e}"))?;
+        wait_port(rest_port, Duration::from_secs(60), &mut ce.children, "A-REX web service", &logs)?;
+        let out = ce.client("arcproxy").output().map_err(|e| format!("arcproxy: {e}"))?;
         if !out.status.success() {
             return Err(format!(
                 "arcproxy failed: {}{}",
@@ -405,40 +328,21 @@ impl ArcCe {
         Ok(ce)
     }
 
-    fn start_infosys(
-        &mut self,
-        arc_conf: &Path,
-        port: u16,
-        options: &ArcOptions,
-    ) -> Result<(), String> {
+    fn start_infosys(&mut self, arc_conf: &Path, port: u16, options: &ArcOptions) -> Result<(), String> {
         let d = self.dir.path().to_path_buf();
-        for script in [
-            "/usr/share/arc/create-slapd-config",
-            "/usr/share/arc/create-bdii-config",
-        ] {
+        for script in ["/usr/share/arc/create-slapd-config", "/usr/share/arc/create-bdii-config"] {
             run_ok(Command::new(script).env("ARC_CONFIG", arc_conf), script)?;
         }
         let slapd_conf = d.join("infosys/bdii-slapd.conf");
-        let text = std::fs::read_to_string(&slapd_conf)
-            .map_err(|e| format!("{}: {e}", slapd_conf.display()))?;
-        let text: String = text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("cachesize"))
-            .map(|l| format!("{l}\n"))
-            .collect();
+        let text = std::fs::read_to_string(&slapd_conf).map_err(|e| format!("{}: {e}", slapd_conf.display()))?;
+        let text: String =
+            text.lines().filter(|l| !l.trim_start().starts_with("cachesize")).map(|l| format!("{l}\n")).collect();
         std::fs::write(&slapd_conf, text).map_err(|e| e.to_string())?;
         let log = std::fs::File::create(d.join("log/slapd.out")).map_err(|e| e.to_string())?;
         let slapd = Command::new("/usr/sbin/slapd")
             .arg("-f")
             .arg(&slapd_conf)
-            .args([
-                "-h",
-                &format!("ldap://127.0.0.1:{port}"),
-                "-u",
-                "root",
-                "-d",
-                "0",
-            ])
+            .args(["-h", &format!("ldap://127.0.0.1:{port}"), "-u", "root", "-d", "0"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -448,13 +352,7 @@ impl ArcCe {
         self.children.push(slapd);
         let logs = || ce_logs(&d);
         let n = self.children.len();
-        wait_port(
-            port,
-            Duration::from_secs(30),
-            &mut self.children[n - 1..],
-            "ARC's infosys slapd",
-            &logs,
-        )?;
+        wait_port(port, Duration::from_secs(30), &mut self.children[n - 1..], "ARC's infosys slapd", &logs)?;
 
         let bdii_conf = d.join("infosys/bdii.conf");
         let mut text = std::fs::read_to_string(&bdii_conf).map_err(|e| e.to_string())?;
@@ -468,19 +366,13 @@ impl ArcCe {
         }
         let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", d.join("shim").display());
         run_ok(
-            Command::new("/usr/sbin/bdii-update")
-                .arg("-c")
-                .arg(&bdii_conf)
-                .arg("-d")
-                .env("PATH", path),
+            Command::new("/usr/sbin/bdii-update").arg("-c").arg(&bdii_conf).arg("-d").env("PATH", path),
             "bdii-update -d",
         )?;
         let pid_file = d.join("bdii/run/bdii-update.pid");
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.bdii_pid.is_none() {
-            self.bdii_pid = std::fs::read_to_string(&pid_file)
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
+            self.bdii_pid = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok());
             if self.bdii_pid.is_none() && Instant::now() >= deadline {
                 return Err(format!("bdii-update wrote no pid file\n{}", self.logs()));
             }
@@ -510,19 +402,13 @@ impl ArcCe {
     pub fn client(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let d = self.dir.path();
         let mut c = Command::new(program);
-        c.env(
-            "X509_USER_CERT",
-            d.join("user/client-cder-grid-user-cert.pem"),
-        )
-        .env(
-            "X509_USER_KEY",
-            d.join("user/client-cder-grid-user-key.pem"),
-        )
-        .env("X509_USER_PROXY", d.join("user/proxy.pem"))
-        .env("X509_CERT_DIR", d.join("certificates"))
-        .env("HOME", d.join("home"))
-        .current_dir(d.join("home"))
-        .stdin(Stdio::null());
+        c.env("X509_USER_CERT", d.join("user/client-cder-grid-user-cert.pem"))
+            .env("X509_USER_KEY", d.join("user/client-cder-grid-user-key.pem"))
+            .env("X509_USER_PROXY", d.join("user/proxy.pem"))
+            .env("X509_CERT_DIR", d.join("certificates"))
+            .env("HOME", d.join("home"))
+            .current_dir(d.join("home"))
+            .stdin(Stdio::null());
         c
     }
 
@@ -534,18 +420,14 @@ impl ArcCe {
     /// The SLURM job ID A-REX recorded for `arex_id` (`localid=` in
     /// `job.<ID>.local`), once it has submitted it.
     pub fn slurm_id(&self, arex_id: &str) -> Option<u32> {
-        let text = std::fs::read_to_string(self.control_dir().join(format!("job.{arex_id}.local")))
-            .ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("localid="))
-            .and_then(|v| v.trim().parse().ok())
+        let text = std::fs::read_to_string(self.control_dir().join(format!("job.{arex_id}.local"))).ok()?;
+        text.lines().find_map(|l| l.strip_prefix("localid=")).and_then(|v| v.trim().parse().ok())
     }
 
     /// A-REX's log of a job: RTE output, batch script, sbatch's answer,
     /// state changes with times.
     pub fn job_errors(&self, arex_id: &str) -> String {
-        std::fs::read_to_string(self.control_dir().join(format!("job.{arex_id}.errors")))
-            .unwrap_or_default()
+        std::fs::read_to_string(self.control_dir().join(format!("job.{arex_id}.errors"))).unwrap_or_default()
     }
 
     /// The logs, for a failing test's message.
@@ -565,9 +447,7 @@ fn ce_logs(d: &Path) -> String {
         "log/slapd.out",
         "bdii/log/bdii-update.log",
     ] {
-        let text = std::fs::read(d.join(f))
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
+        let text = std::fs::read(d.join(f)).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(30)..].join("\n");
         s.push_str(&format!("--- {f} (last 30 lines)\n{tail}\n"));
@@ -578,28 +458,19 @@ fn ce_logs(d: &Path) -> String {
 impl Drop for ArcCe {
     fn drop(&mut self) {
         if let Some(pid) = self.bdii_pid {
-            let _ = Command::new("kill")
-                .arg(pid.to_string())
-                .stderr(Stdio::null())
-                .status();
+            let _ = Command::new("kill").arg(pid.to_string()).stderr(Stdio::null()).status();
         }
         // Each daemon leads its own process group: the scripts exec arched,
         // which runs the infoprovider and the SLURM scan as children.
         for c in &self.children {
-            let _ = Command::new("kill")
-                .args(["-TERM", "--", &format!("-{}", c.id())])
-                .stderr(Stdio::null())
-                .status();
+            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", c.id())]).stderr(Stdio::null()).status();
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         for c in &mut self.children {
             while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
             }
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", c.id())])
-                .stderr(Stdio::null())
-                .status();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", c.id())]).stderr(Stdio::null()).status();
             let _ = c.wait();
         }
         // What is left of ours names the temp dir (ARC's LDIF provider
@@ -612,10 +483,7 @@ impl Drop for ArcCe {
                 };
                 let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
                 if pid != std::process::id() && String::from_utf8_lossy(&cmdline).contains(&me) {
-                    let _ = Command::new("kill")
-                        .args(["-KILL", &pid.to_string()])
-                        .stderr(Stdio::null())
-                        .status();
+                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
                 }
             }
         }

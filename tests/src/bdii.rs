@@ -21,7 +21,8 @@ pub const DEFAULT_LDIF: &str = "/usr/share/bdii/default.ldif";
 
 /// Everything a BDII test needs from the system (see [`cder_testkit::require_programs`]).
 pub fn require_bdii() -> bool {
-    crate::ldap::require_slapd() && require_programs(&[BDII_UPDATE, DEFAULT_LDIF, "python3", "ldapmodify", "ldapdelete"])
+    crate::ldap::require_slapd()
+        && require_programs(&[BDII_UPDATE, DEFAULT_LDIF, "python3", "ldapmodify", "ldapdelete"])
 }
 
 /// How to run bdii-update.
@@ -93,7 +94,11 @@ impl Bdii {
 
     /// Starts `bdii-update -d` (it daemonizes and writes its pid file).
     pub fn run(&mut self) -> Result<(), String> {
-        let path = format!("{}:{}", self.root.join("shim").display(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()));
+        let path = format!(
+            "{}:{}",
+            self.root.join("shim").display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+        );
         let status = Command::new(BDII_UPDATE)
             .arg("-c")
             .arg(self.root.join("bdii.conf"))
@@ -133,7 +138,11 @@ impl Bdii {
                 return Ok(done);
             }
             if Instant::now() >= deadline {
-                return Err(format!("bdii-update finished {done} cycles, wanted {} within {timeout:?}; log:\n{}", after + n, self.log()));
+                return Err(format!(
+                    "bdii-update finished {done} cycles, wanted {} within {timeout:?}; log:\n{}",
+                    after + n,
+                    self.log()
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -155,7 +164,11 @@ impl Drop for Bdii {
 
 /// Writes a shim for `tool` into `dir`: `-h HOST -p PORT` → `-H ldap://HOST:PORT`.
 pub fn write_shim(dir: &Path, tool: &str) -> Result<(), String> {
-    let real = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists()).ok_or_else(|| format!("{tool} is not installed"))?;
+    let real = ["/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{tool} is not installed"))?;
     let script = format!(
         r#"#!/bin/sh
 # bdii-update passes -h HOST -p PORT (OpenLDAP < 2.5); rewrite to -H ldap://HOST:PORT.

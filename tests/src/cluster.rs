@@ -80,7 +80,14 @@ pub struct ClusterConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { workers: 3, gpus: 2, cpus: 8, spank_args: Vec::new(), extra_slurm_conf: String::new(), registry: false }
+        ClusterConfig {
+            workers: 3,
+            gpus: 2,
+            cpus: 8,
+            spank_args: Vec::new(),
+            extra_slurm_conf: String::new(),
+            registry: false,
+        }
     }
 }
 
@@ -181,7 +188,9 @@ impl Host {
 
     /// cderd's `status` on this host.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
-        cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5)).and_then(|mut c| c.status()).map_err(|e| e.to_string())
+        cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))
+            .and_then(|mut c| c.status())
+            .map_err(|e| e.to_string())
     }
 
     /// The device indices cderd on this host shows held by `slurm:<id>`.
@@ -202,13 +211,24 @@ impl Host {
     pub fn logs(&self) -> String {
         let mut out = String::new();
         let Ok(entries) = std::fs::read_dir(self.run_dir()) else { return out };
-        let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log" || x == "out")).collect();
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log" || x == "out"))
+            .collect();
         names.sort();
         for path in names {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let tail = &lines[lines.len().saturating_sub(30)..];
-            let _ = writeln!(out, "==== {}:{} (last {} lines) ====\n{}", self.name, path.display(), tail.len(), tail.join("\n"));
+            let _ = writeln!(
+                out,
+                "==== {}:{} (last {} lines) ====\n{}",
+                self.name,
+                path.display(),
+                tail.len(),
+                tail.join("\n")
+            );
         }
         out
     }
@@ -287,8 +307,10 @@ impl Cluster {
         // From here on, an error drops `cluster`, which undoes what was made.
         cluster.make_network()?;
         cluster.enter_hosts()?;
-        std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
-        std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
+        std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so"))
+            .map_err(|e| format!("copying the SPANK plugin: {e}"))?;
+        std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so"))
+            .map_err(|e| format!("copying the job_submit plugin: {e}"))?;
         cluster.write_slurm_conf()?;
         if config.registry {
             cluster.start_registry()?;
@@ -435,8 +457,13 @@ impl Cluster {
     /// Rewrites plugstack.conf (read anew by every srun and slurmstepd):
     /// the plugin on each host talks to that host's cderd.
     pub fn set_plugstack(&self, args: &[String]) -> Result<(), String> {
-        let registry = if self.config.registry { format!(" config={}", self.registry_config().display()) } else { String::new() };
-        let text = format!("required {}/plugins/spank_cder.so socket=/run/cder/cderd.sock{registry} {}\n", self.dir().display(), args.join(" "));
+        let registry =
+            if self.config.registry { format!(" config={}", self.registry_config().display()) } else { String::new() };
+        let text = format!(
+            "required {}/plugins/spank_cder.so socket=/run/cder/cderd.sock{registry} {}\n",
+            self.dir().display(),
+            args.join(" ")
+        );
         std::fs::write(self.dir().join("plugstack.conf"), text).map_err(|e| e.to_string())
     }
 
@@ -569,8 +596,15 @@ impl Cluster {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             let uuids: Vec<String> = (0..*gpus).map(|i| format!("GPU-{name}-{i}")).collect();
             let devices: Vec<(u32, &str)> = uuids.iter().enumerate().map(|(i, u)| (i as u32, u.as_str())).collect();
-            let config = crate::vgpgpu::node_config_in(&self.registry_config(), &dir, &backend, &w.addr, "nvidia", &devices)?;
-            let out = w.command(&factory.to_string_lossy()).arg("--config").arg(&config).arg("--once").output().map_err(|e| e.to_string())?;
+            let config =
+                crate::vgpgpu::node_config_in(&self.registry_config(), &dir, &backend, &w.addr, "nvidia", &devices)?;
+            let out = w
+                .command(&factory.to_string_lossy())
+                .arg("--config")
+                .arg(&config)
+                .arg("--once")
+                .output()
+                .map_err(|e| e.to_string())?;
             if !out.status.success() {
                 return Err(format!(
                     "cder-vgpgpu-factory on {name} exited {}: {}{}",
@@ -633,12 +667,21 @@ impl Cluster {
     /// Runs `program` with `args` in worker `name` with `SLURM_CONF` set
     /// (e.g. `cderctl reconcile --from slurm` as the node runs it).
     pub fn on_worker(&self, name: &str, program: &str, args: &[&str]) -> Result<std::process::Output, String> {
-        self.worker(name).command(program).args(args).env("SLURM_CONF", self.slurm_conf()).output().map_err(|e| format!("{program} on {name}: {e}"))
+        self.worker(name)
+            .command(program)
+            .args(args)
+            .env("SLURM_CONF", self.slurm_conf())
+            .output()
+            .map_err(|e| format!("{program} on {name}: {e}"))
     }
 
     /// Every network namespace of this cluster, the switch's included.
     pub fn namespaces(&self) -> Vec<String> {
-        self.switch.iter().cloned().chain(std::iter::once(&self.head).chain(&self.workers).map(|h| h.netns.clone())).collect()
+        self.switch
+            .iter()
+            .cloned()
+            .chain(std::iter::once(&self.head).chain(&self.workers).map(|h| h.netns.clone()))
+            .collect()
     }
 
     /// Every process in this cluster's host namespaces, holders included.
@@ -655,7 +698,8 @@ impl Cluster {
 
 /// True for a process that has exited and waits for its parent to reap it.
 pub fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
 }
 
 impl SlurmClient for Cluster {

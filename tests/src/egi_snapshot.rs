@@ -196,7 +196,11 @@ pub fn generate(spec: &SnapshotSpec) -> Snapshot {
         let site = ce / 2;
         let domain = format!("SITE-{site:04}");
         let ddn = format!("GLUE2DomainID={domain},GLUE2GroupID=grid,o=glue");
-        let site13 = if spec.site_tree { format!("mds-vo-name={domain},mds-vo-name=local,o=grid") } else { "mds-vo-name=resource,o=grid".to_string() };
+        let site13 = if spec.site_tree {
+            format!("mds-vo-name={domain},mds-vo-name=local,o=grid")
+        } else {
+            "mds-vo-name=resource,o=grid".to_string()
+        };
         if ce % 2 == 0 {
             let _ = write!(
                 l,
@@ -216,7 +220,8 @@ pub fn generate(spec: &SnapshotSpec) -> Snapshot {
             out.entities += 4;
             if spec.site_tree {
                 // A top-level BDII's tree: each site's services under its own resource group.
-                let _ = write!(l, "dn: GLUE2GroupID=resource,{ddn}\nobjectClass: GLUE2Group\nGLUE2GroupID: resource\n\n");
+                let _ =
+                    write!(l, "dn: GLUE2GroupID=resource,{ddn}\nobjectClass: GLUE2Group\nGLUE2GroupID: resource\n\n");
                 if spec.glue13 {
                     let _ = write!(l, "dn: {site13}\nobjectClass: MDS\nmds-vo-name: {domain}\n\n");
                     out.glue13_entries += 1;
@@ -225,7 +230,11 @@ pub fn generate(spec: &SnapshotSpec) -> Snapshot {
         }
         let host = format!("ce{ce:04}.site{site:04}.example.eu");
         let service = format!("{host}_ComputingElement");
-        let group = if spec.site_tree { format!("GLUE2GroupID=resource,{ddn}") } else { "GLUE2GroupID=resource,o=glue".to_string() };
+        let group = if spec.site_tree {
+            format!("GLUE2GroupID=resource,{ddn}")
+        } else {
+            "GLUE2GroupID=resource,o=glue".to_string()
+        };
         let sdn = format!("GLUE2ServiceID={service},{group}");
         let lrms = ["pbs", "slurm", "sge", "lsf"][ce % 4];
         let _ = write!(
@@ -298,7 +307,10 @@ pub fn generate(spec: &SnapshotSpec) -> Snapshot {
                 let ce_id = format!("{host}:8443/cream-{lrms}-{queue}");
                 let ee = (q + v * spec.queues) % n_ee;
                 let fk = if spec.share_ee_fk {
-                    format!("GLUE2ShareResourceForeignKey: {id}\nGLUE2ComputingShareExecutionEnvironmentForeignKey: {id}\n", id = ee_id(ee))
+                    format!(
+                        "GLUE2ShareResourceForeignKey: {id}\nGLUE2ComputingShareExecutionEnvironmentForeignKey: {id}\n",
+                        id = ee_id(ee)
+                    )
                 } else {
                     String::new()
                 };
@@ -402,9 +414,10 @@ fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &st
              objectClass: GlueSchemaVersion\nGlueClusterUniqueID: {cluster}\nGlueClusterName: {cluster}\nGlueSchemaVersionMajor: 1\nGlueSchemaVersionMinor: 3\n\n"
         );
         let tags: String = match data {
-            Some((keys, (vendor, _))) => {
-                std::iter::once(format!("{vendor}GPGPU")).chain(keys.iter().map(|(k, v)| format!("{k}={v}"))).map(|t| format!("GlueHostApplicationSoftwareRunTimeEnvironment: {t}\n")).collect()
-            }
+            Some((keys, (vendor, _))) => std::iter::once(format!("{vendor}GPGPU"))
+                .chain(keys.iter().map(|(k, v)| format!("{k}={v}")))
+                .map(|t| format!("GlueHostApplicationSoftwareRunTimeEnvironment: {t}\n"))
+                .collect(),
             None => "GlueHostApplicationSoftwareRunTimeEnvironment: VO-ops-tests\n".into(),
         };
         let _ = write!(
@@ -417,8 +430,11 @@ fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &st
     }
     for q in 0..spec.queues {
         let id = format!("{host}:8443/cream-{lrms}-q{q}");
-        let linked: std::collections::BTreeSet<usize> =
-            if spec.share_ee_fk { (0..spec.vos).map(|v| (q + v * spec.queues) % ees.len()).collect() } else { (0..ees.len()).collect() };
+        let linked: std::collections::BTreeSet<usize> = if spec.share_ee_fk {
+            (0..spec.vos).map(|v| (q + v * spec.queues) % ees.len()).collect()
+        } else {
+            (0..ees.len()).collect()
+        };
         let _ = write!(
             l,
             "dn: GlueCEUniqueID={id},{site}\nobjectClass: GlueCETop\nobjectClass: GlueCE\nobjectClass: GlueCEInfo\n\
@@ -454,14 +470,22 @@ mod tests {
 
     #[test]
     fn keys_on_execution_environments_reach_the_shares_that_offer_them() {
-        let base = SnapshotSpec { ces: 20, gpu_shares: 10, placement: Placement::ExecutionEnvironments, ..SnapshotSpec::thesis(Strategy::AttributeExtension) };
+        let base = SnapshotSpec {
+            ces: 20,
+            gpu_shares: 10,
+            placement: Placement::ExecutionEnvironments,
+            ..SnapshotSpec::thesis(Strategy::AttributeExtension)
+        };
         let a = generate(&base);
         assert_eq!(a.ldif.matches("GLUE2EntityOtherInfo: GPGPUVendor=").count(), 10, "ten GPU EEs");
         // Each GPU EE is offered by the queues whose shares name it (half of a CE's ten queues).
         assert_eq!(a.gpu.len(), 10 * 5);
         let c = generate(&SnapshotSpec { strategy: Strategy::ClassExtension, ..base.clone() });
         assert_eq!(c.extensions, 120);
-        assert!(c.ldif.contains("dn: GLUE2ExtensionLocalID=GPGPUVendor,GLUE2ResourceID=ce"), "Extensions are children of their EE");
+        assert!(
+            c.ldif.contains("dn: GLUE2ExtensionLocalID=GPGPUVendor,GLUE2ResourceID=ce"),
+            "Extensions are children of their EE"
+        );
         assert_eq!(c.gpu, a.gpu);
         // Without the share->EE key every queue of the CE offers every GPU EE.
         let n = generate(&SnapshotSpec { share_ee_fk: false, ..base.clone() });
@@ -475,7 +499,15 @@ mod tests {
 
     #[test]
     fn site_trees_glue13_and_reused_ids() {
-        let spec = SnapshotSpec { ces: 4, gpu_shares: 2, placement: Placement::ExecutionEnvironments, glue13: true, site_tree: true, reused_ee_ids: true, ..SnapshotSpec::thesis(Strategy::AttributeExtension) };
+        let spec = SnapshotSpec {
+            ces: 4,
+            gpu_shares: 2,
+            placement: Placement::ExecutionEnvironments,
+            glue13: true,
+            site_tree: true,
+            reused_ee_ids: true,
+            ..SnapshotSpec::thesis(Strategy::AttributeExtension)
+        };
         let s = generate(&spec);
         assert!(s.ldif.contains("dn: GLUE2ServiceID=ce0000.site0000.example.eu_ComputingElement,GLUE2GroupID=resource,GLUE2DomainID=SITE-0000,GLUE2GroupID=grid,o=glue"));
         assert_eq!(s.ldif.matches("GLUE2ResourceID: execenv0\n").count(), 4, "every CE has an EE called execenv0");

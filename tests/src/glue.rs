@@ -46,7 +46,9 @@ pub fn assert_reads_back(slapd: &Slapd, published: &str) -> Vec<Entry> {
     let entries = ldif::parse(published).expect("provider LDIF parses");
     assert!(!entries.is_empty(), "the provider published nothing");
     for entry in &entries {
-        let text = slapd.tool("ldapsearch", &["-LLL", "-o", "ldif-wrap=no", "-s", "base", "-b", &entry.dn, "(objectClass=*)"], None).unwrap_or_else(|e| panic!("{e}"));
+        let text = slapd
+            .tool("ldapsearch", &["-LLL", "-o", "ldif-wrap=no", "-s", "base", "-b", &entry.dn, "(objectClass=*)"], None)
+            .unwrap_or_else(|e| panic!("{e}"));
         let back = ldif::parse(&text).expect("ldapsearch LDIF parses");
         assert_eq!(back.len(), 1, "{} read back as {text}", entry.dn);
         assert_eq!(values_by_name(&back[0]), values_by_name(entry), "{} differs in slapd", entry.dn);

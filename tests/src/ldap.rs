@@ -85,8 +85,12 @@ impl Slapd {
         Self::start_with(options, |conf| {
             let text = std::fs::read_to_string(conf).map_err(|e| format!("{}: {e}", conf.display()))?;
             let extra: String = schemas.iter().map(|s| format!("include {}\n", s.display())).collect();
-            let at = text.find(GLUE20_SCHEMA).and_then(|i| text[i..].find('\n').map(|n| i + n + 1)).ok_or_else(|| format!("{BDII_SLAPD_CONF} includes no {GLUE20_SCHEMA}"))?;
-            std::fs::write(conf, format!("{}{extra}{}", &text[..at], &text[at..])).map_err(|e| format!("{}: {e}", conf.display()))
+            let at = text
+                .find(GLUE20_SCHEMA)
+                .and_then(|i| text[i..].find('\n').map(|n| i + n + 1))
+                .ok_or_else(|| format!("{BDII_SLAPD_CONF} includes no {GLUE20_SCHEMA}"))?;
+            std::fs::write(conf, format!("{}{extra}{}", &text[..at], &text[at..]))
+                .map_err(|e| format!("{}: {e}", conf.display()))
         })
     }
 
@@ -112,7 +116,12 @@ impl Slapd {
                 Ok(()) => return Ok(slapd),
                 // Another test took the free port before slapd bound it (slapd -d 0
                 // exits 1 silently then): take another.
-                Err(e) if options.port.is_none() && attempts < 3 && e.contains("exited") && TcpListener::bind(("127.0.0.1", slapd.port)).is_err() => {
+                Err(e)
+                    if options.port.is_none()
+                        && attempts < 3
+                        && e.contains("exited")
+                        && TcpListener::bind(("127.0.0.1", slapd.port)).is_err() =>
+                {
                     attempts += 1;
                     slapd.port = free_port();
                     slapd.child = spawn_slapd(&slapd.conf, slapd.port, &log)?;
@@ -225,7 +234,13 @@ impl Slapd {
         }
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if !out.status.success() {
-            return Err(format!("{tool} {} failed ({}): {}{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr), stdout));
+            return Err(format!(
+                "{tool} {} failed ({}): {}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                stdout
+            ));
         }
         Ok(stdout)
     }
@@ -269,7 +284,9 @@ dn: GLUE2GroupID=grid,o=glue\nobjectClass: GLUE2Group\nGLUE2GroupID: grid\n\n";
 pub fn rewrite_conf(original: &str, root: &Path, maxsize: Option<u64>) -> String {
     let mut out = String::new();
     for line in original.lines() {
-        let line = line.replace("/run/bdii/db", &root.join("run").display().to_string()).replace("/var/lib/bdii/db", &root.join("db").display().to_string());
+        let line = line
+            .replace("/run/bdii/db", &root.join("run").display().to_string())
+            .replace("/var/lib/bdii/db", &root.join("db").display().to_string());
         out.push_str(&line);
         out.push('\n');
         // maxsize belongs to the mdb database whose directory this is.
@@ -288,7 +305,10 @@ fn slapadd(conf: &Path, ldif: &str) -> Result<(), String> {
     for record in records(ldif) {
         let dn = record_dn(&record).ok_or_else(|| format!("LDIF record without a dn: {record:?}"))?;
         let lower = dn.to_ascii_lowercase().replace(' ', "");
-        let slot = by_suffix.iter_mut().find(|(s, _)| lower.ends_with(s)).ok_or_else(|| format!("dn {dn:?} is under none of {SUFFIXES:?}"))?;
+        let slot = by_suffix
+            .iter_mut()
+            .find(|(s, _)| lower.ends_with(s))
+            .ok_or_else(|| format!("dn {dn:?} is under none of {SUFFIXES:?}"))?;
         slot.1.push_str(&record);
         slot.1.push_str("\n\n");
     }
@@ -305,9 +325,16 @@ fn slapadd(conf: &Path, ldif: &str) -> Result<(), String> {
         let mut pipe = child.stdin.take().expect("piped");
         let writer = std::thread::spawn(move || pipe.write_all(text.as_bytes()));
         let out = child.wait_with_output().map_err(|e| format!("slapadd: {e}"))?;
-        writer.join().map_err(|_| "slapadd writer panicked".to_string())?.map_err(|e| format!("writing to slapadd: {e}"))?;
+        writer
+            .join()
+            .map_err(|_| "slapadd writer panicked".to_string())?
+            .map_err(|e| format!("writing to slapadd: {e}"))?;
         if !out.status.success() {
-            return Err(format!("slapadd -b {suffix} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "slapadd -b {suffix} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
     }
     Ok(())
@@ -315,12 +342,17 @@ fn slapadd(conf: &Path, ldif: &str) -> Result<(), String> {
 
 /// Splits LDIF text into records (folded lines kept as they are).
 pub fn records(ldif: &str) -> Vec<String> {
-    ldif.split("\n\n").map(|r| r.trim_matches('\n').to_string()).filter(|r| r.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty())).collect()
+    ldif.split("\n\n")
+        .map(|r| r.trim_matches('\n').to_string())
+        .filter(|r| r.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty()))
+        .collect()
 }
 
 fn record_dn(record: &str) -> Option<String> {
     let unfolded = record.replace("\n ", "");
-    unfolded.lines().find_map(|l| l.strip_prefix("dn: ").or_else(|| l.strip_prefix("dn:")).map(|d| d.trim().to_string()))
+    unfolded
+        .lines()
+        .find_map(|l| l.strip_prefix("dn: ").or_else(|| l.strip_prefix("dn:")).map(|d| d.trim().to_string()))
 }
 
 #[cfg(test)]
@@ -331,7 +363,10 @@ mod tests {
     fn conf_rewrite_moves_paths_and_sets_maxsize() {
         let original = "pidfile /run/bdii/db/slapd.pid\ndatabase mdb\ndirectory /var/lib/bdii/db/glue\n";
         let text = rewrite_conf(original, Path::new("/tmp/x"), Some(4 << 30));
-        assert_eq!(text, "pidfile /tmp/x/run/slapd.pid\ndatabase mdb\ndirectory /tmp/x/db/glue\nmaxsize         4294967296\n");
+        assert_eq!(
+            text,
+            "pidfile /tmp/x/run/slapd.pid\ndatabase mdb\ndirectory /tmp/x/db/glue\nmaxsize         4294967296\n"
+        );
     }
 
     #[test]

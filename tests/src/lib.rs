@@ -7,10 +7,10 @@
 pub mod arc;
 pub mod bdii;
 pub mod cluster;
+pub mod egi_snapshot;
+pub mod glue;
 pub mod ldap;
 pub mod munge;
-pub mod vgpgpu;
 pub mod slurm;
-pub mod glue;
 pub mod twophase;
-pub mod egi_snapshot;
+pub mod vgpgpu;

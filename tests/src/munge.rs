@@ -44,7 +44,8 @@ impl Munged {
         if !dd.success() {
             return Err(format!("dd made no key ({dd})"));
         }
-        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(|e| e.to_string())?;
         let child = Command::new(MUNGE_PROGRAMS[0])
             .arg("--foreground")
             .arg("--force")

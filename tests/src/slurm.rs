@@ -63,7 +63,8 @@ pub const SLURM_PROGRAMS: [&str; 7] = ["slurmctld", "slurmd", "slurmstepd", "sba
 /// panics (the test fails); otherwise it prints why and returns false, and
 /// the caller returns early.
 pub fn require_slurm() -> bool {
-    let mut missing: Vec<String> = SLURM_PROGRAMS.iter().filter(|p| find_program(p).is_none()).map(|p| p.to_string()).collect();
+    let mut missing: Vec<String> =
+        SLURM_PROGRAMS.iter().filter(|p| find_program(p).is_none()).map(|p| p.to_string()).collect();
     if !Path::new(SLURM_PLUGIN_DIR).join("select_cons_tres.so").exists() {
         missing.push(format!("{SLURM_PLUGIN_DIR}/select_cons_tres.so"));
     }
@@ -93,7 +94,10 @@ pub fn profile() -> String {
 
 /// The folder cargo puts the artifacts of [`profile`] in.
 pub fn target_debug_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join(profile())
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join(profile())
 }
 
 /// Builds workspace packages for the test's profile (once per caller's
@@ -193,7 +197,10 @@ pub fn artifacts() -> Result<Artifacts, String> {
             build_packages(&["spank-cder", "job-submit-cder", "cderd"], "the plugins and cderd")?;
             for p in [&found.spank, &found.job_submit, &found.cderd] {
                 if !p.exists() {
-                    return Err(format!("{} is missing; run cargo build -p spank-cder -p job-submit-cder -p cderd", p.display()));
+                    return Err(format!(
+                        "{} is missing; run cargo build -p spank-cder -p job-submit-cder -p cderd",
+                        p.display()
+                    ));
                 }
             }
             Ok(found)
@@ -346,8 +353,10 @@ impl SlurmCluster {
         let spank = if arts.installed {
             arts.spank.clone()
         } else {
-            std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so")).map_err(|e| format!("copying the SPANK plugin: {e}"))?;
-            std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so")).map_err(|e| format!("copying the job_submit plugin: {e}"))?;
+            std::fs::copy(&arts.spank, d.join("plugins/spank_cder.so"))
+                .map_err(|e| format!("copying the SPANK plugin: {e}"))?;
+            std::fs::copy(&arts.job_submit, d.join("plugins/job_submit_cder.so"))
+                .map_err(|e| format!("copying the job_submit plugin: {e}"))?;
             d.join("plugins/spank_cder.so")
         };
 
@@ -410,8 +419,11 @@ impl SlurmCluster {
         } else if config.gpus > 0 {
             let last = config.gpus - 1;
             let range = if last == 0 { "0".to_string() } else { format!("[0-{last}]") };
-            std::fs::write(d.join("gres.conf"), format!("NodeName={node} Name=gpu File={}/dev/gpu{range}\n", d.display()))
-                .map_err(|e| e.to_string())?;
+            std::fs::write(
+                d.join("gres.conf"),
+                format!("NodeName={node} Name=gpu File={}/dev/gpu{range}\n", d.display()),
+            )
+            .map_err(|e| e.to_string())?;
         } else {
             std::fs::write(d.join("gres.conf"), "").map_err(|e| e.to_string())?;
         }
@@ -433,9 +445,16 @@ impl SlurmCluster {
         if config.cderd {
             cluster.start_cderd()?;
         }
-        cluster.slurmctld = Some(cluster.spawn("slurmctld", &["-D", "-f", &cluster.conf.display().to_string()], "log/slurmctld.out")?);
-        cluster.slurmd =
-            Some(cluster.spawn("slurmd", &["-D", "-N", &cluster.node.clone(), "-f", &cluster.conf.display().to_string()], "log/slurmd.out")?);
+        cluster.slurmctld = Some(cluster.spawn(
+            "slurmctld",
+            &["-D", "-f", &cluster.conf.display().to_string()],
+            "log/slurmctld.out",
+        )?);
+        cluster.slurmd = Some(cluster.spawn(
+            "slurmd",
+            &["-D", "-N", &cluster.node.clone(), "-f", &cluster.conf.display().to_string()],
+            "log/slurmd.out",
+        )?);
         cluster.wait_idle(Duration::from_secs(60))?;
         Ok(cluster)
     }
@@ -464,12 +483,7 @@ impl SlurmCluster {
     /// for every command and step, so this takes effect at once.
     pub fn set_plugstack(&self, spank: bool, args: &[String]) -> Result<(), String> {
         let text = if spank {
-            format!(
-                "required {} socket={} {}\n",
-                self.spank.display(),
-                self.cderd_socket().display(),
-                args.join(" ")
-            )
+            format!("required {} socket={} {}\n", self.spank.display(), self.cderd_socket().display(), args.join(" "))
         } else {
             String::new()
         };
@@ -478,7 +492,11 @@ impl SlurmCluster {
 
     fn write_cder_toml(&self) -> Result<(), String> {
         let d = self.dir();
-        let mut t = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n", self.cderd_socket().display(), d.join("cder/state").display());
+        let mut t = format!(
+            "[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n",
+            self.cderd_socket().display(),
+            d.join("cder/state").display()
+        );
         if !self.config.cderd_enforcement.is_empty() {
             let _ = write!(t, "[node.enforcement]\n{}\n\n", self.config.cderd_enforcement.trim_end());
         }
@@ -501,9 +519,14 @@ impl SlurmCluster {
     pub fn start_cderd(&mut self) -> Result<(), String> {
         let bin = self.cderd_bin.clone().ok_or("no cderd binary")?;
         let _ = std::fs::remove_file(self.cderd_socket());
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir().join("log/cderd.log")).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("log/cderd.log"))
+            .map_err(|e| e.to_string())?;
         let dir = self.dir().display().to_string();
-        let env: Vec<(String, String)> = self.config.cderd_env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", &dir))).collect();
+        let env: Vec<(String, String)> =
+            self.config.cderd_env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", &dir))).collect();
         let child = Command::new(&bin)
             .envs(env)
             .arg("--config")
@@ -622,7 +645,12 @@ impl SlurmCluster {
         if !out.status.success() {
             return Err(format!("sbatch exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
         }
-        stdout.trim().split(';').next().and_then(|id| id.parse().ok()).ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
+        stdout
+            .trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
     }
 
     /// A fake GPU's device file.
@@ -635,7 +663,8 @@ impl SlurmCluster {
     pub fn open_probe(&self) -> String {
         let mut s = String::from("open=''\n");
         for i in 0..self.config.gpus {
-            let _ = writeln!(s, "if ( : < '{}' ) 2>/dev/null; then open=\"${{open}}{i},\"; fi", self.gpu_path(i).display());
+            let _ =
+                writeln!(s, "if ( : < '{}' ) 2>/dev/null; then open=\"${{open}}{i},\"; fi", self.gpu_path(i).display());
         }
         s.push_str("echo OPEN=${open%,}\n");
         s
@@ -645,8 +674,12 @@ impl SlurmCluster {
     pub fn ledger(&self, id: u32) -> Result<Vec<u32>, String> {
         let key = format!("slurm:{id}");
         let status = self.cderd_status()?;
-        let mut held: Vec<u32> =
-            status.devices.iter().filter(|d| d.job.as_ref().is_some_and(|j| j.to_string() == key)).map(|d| d.index).collect();
+        let mut held: Vec<u32> = status
+            .devices
+            .iter()
+            .filter(|d| d.job.as_ref().is_some_and(|j| j.to_string() == key))
+            .map(|d| d.index)
+            .collect();
         held.sort_unstable();
         Ok(held)
     }
@@ -662,7 +695,6 @@ impl SlurmCluster {
         }
         out
     }
-
 }
 
 /// The client side of a SLURM cluster, shared by the one-node harness and
@@ -706,7 +738,12 @@ pub trait SlurmClient {
         if !out.status.success() {
             return Err(format!("sbatch exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
         }
-        stdout.trim().split(';').next().and_then(|id| id.parse().ok()).ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
+        stdout
+            .trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| format!("sbatch printed no job id: {stdout:?}"))
     }
 
     /// `scontrol show job -o <id>`, parsed.
@@ -728,7 +765,12 @@ pub trait SlurmClient {
                 return Ok(info);
             }
             if Instant::now() > deadline {
-                return Err(format!("job {id} still {} after {timeout:?}\n{}\n{}", info.state, self.squeue(), self.logs()));
+                return Err(format!(
+                    "job {id} still {} after {timeout:?}\n{}\n{}",
+                    info.state,
+                    self.squeue(),
+                    self.logs()
+                ));
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -786,8 +828,11 @@ pub trait SlurmClient {
 
 /// Parses `scontrol show job -o` output of job `id`.
 pub fn parse_job(id: u32, text: &str) -> JobInfo {
-    let fields: BTreeMap<String, String> =
-        text.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let fields: BTreeMap<String, String> = text
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     JobInfo {
         id,
         state: fields.get("JobState").cloned().unwrap_or_default(),

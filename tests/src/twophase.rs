@@ -75,7 +75,9 @@ impl GpuSite {
 
 /// The three GPU sites of the table above.
 pub fn gpu_sites() -> Vec<GpuSite> {
-    let q = |name: &str, vos: &[&str], wait: u32, free: u32| (name.to_string(), vos.iter().map(|v| v.to_string()).collect(), wait, free);
+    let q = |name: &str, vos: &[&str], wait: u32, free: u32| {
+        (name.to_string(), vos.iter().map(|v| v.to_string()).collect(), wait, free)
+    };
     vec![
         GpuSite {
             host: "ce-a.example.org".into(),
@@ -134,7 +136,13 @@ pub fn ce(site: usize, queue: &str) -> String {
 }
 
 /// GLUE 2.0 shares (with MappingPolicies) and the endpoint of a CE, as CREAM's providers publish them.
-pub fn ce_glue2_ldif(host: &str, lrms: &str, service: &str, ee: Option<&str>, queues: &[(String, Vec<String>, u32, u32)]) -> String {
+pub fn ce_glue2_ldif(
+    host: &str,
+    lrms: &str,
+    service: &str,
+    ee: Option<&str>,
+    queues: &[(String, Vec<String>, u32, u32)],
+) -> String {
     let sdn = format!("GLUE2ServiceID={service},GLUE2GroupID=resource,o=glue");
     let mut s = format!(
         "dn: GLUE2EndpointID={host}_org.glite.ce.CREAM,{sdn}\nobjectClass: GLUE2Endpoint\nobjectClass: GLUE2ComputingEndpoint\n\
@@ -157,7 +165,9 @@ pub fn ce_glue2_ldif(host: &str, lrms: &str, service: &str, ee: Option<&str>, qu
             lrms = lrms.to_ascii_lowercase(),
         ));
         if let Some(ee) = ee {
-            s.push_str(&format!("GLUE2ComputingShareExecutionEnvironmentForeignKey: {ee}\nGLUE2ShareResourceForeignKey: {ee}\n"));
+            s.push_str(&format!(
+                "GLUE2ComputingShareExecutionEnvironmentForeignKey: {ee}\nGLUE2ShareResourceForeignKey: {ee}\n"
+            ));
         }
         s.push('\n');
         s.push_str(&format!(
@@ -205,7 +215,10 @@ pub fn plain_site_ldif(host: &str) -> String {
          GLUE2ExecutionEnvironmentConnectivityIn: false\nGLUE2ExecutionEnvironmentConnectivityOut: true\n\
          GLUE2ExecutionEnvironmentComputingManagerForeignKey: {service}_Manager\nGLUE2EntityOtherInfo: SmpSize=8\n\n"
     );
-    let queues = vec![("long".to_string(), vec![VO.to_string()], 3600, 100), ("short".to_string(), vec![VO.to_string()], 10, 100)];
+    let queues = vec![
+        ("long".to_string(), vec![VO.to_string()], 3600, 100),
+        ("short".to_string(), vec![VO.to_string()], 10, 100),
+    ];
     s.push_str(&ce_glue2_ldif(host, "pbs", &service, Some(&format!("{host}_wn")), &queues));
     s
 }
@@ -229,7 +242,13 @@ pub fn provider_ldif(provider: &Path, site: &GpuSite, strategies: &[&str], dir: 
 /// The whole grid's LDIF (without the BDII's top entries): the provider's
 /// output for each GPU site with `strategies`, each CE's shares, endpoints
 /// and (with `tagged-environment`) GlueCEs, and `plain_sites` sites without GPUs.
-pub fn grid_ldif(provider: &Path, sites: &[GpuSite], strategies: &[&str], plain_sites: usize, dir: &Path) -> Result<String, String> {
+pub fn grid_ldif(
+    provider: &Path,
+    sites: &[GpuSite],
+    strategies: &[&str],
+    plain_sites: usize,
+    dir: &Path,
+) -> Result<String, String> {
     let mut ldif = String::new();
     for site in sites {
         ldif.push_str(&provider_ldif(provider, site, strategies, dir)?);

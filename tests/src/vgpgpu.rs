@@ -143,7 +143,8 @@ impl Registryd {
     /// One raw HTTP exchange with any `Authorization` value (or none):
     /// status and body.
     pub fn raw(&self, method: &str, path: &str, auth: Option<&str>, body: &[u8]) -> Result<(u16, String), String> {
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+        let mut head =
+            format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
         if let Some(a) = auth {
             head.push_str(&format!("Authorization: {a}\r\n"));
         }
@@ -227,14 +228,27 @@ stop = [\"/bin/sh\", \"-c\", \"kill $(cat {pid}) && rm -f {pid}\"]\n",
 /// `[registry]` section, a `[registry.factory]` that launches
 /// `cder-test-vgpgpu-backend` on `host`, and a static `[[cder]]` with one
 /// device per `(index, uuid)` (device files are plain files in the temp dir).
-pub fn node_config(r: &Registryd, backend: &Path, host: &str, vendor: &str, gpus: &[(u32, &str)]) -> Result<PathBuf, String> {
+pub fn node_config(
+    r: &Registryd,
+    backend: &Path,
+    host: &str,
+    vendor: &str,
+    gpus: &[(u32, &str)],
+) -> Result<PathBuf, String> {
     node_config_in(&r.config_path(), r.dir(), backend, host, vendor, gpus)
 }
 
 /// [`node_config`] for any registry: `registry_config` holds its
 /// `[registry]` section, and `dir` gets the config, the device files, the
 /// backends' pid files and log.
-pub fn node_config_in(registry_config: &Path, dir: &Path, backend: &Path, host: &str, vendor: &str, gpus: &[(u32, &str)]) -> Result<PathBuf, String> {
+pub fn node_config_in(
+    registry_config: &Path,
+    dir: &Path,
+    backend: &Path,
+    host: &str,
+    vendor: &str,
+    gpus: &[(u32, &str)],
+) -> Result<PathBuf, String> {
     let base = std::fs::read_to_string(registry_config).map_err(|e| e.to_string())?;
     let mut text = base + &factory_section(backend, dir, host);
     text.push_str(&format!("\n[[cder]]\nname = \"gpgpu\"\nvendor = \"{vendor}\"\ndiscovery = \"static\"\n"));
@@ -254,8 +268,18 @@ pub fn node_config_in(registry_config: &Path, dir: &Path, backend: &Path, host: 
 /// Runs `cder-vgpgpu-factory --once` with `config`: exit status and stdout.
 pub fn factory_once(config: &Path) -> Result<(i32, String, String), String> {
     let bin = binary("cder-registry", "cder-vgpgpu-factory")?;
-    let out = Command::new(bin).arg("--config").arg(config).arg("--once").stdin(Stdio::null()).output().map_err(|e| e.to_string())?;
-    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+    let out = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .arg("--once")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 /// The banner line a backend at `host:port` answers with.

@@ -36,7 +36,13 @@ fn cderctl() -> PathBuf {
 }
 
 fn holders(cluster: &SlurmCluster) -> Vec<String> {
-    let mut jobs: Vec<String> = cluster.cderd_status().unwrap().devices.iter().filter_map(|d| d.job.as_ref().map(ToString::to_string)).collect();
+    let mut jobs: Vec<String> = cluster
+        .cderd_status()
+        .unwrap()
+        .devices
+        .iter()
+        .filter_map(|d| d.job.as_ref().map(ToString::to_string))
+        .collect();
     jobs.sort();
     jobs
 }
@@ -183,7 +189,11 @@ fn stopped_two_gpu_job_and_an_allocation_newer_than_the_snapshot_survive_reconci
         .unwrap();
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), cluster.logs());
     let reconciled: cder_protocol::Reconciled = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(reconciled.released.is_empty(), "reconcile freed {:?} (STOPPED job {id}, newer slurm:888888)", reconciled.released);
+    assert!(
+        reconciled.released.is_empty(),
+        "reconcile freed {:?} (STOPPED job {id}, newer slurm:888888)",
+        reconciled.released
+    );
     let mut expected = vec![job.clone(), "slurm:888888".to_string()];
     expected.sort();
     let mut held = holders(&cluster);

@@ -23,11 +23,7 @@ use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 use cder_tests::twophase::{cder_jdl, provider};
 
 fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 fn secs(t: Instant, t0: Instant) -> f64 {
@@ -56,10 +52,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     let _serial = serial();
     // Licences so that a vGPGPU job is accepted (no registry runs here: it
     // is only submitted, to see what SLURM counts).
-    let config = SlurmConfig {
-        extra_slurm_conf: "Licenses=vgpgpu:8\n".into(),
-        ..SlurmConfig::default()
-    };
+    let config = SlurmConfig { extra_slurm_conf: "Licenses=vgpgpu:8\n".into(), ..SlurmConfig::default() };
     let cluster = SlurmCluster::start(&config).unwrap_or_else(|e| panic!("{e}"));
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
@@ -68,15 +61,9 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     let toml = w.join("glue-provider.toml");
     std::fs::write(&toml, provider_config(&cluster.cderd_socket())).unwrap();
     let plugin = cder_plugin(&provider(), &toml);
-    let check = Command::new(provider())
-        .args(["--config", &toml.display().to_string(), "--arc-plugin"])
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "the plugin itself fails: {}",
-        text(&check)
-    );
+    let check =
+        Command::new(provider()).args(["--config", &toml.display().to_string(), "--arc-plugin"]).output().unwrap();
+    assert!(check.status.success(), "the plugin itself fails: {}", text(&check));
 
     let t_start = Instant::now();
     let ce = ArcCe::start(&ArcOptions {
@@ -100,32 +87,15 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 
     // Discovery: ARC's infosys publishes its GLUE 2.0 tree once its
     // infoprovider has run; the plugin's keys ride on ARC's own EE.
-    let list_match = || {
-        Command::new(cder_jdl())
-            .args(["list-match", "--bdii", &ldap])
-            .arg(&jdl)
-            .output()
-            .unwrap()
-    };
+    let list_match = || Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&jdl).output().unwrap();
     let found = poll(Duration::from_secs(150), Duration::from_secs(3), || {
         let out = list_match();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     });
     let t_found = Instant::now();
-    let found = found.unwrap_or_else(|| {
-        panic!(
-            "list-match never found the ARC CE: {}\n{}",
-            text(&list_match()),
-            ce.logs()
-        )
-    });
-    assert!(
-        found.contains(&ce.rest_url),
-        "list-match must name the CE by its REST endpoint {}:\n{found}",
-        ce.rest_url
-    );
+    let found =
+        found.unwrap_or_else(|| panic!("list-match never found the ARC CE: {}\n{}", text(&list_match()), ce.logs()));
+    assert!(found.contains(&ce.rest_url), "list-match must name the CE by its REST endpoint {}:\n{found}", ce.rest_url);
     let ee = Command::new("ldapsearch")
         .args([
             "-x",
@@ -143,15 +113,12 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         .output()
         .unwrap();
     let ee = String::from_utf8_lossy(&ee.stdout).into_owned();
+    assert!(ee.contains("GLUE2EntityOtherInfo: GPGPUFreeInstances=4"), "the keys must be on ARC's own EE:\n{ee}");
+    assert!(ee.contains("GLUE2ExecutionEnvironmentPlatform: amd64"), "ARC's own attributes stay:\n{ee}");
     assert!(
-        ee.contains("GLUE2EntityOtherInfo: GPGPUFreeInstances=4"),
-        "the keys must be on ARC's own EE:\n{ee}"
+        ee.contains("GLUE2GroupID=ExecutionEnvironments,GLUE2ManagerID=urn:ogf:ComputingManager:localhost:slurm"),
+        "{ee}"
     );
-    assert!(
-        ee.contains("GLUE2ExecutionEnvironmentPlatform: amd64"),
-        "ARC's own attributes stay:\n{ee}"
-    );
-    assert!(ee.contains("GLUE2GroupID=ExecutionEnvironments,GLUE2ManagerID=urn:ogf:ComputingManager:localhost:slurm"), "{ee}");
 
     // Phase 1 alone, for the breakdown.
     let t_lm = Instant::now();
@@ -160,53 +127,24 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 
     // Phase 2 through the real arcsub.
     let t_submit = Instant::now();
-    let out = ce
-        .client(cder_jdl())
-        .args(["submit", "--bdii", &ldap, "--via", "arc"])
-        .arg(&jdl)
-        .output()
-        .unwrap();
+    let out = ce.client(cder_jdl()).args(["submit", "--bdii", &ldap, "--via", "arc"]).arg(&jdl).output().unwrap();
     let t_submitted = Instant::now();
-    assert!(
-        out.status.success(),
-        "cder-jdl submit --via arc: {}\n{}",
-        text(&out),
-        ce.logs()
-    );
+    assert!(out.status.success(), "cder-jdl submit --via arc: {}\n{}", text(&out), ce.logs());
     let job_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        job_id.starts_with(&format!("{}/rest/1.0/jobs/", ce.rest_url)),
-        "not an ARC REST job ID: {job_id:?}"
-    );
+    assert!(job_id.starts_with(&format!("{}/rest/1.0/jobs/", ce.rest_url)), "not an ARC REST job ID: {job_id:?}");
     let arex_id = ArcCe::local_id(&job_id).to_string();
 
     // A-REX runs stage 0 (ENV/GPGPU) and sbatch; SLURM counts gres gpu:2.
-    let slurm_id = poll(Duration::from_secs(60), Duration::from_millis(200), || {
-        ce.slurm_id(&arex_id)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "A-REX never passed the job to SLURM:\n{}\n{}",
-            ce.job_errors(&arex_id),
-            ce.logs()
-        )
-    });
+    let slurm_id = poll(Duration::from_secs(60), Duration::from_millis(200), || ce.slurm_id(&arex_id))
+        .unwrap_or_else(|| panic!("A-REX never passed the job to SLURM:\n{}\n{}", ce.job_errors(&arex_id), ce.logs()));
     let t_sbatch = Instant::now();
     let running = cluster
         .wait_running(slurm_id, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}\n{}", ce.job_errors(&arex_id)));
     let t_running = Instant::now();
+    assert_eq!(running.fields.get("TresPerNode").map(String::as_str), Some("gres:gpu:2"), "{:?}", running.fields);
     assert_eq!(
-        running.fields.get("TresPerNode").map(String::as_str),
-        Some("gres:gpu:2"),
-        "{:?}",
-        running.fields
-    );
-    assert_eq!(
-        running
-            .fields
-            .get("UserId")
-            .map(|u| u.split('(').next().unwrap_or_default()),
+        running.fields.get("UserId").map(|u| u.split('(').next().unwrap_or_default()),
         Some("nobody"),
         "A-REX maps the grid user"
     );
@@ -214,11 +152,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
     let held = poll(Duration::from_secs(15), Duration::from_millis(200), || {
         cluster.ledger(slurm_id).ok().filter(|h| h.len() == 2)
     });
-    assert!(
-        held.is_some(),
-        "cderd's ledger for slurm:{slurm_id}: {:?}",
-        cluster.ledger(slurm_id)
-    );
+    assert!(held.is_some(), "cderd's ledger for slurm:{slurm_id}: {:?}", cluster.ledger(slurm_id));
     // While it runs, ARC's infosys shows 2 of the 4 GPUs free (cderd's
     // counts, through the plugin, on the next infoprovider/bdii cycle), and
     // phase 1 reads them: a job wanting 3 free finds no CE.
@@ -236,14 +170,11 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
             ])
             .output()
             .ok()?;
-        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
-            l.strip_prefix("GLUE2EntityOtherInfo: GPGPUFreeInstances=")
-                .map(str::to_string)
-        })
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("GLUE2EntityOtherInfo: GPGPUFreeInstances=").map(str::to_string))
     };
-    let free_now = poll(Duration::from_secs(18), Duration::from_millis(500), || {
-        ldap_free().filter(|f| f == "2")
-    });
+    let free_now = poll(Duration::from_secs(18), Duration::from_millis(500), || ldap_free().filter(|f| f == "2"));
     assert_eq!(
         free_now.as_deref(),
         Some("2"),
@@ -251,18 +182,13 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         ldap_free()
     );
     let greedy = w.join("greedy.jdl");
-    std::fs::write(&greedy, "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUFreeInstances >= 3 ]\n").unwrap();
-    let lm = Command::new(cder_jdl())
-        .args(["list-match", "--bdii", &ldap])
-        .arg(&greedy)
-        .output()
-        .unwrap();
-    assert_eq!(
-        lm.status.code(),
-        Some(1),
-        "no CE has 3 free now: {}",
-        text(&lm)
-    );
+    std::fs::write(
+        &greedy,
+        "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUFreeInstances >= 3 ]\n",
+    )
+    .unwrap();
+    let lm = Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&greedy).output().unwrap();
+    assert_eq!(lm.status.code(), Some(1), "no CE has 3 free now: {}", text(&lm));
     let errors = ce.job_errors(&arex_id);
     assert!(
         errors.contains("#SBATCH  --gres=gpu:2") || errors.contains("#SBATCH --gres=gpu:2"),
@@ -282,21 +208,10 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         t.contains("State: Finished").then_some(())
     });
     let t_finished = Instant::now();
-    assert!(
-        finished.is_some(),
-        "arcstat never said Finished:\n{}\n{}",
-        ce.job_errors(&arex_id),
-        ce.logs()
-    );
+    assert!(finished.is_some(), "arcstat never said Finished:\n{}\n{}", ce.job_errors(&arex_id), ce.logs());
     let dl = w.join("download");
     std::fs::create_dir_all(&dl).unwrap();
-    let got = ce
-        .client("arcget")
-        .arg("-D")
-        .arg(&dl)
-        .arg(&job_id)
-        .output()
-        .unwrap();
+    let got = ce.client("arcget").arg("-D").arg(&dl).arg(&job_id).output().unwrap();
     let t_got = Instant::now();
     assert!(got.status.success(), "arcget: {}", text(&got));
     let out_txt = std::fs::read_to_string(dl.join(&arex_id).join("out.txt"))
@@ -306,16 +221,9 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         .find_map(|l| l.strip_prefix("CUDA_VISIBLE_DEVICES="))
         .unwrap_or_else(|| panic!("no CUDA_VISIBLE_DEVICES:\n{out_txt}"));
     let devices: Vec<&str> = cvd.split(',').filter(|s| !s.is_empty()).collect();
-    assert_eq!(
-        devices.len(),
-        2,
-        "the job must see exactly 2 devices: {cvd:?}"
-    );
+    assert_eq!(devices.len(), 2, "the job must see exactly 2 devices: {cvd:?}");
     assert_ne!(devices[0], devices[1]);
-    assert!(
-        out_txt.contains(&format!("SLURM_JOB_ID={slurm_id}")),
-        "{out_txt}"
-    );
+    assert!(out_txt.contains(&format!("SLURM_JOB_ID={slurm_id}")), "{out_txt}");
 
     // A count cder-jdl would never write, sent with arcsub directly: A-REX
     // fails the job at stage 0 with ENV/GPGPU's reason, SLURM never sees
@@ -325,12 +233,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "&(executable=\"/bin/true\")(runtimeenvironment=\"ENV/GPGPU\" \"0\")(jobname=\"bad\")\n",
     )
     .unwrap();
-    let out = ce
-        .client("arcsub")
-        .args(["-T", "arcrest", "-C", &ce.rest_url])
-        .arg(w.join("bad.xrsl"))
-        .output()
-        .unwrap();
+    let out = ce.client("arcsub").args(["-T", "arcrest", "-C", &ce.rest_url]).arg(w.join("bad.xrsl")).output().unwrap();
     let bad_id = cder_jdl::submit::arc_job_id(&String::from_utf8_lossy(&out.stdout))
         .unwrap_or_else(|| panic!("arcsub: {}", text(&out)));
     let bad_arex = ArcCe::local_id(&bad_id).to_string();
@@ -338,21 +241,9 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         let e = ce.job_errors(&bad_arex);
         e.contains("stage 0 execution failed").then_some(e)
     })
-    .unwrap_or_else(|| {
-        panic!(
-            "A-REX did not fail the bad job:\n{}",
-            ce.job_errors(&bad_arex)
-        )
-    });
-    assert!(
-        reason.contains("cder: RTE ENV/GPGPU: argument 0: the count must be at least 1"),
-        "{reason}"
-    );
-    assert_eq!(
-        ce.slurm_id(&bad_arex),
-        None,
-        "a refused job must not reach SLURM"
-    );
+    .unwrap_or_else(|| panic!("A-REX did not fail the bad job:\n{}", ce.job_errors(&bad_arex)));
+    assert!(reason.contains("cder: RTE ENV/GPGPU: argument 0: the count must be at least 1"), "{reason}");
+    assert_eq!(ce.slurm_id(&bad_arex), None, "a refused job must not reach SLURM");
     // ...and the grid user sees it Failed (A-REX still answering).
     let failed = poll(Duration::from_secs(60), Duration::from_secs(1), || {
         let out = ce.client("arcstat").arg(&bad_id).output().ok()?;
@@ -366,54 +257,32 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 
     // ENV/VGPGPU through the real A-REX and sbatch: job_submit_cder.so
     // counts 3 VCL backends on the job's one node as the vgpgpu licence.
-    std::fs::write(w.join("vgpgpu.xrsl"), "&(executable=\"/bin/true\")(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")(jobname=\"v\")\n").unwrap();
-    let out = ce
-        .client("arcsub")
-        .args(["-T", "arcrest", "-C", &ce.rest_url])
-        .arg(w.join("vgpgpu.xrsl"))
-        .output()
-        .unwrap();
+    std::fs::write(
+        w.join("vgpgpu.xrsl"),
+        "&(executable=\"/bin/true\")(runtimeenvironment=\"ENV/VGPGPU\" \"3\" \"VCL\")(jobname=\"v\")\n",
+    )
+    .unwrap();
+    let out =
+        ce.client("arcsub").args(["-T", "arcrest", "-C", &ce.rest_url]).arg(w.join("vgpgpu.xrsl")).output().unwrap();
     let v_id = cder_jdl::submit::arc_job_id(&String::from_utf8_lossy(&out.stdout))
         .unwrap_or_else(|| panic!("arcsub: {}", text(&out)));
     let v_arex = ArcCe::local_id(&v_id).to_string();
-    let v_slurm = poll(Duration::from_secs(60), Duration::from_millis(200), || {
-        ce.slurm_id(&v_arex)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "A-REX never passed the vGPGPU job to SLURM:\n{}",
-            ce.job_errors(&v_arex)
-        )
-    });
+    let v_slurm = poll(Duration::from_secs(60), Duration::from_millis(200), || ce.slurm_id(&v_arex))
+        .unwrap_or_else(|| panic!("A-REX never passed the vGPGPU job to SLURM:\n{}", ce.job_errors(&v_arex)));
     let v_errors = ce.job_errors(&v_arex);
-    assert!(
-        v_errors.contains("--vgpgpu-per-node=3 --vgpgpu-method=VCL"),
-        "batch script:\n{v_errors}"
-    );
+    assert!(v_errors.contains("--vgpgpu-per-node=3 --vgpgpu-method=VCL"), "batch script:\n{v_errors}");
     let v = cluster.job(v_slurm).unwrap();
-    assert_eq!(
-        v.fields.get("Licenses").map(String::as_str),
-        Some("vgpgpu:3"),
-        "{:?}",
-        v.fields
-    );
+    assert_eq!(v.fields.get("Licenses").map(String::as_str), Some("vgpgpu:3"), "{:?}", v.fields);
     let _ = cluster.run("scancel", &[&v_slurm.to_string()]);
 
     // The reference, same cluster, same run: the job straight to sbatch.
     let t_direct = Instant::now();
-    let direct = cluster
-        .sbatch(&["--gres=gpu:2"], "#!/bin/sh\nsleep 1\n")
-        .unwrap();
-    cluster
-        .wait_running(direct, Duration::from_secs(60))
-        .unwrap();
+    let direct = cluster.sbatch(&["--gres=gpu:2"], "#!/bin/sh\nsleep 1\n").unwrap();
+    cluster.wait_running(direct, Duration::from_secs(60)).unwrap();
     let direct_s = secs(Instant::now(), t_direct);
 
     // Where the time goes, printed for the record; never asserted.
-    let state_times: Vec<&str> = errors
-        .lines()
-        .filter(|l| l.contains("Job state change"))
-        .collect();
+    let state_times: Vec<&str> = errors.lines().filter(|l| l.contains("Job state change")).collect();
     eprintln!(
         "ARC timings (s): CE up {:.1}; infosys shows GPUs {:.1} after; list-match {:.2}; submit (list-match + arcsub) {:.2}; \
          A-REX pickup to sbatch {:.1}; sbatch to running {:.1}; SLURM job end to arcstat Finished {:.1}; arcget {:.2}; \
@@ -437,10 +306,7 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 }
 
 fn ls(dir: &Path) -> Vec<String> {
-    walk(dir)
-        .into_iter()
-        .map(|p| p.display().to_string())
-        .collect()
+    walk(dir).into_iter().map(|p| p.display().to_string()).collect()
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

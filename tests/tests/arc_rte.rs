@@ -33,9 +33,7 @@ for e in j.Application.Environment: print("env", e[0], e[1])
 "#;
 
 fn rte_file(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/arc/ENV")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/arc/ENV").join(name)
 }
 
 /// Runs ARC's RTE_stage0 for `ENV/GPGPU` with `arg` (as the xRSL wrote
@@ -45,12 +43,7 @@ fn stage0(controldir: &Path, arg: &str, before: usize) -> (bool, Vec<String>, St
 }
 
 /// Runs ARC's RTE_stage0 for `rte` with `args` (as the xRSL wrote them).
-fn stage0_rte(
-    controldir: &Path,
-    rte: &str,
-    args: &[&str],
-    before: usize,
-) -> (bool, Vec<String>, String) {
+fn stage0_rte(controldir: &Path, rte: &str, args: &[&str], before: usize) -> (bool, Vec<String>, String) {
     let mut set_args = String::new();
     for k in 0..args.len() {
         set_args.push_str(&format!("joboption_runtime_0_{}=\"${}\"\n", k + 1, k + 3));
@@ -70,15 +63,8 @@ fn stage0_rte(
         .args(args)
         .output()
         .expect("running /bin/sh");
-    let props = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    (
-        out.status.success(),
-        props,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let props = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    (out.status.success(), props, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -89,11 +75,7 @@ fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
     let dir = tempfile::tempdir().unwrap();
     let enabled = dir.path().join("rte/enabled/ENV");
     std::fs::create_dir_all(&enabled).unwrap();
-    std::os::unix::fs::symlink(
-        rte_file("GPGPU").canonicalize().unwrap(),
-        enabled.join("GPGPU"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(rte_file("GPGPU").canonicalize().unwrap(), enabled.join("GPGPU")).unwrap();
 
     let inputs = [
         "1",
@@ -128,45 +110,21 @@ fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
         // unquoted: blanks split it and quotes arrive escaped, so such values
         // reach the RTE mangled and must be refused (stricter than the rule).
         let mangled = raw.contains(|c: char| c.is_whitespace() || c == '"');
-        let expected = if mangled {
-            Err(cder_request::CountError::NotANumber)
-        } else {
-            cder_request::parse_count(raw)
-        };
-        let existing: Vec<String> = (0..before)
-            .map(|i| format!("--constraint=site{i}"))
-            .collect();
+        let expected = if mangled { Err(cder_request::CountError::NotANumber) } else { cder_request::parse_count(raw) };
+        let existing: Vec<String> = (0..before).map(|i| format!("--constraint=site{i}")).collect();
         match expected {
             Ok(n) => {
-                assert!(
-                    ok,
-                    "{raw:?}: cder-request accepts {n}, ARC stage 0 failed: {err}"
-                );
+                assert!(ok, "{raw:?}: cder-request accepts {n}, ARC stage 0 failed: {err}");
                 let mut want = existing.clone();
-                want.push(format!(
-                    "--gres={}",
-                    cder_request::lrms::slurm_gres(cder_request::GPGPU, n)
-                ));
+                want.push(format!("--gres={}", cder_request::lrms::slurm_gres(cder_request::GPGPU, n)));
                 assert_eq!(props, want, "{raw:?}");
             }
             Err(e) => {
-                assert!(
-                    !ok,
-                    "{raw:?}: cder-request refuses it ({e}), ARC stage 0 accepted it: {props:?}"
-                );
-                assert!(
-                    err.contains("cder: RTE ENV/GPGPU: argument"),
-                    "{raw:?}: no readable reason: {err}"
-                );
-                assert!(
-                    err.contains("stage 0 execution failed"),
-                    "{raw:?}: ARC did not fail the job: {err}"
-                );
+                assert!(!ok, "{raw:?}: cder-request refuses it ({e}), ARC stage 0 accepted it: {props:?}");
+                assert!(err.contains("cder: RTE ENV/GPGPU: argument"), "{raw:?}: no readable reason: {err}");
+                assert!(err.contains("stage 0 execution failed"), "{raw:?}: ARC did not fail the job: {err}");
                 // ARC exits the submit script: no batch script is written.
-                assert!(
-                    props.is_empty(),
-                    "{raw:?}: submission went on after a refused count: {props:?}"
-                );
+                assert!(props.is_empty(), "{raw:?}: submission went on after a refused count: {props:?}");
             }
         }
     }
@@ -174,10 +132,7 @@ fn arc_stage0_turns_the_count_into_the_gres_job_submit_counts() {
     // A disabled RTE (no link in rte/enabled) is refused by ARC itself.
     std::fs::remove_file(enabled.join("GPGPU")).unwrap();
     let (ok, _, err) = stage0(dir.path(), "2", 0);
-    assert!(
-        !ok && err.contains("missing, broken or not enabled"),
-        "{err}"
-    );
+    assert!(!ok && err.contains("missing, broken or not enabled"), "{err}");
 }
 
 /// ENV/VGPGPU at stage 0 reads (count, method) exactly as cder-request's
@@ -191,14 +146,8 @@ fn arc_stage0_turns_a_vgpgpu_request_into_the_spank_options() {
     let dir = tempfile::tempdir().unwrap();
     let enabled = dir.path().join("rte/enabled/ENV");
     std::fs::create_dir_all(&enabled).unwrap();
-    std::os::unix::fs::symlink(
-        rte_file("VGPGPU").canonicalize().unwrap(),
-        enabled.join("VGPGPU"),
-    )
-    .unwrap();
-    let counts = [
-        "2", "007", " 3 ", "4096", "+5", "0", "-1", "abc", "", "4097", "2 3", "\"2\"", "$(id)",
-    ];
+    std::os::unix::fs::symlink(rte_file("VGPGPU").canonicalize().unwrap(), enabled.join("VGPGPU")).unwrap();
+    let counts = ["2", "007", " 3 ", "4096", "+5", "0", "-1", "abc", "", "4097", "2 3", "\"2\"", "$(id)"];
     let methods = [
         None,
         Some("rCUDA"),
@@ -221,57 +170,31 @@ fn arc_stage0_turns_a_vgpgpu_request_into_the_spank_options() {
             let args: Vec<&str> = std::iter::once(count).chain(method).collect();
             let (ok, props, err) = stage0_rte(dir.path(), "ENV/VGPGPU", &args, before);
             // As for ENV/GPGPU: blanks and quotes reach the RTE mangled by ARC.
-            let mangled = args
-                .iter()
-                .any(|a| a.contains(|c: char| c.is_whitespace() || c == '"'));
-            let expected = if mangled {
-                None
-            } else {
-                cder_request::VgpgpuRequest::read(Some(count), method)
-                    .ok()
-                    .flatten()
-            };
-            let existing: Vec<String> = (0..before)
-                .map(|i| format!("--constraint=site{i}"))
-                .collect();
+            let mangled = args.iter().any(|a| a.contains(|c: char| c.is_whitespace() || c == '"'));
+            let expected =
+                if mangled { None } else { cder_request::VgpgpuRequest::read(Some(count), method).ok().flatten() };
+            let existing: Vec<String> = (0..before).map(|i| format!("--constraint=site{i}")).collect();
             match expected {
                 Some(r) => {
-                    assert!(
-                        ok,
-                        "{args:?}: cder-request accepts {r:?}, ARC stage 0 failed: {err}"
-                    );
+                    assert!(ok, "{args:?}: cder-request accepts {r:?}, ARC stage 0 failed: {err}");
                     let mut want = existing.clone();
                     want.push(format!("--vgpgpu-per-node={}", r.per_node));
                     want.push(format!("--vgpgpu-method={}", r.method.name()));
                     assert_eq!(props, want, "{args:?}");
                 }
                 None => {
-                    assert!(
-                        !ok,
-                        "{args:?}: cder-request refuses it, ARC stage 0 accepted it: {props:?}"
-                    );
-                    assert!(
-                        err.contains("cder: RTE ENV/VGPGPU:"),
-                        "{args:?}: no readable reason: {err}"
-                    );
-                    assert!(
-                        err.contains("stage 0 execution failed"),
-                        "{args:?}: ARC did not fail the job: {err}"
-                    );
+                    assert!(!ok, "{args:?}: cder-request refuses it, ARC stage 0 accepted it: {props:?}");
+                    assert!(err.contains("cder: RTE ENV/VGPGPU:"), "{args:?}: no readable reason: {err}");
+                    assert!(err.contains("stage 0 execution failed"), "{args:?}: ARC did not fail the job: {err}");
                     assert!(props.is_empty(), "{args:?}: submission went on: {props:?}");
                 }
             }
         }
     }
     // The option names must stay the SPANK plugin's own (a tripwire for a rename).
-    let plugin = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm-plugin/src/vgpgpu.rs"),
-    )
-    .unwrap();
-    for decl in [
-        "OPT_VGPGPU_PER_NODE: &str = \"vgpgpu-per-node\"",
-        "OPT_VGPGPU_METHOD: &str = \"vgpgpu-method\"",
-    ] {
+    let plugin =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm-plugin/src/vgpgpu.rs")).unwrap();
+    for decl in ["OPT_VGPGPU_PER_NODE: &str = \"vgpgpu-per-node\"", "OPT_VGPGPU_METHOD: &str = \"vgpgpu-method\""] {
         assert!(
             plugin.contains(decl),
             "slurm-plugin/src/vgpgpu.rs no longer declares {decl}: update deploy/arc/ENV/VGPGPU"
@@ -300,11 +223,7 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     let arcsub = d.join("arcsub");
     std::fs::write(&arcsub, format!("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {0}/argv\neval \"last=\\${{$#}}\"\ncp \"$last\" {0}/job.xrsl\necho 'Job submitted with jobid: https://ce.example.org:443/arex/rest/1.0/jobs/abc123'\n", d.display())).unwrap();
     std::fs::set_permissions(&arcsub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(
-        d.join("run.sh"),
-        "#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES\"\n",
-    )
-    .unwrap();
+    std::fs::write(d.join("run.sh"), "#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES\"\n").unwrap();
     let jdl = d.join("job.jdl");
     let write_job = |n: &str| {
         std::fs::write(&jdl, format!("[ Executable = \"run.sh\"; Arguments = \"-n 4\"; StdOutput = \"out.txt\"; Environment = {{ \"GREETING=say \\\"hi\\\"\" }}; VirtualOrganisation = \"{VO}\"; GPGPUPerNode = {n}; Requirements = GPGPUVendor == \"Nvidia\" ]")).unwrap();
@@ -320,26 +239,11 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
 
     write_job("2");
     let out = submit(&["--submit-command", arcsub.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "https://ce.example.org:443/arex/rest/1.0/jobs/abc123"
-    );
-    let argv: Vec<String> = std::fs::read_to_string(d.join("argv"))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "https://ce.example.org:443/arex/rest/1.0/jobs/abc123");
+    let argv: Vec<String> = std::fs::read_to_string(d.join("argv")).unwrap().lines().map(str::to_string).collect();
     let (ce_b, ce_a) = (ce(1, "gpgpu"), ce(0, "gpu"));
-    assert_eq!(
-        argv[..argv.len() - 1],
-        ["-T", "arcrest", "-C", ce_b.as_str(), "-C", ce_a.as_str()],
-        "{argv:?}"
-    );
+    assert_eq!(argv[..argv.len() - 1], ["-T", "arcrest", "-C", ce_b.as_str(), "-C", ce_a.as_str()], "{argv:?}");
     let xrsl = std::fs::read_to_string(d.join("job.xrsl")).unwrap();
     for part in [
         "(runtimeenvironment=\"ENV/GPGPU\" \"2\")",
@@ -350,29 +254,16 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
         assert!(xrsl.contains(part), "{part} missing from\n{xrsl}");
     }
     assert!(
-        xrsl.contains(&format!(
-            "(\"run.sh\" \"{}\")",
-            d.canonicalize().unwrap().join("run.sh").display()
-        )),
+        xrsl.contains(&format!("(\"run.sh\" \"{}\")", d.canonicalize().unwrap().join("run.sh").display())),
         "{xrsl}"
     );
 
     // ARC's own xRSL parser (libarccompute through its Python binding) reads
     // what cder-jdl wrote: the RTE and its option, the words, the quoting.
-    let parsed = Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(ARC_PARSE)
-        .arg(d.join("job.xrsl"))
-        .output()
-        .unwrap();
-    assert!(
-        parsed.status.success(),
-        "ARC's parser: {}",
-        String::from_utf8_lossy(&parsed.stderr)
-    );
+    let parsed = Command::new("/usr/bin/python3").arg("-c").arg(ARC_PARSE).arg(d.join("job.xrsl")).output().unwrap();
+    assert!(parsed.status.success(), "ARC's parser: {}", String::from_utf8_lossy(&parsed.stderr));
     let parsed = String::from_utf8_lossy(&parsed.stdout);
-    let want =
-        "exe run.sh\narg -n\narg 4\nstdout out.txt\nrte ENV/GPGPU 2\nenv GREETING say \"hi\"\n";
+    let want = "exe run.sh\narg -n\narg 4\nstdout out.txt\nrte ENV/GPGPU 2\nenv GREETING say \"hi\"\n";
     assert_eq!(parsed, want, "xRSL:\n{xrsl}");
 
     // --dry-run prints the same xRSL and runs nothing.
@@ -383,19 +274,14 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     assert!(!d.join("job.xrsl").exists());
 
     // A bad value is bad input (exit 2) naming the key; arcsub is not run.
-    std::fs::write(&jdl, format!("[ Executable = \"run.sh\"; StdOutput = \"a\\tb\"; VirtualOrganisation = \"{VO}\"; GPGPUPerNode = 2 ]")).unwrap();
+    std::fs::write(
+        &jdl,
+        format!("[ Executable = \"run.sh\"; StdOutput = \"a\\tb\"; VirtualOrganisation = \"{VO}\"; GPGPUPerNode = 2 ]"),
+    )
+    .unwrap();
     let out = submit(&["--submit-command", arcsub.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("StdOutput"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("StdOutput"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!d.join("job.xrsl").exists());
 }
 
@@ -407,25 +293,16 @@ fn arcs_parser_reads_the_vgpgpu_runtime_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let job = cder_classad::ast::ClassAd::parse("[ Executable = \"/bin/hostname\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]").unwrap();
+    let job = cder_classad::ast::ClassAd::parse(
+        "[ Executable = \"/bin/hostname\"; GPGPUPerNode = 1; VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"vcl\" ]",
+    )
+    .unwrap();
     let xrsl = cder_jdl::arc::xrsl(&job, dir.path()).unwrap();
     std::fs::write(dir.path().join("job.xrsl"), &xrsl).unwrap();
-    let parsed = Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(ARC_PARSE)
-        .arg(dir.path().join("job.xrsl"))
-        .output()
-        .unwrap();
-    assert!(
-        parsed.status.success(),
-        "ARC's parser: {}",
-        String::from_utf8_lossy(&parsed.stderr)
-    );
+    let parsed =
+        Command::new("/usr/bin/python3").arg("-c").arg(ARC_PARSE).arg(dir.path().join("job.xrsl")).output().unwrap();
+    assert!(parsed.status.success(), "ARC's parser: {}", String::from_utf8_lossy(&parsed.stderr));
     let parsed = String::from_utf8_lossy(&parsed.stdout);
     let rtes: Vec<&str> = parsed.lines().filter(|l| l.starts_with("rte ")).collect();
-    assert_eq!(
-        rtes,
-        ["rte ENV/GPGPU 1", "rte ENV/VGPGPU 3 VCL"],
-        "xRSL:\n{xrsl}"
-    );
+    assert_eq!(rtes, ["rte ENV/GPGPU 1", "rte ENV/VGPGPU 3 VCL"], "xRSL:\n{xrsl}");
 }

@@ -164,7 +164,9 @@ fn root_relative_paths(code: &str, top: &BTreeSet<String>) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for (i, c) in code.char_indices() {
         let before = code[..i].chars().last();
-        if !(c.is_alphabetic() || c == '_') || before.is_some_and(|b| b.is_alphanumeric() || b == '_' || b == ':' || b == '$') {
+        if !(c.is_alphabetic() || c == '_')
+            || before.is_some_and(|b| b.is_alphanumeric() || b == '_' || b == ':' || b == '$')
+        {
             continue;
         }
         let rest = code[i..].strip_prefix("self::").unwrap_or(&code[i..]);
@@ -200,7 +202,20 @@ fn without_structure(code: &str) -> String {
 /// Whether a crate root holds items of its own, beside declaring modules and
 /// re-exporting.
 fn has_items(root_code: &str) -> bool {
-    let kinds = ["fn ", "const ", "static ", "struct ", "enum ", "union ", "type ", "trait ", "impl", "macro_rules!", "unsafe ", "extern "];
+    let kinds = [
+        "fn ",
+        "const ",
+        "static ",
+        "struct ",
+        "enum ",
+        "union ",
+        "type ",
+        "trait ",
+        "impl",
+        "macro_rules!",
+        "unsafe ",
+        "extern ",
+    ];
     without_structure(root_code).lines().any(|line| {
         let mut line = line.trim_start();
         for vis in ["pub(crate) ", "pub(super) ", "pub "] {
@@ -220,7 +235,9 @@ fn root_reexports(root_code: &str) -> BTreeMap<String, Vec<String>> {
         let decl = decl.strip_prefix("crate::").or_else(|| decl.strip_prefix("self::")).unwrap_or(decl);
         let (head, after) = ident_chain(decl);
         let items: Vec<(Vec<String>, &str)> = match after.trim_start().strip_prefix('{') {
-            Some(group) => group.trim_end().trim_end_matches('}').split(',').map(|item| ident_chain(item.trim())).collect(),
+            Some(group) => {
+                group.trim_end().trim_end_matches('}').split(',').map(|item| ident_chain(item.trim())).collect()
+            }
             None => vec![(Vec::new(), after)],
         };
         for (more, alias) in items {
@@ -270,14 +287,16 @@ fn module_edges(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let paths: BTreeMap<String, PathBuf> = files.iter().map(|f| (module_of(src, f), f.clone())).collect();
-    let code: BTreeMap<String, String> = paths.iter().map(|(m, f)| (m.clone(), code_of(&std::fs::read_to_string(f).unwrap()))).collect();
+    let code: BTreeMap<String, String> =
+        paths.iter().map(|(m, f)| (m.clone(), code_of(&std::fs::read_to_string(f).unwrap()))).collect();
     let root_code = code.get("").cloned().unwrap_or_default();
     let root_items = has_items(&root_code);
     let reexports = root_reexports(&root_code);
     let macros = exported_macros(&code);
     let top: BTreeSet<String> = paths.keys().filter(|m| !m.is_empty() && !m.contains("::")).cloned().collect();
     let resolve = |path: &[String]| -> Option<String> {
-        let target = (0..=path.len()).rev().map(|n| path[..n].join("::")).find(|p| paths.contains_key(p)).unwrap_or_default();
+        let target =
+            (0..=path.len()).rev().map(|n| path[..n].join("::")).find(|p| paths.contains_key(p)).unwrap_or_default();
         if !target.is_empty() || path.is_empty() {
             return Some(target).filter(|t| !t.is_empty());
         }
@@ -350,7 +369,8 @@ fn macro_bodies_are_code_of_the_module_that_writes_them() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
     std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod c;\n").unwrap();
-    std::fs::write(src.join("a.rs"), "#[macro_export]\nmacro_rules! export {\n    () => { $crate::b::run(); };\n}\n").unwrap();
+    std::fs::write(src.join("a.rs"), "#[macro_export]\nmacro_rules! export {\n    () => { $crate::b::run(); };\n}\n")
+        .unwrap();
     std::fs::write(src.join("b.rs"), "pub fn run() {}\ncrate::export!();\n").unwrap();
     std::fs::write(src.join("c.rs"), "macro_rules! local {\n    () => { crate::b::run() };\n}\n").unwrap();
     let graph = module_graph(src);
@@ -381,7 +401,11 @@ fn a_crate_root_with_items_is_a_module() {
     assert_eq!(describe(&found[0], &module_edges(src)), "crate -(crate::a::Part)-> a -(crate::helper)-> crate");
 
     // Declaring modules and re-exporting makes the root no module of its own.
-    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\nmod c;\npub use b::{\n    Shared,\n    Other as Renamed,\n};\n").unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "pub mod a;\npub mod b;\nmod c;\npub use b::{\n    Shared,\n    Other as Renamed,\n};\n",
+    )
+    .unwrap();
     let graph = module_graph(src);
     assert_eq!(graph[""], BTreeSet::new());
     assert_eq!(graph["a"], BTreeSet::new());
@@ -415,7 +439,8 @@ fn no_module_imports_in_a_circle() {
 #[test]
 fn no_crate_depends_on_itself_through_others() {
     let meta = metadata();
-    let names: BTreeSet<String> = meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let names: BTreeSet<String> =
+        meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for package in meta["packages"].as_array().unwrap() {
         let edges = graph.entry(package["name"].as_str().unwrap().to_string()).or_default();
@@ -426,7 +451,11 @@ fn no_crate_depends_on_itself_through_others() {
             }
         }
     }
-    assert!(graph.get("cder-registry").is_some_and(|d| d.contains("cder-ledger") && !d.contains("cderd")), "{:?}", graph.get("cder-registry"));
+    assert!(
+        graph.get("cder-registry").is_some_and(|d| d.contains("cder-ledger") && !d.contains("cderd")),
+        "{:?}",
+        graph.get("cder-registry")
+    );
     let found = cycles(&graph);
     assert!(found.is_empty(), "crate circles: {found:?}");
 }

@@ -90,10 +90,28 @@ fn appended(cmd: &mut Command) -> Vec<String> {
 fn unexported_assignments_in_blah_quoting_become_directives() {
     let blah = Blah::install();
     let lines = blah.run("slurm", &["GPGPUPerNode='2'", "CPUNumber='4'", "SMPGranularity='4'", "WholeNodes='true'"]);
-    assert_eq!(lines, ["#SBATCH --ntasks=4", "#SBATCH --ntasks-per-node=4", "#SBATCH --nodes=1", "#SBATCH --exclusive", "#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
+    assert_eq!(
+        lines,
+        [
+            "#SBATCH --ntasks=4",
+            "#SBATCH --ntasks-per-node=4",
+            "#SBATCH --nodes=1",
+            "#SBATCH --exclusive",
+            "#SBATCH --gres=gpu:2",
+            "export GPGPUPerNode=2"
+        ]
+    );
     // CERequirements' strings arrive double-quoted.
     let lines = blah.run("slurm", &["VirtualGPGPUPerNode='2'", "VirtualGPGPUMethod=\"rCUDA\"", "CPUNumber='3'"]);
-    assert_eq!(lines, ["#SBATCH --ntasks=3", "#SBATCH --licenses=vgpgpu:6", "export VirtualGPGPUPerNode=2", "export VirtualGPGPUMethod=rCUDA"]);
+    assert_eq!(
+        lines,
+        [
+            "#SBATCH --ntasks=3",
+            "#SBATCH --licenses=vgpgpu:6",
+            "export VirtualGPGPUPerNode=2",
+            "export VirtualGPGPUMethod=rCUDA"
+        ]
+    );
     assert!(blah.run("slurm", &["Queue='short'"]).is_empty(), "no CDER keys, nothing to add");
     let lines = blah.run("pbs", &["GPGPUPerNode='2'", "CPUNumber='2'"]);
     assert_eq!(lines, ["#PBS -l nodes=1:ppn=2:gpus=2", "export GPGPUPerNode=2"]);
@@ -146,9 +164,22 @@ fn bad_values_come_out_as_a_refused_directive_naming_the_attribute() {
 fn htcondor_ce_gpu_vocabulary_gives_exactly_one_gpu_directive() {
     let blah = Blah::install();
     // The attribute names HTCondor-CE's route hands on (docs/htcondor-ce.md).
-    let job = ["RequestGPUs='2'", "gpus_minimum_capability=\"7.5\"", "gpus_minimum_memory='16000'", "require_gpus=\"Capability >= 7.0 && GlobalMemoryMb >= 16000\""];
+    let job = [
+        "RequestGPUs='2'",
+        "gpus_minimum_capability=\"7.5\"",
+        "gpus_minimum_memory='16000'",
+        "require_gpus=\"Capability >= 7.0 && GlobalMemoryMb >= 16000\"",
+    ];
     let lines = blah.run("slurm", &job);
-    assert_eq!(lines, ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2", "export CDER_GPUS_MINIMUM_CAPABILITY=7.5", "export CDER_GPUS_MINIMUM_MEMORY=16000"]);
+    assert_eq!(
+        lines,
+        [
+            "#SBATCH --gres=gpu:2",
+            "export GPGPUPerNode=2",
+            "export CDER_GPUS_MINIMUM_CAPABILITY=7.5",
+            "export CDER_GPUS_MINIMUM_MEMORY=16000"
+        ]
+    );
     // blahp writes its own --gres=gpu:N for RequestGPUs: cder adds none.
     blah.set_conf("# HTCondor-CE's blahp\nblahp_writes_gpus = yes\n", 0o644);
     let lines = blah.run("slurm", &job);
@@ -170,7 +201,10 @@ fn maui_mode_writes_the_mark_the_prologue_reads() {
     let blah = Blah::install();
     blah.set_conf("pbs_gpus = maui\n", 0o644);
     let lines = blah.run("pbs", &["GPGPUPerNode='2'"]);
-    assert_eq!(lines, ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]);
+    assert_eq!(
+        lines,
+        ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]
+    );
 }
 
 #[test]
@@ -232,14 +266,16 @@ fn the_real_slurm_counts_the_directives_and_refuses_a_bad_value() {
     assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "gpus=1");
 
     let bad = blah.run("slurm", &["GPGPUPerNode='0'"]);
-    let err = cluster.sbatch(&[], &batch_script(&bad, &marker)).expect_err("a job with a refused attribute was accepted");
+    let err =
+        cluster.sbatch(&[], &batch_script(&bad, &marker)).expect_err("a job with a refused attribute was accepted");
     assert!(err.contains("GPGPUPerNode"), "the refusal does not name the attribute: {err}");
 }
 
 /// cder's TORQUE submit filter run as qsub runs its SUBMITFILTER (the
 /// script on stdin, qsub's arguments; TORQUE itself is not in Debian 12).
 fn qsub_filter(script: &str, directive: &str) -> std::process::Output {
-    let filter = cder_tests::bdii::built_binary("cder-torque", "cder-torque-submit-filter").unwrap_or_else(|e| panic!("{e}"));
+    let filter =
+        cder_tests::bdii::built_binary("cder-torque", "cder-torque-submit-filter").unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("torque.toml");
     std::fs::write(&conf, format!("[torque]\ndirective = \"{directive}\"\n")).unwrap();

@@ -31,12 +31,19 @@ fn publish(cluster: &Cluster, config: &std::path::Path) -> (String, [u32; 4], [u
     assert!(out.status.success(), "cder-glue-provider: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let entries = ldif::parse(&text).unwrap();
-    let ee = entries.iter().find(|e| e.values("GLUE2ResourceID").any(|i| i == EE)).unwrap_or_else(|| panic!("no EE {EE} in {text}"));
+    let ee = entries
+        .iter()
+        .find(|e| e.values("GLUE2ResourceID").any(|i| i == EE))
+        .unwrap_or_else(|| panic!("no EE {EE} in {text}"));
     let info = other_info(ee);
     let gpus = ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"]
         .map(|k| info.get(k).unwrap_or_else(|| panic!("no {k} in {text}")).parse().unwrap());
-    let nodes = ["GLUE2ExecutionEnvironmentTotalInstances", "GLUE2ExecutionEnvironmentUsedInstances", "GLUE2ExecutionEnvironmentUnavailableInstances"]
-        .map(|a| ee.values(a).next().unwrap_or("0").parse().unwrap());
+    let nodes = [
+        "GLUE2ExecutionEnvironmentTotalInstances",
+        "GLUE2ExecutionEnvironmentUsedInstances",
+        "GLUE2ExecutionEnvironmentUnavailableInstances",
+    ]
+    .map(|a| ee.values(a).next().unwrap_or("0").parse().unwrap());
     (text, gpus, nodes)
 }
 
@@ -54,16 +61,26 @@ fn the_provider_follows_jobs_and_drains_across_the_cluster() {
             + &format!(
                 "\n[[group]]\nid = \"{EE}\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
              [[group.device]]\nmodel = \"Tesla K20m\"\ncount = {}\nmemory_mb = 4800\n",
-            cluster.config.gpus
-        ),
+                cluster.config.gpus
+            ),
     )
     .unwrap();
 
     let (_, gpus, nodes) = publish(&cluster, &config);
-    assert_eq!((gpus, nodes), ([6, 6, 0, 0], [3, 0, 0]), "idle\n{}", cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default());
+    assert_eq!(
+        (gpus, nodes),
+        ([6, 6, 0, 0], [3, 0, 0]),
+        "idle\n{}",
+        cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default()
+    );
 
     // Two GPUs on each of w1 and w2, one on w3.
-    let wide = cluster.sbatch(&["-N", "2", "-w", "w1,w2", "--gpgpu-per-node=2"], "#!/bin/sh\nsrun -N2 --ntasks-per-node=1 sleep 300\n").unwrap();
+    let wide = cluster
+        .sbatch(
+            &["-N", "2", "-w", "w1,w2", "--gpgpu-per-node=2"],
+            "#!/bin/sh\nsrun -N2 --ntasks-per-node=1 sleep 300\n",
+        )
+        .unwrap();
     let one = cluster.sbatch(&["-w", "w3", "--gpgpu-per-node=1"], "#!/bin/sh\nsleep 300\n").unwrap();
     for id in [wide, one] {
         cluster.wait_running(id, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));

@@ -23,7 +23,12 @@ fn reconcile_on_each_node_frees_a_job_killed_mid_run() {
     let _g = serial();
     let mut cluster = Cluster::start(&ClusterConfig::default()).unwrap_or_else(|e| panic!("{e}"));
     let cderctl = binary("cderctl", "cderctl").unwrap().display().to_string();
-    let dead = cluster.sbatch(&["-N", "2", "-w", "w1,w2", "--gpgpu-per-node=2", "--no-requeue"], "#!/bin/sh\nsrun -N2 --ntasks-per-node=1 sleep 300\n").unwrap();
+    let dead = cluster
+        .sbatch(
+            &["-N", "2", "-w", "w1,w2", "--gpgpu-per-node=2", "--no-requeue"],
+            "#!/bin/sh\nsrun -N2 --ntasks-per-node=1 sleep 300\n",
+        )
+        .unwrap();
     let live = cluster.sbatch(&["-w", "w3", "--gpgpu-per-node=1"], "#!/bin/sh\nsleep 300\n").unwrap();
     for id in [dead, live] {
         cluster.wait_running(id, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
@@ -37,7 +42,9 @@ fn reconcile_on_each_node_frees_a_job_killed_mid_run() {
     // prolog there, where cderd records its devices.)
     // Reconcile while the job lives frees nothing anywhere.
     for w in ["w1", "w2", "w3"] {
-        let out = cluster.on_worker(w, &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"]).unwrap();
+        let out = cluster
+            .on_worker(w, &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"])
+            .unwrap();
         assert!(out.status.success(), "{w}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(String::from_utf8_lossy(&out.stdout), "0 job(s) released\n", "{w}");
     }
@@ -56,7 +63,9 @@ fn reconcile_on_each_node_frees_a_job_killed_mid_run() {
     }
 
     for w in ["w1", "w2", "w3"] {
-        let out = cluster.on_worker(w, &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"]).unwrap();
+        let out = cluster
+            .on_worker(w, &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"])
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{w}: {}", String::from_utf8_lossy(&out.stderr));
         if w == "w3" {
@@ -70,6 +79,8 @@ fn reconcile_on_each_node_frees_a_job_killed_mid_run() {
     }
     assert_eq!(cluster.worker("w3").ledger(live).unwrap().len(), 1);
     // A second pass is a no-op.
-    let out = cluster.on_worker("w1", &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"]).unwrap();
+    let out = cluster
+        .on_worker("w1", &cderctl, &["reconcile", "--from", "slurm", "--socket", "/run/cder/cderd.sock"])
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "0 job(s) released\n");
 }

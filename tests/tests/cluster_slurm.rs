@@ -38,8 +38,11 @@ fn open_probe(gpus: u32) -> String {
 fn wait_all_free(cluster: &Cluster) -> BTreeMap<String, u32> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let free: BTreeMap<String, u32> =
-            cluster.workers.iter().map(|w| (w.name.clone(), w.cderd_status().map_or(0, |s| s.counts["gpgpu"].free))).collect();
+        let free: BTreeMap<String, u32> = cluster
+            .workers
+            .iter()
+            .map(|w| (w.name.clone(), w.cderd_status().map_or(0, |s| s.counts["gpgpu"].free)))
+            .collect();
         if free.values().all(|&f| f == cluster.config.gpus) || Instant::now() > deadline {
             return free;
         }
@@ -53,20 +56,28 @@ fn two_nodes_two_gpus_each_and_all_four_released() {
     let flag = cluster.jobs_dir().join("go-multi");
     // One task per node prints its host, what it sees and what it can open.
     let task = cluster.jobs_dir().join("task.sh");
-    std::fs::write(&task, format!("{}echo HOST=$(hostname) CVD=$CUDA_VISIBLE_DEVICES OPEN=${{open%,}}\n", open_probe(3))).unwrap();
+    std::fs::write(
+        &task,
+        format!("{}echo HOST=$(hostname) CVD=$CUDA_VISIBLE_DEVICES OPEN=${{open%,}}\n", open_probe(3)),
+    )
+    .unwrap();
     let script = format!(
         "#!/bin/sh\nsrun -N2 --ntasks-per-node=1 /bin/sh {}\nwhile [ ! -e {} ]; do sleep 0.2; done\n",
         task.display(),
         flag.display()
     );
-    let id = cluster.sbatch(&["-N", "2", "--gpgpu-per-node=2"], &script).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    let id = cluster
+        .sbatch(&["-N", "2", "--gpgpu-per-node=2"], &script)
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     let info = cluster.wait_running(id, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
     let nodes = cluster.job_nodes(&info).unwrap();
     assert_eq!(nodes.len(), 2, "{info:?}");
 
     // Each of the two hosts' own ledger holds two devices for the job; the
     // third host's holds nothing.
-    wait_for("both ledgers", Duration::from_secs(30), || nodes.iter().all(|n| cluster.worker(n).ledger(id).is_ok_and(|l| l.len() == 2)));
+    wait_for("both ledgers", Duration::from_secs(30), || {
+        nodes.iter().all(|n| cluster.worker(n).ledger(id).is_ok_and(|l| l.len() == 2))
+    });
     for w in &cluster.workers {
         let held = w.ledger(id).unwrap();
         assert_eq!(held.len(), if nodes.contains(&w.name) { 2 } else { 0 }, "{}: {held:?}", w.name);
@@ -113,7 +124,9 @@ fn packed_jobs_never_share_a_device_on_any_host() {
     let waiting = cluster.job(extra).unwrap();
     assert_eq!(waiting.state, "PENDING", "{waiting:?}\n{}", cluster.squeue());
 
-    wait_for("every job's probe", Duration::from_secs(60), || ids.iter().all(|&id| cluster.job_output(id).contains("OPEN=")));
+    wait_for("every job's probe", Duration::from_secs(60), || {
+        ids.iter().all(|&id| cluster.job_output(id).contains("OPEN="))
+    });
     let mut taken: BTreeMap<(String, u32), u32> = BTreeMap::new();
     for &id in &ids {
         let out = cluster.job_output(id);
@@ -154,14 +167,18 @@ fn a_host_without_cderd_fails_only_its_own_steps() {
         .map(|w| (w.name.clone(), cluster.sbatch(&["-w", &w.name, "--gpgpu-per-node=1"], script).unwrap()))
         .collect();
     // A job over the two healthy hosts runs too.
-    let both = cluster.sbatch(&["-N", "2", "-w", "w1,w3", "--gpgpu-per-node=1"], "#!/bin/sh\nsrun -N2 hostname\n").unwrap();
+    let both =
+        cluster.sbatch(&["-N", "2", "-w", "w1,w3", "--gpgpu-per-node=1"], "#!/bin/sh\nsrun -N2 hostname\n").unwrap();
     for (host, id) in &per_host {
         let done = cluster.wait_job(*id, JOB_TIMEOUT).unwrap();
         let out = cluster.job_output(*id);
         if host == "w2" {
             assert_eq!(done.state, "FAILED", "{done:?}\n{out}");
             assert!(!out.contains("RAN=yes"), "ran without its device:\n{out}");
-            assert!(out.contains("cannot connect to cderd") && out.contains("fail=closed"), "no readable reason:\n{out}");
+            assert!(
+                out.contains("cannot connect to cderd") && out.contains("fail=closed"),
+                "no readable reason:\n{out}"
+            );
         } else {
             assert_eq!(done.state, "COMPLETED", "{host}: {done:?}\n{out}\n{}", cluster.logs());
             assert!(out.contains(&format!("RAN=yes HOST={host}")), "{out}");
@@ -206,7 +223,12 @@ fn a_panicking_test_leaves_no_namespace_or_process_behind() {
     let alive: Vec<String> = pids
         .iter()
         .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists() && !is_zombie(**p))
-        .map(|p| format!("{p} {}", std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ")))
+        .map(|p| {
+            format!(
+                "{p} {}",
+                std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ")
+            )
+        })
         .collect();
     assert!(alive.is_empty(), "still running: {alive:?}");
 }

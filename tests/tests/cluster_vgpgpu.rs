@@ -21,7 +21,8 @@ fn jobs_get_backends_that_factories_on_other_hosts_registered() {
         return;
     }
     let _g = serial();
-    let config = ClusterConfig { registry: true, extra_slurm_conf: "Licenses=vgpgpu:4\n".into(), ..ClusterConfig::default() };
+    let config =
+        ClusterConfig { registry: true, extra_slurm_conf: "Licenses=vgpgpu:4\n".into(), ..ClusterConfig::default() };
     let cluster = Cluster::start(&config).unwrap_or_else(|e| panic!("{e}"));
     cluster.start_backends(&[("w2", 2), ("w3", 2)]).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     assert_eq!(cluster.registry_query("total").unwrap(), 4);
@@ -29,7 +30,8 @@ fn jobs_get_backends_that_factories_on_other_hosts_registered() {
 
     let flag = cluster.jobs_dir().join("go");
     let flag_env = [("FLAG", flag.to_str().unwrap())];
-    let submit = || cluster.sbatch_env(&["-w", "w1", "--vgpgpu-per-node=3", "--export=ALL"], RCUDA_JOB, &flag_env).unwrap();
+    let submit =
+        || cluster.sbatch_env(&["-w", "w1", "--vgpgpu-per-node=3", "--export=ALL"], RCUDA_JOB, &flag_env).unwrap();
     let (first, second) = (submit(), submit());
     cluster.wait_running(first, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     wait_for("three banners", Duration::from_secs(60), || cluster.job_output(first).matches("BANNER").count() == 3);
@@ -45,8 +47,12 @@ fn jobs_get_backends_that_factories_on_other_hosts_registered() {
         assert!(endpoints.insert(e.clone()), "{e} twice");
     }
     // Each banner is the backend's own answer, from the host that runs it.
-    let banner_hosts: BTreeSet<&str> =
-        out.lines().filter(|l| l.starts_with("BANNER")).filter_map(|l| l.split("host=").nth(1)).map(|h| h.split(' ').next().unwrap_or("")).collect();
+    let banner_hosts: BTreeSet<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("BANNER"))
+        .filter_map(|l| l.split("host=").nth(1))
+        .map(|h| h.split(' ').next().unwrap_or(""))
+        .collect();
     assert!(banner_hosts.iter().all(|h| addrs.contains(*h)) && banner_hosts.len() == 2, "{out}");
     assert_eq!(cluster.registry_query("in-use").unwrap(), 3);
 

@@ -95,14 +95,20 @@ fn glue21_accelerator_entities_load_with_the_schema() {
         assert!(gpu.contains(line), "{line} missing:\n{gpu}");
     }
     // Linked to the ExecutionEnvironment that exists in the same tree.
-    let fk = gpu.lines().find_map(|l| l.strip_prefix("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey: ")).expect("foreign key");
+    let fk = gpu
+        .lines()
+        .find_map(|l| l.strip_prefix("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey: "))
+        .expect("foreign key");
     let ee = search(&slapd, &format!("(&(objectClass=GLUE2ExecutionEnvironment)(GLUE2ResourceID={fk}))"));
     assert_eq!(ee.matches("dn:").count(), 1, "EE {fk}: {ee}");
     // Matching on an integer attribute works (ORDERING from the schema).
     let big = search(&slapd, "(&(objectClass=GLUE2AcceleratorEnvironment)(GLUE2AcceleratorEnvironmentMemory>=4096))");
     assert_eq!(big.matches("dn:").count(), 2, "{big}");
 
-    let manager = search(&slapd, "(&(objectClass=GLUE2ComputingManagerAcceleratorInfo)(GLUE2ComputingManagerAcceleratorInfoType=GPU))");
+    let manager = search(
+        &slapd,
+        "(&(objectClass=GLUE2ComputingManagerAcceleratorInfo)(GLUE2ComputingManagerAcceleratorInfoType=GPU))",
+    );
     for line in [
         "GLUE2ComputingManagerAcceleratorInfoTotalPhysicalAccelerators: 16",
         "GLUE2ComputingManagerAcceleratorInfoTotalAcceleratorSlots: 16",
@@ -111,7 +117,10 @@ fn glue21_accelerator_entities_load_with_the_schema() {
     ] {
         assert!(manager.contains(line), "{line} missing:\n{manager}");
     }
-    let share = search(&slapd, "(&(objectClass=GLUE2ComputingShareAcceleratorInfo)(GLUE2ComputingShareAcceleratorInfoType=GPU))");
+    let share = search(
+        &slapd,
+        "(&(objectClass=GLUE2ComputingShareAcceleratorInfo)(GLUE2ComputingShareAcceleratorInfoType=GPU))",
+    );
     for line in [
         "GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots: 10",
         "GLUE2ComputingShareAcceleratorInfoUsedAcceleratorSlots: 5",
@@ -146,9 +155,15 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
             .stdin(Stdio::null())
             .output()
             .expect("running cder-jdl");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
-        let mut ces: Vec<String> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "list-match printed no JSON ({e}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let mut ces: Vec<String> =
+            v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
         ces.sort();
         ces
     };
@@ -183,7 +198,7 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
 #[test]
 fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     use cder_tests::ldap::{ROOT_PASSWORD, SUFFIXES};
-    use cder_tests::twophase::{ce, ce_glue2_ldif, cder_jdl, gpu_sites, provider, GpuSite, VO};
+    use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, provider, GpuSite, VO};
     use std::process::{Command, Stdio};
     if !require_slapd() {
         return;
@@ -199,9 +214,15 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
             .stdin(Stdio::null())
             .output()
             .expect("running cder-jdl");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
-        let mut ces: Vec<String> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "list-match printed no JSON ({e}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let mut ces: Vec<String> =
+            v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
         ces.sort();
         ces
     };
@@ -209,13 +230,24 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     let publish21 = |site: &GpuSite, shares: &[String]| -> String {
         let list = shares.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
         let config = dir.path().join(format!("{}.toml", site.host));
-        std::fs::write(&config, site.provider_config().replacen("[site]\n", &format!("[site]\ncomputing_share_ids = [{list}]\n"), 1)).unwrap();
-        let out = Command::new(provider()).arg("--config").arg(&config).args(["--strategy", "glue21-accelerator"]).stdin(Stdio::null()).output().unwrap();
+        std::fs::write(
+            &config,
+            site.provider_config().replacen("[site]\n", &format!("[site]\ncomputing_share_ids = [{list}]\n"), 1),
+        )
+        .unwrap();
+        let out = Command::new(provider())
+            .arg("--config")
+            .arg(&config)
+            .args(["--strategy", "glue21-accelerator"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
     let sites = gpu_sites();
-    let share_ids = |site: &GpuSite| -> Vec<String> { site.queues.iter().map(|q| format!("{}_{}", q.0, site.service())).collect() };
+    let share_ids =
+        |site: &GpuSite| -> Vec<String> { site.queues.iter().map(|q| format!("{}_{}", q.0, site.service())).collect() };
     let mut ldif = String::new();
     for site in &sites {
         ldif.push_str(&publish21(site, &share_ids(site)));
@@ -225,19 +257,31 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     let slapd = Slapd::start_with_schemas(&SlapdOptions::default(), &[schema()]).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!search(&slapd, "(|(objectClass=GLUE2Extension)(GLUE2EntityOtherInfo=GPGPU*))").contains("dn:"), "the grid carries CDER keys");
+    assert!(
+        !search(&slapd, "(|(objectClass=GLUE2Extension)(GLUE2EntityOtherInfo=GPGPU*))").contains("dn:"),
+        "the grid carries CDER keys"
+    );
 
     // ce-a: 5 free, 3 used of 8; ce-b: 8 free of 8; ce-c: 2 free, 6 used of 8 (gpu_sites()).
     let (a, b, c) = (ce(0, "gpu"), ce(1, "gpgpu"), ce(2, "gpu"));
     assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 2"), [a.clone(), b.clone(), c.clone()]);
     assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 6"), vec![b.clone()]);
-    assert_eq!(matches(&slapd, "GPGPUTotalInstances == 8 && GPGPUUsedInstances == 3 && GPGPUPerNode == 2"), vec![a.clone()]);
+    assert_eq!(
+        matches(&slapd, "GPGPUTotalInstances == 8 && GPGPUUsedInstances == 3 && GPGPUPerNode == 2"),
+        vec![a.clone()]
+    );
 
     // ce-b's free slots drop to 1: it no longer matches.
-    let share_info = format!("GLUE2ComputingShareAcceleratorInfoID=gpgpu_{}_GPU,GLUE2ServiceID={},GLUE2GroupID=resource,o=glue", sites[1].service(), sites[1].service());
+    let share_info = format!(
+        "GLUE2ComputingShareAcceleratorInfoID=gpgpu_{}_GPU,GLUE2ServiceID={},GLUE2GroupID=resource,o=glue",
+        sites[1].service(),
+        sites[1].service()
+    );
     let change = |free: u32| {
         let modify = format!("dn: {share_info}\nchangetype: modify\nreplace: GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots\nGLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots: {free}\n");
-        slapd.tool("ldapmodify", &["-D", SUFFIXES[1], "-w", ROOT_PASSWORD], Some(&modify)).unwrap_or_else(|e| panic!("{e}"));
+        slapd
+            .tool("ldapmodify", &["-D", SUFFIXES[1], "-w", ROOT_PASSWORD], Some(&modify))
+            .unwrap_or_else(|e| panic!("{e}"));
     };
     change(1);
     assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 6"), Vec::<String>::new());
@@ -253,7 +297,10 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     evil.free = 64;
     evil.used = 0;
     slapd.add(&publish21(&evil, &share_ids(&sites[2]))).unwrap_or_else(|e| panic!("{e}"));
-    let lent = search(&slapd, &format!("(GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey={})", share_ids(&sites[2])[0]));
+    let lent = search(
+        &slapd,
+        &format!("(GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey={})", share_ids(&sites[2])[0]),
+    );
     assert_eq!(lent.matches("dn:").count(), 2, "the hostile AcceleratorInfo is published: {lent}");
     assert_eq!(matches(&slapd, "other.GPGPUFreeInstances >= 50"), Vec::<String>::new());
     assert_eq!(matches(&slapd, "other.GPGPUMainMemorySize >= 50000"), Vec::<String>::new());

@@ -67,10 +67,16 @@ inventory = true
 
 /// The EE's OtherInfo counts as the BDII serves them now.
 fn published_counts(bdii: &Bdii) -> Option<[String; 4]> {
-    let text = bdii.slapd.tool("ldapsearch", &["-LLL", "-o", "ldif-wrap=no", "-s", "base", "-b", EE_DN, "(objectClass=*)"], None).ok()?;
+    let text = bdii
+        .slapd
+        .tool("ldapsearch", &["-LLL", "-o", "ldif-wrap=no", "-s", "base", "-b", EE_DN, "(objectClass=*)"], None)
+        .ok()?;
     let entries = ldif::parse(&text).ok()?;
     let info = other_info(entries.first()?);
-    Some(["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"].map(|k| info.get(k).cloned().unwrap_or_default()))
+    Some(
+        ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"]
+            .map(|k| info.get(k).cloned().unwrap_or_default()),
+    )
 }
 
 fn expect(v: [&str; 4]) -> Option<[String; 4]> {
@@ -88,7 +94,8 @@ fn cderd_counts_flow_through_bdii_update() {
     let mut cderd = Some(TestNode::started(bin, &node_cfg, &socket, work.path().join("cderd.log")));
     let glue_cfg = provider_config(work.path(), &node_cfg, &socket);
 
-    let mut bdii = Bdii::new(&BdiiOptions { breathe_time: 1.0, delete_delay: 3600, ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let mut bdii = Bdii::new(&BdiiOptions { breathe_time: 1.0, delete_delay: 3600, ..Default::default() })
+        .unwrap_or_else(|e| panic!("{e}"));
     let provider = built_binary("cder-glue-provider", "cder-glue-provider").unwrap();
     let install = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bdii/install-provider.sh"))
         .arg("--binary")
@@ -101,13 +108,19 @@ fn cderd_counts_flow_through_bdii_update() {
         .arg(&glue_cfg)
         .output()
         .unwrap();
-    assert!(install.status.success(), "install-provider.sh: {}{}", String::from_utf8_lossy(&install.stdout), String::from_utf8_lossy(&install.stderr));
+    assert!(
+        install.status.success(),
+        "install-provider.sh: {}{}",
+        String::from_utf8_lossy(&install.stdout),
+        String::from_utf8_lossy(&install.stderr)
+    );
     assert!(bdii.provider_dir().join("cder-glue-provider").is_file());
 
     bdii.run().unwrap_or_else(|e| panic!("{e}"));
     let done = bdii.wait_cycles(0, 1, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(published_counts(&bdii), expect(["4", "4", "0", "0"]), "first cycle; log:\n{}", bdii.log());
-    let tags = bdii.slapd.search("o=glue", "(GLUE2EntityOtherInfo=GPGPUModel=Tesla K20m)", &["GLUE2ResourceID"]).unwrap();
+    let tags =
+        bdii.slapd.search("o=glue", "(GLUE2EntityOtherInfo=GPGPUModel=Tesla K20m)", &["GLUE2ResourceID"]).unwrap();
     assert!(tags.contains("GLUE2ResourceID: wn01.example.org_gpgpu"), "{tags}");
 
     // A job takes a GPU: the next cycle (at most two, if one was already
@@ -116,7 +129,14 @@ fn cderd_counts_flow_through_bdii_update() {
     client.alloc(&AllocRequest::new("slurm:4242".parse().unwrap(), 1000, 1)).unwrap();
     let done = bdii.wait_cycles(done, 2, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(published_counts(&bdii), expect(["4", "3", "1", "0"]), "after alloc; log:\n{}", bdii.log());
-    let ext = bdii.slapd.search("o=glue", "(&(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionEntityForeignKey=wn01.example.org_gpgpu))", &["GLUE2ExtensionValue"]).unwrap();
+    let ext = bdii
+        .slapd
+        .search(
+            "o=glue",
+            "(&(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionEntityForeignKey=wn01.example.org_gpgpu))",
+            &["GLUE2ExtensionValue"],
+        )
+        .unwrap();
     assert!(ext.contains("GLUE2ExtensionValue: 3"), "{ext}");
 
     // A drained GPU is neither free nor used: it is published apart.

@@ -99,7 +99,12 @@ fn two_groups_publish_their_own_counts() {
     let k20 = by_id["ce.example.org_k20"];
     let info = other_info(k20);
     assert_eq!(
-        [&info["GPGPUTotalInstances"], &info["GPGPUFreeInstances"], &info["GPGPUUsedInstances"], &info["GPGPUOfflineInstances"]],
+        [
+            &info["GPGPUTotalInstances"],
+            &info["GPGPUFreeInstances"],
+            &info["GPGPUUsedInstances"],
+            &info["GPGPUOfflineInstances"]
+        ],
         ["8", "5", "2", "1"],
         "K20 group: 8 GPUs, 2 used by job 17, 1 drained"
     );
@@ -112,7 +117,12 @@ fn two_groups_publish_their_own_counts() {
     let gts = by_id["ce.example.org_gts450"];
     let info = other_info(gts);
     assert_eq!(
-        [&info["GPGPUTotalInstances"], &info["GPGPUFreeInstances"], &info["GPGPUUsedInstances"], &info["GPGPUOfflineInstances"]],
+        [
+            &info["GPGPUTotalInstances"],
+            &info["GPGPUFreeInstances"],
+            &info["GPGPUUsedInstances"],
+            &info["GPGPUOfflineInstances"]
+        ],
         ["6", "3", "1", "2"],
         "GTS 450 group: 6 GPUs, 1 used, wn05 down"
     );
@@ -121,7 +131,11 @@ fn two_groups_publish_their_own_counts() {
 
     // The Class-Extension copy agrees, queried by key and foreign key.
     let offline = slapd
-        .search("o=glue", "(&(GLUE2ExtensionKey=GPGPUOfflineInstances)(GLUE2ExtensionEntityForeignKey=ce.example.org_gts450))", &["GLUE2ExtensionValue"])
+        .search(
+            "o=glue",
+            "(&(GLUE2ExtensionKey=GPGPUOfflineInstances)(GLUE2ExtensionEntityForeignKey=ce.example.org_gts450))",
+            &["GLUE2ExtensionValue"],
+        )
         .unwrap();
     assert!(offline.contains("GLUE2ExtensionValue: 2"), "{offline}");
 }

@@ -55,7 +55,10 @@ fn registry_counts_become_application_environments() {
     }
     let registry = Registryd::start("").unwrap_or_else(|e| panic!("{e}"));
     registry.register_many("GPU-node1", "node1", 3).unwrap_or_else(|e| panic!("{e}"));
-    registry.client().request(&"slurm:7".parse().unwrap(), 1, "node2", VgpgpuMethod::Rcuda).unwrap_or_else(|e| panic!("{e}"));
+    registry
+        .client()
+        .request(&"slurm:7".parse().unwrap(), 1, "node2", VgpgpuMethod::Rcuda)
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("glue-provider.toml");
@@ -84,12 +87,19 @@ fn registry_counts_become_application_environments() {
     assert_eq!(apps["rCUDA"].values("GLUE2ApplicationEnvironmentAppVersion").collect::<Vec<_>>(), ["16.11"]);
     let vcl = other_info(&apps["VCL"]);
     assert_eq!(vcl["TotalVGPGPU"], "3");
-    assert_eq!(vcl["FreeVGPGPU"], registry.client().status().unwrap().counts_for(Some(VgpgpuMethod::Vcl)).free.to_string());
+    assert_eq!(
+        vcl["FreeVGPGPU"],
+        registry.client().status().unwrap().counts_for(Some(VgpgpuMethod::Vcl)).free.to_string()
+    );
 
     // The registry gone: a runtime failure, nothing printed.
     drop(registry);
     let out = run_provider(&path, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("vGPGPU registry"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("vGPGPU registry"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -117,9 +117,21 @@ fn every_strategy_loads_without_error_and_reads_back() {
         match strategy {
             "tagged-environment" => {
                 assert!(!ee.contains("dn:"), "GLUE 1.3 only, got {ee}");
-                let subclusters = slapd.search("o=grid", "(GlueHostApplicationSoftwareRunTimeEnvironment=NvidiaGPGPU)", &["GlueSubClusterUniqueID"]).unwrap();
+                let subclusters = slapd
+                    .search(
+                        "o=grid",
+                        "(GlueHostApplicationSoftwareRunTimeEnvironment=NvidiaGPGPU)",
+                        &["GlueSubClusterUniqueID"],
+                    )
+                    .unwrap();
                 assert_eq!(subclusters.matches("dn:").count(), 2, "{subclusters}");
-                let xilinx = slapd.search("o=grid", "(GlueHostApplicationSoftwareRunTimeEnvironment=XilinxFPGA)", &["GlueSubClusterUniqueID"]).unwrap();
+                let xilinx = slapd
+                    .search(
+                        "o=grid",
+                        "(GlueHostApplicationSoftwareRunTimeEnvironment=XilinxFPGA)",
+                        &["GlueSubClusterUniqueID"],
+                    )
+                    .unwrap();
                 assert!(xilinx.contains("GlueSubClusterUniqueID: ce.example.org_k20"), "{xilinx}");
             }
             _ => {
@@ -163,9 +175,16 @@ fn all_strategies_together_load_and_answer_the_thesis_query() {
     assert_eq!(k20["GPGPUFreeInstances"], "10");
     assert_eq!(k20["FPGAModel"], "Alveo U250");
     // Class-Extension: the same value by key, no parsing.
-    let free = slapd.search("o=glue", "(&(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionEntityForeignKey=ce.example.org_gts450))", &["GLUE2ExtensionValue"]).unwrap();
+    let free = slapd
+        .search(
+            "o=glue",
+            "(&(GLUE2ExtensionKey=GPGPUFreeInstances)(GLUE2ExtensionEntityForeignKey=ce.example.org_gts450))",
+            &["GLUE2ExtensionValue"],
+        )
+        .unwrap();
     assert!(free.contains("GLUE2ExtensionValue: 30"), "{free}");
-    let rcuda = slapd.search("o=glue", "(GLUE2ApplicationEnvironmentAppName=rCUDA)", &["GLUE2EntityOtherInfo"]).unwrap();
+    let rcuda =
+        slapd.search("o=glue", "(GLUE2ApplicationEnvironmentAppName=rCUDA)", &["GLUE2EntityOtherInfo"]).unwrap();
     assert!(rcuda.contains("FreeVGPGPU=5") && rcuda.contains("TotalVGPGPU=8"), "{rcuda}");
 }
 

@@ -16,13 +16,21 @@ use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
 fn counts(text: &str, id: &str) -> ([String; 4], Vec<String>) {
     let entries = ldif::parse(text).unwrap();
-    let ee = entries.iter().find(|e| e.values("GLUE2ResourceID").any(|i| i == id)).unwrap_or_else(|| panic!("no EE {id} in {text}"));
-    let info = other_info(ee);
-    let gpus = ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"].map(|k| info[k].clone());
-    let nodes = ["GLUE2ExecutionEnvironmentTotalInstances", "GLUE2ExecutionEnvironmentUsedInstances", "GLUE2ExecutionEnvironmentUnavailableInstances"]
+    let ee = entries
         .iter()
-        .map(|a| ee.values(a).next().unwrap_or_default().to_string())
-        .collect();
+        .find(|e| e.values("GLUE2ResourceID").any(|i| i == id))
+        .unwrap_or_else(|| panic!("no EE {id} in {text}"));
+    let info = other_info(ee);
+    let gpus = ["GPGPUTotalInstances", "GPGPUFreeInstances", "GPGPUUsedInstances", "GPGPUOfflineInstances"]
+        .map(|k| info[k].clone());
+    let nodes = [
+        "GLUE2ExecutionEnvironmentTotalInstances",
+        "GLUE2ExecutionEnvironmentUsedInstances",
+        "GLUE2ExecutionEnvironmentUnavailableInstances",
+    ]
+    .iter()
+    .map(|a| ee.values(a).next().unwrap_or_default().to_string())
+    .collect();
     (gpus, nodes)
 }
 
@@ -43,7 +51,11 @@ fn slurm_gres_counts_are_published() {
     let dir = tempfile::tempdir().unwrap();
     // scontrol aimed at the test cluster, as the provider would run it on a CE.
     let scontrol = dir.path().join("scontrol");
-    std::fs::write(&scontrol, format!("#!/bin/sh\nSLURM_CONF={} exec scontrol \"$@\"\n", cluster.slurm_conf().display())).unwrap();
+    std::fs::write(
+        &scontrol,
+        format!("#!/bin/sh\nSLURM_CONF={} exec scontrol \"$@\"\n", cluster.slurm_conf().display()),
+    )
+    .unwrap();
     std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let config = dir.path().join("glue-provider.toml");
     std::fs::write(
@@ -63,11 +75,18 @@ fn slurm_gres_counts_are_published() {
     assert_eq!(gpus, ["2", "0", "0", "2"].map(String::from), "{idle}");
     assert_eq!(nodes, ["1", "0", "1"]);
 
-    let job = cluster.sbatch(&["--gpgpu-per-node=1"], "#!/bin/sh\nsleep 120\n").unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    let job = cluster
+        .sbatch(&["--gpgpu-per-node=1"], "#!/bin/sh\nsleep 120\n")
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     cluster.wait_running(job, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     let busy = publish(&config, &["attribute-extension", "class-extension"]);
     let (gpus, nodes) = counts(&busy, "ce.example.org_node1");
-    assert_eq!(gpus, ["4", "3", "1", "0"].map(String::from), "{busy}\n{}", cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default());
+    assert_eq!(
+        gpus,
+        ["4", "3", "1", "0"].map(String::from),
+        "{busy}\n{}",
+        cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default()
+    );
     assert_eq!(nodes, ["1", "1", "0"]);
 
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -76,7 +95,9 @@ fn slurm_gres_counts_are_published() {
     assert_reads_back(&slapd, &busy);
 
     // Draining the node: the running job keeps its GPU, the idle ones go offline.
-    cluster.scontrol(&["update", "nodename=node1", "state=drain", "reason=glue-provider test"]).unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .scontrol(&["update", "nodename=node1", "state=drain", "reason=glue-provider test"])
+        .unwrap_or_else(|e| panic!("{e}"));
     let drained = publish(&config, &[]);
     let (gpus, nodes) = counts(&drained, "ce.example.org_node1");
     assert_eq!(gpus, ["4", "0", "1", "3"].map(String::from), "{drained}");

@@ -34,12 +34,19 @@ fn default_map_size_fills_and_raised_maxsize_holds() {
     let small = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     small.add_base_entries().unwrap();
     let err = small.add(&ldif).expect_err("40,000 entries should not fit Debian's default 10 MiB map");
-    assert!(err.contains("txn_commit failed") || err.contains("MDB_MAP_FULL") || err.contains("Other (e.g., implementation specific) error"), "{err}");
+    assert!(
+        err.contains("txn_commit failed")
+            || err.contains("MDB_MAP_FULL")
+            || err.contains("Other (e.g., implementation specific) error"),
+        "{err}"
+    );
     drop(small);
 
-    let big = Slapd::start(&SlapdOptions { maxsize: Some(1 << 30), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let big =
+        Slapd::start(&SlapdOptions { maxsize: Some(1 << 30), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
     big.add_base_entries().unwrap();
     big.add(&ldif).unwrap_or_else(|e| panic!("{}", &e[..e.len().min(2000)]));
-    let count = big.search("o=glue", "(GLUE2ExtensionKey=GPGPUFreeInstances)", &["1.1"]).unwrap().matches("dn:").count();
+    let count =
+        big.search("o=glue", "(GLUE2ExtensionKey=GPGPUFreeInstances)", &["1.1"]).unwrap().matches("dn:").count();
     assert_eq!(count, 40_000);
 }

@@ -19,8 +19,17 @@ use std::time::{Duration, Instant};
 
 use cder_tests::slurm::{require_slurm, serial, workspace_root, SLURM_PLUGIN_DIR};
 
-const PACKAGES: [&str; 9] =
-    ["cder-common", "cder-node", "cder-slurm", "cder-torque", "cder-glue-provider", "cder-jdl", "cder-vgpgpu", "cder-arc", "cder-blah"];
+const PACKAGES: [&str; 9] = [
+    "cder-common",
+    "cder-node",
+    "cder-slurm",
+    "cder-torque",
+    "cder-glue-provider",
+    "cder-jdl",
+    "cder-vgpgpu",
+    "cder-arc",
+    "cder-blah",
+];
 const HOOK: &str = "/usr/libexec/cder/cder-torque-hook";
 /// The mom_priv of distributions whose `PBS_HOME` is `/var/lib/torque`:
 /// linked too, all five names (no admin hook there).
@@ -30,7 +39,9 @@ const MOM_PRIV: &str = "/var/spool/torque/mom_priv";
 
 fn on_path(program: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/usr/bin".into(), "/sbin".into()]).any(|d| d.join(program).is_file())
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/bin".into(), "/sbin".into()])
+        .any(|d| d.join(program).is_file())
 }
 
 /// The packaging tools and SLURM; under `CI=true` a missing one fails.
@@ -38,7 +49,10 @@ fn require_tools() -> bool {
     if !require_slurm() {
         return false;
     }
-    let missing: Vec<&str> = ["dpkg-buildpackage", "dh", "lintian", "man", "fakeroot", "unshare", "nsenter"].into_iter().filter(|p| !on_path(p)).collect();
+    let missing: Vec<&str> = ["dpkg-buildpackage", "dh", "lintian", "man", "fakeroot", "unshare", "nsenter"]
+        .into_iter()
+        .filter(|p| !on_path(p))
+        .collect();
     if missing.is_empty() {
         return true;
     }
@@ -55,10 +69,10 @@ fn text(out: &Output) -> String {
 }
 
 fn installed(package: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", package])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("ok installed") || String::from_utf8_lossy(&o.stdout).contains("config-files"))
+    Command::new("dpkg-query").args(["-W", "-f=${Status}", package]).output().is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout).contains("ok installed")
+            || String::from_utf8_lossy(&o.stdout).contains("config-files")
+    })
 }
 
 /// A mount namespace held open by a `sleep`, with an overlay over SLURM's
@@ -161,7 +175,10 @@ fn packages_build_install_run_and_purge() {
     let _one_cluster = serial();
     let started = Instant::now();
     for p in PACKAGES {
-        assert!(!installed(p), "{p} is already installed on this machine: the test installs and purges its own build, remove it first");
+        assert!(
+            !installed(p),
+            "{p} is already installed on this machine: the test installs and purges its own build, remove it first"
+        );
     }
 
     // Build: the same target dir as the tests, so what the run built before is reused.
@@ -178,7 +195,15 @@ fn packages_build_install_run_and_purge() {
         .expect("running deploy/build-debs.sh");
     assert!(build.status.success(), "deploy/build-debs.sh failed:\n{}", text(&build));
     eprintln!("packages: built in {:.0?}", started.elapsed());
-    let debs: Vec<PathBuf> = PACKAGES.iter().map(|p| out_dir.path().join(format!("{p}_0.1.0_{}.deb", if ["cder-common", "cder-arc", "cder-blah"].contains(p) { "all" } else { "amd64" }))).collect();
+    let debs: Vec<PathBuf> = PACKAGES
+        .iter()
+        .map(|p| {
+            out_dir.path().join(format!(
+                "{p}_0.1.0_{}.deb",
+                if ["cder-common", "cder-arc", "cder-blah"].contains(p) { "all" } else { "amd64" }
+            ))
+        })
+        .collect();
     for d in &debs {
         assert!(d.is_file(), "{} was not built; the build said:\n{}", d.display(), text(&build));
     }
@@ -190,7 +215,10 @@ fn packages_build_install_run_and_purge() {
         .filter(|n| n.contains("-dbgsym_"))
         .collect();
     for p in ["cder-node", "cder-slurm", "cder-torque", "cder-glue-provider", "cder-jdl", "cder-vgpgpu"] {
-        assert!(dbgsym.iter().any(|n| n.starts_with(&format!("{p}-dbgsym_"))), "no {p}-dbgsym package among {dbgsym:?}");
+        assert!(
+            dbgsym.iter().any(|n| n.starts_with(&format!("{p}-dbgsym_"))),
+            "no {p}-dbgsym package among {dbgsym:?}"
+        );
     }
 
     // lintian: clean, or each override explained in deploy/debian.
@@ -200,7 +228,9 @@ fn packages_build_install_run_and_purge() {
     // What an admin has before installing: a TORQUE node's mom_priv with a
     // hook of its own, and a file of its own in /etc/cder.
     let list = |dir: &str| -> BTreeSet<String> {
-        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+        std::fs::read_dir(dir)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
     };
     let mut etc_before = list("/etc/cder");
     let ns = Namespace::new().expect("a mount namespace with an overlay over SLURM's plugin folder");
@@ -231,7 +261,10 @@ fn packages_build_install_run_and_purge() {
 
     // The node: config as a conffile, private state, a unit with the
     // packaged paths that nothing enabled, stripped binaries, man pages.
-    let conffiles = Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "cder-common", "cder-torque", "cder-blah"]).output().unwrap();
+    let conffiles = Command::new("dpkg-query")
+        .args(["-W", "-f=${Conffiles}", "cder-common", "cder-torque", "cder-blah"])
+        .output()
+        .unwrap();
     for f in ["/etc/cder/cder.toml", "/etc/cder/torque.toml", "/etc/cder/blah.conf"] {
         assert!(String::from_utf8_lossy(&conffiles.stdout).contains(f), "{f} is not a conffile: {}", text(&conffiles));
     }
@@ -239,18 +272,28 @@ fn packages_build_install_run_and_purge() {
     let state = std::fs::metadata("/var/lib/cder").expect("/var/lib/cder after install");
     assert_eq!((state.uid(), state.permissions().mode() & 0o7777), (0, 0o700), "/var/lib/cder must be root's, 0700");
     let unit = std::fs::read_to_string("/lib/systemd/system/cderd.service").unwrap();
-    assert!(unit.contains("ExecStart=/usr/sbin/cderd ") && !unit.contains("/usr/local"), "cderd.service has other paths:\n{unit}");
+    assert!(
+        unit.contains("ExecStart=/usr/sbin/cderd ") && !unit.contains("/usr/local"),
+        "cderd.service has other paths:\n{unit}"
+    );
     for u in ["cderd", "cder-registryd", "cder-vgpgpu-factory", "cder-torque-monitor"] {
         assert!(Path::new(&format!("/lib/systemd/system/{u}.service")).is_file(), "{u}.service not installed");
-        assert!(!Path::new(&format!("/etc/systemd/system/multi-user.target.wants/{u}.service")).exists(), "{u} was enabled by the package");
+        assert!(
+            !Path::new(&format!("/etc/systemd/system/multi-user.target.wants/{u}.service")).exists(),
+            "{u} was enabled by the package"
+        );
     }
     for bin in ["/usr/sbin/cderd", "/usr/bin/cderctl", "/usr/bin/cder-jdl", HOOK] {
         let sections = Command::new("readelf").args(["-S", "-W", bin]).output().unwrap();
         assert!(!String::from_utf8_lossy(&sections.stdout).contains(".debug_info"), "{bin} still carries debug info");
     }
-    let check = ns.run("/usr/sbin/cderd", &["--check"]).expect("the installed cderd --check with the packaged /etc/cder/cder.toml");
+    let check = ns
+        .run("/usr/sbin/cderd", &["--check"])
+        .expect("the installed cderd --check with the packaged /etc/cder/cder.toml");
     eprintln!("cderd --check: {}", check.trim());
-    for page in [&["cderd"][..], &["cderctl-alloc"], &["5", "cder.toml"], &["cder-torque-hook"], &["cder-jdl-list-match"]] {
+    for page in
+        [&["cderd"][..], &["cderctl-alloc"], &["5", "cder.toml"], &["cder-torque-hook"], &["cder-jdl-list-match"]]
+    {
         let where_ = ns.run("man", &[&["-w"][..], page].concat()).unwrap_or_else(|e| panic!("man -w {page:?}: {e}"));
         assert!(where_.trim().starts_with("/usr/share/man/"), "man -w {page:?}: {where_}");
     }
@@ -261,10 +304,19 @@ fn packages_build_install_run_and_purge() {
         if name == "epilogue.precancel" {
             assert_eq!(std::fs::read_to_string(&p).unwrap(), "# the admin's own\n", "the admin's {name} was replaced");
         } else {
-            assert_eq!(std::fs::read_link(&p).ok(), Some(PathBuf::from(HOOK)), "{} is not a link to the hook", p.display());
+            assert_eq!(
+                std::fs::read_link(&p).ok(),
+                Some(PathBuf::from(HOOK)),
+                "{} is not a link to the hook",
+                p.display()
+            );
             // What pbs_mom's stat() sees through the link: root's, no one else may write.
             let m = std::fs::metadata(&p).unwrap();
-            assert!(m.uid() == 0 && m.permissions().mode() & 0o022 == 0 && m.permissions().mode() & 0o100 != 0, "{name}: {:o}", m.permissions().mode());
+            assert!(
+                m.uid() == 0 && m.permissions().mode() & 0o022 == 0 && m.permissions().mode() & 0o100 != 0,
+                "{name}: {:o}",
+                m.permissions().mode()
+            );
             // Run by the link's name, the hook knows its role: a prologue
             // without pbs_mom's argv aborts the job (1), an epilogue never
             // fails (0); under a name it does not know it would exit 2.
@@ -279,12 +331,18 @@ fn packages_build_install_run_and_purge() {
     }
     // The monitor's unit runs as the system user the package made.
     let monitor = std::fs::read_to_string("/lib/systemd/system/cder-torque-monitor.service").unwrap();
-    assert!(monitor.contains("User=cder-monitor\n") && monitor.contains("ExecStart=/usr/bin/cder-torque-monitor "), "{monitor}");
+    assert!(
+        monitor.contains("User=cder-monitor\n") && monitor.contains("ExecStart=/usr/bin/cder-torque-monitor "),
+        "{monitor}"
+    );
     let user = Command::new("getent").args(["passwd", "cder-monitor"]).output().unwrap();
     let fields: Vec<String> = text(&user).trim().split(':').map(str::to_string).collect();
     assert!(user.status.success() && fields.len() == 7, "no cder-monitor user after install: {}", text(&user));
     let uid: u32 = fields[2].parse().unwrap();
-    assert!(uid < 1000 && (fields[6].ends_with("nologin") || fields[6].ends_with("false")), "cder-monitor is not a system user: {fields:?}");
+    assert!(
+        uid < 1000 && (fields[6].ends_with("nologin") || fields[6].ends_with("false")),
+        "cder-monitor is not a system user: {fields:?}"
+    );
 
     // The GLUE provider publishes nothing until the admin configures it.
     let provider = ns.run("/var/lib/bdii/gip/provider/cder-glue-provider", &[]).expect("the BDII provider wrapper");
@@ -297,7 +355,10 @@ fn packages_build_install_run_and_purge() {
     let demo = demo.output().expect("cder-slurm-demo");
     let shown = text(&demo);
     assert!(demo.status.success(), "the SLURM demo failed with the installed plugins:\n{shown}");
-    assert!(shown.contains(&format!("plugstack.conf: required {SLURM_PLUGIN_DIR}/spank_cder.so")), "the demo did not load the installed SPANK plugin:\n{shown}");
+    assert!(
+        shown.contains(&format!("plugstack.conf: required {SLURM_PLUGIN_DIR}/spank_cder.so")),
+        "the demo did not load the installed SPANK plugin:\n{shown}"
+    );
     assert!(shown.contains("GPUs disjoint: yes"), "{shown}");
     eprintln!("packages: demo done at {:.0?}", started.elapsed());
 
@@ -322,7 +383,10 @@ fn packages_build_install_run_and_purge() {
         assert!(std::fs::symlink_metadata(Path::new(MOM_PRIV).join(name)).is_err(), "{name} link left after purge");
     }
     for name in HOOK_NAMES {
-        assert!(std::fs::symlink_metadata(Path::new(OTHER_MOM_PRIV).join(name)).is_err(), "{OTHER_MOM_PRIV}/{name} link left after purge");
+        assert!(
+            std::fs::symlink_metadata(Path::new(OTHER_MOM_PRIV).join(name)).is_err(),
+            "{OTHER_MOM_PRIV}/{name} link left after purge"
+        );
     }
     assert!(admin_hook.is_file() && admin_file.is_file(), "purge removed what the admin created");
     etc_before.insert("site-local.toml".into());

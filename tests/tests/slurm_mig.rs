@@ -36,7 +36,13 @@ struct Instance {
 const INSTANCES: [Instance; 4] = [
     Instance { uuid: "MIG-1c000000-0000-4000-8000-000000000021", profile: "1g.10gb", gpu: 0, gpu_instance: 9, cap: 21 },
     Instance { uuid: "MIG-2c000000-0000-4000-8000-000000000030", profile: "2g.20gb", gpu: 0, gpu_instance: 5, cap: 30 },
-    Instance { uuid: "MIG-1c000000-0000-4000-8000-000000000039", profile: "1g.10gb", gpu: 0, gpu_instance: 10, cap: 39 },
+    Instance {
+        uuid: "MIG-1c000000-0000-4000-8000-000000000039",
+        profile: "1g.10gb",
+        gpu: 0,
+        gpu_instance: 10,
+        cap: 39,
+    },
     Instance { uuid: "MIG-1c000000-0000-4000-8000-000000000048", profile: "1g.10gb", gpu: 1, gpu_instance: 9, cap: 48 },
 ];
 
@@ -72,7 +78,10 @@ fn mig_config(cgroup: bool) -> Result<SlurmConfig, String> {
     let library = fake_nvml_library()?;
     let mut files = vec![("machine.json".to_string(), machine())];
     for i in &INSTANCES {
-        files.push((format!("caps/gpu{}/mig/gi{}/ci0/access", i.gpu, i.gpu_instance), format!("DeviceFileMinor: {}\n", i.cap)));
+        files.push((
+            format!("caps/gpu{}/mig/gi{}/ci0/access", i.gpu, i.gpu_instance),
+            format!("DeviceFileMinor: {}\n", i.cap),
+        ));
     }
     Ok(SlurmConfig {
         gpus: 0,
@@ -170,17 +179,36 @@ fn check_job(cluster: &SlurmCluster, plugin: &str, id: u32, report: &str, want: 
     let uuids: BTreeSet<String> = cvd.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
     for (profile, count) in want {
         let n = uuids.iter().filter(|u| instance(u).profile == *profile).count();
-        assert_eq!(n, *count, "{plugin}: job {id}: {count} {profile} instance(s) wanted, CUDA_VISIBLE_DEVICES={cvd}\n{}", cluster.logs());
+        assert_eq!(
+            n,
+            *count,
+            "{plugin}: job {id}: {count} {profile} instance(s) wanted, CUDA_VISIBLE_DEVICES={cvd}\n{}",
+            cluster.logs()
+        );
     }
-    assert_eq!(uuids.len(), want.iter().map(|(_, n)| n).sum::<usize>(), "{plugin}: job {id}: CUDA_VISIBLE_DEVICES={cvd}");
+    assert_eq!(
+        uuids.len(),
+        want.iter().map(|(_, n)| n).sum::<usize>(),
+        "{plugin}: job {id}: CUDA_VISIBLE_DEVICES={cvd}"
+    );
     let caps: BTreeSet<u32> = uuids.iter().map(|u| instance(u).cap).collect();
-    assert_eq!(caps, controller_caps(cluster, id), "{plugin}: job {id} sees other instances than the controller chose\n{report}\n{}", cluster.logs());
-    let open: BTreeSet<u32> = env.get("OPEN").map(|o| o.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
+    assert_eq!(
+        caps,
+        controller_caps(cluster, id),
+        "{plugin}: job {id} sees other instances than the controller chose\n{report}\n{}",
+        cluster.logs()
+    );
+    let open: BTreeSet<u32> =
+        env.get("OPEN").map(|o| o.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
     assert_eq!(open, caps, "{plugin}: job {id} can open other instances than it was given\n{report}");
     let key = format!("slurm:{id}");
     let status = cluster.cderd_status().unwrap();
-    let held: BTreeSet<String> =
-        status.devices.iter().filter(|d| d.job.as_ref().is_some_and(|j| j.to_string() == key)).map(|d| d.uuid.clone()).collect();
+    let held: BTreeSet<String> = status
+        .devices
+        .iter()
+        .filter(|d| d.job.as_ref().is_some_and(|j| j.to_string() == key))
+        .map(|d| d.uuid.clone())
+        .collect();
     assert_eq!(held, uuids, "{plugin}: job {id}: cderd's ledger differs from what the job sees");
     uuids
 }
@@ -211,7 +239,9 @@ fn typed_gres_jobs(cgroup: bool) {
     let plugin = if cgroup { "task/cgroup" } else { "task/none" };
     let flag = cluster.jobs_dir().join("go");
     let script = probe_script(&cluster, &flag);
-    let submit = |gres: &str| cluster.sbatch_as_user(&[&format!("--gres={gres}")], &script).unwrap_or_else(|e| panic!("{plugin}: {e}"));
+    let submit = |gres: &str| {
+        cluster.sbatch_as_user(&[&format!("--gres={gres}")], &script).unwrap_or_else(|e| panic!("{plugin}: {e}"))
+    };
     let two = submit("gpu:1g.10gb:2");
     let big = submit("gpu:2g.20gb:1");
     let one = submit("gpu:1g.10gb:1");
@@ -299,28 +329,50 @@ fn a_step_of_one_profile_sees_that_instance() {
         let plugin = if cgroup { "task/cgroup" } else { "task/none" };
         let probe = probe_command(&cluster);
         let out = cluster
-            .run_as_user("salloc", &["-N1", "-n1", "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1", "srun", "--gres=gpu:2g.20gb:1", "sh", "-c", &probe])
+            .run_as_user(
+                "salloc",
+                &[
+                    "-N1",
+                    "-n1",
+                    "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1",
+                    "srun",
+                    "--gres=gpu:2g.20gb:1",
+                    "sh",
+                    "-c",
+                    &probe,
+                ],
+            )
             .unwrap();
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "{plugin}: {stdout}\n{stderr}\n{}", cluster.logs());
         let env = parse_env_lines(&stdout);
         let big = INSTANCES.iter().find(|i| i.profile == "2g.20gb").unwrap();
         assert_eq!(env.get("CVD").map(String::as_str), Some(big.uuid), "{plugin}: {stdout}\n{}", cluster.logs());
-        let open: BTreeSet<u32> = env.get("OPEN").map(|o| o.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
+        let open: BTreeSet<u32> =
+            env.get("OPEN").map(|o| o.split(',').filter_map(|c| c.parse().ok()).collect()).unwrap_or_default();
         if cgroup {
             // SLURM's step cgroup holds the step's GRES alone.
             assert_eq!(open, BTreeSet::from([big.cap]), "{plugin}: {stdout}");
         } else {
             // cderd's cgroup holds the job's two instances: one of each profile.
             assert!(open.contains(&big.cap) && open.len() == 2, "{plugin}: {stdout}");
-            assert!(open.iter().any(|c| INSTANCES.iter().any(|i| i.cap == *c && i.profile == "1g.10gb")), "{plugin}: {stdout}");
+            assert!(
+                open.iter().any(|c| INSTANCES.iter().any(|i| i.cap == *c && i.profile == "1g.10gb")),
+                "{plugin}: {stdout}"
+            );
         }
         // A step may not name more of a profile than its job holds.
         let out = cluster
-            .run_as_user("salloc", &["-N1", "-n1", "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1", "srun", "--cder=gpgpu:1g.10gb:2", "true"])
+            .run_as_user(
+                "salloc",
+                &["-N1", "-n1", "--cder=gpgpu:1g.10gb:1,gpgpu:2g.20gb:1", "srun", "--cder=gpgpu:1g.10gb:2", "true"],
+            )
             .unwrap();
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(!out.status.success(), "{plugin}: a step asked for 2 of the job's 1 1g.10gb instance and ran: {stdout}\n{stderr}");
+        assert!(
+            !out.status.success(),
+            "{plugin}: a step asked for 2 of the job's 1 1g.10gb instance and ran: {stdout}\n{stderr}"
+        );
         assert!(
             stderr.contains("SLURM gave") && stderr.contains("1 gpgpu device(s) of GRES type 1g.10gb"),
             "{plugin}: {stdout}\n{stderr}\n{}",

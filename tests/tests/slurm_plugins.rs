@@ -81,21 +81,41 @@ fn three_jobs_of_two_gpus_share_four_gpus_without_overlap() {
         assert!(gpus.iter().all(|&g| g < 4), "{gpus:?}");
         assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
         // A step inside the job sees the job's devices, not new ones.
-        assert_eq!(visible_set(&env["STEP_CUDA_VISIBLE_DEVICES"]), vec![0, 1], "job {id}: step saw other devices\n{out}");
+        assert_eq!(
+            visible_set(&env["STEP_CUDA_VISIBLE_DEVICES"]),
+            vec![0, 1],
+            "job {id}: step saw other devices\n{out}"
+        );
         // The GRES request is what the scheduler counted.
         assert!(info.fields.get("TresPerNode").is_some_and(|t| t.contains("gpu:2")), "{info:?}");
         runs.push((id, start, end, gpus));
     }
     // Some jobs did run together, or "disjoint" below would prove nothing.
-    let overlapping = runs.iter().enumerate().flat_map(|(i, a)| runs[i + 1..].iter().map(move |b| (a, b))).filter(|(a, b)| a.1 < b.2 && b.1 < a.2).count();
-    assert!(overlapping >= 1, "no two jobs ran at the same time, so disjointness was not tested: {runs:?}\n{}", cluster.logs());
+    let overlapping = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| runs[i + 1..].iter().map(move |b| (a, b)))
+        .filter(|(a, b)| a.1 < b.2 && b.1 < a.2)
+        .count();
+    assert!(
+        overlapping >= 1,
+        "no two jobs ran at the same time, so disjointness was not tested: {runs:?}\n{}",
+        cluster.logs()
+    );
     // At most two at once, and jobs that overlapped saw disjoint devices.
     for (i, a) in runs.iter().enumerate() {
         let concurrent = runs.iter().filter(|b| b.1 <= a.1 && a.1 < b.2).count();
         assert!(concurrent <= 2, "{concurrent} jobs ran at once at {}: {runs:?}", a.1);
         for b in &runs[i + 1..] {
             if a.1 < b.2 && b.1 < a.2 {
-                assert!(a.3.iter().all(|g| !b.3.contains(g)), "jobs {} and {} ran together on {:?} / {:?}", a.0, b.0, a.3, b.3);
+                assert!(
+                    a.3.iter().all(|g| !b.3.contains(g)),
+                    "jobs {} and {} ran together on {:?} / {:?}",
+                    a.0,
+                    b.0,
+                    a.3,
+                    b.3
+                );
             }
         }
     }
@@ -117,7 +137,11 @@ fn a_job_that_asked_for_nothing_sees_an_empty_list_and_runs() {
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
     let env = parse_env_lines(&out);
     assert_eq!(env.get("RAN").map(String::as_str), Some("yes"), "{out}");
-    assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some(""), "must be set and empty, never unset (= all):\n{out}");
+    assert_eq!(
+        env.get("CUDA_VISIBLE_DEVICES").map(String::as_str),
+        Some(""),
+        "must be set and empty, never unset (= all):\n{out}"
+    );
     assert_eq!(wait_all_free(&cluster).counts["gpgpu"].free, 4);
 }
 
@@ -130,7 +154,10 @@ fn fail_closed_without_cderd_fails_the_job_with_a_readable_reason() {
     let out = cluster.job_output(id);
     assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
     assert!(!out.contains("RAN=yes"), "the job ran without its devices:\n{out}");
-    assert!(out.contains("cannot connect to cderd") && out.contains("fail=closed"), "no readable reason in the output:\n{out}");
+    assert!(
+        out.contains("cannot connect to cderd") && out.contains("fail=closed"),
+        "no readable reason in the output:\n{out}"
+    );
 }
 
 #[test]
@@ -138,7 +165,9 @@ fn fail_open_without_cderd_runs_the_job_with_an_empty_list() {
     let config = SlurmConfig { spank_args: vec!["fail=open".into()], ..SlurmConfig::default() };
     let Some((_g, mut cluster)) = start(config) else { return };
     cluster.stop_cderd();
-    let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\necho RAN=yes\n").unwrap();
+    let id = cluster
+        .sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\necho RAN=yes\n")
+        .unwrap();
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(id);
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());
@@ -154,7 +183,10 @@ fn bad_requests_are_refused_at_submit_time() {
         (&["--gpgpu-per-node=0"], "cder: --gpgpu-per-node=0: the count must be at least 1"),
         (&["--gpgpu-per-node=abc"], "cder: --gpgpu-per-node=abc: not a whole number of devices"),
         (&["--gpgpu-per-node=-1"], "the count must be at least 1"),
-        (&["--gpgpu-per-node=5"], "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)"),
+        (
+            &["--gpgpu-per-node=5"],
+            "cder: --gpgpu-per-node=5: more than any node has (at most 4 gpgpu devices per node)",
+        ),
         (&["--cder=fpga:1"], "unknown CDER type \"fpga\" (this cluster has: gpgpu)"),
         (&["--cder=gpgpu:9"], "cder: --cder=gpgpu:9: more than any node has"),
     ];
@@ -193,7 +225,12 @@ fn a_job_killed_by_scancel_releases_its_devices() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let held = loop {
         let status = cluster.cderd_status().unwrap();
-        let held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
+        let held: Vec<u32> = status
+            .devices
+            .iter()
+            .filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone()))
+            .map(|d| d.index)
+            .collect();
         if held.len() == 2 || Instant::now() > deadline {
             break held;
         }
@@ -215,14 +252,22 @@ fn observe_mode_records_the_devices_slurm_chose() {
     let config = SlurmConfig { spank_args: vec!["mode=observe".into()], ..SlurmConfig::default() };
     let Some((_g, cluster)) = start(config) else { return };
     let id = cluster
-        .sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS)='\nsleep 30\n")
+        .sbatch(
+            &["--gpgpu-per-node=2"],
+            "#!/bin/sh\nenv | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS)='\nsleep 30\n",
+        )
         .unwrap();
     cluster.wait_running(id, JOB_TIMEOUT).unwrap();
     let key = format!("slurm:{id}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let (held, out) = loop {
         let status = cluster.cderd_status().unwrap();
-        let held: Vec<u32> = status.devices.iter().filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone())).map(|d| d.index).collect();
+        let held: Vec<u32> = status
+            .devices
+            .iter()
+            .filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone()))
+            .map(|d| d.index)
+            .collect();
         let out = cluster.job_output(id);
         if (held.len() == 2 && out.contains("CUDA_VISIBLE_DEVICES")) || Instant::now() > deadline {
             break (held, out);
@@ -230,7 +275,8 @@ fn observe_mode_records_the_devices_slurm_chose() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let env: BTreeMap<String, String> = parse_env_lines(&out);
-    let chosen = visible_set(env.get("SLURM_JOB_GPUS").or(env.get("CUDA_VISIBLE_DEVICES")).map(String::as_str).unwrap_or(""));
+    let chosen =
+        visible_set(env.get("SLURM_JOB_GPUS").or(env.get("CUDA_VISIBLE_DEVICES")).map(String::as_str).unwrap_or(""));
     assert_eq!(chosen.len(), 2, "SLURM's GRES gave {chosen:?}\n{out}");
     let mut held = held;
     held.sort_unstable();
@@ -279,7 +325,12 @@ fn cder_type_option_and_memory_constraint_reach_cderd() {
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(id);
     assert_eq!(info.state, "FAILED", "{info:?}\n{out}");
-    assert!(!out.contains("RAN=yes") && out.contains("cder: --gpgpu-min-memory=100000: the device(s) SLURM gave slurm:") && out.contains("fail=closed"), "{out}");
+    assert!(
+        !out.contains("RAN=yes")
+            && out.contains("cder: --gpgpu-min-memory=100000: the device(s) SLURM gave slurm:")
+            && out.contains("fail=closed"),
+        "{out}"
+    );
     let id = cluster.sbatch(&["--gpgpu-per-node=1", "--gpgpu-min-memory=4000"], script).unwrap();
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{}", cluster.job_output(id));

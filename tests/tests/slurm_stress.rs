@@ -44,7 +44,11 @@ enum Life {
 fn sample(cluster: &SlurmCluster, id: u32) -> Option<(Vec<u32>, u64, String)> {
     let text = std::fs::read_to_string(cluster.jobs_dir().join(format!("state-{id}"))).ok()?;
     let kv: BTreeMap<&str, &str> = text.split_whitespace().filter_map(|w| w.split_once('=')).collect();
-    Some((visible_set(kv.get("OPEN").copied().unwrap_or("")), kv.get("SEQ")?.parse().ok()?, kv.get("CVD").copied().unwrap_or("").to_string()))
+    Some((
+        visible_set(kv.get("OPEN").copied().unwrap_or("")),
+        kv.get("SEQ")?.parse().ok()?,
+        kv.get("CVD").copied().unwrap_or("").to_string(),
+    ))
 }
 
 fn job_script(cluster: &SlurmCluster) -> String {
@@ -79,7 +83,12 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
                 _ if state == "PENDING" => break Some((Vec::new(), 0, String::new())),
                 _ => {}
             }
-            assert!(Instant::now() < deadline, "{}: job {id} ({state}) reported nothing new\n{}", ctx(), cluster.logs());
+            assert!(
+                Instant::now() < deadline,
+                "{}: job {id} ({state}) reported nothing new\n{}",
+                ctx(),
+                cluster.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         };
         let Some((open, seq, cvd)) = fresh else {
@@ -88,7 +97,13 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
         };
         if seq > 0 && *life == Life::Live {
             if let Ok(ledger) = cluster.ledger(id) {
-                assert_eq!(open, ledger, "{}: job {id} can open {open:?} but cderd's ledger gives it {ledger:?}\n{}", ctx(), cluster.logs());
+                assert_eq!(
+                    open,
+                    ledger,
+                    "{}: job {id} can open {open:?} but cderd's ledger gives it {ledger:?}\n{}",
+                    ctx(),
+                    cluster.logs()
+                );
             }
             let expected: Vec<u32> = (0..open.len() as u32).collect();
             assert_eq!(visible_set(&cvd), expected, "{}: job {id} CUDA_VISIBLE_DEVICES={cvd} for {open:?}", ctx());
@@ -106,7 +121,8 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
 fn run(cgroup: bool, seed: u64) {
     let plugin = if cgroup { "task/cgroup" } else { "task/none" };
     eprintln!("slurm_stress: {plugin}, seed {seed:#x} (CDER_STRESS_SEED={seed} to replay)");
-    let mut cluster = SlurmCluster::start(&SlurmConfig { cgroup, ..SlurmConfig::default() }).unwrap_or_else(|e| panic!("{plugin}: {e}"));
+    let mut cluster = SlurmCluster::start(&SlurmConfig { cgroup, ..SlurmConfig::default() })
+        .unwrap_or_else(|e| panic!("{plugin}: {e}"));
     let script = job_script(&cluster);
     let mut rng = Rng(seed | 1);
     let mut jobs: BTreeMap<u32, Life> = BTreeMap::new();
@@ -121,7 +137,9 @@ fn run(cgroup: bool, seed: u64) {
                     1 => format!("--gpgpu-per-node={k}"),
                     _ => "--comment=no-gpu".to_string(),
                 };
-                let id = cluster.sbatch_as_user(&[&args], &script).unwrap_or_else(|e| panic!("{plugin} seed {seed:#x}: {e}"));
+                let id = cluster
+                    .sbatch_as_user(&[&args], &script)
+                    .unwrap_or_else(|e| panic!("{plugin} seed {seed:#x}: {e}"));
                 jobs.insert(id, Life::Live);
                 format!("sbatch {args} -> {id}")
             }
@@ -150,11 +168,17 @@ fn run(cgroup: bool, seed: u64) {
             },
             6 => {
                 // Reconcile as cderctl does: the generation before the snapshot.
-                let mut client = cder_protocol::Client::connect(cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
+                let mut client =
+                    cder_protocol::Client::connect(cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
                 let generation = client.status().unwrap().generation;
                 let out = cluster.run("squeue", &["-h", "-o", "%i"]).unwrap();
-                let live_jobs = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|i| format!("slurm:{i}").parse().ok()).collect();
-                let r = client.reconcile(&ReconcileRequest { live_jobs, lrms: Some("slurm".into()), as_of: Some(generation) }).unwrap();
+                let live_jobs = String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .filter_map(|i| format!("slurm:{i}").parse().ok())
+                    .collect();
+                let r = client
+                    .reconcile(&ReconcileRequest { live_jobs, lrms: Some("slurm".into()), as_of: Some(generation) })
+                    .unwrap();
                 format!("reconcile (released {:?})", r.released)
             }
             7 => {

@@ -66,9 +66,19 @@ fn check_consistent(cluster: &SlurmCluster, plugin: &str, id: u32, report: &str)
     let cvd = env.get("CVD").unwrap_or_else(|| panic!("{plugin}: job {id} printed no CVD=\n{report}"));
     assert_ne!(cvd, "unset", "{plugin}: job {id}: CUDA_VISIBLE_DEVICES unset means all devices\n{report}");
     let ledger = cluster.ledger(id).unwrap();
-    assert_eq!(open, ledger, "{plugin}: job {id} can open other devices than cderd's ledger gives it\n{report}\n{}", cluster.logs());
+    assert_eq!(
+        open,
+        ledger,
+        "{plugin}: job {id} can open other devices than cderd's ledger gives it\n{report}\n{}",
+        cluster.logs()
+    );
     let expected: Vec<u32> = (0..open.len() as u32).collect();
-    assert_eq!(visible_set(cvd), expected, "{plugin}: job {id}: CUDA_VISIBLE_DEVICES={cvd} does not name its {} openable device(s) from 0\n{report}", open.len());
+    assert_eq!(
+        visible_set(cvd),
+        expected,
+        "{plugin}: job {id}: CUDA_VISIBLE_DEVICES={cvd} does not name its {} openable device(s) from 0\n{report}",
+        open.len()
+    );
     open
 }
 
@@ -101,22 +111,37 @@ fn ever_held(cluster: &SlurmCluster, id: u32) -> Vec<u32> {
 fn a_step_option_cannot_raise_what_the_job_was_granted() {
     on_both_task_plugins(|cluster, plugin| {
         let probe = probe_command(cluster);
-        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "srun", "--gpgpu-per-node=4", "sh", "-c", &probe]).unwrap();
+        let out =
+            cluster.run_as_user("salloc", &["-N1", "-n1", "srun", "--gpgpu-per-node=4", "sh", "-c", &probe]).unwrap();
         let (stdout, stderr) = text(&out);
-        let id = granted_job(&stderr).unwrap_or_else(|| panic!("{plugin}: salloc got no allocation:\n{stderr}\n{}", cluster.logs()));
+        let id = granted_job(&stderr)
+            .unwrap_or_else(|| panic!("{plugin}: salloc got no allocation:\n{stderr}\n{}", cluster.logs()));
         assert!(!out.status.success(), "{plugin}: the over-asking step ran:\n{stdout}\n{stderr}");
         assert!(!stdout.contains("CVD="), "{plugin}: the over-asking step ran:\n{stdout}");
         assert!(
             stderr.contains(&format!("cder: --gpgpu-per-node=4: SLURM gave slurm:{id} 0 gpgpu device(s) on this node")),
             "{plugin}: no readable refusal:\n{stderr}"
         );
-        assert_eq!(ever_held(cluster, id), Vec::<u32>::new(), "{plugin}: cderd recorded devices for a job SLURM gave none");
+        assert_eq!(
+            ever_held(cluster, id),
+            Vec::<u32>::new(),
+            "{plugin}: cderd recorded devices for a job SLURM gave none"
+        );
         assert_eq!(wait_all_free(cluster), 4, "{plugin}: devices left held");
 
         // Within its grant a step runs, with the job's devices.
-        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "--gpgpu-per-node=2", "srun", "--gpgpu-per-node=1", "sh", "-c", &probe]).unwrap();
+        let out = cluster
+            .run_as_user(
+                "salloc",
+                &["-N1", "-n1", "--gpgpu-per-node=2", "srun", "--gpgpu-per-node=1", "sh", "-c", &probe],
+            )
+            .unwrap();
         let (stdout, stderr) = text(&out);
-        assert!(out.status.success(), "{plugin}: a step within its grant failed:\n{stdout}\n{stderr}\n{}", cluster.logs());
+        assert!(
+            out.status.success(),
+            "{plugin}: a step within its grant failed:\n{stdout}\n{stderr}\n{}",
+            cluster.logs()
+        );
         let env = parse_env_lines(&stdout);
         let id = granted_job(&stderr).unwrap();
         let open = visible_set(&env["OPEN"]);
@@ -141,11 +166,16 @@ fn a_step_option_cannot_raise_what_the_job_was_granted() {
 fn the_jdl_key_in_a_steps_environment_cannot_raise_the_grant() {
     on_both_task_plugins(|cluster, plugin| {
         let probe = probe_command(cluster);
-        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "env", "GPGPUPerNode=4", "srun", "sh", "-c", &probe]).unwrap();
+        let out = cluster
+            .run_as_user("salloc", &["-N1", "-n1", "env", "GPGPUPerNode=4", "srun", "sh", "-c", &probe])
+            .unwrap();
         let (stdout, stderr) = text(&out);
         let id = granted_job(&stderr).unwrap_or_else(|| panic!("{plugin}: salloc got no allocation:\n{stderr}"));
         assert!(!out.status.success() && !stdout.contains("CVD="), "{plugin}: the step ran:\n{stdout}\n{stderr}");
-        assert!(stderr.contains(&format!("cder: GPGPUPerNode=4: SLURM gave slurm:{id} 0 gpgpu device(s)")), "{plugin}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cder: GPGPUPerNode=4: SLURM gave slurm:{id} 0 gpgpu device(s)")),
+            "{plugin}: {stderr}"
+        );
         assert_eq!(ever_held(cluster, id), Vec::<u32>::new(), "{plugin}");
         assert_eq!(wait_all_free(cluster), 4, "{plugin}");
     });
@@ -159,17 +189,23 @@ fn the_jdl_key_in_a_steps_environment_cannot_raise_the_grant() {
 fn a_grant_changed_after_submit_stays_what_the_node_honours() {
     on_both_task_plugins(|cluster, plugin| {
         let id = cluster.sbatch_as_user(&["-H", "--gpgpu-per-node=4"], &probe_script(cluster, None)).unwrap();
-        let update = cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:0"]).unwrap();
+        let update =
+            cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:0"]).unwrap();
         assert!(!update.status.success(), "{plugin}: the owner lowered the grant: {:?}", text(&update));
         let shown = cluster.job(id).unwrap().fields.get("TresPerNode").cloned().unwrap_or_default();
         assert!(shown.contains("gpu:4"), "{plugin}: TresPerNode={shown} after a refused update");
-        let raise = cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:5"]).unwrap();
+        let raise =
+            cluster.run_as_user("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:5"]).unwrap();
         assert!(!raise.status.success(), "{plugin}: the owner raised the grant: {:?}", text(&raise));
         // An operator may change it, to a count a node has.
         let op = cluster.run("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:2"]).unwrap();
         assert!(op.status.success(), "{plugin}: operator update: {:?}", text(&op));
         let op0 = cluster.run("scontrol", &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:0"]).unwrap();
-        assert!(!op0.status.success(), "{plugin}: a count of 0 (which SLURM would not apply) was accepted: {:?}", text(&op0));
+        assert!(
+            !op0.status.success(),
+            "{plugin}: a count of 0 (which SLURM would not apply) was accepted: {:?}",
+            text(&op0)
+        );
         let release = cluster.run_as_user("scontrol", &["release", &id.to_string()]).unwrap();
         assert!(release.status.success(), "{plugin}: scontrol release: {:?}", text(&release));
         let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
@@ -180,11 +216,20 @@ fn a_grant_changed_after_submit_stays_what_the_node_honours() {
         // has, so it is refused rather than given four.
         assert_eq!(info.state, "FAILED", "{plugin}: {info:?}\n{report}");
         assert!(!report.contains("OPEN="), "{plugin}: the step ran beyond its grant:\n{report}");
-        assert!(report.contains(&format!("cder: --gpgpu-per-node=4: SLURM gave slurm:{id} 2 gpgpu device(s)")), "{plugin}: {report}\n{}", cluster.logs());
+        assert!(
+            report.contains(&format!("cder: --gpgpu-per-node=4: SLURM gave slurm:{id} 2 gpgpu device(s)")),
+            "{plugin}: {report}\n{}",
+            cluster.logs()
+        );
         assert_eq!(ever_held(cluster, id).len(), 2, "{plugin}: the ledger does not show the 2 devices SLURM allocated");
         assert_eq!(wait_all_free(cluster), 4, "{plugin}");
         let next = cluster.sbatch_as_user(&["--gpgpu-per-node=2"], &probe_script(cluster, None)).unwrap();
-        assert_eq!(cluster.wait_job(next, JOB_TIMEOUT).unwrap().state, "COMPLETED", "{plugin}: {}", cluster.job_output(next));
+        assert_eq!(
+            cluster.wait_job(next, JOB_TIMEOUT).unwrap().state,
+            "COMPLETED",
+            "{plugin}: {}",
+            cluster.job_output(next)
+        );
     });
 }
 
@@ -193,13 +238,16 @@ fn a_grant_changed_after_submit_stays_what_the_node_honours() {
 #[test]
 fn vgpgpu_backends_never_exceed_the_granted_licences() {
     on_both_task_plugins(|cluster, plugin| {
-        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "env", "VirtualGPGPUPerNode=6", "srun", "env"]).unwrap();
+        let out =
+            cluster.run_as_user("salloc", &["-N1", "-n1", "env", "VirtualGPGPUPerNode=6", "srun", "env"]).unwrap();
         let (stdout, stderr) = text(&out);
         let id = granted_job(&stderr).unwrap_or_else(|| panic!("{plugin}: salloc got no allocation:\n{stderr}"));
         assert!(!out.status.success(), "{plugin}: the step ran:\n{stdout}");
         assert!(!stdout.contains("RCUDA"), "{plugin}: backends were set:\n{stdout}");
         assert!(
-            stderr.contains(&format!("cder: VirtualGPGPUPerNode=6: SLURM granted slurm:{id} 0 vgpgpu licence(s) per node")),
+            stderr.contains(&format!(
+                "cder: VirtualGPGPUPerNode=6: SLURM granted slurm:{id} 0 vgpgpu licence(s) per node"
+            )),
             "{plugin}: {stderr}\n{}",
             cluster.logs()
         );
@@ -227,7 +275,10 @@ fn native_gres_and_cder_jobs_share_the_node_and_one_ledger() {
         }
         for (i, (a, da)) in seen.iter().enumerate() {
             for (b, db) in &seen[i + 1..] {
-                assert!(da.iter().all(|d| !db.contains(d)), "{plugin}: jobs {a} and {b} can both open a device: {da:?} / {db:?}");
+                assert!(
+                    da.iter().all(|d| !db.contains(d)),
+                    "{plugin}: jobs {a} and {b} can both open a device: {da:?} / {db:?}"
+                );
             }
         }
         let status = cluster.cderd_status().unwrap();
@@ -250,7 +301,9 @@ fn native_gres_and_cder_jobs_share_the_node_and_one_ledger() {
 fn a_step_sees_its_share_of_the_jobs_devices() {
     on_both_task_plugins(|cluster, plugin| {
         let probe = format!("{}; echo STEP_GPUS=$SLURM_STEP_GPUS", probe_command(cluster));
-        let out = cluster.run_as_user("salloc", &["-N1", "-n1", "--gpgpu-per-node=2", "srun", "--gres=gpu:1", "sh", "-c", &probe]).unwrap();
+        let out = cluster
+            .run_as_user("salloc", &["-N1", "-n1", "--gpgpu-per-node=2", "srun", "--gres=gpu:1", "sh", "-c", &probe])
+            .unwrap();
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{plugin}: {stdout}\n{stderr}\n{}", cluster.logs());
         let id = granted_job(&stderr).unwrap();

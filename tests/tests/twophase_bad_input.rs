@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{ce, cder_jdl, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join("job.jdl");
@@ -49,7 +49,8 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ldif = grid_ldif(&provider(), &gpu_sites(), &["attribute-extension", "class-extension"], 1, dir.path()).unwrap();
+    let ldif =
+        grid_ldif(&provider(), &gpu_sites(), &["attribute-extension", "class-extension"], 1, dir.path()).unwrap();
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
@@ -64,7 +65,10 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
     // A VO of "*", or one that closes the filter and opens another, would match every
     // share's policy if it reached the filter unescaped; escaped, it matches none.
     for vo in ["*", "gputest*", "*)(GLUE2PolicyRule=*", "gputestvo)(|(objectClass=*", "\\2a", "gputestvo\\"] {
-        let jdl = format!("[ VirtualOrganisation = \"{}\"; Requirements = GPGPUMainMemorySize >= 1024 ]", vo.replace('\\', "\\\\"));
+        let jdl = format!(
+            "[ VirtualOrganisation = \"{}\"; Requirements = GPGPUMainMemorySize >= 1024 ]",
+            vo.replace('\\', "\\\\")
+        );
         let out = list_match(&url, &[], &jdl, d);
         assert_eq!(out.status.code(), Some(1), "VO {vo:?}: {}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
         assert!(matched(&out).is_empty(), "VO {vo:?} widened the query: {:?}", matched(&out));
@@ -75,7 +79,12 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
         let jdl = format!("[ VirtualOrganisation = \"{VO}\"; Requirements = other.'{key}' =!= undefined ]");
         let out = list_match(&url, &[], &jdl, d);
         assert_eq!(out.status.code(), Some(1), "key {key:?}: {}", stderr(&out));
-        assert!(matched(&out).is_empty() && !stderr(&out).contains("failed"), "key {key:?}: {:?} {}", matched(&out), stderr(&out));
+        assert!(
+            matched(&out).is_empty() && !stderr(&out).contains("failed"),
+            "key {key:?}: {:?} {}",
+            matched(&out),
+            stderr(&out)
+        );
     }
     // NUL cannot be written in a JDL string at all (a bad-input error with its position) …
     let out = list_match(&url, &[], "[ VirtualOrganisation = \"gpu\\000testvo\" ]", d);
@@ -83,7 +92,13 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
     assert!(stderr(&out).contains("job.jdl:1:"), "{}", stderr(&out));
     // … and through the library it is escaped like the rest.
     let mut bdii = Bdii::connect(&QueryOptions::new(&url)).unwrap();
-    let wanted = Wanted { keys: ["GPGPUVendor".to_string()].into(), prefixes: ["GPGPU".to_string()].into(), vo: Some("gputestvo\0*".into()), vgpgpu: false, names: None };
+    let wanted = Wanted {
+        keys: ["GPGPUVendor".to_string()].into(),
+        prefixes: ["GPGPU".to_string()].into(),
+        vo: Some("gputestvo\0*".into()),
+        vgpgpu: false,
+        names: None,
+    };
     let snap = bdii.fetch(&wanted).unwrap();
     assert_eq!(snap.policies.as_ref().map(Vec::len), Some(0));
     // What the server returns (before any filtering in memory): a wildcard VO gets no policy.
@@ -115,7 +130,12 @@ fn a_bdii_that_is_down_or_silent_gives_an_error_naming_it() {
     // The default BDII comes from LCG_GFAL_INFOSYS, as in gLite (host:port form).
     let path = dir.path().join("j.jdl");
     std::fs::write(&path, jdl).unwrap();
-    let out = Command::new(cder_jdl()).args(["list-match"]).arg(&path).env("LCG_GFAL_INFOSYS", format!("127.0.0.1:{port},other:2170")).output().unwrap();
+    let out = Command::new(cder_jdl())
+        .args(["list-match"])
+        .arg(&path)
+        .env("LCG_GFAL_INFOSYS", format!("127.0.0.1:{port},other:2170"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(&format!("ldap://127.0.0.1:{port}")), "{}", stderr(&out));
     let out = Command::new(cder_jdl()).args(["list-match"]).arg(&path).env_remove("LCG_GFAL_INFOSYS").output().unwrap();
@@ -139,7 +159,10 @@ fn malformed_other_info_is_skipped_with_a_warning() {
     let good = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096", "GPGPUPerNode=2"];
     let mut ldif = site_with("good.example.org", &good);
     ldif.push_str(&site_with("noequals.example.org", &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize"]));
-    ldif.push_str(&site_with("dup.example.org", &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096", "GPGPUMainMemorySize=8192"]));
+    ldif.push_str(&site_with(
+        "dup.example.org",
+        &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096", "GPGPUMainMemorySize=8192"],
+    ));
     ldif.push_str(&site_with("nan.example.org", &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=lots"]));
     ldif.push_str(&site_with("inf.example.org", &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=1e999"]));
     // A Class-Extension value that is not a number.
@@ -150,14 +173,28 @@ fn malformed_other_info_is_skipped_with_a_warning() {
          GLUE2ExtensionEntityForeignKey: ext.example.org_wn\n\n",
     );
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
-    let out = list_match(&slapd.url(), &["--vo", VO], "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 1024 ]", dir.path());
+    let out = list_match(
+        &slapd.url(),
+        &["--vo", VO],
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 1024 ]",
+        dir.path(),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(matched(&out).len(), 2, "the good site's two queues: {:?}\n{err}", matched(&out));
     assert!(matched(&out).iter().all(|c| c.starts_with("good.example.org")), "{:?}", matched(&out));
-    for (host, why) in [("noequals", "has no '='"), ("dup", "given twice"), ("nan", "not a number"), ("inf", "not a number"), ("ext", "not a number")] {
-        assert!(err.lines().any(|l| l.contains("WARN") && l.contains(&format!("{host}.example.org_wn")) && l.contains(why)), "no warning for {host} ({why}):\n{err}");
+    for (host, why) in [
+        ("noequals", "has no '='"),
+        ("dup", "given twice"),
+        ("nan", "not a number"),
+        ("inf", "not a number"),
+        ("ext", "not a number"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains("WARN") && l.contains(&format!("{host}.example.org_wn")) && l.contains(why)),
+            "no warning for {host} ({why}):\n{err}"
+        );
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["warnings"].as_array().unwrap().len(), 5, "{v}");

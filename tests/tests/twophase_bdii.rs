@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{ce, cder_jdl, gpu_sites, grid_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join(format!("job-{}.jdl", jdl.len() ^ extra.len()));
@@ -27,8 +27,13 @@ fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
 
 /// The matching CEs, in rank order.
 fn matched(out: &Output) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "list-match printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect()
 }
 
@@ -58,13 +63,28 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
     let args = |extra: &[&'static str]| -> Vec<&str> { read_as.iter().copied().chain(extra.iter().copied()).collect() };
 
     // Listing 3.10: vendor and memory.
-    let out = list_match(&url, &args(&vo), "[ Requirements = GPGPUVendor == \"Nvidia\" && (GPGPUMainMemorySize >= 512); Rank = 1 ]", d);
+    let out = list_match(
+        &url,
+        &args(&vo),
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && (GPGPUMainMemorySize >= 512); Rank = 1 ]",
+        d,
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(set(&matched(&out)), set(&[a.clone(), b.clone()]), "Nvidia with >= 512 MB ({strategy})");
-    let out = list_match(&url, &args(&vo), "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]", d);
+    let out = list_match(
+        &url,
+        &args(&vo),
+        "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]",
+        d,
+    );
     assert_eq!(matched(&out), vec![a.clone()], "Nvidia with >= 4 GB ({strategy})");
     // The VO filter: without it, ce-a's atlas-only queue matches too.
-    let out = list_match(&url, &args(&[]), "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]", d);
+    let out = list_match(
+        &url,
+        &args(&[]),
+        "[ Requirements = other.GPGPUVendor == \"Nvidia\" && other.GPGPUMainMemorySize >= 4096 ]",
+        d,
+    );
     assert_eq!(set(&matched(&out)), set(&[a.clone(), a_atlas.clone()]), "no VO ({strategy})");
     let out = list_match(&url, &args(&["--vo", "atlas"]), "[ Requirements = GPGPUMainMemorySize >= 1024 ]", d);
     assert_eq!(set(&matched(&out)), set(&[a.clone(), a_atlas.clone()]), "only ce-a is open to atlas ({strategy})");
@@ -76,27 +96,44 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
     assert_eq!(set(&matched(&out)), set(&[a.clone(), b.clone()]), "CC >= 3.0 ({strategy})");
 
     // GPGPUPerNode = 2: ce-c has one GPU per node. Ranked by free/total: ce-b 8/8, ce-a 5/8.
-    let out = list_match(&url, &args(&["--vo", VO, "--rank", "gpgpu-free-ratio"]), "[ GPGPUPerNode = 2; Requirements = true ]", d);
+    let out = list_match(
+        &url,
+        &args(&["--vo", VO, "--rank", "gpgpu-free-ratio"]),
+        "[ GPGPUPerNode = 2; Requirements = true ]",
+        d,
+    );
     assert_eq!(matched(&out), [b.clone(), a.clone()], "GPGPUPerNode = 2 ({strategy})");
     let out = list_match(&url, &args(&vo), "[ GPGPUPerNode = 4 ]", d);
     assert_eq!(matched(&out), vec![b.clone()], "GPGPUPerNode = 4 ({strategy})");
 
     // vGPGPU: VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method>.
-    let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", d);
+    let out =
+        list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", d);
     assert_eq!(matched(&out), vec![a.clone()], "8 rCUDA vGPGPUs ({strategy})");
-    let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 3 ]", d);
+    let out =
+        list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 3; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 3 ]", d);
     assert!(matched(&out).is_empty() && out.status.code() == Some(1), "9 rCUDA vGPGPUs fit nowhere ({strategy})");
     let out = list_match(&url, &args(&vo), "[ VirtualGPGPUPerNode = 5; VirtualGPGPUType = \"VCL\"; CPUNumber = 4 ]", d);
     assert_eq!(matched(&out), vec![b.clone()], "20 VCL vGPGPUs ({strategy})");
 
     // --explain names the false clause for each CE left out.
-    let out = list_match(&url, &args(&["--vo", VO, "--explain"]), "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 4096 ]", d);
+    let out = list_match(
+        &url,
+        &args(&["--vo", VO, "--explain"]),
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 4096 ]",
+        d,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let why: Vec<(String, Vec<String>)> = v["excluded"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["ce"].as_str().unwrap().to_string(), e["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect()))
+        .map(|e| {
+            (
+                e["ce"].as_str().unwrap().to_string(),
+                e["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect(),
+            )
+        })
         .collect();
     assert_eq!(why.iter().map(|w| w.0.clone()).collect::<Vec<_>>(), [b.clone(), c.clone()], "{v}");
     assert_eq!(why[0].1, ["GPGPUMainMemorySize >= 4096 is false"], "{v}");
@@ -125,13 +162,27 @@ fn glue13_tagged_sites_match_by_tags() {
     let out = list_match(&slapd.url(), &["--strategy", "tagged-environment", "--vo", VO], "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 2048 && Member(\"NvidiaGPGPU\", other.GlueHostApplicationSoftwareRunTimeEnvironment) ]", dir.path());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(set(&matched(&out)), set(&[ce(0, "gpu"), ce(1, "gpgpu")]));
-    let out = list_match(&slapd.url(), &["--strategy", "tagged-environment", "--vo", VO], "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]", dir.path());
+    let out = list_match(
+        &slapd.url(),
+        &["--strategy", "tagged-environment", "--vo", VO],
+        "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rCUDA\"; CPUNumber = 4 ]",
+        dir.path(),
+    );
     assert_eq!(matched(&out), [ce(0, "gpu")]);
     // Reading both schemas, each CE comes once, from its GLUE 2.0 offer.
-    let out = list_match(&slapd.url(), &["--vo", VO], "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 2048 ]", dir.path());
+    let out = list_match(
+        &slapd.url(),
+        &["--vo", VO],
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 2048 ]",
+        dir.path(),
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let schemas: Vec<(String, String)> =
-        v["matches"].as_array().unwrap().iter().map(|m| (m["ce"].as_str().unwrap().to_string(), m["schema"].as_str().unwrap().to_string())).collect();
+    let schemas: Vec<(String, String)> = v["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["ce"].as_str().unwrap().to_string(), m["schema"].as_str().unwrap().to_string()))
+        .collect();
     assert_eq!(schemas.len(), 2, "{v}");
     assert!(schemas.iter().all(|(_, s)| s == "GLUE2"), "{v}");
 }

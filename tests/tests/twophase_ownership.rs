@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{ce, ce_glue2_ldif, cder_jdl, gpu_sites, grid_ldif, provider, provider_ldif, VO};
+use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, grid_ldif, provider, provider_ldif, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join(format!("job-{}.jdl", jdl.len() ^ extra.len()));
@@ -25,8 +25,13 @@ fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "list-match printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 #[test]
@@ -80,7 +85,11 @@ fn a_hostile_site_cannot_speak_for_another_sites_ce() {
     // Phase 2 on ce-a's own SLURM takes the partition from ce-a's share,
     // never from the hostile share that claimed its CE ID.
     let jdl = d.join("phase2.jdl");
-    std::fs::write(&jdl, "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUPerNode >= 1; Rank = 0 ]").unwrap();
+    std::fs::write(
+        &jdl,
+        "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUPerNode >= 1; Rank = 0 ]",
+    )
+    .unwrap();
     let out = Command::new(cder_jdl())
         .args(["submit", "--via", "slurm", "--dry-run", "--bdii", &url, "--timeout", "20", "--vo", VO, "--ce", &victim])
         .arg(&jdl)

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
 use cder_testkit::require_programs;
+use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::twophase::cder_jdl;
 
@@ -35,12 +35,21 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
         return;
     }
     let name = strategy_name(spec.strategy);
-    let what = format!("{:?} {name} share->EE key {} GLUE 1.3 {} site tree {} reused ids {}", spec.placement, spec.share_ee_fk, spec.glue13, spec.site_tree, spec.reused_ee_ids);
+    let what = format!(
+        "{:?} {name} share->EE key {} GLUE 1.3 {} site tree {} reused ids {}",
+        spec.placement, spec.share_ee_fk, spec.glue13, spec.site_tree, spec.reused_ee_ids
+    );
     let snap = generate(&spec);
-    let expected: BTreeSet<String> = snap.gpu.iter().filter(|(_, vendor, mem)| vendor == "Nvidia" && *mem >= 1024).map(|(ce, _, _)| ce.clone()).collect();
+    let expected: BTreeSet<String> = snap
+        .gpu
+        .iter()
+        .filter(|(_, vendor, mem)| vendor == "Nvidia" && *mem >= 1024)
+        .map(|(ce, _, _)| ce.clone())
+        .collect();
     let all: BTreeSet<&String> = snap.gpu.iter().map(|g| &g.0).collect();
     assert!(!expected.is_empty() && expected.len() < all.len(), "{what}: the data must both match and not match");
-    let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif).unwrap_or_else(|e| panic!("{e}"));
+    let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif)
+        .unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("job.jdl");
     std::fs::write(&job, JOB).unwrap();
@@ -53,11 +62,19 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
     let out = cmd.arg(&job).output().unwrap();
     assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ours: Vec<(String, f64)> = v["matches"].as_array().unwrap().iter().map(|m| (m["ce"].as_str().unwrap().to_string(), m["rank"].as_f64().unwrap())).collect();
+    let ours: Vec<(String, f64)> = v["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["ce"].as_str().unwrap().to_string(), m["rank"].as_f64().unwrap()))
+        .collect();
     assert_eq!(ours.iter().map(|m| m.0.clone()).collect::<BTreeSet<_>>(), expected, "{what}");
     assert_eq!(v["warnings"].as_array().unwrap().len(), 0, "{what}: {v}");
     if read_all {
-        assert!(v["matches"].as_array().unwrap().iter().all(|m| m["schema"] == "GLUE2"), "{what}: a CE published in both schemas is offered from GLUE 2.0: {v}");
+        assert!(
+            v["matches"].as_array().unwrap().iter().all(|m| m["schema"] == "GLUE2"),
+            "{what}: a CE published in both schemas is offered from GLUE 2.0: {v}"
+        );
     }
 
     let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/twophase_reference.py");
@@ -72,10 +89,19 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
     assert_eq!(ours, theirs, "{what}: the matches, their order and ranks equal the reference's");
     if spec.glue13 && spec.placement == Placement::ExecutionEnvironments {
         // GLUE 1.3 alone describes the same CEs (its tags sit on SubClusters, the EEs' twins).
-        let out = Command::new(cder_jdl()).args(["list-match", "--json", "--strategy", "tagged-environment", "--bdii", &slapd.url()]).arg(&job).output().unwrap();
+        let out = Command::new(cder_jdl())
+            .args(["list-match", "--json", "--strategy", "tagged-environment", "--bdii", &slapd.url()])
+            .arg(&job)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let g13: Vec<(String, f64)> = v["matches"].as_array().unwrap().iter().map(|m| (m["ce"].as_str().unwrap().to_string(), m["rank"].as_f64().unwrap())).collect();
+        let g13: Vec<(String, f64)> = v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["ce"].as_str().unwrap().to_string(), m["rank"].as_f64().unwrap()))
+            .collect();
         assert!(v["matches"].as_array().unwrap().iter().all(|m| m["schema"] == "GLUE1.3"), "{what}: {v}");
         assert_eq!(g13, theirs, "{what}: GLUE 1.3 alone");
     }
@@ -122,7 +148,10 @@ fn generic_ee_ids_reused_by_every_site_join_by_the_dn_tree() {
 
 #[test]
 fn glue13_beside_glue2_read_with_every_strategy() {
-    for (p, s) in [(Placement::ExecutionEnvironments, Strategy::AttributeExtension), (Placement::Shares, Strategy::ClassExtension)] {
+    for (p, s) in [
+        (Placement::ExecutionEnvironments, Strategy::AttributeExtension),
+        (Placement::Shares, Strategy::ClassExtension),
+    ] {
         shape(SnapshotSpec { glue13: true, ..spec(p, s) }, true);
     }
 }
@@ -143,12 +172,22 @@ fn paged_scans_side_by_side_on_one_connection() {
     let spec = SnapshotSpec { glue13: true, ..spec(Placement::ExecutionEnvironments, Strategy::AttributeExtension) };
     let snap = generate(&spec);
     let expected: BTreeSet<String> = snap.gpu.iter().map(|g| g.0.clone()).collect();
-    let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif).unwrap_or_else(|e| panic!("{e}"));
+    let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif)
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut opts = QueryOptions::new(&slapd.url());
     opts.page_size = 5;
-    let wanted = Wanted { keys: ["GPGPUVendor".to_string()].into(), prefixes: ["GPGPU".to_string()].into(), ..Default::default() };
+    let wanted = Wanted {
+        keys: ["GPGPUVendor".to_string()].into(),
+        prefixes: ["GPGPU".to_string()].into(),
+        ..Default::default()
+    };
     let fetched = Bdii::connect(&opts).unwrap().fetch(&wanted).unwrap_or_else(|e| panic!("{e}"));
-    assert!(fetched.carriers.len() > 5 && fetched.subclusters.len() > 5, "both scans span pages: {} EEs, {} SubClusters", fetched.carriers.len(), fetched.subclusters.len());
+    assert!(
+        fetched.carriers.len() > 5 && fetched.subclusters.len() > 5,
+        "both scans span pages: {} EEs, {} SubClusters",
+        fetched.carriers.len(),
+        fetched.subclusters.len()
+    );
     let offers = build_offers(&fetched, &["GPGPU".to_string()], None);
     assert!(offers.warnings.is_empty(), "{:?}", offers.warnings);
     assert_eq!(offers.offers.iter().map(|o| o.ce_id.clone()).collect::<BTreeSet<_>>(), expected);

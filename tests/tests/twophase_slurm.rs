@@ -27,7 +27,8 @@ fn submit_via_slurm_runs_the_job_on_its_gpus() {
     let local = local_slurm_site(cluster.config.gpus);
     let mut sites = gpu_sites();
     sites.push(local.clone());
-    let ldif = grid_ldif(&provider(), &sites, &["attribute-extension"], 1, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let ldif =
+        grid_ldif(&provider(), &sites, &["attribute-extension"], 1, dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
@@ -65,19 +66,39 @@ fn submit_via_slurm_runs_the_job_on_its_gpus() {
 
     let out = run(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "submit failed: {}{}\n{}", stdout, String::from_utf8_lossy(&out.stderr), cluster.logs());
-    let id: u32 = stdout.trim().strip_prefix("slurm:").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no slurm:<id> in {stdout:?}"));
+    assert!(
+        out.status.success(),
+        "submit failed: {}{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr),
+        cluster.logs()
+    );
+    let id: u32 = stdout
+        .trim()
+        .strip_prefix("slurm:")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no slurm:<id> in {stdout:?}"));
     let info = cluster.wait_job(id, Duration::from_secs(120)).unwrap();
     let job_out = std::fs::read_to_string(dir.path().join("std.out")).unwrap_or_default();
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{job_out}\n{}", cluster.logs());
     let env = parse_env_lines(&job_out);
-    assert_eq!(visible_set(&env["CUDA_VISIBLE_DEVICES"]).len(), 2, "the job sees {:?}\n{job_out}", env["CUDA_VISIBLE_DEVICES"]);
+    assert_eq!(
+        visible_set(&env["CUDA_VISIBLE_DEVICES"]).len(),
+        2,
+        "the job sees {:?}\n{job_out}",
+        env["CUDA_VISIBLE_DEVICES"]
+    );
     assert_eq!(env["PARTITION"], "debug");
     assert_eq!(info.fields.get("TresPerNode").map(String::as_str), Some("gres:gpu:2"), "{info:?}");
 
     // A job only another CE can run (AMD GPUs are at ce-c): exit 1, nothing submitted.
-    std::fs::write(&jdl, "[ Executable = \"gpu_job.sh\"; GPGPUPerNode = 1; Requirements = GPGPUVendor == \"AMD\" ]").unwrap();
+    std::fs::write(&jdl, "[ Executable = \"gpu_job.sh\"; GPGPUPerNode = 1; Requirements = GPGPUVendor == \"AMD\" ]")
+        .unwrap();
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is not among the matching CEs"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not among the matching CEs"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{ce, cder_jdl, gpu_sites, grid_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
 
 #[test]
 fn submit_hands_a_refined_jdl_to_the_submit_command() {
@@ -51,11 +51,24 @@ fn submit_hands_a_refined_jdl_to_the_submit_command() {
     }
     // ce-b (30 s) ranks before ce-a (120 s); ce-c (AMD) is not in the list.
     let req = ad.lookup("Requirements").unwrap().to_string();
-    let expected = format!("(TARGET.GlueCEUniqueID == \"{}\" || TARGET.GlueCEUniqueID == \"{}\") && ({})", ce(1, "gpgpu"), ce(0, "gpu"), user.lookup("Requirements").unwrap());
+    let expected = format!(
+        "(TARGET.GlueCEUniqueID == \"{}\" || TARGET.GlueCEUniqueID == \"{}\") && ({})",
+        ce(1, "gpgpu"),
+        ce(0, "gpu"),
+        user.lookup("Requirements").unwrap()
+    );
     assert_eq!(req, expected);
     // The refined JDL restricts: an offer of ce-c with the same GPUs no longer matches.
-    let like_a_but_c = cder_classad::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(2, "gpu"))).unwrap();
-    let like_a = cder_classad::ClassAd::parse(&format!("[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]", ce(0, "gpu"))).unwrap();
+    let like_a_but_c = cder_classad::ClassAd::parse(&format!(
+        "[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]",
+        ce(2, "gpu")
+    ))
+    .unwrap();
+    let like_a = cder_classad::ClassAd::parse(&format!(
+        "[ GlueCEUniqueID = \"{}\"; GPGPUVendor = \"Nvidia\"; GPGPUCUDAComputeCapability = 3.5 ]",
+        ce(0, "gpu")
+    ))
+    .unwrap();
     let compiled = cder_classad::CompiledRequest::new(&ad);
     assert!(compiled.matches(&like_a) && !compiled.matches(&like_a_but_c));
 
@@ -71,7 +84,12 @@ fn submit_hands_a_refined_jdl_to_the_submit_command() {
     let out = submit(&["--via", "command", "--submit-command", broker.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no CE matches") && err.contains("GPGPUMainMemorySize >= 65536 is false") && err.contains(&ce(2, "gpu")), "{err}");
+    assert!(
+        err.contains("no CE matches")
+            && err.contains("GPGPUMainMemorySize >= 65536 is false")
+            && err.contains(&ce(2, "gpu")),
+        "{err}"
+    );
     assert!(!d.join("submitted.jdl").exists());
     // A failing submit command is a runtime error naming it.
     std::fs::write(&jdl, &job).unwrap();

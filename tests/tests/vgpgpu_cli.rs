@@ -9,7 +9,13 @@ use cder_tests::munge::require_munge;
 use cder_tests::vgpgpu::{binary, Registryd};
 
 fn cderctl(config: &Path, args: &[&str]) -> Output {
-    Command::new(binary("cderctl", "cderctl").unwrap()).arg("--config").arg(config).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(binary("cderctl", "cderctl").unwrap())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -45,7 +51,11 @@ fn cderctl_registry_commands() {
 
     r.client().request(&"slurm:77".parse().unwrap(), 2, "wn1", cder_model::VgpgpuMethod::Vcl).unwrap();
     let out = cderctl(&cfg, &["registry", "status"]);
-    assert!(text(&out).contains("slurm:77 on wn1") && text(&out).contains("all: 3 total, 1 free, 2 in use"), "{}", text(&out));
+    assert!(
+        text(&out).contains("slurm:77 on wn1") && text(&out).contains("all: 3 total, 1 free, 2 in use"),
+        "{}",
+        text(&out)
+    );
     let out = cderctl(&cfg, &["registry", "release", "--job", "slurm:77"]);
     assert!(out.status.success() && text(&out).contains("released 2"), "{}", text(&out));
 
@@ -94,7 +104,12 @@ fn the_torque_submit_filter_holds_vgpgpu_jobs() {
     let held = run("#!/bin/sh\nhostname\n", &["-v", "VirtualGPGPUPerNode=1"]);
     assert!(held.contains("#PBS -h\n"), "{held}");
     // A malformed request is refused (exit 2) with the reason.
-    let out = Command::new(&filter).env("CDER_TORQUE_CONFIG", "/nonexistent/torque.toml").args(["-v", "VirtualGPGPUPerNode=lots"]).stdin(Stdio::null()).output().unwrap();
+    let out = Command::new(&filter)
+        .env("CDER_TORQUE_CONFIG", "/nonexistent/torque.toml")
+        .args(["-v", "VirtualGPGPUPerNode=lots"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(out.status.code() == Some(2) && text(&out).contains("lots"), "{}", text(&out));
     let plain = "#!/bin/sh\n#PBS -l nodes=1\nhostname\n";
     assert_eq!(run(plain, &[]), plain, "no vGPGPU request: unchanged");

@@ -20,8 +20,13 @@ use cder_tests::vgpgpu::Registryd;
 /// The site's provider config, with vGPGPU counts from `registry`.
 fn provider_config(site: &GpuSite, registry: &Registryd) -> String {
     let text = site.provider_config();
-    let text = text.replacen("[site]\n", &format!("[site]\ncder_config = \"{}\"\n", registry.config_path().display()), 1);
-    text.replacen("[counts]\nsource = \"static\"\n", "[counts]\nsource = \"static\"\nvirtual_source = \"registry\"\n", 1)
+    let text =
+        text.replacen("[site]\n", &format!("[site]\ncder_config = \"{}\"\n", registry.config_path().display()), 1);
+    text.replacen(
+        "[counts]\nsource = \"static\"\n",
+        "[counts]\nsource = \"static\"\nvirtual_source = \"registry\"\n",
+        1,
+    )
 }
 
 fn publish(site: &GpuSite, registry: &Registryd, dir: &Path) -> String {
@@ -48,9 +53,15 @@ fn list_match(bdii: &str, jdl: &str, dir: &Path) -> Output {
 }
 
 fn matched(out: &Output) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("list-match printed no JSON ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
-    let mut ces: Vec<String> = v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "list-match printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let mut ces: Vec<String> =
+        v["matches"].as_array().unwrap().iter().map(|m| m["ce"].as_str().unwrap().to_string()).collect();
     ces.sort();
     ces
 }
@@ -58,7 +69,13 @@ fn matched(out: &Output) -> Vec<String> {
 fn backends(r: &Registryd, prefix: &str, n: u32, methods: &[VgpgpuMethod]) {
     let c = r.client();
     for i in 0..n {
-        let req = RegisterRequest { uuid: format!("{prefix}-{i}"), vendor: "Nvidia".into(), device: i % 2, host: format!("{prefix}-wn{}", i / 2), methods: methods.to_vec() };
+        let req = RegisterRequest {
+            uuid: format!("{prefix}-{i}"),
+            vendor: "Nvidia".into(),
+            device: i % 2,
+            host: format!("{prefix}-wn{}", i / 2),
+            methods: methods.to_vec(),
+        };
         c.register(&req).unwrap();
     }
 }
@@ -80,14 +97,25 @@ fn vgpgpu_jdl_matches_only_ces_with_enough_backends() {
     ra.client().request(&"slurm:1".parse().unwrap(), 2, "a-wn0", VgpgpuMethod::Rcuda).unwrap();
     let rb = Registryd::start("").unwrap();
     backends(&rb, "b", 4, &[VgpgpuMethod::Vcl]);
-    rb.client().offline(&OfflineRequest { uuid: Some("b-3".into()), reason: Some("fan".into()), ..Default::default() }).unwrap();
+    rb.client()
+        .offline(&OfflineRequest { uuid: Some("b-3".into()), reason: Some("fan".into()), ..Default::default() })
+        .unwrap();
 
     let ldif = format!("{}\n{}", publish(&sites[0], &ra, dir.path()), publish(&sites[1], &rb, dir.path()));
-    assert!(ldif.contains("GLUE2EntityOtherInfo: TotalVGPGPU=8") && ldif.contains("GLUE2EntityOtherInfo: FreeVGPGPU=6"), "{ldif}");
+    assert!(
+        ldif.contains("GLUE2EntityOtherInfo: TotalVGPGPU=8") && ldif.contains("GLUE2EntityOtherInfo: FreeVGPGPU=6"),
+        "{ldif}"
+    );
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
-    let apps = slapd.search("o=glue", "(objectClass=GLUE2ApplicationEnvironment)", &["GLUE2ApplicationEnvironmentAppName", "GLUE2EntityOtherInfo"]).unwrap();
+    let apps = slapd
+        .search(
+            "o=glue",
+            "(objectClass=GLUE2ApplicationEnvironment)",
+            &["GLUE2ApplicationEnvironmentAppName", "GLUE2EntityOtherInfo"],
+        )
+        .unwrap();
     assert_eq!(apps.matches("GLUE2ApplicationEnvironmentAppName:").count(), 3, "A: rCUDA, VCL; B: VCL\n{apps}");
 
     let url = slapd.url();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cder_model::{JobKey, VgpgpuMethod};
 use cder_registry::api::{OfflineRequest, QueryName};
-use cder_registry::{BackendAllocation, BackendState, ApiErrorCode};
+use cder_registry::{ApiErrorCode, BackendAllocation, BackendState};
 use cder_tests::munge::require_munge;
 use cder_tests::vgpgpu::Registryd;
 
@@ -59,7 +59,8 @@ fn concurrent_requests_never_share_a_backend() {
         }
     }
     let status = r.client().status().unwrap();
-    let held: BTreeSet<String> = status.backends.iter().filter(|b| b.state == BackendState::Allocated).map(|b| b.uuid.clone()).collect();
+    let held: BTreeSet<String> =
+        status.backends.iter().filter(|b| b.state == BackendState::Allocated).map(|b| b.uuid.clone()).collect();
     assert_eq!(held, seen, "the registry's view agrees with what was acknowledged");
     assert_eq!(r.client().query(QueryName::Free, Some(VgpgpuMethod::Vcl)).unwrap(), 0);
     // Idempotent: a retried request gets the same backends; a retried release is a no-op.
@@ -129,7 +130,8 @@ fn kill_9_loses_nothing_acknowledged() {
         assert_eq!(held, i % 2 == 1, "slurm:{i}: an acknowledged request or release was lost");
     }
     assert_eq!(status.counts_for(None).total, 256);
-    let none_twice: BTreeSet<&str> = status.backends.iter().filter(|b| b.job.is_some()).map(|b| b.uuid.as_str()).collect();
+    let none_twice: BTreeSet<&str> =
+        status.backends.iter().filter(|b| b.job.is_some()).map(|b| b.uuid.as_str()).collect();
     assert_eq!(none_twice.len(), status.backends.iter().filter(|b| b.job.is_some()).count());
     // Registration is durable too: endpoints are stable across the restart.
     let reg = r.client().register(&cder_registry::api::RegisterRequest {
@@ -151,7 +153,9 @@ fn offline_backends_and_hosts_are_never_handed_out() {
     r.register_many("GPU-x", "nodeX", 2).unwrap();
     r.register_many("GPU-y", "nodeY", 2).unwrap();
     let c = r.client();
-    let off = c.offline(&OfflineRequest { host: Some("nodeX".into()), reason: Some("PSU".into()), ..Default::default() }).unwrap();
+    let off = c
+        .offline(&OfflineRequest { host: Some("nodeX".into()), reason: Some("PSU".into()), ..Default::default() })
+        .unwrap();
     assert_eq!(off.backends.len(), 2);
     assert!(off.backends.iter().all(|b| b.state == BackendState::Offline && b.reason.as_deref() == Some("PSU")));
     c.offline(&OfflineRequest { uuid: Some("GPU-y-0".into()), ..Default::default() }).unwrap();
@@ -186,7 +190,9 @@ fn unauthenticated_requests_are_refused() {
     let foreign = stranger.encode(&cder_registry::munge::request_payload("POST", "/v1/request", body)).unwrap();
     assert_eq!(r.raw("POST", "/v1/request", Some(&format!("MUNGE {foreign}")), body).unwrap().0, 401);
     // A valid credential bound to another body, or another path, is refused.
-    let other = r.credential(None, "POST", "/v1/request", br#"{"job":"slurm:9","count":2,"node":"n1","method":"rCUDA"}"#).unwrap();
+    let other = r
+        .credential(None, "POST", "/v1/request", br#"{"job":"slurm:9","count":2,"node":"n1","method":"rCUDA"}"#)
+        .unwrap();
     assert_eq!(r.raw("POST", "/v1/request", Some(&format!("MUNGE {other}")), body).unwrap().0, 401);
     let other = r.credential(None, "POST", "/v1/release", body).unwrap();
     assert_eq!(r.raw("POST", "/v1/request", Some(&format!("MUNGE {other}")), body).unwrap().0, 401);
@@ -236,7 +242,8 @@ fn malformed_requests_get_4xx_and_the_service_stays_up() {
         let cred = r.credential(None, method, path, body).unwrap();
         let (status, reply) = r.raw(method, path, Some(&format!("MUNGE {cred}")), body).unwrap();
         assert_eq!(status, *want, "{method} {path} {:?}: {reply}", String::from_utf8_lossy(body));
-        let e: cder_registry::ApiError = serde_json::from_str(&reply).unwrap_or_else(|e| panic!("error body is JSON: {e}: {reply}"));
+        let e: cder_registry::ApiError =
+            serde_json::from_str(&reply).unwrap_or_else(|e| panic!("error body is JSON: {e}: {reply}"));
         assert!(!e.message.is_empty());
     }
     // A body that is not even UTF-8 cannot carry a credential: 401, not a crash.
@@ -262,7 +269,14 @@ fn a_job_allocation_is_readable_by_operators_and_its_owner_only() {
     r.register_many("GPU", "n1", 3).unwrap();
     let c = r.client();
     let nobody = 65534;
-    let req = cder_registry::api::BackendRequest { job: job(5), count: 2, node: "n1".into(), method: VgpgpuMethod::Rcuda, uid: Some(nobody), job_limit: None };
+    let req = cder_registry::api::BackendRequest {
+        job: job(5),
+        count: 2,
+        node: "n1".into(),
+        method: VgpgpuMethod::Rcuda,
+        uid: Some(nobody),
+        job_limit: None,
+    };
     let a = c.request_for(&req).unwrap();
     let held = c.allocation(&job(5)).unwrap();
     assert_eq!(held.allocations, vec![a.clone()]);
@@ -279,5 +293,15 @@ fn a_job_allocation_is_readable_by_operators_and_its_owner_only() {
     assert_eq!(e.code(), Some(ApiErrorCode::NotFound));
     c.release(&job(5)).unwrap();
     assert_eq!(c.allocation(&job(5)).unwrap_err().code(), Some(ApiErrorCode::NotFound));
-    assert_eq!(r.raw("GET", "/v1/allocation?job=%zz", Some(&format!("MUNGE {}", r.credential(None, "GET", "/v1/allocation?job=%zz", b"").unwrap())), b"").unwrap().0, 400);
+    assert_eq!(
+        r.raw(
+            "GET",
+            "/v1/allocation?job=%zz",
+            Some(&format!("MUNGE {}", r.credential(None, "GET", "/v1/allocation?job=%zz", b"").unwrap())),
+            b""
+        )
+        .unwrap()
+        .0,
+        400
+    );
 }

@@ -68,7 +68,8 @@ fn connect(r: &Registryd, first: &[u8]) -> TcpStream {
 fn reply(s: &mut TcpStream) -> (u16, String) {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    let r = cder_registry::client::parse_reply(&out).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&out)));
+    let r =
+        cder_registry::client::parse_reply(&out).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&out)));
     (r.status, String::from_utf8_lossy(&r.body).into_owned())
 }
 
@@ -102,8 +103,9 @@ fn held_connections_block_no_one_and_add_no_threads() {
     let partial: Vec<TcpStream> = (0..300).map(|_| connect(&r, b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")).collect();
     // 8 that announce 60000 bytes of body and send one, without a
     // credential: refused before the body is read.
-    let mut unauth: Vec<TcpStream> =
-        (0..8).map(|_| connect(&r, b"POST /v1/release HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{")).collect();
+    let mut unauth: Vec<TcpStream> = (0..8)
+        .map(|_| connect(&r, b"POST /v1/release HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{"))
+        .collect();
     for s in &mut unauth {
         let (status, body) = reply(s);
         assert_eq!(status, 401, "{body}");
@@ -123,14 +125,20 @@ fn held_connections_block_no_one_and_add_no_threads() {
 
     // The registry really holds them all open…
     let held = eventually(|| sockets(pid), |n| *n >= base_sockets + 308);
-    assert!(held >= base_sockets + 308, "the registry holds {held} sockets, expected at least {} (connections dropped?)", base_sockets + 308);
+    assert!(
+        held >= base_sockets + 308,
+        "the registry holds {held} sockets, expected at least {} (connections dropped?)",
+        base_sockets + 308
+    );
     // …and still serves authenticated clients, with no thread per connection.
     authenticated_calls_succeed(&r, 1);
     let during = threads(pid);
     let workers = 8; // cder-registryd's default --threads
     assert!(during <= base_threads + workers, "threads grew from {base_threads} to {during} with 316 held connections");
     assert!(during < 40, "{during} threads");
-    eprintln!("threads: {base_threads} idle, {during} with 316 connections held; sockets: {base_sockets} idle, {held} held");
+    eprintln!(
+        "threads: {base_threads} idle, {during} with 316 connections held; sockets: {base_sockets} idle, {held} held"
+    );
 
     drop(partial);
     drop(unauth);
@@ -163,13 +171,17 @@ fn deadlines_and_the_connection_bound_drop_idle_clients() {
         let mut buf = Vec::new();
         match s.read_to_end(&mut buf) {
             Ok(_) => assert!(buf.is_empty() || buf.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&buf)),
-            Err(e) => assert!(e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut, "still held: {e}"),
+            Err(e) => assert!(
+                e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut,
+                "still held: {e}"
+            ),
         }
     }
     // An authenticated body that stalls past body_timeout_s gets a 408.
     let body = br#"{"job":"slurm:7"}"#;
     let cred = r.credential(None, "POST", "/v1/release", body).unwrap();
-    let head = format!("POST /v1/release HTTP/1.1\r\nAuthorization: MUNGE {cred}\r\nContent-Length: {}\r\n\r\n{{", body.len());
+    let head =
+        format!("POST /v1/release HTTP/1.1\r\nAuthorization: MUNGE {cred}\r\nContent-Length: {}\r\n\r\n{{", body.len());
     let mut s = connect(&r, head.as_bytes());
     let (status, text) = reply(&mut s);
     assert_eq!(status, 408, "{text}");
@@ -260,11 +272,15 @@ fn one_uid_stalling_every_slot_does_not_stop_another_uid() {
     let r = Registryd::start("header_timeout_s = 600\nbody_timeout_s = 600").unwrap();
     r.register_many("GPU", "n1", 4).unwrap();
     let body = br#"{"job":"slurm:1"}"#;
-    let creds: Vec<String> = (0..slots).map(|_| r.credential(Some("nobody"), "POST", "/v1/release", body).unwrap()).collect();
+    let creds: Vec<String> =
+        (0..slots).map(|_| r.credential(Some("nobody"), "POST", "/v1/release", body).unwrap()).collect();
     let mut held: Vec<(TcpStream, Vec<u8>, bool)> = creds
         .iter()
         .map(|cred| {
-            let head = format!("POST /v1/release HTTP/1.1\r\nHost: x\r\nAuthorization: MUNGE {cred}\r\nContent-Length: {}\r\n\r\n{{", body.len());
+            let head = format!(
+                "POST /v1/release HTTP/1.1\r\nHost: x\r\nAuthorization: MUNGE {cred}\r\nContent-Length: {}\r\n\r\n{{",
+                body.len()
+            );
             (connect(&r, head.as_bytes()), Vec::new(), false)
         })
         .collect();
@@ -294,9 +310,14 @@ fn one_uid_stalling_every_slot_does_not_stop_another_uid() {
         },
         |n| *n >= slots - share,
     );
-    assert_eq!(refused, slots - share, "{refused} of {slots} stalled connections closed, expected all but the share of {share}");
+    assert_eq!(
+        refused,
+        slots - share,
+        "{refused} of {slots} stalled connections closed, expected all but the share of {share}"
+    );
     for (_, buf, _) in held.iter().filter(|(_, _, eof)| *eof) {
-        let r = cder_registry::client::parse_reply(buf).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(buf)));
+        let r = cder_registry::client::parse_reply(buf)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(buf)));
         let text = String::from_utf8_lossy(&r.body);
         assert_eq!(r.status, 429, "{text}");
         assert!(text.contains("max_connections_per_uid"), "{text}");

@@ -15,7 +15,6 @@ use cder_tests::munge::require_munge;
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
 use cder_tests::vgpgpu::{binary, kill_backends, start_backends, Registryd, RCUDA_JOB};
 
-
 struct Cleanup(std::path::PathBuf);
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -69,7 +68,12 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     cluster.wait_running(jobs[1], Duration::from_secs(60)).unwrap();
     for &j in &jobs[..2] {
         let info = cluster.job(j).unwrap();
-        assert_eq!(info.fields.get("Licenses").map(String::as_str), Some("vgpgpu:3"), "job_submit set the licences: {:?}", info.fields);
+        assert_eq!(
+            info.fields.get("Licenses").map(String::as_str),
+            Some("vgpgpu:3"),
+            "job_submit set the licences: {:?}",
+            info.fields
+        );
     }
     // The third job waits for licences, not for GPUs or CPUs.
     std::thread::sleep(Duration::from_secs(2));
@@ -88,7 +92,12 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
             assert!(e.ends_with(":0") && e.contains('@'), "{e}");
             assert!(endpoints.insert(e.clone()), "{e} given to two jobs");
         }
-        let hosts: BTreeSet<&str> = out.lines().filter(|l| l.starts_with("BANNER")).filter_map(|l| l.split("host=").nth(1)).map(|h| h.split(' ').next().unwrap_or("")).collect();
+        let hosts: BTreeSet<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("BANNER"))
+            .filter_map(|l| l.split("host=").nth(1))
+            .map(|h| h.split(' ').next().unwrap_or(""))
+            .collect();
         assert!(hosts.len() >= 2, "three backends come from more than one node: {out}");
     }
     assert_eq!(endpoints.len(), 6);
@@ -115,7 +124,9 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
     // VCL, asked with the JDL keys a CE puts into the job's environment:
     // a node file with two endpoints, removed at the end.
     let script = "#!/bin/sh\necho VCL_NODEFILE=$VCL_NODEFILE\necho VCL_DEVICE_COUNT=$VCL_DEVICE_COUNT\nsed 's/^/NODE /' \"$VCL_NODEFILE\"\n";
-    let j = cluster.sbatch_env(&["--export=ALL"], script, &[("VirtualGPGPUPerNode", "2"), ("VirtualGPGPUMethod", "VCL")]).unwrap();
+    let j = cluster
+        .sbatch_env(&["--export=ALL"], script, &[("VirtualGPGPUPerNode", "2"), ("VirtualGPGPUMethod", "VCL")])
+        .unwrap();
     let done = cluster.wait_job(j, Duration::from_secs(60)).unwrap();
     let out = cluster.job_output(j);
     assert_eq!(done.state, "COMPLETED", "{out}\n{}", cluster.logs());

@@ -73,9 +73,18 @@ fn registry_state_is_private_whatever_the_umask() {
         let state = tmp.path().join("var/lib/cder-registry");
         let port = cder_tests::ldap::free_port();
         let cfg = registry_config(tmp.path(), &state, &munged, port);
-        let mut child = with_umask(umask, &bin, &["--config", cfg.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let munge = cder_registry::Munge { munge_program: "/usr/bin/munge".into(), unmunge_program: "/usr/bin/unmunge".into(), socket: Some(munged.socket()) };
-        let client = cder_registry::Client::new(&format!("http://127.0.0.1:{port}"), munge, Duration::from_secs(30)).unwrap();
+        let mut child = with_umask(umask, &bin, &["--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let munge = cder_registry::Munge {
+            munge_program: "/usr/bin/munge".into(),
+            unmunge_program: "/usr/bin/unmunge".into(),
+            socket: Some(munged.socket()),
+        };
+        let client =
+            cder_registry::Client::new(&format!("http://127.0.0.1:{port}"), munge, Duration::from_secs(30)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while client.status().is_err() {
             assert!(child.try_wait().unwrap().is_none(), "cder-registryd exited under umask {umask}");
@@ -159,7 +168,8 @@ fn cderd_state_is_private_and_a_writable_dir_is_refused() {
     std::fs::create_dir(&state).unwrap();
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
     let cfg = cderd_config(tmp.path(), &state);
-    let out = Command::new(&bin).args(["--config", cfg.to_str().unwrap(), "--check"]).stdin(Stdio::null()).output().unwrap();
+    let out =
+        Command::new(&bin).args(["--config", cfg.to_str().unwrap(), "--check"]).stdin(Stdio::null()).output().unwrap();
     let msg = text(&out);
     assert_eq!(out.status.code(), Some(1), "{msg}");
     assert!(msg.contains(&state.display().to_string()) && msg.contains("writable by group or others"), "{msg}");

@@ -59,7 +59,11 @@ fn once(r: &Registryd, jobs: &Path, qstat: &Path, qrls: &Path) -> (i32, String, 
         .env("JOBS", jobs)
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn line<'a>(out: &'a str, key: &str) -> &'a str {
@@ -148,7 +152,10 @@ fn held_jobs_are_released_in_order_only_when_capacity_exists() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(line(&out, "collected:"), "11.ce.example.org");
     assert_eq!(line(&out, "released:"), "12.ce.example.org 13.ce.example.org", "{out}{err}");
-    assert_eq!(std::fs::read_to_string(jobs.join("qrls.log")).unwrap(), "11.ce.example.org\n12.ce.example.org\n13.ce.example.org\n");
+    assert_eq!(
+        std::fs::read_to_string(jobs.join("qrls.log")).unwrap(),
+        "11.ce.example.org\n12.ce.example.org\n13.ce.example.org\n"
+    );
     assert_eq!(c.query(QueryName::InUse, None).unwrap(), 3);
 
     // A held job deleted between qstat and qrls: qrls fails (153), its backends go back.

@@ -51,5 +51,8 @@ fn main() {
     println!("  reference (empty hooks, same harness): {:8.2} ms per job", per(reference_s));
     println!("  cder hooks against cderd:              {:8.2} ms per job", per(cder_s));
     println!("  ratio cder / reference:                {:8.2}", cder_s / reference_s);
-    println!("  added per job start + end:             {:8.2} ms (pbs_mom's $prologalarm: 300 s)", per(cder_s - reference_s));
+    println!(
+        "  added per job start + end:             {:8.2} ms (pbs_mom's $prologalarm: 300 s)",
+        per(cder_s - reference_s)
+    );
 }

@@ -223,7 +223,13 @@ impl<'a> Header<'a> {
     /// dropped, as in qsub. Linear in the script's size.
     fn read(script: &'a [u8], prefix: &str) -> Result<Header<'a>, Rejection> {
         let lines = split_lines(script);
-        let mut header = Header { lines: Vec::new(), directives: Vec::new(), cder: Vec::new(), last_directive: None, notes: Vec::new() };
+        let mut header = Header {
+            lines: Vec::new(),
+            directives: Vec::new(),
+            cder: Vec::new(),
+            last_directive: None,
+            notes: Vec::new(),
+        };
         let prefix = prefix.as_bytes();
         let mut exec = false;
         let mut i = 0;
@@ -231,9 +237,12 @@ impl<'a> Header<'a> {
             let first = content(lines[i]);
             let n = i + 1;
             if exec {
-                let mentions = after_prefix(first, prefix).is_some_and(|r| contains(r, GPGPU_PER_NODE.as_bytes())) || after_cder_prefix(first).is_some();
+                let mentions = after_prefix(first, prefix).is_some_and(|r| contains(r, GPGPU_PER_NODE.as_bytes()))
+                    || after_cder_prefix(first).is_some();
                 if mentions {
-                    header.notes.push(format!("job script line {n}: ignored: qsub reads no directives after the first command"));
+                    header.notes.push(format!(
+                        "job script line {n}: ignored: qsub reads no directives after the first command"
+                    ));
                 }
                 i += 1;
                 continue;
@@ -356,7 +365,12 @@ fn options(tokens: &[Token]) -> Result<Vec<Opt>, String> {
             }
             let rest = &t[at + letter.len_utf8()..];
             if !rest.is_empty() {
-                opts.push(Opt { letter, value: rest.to_string(), token: i, attached: Some(t[..at + letter.len_utf8()].to_string()) });
+                opts.push(Opt {
+                    letter,
+                    value: rest.to_string(),
+                    token: i,
+                    attached: Some(t[..at + letter.len_utf8()].to_string()),
+                });
             } else if let Some(next) = tokens.get(i + 1) {
                 opts.push(Opt { letter, value: next.text.clone(), token: i + 1, attached: None });
                 taken_next = true;
@@ -429,8 +443,13 @@ struct CommandLine {
 }
 
 impl CommandLine {
-    fn read(argv: &[String], env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<CommandLine, Rejection> {
-        let tokens: Vec<Token> = argv.iter().enumerate().map(|(i, a)| Token { text: a.clone(), span: i..i, quote: None }).collect();
+    fn read(
+        argv: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+        settings: &TorqueSettings,
+    ) -> Result<CommandLine, Rejection> {
+        let tokens: Vec<Token> =
+            argv.iter().enumerate().map(|(i, a)| Token { text: a.clone(), span: i..i, quote: None }).collect();
         let opts = options(&tokens).map_err(|e| Rejection(format!("qsub command line: {e}")))?;
         // `-C` wins over PBS_DPREFIX; an empty `-C ""` turns directives off.
         let prefix = opts
@@ -483,7 +502,11 @@ struct ScriptRequest {
     variables: Vec<(String, String)>,
 }
 
-fn read_script_request(header: &Header<'_>, env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<ScriptRequest, Rejection> {
+fn read_script_request(
+    header: &Header<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+    settings: &TorqueSettings,
+) -> Result<ScriptRequest, Rejection> {
     let mut request = ScriptRequest { counts: Vec::new(), variables: Vec::new() };
     for (d, o) in header.options() {
         let origin = Origin::Line(d.line);
@@ -513,10 +536,15 @@ fn read_script_request(header: &Header<'_>, env: &dyn Fn(&str) -> Option<String>
                 continue;
             }
             if k != GPGPU_PER_NODE {
-                return Err(Rejection(format!("job script line {}: {CDER_PREFIX} {word}: unknown key (expected {GPGPU_PER_NODE}=N)", c.line)));
+                return Err(Rejection(format!(
+                    "job script line {}: {CDER_PREFIX} {word}: unknown key (expected {GPGPU_PER_NODE}=N)",
+                    c.line
+                )));
             }
             request.variables.push((k.to_string(), v.to_string()));
-            request.counts.push((c.line, per_node_value(v, &format!("{GPGPU_PER_NODE}={v}"), &Origin::Line(c.line), settings)?));
+            request
+                .counts
+                .push((c.line, per_node_value(v, &format!("{GPGPU_PER_NODE}={v}"), &Origin::Line(c.line), settings)?));
         }
     }
     // Directives are read in order, `#CDER` lines after: sort by line for messages.
@@ -553,7 +581,12 @@ impl Edits {
 /// qsub reads it (`Header::read`), the request it makes
 /// (`read_script_request`), the site's directive (`native` / `maui`), and
 /// the script written back with the edits (`assemble`).
-pub fn filter(script: &[u8], argv: &[String], env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<Filtered, Rejection> {
+pub fn filter(
+    script: &[u8],
+    argv: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+    settings: &TorqueSettings,
+) -> Result<Filtered, Rejection> {
     let cli = CommandLine::read(argv, env, settings)?;
     let header = Header::read(script, &cli.prefix)?;
     refuse_ce_refusals(&header)?;
@@ -599,7 +632,12 @@ fn refuse_ce_refusals(header: &Header<'_>) -> Result<(), Rejection> {
 
 /// `directive = "native"`: TORQUE counts `nodes=…:gpus=`; the request
 /// (`asked`) is written there. Returns the count and the edits.
-fn native(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: &TorqueSettings) -> Result<(Option<u32>, Edits), Rejection> {
+fn native(
+    header: &Header<'_>,
+    cli: &CommandLine,
+    asked: Option<u32>,
+    settings: &TorqueSettings,
+) -> Result<(Option<u32>, Edits), Rejection> {
     refuse_marks_native(header, cli, settings)?;
     match asked.filter(|n| *n > 0) {
         Some(n) => Ok((asked, native_edits(header, cli, n, settings)?)),
@@ -610,7 +648,12 @@ fn native(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: 
 /// `directive = "maui"`: MAUI counts `x=GRES:<maui_gres>@N`; the count is
 /// the request (`asked`) or, without one, the GRES the job already gives
 /// MAUI, and the two must agree. Returns the count and the edits.
-fn maui(header: &Header<'_>, cli: &CommandLine, asked: Option<u32>, settings: &TorqueSettings) -> Result<(Option<u32>, Edits), Rejection> {
+fn maui(
+    header: &Header<'_>,
+    cli: &CommandLine,
+    asked: Option<u32>,
+    settings: &TorqueSettings,
+) -> Result<(Option<u32>, Edits), Rejection> {
     let counted = maui_counted(header, cli, settings)?;
     let n = match (asked, &counted) {
         (Some(a), Some((origin, c))) if a != *c => {
@@ -653,8 +696,11 @@ fn hand_marks(header: &Header<'_>, cli: &CommandLine) -> Vec<(Origin, String)> {
 /// mistake (or an attempt to get devices the scheduler never counted) and
 /// is refused.
 fn refuse_marks_native(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSettings) -> Result<(), Rejection> {
-    let mut found = hand_marks(header, cli).into_iter().map(|(o, v)| (o, format!("{MARK_RESOURCE}={v}"))).collect::<Vec<_>>();
-    let device_gres = |v: &str| v.split('+').any(|item| settings.gres_names.iter().any(|g| item.split(':').next() == Some(g.as_str())));
+    let mut found =
+        hand_marks(header, cli).into_iter().map(|(o, v)| (o, format!("{MARK_RESOURCE}={v}"))).collect::<Vec<_>>();
+    let device_gres = |v: &str| {
+        v.split('+').any(|item| settings.gres_names.iter().any(|g| item.split(':').next() == Some(g.as_str())))
+    };
     if let Some(v) = cli.gres.as_deref().filter(|v| device_gres(v)) {
         found.push((Origin::CommandLine, format!("gres={v}")));
     }
@@ -676,7 +722,12 @@ fn refuse_marks_native(header: &Header<'_>, cli: &CommandLine, settings: &Torque
 /// In MAUI mode a mark must repeat exactly the GRES count the job gives
 /// MAUI (`want`, the mark the filter itself writes); without a request none
 /// is allowed.
-fn refuse_marks_maui(header: &Header<'_>, cli: &CommandLine, want: Option<&str>, settings: &TorqueSettings) -> Result<(), Rejection> {
+fn refuse_marks_maui(
+    header: &Header<'_>,
+    cli: &CommandLine,
+    want: Option<&str>,
+    settings: &TorqueSettings,
+) -> Result<(), Rejection> {
     for (origin, v) in hand_marks(header, cli) {
         if Some(v.as_str()) != want {
             let asked = match want {
@@ -694,7 +745,11 @@ fn refuse_marks_maui(header: &Header<'_>, cli: &CommandLine, want: Option<&str>,
 
 /// The GRES count MAUI sees: `x=GRES:<maui_gres>@N` of the command line,
 /// else of the script (the command line overrides `-W x=` as a whole).
-fn maui_counted(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSettings) -> Result<Option<(Origin, u32)>, Rejection> {
+fn maui_counted(
+    header: &Header<'_>,
+    cli: &CommandLine,
+    settings: &TorqueSettings,
+) -> Result<Option<(Origin, u32)>, Rejection> {
     let gres = format!("GRES:{}@", settings.maui_gres);
     // Every item is checked: MAUI reads them all, so one within the limit
     // must not hide another above it, nor may two items disagree.
@@ -712,7 +767,10 @@ fn maui_counted(header: &Header<'_>, cli: &CommandLine, settings: &TorqueSetting
             };
             if let Some((_, before)) = &found {
                 if *before != n {
-                    return Err(Rejection(format!("{origin}: x={x}: asks MAUI for {before} and for {n} {} per node", settings.maui_gres)));
+                    return Err(Rejection(format!(
+                        "{origin}: x={x}: asks MAUI for {before} and for {n} {} per node",
+                        settings.maui_gres
+                    )));
                 }
             }
             found = Some((origin.clone(), n));
@@ -821,7 +879,9 @@ fn maui_edits(header: &Header<'_>, cli: &CommandLine, n: u32, settings: &TorqueS
     let script_other = header
         .options()
         .filter(|(_, o)| o.letter == 'l')
-        .flat_map(|(d, o)| pairs(&o.value).into_iter().filter(|(k, _)| k == MARK_RESOURCE).map(move |(_, v)| (d.line, v)))
+        .flat_map(|(d, o)| {
+            pairs(&o.value).into_iter().filter(|(k, _)| k == MARK_RESOURCE).map(move |(_, v)| (d.line, v))
+        })
         .last();
     match (&cli.other, &script_other) {
         (Some(v), _) if *v != mark => {
@@ -917,7 +977,12 @@ fn variables_from_v(list: &str, env: &dyn Fn(&str) -> Option<String>, vars: &mut
 }
 
 /// `GPGPUPerNode` from a `-v` list, if it is there.
-fn count_from_v(list: &str, origin: &Origin, env: &dyn Fn(&str) -> Option<String>, settings: &TorqueSettings) -> Result<Option<u32>, Rejection> {
+fn count_from_v(
+    list: &str,
+    origin: &Origin,
+    env: &dyn Fn(&str) -> Option<String>,
+    settings: &TorqueSettings,
+) -> Result<Option<u32>, Rejection> {
     let mut found = None;
     for item in list.split(',') {
         let (k, v) = match item.split_once('=') {
@@ -955,7 +1020,9 @@ fn with_gpus(spec: &str, n: u32, origin: &Origin) -> Result<String, Rejection> {
         match g {
             Some(m) if m == n => parts.push(part.to_string()),
             Some(m) => {
-                return Err(Rejection(format!("{origin}: nodes={spec} asks for gpus={m}, which contradicts {GPGPU_PER_NODE}={n}")));
+                return Err(Rejection(format!(
+                    "{origin}: nodes={spec} asks for gpus={m}, which contradicts {GPGPU_PER_NODE}={n}"
+                )));
             }
             None => parts.push(format!("{part}:gpus={n}")),
         }
@@ -1004,7 +1071,8 @@ mod tests {
     fn getopt_forms() {
         let toks = tokenize("-lnodes=1 -V -l walltime=1:00:00 -I script.sh -l x -Vlmem=1gb -- -l y", 0);
         let o = options(&toks).unwrap();
-        let got: Vec<(char, &str, Option<&str>)> = o.iter().map(|o| (o.letter, o.value.as_str(), o.attached.as_deref())).collect();
+        let got: Vec<(char, &str, Option<&str>)> =
+            o.iter().map(|o| (o.letter, o.value.as_str(), o.attached.as_deref())).collect();
         assert_eq!(
             got,
             [
@@ -1036,10 +1104,15 @@ mod tests {
 
     #[test]
     fn continued_directives_are_one_and_latin1_survives() {
-        let script = b"#!/bin/sh\n# r\xe9sum\xe9\n#PBS -N caf\xe9 -l \\\nnodes=1:ppn=2\n#PBS -v GPGPUPerNode=2\n./run\n";
+        let script =
+            b"#!/bin/sh\n# r\xe9sum\xe9\n#PBS -N caf\xe9 -l \\\nnodes=1:ppn=2\n#PBS -v GPGPUPerNode=2\n./run\n";
         let out = filter(script, &[], &|_| None, &TorqueSettings::default()).unwrap();
         assert_eq!(out.per_node, Some(2));
-        assert_eq!(out.script, b"#!/bin/sh\n# r\xe9sum\xe9\n#PBS -N caf\xe9 -l nodes=1:ppn=2:gpus=2\n#PBS -v GPGPUPerNode=2\n./run\n".to_vec());
+        assert_eq!(
+            out.script,
+            b"#!/bin/sh\n# r\xe9sum\xe9\n#PBS -N caf\xe9 -l nodes=1:ppn=2:gpus=2\n#PBS -v GPGPUPerNode=2\n./run\n"
+                .to_vec()
+        );
         let err = filter(b"#PBS -l \\\n", &[], &|_| None, &TorqueSettings::default()).unwrap_err();
         assert!(err.0.contains("past the end"), "{err}");
     }
@@ -1081,7 +1154,10 @@ mod tests {
     #[test]
     fn a_ce_refusal_stops_the_job_naming_the_attribute() {
         let script = b"#!/bin/sh\n#PBS -l nodes=1\n#PBS -l cder_bad_attribute_GPGPUPerNode=1\n./run\n";
-        for settings in [TorqueSettings::default(), TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() }] {
+        for settings in [
+            TorqueSettings::default(),
+            TorqueSettings { directive: crate::settings::Directive::Maui, ..TorqueSettings::default() },
+        ] {
             let err = filter(script, &[], &|_| None, &settings).unwrap_err();
             assert!(err.0.contains("line 3") && err.0.contains("GPGPUPerNode"), "{err}");
         }

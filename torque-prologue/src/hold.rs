@@ -65,8 +65,14 @@ mod tests {
         let out = String::from_utf8(hold(s, &[]).unwrap().unwrap()).unwrap();
         assert_eq!(out, "#!/bin/bash\n#PBS -h\n#PBS -v VirtualGPGPUPerNode=2,VirtualGPGPUMethod=rCUDA\n#PBS -l nodes=1\n#CDER VirtualGPGPUPerNode=2\necho hi\n");
         let argv = ["-v", "VirtualGPGPUPerNode=1,VirtualGPGPUType=VCL"];
-        assert!(String::from_utf8(hold(b"echo\n", &argv).unwrap().unwrap()).unwrap().contains("VirtualGPGPUMethod=VCL"));
-        assert_eq!(hold(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(), None, "after the first command");
+        assert!(String::from_utf8(hold(b"echo\n", &argv).unwrap().unwrap())
+            .unwrap()
+            .contains("VirtualGPGPUMethod=VCL"));
+        assert_eq!(
+            hold(b"#!/bin/sh\necho\n#CDER VirtualGPGPUPerNode=2\n", &[]).unwrap(),
+            None,
+            "after the first command"
+        );
         // A Latin-1 comment does not end the header (qsub reads bytes).
         assert!(hold(b"#!/bin/sh\n# \xe9t\xe9\n#PBS -v VirtualGPGPUPerNode=1\n", &[]).unwrap().is_some());
         // 0 is refused, as on every door (cder_request): leave the key out to ask for none.
@@ -77,6 +83,9 @@ mod tests {
         assert!(out.starts_with(b"#MY -h\n#MY -v VirtualGPGPUPerNode=1,"), "{}", String::from_utf8_lossy(&out));
         assert!(hold(b"./a\n", &["-C", "", "-v", "VirtualGPGPUPerNode=1"]).is_err());
         assert!(hold(b"#CDER VirtualGPGPUPerNode=two\n", &[]).unwrap_err().0.contains("two"));
-        assert!(hold(b"#CDER VirtualGPGPUPerNode=1 VirtualGPGPUMethod=OpenGL\n", &[]).unwrap_err().0.contains("OpenGL"));
+        assert!(hold(b"#CDER VirtualGPGPUPerNode=1 VirtualGPGPUMethod=OpenGL\n", &[])
+            .unwrap_err()
+            .0
+            .contains("OpenGL"));
     }
 }

@@ -159,7 +159,9 @@ impl JobArgs {
     /// is required; a prologue also needs the user.
     pub fn parse(kind: HookKind, args: &[String]) -> Result<JobArgs, UsageError> {
         let at = |i: usize| args.get(i).cloned();
-        let job_id = at(0).filter(|s| !s.is_empty()).ok_or_else(|| UsageError(format!("{}: missing the job id (argument 1)", kind.file_name())))?;
+        let job_id = at(0)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| UsageError(format!("{}: missing the job id (argument 1)", kind.file_name())))?;
         let mut a = JobArgs { job_id, user: at(1), group: at(2), job_name: at(3), ..JobArgs::default() };
         if kind.is_prologue() {
             a.limits = at(4);
@@ -290,7 +292,10 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
     // here, whatever the node spec asks for (a sister of gpus=1+ppn=1).
     let (assigned, requested_count) = match assigned {
         Some(a) if a.devices.is_empty() => {
-            let asked = requested.count.map(|n| format!("; the limits ask for {n}, which TORQUE did not count on this host")).unwrap_or_default();
+            let asked = requested
+                .count
+                .map(|n| format!("; the limits ask for {n}, which TORQUE did not count on this host"))
+                .unwrap_or_default();
             notes.push(format!("TORQUE assigned GPUs only on other hosts ({}), none here{asked}", a.source.display()));
             (None, None)
         }
@@ -300,7 +305,11 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         (Some(a), asked) => {
             let n = a.devices.len() as u32;
             if asked.is_some_and(|c| c != n) {
-                notes.push(format!("TORQUE assigned {n} GPUs here ({}), the limits ask for {}; TORQUE's assignment is used", a.source.display(), asked.unwrap_or(0)));
+                notes.push(format!(
+                    "TORQUE assigned {n} GPUs here ({}), the limits ask for {}; TORQUE's assignment is used",
+                    a.source.display(),
+                    asked.unwrap_or(0)
+                ));
             }
             (n, Some(a.devices.clone()))
         }
@@ -368,7 +377,10 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
 /// `alloc`; when the job holds a different allocation from an earlier run
 /// on this node (requeued, then altered), that one is released first: the
 /// job is not running now. The outer error is a failed release.
-fn alloc_afresh(client: &mut Client, request: &AllocRequest) -> Result<Result<cder_protocol::Allocation, ClientError>, ClientError> {
+fn alloc_afresh(
+    client: &mut Client,
+    request: &AllocRequest,
+) -> Result<Result<cder_protocol::Allocation, ClientError>, ClientError> {
     let result = client.alloc(request);
     if matches!(&result, Err(e) if e.code() == Some(ErrorCode::Conflict)) {
         client.release(&request.job)?;
@@ -382,8 +394,15 @@ fn alloc_afresh(client: &mut Client, request: &AllocRequest) -> Result<Result<cd
 /// manages (a job of the same user could otherwise open a GPU job's
 /// devices). Best effort: the job runs whatever happens; the result is
 /// returned for the log.
-fn record_without_devices(job: &JobKey, user: &str, settings: &TorqueSettings, cderd: &Cderd<'_>) -> Result<String, Outcome> {
-    let not = |why: String| format!("{job} asks for no devices but cannot be recorded ({why}): the job starter would refuse it");
+fn record_without_devices(
+    job: &JobKey,
+    user: &str,
+    settings: &TorqueSettings,
+    cderd: &Cderd<'_>,
+) -> Result<String, Outcome> {
+    let not = |why: String| {
+        format!("{job} asks for no devices but cannot be recorded ({why}): the job starter would refuse it")
+    };
     let uid = match user_by_name(user) {
         Ok(ids) => ids.uid,
         Err(e @ UserError::NotFound(_)) => return Err(Outcome::Abort(not(e.to_string()))),
@@ -405,7 +424,13 @@ fn node_total(client: &mut Client, cder_type: &str) -> Option<u32> {
 
 /// The decision for a failed `alloc`. `total` is the node's device count of
 /// the type (all states), when known: a request above it can never be met.
-pub fn classify_alloc_failure(job: &JobKey, cder_type: &str, count: u32, error: &ClientError, total: Option<u32>) -> Outcome {
+pub fn classify_alloc_failure(
+    job: &JobKey,
+    cder_type: &str,
+    count: u32,
+    error: &ClientError,
+    total: Option<u32>,
+) -> Outcome {
     match error.code() {
         Some(ErrorCode::Insufficient) => match total {
             Some(t) if count > t => Outcome::Abort(format!(
@@ -479,7 +504,16 @@ mod tests {
     fn prologue_layout_with_extra_arguments() {
         let a = JobArgs::parse(
             HookKind::Prologue,
-            &s(&["17.ce.example.org", "alice", "users", "job.sh", "nodes=1:ppn=2:gpus=2", "batch", "", "/var/spool/torque/mom_priv/jobs/17.SC"]),
+            &s(&[
+                "17.ce.example.org",
+                "alice",
+                "users",
+                "job.sh",
+                "nodes=1:ppn=2:gpus=2",
+                "batch",
+                "",
+                "/var/spool/torque/mom_priv/jobs/17.SC",
+            ]),
         )
         .unwrap();
         assert_eq!(a.user.as_deref(), Some("alice"));
@@ -494,7 +528,19 @@ mod tests {
     fn epilogue_layout() {
         let a = JobArgs::parse(
             HookKind::Epilogue,
-            &s(&["13724.node01", "user1", "user1", "script.sh", "28244", "neednodes=node01,nodes=1,walltime=00:01:00", "cput=00:00:00,mem=0kb", "batch", "", "0", "x"]),
+            &s(&[
+                "13724.node01",
+                "user1",
+                "user1",
+                "script.sh",
+                "28244",
+                "neednodes=node01,nodes=1,walltime=00:01:00",
+                "cput=00:00:00,mem=0kb",
+                "batch",
+                "",
+                "0",
+                "x",
+            ]),
         )
         .unwrap();
         assert_eq!(a.session_id.as_deref(), Some("28244"));
@@ -510,7 +556,12 @@ mod tests {
 
     #[test]
     fn job_ids_that_are_not_keys_abort() {
-        let a = JobArgs { job_id: "17;rm -rf /".into(), user: Some("root".into()), limits: Some("nodes=1:gpus=1".into()), ..JobArgs::default() };
+        let a = JobArgs {
+            job_id: "17;rm -rf /".into(),
+            user: Some("root".into()),
+            limits: Some("nodes=1:gpus=1".into()),
+            ..JobArgs::default()
+        };
         let cderd = Cderd { socket: Path::new("/nonexistent.sock"), timeout: Duration::from_secs(1) };
         let o = prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::ABORT, "{o}");
@@ -524,16 +575,36 @@ mod tests {
         assert_eq!(classify_alloc_failure(&job, "gpgpu", 2, &insufficient, Some(4)).exit_code(), exit::REQUEUE);
         assert_eq!(classify_alloc_failure(&job, "gpgpu", 5, &insufficient, Some(4)).exit_code(), exit::ABORT);
         assert_eq!(classify_alloc_failure(&job, "gpgpu", 5, &insufficient, None).exit_code(), exit::REQUEUE);
-        assert_eq!(classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::BadRequest), None).exit_code(), exit::ABORT);
-        assert_eq!(classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::UnknownDevice), None).exit_code(), exit::ABORT);
-        assert_eq!(classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::PermissionDenied), None).exit_code(), exit::REQUEUE);
-        assert_eq!(classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::Internal), None).exit_code(), exit::REQUEUE);
-        assert_eq!(classify_alloc_failure(&job, "gpgpu", 1, &ClientError::Timeout(Duration::from_secs(1)), None).exit_code(), exit::REQUEUE);
+        assert_eq!(
+            classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::BadRequest), None).exit_code(),
+            exit::ABORT
+        );
+        assert_eq!(
+            classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::UnknownDevice), None).exit_code(),
+            exit::ABORT
+        );
+        assert_eq!(
+            classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::PermissionDenied), None).exit_code(),
+            exit::REQUEUE
+        );
+        assert_eq!(
+            classify_alloc_failure(&job, "gpgpu", 1, &server(ErrorCode::Internal), None).exit_code(),
+            exit::REQUEUE
+        );
+        assert_eq!(
+            classify_alloc_failure(&job, "gpgpu", 1, &ClientError::Timeout(Duration::from_secs(1)), None).exit_code(),
+            exit::REQUEUE
+        );
     }
 
     #[test]
     fn no_request_runs_without_cderd() {
-        let a = JobArgs { job_id: "3.ce".into(), user: Some("no-such-user-cder".into()), limits: Some("nodes=1:ppn=4,walltime=1:00:00".into()), ..JobArgs::default() };
+        let a = JobArgs {
+            job_id: "3.ce".into(),
+            user: Some("no-such-user-cder".into()),
+            limits: Some("nodes=1:ppn=4,walltime=1:00:00".into()),
+            ..JobArgs::default()
+        };
         let cderd = Cderd { socket: Path::new("/nonexistent.sock"), timeout: Duration::from_secs(1) };
         let off = TorqueSettings { confine: Confine::Off, ..TorqueSettings::default() };
         assert_eq!(prologue(HookKind::Prologue, &a, &off, &cderd, &no_mom()).exit_code(), exit::RUN);
@@ -544,11 +615,17 @@ mod tests {
         let o = prologue(HookKind::Prologue, &root, &TorqueSettings::default(), &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::REQUEUE, "{o}");
         assert!(o.message().contains("cannot be recorded") && o.message().contains("/nonexistent.sock"), "{o}");
-        assert_eq!(prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::ABORT);
+        assert_eq!(
+            prologue(HookKind::Prologue, &a, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(),
+            exit::ABORT
+        );
         // A request with cderd away requeues; an unknown user aborts first.
         let mut b = a.clone();
         b.limits = Some("nodes=1:ppn=4:gpus=1".into());
-        assert_eq!(prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(), exit::ABORT);
+        assert_eq!(
+            prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom()).exit_code(),
+            exit::ABORT
+        );
         b.user = Some("root".into());
         let o = prologue(HookKind::Prologue, &b, &TorqueSettings::default(), &cderd, &no_mom());
         assert_eq!(o.exit_code(), exit::REQUEUE, "{o}");

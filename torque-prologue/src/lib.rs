@@ -38,5 +38,5 @@ pub mod reconcile;
 pub mod settings;
 pub mod shell;
 pub mod starter;
-pub mod vgpgpu;
 pub mod sys;
+pub mod vgpgpu;

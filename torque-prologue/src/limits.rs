@@ -257,9 +257,11 @@ mod tests {
     #[test]
     fn only_the_form_the_scheduler_counts_is_honoured() {
         // Native TORQUE never counts a hand-written mark or gres=.
-        let r = requested_devices("nodes=1:ppn=1,other=cder:gpgpu:4", Role::MotherSuperior, &TorqueSettings::default()).unwrap();
+        let r = requested_devices("nodes=1:ppn=1,other=cder:gpgpu:4", Role::MotherSuperior, &TorqueSettings::default())
+            .unwrap();
         assert_eq!(r, Requested { count: None, ignored: vec!["other=cder:gpgpu:4".into()] });
-        let r = requested_devices("nodes=1:ppn=1:gpus=1,gres=gpus:3", Role::MotherSuperior, &TorqueSettings::default()).unwrap();
+        let r = requested_devices("nodes=1:ppn=1:gpus=1,gres=gpus:3", Role::MotherSuperior, &TorqueSettings::default())
+            .unwrap();
         assert_eq!(r, Requested { count: Some(1), ignored: vec!["gres=gpus:3".into()] });
         // MAUI counts its GRES, not TORQUE's gpus=.
         let r = requested_devices("nodes=1:ppn=1:gpus=2", Role::MotherSuperior, &maui()).unwrap();
@@ -293,7 +295,10 @@ mod tests {
         assert!(matches!(mm("gres=gpus:"), Err(LimitsError::BadCount { .. })));
         assert!(matches!(ms("nodes=1:gpus=99999999999"), Err(LimitsError::BadCount { .. })));
         let e = mm("gres=gpus:2,other=cder:gpgpu:1").unwrap_err();
-        assert_eq!(e.to_string(), "the job asks for 2 devices per node by gres= but 1 by the submit filter's mark (other=cder:…)");
+        assert_eq!(
+            e.to_string(),
+            "the job asks for 2 devices per node by gres= but 1 by the submit filter's mark (other=cder:…)"
+        );
         // Agreeing twice is fine.
         assert_eq!(mm("nodes=1,gres=gpus:2,other=cder:gpgpu:2"), Ok(Some(2)));
     }

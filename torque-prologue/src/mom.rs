@@ -38,7 +38,9 @@ impl PbsHome {
     /// (a site's own prologue calling cder from elsewhere: set
     /// `[torque] pbs_home`).
     pub fn of_hook(argv0: &Path, cwd: Option<&Path>) -> Option<PbsHome> {
-        let in_mom_priv = |dir: &Path| dir.file_name().is_some_and(|n| n == "mom_priv").then(|| dir.parent().map(Path::to_path_buf)).flatten();
+        let in_mom_priv = |dir: &Path| {
+            dir.file_name().is_some_and(|n| n == "mom_priv").then(|| dir.parent().map(Path::to_path_buf)).flatten()
+        };
         argv0
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -272,7 +274,9 @@ struct Svrattrl<'a> {
 /// a whole, well-formed chain of records reaches its end marker: the chain's
 /// own lengths, not a byte pattern, say where each record begins.
 fn svrattrl_chain(bytes: &[u8]) -> Option<(usize, Vec<Svrattrl<'_>>)> {
-    (0..bytes.len().saturating_sub(SVRATTRL_SIZE)).step_by(8).find_map(|start| walk_chain(bytes, start).map(|records| (start, records)))
+    (0..bytes.len().saturating_sub(SVRATTRL_SIZE))
+        .step_by(8)
+        .find_map(|start| walk_chain(bytes, start).map(|records| (start, records)))
 }
 
 fn svrattrl_records(bytes: &[u8]) -> Option<Vec<Svrattrl<'_>>> {
@@ -280,7 +284,8 @@ fn svrattrl_records(bytes: &[u8]) -> Option<Vec<Svrattrl<'_>>> {
 }
 
 fn walk_chain(bytes: &[u8], start: usize) -> Option<Vec<Svrattrl<'_>>> {
-    let int_at = |at: usize| -> Option<i32> { bytes.get(at..at + 4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])) };
+    let int_at =
+        |at: usize| -> Option<i32> { bytes.get(at..at + 4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])) };
     let mut records = Vec::new();
     let mut at = start;
     loop {
@@ -289,7 +294,8 @@ fn walk_chain(bytes: &[u8], start: usize) -> Option<Vec<Svrattrl<'_>>> {
             // An empty list is no evidence of where the records begin.
             return (!records.is_empty() && at + SVRATTRL_SIZE <= bytes.len()).then_some(records);
         }
-        let [nameln, rescln, valln] = [int_at(at + AL_TSIZE_AT + 4)?, int_at(at + AL_TSIZE_AT + 8)?, int_at(at + AL_TSIZE_AT + 12)?];
+        let [nameln, rescln, valln] =
+            [int_at(at + AL_TSIZE_AT + 4)?, int_at(at + AL_TSIZE_AT + 8)?, int_at(at + AL_TSIZE_AT + 12)?];
         let lengths = [nameln, rescln, valln].map(|l| usize::try_from(l).ok());
         let [Some(nameln), Some(rescln), Some(valln)] = lengths else { return None };
         let tsize = usize::try_from(tsize).ok()?;
@@ -326,7 +332,8 @@ fn nul_terminated_name(field: &[u8]) -> Option<&[u8]> {
 /// name.
 pub fn job_id_in_job_file(bytes: &[u8], stem: &str) -> String {
     if is_xml(bytes) {
-        if let Some((_, id)) = xml_children(bytes, &["job"]).into_iter().find(|(n, id)| n == "jobid" && !id.is_empty()) {
+        if let Some((_, id)) = xml_children(bytes, &["job"]).into_iter().find(|(n, id)| n == "jobid" && !id.is_empty())
+        {
             return id;
         }
         return stem.to_string();
@@ -399,12 +406,16 @@ pub struct Assignment {
 /// `Some` with no devices: TORQUE counted none here.
 pub fn assigned_gpus(home: &PbsHome, job_id: &str, hostname: &str) -> Result<Option<Assignment>, String> {
     let here = |all: Vec<ExecGpu>, source: PathBuf| -> Assignment {
-        Assignment { devices: all.iter().filter(|g| is_this_host(&g.host, hostname)).map(|g| g.index).collect(), source }
+        Assignment {
+            devices: all.iter().filter(|g| is_this_host(&g.host, hostname)).map(|g| g.index).collect(),
+            source,
+        }
     };
     let gpu_file = home.gpu_file(job_id);
     match fs::read(&gpu_file) {
         Ok(bytes) => {
-            let all = parse_gpu_file(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{}: {e}", gpu_file.display()))?;
+            let all =
+                parse_gpu_file(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{}: {e}", gpu_file.display()))?;
             return Ok(Some(here(all, gpu_file)));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -450,7 +461,9 @@ mod tests {
         let name = [name.as_bytes(), b"\0"].concat();
         let resource = resource.map(|r| [r.as_bytes(), b"\0"].concat()).unwrap_or_default();
         let mut out: Vec<u8> = (0..AL_TSIZE_AT as u8).map(|i| i.wrapping_mul(37) | 0x40).collect();
-        for n in [SVRATTRL_SIZE + name.len() + resource.len() + value.len(), name.len(), resource.len(), value.len(), 1025] {
+        for n in
+            [SVRATTRL_SIZE + name.len() + resource.len() + value.len(), name.len(), resource.len(), value.len(), 1025]
+        {
             out.extend_from_slice(&(n as i32).to_ne_bytes());
         }
         out.resize(SVRATTRL_SIZE, 0);
@@ -480,7 +493,11 @@ mod tests {
         assert_eq!(job_id_in_job_file(xml, "17.ce.example.org"), "17.ce.example.org");
         let bin = binary_job_file(
             "17.ce.example.org",
-            &[svrattrl("Job_Name", None, b"x\0"), svrattrl("exec_host", None, b"wn01/0\0"), svrattrl("exec_gpus", None, b"wn01-gpu/1\0")],
+            &[
+                svrattrl("Job_Name", None, b"x\0"),
+                svrattrl("exec_host", None, b"wn01/0\0"),
+                svrattrl("exec_gpus", None, b"wn01-gpu/1\0"),
+            ],
         );
         assert_eq!(attribute_in_job_file(&bin, "exec_gpus").as_deref(), Some("wn01-gpu/1"));
         assert_eq!(attribute_in_job_file(&bin, "exec_mics"), None);
@@ -505,7 +522,8 @@ mod tests {
         );
         assert_eq!(attribute_in_job_file(&bin, "exec_gpus").as_deref(), Some("wnA-gpu/0"));
         // No exec_gpus record at all: the variable list gives none.
-        let bin = binary_job_file("21.ce", &[svrattrl("Job_Name", None, b"x\0"), svrattrl("Variable_List", None, variables)]);
+        let bin =
+            binary_job_file("21.ce", &[svrattrl("Job_Name", None, b"x\0"), svrattrl("Variable_List", None, variables)]);
         assert_eq!(attribute_in_job_file(&bin, "exec_gpus"), None);
         // A resource named like the attribute is not the attribute.
         let bin = binary_job_file("22.ce", &[svrattrl("Resource_List", Some("exec_gpus"), b"wnB-gpu/0\0")]);
@@ -518,7 +536,10 @@ mod tests {
     <Variable_List flags=\"1\">X=&lt;exec_gpus&gt;wnB-gpu/1&lt;/exec_gpus&gt;,Y=exec_gpus</Variable_List>\n\
     <exec_gpus flags=\"1025\">wnA-gpu/0</exec_gpus>\n  </attributes>\n</job>\n";
         assert_eq!(attribute_in_job_file(xml, "exec_gpus").as_deref(), Some("wnA-gpu/0"));
-        assert_eq!(attribute_in_job_file(xml, "Variable_List").as_deref(), Some("X=<exec_gpus>wnB-gpu/1</exec_gpus>,Y=exec_gpus"));
+        assert_eq!(
+            attribute_in_job_file(xml, "Variable_List").as_deref(),
+            Some("X=<exec_gpus>wnB-gpu/1</exec_gpus>,Y=exec_gpus")
+        );
         let without = b"<job><jobid>24.ce</jobid><attributes><Resource_List><exec_gpus>wnB-gpu/0</exec_gpus></Resource_List></attributes></job>";
         assert_eq!(attribute_in_job_file(without, "exec_gpus"), None);
         assert_eq!(job_id_in_job_file(without, "24"), "24.ce");
@@ -530,7 +551,11 @@ mod tests {
         let home = PbsHome(dir.path().to_path_buf());
         fs::create_dir_all(home.jobs_dir()).unwrap();
         fs::create_dir_all(dir.path().join("aux")).unwrap();
-        fs::write(home.jobs_dir().join("30.ce.JB"), binary_job_file("30.ce", &[svrattrl("exec_gpus", None, b"wnA-gpu/0\0")])).unwrap();
+        fs::write(
+            home.jobs_dir().join("30.ce.JB"),
+            binary_job_file("30.ce", &[svrattrl("exec_gpus", None, b"wnA-gpu/0\0")]),
+        )
+        .unwrap();
         let a = assigned_gpus(&home, "30.ce", "wnB").unwrap().expect("exec_gpus exists");
         assert!(a.devices.is_empty(), "{a:?}");
         assert_eq!(assigned_gpus(&home, "30.ce", "wnA").unwrap().unwrap().devices, [0]);
@@ -538,14 +563,21 @@ mod tests {
         fs::write(dir.path().join("aux/31.cegpu"), "wnB-gpu1\n").unwrap();
         assert!(assigned_gpus(&home, "31.ce", "wnA").unwrap().unwrap().devices.is_empty());
         // No exec_gpus: TORQUE chose nothing, cderd may.
-        fs::write(home.jobs_dir().join("32.ce.JB"), binary_job_file("32.ce", &[svrattrl("Job_Name", None, b"x\0")])).unwrap();
+        fs::write(home.jobs_dir().join("32.ce.JB"), binary_job_file("32.ce", &[svrattrl("Job_Name", None, b"x\0")]))
+            .unwrap();
         assert_eq!(assigned_gpus(&home, "32.ce", "wnA").unwrap(), None);
     }
 
     #[test]
     fn pbs_home_from_the_hook() {
-        assert_eq!(PbsHome::of_hook(Path::new("/var/spool/torque/mom_priv/prologue"), None), Some(PbsHome("/var/spool/torque".into())));
-        assert_eq!(PbsHome::of_hook(Path::new("prologue"), Some(Path::new("/srv/torque/mom_priv"))), Some(PbsHome("/srv/torque".into())));
+        assert_eq!(
+            PbsHome::of_hook(Path::new("/var/spool/torque/mom_priv/prologue"), None),
+            Some(PbsHome("/var/spool/torque".into()))
+        );
+        assert_eq!(
+            PbsHome::of_hook(Path::new("prologue"), Some(Path::new("/srv/torque/mom_priv"))),
+            Some(PbsHome("/srv/torque".into()))
+        );
         assert_eq!(PbsHome::of_hook(Path::new("/usr/libexec/cder/cder-torque-hook"), Some(Path::new("/"))), None);
     }
 }

@@ -11,7 +11,7 @@
 use std::io;
 
 use cder_model::{JobKey, Lrms};
-use cder_protocol::{Client, ClientError, Reconciled, ReconcileRequest};
+use cder_protocol::{Client, ClientError, ReconcileRequest, Reconciled};
 
 use crate::mom::{live_jobs, PbsHome};
 
@@ -27,7 +27,9 @@ pub fn snapshot(home: &PbsHome) -> io::Result<Vec<JobKey>> {
     live_jobs(home)?
         .into_iter()
         .map(|id| {
-            JobKey::new(Lrms::Torque, &id).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: job {id:?}: {e}", home.jobs_dir().display())))
+            JobKey::new(Lrms::Torque, &id).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{}: job {id:?}: {e}", home.jobs_dir().display()))
+            })
         })
         .collect()
 }

@@ -184,7 +184,9 @@ impl TorqueSettings {
         let settings = file.torque.unwrap_or_default();
         let bad = |key: &str, message: String| match value_offset(text, key) {
             Some(offset) => ConfigError::at(path, text, offset, &format!("torque.{key}"), message),
-            None => ConfigError { path: path.into(), line: None, column: None, key: Some(format!("torque.{key}")), message },
+            None => {
+                ConfigError { path: path.into(), line: None, column: None, key: Some(format!("torque.{key}")), message }
+            }
         };
         if settings.default_ppn == 0 {
             return Err(bad("default_ppn", "must be at least 1".into()));
@@ -198,7 +200,10 @@ impl TorqueSettings {
             return Err(bad("cderd_timeout_s", format!("{} is outside 1..=120 seconds", settings.cderd_timeout_s)));
         }
         if !is_name(&settings.cder_type) {
-            return Err(bad("cder_type", format!("{:?} is not a CDER type name (lowercase letters, digits, _ and -)", settings.cder_type)));
+            return Err(bad(
+                "cder_type",
+                format!("{:?} is not a CDER type name (lowercase letters, digits, _ and -)", settings.cder_type),
+            ));
         }
         if !is_name(&settings.maui_gres) {
             return Err(bad("maui_gres", format!("{:?} is not a GRES name", settings.maui_gres)));
@@ -214,7 +219,9 @@ impl TorqueSettings {
 }
 
 fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// Byte offset of the value of `key = …`, for checks made after parsing.
@@ -224,7 +231,8 @@ fn value_offset(text: &str, key: &str) -> Option<usize> {
         let trimmed = line.trim_start();
         if let Some(rest) = trimmed.strip_prefix(key) {
             if rest.trim_start().starts_with('=') {
-                let value_at = offset + line.len() - trimmed.len() + key.len() + (rest.len() - rest.trim_start().len()) + 1;
+                let value_at =
+                    offset + line.len() - trimmed.len() + key.len() + (rest.len() - rest.trim_start().len()) + 1;
                 return Some(value_at + (text[value_at..].len() - text[value_at..].trim_start().len()));
             }
         }
@@ -248,8 +256,15 @@ mod tests {
 
     #[test]
     fn reads_maui_settings() {
-        let s = TorqueSettings::parse("[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\nconfine = \"best_effort\"\n", Path::new("t.toml")).unwrap();
-        assert_eq!((s.directive, s.maui_gres.as_str(), s.default_ppn, s.confine), (Directive::Maui, "gpgpu", 4, Confine::BestEffort));
+        let s = TorqueSettings::parse(
+            "[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\nconfine = \"best_effort\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            (s.directive, s.maui_gres.as_str(), s.default_ppn, s.confine),
+            (Directive::Maui, "gpgpu", 4, Confine::BestEffort)
+        );
         assert_eq!(TorqueSettings::default().confine, Confine::Required);
         let e = TorqueSettings::parse("[torque]\npbs_home = \"spool\"\n", Path::new("t.toml")).unwrap_err();
         assert_eq!(e.to_string(), "t.toml:2:12: torque.pbs_home: spool is not an absolute path");

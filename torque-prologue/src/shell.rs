@@ -22,7 +22,8 @@ pub fn quote(value: &str) -> String {
 /// Whether `name` can be a shell variable: `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn is_variable_name(name: &str) -> bool {
     let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_') && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// A variable name the shell cannot take.

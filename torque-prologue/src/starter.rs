@@ -66,10 +66,7 @@ pub fn environment_as_started(proc_environ: &[u8]) -> Vec<(OsString, OsString)> 
         .filter_map(|entry| {
             // As getenv(3) reads it: the name ends at the first '=', and is not empty.
             let at = entry.iter().position(|&b| b == b'=').filter(|&at| at > 0)?;
-            Some((
-                OsStr::from_bytes(&entry[..at]).to_os_string(),
-                OsStr::from_bytes(&entry[at + 1..]).to_os_string(),
-            ))
+            Some((OsStr::from_bytes(&entry[..at]).to_os_string(), OsStr::from_bytes(&entry[at + 1..]).to_os_string()))
         })
         .collect()
 }
@@ -103,8 +100,11 @@ impl Fetched {
 /// The types used when `cder.toml` cannot be read: NVIDIA's variables, so
 /// that a broken config still yields an empty list, never "all devices".
 pub fn fallback_config() -> Config {
-    Config::parse("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", Path::new("(built-in fallback)"))
-        .unwrap_or_default()
+    Config::parse(
+        "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+        Path::new("(built-in fallback)"),
+    )
+    .unwrap_or_default()
 }
 
 /// This process's cgroup membership (`/proc/self/cgroup`), empty if unreadable.
@@ -116,7 +116,10 @@ pub fn read_own_cgroups() -> String {
 /// cderd made for `job` (named `<lrms>-<id>-<token>`, see cderd's cgroup module).
 pub fn in_job_group(job: &JobKey, proc_cgroup: &str) -> bool {
     let prefix = format!("{}-{}-", job.lrms().as_str(), job.id());
-    proc_cgroup.lines().filter_map(|l| l.rsplit_once(':')).any(|(_, path)| path.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(&prefix)))
+    proc_cgroup
+        .lines()
+        .filter_map(|l| l.rsplit_once(':'))
+        .any(|(_, path)| path.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(&prefix)))
 }
 
 /// Asks cderd (`env`, checked against the caller's uid) for the devices of
@@ -150,7 +153,12 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
         }
     };
     let Some(id) = job_id.filter(|s| !s.is_empty()) else {
-        return refuse(Fetched::new(empty, None, Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()), false));
+        return refuse(Fetched::new(
+            empty,
+            None,
+            Some("PBS_JOBID is not set: not a TORQUE job, no devices".into()),
+            false,
+        ));
     };
     let job = match JobKey::new(Lrms::Torque, id) {
         Ok(j) => j,
@@ -158,19 +166,35 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
     };
     let mut client = match Client::connect(&config.node.socket, timeout) {
         Ok(c) => c,
-        Err(e) => return refuse(Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false)),
+        Err(e) => {
+            return refuse(Fetched::new(
+                empty,
+                Some(job.clone()),
+                Some(format!("{job}: {e}; no devices are visible")),
+                false,
+            ))
+        }
     };
     let allocation = match client.env(&job) {
         Ok(a) => a,
         Err(e) if e.code() == Some(ErrorCode::UnknownJob) => {
-            let note = (confine != Confine::Off).then(|| format!("{job}: cderd has no record of the job on this node (did the cder prologue run?)"));
+            let note = (confine != Confine::Off)
+                .then(|| format!("{job}: cderd has no record of the job on this node (did the cder prologue run?)"));
             return refuse(Fetched::new(empty, Some(job), note, true));
         }
         Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => {
-            let note = format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid());
+            let note =
+                format!("{job} is not a job of this user (uid {}); no devices are visible", crate::sys::current_uid());
             return refuse(Fetched::new(empty, Some(job), Some(note), true));
         }
-        Err(e) => return refuse(Fetched::new(empty, Some(job.clone()), Some(format!("{job}: {e}; no devices are visible")), false)),
+        Err(e) => {
+            return refuse(Fetched::new(
+                empty,
+                Some(job.clone()),
+                Some(format!("{job}: {e}; no devices are visible")),
+                false,
+            ))
+        }
     };
     // Start from the empty lists so a type missing from the reply is still
     // set (an unset variable means every device).
@@ -180,7 +204,11 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
     if confine == Confine::Off {
         // Inside the job's device cgroup (the starter put the job there),
         // the CUDA runtime numbers the job's devices from 0.
-        let numbering = if in_job_group(&job, &read_own_cgroups()) { allocation.relative_env(&config.cders) } else { allocation.env };
+        let numbering = if in_job_group(&job, &read_own_cgroups()) {
+            allocation.relative_env(&config.cders)
+        } else {
+            allocation.env
+        };
         env.0.extend(numbering.0);
         return Fetched::new(env, Some(job), None, true);
     }
@@ -227,11 +255,11 @@ mod tests {
 
     #[test]
     fn environment_as_started_keeps_every_entry_in_order() {
-        let env = environment_as_started(b"PBS_JOBID=17.ce\0LD_LIBRARY_PATH=/opt/x/lib\0EMPTY=\0A=b=c\0=nameless\0noequals\0TMPDIR=/tmp/17\0");
-        let env: Vec<(String, String)> = env
-            .into_iter()
-            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
-            .collect();
+        let env = environment_as_started(
+            b"PBS_JOBID=17.ce\0LD_LIBRARY_PATH=/opt/x/lib\0EMPTY=\0A=b=c\0=nameless\0noequals\0TMPDIR=/tmp/17\0",
+        );
+        let env: Vec<(String, String)> =
+            env.into_iter().map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap())).collect();
         let want = [
             ("PBS_JOBID", "17.ce"),
             ("LD_LIBRARY_PATH", "/opt/x/lib"),
@@ -284,7 +312,10 @@ mod tests {
         for confine in [Confine::Required, Confine::BestEffort] {
             let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), confine);
             let refusal = f.refusal.expect("cderd unreachable: refused");
-            assert!(refusal.contains("/nonexistent/cderd.sock") && refusal.contains(&format!("confine = \"{confine}\"")), "{refusal}");
+            assert!(
+                refusal.contains("/nonexistent/cderd.sock") && refusal.contains(&format!("confine = \"{confine}\"")),
+                "{refusal}"
+            );
             let f = fetch(&config, None, Duration::from_secs(1), confine);
             assert!(f.refusal.unwrap().contains("PBS_JOBID is not set"));
             assert!(fetch(&config, Some("12;x"), Duration::from_secs(1), confine).refusal.is_some());

@@ -91,13 +91,12 @@ pub fn drop_borrowed_group() -> Result<(), String> {
     let (mut real, mut effective, mut saved) = (0, 0, 0);
     // SAFETY: the three pointers are live, writable locals of type gid_t.
     if unsafe { libc::getresgid(&mut real, &mut effective, &mut saved) } != 0 {
-        return Err(format!(
-            "cannot read back its gids (getresgid): {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(format!("cannot read back its gids (getresgid): {}", std::io::Error::last_os_error()));
     }
     if (real, effective, saved) != (gid, gid, gid) {
-        return Err(format!("the installed group was not dropped: gids real {real}, effective {effective}, saved {saved}"));
+        return Err(format!(
+            "the installed group was not dropped: gids real {real}, effective {effective}, saved {saved}"
+        ));
     }
     Ok(())
 }

@@ -61,7 +61,12 @@ const CASES: &[Case] = &[
     Case { name: "custom_prefix", args: &["-v", "GPGPUPerNode=2"], settings: NATIVE, env: &[("PBS_DPREFIX", "#MY")] },
     Case { name: "crlf", args: &[], settings: NATIVE, env: &[] },
     Case { name: "no_final_newline", args: &[], settings: NATIVE, env: &[] },
-    Case { name: "cli_request", args: &["-q", "gpu", "-v", "GPGPUPerNode=3", "-N", "job", "job.sh"], settings: NATIVE, env: &[] },
+    Case {
+        name: "cli_request",
+        args: &["-q", "gpu", "-v", "GPGPUPerNode=3", "-N", "job", "job.sh"],
+        settings: NATIVE,
+        env: &[],
+    },
     Case {
         name: "cli_overrides",
         args: &["-v", "GPGPUPerNode=2", "-l", "nodes=1:ppn=2:gpus=2", "job.sh"],
@@ -178,12 +183,19 @@ fn latin1_comment_then_v_gpgpupernode_is_honoured() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("ignored"), "no wrong note: {err}");
     // The Latin-1 bytes pass through unchanged; the request is written.
-    assert_eq!(out.stdout, b"#!/bin/bash\n# Auteur : Fran\xe7ois\n#PBS -l nodes=1:ppn=4:gpus=2\n#PBS -v GPGPUPerNode=2\n./run\n".to_vec());
+    assert_eq!(
+        out.stdout,
+        b"#!/bin/bash\n# Auteur : Fran\xe7ois\n#PBS -l nodes=1:ppn=4:gpus=2\n#PBS -v GPGPUPerNode=2\n./run\n".to_vec()
+    );
     // MAUI mode likewise.
     let out = run(script, &[], MAUI, &[]);
     assert_eq!(out.status.code(), Some(0));
     let text = out.stdout;
-    assert!(text.ends_with(b"#PBS -v GPGPUPerNode=2\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n"), "{}", String::from_utf8_lossy(&text));
+    assert!(
+        text.ends_with(b"#PBS -v GPGPUPerNode=2\n#PBS -W x=GRES:gpus@2\n#PBS -l other=cder:gpgpu:2\n./run\n"),
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
 }
 
 /// MAUI mode: a job that asks MAUI directly (`-W x=GRES:gpus@N`) gets the

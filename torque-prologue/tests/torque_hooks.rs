@@ -117,7 +117,12 @@ fn job_starter_gives_the_job_exactly_its_own_devices() {
     let mine: Vec<String> = held["torque:300.ce"].iter().map(u32::to_string).collect();
 
     // As pbs_mom execs it: starter, shell, shell's argv[0]; script on stdin.
-    let env = [("PBS_JOBID", "300.ce"), ("PBS_JOBCOOKIE", "0123456789ABCDEF"), ("CUDA_VISIBLE_DEVICES", "0,1,2,3"), ("PATH", "/usr/bin:/bin")];
+    let env = [
+        ("PBS_JOBID", "300.ce"),
+        ("PBS_JOBCOOKIE", "0123456789ABCDEF"),
+        ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
+        ("PATH", "/usr/bin:/bin"),
+    ];
     let r = node.job_starter(JOB_UID, JOB_GID, &env, &["/bin/sh", "-sh"], b"id -u\nenv\n");
     assert_eq!(r.code, 0, "{r:?}");
     let lines: Vec<&str> = r.stdout.lines().collect();
@@ -128,7 +133,13 @@ fn job_starter_gives_the_job_exactly_its_own_devices() {
     assert!(r.stderr.is_empty(), "{r:?}");
 
     // By hand, inside a job: cder-job-starter PROGRAM ARGS.
-    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "300.ce")], &["/usr/bin/printenv", "CUDA_VISIBLE_DEVICES"], b"");
+    let r = node.job_starter(
+        JOB_UID,
+        JOB_GID,
+        &[("PBS_JOBID", "300.ce")],
+        &["/usr/bin/printenv", "CUDA_VISIBLE_DEVICES"],
+        b"",
+    );
     assert_eq!(r.stdout.trim(), mine.join(","), "{r:?}");
 
     // Another user running with this job's id: no devices, and a message.
@@ -147,9 +158,17 @@ fn job_starter_gives_the_job_exactly_its_own_devices() {
     let config = node.config.to_str().unwrap();
     let r = node.run_as(JOB_UID, JOB_GID, &env_bin, &["--shell", "--config", config], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains(&format!("CUDA_VISIBLE_DEVICES='{}'; export CUDA_VISIBLE_DEVICES; readonly CUDA_VISIBLE_DEVICES", mine.join(","))), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!(
+            "CUDA_VISIBLE_DEVICES='{}'; export CUDA_VISIBLE_DEVICES; readonly CUDA_VISIBLE_DEVICES",
+            mine.join(",")
+        )),
+        "{}",
+        r.stdout
+    );
     let script = format!("eval \"$({} --shell --config {config})\"; echo \"$CUDA_VISIBLE_DEVICES\"; (CUDA_VISIBLE_DEVICES=0,1,2,3) 2>/dev/null || echo read-only", env_bin.display());
-    let r = node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/bin/sh"), &["-c", &script], &[("PBS_JOBID", "300.ce")]);
+    let r =
+        node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/bin/sh"), &["-c", &script], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.stdout, format!("{}\nread-only\n", mine.join(",")), "{r:?}");
     let r = node.run_as(OTHER_UID, OTHER_UID, &env_bin, &["--config", config], &[("PBS_JOBID", "300.ce")]);
     assert_eq!(r.code, 1, "{r:?}");

@@ -43,11 +43,17 @@ fn hand_written_mark_is_refused_by_the_filter_and_ignored_by_the_prologue() {
     let out = submit_filter(&node, script);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("job script line 3: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"), "{err}");
+    assert!(
+        err.contains("job script line 3: -l other=cder:gpgpu:4: TORQUE does not count devices asked for this way"),
+        "{err}"
+    );
 
     // Submitted some other way, the mark reaches pbs_mom; TORQUE counted no
     // GPUs for the job, and the prologue gives it none.
-    let r = node.hook("prologue", &prologue_args("700.ce", "neednodes=1:ppn=1,nodes=1:ppn=1,other=cder:gpgpu:4,walltime=01:00:00"));
+    let r = node.hook(
+        "prologue",
+        &prologue_args("700.ce", "neednodes=1:ppn=1,nodes=1:ppn=1,other=cder:gpgpu:4,walltime=01:00:00"),
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("ignored other=cder:gpgpu:4"), "the job's error file says why: {r:?}");
     assert!(node.holders().is_empty(), "{:?}", node.holders());
@@ -63,9 +69,11 @@ fn torque_assigned_gpus_are_adopted_from_the_gpu_file_and_the_job_file() {
     let host = hostname();
     // Mother superior: pbs_mom wrote $PBS_HOME/aux/<id>gpu (PBS_GPUFILE)
     // before the prologue; another host's GPU in it is not ours.
-    std::fs::write(node.pbs_home().join("aux/800.ce.example.orggpu"), format!("{host}-gpu3\n{host}-gpu1\nwn99-gpu0\n")).unwrap();
+    std::fs::write(node.pbs_home().join("aux/800.ce.example.orggpu"), format!("{host}-gpu3\n{host}-gpu1\nwn99-gpu0\n"))
+        .unwrap();
     node.write_job_file("800.ce.example.org", Some(&format!("{host}-gpu/3+{host}-gpu/1+wn99-gpu/0")));
-    let r = node.hook("prologue", &prologue_args("800.ce.example.org", "neednodes=2:ppn=1:gpus=2,nodes=2:ppn=1:gpus=2"));
+    let r =
+        node.hook("prologue", &prologue_args("800.ce.example.org", "neednodes=2:ppn=1:gpus=2,nodes=2:ppn=1:gpus=2"));
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(set(&node.holders()["torque:800.ce.example.org"]), set(&[1, 3]), "exactly TORQUE's choice");
 
@@ -106,7 +114,12 @@ fn a_sister_gets_only_what_exec_gpus_names_for_it() {
     let variables = format!("PBS_O_HOME=/home/u\0X=exec_gpus\0{host}-gpu/3\0exec_gpus\0{host}-gpu/2\0");
     node.write_binary_job_file(
         "1101.ce",
-        &[("Job_Name", None, b"x\0"), ("Resource_List", Some("nodes"), limits.as_bytes()), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, b"wnA-gpu/0\0")],
+        &[
+            ("Job_Name", None, b"x\0"),
+            ("Resource_List", Some("nodes"), limits.as_bytes()),
+            ("Variable_List", None, variables.as_bytes()),
+            ("exec_gpus", None, b"wnA-gpu/0\0"),
+        ],
     );
     let r = node.hook("prologue.parallel", &prologue_args("1101.ce", &limits));
     assert_eq!(r.code, 0, "{r:?}");
@@ -114,7 +127,11 @@ fn a_sister_gets_only_what_exec_gpus_names_for_it() {
     // The same on the mother superior, where TORQUE did assign one here.
     node.write_binary_job_file(
         "1102.ce",
-        &[("Job_Name", None, b"x\0"), ("Variable_List", None, variables.as_bytes()), ("exec_gpus", None, format!("{host}-gpu/1+wnA-gpu/0\0").as_bytes())],
+        &[
+            ("Job_Name", None, b"x\0"),
+            ("Variable_List", None, variables.as_bytes()),
+            ("exec_gpus", None, format!("{host}-gpu/1+wnA-gpu/0\0").as_bytes()),
+        ],
     );
     let r = node.hook("prologue", &prologue_args("1102.ce", "nodes=2:ppn=1:gpus=1"));
     assert_eq!(r.code, 0, "{r:?}");
@@ -150,7 +167,9 @@ fn users_own_torque_toml(node: &Node) -> std::path::PathBuf {
 
 #[test]
 fn the_jobs_environment_does_not_configure_the_job_starter() {
-    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else { return };
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else {
+        return;
+    };
     let user_toml = users_own_torque_toml(&node);
     let hostile = [("CDER_CONFIG", "/nonexistent"), ("CDER_TORQUE_CONFIG", user_toml.to_str().unwrap())];
 
@@ -169,7 +188,10 @@ fn the_jobs_environment_does_not_configure_the_job_starter() {
     let r = node.job_starter(JOB_UID, JOB_GID, &env, &["/bin/sh", "-sh"], b"echo JOB RAN\n");
     assert!(!r.stdout.contains("JOB RAN"), "{r:?}");
     assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.stderr.contains("cderd has no record of the job") && r.stderr.contains("confine = \"required\""), "{r:?}");
+    assert!(
+        r.stderr.contains("cderd has no record of the job") && r.stderr.contains("confine = \"required\""),
+        "{r:?}"
+    );
 
     // … and a recorded job runs confined, away from every device.
     assert_eq!(node.hook("prologue", &prologue_args("1200.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")).code, 0);
@@ -178,12 +200,17 @@ fn the_jobs_environment_does_not_configure_the_job_starter() {
     assert!(r.stdout.contains("CVD=\n"), "{}", r.stdout);
     for i in 0..4 {
         let line = r.stdout.lines().find(|l| l.starts_with(&format!("dev{i} "))).unwrap_or_default();
-        assert!(line.contains("Operation not permitted"), "device {i} is fenced whatever the job's variables say: {}", r.stdout);
+        assert!(
+            line.contains("Operation not permitted"),
+            "device {i} is fenced whatever the job's variables say: {}",
+            r.stdout
+        );
     }
     assert_eq!(node.hook("epilogue", &epilogue_args("1200.ce")).code, 0);
 
     // Only --config, --torque-config and -- come before the command.
-    let r = node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"], &[]);
+    let r =
+        node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"], &[]);
     assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{r:?}");
     assert!(r.stderr.contains("unknown option --colour"), "{r:?}");
 }
@@ -199,11 +226,20 @@ fn with_cderd_down_the_job_starter_does_not_start_the_job() {
         let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "1300.ce")], &["/bin/sh", "-sh"], b"echo JOB RAN\n");
         assert_eq!(r.code, 1, "{confine}: {r:?}");
         assert!(!r.stdout.contains("JOB RAN"), "{confine}: {r:?}");
-        assert!(r.stderr.contains(&socket) && r.stderr.contains(&format!("confine = \"{confine}\"")), "{confine}: the reason, in the job's error file: {r:?}");
+        assert!(
+            r.stderr.contains(&socket) && r.stderr.contains(&format!("confine = \"{confine}\"")),
+            "{confine}: the reason, in the job's error file: {r:?}"
+        );
     }
     // "off" (TORQUE's own cgroups fence the devices): the empty list.
     std::fs::write(&node.torque_toml, "[torque]\nconfine = \"off\"\n").unwrap();
-    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "1300.ce")], &["/bin/sh", "-sh"], b"echo \"JOB RAN CVD=$CUDA_VISIBLE_DEVICES\"\n");
+    let r = node.job_starter(
+        JOB_UID,
+        JOB_GID,
+        &[("PBS_JOBID", "1300.ce")],
+        &["/bin/sh", "-sh"],
+        b"echo \"JOB RAN CVD=$CUDA_VISIBLE_DEVICES\"\n",
+    );
     assert_eq!((r.code, r.stdout.as_str()), (0, "JOB RAN CVD=\n"), "{r:?}");
 }
 
@@ -237,7 +273,11 @@ fn two_jobs_of_one_user_apart(cgroup: &'static str) {
             if mine.contains(&i) {
                 assert_eq!(line, format!("dev{i} open"), "{job} opens its own device: {}", r.stdout);
             } else {
-                assert!(line.contains("Operation not permitted"), "{job} gets EPERM on the other job's device {i}: {}", r.stdout);
+                assert!(
+                    line.contains("Operation not permitted"),
+                    "{job} gets EPERM on the other job's device {i}: {}",
+                    r.stdout
+                );
             }
         }
     }
@@ -254,7 +294,13 @@ fn two_jobs_of_one_user_apart(cgroup: &'static str) {
     }
     // The same user, outside the job starter, is in no job's group: the
     // kernel, not the file mode, made the difference above.
-    let r = node.run_as(JOB_UID, JOB_GID, std::path::Path::new("/usr/bin/head"), &["-c", "1", node.device_paths[0].to_str().unwrap()], &[]);
+    let r = node.run_as(
+        JOB_UID,
+        JOB_GID,
+        std::path::Path::new("/usr/bin/head"),
+        &["-c", "1", node.device_paths[0].to_str().unwrap()],
+        &[],
+    );
     assert_eq!(r.code, 0, "{r:?}");
     for job in ["900.ce", "901.ce", "902.ce"] {
         assert_eq!(node.hook("epilogue", &epilogue_args(job)).code, 0);
@@ -269,10 +315,19 @@ fn a_job_that_cannot_be_confined_follows_the_confine_setting() {
     let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "950.ce")], &["/bin/sh", "-sh"], b"echo RAN\n");
     assert_eq!(r.code, 1, "fail closed by default: {r:?}");
     assert!(!r.stdout.contains("RAN"), "{r:?}");
-    assert!(r.stderr.contains("cannot confine the job to its devices") && r.stderr.contains("confine = \"required\""), "{r:?}");
+    assert!(
+        r.stderr.contains("cannot confine the job to its devices") && r.stderr.contains("confine = \"required\""),
+        "{r:?}"
+    );
 
     std::fs::write(&node.torque_toml, "[torque]\nconfine = \"best_effort\"\n").unwrap();
-    let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "950.ce")], &["/bin/sh", "-sh"], b"echo RAN $CUDA_VISIBLE_DEVICES\n");
+    let r = node.job_starter(
+        JOB_UID,
+        JOB_GID,
+        &[("PBS_JOBID", "950.ce")],
+        &["/bin/sh", "-sh"],
+        b"echo RAN $CUDA_VISIBLE_DEVICES\n",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     let index = node.holders()["torque:950.ce"][0];
     assert_eq!(r.stdout, format!("RAN {index}\n"), "absolute indices outside a cgroup: {r:?}");
@@ -342,11 +397,7 @@ fn job_preload_library(node: &Node) -> (std::path::PathBuf, std::path::PathBuf) 
         .arg(&source)
         .output()
         .expect("cc (build-essential) builds the test's library");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
     (library, marker)
 }
 
@@ -358,9 +409,7 @@ fn run_preloaded(
     library: Option<&std::path::Path>,
     argv: &[&str],
 ) -> common::Run {
-    let preload = library
-        .map(|l| format!("LD_PRELOAD={}", l.display()))
-        .unwrap_or_else(|| "NO_PRELOAD=1".into());
+    let preload = library.map(|l| format!("LD_PRELOAD={}", l.display())).unwrap_or_else(|| "NO_PRELOAD=1".into());
     let mut args = vec![preload.as_str(), starter.to_str().unwrap()];
     args.extend_from_slice(argv);
     node.run_as(
@@ -392,53 +441,28 @@ fn the_jobs_ld_preload_does_not_run_before_the_job_starter() {
     // library first, and it runs the job without cderd ever confining it.
     let plain = installed_starter(&node, "starter-0755", 0, 0o755);
     let r = run_preloaded(&node, &plain, Some(&library), &argv);
-    assert!(
-        r.stdout.contains("UNCONFINED") && marker.exists(),
-        "the loader honours LD_PRELOAD: {r:?}"
-    );
+    assert!(r.stdout.contains("UNCONFINED") && marker.exists(), "the loader honours LD_PRELOAD: {r:?}");
     std::fs::remove_file(&marker).unwrap();
 
     // Set-group-ID: secure execution, the library is never loaded, and the
     // job (unknown to cderd) is refused exactly as without the variable.
     let setgid = installed_starter(&node, "starter-2755", STARTER_GID, 0o2755);
     let with = run_preloaded(&node, &setgid, Some(&library), &argv);
-    assert!(
-        !marker.exists(),
-        "the job's library ran in the job starter: {with:?}"
-    );
-    assert!(
-        !with.stdout.contains("UNCONFINED") && !with.stdout.contains("JOB RAN"),
-        "{with:?}"
-    );
+    assert!(!marker.exists(), "the job's library ran in the job starter: {with:?}");
+    assert!(!with.stdout.contains("UNCONFINED") && !with.stdout.contains("JOB RAN"), "{with:?}");
     let without = run_preloaded(&node, &setgid, None, &argv);
-    assert_eq!(
-        (with.code, &with.stdout, &with.stderr),
-        (without.code, &without.stdout, &without.stderr)
-    );
+    assert_eq!((with.code, &with.stdout, &with.stderr), (without.code, &without.stdout, &without.stderr));
     assert_eq!(with.code, 1, "{with:?}");
-    assert!(
-        with.stderr.contains("cderd has no record of the job"),
-        "{with:?}"
-    );
+    assert!(with.stderr.contains("cderd has no record of the job"), "{with:?}");
 }
 
 #[test]
 fn the_job_runs_without_the_job_starters_group_and_with_its_whole_environment() {
-    let Some(node) = Node::start_with(
-        "[torque]\nconfine = \"required\"\n",
-        Devices::Char { cgroup: "v1" },
-    ) else {
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else {
         return;
     };
     let setgid = installed_starter(&node, "starter-2755", STARTER_GID, 0o2755);
-    assert_eq!(
-        node.hook(
-            "prologue",
-            &prologue_args("1401.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")
-        )
-        .code,
-        0
-    );
+    assert_eq!(node.hook("prologue", &prologue_args("1401.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")).code, 0);
     // Variables the loader takes out of a set-group-ID program's environment.
     let env = [
         ("PBS_JOBID", "1401.ce"),
@@ -447,19 +471,8 @@ fn the_job_runs_without_the_job_starters_group_and_with_its_whole_environment() 
         ("TMPDIR", "/tmp/1401.ce"),
     ];
     let script = "grep '^Gid:' /proc/self/status; echo \"LLP=$LD_LIBRARY_PATH TMPDIR=$TMPDIR CVD=$CUDA_VISIBLE_DEVICES\"; cat /proc/self/cgroup";
-    let files = [
-        "--config",
-        node.config.to_str().unwrap(),
-        "--torque-config",
-        node.torque_toml.to_str().unwrap(),
-    ];
-    let r = node.run_as(
-        JOB_UID,
-        JOB_GID,
-        &setgid,
-        &[&files[..], &["/bin/sh", "-c", script]].concat(),
-        &env,
-    );
+    let files = ["--config", node.config.to_str().unwrap(), "--torque-config", node.torque_toml.to_str().unwrap()];
+    let r = node.run_as(JOB_UID, JOB_GID, &setgid, &[&files[..], &["/bin/sh", "-c", script]].concat(), &env);
     assert_eq!(r.code, 0, "{r:?}");
     let gids: Vec<u32> = r
         .stdout
@@ -469,19 +482,9 @@ fn the_job_runs_without_the_job_starters_group_and_with_its_whole_environment() 
         .split_whitespace()
         .filter_map(|g| g.parse().ok())
         .collect();
-    assert_eq!(
-        gids, [JOB_GID; 4],
-        "real, effective, saved and fs gid are the job's: {r:?}"
-    );
-    assert!(
-        r.stdout
-            .contains("LLP=/opt/app/lib TMPDIR=/tmp/1401.ce CVD=\n"),
-        "{r:?}"
-    );
-    assert!(
-        r.stdout.contains("torque-1401.ce-"),
-        "confined by cderd: {r:?}"
-    );
+    assert_eq!(gids, [JOB_GID; 4], "real, effective, saved and fs gid are the job's: {r:?}");
+    assert!(r.stdout.contains("LLP=/opt/app/lib TMPDIR=/tmp/1401.ce CVD=\n"), "{r:?}");
+    assert!(r.stdout.contains("torque-1401.ce-"), "confined by cderd: {r:?}");
     assert_eq!(node.hook("epilogue", &epilogue_args("1401.ce")).code, 0);
 }
 

@@ -54,12 +54,7 @@ fn table(devices: &[Device]) -> String {
         }
     }
     let line = |cells: Vec<&str>| {
-        let mut out = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ");
+        let mut out = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ");
         out.truncate(out.trim_end().len());
         out + "\n"
     };

@@ -46,12 +46,14 @@ pci_bus_id, model, memory_mb, compute_capability, multiprocessors, cores_per_mp,
 path, numa_node, health, vendor and type. It does not need cderd to be running.")]
     Inventory(inventory::Args),
     /// Give a job devices (root and [node] operators)
-    #[command(long_about = "Asks cderd for COUNT devices of TYPE for JOB, run by UID, and prints the job's \
+    #[command(
+        long_about = "Asks cderd for COUNT devices of TYPE for JOB, run by UID, and prints the job's \
 environment as KEY=VALUE lines (CUDA_VISIBLE_DEVICES=1,3, CUDA_DEVICE_ORDER=PCI_BUS_ID, …) or, with --json, \
 {\"job\":…,\"uid\":…,\"devices\":[{\"type\":…,\"index\":…,\"uuid\":…}],\"env\":{…}}. Idempotent: asking again \
 for the same job returns the same devices. Among free devices that satisfy --min-memory and --model, \
 cderd prefers one NUMA node. Too few free devices: exit 1, saying how many are free.",
-        after_help = "EXAMPLES:\n    cderctl alloc --job slurm:4242 --uid 1000 --count 2\n    cderctl alloc --job local:demo-1 --uid $(id -u alice) --count 1 --min-memory 8000 --model A100 --json")]
+        after_help = "EXAMPLES:\n    cderctl alloc --job slurm:4242 --uid 1000 --count 2\n    cderctl alloc --job local:demo-1 --uid $(id -u alice) --count 1 --min-memory 8000 --model A100 --json"
+    )]
     Alloc(node::AllocArgs),
     /// Take a job's devices back (root and [node] operators); idempotent
     #[command(after_help = "EXAMPLES:\n    cderctl release --job slurm:4242")]
@@ -63,44 +65,57 @@ cderd prefers one NUMA node. Too few free devices: exit 1, saying how many are f
     #[command(after_help = "EXAMPLES:\n    cderctl status\n    cderctl status --json --socket /tmp/cderd.sock")]
     Status(node::StatusArgs),
     /// Take a device out of service: it is never allocated until resumed (root and operators)
-    #[command(long_about = "Marks DEVICE offline with a reason. A device that a job holds stays with the job \
+    #[command(
+        long_about = "Marks DEVICE offline with a reason. A device that a job holds stays with the job \
 and goes offline when released. Offline devices are counted apart in status and never allocated.",
-        after_help = "EXAMPLES:\n    cderctl drain gpgpu:3 --reason \"Xid 79\"")]
+        after_help = "EXAMPLES:\n    cderctl drain gpgpu:3 --reason \"Xid 79\""
+    )]
     Drain(node::DrainArgs),
     /// Put a drained device back into service (root and operators); also
     /// `undrain`, the only way back for a device the health watch drained
-    #[command(visible_alias = "undrain", after_help = "EXAMPLES:\n    cderctl resume gpgpu:3\n    cderctl undrain GPU-4ea17400-0000-4000-8000-000000000000")]
+    #[command(
+        visible_alias = "undrain",
+        after_help = "EXAMPLES:\n    cderctl resume gpgpu:3\n    cderctl undrain GPU-4ea17400-0000-4000-8000-000000000000"
+    )]
     Resume(node::ResumeArgs),
     /// Free the devices of jobs the batch system no longer knows (root and operators)
-    #[command(long_about = "Releases every allocation whose job is not in the live list. The list comes from \
+    #[command(
+        long_about = "Releases every allocation whose job is not in the live list. The list comes from \
 a file (--live-jobs FILE, or - for stdin; one <lrms>:<id> per line) or from the batch system (--from slurm \
 runs squeue; CDER_SQUEUE names another squeue binary). With --from slurm, or --lrms, only that batch \
 system's jobs are considered: every job SLURM knows in a non-terminal state is live (STOPPED, \
 SIGNALING, STAGE_OUT, RESIZING … included). The ledger's generation is read before squeue runs and sent as \
 as_of, so an allocation made meanwhile is never released (--as-of does the same for a --live-jobs file). \
 If squeue fails, nothing is released.",
-        after_help = "EXAMPLES:\n    cderctl reconcile --from slurm\n    qstat -f | awk '/Job Id/{print \"torque:\" $3}' | cderctl reconcile --live-jobs - --lrms torque")]
+        after_help = "EXAMPLES:\n    cderctl reconcile --from slurm\n    qstat -f | awk '/Job Id/{print \"torque:\" $3}' | cderctl reconcile --live-jobs - --lrms torque"
+    )]
     Reconcile(node::ReconcileArgs),
     /// Put this process, and COMMAND, into a job's device cgroups (the job's own user, or an operator)
-    #[command(long_about = "Asks cderd to move this process into JOB's device cgroups, where every device \
+    #[command(
+        long_about = "Asks cderd to move this process into JOB's device cgroups, where every device \
 cderd manages except the job's own is denied by the kernel (cgroup v1 devices controller and/or a cgroup v2 \
 device BPF program, per [node.enforcement] cgroup). With COMMAND, then runs it there with the job's \
 environment in indices relative to its own devices (CUDA_VISIBLE_DEVICES=0,1,…), as the CUDA runtime \
 numbers them inside a device cgroup. Exit 1 when the node has no usable device cgroup \
 (enforcement_unavailable).",
-        after_help = "EXAMPLES:\n    cderctl confine --job slurm:4242 -- ./train.sh\n    cderctl confine --job torque:17.ce --json")]
+        after_help = "EXAMPLES:\n    cderctl confine --job slurm:4242 -- ./train.sh\n    cderctl confine --job torque:17.ce --json"
+    )]
     Confine(node::ConfineArgs),
     /// Device usage per job and device, and the pool's utilisation over a period
-    #[command(long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
+    #[command(
+        long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
 utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
 seed thesis's Appendix C function. Users other than root and operators see their own records only.",
-        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json")]
+        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json"
+    )]
     Accounting(node::AccountingArgs),
     /// The cluster's vGPGPU registry: status, query, offline/online, release, SLURM licences
-    #[command(long_about = "Talks to cder-registryd ([registry] url, MUNGE-authenticated) about the \
+    #[command(
+        long_about = "Talks to cder-registryd ([registry] url, MUNGE-authenticated) about the \
 cluster's vGPGPU backends (rCUDA / VCL servers, one per GPU). status and query are open to any user; \
 offline, online and release need root or a [registry] operator.",
-        after_help = "EXAMPLES:\n    cderctl registry status\n    cderctl registry query free --method rCUDA\n    cderctl registry offline --host gpu03 --reason \"PSU\"\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf")]
+        after_help = "EXAMPLES:\n    cderctl registry status\n    cderctl registry query free --method rCUDA\n    cderctl registry offline --host gpu03 --reason \"PSU\"\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf"
+    )]
     Registry(registry::Args),
 }
 

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context};
 use cder_model::{Config, JobKey};
 use cder_protocol::{
-    Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode, ReconcileRequest, Status,
+    Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode,
+    ReconcileRequest, Status,
 };
 
 use super::Failure;
@@ -170,7 +171,10 @@ fn status_table(status: &Status) -> String {
         out += &line(row);
     }
     for (t, c) in &status.counts {
-        out += &format!("{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy\n", c.total, c.free, c.allocated, c.offline, c.unhealthy);
+        out += &format!(
+            "{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy\n",
+            c.total, c.free, c.allocated, c.offline, c.unhealthy
+        );
     }
     out
 }
@@ -234,7 +238,11 @@ fn print_device(d: &DeviceStatus, as_json: bool) -> Result<(), Failure> {
         return json(d);
     }
     let [t, i, state, job, _, _, _, _, _, reason] = device_cells(d);
-    super::print(&format!("{t}:{i} {state}{}{}\n", if job == "-" { String::new() } else { format!(" job={job}") }, if reason == "-" { String::new() } else { format!(" reason={reason}") }))
+    super::print(&format!(
+        "{t}:{i} {state}{}{}\n",
+        if job == "-" { String::new() } else { format!(" job={job}") },
+        if reason == "-" { String::new() } else { format!(" reason={reason}") }
+    ))
 }
 
 /// Where reconcile learns which jobs are alive.
@@ -247,8 +255,17 @@ pub enum LiveSource {
 /// The SLURM job states after which a job never runs again on its
 /// allocation (interfaces.md); every other state, known today or added by a
 /// later SLURM (STOPPED, SIGNALING, STAGE_OUT, RESIZING, REQUEUED, …), is live.
-pub const SLURM_TERMINAL_STATES: &[&str] =
-    &["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"];
+pub const SLURM_TERMINAL_STATES: &[&str] = &[
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+];
 
 #[derive(clap::Args, Debug)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["live_jobs", "from"]))]
@@ -338,11 +355,16 @@ pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Fail
     let (live_jobs, implied_lrms) = match (&args.live_jobs, args.from) {
         (Some(path), _) if path.as_os_str() == "-" => {
             let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading live jobs from stdin").map_err(Failure::usage)?;
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading live jobs from stdin")
+                .map_err(Failure::usage)?;
             (parse_live_jobs(&text, "<stdin>")?, None)
         }
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display())).map_err(Failure::usage)?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))
+                .map_err(Failure::usage)?;
             (parse_live_jobs(&text, &path.display().to_string())?, None)
         }
         (None, Some(LiveSource::Slurm)) => {
@@ -355,7 +377,9 @@ pub fn reconcile(config: Option<&Path>, args: &ReconcileArgs) -> Result<(), Fail
             let live = slurm_live_jobs()?;
             let lrms = args.lrms.clone().unwrap_or_else(|| "slurm".to_string());
             let mut client = args.connection.connect(config)?;
-            let reconciled = client.reconcile(&ReconcileRequest { live_jobs: live, lrms: Some(lrms), as_of: Some(as_of) }).map_err(refused)?;
+            let reconciled = client
+                .reconcile(&ReconcileRequest { live_jobs: live, lrms: Some(lrms), as_of: Some(as_of) })
+                .map_err(refused)?;
             return print_reconciled(&reconciled, args.json);
         }
         (None, None) => return Err(Failure::usage(anyhow!("reconcile needs --live-jobs FILE|- or --from slurm"))),
@@ -402,7 +426,12 @@ pub fn confine(config: Option<&Path>, args: &ConfineArgs) -> Result<(), Failure>
         return if args.json {
             json(&confined)
         } else {
-            super::print(&format!("{}: pid {} confined to {}\n", confined.job, confined.pid, confined.cgroups.join(" ")))
+            super::print(&format!(
+                "{}: pid {} confined to {}\n",
+                confined.job,
+                confined.pid,
+                confined.cgroups.join(" ")
+            ))
         };
     };
     // Inside the groups the runtime numbers the job's devices from 0.
@@ -449,7 +478,9 @@ fn parse_time(text: &str, now: i64) -> Result<i64, String> {
 
 pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Failure> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let time = |t: &Option<String>, flag: &str| t.as_deref().map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--{flag}: {e}")))).transpose();
+    let time = |t: &Option<String>, flag: &str| {
+        t.as_deref().map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--{flag}: {e}")))).transpose()
+    };
     let request = AccountingRequest { since: time(&args.since, "since")?, until: time(&args.until, "until")? };
     let accounting = args.connection.connect(config)?.accounting(&request).map_err(refused)?;
     if args.json {
@@ -460,7 +491,10 @@ pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Fa
 }
 
 fn accounting_table(a: &Accounting) -> String {
-    let mut out = format!("{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n", "JOB", "UID", "TYPE", "IDX", "START", "END", "DEVICE-SECONDS");
+    let mut out = format!(
+        "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n",
+        "JOB", "UID", "TYPE", "IDX", "START", "END", "DEVICE-SECONDS"
+    );
     for r in &a.records {
         out += &format!(
             "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n",
@@ -474,7 +508,15 @@ fn accounting_table(a: &Accounting) -> String {
         );
     }
     for d in &a.drains {
-        out += &format!("drained {}:{} {} from {} to {}: {}\n", d.cder_type, d.index, d.uuid, d.start, d.end.map_or("-".into(), |e| e.to_string()), d.reason);
+        out += &format!(
+            "drained {}:{} {} from {} to {}: {}\n",
+            d.cder_type,
+            d.index,
+            d.uuid,
+            d.start,
+            d.end.map_or("-".into(), |e| e.to_string()),
+            d.reason
+        );
     }
     let u = &a.utilisation;
     out += &format!(

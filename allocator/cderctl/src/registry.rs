@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use cder_model::{Config, VgpgpuMethod};
 use cder_registry_client::api::{OfflineRequest, QueryName};
-use cder_registry_client::{Client, ClientError, ApiErrorCode, RegistryStatus};
+use cder_registry_client::{ApiErrorCode, Client, ClientError, RegistryStatus};
 use clap::{Args as ClapArgs, Subcommand};
 
 use super::{print, Failure};
@@ -49,11 +49,13 @@ enum Command {
         job: String,
     },
     /// Print the slurm.conf Licenses line for the registry's backends; with --slurm-conf, check it
-    #[command(long_about = "Prints `Licenses=vgpgpu:N`, N being the registry's backends in service (total \
+    #[command(
+        long_about = "Prints `Licenses=vgpgpu:N`, N being the registry's backends in service (total \
 minus offline: an offline backend would let SLURM start a job the registry cannot serve). With \
 --slurm-conf it also reads that file's Licenses line and exits 1, naming the line, when its vgpgpu \
 count differs (then set it and run `scontrol reconfigure`).",
-        after_help = "EXAMPLES:\n    cderctl registry slurm-licenses\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf")]
+        after_help = "EXAMPLES:\n    cderctl registry slurm-licenses\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf"
+    )]
     SlurmLicenses {
         #[arg(long, value_name = "FILE")]
         slurm_conf: Option<PathBuf>,
@@ -74,7 +76,9 @@ struct Target {
 
 fn client(config: Option<&Path>) -> Result<Client, Failure> {
     let c = Config::load(config).map_err(Failure::usage)?;
-    let rc = c.registry.ok_or_else(|| Failure::usage(anyhow!("{}: no [registry] section", Config::resolve_path(config).display())))?;
+    let rc = c
+        .registry
+        .ok_or_else(|| Failure::usage(anyhow!("{}: no [registry] section", Config::resolve_path(config).display())))?;
     Client::from_config(&rc).map_err(Failure::usage)
 }
 
@@ -86,11 +90,15 @@ fn refused(e: ClientError) -> Failure {
 }
 
 fn method(text: Option<&str>) -> Result<Option<VgpgpuMethod>, Failure> {
-    text.map(|m| m.parse().map_err(|e: cder_model::registry::UnknownMethod| Failure::usage(anyhow!("--method: {e}")))).transpose()
+    text.map(|m| m.parse().map_err(|e: cder_model::registry::UnknownMethod| Failure::usage(anyhow!("--method: {e}"))))
+        .transpose()
 }
 
 fn table(s: &RegistryStatus) -> String {
-    let mut out = format!("{:<40} {:<24} {:>6} {:>4} {:<10} {:<9} {}\n", "UUID", "HOST", "PORT", "DEV", "METHODS", "STATE", "JOB");
+    let mut out = format!(
+        "{:<40} {:<24} {:>6} {:>4} {:<10} {:<9} {}\n",
+        "UUID", "HOST", "PORT", "DEV", "METHODS", "STATE", "JOB"
+    );
     for b in &s.backends {
         let methods = b.methods.iter().map(|m| m.name()).collect::<Vec<_>>().join(",");
         let state = format!("{:?}", b.state).to_lowercase();
@@ -99,7 +107,10 @@ fn table(s: &RegistryStatus) -> String {
             (_, _, Some(r)) => format!("({r})"),
             _ => String::new(),
         };
-        out.push_str(&format!("{:<40} {:<24} {:>6} {:>4} {:<10} {:<9} {}\n", b.uuid, b.host, b.port, b.device, methods, state, job));
+        out.push_str(&format!(
+            "{:<40} {:<24} {:>6} {:>4} {:<10} {:<9} {}\n",
+            b.uuid, b.host, b.port, b.device, methods, state, job
+        ));
     }
     for (m, c) in &s.counts {
         out.push_str(&format!("{m}: {} total, {} free, {} in use, {} offline\n", c.total, c.free, c.in_use, c.offline));
@@ -142,7 +153,8 @@ pub fn run(config: Option<&Path>, args: &Args) -> Result<(), Failure> {
         }
         Command::Offline(t) | Command::Online(t) => {
             let r = OfflineRequest { uuid: t.uuid.clone(), host: t.host.clone(), reason: t.reason.clone() };
-            let s = if matches!(args.command, Command::Offline(_)) { c.offline(&r) } else { c.online(&r) }.map_err(refused)?;
+            let s = if matches!(args.command, Command::Offline(_)) { c.offline(&r) } else { c.online(&r) }
+                .map_err(refused)?;
             print(&table(&s))
         }
         Command::Release { job } => {

@@ -45,7 +45,10 @@ fn inventory_through_the_fake_nvml() {
     let config = dir.path().join("cder.toml");
     std::fs::write(
         &config,
-        format!("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\n", library.to_str().unwrap()),
+        format!(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}\n",
+            library.to_str().unwrap()
+        ),
     )
     .unwrap();
     let out = cderctl()

@@ -167,7 +167,8 @@ fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` passes nothing
     // useful either way: a short run then keeps the test suite quick.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let pairs: usize = std::env::var("CDER_BENCH_PAIRS").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 50 } else { 2000 });
+    let pairs: usize =
+        std::env::var("CDER_BENCH_PAIRS").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 50 } else { 2000 });
     // On the real disk (not tmpfs), so fsync costs what it costs.
     let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(base).unwrap();
@@ -197,8 +198,8 @@ fn main() {
     };
 
     socket_sequential(&mut client, pairs / 10 + 1, 10_000_000); // warm-up
-    // Interleaved rounds, so that noise from other work on the machine falls
-    // on every measurement alike rather than on whichever ran last.
+                                                                // Interleaved rounds, so that noise from other work on the machine falls
+                                                                // on every measurement alike rather than on whichever ran last.
     const ROUNDS: usize = 4;
     let share = (pairs / ROUNDS).max(1);
     let (mut seq, mut conc, mut store, mut bare) = (Stats::empty(), Stats::empty(), Stats::empty(), Stats::empty());
@@ -214,7 +215,10 @@ fn main() {
     let _ = daemon.wait();
     let pairs = seq.pairs;
 
-    println!("alloc+release pairs on an {DEVICES}-device node, {pairs} pairs each, WAL + synchronous=FULL, {}", if cfg!(debug_assertions) { "debug build" } else { "release build" });
+    println!(
+        "alloc+release pairs on an {DEVICES}-device node, {pairs} pairs each, WAL + synchronous=FULL, {}",
+        if cfg!(debug_assertions) { "debug build" } else { "release build" }
+    );
     println!("{}", seq.line("cderd over the socket, 1 client"));
     println!("{}", conc.line("cderd over the socket, 4 clients"));
     println!("{}", store.line("cderd store in-process (no socket)"));

@@ -296,7 +296,8 @@ impl DeviceCgroups {
         // One hierarchy denies as well as two: `auto` adds cgroup2 only
         // where v1 cannot be used, so that a task is moved once, not twice,
         // on its way to exec.
-        let want_v2 = matches!(mode, CgroupMode::V2 | CgroupMode::Both) || (mode == CgroupMode::Auto && out.v1.is_none());
+        let want_v2 =
+            matches!(mode, CgroupMode::V2 | CgroupMode::Both) || (mode == CgroupMode::Auto && out.v1.is_none());
         if want_v2 {
             match v2_root.as_deref().map(|root| Self::prepare_v2(root, &settings.cgroup_parent)) {
                 Some(Ok(dir)) => {
@@ -340,10 +341,20 @@ impl DeviceCgroups {
     fn prepare_v2(root: &Path, parent: &str) -> Result<PathBuf, CgroupError> {
         let marker = root.join("cgroup.procs");
         if !marker.exists() {
-            return Err(CgroupError::Io { action: "find cgroup.procs", path: marker, source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+            return Err(CgroupError::Io {
+                action: "find cgroup.procs",
+                path: marker,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
         }
         // Proves the kernel takes device programs before any job relies on it.
-        sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&[]), "cder_probe").map_err(CgroupError::BpfLoad)?;
+        sys::bpf_prog_load(
+            sys::BPF_PROG_TYPE_CGROUP_DEVICE,
+            sys::BPF_CGROUP_DEVICE,
+            &device_program(&[]),
+            "cder_probe",
+        )
+        .map_err(CgroupError::BpfLoad)?;
         let dir = root.join(parent);
         create_dir(&dir)?;
         Ok(dir)
@@ -389,7 +400,8 @@ impl DeviceCgroups {
     /// v2 program. Idempotent; cderd does it when a job is recorded, off the
     /// path of the reply, so that a task's `confine` only moves a pid.
     pub fn prepare(&self, name: &str, deny: &[DeviceNumber]) -> Result<(), CgroupError> {
-        let deny: Vec<DeviceNumber> = deny.iter().copied().collect::<BTreeSet<_>>().into_iter().take(MAX_DENIED).collect();
+        let deny: Vec<DeviceNumber> =
+            deny.iter().copied().collect::<BTreeSet<_>>().into_iter().take(MAX_DENIED).collect();
         let started = std::time::Instant::now();
         if let Some(parent) = &self.v1 {
             let group = parent.join(name);
@@ -405,7 +417,8 @@ impl DeviceCgroups {
             let dir = File::open(&group).map_err(io("open", &group))?;
             // One program per group: the device list of an allocation never
             // changes, so an attached program is already the right one.
-            let attached = sys::bpf_prog_query_count(&dir, sys::BPF_CGROUP_DEVICE).map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
+            let attached = sys::bpf_prog_query_count(&dir, sys::BPF_CGROUP_DEVICE)
+                .map_err(|source| CgroupError::BpfAttach { path: group.clone(), source })?;
             if attached == 0 {
                 let mut programs = self.programs.lock().unwrap_or_else(|p| p.into_inner());
                 if programs.len() >= MAX_CACHED_PROGRAMS && !programs.contains_key(&deny) {
@@ -414,8 +427,13 @@ impl DeviceCgroups {
                 let prog = match programs.entry(deny.clone()) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                        sys::bpf_prog_load(sys::BPF_PROG_TYPE_CGROUP_DEVICE, sys::BPF_CGROUP_DEVICE, &device_program(&deny), "cder_job")
-                            .map_err(CgroupError::BpfLoad)?,
+                        sys::bpf_prog_load(
+                            sys::BPF_PROG_TYPE_CGROUP_DEVICE,
+                            sys::BPF_CGROUP_DEVICE,
+                            &device_program(&deny),
+                            "cder_job",
+                        )
+                        .map_err(CgroupError::BpfLoad)?,
                     ),
                 };
                 // The attachment holds its own reference: the fd may close.
@@ -461,7 +479,9 @@ impl DeviceCgroups {
                 tracing::debug!(group = name, "cgroup.kill: {e}");
             }
         }
-        if let (Some(group), Some(freezer)) = (self.v1.as_ref().map(|p| p.join(name)).filter(|g| g.is_dir()), self.freezer.as_ref()) {
+        if let (Some(group), Some(freezer)) =
+            (self.v1.as_ref().map(|p| p.join(name)).filter(|g| g.is_dir()), self.freezer.as_ref())
+        {
             if let Err(e) = freeze_and_kill(&group, &freezer.join(name)) {
                 tracing::warn!(group = name, "freezing the released job's processes: {e}; killing them without");
             }
@@ -520,7 +540,11 @@ pub const END_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The pids listed in `group`'s `cgroup.procs` (none when it is gone).
 fn procs(group: &Path) -> Vec<u32> {
-    std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+    std::fs::read_to_string(group.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 /// The v1 freezer's mount, from /proc/self/mountinfo (the hierarchy's root only).
@@ -533,7 +557,11 @@ fn parse_freezer(text: &str) -> Option<PathBuf> {
         let (before, after) = line.split_once(" - ")?;
         let fields: Vec<&str> = before.split(' ').collect();
         let tail: Vec<&str> = after.split(' ').collect();
-        let freezer = fields.len() >= 5 && fields[3] == "/" && tail.len() >= 3 && tail[0] == "cgroup" && tail[2].split(',').any(|o| o == "freezer");
+        let freezer = fields.len() >= 5
+            && fields[3] == "/"
+            && tail.len() >= 3
+            && tail[0] == "cgroup"
+            && tail[2].split(',').any(|o| o == "freezer");
         freezer.then(|| PathBuf::from(unescape(fields[4])))
     })
 }
@@ -560,7 +588,9 @@ fn freeze_and_kill(group: &Path, frozen: &Path) -> Result<(), CgroupError> {
             let _ = write_file(&frozen.join("cgroup.procs"), &pid.to_string(), "move the process into");
         }
         write_file(&state, "FROZEN", "freeze")?;
-        while std::fs::read_to_string(&state).map_err(io("read", &state))?.trim() != "FROZEN" && std::time::Instant::now() < deadline {
+        while std::fs::read_to_string(&state).map_err(io("read", &state))?.trim() != "FROZEN"
+            && std::time::Instant::now() < deadline
+        {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
@@ -606,7 +636,8 @@ mod tests {
         ];
         assert_eq!(deny_list(&list).unwrap(), vec![n(1, 3), n(237, 120)]);
         // A number the job holds is never denied, even if another device shares it.
-        let shared = [dev("gpgpu:0", Path::new("/dev/null"), None, false), dev("gpgpu:1", &missing, Some(n(1, 3)), true)];
+        let shared =
+            [dev("gpgpu:0", Path::new("/dev/null"), None, false), dev("gpgpu:1", &missing, Some(n(1, 3)), true)];
         assert_eq!(deny_list(&shared).unwrap(), vec![]);
         // A missing file with no known number fails closed, naming the device.
         let unknown = [dev("gpgpu:0", Path::new("/dev/null"), None, false), dev("gpgpu:4", &missing, None, false)];

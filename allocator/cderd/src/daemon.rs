@@ -8,15 +8,16 @@ use serde_json::Value;
 
 use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
-    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest, ErrorCode, ErrorReply, Pong,
-    ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation, PROTOCOL_VERSION,
+    Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
+    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation,
+    PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
-use crate::store::{LedgerRow, JobAllocation, Store, StoreError};
+use crate::store::{JobAllocation, LedgerRow, Store, StoreError};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
@@ -138,7 +139,11 @@ struct Settle<'a> {
 impl Drop for Settle<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.intake.settled(self.job, self.uid, Some(&ErrorReply::new(ErrorCode::Internal, "internal error while recording (see the cderd log)")));
+            self.intake.settled(
+                self.job,
+                self.uid,
+                Some(&ErrorReply::new(ErrorCode::Internal, "internal error while recording (see the cderd log)")),
+            );
         }
     }
 }
@@ -160,7 +165,6 @@ enum GroupState {
     /// Released before the set-up thread ran: it must not create them.
     Released,
 }
-
 
 impl Daemon {
     /// Discovers devices, opens the state under `[node] state_dir`, brings
@@ -269,13 +273,21 @@ impl Daemon {
         if request.needs_operator() && !self.is_operator(caller.uid) {
             return Err(ErrorReply::new(
                 ErrorCode::PermissionDenied,
-                format!("{} is only for root and the operators in [node] operators; uid {} is neither", request.op(), caller.uid),
+                format!(
+                    "{} is only for root and the operators in [node] operators; uid {} is neither",
+                    request.op(),
+                    caller.uid
+                ),
             ));
         }
         match request {
-            Request::Ping => Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION })),
+            Request::Ping => {
+                Ok(to_value(&Pong { version: env!("CARGO_PKG_VERSION").into(), protocol: PROTOCOL_VERSION }))
+            }
             Request::Alloc(r) => self.alloc(r).map(|a| to_value(&a)),
-            Request::Release(r) => self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n })),
+            Request::Release(r) => {
+                self.release(&r.job).map(|n| to_value(&Released { job: r.job.clone(), released: n }))
+            }
             Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
                 // A device kept out after a release shows why only while it still is.
@@ -339,7 +351,11 @@ impl Daemon {
                 match self.env_for(caller, request) {
                     Err(e) if e.code == ErrorCode::UnknownJob => Err(ErrorReply::new(
                         ErrorCode::UnknownJob,
-                        format!("job {job} holds no allocation on this node: {}{}", cder_protocol::REFUSED_TO_RECORD, reply.message),
+                        format!(
+                            "job {job} holds no allocation on this node: {}{}",
+                            cder_protocol::REFUSED_TO_RECORD,
+                            reply.message
+                        ),
                     )),
                     other => other,
                 }
@@ -378,8 +394,11 @@ impl Daemon {
     /// The environment of `reply`'s devices, narrowed to `step` (indices of
     /// the default type), numbered for `cgroup`.
     fn step_environment(&self, reply: &Allocation, step: Option<&[u32]>, cgroup: DeviceCgroup) -> JobEnvironment {
-        let held: Vec<HeldDevice<'_>> =
-            reply.devices.iter().map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid }).collect();
+        let held: Vec<HeldDevice<'_>> = reply
+            .devices
+            .iter()
+            .map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid })
+            .collect();
         let visible: Vec<HeldDevice<'_>> = held
             .iter()
             .filter(|d| match step {
@@ -425,7 +444,11 @@ impl Daemon {
         if self.config.cder(&request.cder_type).is_none() {
             return Err(ErrorReply::new(
                 ErrorCode::UnknownDevice,
-                format!("type {:?} is not configured on this node (configured: {})", request.cder_type, self.type_list()),
+                format!(
+                    "type {:?} is not configured on this node (configured: {})",
+                    request.cder_type,
+                    self.type_list()
+                ),
             ));
         }
         let started = std::time::Instant::now();
@@ -436,7 +459,11 @@ impl Daemon {
             None => request,
             Some(files) => {
                 let devices = store.devices().map_err(StoreError::into_reply)?;
-                by_file = AllocRequest { devices: Some(indices_at(&devices, &request.cder_type, files)?), device_files: None, ..request.clone() };
+                by_file = AllocRequest {
+                    devices: Some(indices_at(&devices, &request.cder_type, files)?),
+                    device_files: None,
+                    ..request.clone()
+                };
                 &by_file
             }
         };
@@ -461,7 +488,8 @@ impl Daemon {
             }
         }
         let avoid = if skip { busy.clone() } else { BTreeMap::new() };
-        let (allocation, new) = store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
+        let (allocation, new) =
+            store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
         let committed = started.elapsed();
         if new {
             // Only a choice of cderd's gets here (busy is empty for a list
@@ -482,7 +510,10 @@ impl Daemon {
                 for e in self.enforcer.restore(&released) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
                 }
-                return Err(ErrorReply::new(ErrorCode::Internal, format!("enforcement failed, allocation undone: {e}")));
+                return Err(ErrorReply::new(
+                    ErrorCode::Internal,
+                    format!("enforcement failed, allocation undone: {e}"),
+                ));
             }
             let indices: Vec<String> = allocation.devices.iter().map(LedgerRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
@@ -549,7 +580,11 @@ impl Daemon {
             }
             why.extend(holders.get(&d.uuid).cloned());
             if !why.is_empty() {
-                let reason = format!("released by job {}, but {}; kept out of the pool until that ends", allocation.job, why.join("; "));
+                let reason = format!(
+                    "released by job {}, but {}; kept out of the pool until that ends",
+                    allocation.job,
+                    why.join("; ")
+                );
                 tracing::error!(device = %d.name(), "{reason}");
                 held.insert(d.uuid.clone(), reason);
             }
@@ -608,7 +643,8 @@ impl Daemon {
             let (job, token, uid) = (&group[0].job, &group[0].token, group[0].uid);
             let name = DeviceCgroups::group_name(job, token);
             let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(&name) } else { Vec::new() };
-            let rows: Vec<LedgerRow> = devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
+            let rows: Vec<LedgerRow> =
+                devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
             let holders = self.holders_of(uid, &rows);
             for l in group {
                 if survivors.is_empty() && !holders.contains_key(&l.device) {
@@ -654,7 +690,8 @@ impl Daemon {
                     // slurmstepd's tasks enter the groups themselves, as
                     // root, instead of asking `confine` each.
                     if self.cgroups.is_available() && !a.batch_confined {
-                        reply.cgroups = Some(self.ready_groups(&store, &a)?.iter().map(|p| p.display().to_string()).collect());
+                        reply.cgroups =
+                            Some(self.ready_groups(&store, &a)?.iter().map(|p| p.display().to_string()).collect());
                     }
                 }
                 drop(store);
@@ -672,7 +709,10 @@ impl Daemon {
                 }
                 Ok(reply)
             }
-            Some(_) => Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid))),
+            Some(_) => Err(ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!("job {job} does not belong to uid {}", caller.uid),
+            )),
             None => Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node"))),
         }
     }
@@ -683,7 +723,8 @@ impl Daemon {
         let devices = store.devices().map_err(StoreError::into_reply)?;
         let generation = store.generation().map_err(StoreError::into_reply)?;
         drop(store);
-        let mut counts: BTreeMap<String, TypeCounts> = self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
+        let mut counts: BTreeMap<String, TypeCounts> =
+            self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
         for d in &devices {
             let c = counts.entry(d.cder_type.clone()).or_default();
             c.total += 1;
@@ -716,9 +757,16 @@ impl Daemon {
         let mut store = self.store();
         // Newer than the caller's snapshot of live jobs: the snapshot
         // cannot know the job, so its absence there says nothing.
-        let keep = |job: &JobKey, seq: u64| as_of.is_some_and(|g| seq > g) || live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l);
-        let doomed: Vec<JobKey> =
-            store.live_allocations().map_err(StoreError::into_reply)?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
+        let keep = |job: &JobKey, seq: u64| {
+            as_of.is_some_and(|g| seq > g) || live.contains(job) || lrms.is_some_and(|l| job.lrms().as_str() != l)
+        };
+        let doomed: Vec<JobKey> = store
+            .live_allocations()
+            .map_err(StoreError::into_reply)?
+            .into_iter()
+            .filter(|(j, seq, _)| !keep(j, *seq))
+            .map(|(j, _, _)| j)
+            .collect();
         let mut jobs = Vec::new();
         for job in doomed {
             let Some(allocation) = store.job(&job).map_err(StoreError::into_reply)? else { continue };
@@ -755,7 +803,8 @@ impl Daemon {
         }
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
-            let free: Vec<LedgerRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
+            let free: Vec<LedgerRow> =
+                store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
             for e in self.enforcer.restore(&free) {
                 tracing::error!("restoring idle ownership: {e}");
             }
@@ -772,7 +821,10 @@ impl Daemon {
             Some(s) if s > until => {
                 // The protocol checks a pair it is given; an `until` left to
                 // default to now is only known here.
-                return Err(ErrorReply::new(ErrorCode::BadRequest, format!("accounting: since {s} is after until {until} (now)")));
+                return Err(ErrorReply::new(
+                    ErrorCode::BadRequest,
+                    format!("accounting: since {s} is after until {until} (now)"),
+                ));
             }
             Some(s) => s,
             None => {
@@ -810,7 +862,10 @@ impl Daemon {
             return Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node")));
         };
         if allocation.uid != caller.uid && !self.is_operator(caller.uid) {
-            return Err(ErrorReply::new(ErrorCode::PermissionDenied, format!("job {job} does not belong to uid {}", caller.uid)));
+            return Err(ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!("job {job} does not belong to uid {}", caller.uid),
+            ));
         }
         // On cgroup v2 a process is in one cgroup: a move would take it out
         // of the batch system's tracking, limits and end-of-job kill.
@@ -828,7 +883,10 @@ impl Daemon {
             return Err(ErrorReply::new(ErrorCode::EnforcementUnavailable, why.to_string()));
         }
         let pid = u32::try_from(caller.pid).ok().filter(|p| *p > 0).ok_or_else(|| {
-            ErrorReply::new(ErrorCode::BadRequest, format!("the caller's pid {} (SO_PEERCRED) is not a process this daemon can see", caller.pid))
+            ErrorReply::new(
+                ErrorCode::BadRequest,
+                format!("the caller's pid {} (SO_PEERCRED) is not a process this daemon can see", caller.pid),
+            )
         })?;
         let name = DeviceCgroups::group_name(job, &allocation.token);
         let failed = |e: crate::cgroup::CgroupError| {
@@ -839,8 +897,12 @@ impl Daemon {
         // removing the groups in between (it would find them re-created).
         self.ready_groups(&store, &allocation)?;
         // The pid is the one the caller had at connect(): move it only while it is still the caller's.
-        let asking = crate::peer::AskingProcess::confirm(&caller)
-            .map_err(|why| ErrorReply::new(ErrorCode::PermissionDenied, format!("confine moves only the process that connected: {why}")))?;
+        let asking = crate::peer::AskingProcess::confirm(&caller).map_err(|why| {
+            ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!("confine moves only the process that connected: {why}"),
+            )
+        })?;
         let groups = self.cgroups.enter(&name, pid).map_err(failed)?;
         asking.still_there().map_err(|why| {
             tracing::error!(job = %job, pid, "confine: {why}; the pid written to {groups:?} may have been another process's");
@@ -863,7 +925,10 @@ impl Daemon {
             let deny = deny_list(&devices, allocation, &self.inventory);
             deny.and_then(|deny| self.cgroups.prepare(&name, &deny)).map_err(|e| {
                 tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
-                ErrorReply::new(ErrorCode::Internal, format!("setting up the device cgroups of job {}: {e}", allocation.job))
+                ErrorReply::new(
+                    ErrorCode::Internal,
+                    format!("setting up the device cgroups of job {}: {e}", allocation.job),
+                )
             })?;
             groups.insert(name.clone(), GroupState::Ready);
         }
@@ -873,7 +938,8 @@ impl Daemon {
     /// Free present devices that some process (not root, not an ignored
     /// uid) holds open: UUID → why.
     fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
-        let free: Vec<LedgerRow> = store.devices().map_err(StoreError::into_reply)?.into_iter().filter(LedgerRow::is_free).collect();
+        let free: Vec<LedgerRow> =
+            store.devices().map_err(StoreError::into_reply)?.into_iter().filter(LedgerRow::is_free).collect();
         let by_rdev = rdevs_of(&free);
         let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
         let mut out = BTreeMap::new();
@@ -981,12 +1047,21 @@ impl Daemon {
 
 /// Every present device this node manages, by number, except the job's own
 /// (see [`crate::cgroup::deny_list`]); `inventory` has the numbers discovery knows.
-fn deny_list(devices: &[LedgerRow], allocation: &JobAllocation, inventory: &HashMap<String, Device>) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
+fn deny_list(
+    devices: &[LedgerRow],
+    allocation: &JobAllocation,
+    inventory: &HashMap<String, Device>,
+) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
     let own: BTreeSet<&str> = allocation.devices.iter().map(|d| d.uuid.as_str()).collect();
     let fenced: Vec<Fenced<'_>> = devices
         .iter()
         .filter(|d| d.present)
-        .map(|d| Fenced { name: d.name(), path: &d.path, known: inventory.get(&d.uuid).and_then(|i| i.dev), own: own.contains(d.uuid.as_str()) })
+        .map(|d| Fenced {
+            name: d.name(),
+            path: &d.path,
+            known: inventory.get(&d.uuid).and_then(|i| i.dev),
+            own: own.contains(d.uuid.as_str()),
+        })
         .collect();
     crate::cgroup::deny_list(&fenced)
 }
@@ -1055,15 +1130,24 @@ fn device_from_row(d: &LedgerRow) -> Device {
 fn indices_at(devices: &[LedgerRow], cder_type: &str, files: &[Vec<String>]) -> Result<Vec<u32>, ErrorReply> {
     let mut out = Vec::with_capacity(files.len());
     for group in files {
-        let found = devices.iter().find(|d| d.cder_type == cder_type && group.iter().any(|f| d.path == std::path::Path::new(f)));
+        let found = devices
+            .iter()
+            .find(|d| d.cder_type == cder_type && group.iter().any(|f| d.path == std::path::Path::new(f)));
         match found {
             Some(d) => out.push(d.index),
             None => {
-                let known: Vec<String> =
-                    devices.iter().filter(|d| d.cder_type == cder_type).map(|d| format!("{}={}", d.index, d.path.display())).collect();
+                let known: Vec<String> = devices
+                    .iter()
+                    .filter(|d| d.cder_type == cder_type)
+                    .map(|d| format!("{}={}", d.index, d.path.display()))
+                    .collect();
                 return Err(ErrorReply::new(
                     ErrorCode::UnknownDevice,
-                    format!("no {cder_type} device of this node is at {} (cderd's: {})", group.join(" or "), known.join(", ")),
+                    format!(
+                        "no {cder_type} device of this node is at {} (cderd's: {})",
+                        group.join(" or "),
+                        known.join(", ")
+                    ),
                 ));
             }
         }
@@ -1073,7 +1157,10 @@ fn indices_at(devices: &[LedgerRow], cder_type: &str, files: &[Vec<String>]) -> 
     out.dedup();
     if out.len() != listed {
         let named: Vec<String> = files.iter().map(|g| g.join(" or ")).collect();
-        return Err(ErrorReply::new(ErrorCode::BadRequest, format!("device_files names one {cder_type} device twice ({})", named.join(", "))));
+        return Err(ErrorReply::new(
+            ErrorCode::BadRequest,
+            format!("device_files names one {cder_type} device twice ({})", named.join(", ")),
+        ));
     }
     Ok(out)
 }
@@ -1089,7 +1176,9 @@ fn warmup_for(cgroups: &DeviceCgroups, window_ms: u64) -> MigrationWarmup {
         return MigrationWarmup::off();
     }
     let Some(procs) = cgroups.own_procs_file() else {
-        tracing::warn!("cgroup warm-up off: cderd's own group is not in /proc/self/cgroup; confine may wait for RCU grace periods");
+        tracing::warn!(
+            "cgroup warm-up off: cderd's own group is not in /proc/self/cgroup; confine may wait for RCU grace periods"
+        );
         return MigrationWarmup::off();
     };
     match MigrationWarmup::start(&procs, std::time::Duration::from_millis(window_ms)) {

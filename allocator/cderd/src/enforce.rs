@@ -11,8 +11,8 @@ use std::path::Path;
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::Nvml;
 
-use cder_model::{Config, Discovery, VendorKind};
 use cder_model::config::Enforcement;
+use cder_model::{Config, Discovery, VendorKind};
 
 use crate::store::LedgerRow;
 
@@ -78,7 +78,10 @@ pub struct Enforcer {
 
 impl std::fmt::Debug for Enforcer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Enforcer").field("settings", &self.settings).field("nvml_types", &self.nvml.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Enforcer")
+            .field("settings", &self.settings)
+            .field("nvml_types", &self.nvml.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -89,12 +92,19 @@ impl Enforcer {
         let settings = config.node.enforcement.clone();
         let mut nvml = HashMap::new();
         if settings.nvml_exclusive_process {
-            for cder in config.cders.iter().filter(|c| c.discovery == Discovery::Nvml && c.vendor == VendorKind::Nvidia) {
-                let library = cder.nvml_library.as_ref().map(|p| p.as_os_str().to_owned()).unwrap_or_else(|| DRIVER_LIBRARY.into());
-                let handle = Nvml::builder().lib_path(OsStr::new(&library)).init().map_err(|source| EnforcementError::NvmlLoad {
-                    cder_type: cder.name().to_string(),
-                    library: library.to_string_lossy().into_owned(),
-                    source,
+            for cder in config.cders.iter().filter(|c| c.discovery == Discovery::Nvml && c.vendor == VendorKind::Nvidia)
+            {
+                let library = cder
+                    .nvml_library
+                    .as_ref()
+                    .map(|p| p.as_os_str().to_owned())
+                    .unwrap_or_else(|| DRIVER_LIBRARY.into());
+                let handle = Nvml::builder().lib_path(OsStr::new(&library)).init().map_err(|source| {
+                    EnforcementError::NvmlLoad {
+                        cder_type: cder.name().to_string(),
+                        library: library.to_string_lossy().into_owned(),
+                        source,
+                    }
                 })?;
                 nvml.insert(cder.name().to_string(), handle);
             }
@@ -128,7 +138,13 @@ impl Enforcer {
                 continue;
             }
             if self.settings.device_files {
-                if let Err(e) = set_owner(d, &d.path, self.settings.idle_owner, Some(self.settings.idle_group), self.settings.idle_mode) {
+                if let Err(e) = set_owner(
+                    d,
+                    &d.path,
+                    self.settings.idle_owner,
+                    Some(self.settings.idle_group),
+                    self.settings.idle_mode,
+                ) {
                     errors.push(e);
                 }
             }
@@ -148,7 +164,12 @@ impl Enforcer {
         // Indices can shift when a GPU falls off the bus; never touch the wrong board.
         let uuid = device.uuid().map_err(|e| nvml_err("nvmlDeviceGetUUID", e))?;
         if uuid != d.uuid {
-            return Err(EnforcementError::NvmlMismatch { device: d.name(), index: d.index, found: uuid, expected: d.uuid.clone() });
+            return Err(EnforcementError::NvmlMismatch {
+                device: d.name(),
+                index: d.index,
+                found: uuid,
+                expected: d.uuid.clone(),
+            });
         }
         device.set_compute_mode(mode).map_err(|e| nvml_err("nvmlDeviceSetComputeMode", e))
     }

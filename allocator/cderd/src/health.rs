@@ -204,9 +204,18 @@ fn drain_lost_since_start(daemon: &Daemon, cder: &CderType, found: &[Device]) {
     let found: BTreeSet<&str> = found.iter().map(|d| d.uuid.as_str()).collect();
     let status = match daemon.status() {
         Ok(status) => status,
-        Err(e) => return tracing::error!(cder_type = cder.name(), "health watch: cannot read the device table: {}", e.message),
+        Err(e) => {
+            return tracing::error!(
+                cder_type = cder.name(),
+                "health watch: cannot read the device table: {}",
+                e.message
+            )
+        }
     };
-    let lost = status.devices.iter().filter(|d| d.cder_type == cder.name() && d.reason.is_none() && !found.contains(d.uuid.as_str()));
+    let lost = status
+        .devices
+        .iter()
+        .filter(|d| d.cder_type == cder.name() && d.reason.is_none() && !found.contains(d.uuid.as_str()));
     for device in lost {
         let gpu = Watched { uuid: device.uuid.clone(), ecc_seen: None, devices: vec![device.uuid.clone()] };
         fail(daemon, &gpu, "GPU lost: not found by NVML when the health watch started", &mut BTreeSet::new());
@@ -365,7 +374,10 @@ mod tests {
         assert_eq!(ecc_verdict(Some(3), 3), None);
         // A reset counter (GPU reset, reboot) is the new baseline.
         assert_eq!(ecc_verdict(Some(3), 0), None);
-        assert_eq!(ecc_verdict(Some(3), 4).as_deref(), Some("double-bit ECC error (4 uncorrected since boot, 3 before)"));
+        assert_eq!(
+            ecc_verdict(Some(3), 4).as_deref(),
+            Some("double-bit ECC error (4 uncorrected since boot, 3 before)")
+        );
     }
 
     #[test]

@@ -38,7 +38,11 @@ pub fn holders(proc_root: &Path, rdevs: &BTreeSet<u64>, ignore_uids: &BTreeSet<u
 
 /// As [`holders`], looking only at the processes whose uid `wanted` accepts
 /// (never this process): after a release, those of the job's uid.
-pub fn holders_where(proc_root: &Path, rdevs: &BTreeSet<u64>, wanted: impl Fn(u32) -> bool) -> BTreeMap<u64, Vec<Holder>> {
+pub fn holders_where(
+    proc_root: &Path,
+    rdevs: &BTreeSet<u64>,
+    wanted: impl Fn(u32) -> bool,
+) -> BTreeMap<u64, Vec<Holder>> {
     let mut out: BTreeMap<u64, Vec<Holder>> = BTreeMap::new();
     if rdevs.is_empty() {
         return out;
@@ -69,7 +73,9 @@ pub fn holders_where(proc_root: &Path, rdevs: &BTreeSet<u64>, wanted: impl Fn(u3
         if found.is_empty() {
             continue;
         }
-        let comm = std::fs::read_to_string(entry.path().join("comm")).map(|c| c.trim_end().chars().take(32).collect()).unwrap_or_default();
+        let comm = std::fs::read_to_string(entry.path().join("comm"))
+            .map(|c| c.trim_end().chars().take(32).collect())
+            .unwrap_or_default();
         for rdev in found {
             out.entry(rdev).or_default().push(Holder { pid, uid, comm: String::clone(&comm) });
         }

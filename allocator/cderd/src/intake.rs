@@ -111,7 +111,10 @@ impl Intake {
                 state.records.remove(job);
             }
             Some(reply) => {
-                let was_refused = matches!(state.records.insert(job.clone(), Record::Refused { uid, reply: reply.clone() }), Some(Record::Refused { .. }));
+                let was_refused = matches!(
+                    state.records.insert(job.clone(), Record::Refused { uid, reply: reply.clone() }),
+                    Some(Record::Refused { .. })
+                );
                 if !was_refused {
                     state.refused_order.push_back(job.clone());
                 }
@@ -199,7 +202,10 @@ mod tests {
             })
         };
         intake.wait_older_arrivals(step);
-        assert!(matches!(intake.lock().records.get(&job("1")), Some(Record::Pending { .. })), "the step looked before the prolog's record was registered");
+        assert!(
+            matches!(intake.lock().records.get(&job("1")), Some(Record::Pending { .. })),
+            "the step looked before the prolog's record was registered"
+        );
         reader.join().unwrap();
         assert!(intake.lock().unread.contains(&later));
         intake.read(step);
@@ -215,7 +221,11 @@ mod tests {
             let intake = Arc::clone(&intake);
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(50));
-                intake.settled(&job("2"), 1000, Some(&ErrorReply::new(ErrorCode::Conflict, "gpgpu 0 is held by slurm:1")));
+                intake.settled(
+                    &job("2"),
+                    1000,
+                    Some(&ErrorReply::new(ErrorCode::Conflict, "gpgpu 0 is held by slurm:1")),
+                );
             })
         };
         match intake.settle(&job("2")) {

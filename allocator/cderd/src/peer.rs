@@ -62,7 +62,8 @@ pub fn proc_identity(proc: &Path, pid: i32) -> std::io::Result<(u64, u32)> {
     let stat = std::fs::read_to_string(dir.join("stat"))?;
     // The command name (field 2) may hold spaces and ')': fields 3… follow the last ')'.
     let rest = stat.rsplit_once(')').ok_or_else(|| bad("no ')' in stat"))?.1;
-    let start_time = rest.split_whitespace().nth(19).and_then(|f| f.parse().ok()).ok_or_else(|| bad("no start time in stat"))?;
+    let start_time =
+        rest.split_whitespace().nth(19).and_then(|f| f.parse().ok()).ok_or_else(|| bad("no start time in stat"))?;
     let status = std::fs::read_to_string(dir.join("status"))?;
     let euid = status
         .lines()
@@ -103,12 +104,17 @@ impl AskingProcess {
     /// pidfs inode where the kernel has pidfs, its uid and start time always.
     pub fn confirm(caller: &Caller) -> Result<AskingProcess, String> {
         let Some(identity) = caller.process else {
-            return Err(format!("the process that connected (pid {}) had gone before cderd could identify it", caller.pid));
+            return Err(format!(
+                "the process that connected (pid {}) had gone before cderd could identify it",
+                caller.pid
+            ));
         };
         let pid = caller.pid;
         let pidfd = match crate::sys::pidfd_open(pid) {
             Ok(fd) => Some(fd),
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(format!("pid {pid}, which connected, has exited")),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                return Err(format!("pid {pid}, which connected, has exited"))
+            }
             Err(_) => None,
         };
         if let Some(recorded) = identity.pidfs_inode {
@@ -143,7 +149,9 @@ mod tests {
         let at = proc.path().join("42");
         std::fs::create_dir(&at).unwrap();
         // A command name with spaces and ')' must not shift the fields.
-        let stat = |start: u64| format!("42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 {start} 1000 100 18446744073709551615\n");
+        let stat = |start: u64| {
+            format!("42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 {start} 1000 100 18446744073709551615\n")
+        };
         std::fs::write(at.join("stat"), stat(777)).unwrap();
         std::fs::write(at.join("status"), "Name:\ta) b (c\nUid:\t1000\t1000\t1000\t1000\n").unwrap();
         assert_eq!(proc_identity(proc.path(), 42).unwrap(), (777, 1000));
@@ -162,7 +170,10 @@ mod tests {
         // Our own stat parses, and says we are us.
         let me = std::process::id() as i32;
         let (start, uid) = proc_identity(Path::new("/proc"), me).unwrap();
-        assert_eq!(same_process(Path::new("/proc"), me, uid, &ProcessIdentity { start_time: Some(start), pidfs_inode: None }), Ok(()));
+        assert_eq!(
+            same_process(Path::new("/proc"), me, uid, &ProcessIdentity { start_time: Some(start), pidfs_inode: None }),
+            Ok(())
+        );
     }
 
     #[test]
@@ -182,7 +193,10 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         // Recorded either way, a reaped caller is refused.
-        for identity in [ProcessIdentity { start_time: Some(start_time), pidfs_inode: None }, ProcessIdentity { start_time: None, pidfs_inode }] {
+        for identity in [
+            ProcessIdentity { start_time: Some(start_time), pidfs_inode: None },
+            ProcessIdentity { start_time: None, pidfs_inode },
+        ] {
             let gone = Caller { uid, pid, process: Some(identity) };
             let e = AskingProcess::confirm(&gone).err().expect("a reaped caller is refused");
             assert!(e.contains(&pid.to_string()), "{e}");

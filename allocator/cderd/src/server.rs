@@ -5,13 +5,13 @@
 //! before it ends: a job's start makes three short connections in a few
 //! milliseconds, and starting a thread cost more than answering one.
 
+use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::collections::HashMap;
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -76,7 +76,11 @@ impl Threads {
         let mut state = self.lock();
         loop {
             state.idle += 1;
-            state = self.wake.wait_timeout_while(state, KEEP_IDLE_THREAD, |s| s.queue.is_empty()).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
+            state = self
+                .wake
+                .wait_timeout_while(state, KEEP_IDLE_THREAD, |s| s.queue.is_empty())
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
             state.idle -= 1;
             let Some(work) = state.queue.pop_front() else { return };
             drop(state);
@@ -120,7 +124,12 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
             }
             std::fs::remove_file(path).map_err(|e| io("removing the stale socket", e))?;
         }
-        Ok(_) => return Err(io("refusing to replace it", std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not a socket"))),
+        Ok(_) => {
+            return Err(io(
+                "refusing to replace it",
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not a socket"),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("inspecting it", e)),
     }
@@ -155,7 +164,9 @@ impl Slots {
         }
         if !operator {
             if mine >= MAX_CONNECTIONS_PER_USER {
-                return Err(format!("uid {uid} already holds {MAX_CONNECTIONS_PER_USER} connections to cderd; close some"));
+                return Err(format!(
+                    "uid {uid} already holds {MAX_CONNECTIONS_PER_USER} connections to cderd; close some"
+                ));
             }
             if total >= MAX_CONNECTIONS - RESERVED_FOR_OPERATORS {
                 return Err("cderd is busy; the remaining connections are reserved for the batch system".into());
@@ -259,7 +270,10 @@ fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, arrival: u64,
         let complete = line.last() == Some(&b'\n');
         let body_len = if complete { line.len() - 1 } else { line.len() };
         if body_len > max_line {
-            let reply = ErrorReply::new(ErrorCode::TooLarge, format!("request line longer than {max_line} bytes; closing the connection"));
+            let reply = ErrorReply::new(
+                ErrorCode::TooLarge,
+                format!("request line longer than {max_line} bytes; closing the connection"),
+            );
             tracing::warn!(uid = caller.uid, pid = caller.pid, "request too large");
             let _ = writer.write_all(error_line(&reply).as_bytes());
             return;
@@ -351,7 +365,9 @@ mod tests {
                 }))
                 .unwrap();
         }
-        let running: std::collections::HashSet<_> = (0..8).map(|_| started_rx.recv_timeout(Duration::from_secs(10)).expect("a connection waited for a thread")).collect();
+        let running: std::collections::HashSet<_> = (0..8)
+            .map(|_| started_rx.recv_timeout(Duration::from_secs(10)).expect("a connection waited for a thread"))
+            .collect();
         assert_eq!(running.len(), 8);
         *gate.0.lock().unwrap() = true;
         gate.1.notify_all();

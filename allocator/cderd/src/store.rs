@@ -130,7 +130,12 @@ pub fn checkpoint_in_background(path: &Path, period: std::time::Duration) -> Res
                 tracing::warn!("background WAL checkpoint: {e}");
             }
         })
-        .map_err(|e| StoreError::Refused(ErrorReply::new(ErrorCode::Internal, format!("cannot start the checkpoint thread: {e}"))))
+        .map_err(|e| {
+            StoreError::Refused(ErrorReply::new(
+                ErrorCode::Internal,
+                format!("cannot start the checkpoint thread: {e}"),
+            ))
+        })
 }
 
 /// A store failure: the database, or a refusal of the request.
@@ -328,7 +333,8 @@ pub struct Store {
 }
 
 const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid, l.reason";
-const DEVICE_FROM: &str = "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id \
+const DEVICE_FROM: &str =
+    "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id \
     LEFT JOIN leftovers l ON l.device = d.uuid";
 
 fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(LedgerRow, Option<String>)> {
@@ -387,7 +393,8 @@ impl Store {
         // the WAL file (the kernel's page cache) before it returns, so a killed
         // cderd loses nothing; only the fsync moves to the checkpoint, off the
         // job's start path (docs/architecture.md, "Trust").
-        conn.execute_batch("PRAGMA synchronous=NORMAL;").map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
         // Room for every statement of the job start and end paths (the
         // default, 16, made them evict each other).
         conn.set_prepared_statement_cache_capacity(64);
@@ -402,7 +409,9 @@ impl Store {
     }
 
     fn sort(&self, devices: &mut [LedgerRow]) {
-        devices.sort_by_key(|d| (self.type_order.get(&d.cder_type).copied().unwrap_or(usize::MAX), d.cder_type.clone(), d.index, !d.present));
+        devices.sort_by_key(|d| {
+            (self.type_order.get(&d.cder_type).copied().unwrap_or(usize::MAX), d.cder_type.clone(), d.index, !d.present)
+        });
     }
 
     /// Makes the device table agree with what discovery found: new devices
@@ -466,12 +475,23 @@ impl Store {
     }
 
     fn allocation_of(&self, conn: &Connection, job: &JobKey) -> Result<Option<JobAllocation>> {
-        let Some(JobRow { id, uid, cder_type, count, token, start, batch_confined }) = Self::live_job(conn, job)? else {
+        let Some(JobRow { id, uid, cder_type, count, token, start, batch_confined }) = Self::live_job(conn, job)?
+        else {
             return Ok(None);
         };
         let mut devices = query_devices(conn, "WHERE a.job_id = ?1", &[&id])?;
         self.sort(&mut devices);
-        Ok(Some(JobAllocation { job: job.clone(), uid, cder_type, count, token, start, devices, seq: id.max(0) as u64, batch_confined }))
+        Ok(Some(JobAllocation {
+            job: job.clone(),
+            uid,
+            cder_type,
+            count,
+            token,
+            start,
+            devices,
+            seq: id.max(0) as u64,
+            batch_confined,
+        }))
     }
 
     /// The live allocation of `job`, if it holds one.
@@ -504,7 +524,12 @@ impl Store {
 
     /// Allocates per `req`, or returns the job's existing allocation when it
     /// already holds a matching one (`.1` is false then: nothing changed).
-    pub fn alloc(&mut self, req: &AllocRequest, policy: &dyn SelectionPolicy, now: i64) -> Result<(JobAllocation, bool)> {
+    pub fn alloc(
+        &mut self,
+        req: &AllocRequest,
+        policy: &dyn SelectionPolicy,
+        now: i64,
+    ) -> Result<(JobAllocation, bool)> {
         self.alloc_avoiding(req, policy, now, &BTreeMap::new())
     }
 
@@ -529,7 +554,11 @@ impl Store {
                     existing.devices.iter().map(|d| d.index).collect::<Vec<_>>() == wanted
                 }
             };
-            if existing.uid != req.uid || existing.cder_type != req.cder_type || existing.count != req.count || !same_devices {
+            if existing.uid != req.uid
+                || existing.cder_type != req.cder_type
+                || existing.count != req.count
+                || !same_devices
+            {
                 return Err(StoreError::refused(
                     ErrorCode::Conflict,
                     format!(
@@ -553,12 +582,14 @@ impl Store {
                     .filter(|d| req.min_memory_mb.is_none_or(|m| d.memory_mb >= m))
                     .filter(|d| model.as_ref().is_none_or(|m| d.model.to_lowercase().contains(m.as_str())))
                     .collect();
-                let candidates: Vec<Candidate> = eligible.iter().map(|d| Candidate { index: d.index, domain: d.numa_node }).collect();
+                let candidates: Vec<Candidate> =
+                    eligible.iter().map(|d| Candidate { index: d.index, domain: d.numa_node }).collect();
                 let picked = policy.select(&candidates, req.count as usize);
                 match picked {
-                    Some(indices) if Self::valid_choice(&indices, &candidates, req.count) => {
-                        indices.iter().filter_map(|i| eligible.iter().find(|d| d.index == *i).map(|d| (*d).clone())).collect()
-                    }
+                    Some(indices) if Self::valid_choice(&indices, &candidates, req.count) => indices
+                        .iter()
+                        .filter_map(|i| eligible.iter().find(|d| d.index == *i).map(|d| (*d).clone()))
+                        .collect(),
                     Some(indices) => {
                         return Err(StoreError::refused(
                             ErrorCode::Internal,
@@ -576,7 +607,11 @@ impl Store {
                                 if req.count == 1 { "" } else { "s" },
                                 eligible.len(),
                                 if constrained { " that satisfy the constraints" } else { "" },
-                                if held_open > 0 { format!(" ({held_open} more free in the ledger but held open by another process)") } else { String::new() }
+                                if held_open > 0 {
+                                    format!(" ({held_open} more free in the ledger but held open by another process)")
+                                } else {
+                                    String::new()
+                                }
                             ),
                         );
                         e.free = Some(eligible.len() as u32);
@@ -585,7 +620,8 @@ impl Store {
                 }
             }
         };
-        let token = new_token().map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
+        let token = new_token()
+            .map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
         tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
             .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
         let job_id = tx.last_insert_rowid();
@@ -593,12 +629,15 @@ impl Store {
             tx.prepare_cached("INSERT INTO batch_confined (job_id) VALUES (?1)")?.execute([job_id])?;
         }
         {
-            let mut insert = tx.prepare_cached("INSERT INTO allocations (job_id, device, start) VALUES (?1, ?2, ?3)")?;
+            let mut insert =
+                tx.prepare_cached("INSERT INTO allocations (job_id, device, start) VALUES (?1, ?2, ?3)")?;
             for d in &chosen {
                 insert.execute(params![job_id, d.uuid, now])?;
             }
         }
-        let allocation = self.allocation_of(&tx, &req.job)?.ok_or_else(|| StoreError::refused(ErrorCode::Internal, "allocation vanished inside its transaction"))?;
+        let allocation = self
+            .allocation_of(&tx, &req.job)?
+            .ok_or_else(|| StoreError::refused(ErrorCode::Internal, "allocation vanished inside its transaction"))?;
         tx.commit()?;
         Ok((allocation, true))
     }
@@ -615,16 +654,28 @@ impl Store {
         let mut chosen = Vec::new();
         for &index in indices {
             let Some(d) = of_type.iter().filter(|d| d.index == index).max_by_key(|d| d.present) else {
-                return Err(StoreError::refused(ErrorCode::UnknownDevice, format!("no device {cder_type}:{index} on this node")));
+                return Err(StoreError::refused(
+                    ErrorCode::UnknownDevice,
+                    format!("no device {cder_type}:{index} on this node"),
+                ));
             };
             if let Some(owner) = &d.job {
-                return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is held by job {owner}", d.name())));
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is held by job {owner}", d.name()),
+                ));
             }
             if let Some(why) = d.leftover.as_deref().filter(|_| !d.drained) {
-                return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is not free yet: {why}", d.name())));
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is not free yet: {why}", d.name()),
+                ));
             }
             if !d.is_free() {
-                return Err(StoreError::refused(ErrorCode::Conflict, format!("device {} is {:?}, not free", d.name(), d.state()).to_lowercase()));
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is {:?}, not free", d.name(), d.state()).to_lowercase(),
+                ));
             }
             chosen.push(d.clone());
         }
@@ -639,7 +690,12 @@ impl Store {
 
     /// As [`Store::release`], keeping the devices in `held` (UUID → why)
     /// out of the pool in the same transaction (see [`Leftover`]).
-    pub fn release_keeping(&mut self, job: &JobKey, now: i64, held: &BTreeMap<String, String>) -> Result<Vec<LedgerRow>> {
+    pub fn release_keeping(
+        &mut self,
+        job: &JobKey,
+        now: i64,
+        held: &BTreeMap<String, String>,
+    ) -> Result<Vec<LedgerRow>> {
         let tx = self.begin()?;
         let token: Option<(u32, String)> = Self::live_job(&tx, job)?.map(|r| (r.uid, r.token));
         let mut released = self.release_in(&tx, job, now)?;
@@ -659,11 +715,14 @@ impl Store {
 
     /// Every device kept out of the pool after its job's release.
     pub fn leftovers(&self) -> Result<Vec<Leftover>> {
-        let mut stmt = self.conn.prepare_cached("SELECT device, job, uid, token, reason FROM leftovers ORDER BY device")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT device, job, uid, token, reason FROM leftovers ORDER BY device")?;
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.into_iter().map(|(device, job, uid, token, reason)| Ok(Leftover { device, job: parse_job(&job)?, uid, token, reason })).collect()
+        rows.into_iter()
+            .map(|(device, job, uid, token, reason)| Ok(Leftover { device, job: parse_job(&job)?, uid, token, reason }))
+            .collect()
     }
 
     /// Puts a device kept out after a release back in the pool (or keeps it
@@ -671,7 +730,10 @@ impl Store {
     pub fn set_leftover(&mut self, device: &str, reason: Option<&str>) -> Result<()> {
         match reason {
             None => self.conn.prepare_cached("DELETE FROM leftovers WHERE device = ?1")?.execute([device])?,
-            Some(r) => self.conn.prepare_cached("UPDATE leftovers SET reason = ?2 WHERE device = ?1")?.execute(params![device, r])?,
+            Some(r) => self
+                .conn
+                .prepare_cached("UPDATE leftovers SET reason = ?2 WHERE device = ?1")?
+                .execute(params![device, r])?,
         };
         Ok(())
     }
@@ -682,16 +744,24 @@ impl Store {
         };
         // Cached statements: a job's epilog runs this, and parsing the SQL
         // each time was a visible share of cderd's CPU per job.
-        let id: i64 = tx.prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?.query_row([job.to_string()], |r| r.get(0))?;
-        tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?.execute(params![id, now])?;
+        let id: i64 = tx
+            .prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?
+            .query_row([job.to_string()], |r| r.get(0))?;
+        tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+            .execute(params![id, now])?;
         tx.prepare_cached("UPDATE jobs SET end = ?2 WHERE id = ?1")?.execute(params![id, now])?;
         Ok(allocation.devices.into_iter().map(|d| LedgerRow { job: None, uid: None, ..d }).collect())
     }
 
     /// Releases, in one transaction, every live job that `keep` rejects
     /// (it is given the job and its allocation's sequence number).
-    pub fn release_where(&mut self, keep: impl Fn(&JobKey, u64) -> bool, now: i64) -> Result<Vec<(JobKey, Vec<LedgerRow>)>> {
-        let doomed: Vec<JobKey> = self.live_allocations()?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
+    pub fn release_where(
+        &mut self,
+        keep: impl Fn(&JobKey, u64) -> bool,
+        now: i64,
+    ) -> Result<Vec<(JobKey, Vec<LedgerRow>)>> {
+        let doomed: Vec<JobKey> =
+            self.live_allocations()?.into_iter().filter(|(j, seq, _)| !keep(j, *seq)).map(|(j, _, _)| j).collect();
         let tx = self.begin()?;
         let mut out = Vec::new();
         for job in doomed {
@@ -705,12 +775,16 @@ impl Store {
     /// Finds a device by `<type>:<index>` (the present one first) or UUID.
     pub fn find_device(&self, name: &str) -> Result<LedgerRow> {
         let all = self.devices()?;
-        let by_name = name.rsplit_once(':').and_then(|(t, i)| i.parse::<u32>().ok().map(|i| (t, i))).and_then(|(t, i)| {
-            all.iter().filter(|d| d.cder_type == t && d.index == i).max_by_key(|d| d.present).cloned()
-        });
-        by_name
-            .or_else(|| all.iter().find(|d| d.uuid == name).cloned())
-            .ok_or_else(|| StoreError::refused(ErrorCode::UnknownDevice, format!("no device {name:?} on this node (name it <type>:<index> or by UUID)")))
+        let by_name =
+            name.rsplit_once(':').and_then(|(t, i)| i.parse::<u32>().ok().map(|i| (t, i))).and_then(|(t, i)| {
+                all.iter().filter(|d| d.cder_type == t && d.index == i).max_by_key(|d| d.present).cloned()
+            });
+        by_name.or_else(|| all.iter().find(|d| d.uuid == name).cloned()).ok_or_else(|| {
+            StoreError::refused(
+                ErrorCode::UnknownDevice,
+                format!("no device {name:?} on this node (name it <type>:<index> or by UUID)"),
+            )
+        })
     }
 
     /// Drains (`Some(reason)`) or resumes (`None`) a device; idempotent.
@@ -738,7 +812,14 @@ impl Store {
              WHERE r.start <= ?2 AND (r.end IS NULL OR r.end >= ?1) ORDER BY r.start, r.id",
         )?;
         let rows = stmt.query_map(params![since, until], |r| {
-            Ok(DrainRecord { uuid: r.get(0)?, cder_type: r.get(1)?, index: r.get(2)?, reason: r.get(3)?, start: r.get(4)?, end: r.get(5)? })
+            Ok(DrainRecord {
+                uuid: r.get(0)?,
+                cder_type: r.get(1)?,
+                index: r.get(2)?,
+                reason: r.get(3)?,
+                start: r.get(4)?,
+                end: r.get(5)?,
+            })
         })?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
@@ -789,7 +870,9 @@ impl Store {
     /// allocations as it counted. Returns a description of each violation.
     pub fn check_invariants(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
-        let mut stmt = self.conn.prepare("SELECT device, COUNT(*) FROM allocations WHERE end IS NULL GROUP BY device HAVING COUNT(*) > 1")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT device, COUNT(*) FROM allocations WHERE end IS NULL GROUP BY device HAVING COUNT(*) > 1",
+        )?;
         for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
             let (device, n) = row?;
             problems.push(format!("device {device} has {n} live owners"));
@@ -970,7 +1053,12 @@ mod tests {
         let (_d, mut s) = node(2);
         s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1).unwrap();
         // Bypass the daemon's logic: the unique index must still say no.
-        s.conn.execute("INSERT INTO jobs (job, uid, type, count, token, start) VALUES ('slurm:9', 1, 'gpgpu', 1, 'x', 1)", []).unwrap();
+        s.conn
+            .execute(
+                "INSERT INTO jobs (job, uid, type, count, token, start) VALUES ('slurm:9', 1, 'gpgpu', 1, 'x', 1)",
+                [],
+            )
+            .unwrap();
         let err = s
             .conn
             .execute("INSERT INTO allocations (job_id, device, start) SELECT MAX(id), 'gpgpu-0', 1 FROM jobs", [])

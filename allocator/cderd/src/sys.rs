@@ -41,20 +41,40 @@ pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
 }
 
 /// `SO_PEERPIDFD` (Linux 6.5+), asm-generic's number; not yet in libc.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 const SO_PEERPIDFD: libc::c_int = 77;
 
 /// A pidfd for the process that connected `stream`, taken by the kernel at
 /// `connect()`: it refers to that process even once its pid is reused.
 /// An error where the kernel has none (before 6.5: `ENOPROTOOPT`).
 pub fn peer_pidfd(stream: &UnixStream) -> std::io::Result<OwnedFd> {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm"))]
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "x86",
+        target_arch = "arm"
+    ))]
     {
         let mut fd: libc::c_int = -1;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: the fd is a live socket owned by `stream`; `fd` and `len`
         // are valid for writes and `len` holds the size of `fd`.
-        let rc = unsafe { libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, SO_PEERPIDFD, (&mut fd as *mut libc::c_int).cast(), &mut len) };
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_PEERPIDFD,
+                (&mut fd as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -62,7 +82,13 @@ pub fn peer_pidfd(stream: &UnixStream) -> std::io::Result<OwnedFd> {
         // nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64", target_arch = "x86", target_arch = "arm")))]
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "x86",
+        target_arch = "arm"
+    )))]
     {
         let _ = stream;
         Err(std::io::Error::from_raw_os_error(libc::ENOPROTOOPT))
@@ -256,7 +282,14 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
     // for `cmd`, valid for reads and writes of size_of::<T>() bytes, which is
     // the size passed; every pointer inside it was set by the caller to
     // memory that outlives this call.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), std::mem::size_of::<T>() as libc::c_uint) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            (attr as *mut T).cast::<libc::c_void>(),
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -265,18 +298,31 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
 
 /// Loads `insns` as a program of `prog_type` (`name` is shown by bpftool).
 /// On a verifier refusal the error carries the verifier's log.
-pub fn bpf_prog_load(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn], name: &str) -> std::io::Result<OwnedFd> {
+pub fn bpf_prog_load(
+    prog_type: u32,
+    expected_attach_type: u32,
+    insns: &[BpfInsn],
+    name: &str,
+) -> std::io::Result<OwnedFd> {
     // The verifier's log slows every load; ask for it only to explain a
     // refusal.
     bpf_prog_load_logged(prog_type, expected_attach_type, insns, name, false)
         .or_else(|_| bpf_prog_load_logged(prog_type, expected_attach_type, insns, name, true))
 }
 
-fn bpf_prog_load_logged(prog_type: u32, expected_attach_type: u32, insns: &[BpfInsn], name: &str, logged: bool) -> std::io::Result<OwnedFd> {
+fn bpf_prog_load_logged(
+    prog_type: u32,
+    expected_attach_type: u32,
+    insns: &[BpfInsn],
+    name: &str,
+    logged: bool,
+) -> std::io::Result<OwnedFd> {
     let license = c"GPL";
     let mut log = vec![0u8; if logged { 64 * 1024 } else { 0 }];
     let mut prog_name = [0u8; 16];
-    for (dst, src) in prog_name.iter_mut().zip(name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_').take(15)) {
+    for (dst, src) in
+        prog_name.iter_mut().zip(name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_').take(15))
+    {
         *dst = src;
     }
     let mut attr = ProgLoadAttr {
@@ -304,7 +350,12 @@ fn bpf_prog_load_logged(prog_type: u32, expected_attach_type: u32, insns: &[BpfI
 }
 
 /// Attaches `prog` to the cgroup open as `cgroup` for `attach_type`.
-pub fn bpf_prog_attach(cgroup: &impl AsRawFd, prog: &impl AsRawFd, attach_type: u32, flags: u32) -> std::io::Result<()> {
+pub fn bpf_prog_attach(
+    cgroup: &impl AsRawFd,
+    prog: &impl AsRawFd,
+    attach_type: u32,
+    flags: u32,
+) -> std::io::Result<()> {
     let mut attr = ProgAttachAttr {
         target_fd: cgroup.as_raw_fd() as u32,
         attach_bpf_fd: prog.as_raw_fd() as u32,
@@ -330,7 +381,9 @@ mod tests {
     fn peer_pidfd_names_the_connecting_process() {
         let (a, _b) = UnixStream::pair().unwrap();
         let pidfd = match peer_pidfd(&a) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => return eprintln!("skipping: no SO_PEERPIDFD (Linux < 6.5)"),
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
+                return eprintln!("skipping: no SO_PEERPIDFD (Linux < 6.5)")
+            }
             other => other.unwrap(),
         };
         assert_eq!(pidfd_pid(&pidfd), Some(std::process::id() as i32));

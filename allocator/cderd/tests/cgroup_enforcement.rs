@@ -206,7 +206,9 @@ fn the_jobs_own_user_cannot_confine_a_job_the_batch_system_confines() {
         let seen = probe(node, 1000, "slurm:301");
         assert!(seen.lines.iter().any(|l| l == "PROBE refused permission_denied"), "{:?}", seen.lines);
         assert!(
-            seen.lines.iter().any(|l| l.starts_with("PROBE refusal") && l.contains("confined by the batch system") && l.contains("will not move")),
+            seen.lines.iter().any(|l| l.starts_with("PROBE refusal")
+                && l.contains("confined by the batch system")
+                && l.contains("will not move")),
             "{:?}",
             seen.lines
         );
@@ -217,7 +219,11 @@ fn the_jobs_own_user_cannot_confine_a_job_the_batch_system_confines() {
     node.kill();
     node.start();
     refused(&node);
-    assert_eq!(node.client().env(&r.job).unwrap().cgroups, None, "after a restart, groups named for a job SLURM confines");
+    assert_eq!(
+        node.client().env(&r.job).unwrap().cgroups,
+        None,
+        "after a restart, groups named for a job SLURM confines"
+    );
     // Root (an operator) still can, and the groups are set up on demand.
     let seen = probe(&node, 0, "slurm:301");
     assert_eq!(seen.cgroups().len(), 1);
@@ -288,17 +294,23 @@ fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
     let mut node = node(mode);
     let job = "slurm:501";
     alloc(&node, job, uid, 0);
-    let out = retry_busy(|| probe_command(&node, uid, job).env("CDER_PROBE_HOLD", format!("{},2", node.devices[0].display())).output());
+    let out = retry_busy(|| {
+        probe_command(&node, uid, job).env("CDER_PROBE_HOLD", format!("{},2", node.devices[0].display())).output()
+    });
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "probe failed: {text}");
     let seen = Seen { lines: probe_lines(text.lines()) };
     let groups = seen.cgroups();
-    let pids: Vec<u32> = seen.lines.iter().filter_map(|l| l.strip_prefix("PROBE spawned ")).map(|p| p.parse().unwrap()).collect();
+    let pids: Vec<u32> =
+        seen.lines.iter().filter_map(|l| l.strip_prefix("PROBE spawned ")).map(|p| p.parse().unwrap()).collect();
     assert_eq!(pids.len(), 2, "{:?}", seen.lines);
     let _cleanup: Vec<KillPid> = pids.iter().map(|p| KillPid(*p)).collect();
     for &pid in &pids {
         // Past setsid and exec: a session of its own, in the job's groups.
-        wait_for("the setsid child", || stat_fields(pid).is_some_and(|f| f[3] == pid.to_string()) && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+        wait_for("the setsid child", || {
+            stat_fields(pid).is_some_and(|f| f[3] == pid.to_string())
+                && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        });
         assert!(groups.iter().all(|g| in_group(g, pid)), "{pid} is not in {groups:?}");
     }
     let (inside, escaped) = (pids[0], pids[1]);
@@ -391,7 +403,9 @@ fn a_device_held_open_by_another_process_is_not_handed_out() {
     // Wait for the child to be past exec and under its own uid.
     let status = format!("/proc/{}/status", holder.id());
     for _ in 0..500 {
-        if std::fs::read_to_string(&status).is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534"))) {
+        if std::fs::read_to_string(&status)
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")))
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -430,7 +444,9 @@ fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
         .unwrap();
     let status = format!("/proc/{}/status", holder.id());
     for _ in 0..500 {
-        if std::fs::read_to_string(&status).is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534"))) {
+        if std::fs::read_to_string(&status)
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")))
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -662,7 +678,10 @@ fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
         lines.push(std::mem::take(&mut line));
     }
     let lines = probe_lines(lines.iter().map(String::as_str));
-    let reply = lines.iter().find_map(|l| l.strip_prefix("PROBE reply ")).unwrap_or_else(|| panic!("{lines:?}\nlog:\n{}", node.log()));
+    let reply = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("PROBE reply "))
+        .unwrap_or_else(|| panic!("{lines:?}\nlog:\n{}", node.log()));
     assert!(reply.contains("permission_denied") && reply.contains("process that connected"), "{reply}");
     // The process that now has the pid was not moved.
     let parent = node.cgroup_parent.clone().unwrap();

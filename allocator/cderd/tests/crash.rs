@@ -123,24 +123,36 @@ fn verify_and_resync(node: &Node, model: &mut Model, iteration: usize, seed: u64
     let from_db = live_owners(&node.db());
     let devices_in_db: BTreeSet<&String> = from_db.iter().map(|(d, _)| d).collect();
     assert_eq!(devices_in_db.len(), from_db.len(), "{ctx}: a device has two live owners in the database: {from_db:?}");
-    assert_eq!(from_db.into_iter().collect::<BTreeMap<_, _>>(), owners_from_status, "{ctx}: status disagrees with the database");
+    assert_eq!(
+        from_db.into_iter().collect::<BTreeMap<_, _>>(),
+        owners_from_status,
+        "{ctx}: status disagrees with the database"
+    );
     let c = &status.counts["gpgpu"];
     assert_eq!(c.total, c.free + c.allocated + c.offline + c.unhealthy, "{ctx}");
 
     // Every acknowledged change is still there.
     for (j, known) in &model.jobs {
         if let Known::Holds(held) = known {
-            let actual: BTreeSet<String> =
-                owners_from_status.iter().filter(|(_, job)| **job == key(*j).to_string()).map(|(d, _)| d.clone()).collect();
+            let actual: BTreeSet<String> = owners_from_status
+                .iter()
+                .filter(|(_, job)| **job == key(*j).to_string())
+                .map(|(d, _)| d.clone())
+                .collect();
             assert_eq!(&actual, held, "{ctx}: job slurm:{j} lost or gained devices");
         }
     }
     let conn = rusqlite::Connection::open_with_flags(node.db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     for (d, known) in &model.drained {
-        let drained_in_db: bool = conn.query_row("SELECT drained FROM devices WHERE idx = ?1", [d], |r| r.get(0)).unwrap();
+        let drained_in_db: bool =
+            conn.query_row("SELECT drained FROM devices WHERE idx = ?1", [d], |r| r.get(0)).unwrap();
         let dev = &status.devices[*d as usize];
-        let offline_in_status = dev.state == DeviceState::Offline || (dev.state == DeviceState::Allocated && dev.reason.is_some());
-        assert_eq!(drained_in_db, offline_in_status, "{ctx}: device {d} drain state differs between status and database");
+        let offline_in_status =
+            dev.state == DeviceState::Offline || (dev.state == DeviceState::Allocated && dev.reason.is_some());
+        assert_eq!(
+            drained_in_db, offline_in_status,
+            "{ctx}: device {d} drain state differs between status and database"
+        );
         if let Some(expected) = known {
             assert_eq!(drained_in_db, *expected, "{ctx}: acknowledged drain/resume of device {d} was lost");
         }
@@ -149,7 +161,8 @@ fn verify_and_resync(node: &Node, model: &mut Model, iteration: usize, seed: u64
     // Resync: the daemon's state is now the certain truth.
     model.jobs.clear();
     for j in 0..JOBS {
-        let held = owners_from_status.iter().filter(|(_, job)| **job == key(j).to_string()).map(|(d, _)| d.clone()).collect();
+        let held =
+            owners_from_status.iter().filter(|(_, job)| **job == key(j).to_string()).map(|(d, _)| d.clone()).collect();
         model.jobs.insert(j, Known::Holds(held));
     }
     for d in &status.devices {
@@ -187,12 +200,16 @@ fn sigkill_at_random_points_loses_nothing_acknowledged() {
         worker.join().expect("client thread panicked");
         model = Arc::try_unwrap(shared).ok().unwrap().into_inner().unwrap();
         total_acked += std::mem::take(&mut model.acked);
-        let in_flight = model.jobs.values().any(|k| *k == Known::Uncertain) || model.drained.values().any(Option::is_none);
+        let in_flight =
+            model.jobs.values().any(|k| *k == Known::Uncertain) || model.drained.values().any(Option::is_none);
         killed_mid_request += usize::from(in_flight);
         node.start();
         verify_and_resync(&node, &mut model, iteration, seed);
     }
     eprintln!("{ITERATIONS} kills ({killed_mid_request} with a request in flight), {total_acked} acknowledged requests checked");
     assert!(killed_mid_request > 0, "no kill landed during a request");
-    assert!(total_acked > ITERATIONS, "too few requests were acknowledged ({total_acked}) for the test to mean anything");
+    assert!(
+        total_acked > ITERATIONS,
+        "too few requests were acknowledged ({total_acked}) for the test to mean anything"
+    );
 }

@@ -9,7 +9,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Barrier};
 
 use cder_model::JobKey;
-use cder_protocol::{AccountingRequest, AllocRequest, Allocation, ClientError, DeviceState, ErrorCode, ReconcileRequest, Request};
+use cder_protocol::{
+    AccountingRequest, AllocRequest, Allocation, ClientError, DeviceState, ErrorCode, ReconcileRequest, Request,
+};
 use cder_testkit::{is_root, require};
 use common::{as_uid, live_owners, Node, Options};
 
@@ -31,7 +33,8 @@ fn two_jobs_disjoint_third_refused_until_release() {
     let mut c = node.client();
     let a = c.alloc(&AllocRequest::new(job("slurm:1"), 1000, 2)).unwrap();
     let b = c.alloc(&AllocRequest::new(job("slurm:2"), 1001, 2)).unwrap();
-    let (ia, ib): (BTreeSet<u32>, BTreeSet<u32>) = (indices(&a).into_iter().collect(), indices(&b).into_iter().collect());
+    let (ia, ib): (BTreeSet<u32>, BTreeSet<u32>) =
+        (indices(&a).into_iter().collect(), indices(&b).into_iter().collect());
     assert_eq!(ia.len(), 2);
     assert!(ia.is_disjoint(&ib), "{ia:?} {ib:?}");
     // Locality: each pair sits on one NUMA node.
@@ -66,7 +69,10 @@ fn alloc_and_release_are_idempotent_and_env_is_the_allocation() {
     let a = c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 2)).unwrap();
     let again = c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 2)).unwrap();
     assert_eq!(a, again);
-    assert_eq!(code(c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 1)).unwrap_err()), ErrorCode::Conflict);
+    assert_eq!(
+        code(c.alloc(&AllocRequest::new(job("torque:17.ce.example.org"), 1000, 1)).unwrap_err()),
+        ErrorCode::Conflict
+    );
     // Root, an operator, is also told where the job's device cgroups are
     // (where this node has them); the rest is the allocation.
     let env = c.env(&job("torque:17.ce.example.org")).unwrap();
@@ -132,14 +138,34 @@ fn bad_input_gets_error_replies_and_changes_nothing() {
         ("binary", vec![0xff, 0xfe, 0x00, b'\n'], "bad_request"),
         ("unknown op", b"{\"v\":1,\"op\":\"format_disk\"}\n".to_vec(), "bad_request"),
         ("unknown field", b"{\"v\":1,\"op\":\"release\",\"job\":\"slurm:1\",\"force\":true}\n".to_vec(), "bad_request"),
-        ("wrong type", b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":\"root\",\"count\":1}\n".to_vec(), "bad_request"),
-        ("negative count", b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":1,\"count\":-1}\n".to_vec(), "bad_request"),
-        ("huge count", b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":1,\"count\":18446744073709551616}\n".to_vec(), "bad_request"),
+        (
+            "wrong type",
+            b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":\"root\",\"count\":1}\n".to_vec(),
+            "bad_request",
+        ),
+        (
+            "negative count",
+            b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":1,\"count\":-1}\n".to_vec(),
+            "bad_request",
+        ),
+        (
+            "huge count",
+            b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:2\",\"uid\":1,\"count\":18446744073709551616}\n".to_vec(),
+            "bad_request",
+        ),
         ("injection job id", b"{\"v\":1,\"op\":\"release\",\"job\":\"slurm:1' OR '1'='1\"}\n".to_vec(), "bad_request"),
-        ("injection job id 2", b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:1;DROP TABLE jobs\",\"uid\":1,\"count\":1}\n".to_vec(), "bad_request"),
+        (
+            "injection job id 2",
+            b"{\"v\":1,\"op\":\"alloc\",\"job\":\"slurm:1;DROP TABLE jobs\",\"uid\":1,\"count\":1}\n".to_vec(),
+            "bad_request",
+        ),
         ("missing version", b"{\"op\":\"status\"}\n".to_vec(), "bad_request"),
         ("future version", b"{\"v\":2,\"op\":\"status\"}\n".to_vec(), "unsupported_version"),
-        ("oversized line", [b"{\"v\":1,\"op\":\"status\",\"pad\":\"".to_vec(), vec![b'x'; 10_000], b"\"}\n".to_vec()].concat(), "too_large"),
+        (
+            "oversized line",
+            [b"{\"v\":1,\"op\":\"status\",\"pad\":\"".to_vec(), vec![b'x'; 10_000], b"\"}\n".to_vec()].concat(),
+            "too_large",
+        ),
         ("oversized, no newline", vec![b'{'; 100_000], "too_large"),
     ];
     for (what, bytes, want) in &cases {
@@ -170,7 +196,11 @@ fn protocol_fuzz_against_the_daemon() {
         r#"{"v":1,"op":"drain","device":"gpgpu:3","reason":"x"}"#,
         r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"slurm"}"#,
     ];
-    let strategy = (0..seeds.len(), proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0usize..4), 1..6), proptest::collection::vec(any::<u8>(), 0..64));
+    let strategy = (
+        0..seeds.len(),
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0usize..4), 1..6),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    );
     let mut runner = TestRunner::new(Config { cases: 400, failure_persistence: None, ..Config::default() });
     let c = std::cell::RefCell::new(node.client());
     runner
@@ -194,7 +224,10 @@ fn protocol_fuzz_against_the_daemon() {
                 return Ok(());
             }
             bytes.push(b'\n');
-            let reply = c.borrow_mut().call_raw(&bytes).map_err(|e| TestCaseError::fail(format!("{e} after {:?}", String::from_utf8_lossy(&bytes))))?;
+            let reply = c
+                .borrow_mut()
+                .call_raw(&bytes)
+                .map_err(|e| TestCaseError::fail(format!("{e} after {:?}", String::from_utf8_lossy(&bytes))))?;
             let parsed = cder_protocol::parse_reply(&reply).map_err(TestCaseError::fail)?;
             prop_assert!(parsed.is_err(), "accepted {:?}", String::from_utf8_lossy(&bytes));
             Ok(())
@@ -206,11 +239,21 @@ fn protocol_fuzz_against_the_daemon() {
 /// Runs this test binary's `client_helper` as `uid`, sending `line`; returns the reply line.
 fn call_as(node: &Node, uid: u32, line: &str) -> String {
     let exe = std::env::current_exe().unwrap();
-    let out = as_uid(uid, &[exe.as_os_str(), "--ignored".as_ref(), "--exact".as_ref(), "daemon::client_helper".as_ref(), "--nocapture".as_ref(), "--quiet".as_ref()])
-        .env("CDER_TEST_SOCKET", &node.socket)
-        .env("CDER_TEST_LINE", line)
-        .output()
-        .expect("setpriv");
+    let out = as_uid(
+        uid,
+        &[
+            exe.as_os_str(),
+            "--ignored".as_ref(),
+            "--exact".as_ref(),
+            "daemon::client_helper".as_ref(),
+            "--nocapture".as_ref(),
+            "--quiet".as_ref(),
+        ],
+    )
+    .env("CDER_TEST_SOCKET", &node.socket)
+    .env("CDER_TEST_LINE", line)
+    .output()
+    .expect("setpriv");
     let stdout = String::from_utf8_lossy(&out.stdout);
     stdout
         .lines()
@@ -243,9 +286,13 @@ fn the_step_after_an_unanswered_alloc_gets_its_record_or_why_there_is_none() {
     // Back to back, as slurmd runs them: the step's `env` arrives while the
     // prolog's `alloc` may still be unread or uncommitted, and must see it.
     for i in 0..40 {
-        let request = AllocRequest { devices: Some(vec![i % 4]), ..AllocRequest::new(job(&format!("slurm:{}", 100 + i)), 1000, 1) };
+        let request = AllocRequest {
+            devices: Some(vec![i % 4]),
+            ..AllocRequest::new(job(&format!("slurm:{}", 100 + i)), 1000, 1)
+        };
         prolog_sends(&node, &request);
-        let env = node.client().env(&request.job).unwrap_or_else(|e| panic!("job {}: {e}\n{}", request.job, node.log()));
+        let env =
+            node.client().env(&request.job).unwrap_or_else(|e| panic!("job {}: {e}\n{}", request.job, node.log()));
         assert_eq!(indices(&env), vec![i % 4]);
         node.client().release(&request.job).unwrap();
     }
@@ -254,11 +301,14 @@ fn the_step_after_an_unanswered_alloc_gets_its_record_or_why_there_is_none() {
     // for cderd.
     let mut c = node.client();
     c.alloc(&AllocRequest { devices: Some(vec![0]), ..AllocRequest::new(job("slurm:1"), 1000, 1) }).unwrap();
-    let next = AllocRequest { devices: Some(vec![0]), wait_ms: Some(20_000), ..AllocRequest::new(job("slurm:2"), 1001, 1) };
+    let next =
+        AllocRequest { devices: Some(vec![0]), wait_ms: Some(20_000), ..AllocRequest::new(job("slurm:2"), 1001, 1) };
     prolog_sends(&node, &next);
     let step = {
         let socket = node.socket.clone();
-        std::thread::spawn(move || cder_protocol::Client::connect(socket, std::time::Duration::from_secs(30)).unwrap().env(&job("slurm:2")))
+        std::thread::spawn(move || {
+            cder_protocol::Client::connect(socket, std::time::Duration::from_secs(30)).unwrap().env(&job("slurm:2"))
+        })
     };
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(node.status().devices[0].job, Some(job("slurm:1")), "device 0 changed hands before its release");
@@ -361,9 +411,12 @@ fn reconcile_frees_jobs_that_no_longer_exist() {
     for j in ["slurm:1", "slurm:2", "slurm:3", "torque:4.ce"] {
         c.alloc(&AllocRequest::new(job(j), 1000, 1)).unwrap();
     }
-    let r = c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()), as_of: None }).unwrap();
+    let r = c
+        .reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:2")], lrms: Some("slurm".into()), as_of: None })
+        .unwrap();
     assert_eq!(r.released, vec![job("slurm:1"), job("slurm:3")]);
-    let held: BTreeSet<String> = c.status().unwrap().devices.iter().filter_map(|d| d.job.as_ref().map(ToString::to_string)).collect();
+    let held: BTreeSet<String> =
+        c.status().unwrap().devices.iter().filter_map(|d| d.job.as_ref().map(ToString::to_string)).collect();
     assert_eq!(held, ["slurm:2", "torque:4.ce"].iter().map(|s| s.to_string()).collect());
     let r = c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(r.released.len(), 2);
@@ -383,7 +436,9 @@ fn reconcile_never_frees_an_allocation_newer_than_its_snapshot() {
     let new = c.alloc(&AllocRequest::new(job("torque:2.ce"), 1000, 2)).unwrap();
     assert_eq!(c.status().unwrap().generation, 2, "every new allocation takes the next number");
     // Stale too: a job that was in no snapshot and is older than it goes.
-    let r = c.reconcile(&ReconcileRequest { live_jobs: snapshot.clone(), lrms: Some("torque".into()), as_of: Some(before) }).unwrap();
+    let r = c
+        .reconcile(&ReconcileRequest { live_jobs: snapshot.clone(), lrms: Some("torque".into()), as_of: Some(before) })
+        .unwrap();
     assert!(r.released.is_empty(), "{:?}", r.released);
     assert_eq!(c.env(&job("torque:2.ce")).unwrap().devices, new.devices);
     // Without as_of the same list frees it: as_of is what protects it.
@@ -462,7 +517,9 @@ fn enforcement_changes_and_restores_device_files() {
     let node = Node::with(
         4,
         Options {
-            enforcement: Some("device_files = true\njob_mode = \"0600\"\nidle_owner = 0\nidle_group = 0\nidle_mode = \"0666\"".into()),
+            enforcement: Some(
+                "device_files = true\njob_mode = \"0600\"\nidle_owner = 0\nidle_group = 0\nidle_mode = \"0666\"".into(),
+            ),
             ..Options::default()
         },
     );
@@ -560,7 +617,11 @@ fn socket_mode_is_applied_and_a_second_daemon_is_refused() {
     // A second daemon on the same socket refuses to start, and the first keeps serving.
     let second = std::process::Command::new(common::CDERD).arg("--config").arg(&node.config).output().unwrap();
     assert_eq!(second.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&second.stderr).contains("another cderd is already listening"), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another cderd is already listening"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     assert_eq!(node.client().ping().unwrap().protocol, 1);
 }
 

@@ -54,13 +54,20 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
     assert_eq!(a.devices[0].uuid, fake_device(0).uuid);
     FakeEvent { xid: Some(79), ..event(0) }.append(&events).unwrap();
     let d0 = wait_for(&node, 0, "drained by Xid 79", |d| d.reason.as_deref() == Some("Xid 79"));
-    assert_eq!((d0.state, d0.job.as_ref().map(|j| j.to_string())), (DeviceState::Allocated, Some("slurm:1".to_string())));
+    assert_eq!(
+        (d0.state, d0.job.as_ref().map(|j| j.to_string())),
+        (DeviceState::Allocated, Some("slurm:1".to_string()))
+    );
     // The drain is durable before it is logged: wait for the admin's hint.
-    wait_for_log(&node, "the scontrol hint", |log| log.contains("scontrol update nodename=") && log.contains("state=drain") && log.contains("Xid 79"));
+    wait_for_log(&node, "the scontrol hint", |log| {
+        log.contains("scontrol update nodename=") && log.contains("state=drain") && log.contains("Xid 79")
+    });
 
     // 2. A double-bit ECC error on a free GPU: offline at once.
     FakeEvent { double_bit_ecc: true, ..event(1) }.append(&events).unwrap();
-    let d1 = wait_for(&node, 1, "drained by ECC", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
+    let d1 = wait_for(&node, 1, "drained by ECC", |d| {
+        d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error"))
+    });
     assert_eq!(d1.state, DeviceState::Offline);
 
     // 3. Released, the Xid GPU goes offline; only the healthy ones are handed out.
@@ -117,7 +124,9 @@ fn failing_gpus_are_drained_with_the_reason_and_stay_drained() {
 fn the_return_policy_gives_back_xid_drains_only() {
     let (node, events) = watched_node(2, "return_after_s = 1", &[]);
     FakeEvent { uuid: fake_device(1).uuid, double_bit_ecc: true, ..Default::default() }.append(&events).unwrap();
-    wait_for(&node, 1, "drained by ECC", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
+    wait_for(&node, 1, "drained by ECC", |d| {
+        d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error"))
+    });
     FakeEvent { uuid: fake_device(0).uuid, xid: Some(74), ..Default::default() }.append(&events).unwrap();
     wait_for(&node, 0, "drained by Xid 74", |d| d.reason.as_deref() == Some("Xid 74"));
     let back = wait_for(&node, 0, "returned", |d| d.reason.is_none());
@@ -167,7 +176,9 @@ fn reason_of(node: &Node, i: u32) -> Option<String> {
 #[test]
 fn application_xids_are_logged_and_hardware_xids_drain() {
     let (node, events) = watched_node(2, "", &[]);
-    let xid = |i: u32, n: u64| FakeEvent { uuid: fake_device(i).uuid, xid: Some(n), ..Default::default() }.append(&events).unwrap();
+    let xid = |i: u32, n: u64| {
+        FakeEvent { uuid: fake_device(i).uuid, xid: Some(n), ..Default::default() }.append(&events).unwrap()
+    };
     // Events come in order: when the Xid 48 drain shows, the Xid 13 and 31 before it were handled.
     xid(0, 13);
     xid(0, 31);
@@ -221,7 +232,11 @@ fn ecc_errors_from_before_drain_only_when_the_count_grew() {
     node.start();
     let d0 = wait_for(&node, 0, "drained by the grown ECC count", |d| d.reason.is_some());
     let reason = d0.reason.unwrap();
-    assert!(reason.starts_with("double-bit ECC error (2 uncorrected since boot, 1 before)") && reason.contains("not watching"), "{reason}");
+    assert!(
+        reason.starts_with("double-bit ECC error (2 uncorrected since boot, 1 before)")
+            && reason.contains("not watching"),
+        "{reason}"
+    );
 
     // The operator returns it; the count has not grown since: it stays in service over several polls.
     node.client().resume(&fake_device(0).uuid).unwrap();
@@ -229,5 +244,7 @@ fn ecc_errors_from_before_drain_only_when_the_count_grew() {
     assert_eq!(reason_of(&node, 0), None, "re-drained without a new error:\n{}", node.log());
     // A new error while watched drains it again.
     dbe(0).append(&events).unwrap();
-    wait_for(&node, 0, "drained by a new ECC error", |d| d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error")));
+    wait_for(&node, 0, "drained by a new ECC error", |d| {
+        d.reason.as_deref().is_some_and(|r| r.starts_with("double-bit ECC error"))
+    });
 }

@@ -66,7 +66,10 @@ fn mig_instances_are_allocated_by_uuid_and_drained_with_their_gpu() {
 
     let status = node.status();
     let uuids: Vec<&str> = status.devices.iter().map(|d| d.uuid.as_str()).collect();
-    assert_eq!(uuids, [instances[0].uuid.as_str(), instances[1].uuid.as_str(), instances[2].uuid.as_str(), gpu(1).uuid.as_str()]);
+    assert_eq!(
+        uuids,
+        [instances[0].uuid.as_str(), instances[1].uuid.as_str(), instances[2].uuid.as_str(), gpu(1).uuid.as_str()]
+    );
     assert_eq!(status.devices[0].model, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
     assert_eq!(status.counts["gpgpu"].free, 4);
 
@@ -87,7 +90,8 @@ fn mig_instances_are_allocated_by_uuid_and_drained_with_their_gpu() {
         let status = node.status();
         let drained = status.devices.iter().filter(|d| d.reason.as_deref() == Some("Xid 48")).count();
         if drained == 3 {
-            let free: Vec<&str> = status.devices.iter().filter(|d| d.state == DeviceState::Free).map(|d| d.uuid.as_str()).collect();
+            let free: Vec<&str> =
+                status.devices.iter().filter(|d| d.state == DeviceState::Free).map(|d| d.uuid.as_str()).collect();
             assert_eq!(free, [gpu(1).uuid.as_str()]);
             assert_eq!(status.devices.iter().filter(|d| d.job.is_some()).count(), 2);
             break;

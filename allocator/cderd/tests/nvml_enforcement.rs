@@ -47,7 +47,10 @@ fn nvml_compute_mode_and_device_files_follow_the_allocation() {
     );
     let env = vec![("CDER_FAKE_NVML".to_string(), machine), ("CDER_FAKE_NVML_STATE".to_string(), state.clone())];
     let node = Node::custom(dir, &text, devices.clone(), env);
-    let mode = |i: u32| std::fs::read_to_string(state.join(format!("{}.compute_mode", fake_device(i).uuid))).unwrap_or_else(|_| DEFAULT.into());
+    let mode = |i: u32| {
+        std::fs::read_to_string(state.join(format!("{}.compute_mode", fake_device(i).uuid)))
+            .unwrap_or_else(|_| DEFAULT.into())
+    };
     let owner = |i: usize| {
         let m = std::fs::metadata(&devices[i]).unwrap();
         (m.uid(), m.mode() & 0o7777)

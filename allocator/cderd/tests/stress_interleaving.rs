@@ -88,10 +88,13 @@ fn reconcile_round(c: &mut Client, shared: &Shared, rng: &mut Rng) -> Result<(),
     let fresh = key(1_000_000 + shared.fresh.fetch_add(1, Ordering::Relaxed));
     let fresh_alloc = c.alloc(&AllocRequest::new(fresh.clone(), 4242, 1));
     let live: Vec<JobKey> = (0..JOBS).filter(|_| rng.below(2) == 0).map(key).collect();
-    let reconciled = c.reconcile(&ReconcileRequest { live_jobs: live, lrms: Some("slurm".into()), as_of: Some(generation) })?;
+    let reconciled =
+        c.reconcile(&ReconcileRequest { live_jobs: live, lrms: Some("slurm".into()), as_of: Some(generation) })?;
     if fresh_alloc.is_ok() {
         if reconciled.released.contains(&fresh) {
-            shared.violations.lock().unwrap().push(format!("{fresh} was allocated after generation {generation} and released by reconcile as_of it"));
+            shared.violations.lock().unwrap().push(format!(
+                "{fresh} was allocated after generation {generation} and released by reconcile as_of it"
+            ));
         }
         shared.reconciles_checked.fetch_add(1, Ordering::Relaxed);
     }
@@ -107,7 +110,11 @@ fn verify(node: &Node, ctx: &str, probe: bool) {
     let status = node.status();
     let from_status: BTreeMap<String, String> =
         status.devices.iter().filter_map(|d| d.job.as_ref().map(|j| (d.uuid.clone(), j.to_string()))).collect();
-    assert_eq!(from_db.into_iter().collect::<BTreeMap<_, _>>(), from_status, "{ctx}: status disagrees with the database");
+    assert_eq!(
+        from_db.into_iter().collect::<BTreeMap<_, _>>(),
+        from_status,
+        "{ctx}: status disagrees with the database"
+    );
     if !probe {
         return;
     }
@@ -140,7 +147,8 @@ fn run(seed: u64, cgroups: bool) {
         let stop = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..WORKERS)
             .map(|_| {
-                let (socket, shared, stop, r) = (node.socket.clone(), Arc::clone(&shared), Arc::clone(&stop), Rng(rng.next() | 1));
+                let (socket, shared, stop, r) =
+                    (node.socket.clone(), Arc::clone(&shared), Arc::clone(&stop), Rng(rng.next() | 1));
                 std::thread::spawn(move || worker(socket, shared, stop, r, MINORS.len() as u32))
             })
             .collect();
@@ -157,7 +165,9 @@ fn run(seed: u64, cgroups: bool) {
     let violations = shared.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
     let checked = shared.reconciles_checked.load(Ordering::Relaxed);
-    eprintln!("seed {seed}: {ITERATIONS} kills, {checked} reconciles checked against an allocation newer than their snapshot");
+    eprintln!(
+        "seed {seed}: {ITERATIONS} kills, {checked} reconciles checked against an allocation newer than their snapshot"
+    );
     assert!(checked > 0, "seed {seed}: no reconcile round completed; the test checked nothing about as_of");
 }
 

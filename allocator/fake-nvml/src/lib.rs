@@ -30,8 +30,6 @@
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
 #![deny(missing_docs)]
-
-
 #![allow(non_snake_case, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
@@ -213,11 +211,7 @@ struct Machine {
 /// test build builds it, since cargo builds every crate type a package declares.
 pub fn library_path() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .take(3)
-        .map(|dir| dir.join("libcder_fake_nvml.so"))
-        .find(|candidate| candidate.is_file())
+    exe.ancestors().skip(1).take(3).map(|dir| dir.join("libcder_fake_nvml.so")).find(|candidate| candidate.is_file())
 }
 
 impl FakeNvml {
@@ -305,14 +299,20 @@ fn with_device(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&FakeDevice) -> 
 }
 
 /// Runs `f` on what a handle names, or answers the NVML error.
-fn with_target(call: &str, handle: nvmlDevice_t, f: impl FnOnce(&'static Machine, Target) -> nvmlReturn_t) -> nvmlReturn_t {
+fn with_target(
+    call: &str,
+    handle: nvmlDevice_t,
+    f: impl FnOnce(&'static Machine, Target) -> nvmlReturn_t,
+) -> nvmlReturn_t {
     let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
     if machine.nvml.fail.iter().any(|c| c == call) {
         return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     }
     match target(machine, handle) {
         Some(Target::Gpu(gpu)) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
-        Some(Target::Instance { gpu, .. }) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(Target::Instance { gpu, .. }) if is_lost(&machine.nvml.devices[gpu].uuid) => {
+            nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST
+        }
         Some(t) => f(machine, t),
         None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
     }
@@ -461,7 +461,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut
 /// # Safety
 /// NVML contract: `memory` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
     with_device("nvmlDeviceGetMemoryInfo_v2", device, |d| {
         if memory.is_null() {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
@@ -479,7 +482,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory
 /// # Safety
 /// NVML contract: `major` and `minor` valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(device: nvmlDevice_t, major: *mut c_int, minor: *mut c_int) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: nvmlDevice_t,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> nvmlReturn_t {
     with_device("nvmlDeviceGetCudaComputeCapability", device, |d| {
         let (ma, mi) = d.compute_capability.split_once('.').unwrap_or(("0", "0"));
         let status = put(major, ma.parse().unwrap_or(0));
@@ -494,7 +501,12 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(device: nvmlDevice_t
 ///
 /// # Safety
 /// `out` must be null or valid for a write.
-unsafe fn optional_uint(call: &str, device: nvmlDevice_t, out: *mut c_uint, pick: fn(&FakeDevice) -> Option<u32>) -> nvmlReturn_t {
+unsafe fn optional_uint(
+    call: &str,
+    device: nvmlDevice_t,
+    out: *mut c_uint,
+    pick: fn(&FakeDevice) -> Option<u32>,
+) -> nvmlReturn_t {
     with_device(call, device, |d| match pick(d) {
         Some(v) => put(out, v),
         None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
@@ -511,7 +523,11 @@ pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(device: nvmlDevice_t, cores: *
 /// # Safety
 /// NVML contract: `clock` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: nvmlDevice_t, kind: nvmlClockType_t, clock: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: nvmlDevice_t,
+    kind: nvmlClockType_t,
+    clock: *mut c_uint,
+) -> nvmlReturn_t {
     // Graphics and SM clocks are the same on the boards cder cares about.
     if kind != nvmlClockType_enum_NVML_CLOCK_GRAPHICS && kind != nvmlClockType_enum_NVML_CLOCK_SM {
         return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
@@ -536,10 +552,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minor: *
 /// # Safety
 /// NVML contract: `current` and `pending` valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetEccMode(device: nvmlDevice_t, current: *mut nvmlEnableState_t, pending: *mut nvmlEnableState_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetEccMode(
+    device: nvmlDevice_t,
+    current: *mut nvmlEnableState_t,
+    pending: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
     with_device("nvmlDeviceGetEccMode", device, |d| match d.ecc {
         Some(on) => {
-            let state = if on { nvmlEnableState_enum_NVML_FEATURE_ENABLED } else { nvmlEnableState_enum_NVML_FEATURE_DISABLED };
+            let state =
+                if on { nvmlEnableState_enum_NVML_FEATURE_ENABLED } else { nvmlEnableState_enum_NVML_FEATURE_DISABLED };
             let status = put(current, state);
             if status != nvmlReturn_enum_NVML_SUCCESS {
                 return status;
@@ -551,7 +572,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(device: nvmlDevice_t, current: *mu
 }
 
 fn compute_mode_file(d: &FakeDevice) -> Option<std::path::PathBuf> {
-    std::env::var_os("CDER_FAKE_NVML_STATE").map(|dir| std::path::Path::new(&dir).join(format!("{}.compute_mode", d.uuid)))
+    std::env::var_os("CDER_FAKE_NVML_STATE")
+        .map(|dir| std::path::Path::new(&dir).join(format!("{}.compute_mode", d.uuid)))
 }
 
 /// # Safety
@@ -596,7 +618,11 @@ fn gpu_mig(call: &str, device: nvmlDevice_t, f: impl FnOnce(usize, &'static Fake
 /// # Safety
 /// NVML contract: `current` and `pending` valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
     gpu_mig("nvmlDeviceGetMigMode", device, |_, mig| {
         let mode = if mig.enabled { NVML_DEVICE_MIG_ENABLE } else { NVML_DEVICE_MIG_DISABLE };
         let status = put(current, mode);
@@ -617,7 +643,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, co
 /// # Safety
 /// NVML contract: `mig_device` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    mig_device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
     gpu_mig("nvmlDeviceGetMigDeviceHandleByIndex", device, |gpu, mig| {
         if !mig.enabled || index >= mig.max_count {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
@@ -634,13 +664,18 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_
 /// NVML contract: `is_mig` valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, is_mig: *mut c_uint) -> nvmlReturn_t {
-    with_target("nvmlDeviceIsMigDeviceHandle", device, |_, target| put(is_mig, matches!(target, Target::Instance { .. }) as c_uint))
+    with_target("nvmlDeviceIsMigDeviceHandle", device, |_, target| {
+        put(is_mig, matches!(target, Target::Instance { .. }) as c_uint)
+    })
 }
 
 /// # Safety
 /// NVML contract: `device` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device: nvmlDevice_t, device: *mut nvmlDevice_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig_device: nvmlDevice_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
     with_target("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig_device, |_, target| match target {
         Target::Instance { gpu, .. } => put(device, (gpu + 1) as nvmlDevice_t),
         Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
@@ -651,7 +686,12 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_device
 ///
 /// # Safety
 /// `out` must be null or valid for a write.
-unsafe fn instance_uint(call: &str, device: nvmlDevice_t, out: *mut c_uint, pick: fn(&FakeMigInstance) -> u32) -> nvmlReturn_t {
+unsafe fn instance_uint(
+    call: &str,
+    device: nvmlDevice_t,
+    out: *mut c_uint,
+    pick: fn(&FakeMigInstance) -> u32,
+) -> nvmlReturn_t {
     with_target(call, device, |_, target| match target {
         Target::Instance { mig, slot, .. } => put(out, pick(&mig.instances[slot])),
         Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
@@ -678,7 +718,10 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id
 /// # Safety
 /// NVML contract: `attributes` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(device: nvmlDevice_t, attributes: *mut nvmlDeviceAttributes_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
+    device: nvmlDevice_t,
+    attributes: *mut nvmlDeviceAttributes_t,
+) -> nvmlReturn_t {
     with_target("nvmlDeviceGetAttributes_v2", device, |_, target| match target {
         Target::Instance { mig, slot, .. } => {
             let instance = &mig.instances[slot];
@@ -730,12 +773,16 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     })
 }
 
-const FAKE_EVENT_TYPES: u64 = (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError) as u64;
+const FAKE_EVENT_TYPES: u64 =
+    (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError) as u64;
 
 /// # Safety
 /// NVML contract: `types` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, types: *mut std::ffi::c_ulonglong) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: nvmlDevice_t,
+    types: *mut std::ffi::c_ulonglong,
+) -> nvmlReturn_t {
     with_device("nvmlDeviceGetSupportedEventTypes", device, |_| put(types, FAKE_EVENT_TYPES))
 }
 
@@ -754,7 +801,11 @@ pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlRet
 /// Adds `device` to an event set; types the fake cannot inject are refused
 /// with NOT_SUPPORTED, as the driver refuses types a GPU does not have.
 #[no_mangle]
-pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: std::ffi::c_ulonglong, set: nvmlEventSet_t) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceRegisterEvents(
+    device: nvmlDevice_t,
+    types: std::ffi::c_ulonglong,
+    set: nvmlEventSet_t,
+) -> nvmlReturn_t {
     with_target("nvmlDeviceRegisterEvents", device, |_, target| {
         let Target::Gpu(gpu) = target else { return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED };
         if types & !FAKE_EVENT_TYPES != 0 {
@@ -784,15 +835,20 @@ pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
 /// # Safety
 /// NVML contract: `data` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetWait_v2(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: nvmlEventSet_t,
+    data: *mut nvmlEventData_t,
+    timeout_ms: c_uint,
+) -> nvmlReturn_t {
     use std::sync::atomic::Ordering::SeqCst;
     let Some(machine) = state() else { return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED };
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.into());
     loop {
-        let registered: Vec<usize> = match EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(id, _)| *id == set as usize) {
-            Some((_, gpus)) => gpus.clone(),
-            None => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
-        };
+        let registered: Vec<usize> =
+            match EVENT_SETS.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(id, _)| *id == set as usize) {
+                Some((_, gpus)) => gpus.clone(),
+                None => return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+            };
         {
             // One delivery at a time, so each line goes to one waiter once.
             let _one = DELIVERING.lock().unwrap_or_else(|e| e.into_inner());

@@ -18,11 +18,7 @@ pub const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Opens NVML for a type: its configured library, or the driver's.
 pub fn open_nvml(cder: &CderType) -> Result<Nvml, InventoryError> {
-    let library = cder
-        .nvml_library
-        .as_ref()
-        .map(|p| p.as_os_str().to_owned())
-        .unwrap_or_else(|| DRIVER_LIBRARY.into());
+    let library = cder.nvml_library.as_ref().map(|p| p.as_os_str().to_owned()).unwrap_or_else(|| DRIVER_LIBRARY.into());
     Nvml::builder().lib_path(OsStr::new(&library)).init().map_err(|source| InventoryError::NvmlLoad {
         cder_type: cder.name().to_string(),
         library: library.to_string_lossy().into_owned(),
@@ -53,27 +49,35 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
         // devices stay usable, and cderd marks the missing one unhealthy.
         let device = match nvml.device_by_index(index) {
             Err(NvmlError::GpuLost) => {
-                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                tracing::error!(
+                    cder_type = cder.name(),
+                    index,
+                    "NVML: GPU {index} is lost (fell off the bus); left out of the inventory"
+                );
                 continue;
             }
             other => other.map_err(call_failed("nvmlDeviceGetHandleByIndex_v2", at))?,
         };
         let uuid = match device.uuid() {
             Err(NvmlError::GpuLost) => {
-                tracing::error!(cder_type = cder.name(), index, "NVML: GPU {index} is lost (fell off the bus); left out of the inventory");
+                tracing::error!(
+                    cder_type = cder.name(),
+                    index,
+                    "NVML: GPU {index} is lost (fell off the bus); left out of the inventory"
+                );
                 continue;
             }
             other => other.map_err(call_failed("nvmlDeviceGetUUID", at))?,
         };
         let model = device.name().map_err(call_failed("nvmlDeviceGetName", at))?;
         let pci_bus_id = device.pci_info().map_err(call_failed("nvmlDeviceGetPciInfo_v3", at))?.bus_id;
-        let memory_mb = device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
-        let cc = device
-            .cuda_compute_capability()
-            .map_err(call_failed("nvmlDeviceGetCudaComputeCapability", at))?;
+        let memory_mb =
+            device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
+        let cc = device.cuda_compute_capability().map_err(call_failed("nvmlDeviceGetCudaComputeCapability", at))?;
         let compute_capability = ComputeCapability { major: cc.major as u32, minor: cc.minor as u32 };
         let cores = optional(device.num_cores()).map_err(call_failed("nvmlDeviceGetNumGpuCores", at))?;
-        let clock_mhz = optional(device.max_clock_info(Clock::Graphics)).map_err(call_failed("nvmlDeviceGetMaxClockInfo", at))?;
+        let clock_mhz =
+            optional(device.max_clock_info(Clock::Graphics)).map_err(call_failed("nvmlDeviceGetMaxClockInfo", at))?;
         // Boards without ECC answer NotSupported: that is "no ECC", not a failure.
         let ecc = optional(device.is_ecc_enabled())
             .map_err(call_failed("nvmlDeviceGetEccMode", at))?
@@ -105,11 +109,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 clock_mhz,
                 ecc,
             },
-            path: cder
-                .device_path
-                .replace("{index}", &index.to_string())
-                .replace("{minor}", &minor.to_string())
-                .into(),
+            path: cder.device_path.replace("{index}", &index.to_string()).replace("{minor}", &minor.to_string()).into(),
             dev: gpu_major.map(|major| DeviceNumber { major, minor }),
             numa_node,
             health: Health::Healthy,
@@ -125,7 +125,8 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 };
                 let uuid = instance.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
                 let model = instance.name().map_err(call_failed("nvmlDeviceGetName", at))?;
-                let memory_mb = instance.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
+                let memory_mb = instance.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total
+                    / (1024 * 1024);
                 let multiprocessors = optional(instance.attributes())
                     .map_err(call_failed("nvmlDeviceGetAttributes_v2", at))?
                     .map(|a| a.multiprocessor_count);
@@ -133,11 +134,13 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                     (Some(mp), Some(per)) => Some(mp * per),
                     _ => None,
                 };
-                let (gi, ci) = crate::sys::mig_instance_ids(&instance).map_err(call_failed("nvmlDeviceGetGpuInstanceId", at))?;
+                let (gi, ci) =
+                    crate::sys::mig_instance_ids(&instance).map_err(call_failed("nvmlDeviceGetGpuInstanceId", at))?;
                 let cap = mig_access_minor(cder, minor, gi, ci, &uuid)?;
                 let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
                 let dev = caps_major.map(|major| DeviceNumber { major, minor: cap });
-                let attributes = DeviceAttributes { model, memory_mb, multiprocessors, cores, ..whole.attributes.clone() };
+                let attributes =
+                    DeviceAttributes { model, memory_mb, multiprocessors, cores, ..whole.attributes.clone() };
                 devices.push(Device { index: 0, uuid, attributes, path, dev, ..whole.clone() });
             }
         } else {

@@ -92,16 +92,31 @@ fn mig_instances_or_whole_gpus_by_config() {
     for (gi, cap) in [(2, 30), (9, 111), (10, 120)] {
         let at = dir.path().join(format!("capabilities/gpu0/mig/gi{gi}/ci0"));
         std::fs::create_dir_all(&at).unwrap();
-        std::fs::write(at.join("access"), format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")).unwrap();
+        std::fs::write(
+            at.join("access"),
+            format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+        )
+        .unwrap();
     }
 
     // The kernel's majors (/proc/devices): nvidia-caps' is dynamic.
-    std::fs::write(dir.path().join("devices"), "Character devices:\n  1 mem\n195 nvidia-frontend\n237 nvidia-caps\n\nBlock devices:\n  8 sd\n").unwrap();
+    std::fs::write(
+        dir.path().join("devices"),
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n237 nvidia-caps\n\nBlock devices:\n  8 sd\n",
+    )
+    .unwrap();
 
     // 1. mig = "whole": three GPUs, as without MIG.
     let whole = cder_inventory::discover(&config(dir.path(), &library, "whole")).unwrap();
     let ids: Vec<(u32, &str)> = whole.iter().map(|d| (d.index, d.uuid.as_str())).collect();
-    assert_eq!(ids, vec![(0, nvml.devices[0].uuid.as_str()), (1, nvml.devices[1].uuid.as_str()), (2, nvml.devices[2].uuid.as_str())]);
+    assert_eq!(
+        ids,
+        vec![
+            (0, nvml.devices[0].uuid.as_str()),
+            (1, nvml.devices[1].uuid.as_str()),
+            (2, nvml.devices[2].uuid.as_str())
+        ]
+    );
     assert!(whole.iter().all(|d| d.mig_profile().is_none()));
 
     // 2. mig = "instances": GPU 0 becomes its three instances, the others stay whole.
@@ -109,15 +124,49 @@ fn mig_instances_or_whole_gpus_by_config() {
     let devices = cder_inventory::discover(&config).unwrap();
     let got: Vec<Seen<'_>> = devices
         .iter()
-        .map(|d| (d.index, d.uuid.as_str(), d.mig_profile(), d.attributes.memory_mb, d.attributes.multiprocessors, d.attributes.cores, d.path.to_str().unwrap()))
+        .map(|d| {
+            (
+                d.index,
+                d.uuid.as_str(),
+                d.mig_profile(),
+                d.attributes.memory_mb,
+                d.attributes.multiprocessors,
+                d.attributes.cores,
+                d.path.to_str().unwrap(),
+            )
+        })
         .collect();
     let mig0 = &mig[0].instances;
     assert_eq!(
         got,
         vec![
-            (0, mig0[0].uuid.as_str(), Some("3g.40gb"), 40192, Some(42), Some(42 * 64), "/dev/nvidia-caps/nvidia-cap30"),
-            (1, mig0[1].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia-caps/nvidia-cap111"),
-            (2, mig0[2].uuid.as_str(), Some("1g.10gb"), 9728, Some(14), Some(14 * 64), "/dev/nvidia-caps/nvidia-cap120"),
+            (
+                0,
+                mig0[0].uuid.as_str(),
+                Some("3g.40gb"),
+                40192,
+                Some(42),
+                Some(42 * 64),
+                "/dev/nvidia-caps/nvidia-cap30"
+            ),
+            (
+                1,
+                mig0[1].uuid.as_str(),
+                Some("1g.10gb"),
+                9728,
+                Some(14),
+                Some(14 * 64),
+                "/dev/nvidia-caps/nvidia-cap111"
+            ),
+            (
+                2,
+                mig0[2].uuid.as_str(),
+                Some("1g.10gb"),
+                9728,
+                Some(14),
+                Some(14 * 64),
+                "/dev/nvidia-caps/nvidia-cap120"
+            ),
             (3, nvml.devices[1].uuid.as_str(), None, 81920, Some(108), Some(6912), "/dev/nvidia1"),
             (4, nvml.devices[2].uuid.as_str(), None, 15360, Some(40), Some(2560), "/dev/nvidia2"),
         ],

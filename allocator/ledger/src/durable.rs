@@ -71,16 +71,21 @@ pub fn open(path: &Path, schema: &str, schema_version: i64) -> Result<Connection
     // the WAL should that thread fall behind.
     conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES};")).map_err(open)?;
     conn.execute_batch(schema).map_err(open)?;
-    let version: Option<String> =
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional().map_err(open)?;
+    let version: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
+        .optional()
+        .map_err(open)?;
     match version.and_then(|v| v.parse::<i64>().ok()) {
         Some(found) if found > schema_version => {
             return Err(DurableError::TooNew { path: path.to_path_buf(), found, supported: schema_version })
         }
         Some(_) => {}
         None => {
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)", [schema_version.to_string()])
-                .map_err(open)?;
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
+                [schema_version.to_string()],
+            )
+            .map_err(open)?;
         }
     }
     // SQLite gives new -wal/-shm files the database file's mode, but ones
@@ -273,7 +278,8 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT); CREATE TABLE IF NOT EXISTS t (x INTEGER);";
+    const SCHEMA: &str =
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT); CREATE TABLE IF NOT EXISTS t (x INTEGER);";
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().mode() & 0o7777
@@ -319,7 +325,10 @@ mod tests {
                 .unwrap();
             let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success(), "umask {umask}: {text}");
-            assert!(text.contains(&format!("CHILD-CHECKED 0{umask}")), "umask {umask}: the child did not run its checks: {text}");
+            assert!(
+                text.contains(&format!("CHILD-CHECKED 0{umask}")),
+                "umask {umask}: the child did not run its checks: {text}"
+            );
         }
     }
 

@@ -119,7 +119,8 @@ mod tests {
         // Exhaustive over small layouts: every answer is valid and minimal in domains.
         let p = LocalityPolicy;
         for mask in 0u32..256 {
-            let c: Vec<Candidate> = (0..8).filter(|i| mask & (1 << i) != 0).map(|i| Candidate { index: i, domain: i % 3 }).collect();
+            let c: Vec<Candidate> =
+                (0..8).filter(|i| mask & (1 << i) != 0).map(|i| Candidate { index: i, domain: i % 3 }).collect();
             for count in 0..=c.len() {
                 let got = p.select(&c, count).expect("enough candidates");
                 assert_eq!(got.len(), count);

@@ -6,7 +6,8 @@ use std::ffi::{CStr, CString};
 /// The uid of user `name` (files, LDAP, whatever NSS is configured with),
 /// or None when there is no such user.
 pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
-    let c_name = CString::new(name).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "user name contains NUL"))?;
+    let c_name = CString::new(name)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "user name contains NUL"))?;
     let mut buf = vec![0u8; 4096];
     loop {
         // SAFETY: an all-zero passwd is a valid value for a plain C struct of
@@ -17,7 +18,8 @@ pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
         // name, the passwd to fill, the scratch buffer with its true length,
         // and the out-pointer. The strings in `pwd` point into `buf`, which
         // outlives their only use below.
-        let rc = unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
+        let rc =
+            unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
         if rc == libc::ERANGE && buf.len() < 1 << 20 {
             buf.resize(buf.len() * 2, 0);
             continue;

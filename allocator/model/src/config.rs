@@ -117,7 +117,13 @@ impl HealthWatch {
 
 impl Default for HealthWatch {
     fn default() -> Self {
-        HealthWatch { watch: true, interval_s: default_health_interval_s(), return_after_s: 0, drain_xids: None, ignore_xids: None }
+        HealthWatch {
+            watch: true,
+            interval_s: default_health_interval_s(),
+            return_after_s: 0,
+            drain_xids: None,
+            ignore_xids: None,
+        }
     }
 }
 
@@ -458,10 +464,7 @@ impl CderType {
 
     /// Variables that carry the visible device list.
     pub fn visible_env(&self) -> Vec<String> {
-        self.visible_env
-            .clone()
-            .or_else(|| self.vendor.default_visible_env())
-            .unwrap_or_default()
+        self.visible_env.clone().or_else(|| self.vendor.default_visible_env()).unwrap_or_default()
     }
 
     /// Constant variables set beside the visible list.
@@ -636,9 +639,15 @@ impl Config {
             && parent != ".."
             && parent.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         if !parent_ok {
-            return Err(anywhere("node.enforcement.cgroup_parent", format!("{parent:?} must be one directory name of letters, digits, '.', '_' or '-'")));
+            return Err(anywhere(
+                "node.enforcement.cgroup_parent",
+                format!("{parent:?} must be one directory name of letters, digits, '.', '_' or '-'"),
+            ));
         }
-        for (key, root) in [("node.enforcement.cgroup_v1_root", &self.node.enforcement.cgroup_v1_root), ("node.enforcement.cgroup_v2_root", &self.node.enforcement.cgroup_v2_root)] {
+        for (key, root) in [
+            ("node.enforcement.cgroup_v1_root", &self.node.enforcement.cgroup_v1_root),
+            ("node.enforcement.cgroup_v2_root", &self.node.enforcement.cgroup_v2_root),
+        ] {
             if root.as_ref().is_some_and(|r| !r.is_absolute()) {
                 return Err(anywhere(key, "must be an absolute path".into()));
             }
@@ -648,9 +657,15 @@ impl Config {
         }
         let health = &self.node.health;
         if let (Some(drain), Some(_)) = (&health.drain_xids, &health.ignore_xids) {
-            return Err(at(drain.span().start, "node.health.drain_xids", "give drain_xids (only these drain) or ignore_xids (all but these drain), not both".into()));
+            return Err(at(
+                drain.span().start,
+                "node.health.drain_xids",
+                "give drain_xids (only these drain) or ignore_xids (all but these drain), not both".into(),
+            ));
         }
-        for (key, xids) in [("node.health.drain_xids", &health.drain_xids), ("node.health.ignore_xids", &health.ignore_xids)] {
+        for (key, xids) in
+            [("node.health.drain_xids", &health.drain_xids), ("node.health.ignore_xids", &health.ignore_xids)]
+        {
             let Some(xids) = xids else { continue };
             let mut seen = BTreeSet::new();
             for xid in xids.get_ref() {
@@ -675,14 +690,25 @@ impl Config {
             let name = cder.name();
             // The rule every request parser and the node protocol apply too.
             if cder_request::check_type_name(name).is_err() {
-                return Err(at(name_at, "cder.name", format!("{name:?} must be lowercase letters, digits, '-' or '_', starting with a letter")));
+                return Err(at(
+                    name_at,
+                    "cder.name",
+                    format!("{name:?} must be lowercase letters, digits, '-' or '_', starting with a letter"),
+                ));
             }
             if !names.insert(name) {
                 return Err(at(name_at, "cder.name", format!("type {name:?} is configured twice")));
             }
             let prefix = cder.prefix();
-            if prefix.is_empty() || !prefix.starts_with(|c: char| c.is_ascii_alphabetic()) || !prefix.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                return Err(at(name_at, "cder.prefix", format!("{prefix:?} must be letters and digits, starting with a letter")));
+            if prefix.is_empty()
+                || !prefix.starts_with(|c: char| c.is_ascii_alphabetic())
+                || !prefix.bytes().all(|b| b.is_ascii_alphanumeric())
+            {
+                return Err(at(
+                    name_at,
+                    "cder.prefix",
+                    format!("{prefix:?} must be letters and digits, starting with a letter"),
+                ));
             }
             if cder.vendor.default_visible_env().is_none() && cder.visible_env.is_none() {
                 return Err(at(
@@ -694,8 +720,15 @@ impl Config {
             let mut env_names: Vec<&String> = cder.visible_env.iter().flatten().collect();
             env_names.extend(cder.extra_env.iter().flat_map(|m| m.keys()));
             for var in env_names {
-                if var.is_empty() || var.starts_with(|c: char| c.is_ascii_digit()) || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                    return Err(at(name_at, "cder.visible_env", format!("{var:?} is not a valid environment variable name")));
+                if var.is_empty()
+                    || var.starts_with(|c: char| c.is_ascii_digit())
+                    || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    return Err(at(
+                        name_at,
+                        "cder.visible_env",
+                        format!("{var:?} is not a valid environment variable name"),
+                    ));
                 }
             }
             match cder.discovery {
@@ -707,7 +740,13 @@ impl Config {
                     ));
                 }
                 Discovery::Static if cder.nvml_library.is_some() => {
-                    return Err(at(name_at, "cder.nvml_library", format!("type {name:?} uses discovery = \"static\"; nvml_library is only for discovery = \"nvml\"")));
+                    return Err(at(
+                        name_at,
+                        "cder.nvml_library",
+                        format!(
+                            "type {name:?} uses discovery = \"static\"; nvml_library is only for discovery = \"nvml\""
+                        ),
+                    ));
                 }
                 Discovery::Static if cder.mig == MigOffer::Instances => {
                     return Err(at(name_at, "cder.mig", format!("type {name:?} uses discovery = \"static\"; mig = \"instances\" is only for discovery = \"nvml\"")));
@@ -719,17 +758,33 @@ impl Config {
             for dev in &cder.devices {
                 let index = *dev.index.get_ref();
                 if !indices.insert(index) {
-                    return Err(at(dev.index.span().start, "cder.device.index", format!("index {index} of type {name:?} is configured twice")));
+                    return Err(at(
+                        dev.index.span().start,
+                        "cder.device.index",
+                        format!("index {index} of type {name:?} is configured twice"),
+                    ));
                 }
                 let uuid = dev.uuid.clone().unwrap_or_else(|| format!("{name}-{index}"));
                 if uuid.is_empty() || !uuids.insert(uuid.clone()) {
-                    return Err(at(dev.index.span().start, "cder.device.uuid", format!("uuid {uuid:?} of device {index} is empty or not unique")));
+                    return Err(at(
+                        dev.index.span().start,
+                        "cder.device.uuid",
+                        format!("uuid {uuid:?} of device {index} is empty or not unique"),
+                    ));
                 }
                 if dev.model.get_ref().trim().is_empty() {
-                    return Err(at(dev.index.span().start, "cder.device.model", format!("device {index} of type {name:?} has an empty model")));
+                    return Err(at(
+                        dev.index.span().start,
+                        "cder.device.model",
+                        format!("device {index} of type {name:?} has an empty model"),
+                    ));
                 }
                 if !dev.path.is_absolute() {
-                    return Err(at(dev.index.span().start, "cder.device.path", format!("device {index}: {:?} is not an absolute path", dev.path)));
+                    return Err(at(
+                        dev.index.span().start,
+                        "cder.device.path",
+                        format!("device {index}: {:?} is not an absolute path", dev.path),
+                    ));
                 }
             }
         }
@@ -741,7 +796,13 @@ impl ConfigError {
     /// An error about `key` at byte `offset` of the file's `text`.
     pub fn at(path: &Path, text: &str, offset: usize, key: &str, message: String) -> ConfigError {
         let (line, column) = line_col(text, offset);
-        ConfigError { path: path.to_path_buf(), line: Some(line), column: Some(column), key: Some(key.to_string()), message }
+        ConfigError {
+            path: path.to_path_buf(),
+            line: Some(line),
+            column: Some(column),
+            key: Some(key.to_string()),
+            message,
+        }
     }
 }
 
@@ -937,7 +998,11 @@ path = "/dev/xclmgmt0"
         assert_eq!(e.key.as_deref(), Some("cder.device.compute_capability"), "{e}");
         assert!(e.message.contains("MAJOR.MINOR"), "{e}");
 
-        let e = parse(&GOOD.replace("discovery = \"static\"\n\n[[cder.device]]\nindex = 0\nuuid", "discovery = \"magic\"\n\n[[cder.device]]\nindex = 0\nuuid")).unwrap_err();
+        let e = parse(&GOOD.replace(
+            "discovery = \"static\"\n\n[[cder.device]]\nindex = 0\nuuid",
+            "discovery = \"magic\"\n\n[[cder.device]]\nindex = 0\nuuid",
+        ))
+        .unwrap_err();
         assert_eq!(e.key.as_deref(), Some("cder.discovery"), "{e}");
         assert_eq!(e.line, Some(9), "{e}");
 
@@ -971,7 +1036,8 @@ path = "/dev/xclmgmt0"
         let e = parse(&no_env).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("cder.visible_env"), "{e}");
 
-        let dup_index = format!("{GOOD}\n[[cder.device]]\nindex = 0\nmodel = \"x\"\nmemory_mb = 1\npath = \"/dev/x1\"\n");
+        let dup_index =
+            format!("{GOOD}\n[[cder.device]]\nindex = 0\nmodel = \"x\"\nmemory_mb = 1\npath = \"/dev/x1\"\n");
         let e = parse(&dup_index).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(38), Some("cder.device.index")), "{e}");
 
@@ -1043,12 +1109,22 @@ path = "/dev/xclmgmt0"
         let text = format!("{GOOD}\n[node.health]\ndrain_xids = [79]\nignore_xids = [13]\n");
         let line = text.lines().position(|l| l.starts_with("drain_xids")).unwrap() + 1;
         let e = parse(&text).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("cder.toml:{line}:")) && e.contains("node.health.drain_xids") && e.contains("not both"), "{e}");
+        assert!(
+            e.starts_with(&format!("cder.toml:{line}:"))
+                && e.contains("node.health.drain_xids")
+                && e.contains("not both"),
+            "{e}"
+        );
         for (list, why) in [("[79, 0]", "Xid 0"), ("[79, 79]", "listed twice"), ("[1000]", "Xid 1000")] {
             let text = format!("{GOOD}\n[node.health]\nignore_xids = {list}\n");
             let line = text.lines().position(|l| l.starts_with("ignore_xids")).unwrap() + 1;
             let e = parse(&text).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("cder.toml:{line}:")) && e.contains("node.health.ignore_xids") && e.contains(why), "{list}: {e}");
+            assert!(
+                e.starts_with(&format!("cder.toml:{line}:"))
+                    && e.contains("node.health.ignore_xids")
+                    && e.contains(why),
+                "{list}: {e}"
+            );
         }
         let e = parse(&format!("{GOOD}\n[node.health]\nignore_xids = [-1]\n")).unwrap_err().to_string();
         assert!(e.contains("node.health.ignore_xids"), "{e}");

@@ -295,10 +295,7 @@ impl FromStr for ComputeCapability {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || format!("compute capability {s:?} is not of the form MAJOR.MINOR (e.g. \"8.6\")");
         let (major, minor) = s.trim().split_once('.').ok_or_else(bad)?;
-        Ok(ComputeCapability {
-            major: major.parse().map_err(|_| bad())?,
-            minor: minor.parse().map_err(|_| bad())?,
-        })
+        Ok(ComputeCapability { major: major.parse().map_err(|_| bad())?, minor: minor.parse().map_err(|_| bad())? })
     }
 }
 
@@ -378,7 +375,8 @@ mod tests {
             health: Health::Healthy,
         };
         assert_eq!(d.mig_profile(), None);
-        let mig_attributes = DeviceAttributes { model: "NVIDIA A100 80GB PCIe MIG 1g.10gb".into(), ..d.attributes.clone() };
+        let mig_attributes =
+            DeviceAttributes { model: "NVIDIA A100 80GB PCIe MIG 1g.10gb".into(), ..d.attributes.clone() };
         let mig = Device { uuid: "MIG-1".into(), attributes: mig_attributes, ..d.clone() };
         assert_eq!(mig.mig_profile(), Some("1g.10gb"));
         let attrs = d.published_attributes("GPGPU");

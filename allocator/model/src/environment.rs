@@ -73,11 +73,21 @@ impl JobEnvironment {
     /// The environment of a step that uses `step`, some of its job's
     /// devices `job`, with its processes in `cgroup`: the step's devices
     /// only, numbered among those the processes can open.
-    pub fn for_step(types: &[CderType], job: &[HeldDevice<'_>], step: &[HeldDevice<'_>], cgroup: DeviceCgroup) -> JobEnvironment {
+    pub fn for_step(
+        types: &[CderType],
+        job: &[HeldDevice<'_>],
+        step: &[HeldDevice<'_>],
+        cgroup: DeviceCgroup,
+    ) -> JobEnvironment {
         Self::build(types, job, step, cgroup)
     }
 
-    fn build(types: &[CderType], job: &[HeldDevice<'_>], visible: &[HeldDevice<'_>], cgroup: DeviceCgroup) -> JobEnvironment {
+    fn build(
+        types: &[CderType],
+        job: &[HeldDevice<'_>],
+        visible: &[HeldDevice<'_>],
+        cgroup: DeviceCgroup,
+    ) -> JobEnvironment {
         let mut env = BTreeMap::new();
         for cder in types {
             fn of_type<'a>(list: &[HeldDevice<'a>], name: &str) -> Vec<HeldDevice<'a>> {
@@ -90,7 +100,9 @@ impl JobEnvironment {
             // named by UUID and takes no runtime index of its own.
             let openable: Vec<u32> = match cgroup {
                 DeviceCgroup::None => Vec::new(),
-                DeviceCgroup::Job => of_type(job, cder.name()).iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect(),
+                DeviceCgroup::Job => {
+                    of_type(job, cder.name()).iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect()
+                }
                 DeviceCgroup::Step => mine.iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect(),
             };
             let list = mine
@@ -232,8 +244,13 @@ discovery = "static"
     #[test]
     fn a_step_sees_its_devices_numbered_among_what_it_can_open() {
         let c = config();
-        let job = [HeldDevice { cder_type: "gpgpu", index: 1, uuid: "GPU-1" }, HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" }];
-        let cvd = |step: &[HeldDevice<'_>], cgroup| JobEnvironment::for_step(&c.cders, &job, step, cgroup).0["CUDA_VISIBLE_DEVICES"].clone();
+        let job = [
+            HeldDevice { cder_type: "gpgpu", index: 1, uuid: "GPU-1" },
+            HeldDevice { cder_type: "gpgpu", index: 3, uuid: "GPU-3" },
+        ];
+        let cvd = |step: &[HeldDevice<'_>], cgroup| {
+            JobEnvironment::for_step(&c.cders, &job, step, cgroup).0["CUDA_VISIBLE_DEVICES"].clone()
+        };
         assert_eq!(cvd(&job, DeviceCgroup::None), "1,3");
         assert_eq!(cvd(&job, DeviceCgroup::Job), "0,1");
         assert_eq!(cvd(&job, DeviceCgroup::Step), "0,1");
@@ -248,7 +265,10 @@ discovery = "static"
         assert_eq!(env.get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
         let mut by_uuid = config();
         by_uuid.cders[0].visible_ids = VisibleIds::Uuid;
-        assert_eq!(JobEnvironment::for_step(&by_uuid.cders, &job, three, DeviceCgroup::Step).get("CUDA_VISIBLE_DEVICES"), Some("GPU-3"));
+        assert_eq!(
+            JobEnvironment::for_step(&by_uuid.cders, &job, three, DeviceCgroup::Step).get("CUDA_VISIBLE_DEVICES"),
+            Some("GPU-3")
+        );
     }
 
     #[test]

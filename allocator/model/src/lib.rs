@@ -23,8 +23,8 @@ pub mod job;
 pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
-pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use device::is_mig_uuid;
+pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 

@@ -129,7 +129,8 @@ pub struct FactoryConfig {
 pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
 
 /// The placeholders a launcher template may use.
-pub const LAUNCHER_PLACEHOLDERS: [&str; 8] = ["uuid", "index", "port", "host", "vendor", "methods", "visible_env", "path"];
+pub const LAUNCHER_PLACEHOLDERS: [&str; 8] =
+    ["uuid", "index", "port", "host", "vendor", "methods", "visible_env", "path"];
 
 impl Default for RegistryConfig {
     fn default() -> Self {
@@ -192,7 +193,13 @@ impl RegistryConfig {
             }
             for arg in f.launcher.iter().chain(f.stop.iter().flatten()) {
                 if let Some(name) = unknown_placeholder(arg) {
-                    return bad("factory.launcher", format!("unknown placeholder {{{name}}} in {arg:?} (known: {})", LAUNCHER_PLACEHOLDERS.join(", ")));
+                    return bad(
+                        "factory.launcher",
+                        format!(
+                            "unknown placeholder {{{name}}} in {arg:?} (known: {})",
+                            LAUNCHER_PLACEHOLDERS.join(", ")
+                        ),
+                    );
                 }
             }
             if f.stop.as_ref().is_some_and(|s| s.is_empty()) {
@@ -281,7 +288,13 @@ mod tests {
         let mut c = RegistryConfig { url: "ftp://x".into(), ..RegistryConfig::default() };
         assert_eq!(c.validate().unwrap_err().0, "registry.url");
         c.url = default_url();
-        c.factory = Some(FactoryConfig { host: None, launcher: vec!["run".into(), "{uid}".into()], stop: None, methods: None, interval_s: 5 });
+        c.factory = Some(FactoryConfig {
+            host: None,
+            launcher: vec!["run".into(), "{uid}".into()],
+            stop: None,
+            methods: None,
+            interval_s: 5,
+        });
         let (key, msg) = c.validate().unwrap_err();
         assert_eq!(key, "registry.factory.launcher");
         assert!(msg.contains("{uid}"), "{msg}");

@@ -10,8 +10,13 @@ use serde_json::Value;
 
 use cder_model::JobKey;
 
-use crate::reply::{parse_reply, Accounting, Allocation, Confined, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released, Status};
-use crate::request::{AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request};
+use crate::reply::{
+    parse_reply, Accounting, Allocation, Confined, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released,
+    Status,
+};
+use crate::request::{
+    AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request,
+};
 
 /// Longest reply line the client reads (a large node's accounting fits well).
 pub const MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
@@ -95,7 +100,8 @@ impl Client {
     /// while the daemon's accept backlog is full).
     pub fn connect(path: impl AsRef<Path>, timeout: Duration) -> Result<Client, ClientError> {
         let path = path.as_ref();
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
+        let stream =
+            UnixStream::connect(path).map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
         // A zero Duration is rejected by set_read_timeout; treat it as the smallest wait.
         let timeout = timeout.max(Duration::from_millis(1));
         stream.set_read_timeout(Some(timeout)).map_err(ClientError::Io)?;
@@ -148,7 +154,8 @@ impl Client {
 
     fn typed<T: DeserializeOwned>(&mut self, request: &Request) -> Result<T, ClientError> {
         let value = self.call(request)?;
-        serde_json::from_value(value).map_err(|e| ClientError::BadReply(format!("unexpected {} result from cderd: {e}", request.op())))
+        serde_json::from_value(value)
+            .map_err(|e| ClientError::BadReply(format!("unexpected {} result from cderd: {e}", request.op())))
     }
 
     /// `ping`: the daemon's version.
@@ -262,7 +269,8 @@ mod tests {
     fn typed_calls_and_server_errors() {
         let mut refused = ErrorReply::new(ErrorCode::Insufficient, "2 gpgpu devices requested, 1 free");
         refused.free = Some(1);
-        let (_dir, path, handle) = serve(vec![ok_line(&Pong { version: "9".into(), protocol: 1 }), error_line(&refused)]);
+        let (_dir, path, handle) =
+            serve(vec![ok_line(&Pong { version: "9".into(), protocol: 1 }), error_line(&refused)]);
         let mut c = Client::connect(&path, Duration::from_secs(5)).unwrap();
         assert_eq!(c.ping().unwrap().version, "9");
         let err = c.alloc(&AllocRequest::new("slurm:1".parse().unwrap(), 5, 2)).unwrap_err();

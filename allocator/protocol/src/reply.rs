@@ -115,7 +115,9 @@ pub fn ok_line<T: Serialize>(result: &T) -> String {
     // Result types are plain data; serialising them cannot fail, but a
     // failure would still be an error reply rather than a panic.
     let mut line = serde_json::to_string(&OkReply { v: PROTOCOL_VERSION, ok: true, result }).unwrap_or_else(|e| {
-        error_line(&ErrorReply::new(ErrorCode::Internal, format!("cannot encode the result: {e}"))).trim_end().to_string()
+        error_line(&ErrorReply::new(ErrorCode::Internal, format!("cannot encode the result: {e}")))
+            .trim_end()
+            .to_string()
     });
     line.push('\n');
     line
@@ -123,8 +125,9 @@ pub fn ok_line<T: Serialize>(result: &T) -> String {
 
 /// The failure line for `error`, newline-terminated.
 pub fn error_line(error: &ErrorReply) -> String {
-    let mut line = serde_json::to_string(&WireReply { v: PROTOCOL_VERSION, ok: false, result: None, error: Some(error.clone()) })
-        .unwrap_or_default();
+    let mut line =
+        serde_json::to_string(&WireReply { v: PROTOCOL_VERSION, ok: false, result: None, error: Some(error.clone()) })
+            .unwrap_or_default();
     line.push('\n');
     line
 }
@@ -132,7 +135,8 @@ pub fn error_line(error: &ErrorReply) -> String {
 /// Reads a reply line: `Ok(Ok(result))`, `Ok(Err(error))`, or `Err` with a
 /// description when the line is not a well-formed reply.
 pub fn parse_reply(line: &str) -> Result<Result<Value, ErrorReply>, String> {
-    let wire: WireReply = serde_json::from_str(line.trim_end()).map_err(|e| format!("malformed reply from cderd: {e}"))?;
+    let wire: WireReply =
+        serde_json::from_str(line.trim_end()).map_err(|e| format!("malformed reply from cderd: {e}"))?;
     if wire.v != PROTOCOL_VERSION {
         return Err(format!("cderd replied with protocol version {}, this client speaks {PROTOCOL_VERSION}", wire.v));
     }

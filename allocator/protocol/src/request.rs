@@ -108,7 +108,18 @@ fn default_type() -> String {
 impl AllocRequest {
     /// A request for `count` devices of the default type, no constraints.
     pub fn new(job: JobKey, uid: u32, count: u32) -> AllocRequest {
-        AllocRequest { job, uid, count, cder_type: default_type(), min_memory_mb: None, model: None, devices: None, device_files: None, wait_ms: None, prepare_cgroups: None }
+        AllocRequest {
+            job,
+            uid,
+            count,
+            cder_type: default_type(),
+            min_memory_mb: None,
+            model: None,
+            devices: None,
+            device_files: None,
+            wait_ms: None,
+            prepare_cgroups: None,
+        }
     }
 }
 
@@ -224,7 +235,10 @@ impl Request {
 
     /// Whether only root and the configured operators may send it.
     pub fn needs_operator(&self) -> bool {
-        matches!(self, Request::Alloc(_) | Request::Release(_) | Request::Drain(_) | Request::Resume(_) | Request::Reconcile(_))
+        matches!(
+            self,
+            Request::Alloc(_) | Request::Release(_) | Request::Drain(_) | Request::Resume(_) | Request::Reconcile(_)
+        )
     }
 
     /// The wire form: one JSON object followed by `\n`.
@@ -263,7 +277,8 @@ impl Request {
     pub fn from_line(line: &[u8]) -> Result<Request, ErrorReply> {
         let bad = |message: String| ErrorReply::new(ErrorCode::BadRequest, message);
         let text = std::str::from_utf8(line).map_err(|e| bad(format!("request is not UTF-8: {e}")))?;
-        let value: Value = serde_json::from_str(text.trim_end_matches(['\n', '\r'])).map_err(|e| bad(format!("request is not JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text.trim_end_matches(['\n', '\r']))
+            .map_err(|e| bad(format!("request is not JSON: {e}")))?;
         let Value::Object(mut object) = value else {
             return Err(bad("request must be a JSON object".into()));
         };
@@ -271,7 +286,10 @@ impl Request {
             None => return Err(bad("missing field `v` (the protocol version, 1)".into())),
             Some(Value::Number(n)) if n.as_u64() == Some(u64::from(PROTOCOL_VERSION)) => {}
             Some(Value::Number(n)) => {
-                return Err(ErrorReply::new(ErrorCode::UnsupportedVersion, format!("protocol version {n} is not supported; this daemon speaks {PROTOCOL_VERSION}")))
+                return Err(ErrorReply::new(
+                    ErrorCode::UnsupportedVersion,
+                    format!("protocol version {n} is not supported; this daemon speaks {PROTOCOL_VERSION}"),
+                ))
             }
             Some(other) => return Err(bad(format!("field `v` must be the number {PROTOCOL_VERSION}, not {other}"))),
         }
@@ -348,7 +366,10 @@ impl Request {
                         for f in group {
                             check_text("device file", f)?;
                             if !f.starts_with('/') {
-                                return Err(format!("alloc: device file {:?} is not an absolute path", f.chars().take(64).collect::<String>()));
+                                return Err(format!(
+                                    "alloc: device file {:?} is not an absolute path",
+                                    f.chars().take(64).collect::<String>()
+                                ));
                             }
                         }
                     }
@@ -366,14 +387,19 @@ impl Request {
             Request::Resume(r) => check_device_name(&r.device),
             Request::Reconcile(r) => match r.lrms.as_deref() {
                 None | Some("slurm" | "torque" | "local") => Ok(()),
-                Some(other) => Err(format!("reconcile: lrms {:?} is not slurm, torque or local", other.chars().take(32).collect::<String>())),
+                Some(other) => Err(format!(
+                    "reconcile: lrms {:?} is not slurm, torque or local",
+                    other.chars().take(32).collect::<String>()
+                )),
             },
             Request::Accounting(r) => {
                 for (field, value) in [("since", r.since), ("until", r.until)] {
                     match value {
                         Some(t) if t < 0 => return Err(format!("accounting: {field} must not be negative")),
                         Some(t) if t > MAX_UNIX_TIME => {
-                            return Err(format!("accounting: {field} {t} is out of range (at most {MAX_UNIX_TIME}, the end of year 9999)"))
+                            return Err(format!(
+                            "accounting: {field} {t} is out of range (at most {MAX_UNIX_TIME}, the end of year 9999)"
+                        ))
                         }
                         _ => {}
                     }
@@ -384,7 +410,9 @@ impl Request {
                 }
             }
             Request::Env(r) => match &r.step_devices {
-                Some(list) if list.len() > MAX_COUNT as usize => Err(format!("env: more than {MAX_COUNT} step_devices")),
+                Some(list) if list.len() > MAX_COUNT as usize => {
+                    Err(format!("env: more than {MAX_COUNT} step_devices"))
+                }
                 _ => Ok(()),
             },
             Request::Ping | Request::Status | Request::Release(_) | Request::Confine(_) => Ok(()),
@@ -416,10 +444,7 @@ fn check_device_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "device {:?} is neither <type>:<index> nor a UUID",
-            name.chars().take(40).collect::<String>()
-        ))
+        Err(format!("device {:?} is neither <type>:<index> nor a UUID", name.chars().take(40).collect::<String>()))
     }
 }
 
@@ -437,20 +462,40 @@ mod tests {
         let requests = vec![
             Request::Ping,
             Request::Status,
-            Request::Alloc(AllocRequest { min_memory_mb: Some(4096), model: Some("K20".into()), ..AllocRequest::new(job.clone(), 1000, 2) }),
-            Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
-            Request::Alloc(AllocRequest { devices: Some(vec![0]), wait_ms: Some(10_000), prepare_cgroups: Some(false), ..AllocRequest::new(job.clone(), 1000, 1) }),
             Request::Alloc(AllocRequest {
-                device_files: Some(vec![vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap48".into()], vec!["/dev/nvidia2".into()]]),
+                min_memory_mb: Some(4096),
+                model: Some("K20".into()),
+                ..AllocRequest::new(job.clone(), 1000, 2)
+            }),
+            Request::Alloc(AllocRequest { devices: Some(vec![1, 3]), ..AllocRequest::new(job.clone(), 1000, 2) }),
+            Request::Alloc(AllocRequest {
+                devices: Some(vec![0]),
+                wait_ms: Some(10_000),
+                prepare_cgroups: Some(false),
+                ..AllocRequest::new(job.clone(), 1000, 1)
+            }),
+            Request::Alloc(AllocRequest {
+                device_files: Some(vec![
+                    vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap48".into()],
+                    vec!["/dev/nvidia2".into()],
+                ]),
                 ..AllocRequest::new(job.clone(), 1000, 2)
             }),
             Request::Release(JobRequest { job: job.clone() }),
             Request::Env(EnvRequest::new(job.clone())),
-            Request::Env(EnvRequest { device_cgroup: DeviceCgroup::Job, step_devices: Some(vec![1]), ..EnvRequest::new(job.clone()) }),
+            Request::Env(EnvRequest {
+                device_cgroup: DeviceCgroup::Job,
+                step_devices: Some(vec![1]),
+                ..EnvRequest::new(job.clone())
+            }),
             Request::Env(EnvRequest { device_cgroup: DeviceCgroup::Step, ..EnvRequest::new(job.clone()) }),
             Request::Drain(DrainRequest { device: "gpgpu:3".into(), reason: "Xid 79".into() }),
             Request::Resume(DeviceRequest { device: "GPU-aaaa".into() }),
-            Request::Reconcile(ReconcileRequest { live_jobs: vec![job.clone()], lrms: Some("slurm".into()), as_of: None }),
+            Request::Reconcile(ReconcileRequest {
+                live_jobs: vec![job.clone()],
+                lrms: Some("slurm".into()),
+                as_of: None,
+            }),
             Request::Reconcile(ReconcileRequest { live_jobs: vec![], lrms: None, as_of: Some(17) }),
             Request::Confine(JobRequest { job: job.clone() }),
             Request::Accounting(AccountingRequest { since: Some(1), until: Some(2) }),
@@ -464,21 +509,35 @@ mod tests {
 
     #[test]
     fn protocol_doc_examples_parse() {
-        let r = Request::from_line(br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#).unwrap();
+        let r = Request::from_line(
+            br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#,
+        )
+        .unwrap();
         let Request::Alloc(a) = r else { panic!("not alloc") };
         assert_eq!((a.uid, a.count, a.min_memory_mb), (1000, 2, Some(4096)));
         assert!(Request::from_line(br#"{"v":1,"op":"drain","device":"gpgpu:3","reason":"Xid 79"}"#).is_ok());
         assert!(Request::from_line(br#"{"v":1,"op":"reconcile","live_jobs":["slurm:4243"],"lrms":"slurm"}"#).is_ok());
-        let Request::Alloc(a) = Request::from_line(br#"{"v":1,"op":"alloc","job":"local:a","uid":1,"count":1}"#).unwrap() else { panic!() };
+        let Request::Alloc(a) =
+            Request::from_line(br#"{"v":1,"op":"alloc","job":"local:a","uid":1,"count":1}"#).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(a.cder_type, "gpgpu");
     }
 
     #[test]
     fn env_without_the_new_fields_is_the_plain_env() {
-        let Request::Env(r) = Request::from_line(br#"{"v":1,"op":"env","job":"slurm:4242"}"#).unwrap() else { panic!("not env") };
+        let Request::Env(r) = Request::from_line(br#"{"v":1,"op":"env","job":"slurm:4242"}"#).unwrap() else {
+            panic!("not env")
+        };
         assert_eq!(r, EnvRequest::new("slurm:4242".parse().unwrap()));
         assert_eq!(Request::Env(r).to_line(), "{\"v\":1,\"op\":\"env\",\"job\":\"slurm:4242\"}\n");
-        let Request::Env(r) = Request::from_line(br#"{"v":1,"op":"env","job":"slurm:1","device_cgroup":"step","step_devices":[2]}"#).unwrap() else { panic!() };
+        let Request::Env(r) =
+            Request::from_line(br#"{"v":1,"op":"env","job":"slurm:1","device_cgroup":"step","step_devices":[2]}"#)
+                .unwrap()
+        else {
+            panic!()
+        };
         assert_eq!((r.device_cgroup, r.step_devices), (DeviceCgroup::Step, Some(vec![2])));
     }
 
@@ -493,19 +552,42 @@ mod tests {
         assert_eq!(code(r#"{"v":1,"op":"ping","extra":1}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":-1}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":"2"}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"colour":"red"}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1; rm -rf /","uid":1,"count":1}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":99999}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1]}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1,1]}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"device_files":[["/dev/nvidia0"]]}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[[]]}"#), ErrorCode::BadRequest);
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[["nvidia0"]]}"#), ErrorCode::BadRequest);
         assert_eq!(
-            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"devices":[0],"device_files":[["/dev/nvidia0"]]}"#),
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"colour":"red"}"#),
             ErrorCode::BadRequest
         );
-        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"type":"GPU'; DROP"}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1; rm -rf /","uid":1,"count":1}"#), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":99999}"#), ErrorCode::BadRequest);
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1]}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"devices":[1,1]}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":2,"device_files":[["/dev/nvidia0"]]}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[[]]}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"device_files":[["nvidia0"]]}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(
+                r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"devices":[0],"device_files":[["/dev/nvidia0"]]}"#
+            ),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(r#"{"v":1,"op":"alloc","job":"slurm:1","uid":1,"count":1,"type":"GPU'; DROP"}"#),
+            ErrorCode::BadRequest
+        );
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"gpgpu:1","reason":""}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"drain","device":"../etc","reason":"x"}"#), ErrorCode::BadRequest);
         assert_eq!(code(r#"{"v":1,"op":"reconcile","live_jobs":[],"lrms":"lsf"}"#), ErrorCode::BadRequest);

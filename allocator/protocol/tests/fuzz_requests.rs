@@ -83,7 +83,12 @@ fn apply(line: &str, mutations: &[Mutation]) -> Vec<u8> {
 fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
     if let Ok(request) = Request::from_line(bytes) {
         let again = Request::from_line(request.to_line().as_bytes());
-        prop_assert_eq!(again.as_ref().ok(), Some(&request), "accepted {:?} but its re-encoding differs", String::from_utf8_lossy(bytes));
+        prop_assert_eq!(
+            again.as_ref().ok(),
+            Some(&request),
+            "accepted {:?} but its re-encoding differs",
+            String::from_utf8_lossy(bytes)
+        );
     }
     Ok(())
 }

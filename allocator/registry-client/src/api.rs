@@ -207,8 +207,12 @@ pub enum QueryName {
 
 impl QueryName {
     /// Every name, as written in the query string.
-    pub const ALL: [(&'static str, QueryName); 4] =
-        [("free", QueryName::Free), ("total", QueryName::Total), ("in_use", QueryName::InUse), ("offline", QueryName::Offline)];
+    pub const ALL: [(&'static str, QueryName); 4] = [
+        ("free", QueryName::Free),
+        ("total", QueryName::Total),
+        ("in_use", QueryName::InUse),
+        ("offline", QueryName::Offline),
+    ];
 
     /// The name as written in the query string (`in_use` for [`QueryName::InUse`]).
     pub fn as_str(self) -> &'static str {
@@ -220,9 +224,11 @@ impl std::str::FromStr for QueryName {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = if s == "used" || s == "in-use" { "in_use" } else { s };
-        Self::ALL.iter().find(|(n, _)| *n == s).map(|(_, q)| *q).ok_or_else(|| {
-            format!("{s:?} is not a query name (free, total, in_use, offline)")
-        })
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, q)| *q)
+            .ok_or_else(|| format!("{s:?} is not a query name (free, total, in_use, offline)"))
     }
 }
 
@@ -477,9 +483,14 @@ mod tests {
             serde_json::from_str(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA"}"#).unwrap();
         assert_eq!((ok.method, ok.uid), (VgpgpuMethod::Rcuda, None));
         assert!(ok.validate().is_ok());
-        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA","x":1}"#).is_err());
-        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"bogus","count":3,"node":"n1","method":"rCUDA"}"#).is_err());
-        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":-1,"node":"n1","method":"VCL"}"#).is_err());
+        assert!(serde_json::from_str::<BackendRequest>(
+            r#"{"job":"slurm:1","count":3,"node":"n1","method":"rCUDA","x":1}"#
+        )
+        .is_err());
+        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"bogus","count":3,"node":"n1","method":"rCUDA"}"#)
+            .is_err());
+        assert!(serde_json::from_str::<BackendRequest>(r#"{"job":"slurm:1","count":-1,"node":"n1","method":"VCL"}"#)
+            .is_err());
         for count in [0, MAX_COUNT + 1, u32::MAX] {
             let e = BackendRequest { count, ..ok.clone() }.validate().unwrap_err();
             assert_eq!(e.code, ApiErrorCode::BadRequest);
@@ -487,7 +498,13 @@ mod tests {
         }
         let e = BackendRequest { uid: Some(u32::MAX), ..ok.clone() }.validate().unwrap_err();
         assert!(e.message.starts_with("uid:"), "{}", e.message);
-        let reg = RegisterRequest { uuid: "u".into(), vendor: "v".into(), device: MAX_DEVICE + 1, host: "h".into(), methods: vec![VgpgpuMethod::Vcl] };
+        let reg = RegisterRequest {
+            uuid: "u".into(),
+            vendor: "v".into(),
+            device: MAX_DEVICE + 1,
+            host: "h".into(),
+            methods: vec![VgpgpuMethod::Vcl],
+        };
         assert!(reg.validate().unwrap_err().message.starts_with("device:"));
         assert!(RegisterRequest { device: MAX_DEVICE, ..reg }.validate().is_ok());
         let bad_node = BackendRequest { node: "a b".into(), ..ok };

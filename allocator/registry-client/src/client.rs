@@ -108,7 +108,11 @@ impl Client {
     /// One HTTP exchange, authenticated; any status. `auth: false` sends no
     /// credential (for tests of the refusal).
     pub fn send(&self, method: &str, path: &str, body: &[u8], auth: bool) -> Result<RawReply, ClientError> {
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n", self.endpoint, body.len());
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.endpoint,
+            body.len()
+        );
         if !body.is_empty() {
             head.push_str("Content-Type: application/json\r\n");
         }
@@ -138,13 +142,22 @@ impl Client {
     }
 
     /// A typed call: `T` on 2xx, [`ClientError::Refused`] otherwise.
-    pub fn call<T: DeserializeOwned>(&self, method: &str, path: &str, body: Option<&impl Serialize>) -> Result<T, ClientError> {
+    pub fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, ClientError> {
         let body = match body {
-            Some(b) => serde_json::to_vec(b).map_err(|e| ClientError::Malformed { endpoint: self.endpoint.clone(), message: e.to_string() })?,
+            Some(b) => serde_json::to_vec(b)
+                .map_err(|e| ClientError::Malformed { endpoint: self.endpoint.clone(), message: e.to_string() })?,
             None => Vec::new(),
         };
         let reply = self.send(method, path, &body, true)?;
-        let malformed = |e: serde_json::Error| ClientError::Malformed { endpoint: self.endpoint.clone(), message: format!("{e} (status {})", reply.status) };
+        let malformed = |e: serde_json::Error| ClientError::Malformed {
+            endpoint: self.endpoint.clone(),
+            message: format!("{e} (status {})", reply.status),
+        };
         if (200..300).contains(&reply.status) {
             serde_json::from_slice(&reply.body).map_err(malformed)
         } else {
@@ -164,8 +177,21 @@ impl Client {
     }
 
     /// `request`: `count` backends for `job` on `node`.
-    pub fn request(&self, job: &JobKey, count: u32, node: &str, method: VgpgpuMethod) -> Result<BackendAllocation, ClientError> {
-        self.request_for(&BackendRequest { job: job.clone(), count, node: node.to_string(), method, uid: None, job_limit: None })
+    pub fn request(
+        &self,
+        job: &JobKey,
+        count: u32,
+        node: &str,
+        method: VgpgpuMethod,
+    ) -> Result<BackendAllocation, ClientError> {
+        self.request_for(&BackendRequest {
+            job: job.clone(),
+            count,
+            node: node.to_string(),
+            method,
+            uid: None,
+            job_limit: None,
+        })
     }
 
     /// `request` with every field, e.g. the owner's `uid`.
@@ -212,7 +238,13 @@ impl Client {
 /// Percent-encodes everything but unreserved characters and `:`.
 pub fn query_escape(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -256,7 +288,8 @@ pub fn parse_reply(raw: &[u8]) -> Result<RawReply, String> {
     if !version.starts_with("HTTP/1.") {
         return Err(format!("not an HTTP reply: {status_line:?}"));
     }
-    let status: u16 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let status: u16 =
+        parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| format!("bad status line {status_line:?}"))?;
     let mut length = None;
     let mut chunked = false;
     for line in lines {
@@ -286,7 +319,8 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
     loop {
         let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or("bad chunk header")?;
         let size_text = std::str::from_utf8(&rest[..eol]).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "bad chunk size")?;
         rest = &rest[eol + 2..];
         if size == 0 {
             return Ok(body);
@@ -307,7 +341,9 @@ mod tests {
     fn parses_length_and_chunked_replies() {
         let r = parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk").unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"{}"[..]));
-        let r = parse_reply(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
+        let r =
+            parse_reply(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+                .unwrap();
         assert_eq!((r.status, r.body.as_slice()), (409, &b"abcde"[..]));
         assert!(parse_reply(b"SSH-2.0\r\n\r\n").is_err());
         assert!(parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}").is_err());

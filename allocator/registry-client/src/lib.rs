@@ -18,6 +18,8 @@ pub mod client;
 pub mod env;
 pub mod munge;
 
-pub use api::{BackendAllocation, ApiError, Backend, BackendState, BackendCounts, ApiErrorCode, QueryName, RegistryStatus};
+pub use api::{
+    ApiError, ApiErrorCode, Backend, BackendAllocation, BackendCounts, BackendState, QueryName, RegistryStatus,
+};
 pub use client::{Client, ClientError};
 pub use munge::Munge;

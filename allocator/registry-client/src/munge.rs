@@ -70,12 +70,21 @@ pub struct Munge {
 impl Munge {
     /// From `[registry]`.
     pub fn from_config(c: &cder_model::RegistryConfig) -> Munge {
-        Munge { munge_program: c.munge_program.clone(), unmunge_program: c.unmunge_program.clone(), socket: c.munge_socket.clone() }
+        Munge {
+            munge_program: c.munge_program.clone(),
+            unmunge_program: c.unmunge_program.clone(),
+            socket: c.munge_socket.clone(),
+        }
     }
 
     /// Runs `program` with `args`, `input` (if any) on stdin; its exit
     /// status, stdout and stderr.
-    fn run(&self, program: &Path, args: &[&std::ffi::OsStr], input: Option<&[u8]>) -> Result<(i32, Vec<u8>, String), MungeError> {
+    fn run(
+        &self,
+        program: &Path,
+        args: &[&std::ffi::OsStr],
+        input: Option<&[u8]>,
+    ) -> Result<(i32, Vec<u8>, String), MungeError> {
         let spawn = |source| MungeError::Spawn { program: program.to_path_buf(), source };
         let mut cmd = Command::new(program);
         if let Some(s) = &self.socket {
@@ -114,7 +123,8 @@ impl Munge {
         // slurmstepd SIGPIPE may not be ignored, and a pipe write to a
         // munge that died would kill the step daemon. Payloads are JSON
         // text (no NUL) bounded by the body limit.
-        let text = std::str::from_utf8(payload).map_err(|e| MungeError::Garbled(format!("payload is not UTF-8: {e}")))?;
+        let text =
+            std::str::from_utf8(payload).map_err(|e| MungeError::Garbled(format!("payload is not UTF-8: {e}")))?;
         if text.contains('\0') {
             return Err(MungeError::Garbled("payload holds a NUL byte".into()));
         }
@@ -167,7 +177,10 @@ fn status_text(status: i32) -> Option<&'static str> {
 /// Splits unmunge's output — `KEY: value` lines, an empty line, then the
 /// payload — into uid, gid and payload.
 fn parse_unmunge(out: &[u8]) -> Result<Verified, MungeError> {
-    let split = out.windows(2).position(|w| w == b"\n\n").ok_or_else(|| MungeError::Garbled("no blank line after metadata".into()))?;
+    let split = out
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .ok_or_else(|| MungeError::Garbled("no blank line after metadata".into()))?;
     let meta = String::from_utf8_lossy(&out[..split]);
     let payload = out[split + 2..].to_vec();
     let mut uid = None;
@@ -176,7 +189,9 @@ fn parse_unmunge(out: &[u8]) -> Result<Verified, MungeError> {
         let Some((k, v)) = line.split_once(':') else { continue };
         let v = v.trim();
         match k.trim() {
-            "STATUS" if !v.starts_with('0') && !v.starts_with("Success") => return Err(MungeError::Garbled(format!("status {v}"))),
+            "STATUS" if !v.starts_with('0') && !v.starts_with("Success") => {
+                return Err(MungeError::Garbled(format!("status {v}")))
+            }
             "UID" => uid = v.split_whitespace().next().and_then(|n| n.parse().ok()),
             "GID" => gid = v.split_whitespace().next().and_then(|n| n.parse().ok()),
             _ => {}

@@ -37,7 +37,10 @@ impl Drop for Kill {
 
 fn start_munged(dir: &Path) -> Kill {
     let key = dir.join("munge.key");
-    let ok = Command::new("dd").args(["if=/dev/urandom", &format!("of={}", key.display()), "bs=1", "count=1024", "status=none"]).status().expect("dd");
+    let ok = Command::new("dd")
+        .args(["if=/dev/urandom", &format!("of={}", key.display()), "bs=1", "count=1024", "status=none"])
+        .status()
+        .expect("dd");
     assert!(ok.success());
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let child = Command::new("/usr/sbin/munged")
@@ -109,7 +112,8 @@ fn hold(port: u16, munge: &Munge) -> Vec<TcpStream> {
     let frame = r#"{"job":"slurm:1","pad":""}"#.len();
     let big = format!("{{\"job\":\"slurm:1\",\"pad\":\"{}\"}}", "x".repeat(60_000 - frame));
     for _ in 0..8 {
-        let cred = munge.encode(&cder_registry::munge::request_payload("POST", "/v1/release", big.as_bytes())).expect("munge");
+        let cred =
+            munge.encode(&cder_registry::munge::request_payload("POST", "/v1/release", big.as_bytes())).expect("munge");
         held.push(open(format!("POST /v1/release HTTP/1.1\r\nHost: x\r\nAuthorization: MUNGE {cred}\r\nContent-Length: 60000\r\n\r\n{{").as_bytes()));
     }
     held
@@ -123,7 +127,8 @@ fn main() {
     let calls = env_usize("CDER_BENCH_CALLS", 100);
     let rounds = env_usize("CDER_BENCH_ROUNDS", 3);
     let timeout = Duration::from_secs(env_usize("CDER_BENCH_TIMEOUT_S", 30) as u64);
-    let program = std::env::var_os("CDER_BENCH_REGISTRYD").map_or_else(|| env!("CARGO_BIN_EXE_cder-registryd").into(), std::path::PathBuf::from);
+    let program = std::env::var_os("CDER_BENCH_REGISTRYD")
+        .map_or_else(|| env!("CARGO_BIN_EXE_cder-registryd").into(), std::path::PathBuf::from);
     let dir = tempfile::tempdir().unwrap();
     let _munged = start_munged(dir.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -148,7 +153,11 @@ fn main() {
         .expect("cder-registryd");
     let pid = daemon.id();
     let _daemon = Kill(daemon);
-    let munge = Munge { munge_program: "/usr/bin/munge".into(), unmunge_program: "/usr/bin/unmunge".into(), socket: Some(dir.path().join("munge.socket")) };
+    let munge = Munge {
+        munge_program: "/usr/bin/munge".into(),
+        unmunge_program: "/usr/bin/unmunge".into(),
+        socket: Some(dir.path().join("munge.socket")),
+    };
     let client = Client::new(&format!("http://127.0.0.1:{port}"), munge.clone(), timeout).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.status().is_err() {
@@ -156,7 +165,13 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     for i in 0..4 {
-        let r = RegisterRequest { uuid: format!("GPU-{i}"), vendor: "Nvidia".into(), device: i, host: "n1".into(), methods: vec![cder_model::VgpgpuMethod::Rcuda] };
+        let r = RegisterRequest {
+            uuid: format!("GPU-{i}"),
+            vendor: "Nvidia".into(),
+            device: i,
+            host: "n1".into(),
+            methods: vec![cder_model::VgpgpuMethod::Rcuda],
+        };
         client.register(&r).unwrap();
     }
     println!("{}", program.display());

@@ -89,7 +89,11 @@ pub fn fqdn() -> String {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|s| !s.is_empty());
-    from_cmd.unwrap_or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into()))
+    from_cmd.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into())
+    })
 }
 
 /// `template` with `{name}` replaced from `values`.
@@ -128,7 +132,8 @@ impl Factory {
         let fail = |message: String| FactoryError::Launch { program: program.clone(), message };
         // The launcher must return once the backend runs (docker run -d,
         // or a script that daemonises); its output goes to our log.
-        let out = Command::new(&program).args(&argv[1..]).stdin(Stdio::null()).output().map_err(|e| fail(e.to_string()))?;
+        let out =
+            Command::new(&program).args(&argv[1..]).stdin(Stdio::null()).output().map_err(|e| fail(e.to_string()))?;
         if !out.status.success() {
             return Err(fail(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
         }
@@ -143,7 +148,13 @@ impl Factory {
         for d in devices.iter().filter(|d| GPU_VENDORS.iter().any(|v| v.eq_ignore_ascii_case(&d.vendor))) {
             let uuid = backend_uuid(d, &self.host);
             let methods = self.methods(&d.vendor);
-            let reg = RegisterRequest { uuid: uuid.clone(), vendor: d.vendor.clone(), device: d.index, host: self.host.clone(), methods: methods.clone() };
+            let reg = RegisterRequest {
+                uuid: uuid.clone(),
+                vendor: d.vendor.clone(),
+                device: d.index,
+                host: self.host.clone(),
+                methods: methods.clone(),
+            };
             let got = self.client.register(&reg)?;
             present.insert(uuid.clone());
             if answers(&got.host, got.port) {
@@ -170,7 +181,10 @@ impl Factory {
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Err(FactoryError::Launch { program: argv[0].clone(), message: format!("backend not answering at {} after {START_TIMEOUT:?}", got.endpoint) })
+                Err(FactoryError::Launch {
+                    program: argv[0].clone(),
+                    message: format!("backend not answering at {} after {START_TIMEOUT:?}", got.endpoint),
+                })
             });
             match started {
                 Ok(()) => {
@@ -187,7 +201,12 @@ impl Factory {
         for b in status.backends.iter().filter(|b| b.host == self.host && !present.contains(&b.uuid)) {
             let r = self.client.unregister(&b.uuid)?;
             if let Some(stop) = &self.config.stop {
-                let values = [("uuid", b.uuid.clone()), ("index", b.device.to_string()), ("port", b.port.to_string()), ("host", b.host.clone())];
+                let values = [
+                    ("uuid", b.uuid.clone()),
+                    ("index", b.device.to_string()),
+                    ("port", b.port.to_string()),
+                    ("host", b.host.clone()),
+                ];
                 if let Err(e) = self.run(&expand(stop, &values)) {
                     tracing::warn!("{}: stopping its backend: {e}", b.uuid);
                 }
@@ -229,8 +248,22 @@ mod tests {
 
     #[test]
     fn templates_expand_every_placeholder() {
-        let t = vec!["docker".to_string(), "-e".into(), "{visible_env}={index}".into(), "--name=vg-{uuid}".into(), "{port}".into()];
-        let got = expand(&t, &[("visible_env", "CUDA_VISIBLE_DEVICES".into()), ("index", "2".into()), ("uuid", "GPU-1".into()), ("port", "8309".into())]);
+        let t = vec![
+            "docker".to_string(),
+            "-e".into(),
+            "{visible_env}={index}".into(),
+            "--name=vg-{uuid}".into(),
+            "{port}".into(),
+        ];
+        let got = expand(
+            &t,
+            &[
+                ("visible_env", "CUDA_VISIBLE_DEVICES".into()),
+                ("index", "2".into()),
+                ("uuid", "GPU-1".into()),
+                ("port", "8309".into()),
+            ],
+        );
         assert_eq!(got, ["docker", "-e", "CUDA_VISIBLE_DEVICES=2", "--name=vg-GPU-1", "8309"]);
     }
 }

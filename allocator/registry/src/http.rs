@@ -110,7 +110,8 @@ impl Limits {
 /// `Content-Length`, and `Transfer-Encoding` (every client of this service
 /// sends a length).
 pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option<Head>, ApiError> {
-    let too_long = || ApiError::new(ApiErrorCode::HeadersTooLarge, format!("request head longer than {max_head} bytes"));
+    let too_long =
+        || ApiError::new(ApiErrorCode::HeadersTooLarge, format!("request head longer than {max_head} bytes"));
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
@@ -143,7 +144,8 @@ pub fn parse_head(buf: &[u8], max_head: usize, max_body: usize) -> Result<Option
             if authorization.is_some() {
                 return Err(ApiError::new(ApiErrorCode::Unauthenticated, "Authorization: given twice"));
             }
-            let v = std::str::from_utf8(h.value).map_err(|_| ApiError::new(ApiErrorCode::Unauthenticated, "Authorization: not ASCII"))?;
+            let v = std::str::from_utf8(h.value)
+                .map_err(|_| ApiError::new(ApiErrorCode::Unauthenticated, "Authorization: not ASCII"))?;
             authorization = Some(v.to_string());
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.eq_ignore_ascii_case(b"100-continue");
@@ -165,7 +167,12 @@ fn parse_length(text: &str, max_body: usize) -> Result<usize, ApiError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ApiError::bad(format!("Content-Length: {text:?} is not a non-negative integer")));
     }
-    let too_large = || ApiError::new(ApiErrorCode::TooLarge, format!("Content-Length: {text} is more than max_body_bytes ({max_body})"));
+    let too_large = || {
+        ApiError::new(
+            ApiErrorCode::TooLarge,
+            format!("Content-Length: {text} is more than max_body_bytes ({max_body})"),
+        )
+    };
     let n: u64 = text.parse().map_err(|_| too_large())?;
     match usize::try_from(n) {
         Ok(n) if n <= max_body => Ok(n),
@@ -220,9 +227,15 @@ enum Phase {
     /// A worker is serving the request.
     Handling,
     /// Sending `out[sent..]`; then drain (input left unread) or close.
-    Writing { out: Vec<u8>, sent: usize, drain: bool },
+    Writing {
+        out: Vec<u8>,
+        sent: usize,
+        drain: bool,
+    },
     /// Reply sent, write side shut; discarding input until EOF.
-    Draining { discarded: usize },
+    Draining {
+        discarded: usize,
+    },
 }
 
 struct Conn {
@@ -275,8 +288,11 @@ pub fn serve(registry: Arc<Registry>, listener: std::net::TcpListener, limits: L
     let (done_tx, done_rx) = channel::<Done>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     for i in 0..limits.workers {
-        let (registry, job_rx, done_tx, waker) = (Arc::clone(&registry), Arc::clone(&job_rx), done_tx.clone(), Arc::clone(&waker));
-        std::thread::Builder::new().name(format!("registry-worker-{i}")).spawn(move || work(&registry, &job_rx, &done_tx, &waker))?;
+        let (registry, job_rx, done_tx, waker) =
+            (Arc::clone(&registry), Arc::clone(&job_rx), done_tx.clone(), Arc::clone(&waker));
+        std::thread::Builder::new()
+            .name(format!("registry-worker-{i}"))
+            .spawn(move || work(&registry, &job_rx, &done_tx, &waker))?;
     }
     drop(done_tx);
     let mut front = Front { limits, conns: HashMap::new(), next: 2, jobs: job_tx, accept_blocked: false };
@@ -329,9 +345,14 @@ fn work(registry: &Registry, jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>, w
                 Done::Authenticated(token, r.map(Box::new))
             }
             Job::Serve(token, head, who, body) => {
-                let run = std::panic::AssertUnwindSafe(|| registry.serve_authorized(&head.method, &head.target, &who, &body));
+                let run =
+                    std::panic::AssertUnwindSafe(|| registry.serve_authorized(&head.method, &head.target, &who, &body));
                 let (status, json) = std::panic::catch_unwind(run).unwrap_or_else(|_| {
-                    tracing::error!("{} {}: internal error (panic); request dropped, service carries on", head.method, head.target);
+                    tracing::error!(
+                        "{} {}: internal error (panic); request dropped, service carries on",
+                        head.method,
+                        head.target
+                    );
                     (500, crate::service::to_json(&ApiError::new(ApiErrorCode::Internal, "internal error")))
                 });
                 if status >= 400 {
@@ -398,7 +419,15 @@ impl Front {
                     }
                     let _ = stream.set_nodelay(true);
                     let now = Instant::now();
-                    let conn = Conn { stream, peer, buf: Vec::new(), phase: Phase::Head, deadline: Some(now + self.limits.header_timeout), opened: now, uid: None };
+                    let conn = Conn {
+                        stream,
+                        peer,
+                        buf: Vec::new(),
+                        phase: Phase::Head,
+                        deadline: Some(now + self.limits.header_timeout),
+                        opened: now,
+                        uid: None,
+                    };
                     self.conns.insert(token, conn);
                     // Edge-triggered: what arrived with the connection must be read now.
                     self.ready(token, registry);
@@ -423,7 +452,11 @@ impl Front {
         match oldest {
             Some(t) => {
                 if let Some(c) = self.conns.get(&t) {
-                    tracing::debug!("{}: dropped for a new connection (max_connections {})", c.peer, self.limits.max_connections);
+                    tracing::debug!(
+                        "{}: dropped for a new connection (max_connections {})",
+                        c.peer,
+                        self.limits.max_connections
+                    );
                 }
                 self.close(t, registry);
                 true
@@ -563,11 +596,17 @@ impl Front {
                     // cannot match, so the body is not read at all.
                     let e = ApiError::new(
                         ApiErrorCode::Unauthenticated,
-                        format!("the credential was made for another request, not {} {} with this body", head.method, head.target),
+                        format!(
+                            "the credential was made for another request, not {} {} with this body",
+                            head.method, head.target
+                        ),
                     );
                     self.answer(&mut conn, error_reply(&e), true);
                 }
-                Phase::Authenticating(head) if self.conns.values().filter(|c| c.in_progress_for(who.uid)).count() >= self.limits.max_connections_per_uid => {
+                Phase::Authenticating(head)
+                    if self.conns.values().filter(|c| c.in_progress_for(who.uid)).count()
+                        >= self.limits.max_connections_per_uid =>
+                {
                     tracing::warn!(
                         "{}: uid {}: {} {} refused: it already has {} requests in progress (max_connections_per_uid)",
                         conn.peer,
@@ -617,20 +656,31 @@ impl Front {
 
     /// Closes or answers connections past their deadline.
     fn sweep(&mut self, now: Instant, registry: &mio::Registry) {
-        let late: Vec<Token> = self.conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(t, _)| *t).collect();
+        let late: Vec<Token> =
+            self.conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(t, _)| *t).collect();
         for token in late {
             let Some(mut conn) = self.conns.remove(&token) else { continue };
             match conn.phase {
                 Phase::Body(..) => {
                     tracing::warn!("{}: body not received within {:?}; dropped", conn.peer, self.limits.body_timeout);
-                    let e = ApiError::new(ApiErrorCode::Timeout, format!("request body not received within {} s", self.limits.body_timeout.as_secs()));
+                    let e = ApiError::new(
+                        ApiErrorCode::Timeout,
+                        format!("request body not received within {} s", self.limits.body_timeout.as_secs()),
+                    );
                     // One try, no waiting: the client is too slow anyway.
                     let _ = conn.stream.write(&error_reply(&e));
                 }
                 Phase::Head => {
-                    tracing::debug!("{}: request head not received within {:?}; dropped", conn.peer, self.limits.header_timeout);
+                    tracing::debug!(
+                        "{}: request head not received within {:?}; dropped",
+                        conn.peer,
+                        self.limits.header_timeout
+                    );
                     if !conn.buf.is_empty() {
-                        let e = ApiError::new(ApiErrorCode::Timeout, format!("request head not received within {} s", self.limits.header_timeout.as_secs()));
+                        let e = ApiError::new(
+                            ApiErrorCode::Timeout,
+                            format!("request head not received within {} s", self.limits.header_timeout.as_secs()),
+                        );
                         let _ = conn.stream.write(&error_reply(&e));
                     }
                 }
@@ -715,6 +765,9 @@ mod tests {
         let huge = cder_model::RegistryConfig { max_body_bytes: usize::MAX, ..Default::default() };
         assert!(Limits::from_config(&huge, 1).unwrap_err().starts_with("registry.max_body_bytes"));
         let r = reply_bytes(401, "{}");
-        assert!(r.starts_with(b"HTTP/1.1 401 Unauthorized\r\n") && r.ends_with(b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"));
+        assert!(
+            r.starts_with(b"HTTP/1.1 401 Unauthorized\r\n")
+                && r.ends_with(b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+        );
     }
 }

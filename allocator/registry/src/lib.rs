@@ -23,6 +23,8 @@ pub mod service;
 pub mod startup;
 pub mod store;
 
-pub use api::{BackendAllocation, ApiError, Backend, BackendState, BackendCounts, ApiErrorCode, QueryName, RegistryStatus};
+pub use api::{
+    ApiError, ApiErrorCode, Backend, BackendAllocation, BackendCounts, BackendState, QueryName, RegistryStatus,
+};
 pub use client::{Client, ClientError};
 pub use munge::Munge;

@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cder_model::RegistryPolicy;
 use cder_ledger::policy::{Candidate, LocalityPolicy, SelectionPolicy};
+use cder_model::RegistryPolicy;
 
 /// A free backend that serves the requested method.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,13 +112,19 @@ impl BackendPolicy for LocalFirstPolicy {
         }
         // Hosts as locality domains, numbered in name order so ties go to
         // the lowest name.
-        let remote: Vec<usize> = (0..candidates.len()).filter(|i| !local.contains(i) && !same_host(&candidates[*i].host, node)).collect();
+        let remote: Vec<usize> =
+            (0..candidates.len()).filter(|i| !local.contains(i) && !same_host(&candidates[*i].host, node)).collect();
         let names: BTreeSet<&str> = remote.iter().map(|&i| candidates[i].host.as_str()).collect();
         let hosts: BTreeMap<&str, u32> = names.into_iter().zip(0..).collect();
         let mut by_key: Vec<usize> = remote.clone();
-        by_key.sort_by(|&a, &b| (&candidates[a].host, candidates[a].device).cmp(&(&candidates[b].host, candidates[b].device)));
-        let as_devices: Vec<Candidate> =
-            by_key.iter().enumerate().map(|(k, &i)| Candidate { index: k as u32, domain: hosts[candidates[i].host.as_str()] }).collect();
+        by_key.sort_by(|&a, &b| {
+            (&candidates[a].host, candidates[a].device).cmp(&(&candidates[b].host, candidates[b].device))
+        });
+        let as_devices: Vec<Candidate> = by_key
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| Candidate { index: k as u32, domain: hosts[candidates[i].host.as_str()] })
+            .collect();
         let chosen = LocalityPolicy.select(&as_devices, need)?;
         local.extend(chosen.into_iter().map(|k| by_key[k as usize]));
         Some(local)
@@ -143,12 +149,10 @@ impl BackendPolicy for SpreadPolicy {
         let mut taken = vec![false; candidates.len()];
         let mut chosen = Vec::with_capacity(count);
         for _ in 0..count {
-            let best = (0..candidates.len())
-                .filter(|&i| !taken[i])
-                .min_by(|&a, &b| {
-                    let (ca, cb) = (&candidates[a], &candidates[b]);
-                    (load[ca.host.as_str()], &ca.host, ca.device).cmp(&(load[cb.host.as_str()], &cb.host, cb.device))
-                })?;
+            let best = (0..candidates.len()).filter(|&i| !taken[i]).min_by(|&a, &b| {
+                let (ca, cb) = (&candidates[a], &candidates[b]);
+                (load[ca.host.as_str()], &ca.host, ca.device).cmp(&(load[cb.host.as_str()], &cb.host, cb.device))
+            })?;
             taken[best] = true;
             *load.get_mut(candidates[best].host.as_str())? += 1;
             chosen.push(best);
@@ -206,7 +210,10 @@ mod tests {
         let p = pool();
         assert_eq!(names(&p, &LocalFirstPolicy.select(&p, 2, "n1").unwrap()), ["n1:0", "n1:1"]);
         // Two local, then one remote host that can hold the other three: n3.
-        assert_eq!(names(&p, &LocalFirstPolicy.select(&p, 5, "n1.example.org").unwrap()), ["n1:0", "n1:1", "n3:0", "n3:1", "n3:2"]);
+        assert_eq!(
+            names(&p, &LocalFirstPolicy.select(&p, 5, "n1.example.org").unwrap()),
+            ["n1:0", "n1:1", "n3:0", "n3:1", "n3:2"]
+        );
         // No local backend: n3 (three free) before n2.
         assert_eq!(names(&p, &LocalFirstPolicy.select(&p, 2, "n9").unwrap()), ["n3:0", "n3:1"]);
     }
@@ -222,7 +229,8 @@ mod tests {
     #[test]
     fn random_covers_more_than_one_choice() {
         let p = pool();
-        let seen: std::collections::BTreeSet<Vec<usize>> = (0..64).map(|_| RandomPolicy.select(&p, 1, "n1").unwrap()).collect();
+        let seen: std::collections::BTreeSet<Vec<usize>> =
+            (0..64).map(|_| RandomPolicy.select(&p, 1, "n1").unwrap()).collect();
         assert!(seen.len() > 1, "64 random draws all gave {seen:?}");
     }
 

@@ -41,7 +41,8 @@ pub struct Authorized {
 }
 
 /// The operations only root and operators may call.
-const OPERATOR_PATHS: [&str; 6] = ["/v1/register", "/v1/unregister", "/v1/request", "/v1/release", "/v1/offline", "/v1/online"];
+const OPERATOR_PATHS: [&str; 6] =
+    ["/v1/register", "/v1/unregister", "/v1/request", "/v1/release", "/v1/offline", "/v1/online"];
 /// The operations any authenticated uid may call.
 const READ_PATHS: [&str; 3] = ["/v1/query", "/v1/status", "/v1/allocation"];
 
@@ -107,7 +108,13 @@ impl Registry {
         cder_ledger::durable::create_state_dir(&config.state_dir)?;
         let store = BackendLedger::open(&config.state_dir.join("registry.db"), config.port_base)?;
         let operators = cder_ledger::resolve_operators(&config.operators).map_err(StartError::Operators)?;
-        Ok(Registry { store: Mutex::new(store), policy, munge: Munge::from_config(config), operators, max_body: config.max_body_bytes })
+        Ok(Registry {
+            store: Mutex::new(store),
+            policy,
+            munge: Munge::from_config(config),
+            operators,
+            max_body: config.max_body_bytes,
+        })
     }
 
     /// The state, as `GET /v1/status` gives it.
@@ -159,7 +166,9 @@ impl Registry {
         let prefix = request_payload(&head.method, &head.target, b"");
         match v.payload.strip_prefix(prefix.as_slice()) {
             Some(body) => Ok(Authorized { uid: v.uid, body: body.to_vec() }),
-            None => Err(unauth(format!("the credential was made for another request, not {} {}", head.method, head.target))),
+            None => {
+                Err(unauth(format!("the credential was made for another request, not {} {}", head.method, head.target)))
+            }
         }
     }
 
@@ -169,7 +178,10 @@ impl Registry {
         let result = if body == who.body.as_slice() {
             self.dispatch(method, url, Caller { uid: who.uid }, body)
         } else {
-            Err(ApiError::new(ApiErrorCode::Unauthenticated, format!("the credential was made for another request, not {method} {url} with this body")))
+            Err(ApiError::new(
+                ApiErrorCode::Unauthenticated,
+                format!("the credential was made for another request, not {method} {url} with this body"),
+            ))
         };
         match result {
             Ok(json) => (200, json),
@@ -250,7 +262,13 @@ impl Registry {
                 r.validate()?;
                 let offline = path == "/v1/offline";
                 let backends = self.store().set_offline(&r, offline).map_err(api)?;
-                tracing::info!("uid {}: {} {} backend(s) {}", caller.uid, &path[4..], backends.len(), r.uuid.as_deref().or(r.host.as_deref()).unwrap_or(""));
+                tracing::info!(
+                    "uid {}: {} {} backend(s) {}",
+                    caller.uid,
+                    &path[4..],
+                    backends.len(),
+                    r.uuid.as_deref().or(r.host.as_deref()).unwrap_or("")
+                );
                 let mut status = self.store().status().map_err(api)?;
                 status.backends = backends;
                 Ok(to_json(&status))
@@ -264,7 +282,10 @@ impl Registry {
                 }
                 // Like cderd's `env`: operators, or the job's own user.
                 if !self.is_operator(caller.uid) && !uids.iter().all(|u| *u == Some(caller.uid)) {
-                    return Err(ApiError::new(ApiErrorCode::Forbidden, format!("{job} is not a job of uid {}", caller.uid)));
+                    return Err(ApiError::new(
+                        ApiErrorCode::Forbidden,
+                        format!("{job} is not a job of uid {}", caller.uid),
+                    ));
                 }
                 Ok(to_json(&JobAllocations { job, allocations }))
             }
@@ -304,7 +325,8 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 pub(crate) fn to_json<T: Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"cannot encode the reply: {e}\"}}"))
+    serde_json::to_string(v)
+        .unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"cannot encode the reply: {e}\"}}"))
 }
 
 /// `job=<lrms>:<id>` (percent-encoded).
@@ -312,7 +334,11 @@ fn parse_job_query(q: &str) -> Result<cder_model::JobKey, ApiError> {
     let mut job = None;
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("job", v)) => job = Some(crate::client::query_unescape(v).ok_or_else(|| ApiError::bad("job: malformed percent-encoding"))?),
+            Some(("job", v)) => {
+                job = Some(
+                    crate::client::query_unescape(v).ok_or_else(|| ApiError::bad("job: malformed percent-encoding"))?,
+                )
+            }
             _ => return Err(ApiError::bad(format!("unknown query parameter {pair:?} (job)"))),
         }
     }
@@ -361,7 +387,9 @@ mod tests {
             let e = parse::<BackendRequest>(body.as_bytes()).unwrap_err();
             assert!(e.message.starts_with(prefix), "{body}: {}", e.message);
         }
-        let e = parse::<RegisterRequest>(br#"{"uuid":"u","vendor":"v","device":99999999999,"host":"h","methods":["VCL"]}"#).unwrap_err();
+        let e =
+            parse::<RegisterRequest>(br#"{"uuid":"u","vendor":"v","device":99999999999,"host":"h","methods":["VCL"]}"#)
+                .unwrap_err();
         assert!(e.message.starts_with("device: "), "{}", e.message);
         assert_eq!(parse::<ReleaseRequest>(br#"{"job":"slurm:3"}"#).unwrap().job.to_string(), "slurm:3");
     }
@@ -385,7 +413,8 @@ mod tests {
             assert!(body.contains("malformed MUNGE credential"), "{body}");
         }
         // munged is not running at that socket: the credential cannot verify.
-        let (status, body) = r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AwQFAABNm8dUWR1OksE1A7a3uksb1tGI:"), b"{}");
+        let (status, body) =
+            r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AwQFAABNm8dUWR1OksE1A7a3uksb1tGI:"), b"{}");
         assert_eq!(status, 401);
         assert!(body.contains("credential refused"), "{body}");
         assert_eq!(r.handle("GET", "/etc/passwd", None, b"").0, 404);

@@ -7,7 +7,8 @@ use cder_model::{Config, RegistryConfig};
 
 /// Logs to stderr at `RUST_LOG` (default `info`).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
 }
 
@@ -19,7 +20,9 @@ pub fn load(explicit: Option<&Path>, required: bool) -> Result<(Config, Registry
     let registry = match (&config.registry, required) {
         (Some(r), _) => r.clone(),
         (None, false) => RegistryConfig::default(),
-        (None, true) => return Err(format!("{}: registry: no [registry] section", Config::resolve_path(explicit).display())),
+        (None, true) => {
+            return Err(format!("{}: registry: no [registry] section", Config::resolve_path(explicit).display()))
+        }
     };
     Ok((config, registry))
 }

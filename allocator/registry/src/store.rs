@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cder_model::{JobKey, VgpgpuMethod};
 use cder_ledger::durable::{self, DurableError};
+use cder_model::{JobKey, VgpgpuMethod};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::api::*;
@@ -168,7 +168,9 @@ impl BackendLedger {
         raw.into_iter()
             .map(|(mut r, job)| {
                 r.status.job = match job {
-                    Some(j) => Some(j.parse().map_err(|_| refused(ApiErrorCode::Internal, format!("database holds a malformed job key {j:?}")))?),
+                    Some(j) => Some(j.parse().map_err(|_| {
+                        refused(ApiErrorCode::Internal, format!("database holds a malformed job key {j:?}"))
+                    })?),
                     None => None,
                 };
                 Ok(r)
@@ -180,14 +182,17 @@ impl BackendLedger {
     /// endpoint, unless it moved host).
     pub fn register(&mut self, r: &RegisterRequest, now: i64) -> Result<Registered> {
         let tx = durable::begin(&self.conn)?;
-        let known: Option<(String, u16)> =
-            tx.query_row("SELECT host, port FROM backends WHERE uuid = ?1", [&r.uuid], |x| Ok((x.get(0)?, x.get(1)?))).optional()?;
+        let known: Option<(String, u16)> = tx
+            .query_row("SELECT host, port FROM backends WHERE uuid = ?1", [&r.uuid], |x| Ok((x.get(0)?, x.get(1)?)))
+            .optional()?;
         let port = match known {
             Some((host, port)) if host == r.host => port,
             _ => {
                 let used: Vec<u16> = {
-                    let mut s = tx.prepare_cached("SELECT port FROM backends WHERE host = ?1 AND uuid != ?2 ORDER BY port")?;
-                    let v = s.query_map(params![r.host, r.uuid], |x| x.get(0))?.collect::<rusqlite::Result<Vec<u16>>>()?;
+                    let mut s =
+                        tx.prepare_cached("SELECT port FROM backends WHERE host = ?1 AND uuid != ?2 ORDER BY port")?;
+                    let v =
+                        s.query_map(params![r.host, r.uuid], |x| x.get(0))?.collect::<rusqlite::Result<Vec<u16>>>()?;
                     v
                 };
                 (self.port_base..=u16::MAX)
@@ -217,9 +222,11 @@ impl BackendLedger {
     fn live(&self, job: &JobKey, node: &str) -> Result<Option<(i64, u32, String)>> {
         Ok(self
             .conn
-            .query_row("SELECT id, count, method FROM jobs WHERE job = ?1 AND node = ?2 AND end IS NULL", params![job.to_string(), node], |x| {
-                Ok((x.get(0)?, x.get(1)?, x.get(2)?))
-            })
+            .query_row(
+                "SELECT id, count, method FROM jobs WHERE job = ?1 AND node = ?2 AND end IS NULL",
+                params![job.to_string(), node],
+                |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)),
+            )
             .optional()?)
     }
 
@@ -229,7 +236,9 @@ impl BackendLedger {
              WHERE a.job_id = ?1 ORDER BY a.id",
         )?;
         let v = s
-            .query_map([job_id], |x| Ok(Backend { uuid: x.get(0)?, vendor: x.get(1)?, host: x.get(2)?, port: x.get(3)?, device: x.get(4)? }))?
+            .query_map([job_id], |x| {
+                Ok(Backend { uuid: x.get(0)?, vendor: x.get(1)?, host: x.get(2)?, port: x.get(3)?, device: x.get(4)? })
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(v)
     }
@@ -239,7 +248,8 @@ impl BackendLedger {
     /// `conflict`.
     pub fn request(&mut self, r: &BackendRequest, policy: &dyn BackendPolicy, now: i64) -> Result<BackendAllocation> {
         let tx = durable::begin(&self.conn)?;
-        let done = |backends| BackendAllocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
+        let done =
+            |backends| BackendAllocation { job: r.job.clone(), node: r.node.clone(), method: r.method, backends };
         if let Some((id, count, method)) = self.live(&r.job, &r.node)? {
             if count == r.count && method == r.method.name() {
                 let backends = self.backends_of(id)?;
@@ -254,7 +264,11 @@ impl BackendLedger {
         if let Some(limit) = r.job_limit {
             // Node names come from the caller: whatever node a request
             // names, the job's total stays within what was granted.
-            let held: u32 = tx.query_row("SELECT COALESCE(SUM(count), 0) FROM jobs WHERE job = ?1 AND end IS NULL", [r.job.to_string()], |x| x.get(0))?;
+            let held: u32 = tx.query_row(
+                "SELECT COALESCE(SUM(count), 0) FROM jobs WHERE job = ?1 AND end IS NULL",
+                [r.job.to_string()],
+                |x| x.get(0),
+            )?;
             if held.saturating_add(r.count) > limit {
                 return Err(refused(
                     ApiErrorCode::Conflict,
@@ -280,12 +294,18 @@ impl BackendLedger {
             let v = s
                 .query_map([&like], |x| {
                     let host: String = x.get(1)?;
-                    Ok(BackendCandidate { uuid: x.get(0)?, host_jobs: host_jobs.get(&host).copied().unwrap_or(0), host, device: x.get(2)? })
+                    Ok(BackendCandidate {
+                        uuid: x.get(0)?,
+                        host_jobs: host_jobs.get(&host).copied().unwrap_or(0),
+                        host,
+                        device: x.get(2)?,
+                    })
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             v
         };
-        let count = usize::try_from(r.count).map_err(|_| refused(ApiErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
+        let count = usize::try_from(r.count)
+            .map_err(|_| refused(ApiErrorCode::BadRequest, format!("count: {} is out of range", r.count)))?;
         let insufficient = || {
             BackendLedgerError::Refused(ApiError {
                 code: ApiErrorCode::Insufficient,
@@ -298,7 +318,10 @@ impl BackendLedger {
         distinct.sort_unstable();
         distinct.dedup();
         if chosen.len() != count || distinct.len() != count || chosen.iter().any(|&i| i >= candidates.len()) {
-            return Err(refused(ApiErrorCode::Internal, format!("policy {} made an invalid choice {chosen:?}", policy.name())));
+            return Err(refused(
+                ApiErrorCode::Internal,
+                format!("policy {} made an invalid choice {chosen:?}", policy.name()),
+            ));
         }
         tx.execute(
             "INSERT INTO jobs (job, node, method, count, uid, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -306,7 +329,10 @@ impl BackendLedger {
         )?;
         let job_id = tx.last_insert_rowid();
         for &i in &chosen {
-            tx.execute("INSERT INTO allocations (job_id, backend, start) VALUES (?1, ?2, ?3)", params![job_id, candidates[i].uuid, now])?;
+            tx.execute(
+                "INSERT INTO allocations (job_id, backend, start) VALUES (?1, ?2, ?3)",
+                params![job_id, candidates[i].uuid, now],
+            )?;
         }
         let backends = self.backends_of(job_id)?;
         tx.commit()?;
@@ -317,14 +343,20 @@ impl BackendLedger {
     /// requests (`None` when no request named one).
     pub fn allocations(&self, job: &JobKey) -> Result<(Vec<BackendAllocation>, Vec<Option<u32>>)> {
         let rows: Vec<(i64, String, String, Option<u32>)> = {
-            let mut s = self.conn.prepare_cached("SELECT id, node, method, uid FROM jobs WHERE job = ?1 AND end IS NULL ORDER BY id")?;
-            let v = s.query_map([job.to_string()], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))?.collect::<rusqlite::Result<_>>()?;
+            let mut s = self
+                .conn
+                .prepare_cached("SELECT id, node, method, uid FROM jobs WHERE job = ?1 AND end IS NULL ORDER BY id")?;
+            let v = s
+                .query_map([job.to_string()], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))?
+                .collect::<rusqlite::Result<_>>()?;
             v
         };
         let mut allocations = Vec::new();
         let mut uids = Vec::new();
         for (id, node, method, uid) in rows {
-            let method = method.parse().map_err(|e: cder_model::registry::UnknownMethod| refused(ApiErrorCode::Internal, e.to_string()))?;
+            let method = method
+                .parse()
+                .map_err(|e: cder_model::registry::UnknownMethod| refused(ApiErrorCode::Internal, e.to_string()))?;
             allocations.push(BackendAllocation { job: job.clone(), node, method, backends: self.backends_of(id)? });
             uids.push(uid);
         }
@@ -341,7 +373,9 @@ impl BackendLedger {
             params![key, now],
         )?;
         tx.execute("UPDATE jobs SET end = ?2 WHERE job = ?1 AND end IS NULL", params![key, now])?;
-        let n = u32::try_from(n).map_err(|_| refused(ApiErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count")))?;
+        let n = u32::try_from(n).map_err(|_| {
+            refused(ApiErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count"))
+        })?;
         tx.commit()?;
         Ok(n)
     }
@@ -351,8 +385,22 @@ impl BackendLedger {
         let tx = durable::begin(&self.conn)?;
         let reason = if offline { r.reason.clone() } else { None };
         let (n, filter, key) = match (&r.uuid, &r.host) {
-            (Some(u), _) => (tx.execute("UPDATE backends SET offline = ?2, reason = ?3 WHERE uuid = ?1 AND present = 1", params![u, offline, reason])?, "WHERE b.uuid = ?1", u),
-            (None, Some(h)) => (tx.execute("UPDATE backends SET offline = ?2, reason = ?3 WHERE host = ?1 AND present = 1", params![h, offline, reason])?, "WHERE b.host = ?1 AND b.present = 1", h),
+            (Some(u), _) => (
+                tx.execute(
+                    "UPDATE backends SET offline = ?2, reason = ?3 WHERE uuid = ?1 AND present = 1",
+                    params![u, offline, reason],
+                )?,
+                "WHERE b.uuid = ?1",
+                u,
+            ),
+            (None, Some(h)) => (
+                tx.execute(
+                    "UPDATE backends SET offline = ?2, reason = ?3 WHERE host = ?1 AND present = 1",
+                    params![h, offline, reason],
+                )?,
+                "WHERE b.host = ?1 AND b.present = 1",
+                h,
+            ),
             (None, None) => return Err(refused(ApiErrorCode::BadRequest, "give exactly one of uuid and host")),
         };
         if n == 0 {
@@ -424,11 +472,28 @@ mod tests {
     }
 
     fn reg(s: &mut BackendLedger, uuid: &str, host: &str, device: u32, methods: &[VgpgpuMethod]) -> Registered {
-        s.register(&RegisterRequest { uuid: uuid.into(), vendor: "Nvidia".into(), device, host: host.into(), methods: methods.to_vec() }, 1).unwrap()
+        s.register(
+            &RegisterRequest {
+                uuid: uuid.into(),
+                vendor: "Nvidia".into(),
+                device,
+                host: host.into(),
+                methods: methods.to_vec(),
+            },
+            1,
+        )
+        .unwrap()
     }
 
     fn req(job: &str, count: u32, node: &str) -> BackendRequest {
-        BackendRequest { job: job.parse().unwrap(), count, node: node.into(), method: VgpgpuMethod::Rcuda, uid: Some(1000), job_limit: None }
+        BackendRequest {
+            job: job.parse().unwrap(),
+            count,
+            node: node.into(),
+            method: VgpgpuMethod::Rcuda,
+            uid: Some(1000),
+            job_limit: None,
+        }
     }
 
     const BOTH: &[VgpgpuMethod] = &[VgpgpuMethod::Rcuda, VgpgpuMethod::Vcl];
@@ -457,7 +522,10 @@ mod tests {
         assert_eq!(a.backends.len(), 2);
         assert_eq!(a.backends[0].host, "n2", "local first");
         assert_eq!(s.request(&req("slurm:1", 2, "n2"), &LocalFirstPolicy, 3).unwrap(), a);
-        assert_eq!(s.request(&req("slurm:1", 1, "n2"), &LocalFirstPolicy, 3).unwrap_err().into_api().code, ApiErrorCode::Conflict);
+        assert_eq!(
+            s.request(&req("slurm:1", 1, "n2"), &LocalFirstPolicy, 3).unwrap_err().into_api().code,
+            ApiErrorCode::Conflict
+        );
         let e = s.request(&req("slurm:2", 2, "n1"), &LocalFirstPolicy, 3).unwrap_err().into_api();
         assert_eq!((e.code, e.free), (ApiErrorCode::Insufficient, Some(1)));
         let b = s.request(&req("slurm:2", 1, "n1"), &LocalFirstPolicy, 3).unwrap();
@@ -480,14 +548,25 @@ mod tests {
         }
         let limited = |count, node: &str| BackendRequest { job_limit: Some(2), ..req("slurm:1", count, node) };
         assert_eq!(s.request(&limited(1, "n1"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1);
-        assert_eq!(s.request(&limited(1, "n1"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1, "the same node again: the same backend");
+        assert_eq!(
+            s.request(&limited(1, "n1"), &LocalFirstPolicy, 1).unwrap().backends.len(),
+            1,
+            "the same node again: the same backend"
+        );
         assert_eq!(s.request(&limited(1, "n2"), &LocalFirstPolicy, 1).unwrap().backends.len(), 1);
         for node in ["n3", "x1", "x2"] {
             let e = s.request(&limited(1, node), &LocalFirstPolicy, 1).unwrap_err().into_api();
             assert_eq!(e.code, ApiErrorCode::Conflict, "{node}");
-            assert!(e.message.contains("holds 2") && e.message.contains("the 2 its batch system granted"), "{}", e.message);
+            assert!(
+                e.message.contains("holds 2") && e.message.contains("the 2 its batch system granted"),
+                "{}",
+                e.message
+            );
         }
-        let e = s.request(&BackendRequest { job_limit: Some(3), ..req("slurm:2", 4, "n1") }, &LocalFirstPolicy, 1).unwrap_err().into_api();
+        let e = s
+            .request(&BackendRequest { job_limit: Some(3), ..req("slurm:2", 4, "n1") }, &LocalFirstPolicy, 1)
+            .unwrap_err()
+            .into_api();
         assert_eq!(e.code, ApiErrorCode::Conflict);
         assert_eq!(s.status().unwrap().counts_for(None).in_use, 2);
         // After the release the job starts again from nothing.

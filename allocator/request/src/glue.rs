@@ -25,8 +25,17 @@ pub const COUNT_SUFFIXES: [&str; 4] = [TOTAL_INSTANCES, FREE_INSTANCES, USED_INS
 pub const PER_NODE_SUFFIX: &str = "PerNode";
 
 /// Device attributes, in publication order (design.md, "Contracts").
-pub const ATTRIBUTE_SUFFIXES: [&str; 9] =
-    ["CUDAComputeCapability", "MainMemorySize", "MP", "CoresPerMP", "Cores", "ClockSpeed", "ECCSupport", "Vendor", "Model"];
+pub const ATTRIBUTE_SUFFIXES: [&str; 9] = [
+    "CUDAComputeCapability",
+    "MainMemorySize",
+    "MP",
+    "CoresPerMP",
+    "Cores",
+    "ClockSpeed",
+    "ECCSupport",
+    "Vendor",
+    "Model",
+];
 
 /// Suffixes whose values are numbers (an offer refuses anything else).
 pub const NUMERIC_SUFFIXES: [&str; 11] = [

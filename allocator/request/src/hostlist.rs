@@ -100,7 +100,8 @@ impl Hostlist {
         for range in ranges.split(',') {
             let (lo, hi) = range.split_once('-').unwrap_or((range, range));
             let width = lo.len();
-            let parse = |s: &str| s.parse::<u64>().map_err(|_| format!("{range:?} is not a number or a range like 01-16"));
+            let parse =
+                |s: &str| s.parse::<u64>().map_err(|_| format!("{range:?} is not a number or a range like 01-16"));
             let (a, b) = (parse(lo)?, parse(hi)?);
             if a > b {
                 return Err(format!("range {range:?} runs backwards"));
@@ -158,7 +159,9 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["wn[01-", "wn]", "wn[a-b]", "wn[5-1]", "wn[[1]]", "a,,b", "two words", "wn[1-9999999]", "/dev/x", ""] {
+        for bad in
+            ["wn[01-", "wn]", "wn[a-b]", "wn[5-1]", "wn[[1]]", "a,,b", "two words", "wn[1-9999999]", "/dev/x", ""]
+        {
             assert!(expand(bad).is_err(), "{bad}");
         }
     }

@@ -140,7 +140,10 @@ pub fn parse_capability(text: &str) -> Result<(u32, u32), GpuPropertyError> {
     if digits(major) && digits(minor) {
         Ok((major.parse().unwrap_or(0), minor.parse().unwrap_or(0)))
     } else {
-        Err(GpuPropertyError(format!("{:?} is not a compute capability (major.minor, e.g. 7.5)", t.chars().take(40).collect::<String>())))
+        Err(GpuPropertyError(format!(
+            "{:?} is not a compute capability (major.minor, e.g. 7.5)",
+            t.chars().take(40).collect::<String>()
+        )))
     }
 }
 
@@ -191,7 +194,10 @@ pub fn parse_gpu_memory(text: &str) -> Result<u32, GpuPropertyError> {
     parse_memory_mib(text).map_err(|_| {
         let t = text.trim();
         let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t).trim();
-        GpuPropertyError(format!("{:?} is not a memory size in MiB (1 to {MAX_GPU_MEMORY_MIB})", t.chars().take(40).collect::<String>()))
+        GpuPropertyError(format!(
+            "{:?} is not a memory size in MiB (1 to {MAX_GPU_MEMORY_MIB})",
+            t.chars().take(40).collect::<String>()
+        ))
     })
 }
 
@@ -287,7 +293,11 @@ pub struct TypeNameError {
 
 impl fmt::Display for TypeNameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not a CDER type name (1 to {MAX_TYPE_NAME_LEN} of a-z, 0-9, _ and -, starting with a letter)", self.name)
+        write!(
+            f,
+            "{:?} is not a CDER type name (1 to {MAX_TYPE_NAME_LEN} of a-z, 0-9, _ and -, starting with a letter)",
+            self.name
+        )
     }
 }
 
@@ -380,7 +390,10 @@ impl std::str::FromStr for VgpgpuMethod {
     fn from_str(s: &str) -> Result<Self, UnknownMethod> {
         let t = s.trim();
         let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t);
-        VgpgpuMethod::ALL.into_iter().find(|m| m.name().eq_ignore_ascii_case(t)).ok_or_else(|| UnknownMethod(s.to_string()))
+        VgpgpuMethod::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(t))
+            .ok_or_else(|| UnknownMethod(s.to_string()))
     }
 }
 
@@ -494,10 +507,17 @@ mod tests {
         assert_eq!(parse_memory_mib("\"8192\""), Ok(8192));
         assert_eq!(parse_memory_mib("+1"), Ok(1));
         assert_eq!(parse_memory_mib(&MAX_GPU_MEMORY_MIB.to_string()), Ok(MAX_GPU_MEMORY_MIB));
-        for (bad, why) in [("", MemoryError::NotANumber), ("x", MemoryError::NotANumber), ("1.5", MemoryError::NotANumber), ("-", MemoryError::NotANumber),
-            ("0", MemoryError::NotPositive), ("000", MemoryError::NotPositive), ("-1", MemoryError::NotPositive),
-            ("16777217", MemoryError::TooLarge), ("99999999999999999999999", MemoryError::TooLarge)]
-        {
+        for (bad, why) in [
+            ("", MemoryError::NotANumber),
+            ("x", MemoryError::NotANumber),
+            ("1.5", MemoryError::NotANumber),
+            ("-", MemoryError::NotANumber),
+            ("0", MemoryError::NotPositive),
+            ("000", MemoryError::NotPositive),
+            ("-1", MemoryError::NotPositive),
+            ("16777217", MemoryError::TooLarge),
+            ("99999999999999999999999", MemoryError::TooLarge),
+        ] {
             assert_eq!(parse_memory_mib(bad), Err(why), "{bad:?}");
         }
     }

@@ -17,41 +17,41 @@ use clap::CommandFactory;
 // Each program's main source, compiled as a module: only its clap
 // definition is used here, so its main() and helpers are dead code.
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../allocator/cderd/src/bin/cderd.rs"]
-mod bin_cderd;
-#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../allocator/cderctl/src/main.rs"]
 mod bin_cderctl;
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../allocator/registry/src/bin/cder-registryd.rs"]
-mod bin_registryd;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../allocator/registry/src/bin/cder-vgpgpu-factory.rs"]
-mod bin_factory;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../glue-provider/src/bin/cder-glue-provider.rs"]
-mod bin_glue_provider;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../jdl-tools/src/bin/cder-jdl.rs"]
-mod bin_jdl;
+#[path = "../../../allocator/cderd/src/bin/cderd.rs"]
+mod bin_cderd;
 #[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../torque-prologue/src/bin/cder-env.rs"]
 mod bin_env;
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../torque-prologue/src/bin/cder-torque-reconcile.rs"]
-mod bin_reconcile;
+#[path = "../../../allocator/registry/src/bin/cder-vgpgpu-factory.rs"]
+mod bin_factory;
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../torque-prologue/src/bin/cder-torque-monitor.rs"]
-mod bin_monitor;
+#[path = "../../../torque-prologue/src/bin/cder-torque-submit-filter.rs"]
+mod bin_filter;
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../glue-provider/src/bin/cder-glue-provider.rs"]
+mod bin_glue_provider;
 #[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../torque-prologue/src/bin/cder-torque-hook.rs"]
 mod bin_hook;
 #[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../jdl-tools/src/bin/cder-jdl.rs"]
+mod bin_jdl;
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../torque-prologue/src/bin/cder-torque-monitor.rs"]
+mod bin_monitor;
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../torque-prologue/src/bin/cder-torque-reconcile.rs"]
+mod bin_reconcile;
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../allocator/registry/src/bin/cder-registryd.rs"]
+mod bin_registryd;
+#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../torque-prologue/src/bin/cder-job-starter.rs"]
 mod bin_starter;
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../torque-prologue/src/bin/cder-torque-submit-filter.rs"]
-mod bin_filter;
 
 /// A config file's page: its name, a one-line summary, and the annotated
 /// example that documents every key.
@@ -68,7 +68,11 @@ const CONFIG_PAGES: [ConfigPage; 4] = [
         summary: "cder node configuration: devices, cderd, enforcement, the vGPGPU registry",
         path: "/etc/cder/cder.toml",
         // The [registry] part lives in the same file; its example is kept apart.
-        example: concat!(include_str!("../../cder.example.toml"), "\n", include_str!("../../vgpgpu/cder-registry.example.toml")),
+        example: concat!(
+            include_str!("../../cder.example.toml"),
+            "\n",
+            include_str!("../../vgpgpu/cder-registry.example.toml")
+        ),
     },
     ConfigPage {
         name: "torque.toml",
@@ -119,7 +123,8 @@ const HELP_PAGES: [(&str, &str, &str); 3] = [
 fn help_page(name: &str, section: &str, help: &str) -> String {
     let (first, rest) = help.split_once('\n').unwrap_or((help, ""));
     let about = first.split_once(" — ").map_or(first, |(_, s)| s);
-    let mut out = format!(".TH {} {section} \"\" \"cder {}\" \"cder\"\n", name.to_uppercase(), env!("CARGO_PKG_VERSION"));
+    let mut out =
+        format!(".TH {} {section} \"\" \"cder {}\" \"cder\"\n", name.to_uppercase(), env!("CARGO_PKG_VERSION"));
     out.push_str(&format!(".SH NAME\n{} \\- {}\n.SH DESCRIPTION\n.nf\n", roff_line(name), roff_line(about)));
     for line in rest.trim().lines() {
         out.push_str(&roff_line(line));
@@ -137,7 +142,11 @@ fn write_program(mut cmd: clap::Command, section: &str, dir: &Path, written: &mu
     // What the synopsis shows: `cderctl registry status`.
     let bin = cmd.get_bin_name().unwrap_or(&name).to_string();
     let mut page = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).section(section).manual("cder").source(format!("cder {}", env!("CARGO_PKG_VERSION"))).render(&mut page)?;
+    clap_mangen::Man::new(cmd.clone())
+        .section(section)
+        .manual("cder")
+        .source(format!("cder {}", env!("CARGO_PKG_VERSION")))
+        .render(&mut page)?;
     let path = dir.join(format!("{name}.{section}"));
     std::fs::write(&path, page)?;
     written.push(path);

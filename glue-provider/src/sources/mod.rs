@@ -51,7 +51,9 @@ pub fn from_config(config: &ProviderConfig) -> Box<dyn CountSource> {
             socket: config.counts.socket.clone().unwrap_or_else(|| cder_model::DEFAULT_SOCKET.into()),
             timeout,
         }),
-        CountSourceKind::Slurm => Box::new(SlurmCounts { scontrol: config.counts.scontrol.clone(), gres: gres_map(config), timeout }),
+        CountSourceKind::Slurm => {
+            Box::new(SlurmCounts { scontrol: config.counts.scontrol.clone(), gres: gres_map(config), timeout })
+        }
         CountSourceKind::Torque => Box::new(TorqueCounts { pbsnodes: config.counts.pbsnodes.clone(), timeout }),
         CountSourceKind::Static => Box::new(ConfiguredCounts),
     }
@@ -82,7 +84,10 @@ mod tests {
         let g = parse_gres("gpu:tesla:2(S:0-1)").unwrap();
         assert_eq!(g, vec![Gres { name: "gpu".into(), gres_type: Some("tesla".into()), count: 2 }]);
         let g = parse_gres("gpu:tesla:1(IDX:0,2),gpu:k80:3,fpga:1").unwrap();
-        assert_eq!((gres_count(&g, "gpu", None), gres_count(&g, "gpu", Some("k80")), gres_count(&g, "fpga", None)), (Some(4), Some(3), Some(1)));
+        assert_eq!(
+            (gres_count(&g, "gpu", None), gres_count(&g, "gpu", Some("k80")), gres_count(&g, "fpga", None)),
+            (Some(4), Some(3), Some(1))
+        );
         assert_eq!(gres_count(&parse_gres("gpu").unwrap(), "gpu", None), Some(1));
         assert_eq!(gres_count(&parse_gres("gpu:a100").unwrap(), "gpu", Some("a100")), Some(1));
         assert!(parse_gres("(null)").unwrap().is_empty());
@@ -108,13 +113,20 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
     }
 
     fn four_nodes(source: &str) -> Vec<NodeGroup> {
-        let text = crate::config::tests::SAMPLE.replace("source = \"static\"", &format!("source = \"{source}\"")).replace("wn[01-16]", "wn[01-04]").replace("used = 2\n", "");
+        let text = crate::config::tests::SAMPLE
+            .replace("source = \"static\"", &format!("source = \"{source}\""))
+            .replace("wn[01-16]", "wn[01-04]")
+            .replace("used = 2\n", "");
         crate::site::node_groups(&ProviderConfig::parse(&text, Path::new("t.toml")).unwrap()).unwrap()
     }
 
     #[test]
     fn lrms_counts_past_u32_are_refused() {
-        let slurm = SlurmCounts { scontrol: "scontrol".into(), gres: [("gpgpu".to_string(), "gpu".to_string())].into(), timeout: Duration::from_secs(1) };
+        let slurm = SlurmCounts {
+            scontrol: "scontrol".into(),
+            gres: [("gpgpu".to_string(), "gpu".to_string())].into(),
+            timeout: Duration::from_secs(1),
+        };
         let groups = four_nodes("slurm");
         let line = |n: u32, gres: &str| format!("NodeName=wn0{n} Gres={gres} GresUsed=gpu:0 State=IDLE\n");
         let ok: String = (1..=4).map(|n| line(n, "gpu:2")).collect();
@@ -132,11 +144,22 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
 
         let torque = TorqueCounts { pbsnodes: "pbsnodes".into(), timeout: Duration::from_secs(1) };
         let groups = four_nodes("torque");
-        let xml = |gpus: &str| format!("<Data>{}</Data>", (1..=4).map(|n| format!("<Node><name>wn0{n}</name><state>free</state><gpus>{gpus}</gpus></Node>")).collect::<String>());
+        let xml = |gpus: &str| {
+            format!(
+                "<Data>{}</Data>",
+                (1..=4)
+                    .map(|n| format!("<Node><name>wn0{n}</name><state>free</state><gpus>{gpus}</gpus></Node>"))
+                    .collect::<String>()
+            )
+        };
         assert_eq!(torque.counts_from_output(&groups, xml("2").as_bytes()).unwrap()[0].devices["gpgpu"].total, 8);
         let e = torque.counts_from_output(&groups, xml("4294967295").as_bytes()).unwrap_err();
         assert!(e.to_string().contains("more total gpgpu devices than a count holds"), "{e}");
-        assert!(torque.counts_from_output(&groups, xml("4294967296").as_bytes()).unwrap_err().to_string().contains("is not a count"));
+        assert!(torque
+            .counts_from_output(&groups, xml("4294967296").as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("is not a count"));
     }
 
     #[test]
@@ -169,7 +192,12 @@ NodeName=wn03 Gres=gpu:2 State=IDLE* OS=Linux 6.1 #1 SMP\n";
     fn commands_fail_clearly() {
         let e = run_command(Path::new("/nonexistent/scontrol"), &["show"], Duration::from_secs(5)).unwrap_err();
         assert!(e.to_string().contains("cannot run /nonexistent/scontrol show"), "{e}");
-        let e = run_command(Path::new("sh"), &["-c", "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1"], Duration::from_secs(5)).unwrap_err();
+        let e = run_command(
+            Path::new("sh"),
+            &["-c", "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1"],
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("Unable to contact slurm controller"), "{e}");
         let out = run_command(Path::new("sh"), &["-c", "echo hello"], Duration::from_secs(5)).unwrap();
         assert_eq!(out, b"hello\n");

@@ -59,7 +59,9 @@ impl TorqueNode {
 
 /// Parses `pbsnodes -x` XML (flat `<Data><Node>…</Node></Data>`).
 pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
-    let text = std::str::from_utf8(output).map_err(|e| ProviderError::Runtime(format!("pbsnodes -x output is not valid UTF-8 at byte {}", e.valid_up_to())))?;
+    let text = std::str::from_utf8(output).map_err(|e| {
+        ProviderError::Runtime(format!("pbsnodes -x output is not valid UTF-8 at byte {}", e.valid_up_to()))
+    })?;
     let bad = |m: String| ProviderError::Runtime(format!("pbsnodes -x output: {m}"));
     if !text.trim_start().starts_with("<Data>") && !text.trim_start().starts_with("<?xml") {
         return Err(bad(format!("expected <Data>, got {:?}", text.chars().take(40).collect::<String>())));
@@ -70,18 +72,33 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
         let end = rest[start..].find("</Node>").ok_or_else(|| bad("a <Node> is not closed".into()))? + start;
         let body = &rest[start + 6..end];
         let name = xml_element(body, "name").ok_or_else(|| bad("a <Node> has no <name>".into()))?;
-        let states = xml_element(body, "state").unwrap_or_default().split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let states = xml_element(body, "state")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
         let gpus = match xml_element(body, "gpus") {
             Some(g) => g.trim().parse().map_err(|_| bad(format!("node {name}: <gpus>{g}</gpus> is not a count")))?,
             None => 0,
         };
         let status = xml_element(body, "gpu_status");
         // gpu[1]=gpu_id=…;gpu_mode=Exclusive_Thread;gpu_state=Exclusive,gpu[0]=…
-        let gpu_field = |gpu: &str, key: &str| gpu.split_once("]=").map_or(gpu, |(_, fields)| fields).split(';').find_map(|kv| kv.split_once('=').filter(|(k, _)| k.ends_with(key)).map(|(_, v)| v.to_string()));
+        let gpu_field = |gpu: &str, key: &str| {
+            gpu.split_once("]=")
+                .map_or(gpu, |(_, fields)| fields)
+                .split(';')
+                .find_map(|kv| kv.split_once('=').filter(|(k, _)| k.ends_with(key)).map(|(_, v)| v.to_string()))
+        };
         let allocated = |gpu: &str| gpu_field(gpu, "gpu_state").is_some_and(|s| s != "Unallocated");
-        let gpu_count = |n: usize| u32::try_from(n).map_err(|_| bad(format!("node {name}: <gpu_status> lists more than {} GPUs", u32::MAX)));
-        let gpus_allocated = status.as_ref().map(|s| gpu_count(s.split(',').filter(|g| allocated(g)).count())).transpose()?;
-        let gpus_prohibited = gpu_count(status.as_ref().map_or(0, |s| s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()))?;
+        let gpu_count = |n: usize| {
+            u32::try_from(n).map_err(|_| bad(format!("node {name}: <gpu_status> lists more than {} GPUs", u32::MAX)))
+        };
+        let gpus_allocated =
+            status.as_ref().map(|s| gpu_count(s.split(',').filter(|g| allocated(g)).count())).transpose()?;
+        let gpus_prohibited = gpu_count(status.as_ref().map_or(0, |s| {
+            s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()
+        }))?;
         let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
         nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs });
         rest = &rest[end + 7..];
@@ -94,16 +111,29 @@ fn xml_element(body: &str, tag: &str) -> Option<String> {
     let close = format!("</{tag}>");
     let start = body.find(&open)? + open.len();
     let end = body[start..].find(&close)? + start;
-    Some(body[start..end].replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&"))
+    Some(
+        body[start..end]
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&"),
+    )
 }
 
 impl CountSource for TorqueCounts {
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
         if let Some(other) = groups.iter().flat_map(|g| &g.classes).find(|c| c.cder_type != "gpgpu") {
-            return Err(ProviderError::Input(format!("TORQUE counts only GPUs (<gpus>), not {} devices: count them with another source", other.cder_type)));
+            return Err(ProviderError::Input(format!(
+                "TORQUE counts only GPUs (<gpus>), not {} devices: count them with another source",
+                other.cder_type
+            )));
         }
         if let Some(mixed) = groups.iter().find(|g| g.is_mixed()) {
-            return Err(ProviderError::Input(format!("group {:?} has several kinds of GPU, which TORQUE's <gpus> count cannot tell apart", mixed.id())));
+            return Err(ProviderError::Input(format!(
+                "group {:?} has several kinds of GPU, which TORQUE's <gpus> count cannot tell apart",
+                mixed.id()
+            )));
         }
         let output = run_command(&self.pbsnodes, &["-x"], self.timeout)?;
         self.counts_from_output(groups, &output)
@@ -116,7 +146,8 @@ impl TorqueCounts {
     /// the groups at all); separate so that it can be tested and fuzzed
     /// without TORQUE.
     pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
-        let nodes: BTreeMap<String, TorqueNode> = parse_pbsnodes(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        let nodes: BTreeMap<String, TorqueNode> =
+            parse_pbsnodes(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         let listing = format!("TORQUE ({} -x)", self.pbsnodes.display());
         walk_groups(groups, &nodes, &listing, |_, node, _| {
             let mut c = node_counts(node.gpus, node.gpus_used(), node.unavailable());

@@ -51,7 +51,9 @@ pub struct Gres {
 /// The count of GRES `name` (of `gres_type` only, when given) in a list;
 /// `None` when the items add up past a u32 (no node has that many).
 pub fn gres_count(list: &[Gres], name: &str, gres_type: Option<&str>) -> Option<u32> {
-    list.iter().filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type)).try_fold(0u32, |sum, g| sum.checked_add(g.count))
+    list.iter()
+        .filter(|g| g.name == name && (gres_type.is_none() || g.gres_type.as_deref() == gres_type))
+        .try_fold(0u32, |sum, g| sum.checked_add(g.count))
 }
 
 impl SlurmNode {
@@ -60,7 +62,22 @@ impl SlurmNode {
     pub fn unavailable(&self) -> bool {
         self.not_responding
             || self.states.iter().any(|s| {
-                matches!(s.as_str(), "DOWN" | "DRAIN" | "DRAINED" | "DRAINING" | "FAIL" | "FAILING" | "FUTURE" | "MAINT" | "REBOOT_ISSUED" | "REBOOT_REQUESTED" | "UNKNOWN" | "NOT_RESPONDING" | "INVALID_REG")
+                matches!(
+                    s.as_str(),
+                    "DOWN"
+                        | "DRAIN"
+                        | "DRAINED"
+                        | "DRAINING"
+                        | "FAIL"
+                        | "FAILING"
+                        | "FUTURE"
+                        | "MAINT"
+                        | "REBOOT_ISSUED"
+                        | "REBOOT_REQUESTED"
+                        | "UNKNOWN"
+                        | "NOT_RESPONDING"
+                        | "INVALID_REG"
+                )
             })
     }
 
@@ -74,7 +91,13 @@ impl SlurmNode {
 pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
     let mut nodes = Vec::new();
     for (n, line) in output.split(|&b| b == b'\n').enumerate() {
-        let line = std::str::from_utf8(line).map_err(|e| ProviderError::Runtime(format!("scontrol output line {}: not valid UTF-8 at byte {}", n + 1, e.valid_up_to())))?;
+        let line = std::str::from_utf8(line).map_err(|e| {
+            ProviderError::Runtime(format!(
+                "scontrol output line {}: not valid UTF-8 at byte {}",
+                n + 1,
+                e.valid_up_to()
+            ))
+        })?;
         if line.trim().is_empty() {
             continue;
         }
@@ -90,9 +113,14 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
         let name = fields.get("NodeName").ok_or_else(|| bad("no NodeName="))?;
         let state = fields.get("State").ok_or_else(|| bad("no State="))?;
         let not_responding = state.contains('*');
-        let states = state.split('+').map(|s| s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase()).collect();
-        let gres = parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
-        let gres_used = fields.get("GresUsed").map(|v| parse_gres(v)).transpose().map_err(|m| bad(&format!("GresUsed: {m}")))?;
+        let states = state
+            .split('+')
+            .map(|s| s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase())
+            .collect();
+        let gres =
+            parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
+        let gres_used =
+            fields.get("GresUsed").map(|v| parse_gres(v)).transpose().map_err(|m| bad(&format!("GresUsed: {m}")))?;
         nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used });
     }
     Ok(nodes)
@@ -155,11 +183,17 @@ impl SlurmCounts {
     /// [`CountSource::counts`] runs); separate so that the parsing and the
     /// sums can be tested and fuzzed without SLURM.
     pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
-        let nodes: BTreeMap<String, SlurmNode> = parse_scontrol(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
+        let nodes: BTreeMap<String, SlurmNode> =
+            parse_scontrol(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         let listing = format!("SLURM ({} -d show node -o)", self.scontrol.display());
         walk_groups(groups, &nodes, &listing, |host, node, class| {
             let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
-            let too_many = |field: &str| ProviderError::Runtime(format!("{listing}: node {host}: the {gres} items of {field}= add up past {}", u32::MAX));
+            let too_many = |field: &str| {
+                ProviderError::Runtime(format!(
+                    "{listing}: node {host}: the {gres} items of {field}= add up past {}",
+                    u32::MAX
+                ))
+            };
             let total = gres_count(&node.gres, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("Gres"))?;
             let used = match &node.gres_used {
                 Some(used) => gres_count(used, &gres, class.gres_type.as_deref()).ok_or_else(|| too_many("GresUsed"))?.min(total),

@@ -62,8 +62,11 @@ pub struct RegistryVirtual {
 
 impl VirtualGpgpuSource for RegistryVirtual {
     fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError> {
-        let failed = |e: cder_registry_client::ClientError| ProviderError::Runtime(format!("vGPGPU registry {}: {e}", self.registry.url));
-        let status = cder_registry_client::Client::from_config(&self.registry).and_then(|c| c.status()).map_err(failed)?;
+        let failed = |e: cder_registry_client::ClientError| {
+            ProviderError::Runtime(format!("vGPGPU registry {}: {e}", self.registry.url))
+        };
+        let status =
+            cder_registry_client::Client::from_config(&self.registry).and_then(|c| c.status()).map_err(failed)?;
         let mut out = Vec::new();
         for method in cder_model::VgpgpuMethod::ALL {
             let counts = status.counts_for(Some(method));
@@ -73,7 +76,13 @@ impl VirtualGpgpuSource for RegistryVirtual {
             }
             // A count past u32 is a registry gone wrong: refuse it rather than publish a capped number.
             let count = |field: &str, n: u64| {
-                u32::try_from(n).map_err(|_| ProviderError::Runtime(format!("vGPGPU registry {}: {} {field} = {n} is out of range", self.registry.url, method.name())))
+                u32::try_from(n).map_err(|_| {
+                    ProviderError::Runtime(format!(
+                        "vGPGPU registry {}: {} {field} = {n} is out of range",
+                        self.registry.url,
+                        method.name()
+                    ))
+                })
             };
             out.push(VirtualEnvironment {
                 method: method.name().to_string(),
@@ -83,8 +92,15 @@ impl VirtualGpgpuSource for RegistryVirtual {
                 free: count("free", counts.free)?,
             });
         }
-        if let Some(unknown) = self.described.iter().find(|v| !cder_model::VgpgpuMethod::ALL.iter().any(|m| v.method.get_ref().eq_ignore_ascii_case(m.name()))) {
-            return Err(ProviderError::Input(format!("[[virtual]] method {:?} is not one the registry serves (rCUDA, VCL)", unknown.method.get_ref())));
+        if let Some(unknown) = self
+            .described
+            .iter()
+            .find(|v| !cder_model::VgpgpuMethod::ALL.iter().any(|m| v.method.get_ref().eq_ignore_ascii_case(m.name())))
+        {
+            return Err(ProviderError::Input(format!(
+                "[[virtual]] method {:?} is not one the registry serves (rCUDA, VCL)",
+                unknown.method.get_ref()
+            )));
         }
         Ok(out)
     }
@@ -98,7 +114,10 @@ pub fn virtual_from_config(config: &ProviderConfig) -> Result<Box<dyn VirtualGpg
             let path = cder_model::Config::resolve_path(config.site.cder_config.as_deref());
             let node = cder_model::Config::load(Some(&path))?;
             let registry = node.registry.ok_or_else(|| {
-                ProviderError::Input(format!("counts.virtual_source = \"registry\" needs a [registry] section in {}", path.display()))
+                ProviderError::Input(format!(
+                    "counts.virtual_source = \"registry\" needs a [registry] section in {}",
+                    path.display()
+                ))
             })?;
             Ok(Box::new(RegistryVirtual { registry, described: config.virtual_environments.clone() }))
         }

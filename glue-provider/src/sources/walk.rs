@@ -31,9 +31,9 @@ pub(crate) fn walk_groups<N: LrmsNode>(
             let mut out = GroupCounts::default();
             let (mut used, mut unavailable) = (0, 0);
             for host in &group.nodes {
-                let node = nodes
-                    .get(host)
-                    .ok_or_else(|| ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to {listing}", group.id())))?;
+                let node = nodes.get(host).ok_or_else(|| {
+                    ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to {listing}", group.id()))
+                })?;
                 if node.unavailable() {
                     unavailable += 1;
                 } else if node.busy() {
@@ -42,7 +42,11 @@ pub(crate) fn walk_groups<N: LrmsNode>(
                 for class in &group.classes {
                     let sum = out.devices.entry(class.key.clone()).or_default();
                     *sum = sum.checked_add(devices(host, node, class)?).map_err(|field| {
-                        ProviderError::Runtime(format!("group {:?}: {listing} gives more {field} {} devices than a count holds (at node {host:?})", group.id(), class.key))
+                        ProviderError::Runtime(format!(
+                            "group {:?}: {listing} gives more {field} {} devices than a count holds (at node {host:?})",
+                            group.id(),
+                            class.key
+                        ))
                     })?;
                 }
             }

@@ -31,31 +31,18 @@ fn interner() -> &'static RwLock<Interner> {
 impl Sym {
     /// The symbol of a name and a shared copy of its spelling.
     pub fn intern(name: &str) -> (Sym, Arc<str>) {
-        if let Some(e) = interner()
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .spelled
-            .get(name)
-        {
+        if let Some(e) = interner().read().unwrap_or_else(|e| e.into_inner()).spelled.get(name) {
             return e.clone();
         }
         let sym = Sym::of(name);
         let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
-        w.spelled
-            .entry(name.into())
-            .or_insert_with(|| (sym, Arc::from(name)))
-            .clone()
+        w.spelled.entry(name.into()).or_insert_with(|| (sym, Arc::from(name))).clone()
     }
 
     /// The symbol of an attribute name (case-insensitive).
     pub fn of(name: &str) -> Sym {
         let folded = name.to_ascii_lowercase();
-        if let Some(&id) = interner()
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .ids
-            .get(folded.as_str())
-        {
+        if let Some(&id) = interner().read().unwrap_or_else(|e| e.into_inner()).ids.get(folded.as_str()) {
             return Sym(id);
         }
         let mut w = interner().write().unwrap_or_else(|e| e.into_inner());
@@ -259,11 +246,7 @@ const SMALL: usize = 24;
 
 impl Default for AdData {
     fn default() -> AdData {
-        AdData {
-            attrs: Vec::new(),
-            index: Vec::new(),
-            small: [Sym(u32::MAX); SMALL],
-        }
+        AdData { attrs: Vec::new(), index: Vec::new(), small: [Sym(u32::MAX); SMALL] }
     }
 }
 
@@ -289,12 +272,7 @@ impl ClassAd {
         match data.index.binary_search_by_key(&sym, |e| e.0) {
             Ok(i) => {
                 let slot = data.index[i].1 as usize;
-                data.attrs[slot] = Attribute {
-                    name,
-                    sym,
-                    expr,
-                    pos,
-                };
+                data.attrs[slot] = Attribute { name, sym, expr, pos };
             }
             Err(i) => {
                 let slot = data.attrs.len();
@@ -302,12 +280,7 @@ impl ClassAd {
                 if slot < SMALL {
                     data.small[slot] = sym;
                 }
-                data.attrs.push(Attribute {
-                    name,
-                    sym,
-                    expr,
-                    pos,
-                });
+                data.attrs.push(Attribute { name, sym, expr, pos });
             }
         }
     }
@@ -318,15 +291,10 @@ impl ClassAd {
         let d = &*self.0;
         let n = d.attrs.len();
         if n <= SMALL {
-            return d.small[..n]
-                .iter()
-                .position(|s| *s == sym)
-                .map(|i| &d.attrs[i]);
+            return d.small[..n].iter().position(|s| *s == sym).map(|i| &d.attrs[i]);
         }
         let idx = &d.index;
-        idx.binary_search_by_key(&sym, |e| e.0)
-            .ok()
-            .map(|i| &d.attrs[idx[i].1 as usize])
+        idx.binary_search_by_key(&sym, |e| e.0).ok().map(|i| &d.attrs[idx[i].1 as usize])
     }
 
     /// Looks an attribute's expression up by name (case-insensitive).
@@ -381,14 +349,9 @@ impl fmt::Display for ClassAd {
 }
 
 fn write_name(name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let reserved = ["true", "false", "undefined", "error", "is", "isnt"]
-        .iter()
-        .any(|k| k.eq_ignore_ascii_case(name));
+    let reserved = ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(name));
     let plain = !reserved
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         f.write_str(name)
@@ -434,9 +397,7 @@ impl Expr {
                     Scope::Plain => {}
                     Scope::My => f.write_str("MY.")?,
                     // `{:#}` spells it as gLite JDL does; HTCondor reads both.
-                    Scope::Target => {
-                        f.write_str(if f.alternate() { "other." } else { "TARGET." })?
-                    }
+                    Scope::Target => f.write_str(if f.alternate() { "other." } else { "TARGET." })?,
                     Scope::Parent => f.write_str("PARENT.")?,
                 }
                 write_name(name, f)
@@ -606,14 +567,11 @@ impl Func {
         use Func::*;
         match self {
             Time => (0, 0),
-            IsUndefined | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList
-            | IsClassAd | Int | Real | String | Bool | Floor | Ceiling | Round | ToUpper
-            | ToLower | Size | Sum | Avg | Min | Max => (1, 1),
+            IsUndefined | IsError | IsString | IsInteger | IsReal | IsBoolean | IsList | IsClassAd | Int | Real
+            | String | Bool | Floor | Ceiling | Round | ToUpper | ToLower | Size | Sum | Avg | Min | Max => (1, 1),
             Member | IdenticalMember | Pow | Strcmp | Stricmp => (2, 2),
             Regexp | RegexpMember | StringListMember | StringListIMember => (2, 3),
-            StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => {
-                (1, 2)
-            }
+            StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => (1, 2),
             IfThenElse | AnyCompare | AllCompare => (3, 3),
             Substr => (2, 3),
             Strcat => (0, usize::MAX),

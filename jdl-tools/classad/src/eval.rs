@@ -35,12 +35,7 @@ pub(crate) struct Frame<'a> {
 impl<'a> Frame<'a> {
     /// Evaluation inside `ad`, with an optional target.
     pub fn root(ad: Option<&'a ClassAd>, target: Option<&'a ClassAd>) -> Frame<'a> {
-        Frame {
-            ad,
-            parent: None,
-            my: ad,
-            target,
-        }
+        Frame { ad, parent: None, my: ad, target }
     }
 }
 
@@ -121,11 +116,7 @@ impl Ctx {
         let key = (ad.id(), sym);
         if !self.push(key) {
             // A reference back to an attribute under evaluation: a cycle.
-            return Some(if self.quirks {
-                Value::Undefined
-            } else {
-                Value::Error
-            });
+            return Some(if self.quirks { Value::Undefined } else { Value::Error });
         }
         let v = self.eval(&a.expr, f);
         self.pop();
@@ -140,12 +131,7 @@ impl Ctx {
         }
         let mut node = f.parent;
         while let Some(n) = node {
-            let nf = Frame {
-                ad: Some(&n.ad),
-                parent: n.parent.as_ref(),
-                my: f.my,
-                target: f.target,
-            };
+            let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
             if let Some(v) = self.eval_attr_in(&n.ad, sym, nf) {
                 return v;
             }
@@ -161,12 +147,7 @@ impl Ctx {
     fn lookup_target(&mut self, sym: Sym, f: Frame<'_>) -> Value {
         match f.target {
             Some(t) => {
-                let tf = Frame {
-                    ad: Some(t),
-                    parent: None,
-                    my: Some(t),
-                    target: f.my,
-                };
+                let tf = Frame { ad: Some(t), parent: None, my: Some(t), target: f.my };
                 self.eval_attr_in(t, sym, tf).unwrap_or(Value::Undefined)
             }
             None => Value::Undefined,
@@ -177,21 +158,10 @@ impl Ctx {
     pub fn select(&mut self, v: &Value, sym: Sym, f: Frame<'_>) -> Value {
         match v {
             Value::Ad(n) => {
-                let nf = Frame {
-                    ad: Some(&n.ad),
-                    parent: n.parent.as_ref(),
-                    my: f.my,
-                    target: f.target,
-                };
-                self.eval_attr_in(&n.ad, sym, nf)
-                    .unwrap_or(Value::Undefined)
+                let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+                self.eval_attr_in(&n.ad, sym, nf).unwrap_or(Value::Undefined)
             }
-            Value::List(l) => Value::List(
-                l.iter()
-                    .map(|x| self.select(x, sym, f))
-                    .collect::<Vec<_>>()
-                    .into(),
-            ),
+            Value::List(l) => Value::List(l.iter().map(|x| self.select(x, sym, f)).collect::<Vec<_>>().into()),
             Value::Undefined => Value::Undefined,
             _ => Value::Error,
         }
@@ -225,12 +195,7 @@ impl Ctx {
                 Scope::Plain => self.lookup_plain(*sym, f),
                 Scope::My => match f.my {
                     Some(my) => {
-                        let mf = Frame {
-                            ad: Some(my),
-                            parent: None,
-                            my: Some(my),
-                            target: f.target,
-                        };
+                        let mf = Frame { ad: Some(my), parent: None, my: Some(my), target: f.target };
                         self.eval_attr_in(my, *sym, mf).unwrap_or(Value::Undefined)
                     }
                     None => Value::Undefined,
@@ -238,14 +203,8 @@ impl Ctx {
                 Scope::Target => self.lookup_target(*sym, f),
                 Scope::Parent => match f.parent {
                     Some(n) => {
-                        let nf = Frame {
-                            ad: Some(&n.ad),
-                            parent: n.parent.as_ref(),
-                            my: f.my,
-                            target: f.target,
-                        };
-                        self.eval_attr_in(&n.ad, *sym, nf)
-                            .unwrap_or(Value::Undefined)
+                        let nf = Frame { ad: Some(&n.ad), parent: n.parent.as_ref(), my: f.my, target: f.target };
+                        self.eval_attr_in(&n.ad, *sym, nf).unwrap_or(Value::Undefined)
                     }
                     None => Value::Undefined,
                 },
@@ -306,26 +265,14 @@ impl Ctx {
                 }
             }
             Expr::Call(c) => call(self, c, f),
-            Expr::List(items) => Value::List(
-                items
-                    .iter()
-                    .map(|x| self.eval(x, f))
-                    .collect::<Vec<_>>()
-                    .into(),
-            ),
+            Expr::List(items) => Value::List(items.iter().map(|x| self.eval(x, f)).collect::<Vec<_>>().into()),
             Expr::Ad(ad) => {
                 // The nested ad remembers where it was written, for references to enclosing attributes.
                 let parent = match f.ad {
-                    Some(cur) => Some(Arc::new(ScopeNode {
-                        ad: cur.clone(),
-                        parent: f.parent.cloned(),
-                    })),
+                    Some(cur) => Some(Arc::new(ScopeNode { ad: cur.clone(), parent: f.parent.cloned() })),
                     None => f.parent.cloned(),
                 };
-                Value::Ad(Arc::new(ScopeNode {
-                    ad: ad.clone(),
-                    parent,
-                }))
+                Value::Ad(Arc::new(ScopeNode { ad: ad.clone(), parent }))
             }
         }
     }
@@ -337,19 +284,11 @@ impl Ctx {
 fn peek<'x>(e: &'x Expr, f: Frame<'x>) -> Option<&'x Value> {
     match e {
         Expr::Lit(v) => Some(v),
-        Expr::Attr {
-            scope: Scope::Target,
-            sym,
-            ..
-        } => match &f.target?.get_sym(*sym)?.expr {
+        Expr::Attr { scope: Scope::Target, sym, .. } => match &f.target?.get_sym(*sym)?.expr {
             Expr::Lit(v) => Some(v),
             _ => None,
         },
-        Expr::Attr {
-            scope: Scope::Plain,
-            sym,
-            ..
-        } => match &f.ad?.get_sym(*sym)?.expr {
+        Expr::Attr { scope: Scope::Plain, sym, .. } => match &f.ad?.get_sym(*sym)?.expr {
             Expr::Lit(v) => Some(v),
             _ => None,
         },
@@ -401,8 +340,7 @@ impl Quirks {
 pub fn eval_attr(ad: &ClassAd, name: &str, target: Option<&ClassAd>) -> Value {
     let mut ctx = Ctx::new(false);
     let f = Frame::root(Some(ad), target);
-    ctx.eval_attr_in(ad, Sym::of(name), f)
-        .unwrap_or(Value::Undefined)
+    ctx.eval_attr_in(ad, Sym::of(name), f).unwrap_or(Value::Undefined)
 }
 
 /// Evaluates an expression in the scope of `ad` (if any), with an optional target.
@@ -423,14 +361,8 @@ impl ScopeNode {
     /// Evaluates one attribute of the nested ad, in the scope it was written in.
     pub fn eval_attr(&self, sym: Sym) -> Value {
         let mut ctx = Ctx::new(false);
-        let f = Frame {
-            ad: Some(&self.ad),
-            parent: self.parent.as_ref(),
-            my: Some(&self.ad),
-            target: None,
-        };
-        ctx.eval_attr_in(&self.ad, sym, f)
-            .unwrap_or(Value::Undefined)
+        let f = Frame { ad: Some(&self.ad), parent: self.parent.as_ref(), my: Some(&self.ad), target: None };
+        ctx.eval_attr_in(&self.ad, sym, f).unwrap_or(Value::Undefined)
     }
 }
 
@@ -495,19 +427,12 @@ mod tests {
 
     #[test]
     fn my_target_and_parent_scopes() {
-        let me = parse_classad("[ x = 1; y = other.x + x; inner = [ x = 10; z = parent.x + x ] ]")
-            .unwrap();
+        let me = parse_classad("[ x = 1; y = other.x + x; inner = [ x = 10; z = parent.x + x ] ]").unwrap();
         let other = parse_classad("[ x = 100; back = other.x ]").unwrap();
         assert!(matches!(ev("y", Some(&me), Some(&other)), Value::Int(101)));
-        assert!(matches!(
-            ev("my.x + target.x", Some(&me), Some(&other)),
-            Value::Int(101)
-        ));
+        assert!(matches!(ev("my.x + target.x", Some(&me), Some(&other)), Value::Int(101)));
         // In the target, OTHER is the ad being evaluated.
-        assert!(matches!(
-            ev("other.back", Some(&me), Some(&other)),
-            Value::Int(1)
-        ));
+        assert!(matches!(ev("other.back", Some(&me), Some(&other)), Value::Int(1)));
         assert!(matches!(ev("inner.z", Some(&me), None), Value::Int(11)));
         // No fallback to the target outside matchmaking.
         let bare = parse_classad("[ r = missing ]").unwrap();
@@ -519,14 +444,8 @@ mod tests {
 
     #[test]
     fn nested_ads_see_enclosing_attributes() {
-        assert!(matches!(
-            ev("[a = 1; b = [c = a + 1]].b.c", None, None),
-            Value::Int(2)
-        ));
-        assert!(matches!(
-            ev("[a = 1; b = {a, a + 1}].b[1]", None, None),
-            Value::Int(2)
-        ));
+        assert!(matches!(ev("[a = 1; b = [c = a + 1]].b.c", None, None), Value::Int(2)));
+        assert!(matches!(ev("[a = 1; b = {a, a + 1}].b[1]", None, None), Value::Int(2)));
         assert!(matches!(ev("[a = 1][\"A\"]", None, None), Value::Int(1)));
     }
 
@@ -535,10 +454,7 @@ mod tests {
         let ad = parse_classad("[ a = b; b = a; c = a + 1 ]").unwrap();
         assert!(matches!(ad.eval_attr("c"), Value::Error));
         let e = parse_expr("[a = a].a").unwrap();
-        assert!(matches!(
-            Quirks::eval_expr(&e, None, None),
-            Value::Undefined
-        ));
+        assert!(matches!(Quirks::eval_expr(&e, None, None), Value::Undefined));
     }
 
     #[test]
@@ -569,9 +485,6 @@ mod tests {
         for z in ["1 / 0", "1 % 0", "-1 / 0.0", "0.0 / 0", "7.5 % 2"] {
             assert!(matches!(ev(z, None, None), Value::Error), "{z}");
         }
-        assert!(matches!(
-            ev("9223372036854775807 + 1", None, None),
-            Value::Int(i64::MIN)
-        ));
+        assert!(matches!(ev("9223372036854775807 + 1", None, None), Value::Int(i64::MIN)));
     }
 }

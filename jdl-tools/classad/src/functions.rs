@@ -36,10 +36,7 @@ pub fn build_regex(pattern: &str, options: &str) -> Option<regex::bytes::Regex> 
 
 /// Compiles a constant pattern once, at parse time.
 pub fn precompile_regex(call: &mut Call) {
-    if !matches!(call.func, Func::Regexp | Func::RegexpMember)
-        || call.args.len() < 2
-        || call.args.len() > 3
-    {
+    if !matches!(call.func, Func::Regexp | Func::RegexpMember) || call.args.len() < 2 || call.args.len() > 3 {
         return;
     }
     let pat = match &call.args[0] {
@@ -74,9 +71,7 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         Regexp => regexp(c, a),
         RegexpMember => regexp_member(c, a),
         StringListMember | StringListIMember => string_list_member(c.func == StringListIMember, a),
-        StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => {
-            string_list_num(c.func, a)
-        }
+        StringListSize | StringListSum | StringListAvg | StringListMin | StringListMax => string_list_num(c.func, a),
         Int => to_int(&a[0], false),
         Real => to_real(&a[0]),
         String => to_string(&a[0]).map_or_else(|e| e, |s| Value::Str(s.into())),
@@ -98,14 +93,9 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
             Value::Undefined => Value::Undefined,
             Value::Error => Value::Error,
             v => match to_string(v) {
-                Ok(s) => Value::Str(
-                    if c.func == ToUpper {
-                        s.to_ascii_uppercase()
-                    } else {
-                        s.to_ascii_lowercase()
-                    }
-                    .into(),
-                ),
+                Ok(s) => {
+                    Value::Str(if c.func == ToUpper { s.to_ascii_uppercase() } else { s.to_ascii_lowercase() }.into())
+                }
                 Err(e) => e,
             },
         },
@@ -121,11 +111,7 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
             (Value::Error, _) | (_, Value::Error) => Value::Error,
             (x, y) => match (to_string(x), to_string(y)) {
                 (Ok(x), Ok(y)) => {
-                    let o = if c.func == Strcmp {
-                        x.cmp(&y)
-                    } else {
-                        str_icmp(&x, &y)
-                    };
+                    let o = if c.func == Strcmp { x.cmp(&y) } else { str_icmp(&x, &y) };
                     Value::Int(o as i64)
                 }
                 _ => Value::Error,
@@ -134,10 +120,7 @@ pub(crate) fn apply(c: &Call, a: &[Value]) -> Value {
         Sum | Avg | Min | Max => list_num(c.func, &a[0]),
         AnyCompare | AllCompare => compare_list(c.func == AllCompare, a),
         Time => Value::Int(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
         ),
         IfThenElse => match truth(&a[0]) {
             Truth::True => a[1].clone(),
@@ -162,11 +145,8 @@ fn member(identical: bool, x: &Value, list: &Value) -> Value {
         _ => {}
     }
     for e in l.iter() {
-        let hit = if identical {
-            x.identical(e) == Some(true)
-        } else {
-            matches!(binary(BinOp::Eq, x, e), Value::Bool(true))
-        };
+        let hit =
+            if identical { x.identical(e) == Some(true) } else { matches!(binary(BinOp::Eq, x, e), Value::Bool(true)) };
         if hit {
             return b(true);
         }
@@ -251,9 +231,7 @@ fn regexp_member(c: &Call, a: &[Value]) -> Value {
 /// Splits a string list on any of the delimiter characters; items are
 /// trimmed of white space and empty ones dropped (HTCondor's StringList).
 fn split_list<'a>(s: &'a str, delims: &'a str) -> impl Iterator<Item = &'a str> {
-    s.split(move |c: char| delims.contains(c))
-        .map(|t| t.trim())
-        .filter(|t| !t.is_empty())
+    s.split(move |c: char| delims.contains(c)).map(|t| t.trim()).filter(|t| !t.is_empty())
 }
 
 fn delims(a: &[Value], i: usize) -> Result<&str, Value> {
@@ -270,16 +248,11 @@ fn string_list_member(ignore_case: bool, a: &[Value]) -> Value {
         Err(e) => return e,
     };
     match (&a[0], &a[1]) {
-        (Value::Str(x), Value::Str(l)) => b(split_list(l, d).any(|t| {
-            if ignore_case {
-                t.eq_ignore_ascii_case(x)
-            } else {
-                t == &**x
-            }
-        })),
+        (Value::Str(x), Value::Str(l)) => {
+            b(split_list(l, d).any(|t| if ignore_case { t.eq_ignore_ascii_case(x) } else { t == &**x }))
+        }
         // HTCondor answers false, not undefined, when either side is undefined.
-        (Value::Undefined, Value::Str(_) | Value::Undefined)
-        | (Value::Str(_), Value::Undefined) => b(false),
+        (Value::Undefined, Value::Str(_) | Value::Undefined) | (Value::Str(_), Value::Undefined) => b(false),
         _ => Value::Error,
     }
 }
@@ -294,13 +267,7 @@ fn parse_num(t: &str) -> Option<N> {
     if let Ok(i) = t.parse::<i64>() {
         return Some(N::I(i));
     }
-    t.parse::<f64>()
-        .ok()
-        .filter(|_| {
-            t.bytes()
-                .all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c))
-        })
-        .map(N::R)
+    t.parse::<f64>().ok().filter(|_| t.bytes().all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c))).map(N::R)
 }
 
 fn string_list_num(func: Func, a: &[Value]) -> Value {
@@ -340,9 +307,7 @@ fn string_list_num(func: Func, a: &[Value]) -> Value {
                     Value::Real(s)
                 }
             } else {
-                let s = nums.iter().fold(0i64, |acc, n| {
-                    acc.wrapping_add(if let N::I(i) = n { *i } else { 0 })
-                });
+                let s = nums.iter().fold(0i64, |acc, n| acc.wrapping_add(if let N::I(i) = n { *i } else { 0 }));
                 if func == Func::StringListAvg {
                     // HTCondor divides integers as integers here.
                     Value::Int(s / nums.len() as i64)
@@ -365,11 +330,7 @@ fn string_list_num(func: Func, a: &[Value]) -> Value {
                 })
             } else {
                 let it = nums.iter().map(|n| if let N::I(i) = n { *i } else { 0 });
-                Value::Int(if want_min {
-                    it.min().unwrap_or(0)
-                } else {
-                    it.max().unwrap_or(0)
-                })
+                Value::Int(if want_min { it.min().unwrap_or(0) } else { it.max().unwrap_or(0) })
             }
         }
     }
@@ -387,11 +348,7 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
     let lower = t[i..].to_ascii_lowercase();
     for word in ["infinity", "inf", "nan"] {
         if lower.starts_with(word) {
-            let v: f64 = if word == "nan" {
-                f64::NAN
-            } else {
-                f64::INFINITY
-            };
+            let v: f64 = if word == "nan" { f64::NAN } else { f64::INFINITY };
             let v = if bytes.first() == Some(&b'-') { -v } else { v };
             return Some((v, &t[i + word.len()..]));
         }
@@ -403,9 +360,7 @@ fn strtod_prefix(s: &str) -> Option<(f64, &str)> {
             j += 1;
         }
         if j > hs {
-            let v = u64::from_str_radix(&t[hs..j], 16)
-                .map(|u| u as f64)
-                .unwrap_or(f64::INFINITY);
+            let v = u64::from_str_radix(&t[hs..j], 16).map(|u| u as f64).unwrap_or(f64::INFINITY);
             let v = if bytes.first() == Some(&b'-') { -v } else { v };
             return Some((v, &t[j..]));
         }
@@ -478,14 +433,10 @@ pub(crate) fn to_int(v: &Value, quirks: bool) -> Value {
                 }
             };
             match digits_end {
-                Some(e)
-                    if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E' | b'x' | b'X')) =>
-                {
+                Some(e) if !matches!(t.as_bytes().get(e), Some(b'.' | b'e' | b'E' | b'x' | b'X')) => {
                     match t[..e].parse::<i64>() {
                         Ok(i) => Value::Int(i),
-                        Err(_) => {
-                            strtod_prefix(t).map_or(Value::Error, |(r, _)| Value::Int(f2i(r)))
-                        }
+                        Err(_) => strtod_prefix(t).map_or(Value::Error, |(r, _)| Value::Int(f2i(r))),
                     }
                 }
                 _ => match strtod_prefix(t) {
@@ -620,9 +571,7 @@ fn substr(a: &[Value]) -> Value {
     let end = end.clamp(start, len);
     match s.get(start as usize..end as usize) {
         Some(t) => Value::str(t),
-        None => Value::str(&std::string::String::from_utf8_lossy(
-            &s.as_bytes()[start as usize..end as usize],
-        )),
+        None => Value::str(&std::string::String::from_utf8_lossy(&s.as_bytes()[start as usize..end as usize])),
     }
 }
 
@@ -650,11 +599,7 @@ fn list_num(func: Func, v: &Value) -> Value {
         n += 1;
         // The running sum starts at the first value and uses ClassAd `+`:
         // integers wrap until a real joins (and -0.0 alone stays -0.0).
-        total = if n == 1 {
-            x.clone()
-        } else {
-            binary(BinOp::Add, &total, &x)
-        };
+        total = if n == 1 { x.clone() } else { binary(BinOp::Add, &total, &x) };
         best = Some(match best {
             None => x,
             Some(bv) => {

@@ -76,19 +76,13 @@ pub struct Token {
 
 /// Operators, longest first so that the first prefix match is the right one.
 const PUNCT: &[&str] = &[
-    ">>>", "=?=", "=!=", "==", "!=", "<=", ">=", "<<", ">>", "&&", "||", "(", ")", "[", "]", "{",
-    "}", ";", ",", ".", "?", ":", "=", "<", ">", "+", "-", "*", "/", "%", "!", "~", "&", "|", "^",
+    ">>>", "=?=", "=!=", "==", "!=", "<=", ">=", "<<", ">>", "&&", "||", "(", ")", "[", "]", "{", "}", ";", ",", ".",
+    "?", ":", "=", "<", ">", "+", "-", "*", "/", "%", "!", "~", "&", "|", "^",
 ];
 
 /// Splits source text into tokens.
 pub fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
-    let mut lx = Lexer {
-        s: src.as_bytes(),
-        src,
-        i: 0,
-        line: 1,
-        col: 1,
-    };
+    let mut lx = Lexer { s: src.as_bytes(), src, i: 0, line: 1, col: 1 };
     let mut out = Vec::new();
     loop {
         let t = lx.next()?;
@@ -110,10 +104,7 @@ struct Lexer<'a> {
 
 impl Lexer<'_> {
     fn pos(&self) -> Pos {
-        Pos {
-            line: self.line,
-            col: self.col,
-        }
+        Pos { line: self.line, col: self.col }
     }
 
     fn peek(&self, k: usize) -> u8 {
@@ -133,10 +124,7 @@ impl Lexer<'_> {
     }
 
     fn err(&self, pos: Pos, msg: impl Into<String>) -> ParseError {
-        ParseError {
-            pos,
-            message: msg.into(),
-        }
+        ParseError { pos, message: msg.into() }
     }
 
     fn skip_space(&mut self) -> Result<(), ParseError> {
@@ -179,11 +167,7 @@ impl Lexer<'_> {
         let pos = self.pos();
         let c = self.peek(0);
         if self.i >= self.s.len() {
-            return Ok(Token {
-                tok: Tok::Eof,
-                pos,
-                end_line: pos.line,
-            });
+            return Ok(Token { tok: Tok::Eof, pos, end_line: pos.line });
         }
         let tok = if c.is_ascii_alphabetic() || c == b'_' {
             let st = self.i;
@@ -214,18 +198,13 @@ impl Lexer<'_> {
                 }
                 None => {
                     let ch = self.src[self.i..].chars().next().unwrap_or('?');
-                    return Err(self.err(
-                        pos,
-                        format!("unexpected character {ch:?}: expected an expression or operator"),
-                    ));
+                    return Err(
+                        self.err(pos, format!("unexpected character {ch:?}: expected an expression or operator"))
+                    );
                 }
             }
         };
-        Ok(Token {
-            tok,
-            pos,
-            end_line: self.line,
-        })
+        Ok(Token { tok, pos, end_line: self.line })
     }
 
     fn number(&mut self, pos: Pos) -> Result<Tok, ParseError> {
@@ -262,17 +241,11 @@ impl Lexer<'_> {
         }
         let text = &self.src[st..self.i];
         if real {
-            text.parse::<f64>()
-                .map(Tok::Real)
-                .map_err(|_| self.err(pos, "malformed real number"))
+            text.parse::<f64>().map(Tok::Real).map_err(|_| self.err(pos, "malformed real number"))
         } else {
             // Too-large literals wrap like HTCondor's; only the magnitude of i64::MIN needs it in practice.
-            let v = text
-                .parse::<u64>()
-                .map(|u| u as i64)
-                .or_else(|_| text.parse::<f64>().map(|r| r as i64));
-            v.map(Tok::Int)
-                .map_err(|_| self.err(pos, "malformed integer"))
+            let v = text.parse::<u64>().map(|u| u as i64).or_else(|_| text.parse::<f64>().map(|r| r as i64));
+            v.map(Tok::Int).map_err(|_| self.err(pos, "malformed integer"))
         }
     }
 
@@ -372,15 +345,9 @@ mod tests {
 
     #[test]
     fn malformed_numbers_and_strings_are_errors() {
-        assert!(tokenize("5.")
-            .unwrap_err()
-            .message
-            .contains("digit after the decimal point"));
+        assert!(tokenize("5.").unwrap_err().message.contains("digit after the decimal point"));
         assert!(tokenize("1e").unwrap_err().message.contains("exponent"));
-        assert!(tokenize("12abc")
-            .unwrap_err()
-            .message
-            .contains("operator after a number"));
+        assert!(tokenize("12abc").unwrap_err().message.contains("operator after a number"));
         let e = tokenize("x = \"abc").unwrap_err();
         assert_eq!((e.pos.line, e.pos.col), (1, 5));
         assert_eq!(toks(r#""\101\q""#)[0], Tok::Str("Aq".into()));

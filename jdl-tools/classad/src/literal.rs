@@ -30,11 +30,7 @@ pub fn format_real(r: f64) -> String {
         return "real(\"NaN\")".into();
     }
     if r.is_infinite() {
-        return if r > 0.0 {
-            "real(\"INF\")".into()
-        } else {
-            "real(\"-INF\")".into()
-        };
+        return if r > 0.0 { "real(\"INF\")".into() } else { "real(\"-INF\")".into() };
     }
     let s = format!("{r:?}");
     if s.contains(['.', 'e', 'E']) {
@@ -47,11 +43,7 @@ pub fn format_real(r: f64) -> String {
 /// HTCondor's `string(real)`: C's `%.15E` (`1.500000000000000E+00`), zero as `0.0`.
 pub fn real_to_string(r: f64) -> String {
     if r == 0.0 {
-        return if r.is_sign_negative() {
-            "-0.0".into()
-        } else {
-            "0.0".into()
-        };
+        return if r.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
     }
     if !r.is_finite() {
         return format_real(r);

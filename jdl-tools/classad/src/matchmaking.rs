@@ -26,19 +26,10 @@ pub struct CompiledRequest {
 impl CompiledRequest {
     /// Compiles `request`'s Requirements and Rank.
     pub fn new(request: &ClassAd) -> CompiledRequest {
-        let mut c = Compiler {
-            ad: request,
-            depth: 0,
-            visiting: Vec::new(),
-            budget: INLINE_BUDGET,
-        };
+        let mut c = Compiler { ad: request, depth: 0, visiting: Vec::new(), budget: INLINE_BUDGET };
         let requirements = request.lookup("Requirements").map(|e| c.compile(e));
         let rank = request.lookup("Rank").map(|e| c.compile(e));
-        CompiledRequest {
-            ad: request.clone(),
-            requirements,
-            rank,
-        }
+        CompiledRequest { ad: request.clone(), requirements, rank }
     }
 
     /// The compiled Requirements (for inspection and tests).
@@ -164,20 +155,14 @@ impl Compiler<'_> {
                     sym: *sym,
                     name: name.clone(),
                 }),
-                Scope::My => self
-                    .own_attr(*sym, e)
-                    .unwrap_or(Expr::Lit(Value::Undefined)),
+                Scope::My => self.own_attr(*sym, e).unwrap_or(Expr::Lit(Value::Undefined)),
                 Scope::Target => e.clone(),
                 Scope::Parent => Expr::Lit(Value::Undefined),
             },
-            Expr::Select(b, sym, name) => {
-                Expr::Select(Box::new(self.compile(b)), *sym, name.clone())
-            }
+            Expr::Select(b, sym, name) => Expr::Select(Box::new(self.compile(b)), *sym, name.clone()),
             Expr::Index(b) => {
                 let (x, i) = (self.compile(&b.0), self.compile(&b.1));
-                if let (Some(Value::List(_) | Value::Undefined | Value::Error), Some(_)) =
-                    (lit(&x), lit(&i))
-                {
+                if let (Some(Value::List(_) | Value::Undefined | Value::Error), Some(_)) = (lit(&x), lit(&i)) {
                     return Expr::Lit(eval_const(&Expr::Index(Box::new((x, i)))));
                 }
                 Expr::Index(Box::new((x, i)))
@@ -199,15 +184,11 @@ impl Compiler<'_> {
                 if let Some(lv) = lit(&l) {
                     let t = truth(lv);
                     match op {
-                        crate::ast::BinOp::And if t == Truth::False => {
-                            return Expr::Lit(Value::Bool(false))
-                        }
+                        crate::ast::BinOp::And if t == Truth::False => return Expr::Lit(Value::Bool(false)),
                         crate::ast::BinOp::And | crate::ast::BinOp::Or if t == Truth::Error => {
                             return Expr::Lit(Value::Error)
                         }
-                        crate::ast::BinOp::Or if t == Truth::True => {
-                            return Expr::Lit(Value::Bool(true))
-                        }
+                        crate::ast::BinOp::Or if t == Truth::True => return Expr::Lit(Value::Bool(true)),
                         _ => {}
                     }
                 }
@@ -275,14 +256,10 @@ mod tests {
             c.requirements().unwrap().to_string(),
             "TARGET.GPGPUVendor == \"nvidia\" && TARGET.GPGPUMainMemorySize >= 512 && regexp(\"^K\",TARGET.GPGPUModel)"
         );
-        let yes = parse_classad(
-            "[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"K80\" ]",
-        )
-        .unwrap();
-        let no = parse_classad(
-            "[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"P100\" ]",
-        )
-        .unwrap();
+        let yes =
+            parse_classad("[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"K80\" ]").unwrap();
+        let no =
+            parse_classad("[ GPGPUVendor = \"Nvidia\"; GPGPUMainMemorySize = 512; GPGPUModel = \"P100\" ]").unwrap();
         assert!(c.matches(&yes));
         assert!(!c.matches(&no));
     }
@@ -290,13 +267,7 @@ mod tests {
     #[test]
     fn rank_is_numeric_or_zero() {
         let offer = parse_classad("[ Mem = 2048; Name = \"x\"; Requirements = true ]").unwrap();
-        for (rank, want) in [
-            ("Mem / 1024", 2.0),
-            ("Name", 0.0),
-            ("Missing", 0.0),
-            ("true", 1.0),
-            ("0.0 / 0", 0.0),
-        ] {
+        for (rank, want) in [("Mem / 1024", 2.0), ("Name", 0.0), ("Missing", 0.0), ("true", 1.0), ("0.0 / 0", 0.0)] {
             let req = parse_classad(&format!("[ Requirements = true; Rank = {rank} ]")).unwrap();
             assert_eq!(rank_of(&req, &offer), want, "{rank}");
         }

@@ -105,10 +105,7 @@ pub fn parse_classad_recovering(src: &str) -> (ClassAd, Vec<ParseError>) {
             if !p.at_eof() {
                 errs.push(ParseError {
                     pos: p.pos(),
-                    message: format!(
-                        "expected end of input after the ad, found {}",
-                        p.tok().tok.describe()
-                    ),
+                    message: format!("expected end of input after the ad, found {}", p.tok().tok.describe()),
                 });
             }
             break;
@@ -134,11 +131,7 @@ pub fn parse_classad_recovering(src: &str) -> (ClassAd, Vec<ParseError>) {
                         pos: p.pos(),
                         message: format!(
                             "expected {}, found {}",
-                            if bracketed {
-                                "';' or ']'"
-                            } else {
-                                "';' or a line break"
-                            },
+                            if bracketed { "';' or ']'" } else { "';' or a line break" },
                             p.tok().tok.describe()
                         ),
                     });
@@ -167,9 +160,7 @@ struct Parser {
 }
 
 fn is_keyword(s: &str) -> bool {
-    ["true", "false", "undefined", "error", "is", "isnt"]
-        .iter()
-        .any(|k| k.eq_ignore_ascii_case(s))
+    ["true", "false", "undefined", "error", "is", "isnt"].iter().any(|k| k.eq_ignore_ascii_case(s))
 }
 
 impl ClassAd {
@@ -181,12 +172,7 @@ impl ClassAd {
 
 impl Parser {
     fn new(src: &str) -> Result<Parser, ParseError> {
-        Ok(Parser {
-            toks: tokenize(src)?,
-            i: 0,
-            nesting: 0,
-            stack_base: stack_addr(),
-        })
+        Ok(Parser { toks: tokenize(src)?, i: 0, nesting: 0, stack_base: stack_addr() })
     }
 
     fn tok(&self) -> &Token {
@@ -279,10 +265,7 @@ impl Parser {
                     return;
                 }
                 Tok::Ident(_) | Tok::QuotedIdent(_) => {
-                    let next_is_eq = matches!(
-                        self.toks.get(self.i + 1).map(|t| &t.tok),
-                        Some(Tok::Punct("="))
-                    );
+                    let next_is_eq = matches!(self.toks.get(self.i + 1).map(|t| &t.tok), Some(Tok::Punct("=")));
                     let first_on_line = self.toks[self.i - 1].end_line < self.tok().pos.line;
                     if next_is_eq && first_on_line && self.tok().pos.line > start_line {
                         return;
@@ -297,20 +280,14 @@ impl Parser {
     fn enter(&mut self) -> Result<(), ParseError> {
         self.nesting += 1;
         if self.nesting > MAX_NESTING || self.stack_base.abs_diff(stack_addr()) > MAX_STACK_BYTES {
-            return Err(ParseError {
-                pos: self.pos(),
-                message: format!("nesting deeper than {MAX_NESTING} levels"),
-            });
+            return Err(ParseError { pos: self.pos(), message: format!("nesting deeper than {MAX_NESTING} levels") });
         }
         Ok(())
     }
 
     fn height(&self, h: u32) -> Result<u32, ParseError> {
         if h > MAX_HEIGHT {
-            return Err(ParseError {
-                pos: self.pos(),
-                message: format!("expression deeper than {MAX_HEIGHT} levels"),
-            });
+            return Err(ParseError { pos: self.pos(), message: format!("expression deeper than {MAX_HEIGHT} levels") });
         }
         Ok(h)
     }
@@ -538,10 +515,8 @@ impl Parser {
                 self.nesting -= 1;
                 // A list of constants is itself a constant, so evaluating it never allocates.
                 if items.iter().all(|e| matches!(e, Expr::Lit(_))) {
-                    let vals: Vec<Value> = items
-                        .into_iter()
-                        .filter_map(|e| if let Expr::Lit(v) = e { Some(v) } else { None })
-                        .collect();
+                    let vals: Vec<Value> =
+                        items.into_iter().filter_map(|e| if let Expr::Lit(v) = e { Some(v) } else { None }).collect();
                     return Ok((Expr::Lit(Value::List(vals.into())), h));
                 }
                 Ok((Expr::List(items), h))
@@ -549,14 +524,7 @@ impl Parser {
             Tok::Punct("[") => self.ad_literal(),
             Tok::QuotedIdent(name) => {
                 let (sym, name) = Sym::intern(&name);
-                Ok((
-                    Expr::Attr {
-                        scope: Scope::Plain,
-                        sym,
-                        name,
-                    },
-                    1,
-                ))
+                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
             }
             Tok::Ident(name) => {
                 let lower = name.to_ascii_lowercase();
@@ -586,24 +554,10 @@ impl Parser {
                     self.advance();
                     let (attr, _) = self.attr_name()?;
                     let (sym, attr) = Sym::intern(&attr);
-                    return Ok((
-                        Expr::Attr {
-                            scope,
-                            sym,
-                            name: attr,
-                        },
-                        1,
-                    ));
+                    return Ok((Expr::Attr { scope, sym, name: attr }, 1));
                 }
                 let (sym, name) = Sym::intern(&name);
-                Ok((
-                    Expr::Attr {
-                        scope: Scope::Plain,
-                        sym,
-                        name,
-                    },
-                    1,
-                ))
+                Ok((Expr::Attr { scope: Scope::Plain, sym, name }, 1))
             }
             _ => self.err("an expression"),
         }
@@ -634,13 +588,7 @@ impl Parser {
 /// Builds a call node, compiling a constant regular expression once.
 pub fn make_call(name: &str, args: Vec<Expr>, pos: Pos) -> Expr {
     let func = Func::from_name(name);
-    let mut call = Call {
-        func,
-        name: Arc::from(name),
-        args,
-        regex: None,
-        pos,
-    };
+    let mut call = Call { func, name: Arc::from(name), args, regex: None, pos };
     precompile_regex(&mut call);
     Expr::Call(Box::new(call))
 }
@@ -660,10 +608,7 @@ mod tests {
             assert!(matches!(ad.eval_attr("a"), Value::Int(1)));
             assert!(matches!(ad.eval_attr("c"), Value::List(ref l) if l.len() == 2));
         }
-        assert!(parse_classad("A = 1 B = 2")
-            .unwrap_err()
-            .message
-            .contains("';' or a line break"));
+        assert!(parse_classad("A = 1 B = 2").unwrap_err().message.contains("';' or a line break"));
     }
 
     #[test]
@@ -691,18 +636,10 @@ mod tests {
 
     #[test]
     fn scopes_and_quoted_names() {
-        let s = parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'")
-            .unwrap()
-            .to_string();
+        let s = parse_expr("MY.a + Other.b + target.c + parent.d + 'e f'").unwrap().to_string();
         assert_eq!(s, "MY.a + TARGET.b + TARGET.c + PARENT.d + 'e f'");
-        assert!(parse_expr("my.")
-            .unwrap_err()
-            .message
-            .contains("attribute name"));
-        assert!(parse_expr("[ true = 1 ]")
-            .unwrap_err()
-            .message
-            .contains("attribute name"));
+        assert!(parse_expr("my.").unwrap_err().message.contains("attribute name"));
+        assert!(parse_expr("[ true = 1 ]").unwrap_err().message.contains("attribute name"));
     }
 
     #[test]

@@ -18,7 +18,8 @@ use common::{assert_report, compare_all, gen, python};
 fn corpus_agrees_with_classad2() {
     let Some(py) = python() else { return };
     let text = include_str!("../../tests/data/corpus.txt");
-    let exprs: Vec<String> = text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from).collect();
+    let exprs: Vec<String> =
+        text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).map(String::from).collect();
     assert!(exprs.len() >= 500, "the corpus has {} expressions", exprs.len());
     let rep = compare_all(&py, &exprs);
     assert_report("corpus", &rep);
@@ -66,7 +67,11 @@ fn matchmaking_agrees_with_classad2() {
     let rep = common::compare_matches(&py, &pairs);
     assert_report(&format!("matchmaking seed {seed:#x}"), &rep);
     eprintln!("matchmaking: {} of {} requests matched their offer", rep.matched, rep.total);
-    assert!(rep.matched * 20 > rep.total && rep.matched * 20 < rep.total * 19, "degenerate batch: {} matched", rep.matched);
+    assert!(
+        rep.matched * 20 > rep.total && rep.matched * 20 < rep.total * 19,
+        "degenerate batch: {} matched",
+        rep.matched
+    );
 }
 
 /// What cder prints (the phase-2 JDL is written with it) reads back in

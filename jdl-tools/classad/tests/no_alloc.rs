@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use cder_classad::{parse_classads, parse_classad, CompiledRequest};
+use cder_classad::{parse_classad, parse_classads, CompiledRequest};
 
 struct Counting;
 

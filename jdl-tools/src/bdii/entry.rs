@@ -39,7 +39,9 @@ pub fn intern(name: &str) -> &'static str {
 impl PartialEq for Entry {
     /// Same DN and the same values per attribute, whatever order the attributes came in.
     fn eq(&self, other: &Entry) -> bool {
-        self.dn == other.dn && self.attrs.len() == other.attrs.len() && self.attrs.iter().all(|(n, v)| other.get(n) == Some(v))
+        self.dn == other.dn
+            && self.attrs.len() == other.attrs.len()
+            && self.attrs.iter().all(|(n, v)| other.get(n) == Some(v))
     }
 }
 
@@ -61,7 +63,10 @@ impl Entry {
     fn get(&self, name: &str) -> Option<&Vec<String>> {
         // Interned names are lower-case: compare bytes folded on one side only.
         let b = name.as_bytes();
-        self.attrs.iter().find(|(n, _)| n.len() == b.len() && n.bytes().zip(b).all(|(x, y)| x == y.to_ascii_lowercase())).map(|(_, v)| v)
+        self.attrs
+            .iter()
+            .find(|(n, _)| n.len() == b.len() && n.bytes().zip(b).all(|(x, y)| x == y.to_ascii_lowercase()))
+            .map(|(_, v)| v)
     }
 
     fn position(&self, name: &str) -> Option<usize> {
@@ -149,7 +154,10 @@ pub fn service_dn(dn: &str) -> Option<&str> {
     let mut start = 0;
     loop {
         let rest = &dn[start..];
-        if rest.trim_start().len() >= 14 && rest.trim_start()[..14].eq_ignore_ascii_case("GLUE2ServiceID") && rest.trim_start()[14..].trim_start().starts_with('=') {
+        if rest.trim_start().len() >= 14
+            && rest.trim_start()[..14].eq_ignore_ascii_case("GLUE2ServiceID")
+            && rest.trim_start()[14..].trim_start().starts_with('=')
+        {
             return Some(rest.trim_start());
         }
         start += next_rdn(rest)?;
@@ -189,7 +197,10 @@ pub(crate) fn parent_rdn_attr(dn: &str) -> Option<String> {
 
 /// The ID of a GLUE 2.0 carrier entity.
 pub fn entity_id(e: &Entry) -> Option<String> {
-    e.first("GLUE2ResourceID").or_else(|| e.first("GLUE2ShareID")).or_else(|| e.first("GLUE2ApplicationEnvironmentID")).map(str::to_string)
+    e.first("GLUE2ResourceID")
+        .or_else(|| e.first("GLUE2ShareID"))
+        .or_else(|| e.first("GLUE2ApplicationEnvironmentID"))
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -198,7 +209,10 @@ mod tests {
 
     #[test]
     fn names_are_case_insensitive_and_shared() {
-        let mut e = Entry::from_pairs("GLUE2ShareID=q,o=glue", [("objectClass", "GLUE2Share"), ("OBJECTCLASS", "GLUE2ComputingShare"), ("GLUE2ShareID", "q")]);
+        let mut e = Entry::from_pairs(
+            "GLUE2ShareID=q,o=glue",
+            [("objectClass", "GLUE2Share"), ("OBJECTCLASS", "GLUE2ComputingShare"), ("GLUE2ShareID", "q")],
+        );
         assert_eq!(e.all("objectclass"), ["GLUE2Share", "GLUE2ComputingShare"]);
         assert!(e.is_a("glue2computingshare"));
         assert_eq!(e.first("glue2shareid"), Some("q"));

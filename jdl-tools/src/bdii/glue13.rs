@@ -14,8 +14,12 @@ pub(crate) const SHARE_COUNTS: &[(&str, &str)] = &[
     ("GlueCEPolicyMaxSlotsPerJob", "GLUE2ComputingShareMaxSlotsPerJob"),
 ];
 /// GLUE 2.0 times are seconds, GLUE 1.3 policy times minutes.
-pub(crate) const SHARE_MINUTES: &[(&str, &str)] = &[("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"), ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime")];
-pub(crate) const SHARE_STRINGS: &[(&str, &str)] = &[("GlueCEStateStatus", "GLUE2ComputingShareServingState"), ("GlueCEName", "GLUE2ComputingShareMappingQueue")];
+pub(crate) const SHARE_MINUTES: &[(&str, &str)] = &[
+    ("GlueCEPolicyMaxWallClockTime", "GLUE2ComputingShareMaxWallTime"),
+    ("GlueCEPolicyMaxCPUTime", "GLUE2ComputingShareMaxCPUTime"),
+];
+pub(crate) const SHARE_STRINGS: &[(&str, &str)] =
+    &[("GlueCEStateStatus", "GLUE2ComputingShareServingState"), ("GlueCEName", "GLUE2ComputingShareMappingQueue")];
 pub(crate) const EE_COUNTS: &[(&str, &str)] = &[
     ("GlueHostMainMemoryRAMSize", "GLUE2ExecutionEnvironmentMainMemorySize"),
     ("GlueHostMainMemoryVirtualSize", "GLUE2ExecutionEnvironmentVirtualMemorySize"),

@@ -109,7 +109,12 @@ fn extension(rdn: &str, id: &str, service: &str, key: &str, value: &str) -> Entr
     let dn = format!("GLUE2ExtensionLocalID={key},{rdn}={},{service}", rdn_value(id));
     Entry::from_pairs(
         &dn,
-        [("objectClass", "GLUE2Extension"), ("GLUE2ExtensionKey", key), ("GLUE2ExtensionValue", value), ("GLUE2ExtensionEntityForeignKey", id)],
+        [
+            ("objectClass", "GLUE2Extension"),
+            ("GLUE2ExtensionKey", key),
+            ("GLUE2ExtensionValue", value),
+            ("GLUE2ExtensionEntityForeignKey", id),
+        ],
     )
 }
 
@@ -153,9 +158,10 @@ pub fn as_extensions(entries: Vec<Entry>) -> Vec<Entry> {
                 .first("GLUE2ComputingManagerAcceleratorInfoTotalAcceleratorSlots")
                 .or_else(|| e.first("GLUE2ComputingManagerAcceleratorInfoTotalPhysicalAccelerators"));
             counts.used = e.first("GLUE2ComputingManagerAcceleratorInfoUsedAcceleratorSlots");
-        } else if let (Some(kind), Some(share)) =
-            (e.first("GLUE2ComputingShareAcceleratorInfoType"), e.first("GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey"))
-        {
+        } else if let (Some(kind), Some(share)) = (
+            e.first("GLUE2ComputingShareAcceleratorInfoType"),
+            e.first("GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey"),
+        ) {
             shares.push((e, service, prefix(kind), share));
         }
     }
@@ -163,8 +169,11 @@ pub fn as_extensions(entries: Vec<Entry>) -> Vec<Entry> {
         let owner = (service.to_ascii_lowercase(), prefix);
         let manager = managers.get(&owner);
         let prefix = &owner.1;
-        let used = e.first("GLUE2ComputingShareAcceleratorInfoUsedAcceleratorSlots").or_else(|| manager.and_then(|m| m.used));
-        let per_job = e.first("GLUE2ComputingShareAcceleratorInfoMaxAcceleratorSlotsPerJob").filter(|_| !described.contains(&owner));
+        let used =
+            e.first("GLUE2ComputingShareAcceleratorInfoUsedAcceleratorSlots").or_else(|| manager.and_then(|m| m.used));
+        let per_job = e
+            .first("GLUE2ComputingShareAcceleratorInfoMaxAcceleratorSlotsPerJob")
+            .filter(|_| !described.contains(&owner));
         let counts = [
             (TOTAL, manager.and_then(|m| m.total)),
             (FREE, e.first("GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots")),
@@ -185,8 +194,10 @@ pub fn as_extensions(entries: Vec<Entry>) -> Vec<Entry> {
 /// ways (class-extension and glue21-accelerator) already has with the same
 /// value: the same key twice on one entity would make it malformed.
 pub fn add_extensions(published: &mut Vec<Entry>, entries: Vec<Entry>) {
-    let have: BTreeSet<(String, String)> =
-        published.iter().filter_map(|x| Some((x.dn.to_ascii_lowercase(), x.first("GLUE2ExtensionValue")?.to_string()))).collect();
+    let have: BTreeSet<(String, String)> = published
+        .iter()
+        .filter_map(|x| Some((x.dn.to_ascii_lowercase(), x.first("GLUE2ExtensionValue")?.to_string())))
+        .collect();
     for x in as_extensions(entries) {
         let value = x.first("GLUE2ExtensionValue").unwrap_or_default().to_string();
         if !have.contains(&(x.dn.to_ascii_lowercase(), value)) {
@@ -212,14 +223,27 @@ mod tests {
                 ("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey", "ee1"),
             ],
         );
-        let orphan = Entry::from_pairs("GLUE2AcceleratorEnvironmentID=x,o=glue", [("GLUE2AcceleratorEnvironmentType", "GPU")]);
+        let orphan =
+            Entry::from_pairs("GLUE2AcceleratorEnvironmentID=x,o=glue", [("GLUE2AcceleratorEnvironmentType", "GPU")]);
         let x = as_extensions(vec![ae, orphan]);
         let pairs: Vec<(&str, &str, &str)> = x
             .iter()
-            .map(|e| (e.first("GLUE2ExtensionKey").unwrap(), e.first("GLUE2ExtensionValue").unwrap(), e.first("GLUE2ExtensionEntityForeignKey").unwrap()))
+            .map(|e| {
+                (
+                    e.first("GLUE2ExtensionKey").unwrap(),
+                    e.first("GLUE2ExtensionValue").unwrap(),
+                    e.first("GLUE2ExtensionEntityForeignKey").unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(pairs, [("GPGPUModel", "Tesla K20m", "ee1"), ("GPGPUMainMemorySize", "4800", "ee1"), ("GPGPUPerNode", "4", "ee1")]);
-        assert_eq!(x[0].dn, "GLUE2ExtensionLocalID=GPGPUModel,GLUE2ResourceID=ee1,GLUE2ServiceID=ce1,GLUE2GroupID=resource,o=glue");
+        assert_eq!(
+            pairs,
+            [("GPGPUModel", "Tesla K20m", "ee1"), ("GPGPUMainMemorySize", "4800", "ee1"), ("GPGPUPerNode", "4", "ee1")]
+        );
+        assert_eq!(
+            x[0].dn,
+            "GLUE2ExtensionLocalID=GPGPUModel,GLUE2ResourceID=ee1,GLUE2ServiceID=ce1,GLUE2GroupID=resource,o=glue"
+        );
         assert_eq!(prefix("FPGA"), "FPGA");
     }
 
@@ -268,8 +292,11 @@ mod tests {
     }
 
     fn keys_of<'a>(x: &'a [Entry], dn_suffix: &str) -> Vec<(&'a str, &'a str)> {
-        let mut v: Vec<(&str, &str)> =
-            x.iter().filter(|e| e.dn.ends_with(dn_suffix)).map(|e| (e.first("GLUE2ExtensionKey").unwrap(), e.first("GLUE2ExtensionValue").unwrap())).collect();
+        let mut v: Vec<(&str, &str)> = x
+            .iter()
+            .filter(|e| e.dn.ends_with(dn_suffix))
+            .map(|e| (e.first("GLUE2ExtensionKey").unwrap(), e.first("GLUE2ExtensionValue").unwrap()))
+            .collect();
         v.sort();
         v
     }
@@ -284,10 +311,19 @@ mod tests {
             share_info(S2, "q9_FPGA", "FPGA", "q9", "3"),
         ]);
         // Share counts under the GLUE 2.0 names; the manager's total; PerNode stays the EE's.
-        assert_eq!(keys_of(&x, &format!("GLUE2ShareID=q1,{S1}")), [("GPGPUFreeInstances", "10"), ("GPGPUTotalInstances", "16"), ("GPGPUUsedInstances", "5")]);
-        assert_eq!(keys_of(&x, &format!("GLUE2ResourceID=ee1,{S1}")), [("GPGPUPerNode", "2"), ("GPGPUVendor", "Nvidia")]);
+        assert_eq!(
+            keys_of(&x, &format!("GLUE2ShareID=q1,{S1}")),
+            [("GPGPUFreeInstances", "10"), ("GPGPUTotalInstances", "16"), ("GPGPUUsedInstances", "5")]
+        );
+        assert_eq!(
+            keys_of(&x, &format!("GLUE2ResourceID=ee1,{S1}")),
+            [("GPGPUPerNode", "2"), ("GPGPUVendor", "Nvidia")]
+        );
         // No AcceleratorEnvironment: MaxAcceleratorSlotsPerJob is the PerNode; S1's manager lends nothing to S2.
-        assert_eq!(keys_of(&x, &format!("GLUE2ShareID=q9,{S2}")), [("FPGAFreeInstances", "3"), ("FPGAPerNode", "4"), ("FPGAUsedInstances", "5")]);
+        assert_eq!(
+            keys_of(&x, &format!("GLUE2ShareID=q9,{S2}")),
+            [("FPGAFreeInstances", "3"), ("FPGAPerNode", "4"), ("FPGAUsedInstances", "5")]
+        );
         assert!(x.iter().all(|e| e.first("GLUE2ExtensionEntityForeignKey").is_some()));
         // Outside any service, or without a share foreign key: nothing.
         let mut loose = share_info("o=glue", "q1_GPU", "GPU", "q1", "10");
@@ -299,7 +335,11 @@ mod tests {
     fn an_extension_published_both_ways_is_kept_once() {
         let mut published = vec![Entry::from_pairs(
             &format!("GLUE2ExtensionLocalID=GPGPUVendor,GLUE2ResourceID=ee1,{S1}"),
-            [("GLUE2ExtensionKey", "GPGPUVendor"), ("GLUE2ExtensionValue", "Nvidia"), ("GLUE2ExtensionEntityForeignKey", "ee1")],
+            [
+                ("GLUE2ExtensionKey", "GPGPUVendor"),
+                ("GLUE2ExtensionValue", "Nvidia"),
+                ("GLUE2ExtensionEntityForeignKey", "ee1"),
+            ],
         )];
         add_extensions(&mut published, vec![gpu_environment(S1, "ee1")]);
         let keys: Vec<&str> = published.iter().map(|e| e.first("GLUE2ExtensionKey").unwrap()).collect();
@@ -312,8 +352,8 @@ mod tests {
     /// its own counts (no lent ones, no "given twice" that would drop it).
     #[test]
     fn a_hostile_services_accelerator_info_lends_nothing_to_another_ce() {
-        use cder_classad::ast::Expr;
         use crate::bdii::{build_offers, Snapshot};
+        use cder_classad::ast::Expr;
         use cder_classad::value::Value;
         let share = |service: &str, id: &str, host: &str| {
             Entry::from_pairs(
@@ -327,8 +367,12 @@ mod tests {
                 ],
             )
         };
-        let manager =
-            |service: &str| Entry::from_pairs(&format!("GLUE2ManagerID=m,{service}"), [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m")]);
+        let manager = |service: &str| {
+            Entry::from_pairs(
+                &format!("GLUE2ManagerID=m,{service}"),
+                [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m")],
+            )
+        };
         let endpoint = |service: &str, host: &str| {
             Entry::from_pairs(
                 &format!("GLUE2EndpointID={host},{service}"),
@@ -342,9 +386,16 @@ mod tests {
         let snap = |hostile: bool| {
             let mut entries = vec![gpu_environment(S1, "ee1"), share_info(S1, "q1_GPU", "GPU", "q1", "3")];
             if hostile {
-                entries.extend([share_info(S2, "q1_GPU", "GPU", "q1", "64"), share_info(S2, "q1_FPGA", "FPGA", "q1", "8"), gpu_environment(S2, "ee1")]);
+                entries.extend([
+                    share_info(S2, "q1_GPU", "GPU", "q1", "64"),
+                    share_info(S2, "q1_FPGA", "FPGA", "q1", "8"),
+                    gpu_environment(S2, "ee1"),
+                ]);
             }
-            let mut ee = Entry::from_pairs(&format!("GLUE2ResourceID=ee1,{S1}"), [("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee1")]);
+            let mut ee = Entry::from_pairs(
+                &format!("GLUE2ResourceID=ee1,{S1}"),
+                [("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee1")],
+            );
             ee.set("glue2executionenvironmentcomputingmanagerforeignkey", vec!["m".into()]);
             Snapshot {
                 carriers: vec![ee, share(S1, "q1", "ce1.example.org"), share(S2, "q2", "evil.example.net")],

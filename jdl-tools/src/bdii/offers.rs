@@ -16,12 +16,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use cder_classad::ast::{ClassAd, Expr};
-use cder_request::keys;
-use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 pub use crate::bdii::glue13::glue2_sources;
+use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
+use cder_classad::ast::{ClassAd, Expr};
 use cder_classad::value::Value;
+use cder_request::keys;
 
 /// The CDER key prefix of GPGPUs (design.md: other types use their own).
 pub const DEFAULT_PREFIX: &str = glue::GPGPU_PREFIX;
@@ -130,7 +130,8 @@ fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> 
 /// and the instance counts can be summed without overflow.
 fn check_cder_numbers(pairs: &BTreeMap<String, Value>, prefixes: &[String]) -> Result<(), String> {
     for (k, v) in pairs {
-        let count = VGPGPU_KEYS.contains(&k.as_str()) || prefixes.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| COUNT_SUFFIXES.contains(&r)));
+        let count = VGPGPU_KEYS.contains(&k.as_str())
+            || prefixes.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| COUNT_SUFFIXES.contains(&r)));
         let measure = must_be_number(k, prefixes);
         match v {
             Value::Int(n) if (count || measure) && *n < 0 => return Err(format!("{k}={n} is out of range (negative)")),
@@ -144,7 +145,9 @@ fn check_cder_numbers(pairs: &BTreeMap<String, Value>, prefixes: &[String]) -> R
         for s in SUMMED_SUFFIXES {
             let key = format!("{p}{s}");
             if let Some(Value::Int(n)) = pairs.get(&key) {
-                sum = sum.checked_add(*n).ok_or_else(|| format!("{key}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
+                sum = sum
+                    .checked_add(*n)
+                    .ok_or_else(|| format!("{key}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
             }
         }
     }
@@ -229,11 +232,14 @@ fn service_owns(ce_id: &str, key: &str, svc: &Service) -> bool {
     let host = |s: &str| host_port(s).map(|hp| hp.split(':').next().unwrap_or_default().to_ascii_lowercase());
     let ce_host = host(ce_id);
     let by_endpoint = ce_host.as_deref().is_some_and(|h| {
-        !h.is_empty() && svc.endpoints.iter().filter_map(|e| e.first("GLUE2EndpointURL")).any(|u| host(u).as_deref() == Some(h))
+        !h.is_empty()
+            && svc.endpoints.iter().filter_map(|e| e.first("GLUE2EndpointURL")).any(|u| host(u).as_deref() == Some(h))
     });
     let service_id = match key.split_once(':') {
         Some(("id", id)) => Some(id.to_ascii_lowercase()),
-        Some(("dn", dn)) => dn.split_once('=').map(|(_, rest)| rest.split(',').next().unwrap_or_default().trim().to_string()),
+        Some(("dn", dn)) => {
+            dn.split_once('=').map(|(_, rest)| rest.split(',').next().unwrap_or_default().trim().to_string())
+        }
         _ => None,
     };
     by_endpoint || service_id.is_some_and(|id| !id.is_empty() && id == ce_id.to_ascii_lowercase())
@@ -362,7 +368,11 @@ static GLUE2_SPELLINGS: std::sync::OnceLock<HashMap<String, &'static str>> = std
 static GLUE13_SPELLINGS: std::sync::OnceLock<HashMap<String, &'static str>> = std::sync::OnceLock::new();
 
 /// GLUE's spelling of a lower-cased attribute name (a map: offers have tens of attributes each, grids 10^4 offers).
-fn spelling(known: &'static [&'static str], lower: &str, map: &std::sync::OnceLock<HashMap<String, &'static str>>) -> String {
+fn spelling(
+    known: &'static [&'static str],
+    lower: &str,
+    map: &std::sync::OnceLock<HashMap<String, &'static str>>,
+) -> String {
     let map = map.get_or_init(|| known.iter().map(|k| (k.to_ascii_lowercase(), *k)).collect());
     map.get(lower).map(|k| k.to_string()).unwrap_or_else(|| lower.to_string())
 }
@@ -495,7 +505,8 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     let mut out = Offers::default();
     let keep = Keep::of(snap);
     let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
-    let managers_by_id: HashMap<&str, &Entry> = snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
+    let managers_by_id: HashMap<&str, &Entry> =
+        snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
     // CDER pairs of every carrier, by lower-cased DN; unusable carriers dropped with a warning.
     let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
     let mut bad: BTreeSet<String> = BTreeSet::new();
@@ -541,14 +552,25 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                 .as_ref()
                 .filter(|p| by_dn.get(*p).is_some_and(|e| id_of(e) == Some(fk.as_str())))
                 .cloned()
-                .or_else(|| by_service_id.get(&(service.clone(), fk.as_str())).filter(|v| v.len() == 1).map(|v| v[0].dn.to_ascii_lowercase()))
-                .or_else(|| by_service_id.get(&(None, fk.as_str())).filter(|v| v.len() == 1 && service.is_none()).map(|v| v[0].dn.to_ascii_lowercase()));
+                .or_else(|| {
+                    by_service_id
+                        .get(&(service.clone(), fk.as_str()))
+                        .filter(|v| v.len() == 1)
+                        .map(|v| v[0].dn.to_ascii_lowercase())
+                })
+                .or_else(|| {
+                    by_service_id
+                        .get(&(None, fk.as_str()))
+                        .filter(|v| v.len() == 1 && service.is_none())
+                        .map(|v| v[0].dn.to_ascii_lowercase())
+                });
             let Some(target) = target else { continue };
             if bad.contains(&target) {
                 continue;
             }
             if let Err(why) = add_pair(from_ext.entry(target.clone()).or_default(), k, v, prefixes) {
-                out.warnings.push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
+                out.warnings
+                    .push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
                 bad.insert(target);
             }
         }
@@ -636,7 +658,9 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     // service; a policy outside any service opens shares of that ID anywhere.
     let mut open_anywhere: BTreeSet<&str> = BTreeSet::new();
     if let Some(ps) = &snap.policies {
-        for p in ps.iter().filter(|p| vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo)))) {
+        for p in ps.iter().filter(|p| {
+            vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo)))
+        }) {
             match service_dn(&p.dn) {
                 Some(s) => {
                     let svc = services.entry(format!("dn:{}", s.to_ascii_lowercase())).or_default();
@@ -660,8 +684,11 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     let share_blind = snap.names.as_ref().is_some_and(|names| {
         names.iter().all(|n| {
             let l = n.to_ascii_lowercase();
-            let ee_only = ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
-            let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS].iter().any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
+            let ee_only =
+                ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
+            let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS]
+                .iter()
+                .any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
             (ee_only || !l.starts_with("glue2")) && !from_share
         })
     });
@@ -687,7 +714,12 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             .chain(share.all("GLUE2ShareResourceForeignKey"))
             .map(String::as_str)
             .collect();
-        let ees: Vec<&Entry> = svc.ees.iter().copied().filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id))).collect();
+        let ees: Vec<&Entry> = svc
+            .ees
+            .iter()
+            .copied()
+            .filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id)))
+            .collect();
         if ees.is_empty() && share_cder.is_none() {
             continue;
         }
@@ -699,8 +731,12 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             }
         }
         let queue = share.first("GLUE2ComputingShareMappingQueue");
-        let named_endpoints: BTreeSet<&str> =
-            share.all("GLUE2ShareEndpointForeignKey").iter().chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey")).map(String::as_str).collect();
+        let named_endpoints: BTreeSet<&str> = share
+            .all("GLUE2ShareEndpointForeignKey")
+            .iter()
+            .chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey"))
+            .map(String::as_str)
+            .collect();
         let endpoint = svc
             .endpoints
             .iter()
@@ -709,13 +745,18 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             .copied();
         let manager_of = |e: &Entry| -> Option<&Entry> {
             let fk = manager_fk(e);
-            svc.managers.iter().find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk)).or_else(|| svc.managers.first()).copied()
+            svc.managers
+                .iter()
+                .find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk))
+                .or_else(|| svc.managers.first())
+                .copied()
         };
         let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
         let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue, &svc.endpoints);
         // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
         if ce_id.trim().is_empty() {
-            out.warnings.push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
+            out.warnings
+                .push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
             continue;
         }
         // A share speaks only for its own service's CEs: another site could
@@ -726,11 +767,15 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             out.refused_claims.push(RefusedClaim {
                 ce_id: ce_id.clone(),
                 share: share.dn.clone(),
-                reason: format!("published by a share of another service ({}): the CE's host is none of that service's endpoints", key.split_once(':').map_or(key.as_str(), |(_, k)| k)),
+                reason: format!(
+                    "published by a share of another service ({}): the CE's host is none of that service's endpoints",
+                    key.split_once(':').map_or(key.as_str(), |(_, k)| k)
+                ),
             });
             continue;
         }
-        let targets: Vec<Option<&Entry>> = if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
+        let targets: Vec<Option<&Entry>> =
+            if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
         for ee in targets {
             if share_blind && share_cder.is_none() {
                 if let Some(e) = ee {
@@ -751,7 +796,12 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                 copy_glue2(&mut ad, e);
             }
             if let Some(ep) = endpoint {
-                for a in ["GLUE2EndpointURL", "GLUE2EndpointImplementationName", "GLUE2EndpointInterfaceName", "GLUE2EndpointHealthState"] {
+                for a in [
+                    "GLUE2EndpointURL",
+                    "GLUE2EndpointImplementationName",
+                    "GLUE2EndpointInterfaceName",
+                    "GLUE2EndpointHealthState",
+                ] {
                     if let Some(v) = ep.first(a) {
                         ad.put_str(a, v);
                     }
@@ -786,7 +836,10 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
                 rte.extend(svc.apps.iter().cloned());
                 rte.dedup();
-                ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
+                ad.put(
+                    "GlueHostApplicationSoftwareRunTimeEnvironment",
+                    Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()),
+                );
             }
             if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
                 ad.put("GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
@@ -812,12 +865,22 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
 /// The `GlueCEUniqueID` of a GLUE 2.0 share: CREAM publishes it as
 /// `CREAMCEId=` OtherInfo; otherwise `host:port/cream-<lrms>-<queue>` from
 /// the endpoint, as CREAM forms it; else the share ID.
-fn ce_unique_id(share: &Entry, endpoint: Option<&Entry>, manager: Option<&Entry>, queue: Option<&str>, endpoints: &[&Entry]) -> (String, CeIdSource) {
+fn ce_unique_id(
+    share: &Entry,
+    endpoint: Option<&Entry>,
+    manager: Option<&Entry>,
+    queue: Option<&str>,
+    endpoints: &[&Entry],
+) -> (String, CeIdSource) {
     if let Some(id) = share.all("GLUE2EntityOtherInfo").iter().find_map(|v| v.strip_prefix("CREAMCEId=")) {
         return (id.to_string(), CeIdSource::Published);
     }
     // An ARC CE is named by its REST endpoint's URL: what `arcsub -C` takes (docs/arc.md).
-    if let Some(url) = endpoints.iter().find(|e| e.first("GLUE2EndpointInterfaceName") == Some(ARC_REST_INTERFACE)).and_then(|e| e.first("GLUE2EndpointURL")) {
+    if let Some(url) = endpoints
+        .iter()
+        .find(|e| e.first("GLUE2EndpointInterfaceName") == Some(ARC_REST_INTERFACE))
+        .and_then(|e| e.first("GLUE2EndpointURL"))
+    {
         return (url.to_string(), CeIdSource::Endpoint);
     }
     if let (Some(hp), Some(q)) = (endpoint.and_then(|e| e.first("GLUE2EndpointURL")).and_then(host_port), queue) {
@@ -834,7 +897,8 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
     for (offer, (key, _, _)) in out.offers.iter().zip(claims) {
         services_of.entry(offer.ce_id.as_str()).or_default().insert(key.as_str());
     }
-    let contested: BTreeSet<String> = services_of.iter().filter(|(_, keys)| keys.len() > 1).map(|(id, _)| id.to_string()).collect();
+    let contested: BTreeSet<String> =
+        services_of.iter().filter(|(_, keys)| keys.len() > 1).map(|(id, _)| id.to_string()).collect();
     if contested.is_empty() {
         return;
     }
@@ -874,7 +938,8 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
         if glue2_ces.contains(ce_id) {
             continue;
         }
-        let clusters: Vec<&str> = ce.all("GlueForeignKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).collect();
+        let clusters: Vec<&str> =
+            ce.all("GlueForeignKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).collect();
         for sc in clusters.iter().flat_map(|c| subs_of_cluster.get(c).into_iter().flatten()) {
             let mut pairs = BTreeMap::new();
             let mut tags = Vec::new();
@@ -889,7 +954,9 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                     .unwrap_or_else(|| k.to_string());
                 let res = if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
                     match typed_checked(v) {
-                        Ok(n @ Value::Int(0..)) => pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice"))),
+                        Ok(n @ Value::Int(0..)) => {
+                            pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice")))
+                        }
                         Ok(Value::Int(_)) => Err(format!("{k}={v:?} is out of range (negative)")),
                         Ok(Value::Real(_)) => Err(format!("{k}={v:?} is not a whole number")),
                         Ok(_) => Err(format!("{k}={v:?} is not a number")),
@@ -910,7 +977,9 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                 out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
                 continue;
             }
-            if let Some((e, why)) = [ce, *sc].into_iter().find_map(|e| check_glue_numbers(e, &[]).err().map(|why| (e, why))) {
+            if let Some((e, why)) =
+                [ce, *sc].into_iter().find_map(|e| check_glue_numbers(e, &[]).err().map(|why| (e, why)))
+            {
                 out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
@@ -995,7 +1064,12 @@ mod tests {
             carriers: vec![Entry::from_pairs("GLUE2ResourceID=ee1,o=glue", ee)],
             managers: vec![Entry::from_pairs(
                 "GLUE2ManagerID=m1,o=glue",
-                [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m1"), ("GLUE2ComputingManagerComputingServiceForeignKey", "s1"), ("GLUE2ManagerProductName", "SLURM")],
+                [
+                    ("objectClass", "GLUE2ComputingManager"),
+                    ("GLUE2ManagerID", "m1"),
+                    ("GLUE2ComputingManagerComputingServiceForeignKey", "s1"),
+                    ("GLUE2ManagerProductName", "SLURM"),
+                ],
             )],
             shares: vec![Entry::from_pairs(
                 "GLUE2ShareID=q1,o=glue",
@@ -1011,7 +1085,11 @@ mod tests {
             )],
             endpoints: vec![Entry::from_pairs(
                 "GLUE2EndpointID=e1,o=glue",
-                [("GLUE2EndpointID", "e1"), ("GLUE2EndpointURL", "https://ce1.example.org:8443/ce-cream/services"), ("GLUE2EndpointServiceForeignKey", "s1")],
+                [
+                    ("GLUE2EndpointID", "e1"),
+                    ("GLUE2EndpointURL", "https://ce1.example.org:8443/ce-cream/services"),
+                    ("GLUE2EndpointServiceForeignKey", "s1"),
+                ],
             )],
             ..Default::default()
         }
@@ -1023,12 +1101,21 @@ mod tests {
         let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
         let mut snap = site(&gpu);
         snap.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
-        let mut ee2 = vec![("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee2"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2")];
+        let mut ee2 = vec![
+            ("objectClass", "GLUE2ExecutionEnvironment"),
+            ("GLUE2ResourceID", "ee2"),
+            ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2"),
+        ];
         ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
         snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
         snap.managers.push(Entry::from_pairs(
             "GLUE2ManagerID=m2,o=glue",
-            [("objectClass", "GLUE2ComputingManager"), ("GLUE2ManagerID", "m2"), ("GLUE2ComputingManagerComputingServiceForeignKey", "s2"), ("GLUE2ManagerProductName", "SLURM")],
+            [
+                ("objectClass", "GLUE2ComputingManager"),
+                ("GLUE2ManagerID", "m2"),
+                ("GLUE2ComputingManagerComputingServiceForeignKey", "s2"),
+                ("GLUE2ManagerProductName", "SLURM"),
+            ],
         ));
         let claim = format!("CREAMCEId={hostile_ce_id}");
         snap.shares.push(Entry::from_pairs(
@@ -1044,7 +1131,11 @@ mod tests {
         ));
         snap.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e2,o=glue",
-            [("GLUE2EndpointID", "e2"), ("GLUE2EndpointURL", "https://evil.example.net:8443/ce-cream/services"), ("GLUE2EndpointServiceForeignKey", "s2")],
+            [
+                ("GLUE2EndpointID", "e2"),
+                ("GLUE2EndpointURL", "https://evil.example.net:8443/ce-cream/services"),
+                ("GLUE2EndpointServiceForeignKey", "s2"),
+            ],
         ));
         snap
     }
@@ -1059,10 +1150,17 @@ mod tests {
         assert_eq!(o.refused_claims[0].share, "GLUE2ShareID=q2,o=glue");
         assert!(o.refused_claims[0].reason.contains("s2"), "{}", o.refused_claims[0].reason);
         // The hostile service's own CE (its host) is still offered.
-        let own = build_offers(&site_with_hostile_share("evil.example.net:8443/cream-slurm-evil_partition"), &prefixes(), None);
+        let own = build_offers(
+            &site_with_hostile_share("evil.example.net:8443/cream-slurm-evil_partition"),
+            &prefixes(),
+            None,
+        );
         assert!(own.refused_claims.is_empty(), "{:?}", own.refused_claims);
         assert!(own.offers.iter().any(|x| x.ce_id == "evil.example.net:8443/cream-slurm-evil_partition"));
-        assert!(own.offers.iter().any(|x| x.ce_id == "ce1.example.org:8443/cream-slurm-gpu" && x.queue.as_deref() == Some("gpu")));
+        assert!(own
+            .offers
+            .iter()
+            .any(|x| x.ce_id == "ce1.example.org:8443/cream-slurm-gpu" && x.queue.as_deref() == Some("gpu")));
     }
 
     #[test]
@@ -1070,10 +1168,18 @@ mod tests {
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
         snap.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e-rest,o=glue",
-            [("GLUE2EndpointID", "e-rest"), ("GLUE2EndpointURL", "https://arc.example.org:8443/arex"), ("GLUE2EndpointInterfaceName", ARC_REST_INTERFACE), ("GLUE2EndpointServiceForeignKey", "s1")],
+            [
+                ("GLUE2EndpointID", "e-rest"),
+                ("GLUE2EndpointURL", "https://arc.example.org:8443/arex"),
+                ("GLUE2EndpointInterfaceName", ARC_REST_INTERFACE),
+                ("GLUE2EndpointServiceForeignKey", "s1"),
+            ],
         ));
         let o = build_offers(&snap, &prefixes(), None);
-        assert_eq!(o.offers.iter().map(|x| x.ce_id.as_str()).collect::<Vec<_>>(), ["https://arc.example.org:8443/arex"]);
+        assert_eq!(
+            o.offers.iter().map(|x| x.ce_id.as_str()).collect::<Vec<_>>(),
+            ["https://arc.example.org:8443/arex"]
+        );
         // Without the REST endpoint the CREAM form stays.
         let o = build_offers(&site(&["GPGPUVendor=Nvidia"]), &prefixes(), None);
         assert_eq!(o.offers[0].ce_id, "ce1.example.org:8443/cream-slurm-gpu");
@@ -1089,13 +1195,26 @@ mod tests {
             sh.set("glue2shareid", vec!["shared-id".into()]);
         }
         let o = build_offers(&snap, &prefixes(), None);
-        assert!(o.offers.iter().all(|x| x.ce_id != "shared-id"), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
+        assert!(
+            o.offers.iter().all(|x| x.ce_id != "shared-id"),
+            "{:?}",
+            o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>()
+        );
         assert_eq!(o.refused_claims.len(), 2, "{:?}", o.refused_claims);
     }
 
     #[test]
     fn an_offer_joins_ee_manager_service_share_and_endpoint() {
-        let o = build_offers(&site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800", "GPGPUCUDAComputeCapability=3.5", "GPGPUECCSupport=true"]), &prefixes(), None);
+        let o = build_offers(
+            &site(&[
+                "GPGPUVendor=Nvidia",
+                "GPGPUMainMemorySize=4800",
+                "GPGPUCUDAComputeCapability=3.5",
+                "GPGPUECCSupport=true",
+            ]),
+            &prefixes(),
+            None,
+        );
         assert!(o.warnings.is_empty(), "{:?}", o.warnings);
         assert_eq!(o.offers.len(), 1);
         let offer = &o.offers[0];
@@ -1121,16 +1240,30 @@ mod tests {
         snap.endpoints.clear();
         snap.shares = vec![Entry::from_pairs(
             "GLUE2ShareID=,o=glue",
-            [("objectClass", "GLUE2ComputingShare"), ("GLUE2ShareID", ""), ("GLUE2ShareServiceForeignKey", "s1"), ("GLUE2ComputingShareMappingQueue", "gpu")],
+            [
+                ("objectClass", "GLUE2ComputingShare"),
+                ("GLUE2ShareID", ""),
+                ("GLUE2ShareServiceForeignKey", "s1"),
+                ("GLUE2ComputingShareMappingQueue", "gpu"),
+            ],
         )];
         let o = build_offers(&snap, &prefixes(), None);
-        assert!(o.offers.iter().all(|offer| !offer.ce_id.is_empty()), "{:?}", o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>());
+        assert!(
+            o.offers.iter().all(|offer| !offer.ce_id.is_empty()),
+            "{:?}",
+            o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>()
+        );
         assert!(o.offers.is_empty(), "{:?}", o.offers.len());
     }
 
     #[test]
     fn malformed_other_info_skips_the_entry_with_a_warning() {
-        for bad in [&["GPGPUVendor"][..], &["GPGPUPerNode=2", "GPGPUPerNode=4"], &["GPGPUMainMemorySize=lots"], &["GPGPUTotalInstances=1e999x"]] {
+        for bad in [
+            &["GPGPUVendor"][..],
+            &["GPGPUPerNode=2", "GPGPUPerNode=4"],
+            &["GPGPUMainMemorySize=lots"],
+            &["GPGPUTotalInstances=1e999x"],
+        ] {
             let mut info = vec!["GPGPUVendor=Nvidia"];
             info.retain(|v| !bad.iter().any(|b| b.starts_with("GPGPUVendor") && v.starts_with("GPGPUVendor")));
             info.extend_from_slice(bad);
@@ -1144,7 +1277,10 @@ mod tests {
     #[test]
     fn shares_closed_to_the_vo_are_left_out() {
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.policies = Some(vec![Entry::from_pairs("GLUE2PolicyID=p,o=glue", [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")])]);
+        snap.policies = Some(vec![Entry::from_pairs(
+            "GLUE2PolicyID=p,o=glue",
+            [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")],
+        )]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
         snap.policies = Some(vec![]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
@@ -1178,11 +1314,20 @@ mod tests {
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
         snap.extensions = vec![Entry::from_pairs(
             "GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue",
-            [("GLUE2ExtensionKey", "GPGPUTotalInstances"), ("GLUE2ExtensionValue", huge), ("GLUE2ExtensionEntityForeignKey", "ee1")],
+            [
+                ("GLUE2ExtensionKey", "GPGPUTotalInstances"),
+                ("GLUE2ExtensionValue", huge),
+                ("GLUE2ExtensionEntityForeignKey", "ee1"),
+            ],
         )];
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
-        assert!(o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:") && o.warnings[0].contains("GLUE2ExtensionValue"), "{:?}", o.warnings);
+        assert!(
+            o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:")
+                && o.warnings[0].contains("GLUE2ExtensionValue"),
+            "{:?}",
+            o.warnings
+        );
         // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
         let mut snap = site(&["GPGPUVendor=Nvidia"]);
         snap.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
@@ -1193,19 +1338,35 @@ mod tests {
         snap.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
-        assert!(o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"), "{:?}", o.warnings);
+        assert!(
+            o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"),
+            "{:?}",
+            o.warnings
+        );
         // GLUE 1.3 tags.
         let snap = Snapshot {
             subclusters: vec![Entry::from_pairs(
                 "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
-                [("GlueSubClusterUniqueID", "sc"), ("GlueChunkKey", "GlueClusterUniqueID=c"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "GPGPUVendor=Nvidia"), ("GlueHostApplicationSoftwareRunTimeEnvironment", "rCUDATotalVGPGPU=99999999999999999999")],
+                [
+                    ("GlueSubClusterUniqueID", "sc"),
+                    ("GlueChunkKey", "GlueClusterUniqueID=c"),
+                    ("GlueHostApplicationSoftwareRunTimeEnvironment", "GPGPUVendor=Nvidia"),
+                    ("GlueHostApplicationSoftwareRunTimeEnvironment", "rCUDATotalVGPGPU=99999999999999999999"),
+                ],
             )],
-            glue13_ces: vec![Entry::from_pairs("GlueCEUniqueID=ce,mds-vo-name=resource,o=grid", [("GlueCEUniqueID", "ce"), ("GlueForeignKey", "GlueClusterUniqueID=c")])],
+            glue13_ces: vec![Entry::from_pairs(
+                "GlueCEUniqueID=ce,mds-vo-name=resource,o=grid",
+                [("GlueCEUniqueID", "ce"), ("GlueForeignKey", "GlueClusterUniqueID=c")],
+            )],
             ..Default::default()
         };
         let o = build_offers(&snap, &prefixes(), None);
         assert!(o.offers.is_empty());
-        assert!(o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"), "{:?}", o.warnings);
+        assert!(
+            o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"),
+            "{:?}",
+            o.warnings
+        );
     }
 
     #[test]
@@ -1222,7 +1383,8 @@ mod tests {
             build_offers(&s, &prefixes(), None).offers
         };
         // Two shares of queue "gpu" offer the same EE: one offer when the job looks at neither share.
-        let blind = count(Some(&["GPGPUVendor", "GLUE2ExecutionEnvironmentMainMemorySize", "GlueHostMainMemoryRAMSize"]));
+        let blind =
+            count(Some(&["GPGPUVendor", "GLUE2ExecutionEnvironmentMainMemorySize", "GlueHostMainMemoryRAMSize"]));
         assert_eq!(blind.len(), 1);
         assert_eq!(blind[0].share_id.as_deref(), Some("q1"), "the first share, the one list-match would report");
         assert_eq!(count(Some(&["GPGPUVendor", "GLUE2ComputingShareFreeSlots"])).len(), 2);
@@ -1244,7 +1406,10 @@ mod tests {
         for n in ["GPGPUMainMemorySize", "GlueCEStateFreeCPUs", "Requirements"] {
             assert_eq!(slim[0].ad.eval_attr(n).to_string(), full[0].ad.eval_attr(n).to_string(), "{n}");
         }
-        assert_eq!((&slim[0].ce_id, &slim[0].share_id, &slim[0].ee_id), (&full[0].ce_id, &full[0].share_id, &full[0].ee_id));
+        assert_eq!(
+            (&slim[0].ce_id, &slim[0].share_id, &slim[0].ee_id),
+            (&full[0].ce_id, &full[0].share_id, &full[0].ee_id)
+        );
     }
 
     #[test]

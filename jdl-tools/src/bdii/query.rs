@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
-pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
 use crate::bdii::entry::parent_rdn_attr;
+pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
+use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
 use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope};
 
 /// The GLUE 2.0 suffix of a BDII.
@@ -222,8 +222,13 @@ pub fn any_of(attr: &str, values: impl IntoIterator<Item = impl AsRef<str>>) -> 
 /// for any wanted key (the schema gives OtherInfo a SUBSTR rule), one filter
 /// per class of carrier so that they can be searched concurrently.
 pub fn other_info_filters(wanted: &Wanted) -> Vec<String> {
-    let keys: Vec<String> = if wanted.keys.is_empty() { wanted.prefixes.iter().cloned().collect() } else { wanted.keys.iter().map(|k| format!("{k}=")).collect() };
-    let mut any: Vec<String> = keys.iter().map(|k| format!("(GLUE2EntityOtherInfo={}*)", ldap_escape(k.as_str()))).collect();
+    let keys: Vec<String> = if wanted.keys.is_empty() {
+        wanted.prefixes.iter().cloned().collect()
+    } else {
+        wanted.keys.iter().map(|k| format!("{k}=")).collect()
+    };
+    let mut any: Vec<String> =
+        keys.iter().map(|k| format!("(GLUE2EntityOtherInfo={}*)", ldap_escape(k.as_str()))).collect();
     any.sort();
     any.dedup();
     let any = match any.len() {
@@ -233,7 +238,10 @@ pub fn other_info_filters(wanted: &Wanted) -> Vec<String> {
     };
     // Shares first: the largest class, searched on the caller's thread (whose malloc arena
     // grows cheaply; a helper thread's arena grows by many small mprotect calls).
-    let mut out = vec![format!("(&(objectClass=GLUE2ComputingShare){any})"), format!("(&(objectClass=GLUE2ExecutionEnvironment){any})")];
+    let mut out = vec![
+        format!("(&(objectClass=GLUE2ComputingShare){any})"),
+        format!("(&(objectClass=GLUE2ExecutionEnvironment){any})"),
+    ];
     // vGPGPU counts live on the methods' ApplicationEnvironments; a grid has many of
     // those (one per software tag), so they are scanned only for vGPGPU jobs.
     if wanted.vgpgpu {
@@ -246,7 +254,8 @@ pub fn other_info_filters(wanted: &Wanted) -> Vec<String> {
 pub fn extension_filter(wanted: &Wanted) -> String {
     let mut keys: BTreeSet<String> = wanted.keys.clone();
     if keys.is_empty() {
-        let mut any: Vec<String> = wanted.prefixes.iter().map(|p| format!("(GLUE2ExtensionKey={}*)", ldap_escape(p.as_str()))).collect();
+        let mut any: Vec<String> =
+            wanted.prefixes.iter().map(|p| format!("(GLUE2ExtensionKey={}*)", ldap_escape(p.as_str()))).collect();
         if wanted.vgpgpu {
             any.push("(GLUE2ExtensionKey=TotalVGPGPU)(GLUE2ExtensionKey=FreeVGPGPU)".into());
         }
@@ -266,7 +275,12 @@ pub fn extension_filter(wanted: &Wanted) -> String {
 pub fn subcluster_filter(wanted: &Wanted) -> String {
     let rte = "GlueHostApplicationSoftwareRunTimeEnvironment";
     let mut any: Vec<String> = if wanted.keys.is_empty() {
-        wanted.prefixes.iter().map(|p| format!("({rte}={}*)", ldap_escape(p.as_str()))).chain(wanted.prefixes.iter().map(|p| format!("({rte}=*{})", ldap_escape(p.as_str())))).collect()
+        wanted
+            .prefixes
+            .iter()
+            .map(|p| format!("({rte}={}*)", ldap_escape(p.as_str())))
+            .chain(wanted.prefixes.iter().map(|p| format!("({rte}=*{})", ldap_escape(p.as_str()))))
+            .collect()
     } else {
         wanted.keys.iter().map(|k| format!("({rte}={}=*)", ldap_escape(k.as_str()))).collect()
     };
@@ -309,11 +323,23 @@ pub struct Search {
 impl Search {
     /// A paged subtree scan of a whole tree.
     pub fn scan(base: &str, filter: String, attrs: &[impl AsRef<str>]) -> Search {
-        Search { base: base.into(), scope: Scope::Subtree, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: true }
+        Search {
+            base: base.into(),
+            scope: Scope::Subtree,
+            filter,
+            attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(),
+            paged: true,
+        }
     }
     /// A search under a known entry, answered from slapd's DN index.
     pub fn under(base: &str, scope: Scope, filter: String, attrs: &[impl AsRef<str>]) -> Search {
-        Search { base: base.into(), scope, filter, attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(), paged: false }
+        Search {
+            base: base.into(),
+            scope,
+            filter,
+            attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(),
+            paged: false,
+        }
     }
 }
 
@@ -339,7 +365,14 @@ pub struct Bdii {
 /// position, instead of keeping it for its result.
 type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Entry)>;
 
-async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i32, s: Search, tap: Option<(usize, Tap)>) -> Result<Vec<Entry>, BdiiError> {
+async fn run_search(
+    mut ldap: Ldap,
+    url: String,
+    timeout: Duration,
+    page_size: i32,
+    s: Search,
+    tap: Option<(usize, Tap)>,
+) -> Result<Vec<Entry>, BdiiError> {
     let started = std::time::Instant::now();
     let what = format!("search {}", s.filter);
     let mut adapters: Vec<Box<dyn Adapter<'static, String, Vec<String>>>> = vec![Box::new(EntriesOnly::new())];
@@ -347,7 +380,11 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
         adapters.push(Box::new(PagedResults::new(page_size)));
     }
     let attrs = if s.attrs.is_empty() { vec!["*".to_string()] } else { s.attrs.clone() };
-    let mut stream = ldap.with_timeout(timeout).streaming_search_with(adapters, &s.base, s.scope, &s.filter, attrs).await.map_err(|e| map_err(&url, timeout, &what, e))?;
+    let mut stream = ldap
+        .with_timeout(timeout)
+        .streaming_search_with(adapters, &s.base, s.scope, &s.filter, attrs)
+        .await
+        .map_err(|e| map_err(&url, timeout, &what, e))?;
     let mut out = Vec::new();
     let mut names = NameCache::default();
     loop {
@@ -370,7 +407,12 @@ async fn run_search(mut ldap: Ldap, url: String, timeout: Duration, page_size: i
     tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
     // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
     if res.rc != 0 && res.rc != 32 {
-        return Err(BdiiError::Search { url, base: s.base, filter: s.filter, message: format!("result code {} {}", res.rc, res.text) });
+        return Err(BdiiError::Search {
+            url,
+            base: s.base,
+            filter: s.filter,
+            message: format!("result code {} {}", res.rc, res.text),
+        });
     }
     Ok(out)
 }
@@ -419,7 +461,8 @@ fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option
         let name = pa.next()?.expect_primitive()?;
         let Some(name) = names.get(&name) else { continue };
         let vals = pa.next()?.expect_constructed()?;
-        let values: Option<Vec<String>> = vals.into_iter().map(|v| v.expect_primitive().and_then(|b| String::from_utf8(b).ok())).collect();
+        let values: Option<Vec<String>> =
+            vals.into_iter().map(|v| v.expect_primitive().and_then(|b| String::from_utf8(b).ok())).collect();
         if let Some(values) = values {
             e.extend_interned(name, values);
         }
@@ -435,11 +478,9 @@ impl Bdii {
         }
         // Two workers: the big scans' answers are decoded on them while this
         // thread joins the results, and two searches' entries decode at once.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| BdiiError::Unreachable { url: opts.url.clone(), message: format!("cannot start the I/O runtime: {e}") })?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| {
+            BdiiError::Unreachable { url: opts.url.clone(), message: format!("cannot start the I/O runtime: {e}") }
+        })?;
         let settings = LdapConnSettings::new().set_conn_timeout(opts.connect_timeout);
         let (conn, ldap) = rt.block_on(LdapConnAsync::with_settings(settings, &opts.url)).map_err(|e| match e {
             LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
@@ -484,17 +525,21 @@ impl Bdii {
     /// closes when every search has ended).
     fn spawn_tapped(&mut self, searches: Vec<Search>, tap: Option<Tap>) -> Vec<Pending> {
         self.queries += searches.len();
-        let (url, timeout, page, connect_timeout) = (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
+        let (url, timeout, page, connect_timeout) =
+            (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         searches
             .into_iter()
             .enumerate()
             .map(|(at, s)| {
-                let (main, url, gate, tap) = (self.ldap.clone(), url.clone(), gate.clone(), tap.clone().map(|t| (at, t)));
+                let (main, url, gate, tap) =
+                    (self.ldap.clone(), url.clone(), gate.clone(), tap.clone().map(|t| (at, t)));
                 Pending(self.rt.spawn(async move {
                     let ldap = if s.paged {
                         let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
-                        let (conn, own) = LdapConnAsync::with_settings(settings, &url).await.map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
+                        let (conn, own) = LdapConnAsync::with_settings(settings, &url)
+                            .await
+                            .map_err(|e| map_err(&url, connect_timeout, "connecting", e))?;
                         tokio::spawn(async move {
                             if let Err(e) = conn.drive().await {
                                 tracing::debug!("LDAP connection ended: {e}");
@@ -517,7 +562,9 @@ impl Bdii {
         self.rt.block_on(async move {
             let mut out = Vec::with_capacity(pending.len());
             for p in pending {
-                out.push(p.0.await.unwrap_or_else(|e| Err(BdiiError::Unreachable { url: url.clone(), message: format!("search task failed: {e}") }))?);
+                out.push(p.0.await.unwrap_or_else(|e| {
+                    Err(BdiiError::Unreachable { url: url.clone(), message: format!("search task failed: {e}") })
+                })?);
             }
             Ok(out)
         })
@@ -554,9 +601,11 @@ impl Bdii {
         // followed up.
         const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
         let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
-        let (slow_filters, fast_filters): (Vec<String>, Vec<String>) = oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
+        let (slow_filters, fast_filters): (Vec<String>, Vec<String>) =
+            oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
         let (tap, mut slow_entries) = tokio::sync::mpsc::unbounded_channel();
-        let slow = self.spawn_tapped(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect(), Some(tap));
+        let slow = self
+            .spawn_tapped(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect(), Some(tap));
         let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
             first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
@@ -592,7 +641,8 @@ impl Bdii {
             let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
             let mut loose: [BTreeSet<String>; 3] = Default::default();
             for x in &snap.extensions {
-                let class = parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)));
+                let class =
+                    parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)));
                 for id in x.all("GLUE2ExtensionEntityForeignKey") {
                     match class {
                         Some(i) => {
@@ -602,7 +652,8 @@ impl Bdii {
                             }
                             let service = service_base(&x.dn);
                             let plan = plans.entry(service.clone()).or_default();
-                            plan.deep |= !parent_dn(&x.dn).and_then(parent_dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+                            plan.deep |=
+                                !parent_dn(&x.dn).and_then(parent_dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
                             plan.ids[i].insert(id.clone());
                             if i == 0 {
                                 plan.offered.insert(id.clone());
@@ -635,7 +686,9 @@ impl Bdii {
         // 3. Per service and per GLUE 1.3 site, all at once.
         // Policies by prefix (unindexed substring: the service's entries only, not the
         // VO's whole index entry); the exact rule is checked in memory.
-        let policy = wanted.vo.as_ref().map(|vo| format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str())));
+        let policy = wanted.vo.as_ref().map(|vo| {
+            format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str()))
+        });
         let mut glue13_searches = Vec::new();
         if s.glue13 {
             let mut vo_filter = String::new();
@@ -645,7 +698,8 @@ impl Bdii {
             // GlueCEs are siblings of their GlueCluster, the SubCluster's parent.
             let mut sites: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for sc in &snap.subclusters {
-                let under_cluster = parent_rdn_attr(&sc.dn).is_some_and(|a| a.eq_ignore_ascii_case("GlueClusterUniqueID"));
+                let under_cluster =
+                    parent_rdn_attr(&sc.dn).is_some_and(|a| a.eq_ignore_ascii_case("GlueClusterUniqueID"));
                 let site = parent_dn(&sc.dn).and_then(parent_dn).filter(|_| under_cluster).map(str::to_string);
                 for c in sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")) {
                     sites.entry(site.clone().unwrap_or_else(|| base13.clone())).or_default().insert(c.to_string());
@@ -654,15 +708,30 @@ impl Bdii {
             for (site, clusters) in &sites {
                 let scope = if site.eq_ignore_ascii_case(&base13) { Scope::Subtree } else { Scope::OneLevel };
                 for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
-                    let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
-                    glue13_searches.push(Search::under(site, scope, format!("(&(objectClass=GlueCE){fk}{vo_filter})"), &[] as &[&str]));
+                    let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}")))
+                        .unwrap_or_default();
+                    glue13_searches.push(Search::under(
+                        site,
+                        scope,
+                        format!("(&(objectClass=GlueCE){fk}{vo_filter})"),
+                        &[] as &[&str],
+                    ));
                 }
             }
         }
         let mut seen: BTreeSet<String> = carrier_dns.clone();
         let mut policies = Vec::new();
         let mut done: BTreeSet<String> = BTreeSet::new();
-        snap.glue13_ces = self.services(&plans, glue2, policy.as_deref(), &attrs2, glue13_searches, &mut seen, &mut snap, &mut policies)?;
+        snap.glue13_ces = self.services(
+            &plans,
+            glue2,
+            policy.as_deref(),
+            &attrs2,
+            glue13_searches,
+            &mut seen,
+            &mut snap,
+            &mut policies,
+        )?;
         done.extend(plans.into_keys());
 
         // The slow scan's carriers: their services, where not asked already,
@@ -735,7 +804,12 @@ impl Bdii {
 
     /// One search per service plan: managers, endpoints, shares and (CREAM)
     /// EEs are the service's children; MappingPolicies sit under their shares.
-    fn service_searches<'a>(&self, plans: impl Iterator<Item = (&'a String, &'a ServicePlan)>, policy: Option<&str>, attrs: &[String]) -> Vec<Search> {
+    fn service_searches<'a>(
+        &self,
+        plans: impl Iterator<Item = (&'a String, &'a ServicePlan)>,
+        policy: Option<&str>,
+        attrs: &[String],
+    ) -> Vec<Search> {
         plans
             .map(|(service, plan)| {
                 let scope = if plan.deep || policy.is_some() { Scope::Subtree } else { Scope::OneLevel };
@@ -748,7 +822,13 @@ impl Bdii {
 /// Files the answers of [`Bdii::service_searches`] (in `plans` order) into
 /// `snap`: managers, endpoints, shares, policies, and the entities
 /// Extensions extend (as carriers).
-fn absorb_services(plans: &BTreeMap<String, ServicePlan>, results: Vec<Vec<Entry>>, seen: &mut BTreeSet<String>, snap: &mut Snapshot, policies: &mut Vec<Entry>) {
+fn absorb_services(
+    plans: &BTreeMap<String, ServicePlan>,
+    results: Vec<Vec<Entry>>,
+    seen: &mut BTreeSet<String>,
+    snap: &mut Snapshot,
+    policies: &mut Vec<Entry>,
+) {
     for (plan, entries) in plans.values().zip(results) {
         for e in entries {
             if !seen.insert(e.dn.to_ascii_lowercase()) {
@@ -810,7 +890,12 @@ impl ServicePlan {
         match self.offered.len() {
             0 => {}
             1..=32 => {
-                let named = |id: &String| format!("(GLUE2ComputingShareExecutionEnvironmentForeignKey={0})(GLUE2ShareResourceForeignKey={0})", ldap_escape(id.as_str()));
+                let named = |id: &String| {
+                    format!(
+                        "(GLUE2ComputingShareExecutionEnvironmentForeignKey={0})(GLUE2ShareResourceForeignKey={0})",
+                        ldap_escape(id.as_str())
+                    )
+                };
                 let ees: String = self.offered.iter().map(named).collect();
                 any.push_str(&format!(
                     "(&(GLUE2ShareID=*)(|{ees}(&(!(GLUE2ComputingShareExecutionEnvironmentForeignKey=*))(!(GLUE2ShareResourceForeignKey=*)))))"
@@ -841,7 +926,11 @@ mod tests {
     use super::*;
 
     fn wanted(keys: &[&str]) -> Wanted {
-        Wanted { keys: keys.iter().map(|s| s.to_string()).collect(), prefixes: ["GPGPU".to_string()].into(), ..Default::default() }
+        Wanted {
+            keys: keys.iter().map(|s| s.to_string()).collect(),
+            prefixes: ["GPGPU".to_string()].into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -881,11 +970,20 @@ mod tests {
         use ldap3::asn1::{StructureTag, TagClass, PL};
         let prim = |b: &[u8]| StructureTag { class: TagClass::Universal, id: 4, payload: PL::P(b.to_vec()) };
         let cons = |id: u64, v: Vec<StructureTag>| StructureTag { class: TagClass::Universal, id, payload: PL::C(v) };
-        let attr = |name: &[u8], vals: &[&[u8]]| cons(16, vec![prim(name), cons(17, vals.iter().map(|v| prim(v)).collect())]);
-        let entry = |attrs: Vec<StructureTag>| StructureTag { class: TagClass::Application, id: 4, payload: PL::C(vec![prim(b"GLUE2ShareID=q,o=glue"), cons(16, attrs)]) };
+        let attr =
+            |name: &[u8], vals: &[&[u8]]| cons(16, vec![prim(name), cons(17, vals.iter().map(|v| prim(v)).collect())]);
+        let entry = |attrs: Vec<StructureTag>| StructureTag {
+            class: TagClass::Application,
+            id: 4,
+            payload: PL::C(vec![prim(b"GLUE2ShareID=q,o=glue"), cons(16, attrs)]),
+        };
         let mut names = NameCache::default();
         let e = decode_entry(
-            entry(vec![attr(b"objectClass", &[b"GLUE2Share", b"GLUE2ComputingShare"]), attr(b"GLUE2EntityOtherInfo", &[b"A=1", b"\xff\xfe"]), attr(b"GLUE2ShareID", &[b"q"])]),
+            entry(vec![
+                attr(b"objectClass", &[b"GLUE2Share", b"GLUE2ComputingShare"]),
+                attr(b"GLUE2EntityOtherInfo", &[b"A=1", b"\xff\xfe"]),
+                attr(b"GLUE2ShareID", &[b"q"]),
+            ]),
             &mut names,
         )
         .unwrap();
@@ -893,7 +991,11 @@ mod tests {
         assert!(e.is_a("GLUE2ComputingShare"));
         // As ldap3's SearchEntry: an attribute with a value that is not UTF-8 is left out.
         assert_eq!(e.names().collect::<Vec<_>>(), ["objectclass", "glue2shareid"]);
-        let again = decode_entry(entry(vec![attr(b"objectClass", &[b"GLUE2Share"]), attr(b"GLUE2ShareID", &[b"r"])]), &mut names).unwrap();
+        let again = decode_entry(
+            entry(vec![attr(b"objectClass", &[b"GLUE2Share"]), attr(b"GLUE2ShareID", &[b"r"])]),
+            &mut names,
+        )
+        .unwrap();
         assert!(std::ptr::eq(e.names().next().unwrap(), again.names().next().unwrap()));
         assert_eq!(again.first("glue2shareid"), Some("r"));
         // Not a SearchResultEntry: skipped.
@@ -902,8 +1004,14 @@ mod tests {
 
     #[test]
     fn parent_rdn_of_an_extension() {
-        assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=K,GLUE2ShareID=s,GLUE2ServiceID=x,o=glue").as_deref(), Some("GLUE2ShareID"));
-        assert_eq!(parent_rdn_attr("GLUE2ExtensionLocalID=a\\,b,GLUE2ResourceID=e,o=glue").as_deref(), Some("GLUE2ResourceID"));
+        assert_eq!(
+            parent_rdn_attr("GLUE2ExtensionLocalID=K,GLUE2ShareID=s,GLUE2ServiceID=x,o=glue").as_deref(),
+            Some("GLUE2ShareID")
+        );
+        assert_eq!(
+            parent_rdn_attr("GLUE2ExtensionLocalID=a\\,b,GLUE2ResourceID=e,o=glue").as_deref(),
+            Some("GLUE2ResourceID")
+        );
         assert_eq!(parent_rdn_attr("o=glue"), None);
     }
 

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cder_jdl::jdl::{check, Severity};
 use cder_classad::{eval_expr, parse_classad, parse_expr, ClassAd};
+use cder_jdl::jdl::{check, Severity};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -192,7 +192,10 @@ fn main() -> ExitCode {
             if errors > 0 {
                 ExitCode::from(2)
             } else {
-                println!("{file}: ok{}", if diags.is_empty() { String::new() } else { format!(" ({} warnings)", diags.len()) });
+                println!(
+                    "{file}: ok{}",
+                    if diags.is_empty() { String::new() } else { format!(" ({} warnings)", diags.len()) }
+                );
                 ExitCode::SUCCESS
             }
         }

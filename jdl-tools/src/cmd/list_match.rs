@@ -38,7 +38,8 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
             })
         })
         .collect();
-    let excluded: Vec<serde_json::Value> = p.result.excluded.iter().map(|e| serde_json::json!({"ce": e.ce_id, "reasons": e.reasons})).collect();
+    let excluded: Vec<serde_json::Value> =
+        p.result.excluded.iter().map(|e| serde_json::json!({"ce": e.ce_id, "reasons": e.reasons})).collect();
     serde_json::json!({
         "bdii": p.url,
         "matches": matches,
@@ -81,7 +82,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let none = p.result.matches.is_empty();
     p.exit();
     if none {
-        return Err(Failure::runtime(format!("{}: no CE matches the job requirements{}", args.job, if args.explain { "" } else { " (--explain says why)" })));
+        return Err(Failure::runtime(format!(
+            "{}: no CE matches the job requirements{}",
+            args.job,
+            if args.explain { "" } else { " (--explain says why)" }
+        )));
     }
     Ok(())
 }

@@ -55,10 +55,16 @@ pub fn read_config(path: &Path) -> Result<BTreeMap<String, String>, String> {
     let shown = path.display();
     let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
     if meta.uid() != 0 {
-        return Err(format!("{shown}: owned by uid {}, not root; cder reads its settings only from a root-owned file", meta.uid()));
+        return Err(format!(
+            "{shown}: owned by uid {}, not root; cder reads its settings only from a root-owned file",
+            meta.uid()
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!("{shown}: writable by group or others (mode {:o}); make it 0644 or stricter", meta.mode() & 0o7777));
+        return Err(format!(
+            "{shown}: writable by group or others (mode {:o}); make it 0644 or stricter",
+            meta.mode() & 0o7777
+        ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let mut out = BTreeMap::new();
@@ -103,7 +109,9 @@ fn settings(args: &Args) -> Result<Settings, Failure> {
         Some(other) => return Err(Failure::input(format!("blahp_writes_gpus {other:?}: yes or no"))),
     };
     // These names are written into the batch script: nothing but a name may get in.
-    for (option, name) in [("slurm_gres", Some(&s.gres)), ("maui_gres", Some(&s.maui_gres)), ("licence", s.licence.as_ref())] {
+    for (option, name) in
+        [("slurm_gres", Some(&s.gres)), ("maui_gres", Some(&s.maui_gres)), ("licence", s.licence.as_ref())]
+    {
         if let Some(l) = name {
             if l.is_empty() || !l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(Failure::input(format!("{option} {l:?}: letters, digits and _ only")));
@@ -137,7 +145,8 @@ fn translate(args: &Args) -> Result<Vec<String>, (String, &'static str)> {
         let ad = read_job(path).map_err(|e| (e.message, "jdl"))?;
         JobResources::read(&ad).map_err(|e| (format!("{path}:{e}"), which(&e.key)))?
     } else if args.from_env {
-        JobResources::read(&EnvSource(|k: &str| std::env::var(k).ok())).map_err(|e| (format!("environment: {e}"), which(&e.key)))?
+        JobResources::read(&EnvSource(|k: &str| std::env::var(k).ok()))
+            .map_err(|e| (format!("environment: {e}"), which(&e.key)))?
     } else {
         let mut attrs = BTreeMap::new();
         for a in &args.attr {
@@ -147,7 +156,8 @@ fn translate(args: &Args) -> Result<Vec<String>, (String, &'static str)> {
             };
             attrs.insert(key, v.to_string());
         }
-        JobResources::read(&EnvSource(|k: &str| attrs.get(k).cloned())).map_err(|e| (format!("BLAH attributes: {e}"), which(&e.key)))?
+        JobResources::read(&EnvSource(|k: &str| attrs.get(k).cloned()))
+            .map_err(|e| (format!("BLAH attributes: {e}"), which(&e.key)))?
     };
     Ok(directives(&resources, &settings))
 }

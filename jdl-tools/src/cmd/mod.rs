@@ -10,9 +10,9 @@ pub mod submit;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cder_classad::ast::ClassAd;
 use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
+use cder_classad::ast::ClassAd;
 
 /// A failure with its exit code and one-line message.
 #[derive(Debug)]
@@ -47,8 +47,14 @@ pub fn finish(r: Result<(), Failure>) -> ExitCode {
 
 /// Logs to stderr (`CDER_LOG` sets the level; warnings by default).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CDER_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).without_time().with_target(false).with_env_filter(filter).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CDER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .with_env_filter(filter)
+        .try_init();
 }
 
 /// The phase-1 options `list-match` and `submit` share.
@@ -127,7 +133,8 @@ pub fn bdii_url(raw: &str) -> String {
 pub fn read_job(path: &str) -> Result<ClassAd, Failure> {
     let text = if path == "-" {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Failure::input(format!("-: cannot read standard input: {e}")))?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Failure::input(format!("-: cannot read standard input: {e}")))?;
         s
     } else {
         std::fs::read_to_string(path).map_err(|e| Failure::input(format!("{path}: cannot read: {e}")))?
@@ -150,7 +157,10 @@ pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Fa
         let pos = job.attribute(&e.key).map(|a| format!("{}:", a.pos)).unwrap_or_default();
         Failure::input(format!("{path}:{pos} {e}"))
     })?;
-    let raw = args.bdii.as_deref().ok_or_else(|| Failure::input("no BDII: give --bdii ldap://host:port or set LCG_GFAL_INFOSYS"))?;
+    let raw = args
+        .bdii
+        .as_deref()
+        .ok_or_else(|| Failure::input("no BDII: give --bdii ldap://host:port or set LCG_GFAL_INFOSYS"))?;
     let url = bdii_url(raw);
     let mut opts = QueryOptions::new(&url);
     opts.base = args.base.clone();
@@ -159,7 +169,11 @@ pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Fa
     opts.timeout = seconds(args.timeout, "timeout")?;
     if !args.strategies.is_empty() {
         let has = |s: &str| args.strategies.iter().any(|x| x == s);
-        opts.strategies = Strategies { attribute_extension: has("attribute-extension"), class_extension: has("class-extension"), glue13: has("tagged-environment") };
+        opts.strategies = Strategies {
+            attribute_extension: has("attribute-extension"),
+            class_extension: has("class-extension"),
+            glue13: has("tagged-environment"),
+        };
     }
     let wanted = request.wanted(&args.prefixes, args.vo.as_deref());
     let started = std::time::Instant::now();
@@ -167,7 +181,13 @@ pub fn phase1(args: &Phase1Args, path: &str, explain: bool) -> Result<Phase1, Fa
     let snap = bdii.fetch(&wanted).map_err(|e| Failure::runtime(e.to_string()))?;
     let fetched = started.elapsed();
     let offers = build_offers(&snap, &args.prefixes, wanted.vo.as_deref());
-    tracing::debug!(queries = snap.queries, offers = offers.offers.len(), fetch_ms = fetched.as_secs_f64() * 1e3, offers_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3, "phase 1");
+    tracing::debug!(
+        queries = snap.queries,
+        offers = offers.offers.len(),
+        fetch_ms = fetched.as_secs_f64() * 1e3,
+        offers_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3,
+        "phase 1"
+    );
     for w in &offers.warnings {
         tracing::warn!("{url}: {w}");
     }
@@ -189,7 +209,12 @@ pub fn explain_text(p: &Phase1) -> String {
         }
     }
     for c in &p.offers.refused_claims {
-        s.push_str(&format!(" - {} (claimed by {})\n     {}\n", printable(&c.ce_id), printable(&c.share), printable(&c.reason)));
+        s.push_str(&format!(
+            " - {} (claimed by {})\n     {}\n",
+            printable(&c.ce_id),
+            printable(&c.share),
+            printable(&c.reason)
+        ));
     }
     s
 }
@@ -201,7 +226,10 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(char::is_control) {
         return text.into();
     }
-    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect::<String>().into()
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
 }
 
 #[cfg(test)]

@@ -61,19 +61,32 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     }
     let p = phase1(&args.phase1, &args.job, true)?;
     if p.result.matches.is_empty() {
-        return Err(Failure::runtime(format!("{}: no CE matches the job requirements:\n{}", args.job, explain_text(&p).trim_end())));
+        return Err(Failure::runtime(format!(
+            "{}: no CE matches the job requirements:\n{}",
+            args.job,
+            explain_text(&p).trim_end()
+        )));
     }
     let ces: Vec<&str> = p.result.ce_ids();
     let refined = render(&if args.celist_only { restrict(&p.job, &ces) } else { refine(&p.job, &ces) });
     // The refined JDL must read back: a broker would reject it otherwise.
-    cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
-    let dir = Path::new(&args.job).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    cder_classad::parser::parse_classad(&refined)
+        .map_err(|e| Failure::runtime(format!("refined JDL does not parse ({e}):\n{refined}")))?;
+    let dir = Path::new(&args.job)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
 
     if args.via == "slurm" {
         let ce = args.ce.as_deref().unwrap_or_default();
         let Some(m) = p.result.matches.iter().find(|m| m.ce_id == ce) else {
-            return Err(Failure::runtime(format!("{}: this CE ({ce}) is not among the matching CEs: {}", args.job, ces.join(", "))));
+            return Err(Failure::runtime(format!(
+                "{}: this CE ({ce}) is not among the matching CEs: {}",
+                args.job,
+                ces.join(", ")
+            )));
         };
         let queue = p.offers.offers[m.offer].queue.clone();
         let settings = Settings { gres: args.gres.clone(), ..Settings::new(Lrms::Slurm) };
@@ -88,7 +101,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         }
         let path = write_temp("sh", &script)?;
         let argv = vec![args.sbatch.clone(), "--parsable".into()];
-        let env = crate::submit::slurm_submit_env(&refined_ad).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
+        let env =
+            crate::submit::slurm_submit_env(&refined_ad).map_err(|e| Failure::input(format!("{}: {e}", args.job)))?;
         let out = run_submit(&argv, &path, &env);
         let _ = std::fs::remove_file(&path);
         let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
@@ -157,7 +171,8 @@ fn write_private(path: &std::path::Path, text: &str, exclusive: bool) -> std::io
 fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
     let mut last = None;
     for attempt in 0..100u32 {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let path = std::env::temp_dir().join(format!("cder-jdl-{}-{nanos}-{attempt}.{ext}", std::process::id()));
         match write_private(&path, text, true) {
             Ok(()) => return Ok(path),
@@ -165,7 +180,11 @@ fn write_temp(ext: &str, text: &str) -> Result<PathBuf, Failure> {
             Err(e) => return Err(Failure::runtime(format!("{}: {e}", path.display()))),
         }
     }
-    Err(Failure::runtime(format!("{}: no new file could be created ({})", std::env::temp_dir().display(), last.map(|e| e.to_string()).unwrap_or_default())))
+    Err(Failure::runtime(format!(
+        "{}: no new file could be created ({})",
+        std::env::temp_dir().display(),
+        last.map(|e| e.to_string()).unwrap_or_default()
+    )))
 }
 
 /// `--via arc`: the refined JDL as xRSL with the GPGPU runtime environment,
@@ -184,14 +203,21 @@ fn submit_arc(args: &Args, refined: &str, ces: &[&str], dir: &Path) -> Result<()
         }
         None => write_temp("xrsl", &xrsl)?,
     };
-    let mut argv = words(&args.submit_command.clone().or_else(|| std::env::var("CDER_ARC_SUBMIT").ok()).unwrap_or_else(|| "arcsub".into()));
+    let mut argv = words(
+        &args
+            .submit_command
+            .clone()
+            .or_else(|| std::env::var("CDER_ARC_SUBMIT").ok())
+            .unwrap_or_else(|| "arcsub".into()),
+    );
     argv.extend(crate::arc::arcsub_args(ces));
     let out = run_submit(&argv, &path, &[]);
     if args.output.is_none() {
         let _ = std::fs::remove_file(&path);
     }
     let out = out.map_err(|e| Failure::runtime(e.to_string()))?;
-    let id = arc_job_id(&out).ok_or_else(|| Failure::runtime(format!("{} reported no job id: {}", argv.join(" "), out.trim())))?;
+    let id = arc_job_id(&out)
+        .ok_or_else(|| Failure::runtime(format!("{} reported no job id: {}", argv.join(" "), out.trim())))?;
     println!("{id}");
     Ok(())
 }

@@ -22,7 +22,13 @@ fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     if let Some(req) = raw.parse()? {
         let total = licence_total(req.per_node, job.min_nodes())?;
         let licenses = licenses_with(job.licenses().as_deref(), u64::from(total));
-        sys::log(Level::Verbose, &format!("job_submit/cder: uid {submit_uid}: {} {} vGPGPU(s) per node -> licenses {licenses:?}", req.per_node, req.method));
+        sys::log(
+            Level::Verbose,
+            &format!(
+                "job_submit/cder: uid {submit_uid}: {} {} vGPGPU(s) per node -> licenses {licenses:?}",
+                req.per_node, req.method
+            ),
+        );
         job.set_licenses(&licenses);
     }
     Ok(())
@@ -30,7 +36,11 @@ fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
 
 fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     vgpgpu(job, submit_uid)?;
-    let sub = Submission { environment: job.environment(), spank_job_env: job.spank_job_env(), tres_per_node: job.tres_per_node() };
+    let sub = Submission {
+        environment: job.environment(),
+        spank_job_env: job.spank_job_env(),
+        tres_per_node: job.tres_per_node(),
+    };
     let cheap_check = cder_slurm::request::RawRequest::from_control_env(&sub.spank_job_env)
         .or(cder_slurm::request::RawRequest::from_jdl_env(&sub.environment));
     if cheap_check.is_empty() {
@@ -42,7 +52,10 @@ fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     if let Some(tres) = translate(&sub, &nodes)? {
         sys::log(
             Level::Verbose,
-            &format!("job_submit/cder: uid {submit_uid}: tres_per_node {:?} -> {tres:?}", sub.tres_per_node.as_deref().unwrap_or("")),
+            &format!(
+                "job_submit/cder: uid {submit_uid}: tres_per_node {:?} -> {tres:?}",
+                sub.tres_per_node.as_deref().unwrap_or("")
+            ),
         );
         job.set_tres_per_node(&tres);
     }

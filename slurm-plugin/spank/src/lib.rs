@@ -19,18 +19,17 @@ use std::io::Write;
 use cder_model::{JobEnvironment, JobKey, Lrms};
 use cder_request::keys::{GPGPU_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
 use cder_slurm::args::PluginArgs;
+use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
 use cder_slurm::node::{self, Outcome, Plan, Prolog, Slurmd, Step};
 use cder_slurm::request::{
     RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, OPT_CDER,
     OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
 };
-use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{log, Level};
 use cder_slurm::vgpgpu::{
-    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, OPT_VGPGPU_METHOD,
-    OPT_VGPGPU_PER_NODE,
+    RawVgpgpu, CONTROL_VGPGPU_METHOD, CONTROL_VGPGPU_PER_NODE, OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE,
 };
 
 #[derive(Default)]
@@ -81,7 +80,12 @@ impl CderSpank {
         if self.args.is_none() {
             let args = PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?;
             if let Some(mode) = &args.legacy_mode {
-                log(Level::Verbose, &format!("spank_cder: mode={mode} has no effect: SLURM's GRES chooses the devices, cderd records them"));
+                log(
+                    Level::Verbose,
+                    &format!(
+                        "spank_cder: mode={mode} has no effect: SLURM's GRES chooses the devices, cderd records them"
+                    ),
+                );
             }
             self.args = Some(args);
         }
@@ -93,7 +97,9 @@ impl CderSpank {
         let args = self.args();
         let job = job_key(spank)?;
         let jdl = RawRequest {
-            gpgpu_per_node: spank.getenv(GPGPU_PER_NODE).map(|value| Sourced { value, source: Source::JdlKey(GPGPU_PER_NODE) }),
+            gpgpu_per_node: spank
+                .getenv(GPGPU_PER_NODE)
+                .map(|value| Sourced { value, source: Source::JdlKey(GPGPU_PER_NODE) }),
             ..RawRequest::default()
         };
         let step = Step {
@@ -129,7 +135,11 @@ impl Plugin for CderSpank {
         let value = value.unwrap_or("").to_string();
         let slot = match name {
             OPT_VGPGPU_PER_NODE | OPT_VGPGPU_METHOD => {
-                let slot = if name == OPT_VGPGPU_PER_NODE { &mut self.vgpgpu_options.per_node } else { &mut self.vgpgpu_options.method };
+                let slot = if name == OPT_VGPGPU_PER_NODE {
+                    &mut self.vgpgpu_options.per_node
+                } else {
+                    &mut self.vgpgpu_options.method
+                };
                 *slot = Some(value);
                 self.vgpgpu_options.origin = "--vgpgpu-per-node";
                 return Ok(());
@@ -159,7 +169,10 @@ impl Plugin for CderSpank {
                     (CONTROL_VGPGPU_PER_NODE, self.vgpgpu_options.per_node.as_ref()),
                     (CONTROL_VGPGPU_METHOD, self.vgpgpu_options.method.as_ref()),
                 ];
-                pairs.into_iter().filter_map(|(name, v)| Some((name, v?))).try_for_each(|(name, v)| spank.job_control_setenv(name, v))
+                pairs
+                    .into_iter()
+                    .filter_map(|(name, v)| Some((name, v?)))
+                    .try_for_each(|(name, v)| spank.job_control_setenv(name, v))
             }
             Context::Remote => self.plan_step(spank),
             _ => Ok(()),
@@ -179,7 +192,8 @@ impl Plugin for CderSpank {
             Ok(j) => j,
             Err(e) => return fail(format!("job prolog: {e}")),
         };
-        let uid = std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse::<u32>().ok()).or_else(|| spank.job_uid().ok());
+        let uid =
+            std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse::<u32>().ok()).or_else(|| spank.job_uid().ok());
         let Some(uid) = uid else { return fail(format!("{job}: job prolog: no SLURM_JOB_UID; nothing recorded")) };
         let prolog = Prolog { job: job.clone(), job_id, uid, job_gpus: std::env::var(SLURM_JOB_GPUS).ok() };
         match node::prolog_record(&prolog, &self.args(), &self.node) {

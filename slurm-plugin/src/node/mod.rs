@@ -14,15 +14,19 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cder_model::{DeviceCgroup, JobEnvironment, JobKey, VendorKind};
-use cder_protocol::{AllocRequest, AllocatedDevice, Allocation, Client, ClientError, Confined, EnvRequest, ErrorCode, Status};
+use cder_protocol::{
+    AllocRequest, AllocatedDevice, Allocation, Client, ClientError, Confined, EnvRequest, ErrorCode, Status,
+};
 
 use crate::args::{Confine, FailMode, PluginArgs};
 use crate::devices::{parse_index_list, slurm_constrains_devices_checked, SLURM_JOB_GPUS};
-use crate::gres_conf::{cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice};
+use crate::gres_conf::{
+    cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice,
+};
 use crate::request::{Request, Source, GPGPU, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE};
 use crate::spank::SpankOption;
-use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
 use crate::sys::{GrantedJob, Level};
+use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
 
 /// What a step's tasks get when it is not their plan's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,10 +176,14 @@ impl Node for Slurmd {
 
     /// A value SLURM would refuse is logged and leaves cder's own fence.
     fn slurm_cgroup(&self) -> bool {
-        slurm_constrains_devices_checked(crate::sys::task_plugin().as_deref(), crate::sys::slurm_conf_path().as_deref()).unwrap_or_else(|e| {
-            crate::sys::log(Level::Error, &format!("spank_cder: {e}; taking SLURM's device cgroup as off, cder confines"));
-            false
-        })
+        slurm_constrains_devices_checked(crate::sys::task_plugin().as_deref(), crate::sys::slurm_conf_path().as_deref())
+            .unwrap_or_else(|e| {
+                crate::sys::log(
+                    Level::Error,
+                    &format!("spank_cder: {e}; taking SLURM's device cgroup as off, cder confines"),
+                );
+                false
+            })
     }
 
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError> {
@@ -188,7 +196,11 @@ impl Node for Slurmd {
 }
 
 /// slurmd's GPU list from the gres.conf beside `slurm_conf`.
-pub fn read_gres(slurm_conf: Option<&Path>, node_name: Option<&str>, node: &dyn Node) -> Result<Vec<GresDevice>, String> {
+pub fn read_gres(
+    slurm_conf: Option<&Path>,
+    node_name: Option<&str>,
+    node: &dyn Node,
+) -> Result<Vec<GresDevice>, String> {
     match load_gres_devices(slurm_conf, node_name, crate::gres::gres_name(GPGPU)) {
         Ok(list) => Ok(list),
         // slurmd lists what NVML reports, in PCI bus order, as cderd numbers
@@ -242,7 +254,12 @@ fn list(devices: &[u32]) -> String {
 /// slurmd's order need not be cderd's (MIG profiles listed by type). A step
 /// passes its job's devices (`known`), whose files cderd's record carries;
 /// the prolog asks cderd for every device (`status`).
-pub fn to_cderd(gres: &[GresDevice], slurm: &[u32], known: Option<&[AllocatedDevice]>, cderd: &mut dyn Cderd) -> Result<Vec<u32>, String> {
+pub fn to_cderd(
+    gres: &[GresDevice],
+    slurm: &[u32],
+    known: Option<&[AllocatedDevice]>,
+    cderd: &mut dyn Cderd,
+) -> Result<Vec<u32>, String> {
     if slurm.is_empty() {
         return Ok(Vec::new());
     }
@@ -260,8 +277,11 @@ pub fn to_cderd(gres: &[GresDevice], slurm: &[u32], known: Option<&[AllocatedDev
         // gres.conf names no device files (or AutoDetect): SLURM's indices are
         // all there is, and they are cderd's for whole GPUs in PCI bus order.
         // Which MIG instances they mean, no file says.
-        let mig: Vec<String> =
-            devices.iter().filter(|(i, uuid, _)| slurm.contains(i) && uuid.starts_with("MIG-")).map(|(i, _, _)| format!("{GPGPU}:{i}")).collect();
+        let mig: Vec<String> = devices
+            .iter()
+            .filter(|(i, uuid, _)| slurm.contains(i) && uuid.starts_with("MIG-"))
+            .map(|(i, _, _)| format!("{GPGPU}:{i}"))
+            .collect();
         if !mig.is_empty() {
             return Err(format!(
                 "gres.conf gives slurmd no device file per GPU, and cderd's {} are MIG instances, whose order slurmd and cderd need not share; declare each instance with File= (docs/slurm.md, MIG)",
@@ -270,7 +290,8 @@ pub fn to_cderd(gres: &[GresDevice], slurm: &[u32], known: Option<&[AllocatedDev
         }
         return Ok(slurm.to_vec());
     }
-    let files: Vec<(u32, PathBuf)> = devices.into_iter().filter_map(|(i, _, p)| p.map(|p| (i, PathBuf::from(p)))).collect();
+    let files: Vec<(u32, PathBuf)> =
+        devices.into_iter().filter_map(|(i, _, p)| p.map(|p| (i, PathBuf::from(p)))).collect();
     cderd_indices(slurm, gres, &files, GPGPU).map_err(|e| e.to_string())
 }
 
@@ -287,7 +308,9 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     let name = node.node_name();
     let detail = node.granted(job_id).and_then(|granted| {
         let at = match (&granted.nodes, &name) {
-            (Some(nodes), Some(name)) => node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?,
+            (Some(nodes), Some(name)) => {
+                node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
+            }
             _ if granted.gres_detail.len() == 1 => 0,
             _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
         };
@@ -297,7 +320,11 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     match detail {
         Ok(all) if from_env.iter().all(|i| all.contains(i)) => all,
         Ok(all) => {
-            let text = format!("spank_cder: {job}: slurmctld's GRES detail [{}] lacks {SLURM_JOB_GPUS}=[{}]; using the latter", list(&all), list(from_env));
+            let text = format!(
+                "spank_cder: {job}: slurmctld's GRES detail [{}] lacks {SLURM_JOB_GPUS}=[{}]; using the latter",
+                list(&all),
+                list(from_env)
+            );
             node.log(Level::Error, &text);
             from_env.to_vec()
         }
@@ -345,7 +372,8 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
     let job = &prolog.job;
     let gpus = match &prolog.job_gpus {
         None => Vec::new(),
-        Some(text) => parse_index_list(text).ok_or_else(|| format!("{SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded"))?,
+        Some(text) => parse_index_list(text)
+            .ok_or_else(|| format!("{SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded"))?,
     };
     let mut alloc = AllocRequest::new(job.clone(), prolog.uid, gpus.len() as u32);
     let mut slurm_gpus = gpus.clone();
@@ -353,7 +381,10 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
         alloc.devices = Some(Vec::new());
     } else {
         let gres = node.gres();
-        let slurm = gres.as_ref().map(|gres| controller_gpus(job, prolog.job_id, gres, &gpus, node)).unwrap_or_else(|_| gpus.clone());
+        let slurm = gres
+            .as_ref()
+            .map(|gres| controller_gpus(job, prolog.job_id, gres, &gpus, node))
+            .unwrap_or_else(|_| gpus.clone());
         let mapped = gres.and_then(|gres| {
             if gres.is_empty() {
                 let mut cderd = node.cderd(args).map_err(|e| e.to_string())?;
@@ -452,9 +483,20 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
         Err(e) if !has_devices && unconfinable_ok => {
             node.log(Level::Verbose, &format!("spank_cder: {job}: {e}; no devices, empty visible list"));
             let env = empty_env();
-            return Ok(Plan { job: job.clone(), env, device_cgroup, cgroups: None, step_devices: None, confine: false });
+            return Ok(Plan {
+                job: job.clone(),
+                env,
+                device_cgroup,
+                cgroups: None,
+                step_devices: None,
+                confine: false,
+            });
         }
-        Err(e) if !has_devices => return Err(Refusal::Unserved(format!("{e}; without cderd this job could not be kept from the node's devices"))),
+        Err(e) if !has_devices => {
+            return Err(Refusal::Unserved(format!(
+                "{e}; without cderd this job could not be kept from the node's devices"
+            )))
+        }
         Err(e) => return Err(Refusal::Unserved(e.to_string())),
     };
     let asked = EnvRequest { device_cgroup, ..EnvRequest::new(job.clone()) };
@@ -463,7 +505,9 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
         Err(e) if e.code() == Some(ErrorCode::UnknownJob) && !has_devices => {
             // Not recorded by the prolog (cderd was down then). Recording
             // "no device" cannot raise anything, and lets cderd confine it.
-            let uid = step.uid.ok_or_else(|| Refusal::Unserved(format!("{e}; the job's uid is unknown, so no empty record can be made")))?;
+            let uid = step.uid.ok_or_else(|| {
+                Refusal::Unserved(format!("{e}; the job's uid is unknown, so no empty record can be made"))
+            })?;
             let mut none = AllocRequest::new(job.clone(), uid, 0);
             none.devices = Some(Vec::new());
             cderd.alloc(&none).map_err(|e| Refusal::Unserved(e.to_string()))?
@@ -483,9 +527,15 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
     // SLURM's GPUs for the step, as cderd's indices among the job's.
     let step_devices = match step.gpus.as_deref().and_then(parse_index_list) {
         None => None,
-        Some(slurm) => match node.gres().and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), cderd.as_mut())) {
+        Some(slurm) => match node.gres().and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), cderd.as_mut()))
+        {
             Ok(cderd) => Some(cderd),
-            Err(e) => return Err(Refusal::Unserved(format!("cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}", list(&slurm)))),
+            Err(e) => {
+                return Err(Refusal::Unserved(format!(
+                    "cannot tell which of cderd's devices are the step's GPU(s) [{}]: {e}",
+                    list(&slurm)
+                )))
+            }
         },
     };
     let job_gpus: Vec<u32> = alloc.devices.iter().filter(|d| d.cder_type == GPGPU).map(|d| d.index).collect();
@@ -510,7 +560,13 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
 
 /// A step's request only selects among its job's devices: one asking for
 /// more (by count, GRES type or memory) is refused.
-fn check_request(step: &Step, req: &Request, alloc: &Allocation, cderd: &mut dyn Cderd, node: &dyn Node) -> Result<(), Refusal> {
+fn check_request(
+    step: &Step,
+    req: &Request,
+    alloc: &Allocation,
+    cderd: &mut dyn Cderd,
+    node: &dyn Node,
+) -> Result<(), Refusal> {
     let job = &step.job;
     let cder_value = step.cder_option.as_deref().unwrap_or_default();
     let refused = |message: String| {
@@ -539,7 +595,9 @@ fn check_request(step: &Step, req: &Request, alloc: &Allocation, cderd: &mut dyn
             gres.iter().find(|g| g.files.iter().any(|f| f == path)).and_then(|g| g.gres_type.as_deref())
         };
         for (gres_type, &n) in by_type {
-            let held = alloc.devices.iter().filter(|d| d.cder_type == GPGPU && type_of(d) == Some(gres_type.as_str())).count() as u32;
+            let held =
+                alloc.devices.iter().filter(|d| d.cder_type == GPGPU && type_of(d) == Some(gres_type.as_str())).count()
+                    as u32;
             if n > held && !gres.is_empty() {
                 return Err(refused(format!(
                     "cder: --{OPT_CDER}={cder_value}: SLURM gave {job} {held} {GPGPU} device(s) of GRES type {gres_type} on this node, and a step may use only its job's devices (ask when submitting: sbatch/salloc --{OPT_CDER}={GPGPU}:{gres_type}:{n}); the step is not started"
@@ -572,7 +630,13 @@ fn check_request(step: &Step, req: &Request, alloc: &Allocation, cderd: &mut dyn
 /// job only after the epilog ends. Never fails: SLURM would drain the node.
 pub fn release(args: &PluginArgs, job: &JobKey, when: &str, answered: bool, node: &dyn Node) {
     vgpgpu::release(args, job, when, node);
-    let sent = node.cderd(args).and_then(|mut c| if answered { c.release(job).map(Some) } else { c.release_unanswered(job).map(|()| None) });
+    let sent = node.cderd(args).and_then(|mut c| {
+        if answered {
+            c.release(job).map(Some)
+        } else {
+            c.release_unanswered(job).map(|()| None)
+        }
+    });
     match sent {
         Ok(Some(n)) => node.log(Level::Verbose, &format!("spank_cder: {job}: {when}: released {n} device(s)")),
         // cderd logs the release; SLURM waits for the epilog.
@@ -616,15 +680,23 @@ pub fn confine_task(plan: &Plan, args: &PluginArgs, pid: u32, node: &dyn Node) -
         match enter_cgroups(groups, pid) {
             Ok(()) => {
                 // Debug: this runs in every task, just before its exec.
-                node.log(Level::Debug, &format!("spank_cder: {job}: task {pid} confined to its devices in {}", groups.join(" ")));
+                node.log(
+                    Level::Debug,
+                    &format!("spank_cder: {job}: task {pid} confined to its devices in {}", groups.join(" ")),
+                );
                 return Ok(plan.env.clone());
             }
-            Err(e) => node.log(Level::Verbose, &format!("spank_cder: {job}: task {pid}: {e}; asking cderd to confine it")),
+            Err(e) => {
+                node.log(Level::Verbose, &format!("spank_cder: {job}: task {pid}: {e}; asking cderd to confine it"))
+            }
         }
     }
     let e = match node.cderd(args).and_then(|mut c| c.confine(job)) {
         Ok(c) => {
-            node.log(Level::Verbose, &format!("spank_cder: {job}: task {} confined to its devices in {}", c.pid, c.cgroups.join(" ")));
+            node.log(
+                Level::Verbose,
+                &format!("spank_cder: {job}: task {} confined to its devices in {}", c.pid, c.cgroups.join(" ")),
+            );
             return Ok(plan.env.clone());
         }
         Err(e) => e,
@@ -639,11 +711,18 @@ pub fn confine_task(plan: &Plan, args: &PluginArgs, pid: u32, node: &dyn Node) -
         return Ok(plan.env.clone());
     }
     // The task sees every device of the node: it needs node indices.
-    let absolute = EnvRequest { device_cgroup: DeviceCgroup::None, step_devices: plan.step_devices.clone(), ..EnvRequest::new(job.clone()) };
+    let absolute = EnvRequest {
+        device_cgroup: DeviceCgroup::None,
+        step_devices: plan.step_devices.clone(),
+        ..EnvRequest::new(job.clone())
+    };
     match node.cderd(args).and_then(|mut c| c.env(&absolute)) {
         Ok(a) => Ok(a.env),
         Err(e) => {
-            node.log(Level::Error, &format!("spank_cder: {job}: task {pid}: asking cderd for node indices: {e}; empty visible list"));
+            node.log(
+                Level::Error,
+                &format!("spank_cder: {job}: task {pid}: asking cderd for node indices: {e}; empty visible list"),
+            );
             Ok(empty_env())
         }
     }

@@ -16,9 +16,15 @@ struct FakeCderd {
 impl Cderd for FakeCderd {
     fn env(&mut self, request: &EnvRequest) -> Result<Allocation, ClientError> {
         self.asked.borrow_mut().push(request.clone());
-        let mut a = self.job.clone().ok_or_else(|| ClientError::Server(ErrorReply::new(ErrorCode::UnknownJob, "no record")))?;
+        let mut a =
+            self.job.clone().ok_or_else(|| ClientError::Server(ErrorReply::new(ErrorCode::UnknownJob, "no record")))?;
         // What cderd renders: the step's GPUs, numbered as asked.
-        let step: Vec<u32> = a.devices.iter().map(|d| d.index).filter(|i| request.step_devices.as_ref().is_none_or(|s| s.contains(i))).collect();
+        let step: Vec<u32> = a
+            .devices
+            .iter()
+            .map(|d| d.index)
+            .filter(|i| request.step_devices.as_ref().is_none_or(|s| s.contains(i)))
+            .collect();
         let pos = |i: &u32| step.iter().position(|s| s == i).unwrap_or(0).to_string();
         let value = match request.device_cgroup {
             DeviceCgroup::None => step.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
@@ -29,7 +35,14 @@ impl Cderd for FakeCderd {
         Ok(a)
     }
     fn alloc(&mut self, request: &AllocRequest) -> Result<Allocation, ClientError> {
-        let a = Allocation { job: request.job.clone(), uid: request.uid, devices: vec![], env: empty_env(), cgroups: None, device_cgroup: None };
+        let a = Allocation {
+            job: request.job.clone(),
+            uid: request.uid,
+            devices: vec![],
+            env: empty_env(),
+            cgroups: None,
+            device_cgroup: None,
+        };
         self.job = Some(a.clone());
         Ok(a)
     }
@@ -62,7 +75,14 @@ struct FakeNode {
 
 impl FakeNode {
     fn new(job: Option<Allocation>) -> FakeNode {
-        FakeNode { gres: Ok(Vec::new()), job, slurm_cgroup: false, up: true, asked: Rc::default(), logged: RefCell::default() }
+        FakeNode {
+            gres: Ok(Vec::new()),
+            job,
+            slurm_cgroup: false,
+            up: true,
+            asked: Rc::default(),
+            logged: RefCell::default(),
+        }
     }
 }
 
@@ -81,7 +101,10 @@ impl Node for FakeNode {
     }
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError> {
         if !self.up {
-            return Err(ClientError::Connect { path: args.socket.clone(), source: std::io::ErrorKind::NotFound.into() });
+            return Err(ClientError::Connect {
+                path: args.socket.clone(),
+                source: std::io::ErrorKind::NotFound.into(),
+            });
         }
         Ok(Box::new(FakeCderd { job: self.job.clone(), asked: self.asked.clone() }))
     }
@@ -97,18 +120,32 @@ fn job() -> JobKey {
 fn held(indices: &[u32]) -> Allocation {
     let devices = indices
         .iter()
-        .map(|&i| AllocatedDevice { cder_type: GPGPU.into(), index: i, uuid: format!("GPU-{i}"), path: Some(format!("/dev/nvidia{i}")) })
+        .map(|&i| AllocatedDevice {
+            cder_type: GPGPU.into(),
+            index: i,
+            uuid: format!("GPU-{i}"),
+            path: Some(format!("/dev/nvidia{i}")),
+        })
         .collect();
     Allocation { job: job(), uid: 1000, devices, env: JobEnvironment::default(), cgroups: None, device_cgroup: None }
 }
 
 fn step(options: RawRequest, gpus: Option<&str>) -> Step {
     let cder_option = options.cder.as_ref().map(|c| c.value.clone());
-    Step { job: job(), uid: Some(1000), request: options.parse().map_err(|e| e.to_string()), cder_option, gpus: gpus.map(str::to_string) }
+    Step {
+        job: job(),
+        uid: Some(1000),
+        request: options.parse().map_err(|e| e.to_string()),
+        cder_option,
+        gpus: gpus.map(str::to_string),
+    }
 }
 
 fn gpgpus(n: &str) -> RawRequest {
-    RawRequest { gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(crate::request::OPT_GPGPU_PER_NODE) }), ..RawRequest::default() }
+    RawRequest {
+        gpgpu_per_node: Some(Sourced { value: n.into(), source: Source::Option(crate::request::OPT_GPGPU_PER_NODE) }),
+        ..RawRequest::default()
+    }
 }
 
 #[test]
@@ -139,7 +176,10 @@ fn more_than_the_job_has_is_refused_whatever_fail_says() {
     let node = FakeNode::new(Some(held(&[0])));
     let e = plan_step(&step(gpgpus("2"), None), &PluginArgs::default(), &node).unwrap_err();
     let Refusal::Request(message) = &e else { panic!("{e:?}") };
-    assert!(message.contains("SLURM gave slurm:7 1 gpgpu device(s)") && message.contains("--gpgpu-per-node=2"), "{message}");
+    assert!(
+        message.contains("SLURM gave slurm:7 1 gpgpu device(s)") && message.contains("--gpgpu-per-node=2"),
+        "{message}"
+    );
     let open = PluginArgs { fail: FailMode::Open, ..PluginArgs::default() };
     assert!(matches!(e.outcome(&job(), open.fail, &node), Outcome::Fail(_)));
 }
@@ -196,9 +236,11 @@ fn the_prolog_records_slurms_gpus_by_file() {
     assert!(r.alloc.wait_ms.is_some());
     let none = prolog_record(&Prolog { job_gpus: None, ..prolog.clone() }, &PluginArgs::default(), &node).unwrap();
     assert_eq!((none.alloc.count, none.alloc.devices), (0, Some(vec![])));
-    let bad = prolog_record(&Prolog { job_gpus: Some("x".into()), ..prolog.clone() }, &PluginArgs::default(), &node).unwrap_err();
+    let bad = prolog_record(&Prolog { job_gpus: Some("x".into()), ..prolog.clone() }, &PluginArgs::default(), &node)
+        .unwrap_err();
     assert!(bad.contains("is not an index list"), "{bad}");
-    let beyond = prolog_record(&Prolog { job_gpus: Some("9".into()), ..prolog }, &PluginArgs::default(), &node).unwrap_err();
+    let beyond =
+        prolog_record(&Prolog { job_gpus: Some("9".into()), ..prolog }, &PluginArgs::default(), &node).unwrap_err();
     assert!(beyond.contains("cannot tell which of cderd's devices are SLURM's GPU(s) [9]"), "{beyond}");
 }
 
@@ -258,7 +300,9 @@ fn vgpgpu_beyond_the_licences_is_refused() {
     let raw = crate::vgpgpu::RawVgpgpu { per_node: Some("2".into()), method: None, origin: "--vgpgpu-per-node" };
     let s = vgpgpu::VgpgpuStep { job: job(), job_id: Some(7), uid: Some(1000), raw, from_option: true };
     match vgpgpu::allocate(&s, &PluginArgs::default(), &node) {
-        Some(Outcome::Fail(m)) => assert!(m.contains("--vgpgpu-per-node=2: SLURM granted slurm:7 0 vgpgpu licence(s)"), "{m}"),
+        Some(Outcome::Fail(m)) => {
+            assert!(m.contains("--vgpgpu-per-node=2: SLURM granted slurm:7 0 vgpgpu licence(s)"), "{m}")
+        }
         other => panic!("{other:?}"),
     }
     let none = vgpgpu::VgpgpuStep { raw: crate::vgpgpu::RawVgpgpu::default(), ..s };

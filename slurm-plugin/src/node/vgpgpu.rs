@@ -63,9 +63,14 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
     let origin = if step.from_option { "--vgpgpu-per-node" } else { VIRTUAL_GPGPU_PER_NODE };
     let granted = step.job_id.ok_or_else(|| "job id unknown".to_string()).and_then(|id| node.granted(id));
     let (per_node, licences, nodes) = match granted {
-        Ok(g) => (granted_per_node(g.licenses.as_deref(), g.num_nodes), granted_licenses(g.licenses.as_deref()), g.nodes),
+        Ok(g) => {
+            (granted_per_node(g.licenses.as_deref(), g.num_nodes), granted_licenses(g.licenses.as_deref()), g.nodes)
+        }
         Err(why) => {
-            node.log(Level::Error, &format!("spank_cder: {job}: reading the job's vgpgpu licences from slurmctld: {why}"));
+            node.log(
+                Level::Error,
+                &format!("spank_cder: {job}: reading the job's vgpgpu licences from slurmctld: {why}"),
+            );
             (0, 0, None)
         }
     };
@@ -92,7 +97,14 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
     let job_limit = Some(u32::try_from(licences).unwrap_or(u32::MAX));
     let got = registry_config(args).and_then(|rc| {
         let client = Client::from_config(&rc).map_err(|e| e.to_string())?;
-        let r = BackendRequest { job: job.clone(), count: req.per_node, node: name.clone(), method: req.method, uid: step.uid, job_limit };
+        let r = BackendRequest {
+            job: job.clone(),
+            count: req.per_node,
+            node: name.clone(),
+            method: req.method,
+            uid: step.uid,
+            job_limit,
+        };
         let a = client.request_for(&r).map_err(|e| e.to_string())?;
         let nodefile = match req.method {
             VgpgpuMethod::Vcl => {
@@ -109,15 +121,19 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
     Some(match got {
         Ok((a, nodefile)) => {
             let endpoints = a.backends.iter().map(|b| b.endpoint()).collect::<Vec<_>>().join(" ");
-            node.log(Level::Info, &format!("spank_cder: {job}: {} {} backend(s) on {name}: {endpoints}", a.backends.len(), req.method));
+            node.log(
+                Level::Info,
+                &format!("spank_cder: {job}: {} {} backend(s) on {name}: {endpoints}", a.backends.len(), req.method),
+            );
             Outcome::Env(job_environment(req.method, &a.backends, nodefile.as_deref()))
         }
         Err(why) => {
             node.log(Level::Error, &format!("spank_cder: {job}: {} {} vGPGPU(s): {why}", req.per_node, req.method));
             match args.fail {
-                FailMode::Closed => {
-                    Outcome::Fail(format!("cder: {} {} vGPGPU(s) for {job}: {why} (fail=closed); the job is not started", req.per_node, req.method))
-                }
+                FailMode::Closed => Outcome::Fail(format!(
+                    "cder: {} {} vGPGPU(s) for {job}: {why} (fail=closed); the job is not started",
+                    req.per_node, req.method
+                )),
                 // Without backends the job runs with none (count 0).
                 FailMode::Open => Outcome::Env(job_environment(req.method, &[], None)),
             }
@@ -131,7 +147,9 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
 pub fn release(args: &PluginArgs, job: &JobKey, when: &str, node: &dyn Node) {
     let Ok(rc) = registry_config(args) else { return };
     match Client::from_config(&rc).map_err(|e| e.to_string()).and_then(|c| c.release(job).map_err(|e| e.to_string())) {
-        Ok(r) if r.released > 0 => node.log(Level::Info, &format!("spank_cder: {job}: {when}: released {} vGPGPU backend(s)", r.released)),
+        Ok(r) if r.released > 0 => {
+            node.log(Level::Info, &format!("spank_cder: {job}: {when}: released {} vGPGPU backend(s)", r.released))
+        }
         Ok(_) => {}
         Err(e) => node.log(Level::Error, &format!("spank_cder: {job}: {when}: releasing vGPGPU backends: {e}")),
     }

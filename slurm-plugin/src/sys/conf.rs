@@ -61,7 +61,11 @@ pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
     // SAFETY: non-null reply; `job_array` holds `record_count` records.
     let out = unsafe {
         let msg = &*resp;
-        let records = if msg.job_array.is_null() { &[][..] } else { std::slice::from_raw_parts(msg.job_array, msg.record_count as usize) };
+        let records = if msg.job_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(msg.job_array, msg.record_count as usize)
+        };
         let found = records.iter().find(|r| r.job_id == job_id).map(|r| {
             let details = if r.gres_detail_str.is_null() {
                 &[][..]

@@ -207,7 +207,11 @@ pub unsafe fn enter(
 ///
 /// SAFETY (callers): `optarg` is null or a valid C string.
 #[doc(hidden)]
-pub unsafe fn enter_option(plugin: &str, optarg: *const c_char, run: impl FnOnce(Option<&str>) -> Result<(), SpankError>) -> c_int {
+pub unsafe fn enter_option(
+    plugin: &str,
+    optarg: *const c_char,
+    run: impl FnOnce(Option<&str>) -> Result<(), SpankError>,
+) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded contract.
         let value = unsafe { read_cstr(optarg) };

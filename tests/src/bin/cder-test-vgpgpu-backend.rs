@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         eprintln!("cder-test-vgpgpu-backend: {pidfile}: {e}");
         return ExitCode::from(1);
     }
-    let device = std::env::var("CUDA_VISIBLE_DEVICES").or_else(|_| std::env::var("GPU_DEVICE_ORDINAL")).unwrap_or_default();
+    let device =
+        std::env::var("CUDA_VISIBLE_DEVICES").or_else(|_| std::env::var("GPU_DEVICE_ORDINAL")).unwrap_or_default();
     let banner = format!("vgpgpu-backend uuid={uuid} host={host} port={port} device={device}\n");
     for stream in listener.incoming().flatten() {
         let mut s = stream;

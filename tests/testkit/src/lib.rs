@@ -65,14 +65,18 @@ fn exists(program_or_path: &str) -> bool {
     if program_or_path.contains('/') {
         return Path::new(program_or_path).exists();
     }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program_or_path).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program_or_path).is_file()))
 }
 
 /// `name` on `PATH`, or in /usr/sbin or /usr/bin (where Debian puts the
 /// daemons, often outside a user's `PATH`).
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/usr/bin".into()]).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 /// True when running as root (the tests that change uids or make cgroups
@@ -113,7 +117,10 @@ mod tests {
         super::record_skip(&list, "slurm_plugins::a", "missing slurmctld").unwrap();
         super::record_skip(&list, "ldap::b", "missing slapd\nsecond line").unwrap();
         let text = std::fs::read_to_string(&list).unwrap();
-        assert_eq!(text.lines().collect::<Vec<_>>(), ["slurm_plugins::a: missing slurmctld", "ldap::b: missing slapd second line"]);
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            ["slurm_plugins::a: missing slurmctld", "ldap::b: missing slapd second line"]
+        );
     }
 
     #[test]

@@ -21,8 +21,20 @@ pub struct TestNode {
 
 impl TestNode {
     /// A node not started yet: `socket` must be the one `config` names.
-    pub fn new(binary: impl Into<PathBuf>, config: impl Into<PathBuf>, socket: impl Into<PathBuf>, log: impl Into<PathBuf>) -> TestNode {
-        TestNode { binary: binary.into(), config: config.into(), socket: socket.into(), log: log.into(), env: Vec::new(), child: None }
+    pub fn new(
+        binary: impl Into<PathBuf>,
+        config: impl Into<PathBuf>,
+        socket: impl Into<PathBuf>,
+        log: impl Into<PathBuf>,
+    ) -> TestNode {
+        TestNode {
+            binary: binary.into(),
+            config: config.into(),
+            socket: socket.into(),
+            log: log.into(),
+            env: Vec::new(),
+            child: None,
+        }
     }
 
     /// Adds a variable to the daemon's environment (e.g. the fake NVML's).
@@ -32,7 +44,12 @@ impl TestNode {
     }
 
     /// [`TestNode::new`] and [`TestNode::start`] with a 30 s bound.
-    pub fn started(binary: impl Into<PathBuf>, config: impl Into<PathBuf>, socket: impl Into<PathBuf>, log: impl Into<PathBuf>) -> TestNode {
+    pub fn started(
+        binary: impl Into<PathBuf>,
+        config: impl Into<PathBuf>,
+        socket: impl Into<PathBuf>,
+        log: impl Into<PathBuf>,
+    ) -> TestNode {
         let mut node = TestNode::new(binary, config, socket, log);
         node.start(Duration::from_secs(30));
         node
@@ -64,7 +81,12 @@ impl TestNode {
                 self.child = None;
                 panic!("cderd exited with {status} at start; log:\n{}", self.log());
             }
-            assert!(Instant::now() < deadline, "cderd did not answer on {} within {timeout:?}; log:\n{}", self.socket.display(), self.log());
+            assert!(
+                Instant::now() < deadline,
+                "cderd did not answer on {} within {timeout:?}; log:\n{}",
+                self.socket.display(),
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -78,7 +78,8 @@ struct Options {
 }
 
 fn parse_options(argv: Vec<OsString>) -> Result<Options, String> {
-    let mut options = Options { config: DEFAULT_CONFIG_PATH.into(), torque_config: DEFAULT_SETTINGS_PATH.into(), argv: Vec::new() };
+    let mut options =
+        Options { config: DEFAULT_CONFIG_PATH.into(), torque_config: DEFAULT_SETTINGS_PATH.into(), argv: Vec::new() };
     let mut args = argv.into_iter();
     options.argv.extend(args.next());
     while let Some(arg) = args.next() {
@@ -94,7 +95,8 @@ fn parse_options(argv: Vec<OsString>) -> Result<Options, String> {
                 break;
             }
         };
-        let value = args.next().filter(|v| !v.is_empty()).ok_or_else(|| format!("{} needs a file", arg.to_string_lossy()))?;
+        let value =
+            args.next().filter(|v| !v.is_empty()).ok_or_else(|| format!("{} needs a file", arg.to_string_lossy()))?;
         *target = PathBuf::from(value);
     }
     options.argv.extend(args);

@@ -80,7 +80,11 @@ fn main() -> ExitCode {
         Err(e) => {
             log(&tag, Severity::Error, &e.0);
             // Retrying cannot fix a broken argument list: abort the job.
-            return ExitCode::from(if kind == HookKind::Prologue || kind == HookKind::PrologueParallel { exit::ABORT } else { 0 });
+            return ExitCode::from(if kind == HookKind::Prologue || kind == HookKind::PrologueParallel {
+                exit::ABORT
+            } else {
+                0
+            });
         }
     };
     let settings = TorqueSettings::load(&TorqueSettings::resolve_path());
@@ -89,9 +93,14 @@ fn main() -> ExitCode {
         HookKind::Prologue | HookKind::PrologueParallel => {
             let outcome = match (&config, &settings) {
                 (Ok(config), Ok(settings)) => {
-                    let cderd = Cderd { socket: &config.node.socket, timeout: Duration::from_secs(settings.cderd_timeout_s) };
+                    let cderd =
+                        Cderd { socket: &config.node.socket, timeout: Duration::from_secs(settings.cderd_timeout_s) };
                     let cwd = std::env::current_dir().ok();
-                    let home = settings.pbs_home.clone().map(PbsHome).or_else(|| PbsHome::of_hook(std::path::Path::new(&argv0), cwd.as_deref()));
+                    let home = settings
+                        .pbs_home
+                        .clone()
+                        .map(PbsHome)
+                        .or_else(|| PbsHome::of_hook(std::path::Path::new(&argv0), cwd.as_deref()));
                     let mom = Mom { home, hostname: cder_torque::sys::hostname().unwrap_or_default() };
                     hook::prologue(kind, &args, settings, &cderd, &mom)
                 }
@@ -108,7 +117,10 @@ fn main() -> ExitCode {
                         Ok(r) if r.count.is_none() && s.confine == cder_torque::settings::Confine::Off => {
                             Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id))
                         }
-                        _ => Outcome::Requeue(format!("torque:{}: cannot read the node's cder configuration: {problem}", args.job_id)),
+                        _ => Outcome::Requeue(format!(
+                            "torque:{}: cannot read the node's cder configuration: {problem}",
+                            args.job_id
+                        )),
                     }
                 }
             };
@@ -140,7 +152,12 @@ fn main() -> ExitCode {
         }
         HookKind::PrologueUser => {
             let config = config.unwrap_or_else(|_| starter::fallback_config());
-            let fetched = starter::fetch(&config, Some(&args.job_id), Duration::from_secs(10), cder_torque::settings::Confine::Off);
+            let fetched = starter::fetch(
+                &config,
+                Some(&args.job_id),
+                Duration::from_secs(10),
+                cder_torque::settings::Confine::Off,
+            );
             if let Some(job) = &fetched.job {
                 let vars: Vec<String> = fetched.env.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 println!("cder: {job}: {}", vars.join(" "));
@@ -158,7 +175,8 @@ fn main() -> ExitCode {
                 match used {
                     Ok(records) if !records.is_empty() => {
                         let total: i64 = records.iter().map(|r| r.device_seconds).sum();
-                        let devices: Vec<String> = records.iter().map(|r| format!("{}:{}", r.cder_type, r.index)).collect();
+                        let devices: Vec<String> =
+                            records.iter().map(|r| format!("{}:{}", r.cder_type, r.index)).collect();
                         println!("cder: {job} used {} for {total} device-seconds", devices.join(","));
                     }
                     Ok(_) => {}

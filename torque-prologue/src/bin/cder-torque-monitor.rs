@@ -61,7 +61,10 @@ fn main() -> ExitCode {
         }
     };
     let Some(rc) = config.registry else {
-        eprintln!("cder-torque-monitor: {}: registry: no [registry] section", Config::resolve_path(args.config.as_deref()).display());
+        eprintln!(
+            "cder-torque-monitor: {}: registry: no [registry] section",
+            Config::resolve_path(args.config.as_deref()).display()
+        );
         return ExitCode::from(2);
     };
     let client = match Client::from_config(&rc) {
@@ -74,7 +77,11 @@ fn main() -> ExitCode {
     let program = |given: Option<String>, var: &str, default: &str| {
         given.or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty())).unwrap_or_else(|| default.to_string())
     };
-    let monitor = Monitor { client, qstat: program(args.qstat, "CDER_QSTAT", "qstat"), qrls: program(args.qrls, "CDER_QRLS", "qrls") };
+    let monitor = Monitor {
+        client,
+        qstat: program(args.qstat, "CDER_QSTAT", "qstat"),
+        qrls: program(args.qrls, "CDER_QRLS", "qrls"),
+    };
     loop {
         match monitor.iterate() {
             Ok(it) => {

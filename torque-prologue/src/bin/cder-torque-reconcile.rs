@@ -23,7 +23,11 @@ use cder_torque::settings::TorqueSettings;
 /// allocates meanwhile keeps its devices. When the job directory cannot be
 /// read, nothing is released.
 #[derive(Parser)]
-#[command(name = "cder-torque-reconcile", version, after_help = "EXIT STATUS:\n    0 done, 1 cderd or the job directory could not be read, 2 usage or configuration\n\nEXAMPLE (/etc/cron.d/cder-torque-reconcile):\n    */10 * * * * root /usr/libexec/cder/cder-torque-reconcile")]
+#[command(
+    name = "cder-torque-reconcile",
+    version,
+    after_help = "EXIT STATUS:\n    0 done, 1 cderd or the job directory could not be read, 2 usage or configuration\n\nEXAMPLE (/etc/cron.d/cder-torque-reconcile):\n    */10 * * * * root /usr/libexec/cder/cder-torque-reconcile"
+)]
 pub(crate) struct Args {
     /// TORQUE's home [default: torque.toml pbs_home, else $PBS_HOME, else /var/spool/torque].
     #[arg(long, value_name = "DIR")]
@@ -35,17 +39,18 @@ pub(crate) struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let (config, settings) = match (Config::load(args.config.as_deref()), TorqueSettings::load(&TorqueSettings::resolve_path())) {
-        (Ok(c), Ok(s)) => (c, s),
-        (Err(e), _) => {
-            eprintln!("cder-torque-reconcile: {e}");
-            return ExitCode::from(2);
-        }
-        (_, Err(e)) => {
-            eprintln!("cder-torque-reconcile: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let (config, settings) =
+        match (Config::load(args.config.as_deref()), TorqueSettings::load(&TorqueSettings::resolve_path())) {
+            (Ok(c), Ok(s)) => (c, s),
+            (Err(e), _) => {
+                eprintln!("cder-torque-reconcile: {e}");
+                return ExitCode::from(2);
+            }
+            (_, Err(e)) => {
+                eprintln!("cder-torque-reconcile: {e}");
+                return ExitCode::from(2);
+            }
+        };
     let home = args
         .pbs_home
         .or(settings.pbs_home.clone())
@@ -68,7 +73,9 @@ fn main() -> ExitCode {
 fn run(config: &Config, home: &PbsHome, timeout: Duration) -> anyhow::Result<Vec<String>> {
     let mut client = Client::connect(&config.node.socket, timeout)?;
     let as_of = generation(&mut client).context("reading cderd's generation")?;
-    let live = snapshot(home).with_context(|| format!("listing the jobs pbs_mom holds in {}; nothing released", home.jobs_dir().display()))?;
+    let live = snapshot(home).with_context(|| {
+        format!("listing the jobs pbs_mom holds in {}; nothing released", home.jobs_dir().display())
+    })?;
     let done = release_stale(&mut client, live, as_of)?;
     Ok(done.released.iter().map(|j| format!("released {j}")).collect())
 }

@@ -35,7 +35,12 @@ impl Monitor {
     fn qstat_x(&self) -> Result<Vec<QstatJob>, String> {
         let out = Command::new(&self.qstat).arg("-x").output().map_err(|e| format!("{}: {e}", self.qstat))?;
         if !out.status.success() {
-            return Err(format!("{} -x failed ({}): {}", self.qstat, out.status, String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(format!(
+                "{} -x failed ({}): {}",
+                self.qstat,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
         parse_qstat_x(&String::from_utf8_lossy(&out.stdout))
     }
@@ -47,7 +52,8 @@ impl Monitor {
         let mut it = Iteration::default();
         // 1. Backends of finished (C) or vanished torque jobs go back.
         let status = self.client.status().map_err(|e| e.to_string())?;
-        let mut holders: Vec<JobKey> = status.backends.iter().filter_map(|b| b.job.clone()).filter(|j| j.lrms() == Lrms::Torque).collect();
+        let mut holders: Vec<JobKey> =
+            status.backends.iter().filter_map(|b| b.job.clone()).filter(|j| j.lrms() == Lrms::Torque).collect();
         holders.sort();
         holders.dedup();
         for job in holders {
@@ -80,7 +86,14 @@ impl Monitor {
             }
             // The owner may then read the allocation from inside the job.
             let uid = q.euser.as_deref().and_then(|u| crate::sys::user_by_name(u).ok()).map(|ids| ids.uid);
-            let request = BackendRequest { job: key.clone(), count: need, node: MONITOR_NODE.to_string(), method, uid, job_limit: None };
+            let request = BackendRequest {
+                job: key.clone(),
+                count: need,
+                node: MONITOR_NODE.to_string(),
+                method,
+                uid,
+                job_limit: None,
+            };
             match self.client.request_for(&request) {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(cder_registry_client::ApiErrorCode::Insufficient) => {
@@ -93,7 +106,12 @@ impl Monitor {
             if !out.status.success() {
                 // The job may have been deleted meanwhile: give its backends back.
                 let _ = self.client.release(&key);
-                eprintln!("cder-torque-monitor: qrls {} failed ({}): {}; backends returned", q.id, out.status, String::from_utf8_lossy(&out.stderr).trim());
+                eprintln!(
+                    "cder-torque-monitor: qrls {} failed ({}): {}; backends returned",
+                    q.id,
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
                 continue;
             }
             eprintln!("cder-torque-monitor: {}: {need} {method} backend(s) requested, released from hold", q.id);

@@ -4,7 +4,6 @@ use cder_model::{JobKey, Lrms, VgpgpuMethod};
 use cder_request::keys::{VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
 use cder_request::VgpgpuRequest;
 
-
 /// One job of `qstat -x`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QstatJob {
@@ -32,12 +31,20 @@ impl QstatJob {
     /// The vGPGPU need: (backends in all, method); `None` for other jobs;
     /// an error for a malformed request.
     pub fn need(&self) -> Result<Option<(u32, VgpgpuMethod)>, String> {
-        let request = VgpgpuRequest::read(self.var(VIRTUAL_GPGPU_PER_NODE), self.var(VIRTUAL_GPGPU_METHOD).or_else(|| self.var(VIRTUAL_GPGPU_TYPE)))
-            .map_err(|e| format!("{}: {e}", self.id))?;
+        let request = VgpgpuRequest::read(
+            self.var(VIRTUAL_GPGPU_PER_NODE),
+            self.var(VIRTUAL_GPGPU_METHOD).or_else(|| self.var(VIRTUAL_GPGPU_TYPE)),
+        )
+        .map_err(|e| format!("{}: {e}", self.id))?;
         let Some(r) = request else { return Ok(None) };
         let nodes = node_count(self.nodes.as_deref());
         let total = cder_request::job_total(r.per_node, u64::from(nodes)).ok_or_else(|| {
-            format!("{}: {} vGPGPUs per node on {nodes} nodes exceed {} for one job", self.id, r.per_node, cder_request::MAX_JOB_TOTAL)
+            format!(
+                "{}: {} vGPGPUs per node on {nodes} nodes exceed {} for one job",
+                self.id,
+                r.per_node,
+                cder_request::MAX_JOB_TOTAL
+            )
         })?;
         Ok(Some((total, r.method)))
     }
@@ -133,7 +140,11 @@ mod tests {
         assert_eq!(jobs[0].var("X"), Some("a&b"));
         assert_eq!(jobs[0].euser.as_deref(), Some("alice"));
         assert_eq!(jobs[1].need().unwrap(), None);
-        let huge = QstatJob { nodes: Some("17".into()), variables: vec![("VirtualGPGPUPerNode".into(), "4096".into())], ..jobs[0].clone() };
+        let huge = QstatJob {
+            nodes: Some("17".into()),
+            variables: vec![("VirtualGPGPUPerNode".into(), "4096".into())],
+            ..jobs[0].clone()
+        };
         assert!(huge.need().unwrap_err().contains("exceed 65536"));
         assert_eq!(jobs[0].sequence(), 12);
         assert!(parse_qstat_x("").unwrap().is_empty());

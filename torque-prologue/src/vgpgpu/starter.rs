@@ -21,8 +21,10 @@ pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnviro
     let backends = held.backends();
     let nodefile = match method {
         VgpgpuMethod::Vcl => {
-            let path = std::env::temp_dir().join(format!("cder-vcl-{}.nodes", job.to_string().replace([':', '/'], "-")));
-            std::fs::write(&path, cder_registry_client::env::vcl_nodefile(&backends)).map_err(|e| format!("{}: {e}", path.display()))?;
+            let path =
+                std::env::temp_dir().join(format!("cder-vcl-{}.nodes", job.to_string().replace([':', '/'], "-")));
+            std::fs::write(&path, cder_registry_client::env::vcl_nodefile(&backends))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             Some(path)
         }
         VgpgpuMethod::Rcuda => None,

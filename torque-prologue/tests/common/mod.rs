@@ -169,7 +169,15 @@ impl Node {
             match devices {
                 Devices::Files => fs::write(&path, b"").unwrap(),
                 Devices::Char { .. } => {
-                    let made = Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg("1").arg(minor.to_string()).status().unwrap();
+                    let made = Command::new("mknod")
+                        .arg("-m")
+                        .arg("0666")
+                        .arg(&path)
+                        .arg("c")
+                        .arg("1")
+                        .arg(minor.to_string())
+                        .status()
+                        .unwrap();
                     assert!(made.success(), "mknod {} c 1 {minor}", path.display());
                 }
             }
@@ -221,7 +229,20 @@ impl Node {
         fs::set_permissions(&job_starter, fs::Permissions::from_mode(0o755)).unwrap();
 
         let cderd = TestNode::new(&cderd_bin, &config_path, &socket, dir.path().join("cderd.log"));
-        let mut node = Node { dir, device_paths, cgroup_parent, config: config_path, torque_toml, socket, mom_priv, job_starter, job_starter_bin, cder_env, cderctl, cderd };
+        let mut node = Node {
+            dir,
+            device_paths,
+            cgroup_parent,
+            config: config_path,
+            torque_toml,
+            socket,
+            mom_priv,
+            job_starter,
+            job_starter_bin,
+            cder_env,
+            cderctl,
+            cderd,
+        };
         node.start_cderd();
         Some(node)
     }
@@ -275,7 +296,11 @@ impl Node {
             None => Command::new(&path),
             Some((uid, gid)) => {
                 let mut c = Command::new("setpriv");
-                c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg(&path);
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .arg("--clear-groups")
+                    .arg("--")
+                    .arg(&path);
                 c
             }
         };
@@ -445,5 +470,16 @@ pub fn prologue_args<'a>(id: &'a str, limits: &'a str) -> Vec<&'a str> {
 
 /// The epilogue's arguments for job `id`.
 pub fn epilogue_args(id: &str) -> Vec<&str> {
-    vec![id, JOB_USER, "nogroup", "gpu-job", "4242", "nodes=1:ppn=1:gpus=2", "cput=00:00:01,mem=0kb,vmem=0kb,walltime=00:00:02", "batch", "", "0"]
+    vec![
+        id,
+        JOB_USER,
+        "nogroup",
+        "gpu-job",
+        "4242",
+        "nodes=1:ppn=1:gpus=2",
+        "cput=00:00:01,mem=0kb,vmem=0kb,walltime=00:00:02",
+        "batch",
+        "",
+        "0",
+    ]
 }

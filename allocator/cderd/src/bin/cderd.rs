@@ -46,7 +46,8 @@ fn main() -> ExitCode {
         eprintln!("cderd: cannot block SIGTERM: {e}");
         return ExitCode::from(1);
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -72,7 +73,10 @@ fn main() -> ExitCode {
         return match daemon.status().and_then(|s| daemon.check_invariants().map(|p| (s, p))) {
             Ok((status, problems)) if problems.is_empty() => {
                 for (t, c) in &status.counts {
-                    println!("{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy", c.total, c.free, c.allocated, c.offline, c.unhealthy);
+                    println!(
+                        "{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy",
+                        c.total, c.free, c.allocated, c.offline, c.unhealthy
+                    );
                 }
                 ExitCode::SUCCESS
             }

@@ -126,7 +126,9 @@ impl Node {
             .lines()
             .find_map(|l| l.trim().strip_prefix("cgroup_parent = ").map(|v| v.trim_matches('"').to_string()));
         // Extra environment for the daemon (e.g. the fake NVML's variables).
-        let daemon = env.into_iter().fold(TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log")), |d, (k, v)| d.env(k, v));
+        let daemon = env
+            .into_iter()
+            .fold(TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log")), |d, (k, v)| d.env(k, v));
         let mut node = Node { dir, config, socket, devices, cgroup_parent, daemon };
         node.start();
         node
@@ -333,7 +335,10 @@ pub fn char_device_node(dir: tempfile::TempDir, minors: &[u32], enforcement: &st
         let path = dir.path().join(format!("nvidia{i}"));
         let ok = Command::new("mknod").arg(&path).args(["c", "1", &minor.to_string()]).status().unwrap().success();
         assert!(ok, "mknod {}", path.display());
-        text += &format!("[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mb = 1\npath = {path:?}\nnuma_node = {}\n", i % 2);
+        text += &format!(
+            "[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mb = 1\npath = {path:?}\nnuma_node = {}\n",
+            i % 2
+        );
         devices.push(path);
     }
     Node::custom(dir, &text, devices, Vec::new())

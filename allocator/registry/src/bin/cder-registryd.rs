@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-
 /// The cluster vGPGPU registry.
 #[derive(Parser, Debug)]
 #[command(

@@ -53,7 +53,10 @@ fn main() -> ExitCode {
         }
     };
     let Some(mut fc) = rc.factory.clone() else {
-        eprintln!("cder-vgpgpu-factory: {}: registry.factory: no [registry.factory] section (launcher is required)", Config::resolve_path(args.config.as_deref()).display());
+        eprintln!(
+            "cder-vgpgpu-factory: {}: registry.factory: no [registry.factory] section (launcher is required)",
+            Config::resolve_path(args.config.as_deref()).display()
+        );
         return ExitCode::from(2);
     };
     if let Some(h) = args.host {
@@ -78,9 +81,23 @@ fn main() -> ExitCode {
             .and_then(|devices| factory.walk(&devices).map_err(|e| e.to_string()));
         match pass {
             Ok(r) => {
-                tracing::info!(host = factory.host(), reused = r.reused.len(), started = r.started.len(), failed = r.failed.len(), unregistered = r.unregistered.len(), "walk done");
+                tracing::info!(
+                    host = factory.host(),
+                    reused = r.reused.len(),
+                    started = r.started.len(),
+                    failed = r.failed.len(),
+                    unregistered = r.unregistered.len(),
+                    "walk done"
+                );
                 if args.once {
-                    println!("host {}: {} reused, {} started, {} failed, {} unregistered", factory.host(), r.reused.len(), r.started.len(), r.failed.len(), r.unregistered.len());
+                    println!(
+                        "host {}: {} reused, {} started, {} failed, {} unregistered",
+                        factory.host(),
+                        r.reused.len(),
+                        r.started.len(),
+                        r.failed.len(),
+                        r.unregistered.len()
+                    );
                     return if r.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
                 }
             }

@@ -44,19 +44,34 @@ pub enum Ty {
 }
 
 const STRS: &[&str] = &[
-    "\"\"", "\"a\"", "\"A\"", "\"abc\"", "\"ABC\"", "\"Nvidia\"", "\"NVIDIA\"", "\"nvidia-kepler\"", "\"a,b c\"",
-    "\"1,2,3\"", "\"2.5,1\"", "\"x\\ty\"", "\"q\\\"q\"", "\"12\"", "\"3.5\"", "\"true\"", "\"gpgpu\"", "\"ce-gpgpu\"",
+    "\"\"",
+    "\"a\"",
+    "\"A\"",
+    "\"abc\"",
+    "\"ABC\"",
+    "\"Nvidia\"",
+    "\"NVIDIA\"",
+    "\"nvidia-kepler\"",
+    "\"a,b c\"",
+    "\"1,2,3\"",
+    "\"2.5,1\"",
+    "\"x\\ty\"",
+    "\"q\\\"q\"",
+    "\"12\"",
+    "\"3.5\"",
+    "\"true\"",
+    "\"gpgpu\"",
+    "\"ce-gpgpu\"",
 ];
-const PATTERNS: &[&str] = &["\"a\"", "\"^a\"", "\"c$\"", "\"a.c\"", "\"[0-9]+\"", "\"^[a-z]*$\"", "\"gpgpu$\"", "\"b|c\"", "\"A\""];
+const PATTERNS: &[&str] =
+    &["\"a\"", "\"^a\"", "\"c$\"", "\"a.c\"", "\"[0-9]+\"", "\"^[a-z]*$\"", "\"gpgpu$\"", "\"b|c\"", "\"A\""];
 const OPTS: &[&str] = &["\"i\"", "\"\"", "\"m\"", "\"s\"", "\"is\""];
 
 /// Generates an expression of type `ty`, at most `depth` levels deep.
 pub fn expr(r: &mut Rng, ty: Ty, depth: u32) -> String {
     // Undefined and error sneak in everywhere, for the three-valued cases.
     if depth > 0 && r.chance(6) {
-        return r
-            .pick(&["undefined", "error", "x", "1/0", "\"s\" + 1", "[a=1].b", "{1}[3]", "int(\"z\")"])
-            .to_string();
+        return r.pick(&["undefined", "error", "x", "1/0", "\"s\" + 1", "[a=1].b", "{1}[3]", "int(\"z\")"]).to_string();
     }
     if depth == 0 || r.chance(20) {
         return leaf(r, ty);
@@ -105,10 +120,14 @@ fn leaf(r: &mut Rng, ty: Ty) -> String {
             };
             v.to_string()
         }
-        Ty::Real => r.pick(&["0.5", "2.5", "1.0", "0.0", "-2.25", "1e3", "3.75e-2", "100.125", "1.5E2", ".5", "-0.5", "7.0"]).to_string(),
+        Ty::Real => r
+            .pick(&["0.5", "2.5", "1.0", "0.0", "-2.25", "1e3", "3.75e-2", "100.125", "1.5E2", ".5", "-0.5", "7.0"])
+            .to_string(),
         Ty::Bool => r.pick(&["true", "false", "TRUE", "False"]).to_string(),
         Ty::Str => r.pick(STRS).to_string(),
-        Ty::List => r.pick(&["{}", "{1,2,3}", "{1,2.5}", "{\"a\",\"B\"}", "{true,1}", "{undefined,2}", "{0.5,-1,3}"]).to_string(),
+        Ty::List => r
+            .pick(&["{}", "{1,2,3}", "{1,2.5}", "{\"a\",\"B\"}", "{true,1}", "{undefined,2}", "{0.5,-1,3}"])
+            .to_string(),
     }
 }
 
@@ -131,9 +150,15 @@ fn int_expr(r: &mut Rng, d: u32) -> String {
             format!("({} {op} {})", expr(r, Ty::Int, d), expr(r, Ty::Int, d))
         }
         5 => format!("-{}", expr(r, Ty::Int, d)),
-        6 => format!("int({})", { let t = r.pick_ty(&[Ty::Real, Ty::Int, Ty::Bool, Ty::Str]); expr(r, t, d) }),
+        6 => format!("int({})", {
+            let t = r.pick_ty(&[Ty::Real, Ty::Int, Ty::Bool, Ty::Str]);
+            expr(r, t, d)
+        }),
         7 => format!("{}({})", r.pick(&["floor", "ceiling", "round"]), expr(r, Ty::Real, d)),
-        8 => format!("size({})", { let t = r.pick_ty(&[Ty::Str, Ty::List]); expr(r, t, d) }),
+        8 => format!("size({})", {
+            let t = r.pick_ty(&[Ty::Str, Ty::List]);
+            expr(r, t, d)
+        }),
         9 => format!("stringListSize({})", expr(r, Ty::Str, d)),
         10 => format!("sum({})", int_list(r, d)),
         11 => format!("{}({})", r.pick(&["min", "max"]), int_list(r, d)),
@@ -170,7 +195,10 @@ fn real_expr(r: &mut Rng, d: u32) -> String {
             let (a, b) = if r.chance(50) { (Ty::Real, num(r)) } else { (num(r), Ty::Real) };
             format!("({} {op} {})", expr(r, a, d), expr(r, b, d))
         }
-        5 => format!("real({})", { let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Bool, Ty::Str]); expr(r, t, d) }),
+        5 => format!("real({})", {
+            let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Bool, Ty::Str]);
+            expr(r, t, d)
+        }),
         6 => format!("-{}", expr(r, Ty::Real, d)),
         7 => format!("pow({}, {})", expr(r, Ty::Real, d), r.below(4)),
         8 => format!("avg({})", int_list(r, d)),
@@ -246,13 +274,24 @@ fn bool_expr(r: &mut Rng, d: u32) -> String {
         15 => format!(
             "{}({})",
             r.pick(&["isUndefined", "isError", "isString", "isInteger", "isReal", "isBoolean", "isList", "isClassAd"]),
-            { let t = any(r); expr(r, t, d) }
+            {
+                let t = any(r);
+                expr(r, t, d)
+            }
         ),
-        16 => format!("bool({})", { let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Str, Ty::Bool]); expr(r, t, d) }),
+        16 => format!("bool({})", {
+            let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Str, Ty::Bool]);
+            expr(r, t, d)
+        }),
         17 => format!("({} ? {} : {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d), expr(r, Ty::Bool, d)),
         18 => format!("[a = {}; b = !a].b", expr(r, Ty::Bool, d)),
         19 => format!("({} && {} || {})", expr(r, Ty::Bool, d), expr(r, Ty::Bool, d), expr(r, Ty::Bool, d)),
-        20 => format!("member({}, {{[a = {}], [a = {}]}}.a)", expr(r, Ty::Int, d), expr(r, Ty::Int, d), expr(r, Ty::Int, d)),
+        20 => format!(
+            "member({}, {{[a = {}], [a = {}]}}.a)",
+            expr(r, Ty::Int, d),
+            expr(r, Ty::Int, d),
+            expr(r, Ty::Int, d)
+        ),
         _ => {
             let op = r.pick(&["is", "isnt", "==", "!=", "=?=", "=!="]);
             format!("({} {op} {})", expr(r, Ty::Str, d), expr(r, Ty::Str, d))
@@ -281,7 +320,10 @@ fn str_expr(r: &mut Rng, d: u32) -> String {
             }
         }
         3 => format!("{}({})", r.pick(&["toUpper", "toLower"]), expr(r, Ty::Str, d)),
-        4 => format!("string({})", { let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Bool, Ty::Str]); expr(r, t, d) }),
+        4 => format!("string({})", {
+            let t = r.pick_ty(&[Ty::Int, Ty::Real, Ty::Bool, Ty::Str]);
+            expr(r, t, d)
+        }),
         5 => format!("ifThenElse({}, {}, {})", expr(r, Ty::Bool, d), expr(r, Ty::Str, d), expr(r, Ty::Str, d)),
         6 => format!("({} ? {} : {})", expr(r, Ty::Bool, d), expr(r, Ty::Str, d), expr(r, Ty::Str, d)),
         7 => format!("[s = {}; t = toUpper(s)].t", expr(r, Ty::Str, d)),
@@ -289,7 +331,12 @@ fn str_expr(r: &mut Rng, d: u32) -> String {
         // string() of a list prints it; literal elements only (HTCondor prints unevaluated elements).
         9 => {
             let n = r.below(4);
-            let items: Vec<String> = (0..n).map(|_| { let t = any(r); literal(r, t) }).collect();
+            let items: Vec<String> = (0..n)
+                .map(|_| {
+                    let t = any(r);
+                    literal(r, t)
+                })
+                .collect();
             format!("string({{{}}})", items.join(", "))
         }
         _ => format!("[s = {}; n = [t = strcat(parent.s, \"x\")]].n.t", expr(r, Ty::Str, d)),

@@ -20,7 +20,11 @@ use serde_json::{json, Value as Json};
 /// `jdl-tools`.
 pub fn jdl_tests_dir() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let jdl_tools = if env!("CARGO_PKG_NAME") == "cder-classad" { manifest.parent().expect("jdl-tools/classad has a parent") } else { manifest };
+    let jdl_tools = if env!("CARGO_PKG_NAME") == "cder-classad" {
+        manifest.parent().expect("jdl-tools/classad has a parent")
+    } else {
+        manifest
+    };
     jdl_tools.join("tests")
 }
 
@@ -39,7 +43,9 @@ pub fn python() -> Option<PathBuf> {
     if ok {
         return Some(PathBuf::from(p));
     }
-    cder_testkit::missing(&format!("HTCondor classad2 is not importable with {p} (set CDER_CLASSAD_PYTHON or run deploy/install-deps.sh)"));
+    cder_testkit::missing(&format!(
+        "HTCondor classad2 is not importable with {p} (set CDER_CLASSAD_PYTHON or run deploy/install-deps.sh)"
+    ));
     None
 }
 
@@ -162,7 +168,9 @@ pub fn compare_all(py: &PathBuf, exprs: &[String]) -> Report {
     let mut rep = Report { total: exprs.len(), ..Default::default() };
     for (e, r) in exprs.iter().zip(refs) {
         let (plain, quirky) = match parse_expr(e) {
-            Ok(x) => (to_ref_json(&cder_classad::eval_expr(&x, None, None)), to_ref_json(&Quirks::eval_expr(&x, None, None))),
+            Ok(x) => {
+                (to_ref_json(&cder_classad::eval_expr(&x, None, None)), to_ref_json(&Quirks::eval_expr(&x, None, None)))
+            }
             Err(_) => (json!({"type": "parse_error", "value": null}), json!({"type": "parse_error", "value": null})),
         };
         if same(&plain, &r) {
@@ -189,7 +197,8 @@ pub fn assert_report(label: &str, rep: &Report) {
         rep.failures.len()
     );
     if !rep.failures.is_empty() {
-        let file = std::env::temp_dir().join(format!("cder-jdl-diff-{}.txt", label.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("x")));
+        let file = std::env::temp_dir()
+            .join(format!("cder-jdl-diff-{}.txt", label.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("x")));
         let _ = std::fs::write(&file, rep.failures.join("\n"));
         eprintln!("all disagreements: {}", file.display());
         let shown: Vec<&String> = rep.failures.iter().take(40).collect();

@@ -40,10 +40,8 @@ fn main() -> ExitCode {
 
 fn show(title: &str, cmd: &mut Command) -> Result<String, String> {
     println!("\n== {title}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{title}: cannot run {:?}: {e}", cmd.get_program()))?;
+    let out =
+        cmd.stdin(Stdio::null()).output().map_err(|e| format!("{title}: cannot run {:?}: {e}", cmd.get_program()))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
@@ -73,7 +71,9 @@ fn demo() -> Result<(), String> {
     let w = work.path();
     let toml = w.join("glue-provider.toml");
     std::fs::write(&toml, provider_config(&cluster.cderd_socket())).map_err(|e| e.to_string())?;
-    println!("== making a test CA and certificates, starting A-REX (REST), ARC's LDAP infosys with cder's BDII plugin ...");
+    println!(
+        "== making a test CA and certificates, starting A-REX (REST), ARC's LDAP infosys with cder's BDII plugin ..."
+    );
     let ce = ArcCe::start(&ArcOptions {
         slurm_conf: cluster.slurm_conf().to_path_buf(),
         rtes: vec!["ENV/GPGPU".into()],
@@ -83,18 +83,18 @@ fn demo() -> Result<(), String> {
     let ldap = ce.ldap_url().ok_or("no infosys")?;
     println!("   CE {} (grid user {})", ce.rest_url, ce.user_dn);
 
-    std::fs::write(w.join("probe.sh"), "#!/bin/sh\necho \"SLURM job $SLURM_JOB_ID sees CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\n").map_err(|e| e.to_string())?;
+    std::fs::write(
+        w.join("probe.sh"),
+        "#!/bin/sh\necho \"SLURM job $SLURM_JOB_ID sees CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"\n",
+    )
+    .map_err(|e| e.to_string())?;
     let jdl = w.join("job.jdl");
     std::fs::write(
         &jdl,
         "[ Executable = \"probe.sh\"; StdOutput = \"out.txt\"; OutputSandbox = { \"out.txt\" };\n  GPGPUPerNode = 2; Requirements = GPGPUModel == \"Tesla K20m\" && GPGPUFreeInstances >= 2 ]\n",
     )
     .map_err(|e| e.to_string())?;
-    println!(
-        "\n== the grid user's job ({}):\n{}",
-        jdl.display(),
-        std::fs::read_to_string(&jdl).unwrap_or_default()
-    );
+    println!("\n== the grid user's job ({}):\n{}", jdl.display(), std::fs::read_to_string(&jdl).unwrap_or_default());
 
     println!("== waiting for ARC's infosys to publish the CE (A-REX's infoprovider, then bdii-update) ...");
     until(Duration::from_secs(150), || {
@@ -109,25 +109,31 @@ fn demo() -> Result<(), String> {
     .ok_or_else(|| format!("ARC's infosys never showed the CE's GPUs\n{}", ce.logs()))?;
     show(
         &format!("ldapsearch {ldap}: ARC's own ExecutionEnvironment, with cder's keys added by the plugin"),
-        Command::new("ldapsearch").args(["-x", "-LLL", "-o", "ldif-wrap=no", "-H", &ldap, "-b", "o=glue", &format!("(GLUE2ResourceID={ARC_EE})"), "GLUE2ResourceID", "GLUE2EntityOtherInfo"]),
+        Command::new("ldapsearch").args([
+            "-x",
+            "-LLL",
+            "-o",
+            "ldif-wrap=no",
+            "-H",
+            &ldap,
+            "-b",
+            "o=glue",
+            &format!("(GLUE2ResourceID={ARC_EE})"),
+            "GLUE2ResourceID",
+            "GLUE2EntityOtherInfo",
+        ]),
     )?;
     show(
         "cder-jdl list-match (phase 1) against ARC's LDAP port",
-        Command::new(cder_jdl())
-            .args(["list-match", "--bdii", &ldap])
-            .arg(&jdl),
+        Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&jdl),
     )?;
     show(
         "cder-jdl submit --via arc --dry-run: the xRSL arcsub gets",
-        Command::new(cder_jdl())
-            .args(["submit", "--bdii", &ldap, "--via", "arc", "--dry-run"])
-            .arg(&jdl),
+        Command::new(cder_jdl()).args(["submit", "--bdii", &ldap, "--via", "arc", "--dry-run"]).arg(&jdl),
     )?;
     let out = show(
         "cder-jdl submit --via arc: the real arcsub",
-        ce.client(cder_jdl())
-            .args(["submit", "--bdii", &ldap, "--via", "arc"])
-            .arg(&jdl),
+        ce.client(cder_jdl()).args(["submit", "--bdii", &ldap, "--via", "arc"]).arg(&jdl),
     )?;
     let job_id = out.trim().to_string();
     let arex_id = ArcCe::local_id(&job_id).to_string();
@@ -146,28 +152,19 @@ fn demo() -> Result<(), String> {
     println!(
         "   SLURM job {slurm_id}: {} TresPerNode={}",
         done.state,
-        done.fields
-            .get("TresPerNode")
-            .map(String::as_str)
-            .unwrap_or("?")
+        done.fields.get("TresPerNode").map(String::as_str).unwrap_or("?")
     );
 
     println!("\n== arcstat until ARC reports the job Finished ...");
     until(Duration::from_secs(150), || {
         let out = ce.client("arcstat").arg(&job_id).output().ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .contains("State: Finished")
-            .then_some(())
+        String::from_utf8_lossy(&out.stdout).contains("State: Finished").then_some(())
     })
     .ok_or_else(|| format!("arcstat never said Finished\n{}", ce.job_errors(&arex_id)))?;
     let dl = w.join("download");
     std::fs::create_dir_all(&dl).map_err(|e| e.to_string())?;
-    show(
-        "arcget: the job's output back to the grid user",
-        ce.client("arcget").arg("-D").arg(&dl).arg(&job_id),
-    )?;
-    let output = std::fs::read_to_string(dl.join(&arex_id).join("out.txt"))
-        .map_err(|e| format!("out.txt: {e}"))?;
+    show("arcget: the job's output back to the grid user", ce.client("arcget").arg("-D").arg(&dl).arg(&job_id))?;
+    let output = std::fs::read_to_string(dl.join(&arex_id).join("out.txt")).map_err(|e| format!("out.txt: {e}"))?;
     println!("\n== out.txt:\n{output}");
     Ok(())
 }

@@ -50,7 +50,12 @@ fn wave(cluster: &Cluster, args: &[&str], n: usize) -> Result<Vec<f64>, String> 
     for (id, submitted) in jobs {
         let done = cluster.wait_job(id, Duration::from_secs(120))?;
         if done.state != "COMPLETED" {
-            return Err(format!("job {id} ({args:?}) ended {}: {}\n{}", done.state, cluster.job_output(id), cluster.logs()));
+            return Err(format!(
+                "job {id} ({args:?}) ended {}: {}\n{}",
+                done.state,
+                cluster.job_output(id),
+                cluster.logs()
+            ));
         }
         let text = cluster.job_output(id);
         let start: f64 = text

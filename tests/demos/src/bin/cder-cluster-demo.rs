@@ -54,7 +54,11 @@ fn ledgers(cluster: &Cluster) -> String {
 fn demo() -> Result<bool, String> {
     println!("== starting a head (slurmctld) and three workers (slurmd, cderd, {GPUS} fake GPUs each), each in its own namespaces ...");
     let cluster = Cluster::start(&ClusterConfig { workers: 3, gpus: GPUS, ..ClusterConfig::default() })?;
-    println!("   head {} ; workers {}", cluster.head.addr, cluster.workers.iter().map(|w| format!("{} {}", w.name, w.addr)).collect::<Vec<_>>().join(", "));
+    println!(
+        "   head {} ; workers {}",
+        cluster.head.addr,
+        cluster.workers.iter().map(|w| format!("{} {}", w.name, w.addr)).collect::<Vec<_>>().join(", ")
+    );
     println!("   cderd ledgers: {}", ledgers(&cluster));
 
     // One task per node: its host, what it sees, which of its host's GPUs it can open.
@@ -110,7 +114,9 @@ fn demo() -> Result<bool, String> {
     }
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.workers.iter().any(|w| w.cderd_status().map_or(true, |s| s.counts["gpgpu"].free != GPUS)) && Instant::now() < deadline {
+    while cluster.workers.iter().any(|w| w.cderd_status().map_or(true, |s| s.counts["gpgpu"].free != GPUS))
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(200));
     }
     println!("\n   cderd ledgers after the job: {}", ledgers(&cluster));

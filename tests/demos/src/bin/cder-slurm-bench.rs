@@ -102,7 +102,15 @@ fn settle(cluster: &SlurmCluster, warmup: Duration) {
 
 /// Runs `n` sruns per side, in `ROUNDS` interleaved rounds; returns the
 /// seconds of each srun without and with the plugin.
-fn compare(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], spank_args: &[String], warmup: Duration, n: usize, rounds: usize) -> Result<Sides, String> {
+fn compare(
+    cluster: &SlurmCluster,
+    args: &[&str],
+    args_with: &[&str],
+    spank_args: &[String],
+    warmup: Duration,
+    n: usize,
+    rounds: usize,
+) -> Result<Sides, String> {
     compare_loaded(cluster, args, args_with, Loaded::Cder { args: spank_args, settle: Some(warmup) }, n, rounds)
 }
 
@@ -117,7 +125,14 @@ enum Loaded<'a> {
 }
 
 /// [`compare`], with `loaded` on the "with" side.
-fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loaded: Loaded, n: usize, rounds: usize) -> Result<Sides, String> {
+fn compare_loaded(
+    cluster: &SlurmCluster,
+    args: &[&str],
+    args_with: &[&str],
+    loaded: Loaded,
+    n: usize,
+    rounds: usize,
+) -> Result<Sides, String> {
     let per_round = n.div_ceil(rounds);
     let (mut without, mut with): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
     let mut done = 0;
@@ -129,7 +144,8 @@ fn compare_loaded(cluster: &SlurmCluster, args: &[&str], args_with: &[&str], loa
         // Alternate which side goes first, so neither always runs warm.
         for side in if round % 2 == 0 { [false, true] } else { [true, false] } {
             match (&loaded, side) {
-                (Loaded::Line(line), true) => std::fs::write(cluster.dir().join("plugstack.conf"), format!("{line}\n")).map_err(|e| e.to_string())?,
+                (Loaded::Line(line), true) => std::fs::write(cluster.dir().join("plugstack.conf"), format!("{line}\n"))
+                    .map_err(|e| e.to_string())?,
                 (Loaded::Cder { args, .. }, _) => cluster.set_plugstack(side, args)?,
                 (Loaded::Line(_), false) => cluster.set_plugstack(false, &[])?,
             }
@@ -207,7 +223,14 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { steps: 50, rounds: ROUNDS, task_cgroup: false, warmup_ms: None, spank_args: Vec::new(), only: Vec::new() };
+    let mut a = Args {
+        steps: 50,
+        rounds: ROUNDS,
+        task_cgroup: false,
+        warmup_ms: None,
+        spank_args: Vec::new(),
+        only: Vec::new(),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -218,9 +241,12 @@ fn parse_args() -> Result<Args, String> {
             }
             "--rounds" => {
                 let v = it.next().ok_or("--rounds needs a number")?;
-                a.rounds = v.parse().ok().filter(|r| *r > 0).ok_or_else(|| format!("--rounds {v}: not a positive number"))?;
+                a.rounds =
+                    v.parse().ok().filter(|r| *r > 0).ok_or_else(|| format!("--rounds {v}: not a positive number"))?;
             }
-            "--spank-arg" => a.spank_args.push(it.next().ok_or("--spank-arg needs a plugstack.conf word, e.g. confine=off")?),
+            "--spank-arg" => {
+                a.spank_args.push(it.next().ok_or("--spank-arg needs a plugstack.conf word, e.g. confine=off")?)
+            }
             "--only" => {
                 let v = it.next().ok_or("--only needs a line name")?;
                 if !LINES.contains(&v.as_str()) {
@@ -228,7 +254,10 @@ fn parse_args() -> Result<Args, String> {
                 }
                 a.only.push(v);
             }
-            n => a.steps = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?,
+            n => {
+                a.steps =
+                    n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{n}: not a positive number of sruns"))?
+            }
         }
     }
     Ok(a)
@@ -246,7 +275,10 @@ fn main() -> ExitCode {
     if !require_slurm() {
         return ExitCode::from(1);
     }
-    let favordynmods = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|l| l.contains("cgroup") && l.contains("favordynmods"));
+    let favordynmods = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("cgroup") && l.contains("favordynmods"));
     println!(
         "cder-slurm-bench: TaskPlugin={}, cgroup favordynmods {}, cderd cgroup_warmup_ms {}, spank_cder.so words [{}]",
         if args.task_cgroup { "task/cgroup (ConstrainDevices=yes)" } else { "task/none" },
@@ -284,35 +316,62 @@ fn main() -> ExitCode {
                 .and_then(|w| w.parse::<u32>().ok())
                 .ok_or_else(|| format!("salloc printed no job id: {text}"))?;
             let jobid = format!("--jobid={job}");
-            measured.push(("steps", compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, warmup, n, rounds)?));
+            measured.push((
+                "steps",
+                compare(&cluster, &[&jobid, "-n1", "true"], &[&jobid, "-n1", "true"], extra, warmup, n, rounds)?,
+            ));
             let _ = cluster.run("scancel", &[&job.to_string()]);
         }
         if wanted("jobs") {
             measured.push(("jobs", compare(&cluster, &["-n1", "true"], &["-n1", "true"], extra, warmup, n, rounds)?));
         }
         if wanted("jobs+gpu") {
-            measured.push(("jobs+gpu", compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?));
+            measured.push((
+                "jobs+gpu",
+                compare(&cluster, &["-n1", "true"], &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?,
+            ));
         }
         if wanted("gpu-job") {
-            measured.push(("gpu-job", compare(&cluster, native_gpu, &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?));
+            measured.push((
+                "gpu-job",
+                compare(&cluster, native_gpu, &["-n1", "--gpgpu-per-node=1", "true"], extra, warmup, n, rounds)?,
+            ));
         }
         if wanted("spank-only") {
-            let no_cderd = ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
-            measured.push(("spank-only", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Cder { args: &no_cderd, settle: None }, n, rounds)?));
+            let no_cderd =
+                ["socket=/nonexistent/cderd.sock".to_string(), "fail=open".to_string(), "confine=off".to_string()];
+            measured.push((
+                "spank-only",
+                compare_loaded(
+                    &cluster,
+                    native_gpu,
+                    native_gpu,
+                    Loaded::Cder { args: &no_cderd, settle: None },
+                    n,
+                    rounds,
+                )?,
+            ));
         }
         if wanted("prolog-floor") || wanted("gpu-job") {
             let floor_plugin = trivial_prolog_plugin(cluster.dir())?;
             let floor_line = format!("required {}", floor_plugin.display());
-            measured.push(("prolog-floor", compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Line(&floor_line), n, rounds)?));
+            measured.push((
+                "prolog-floor",
+                compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Line(&floor_line), n, rounds)?,
+            ));
         }
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
         );
-        let added: std::collections::HashMap<&str, (f64, f64, f64)> = measured.iter().map(|(name, sides)| (*name, report(name, n, sides))).collect();
+        let added: std::collections::HashMap<&str, (f64, f64, f64)> =
+            measured.iter().map(|(name, sides)| (*name, report(name, n, sides))).collect();
         if let Some(steps) = added.get("steps") {
             let ok = steps.0 < 5.0 || steps.1 < 5.0;
-            println!("target (steps): under 5 ms added per step (mean or median): {}", if ok { "met" } else { "NOT met" });
+            println!(
+                "target (steps): under 5 ms added per step (mean or median): {}",
+                if ok { "met" } else { "NOT met" }
+            );
         }
         if let (Some(gpu_job), Some(floor)) = (added.get("gpu-job"), added.get("prolog-floor")) {
             let verdict = |ms: f64| if ms <= 2.0 { "met" } else { "NOT met" };

@@ -44,8 +44,16 @@ fn main() -> ExitCode {
 fn demo() -> Result<bool, String> {
     println!("== starting slurmctld, slurmd (4 fake GPUs) and cderd on 127.0.0.1 ...");
     let cluster = SlurmCluster::start(&SlurmConfig::default())?;
-    println!("   cluster in {} (slurmctld port {}, slurmd port {})", cluster.dir().display(), cluster.ctld_port, cluster.slurmd_port);
-    println!("   plugstack.conf: {}", std::fs::read_to_string(cluster.dir().join("plugstack.conf")).unwrap_or_default().trim());
+    println!(
+        "   cluster in {} (slurmctld port {}, slurmd port {})",
+        cluster.dir().display(),
+        cluster.ctld_port,
+        cluster.slurmd_port
+    );
+    println!(
+        "   plugstack.conf: {}",
+        std::fs::read_to_string(cluster.dir().join("plugstack.conf")).unwrap_or_default().trim()
+    );
 
     println!("\n== a bad request is refused at submit time:");
     println!("$ sbatch --gpgpu-per-node=5 job.sh");

@@ -45,7 +45,13 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { serve: None, runs: 10, gpu_shares: vec![100, 10_000], ces: SnapshotSpec::thesis(Strategy::AttributeExtension).ces, placements: vec![Placement::Shares, Placement::ExecutionEnvironments] };
+    let mut a = Args {
+        serve: None,
+        runs: 10,
+        gpu_shares: vec![100, 10_000],
+        ces: SnapshotSpec::thesis(Strategy::AttributeExtension).ces,
+        placements: vec![Placement::Shares, Placement::ExecutionEnvironments],
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -60,7 +66,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--ces" => a.ces = val()?.parse().map_err(|e| format!("--ces: {e}"))?,
             "--gpu-shares" => {
-                a.gpu_shares = val()?.split(',').map(|s| s.trim().parse().map_err(|e| format!("--gpu-shares: {e}"))).collect::<Result<_, _>>()?
+                a.gpu_shares = val()?
+                    .split(',')
+                    .map(|s| s.trim().parse().map_err(|e| format!("--gpu-shares: {e}")))
+                    .collect::<Result<_, _>>()?
             }
             "--placements" => {
                 a.placements = val()?
@@ -96,7 +105,11 @@ fn ms(d: Duration) -> String {
 
 /// CE ids from `list-match` text output (` - <ce>  <rank>` lines), best first.
 fn cder_ces(text: &str) -> Vec<String> {
-    text.lines().filter_map(|l| l.strip_prefix(" - ")).filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect()
+    text.lines()
+        .filter_map(|l| l.strip_prefix(" - "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
 }
 
 /// CE ids (best first) and the work time from the reference's output.
@@ -158,7 +171,13 @@ fn real_main() -> Result<(), String> {
         }
     };
     if let Some(strategy) = args.serve {
-        let spec = SnapshotSpec { ces: args.ces, gpu_shares: args.gpu_shares[0], placement: args.placements[0], site_tree: true, ..SnapshotSpec::thesis(strategy) };
+        let spec = SnapshotSpec {
+            ces: args.ces,
+            gpu_shares: args.gpu_shares[0],
+            placement: args.placements[0],
+            site_tree: true,
+            ..SnapshotSpec::thesis(strategy)
+        };
         let snap = generate(&spec);
         let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(4 << 30), port: None }, &snap.ldif)?;
         println!("{} ({} entities); end of standard input (Enter, Ctrl-D) stops it", slapd.url(), snap.entities);
@@ -169,7 +188,10 @@ fn real_main() -> Result<(), String> {
     }
     let here = std::env::current_exe().map_err(|e| e.to_string())?;
     let cder_jdl = here.parent().map(|d| d.join("cder-jdl")).filter(|p| p.is_file()).ok_or_else(|| {
-        format!("no cder-jdl next to {}; build it: cargo build --release -j 2 -p cder-jdl -p cder-tests", here.display())
+        format!(
+            "no cder-jdl next to {}; build it: cargo build --release -j 2 -p cder-jdl -p cder-tests",
+            here.display()
+        )
     })?;
     let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/twophase_reference.py");
     for p in [Path::new(PYTHON), reference.as_path(), Path::new("/usr/sbin/slapd"), Path::new("/usr/sbin/slapadd")] {
@@ -180,7 +202,8 @@ fn real_main() -> Result<(), String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let job = work.path().join("job.jdl");
     std::fs::write(&job, JOB).map_err(|e| e.to_string())?;
-    let request = Request::new(&cder_classad::ClassAd::parse(JOB).map_err(|e| e.to_string())?, None).map_err(|e| e.to_string())?;
+    let request = Request::new(&cder_classad::ClassAd::parse(JOB).map_err(|e| e.to_string())?, None)
+        .map_err(|e| e.to_string())?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "host: {} CPUs, load average {}; runs per measurement: {} (medians)",
@@ -195,7 +218,13 @@ fn real_main() -> Result<(), String> {
     for &gpu in &args.gpu_shares {
         for &placement in &args.placements {
             for strategy in [Strategy::AttributeExtension, Strategy::ClassExtension] {
-                measure(&args, gpu, placement, strategy, &Setup { cder_jdl: &cder_jdl, reference: &reference, job: &job, request: &request })?;
+                measure(
+                    &args,
+                    gpu,
+                    placement,
+                    strategy,
+                    &Setup { cder_jdl: &cder_jdl, reference: &reference, job: &job, request: &request },
+                )?;
             }
         }
     }
@@ -217,7 +246,8 @@ fn measure(args: &Args, gpu: usize, placement: Placement, strategy: Strategy, se
     let name = if strategy == Strategy::AttributeExtension { "attribute-extension" } else { "class-extension" };
     let where_ = if placement == Placement::Shares { "ComputingShares" } else { "ExecutionEnvironments" };
     let t = Instant::now();
-    let spec = SnapshotSpec { ces: args.ces, gpu_shares: gpu, placement, site_tree: true, ..SnapshotSpec::thesis(strategy) };
+    let spec =
+        SnapshotSpec { ces: args.ces, gpu_shares: gpu, placement, site_tree: true, ..SnapshotSpec::thesis(strategy) };
     let snap = generate(&spec);
     let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(4 << 30), port: None }, &snap.ldif)?;
     let setup = t.elapsed();

@@ -39,7 +39,8 @@ fn main() -> ExitCode {
 
 fn show(title: &str, cmd: &mut Command) -> Result<String, String> {
     println!("\n== {title}");
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{title}: cannot run {:?}: {e}", cmd.get_program()))?;
+    let out =
+        cmd.stdin(Stdio::null()).output().map_err(|e| format!("{title}: cannot run {:?}: {e}", cmd.get_program()))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
@@ -62,7 +63,8 @@ fn demo() -> Result<(), String> {
     slapd.add(&ldif)?;
     let script = dir.path().join("gpu_job.sh");
     std::fs::write(&script, JOB_SCRIPT).map_err(|e| e.to_string())?;
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
     let jdl = dir.path().join("gpu.jdl");
     let jdl_text = format!(
         "[\n  Executable = \"gpu_job.sh\";\n  StdOutput = \"std.out\";\n  StdError = \"std.err\";\n  VirtualOrganisation = \"{VO}\";\n  GPGPUPerNode = 2;\n  \
@@ -73,16 +75,33 @@ fn demo() -> Result<(), String> {
     let bin = cder_jdl();
     let url = slapd.url();
     let local_ce = local.ce_id("debug");
-    show(&format!("phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl"), Command::new(&bin).args(["list-match", "--bdii", &url, "--explain"]).arg(&jdl))?;
-    show("phase 2 (dry run): cder-jdl submit --dry-run gpu.jdl", Command::new(&bin).args(["submit", "--dry-run", "--bdii", &url]).arg(&jdl))?;
+    show(
+        &format!("phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl"),
+        Command::new(&bin).args(["list-match", "--bdii", &url, "--explain"]).arg(&jdl),
+    )?;
+    show(
+        "phase 2 (dry run): cder-jdl submit --dry-run gpu.jdl",
+        Command::new(&bin).args(["submit", "--dry-run", "--bdii", &url]).arg(&jdl),
+    )?;
     let out = show(
         &format!("phase 1 + 2 on this CE: cder-jdl submit --via slurm --ce {local_ce} gpu.jdl"),
-        Command::new(&bin).args(["submit", "--via", "slurm", "--bdii", &url, "--ce", &local_ce]).arg(&jdl).env("SLURM_CONF", cluster.slurm_conf()),
+        Command::new(&bin)
+            .args(["submit", "--via", "slurm", "--bdii", &url, "--ce", &local_ce])
+            .arg(&jdl)
+            .env("SLURM_CONF", cluster.slurm_conf()),
     )?;
-    let id: u32 = out.trim().strip_prefix("slurm:").and_then(|s| s.parse().ok()).ok_or_else(|| format!("no job id in {out:?}"))?;
+    let id: u32 = out
+        .trim()
+        .strip_prefix("slurm:")
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no job id in {out:?}"))?;
     let info = cluster.wait_job(id, Duration::from_secs(120))?;
     let job_out = std::fs::read_to_string(dir.path().join("std.out")).unwrap_or_default();
-    println!("\n== job {id}: {} (TresPerNode={})\n{job_out}", info.state, info.fields.get("TresPerNode").map(String::as_str).unwrap_or("-"));
+    println!(
+        "\n== job {id}: {} (TresPerNode={})\n{job_out}",
+        info.state,
+        info.fields.get("TresPerNode").map(String::as_str).unwrap_or("-")
+    );
     if info.state != "COMPLETED" || !job_out.contains("CUDA_VISIBLE_DEVICES=") {
         return Err(format!("the job did not complete with its GPUs: {info:?}\n{}", cluster.logs()));
     }

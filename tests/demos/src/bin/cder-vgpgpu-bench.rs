@@ -28,13 +28,19 @@ impl Stats {
     fn percentile(&self, p: f64) -> f64 {
         let mut l = self.latencies.clone();
         l.sort_unstable();
-        l.get(((l.len() as f64 * p).ceil() as usize).clamp(1, l.len().max(1)) - 1).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        l.get(((l.len() as f64 * p).ceil() as usize).clamp(1, l.len().max(1)) - 1)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
     }
     fn rate(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
     }
     fn line(&self, name: &str) -> String {
-        format!("{name:<36} p50 {:>7.2} ms   p99 {:>7.2} ms   {:>7.1} pairs/s", self.percentile(0.5), self.percentile(0.99), self.rate())
+        format!(
+            "{name:<36} p50 {:>7.2} ms   p99 {:>7.2} ms   {:>7.1} pairs/s",
+            self.percentile(0.5),
+            self.percentile(0.99),
+            self.rate()
+        )
     }
 }
 
@@ -46,7 +52,8 @@ fn pairs(r: &Registryd, clients: u32, per_client: u32, round: u32) -> Result<Sta
             std::thread::spawn(move || -> Result<Vec<Duration>, String> {
                 let mut l = Vec::new();
                 for i in 0..per_client {
-                    let job = format!("slurm:{}", round * 1_000_000 + t * 10_000 + i).parse().map_err(|e| format!("{e}"))?;
+                    let job =
+                        format!("slurm:{}", round * 1_000_000 + t * 10_000 + i).parse().map_err(|e| format!("{e}"))?;
                     let t0 = Instant::now();
                     c.request(&job, 2, "bench-node", VgpgpuMethod::Rcuda).map_err(|e| e.to_string())?;
                     c.release(&job).map_err(|e| e.to_string())?;
@@ -99,7 +106,11 @@ fn run() -> Result<(), String> {
     for h in 0..8 {
         r.register_many(&format!("GPU-h{h}"), &format!("wn{h}"), 8)?;
     }
-    let munge = Munge { munge_program: "/usr/bin/munge".into(), unmunge_program: "/usr/bin/unmunge".into(), socket: Some(r.munged.socket()) };
+    let munge = Munge {
+        munge_program: "/usr/bin/munge".into(),
+        unmunge_program: "/usr/bin/unmunge".into(),
+        socket: Some(r.munged.socket()),
+    };
     let (mut one, mut four, mut floor) = (Stats::new(), Stats::new(), Stats::new());
     // Four interleaved rounds, so load from elsewhere falls on all alike.
     for round in 0..4 {

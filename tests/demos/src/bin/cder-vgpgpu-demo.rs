@@ -70,10 +70,15 @@ fn run(r: &Registryd) -> Result<bool, String> {
     for line in out.lines() {
         println!("   {line}");
     }
-    let hosts: BTreeSet<&str> = out.lines().filter_map(|l| l.split("host=").nth(1)).filter_map(|h| h.split(' ').next()).collect();
+    let hosts: BTreeSet<&str> =
+        out.lines().filter_map(|l| l.split("host=").nth(1)).filter_map(|h| h.split(' ').next()).collect();
     let banners = out.matches("BANNER").count();
     let in_use = c.query(QueryName::InUse, None).map_err(|e| e.to_string())?;
-    println!("== the job reached {banners} backends on {} node(s): {}", hosts.len(), hosts.iter().copied().collect::<Vec<_>>().join(", "));
+    println!(
+        "== the job reached {banners} backends on {} node(s): {}",
+        hosts.len(),
+        hosts.iter().copied().collect::<Vec<_>>().join(", ")
+    );
     println!("== registry after the job: {in_use} backend(s) in use");
     let ok = done.state == "COMPLETED" && banners == 3 && hosts.len() == 2 && in_use == 0;
     println!("{}", if ok { "OK: one job used GPUs from two nodes, and gave them back" } else { "FAILED" });
