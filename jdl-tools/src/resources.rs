@@ -38,7 +38,7 @@ use cder_classad::value::Value;
 
 /// The batch system.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Lrms {
+pub enum DirectiveDialect {
     /// SLURM (`#SBATCH`).
     Slurm,
     /// TORQUE/PBS (`#PBS`).
@@ -58,7 +58,7 @@ pub enum PbsGpus {
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// The LRMS.
-    pub lrms: Lrms,
+    pub lrms: DirectiveDialect,
     /// TORQUE GPU request style.
     pub pbs_gpus: PbsGpus,
     /// SLURM GRES name of GPGPUs.
@@ -75,7 +75,7 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for an LRMS: native TORQUE GPUs, GRES `gpu`.
-    pub fn new(lrms: Lrms) -> Settings {
+    pub fn new(lrms: DirectiveDialect) -> Settings {
         Settings {
             lrms,
             pbs_gpus: PbsGpus::Native,
@@ -202,11 +202,11 @@ pub const BLAH_KEYS: [&str; 12] = [
 /// refuses `unrecognized option '--cder-bad-attribute=KEY'`; TORQUE's qsub
 /// `Unknown resource type Resource_List.cder_bad_attribute_KEY`. `key` must
 /// be one of [`BLAH_KEYS`] or another fixed name, never job text.
-pub fn refusal_directive(lrms: Lrms, key: &str) -> String {
+pub fn refusal_directive(lrms: DirectiveDialect, key: &str) -> String {
     let key: String = key.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
     match lrms {
-        Lrms::Slurm => format!("#SBATCH {}={key}", names::SLURM_REFUSAL_OPTION),
-        Lrms::Pbs => format!("#PBS -l {}{key}=1", names::PBS_REFUSAL_PREFIX),
+        DirectiveDialect::Slurm => format!("#SBATCH {}={key}", names::SLURM_REFUSAL_OPTION),
+        DirectiveDialect::Pbs => format!("#PBS -l {}{key}=1", names::PBS_REFUSAL_PREFIX),
     }
 }
 
@@ -372,7 +372,7 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
     let licence =
         r.vgpgpu_method.as_ref().map(|_| s.licence.clone().unwrap_or_else(|| names::VGPGPU_LICENCE.to_string()));
     match s.lrms {
-        Lrms::Slurm => {
+        DirectiveDialect::Slurm => {
             if let Some(c) = r.cpus {
                 out.push(format!("#SBATCH --ntasks={c}"));
             }
@@ -392,7 +392,7 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
                 out.push(format!("#SBATCH --licenses={l}:{t}"));
             }
         }
-        Lrms::Pbs => {
+        DirectiveDialect::Pbs => {
             let ppn = r.smp_granularity.or(if r.nodes() == 1 { r.cpus } else { None });
             let mut nodes = format!("nodes={}", r.nodes());
             if let Some(p) = ppn {
@@ -453,14 +453,14 @@ mod tests {
     #[test]
     fn gpgpus_per_node_in_each_lrms() {
         assert_eq!(
-            lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Slurm)).unwrap(),
+            lines("[ GPGPUPerNode = 2 ]", &Settings::new(DirectiveDialect::Slurm)).unwrap(),
             ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]
         );
         assert_eq!(
-            lines("[ GPGPUPerNode = 2 ]", &Settings::new(Lrms::Pbs)).unwrap(),
+            lines("[ GPGPUPerNode = 2 ]", &Settings::new(DirectiveDialect::Pbs)).unwrap(),
             ["#PBS -l nodes=1:gpus=2", "export GPGPUPerNode=2"]
         );
-        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
+        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(DirectiveDialect::Pbs) };
         assert_eq!(
             lines("[ GPGPUPerNode = 2 ]", &maui).unwrap(),
             ["#PBS -l nodes=1", "#PBS -W x=GRES:gpus@2", "#PBS -l other=cder:gpgpu:2", "export GPGPUPerNode=2"]
@@ -469,14 +469,14 @@ mod tests {
 
     #[test]
     fn htcondor_request_gpus_is_the_same_count() {
-        let slurm = Settings::new(Lrms::Slurm);
+        let slurm = Settings::new(DirectiveDialect::Slurm);
         assert_eq!(lines("[ RequestGPUs = 2 ]", &slurm).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
         assert_eq!(
             lines("[ RequestGPUs = 2; GPGPUPerNode = 2 ]", &slurm).unwrap(),
             ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]
         );
         assert_eq!(lines("[ RequestGPUs = 2; GPGPUPerNode = 3 ]", &slurm).unwrap_err().key, "RequestGPUs");
-        let blahp = Settings { blahp_writes_gpus: true, ..Settings::new(Lrms::Slurm) };
+        let blahp = Settings { blahp_writes_gpus: true, ..Settings::new(DirectiveDialect::Slurm) };
         assert_eq!(lines("[ RequestGPUs = 2 ]", &blahp).unwrap(), ["export GPGPUPerNode=2"]);
         assert_eq!(lines("[ GPGPUPerNode = 2 ]", &blahp).unwrap(), ["#SBATCH --gres=gpu:2", "export GPGPUPerNode=2"]);
         assert_eq!(lines("[ gpus_minimum_memory = 0 ]", &slurm).unwrap_err().key, "gpus_minimum_memory");
@@ -491,7 +491,7 @@ mod tests {
     fn cpus_granularity_and_whole_nodes() {
         let s = lines(
             "[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]",
-            &Settings::new(Lrms::Slurm),
+            &Settings::new(DirectiveDialect::Slurm),
         )
         .unwrap();
         assert_eq!(
@@ -506,7 +506,7 @@ mod tests {
         );
         let p = lines(
             "[ CPUNumber = 8; SMPGranularity = 4; WholeNodes = true; GPGPUPerNode = 1 ]",
-            &Settings::new(Lrms::Pbs),
+            &Settings::new(DirectiveDialect::Pbs),
         )
         .unwrap();
         assert_eq!(p[..2], ["#PBS -l nodes=2:ppn=4:gpus=1", "#PBS -n"]);
@@ -516,7 +516,7 @@ mod tests {
     fn vgpgpus_become_licences_and_variables() {
         let s = lines(
             "[ VirtualGPGPUPerNode = 2; VirtualGPGPUMethod = \"rcuda\"; CPUNumber = 3 ]",
-            &Settings::new(Lrms::Slurm),
+            &Settings::new(DirectiveDialect::Slurm),
         )
         .unwrap();
         assert_eq!(
@@ -528,12 +528,12 @@ mod tests {
                 "export VirtualGPGPUMethod=rCUDA"
             ]
         );
-        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(Lrms::Pbs) };
+        let maui = Settings { pbs_gpus: PbsGpus::Maui, ..Settings::new(DirectiveDialect::Pbs) };
         let p = lines("[ VirtualGPGPUPerNode = 1; VirtualGPGPUType = \"VCL\"; GPGPUPerNode = 1 ]", &maui).unwrap();
         assert!(p.contains(&"#PBS -W x=GRES:gpus@1".to_string()), "{p:?}");
         assert!(p.contains(&"#PBS -v VirtualGPGPUPerNode=1,VirtualGPGPUMethod=VCL".to_string()), "{p:?}");
         // No method is rCUDA, as on every other door (cder_request).
-        let d = lines("[ VirtualGPGPUPerNode = 1 ]", &Settings::new(Lrms::Pbs)).unwrap();
+        let d = lines("[ VirtualGPGPUPerNode = 1 ]", &Settings::new(DirectiveDialect::Pbs)).unwrap();
         assert!(d.contains(&"#PBS -v VirtualGPGPUPerNode=1,VirtualGPGPUMethod=rCUDA".to_string()), "{d:?}");
     }
 
@@ -550,7 +550,7 @@ mod tests {
             ("[ GPGPUPerNode = 4097 ]", "GPGPUPerNode"),
             ("[ CPUNumber = 2; HostNumber = 3 ]", "HostNumber"),
         ] {
-            let e = lines(jdl, &Settings::new(Lrms::Slurm)).unwrap_err();
+            let e = lines(jdl, &Settings::new(DirectiveDialect::Slurm)).unwrap_err();
             assert_eq!(e.key, key, "{jdl}: {e}");
             assert!(e.to_string().starts_with("1:"), "{e}");
         }

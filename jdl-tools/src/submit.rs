@@ -286,8 +286,13 @@ mod tests {
     #[test]
     fn slurm_script_carries_the_translation() {
         let job = ClassAd::parse("[ Executable = \"/bin/echo\"; Arguments = \"hi\"; StdOutput = \"std.out\"; GPGPUPerNode = 2; Environment = { \"A=it's\" } ]").unwrap();
-        let s = slurm_script(&job, Some("debug"), &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp"))
-            .unwrap();
+        let s = slurm_script(
+            &job,
+            Some("debug"),
+            &Settings::new(crate::resources::DirectiveDialect::Slurm),
+            Path::new("/tmp"),
+        )
+        .unwrap();
         for line in [
             "#SBATCH --partition=debug",
             "#SBATCH --output=std.out",
@@ -299,14 +304,14 @@ mod tests {
         }
         let bad = ClassAd::parse("[ Executable = \"x\"; GPGPUPerNode = -2 ]").unwrap();
         assert!(matches!(
-            slurm_script(&bad, None, &Settings::new(crate::resources::Lrms::Slurm), Path::new("/tmp")),
+            slurm_script(&bad, None, &Settings::new(crate::resources::DirectiveDialect::Slurm), Path::new("/tmp")),
             Err(SubmitError::Input(_))
         ));
     }
 
     #[test]
     fn file_names_and_variable_names_cannot_add_options_or_commands() {
-        let slurm = Settings::new(crate::resources::Lrms::Slurm);
+        let slurm = Settings::new(crate::resources::DirectiveDialect::Slurm);
         for (attr, key) in [
             ("StdOutput = \"out --partition=prio\"", "StdOutput"),
             ("StdError = \"err\\r--partition=prio\"", "StdError"),

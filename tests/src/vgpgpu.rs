@@ -107,13 +107,13 @@ impl Registryd {
     }
 
     /// A client as root (the test runs as root), through this munged.
-    pub fn client(&self) -> cder_registry::Client {
+    pub fn client(&self) -> cder_registry::RegistryClient {
         let munge = cder_registry::Munge {
             munge_program: "/usr/bin/munge".into(),
             unmunge_program: "/usr/bin/unmunge".into(),
             socket: Some(self.munged.socket()),
         };
-        cder_registry::Client::new(&self.url(), munge, Duration::from_secs(30)).expect("a valid URL")
+        cder_registry::RegistryClient::new(&self.url(), munge, Duration::from_secs(30)).expect("a valid URL")
     }
 
     /// SIGKILL, no clean-up of any kind.

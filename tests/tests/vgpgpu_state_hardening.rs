@@ -84,7 +84,8 @@ fn registry_state_is_private_whatever_the_umask() {
             socket: Some(munged.socket()),
         };
         let client =
-            cder_registry::Client::new(&format!("http://127.0.0.1:{port}"), munge, Duration::from_secs(30)).unwrap();
+            cder_registry::RegistryClient::new(&format!("http://127.0.0.1:{port}"), munge, Duration::from_secs(30))
+                .unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while client.status().is_err() {
             assert!(child.try_wait().unwrap().is_none(), "cder-registryd exited under umask {umask}");

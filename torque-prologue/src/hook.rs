@@ -192,7 +192,7 @@ impl JobArgs {
 /// What a prologue decided, with the reason pbs_mom's logs and the job's
 /// error file should show.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PrologueOutcome {
     /// Run the job (exit status 0).
     Run(String),
     /// Abort the job (exit status 1): a request that can never be satisfied.
@@ -201,30 +201,30 @@ pub enum Outcome {
     Requeue(String),
 }
 
-impl Outcome {
+impl PrologueOutcome {
     /// pbs_mom's exit status for this decision.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Outcome::Run(_) => exit::RUN,
-            Outcome::Abort(_) => exit::ABORT,
-            Outcome::Requeue(_) => exit::REQUEUE,
+            PrologueOutcome::Run(_) => exit::RUN,
+            PrologueOutcome::Abort(_) => exit::ABORT,
+            PrologueOutcome::Requeue(_) => exit::REQUEUE,
         }
     }
 
     /// The reason, without the decision.
     pub fn message(&self) -> &str {
         match self {
-            Outcome::Run(m) | Outcome::Abort(m) | Outcome::Requeue(m) => m,
+            PrologueOutcome::Run(m) | PrologueOutcome::Abort(m) | PrologueOutcome::Requeue(m) => m,
         }
     }
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for PrologueOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self {
-            Outcome::Run(_) => "run",
-            Outcome::Abort(_) => "abort",
-            Outcome::Requeue(_) => "requeue",
+            PrologueOutcome::Run(_) => "run",
+            PrologueOutcome::Abort(_) => "abort",
+            PrologueOutcome::Requeue(_) => "requeue",
         };
         write!(f, "{what}: {}", self.message())
     }
@@ -263,14 +263,20 @@ pub struct Mom {
 /// refuses if its ledger has one held by another job); otherwise cderd
 /// chooses as many as the form the site's scheduler counts asks for, and
 /// forms the scheduler does not count are ignored.
-pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd: &Cderd<'_>, mom: &Mom) -> Outcome {
+pub fn prologue(
+    kind: HookKind,
+    args: &JobArgs,
+    settings: &TorqueSettings,
+    cderd: &Cderd<'_>,
+    mom: &Mom,
+) -> PrologueOutcome {
     let job = match args.job_key() {
         Ok(j) => j,
-        Err(e) => return Outcome::Abort(e.0),
+        Err(e) => return PrologueOutcome::Abort(e.0),
     };
     let requested = match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), settings) {
         Ok(r) => r,
-        Err(e) => return Outcome::Abort(format!("{job}: {e}")),
+        Err(e) => return PrologueOutcome::Abort(format!("{job}: {e}")),
     };
     let mut notes = Vec::new();
     if !requested.ignored.is_empty() {
@@ -284,7 +290,7 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
         Some(home) => match assigned_gpus(home, &args.job_id, &mom.hostname) {
             Ok(a) => a,
             // TORQUE's files exist but cannot be read: retry once the node is fixed.
-            Err(e) => return Outcome::Requeue(format!("{job}: reading TORQUE's GPU assignment: {e}")),
+            Err(e) => return PrologueOutcome::Requeue(format!("{job}: reading TORQUE's GPU assignment: {e}")),
         },
         None => None,
     };
@@ -331,25 +337,25 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
                 m.push_str("; ");
                 m.push_str(n);
             }
-            return Outcome::Run(m);
+            return PrologueOutcome::Run(m);
         }
     };
     let user = args.user.as_deref().unwrap_or("");
     let uid = match user_by_name(user) {
         Ok(ids) => ids.uid,
-        Err(e @ UserError::NotFound(_)) => return Outcome::Abort(format!("{job}: {e}")),
-        Err(e @ UserError::Lookup { .. }) => return Outcome::Requeue(format!("{job}: {e}")),
+        Err(e @ UserError::NotFound(_)) => return PrologueOutcome::Abort(format!("{job}: {e}")),
+        Err(e @ UserError::Lookup { .. }) => return PrologueOutcome::Requeue(format!("{job}: {e}")),
     };
     let mut client = match cderd.connect() {
         Ok(c) => c,
-        Err(e) => return Outcome::Requeue(format!("{job}: {e}")),
+        Err(e) => return PrologueOutcome::Requeue(format!("{job}: {e}")),
     };
     let mut request = AllocRequest::new(job.clone(), uid, count);
     request.cder_type = settings.cder_type.clone();
     request.devices = devices.clone();
     let result = match alloc_afresh(&mut client, &request) {
         Ok(r) => r,
-        Err(e) => return Outcome::Requeue(format!("{job}: releasing a stale allocation: {e}")),
+        Err(e) => return PrologueOutcome::Requeue(format!("{job}: releasing a stale allocation: {e}")),
     };
     match result {
         Ok(a) => {
@@ -360,9 +366,9 @@ pub fn prologue(kind: HookKind, args: &JobArgs, settings: &TorqueSettings, cderd
                 m.push_str("; ");
                 m.push_str(n);
             }
-            Outcome::Run(m)
+            PrologueOutcome::Run(m)
         }
-        Err(e) if devices.is_some() && e.code() == Some(ErrorCode::Conflict) => Outcome::Requeue(format!(
+        Err(e) if devices.is_some() && e.code() == Some(ErrorCode::Conflict) => PrologueOutcome::Requeue(format!(
             "{job}: TORQUE assigned {} GPUs {:?}, but cderd's ledger has one of them held by another job ({e}): the batch system and the ledger disagree; requeued until they agree (check `cderctl status` and pbs_mom's jobs)",
             settings.cder_type,
             devices.unwrap_or_default()
@@ -399,21 +405,21 @@ fn record_without_devices(
     user: &str,
     settings: &TorqueSettings,
     cderd: &Cderd<'_>,
-) -> Result<String, Outcome> {
+) -> Result<String, PrologueOutcome> {
     let not = |why: String| {
         format!("{job} asks for no devices but cannot be recorded ({why}): the job starter would refuse it")
     };
     let uid = match user_by_name(user) {
         Ok(ids) => ids.uid,
-        Err(e @ UserError::NotFound(_)) => return Err(Outcome::Abort(not(e.to_string()))),
-        Err(e @ UserError::Lookup { .. }) => return Err(Outcome::Requeue(not(e.to_string()))),
+        Err(e @ UserError::NotFound(_)) => return Err(PrologueOutcome::Abort(not(e.to_string()))),
+        Err(e @ UserError::Lookup { .. }) => return Err(PrologueOutcome::Requeue(not(e.to_string()))),
     };
-    let mut client = cderd.connect().map_err(|e| Outcome::Requeue(not(e.to_string())))?;
+    let mut client = cderd.connect().map_err(|e| PrologueOutcome::Requeue(not(e.to_string())))?;
     let mut request = AllocRequest::new(job.clone(), uid, 0);
     request.cder_type = settings.cder_type.clone();
     match alloc_afresh(&mut client, &request) {
         Ok(Ok(_)) => Ok("recorded with no devices, for the job starter to confine".to_string()),
-        Ok(Err(e)) | Err(e) => Err(Outcome::Requeue(not(e.to_string()))),
+        Ok(Err(e)) | Err(e) => Err(PrologueOutcome::Requeue(not(e.to_string()))),
     }
 }
 
@@ -430,21 +436,21 @@ pub fn classify_alloc_failure(
     count: u32,
     error: &ClientError,
     total: Option<u32>,
-) -> Outcome {
+) -> PrologueOutcome {
     match error.code() {
         Some(ErrorCode::Insufficient) => match total {
-            Some(t) if count > t => Outcome::Abort(format!(
+            Some(t) if count > t => PrologueOutcome::Abort(format!(
                 "{job} asks for {count} {cder_type} devices per node; this node has {t} in all, so the job can never run here"
             )),
-            _ => Outcome::Requeue(format!("{job}: {count} {cder_type} devices are not free now ({error}); requeued")),
+            _ => PrologueOutcome::Requeue(format!("{job}: {count} {cder_type} devices are not free now ({error}); requeued")),
         },
         Some(ErrorCode::BadRequest | ErrorCode::UnknownDevice) => {
-            Outcome::Abort(format!("{job}: cderd cannot ever grant this request: {error}"))
+            PrologueOutcome::Abort(format!("{job}: cderd cannot ever grant this request: {error}"))
         }
         // Permission (a hook not running as root or an operator), internal
         // errors, an unreachable daemon: nothing wrong with the job; keep
         // it queued while the node is fixed.
-        _ => Outcome::Requeue(format!("{job}: {error}")),
+        _ => PrologueOutcome::Requeue(format!("{job}: {error}")),
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use cder_model::{Config, VgpgpuMethod};
 use cder_registry_client::api::{OfflineRequest, QueryName};
-use cder_registry_client::{ApiErrorCode, Client, ClientError, RegistryStatus};
+use cder_registry_client::{ApiErrorCode, RegistryClient, RegistryClientError, RegistryStatus};
 use clap::{Args as ClapArgs, Subcommand};
 
 use super::{print, Failure};
@@ -74,15 +74,15 @@ struct Target {
     reason: Option<String>,
 }
 
-fn client(config: Option<&Path>) -> Result<Client, Failure> {
+fn client(config: Option<&Path>) -> Result<RegistryClient, Failure> {
     let c = Config::load(config).map_err(Failure::usage)?;
     let rc = c
         .registry
         .ok_or_else(|| Failure::usage(anyhow!("{}: no [registry] section", Config::resolve_path(config).display())))?;
-    Client::from_config(&rc).map_err(Failure::usage)
+    RegistryClient::from_config(&rc).map_err(Failure::usage)
 }
 
-fn refused(e: ClientError) -> Failure {
+fn refused(e: RegistryClientError) -> Failure {
     match e.code() {
         Some(ApiErrorCode::BadRequest | ApiErrorCode::NotFound | ApiErrorCode::TooLarge) => Failure::usage(e),
         _ => Failure::runtime(e),

@@ -19,7 +19,7 @@ const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub enum RegistryClientError {
     /// `[registry] url` is not `http://host[:port]` (the URL as given);
     /// there is no TLS, MUNGE authenticates each call instead.
     #[error("registry URL {0:?} is not http://host:port")]
@@ -55,18 +55,18 @@ pub enum ClientError {
     },
 }
 
-impl ClientError {
+impl RegistryClientError {
     /// The registry's error code, when it answered with one.
     pub fn code(&self) -> Option<ApiErrorCode> {
         match self {
-            ClientError::Refused { error, .. } => Some(error.code),
+            RegistryClientError::Refused { error, .. } => Some(error.code),
             _ => None,
         }
     }
 
     /// True when the registry could not be reached or did not answer.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, ClientError::Unavailable { .. })
+        matches!(self, RegistryClientError::Unavailable { .. })
     }
 }
 
@@ -81,33 +81,33 @@ pub struct RawReply {
 
 /// The client.
 #[derive(Debug, Clone)]
-pub struct Client {
+pub struct RegistryClient {
     /// `host:port`.
     endpoint: String,
     munge: Munge,
     timeout: Duration,
 }
 
-impl Client {
+impl RegistryClient {
     /// A client for `url` (`http://host:port`).
-    pub fn new(url: &str, munge: Munge, timeout: Duration) -> Result<Client, ClientError> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| ClientError::Url(url.to_string()))?;
+    pub fn new(url: &str, munge: Munge, timeout: Duration) -> Result<RegistryClient, RegistryClientError> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| RegistryClientError::Url(url.to_string()))?;
         let endpoint = rest.trim_end_matches('/').to_string();
         if endpoint.is_empty() || endpoint.contains('/') {
-            return Err(ClientError::Url(url.to_string()));
+            return Err(RegistryClientError::Url(url.to_string()));
         }
         let endpoint = if endpoint.contains(':') { endpoint } else { format!("{endpoint}:80") };
-        Ok(Client { endpoint, munge, timeout })
+        Ok(RegistryClient { endpoint, munge, timeout })
     }
 
     /// A client as `[registry]` configures it.
-    pub fn from_config(c: &RegistryConfig) -> Result<Client, ClientError> {
-        Client::new(&c.url, Munge::from_config(c), Duration::from_secs(c.timeout_s))
+    pub fn from_config(c: &RegistryConfig) -> Result<RegistryClient, RegistryClientError> {
+        RegistryClient::new(&c.url, Munge::from_config(c), Duration::from_secs(c.timeout_s))
     }
 
     /// One HTTP exchange, authenticated; any status. `auth: false` sends no
     /// credential (for tests of the refusal).
-    pub fn send(&self, method: &str, path: &str, body: &[u8], auth: bool) -> Result<RawReply, ClientError> {
+    pub fn send(&self, method: &str, path: &str, body: &[u8], auth: bool) -> Result<RawReply, RegistryClientError> {
         let mut head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
             self.endpoint,
@@ -121,7 +121,7 @@ impl Client {
             head.push_str(&format!("Authorization: MUNGE {cred}\r\n"));
         }
         head.push_str("\r\n");
-        let unavailable = |source| ClientError::Unavailable { endpoint: self.endpoint.clone(), source };
+        let unavailable = |source| RegistryClientError::Unavailable { endpoint: self.endpoint.clone(), source };
         let addr = self
             .endpoint
             .to_socket_addrs()
@@ -138,23 +138,26 @@ impl Client {
         stream.write_all(&request).map_err(unavailable)?;
         let mut reply = Vec::new();
         stream.take(MAX_REPLY_BYTES as u64 + 1).read_to_end(&mut reply).map_err(unavailable)?;
-        parse_reply(&reply).map_err(|message| ClientError::Malformed { endpoint: self.endpoint.clone(), message })
+        parse_reply(&reply)
+            .map_err(|message| RegistryClientError::Malformed { endpoint: self.endpoint.clone(), message })
     }
 
-    /// A typed call: `T` on 2xx, [`ClientError::Refused`] otherwise.
+    /// A typed call: `T` on 2xx, [`RegistryClientError::Refused`] otherwise.
     pub fn call<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
         body: Option<&impl Serialize>,
-    ) -> Result<T, ClientError> {
+    ) -> Result<T, RegistryClientError> {
         let body = match body {
-            Some(b) => serde_json::to_vec(b)
-                .map_err(|e| ClientError::Malformed { endpoint: self.endpoint.clone(), message: e.to_string() })?,
+            Some(b) => serde_json::to_vec(b).map_err(|e| RegistryClientError::Malformed {
+                endpoint: self.endpoint.clone(),
+                message: e.to_string(),
+            })?,
             None => Vec::new(),
         };
         let reply = self.send(method, path, &body, true)?;
-        let malformed = |e: serde_json::Error| ClientError::Malformed {
+        let malformed = |e: serde_json::Error| RegistryClientError::Malformed {
             endpoint: self.endpoint.clone(),
             message: format!("{e} (status {})", reply.status),
         };
@@ -162,17 +165,17 @@ impl Client {
             serde_json::from_slice(&reply.body).map_err(malformed)
         } else {
             let error: ApiError = serde_json::from_slice(&reply.body).map_err(malformed)?;
-            Err(ClientError::Refused { status: reply.status, error })
+            Err(RegistryClientError::Refused { status: reply.status, error })
         }
     }
 
     /// `register`.
-    pub fn register(&self, r: &RegisterRequest) -> Result<Registered, ClientError> {
+    pub fn register(&self, r: &RegisterRequest) -> Result<Registered, RegistryClientError> {
         self.call("POST", "/v1/register", Some(r))
     }
 
     /// `unregister`.
-    pub fn unregister(&self, uuid: &str) -> Result<Unregistered, ClientError> {
+    pub fn unregister(&self, uuid: &str) -> Result<Unregistered, RegistryClientError> {
         self.call("POST", "/v1/unregister", Some(&UnregisterRequest { uuid: uuid.to_string() }))
     }
 
@@ -183,7 +186,7 @@ impl Client {
         count: u32,
         node: &str,
         method: VgpgpuMethod,
-    ) -> Result<BackendAllocation, ClientError> {
+    ) -> Result<BackendAllocation, RegistryClientError> {
         self.request_for(&BackendRequest {
             job: job.clone(),
             count,
@@ -195,22 +198,22 @@ impl Client {
     }
 
     /// `request` with every field, e.g. the owner's `uid`.
-    pub fn request_for(&self, r: &BackendRequest) -> Result<BackendAllocation, ClientError> {
+    pub fn request_for(&self, r: &BackendRequest) -> Result<BackendAllocation, RegistryClientError> {
         self.call("POST", "/v1/request", Some(r))
     }
 
     /// What `job` holds on every node (operators, or the job's owner).
-    pub fn allocation(&self, job: &JobKey) -> Result<JobAllocations, ClientError> {
+    pub fn allocation(&self, job: &JobKey) -> Result<JobAllocations, RegistryClientError> {
         self.call("GET", &format!("/v1/allocation?job={}", query_escape(&job.to_string())), None::<&()>)
     }
 
     /// `release`: every backend of `job`.
-    pub fn release(&self, job: &JobKey) -> Result<BackendsReleased, ClientError> {
+    pub fn release(&self, job: &JobKey) -> Result<BackendsReleased, RegistryClientError> {
         self.call("POST", "/v1/release", Some(&ReleaseRequest { job: job.clone() }))
     }
 
     /// `query`: one count, for one method or all.
-    pub fn query(&self, name: QueryName, method: Option<VgpgpuMethod>) -> Result<u64, ClientError> {
+    pub fn query(&self, name: QueryName, method: Option<VgpgpuMethod>) -> Result<u64, RegistryClientError> {
         let path = match method {
             Some(m) => format!("/v1/query?name={}&method={}", name.as_str(), m.name()),
             None => format!("/v1/query?name={}", name.as_str()),
@@ -220,17 +223,17 @@ impl Client {
     }
 
     /// `status`.
-    pub fn status(&self) -> Result<RegistryStatus, ClientError> {
+    pub fn status(&self) -> Result<RegistryStatus, RegistryClientError> {
         self.call("GET", "/v1/status", None::<&()>)
     }
 
     /// `offline`: one backend or a whole host.
-    pub fn offline(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
+    pub fn offline(&self, r: &OfflineRequest) -> Result<RegistryStatus, RegistryClientError> {
         self.call("POST", "/v1/offline", Some(r))
     }
 
     /// `online`: one backend or a whole host.
-    pub fn online(&self, r: &OfflineRequest) -> Result<RegistryStatus, ClientError> {
+    pub fn online(&self, r: &OfflineRequest) -> Result<RegistryStatus, RegistryClientError> {
         self.call("POST", "/v1/online", Some(r))
     }
 }
@@ -361,9 +364,9 @@ mod tests {
     #[test]
     fn urls() {
         let m = Munge { munge_program: "munge".into(), unmunge_program: "unmunge".into(), socket: None };
-        assert_eq!(Client::new("http://r:1/", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:1");
-        assert_eq!(Client::new("http://r", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:80");
-        assert!(Client::new("https://r:1", m.clone(), Duration::from_secs(1)).is_err());
-        assert!(Client::new("http://r:1/x", m, Duration::from_secs(1)).is_err());
+        assert_eq!(RegistryClient::new("http://r:1/", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:1");
+        assert_eq!(RegistryClient::new("http://r", m.clone(), Duration::from_secs(1)).unwrap().endpoint, "r:80");
+        assert!(RegistryClient::new("https://r:1", m.clone(), Duration::from_secs(1)).is_err());
+        assert!(RegistryClient::new("http://r:1/x", m, Duration::from_secs(1)).is_err());
     }
 }

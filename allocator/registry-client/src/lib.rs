@@ -21,5 +21,5 @@ pub mod munge;
 pub use api::{
     ApiError, ApiErrorCode, Backend, BackendAllocation, BackendCounts, BackendState, QueryName, RegistryStatus,
 };
-pub use client::{Client, ClientError};
+pub use client::{RegistryClient, RegistryClientError};
 pub use munge::Munge;

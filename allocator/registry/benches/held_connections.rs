@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cder_registry::api::RegisterRequest;
-use cder_registry::{Client, Munge};
+use cder_registry::{Munge, RegistryClient};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -85,7 +85,7 @@ impl Series {
     }
 }
 
-fn series(client: &Client, calls: usize) -> Series {
+fn series(client: &RegistryClient, calls: usize) -> Series {
     let mut s = Series { latencies: Vec::with_capacity(calls), failures: 0 };
     for _ in 0..calls {
         let t = Instant::now();
@@ -158,7 +158,7 @@ fn main() {
         unmunge_program: "/usr/bin/unmunge".into(),
         socket: Some(dir.path().join("munge.socket")),
     };
-    let client = Client::new(&format!("http://127.0.0.1:{port}"), munge.clone(), timeout).unwrap();
+    let client = RegistryClient::new(&format!("http://127.0.0.1:{port}"), munge.clone(), timeout).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.status().is_err() {
         assert!(Instant::now() < deadline, "cder-registryd not serving");

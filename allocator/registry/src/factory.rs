@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use cder_model::{Device, FactoryConfig, VgpgpuMethod};
 
 use crate::api::RegisterRequest;
-use crate::client::{Client, ClientError};
+use crate::client::{RegistryClient, RegistryClientError};
 
 /// The GPU vendors the factory makes backends for (Algorithm 1's
 /// `GPGPUVendors = {Nvidia, ATI}`).
@@ -28,7 +28,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 pub enum FactoryError {
     /// The registry refused or could not be reached.
     #[error("registry: {0}")]
-    Registry(#[from] ClientError),
+    Registry(#[from] RegistryClientError),
     /// The backend launcher failed.
     #[error("launcher {program}: {message}")]
     Launch {
@@ -54,7 +54,7 @@ pub struct WalkReport {
 
 /// One node's factory.
 pub struct Factory {
-    client: Client,
+    client: RegistryClient,
     config: FactoryConfig,
     host: String,
 }
@@ -113,7 +113,7 @@ pub fn answers(host: &str, port: u16) -> bool {
 impl Factory {
     /// A factory for this node; `host` overrides `[registry.factory] host`
     /// and the FQDN.
-    pub fn new(client: Client, config: FactoryConfig) -> Factory {
+    pub fn new(client: RegistryClient, config: FactoryConfig) -> Factory {
         let host = config.host.clone().unwrap_or_else(fqdn);
         Factory { client, config, host }
     }

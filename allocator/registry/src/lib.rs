@@ -26,5 +26,5 @@ pub mod store;
 pub use api::{
     ApiError, ApiErrorCode, Backend, BackendAllocation, BackendCounts, BackendState, QueryName, RegistryStatus,
 };
-pub use client::{Client, ClientError};
+pub use client::{RegistryClient, RegistryClientError};
 pub use munge::Munge;

@@ -62,11 +62,12 @@ pub struct RegistryVirtual {
 
 impl VirtualGpgpuSource for RegistryVirtual {
     fn environments(&self) -> Result<Vec<VirtualEnvironment>, ProviderError> {
-        let failed = |e: cder_registry_client::ClientError| {
+        let failed = |e: cder_registry_client::RegistryClientError| {
             ProviderError::Runtime(format!("vGPGPU registry {}: {e}", self.registry.url))
         };
-        let status =
-            cder_registry_client::Client::from_config(&self.registry).and_then(|c| c.status()).map_err(failed)?;
+        let status = cder_registry_client::RegistryClient::from_config(&self.registry)
+            .and_then(|c| c.status())
+            .map_err(failed)?;
         let mut out = Vec::new();
         for method in cder_model::VgpgpuMethod::ALL {
             let counts = status.counts_for(Some(method));

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::cmd::{read_job, Failure};
-use crate::resources::{directives, refusal_directive, EnvSource, JobResources, Lrms, PbsGpus, Settings, BLAH_KEYS};
+use crate::resources::{
+    directives, refusal_directive, DirectiveDialect, EnvSource, JobResources, PbsGpus, Settings, BLAH_KEYS,
+};
 
 /// Arguments of `lrms-attrs`.
 #[derive(clap::Args, Debug)]
@@ -84,7 +86,7 @@ pub fn read_config(path: &Path) -> Result<BTreeMap<String, String>, String> {
 }
 
 fn settings(args: &Args) -> Result<Settings, Failure> {
-    let lrms = if args.lrms == "slurm" { Lrms::Slurm } else { Lrms::Pbs };
+    let lrms = if args.lrms == "slurm" { DirectiveDialect::Slurm } else { DirectiveDialect::Pbs };
     let conf = match &args.config {
         Some(p) => read_config(Path::new(p)).map_err(Failure::input)?,
         None => BTreeMap::new(),
@@ -123,7 +125,7 @@ fn settings(args: &Args) -> Result<Settings, Failure> {
 
 /// Runs `lrms-attrs`.
 pub fn run(args: &Args) -> Result<(), Failure> {
-    let lrms = if args.lrms == "slurm" { Lrms::Slurm } else { Lrms::Pbs };
+    let lrms = if args.lrms == "slurm" { DirectiveDialect::Slurm } else { DirectiveDialect::Pbs };
     let result = translate(args);
     if let (Err(e), true) = (&result, args.blah) {
         // BLAH appends stdout to the batch script and drops the rest: the

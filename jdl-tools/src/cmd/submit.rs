@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cmd::{explain_text, phase1, Failure, Phase1Args};
-use crate::resources::{Lrms, Settings};
+use crate::resources::{DirectiveDialect, Settings};
 use crate::submit::{arc_job_id, last_line, refine, render, restrict, run_submit, slurm_script, wms_job_id};
 
 /// Arguments of `submit`.
@@ -89,7 +89,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             )));
         };
         let queue = p.offers.offers[m.offer].queue.clone();
-        let settings = Settings { gres: args.gres.clone(), ..Settings::new(Lrms::Slurm) };
+        let settings = Settings { gres: args.gres.clone(), ..Settings::new(DirectiveDialect::Slurm) };
         let refined_ad = cder_classad::parser::parse_classad(&refined).map_err(|e| Failure::runtime(e.to_string()))?;
         let script = slurm_script(&refined_ad, queue.as_deref(), &settings, &dir).map_err(|e| match e {
             crate::submit::SubmitError::Input(m) => Failure::input(format!("{}: {m}", args.job)),

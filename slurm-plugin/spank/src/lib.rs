@@ -21,7 +21,7 @@ use cder_request::keys::{GPGPU_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER
 use cder_slurm::args::PluginArgs;
 use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
-use cder_slurm::node::{self, Outcome, Plan, Prolog, Slurmd, Step};
+use cder_slurm::node::{self, Plan, Prolog, Slurmd, Step, TaskOutcome};
 use cder_slurm::request::{
     RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, OPT_CDER,
     OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
@@ -39,9 +39,9 @@ struct CderSpank {
     args: Option<PluginArgs>,
     node: Slurmd,
     /// Set when the step's tasks do not get their plan's variables.
-    outcome: Option<Outcome>,
+    outcome: Option<TaskOutcome>,
     /// The vGPGPU backends' variables, or why the step cannot start.
-    vgpgpu: Option<Outcome>,
+    vgpgpu: Option<TaskOutcome>,
     plan: Option<Plan>,
     /// The variables this task gets, settled as root.
     task_env: Option<JobEnvironment>,
@@ -57,10 +57,10 @@ fn set_all(env: &JobEnvironment, spank: &Spank) -> SpankResult {
 }
 
 /// In the task: set the variables of `outcome`, or refuse with its reason.
-fn apply(outcome: Option<&Outcome>, spank: &Spank) -> SpankResult {
+fn apply(outcome: Option<&TaskOutcome>, spank: &Spank) -> SpankResult {
     match outcome {
-        Some(Outcome::Env(env)) => set_all(env, spank),
-        Some(Outcome::Fail(message)) => {
+        Some(TaskOutcome::Env(env)) => set_all(env, spank),
+        Some(TaskOutcome::Fail(message)) => {
             // The task's stderr is the job's: the user reads why there.
             let _ = writeln!(std::io::stderr(), "{message}");
             Err(SpankError::new(message.clone()))
@@ -207,7 +207,7 @@ impl Plugin for CderSpank {
         if let (None, Some(plan)) = (&self.outcome, &self.plan) {
             match node::confine_task(plan, &self.args(), std::process::id(), &self.node) {
                 Ok(env) => self.task_env = Some(env),
-                Err(message) => self.outcome = Some(Outcome::Fail(message)),
+                Err(message) => self.outcome = Some(TaskOutcome::Fail(message)),
             }
         }
         Ok(())

@@ -30,7 +30,7 @@ use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
 
 /// What a step's tasks get when it is not their plan's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum TaskOutcome {
     /// Set these variables.
     Env(JobEnvironment),
     /// Refuse to start the task, with this message on its stderr.
@@ -50,14 +50,14 @@ pub enum Refusal {
 
 impl Refusal {
     /// What the tasks get under `fail`; logs an unserved job.
-    pub fn outcome(self, job: &JobKey, fail: FailMode, node: &dyn Node) -> Outcome {
+    pub fn outcome(self, job: &JobKey, fail: FailMode, node: &dyn Node) -> TaskOutcome {
         match self {
-            Refusal::Request(message) => Outcome::Fail(message),
+            Refusal::Request(message) => TaskOutcome::Fail(message),
             Refusal::Unserved(why) => {
                 node.log(Level::Error, &format!("spank_cder: {job}: {why}"));
                 match fail {
-                    FailMode::Closed => Outcome::Fail(format!("cder: {why} (fail=closed); the job is not started")),
-                    FailMode::Open => Outcome::Env(empty_env()),
+                    FailMode::Closed => TaskOutcome::Fail(format!("cder: {why} (fail=closed); the job is not started")),
+                    FailMode::Open => TaskOutcome::Env(empty_env()),
                 }
             }
         }

@@ -181,7 +181,7 @@ fn more_than_the_job_has_is_refused_whatever_fail_says() {
         "{message}"
     );
     let open = PluginArgs { fail: FailMode::Open, ..PluginArgs::default() };
-    assert!(matches!(e.outcome(&job(), open.fail, &node), Outcome::Fail(_)));
+    assert!(matches!(e.outcome(&job(), open.fail, &node), TaskOutcome::Fail(_)));
 }
 
 #[test]
@@ -195,10 +195,10 @@ fn an_unreachable_cderd_follows_fail_mode() {
     let e = plan_step(&step(gpgpus("1"), None), &args, &node).unwrap_err();
     assert!(matches!(&e, Refusal::Unserved(why) if why.contains("cannot connect")), "{e:?}");
     match e.clone().outcome(&job(), FailMode::Closed, &node) {
-        Outcome::Fail(m) => assert!(m.ends_with("(fail=closed); the job is not started"), "{m}"),
+        TaskOutcome::Fail(m) => assert!(m.ends_with("(fail=closed); the job is not started"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(e.outcome(&job(), FailMode::Open, &node), Outcome::Env(empty_env()));
+    assert_eq!(e.outcome(&job(), FailMode::Open, &node), TaskOutcome::Env(empty_env()));
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn vgpgpu_beyond_the_licences_is_refused() {
     let raw = crate::vgpgpu::RawVgpgpu { per_node: Some("2".into()), method: None, origin: "--vgpgpu-per-node" };
     let s = vgpgpu::VgpgpuStep { job: job(), job_id: Some(7), uid: Some(1000), raw, from_option: true };
     match vgpgpu::allocate(&s, &PluginArgs::default(), &node) {
-        Some(Outcome::Fail(m)) => {
+        Some(TaskOutcome::Fail(m)) => {
             assert!(m.contains("--vgpgpu-per-node=2: SLURM granted slurm:7 0 vgpgpu licence(s)"), "{m}")
         }
         other => panic!("{other:?}"),

@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use cder_model::{Config, JobKey, RegistryConfig, VgpgpuMethod};
 use cder_registry_client::api::BackendRequest;
 use cder_registry_client::env::{job_environment, vcl_nodefile};
-use cder_registry_client::Client;
+use cder_registry_client::RegistryClient;
 use cder_request::keys::VIRTUAL_GPGPU_PER_NODE;
 
-use super::{Node, Outcome};
+use super::{Node, TaskOutcome};
 use crate::args::{FailMode, PluginArgs};
 use crate::gres_conf::node_position;
 use crate::sys::Level;
@@ -46,16 +46,16 @@ pub fn registry_config(args: &PluginArgs) -> Result<RegistryConfig, String> {
 
 /// Remote context, as root: this node's backends and their variables;
 /// `None` for a step that asks for none.
-pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option<Outcome> {
+pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option<TaskOutcome> {
     let job = &step.job;
     let req = match step.raw.parse() {
         Ok(Some(r)) => r,
         Ok(None) => return None,
-        Err(message) => return Some(Outcome::Fail(format!("cder: {message}"))),
+        Err(message) => return Some(TaskOutcome::Fail(format!("cder: {message}"))),
     };
     let fail = |message: String| {
         node.log(Level::Error, &format!("spank_cder: {message}"));
-        Some(Outcome::Fail(message))
+        Some(TaskOutcome::Fail(message))
     };
     // The controller counted `vgpgpu` licences for the job at submit time;
     // a request in the job's environment or a step option must not take
@@ -96,7 +96,7 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
     // licences, whatever node names reach it.
     let job_limit = Some(u32::try_from(licences).unwrap_or(u32::MAX));
     let got = registry_config(args).and_then(|rc| {
-        let client = Client::from_config(&rc).map_err(|e| e.to_string())?;
+        let client = RegistryClient::from_config(&rc).map_err(|e| e.to_string())?;
         let r = BackendRequest {
             job: job.clone(),
             count: req.per_node,
@@ -125,17 +125,17 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
                 Level::Info,
                 &format!("spank_cder: {job}: {} {} backend(s) on {name}: {endpoints}", a.backends.len(), req.method),
             );
-            Outcome::Env(job_environment(req.method, &a.backends, nodefile.as_deref()))
+            TaskOutcome::Env(job_environment(req.method, &a.backends, nodefile.as_deref()))
         }
         Err(why) => {
             node.log(Level::Error, &format!("spank_cder: {job}: {} {} vGPGPU(s): {why}", req.per_node, req.method));
             match args.fail {
-                FailMode::Closed => Outcome::Fail(format!(
+                FailMode::Closed => TaskOutcome::Fail(format!(
                     "cder: {} {} vGPGPU(s) for {job}: {why} (fail=closed); the job is not started",
                     req.per_node, req.method
                 )),
                 // Without backends the job runs with none (count 0).
-                FailMode::Open => Outcome::Env(job_environment(req.method, &[], None)),
+                FailMode::Open => TaskOutcome::Env(job_environment(req.method, &[], None)),
             }
         }
     })
@@ -146,7 +146,10 @@ pub fn allocate(step: &VgpgpuStep, args: &PluginArgs, node: &dyn Node) -> Option
 /// only where `[registry]` is configured.
 pub fn release(args: &PluginArgs, job: &JobKey, when: &str, node: &dyn Node) {
     let Ok(rc) = registry_config(args) else { return };
-    match Client::from_config(&rc).map_err(|e| e.to_string()).and_then(|c| c.release(job).map_err(|e| e.to_string())) {
+    match RegistryClient::from_config(&rc)
+        .map_err(|e| e.to_string())
+        .and_then(|c| c.release(job).map_err(|e| e.to_string()))
+    {
         Ok(r) if r.released > 0 => {
             node.log(Level::Info, &format!("spank_cder: {job}: {when}: released {} vGPGPU backend(s)", r.released))
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cder_model::Config;
 use cder_protocol::Client;
-use cder_torque::hook::{self, exit, Cderd, HookKind, JobArgs, Mom, Outcome, Released, HOOK_NAMES};
+use cder_torque::hook::{self, exit, Cderd, HookKind, JobArgs, Mom, PrologueOutcome, Released, HOOK_NAMES};
 use cder_torque::limits::requested_devices;
 use cder_torque::log::{log, note, Severity};
 use cder_torque::mom::PbsHome;
@@ -115,9 +115,9 @@ fn main() -> ExitCode {
                     match requested_devices(args.limits.as_deref().unwrap_or(""), kind.role(), s) {
                         // The job starter cannot confine a job cderd never recorded.
                         Ok(r) if r.count.is_none() && s.confine == cder_torque::settings::Confine::Off => {
-                            Outcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id))
+                            PrologueOutcome::Run(format!("torque:{} asks for no devices ({problem})", args.job_id))
                         }
-                        _ => Outcome::Requeue(format!(
+                        _ => PrologueOutcome::Requeue(format!(
                             "torque:{}: cannot read the node's cder configuration: {problem}",
                             args.job_id
                         )),
@@ -127,10 +127,10 @@ fn main() -> ExitCode {
             match &outcome {
                 // A request form the scheduler does not count was ignored:
                 // the user should read that in the job's error file.
-                Outcome::Run(m) if m.contains("; ignored ") => log(&tag, Severity::Warning, m),
-                Outcome::Run(m) => note(&tag, Severity::Info, m),
-                Outcome::Abort(m) => log(&tag, Severity::Error, &format!("job aborted: {m}")),
-                Outcome::Requeue(m) => log(&tag, Severity::Warning, &format!("job requeued: {m}")),
+                PrologueOutcome::Run(m) if m.contains("; ignored ") => log(&tag, Severity::Warning, m),
+                PrologueOutcome::Run(m) => note(&tag, Severity::Info, m),
+                PrologueOutcome::Abort(m) => log(&tag, Severity::Error, &format!("job aborted: {m}")),
+                PrologueOutcome::Requeue(m) => log(&tag, Severity::Warning, &format!("job requeued: {m}")),
             }
             ExitCode::from(outcome.exit_code())
         }

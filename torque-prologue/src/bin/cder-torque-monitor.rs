@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use cder_model::Config;
-use cder_registry_client::Client;
+use cder_registry_client::RegistryClient;
 use cder_torque::vgpgpu::Monitor;
 
 #[derive(Parser, Debug)]
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let client = match Client::from_config(&rc) {
+    let client = match RegistryClient::from_config(&rc) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cder-torque-monitor: registry.url: {e}");

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use cder_model::{JobKey, Lrms, VgpgpuMethod};
 use cder_registry_client::api::{BackendRequest, QueryName};
-use cder_registry_client::Client;
+use cder_registry_client::RegistryClient;
 
 use crate::vgpgpu::keys::MONITOR_NODE;
 use crate::vgpgpu::qstat::{parse_qstat_x, QstatJob};
@@ -24,7 +24,7 @@ pub struct Iteration {
 /// The monitor: registry client and the TORQUE commands it runs.
 pub struct Monitor {
     /// The cluster registry's client.
-    pub client: Client,
+    pub client: RegistryClient,
     /// The `qstat` command (name or path).
     pub qstat: String,
     /// The `qrls` command (name or path).

@@ -2,7 +2,7 @@
 //! registry.
 
 use cder_model::{Config, JobEnvironment, JobKey, VgpgpuMethod};
-use cder_registry_client::Client;
+use cder_registry_client::RegistryClient;
 
 /// In the job, as its user (`cder-job-starter`): the rCUDA / VCL
 /// environment of the backends the monitor requested for `job` (the
@@ -11,7 +11,7 @@ use cder_registry_client::Client;
 /// written into the user's temp dir.
 pub fn job_environment(config: &Config, job: &JobKey) -> Result<Option<JobEnvironment>, String> {
     let Some(rc) = &config.registry else { return Ok(None) };
-    let client = Client::from_config(rc).map_err(|e| e.to_string())?;
+    let client = RegistryClient::from_config(rc).map_err(|e| e.to_string())?;
     let held = match client.allocation(job) {
         Ok(h) => h,
         Err(e) if e.code() == Some(cder_registry_client::ApiErrorCode::NotFound) => return Ok(None),

@@ -8,7 +8,7 @@ use clap::Parser;
 
 use cder_model::Config;
 use cder_registry::factory::Factory;
-use cder_registry::Client;
+use cder_registry::RegistryClient;
 
 /// The vGPGPU factory of one GPU node.
 #[derive(Parser, Debug)]
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         fc.host = Some(h);
     }
     let interval = Duration::from_secs(fc.interval_s);
-    let client = match Client::from_config(&rc) {
+    let client = match RegistryClient::from_config(&rc) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cder-vgpgpu-factory: registry.url: {e}");
