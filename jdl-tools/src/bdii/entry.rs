@@ -153,14 +153,15 @@ pub fn service_base(dn: &str) -> String {
 pub fn service_dn(dn: &str) -> Option<&str> {
     let mut start = 0;
     loop {
-        let rest = &dn[start..];
-        if rest.trim_start().len() >= 14
-            && rest.trim_start()[..14].eq_ignore_ascii_case("GLUE2ServiceID")
-            && rest.trim_start()[14..].trim_start().starts_with('=')
+        let raw = &dn[start..];
+        let rest = raw.trim_start();
+        // `get`, not indexing: byte 14 may fall inside a non-ASCII character.
+        if rest.get(..14).is_some_and(|name| name.eq_ignore_ascii_case("GLUE2ServiceID"))
+            && rest[14..].trim_start().starts_with('=')
         {
-            return Some(rest.trim_start());
+            return Some(rest);
         }
-        start += next_rdn(rest)?;
+        start += next_rdn(raw)?;
     }
 }
 
@@ -206,6 +207,15 @@ pub fn entity_id(e: &Entry) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_dn_survives_non_ascii_rdns() {
+        // A fuzzer's DN: byte 14 of the first RDN falls inside 'Û'.
+        let dn = "GLUE2PolicyID\u{db}pgpu_policy,GLUE2ShareID=s, GLUE2ServiceID=ce,o=glue";
+        assert_eq!(service_dn(dn), Some("GLUE2ServiceID=ce,o=glue"));
+        assert_eq!(service_dn("GLUE2PolicyIDÛ,o=glue"), None);
+        assert_eq!(service_base("GLUE2ShareID=s,GLUE2ServiceID=ce,o=glue"), "GLUE2ServiceID=ce,o=glue");
+    }
 
     #[test]
     fn names_are_case_insensitive_and_shared() {
