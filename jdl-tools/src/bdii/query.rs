@@ -132,7 +132,7 @@ pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
     let Some(names) = &wanted.names else { return Vec::new() };
     let mut out: BTreeSet<String> = JOIN_ATTRS.iter().map(|a| a.to_string()).collect();
     for n in names {
-        if n.len() > 5 && n[..5].eq_ignore_ascii_case("GLUE2") {
+        if n.len() > 5 && n.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("GLUE2")) {
             out.insert(n.clone());
         } else {
             out.extend(crate::bdii::glue13::glue2_sources(n).into_iter().map(str::to_string));
