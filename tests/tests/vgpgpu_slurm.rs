@@ -22,6 +22,22 @@ impl Drop for Cleanup {
     }
 }
 
+/// A registry with 6 backends on three loopback "nodes", and a one-node SLURM
+/// (2 GPUs, `Licenses=vgpgpu:6`) whose plugin uses it.
+fn registry_and_cluster() -> (Registryd, Cleanup, SlurmCluster) {
+    let r = Registryd::start("").unwrap();
+    let cleanup = Cleanup(r.dir().to_path_buf());
+    start_backends(&r, &[("127.0.2.2", 2), ("127.0.2.3", 2), ("127.0.2.4", 2)]).unwrap();
+    assert_eq!(r.client().query(QueryName::Total, None).unwrap(), 6);
+    let config = SlurmConfig {
+        gpus: 2,
+        spank_args: vec![format!("config={}", r.config_path().display())],
+        extra_slurm_conf: "Licenses=vgpgpu:6\n".into(),
+        ..SlurmConfig::default()
+    };
+    (r, cleanup, SlurmCluster::start(&config).unwrap())
+}
+
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ok() {
@@ -36,19 +52,8 @@ fn vgpgpu_jobs_get_remote_backends_and_licences_hold_the_surplus() {
         return;
     }
     let _serial = serial();
-    let r = Registryd::start("").unwrap();
-    let _cleanup = Cleanup(r.dir().to_path_buf());
-    start_backends(&r, &[("127.0.2.2", 2), ("127.0.2.3", 2), ("127.0.2.4", 2)]).unwrap();
+    let (r, _cleanup, cluster) = registry_and_cluster();
     let c = r.client();
-    assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
-
-    let config = SlurmConfig {
-        gpus: 2,
-        spank_args: vec![format!("config={}", r.config_path().display())],
-        extra_slurm_conf: "Licenses=vgpgpu:6\n".into(),
-        ..SlurmConfig::default()
-    };
-    let cluster = SlurmCluster::start(&config).unwrap();
 
     // The admin's check: the licence count equals the registry's total.
     let cderctl = binary("cderctl", "cderctl").unwrap();
@@ -156,18 +161,8 @@ fn steps_that_name_their_own_node_get_no_more_backends_than_the_licences() {
         return;
     }
     let _serial = serial();
-    let r = Registryd::start("").unwrap();
-    let _cleanup = Cleanup(r.dir().to_path_buf());
-    start_backends(&r, &[("127.0.2.2", 2), ("127.0.2.3", 2), ("127.0.2.4", 2)]).unwrap();
+    let (r, _cleanup, cluster) = registry_and_cluster();
     let c = r.client();
-    assert_eq!(c.query(QueryName::Total, None).unwrap(), 6);
-    let config = SlurmConfig {
-        gpus: 2,
-        spank_args: vec![format!("config={}", r.config_path().display())],
-        extra_slurm_conf: "Licenses=vgpgpu:6\n".into(),
-        ..SlurmConfig::default()
-    };
-    let cluster = SlurmCluster::start(&config).unwrap();
     // A config the user wrote: another registry, which the plugin must not read.
     let user_config = cluster.jobs_dir().join("user-cder.toml");
     std::fs::write(&user_config, "[registry]\nurl = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:1\"\n").unwrap();
