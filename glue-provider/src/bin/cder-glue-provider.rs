@@ -18,7 +18,7 @@ pub(crate) enum Format {
     /// GLUE 2.0 (and GLUE 1.3) LDIF, as bdii-update loads it.
     Ldif,
     /// The GLUE 2 entities in OGF's JSON rendering (GFD.219), with GLUE 2.1's
-    /// accelerator entities, as ARC 7's REST information and IPF read GLUE.
+    /// accelerator entities, as IPF publishes GLUE and REST information services read it.
     Json,
 }
 
