@@ -105,7 +105,7 @@ fn errors(doc: &Value) -> Vec<String> {
     validator().iter_errors(doc).map(|e| format!("{}: {e}", e.instance_path())).collect()
 }
 
-fn assert_valid(doc: &Value, what: &str) {
+pub(crate) fn assert_valid(doc: &Value, what: &str) {
     let errs = errors(doc);
     assert!(errs.is_empty(), "{what}: the JSON does not validate:\n{}\n{doc:#}", errs.join("\n"));
 }
