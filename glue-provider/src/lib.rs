@@ -9,7 +9,8 @@
 //! The pipeline is: [`config::ProviderConfig`] → [`site::node_groups`]
 //! (static config or this node's inventory) → a [`sources::CountSource`]
 //! and a [`sources::VirtualGpgpuSource`] → [`strategy::render`] →
-//! [`ldif::write`]. All output is built in memory; the binary writes it in
+//! [`ldif::write`] (or [`json::write`], GLUE 2 in JSON, from the same
+//! entries). All output is built in memory; the binary writes it in
 //! one go only when everything succeeded, so `bdii-update` never reads half
 //! an entry.
 //!
@@ -29,6 +30,7 @@ pub mod arc;
 pub mod config;
 pub mod error;
 pub mod glue21;
+pub mod json;
 pub mod ldif;
 pub mod site;
 pub mod sources;
@@ -48,6 +50,19 @@ pub fn publish(
 ) -> Result<String, ProviderError> {
     let snapshot = snapshot(config, counts, virtual_gpgpus, now)?;
     Ok(ldif::write(&strategy::render(config, &snapshot, strategies)?))
+}
+
+/// Like [`publish`], but the GLUE 2 entities in the OGF JSON rendering
+/// ([`json`]) instead of LDIF; GLUE 1.3 (tagged-environment) has none.
+pub fn publish_json(
+    config: &ProviderConfig,
+    counts: &dyn sources::CountSource,
+    virtual_gpgpus: &dyn sources::VirtualGpgpuSource,
+    strategies: &[strategy::Strategy],
+    now: u64,
+) -> Result<String, ProviderError> {
+    let snapshot = snapshot(config, counts, virtual_gpgpus, now)?;
+    json::write(&strategy::render(config, &snapshot, strategies)?)
 }
 
 /// The groups with their live counts and the vGPGPU environments.

@@ -92,4 +92,21 @@ fn each_mig_profile_is_its_own_kind() {
             "a100_gpgpu-NVIDIA-A100-SXM4-80GB"
         ]
     );
+
+    // GLUE 2 in JSON: a MIG kind is logical accelerators only, which the
+    // AcceleratorEnvironment schema allows (no counts: no cderd here).
+    let snapshot = cder_glue_provider::sources::Snapshot {
+        groups: groups.into_iter().map(|g| (g, Default::default())).collect(),
+        virtual_environments: Vec::new(),
+        created: 0,
+    };
+    let glue21 = [cder_glue_provider::strategy::Strategy::Glue21Accelerator];
+    let entries = cder_glue_provider::strategy::render(&config, &snapshot, &glue21).unwrap();
+    let doc = cder_glue_provider::json::render(&entries).unwrap();
+    crate::json_schema::assert_valid(&doc, "MIG instances");
+    let acc = doc["AcceleratorEnvironment"].as_array().unwrap();
+    assert_eq!(acc.len(), 3, "{doc:#}");
+    assert!(acc[1].get("PhysicalAccelerators").is_none(), "{doc:#}");
+    assert_eq!(acc[1]["LogicalAccelerators"], 2);
+    assert_eq!(acc[2]["PhysicalAccelerators"], 1);
 }
