@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::ProviderError;
 use crate::site::{DeviceClass, NodeGroup};
-use crate::sources::counts::{Counts, GroupCounts};
+use crate::sources::counts::{Counts, GroupCounts, HostFacts, NodeFacts};
 
 /// What the group walk needs to know of a batch system's view of a node.
 pub(crate) trait LrmsNode {
@@ -13,6 +13,8 @@ pub(crate) trait LrmsNode {
     fn unavailable(&self) -> bool;
     /// Runs at least one job.
     fn busy(&self) -> bool;
+    /// Its CPUs, slots and memory, as far as the listing says.
+    fn facts(&self) -> NodeFacts;
 }
 
 /// Counts every group from one batch-system listing of its nodes: used and
@@ -30,6 +32,7 @@ pub(crate) fn walk_groups<N: LrmsNode>(
         .map(|group| {
             let mut out = GroupCounts::default();
             let (mut used, mut unavailable) = (0, 0);
+            let mut facts = Vec::with_capacity(group.nodes.len());
             for host in &group.nodes {
                 let node = nodes.get(host).ok_or_else(|| {
                     ProviderError::Runtime(format!("group {:?}: node {host:?} is not known to {listing}", group.id()))
@@ -39,6 +42,7 @@ pub(crate) fn walk_groups<N: LrmsNode>(
                 } else if node.busy() {
                     used += 1;
                 }
+                facts.push(node.facts());
                 for class in &group.classes {
                     let sum = out.devices.entry(class.key.clone()).or_default();
                     *sum = sum.checked_add(devices(host, node, class)?).map_err(|field| {
@@ -52,6 +56,12 @@ pub(crate) fn walk_groups<N: LrmsNode>(
             }
             out.nodes_used = Some(used);
             out.nodes_unavailable = Some(unavailable);
+            out.hosts = HostFacts::from_nodes(&facts).map_err(|what| {
+                ProviderError::Runtime(format!(
+                    "group {:?}: {listing} gives more {what} than a count holds",
+                    group.id()
+                ))
+            })?;
             Ok(out)
         })
         .collect()
