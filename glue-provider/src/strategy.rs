@@ -147,9 +147,7 @@ pub(crate) fn render_entries(
             m.push("GLUE2ManagerID", manager_id.clone());
             m.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
             m.push("GLUE2ManagerProductName", service.manager_product.clone());
-            if let Some(v) = &service.manager_version {
-                m.push("GLUE2ManagerProductVersion", v.clone());
-            }
+            m.push("GLUE2ManagerProductVersion", manager_version(config, snapshot)?);
             let totals = manager_totals(config, snapshot)?;
             m.push("GLUE2ComputingManagerTotalPhysicalCPUs", totals.physical_cpus.to_string());
             m.push("GLUE2ComputingManagerTotalLogicalCPUs", totals.logical_cpus.to_string());
@@ -453,6 +451,23 @@ fn missing(group: &NodeGroup, config: &ProviderConfig, attribute: &str, key: &st
         "group {:?}: {attribute} is mandatory in EGI's GLUE 2 profile and {source}: set group.{key} in the provider's config",
         group.id()
     ))
+}
+
+/// `GLUE2ManagerProductVersion`, which EGI's profile requires: the
+/// config's, else the version the LRMS's nodes report (SLURM `Version=`,
+/// TORQUE `version=`) when they all agree.
+fn manager_version(config: &ProviderConfig, snapshot: &Snapshot) -> Result<String, ProviderError> {
+    if let Some(v) = config.service.as_ref().and_then(|s| s.manager_version.clone()) {
+        return Ok(v);
+    }
+    // Nodes that never registered report none; the others must agree.
+    let reported = snapshot.groups.iter().filter_map(|(_, c)| c.hosts.lrms_version.as_ref());
+    match crate::sources::counts::agreed(reported) {
+        Some(v) => Ok(v.clone()),
+        _ => Err(ProviderError::Input(
+            "GLUE2ManagerProductVersion is mandatory in EGI's GLUE 2 profile and the count source reports no single LRMS version: set service.manager_version in the provider's config (or leave [service] out where the CE's own provider publishes the Manager)".into(),
+        )),
+    }
 }
 
 /// The ComputingManager's totals over every group.

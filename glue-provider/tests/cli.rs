@@ -88,6 +88,11 @@ fn values_egi_requires_are_refused_when_no_one_gives_them() {
     );
     let out = run(dir.path(), service.as_bytes(), &[]);
     assert_failed(&out, 2, &["GLUE2ComputingManagerTotalPhysicalCPUs", "group.physical_cpus", "leave [service] out"]);
+    let with_cpus = service.replace("os_name", "physical_cpus = 2\nlogical_cpus = 16\nos_name");
+    assert!(run(dir.path(), with_cpus.as_bytes(), &[]).status.success());
+    // The static source knows no LRMS version.
+    let out = run(dir.path(), with_cpus.replace("manager_version = \"22.05\"\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ManagerProductVersion", "service.manager_version"]);
     // GLUE 1.3 counts the SubCluster's CPUs.
     let tagged = SITE.replace("[counts]", "cluster_id = \"ce.example.org\"\n\n[counts]");
     let out = run(dir.path(), tagged.as_bytes(), &["--strategy", "tagged-environment"]);

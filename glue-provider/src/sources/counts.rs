@@ -49,7 +49,7 @@ pub struct GroupCounts {
 }
 
 /// What a source reports of one node besides its devices; `None` where it does not say.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
     /// CPU sockets (SLURM `Sockets=`, TORQUE 6 `<total_sockets>`, distinct `physical id`s in /proc/cpuinfo).
     pub physical_cpus: Option<u32>,
@@ -59,6 +59,8 @@ pub struct NodeFacts {
     pub slots: Option<u32>,
     /// RAM plus swap, MB (TORQUE `totmem=`, /proc/meminfo `MemTotal` + `SwapTotal`).
     pub virtual_memory_mb: Option<u64>,
+    /// The LRMS daemon's version on the node (SLURM `Version=`, TORQUE `version=`).
+    pub lrms_version: Option<String>,
 }
 
 /// A group's CPUs, slots and memory from its nodes' [`NodeFacts`], and its
@@ -82,6 +84,14 @@ pub struct HostFacts {
     pub os_name: Option<String>,
     /// `GLUE2ExecutionEnvironmentOSVersion`.
     pub os_version: Option<String>,
+    /// The LRMS version, when the nodes that report one agree (`GLUE2ManagerProductVersion`).
+    pub lrms_version: Option<String>,
+}
+
+/// The one value all of `values` are, if they are one.
+pub(crate) fn agreed<T: PartialEq>(mut values: impl Iterator<Item = T>) -> Option<T> {
+    let first = values.next()?;
+    values.all(|v| v == first).then_some(first)
 }
 
 /// A per-node figure over a group: the value when the nodes that report it
@@ -123,6 +133,7 @@ impl HostFacts {
             virtual_memory_mb: nodes.iter().filter_map(|n| n.virtual_memory_mb).min(),
             os_name: None,
             os_version: None,
+            lrms_version: agreed(nodes.iter().filter_map(|n| n.lrms_version.as_ref())).cloned(),
         })
     }
 }

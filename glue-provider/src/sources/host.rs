@@ -85,6 +85,7 @@ pub fn local_facts(timeout: Duration) -> Result<HostFacts, ProviderError> {
         logical_cpus: logical,
         slots: None,
         virtual_memory_mb: parse_meminfo(&read("/proc/meminfo")?),
+        lrms_version: None,
     };
     let mut facts =
         HostFacts::from_nodes(&[node]).map_err(|what| ProviderError::Runtime(format!("{what}: too many")))?;

@@ -47,6 +47,8 @@ pub struct TorqueNode {
     pub totmem_mb: Option<u64>,
     /// `<total_sockets>` (TORQUE 6 built with hwloc).
     pub sockets: Option<u32>,
+    /// `version=` of `<status>`: the pbs_mom's TORQUE version.
+    pub version: Option<String>,
 }
 
 impl TorqueNode {
@@ -125,6 +127,7 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
                     .map_err(|_| bad(format!("node {name}: totmem={v} is not a size in kb")))
             })
             .transpose()?;
+        let version = status_field("version").filter(|v| !v.is_empty()).map(str::to_string);
         nodes.push(TorqueNode {
             name,
             states,
@@ -136,6 +139,7 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             ncpus,
             totmem_mb,
             sockets,
+            version,
         });
         rest = &rest[end + 7..];
     }
@@ -208,6 +212,7 @@ impl LrmsNode for TorqueNode {
             logical_cpus: self.ncpus,
             slots: self.np,
             virtual_memory_mb: self.totmem_mb,
+            lrms_version: self.version.clone(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct SlurmNode {
     pub cpus: Option<u32>,
     /// `Sockets=`: CPU sockets of the whole node (over all its boards).
     pub sockets: Option<u32>,
+    /// `Version=`: the node's slurmd version.
+    pub version: Option<String>,
 }
 
 /// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
@@ -129,7 +131,17 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
             fields.get(key).map(|v| v.parse::<u32>().map_err(|_| bad(&format!("{key}={v} is not a count")))).transpose()
         };
         let (cpus, sockets) = (number("CPUTot")?, number("Sockets")?);
-        nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used, cpus, sockets });
+        let version = fields.get("Version").filter(|v| !v.is_empty() && **v != "(null)").map(|v| v.to_string());
+        nodes.push(SlurmNode {
+            name: name.to_string(),
+            states,
+            not_responding,
+            gres,
+            gres_used,
+            cpus,
+            sockets,
+            version,
+        });
     }
     Ok(nodes)
 }
@@ -227,6 +239,12 @@ impl LrmsNode for SlurmNode {
     }
     fn facts(&self) -> NodeFacts {
         // SLURM has no swap figure: virtual memory comes from the config.
-        NodeFacts { physical_cpus: self.sockets, logical_cpus: self.cpus, slots: self.cpus, virtual_memory_mb: None }
+        NodeFacts {
+            physical_cpus: self.sockets,
+            logical_cpus: self.cpus,
+            slots: self.cpus,
+            virtual_memory_mb: None,
+            lrms_version: self.version.clone(),
+        }
     }
 }
