@@ -63,6 +63,7 @@ fn slurm_gres_counts_are_published() {
     std::fs::write(
         &config,
         slurm_ce_config(&format!("scontrol = \"{}\"", scontrol.display()))
+            .replace("[service]", "cluster_id = \"ce.example.org\"\n\n[service]")
             + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
              virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
              [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n\n\
@@ -108,6 +109,17 @@ fn slurm_gres_counts_are_published() {
         assert_eq!(published("GLUE2ComputingManagerTotalLogicalCPUs"), sum("CPUTot"), "{listing}");
         assert_eq!(published("GLUE2ComputingManagerTotalPhysicalCPUs"), sum("Sockets"), "{listing}");
         assert_eq!(published("GLUE2ComputingManagerTotalSlots"), sum("CPUTot"), "{listing}");
+        // GLUE 1.3: the glue1 tests, the SubClusters' CPUs from the same listing.
+        let glue13 = publish(&config, &["tagged-environment"]);
+        let verdict = glue_validator(&glue13, &["-g", "glue1", "-s", "general"]);
+        assert_eq!((verdict.errors, verdict.warnings), (0, 0), "{}\n{glue13}", verdict.output);
+        let logical: u32 = ldif::parse(&glue13)
+            .unwrap()
+            .iter()
+            .flat_map(|e| e.values("GlueSubClusterLogicalCPUs"))
+            .map(|v| v.parse::<u32>().unwrap())
+            .sum();
+        assert_eq!(logical, sum("CPUTot"), "{listing}");
     }
 
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
