@@ -77,8 +77,10 @@ pub fn local_facts(timeout: Duration) -> Result<HostFacts, ProviderError> {
     };
     let (mut sockets, logical) = parse_cpuinfo(&read("/proc/cpuinfo")?);
     if sockets.is_none() {
-        let out = run_command(Path::new("lscpu"), &["-p=SOCKET"], timeout)?;
-        sockets = parse_lscpu_sockets(&String::from_utf8_lossy(&out));
+        // No lscpu leaves the sockets unknown: refused only where EGI's profile needs them.
+        sockets = run_command(Path::new("lscpu"), &["-p=SOCKET"], timeout)
+            .ok()
+            .and_then(|out| parse_lscpu_sockets(&String::from_utf8_lossy(&out)));
     }
     let node = NodeFacts {
         physical_cpus: sockets,
