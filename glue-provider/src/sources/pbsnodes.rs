@@ -117,7 +117,10 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
         let sockets = xml_element(body, "total_sockets").map(|v| count("<total_sockets>", &v)).transpose()?;
         // <status>: rectime=…,ncpus=8,physmem=16330000kb,totmem=20426028kb,…,opsys=linux
         let status = xml_element(body, "status").unwrap_or_default();
-        let status_field = |key: &str| status.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='));
+        // pbs_mom writes `?` and an error code for a figure it could not read (`sessions=? 15201`): unknown.
+        let status_field = |key: &str| {
+            status.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')).filter(|v| !v.starts_with('?'))
+        };
         let ncpus = status_field("ncpus").map(|v| count("ncpus=", v)).transpose()?;
         let totmem_mb = status_field("totmem")
             .map(|v| {

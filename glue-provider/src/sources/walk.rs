@@ -119,6 +119,9 @@ mod tests {
         );
         assert_eq!(torque[1].facts(), NodeFacts { slots: Some(40), ..NodeFacts::default() });
         assert!(parse_pbsnodes(b"<Data><Node><name>x</name><status>totmem=much</status></Node></Data>").is_err());
+        let unknown =
+            parse_pbsnodes(b"<Data><Node><name>x</name><status>totmem=? 15201,ncpus=4</status></Node></Data>").unwrap();
+        assert_eq!((unknown[0].totmem_mb, unknown[0].ncpus), (None, Some(4)));
     }
 
     #[test]
