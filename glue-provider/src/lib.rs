@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn service_and_virtual_environments() {
-        let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";
+        let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\nmanager_version = \"22.05.8\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";
         // [service] and [[virtual]] must come before [[group]] entries' sub-tables in TOML
         // only by table rules; appended tables are fine.
         let entries = run(&sample(extra), &[Strategy::AttributeExtension, Strategy::TaggedEnvironment]);
@@ -224,6 +224,13 @@ mod tests {
         assert_eq!(app.values("GLUE2ApplicationEnvironmentAppName").collect::<Vec<_>>(), ["rCUDA"]);
         assert!(app.values("GLUE2EntityOtherInfo").any(|v| v == "FreeVGPGPU=5"));
         assert!(entries[5].values("GlueHostApplicationSoftwareRunTimeEnvironment").any(|v| v == "rCUDAFreeVGPGPU=5"));
+        // 16 nodes × 2 sockets × 16 threads, from the group's keys: EGI requires the Manager's totals.
+        let one = |e: &ldif::Entry, a: &str| e.values(a).next().map(str::to_string);
+        assert_eq!(one(&entries[1], "GLUE2ComputingManagerTotalPhysicalCPUs").as_deref(), Some("32"));
+        assert_eq!(one(&entries[1], "GLUE2ComputingManagerTotalLogicalCPUs").as_deref(), Some("256"));
+        assert_eq!(one(&entries[1], "GLUE2ManagerProductVersion").as_deref(), Some("22.05.8"));
+        assert_eq!(one(&entries[5], "GlueSubClusterLogicalCPUs").as_deref(), Some("256"));
+        assert_eq!(one(&entries[2], "GLUE2ExecutionEnvironmentVirtualMemorySize").as_deref(), Some("20480"));
     }
 
     #[test]
