@@ -124,6 +124,7 @@ name = "GTS 450 nodes"
 nodes = ["wn[01-03]"]
 platform = "amd64"
 main_memory_mb = 16384
+virtual_memory_mb = 20480
 physical_cpus = 2
 logical_cpus = 16
 cpu_vendor = "Intel"

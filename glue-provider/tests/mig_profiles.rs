@@ -52,7 +52,7 @@ fn each_mig_profile_is_its_own_kind() {
     )
     .unwrap();
     let provider = format!(
-        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mb = 262144\n",
+        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mb = 262144\nvirtual_memory_mb = 262144\nos_name = \"debian\"\nos_version = \"12\"\n",
         cder_toml.to_str().unwrap()
     );
     let config = cder_glue_provider::ProviderConfig::parse(&provider, &dir.path().join("glue-provider.toml")).unwrap();
