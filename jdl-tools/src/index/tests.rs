@@ -373,7 +373,6 @@ fn same(
 }
 
 #[test]
-#[ignore = "the index still differs from the live build on this grid (a claimed CE ID, some EE offers): unfinished"]
 fn the_thesis_jobs_match_as_live_with_every_vo() {
     let entries = grid(24, 7);
     let idx = index_of(&entries);
