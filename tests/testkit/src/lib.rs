@@ -5,8 +5,10 @@
 
 #![deny(missing_docs)]
 
+mod disk;
 mod node;
 
+pub use disk::{require_tmpfs, Tmpfs};
 pub use node::TestNode;
 
 use std::path::{Path, PathBuf};

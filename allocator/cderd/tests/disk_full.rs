@@ -1,0 +1,86 @@
+//! The state directory on a real file system that fills up (a 2 MiB
+//! tmpfs): an `alloc` is refused with SQLite's "database or disk is full;
+//! nothing was changed", the ledger is what it was, cderd keeps answering,
+//! and once space is freed the next `alloc` succeeds with no restart.
+
+use crate::common;
+
+use cder_model::JobKey;
+use cder_protocol::{AllocRequest, ClientError, DeviceState, ErrorCode};
+use cder_testkit::{require_tmpfs, Tmpfs};
+use common::{live_owners, Node, Options};
+
+fn job(s: &str) -> JobKey {
+    s.parse().unwrap()
+}
+
+#[test]
+fn a_full_disk_refuses_alloc_keeps_the_ledger_and_recovers_without_restart() {
+    if !require_tmpfs() {
+        return;
+    }
+    let disk = Tmpfs::mount(2 << 20).unwrap();
+    let state = disk.path().join("state");
+    let db = state.join("cderd.db");
+    let mut node = Node::with(4, Options { state_dir: Some(state.clone()), ..Options::default() });
+    let mut c = node.client();
+    c.alloc(&AllocRequest::new(job("slurm:1"), 1000, 1)).unwrap();
+    let filled = disk.fill().unwrap();
+    assert!(filled > 0, "the tmpfs had no room left before the test filled it");
+
+    // The WAL may still have room for a few commits; the history grows
+    // with every alloc/release, so a refusal must come.
+    let mut refusal = None;
+    for n in 2..2000 {
+        let key = job(&format!("slurm:{n}"));
+        let owners = live_owners(&db);
+        let before = c.status().unwrap().devices;
+        match c.alloc(&AllocRequest::new(key.clone(), 1000, 1)) {
+            Ok(_) => {
+                if let Err(e) = c.release(&key) {
+                    // A refused release keeps the record: the job still holds its device.
+                    assert!(e.to_string().contains("database or disk is full"), "{e}");
+                    assert!(live_owners(&db).iter().any(|(_, j)| *j == key.to_string()), "{e}");
+                    refusal = Some((key, e, owners, before, true));
+                    break;
+                }
+            }
+            Err(e) => {
+                refusal = Some((key, e, owners, before, false));
+                break;
+            }
+        }
+    }
+    let (key, err, owners, before, held) = refusal.expect("no request was refused on a full disk");
+    eprintln!("refused at {key} ({}): {err}", if held { "release" } else { "alloc" });
+    let ClientError::Server(reply) = &err else { panic!("not a refusal: {err}") };
+    assert_eq!(reply.code, ErrorCode::Internal, "{err}");
+    assert!(reply.message.contains("database or disk is full; nothing was changed"), "{}", reply.message);
+    if !held {
+        // Nothing was changed: the same live owners and the same states.
+        assert_eq!(live_owners(&db), owners);
+        assert_eq!(c.status().unwrap().devices, before);
+        assert!(c.env(&key).is_err(), "a refused alloc left a record for {key}");
+    }
+    // cderd keeps answering on a full disk.
+    assert!(node.alive(), "cderd died on a full disk; log:\n{}", node.log());
+    let s = c.status().unwrap();
+    assert!(s.devices.iter().any(|d| d.state == DeviceState::Allocated), "slurm:1 lost its device: {s:?}");
+
+    // Space again: the next request succeeds on the same daemon.
+    disk.unfill().unwrap();
+    if held {
+        c.release(&key).unwrap();
+    }
+    let next = job("slurm:99999");
+    let a = c.alloc(&AllocRequest::new(next.clone(), 1000, 1)).unwrap();
+    assert_eq!(a.devices.len(), 1);
+    assert!(live_owners(&db).iter().any(|(_, j)| *j == next.to_string()));
+    assert!(live_owners(&db).iter().any(|(_, j)| j == "slurm:1"), "slurm:1's record survived");
+    assert!(node.alive());
+    // And it stays on disk across a crash.
+    node.kill();
+    node.start();
+    assert!(live_owners(&db).iter().any(|(_, j)| *j == next.to_string()));
+    drop(node);
+}
