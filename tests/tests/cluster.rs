@@ -33,6 +33,7 @@ mod twophase_slurm;
 mod twophase_snapshot;
 mod twophase_submit;
 mod vgpgpu_cli;
+mod vgpgpu_faults;
 mod vgpgpu_factory;
 mod vgpgpu_grid;
 mod vgpgpu_registry;

@@ -458,7 +458,7 @@ impl Daemon {
         let request = match &request.device_files {
             None => request,
             Some(files) => {
-                let devices = store.devices().map_err(StoreError::into_reply)?;
+                let devices = store.devices().map_err(|e| store.reply(e))?;
                 by_file = AllocRequest {
                     devices: Some(indices_at(&devices, &request.cder_type, files)?),
                     device_files: None,
@@ -473,7 +473,7 @@ impl Daemon {
         // recorded whoever holds its devices open, so for it the scan only
         // feeds a warning, which a thread logs after the reply.
         let explicit = request.devices.is_some();
-        let busy = if !explicit && store.job(&request.job).map_err(StoreError::into_reply)?.is_none() {
+        let busy = if !explicit && store.job(&request.job).map_err(|e| store.reply(e))?.is_none() {
             self.held_open(&store)?
         } else {
             BTreeMap::new()
@@ -489,7 +489,7 @@ impl Daemon {
         }
         let avoid = if skip { busy.clone() } else { BTreeMap::new() };
         let (allocation, new) =
-            store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
+            store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(|e| store.reply(e))?;
         let committed = started.elapsed();
         if new {
             // Only a choice of cderd's gets here (busy is empty for a list
@@ -506,7 +506,7 @@ impl Daemon {
         if new {
             if let Err(e) = self.enforcer.apply(allocation.uid, &allocation.devices) {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
-                let released = store.release(&allocation.job, now()).map_err(StoreError::into_reply)?;
+                let released = store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
                 for e in self.enforcer.restore(&released) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
                 }
@@ -543,9 +543,9 @@ impl Daemon {
     /// one of them still holds stays out of the pool (see [`Daemon::end_job`]).
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
         let mut store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
-        let released = store.release_keeping(job, now(), &held).map_err(StoreError::into_reply)?;
+        let released = store.release_keeping(job, now(), &held).map_err(|e| store.reply(e))?;
         for e in self.enforcer.restore(&released) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
@@ -629,11 +629,11 @@ impl Daemon {
     /// Looks again at the devices kept out after a release, and puts back
     /// in the pool each whose job has nothing left on it.
     fn recheck_leftovers(&self, store: &mut Store) -> Result<(), ErrorReply> {
-        let leftovers = store.leftovers().map_err(StoreError::into_reply)?;
+        let leftovers = store.leftovers().map_err(|e| store.reply(e))?;
         if leftovers.is_empty() {
             return Ok(());
         }
-        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let devices = store.devices().map_err(|e| store.reply(e))?;
         let mut back = 0;
         let mut by_job: BTreeMap<(String, String), Vec<&crate::store::Leftover>> = BTreeMap::new();
         for l in &leftovers {
@@ -648,7 +648,7 @@ impl Daemon {
             let holders = self.holders_of(uid, &rows);
             for l in group {
                 if survivors.is_empty() && !holders.contains_key(&l.device) {
-                    store.set_leftover(&l.device, None).map_err(StoreError::into_reply)?;
+                    store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
                     tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
                     back += 1;
                 }
@@ -676,7 +676,7 @@ impl Daemon {
     pub fn env_for(&self, caller: Caller, request: &EnvRequest) -> Result<Allocation, ErrorReply> {
         let job = &request.job;
         let store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         match allocation {
             Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
                 // A step starts (slurmstepd asks, as root): its tasks'
@@ -720,8 +720,8 @@ impl Daemon {
     /// `status`: one snapshot, read under the lock, so it agrees with the database.
     pub fn status(&self) -> Result<Status, ErrorReply> {
         let store = self.store();
-        let devices = store.devices().map_err(StoreError::into_reply)?;
-        let generation = store.generation().map_err(StoreError::into_reply)?;
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        let generation = store.generation().map_err(|e| store.reply(e))?;
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
@@ -739,7 +739,10 @@ impl Daemon {
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
-        let row = self.store().set_drained(device, reason).map_err(StoreError::into_reply)?;
+        let row = {
+            let mut store = self.store();
+            store.set_drained(device, reason).map_err(|e| store.reply(e))?
+        };
         // A resumed device may end an `alloc`'s conflict.
         self.intake.released(None);
         match reason {
@@ -762,16 +765,16 @@ impl Daemon {
         };
         let doomed: Vec<JobKey> = store
             .live_allocations()
-            .map_err(StoreError::into_reply)?
+            .map_err(|e| store.reply(e))?
             .into_iter()
             .filter(|(j, seq, _)| !keep(j, *seq))
             .map(|(j, _, _)| j)
             .collect();
         let mut jobs = Vec::new();
         for job in doomed {
-            let Some(allocation) = store.job(&job).map_err(StoreError::into_reply)? else { continue };
+            let Some(allocation) = store.job(&job).map_err(|e| store.reply(e))? else { continue };
             let held = self.end_job(&allocation);
-            let devices = store.release_keeping(&job, now(), &held).map_err(StoreError::into_reply)?;
+            let devices = store.release_keeping(&job, now(), &held).map_err(|e| store.reply(e))?;
             for e in self.enforcer.restore(&devices) {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
             }
@@ -787,7 +790,7 @@ impl Daemon {
         if self.cgroups.is_available() {
             let wanted: BTreeSet<String> = store
                 .live_allocations()
-                .map_err(StoreError::into_reply)?
+                .map_err(|e| store.reply(e))?
                 .iter()
                 .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
                 .collect();
@@ -804,7 +807,7 @@ impl Daemon {
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
             let free: Vec<LedgerRow> =
-                store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
+                store.devices().map_err(|e| store.reply(e))?.into_iter().filter(|d| d.job.is_none()).collect();
             for e in self.enforcer.restore(&free) {
                 tracing::error!("restoring idle ownership: {e}");
             }
@@ -829,15 +832,15 @@ impl Daemon {
             Some(s) => s,
             None => {
                 // From the first record of either kind: allocations or drains.
-                let first = store.first_start().map_err(StoreError::into_reply)?;
-                let first_drain = store.first_drain_start().map_err(StoreError::into_reply)?;
+                let first = store.first_start().map_err(|e| store.reply(e))?;
+                let first_drain = store.first_drain_start().map_err(|e| store.reply(e))?;
                 first.into_iter().chain(first_drain).min().unwrap_or(until).min(until)
             }
         };
         let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
-        let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
-        let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
-        let drains = store.drains(since, until).map_err(StoreError::into_reply)?;
+        let records = store.accounting(since, until, uid, now).map_err(|e| store.reply(e))?;
+        let pool_size = store.pool_size().map_err(|e| store.reply(e))?;
+        let drains = store.drains(since, until).map_err(|e| store.reply(e))?;
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
@@ -857,7 +860,7 @@ impl Daemon {
     pub fn confine(&self, caller: Caller, job: &JobKey) -> Result<Confined, ErrorReply> {
         let started = std::time::Instant::now();
         let store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         let Some(allocation) = allocation else {
             return Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node")));
         };
@@ -921,7 +924,7 @@ impl Daemon {
         // Under the map's lock: never beside the set-up thread.
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if groups.get(&name) != Some(&GroupState::Ready) {
-            let devices = store.devices().map_err(StoreError::into_reply)?;
+            let devices = store.devices().map_err(|e| store.reply(e))?;
             let deny = deny_list(&devices, allocation, &self.inventory);
             deny.and_then(|deny| self.cgroups.prepare(&name, &deny)).map_err(|e| {
                 tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
@@ -939,7 +942,7 @@ impl Daemon {
     /// uid) holds open: UUID → why.
     fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
         let free: Vec<LedgerRow> =
-            store.devices().map_err(StoreError::into_reply)?.into_iter().filter(LedgerRow::is_free).collect();
+            store.devices().map_err(|e| store.reply(e))?.into_iter().filter(LedgerRow::is_free).collect();
         let by_rdev = rdevs_of(&free);
         let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
         let mut out = BTreeMap::new();
@@ -970,7 +973,7 @@ impl Daemon {
         if !self.cgroups.is_available() {
             return Ok(());
         }
-        let deny = match deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation, &self.inventory) {
+        let deny = match deny_list(&store.devices().map_err(|e| store.reply(e))?, allocation, &self.inventory) {
             Ok(deny) => deny,
             Err(e) => {
                 // Left unset: the job's `confine` (or root's `env`) answers it.
@@ -1041,7 +1044,8 @@ impl Daemon {
 
     /// Checks the store's invariants (for tests and `--check`).
     pub fn check_invariants(&self) -> Result<Vec<String>, ErrorReply> {
-        self.store().check_invariants().map_err(StoreError::into_reply)
+        let store = self.store();
+        store.check_invariants().map_err(|e| store.reply(e))
     }
 }
 

@@ -171,7 +171,8 @@ impl StoreError {
     }
 
     /// The protocol error this becomes: refusals as they are, everything
-    /// else `internal` (the transaction was rolled back).
+    /// else `internal` (the transaction was rolled back). [`Store::reply`]
+    /// says more about a failed statement.
     pub fn into_reply(self) -> ErrorReply {
         match self {
             StoreError::Refused(e) => e,
@@ -328,6 +329,8 @@ struct JobRow {
 /// The SQLite state of one node.
 pub struct Store {
     conn: Connection,
+    /// The database file, for the messages of failed statements.
+    path: PathBuf,
     /// Position of each configured type, for ordering.
     type_order: HashMap<String, usize>,
 }
@@ -399,7 +402,20 @@ impl Store {
         // default, 16, made them evict each other).
         conn.set_prepared_statement_cache_capacity(64);
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        Ok(Store { conn, type_order })
+        Ok(Store { conn, path: path.to_path_buf(), type_order })
+    }
+
+    /// The protocol error for `e` from this store: a failed statement names
+    /// the database and, when the file system had no room (ENOSPC, or
+    /// EDQUOT, which SQLite calls an I/O error), says the disk is full.
+    pub fn reply(&self, e: StoreError) -> ErrorReply {
+        match e {
+            StoreError::Sql(e) => ErrorReply::new(
+                ErrorCode::Internal,
+                format!("{}; nothing was changed", crate::durable::failure_message(&self.conn, &self.path, &e)),
+            ),
+            other => other.into_reply(),
+        }
     }
 
     /// `BEGIN IMMEDIATE`: take the write lock up front, so a transaction

@@ -56,6 +56,7 @@ fn a_full_disk_refuses_alloc_keeps_the_ledger_and_recovers_without_restart() {
     let ClientError::Server(reply) = &err else { panic!("not a refusal: {err}") };
     assert_eq!(reply.code, ErrorCode::Internal, "{err}");
     assert!(reply.message.contains("database or disk is full; nothing was changed"), "{}", reply.message);
+    assert!(reply.message.contains(&db.display().to_string()), "the refusal names the database: {}", reply.message);
     if !held {
         // Nothing was changed: the same live owners and the same states.
         assert_eq!(live_owners(&db), owners);

@@ -79,7 +79,8 @@ pub enum BackendLedgerError {
 
 impl BackendLedgerError {
     /// The API error this becomes: refusals as they are, anything else
-    /// `internal` (the transaction was rolled back).
+    /// `internal` (the transaction was rolled back). [`BackendLedger::api_error`]
+    /// says more about a failed statement.
     pub fn into_api(self) -> ApiError {
         match self {
             BackendLedgerError::Refused(e) => e,
@@ -108,6 +109,8 @@ fn parse_methods(column: &str) -> Vec<VgpgpuMethod> {
 /// The registry's SQLite state.
 pub struct BackendLedger {
     conn: Connection,
+    /// The database file, for the messages of failed statements.
+    path: std::path::PathBuf,
     port_base: u16,
 }
 
@@ -158,7 +161,20 @@ impl BackendLedger {
     /// get ports from `port_base` up.
     pub fn open(path: &Path, port_base: u16) -> Result<BackendLedger> {
         let conn = durable::open(path, SCHEMA, SCHEMA_VERSION)?;
-        Ok(BackendLedger { conn, port_base })
+        Ok(BackendLedger { conn, path: path.to_path_buf(), port_base })
+    }
+
+    /// The API error for `e` from this ledger: a failed statement names the
+    /// database and, when the file system had no room (ENOSPC, or EDQUOT,
+    /// which SQLite calls an I/O error), says the disk is full.
+    pub fn api_error(&self, e: BackendLedgerError) -> ApiError {
+        match e {
+            BackendLedgerError::Sql(e) => ApiError::new(
+                ApiErrorCode::Internal,
+                format!("{}; nothing was changed", durable::failure_message(&self.conn, &self.path, &e)),
+            ),
+            other => other.into_api(),
+        }
     }
 
     fn rows(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Row>> {
