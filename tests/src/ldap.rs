@@ -153,6 +153,26 @@ impl Slapd {
         }
     }
 
+    /// slapd's process id (to pause it with SIGSTOP, as a hung server).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills slapd (SIGKILL: a crash, or the kill of a restart) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts slapd again on the same port, config and databases (after
+    /// [`Slapd::kill`], or killing it first) and waits until it answers.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let log = self.dir.path().join("slapd.log");
+        self.child = spawn_slapd(&self.conf, self.port, &log)?;
+        self.wait_ready(Duration::from_secs(30))
+    }
+
     /// `ldap://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("ldap://127.0.0.1:{}", self.port)

@@ -14,6 +14,7 @@ mod cluster_slurm;
 mod cluster_vgpgpu;
 mod glue21_accelerator;
 mod glue_bdii;
+mod glue_faults;
 mod glue_heterogeneous;
 mod glue_registry;
 mod glue_schema;
