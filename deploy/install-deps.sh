@@ -30,6 +30,9 @@ packages=(
   dpkg-dev debhelper fakeroot lintian man-db
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
+  # a real EDQUOT for the full-disk tests: a btrfs image whose subvolume
+  # has a qgroup limit (a limit root is held to, unlike user quotas)
+  btrfs-progs
 )
 
 missing=()

@@ -8,7 +8,7 @@
 mod disk;
 mod node;
 
-pub use disk::{require_tmpfs, Tmpfs};
+pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
 pub use node::TestNode;
 
 use std::path::{Path, PathBuf};
