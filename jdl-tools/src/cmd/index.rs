@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::cmd::{BdiiArgs, Failure};
 use crate::index::cache;
-use crate::index::refresh::{generalized_time, refresh, Action, Opened, Policy};
+use crate::index::refresh::{cycle, generalized_time, refresh, Action, Opened, Policy};
 use crate::index::{OfferIndex, UpdateStats};
 
 /// Arguments of `index`.
@@ -140,7 +140,7 @@ impl IndexInfo {
         IndexInfo {
             bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
             path,
-            fetched_at: SystemTime::UNIX_EPOCH + Duration::from_secs(meta.fetched_at),
+            fetched_at: meta.fetched_at,
             checked_at,
             stats: meta.update_stats.clone(),
             offers: index.len(),
@@ -157,7 +157,7 @@ impl IndexInfo {
     /// The BDII cycle, as a time (`2026-11-26T09:10:02Z (UpdateStats)`).
     pub fn cycle(&self) -> String {
         match &self.stats {
-            Some(s) => format!("{} (UpdateStats)", generalized_time(&s.modified)),
+            Some(s) => format!("{} (UpdateStats)", generalized_time(cycle(s))),
             None => format!("unknown (no UpdateStats; read {})", iso(self.fetched_at)),
         }
     }
@@ -184,7 +184,7 @@ impl IndexInfo {
             "age_s": self.age(),
             "checked_at": iso(self.checked_at),
             "fetched_at": iso(self.fetched_at),
-            "bdii_cycle": self.stats.as_ref().map(|s| generalized_time(&s.modified)),
+            "bdii_cycle": self.stats.as_ref().map(|s| generalized_time(cycle(s))),
             "update_stats": self.stats.as_ref().map(stats_json),
             "offers": self.offers,
             "bytes": self.bytes,
@@ -205,8 +205,8 @@ fn action_name(a: &Action) -> &'static str {
 fn stats_json(s: &UpdateStats) -> serde_json::Value {
     serde_json::json!({
         "hostname": s.hostname,
-        "cycle": s.cycle,
-        "time": generalized_time(&s.modified),
+        "modify_timestamp": s.modify_timestamp,
+        "time": generalized_time(cycle(s)),
         "total_entries": s.total_entries,
         "new_entries": s.new_entries,
         "modified_entries": s.modified_entries,
@@ -236,10 +236,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 |s| {
                     format!(
                         "BDII cycle {} (new {}, modified {}, deleted {})",
-                        generalized_time(&s.modified),
-                        s.new_entries.map_or("?".into(), |n| n.to_string()),
-                        s.modified_entries.map_or("?".into(), |n| n.to_string()),
-                        s.deleted_entries.map_or("?".into(), |n| n.to_string())
+                        generalized_time(cycle(s)),
+                        s.new_entries,
+                        s.modified_entries,
+                        s.deleted_entries
                     )
                 },
             );

@@ -156,8 +156,8 @@ pub struct Phase1 {
     pub job: ClassAd,
     /// The request built from it.
     pub request: Request,
-    /// The offers: from the BDII all of them, from the index the matched
-    /// ones (each [`crate::listmatch::Match::offer`] points into them).
+    /// The offers: from the BDII all of them, from the index those
+    /// evaluated (each [`crate::listmatch::Match::offer`] points into them).
     pub offers: Offers,
     /// How many offers the job was matched against.
     pub offer_count: usize,
@@ -291,22 +291,25 @@ fn from_index(
     let opened = open_fresh(&cache, &source, max_age, args.strict, source.query.timeout)
         .map_err(|e| Failure::runtime(e.to_string()))?;
     let opened_in = started.elapsed();
-    let answer = opened.index.list_match(&request, vo.as_deref(), explain);
+    let answer = opened
+        .index
+        .list_match(&request, vo.as_deref(), explain)
+        .map_err(|e| Failure::runtime(format!("{e} (refresh it: cder-jdl index refresh --force)")))?;
     tracing::debug!(
         path = %opened.path.display(),
+        visible = answer.visible,
+        candidates = answer.candidates,
         open_ms = opened_in.as_secs_f64() * 1e3,
         match_ms = (started.elapsed() - opened_in).as_secs_f64() * 1e3,
         "phase 1 from the index"
     );
-    // Only the matched offers are decoded; the matches point into them.
-    let mut result = answer.result;
-    let mut offers = Offers { warnings: opened.index.meta().warnings.clone(), refused_claims: answer.refused_claims, ..Offers::default() };
-    for m in &mut result.matches {
-        offers.offers.push(opened.index.offer(m.offer));
-        m.offer = offers.offers.len() - 1;
+    for w in &answer.offers.warnings {
+        tracing::warn!("{url}: {w}");
     }
+    let (result, offers, offer_count) = (answer.result, answer.offers, answer.visible);
     let info = IndexInfo::of(&opened);
-    let offer_count = info.offers;
+    // The map stays until the process ends (Phase1::exit).
+    std::mem::forget(opened);
     Ok(Phase1 { job, request, offers, offer_count, result, url, queries: 0, index: Some(info), _retained: None })
 }
 

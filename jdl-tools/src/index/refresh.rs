@@ -5,8 +5,7 @@
 //! Debian's `bdii-update` rewrites `Hostname=<host>,o=infosys`
 //! (`objectClass: UpdateStats`: `TotalEntries`, `NewEntries`,
 //! `ModifiedEntries`, `DeletedEntries`, `UpdateTime`, …) at the end of every
-//! update cycle, so the entry's `entryCSN` (else `modifyTimestamp`) names
-//! the cycle. A snapshot taken in the cycle the BDII still shows is current:
+//! update cycle, so the entry's `modifyTimestamp` names the cycle. A snapshot taken in the cycle the BDII still shows is current:
 //! the refresher only marks it checked. A BDII without UpdateStats is
 //! re-read once the snapshot is older than a period.
 //!
@@ -18,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::cache::{self, Cache, CacheError, SnapshotKey};
-use super::{encode, IndexMeta, OfferIndex, UpdateStats};
+use super::{encode, snapshot_wanted, IndexBuild, IndexMeta, OfferIndex, UpdateStats};
 use crate::bdii::query::Search;
-use crate::bdii::{Bdii, BdiiError, Entry, QueryOptions};
+use crate::bdii::query::Entry;
+use crate::bdii::{Bdii, BdiiError, QueryOptions};
 
 /// The stats suffix of a BDII.
 pub const INFOSYS_BASE: &str = "o=infosys";
@@ -109,7 +109,7 @@ pub enum RefreshError {
 /// The stats entry of `bdii`, if it keeps one (`o=infosys` absent or empty:
 /// None). Of several hosts' entries, the latest.
 pub fn read_update_stats(bdii: &mut Bdii) -> Result<Option<UpdateStats>, BdiiError> {
-    let attrs = ["*", "entryCSN", "modifyTimestamp", "createTimestamp"];
+    let attrs = ["*", "modifyTimestamp", "createTimestamp"];
     let found = bdii.search_all(vec![Search::under(
         INFOSYS_BASE,
         ldap3::Scope::OneLevel,
@@ -117,26 +117,29 @@ pub fn read_update_stats(bdii: &mut Bdii) -> Result<Option<UpdateStats>, BdiiErr
         &attrs,
     )])?;
     let mut all: Vec<UpdateStats> = found.into_iter().flatten().filter_map(|e| update_stats(&e)).collect();
-    all.sort_by(|a, b| a.cycle.cmp(&b.cycle));
+    all.sort_by(|a, b| cycle(a).cmp(cycle(b)));
     Ok(all.pop())
 }
 
 /// An UpdateStats entry's figures and cycle; None without a cycle stamp
-/// (an entry no slapd wrote).
+/// (`modifyTimestamp`, which slapd sets on every rewrite).
 pub fn update_stats(e: &Entry) -> Option<UpdateStats> {
-    let n = |k: &str| e.first(k).and_then(|v| v.trim().parse::<u64>().ok());
-    let modified = e.first("modifyTimestamp").or_else(|| e.first("createTimestamp"))?.to_string();
-    let cycle = e.first("entryCSN").map(str::to_string).unwrap_or_else(|| modified.clone());
+    let n = |k: &str| e.first(k).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0);
+    let stamp = e.first("modifyTimestamp").or_else(|| e.first("createTimestamp"))?.to_string();
     Some(UpdateStats {
         hostname: e.first("Hostname").unwrap_or_default().to_string(),
-        cycle,
-        modified,
+        update_time: n("UpdateTime"),
         total_entries: n("TotalEntries"),
         new_entries: n("NewEntries"),
         modified_entries: n("ModifiedEntries"),
         deleted_entries: n("DeletedEntries"),
-        update_time: n("UpdateTime"),
+        modify_timestamp: Some(stamp),
     })
+}
+
+/// The cycle an UpdateStats names: its entry's modification time.
+pub fn cycle(s: &UpdateStats) -> &str {
+    s.modify_timestamp.as_deref().unwrap_or_default()
 }
 
 /// `20261126091002Z` (LDAP GeneralizedTime, also the head of an entryCSN)
@@ -180,7 +183,7 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
         if let Some(t) = checked {
             let old = OfferIndex::load(&path).ok().and_then(|i| i.meta().update_stats.clone());
             match (&before, old) {
-                (Some(now), Some(old)) if now.cycle == old.cycle => {
+                (Some(now), Some(old)) if cycle(now) == cycle(&old) => {
                     cache::mark_checked(&path)?;
                     report.action = Action::Unchanged;
                     report.stats = before;
@@ -193,30 +196,41 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
             }
         }
     }
-    let fetched_at = SystemTime::now();
-    let mut offers = super::read_offers(&mut bdii, &source.prefixes)?;
+    let wanted = snapshot_wanted(&source.prefixes);
+    let mut fetched_at = SystemTime::now();
+    let mut snap = bdii.fetch(&wanted)?;
     for _ in 0..2 {
         let after = read_update_stats(&mut bdii)?;
-        if after.as_ref().map(|s| &s.cycle) == before.as_ref().map(|s| &s.cycle) {
+        if after.as_ref().map(cycle) == before.as_ref().map(cycle) {
             break;
         }
         tracing::info!(url = source.query.url, "the BDII finished a cycle during the read; reading again");
         before = after;
-        offers = super::read_offers(&mut bdii, &source.prefixes)?;
+        fetched_at = SystemTime::now();
+        snap = bdii.fetch(&wanted)?;
     }
+    let offers = IndexBuild::new(&snap, &source.prefixes);
     report.fetch = started.elapsed();
-    let meta = IndexMeta::new(source, fetched_at, before.clone());
+    let meta = IndexMeta {
+        bdii_url: source.query.url.clone(),
+        base: source.query.base.clone(),
+        base13: source.query.base13.clone(),
+        fetched_at,
+        update_stats: before.clone(),
+        strategies: source.query.strategies,
+        prefixes: source.prefixes.clone(),
+        queries: snap.queries,
+    };
     let written = Instant::now();
     let bytes = encode(&offers, &meta);
     cache::write_atomic(&path, &bytes)?;
     report.write = written.elapsed();
     report.action = Action::Written;
-    report.offers = Some(offers.offers.len());
+    report.offers = Some(offers.offers.offers.len());
     report.bytes = Some(bytes.len() as u64);
     report.stats = before;
     // The process may exit next: dropping the connection and offers is all it would do.
-    std::mem::forget(offers);
-    std::mem::forget(bdii);
+    std::mem::forget((offers, snap, bdii));
     drop(lock);
     Ok(report)
 }
@@ -332,13 +346,11 @@ mod tests {
                 ("ModifiedEntries", "12"),
                 ("NewEntries", "0"),
                 ("modifyTimestamp", "20261126091002Z"),
-                ("entryCSN", "20261126091002.500000Z#000000#000#000000"),
             ],
         );
         let s = update_stats(&e).unwrap();
-        assert_eq!(s.cycle, "20261126091002.500000Z#000000#000#000000");
-        assert_eq!(s.modified_entries, Some(12));
-        assert_eq!(s.deleted_entries, None);
+        assert_eq!(cycle(&s), "20261126091002Z");
+        assert_eq!((s.modified_entries, s.new_entries, s.deleted_entries), (12, 0, 0));
         let bare = Entry::from_pairs("Hostname=x,o=infosys", [("objectClass", "UpdateStats")]);
         assert!(update_stats(&bare).is_none());
     }
