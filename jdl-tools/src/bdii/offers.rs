@@ -972,7 +972,12 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     if index.is_none() {
         refuse_contested(&mut out, &claims);
     }
+    let for_index = index.is_some();
     glue13_offers(snap, prefixes, &mut out, index);
+    // The index's build sorts its offers with their traits (zipped in push order).
+    if for_index {
+        return out;
+    }
     out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
     out
 }
