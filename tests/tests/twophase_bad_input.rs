@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, index_env, ce, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, index_env, plain_site_ldif, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join("job.jdl");

@@ -21,7 +21,7 @@ use cder_protocol::{AllocRequest, Client};
 use cder_testkit::{require_programs, TestNode};
 use cder_tests::bdii::{built_binary, require_bdii, Bdii, BdiiOptions};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{ce_glue2_ldif, cder_jdl, gpu_sites, grid_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce_glue2_ldif, gpu_sites, grid_ldif, provider, VO};
 
 const CE: &str = "wn01.example.org:8443/cream-slurm-gpgpu";
 /// Ranked by the free count, so that each answer shows the count it saw.
@@ -129,8 +129,13 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
     assert!(install.status.success(), "install-provider.sh: {}", text(&install));
     // The CE's own providers' part: its queue (share, policy) and endpoint, as a static LDIF.
     let queue = [("gpgpu".to_string(), vec![VO.to_string()], 60, 8)];
-    let ce_ldif =
-        ce_glue2_ldif("wn01.example.org", "SLURM", "wn01.example.org_ComputingElement", Some("wn01.example.org_gpgpu"), &queue);
+    let ce_ldif = ce_glue2_ldif(
+        "wn01.example.org",
+        "SLURM",
+        "wn01.example.org_ComputingElement",
+        Some("wn01.example.org_gpgpu"),
+        &queue,
+    );
     std::fs::write(bdii.provider_dir().with_file_name("ldif").join("ce.ldif"), ce_ldif).unwrap();
     bdii.run().unwrap_or_else(|e| panic!("{e}"));
     bdii.wait_cycles(0, 1, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
@@ -160,14 +165,21 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (before, cycle_before, first) = loop {
         let (rank, cycle, v) = answer(&index, &url, &job);
-        if rank.is_some() && cycle.is_some() {
-            break (rank.unwrap(), cycle.unwrap(), v);
+        if let (Some(rank), Some(cycle)) = (rank, cycle.clone()) {
+            break (rank, cycle, v);
         }
-        assert!(Instant::now() < deadline, "the CE never appeared from the index with a BDII cycle: {v}\n{}", bdii.log());
+        assert!(
+            Instant::now() < deadline,
+            "the CE never appeared from the index with a BDII cycle: {v}\n{}",
+            bdii.log()
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(before, 4.0, "four free GPUs first: {first}");
-    assert_eq!(first["index"]["update_stats"]["hostname"], "127.0.0.1", "bdii-update's UpdateStats (BDII_HOSTNAME): {first}");
+    assert_eq!(
+        first["index"]["update_stats"]["hostname"], "127.0.0.1",
+        "bdii-update's UpdateStats (BDII_HOSTNAME): {first}"
+    );
 
     // A job takes a GPU.
     let mut client = Client::connect(&socket, Duration::from_secs(5)).unwrap();
@@ -252,15 +264,21 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let new = grid(100, &d.join("new"));
     let url = old.url();
     let (gen_old, gen_new) = (d.join("gen-old"), d.join("gen-new"));
-    let mut generation = |slapd: &Slapd, index: &Path| {
+    let generation = |slapd: &Slapd, index: &Path| {
         let out = jdl(index).args(["list-match", "--json", "--bdii", &slapd.url()]).arg(&job).output().unwrap();
         assert!(out.status.success(), "{}", text(&out));
         let v = json(&out);
-        let bytes = std::fs::read(index.join(std::fs::read_dir(index).unwrap().find_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.ends_with(".cdx").then_some(n)
-        })
-        .unwrap()))
+        let bytes = std::fs::read(
+            index.join(
+                std::fs::read_dir(index)
+                    .unwrap()
+                    .find_map(|e| {
+                        let n = e.unwrap().file_name().into_string().unwrap();
+                        n.ends_with(".cdx").then_some(n)
+                    })
+                    .unwrap(),
+            ),
+        )
         .unwrap();
         (ranks(&v), v["index"]["fetched_at"].as_str().unwrap().to_string(), bytes)
     };
@@ -278,20 +296,24 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let index = d.join("shared");
     let cache = Cache::resolve(Some(&index)).unwrap();
     cache.create_dir().unwrap();
-    let path = index.join(std::fs::read_dir(&gen_old).unwrap().find_map(|e| {
-        let n = e.unwrap().file_name().into_string().unwrap();
-        n.ends_with(".cdx").then_some(n)
-    })
-    .unwrap());
+    let path = index.join(
+        std::fs::read_dir(&gen_old)
+            .unwrap()
+            .find_map(|e| {
+                let n = e.unwrap().file_name().into_string().unwrap();
+                n.ends_with(".cdx").then_some(n)
+            })
+            .unwrap(),
+    );
     cache::write_atomic(&path, &bytes_old).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (stop, path) = (stop.clone(), path.clone());
         std::thread::spawn(move || {
-            let mut writes = 0u64;
+            let (mut writes, mut next_new) = (0u64, true);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let bytes = if writes % 2 == 0 { &bytes_new } else { &bytes_old };
-                cache::write_atomic(&path, bytes).unwrap();
+                cache::write_atomic(&path, if next_new { &bytes_new } else { &bytes_old }).unwrap();
+                next_new = !next_new;
                 writes += 1;
             }
             writes
@@ -360,7 +382,8 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     // It wrote after the lock was released: the snapshot's time says so.
     let written = cache::checked_at(&path).unwrap();
     assert!(written >= released && written <= done, "written {written:?}, released {released:?}");
-    let out = jdl(&index).args(["list-match", "--json", "--max-age", "3600", "--bdii", &url]).arg(&job).output().unwrap();
+    let out =
+        jdl(&index).args(["list-match", "--json", "--max-age", "3600", "--bdii", &url]).arg(&job).output().unwrap();
     assert_eq!(ranks(&json(&out)), ranks_old, "the refresh read the BDII at {url} again");
     drop(new);
 }
@@ -404,13 +427,20 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
     let shown = text(&full);
     assert!(full.status.success(), "{shown}");
     assert!(shown.contains("rc=1"), "a refresh on a full disk must fail: {shown}");
-    assert!(shown.contains("No space left on device") && shown.contains("previous snapshot, if any, is kept"), "{shown}");
+    assert!(
+        shown.contains("No space left on device") && shown.contains("previous snapshot, if any, is kept"),
+        "{shown}"
+    );
     assert!(shown.contains(&small.display().to_string()), "the error names the path: {shown}");
     assert!(shown.contains("offers:"), "the old snapshot still reads: {shown}");
     assert!(!shown.lines().any(|l| l.starts_with("file: ") && l.ends_with(".tmp")), "a temp file was left: {shown}");
 
     // The snapshot grows old; the BDII goes down.
-    let path = std::fs::read_dir(&index).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "cdx")).unwrap();
+    let path = std::fs::read_dir(&index)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cdx"))
+        .unwrap();
     std::fs::File::options()
         .write(true)
         .open(&path)
@@ -436,7 +466,11 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
     assert!(v["index"]["stale"].as_str().is_some_and(|s| s.contains(&url)), "{v}");
 
     // No snapshot at all and the BDII down: exit 1 naming it.
-    let out = jdl(&d.join("empty")).args(["list-match", "--connect-timeout", "2", "--bdii", &url]).arg(&job).output().unwrap();
+    let out = jdl(&d.join("empty"))
+        .args(["list-match", "--connect-timeout", "2", "--bdii", &url])
+        .arg(&job)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains(&format!("no index of {url}")) && text(&out).contains("unreachable"), "{}", text(&out));
     // --live asks the BDII itself: down is down.

@@ -78,7 +78,9 @@ fn demo() -> Result<(), String> {
     // The demo's index lives with its BDII, not in the user's cache.
     let index = dir.path().join("index");
     show(
-        &format!("phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl (from the local index, made on first use)"),
+        &format!(
+            "phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl (from the local index, made on first use)"
+        ),
         Command::new(&bin).args(["list-match", "--bdii", &url, "--explain"]).arg(&jdl).env("CDER_INDEX_DIR", &index),
     )?;
     show(
