@@ -215,7 +215,25 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
     // (UpdateStats' modifyTimestamp, second resolution).
     let stamp_after = stamp_after.as_str().unwrap_or_default();
     assert!(stamp_after >= alloc_stamp.as_str(), "cycle {stamp_after} ended before the allocation at {alloc_stamp}");
-    assert!(unchanged > 0, "the refresher never skipped a re-read on an unchanged BDII cycle: {runs:?}");
+    // A refresh that finds the BDII in its snapshot's cycle only marks it
+    // checked; one that finds a newer cycle reads it.
+    let refresh = || {
+        let out = jdl(&index).args(["index", "refresh", "--json", "--bdii", &url]).output().unwrap();
+        assert!(out.status.success(), "index refresh: {}", text(&out));
+        json(&out)
+    };
+    let mut same_cycle = 0;
+    for _ in 0..10 {
+        let (a, b) = (refresh(), refresh());
+        let stamp = |v: &serde_json::Value| v["update_stats"]["modify_timestamp"].as_str().map(str::to_string);
+        if stamp(&a).is_some() && stamp(&a) == stamp(&b) {
+            assert_eq!(b["action"], "unchanged", "same BDII cycle, yet read again: {a} then {b}");
+            same_cycle += 1;
+            break;
+        }
+        assert_eq!(b["action"], "written", "a new BDII cycle must be read: {a} then {b}");
+    }
+    assert!(same_cycle > 0, "no two refreshes in a row ever saw the same BDII cycle");
 }
 
 /// The grid of `cder_tests::twophase` with every free count raised by `add`.
@@ -435,12 +453,20 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
     assert!(shown.contains("offers:"), "the old snapshot still reads: {shown}");
     assert!(!shown.lines().any(|l| l.starts_with("file: ") && l.ends_with(".tmp")), "a temp file was left: {shown}");
 
-    // The snapshot grows old; the BDII goes down.
     let path = std::fs::read_dir(&index)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "cdx"))
         .unwrap();
+    // A snapshot this cder cannot read (another format version, damage) is made anew.
+    cache::write_atomic(&path, b"CDERIDX\0 of another version").unwrap();
+    let again = run(&[]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("just read from the BDII"), "{}", text(&again));
+    assert_eq!(ranks(&json(&again)), expected);
+    assert_ne!(std::fs::read(&path).unwrap(), b"CDERIDX\0 of another version");
+
+    // The snapshot grows old; the BDII goes down.
     std::fs::File::options()
         .write(true)
         .open(&path)

@@ -319,7 +319,29 @@ pub fn open_fresh(
             },
         }
     }
-    let index = load(&path)?;
+    let index = match load(&path) {
+        Ok(index) => index,
+        Err(unreadable) => {
+            // Another format version (cder was upgraded) or a damaged file:
+            // made anew, as if there were none.
+            tracing::warn!("{unreadable}; reading the BDII again");
+            let policy = Policy { force: true, period: max_age, lock_wait, fresh_enough: None };
+            match refresh(cache, source, &policy) {
+                Ok(r) => {
+                    refreshed = Some(r);
+                    stale = None;
+                    load(&path)?
+                }
+                Err(cause) => {
+                    return Err(OpenError::NoSnapshot {
+                        url: source.query.url.clone(),
+                        dir: cache.dir().into(),
+                        cause: Box::new(cause),
+                    })
+                }
+            }
+        }
+    };
     // The time is read after opening: a refresh that replaced the file since
     // only makes the answer's data newer than it says.
     let checked_at = cache::checked_at(&path).unwrap_or(SystemTime::UNIX_EPOCH);
