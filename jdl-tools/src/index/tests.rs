@@ -130,6 +130,20 @@ fn grid(sites: usize, seed: u64) -> Vec<Entry> {
                     continue;
                 }
                 out.push(Entry::from_pairs(&dn, pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))));
+                if !on_shares && s % 5 == 4 && q == "gpu" {
+                    // A share with a key of its own beside its EE's: a job naming only
+                    // that key fetches the share and not the EE.
+                    out.push(Entry::from_pairs(
+                        &format!("GLUE2ExtensionLocalID=GPGPUDriverVersion,{dn}"),
+                        [
+                            ("objectClass", "GLUE2Extension"),
+                            ("GLUE2ExtensionLocalID", "GPGPUDriverVersion"),
+                            ("GLUE2ExtensionKey", "GPGPUDriverVersion"),
+                            ("GLUE2ExtensionValue", ["535.104.05", "470.82.01"][s % 2]),
+                            ("GLUE2ExtensionEntityForeignKey", share.as_str()),
+                        ],
+                    ));
+                }
                 if on_shares {
                     for (k, val) in &gpu[v % 2].1 {
                         out.push(Entry::from_pairs(
@@ -244,14 +258,16 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
             snap.carriers.push(e.clone());
         }
     }
+    let by_dn: std::collections::HashMap<String, &Entry> =
+        entries.iter().map(|e| (e.dn.to_ascii_lowercase(), e)).collect();
     for e in entries.iter().filter(|e| e.is_a("GLUE2Extension")) {
         let k = e.first("GLUE2ExtensionKey").unwrap_or_default();
         if prefix_ok(k) || (w.vgpgpu && vgpgpu_keys.contains(&k)) {
             snap.extensions.push(e.clone());
             let parent = crate::bdii::query::parent_dn(&e.dn).unwrap_or_default().to_ascii_lowercase();
-            if let Some(p) = entries.iter().find(|x| x.dn.to_ascii_lowercase() == parent) {
+            if let Some(p) = by_dn.get(&parent) {
                 if carrier_dns.insert(parent) {
-                    snap.carriers.push(p.clone());
+                    snap.carriers.push((*p).clone());
                 }
             }
         }
@@ -401,6 +417,8 @@ fn the_thesis_jobs_match_as_live_with_every_vo() {
                 ),
                 (r#"[ VirtualOrganisation = "cms"; Requirements = GPGPUMainMemorySize < 1000 ]"#, None),
                 (r#"[ Requirements = GPGPUMainMemorySize > 99999999 ]"#, None),
+                (r#"[ Requirements = other.GPGPUDriverVersion == "535.104.05" ]"#, None),
+                (r#"[ Requirements = GPGPUDriverVersion =!= "470.82.01" && GPGPUVendor =!= "AMD" ]"#, None),
             ] {
                 matched += same(&entries, &idx, src, preset, vo, explain);
             }
@@ -413,7 +431,8 @@ fn the_thesis_jobs_match_as_live_with_every_vo() {
 /// the published attributes, values near the published ones, Member,
 /// undefined attributes and type mismatches.
 fn random_job(rng: &mut Lcg) -> (String, Option<RankPreset>) {
-    let attrs: [(&str, &[&str]); 12] = [
+    let attrs: [(&str, &[&str]); 13] = [
+        ("GPGPUDriverVersion", &["\"535.104.05\"", "\"470.82.01\"", "535"]),
         ("GPGPUMainMemorySize", &["512", "4800", "4799", "4801", "6144.0", "40000", "16384", "\"big\"", "true"]),
         ("GPGPUVendor", &["\"Nvidia\"", "\"NVIDIA\"", "\"amd\"", "\"Intel\"", "5"]),
         ("GPGPUModel", &["\"A100\"", "\"a100\"", "\"Tesla K20m\"", "\"Tesla\"", "\"Z\""]),
@@ -497,6 +516,35 @@ fn random_requirements_match_and_rank_as_the_live_path() {
 }
 
 #[test]
+fn a_share_with_keys_of_its_own_is_offered_without_its_ees_to_a_job_naming_only_those() {
+    let entries = grid(30, 3);
+    let idx = index_of(&entries);
+    let only = request(r#"[ Requirements = other.GPGPUDriverVersion == "535.104.05" ]"#, None);
+    let a = idx.list_match(&only, None, false).unwrap();
+    assert!(!a.result.matches.is_empty());
+    for m in &a.result.matches {
+        assert_eq!(a.offers.offers[m.offer].ee_id, None, "{}", m.ce_id);
+    }
+    // Naming an EE key too fetches the EEs: one offer per EE, no share-only one.
+    let both = request(r#"[ Requirements = other.GPGPUDriverVersion == "535.104.05" && GPGPUPerNode >= 1 ]"#, None);
+    let a = idx.list_match(&both, None, false).unwrap();
+    assert!(!a.result.matches.is_empty());
+    for m in &a.result.matches {
+        assert!(a.offers.offers[m.offer].ee_id.is_some(), "{}", m.ce_id);
+    }
+    for r in [&only, &both] {
+        let (want, offers) = live(&entries, r, None, false);
+        assert_eq!(
+            summary(
+                &idx.list_match(r, None, false).unwrap().result,
+                &idx.list_match(r, None, false).unwrap().offers.offers
+            ),
+            summary(&want, &offers.offers)
+        );
+    }
+}
+
+#[test]
 fn the_cut_leaves_only_what_the_clauses_allow() {
     let entries = grid(30, 3);
     let idx = index_of(&entries);
@@ -562,8 +610,8 @@ fn the_file_round_trips_and_bad_files_are_refused_with_their_name() {
     assert!(refused(b"").contains("truncated"));
     assert!(refused(b"dn: o=glue\nobjectClass: organization\n").contains("bad magic"));
     let mut v = bytes.clone();
-    v[8] = 2;
-    assert!(refused(&v).contains("version 2"));
+    v[8] = 99;
+    assert!(refused(&v).contains("version 99"));
     let mut v = bytes.clone();
     v[HEADER_LEN + 40] ^= 0xff;
     assert!(refused(&v).contains("checksum"));
@@ -703,4 +751,57 @@ fn random_requirements_match_and_rank_from_the_index_as_classad2_over_its_offers
     eprintln!("classad2: {compared} (request, offer) pairs, {matched} jobs matched, {quirks} quirks");
     assert!(compared > 2000 && matched > 10, "{compared} offers compared, {matched} jobs matched");
     assert!(quirks * 20 < compared, "{quirks} of {compared} pairs differ by a documented quirk");
+}
+
+/// Sanity figures (not the benchmark): encode time, bytes per offer and
+/// list-match time on a generated grid. Run with
+/// `cargo test --release -p cder-jdl --lib index::tests::sizes_and_times -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: run it by name, in a release build"]
+fn sizes_and_times() {
+    let sites: usize = std::env::var("CDER_INDEX_SITES").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let entries = grid(sites, 17);
+    let snap = fetch(&entries, &snapshot_wanted(&prefixes()));
+    let carriers = snap.carriers.len();
+    let meta = IndexMeta::new("ldap://bdii.example.org:2170");
+    let t = std::time::Instant::now();
+    let build = IndexBuild::new(&snap, &meta.prefixes);
+    let built = t.elapsed();
+    let t = std::time::Instant::now();
+    let bytes = encode(&build, &meta);
+    let encoded = t.elapsed();
+    let n = build.offers.offers.len();
+    let t = std::time::Instant::now();
+    let idx = OfferIndex::from_bytes(bytes.clone(), Path::new("m.idx")).unwrap();
+    let loaded = t.elapsed();
+    eprintln!(
+        "{sites} sites, {carriers} carriers, {n} offers: build {built:?}, encode {encoded:?}, {} bytes ({} per offer, {} per carrier), load {loaded:?}",
+        bytes.len(),
+        bytes.len() / n.max(1),
+        bytes.len() / carriers.max(1)
+    );
+    for (src, vo) in [
+        (r#"[ Requirements = other.GPGPUMainMemorySize >= 40000 && other.GPGPUVendor == "Nvidia" ]"#, Some("atlas")),
+        (r#"[ Requirements = GPGPUModel == "A100"; Rank = other.GlueCEStateFreeCPUs ]"#, None),
+        (r#"[ Requirements = true; Rank = other.GPGPUFreeInstances ]"#, None),
+        (r#"[ Requirements = GPGPUMainMemorySize > 99999999 ]"#, None),
+    ] {
+        let r = request(src, None);
+        let mut times = Vec::new();
+        let mut a = idx.list_match(&r, vo, false).unwrap();
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            a = idx.list_match(&r, vo, false).unwrap();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        eprintln!(
+            "list_match p50 {:?} (min {:?}): {} visible, {} candidates, {} matches: {src} (vo {vo:?})",
+            times[3],
+            times[0],
+            a.visible,
+            a.candidates,
+            a.result.matches.len()
+        );
+    }
 }
