@@ -327,6 +327,7 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (stop, path) = (stop.clone(), path.clone());
+        let (bytes_old, bytes_new) = (bytes_old.clone(), bytes_new.clone());
         std::thread::spawn(move || {
             let (mut writes, mut next_new) = (0u64, true);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -403,6 +404,33 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let out =
         jdl(&index).args(["list-match", "--json", "--max-age", "3600", "--bdii", &url]).arg(&job).output().unwrap();
     assert_eq!(ranks(&json(&out)), ranks_old, "the refresh read the BDII at {url} again");
+
+    // A list-match that finds the snapshot too old waits for the refresh
+    // another process runs, and answers from its result without reading the
+    // BDII itself (which serves the old generation).
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    let held = cache::lock(&path, Duration::ZERO).unwrap();
+    let mut waiting = jdl(&index)
+        .args(["list-match", "--json", "--max-age", "60", "--bdii", &url])
+        .arg(&job)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(waiting.try_wait().unwrap().is_none(), "list-match answered while a refresh held the lock");
+    cache::write_atomic(&path, &bytes_new).unwrap();
+    drop(held);
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let v = json(&out);
+    assert_eq!(ranks(&v), ranks_new, "the answer must come from the other refresh's snapshot: {v}");
+    assert_eq!(v["index"]["refreshed"], "fresh", "{v}");
     drop(new);
 }
 
