@@ -477,6 +477,7 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
         shown.contains("No space left on device") && shown.contains("previous snapshot, if any, is kept"),
         "{shown}"
     );
+    assert!(shown.contains("cannot write the new snapshot of ") && shown.contains(".cdx: No space"), "{shown}");
     assert!(shown.contains(&small.display().to_string()), "the error names the path: {shown}");
     assert!(shown.contains("offers:"), "the old snapshot still reads: {shown}");
     assert!(!shown.lines().any(|l| l.starts_with("file: ") && l.ends_with(".tmp")), "a temp file was left: {shown}");

@@ -230,15 +230,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     // A temp file left by a crashed process of the same pid: ours to replace.
     let _ = std::fs::remove_file(&tmp);
+    let what = |w: &str| format!("cannot {w} the new snapshot of {}", path.display());
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)
-            .map_err(|e| io_error(&tmp, "cannot create the new snapshot", e))?;
-        f.write_all(bytes).map_err(|e| io_error(&tmp, "cannot write the new snapshot", e))?;
-        f.sync_all().map_err(|e| io_error(&tmp, "cannot sync the new snapshot", e))?;
+            .map_err(|e| io_error(&tmp, &what("create"), e))?;
+        f.write_all(bytes).map_err(|e| io_error(&tmp, &what("write"), e))?;
+        f.sync_all().map_err(|e| io_error(&tmp, &what("sync"), e))?;
         drop(f);
         std::fs::rename(&tmp, path).map_err(|e| io_error(path, "cannot put the new snapshot in place", e))?;
         // The rename itself reaches the disk with the directory.
