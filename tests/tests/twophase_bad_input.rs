@@ -145,6 +145,7 @@ fn a_bdii_that_is_down_or_silent_gives_an_error_naming_it() {
     let path = dir.path().join("j.jdl");
     std::fs::write(&path, jdl).unwrap();
     let out = Command::new(cder_jdl())
+        .envs(index_env(dir.path()))
         .args(["list-match"])
         .arg(&path)
         .env("LCG_GFAL_INFOSYS", format!("127.0.0.1:{port},other:2170"))

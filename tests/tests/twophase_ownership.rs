@@ -92,6 +92,7 @@ fn a_hostile_site_cannot_speak_for_another_sites_ce() {
     )
     .unwrap();
     let out = Command::new(cder_jdl())
+        .envs(index_env(dir.path()))
         .args(["submit", "--via", "slurm", "--dry-run", "--bdii", &url, "--timeout", "20", "--vo", VO, "--ce", &victim])
         .arg(&jdl)
         .env_remove("LCG_GFAL_INFOSYS")
