@@ -49,10 +49,13 @@ pub enum CacheError {
 }
 
 fn io_error(path: &Path, what: &str, e: std::io::Error) -> CacheError {
-    let message = if e.raw_os_error() == Some(libc::ENOSPC) {
-        format!("{what}: {e}: the file system is full (the previous snapshot, if any, is kept)")
-    } else {
-        format!("{what}: {e}")
+    // A used-up quota leaves no room just as a full disk does.
+    let message = match e.raw_os_error() {
+        Some(libc::ENOSPC) => format!("{what}: {e}: the file system is full (the previous snapshot, if any, is kept)"),
+        Some(libc::EDQUOT) => {
+            format!("{what}: {e}: no space left under the disk quota (the previous snapshot, if any, is kept)")
+        }
+        _ => format!("{what}: {e}"),
     };
     CacheError::Io { path: path.to_path_buf(), message }
 }
@@ -265,6 +268,22 @@ mod tests {
             strategies: Strategies::default(),
             prefixes: vec!["GPGPU".into()],
         }
+    }
+
+    #[test]
+    fn a_full_disk_and_a_used_up_quota_say_the_old_snapshot_is_kept() {
+        let p = Path::new("/cache/.x.cdx.1.tmp");
+        let msg = |errno| io_error(p, "cannot write", std::io::Error::from_raw_os_error(errno)).to_string();
+        let full = msg(libc::ENOSPC);
+        assert!(full.starts_with("/cache/.x.cdx.1.tmp: cannot write: No space left on device"), "{full}");
+        assert!(full.contains("the file system is full (the previous snapshot, if any, is kept)"), "{full}");
+        let quota = msg(libc::EDQUOT);
+        assert!(
+            quota.contains("Disk quota exceeded") && quota.contains("no space left under the disk quota"),
+            "{quota}"
+        );
+        assert!(quota.contains("the previous snapshot, if any, is kept"), "{quota}");
+        assert!(!msg(libc::EIO).contains("kept"), "other errors say only what failed");
     }
 
     #[test]
