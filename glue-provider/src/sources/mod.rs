@@ -15,7 +15,7 @@ pub mod counts;
 pub mod pbsnodes;
 pub mod scontrol;
 pub mod vgpgpu;
-mod walk;
+pub(crate) mod walk;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,6 +31,8 @@ pub struct Snapshot {
     pub groups: Vec<(crate::site::NodeGroup, GroupCounts)>,
     /// The vGPGPU environments.
     pub virtual_environments: Vec<VirtualEnvironment>,
+    /// The per-VO ComputingShares (empty without `[[vo]]`).
+    pub shares: Vec<crate::shares::VoShare>,
     /// `GLUE2EntityCreationTime`, unix seconds.
     pub created: u64,
 }
