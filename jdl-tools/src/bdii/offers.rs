@@ -201,6 +201,22 @@ pub struct Offers {
     /// CE IDs a share published that its ComputingService does not own:
     /// left out of the offers, shown by `--explain`.
     pub refused_claims: Vec<RefusedClaim>,
+    /// Shares with CDER data left out because no MappingPolicy opens them
+    /// to the job's VO, shown by `--explain`.
+    pub closed_to_vo: Vec<ClosedShare>,
+}
+
+/// A share left out because it is not open to the job's VO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClosedShare {
+    /// `GLUE2ShareID`.
+    pub share_id: String,
+    /// `GLUE2ComputingShareMappingQueue`, when published.
+    pub queue: Option<String>,
+    /// The share's DN.
+    pub dn: String,
+    /// The VO it is not open to.
+    pub vo: String,
 }
 
 /// A share that named a CE ID its own service cannot vouch for (another
@@ -705,6 +721,14 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let empty = Service::default();
         let svc = services.get(&key).unwrap_or(&empty);
         if snap.policies.is_some() && !svc.open.contains(share_id) && !open_anywhere.contains(share_id) {
+            if let Some(vo) = vo {
+                out.closed_to_vo.push(ClosedShare {
+                    share_id: share_id.to_string(),
+                    queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
+                    dn: share.dn.clone(),
+                    vo: vo.to_string(),
+                });
+            }
             continue;
         }
         let share_cder = cder.get(&share_dn);
@@ -1282,8 +1306,12 @@ mod tests {
             [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")],
         )]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
+        assert!(build_offers(&snap, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
         snap.policies = Some(vec![]);
-        assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
+        let o = build_offers(&snap, &prefixes(), Some("cms"));
+        assert_eq!(o.offers.len(), 0);
+        assert_eq!(o.closed_to_vo.len(), 1, "{:?}", o.closed_to_vo);
+        assert_eq!((o.closed_to_vo[0].share_id.as_str(), o.closed_to_vo[0].vo.as_str()), ("q1", "cms"));
     }
 
     #[test]
