@@ -86,6 +86,10 @@ pub struct VoConfig {
     /// `MaxTRESPerJob` on the GPU GRES limit the VO's shares).
     #[serde(default)]
     pub qos: Vec<String>,
+    /// The queues (partitions) the CE sends the VO's jobs to; default: every
+    /// one that admits the VO.
+    #[serde(default)]
+    pub queues: Option<Vec<String>>,
 }
 
 /// `[site]`: the ids the published entries hang from.
@@ -594,9 +598,13 @@ impl ProviderConfig {
                     format!("VO {name:?} names no accounts, groups, users or qos: no job could be told to be its"),
                 ));
             }
-            for (key, list) in
-                [("vo.accounts", &vo.accounts), ("vo.groups", &vo.groups), ("vo.users", &vo.users), ("vo.qos", &vo.qos)]
-            {
+            for (key, list) in [
+                ("vo.accounts", &vo.accounts),
+                ("vo.groups", &vo.groups),
+                ("vo.users", &vo.users),
+                ("vo.qos", &vo.qos),
+                ("vo.queues", vo.queues.as_ref().unwrap_or(&Vec::new())),
+            ] {
                 if let Some(bad) = list.iter().find(|v| v.is_empty() || v.contains([',', ' ', '(', ')', '='])) {
                     return Err(at(vo_at, key, format!("{bad:?} is not a batch-system name")));
                 }

@@ -177,6 +177,7 @@ mod tests {
             groups: vec!["atlasgrp".into()],
             users: vec![],
             qos: vec!["atlas-gpu".into()],
+            queues: None,
         };
         assert!(job_is_vos(&vo, "atlas", "", "", ""));
         assert!(job_is_vos(&vo, "other", "atlasgrp", "", ""));

@@ -335,6 +335,9 @@ pub fn build(
             continue;
         }
         for vo in &config.vos {
+            if vo.queues.as_ref().is_some_and(|q| !q.contains(&p.name)) {
+                continue;
+            }
             let Some(vo_qos) = p.admits(vo) else { continue };
             let vo_name = vo.name.get_ref();
             let mut figures = BTreeMap::new();
@@ -470,6 +473,21 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         assert_eq!((atlas.total, atlas.free, atlas.used, atlas.max_per_job), (4, 1, 3, 2));
         let cms = shares[1].devices["GPGPU"];
         assert_eq!((cms.total, cms.free, cms.used, cms.max_per_job), (8, 5, 0, 4));
+        let mut only_cms = cfg.clone();
+        only_cms.vos[1].queues = Some(vec!["cmsonly".into()]);
+        let again = build(
+            &only_cms,
+            &groups,
+            &parse_partitions(PARTITIONS).unwrap(),
+            &parse_scontrol(NODES).unwrap(),
+            &parse_jobs(JOBS).unwrap(),
+            &parse_assoc_mgr_qos(ASSOC_QOS).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            again.iter().map(|s| (s.queue.as_str(), s.vo.as_str())).collect::<Vec<_>>(),
+            [("gpu", "atlas"), ("cmsonly", "cms")]
+        );
         let cms_only = &shares[2];
         assert_eq!(cms_only.devices["GPGPU"].free, 4);
         assert_eq!(cms_only.serving_state, "draining");
