@@ -5,9 +5,9 @@
 //!   `AllowGroups=`, `AllowQos=` (and `DenyAccounts=`, `DenyQos=`), `QoS=`
 //!   (the partition QOS), `State=`;
 //! * `scontrol -d show node -o`: each node's `Gres=` / `GresUsed=` and state;
-//! * `scontrol show job -o`: the running jobs' `Partition=`, `Account=`,
-//!   `GroupId=`, `UserId=`, `QOS=` and allocated `gres/<gpu>` (`AllocTRES=`,
-//!   else `TRES=`);
+//! * `scontrol -d show job -o`: the running jobs' `Partition=`, `Account=`,
+//!   `GroupId=`, `UserId=`, `QOS=` and devices (`JOB_GRES=gpu:2`, else the
+//!   `gres/gpu` of `AllocTRES=` / `TRES=`);
 //! * only when a partition has a QOS or a VO names one: `scontrol show
 //!   assoc_mgr flags=qos`, whose `GrpTRES=gres/gpu=4(3)` is the limit and
 //!   what the QOS holds now, and `MaxTRESPJ=gres/gpu=2` the per-job limit.
@@ -28,7 +28,7 @@ use crate::error::ProviderError;
 use crate::shares::{job_is_vos, queue_devices, share_devices, share_id, GroupLimit, VoShare};
 use crate::site::NodeGroup;
 use crate::sources::walk::node_counts;
-use crate::sources::{gres_count, parse_scontrol, run_command, SlurmNode};
+use crate::sources::{gres_count, parse_gres, parse_scontrol, run_command, SlurmNode};
 
 /// Reads per-VO shares from SLURM.
 #[derive(Debug, Clone)]
@@ -146,25 +146,34 @@ pub fn parse_partitions(output: &[u8]) -> Result<Vec<Partition>, ProviderError> 
     Ok(out)
 }
 
-/// Parses the running jobs of `scontrol show job -o`.
+/// Parses the running jobs of `scontrol -d show job -o`.
 pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
-    let text = text(output, "scontrol show job -o")?;
+    let text = text(output, "scontrol -d show job -o")?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let f = fields(line);
         if f.get("JobState") != Some(&"RUNNING") {
             continue;
         }
-        let tres = f.get("AllocTRES").or_else(|| f.get("TRES")).copied().unwrap_or("");
+        let bad = |what: String| ProviderError::Runtime(format!("scontrol -d show job -o line {}: {what}", n + 1));
+        // The job's devices: `JOB_GRES=gpu:2` (-d, the allocation), else the
+        // GRES items of the allocated TRES (only those in AccountingStorageTRES).
         let mut gres = BTreeMap::new();
-        for item in tres.split(',') {
-            let Some((k, v)) = item.split_once('=') else { continue };
-            // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
-            let Some(name) = k.strip_prefix("gres/").filter(|n| !n.contains(':')) else { continue };
-            let count = v.parse::<u32>().map_err(|_| {
-                ProviderError::Runtime(format!("scontrol show job -o line {}: {k}={v:?} is not a count", n + 1))
-            })?;
-            gres.insert(name.to_string(), count);
+        if let Some(list) = f.get("JOB_GRES").filter(|v| **v != "(null)") {
+            for g in parse_gres(list).map_err(|m| bad(format!("JOB_GRES: {m}")))? {
+                let sum = gres.entry(g.name).or_insert(0u32);
+                *sum =
+                    sum.checked_add(g.count).ok_or_else(|| bad(format!("JOB_GRES {list:?} adds up past a count")))?;
+            }
+        } else {
+            let tres = f.get("AllocTRES").or_else(|| f.get("TRES")).copied().unwrap_or("");
+            for item in tres.split(',') {
+                let Some((k, v)) = item.split_once('=') else { continue };
+                // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
+                let Some(name) = k.strip_prefix("gres/").filter(|n| !n.contains(':')) else { continue };
+                let count = v.parse::<u32>().map_err(|_| bad(format!("{k}={v:?} is not a count")))?;
+                gres.insert(name.to_string(), count);
+            }
         }
         out.push(RunningJob {
             partition: f.get("Partition").unwrap_or(&"").to_string(),
@@ -284,7 +293,7 @@ impl SlurmShares {
     pub fn shares(&self, config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Vec<VoShare>, ProviderError> {
         let partitions = parse_partitions(&self.scontrol(&["show", "partition", "-o"])?)?;
         let nodes = parse_scontrol(&self.scontrol(&["-d", "show", "node", "-o"])?)?;
-        let jobs = parse_jobs(&self.scontrol(&["show", "job", "-o"])?)?;
+        let jobs = parse_jobs(&self.scontrol(&["-d", "show", "job", "-o"])?)?;
         let wants_qos = partitions.iter().any(|p| p.qos.is_some()) || config.vos.iter().any(|v| !v.qos.is_empty());
         let qos = if wants_qos {
             parse_assoc_mgr_qos(&self.scontrol(&["show", "assoc_mgr", "flags=qos"])?)?
@@ -444,6 +453,8 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         let e = parse_assoc_mgr_qos(b"QOS=x(3)\n    GrpTRES=gres/gpu=lots(1)\n").unwrap_err();
         assert!(e.to_string().contains("QOS x: GrpTRES gres/gpu=\"lots(1)\" is not a count"), "{e}");
         assert!(parse_jobs(b"JobId=3 JobState=RUNNING Partition=gpu TRES=gres/gpu=-1\n").is_err());
+        let j = parse_jobs(b"JobId=4 JobState=RUNNING Partition=gpu TRES=cpu=1,node=1 JOB_GRES=gpu:tesla:1,gpu:k80:2 Nodes=wn01 GRES=gpu:tesla:1(IDX:0)\n").unwrap();
+        assert_eq!(j[0].gres["gpu"], 3);
     }
 
     #[test]
