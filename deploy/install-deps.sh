@@ -14,6 +14,9 @@ packages=(
   slurm-wlm slurm-client libslurm-dev slurm-wlm-plugins-dev
   # the information system: OpenLDAP, the GLUE schemas, BDII
   slapd ldap-utils glue-schema bdii
+  # the site/top BDII chain test runs third-party/glite-info-provider-ldap
+  # (Perl, LWP::Simple), which Debian does not package
+  libwww-perl
   # MUNGE: cluster credentials for the vGPGPU registry
   munge libmunge-dev
   # the ClassAd reference and the test harness

@@ -7,11 +7,13 @@
 mod allocator_reconcile_slurm;
 mod arc_ce;
 mod arc_rte;
+mod bdii_chain;
 mod blah_dropins;
 mod cluster_glue;
 mod cluster_reconcile;
 mod cluster_slurm;
 mod cluster_vgpgpu;
+mod cluster_vo_shares;
 mod glue21_accelerator;
 mod glue_bdii;
 mod glue_heterogeneous;
