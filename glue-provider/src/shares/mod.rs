@@ -83,15 +83,20 @@ pub fn from_config(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Vec<
     }
 }
 
+/// A queue's devices of one prefix: the sum of its nodes' counts and the
+/// most devices on one node.
+pub(crate) type QueueDevices = BTreeMap<String, (crate::sources::Counts, u32)>;
+
 /// The device classes of the nodes `hosts`, per prefix: the sum of each
-/// node's counts (as `node` reads them) and the most devices on one node.
+/// node's counts (as `node` reads them) and the most devices on one node;
+/// and the ExecutionEnvironments those nodes belong to.
 pub(crate) fn queue_devices(
     groups: &[NodeGroup],
     hosts: &dyn Fn(&str) -> bool,
     mut node: impl FnMut(&str, &crate::site::DeviceClass) -> Result<crate::sources::Counts, ProviderError>,
-) -> Result<(Vec<String>, BTreeMap<String, (crate::sources::Counts, u32)>), ProviderError> {
+) -> Result<(Vec<String>, QueueDevices), ProviderError> {
     let mut environments = Vec::new();
-    let mut out: BTreeMap<String, (crate::sources::Counts, u32)> = BTreeMap::new();
+    let mut out = QueueDevices::new();
     for group in groups {
         let members: Vec<&String> = group.nodes.iter().filter(|h| hosts(h)).collect();
         if members.is_empty() {

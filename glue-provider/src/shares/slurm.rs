@@ -261,7 +261,7 @@ impl Partition {
         let qos: Vec<&String> = vo
             .qos
             .iter()
-            .filter(|q| self.allow_qos.as_ref().is_none_or(|l| l.contains(q)) && !self.deny_qos.contains(q))
+            .filter(|q| self.allow_qos.as_ref().map_or(true, |l| l.contains(q)) && !self.deny_qos.contains(q))
             .collect();
         if self.allow_qos.is_some() && qos.is_empty() {
             return None;
