@@ -28,35 +28,7 @@ use crate::config::{CountSourceKind, ProviderConfig, VoConfig};
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 
-/// One ComputingShare: a queue as one VO sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VoShare {
-    /// `GLUE2ShareID`: `<queue>_<vo>_<service id>`, as CREAM names its VO shares.
-    pub id: String,
-    /// The queue (SLURM partition, TORQUE queue): `GLUE2ComputingShareMappingQueue`.
-    pub queue: String,
-    /// The VO (`GLUE2PolicyRule: VO:<vo>`).
-    pub vo: String,
-    /// `GLUE2ComputingShareServingState`: `production`, `draining`, `closed`.
-    pub serving_state: &'static str,
-    /// The ExecutionEnvironments the queue's nodes belong to.
-    pub environments: Vec<String>,
-    /// Per device prefix (`GPGPU`): the VO's figures.
-    pub devices: BTreeMap<String, ShareDevices>,
-}
-
-/// A share's figures for one device type.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShareDevices {
-    /// The most the VO can hold in the queue at once.
-    pub total: u32,
-    /// What a job of the VO could be given now.
-    pub free: u32,
-    /// Held by the VO's running jobs in the queue.
-    pub used: u32,
-    /// The most one job can get (on one node).
-    pub max_per_job: u32,
-}
+pub use crate::sources::counts::{ShareDevices, VoShare};
 
 /// The share ID of `queue` for `vo`: `<queue>_<vo>_<service id>`.
 pub fn share_id(queue: &str, vo: &str, service_id: &str) -> String {

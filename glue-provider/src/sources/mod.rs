@@ -32,7 +32,7 @@ pub struct Snapshot {
     /// The vGPGPU environments.
     pub virtual_environments: Vec<VirtualEnvironment>,
     /// The per-VO ComputingShares (empty without `[[vo]]`).
-    pub shares: Vec<crate::shares::VoShare>,
+    pub shares: Vec<VoShare>,
     /// `GLUE2EntityCreationTime`, unix seconds.
     pub created: u64,
 }
@@ -40,7 +40,7 @@ pub struct Snapshot {
 pub use cderd::CderdCounts;
 pub use command::run_command;
 pub use configured::{static_total, ConfiguredCounts};
-pub use counts::{CountSource, Counts, GroupCounts};
+pub use counts::{CountSource, Counts, GroupCounts, ShareDevices, VoShare};
 pub use pbsnodes::{parse_pbsnodes, TorqueCounts, TorqueNode};
 pub use scontrol::{gres_count, parse_gres, parse_scontrol, Gres, SlurmCounts, SlurmNode};
 pub use vgpgpu::{virtual_from_config, RegistryVirtual, StaticVirtual, VirtualEnvironment, VirtualGpgpuSource};
