@@ -76,10 +76,10 @@ pub struct VoConfig {
     /// SLURM accounts the VO's jobs are charged to (`AllowAccounts`).
     #[serde(default)]
     pub accounts: Vec<String>,
-    /// Unix groups of the VO's pool accounts (SLURM `AllowGroups`).
+    /// Unix groups of the VO's pool accounts (SLURM `AllowGroups`, TORQUE `acl_groups`).
     #[serde(default)]
     pub groups: Vec<String>,
-    /// Pool accounts: a job run by one of them is the VO's.
+    /// Pool accounts (TORQUE `acl_users`): a job run by one of them is the VO's.
     #[serde(default)]
     pub users: Vec<String>,
     /// SLURM QOS the VO's jobs run under (`AllowQos`; their `GrpTRES` and
@@ -176,6 +176,9 @@ pub struct CountsConfig {
     /// The `pbsnodes` program for `source = "torque"` (default: from `PATH`).
     #[serde(default = "default_pbsnodes")]
     pub pbsnodes: PathBuf,
+    /// The `qstat` program that lists TORQUE's queues and jobs for `[[vo]]` shares (default: from `PATH`).
+    #[serde(default = "default_qstat")]
+    pub qstat: PathBuf,
     /// Seconds to wait for cderd or the LRMS command (1 to [`MAX_TIMEOUT_S`]).
     #[serde(default = "default_timeout")]
     pub timeout_s: Spanned<u64>,
@@ -204,6 +207,9 @@ fn default_scontrol() -> PathBuf {
 }
 fn default_pbsnodes() -> PathBuf {
     "pbsnodes".into()
+}
+fn default_qstat() -> PathBuf {
+    "qstat".into()
 }
 
 fn default_timeout() -> Spanned<u64> {
@@ -584,11 +590,11 @@ impl ProviderConfig {
             if !vo_names.insert(name.clone()) {
                 return Err(at(vo_at, "vo.name", format!("VO {name:?} is configured twice")));
             }
-            if source != CountSourceKind::Slurm {
+            if !matches!(source, CountSourceKind::Slurm | CountSourceKind::Torque) {
                 return Err(at(
                     vo_at,
                     "vo",
-                    "per-VO shares read SLURM's partitions, QOS and jobs: they need counts.source = \"slurm\"".into(),
+                    "per-VO shares read the batch system's queues and jobs: they need counts.source = \"slurm\" or \"torque\"".into(),
                 ));
             }
             if vo.accounts.is_empty() && vo.groups.is_empty() && vo.users.is_empty() && vo.qos.is_empty() {

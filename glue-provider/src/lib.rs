@@ -325,6 +325,6 @@ mod tests {
             Path::new("t.toml"),
         )
         .unwrap_err();
-        assert!(e.message.contains("need counts.source = \"slurm\""), "{e}");
+        assert!(e.message.contains("need counts.source = \"slurm\" or \"torque\""), "{e}");
     }
 }

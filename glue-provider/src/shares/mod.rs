@@ -17,10 +17,10 @@
 //! * `max_per_job` = min(the most devices on one node of the queue, each
 //!   applying per-job limit).
 //!
-//! [`slurm`] reads them off SLURM. TORQUE queue ACLs are not read yet:
-//! `[[vo]]` needs `counts.source = "slurm"`.
+//! [`slurm`] and [`torque`] read them off the batch system.
 
 pub mod slurm;
+pub mod torque;
 
 use std::collections::BTreeMap;
 
@@ -50,6 +50,7 @@ pub fn from_config(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Vec<
     let timeout = std::time::Duration::from_secs((*config.counts.timeout_s.get_ref()).max(1));
     match config.counts.source.get_ref() {
         CountSourceKind::Slurm => slurm::SlurmShares::from_config(config, timeout).shares(config, groups),
+        CountSourceKind::Torque => torque::TorqueShares::from_config(config, timeout).shares(config, groups),
         // The config check refuses [[vo]] with other sources.
         _ => Ok(Vec::new()),
     }

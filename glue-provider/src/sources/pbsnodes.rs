@@ -39,6 +39,8 @@ pub struct TorqueNode {
     pub gpus_prohibited: u32,
     /// The node lists running jobs (`<jobs>`).
     pub has_jobs: bool,
+    /// `<properties>`: the node's features, by which queues choose nodes (`resources_default.neednodes`).
+    pub properties: Vec<String>,
 }
 
 impl TorqueNode {
@@ -100,7 +102,13 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()
         }))?;
         let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
-        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs });
+        let properties = xml_element(body, "properties")
+            .unwrap_or_default()
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs, properties });
         rest = &rest[end + 7..];
     }
     Ok(nodes)
