@@ -1,8 +1,9 @@
 //! Per-VO ComputingShares from a real SLURM cluster (tests/src/cluster.rs:
 //! three workers w1-w3 of two GPUs each). The partition `gpu-atlas`
 //! (w1-w3) admits only the group `nogroup` (atlas's pool accounts here),
-//! `gpu-cms` (w3) only `root` (cms's);
-//! `cder-glue-provider` on the head reads `scontrol show partition`,
+//! `gpu-cms` (w3) only `root` (cms's); `cder-glue-provider` on the head,
+//! run as `nobody` (to whom SLURM hides gpu-cms unless asked `--all`), reads
+//! `scontrol show partition`,
 //! `show node` and `show job`, and publishes one share per VO with its own
 //! free, used and per-job figures and a MappingPolicy `VO:<vo>`. The LDIF
 //! goes into slapd with the CE's endpoint, and phase 1
@@ -47,9 +48,12 @@ fn endpoint_ldif() -> String {
 /// Runs the provider on the head; the LDIF and each share's
 /// (total, free, used, per node) by VO.
 fn publish(cluster: &Cluster, config: &Path) -> (String, Vec<(String, [u32; 4])>) {
+    // As an unprivileged user, as the BDII runs it: not in gpu-cms's AllowGroups.
     let out = cluster
         .head
-        .command(&provider().to_string_lossy())
+        .command("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(provider())
         .arg("--config")
         .arg(config)
         .env("SLURM_CONF", cluster.slurm_conf())

@@ -1,11 +1,12 @@
 //! Per-VO shares from SLURM, all read through `scontrol` (what slurmctld
 //! enforces, not what the database was once told):
 //!
-//! * `scontrol show partition -o`: `Nodes=`, `AllowAccounts=`,
+//! * `scontrol --all show partition -o`: `Nodes=`, `AllowAccounts=`,
 //!   `AllowGroups=`, `AllowQos=` (and `DenyAccounts=`, `DenyQos=`), `QoS=`
-//!   (the partition QOS), `State=`;
+//!   (the partition QOS), `State=` (`--all`: without it SLURM hides a
+//!   partition whose `AllowGroups` leave out the asking user, the BDII's);
 //! * `scontrol -d show node -o`: each node's `Gres=` / `GresUsed=` and state;
-//! * `scontrol -d show job -o`: the running jobs' `Partition=`, `Account=`,
+//! * `scontrol --all -d show job -o`: the running jobs' `Partition=`, `Account=`,
 //!   `GroupId=`, `UserId=`, `QOS=` and devices (`JOB_GRES=gpu:2`, else the
 //!   `gres/gpu` of `AllocTRES=` / `TRES=`);
 //! * only when a partition has a QOS or a VO names one: `scontrol show
@@ -291,9 +292,11 @@ impl SlurmShares {
 
     /// Asks SLURM and builds the shares.
     pub fn shares(&self, config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Vec<VoShare>, ProviderError> {
-        let partitions = parse_partitions(&self.scontrol(&["show", "partition", "-o"])?)?;
+        // --all: SLURM hides the partitions (and their jobs) whose AllowGroups
+        // leave out the asking user, and the BDII's user is in no VO's group.
+        let partitions = parse_partitions(&self.scontrol(&["--all", "show", "partition", "-o"])?)?;
         let nodes = parse_scontrol(&self.scontrol(&["-d", "show", "node", "-o"])?)?;
-        let jobs = parse_jobs(&self.scontrol(&["-d", "show", "job", "-o"])?)?;
+        let jobs = parse_jobs(&self.scontrol(&["--all", "-d", "show", "job", "-o"])?)?;
         let wants_qos = partitions.iter().any(|p| p.qos.is_some()) || config.vos.iter().any(|v| !v.qos.is_empty());
         let qos = if wants_qos {
             parse_assoc_mgr_qos(&self.scontrol(&["show", "assoc_mgr", "flags=qos"])?)?
