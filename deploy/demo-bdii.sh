@@ -89,6 +89,9 @@ SHIM
     chmod 755 "$work/bdii/shim/$tool"
 done
 host=$(hostname -s)
+# The demo's Manager says SLURM: EGI's profile requires its version, the installed one.
+slurm_version=$(PATH=$PATH:/usr/sbin slurmd -V 2>/dev/null | awk '{print $2}') || true
+[ -n "$slurm_version" ] || { echo "demo-bdii: slurmd -V printed no SLURM version (install slurmd)" >&2; exit 1; }
 cat > "$work/glue-provider.toml" <<TOML
 [site]
 computing_service_id = "$host.example.org_ComputingElement"
@@ -101,6 +104,7 @@ strategies = ["attribute-extension"]
 type = "org.glite.ce.CREAM"
 admin_domain = "CDER-DEMO"
 manager_product = "SLURM"
+manager_version = "$slurm_version"
 
 [counts]
 source = "cderd"

@@ -39,6 +39,11 @@ id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
 main_memory_mb = 16384
+virtual_memory_mb = 20480
+os_name = "CentOS"
+os_version = "7.9"
+physical_cpus = 2
+logical_cpus = 16
 
 [[group.device]]
 model = "GTS 450"
@@ -167,7 +172,7 @@ fn cluster_config(dir: &Path, scontrol: &Path) -> PathBuf {
     for (g, model) in models.iter().enumerate() {
         let _ = write!(
             text,
-            "\n[[group]]\nid = \"ce.example.org_g{g}\"\nnodes = [\"g{g}n[001-125]\"]\nplatform = \"amd64\"\nmain_memory_mb = 131072\n\n[[group.device]]\nmodel = \"{model}\"\ncount = {}\nmemory_mb = 16384\ncompute_capability = \"7.0\"\n",
+            "\n[[group]]\nid = \"ce.example.org_g{g}\"\nnodes = [\"g{g}n[001-125]\"]\nplatform = \"amd64\"\nmain_memory_mb = 131072\nvirtual_memory_mb = 131072\nos_name = \"Debian\"\nos_version = \"12\"\n\n[[group.device]]\nmodel = \"{model}\"\ncount = {}\nmemory_mb = 16384\ncompute_capability = \"7.0\"\n",
             g % 4 + 1
         );
     }
@@ -191,7 +196,7 @@ fn fake_scontrol(dir: &Path) -> PathBuf {
             };
             let _ = writeln!(
                 lines,
-                "NodeName=g{g}n{n:03} Arch=x86_64 CoresPerSocket=16 CPUAlloc=0 CPUTot=32 CPULoad=0.01 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:{gpus}(S:0-1) GresUsed=gpu:{used}(IDX:N/A) NodeAddr=g{g}n{n:03} NodeHostName=g{g}n{n:03} RealMemory=131072 State={state} ThreadsPerCore=2 Partitions=gpu"
+                "NodeName=g{g}n{n:03} Arch=x86_64 CoresPerSocket=16 CPUAlloc=0 CPUTot=32 CPULoad=0.01 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:{gpus}(S:0-1) GresUsed=gpu:{used}(IDX:N/A) NodeAddr=g{g}n{n:03} NodeHostName=g{g}n{n:03} RealMemory=131072 Sockets=2 Boards=1 State={state} ThreadsPerCore=2 Partitions=gpu"
             );
         }
     }

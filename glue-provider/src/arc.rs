@@ -36,7 +36,7 @@ pub fn arc_ee_dn(config: &ProviderConfig, ee_id: &str) -> String {
 /// the EE (`urn:ogf:ExecutionEnvironment:<host>:<name>`), and a group must
 /// hold one kind of device (ARC has one EE for it, not one per kind).
 pub fn plugin_ldif(config: &ProviderConfig, snapshot: &Snapshot) -> Result<String, ProviderError> {
-    let entries = strategy::render(config, snapshot, &[Strategy::AttributeExtension])?;
+    let entries = strategy::render_entries(config, snapshot, &[Strategy::AttributeExtension], false)?;
     let mut out = Vec::new();
     for e in &entries {
         if !e.values("objectClass").any(|c| c.eq_ignore_ascii_case("GLUE2ExecutionEnvironment")) {

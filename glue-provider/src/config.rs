@@ -278,6 +278,19 @@ pub struct GroupConfig {
     /// `GLUE2ExecutionEnvironmentCPUClockSpeed`, in MHz.
     #[serde(default)]
     pub cpu_clock_mhz: Option<u32>,
+    /// `GLUE2ExecutionEnvironmentVirtualMemorySize`: RAM plus swap per node,
+    /// MB; needed where the count source cannot see swap (SLURM, static).
+    #[serde(default)]
+    pub virtual_memory_mb: Option<u64>,
+    /// `GLUE2ExecutionEnvironmentCPUTimeScalingFactor`: the factor the LRMS
+    /// applies to a job's CPU-time limit on these nodes (TORQUE's mom
+    /// `$cputmult`); default 1, as SLURM and an unset `$cputmult` scale nothing.
+    #[serde(default = "unscaled")]
+    pub cpu_time_scaling_factor: Spanned<f64>,
+    /// `GLUE2ExecutionEnvironmentWallTimeScalingFactor`: likewise for the
+    /// wall-time limit (TORQUE's mom `$wallmult`); default 1.
+    #[serde(default = "unscaled")]
+    pub wall_time_scaling_factor: Spanned<f64>,
     /// Take the devices from this node's inventory (`cder.toml`, NVML or
     /// static) instead of `[[group.device]]`.
     #[serde(default)]
@@ -285,6 +298,10 @@ pub struct GroupConfig {
     /// The devices on each node of the group, one entry per kind.
     #[serde(default, rename = "device")]
     pub devices: Vec<GroupDevice>,
+}
+
+fn unscaled() -> Spanned<f64> {
+    Spanned::new(0..0, 1.0)
 }
 
 fn default_os_family() -> String {
@@ -440,6 +457,19 @@ impl ProviderConfig {
             }
             if group.platform.trim().is_empty() {
                 return Err(at(id_at, "group.platform", "must not be empty".into()));
+            }
+            for (key, factor) in [
+                ("group.cpu_time_scaling_factor", &group.cpu_time_scaling_factor),
+                ("group.wall_time_scaling_factor", &group.wall_time_scaling_factor),
+            ] {
+                let f = *factor.get_ref();
+                if !(f.is_finite() && f > 0.0 && f <= 1000.0) {
+                    return Err(at(
+                        factor.span().start,
+                        key,
+                        format!("{f} is not a scaling factor: give a number above 0, at most 1000"),
+                    ));
+                }
             }
             match (group.inventory, group.devices.is_empty()) {
                 (true, false) => {
@@ -700,6 +730,11 @@ id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
 main_memory_mb = 16384
+virtual_memory_mb = 20480
+os_name = "CentOS"
+os_version = "7.9"
+physical_cpus = 2
+logical_cpus = 16
 
 [[group.device]]
 model = "GeForce GTS 450"
@@ -744,9 +779,9 @@ used = 2
     #[test]
     fn unknown_and_bad_values_are_located() {
         let e = parse(&SAMPLE.replace("count = 2", "count = 2\ncuont = 3")).unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (Some(19), Some("group.device.cuont")), "{e}");
+        assert_eq!((e.line, e.key.as_deref()), (Some(24), Some("group.device.cuont")), "{e}");
         let e = parse(&SAMPLE.replace("memory_mb = 1024", "memory_mb = \"lots\"")).unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (Some(19), Some("group.device.memory_mb")), "{e}");
+        assert_eq!((e.line, e.key.as_deref()), (Some(24), Some("group.device.memory_mb")), "{e}");
         let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"maui\"")).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(8), Some("counts.source")), "{e}");
     }
@@ -798,7 +833,7 @@ used = 2
         assert!(parse(&SAMPLE.replace("source = \"static\"", "source = \"static\"\ntimeout_s = 3600")).is_ok());
         // 16 nodes × 2^28 devices is past u32.
         let e = parse(&SAMPLE.replace("count = 2", "count = 268435456")).unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (Some(17), Some("group.device.count")), "{e}");
+        assert_eq!((e.line, e.key.as_deref()), (Some(22), Some("group.device.count")), "{e}");
         assert!(parse(&SAMPLE.replace("count = 2", "count = 268435455")).is_ok());
         let e = parse(&SAMPLE.replace("used = 2", "used = 33")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("group.device.used"), "{e}");
@@ -820,7 +855,7 @@ used = 2
         bytes[at] = 0xff;
         std::fs::write(&path, bytes).unwrap();
         let e = ProviderConfig::load(Some(&path)).unwrap_err();
-        assert_eq!(e.line, Some(17), "{e}");
+        assert_eq!(e.line, Some(22), "{e}");
         assert_eq!(e.column, Some(24), "{e}");
         assert_eq!(e.key.as_deref(), Some("group.device.model"), "{e}");
         assert!(e.message.contains("UTF-8"), "{e}");

@@ -9,7 +9,8 @@
 //! The pipeline is: [`config::ProviderConfig`] → [`site::node_groups`]
 //! (static config or this node's inventory) → a [`sources::CountSource`]
 //! and a [`sources::VirtualGpgpuSource`] → [`strategy::render`] →
-//! [`ldif::write`]. All output is built in memory; the binary writes it in
+//! [`ldif::write`] (or [`json::write`], GLUE 2 in JSON, from the same
+//! entries). All output is built in memory; the binary writes it in
 //! one go only when everything succeeded, so `bdii-update` never reads half
 //! an entry.
 //!
@@ -29,6 +30,7 @@ pub mod arc;
 pub mod config;
 pub mod error;
 pub mod glue21;
+pub mod json;
 pub mod ldif;
 pub mod shares;
 pub mod site;
@@ -49,6 +51,19 @@ pub fn publish(
 ) -> Result<String, ProviderError> {
     let snapshot = snapshot(config, counts, virtual_gpgpus, now)?;
     Ok(ldif::write(&strategy::render(config, &snapshot, strategies)?))
+}
+
+/// Like [`publish`], but the GLUE 2 entities in the OGF JSON rendering
+/// ([`json`]) instead of LDIF; GLUE 1.3 (tagged-environment) has none.
+pub fn publish_json(
+    config: &ProviderConfig,
+    counts: &dyn sources::CountSource,
+    virtual_gpgpus: &dyn sources::VirtualGpgpuSource,
+    strategies: &[strategy::Strategy],
+    now: u64,
+) -> Result<String, ProviderError> {
+    let snapshot = snapshot(config, counts, virtual_gpgpus, now)?;
+    json::write(&strategy::render(config, &snapshot, strategies)?)
 }
 
 /// The groups with their live counts and the vGPGPU environments.
@@ -192,7 +207,7 @@ mod tests {
 
     #[test]
     fn service_and_virtual_environments() {
-        let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";
+        let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\nmanager_version = \"22.05.8\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";
         // [service] and [[virtual]] must come before [[group]] entries' sub-tables in TOML
         // only by table rules; appended tables are fine.
         let entries = run(&sample(extra), &[Strategy::AttributeExtension, Strategy::TaggedEnvironment]);
@@ -212,6 +227,13 @@ mod tests {
         assert_eq!(app.values("GLUE2ApplicationEnvironmentAppName").collect::<Vec<_>>(), ["rCUDA"]);
         assert!(app.values("GLUE2EntityOtherInfo").any(|v| v == "FreeVGPGPU=5"));
         assert!(entries[5].values("GlueHostApplicationSoftwareRunTimeEnvironment").any(|v| v == "rCUDAFreeVGPGPU=5"));
+        // 16 nodes × 2 sockets × 16 threads, from the group's keys: EGI requires the Manager's totals.
+        let one = |e: &ldif::Entry, a: &str| e.values(a).next().map(str::to_string);
+        assert_eq!(one(&entries[1], "GLUE2ComputingManagerTotalPhysicalCPUs").as_deref(), Some("32"));
+        assert_eq!(one(&entries[1], "GLUE2ComputingManagerTotalLogicalCPUs").as_deref(), Some("256"));
+        assert_eq!(one(&entries[1], "GLUE2ManagerProductVersion").as_deref(), Some("22.05.8"));
+        assert_eq!(one(&entries[5], "GlueSubClusterLogicalCPUs").as_deref(), Some("256"));
+        assert_eq!(one(&entries[2], "GLUE2ExecutionEnvironmentVirtualMemorySize").as_deref(), Some("20480"));
     }
 
     #[test]

@@ -116,6 +116,23 @@ pub fn render(
     snapshot: &Snapshot,
     strategies: &[Strategy],
 ) -> Result<Vec<Entry>, ProviderError> {
+    render_entries(config, snapshot, strategies, true)
+}
+
+/// [`render`]; with `complete` false, an ExecutionEnvironment lacks the
+/// values EGI requires instead of being refused (ARC mode, where the EE is
+/// ARC's and only cder's keys are taken from it).
+pub(crate) fn render_entries(
+    config: &ProviderConfig,
+    snapshot: &Snapshot,
+    strategies: &[Strategy],
+    complete: bool,
+) -> Result<Vec<Entry>, ProviderError> {
+    let required = |value: Result<String, ProviderError>| match value {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if complete => Err(e),
+        Err(_) => Ok(None),
+    };
     let set: BTreeSet<Strategy> = strategies.iter().copied().collect();
     let as_other_info = |kind: Kind| {
         set.contains(&Strategy::AttributeExtension) || (kind == Kind::Static && set.contains(&Strategy::Hybrid))
@@ -149,8 +166,12 @@ pub fn render(
             m.push("GLUE2ManagerID", manager_id.clone());
             m.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
             m.push("GLUE2ManagerProductName", service.manager_product.clone());
-            if let Some(v) = &service.manager_version {
-                m.push("GLUE2ManagerProductVersion", v.clone());
+            m.push("GLUE2ManagerProductVersion", manager_version(config, snapshot)?);
+            let totals = manager_totals(config, snapshot)?;
+            m.push("GLUE2ComputingManagerTotalPhysicalCPUs", totals.physical_cpus.to_string());
+            m.push("GLUE2ComputingManagerTotalLogicalCPUs", totals.logical_cpus.to_string());
+            if let Some(slots) = totals.slots {
+                m.push("GLUE2ComputingManagerTotalSlots", slots.to_string());
             }
             m.push("GLUE2ManagerServiceForeignKey", service_id.clone());
             m.push("GLUE2ComputingManagerComputingServiceForeignKey", service_id.clone());
@@ -159,6 +180,7 @@ pub fn render(
 
         for (group, counts, env) in environments(snapshot) {
             let g = &group.config;
+            let hw = Hardware::of(group, counts)?;
             let id = env.id.as_str();
             let dn = format!("GLUE2ResourceID={id},{service_dn}");
             let mut e = Entry::new(dn.clone());
@@ -177,10 +199,10 @@ pub fn render(
             if let Some(n) = counts.nodes_unavailable {
                 e.push("GLUE2ExecutionEnvironmentUnavailableInstances", n.to_string());
             }
-            if let Some(n) = g.physical_cpus {
+            if let Some(n) = hw.physical_cpus {
                 e.push("GLUE2ExecutionEnvironmentPhysicalCPUs", n.to_string());
             }
-            if let Some(n) = g.logical_cpus {
+            if let Some(n) = hw.logical_cpus {
                 e.push("GLUE2ExecutionEnvironmentLogicalCPUs", n.to_string());
             }
             if let Some(v) = &g.cpu_vendor {
@@ -192,13 +214,19 @@ pub fn render(
             if let Some(n) = g.cpu_clock_mhz {
                 e.push("GLUE2ExecutionEnvironmentCPUClockSpeed", n.to_string());
             }
+            // f64's Display: 1.0 is "1", as EGI's validator reads the factor as an integer first.
+            e.push("GLUE2ExecutionEnvironmentCPUTimeScalingFactor", g.cpu_time_scaling_factor.get_ref().to_string());
+            e.push("GLUE2ExecutionEnvironmentWallTimeScalingFactor", g.wall_time_scaling_factor.get_ref().to_string());
             e.push("GLUE2ExecutionEnvironmentMainMemorySize", g.main_memory_mb.to_string());
-            e.push("GLUE2ExecutionEnvironmentOSFamily", g.os_family.clone());
-            if let Some(v) = &g.os_name {
-                e.push("GLUE2ExecutionEnvironmentOSName", v.clone());
+            if let Some(v) = required(hw.required_virtual_memory(group, config).map(|n| n.to_string()))? {
+                e.push("GLUE2ExecutionEnvironmentVirtualMemorySize", v);
             }
-            if let Some(v) = &g.os_version {
-                e.push("GLUE2ExecutionEnvironmentOSVersion", v.clone());
+            e.push("GLUE2ExecutionEnvironmentOSFamily", g.os_family.clone());
+            if let Some(v) = required(hw.required_os_name(group, config))? {
+                e.push("GLUE2ExecutionEnvironmentOSName", v);
+            }
+            if let Some(v) = required(hw.required_os_version(group, config))? {
+                e.push("GLUE2ExecutionEnvironmentOSVersion", v);
             }
             e.push("GLUE2ExecutionEnvironmentConnectivityIn", g.connectivity_in.to_string());
             e.push("GLUE2ExecutionEnvironmentConnectivityOut", g.connectivity_out.to_string());
@@ -325,6 +353,16 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
         s.push("GlueSubClusterUniqueID", env.id.clone());
         s.push("GlueSubClusterName", env.name.clone().unwrap_or_else(|| env.id.clone()));
         s.push("GlueChunkKey", format!("GlueClusterUniqueID={cluster}"));
+        // GLUE 1.3 counts the CPUs of the whole SubCluster, down nodes included.
+        let hw = Hardware::of(group, counts)?;
+        s.push(
+            "GlueSubClusterPhysicalCPUs",
+            hw.required_total_physical(group, config, "GlueSubClusterPhysicalCPUs")?.to_string(),
+        );
+        s.push(
+            "GlueSubClusterLogicalCPUs",
+            hw.required_total_logical(group, config, "GlueSubClusterLogicalCPUs")?.to_string(),
+        );
         s.push("GlueHostArchitecturePlatformType", g.platform.clone());
         s.push("GlueHostMainMemoryRAMSize", g.main_memory_mb.to_string());
         let mut tags = Vec::new();
@@ -353,6 +391,162 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
         entries.push(s);
     }
     Ok(entries)
+}
+
+/// A group's CPUs, memory and OS: the config's value where it gives one,
+/// else what the count source read (the LRMS, or this node for cderd).
+/// EGI's profile requires several of them; a missing one is refused with
+/// the key that would give it, never guessed.
+#[derive(Debug, Clone, Default)]
+struct Hardware {
+    physical_cpus: Option<u32>,
+    logical_cpus: Option<u32>,
+    total_physical_cpus: Option<u32>,
+    total_logical_cpus: Option<u32>,
+    total_slots: Option<u32>,
+    virtual_memory_mb: Option<u64>,
+    os_name: Option<String>,
+    os_version: Option<String>,
+}
+
+impl Hardware {
+    fn of(group: &NodeGroup, counts: &GroupCounts) -> Result<Hardware, ProviderError> {
+        let g = &group.config;
+        let h = &counts.hosts;
+        let nodes = u32::try_from(group.nodes.len()).unwrap_or(u32::MAX);
+        let times_nodes = |per_node: u32, key: &str| {
+            per_node.checked_mul(nodes).ok_or_else(|| {
+                ProviderError::Input(format!(
+                    "group {:?}: group.{key} {per_node} × {nodes} nodes is more than GLUE's UInt32 holds",
+                    group.id()
+                ))
+            })
+        };
+        Ok(Hardware {
+            physical_cpus: g.physical_cpus.or(h.physical_cpus),
+            logical_cpus: g.logical_cpus.or(h.logical_cpus),
+            total_physical_cpus: match g.physical_cpus {
+                Some(n) => Some(times_nodes(n, "physical_cpus")?),
+                None => h.total_physical_cpus,
+            },
+            total_logical_cpus: match g.logical_cpus {
+                Some(n) => Some(times_nodes(n, "logical_cpus")?),
+                None => h.total_logical_cpus,
+            },
+            total_slots: h.total_slots,
+            virtual_memory_mb: g.virtual_memory_mb.or(h.virtual_memory_mb),
+            os_name: g.os_name.clone().or_else(|| h.os_name.clone()),
+            os_version: g.os_version.clone().or_else(|| h.os_version.clone()),
+        })
+    }
+
+    fn required_virtual_memory(&self, group: &NodeGroup, config: &ProviderConfig) -> Result<u64, ProviderError> {
+        self.virtual_memory_mb.ok_or_else(|| {
+            missing(
+                group,
+                config,
+                "GLUE2ExecutionEnvironmentVirtualMemorySize",
+                "virtual_memory_mb (RAM plus swap per node, MB)",
+            )
+        })
+    }
+
+    fn required_os_name(&self, group: &NodeGroup, config: &ProviderConfig) -> Result<String, ProviderError> {
+        self.os_name.clone().ok_or_else(|| {
+            missing(group, config, "GLUE2ExecutionEnvironmentOSName", "os_name (e.g. \"CentOS\", \"Debian\")")
+        })
+    }
+
+    fn required_os_version(&self, group: &NodeGroup, config: &ProviderConfig) -> Result<String, ProviderError> {
+        self.os_version
+            .clone()
+            .ok_or_else(|| missing(group, config, "GLUE2ExecutionEnvironmentOSVersion", "os_version (e.g. \"7.9\")"))
+    }
+
+    fn required_total_physical(
+        &self,
+        group: &NodeGroup,
+        config: &ProviderConfig,
+        attribute: &str,
+    ) -> Result<u32, ProviderError> {
+        self.total_physical_cpus
+            .ok_or_else(|| missing(group, config, attribute, "physical_cpus (CPU sockets per node)"))
+    }
+
+    fn required_total_logical(
+        &self,
+        group: &NodeGroup,
+        config: &ProviderConfig,
+        attribute: &str,
+    ) -> Result<u32, ProviderError> {
+        self.total_logical_cpus
+            .ok_or_else(|| missing(group, config, attribute, "logical_cpus (hardware threads per node)"))
+    }
+}
+
+/// The refusal for a value EGI's profile requires that neither the config
+/// nor the count source gives.
+fn missing(group: &NodeGroup, config: &ProviderConfig, attribute: &str, key: &str) -> ProviderError {
+    let source = match config.counts.source.get_ref() {
+        crate::config::CountSourceKind::Cderd => "this node's /proc and /etc/os-release do not give it",
+        crate::config::CountSourceKind::Slurm => "scontrol show node does not report it",
+        crate::config::CountSourceKind::Torque => "pbsnodes -x does not report it",
+        crate::config::CountSourceKind::Static => "the static source reads no hardware",
+    };
+    ProviderError::Input(format!(
+        "group {:?}: {attribute} is mandatory in EGI's GLUE 2 profile and {source}: set group.{key} in the provider's config",
+        group.id()
+    ))
+}
+
+/// `GLUE2ManagerProductVersion`, which EGI's profile requires: the
+/// config's, else the version the LRMS's nodes report (SLURM `Version=`,
+/// TORQUE `version=`) when they all agree.
+fn manager_version(config: &ProviderConfig, snapshot: &Snapshot) -> Result<String, ProviderError> {
+    if let Some(v) = config.service.as_ref().and_then(|s| s.manager_version.clone()) {
+        return Ok(v);
+    }
+    // Nodes that never registered report none; the others must agree.
+    let reported = snapshot.groups.iter().filter_map(|(_, c)| c.hosts.lrms_version.as_ref());
+    match crate::sources::counts::agreed(reported) {
+        Some(v) => Ok(v.clone()),
+        _ => Err(ProviderError::Input(
+            "GLUE2ManagerProductVersion is mandatory in EGI's GLUE 2 profile and the count source reports no single LRMS version: set service.manager_version in the provider's config (or leave [service] out where the CE's own provider publishes the Manager)".into(),
+        )),
+    }
+}
+
+/// The ComputingManager's totals over every group.
+struct ManagerTotals {
+    physical_cpus: u32,
+    logical_cpus: u32,
+    /// Only when the LRMS gives every group's slots.
+    slots: Option<u32>,
+}
+
+/// Sums the groups' CPUs for the ComputingManager that `[service]`
+/// publishes; a group whose CPUs are unknown refuses it, naming the key or
+/// pointing at the CE's own provider.
+fn manager_totals(config: &ProviderConfig, snapshot: &Snapshot) -> Result<ManagerTotals, ProviderError> {
+    let mut totals = ManagerTotals { physical_cpus: 0, logical_cpus: 0, slots: Some(0) };
+    let overflow = |what: &str| ProviderError::Input(format!("the groups' {what} add up past GLUE's UInt32"));
+    let via_service = |e: ProviderError| {
+        ProviderError::Input(format!("{e} (it goes into the ComputingManager that [service] publishes; leave [service] out where the CE's own provider publishes the Manager)"))
+    };
+    for (group, counts) in &snapshot.groups {
+        let hw = Hardware::of(group, counts)?;
+        let physical =
+            hw.required_total_physical(group, config, "GLUE2ComputingManagerTotalPhysicalCPUs").map_err(via_service)?;
+        let logical =
+            hw.required_total_logical(group, config, "GLUE2ComputingManagerTotalLogicalCPUs").map_err(via_service)?;
+        totals.physical_cpus = totals.physical_cpus.checked_add(physical).ok_or_else(|| overflow("CPU sockets"))?;
+        totals.logical_cpus = totals.logical_cpus.checked_add(logical).ok_or_else(|| overflow("logical CPUs"))?;
+        totals.slots = match (totals.slots, hw.total_slots) {
+            (Some(sum), Some(n)) => Some(sum.checked_add(n).ok_or_else(|| overflow("slots"))?),
+            _ => None,
+        };
+    }
+    Ok(totals)
 }
 
 /// `GLUE2EntityCreationTime`: ISO 8601 UTC, `2026-11-21T19:59:00Z`.

@@ -20,6 +20,9 @@ id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
 main_memory_mb = 16384
+virtual_memory_mb = 20480
+os_name = "CentOS"
+os_version = "7.9"
 
 [[group.device]]
 model = "GeForce GTS 450"
@@ -71,6 +74,35 @@ fn missing_key_names_key_and_line() {
 }
 
 #[test]
+fn values_egi_requires_are_refused_when_no_one_gives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // SLURM reports no swap: without virtual_memory_mb the EE would lack VirtualMemorySize.
+    let out = run(dir.path(), SITE.replace("virtual_memory_mb = 20480\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ExecutionEnvironmentVirtualMemorySize is mandatory", "group.virtual_memory_mb"]);
+    let out = run(dir.path(), SITE.replace("os_version = \"7.9\"\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ExecutionEnvironmentOSVersion", "group.os_version"]);
+    // [service] publishes the Manager, whose CPU totals nobody gave.
+    let service = SITE.replace(
+        "[counts]",
+        "[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\nmanager_version = \"22.05\"\n\n[counts]",
+    );
+    let out = run(dir.path(), service.as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ComputingManagerTotalPhysicalCPUs", "group.physical_cpus", "leave [service] out"]);
+    let with_cpus = service.replace("os_name", "physical_cpus = 2\nlogical_cpus = 16\nos_name");
+    assert!(run(dir.path(), with_cpus.as_bytes(), &[]).status.success());
+    // The static source knows no LRMS version.
+    let out = run(dir.path(), with_cpus.replace("manager_version = \"22.05\"\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ManagerProductVersion", "service.manager_version"]);
+    // GLUE 1.3 counts the SubCluster's CPUs.
+    let tagged = SITE.replace("[counts]", "cluster_id = \"ce.example.org\"\n\n[counts]");
+    let out = run(dir.path(), tagged.as_bytes(), &["--strategy", "tagged-environment"]);
+    assert_failed(&out, 2, &["GlueSubClusterPhysicalCPUs", "group.physical_cpus"]);
+    // A scaling factor must be one.
+    let out = run(dir.path(), SITE.replace("os_name", "cpu_time_scaling_factor = 0.0\nos_name").as_bytes(), &[]);
+    assert_failed(&out, 2, &["group.cpu_time_scaling_factor", "not a scaling factor"]);
+}
+
+#[test]
 fn missing_config_file_is_named() {
     let out = Command::new(BIN).args(["--config", "/nonexistent/glue.toml"]).output().unwrap();
     assert_failed(&out, 2, &["/nonexistent/glue.toml: cannot read the config"]);
@@ -83,7 +115,7 @@ fn non_utf8_model_name_is_located() {
     let at = SITE.find("GTS 450").unwrap() + 4;
     bytes[at] = 0xC3; // a lone UTF-8 lead byte where '4' was
     let out = run(dir.path(), &bytes, &[]);
-    assert_failed(&out, 2, &["glue-provider.toml:16:22", "group.device.model", "UTF-8"]);
+    assert_failed(&out, 2, &["glue-provider.toml:19:22", "group.device.model", "UTF-8"]);
 }
 
 #[test]

@@ -4,4 +4,5 @@
 
 mod cli;
 mod fuzz_regressions;
+mod json_schema;
 mod mig_profiles;

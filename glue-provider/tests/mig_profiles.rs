@@ -52,7 +52,7 @@ fn each_mig_profile_is_its_own_kind() {
     )
     .unwrap();
     let provider = format!(
-        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mb = 262144\n",
+        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mb = 262144\nvirtual_memory_mb = 262144\nos_name = \"debian\"\nos_version = \"12\"\n",
         cder_toml.to_str().unwrap()
     );
     let config = cder_glue_provider::ProviderConfig::parse(&provider, &dir.path().join("glue-provider.toml")).unwrap();
@@ -92,4 +92,22 @@ fn each_mig_profile_is_its_own_kind() {
             "a100_gpgpu-NVIDIA-A100-SXM4-80GB"
         ]
     );
+
+    // GLUE 2 in JSON: a MIG kind is logical accelerators only, which the
+    // AcceleratorEnvironment schema allows (no counts: no cderd here).
+    let snapshot = cder_glue_provider::sources::Snapshot {
+        groups: groups.into_iter().map(|g| (g, Default::default())).collect(),
+        virtual_environments: Vec::new(),
+        shares: Vec::new(),
+        created: 0,
+    };
+    let glue21 = [cder_glue_provider::strategy::Strategy::Glue21Accelerator];
+    let entries = cder_glue_provider::strategy::render(&config, &snapshot, &glue21).unwrap();
+    let doc = cder_glue_provider::json::render(&entries).unwrap();
+    crate::json_schema::assert_valid(&doc, "MIG instances");
+    let acc = doc["AcceleratorEnvironment"].as_array().unwrap();
+    assert_eq!(acc.len(), 3, "{doc:#}");
+    assert!(acc[1].get("PhysicalAccelerators").is_none(), "{doc:#}");
+    assert_eq!(acc[1]["LogicalAccelerators"], 2);
+    assert_eq!(acc[2]["PhysicalAccelerators"], 1);
 }

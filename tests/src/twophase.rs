@@ -53,13 +53,16 @@ impl GpuSite {
         let first_queue = self.queues.first().map(|q| q.0.clone()).unwrap_or_default();
         let mut s = format!(
             "[site]\ncomputing_service_id = \"{svc}\"\ncomputing_manager_id = \"{svc}_Manager\"\nce_unique_id = \"{ce}\"\ncluster_id = \"{host}\"\n\n\
-             [service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"{host}\"\nmanager_product = \"{lrms}\"\n\n\
-             [counts]\nsource = \"static\"\n\n[[group]]\nid = \"{group}\"\nnodes = [\"wn[001-{nodes:03}]\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\nlogical_cpus = 16\n\n\
+             [service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"{host}\"\nmanager_product = \"{lrms}\"\nmanager_version = \"{version}\"\n\n\
+             [counts]\nsource = \"static\"\n\n[[group]]\nid = \"{group}\"\nnodes = [\"wn[001-{nodes:03}]\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\nlogical_cpus = 16\nphysical_cpus = 2\n\
+             virtual_memory_mb = 65536\nos_name = \"CentOS\"\nos_version = \"7.9\"\n\n\
              [[group.device]]\n{device}\nfree = {free}\nused = {used}\noffline = 0\n",
             svc = self.service(),
             ce = self.ce_id(&first_queue),
             host = self.host,
             lrms = self.lrms,
+            // The releases these fixtures' outputs are written after.
+            version = if self.lrms == "TORQUE" { "6.1.3" } else { "22.05.8" },
             group = self.group,
             nodes = self.nodes,
             device = self.device.trim(),

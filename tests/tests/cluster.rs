@@ -20,6 +20,7 @@ mod glue_heterogeneous;
 mod glue_registry;
 mod glue_schema;
 mod glue_slurm;
+mod glue_validator;
 mod ldap_capacity;
 mod slurm_mig;
 mod slurm_plugins;

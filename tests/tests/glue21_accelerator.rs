@@ -21,6 +21,7 @@ computing_share_ids = ["ce.example.org_gpu_share"]
 type = "org.glite.ce.CREAM"
 admin_domain = "EXAMPLE-SITE"
 manager_product = "SLURM"
+manager_version = "22.05.8"
 
 [counts]
 source = "static"
@@ -30,6 +31,11 @@ id = "ce.example.org_k20"
 nodes = ["gpu[1-4]"]
 platform = "amd64"
 main_memory_mb = 65536
+virtual_memory_mb = 81920
+os_name = "CentOS"
+os_version = "7.9"
+physical_cpus = 2
+logical_cpus = 32
 
 [[group.device]]
 model = "Tesla K20m"

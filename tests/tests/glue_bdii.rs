@@ -44,6 +44,7 @@ cder_config = "{}"
 type = "org.glite.ce.CREAM"
 admin_domain = "EXAMPLE-SITE"
 manager_product = "SLURM"
+manager_version = "22.05.8"
 
 [counts]
 source = "cderd"

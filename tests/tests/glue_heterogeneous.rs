@@ -14,16 +14,21 @@ use cder_tests::glue::{assert_reads_back, other_info, publish};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 
 /// wn01: 4 K20s, two held by job 17, one in compute mode Prohibited (drained).
-/// wn02: 4 K20s idle. wn03: 2 GTS 450s, one held. wn04: idle. wn05: down.
+/// wn02: 4 K20s idle. wn03: 2 GTS 450s, one held. wn04: idle. wn05: down,
+/// without the `<status>` (CPUs, memory) and topology a running mom reports.
 const PBSNODES_XML: &str = "<Data>\
-<Node><name>wn01</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype><jobs>0-1/17.ce.example.org</jobs><gpus>4</gpus>\
+<Node><name>wn01</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype>\
+<status>opsys=linux,uname=Linux wn01 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=73400320kb,availmem=33554432kb,physmem=67108864kb,ncpus=16,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=17.ce.example.org</status><total_sockets>2</total_sockets><total_numa_nodes>2</total_numa_nodes><total_cores>8</total_cores><total_threads>16</total_threads><jobs>0-1/17.ce.example.org</jobs><gpus>4</gpus>\
 <gpu_status>gpu[3]=gpu_id=0000:84:00.0;gpu_mode=Default;gpu_state=Unallocated,gpu[2]=gpu_id=0000:83:00.0;gpu_mode=Prohibited;gpu_state=Unallocated,\
 gpu[1]=gpu_id=0000:04:00.0;gpu_mode=Exclusive_Thread;gpu_state=Exclusive,gpu[0]=gpu_id=0000:03:00.0;gpu_mode=Exclusive_Thread;gpu_state=Exclusive</gpu_status></Node>\
-<Node><name>wn02</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype><gpus>4</gpus>\
+<Node><name>wn02</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype>\
+<status>opsys=linux,uname=Linux wn02 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=73400320kb,availmem=33554432kb,physmem=67108864kb,ncpus=16,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=</status><total_sockets>2</total_sockets><total_numa_nodes>2</total_numa_nodes><total_cores>8</total_cores><total_threads>16</total_threads><gpus>4</gpus>\
 <gpu_status>gpu[3]=gpu_mode=Default;gpu_state=Unallocated,gpu[2]=gpu_mode=Default;gpu_state=Unallocated,gpu[1]=gpu_mode=Default;gpu_state=Unallocated,gpu[0]=gpu_mode=Default;gpu_state=Unallocated</gpu_status></Node>\
-<Node><name>wn03</name><state>free</state><np>8</np><ntype>cluster</ntype><jobs>0/18.ce.example.org</jobs><gpus>2</gpus>\
+<Node><name>wn03</name><state>free</state><np>8</np><ntype>cluster</ntype>\
+<status>opsys=linux,uname=Linux wn03 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=20971520kb,availmem=8388608kb,physmem=16777216kb,ncpus=8,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=18.ce.example.org</status><total_sockets>1</total_sockets><total_numa_nodes>1</total_numa_nodes><total_cores>4</total_cores><total_threads>8</total_threads><jobs>0/18.ce.example.org</jobs><gpus>2</gpus>\
 <gpu_status>gpu[1]=gpu_mode=Default;gpu_state=Unallocated,gpu[0]=gpu_mode=Exclusive_Thread;gpu_state=Exclusive</gpu_status></Node>\
-<Node><name>wn04</name><state>free</state><np>8</np><ntype>cluster</ntype><gpus>2</gpus>\
+<Node><name>wn04</name><state>free</state><np>8</np><ntype>cluster</ntype>\
+<status>opsys=linux,uname=Linux wn04 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=20971520kb,availmem=8388608kb,physmem=16777216kb,ncpus=8,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=</status><total_sockets>1</total_sockets><total_numa_nodes>1</total_numa_nodes><total_cores>4</total_cores><total_threads>8</total_threads><gpus>2</gpus>\
 <gpu_status>gpu[1]=gpu_mode=Default;gpu_state=Unallocated,gpu[0]=gpu_mode=Default;gpu_state=Unallocated</gpu_status></Node>\
 <Node><name>wn05</name><state>down</state><np>8</np><ntype>cluster</ntype><gpus>2</gpus></Node>\
 <Node><name>login1</name><state>free</state><np>4</np><ntype>cluster</ntype></Node>\
@@ -50,6 +55,8 @@ id = "ce.example.org_k20"
 nodes = ["wn[01-02]"]
 platform = "amd64"
 main_memory_mb = 65536
+os_name = "CentOS"
+os_version = "7.9"
 
 [[group.device]]
 model = "Tesla K20m"
@@ -63,6 +70,8 @@ id = "ce.example.org_gts450"
 nodes = ["wn[03-05]"]
 platform = "amd64"
 main_memory_mb = 16384
+os_name = "CentOS"
+os_version = "7.9"
 
 [[group.device]]
 model = "GeForce GTS 450"
@@ -129,6 +138,18 @@ fn two_groups_publish_their_own_counts() {
     );
     assert_eq!(info["GPGPUModel"], "GeForce GTS 450");
     assert_eq!(gts.values("GLUE2ExecutionEnvironmentUnavailableInstances").collect::<Vec<_>>(), ["1"]);
+
+    // CPUs and slots from pbsnodes: wn05 (down, no <status>) counts as its group's other nodes.
+    let manager = slapd.search("o=glue", "(objectClass=GLUE2ComputingManager)", &[]).unwrap();
+    for (attribute, total) in [
+        ("GLUE2ComputingManagerTotalPhysicalCPUs", "7"),
+        ("GLUE2ComputingManagerTotalLogicalCPUs", "56"),
+        ("GLUE2ComputingManagerTotalSlots", "56"),
+    ] {
+        assert!(manager.contains(&format!("{attribute}: {total}\n")), "{attribute} {total}: {manager}");
+    }
+    // totmem (RAM + swap) in MB: 73400320 kb / 1024.
+    assert_eq!(k20.values("GLUE2ExecutionEnvironmentVirtualMemorySize").collect::<Vec<_>>(), ["71680"]);
 
     // The Class-Extension copy agrees, queried by key and foreign key.
     let offline = slapd

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use cder_model::VgpgpuMethod;
-use cder_tests::glue::{assert_reads_back, other_info, publish, run_provider};
+use cder_tests::glue::{assert_reads_back, glue_validator, other_info, publish, require_glue_validator, run_provider};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::munge::require_munge;
 use cder_tests::vgpgpu::Registryd;
@@ -24,6 +24,7 @@ cder_config = "{}"
 type = "org.glite.ce.CREAM"
 admin_domain = "EXAMPLE"
 manager_product = "SLURM"
+manager_version = "22.05.8"
 
 [counts]
 source = "static"
@@ -34,6 +35,11 @@ id = "ce.example.org_k20"
 nodes = ["node[1-2]"]
 platform = "amd64"
 main_memory_mb = 65536
+virtual_memory_mb = 81920
+os_name = "CentOS"
+os_version = "7.9"
+physical_cpus = 2
+logical_cpus = 32
 
 [[group.device]]
 model = "Tesla K20m"
@@ -67,6 +73,11 @@ fn registry_counts_become_application_environments() {
     std::fs::copy(registry.config_path(), &node_config).unwrap();
     std::fs::write(&path, config(&node_config)).unwrap();
     let ldif = publish(&path, &["attribute-extension"]);
+    // The registry's AppEnvs pass EGI's glue-validator like the rest.
+    if require_glue_validator() {
+        let verdict = glue_validator(&ldif, &[]);
+        assert_eq!((verdict.errors, verdict.warnings), (0, 0), "{}\n{ldif}", verdict.output);
+    }
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();
     slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));

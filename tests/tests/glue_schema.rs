@@ -39,6 +39,7 @@ physical_cpus = 1
 cpu_vendor = "Intel"
 cpu_model = "Xeon E5620"
 cpu_clock_mhz = 2400
+virtual_memory_mb = 20480
 
 [[group.device]]
 model = "GeForce GTS 450"
@@ -56,6 +57,11 @@ nodes = ["gpu[1-4]"]
 platform = "amd64"
 main_memory_mb = 65536
 connectivity_in = true
+virtual_memory_mb = 81920
+os_name = "CentOS"
+os_version = "7.9"
+physical_cpus = 2
+logical_cpus = 32
 
 [[group.device]]
 model = "Tesla K20m"

@@ -5,12 +5,14 @@
 //! node -o` (Gres / GresUsed / State) and publishes two ExecutionEnvironments:
 //! node1 4 total, 1 used, 3 free; node2 2 total, 2 offline. After `scontrol
 //! update state=drain` node1's idle GPUs are offline too. The output loads
-//! into slapd.
+//! into slapd, and EGI's glue-validator finds neither error nor warning in it.
 
 use std::time::Duration;
 
 use cder_glue_provider::ldif;
-use cder_tests::glue::{assert_reads_back, other_info, publish, slurm_ce_config};
+use cder_tests::glue::{
+    assert_reads_back, glue_validator, other_info, publish, require_glue_validator, slurm_ce_config,
+};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
@@ -61,9 +63,12 @@ fn slurm_gres_counts_are_published() {
     std::fs::write(
         &config,
         slurm_ce_config(&format!("scontrol = \"{}\"", scontrol.display()))
-            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+            .replace("[service]", "cluster_id = \"ce.example.org\"\n\n[service]")
+            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
+             virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
              [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n\n\
-             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
+             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
+             virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
              [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mb = 2048\n",
     )
     .unwrap();
@@ -88,6 +93,34 @@ fn slurm_gres_counts_are_published() {
         cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default()
     );
     assert_eq!(nodes, ["1", "1", "0"]);
+
+    // EGI's glue-validator on what the real SLURM gave: no error, no warning; the Manager's
+    // CPUs are scontrol's own CPUTot= and Sockets= summed over both nodes.
+    if require_glue_validator() {
+        let verdict = glue_validator(&busy, &[]);
+        assert_eq!((verdict.errors, verdict.warnings), (0, 0), "{}\n{busy}", verdict.output);
+        let listing = cluster.scontrol(&["show", "node", "-o"]).unwrap_or_else(|e| panic!("{e}"));
+        let sum = |key: &str| -> u32 {
+            listing.split_whitespace().filter_map(|t| t.strip_prefix(key)?.strip_prefix('=')?.parse::<u32>().ok()).sum()
+        };
+        let entries = ldif::parse(&busy).unwrap();
+        let manager = entries.iter().find(|e| e.dn.starts_with("GLUE2ManagerID=")).expect("the Manager");
+        let published = |a: &str| manager.values(a).next().unwrap_or_default().parse::<u32>().unwrap_or(0);
+        assert_eq!(published("GLUE2ComputingManagerTotalLogicalCPUs"), sum("CPUTot"), "{listing}");
+        assert_eq!(published("GLUE2ComputingManagerTotalPhysicalCPUs"), sum("Sockets"), "{listing}");
+        assert_eq!(published("GLUE2ComputingManagerTotalSlots"), sum("CPUTot"), "{listing}");
+        // GLUE 1.3: the glue1 tests, the SubClusters' CPUs from the same listing.
+        let glue13 = publish(&config, &["tagged-environment"]);
+        let verdict = glue_validator(&glue13, &["-g", "glue1", "-s", "general"]);
+        assert_eq!((verdict.errors, verdict.warnings), (0, 0), "{}\n{glue13}", verdict.output);
+        let logical: u32 = ldif::parse(&glue13)
+            .unwrap()
+            .iter()
+            .flat_map(|e| e.values("GlueSubClusterLogicalCPUs"))
+            .map(|v| v.parse::<u32>().unwrap())
+            .sum();
+        assert_eq!(logical, sum("CPUTot"), "{listing}");
+    }
 
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();

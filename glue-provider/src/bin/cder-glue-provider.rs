@@ -1,21 +1,32 @@
-//! `cder-glue-provider`: prints the site's CDERs as GLUE LDIF for bdii-update.
+//! `cder-glue-provider`: prints the site's CDERs as GLUE LDIF for bdii-update,
+//! or as GLUE 2 JSON (`--format json`).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 use cder_glue_provider::config::ProviderConfig;
 use cder_glue_provider::strategy::Strategy;
-use cder_glue_provider::{publish, sources, ProviderError};
+use cder_glue_provider::{publish, publish_json, sources, ProviderError};
+
+/// What the provider prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// GLUE 2.0 (and GLUE 1.3) LDIF, as bdii-update loads it.
+    Ldif,
+    /// The GLUE 2 entities in OGF's JSON rendering (GFD.219), with GLUE 2.1's
+    /// accelerator entities, as IPF publishes GLUE and REST information services read it.
+    Json,
+}
 
 #[derive(Parser, Debug)]
 #[command(
     name = "cder-glue-provider",
     version,
-    about = "GIP provider: publish a site's CDERs (GPUs …) to the BDII as GLUE 2.0 LDIF",
+    about = "GIP provider: publish a site's CDERs (GPUs …) to the BDII as GLUE 2.0 LDIF, or as GLUE 2 JSON",
     long_about = "cder-glue-provider is an information provider for the BDII. bdii-update runs every \
 executable in its provider directory (/var/lib/bdii/gip/provider/) and loads the LDIF they print.\n\n\
 It publishes one GLUE2ExecutionEnvironment per group of identical worker nodes, under \
@@ -29,12 +40,20 @@ Counts come from the local cderd (single node), SLURM (scontrol -d show node -o)
 (pbsnodes -x) or the config. Everything is built in memory and printed only if it all \
 succeeded: on any error the provider prints one line to stderr, nothing to stdout, and exits \
 non-zero (2: bad config or input, 1: cderd / LRMS / inventory failure).\n\n\
+With --format json it prints the same GLUE 2 entities as one JSON document in the OGF GLUE \
+working group's rendering (GFD.219; schemas from github.com/OGF-GLUE/JSON): one array per entity \
+type (ComputingService, ComputingManager, ExecutionEnvironment, ApplicationEnvironment, …), \
+foreign keys as Associations (ManagerID, ServiceID, …), OtherInfo as an array and Extensions as \
+an Extension object; glue21-accelerator adds AcceleratorEnvironment, \
+ComputingManagerAcceleratorInfo and ComputingShareAcceleratorInfo arrays in the same style. GLUE \
+1.3 (tagged-environment) has no JSON rendering and is left out.\n\n\
 The config is --config, else $CDER_GLUE_CONFIG, else /etc/cder/glue-provider.toml; see \
 docs/glue-provider.md.",
     after_help = "Examples:\n  \
 cder-glue-provider                                   # strategies from [site] strategies, default attribute-extension\n  \
 cder-glue-provider --strategy class-extension\n  \
 cder-glue-provider --strategy hybrid --strategy tagged-environment\n  \
+cder-glue-provider --format json --strategy class-extension,glue21-accelerator   # GLUE 2 JSON\n  \
 cder-glue-provider --config /etc/cder/glue-provider.toml | ldapadd -x -H ldap://localhost:2170 -D o=glue -w secret\n\n\
 Install into the BDII: deploy/bdii/install-provider.sh"
 )]
@@ -51,6 +70,11 @@ pub(crate) struct Cli {
     /// ExecutionEnvironments, whose IDs are the `[[group]] id`s (docs/arc.md).
     #[arg(long, conflicts_with = "strategy")]
     arc_plugin: bool,
+    /// What to print: `ldif` (for bdii-update) or `json` (GLUE 2 in OGF's
+    /// JSON rendering, GFD.219, accelerator entities included; GLUE 1.3 is
+    /// left out). `--arc-plugin` prints LDIF only.
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT", default_value = "ldif")]
+    format: Format,
 }
 
 fn main() -> ExitCode {
@@ -66,7 +90,7 @@ fn main() -> ExitCode {
             match out.write_all(ldif.as_bytes()).and_then(|()| out.flush()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("cder-glue-provider: writing the LDIF: {e}");
+                    eprintln!("cder-glue-provider: writing the output: {e}");
                     ExitCode::from(1)
                 }
             }
@@ -86,8 +110,16 @@ fn run(cli: &Cli) -> Result<String, ProviderError> {
     let vgpus = sources::virtual_from_config(&config)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     if cli.arc_plugin {
+        if cli.format != Format::Ldif {
+            return Err(ProviderError::Input(
+                "--arc-plugin prints LDIF modify records for ARC's infosys; ARC 7 publishes its JSON itself".into(),
+            ));
+        }
         let snapshot = cder_glue_provider::snapshot(&config, counts.as_ref(), vgpus.as_ref(), now)?;
         return cder_glue_provider::arc::plugin_ldif(&config, &snapshot);
     }
-    publish(&config, counts.as_ref(), vgpus.as_ref(), &strategies, now)
+    match cli.format {
+        Format::Ldif => publish(&config, counts.as_ref(), vgpus.as_ref(), &strategies, now),
+        Format::Json => publish_json(&config, counts.as_ref(), vgpus.as_ref(), &strategies, now),
+    }
 }

@@ -24,6 +24,8 @@ impl CountSource for CderdCounts {
         let status = cder_protocol::Client::connect(&self.socket, self.timeout)
             .and_then(|mut client| client.status())
             .map_err(|e| ProviderError::Runtime(format!("cderd status: {e}")))?;
+        // A cderd site is this one node: its CPUs, memory and OS are the local ones.
+        let hosts = crate::sources::host::local_facts(self.timeout)?;
         groups
             .iter()
             .map(|group| {
@@ -55,7 +57,7 @@ impl CountSource for CderdCounts {
                     };
                     devices.insert(class.key.clone(), counts);
                 }
-                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
+                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone() })
             })
             .collect()
     }

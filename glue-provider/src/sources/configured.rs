@@ -37,7 +37,7 @@ impl CountSource for ConfiguredCounts {
                     }
                     devices.insert(class.key.clone(), Counts { total, free, used, offline });
                 }
-                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None })
+                Ok(GroupCounts { devices, ..GroupCounts::default() })
             })
             .collect()
     }

@@ -44,6 +44,98 @@ pub struct GroupCounts {
     pub nodes_used: Option<u32>,
     /// Nodes down, drained or otherwise unavailable, where the source knows it.
     pub nodes_unavailable: Option<u32>,
+    /// The group's CPUs, slots, memory and OS as the source reports them.
+    pub hosts: HostFacts,
+}
+
+/// What a source reports of one node besides its devices; `None` where it does not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// CPU sockets (SLURM `Sockets=`, TORQUE 6 `<total_sockets>`, distinct `physical id`s in /proc/cpuinfo).
+    pub physical_cpus: Option<u32>,
+    /// Logical CPUs, hardware threads (SLURM `CPUTot=`, TORQUE `ncpus=`, `processor` lines in /proc/cpuinfo).
+    pub logical_cpus: Option<u32>,
+    /// Job slots the LRMS schedules (SLURM `CPUTot=`, TORQUE `<np>`).
+    pub slots: Option<u32>,
+    /// RAM plus swap, MB (TORQUE `totmem=`, /proc/meminfo `MemTotal` + `SwapTotal`).
+    pub virtual_memory_mb: Option<u64>,
+    /// The LRMS daemon's version on the node (SLURM `Version=`, TORQUE `version=`).
+    pub lrms_version: Option<String>,
+}
+
+/// A group's CPUs, slots and memory from its nodes' [`NodeFacts`], and its
+/// OS where the source can see it (cderd: this node's /etc/os-release).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFacts {
+    /// Sockets per node, when the nodes that report it agree.
+    pub physical_cpus: Option<u32>,
+    /// Logical CPUs per node, when the nodes that report it agree.
+    pub logical_cpus: Option<u32>,
+    /// Sockets of all the group's nodes.
+    pub total_physical_cpus: Option<u32>,
+    /// Logical CPUs of all the group's nodes.
+    pub total_logical_cpus: Option<u32>,
+    /// Job slots of all the group's nodes.
+    pub total_slots: Option<u32>,
+    /// RAM plus swap per node, MB: the smallest any node reports (identical
+    /// nodes differ by the kernel's reservations).
+    pub virtual_memory_mb: Option<u64>,
+    /// `GLUE2ExecutionEnvironmentOSName` in GLUE's spelling (`Debian`, `CentOS` …).
+    pub os_name: Option<String>,
+    /// `GLUE2ExecutionEnvironmentOSVersion`.
+    pub os_version: Option<String>,
+    /// The LRMS version, when the nodes that report one agree (`GLUE2ManagerProductVersion`).
+    pub lrms_version: Option<String>,
+}
+
+/// The one value all of `values` are, if they are one.
+pub(crate) fn agreed<T: PartialEq>(mut values: impl Iterator<Item = T>) -> Option<T> {
+    let first = values.next()?;
+    values.all(|v| v == first).then_some(first)
+}
+
+/// A per-node figure over a group: the value when the nodes that report it
+/// agree, and the group's total (every node's sum, or, when some node does
+/// not report, the agreed value times the nodes: a group is identical nodes).
+/// `Err` names the figure whose total passes a u32.
+fn per_node_and_total(values: &[Option<u32>], what: &'static str) -> Result<(Option<u32>, Option<u32>), &'static str> {
+    let reported: Vec<u32> = values.iter().flatten().copied().collect();
+    let agreed = reported.first().copied().filter(|first| reported.iter().all(|v| v == first));
+    let n = u32::try_from(values.len()).map_err(|_| what)?;
+    let total = if !reported.is_empty() && reported.len() == values.len() {
+        Some(reported.iter().try_fold(0u32, |sum, v| sum.checked_add(*v)).ok_or(what)?)
+    } else {
+        agreed.map(|v| v.checked_mul(n).ok_or(what)).transpose()?
+    };
+    Ok((agreed, total))
+}
+
+impl HostFacts {
+    /// The group's facts from each of its nodes' (in any order). `Err` names
+    /// the figure (`logical CPUs` …) whose total does not fit a u32.
+    pub fn from_nodes(nodes: &[NodeFacts]) -> Result<HostFacts, &'static str> {
+        let column = |f: fn(&NodeFacts) -> Option<u32>| nodes.iter().map(f).collect::<Vec<_>>();
+        let (physical_cpus, total_physical_cpus) = per_node_and_total(&column(|n| n.physical_cpus), "CPU sockets")?;
+        let (logical_cpus, total_logical_cpus) = per_node_and_total(&column(|n| n.logical_cpus), "logical CPUs")?;
+        let slots = column(|n| n.slots);
+        // Slots are the LRMS's own figure: a total only when every node has one.
+        let total_slots = if slots.iter().all(Option::is_some) && !slots.is_empty() {
+            Some(slots.iter().flatten().try_fold(0u32, |sum, v| sum.checked_add(*v)).ok_or("slots")?)
+        } else {
+            None
+        };
+        Ok(HostFacts {
+            physical_cpus,
+            logical_cpus,
+            total_physical_cpus,
+            total_logical_cpus,
+            total_slots,
+            virtual_memory_mb: nodes.iter().filter_map(|n| n.virtual_memory_mb).min(),
+            os_name: None,
+            os_version: None,
+            lrms_version: agreed(nodes.iter().filter_map(|n| n.lrms_version.as_ref())).cloned(),
+        })
+    }
 }
 
 /// A source of dynamic counts: one [`GroupCounts`] per group, in order.

@@ -4,7 +4,9 @@
 //! behind [`VirtualGpgpuSource`].
 //!
 //! One module per source: [`cderd`], [`scontrol`] (SLURM), [`pbsnodes`]
-//! (TORQUE), [`configured`], and [`vgpgpu`] (config or registry); they share
+//! (TORQUE), [`configured`], and [`vgpgpu`] (config or registry); the
+//! nodes' CPUs, slots and memory come with the counts ([`host`]: this
+//! node's own, for cderd); they share
 //! [`counts`] (the vocabulary), a private group walk and [`command`] (the
 //! deadline). This module only picks the source the config names.
 
@@ -12,6 +14,7 @@ pub mod cderd;
 pub mod command;
 pub mod configured;
 pub mod counts;
+pub mod host;
 pub mod pbsnodes;
 pub mod scontrol;
 pub mod vgpgpu;
@@ -40,7 +43,7 @@ pub struct Snapshot {
 pub use cderd::CderdCounts;
 pub use command::run_command;
 pub use configured::{static_total, ConfiguredCounts};
-pub use counts::{CountSource, Counts, GroupCounts, ShareDevices, VoShare};
+pub use counts::{CountSource, Counts, GroupCounts, HostFacts, NodeFacts, ShareDevices, VoShare};
 pub use pbsnodes::{parse_pbsnodes, TorqueCounts, TorqueNode};
 pub use scontrol::{gres_count, parse_gres, parse_scontrol, Gres, SlurmCounts, SlurmNode};
 pub use vgpgpu::{virtual_from_config, RegistryVirtual, StaticVirtual, VirtualEnvironment, VirtualGpgpuSource};

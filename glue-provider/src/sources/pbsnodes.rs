@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::command::run_command;
-use crate::sources::counts::{CountSource, GroupCounts};
+use crate::sources::counts::{CountSource, GroupCounts, NodeFacts};
 use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 
 /// Counts from TORQUE: `pbsnodes -x`. A node's `<gpus>` is its total; a GPU
@@ -41,6 +41,16 @@ pub struct TorqueNode {
     pub has_jobs: bool,
     /// `<properties>`: the node's features, by which queues choose nodes (`resources_default.neednodes`).
     pub properties: Vec<String>,
+    /// `<np>`: the job slots TORQUE schedules on the node.
+    pub np: Option<u32>,
+    /// `ncpus=` of `<status>`: the logical CPUs pbs_mom counts.
+    pub ncpus: Option<u32>,
+    /// `totmem=` of `<status>` (RAM plus swap, `kb`), in MB.
+    pub totmem_mb: Option<u64>,
+    /// `<total_sockets>` (TORQUE 6 built with hwloc).
+    pub sockets: Option<u32>,
+    /// `version=` of `<status>`: the pbs_mom's TORQUE version.
+    pub version: Option<String>,
 }
 
 impl TorqueNode {
@@ -108,7 +118,41 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             .map(|p| p.trim().to_string())
             .filter(|p| !p.is_empty())
             .collect();
-        nodes.push(TorqueNode { name, states, gpus, gpus_allocated, gpus_prohibited, has_jobs, properties });
+        let count = |what: &str, v: &str| {
+            v.trim().parse::<u32>().map_err(|_| bad(format!("node {name}: {what} {v:?} is not a count")))
+        };
+        let np = xml_element(body, "np").map(|v| count("<np>", &v)).transpose()?;
+        let sockets = xml_element(body, "total_sockets").map(|v| count("<total_sockets>", &v)).transpose()?;
+        // <status>: rectime=…,ncpus=8,physmem=16330000kb,totmem=20426028kb,…,opsys=linux
+        let status = xml_element(body, "status").unwrap_or_default();
+        // pbs_mom writes `?` and an error code for a figure it could not read (`sessions=? 15201`): unknown.
+        let status_field = |key: &str| {
+            status.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')).filter(|v| !v.starts_with('?'))
+        };
+        let ncpus = status_field("ncpus").map(|v| count("ncpus=", v)).transpose()?;
+        let totmem_mb = status_field("totmem")
+            .map(|v| {
+                let kb = v.strip_suffix("kb").unwrap_or(v);
+                kb.parse::<u64>()
+                    .map(|kb| kb / 1024)
+                    .map_err(|_| bad(format!("node {name}: totmem={v} is not a size in kb")))
+            })
+            .transpose()?;
+        let version = status_field("version").filter(|v| !v.is_empty()).map(str::to_string);
+        nodes.push(TorqueNode {
+            name,
+            states,
+            gpus,
+            gpus_allocated,
+            gpus_prohibited,
+            has_jobs,
+            properties,
+            np,
+            ncpus,
+            totmem_mb,
+            sockets,
+            version,
+        });
         rest = &rest[end + 7..];
     }
     Ok(nodes)
@@ -173,5 +217,14 @@ impl LrmsNode for TorqueNode {
     }
     fn busy(&self) -> bool {
         self.has_jobs
+    }
+    fn facts(&self) -> NodeFacts {
+        NodeFacts {
+            physical_cpus: self.sockets,
+            logical_cpus: self.ncpus,
+            slots: self.np,
+            virtual_memory_mb: self.totmem_mb,
+            lrms_version: self.version.clone(),
+        }
     }
 }

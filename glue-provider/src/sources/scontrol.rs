@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::command::run_command;
-use crate::sources::counts::{CountSource, GroupCounts};
+use crate::sources::counts::{CountSource, GroupCounts, NodeFacts};
 use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 
 /// Counts from SLURM: `scontrol -d show node -o`, one line per node with
@@ -35,6 +35,12 @@ pub struct SlurmNode {
     pub gres: Vec<Gres>,
     /// GRES in use; `None` when scontrol printed no `GresUsed=` at all.
     pub gres_used: Option<Vec<Gres>>,
+    /// `CPUTot=`: the node's CPUs as SLURM schedules them (logical CPUs, and SLURM's slots).
+    pub cpus: Option<u32>,
+    /// `Sockets=`: CPU sockets of the whole node (over all its boards).
+    pub sockets: Option<u32>,
+    /// `Version=`: the node's slurmd version.
+    pub version: Option<String>,
 }
 
 /// One item of a GRES list: `gpu:tesla:2` is name `gpu`, type `tesla`, count 2.
@@ -121,7 +127,21 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
             parse_gres(fields.get("Gres").copied().unwrap_or("(null)")).map_err(|m| bad(&format!("Gres: {m}")))?;
         let gres_used =
             fields.get("GresUsed").map(|v| parse_gres(v)).transpose().map_err(|m| bad(&format!("GresUsed: {m}")))?;
-        nodes.push(SlurmNode { name: name.to_string(), states, not_responding, gres, gres_used });
+        let number = |key: &str| {
+            fields.get(key).map(|v| v.parse::<u32>().map_err(|_| bad(&format!("{key}={v} is not a count")))).transpose()
+        };
+        let (cpus, sockets) = (number("CPUTot")?, number("Sockets")?);
+        let version = fields.get("Version").filter(|v| !v.is_empty() && **v != "(null)").map(|v| v.to_string());
+        nodes.push(SlurmNode {
+            name: name.to_string(),
+            states,
+            not_responding,
+            gres,
+            gres_used,
+            cpus,
+            sockets,
+            version,
+        });
     }
     Ok(nodes)
 }
@@ -216,5 +236,15 @@ impl LrmsNode for SlurmNode {
     }
     fn busy(&self) -> bool {
         SlurmNode::busy(self)
+    }
+    fn facts(&self) -> NodeFacts {
+        // SLURM has no swap figure: virtual memory comes from the config.
+        NodeFacts {
+            physical_cpus: self.sockets,
+            logical_cpus: self.cpus,
+            slots: self.cpus,
+            virtual_memory_mb: None,
+            lrms_version: self.version.clone(),
+        }
     }
 }
