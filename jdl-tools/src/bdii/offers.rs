@@ -802,21 +802,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         let Some(key) = service_key(share, &managers_by_id) else { continue };
         let empty = Service::default();
         let svc = services.get(&key).unwrap_or(&empty);
-        if index.is_none()
-            && snap.policies.is_some()
-            && !svc.open.contains(share_id)
-            && !open_anywhere.contains(share_id)
-        {
-            if let Some(vo) = vo.filter(|_| cder.contains_key(&share_dn) || !svc.ees.is_empty()) {
-                out.closed_to_vo.push(ClosedShare {
-                    share_id: share_id.to_string(),
-                    queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
-                    dn: share.dn.clone(),
-                    vo: vo.to_string(),
-                });
-            }
-            continue;
-        }
         let share_cder = cder.get(&share_dn);
         let named: BTreeSet<&str> = share
             .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
@@ -831,6 +816,22 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             .filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id)))
             .collect();
         if ees.is_empty() && share_cder.is_none() {
+            continue;
+        }
+        if index.is_none()
+            && snap.policies.is_some()
+            && !svc.open.contains(share_id)
+            && !open_anywhere.contains(share_id)
+        {
+            // A share that would be offered, but not to this VO: `--explain` says so.
+            if let Some(vo) = vo {
+                out.closed_to_vo.push(ClosedShare {
+                    share_id: share_id.to_string(),
+                    queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
+                    dn: share.dn.clone(),
+                    vo: vo.to_string(),
+                });
+            }
             continue;
         }
         if share_cder.is_none() {

@@ -582,7 +582,7 @@ impl OfferIndex {
     /// The offers the live path would build for `request` and `vo` (the
     /// job's VirtualOrganisation when None), in its order, and the claims it
     /// would refuse.
-    fn visible(&self, w: &Wanted) -> Result<(Vec<usize>, Vec<RefusedClaim>, Vec<ClosedShare>), IndexError> {
+    fn visible(&self, w: &Wanted) -> Result<Visible, IndexError> {
         let n = self.n;
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
@@ -753,6 +753,10 @@ impl OfferIndex {
         })
     }
 }
+
+/// What [`OfferIndex::visible`] finds: the offers the live path would build,
+/// the claims it would refuse, and the shares it would leave out for the VO.
+type Visible = (Vec<usize>, Vec<RefusedClaim>, Vec<ClosedShare>);
 
 const RTE: &str = "GlueHostApplicationSoftwareRunTimeEnvironment";
 const ACCESS_RULE: &str = "GlueCEAccessControlBaseRule";
