@@ -80,7 +80,7 @@ fn free_at(bdii: &Bdii) -> Option<u32> {
 
 fn list_match(top: &Bdii, jdl: &Path) -> (bool, String) {
     let out = Command::new(cder_jdl())
-        .args(["list-match", "--bdii", &top.slapd.url(), "--vo", VO, "--explain"])
+        .args(["list-match", "--live", "--bdii", &top.slapd.url(), "--vo", VO, "--explain"])
         .arg(jdl)
         .output()
         .unwrap();

@@ -79,7 +79,7 @@ fn publish(cluster: &Cluster, config: &Path) -> (String, Vec<(String, [u32; 4])>
 
 fn list_match(slapd: &Slapd, jdl: &Path, vo: &str) -> (bool, String) {
     let out = Command::new(cder_jdl())
-        .args(["list-match", "--bdii", &slapd.url(), "--vo", vo, "--explain"])
+        .args(["list-match", "--live", "--bdii", &slapd.url(), "--vo", vo, "--explain"])
         .arg(jdl)
         .output()
         .unwrap();
@@ -164,13 +164,28 @@ fn each_vo_sees_its_own_share_and_phase_1_honours_it() {
         out.contains(&format!("share {atlas} (queue gpu-atlas)")) && out.contains("not open to VO cms"),
         "cms:\n{out}"
     );
+    // The same from the local index (the default path), refreshed from this BDII into a dir of its own.
+    let index_dir = cluster.dir().join("index");
+    let out = Command::new(cder_jdl())
+        .args(["list-match", "--bdii", &slapd.url(), "--vo", "cms", "--explain", "--index-dir"])
+        .arg(&index_dir)
+        .arg(&jdl)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "from the index, cms still has 1 free GPU:\n{text}");
+    assert!(
+        text.contains(&format!("share {atlas} (queue gpu-atlas)")) && text.contains("not open to VO cms"),
+        "from the index:\n{text}"
+    );
     // The JDL's own VirtualOrganisation does the same as --vo.
     std::fs::write(
         &jdl,
         "[\n  Executable = \"train.sh\";\n  VirtualOrganisation = \"cms\";\n  Requirements = other.GPGPUFreeInstances >= 1;\n]\n",
     )
     .unwrap();
-    let out = Command::new(cder_jdl()).args(["list-match", "--bdii", &slapd.url()]).arg(&jdl).output().unwrap();
+    let out =
+        Command::new(cder_jdl()).args(["list-match", "--live", "--bdii", &slapd.url()]).arg(&jdl).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("cream-slurm-gpu-cms") && !text.contains("gpu-atlas"), "{text}");
 }

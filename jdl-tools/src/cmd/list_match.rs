@@ -45,10 +45,11 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
         "bdii": p.url,
         "matches": matches,
         "excluded": excluded,
-        "offers": p.offers.offers.len(),
+        "offers": p.offer_count,
         "queries": p.queries,
         "warnings": p.offers.warnings,
         "closed_to_vo": p.offers.closed_to_vo.iter().map(|c| serde_json::json!({"share": c.share_id, "queue": c.queue, "vo": c.vo})).collect::<Vec<_>>(),
+        "index": p.index.as_ref().map(|i| i.json()),
         "refused_claims": p.offers.refused_claims.iter().map(|c| serde_json::json!({"ce": c.ce_id, "share": c.share, "reason": c.reason})).collect::<Vec<_>>(),
     })
 }
@@ -78,6 +79,7 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
 /// Runs `list-match`.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let p = phase1(&args.phase1, &args.job, args.explain || args.json)?;
+    p.report_source();
     if args.json {
         println!("{}", to_json(&p));
     } else {

@@ -16,7 +16,9 @@
 //!    up, and hands them to [`crate::listmatch::list_match`]: the same code
 //!    as the live path matches and ranks them.
 
+pub mod cache;
 pub mod plan;
+pub mod refresh;
 pub mod snapshot;
 mod sys;
 
