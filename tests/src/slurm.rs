@@ -623,9 +623,27 @@ impl SlurmCluster {
         }
     }
 
-    /// Kills slurmctld (SIGKILL) and starts it again.
+    /// Stops slurmctld with SIGTERM, as `systemctl restart` does: it saves
+    /// its state first (a SIGKILL loses what it had not saved yet, such as a
+    /// job submitted a moment before). Waits for it to exit.
+    pub fn stop_slurmctld(&mut self) -> Result<(), String> {
+        let Some(mut c) = self.slurmctld.take() else { return Ok(()) };
+        cder_testkit::faults::signal(c.id(), "TERM")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("slurmctld did not exit within 60 s of SIGTERM\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Stops slurmctld (SIGTERM) and starts it again.
     pub fn restart_slurmctld(&mut self) -> Result<(), String> {
-        self.kill_slurmctld();
+        self.stop_slurmctld()?;
         self.start_slurmctld()
     }
 

@@ -58,7 +58,7 @@ fn reconcile(cluster: &SlurmCluster) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// slurmctld and slurmd are killed and started again while two jobs hold
+/// slurmctld (SIGTERM) and slurmd (SIGKILL) stop and start again while two jobs hold
 /// GPUs; one job ends meanwhile, with cderd down so that neither its batch
 /// step's nor its epilog's release reaches it. After the restarts: the
 /// running job still holds the same devices in the ledger, its next step
@@ -103,8 +103,10 @@ fn slurm_daemons_restart_while_jobs_run_and_reconcile_frees_only_the_ended_job()
     let (before_open, before_cvd) = step_report(&section(&cluster.job_output(a), "BEFORE_"));
     assert_eq!(before_open, held_a, "the first step opens what the ledger gives job {a}");
 
-    // slurmctld dies; cderd dies too, so job b's releases go nowhere.
-    cluster.kill_slurmctld();
+    // slurmctld stops (SIGTERM: it saves its state; a SIGKILL can lose a
+    // job submitted a moment before, slurm's own promise); cderd dies, so
+    // job b's releases go nowhere.
+    cluster.stop_slurmctld().unwrap();
     cluster.kill_cderd();
     std::fs::write(&go_b, "").unwrap();
     wait_file(&b_done, &cluster);
