@@ -1162,14 +1162,95 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_stepped_back_records_no_negative_and_no_overlapping_interval() {
+        let (_d, mut s) = node(1);
+        s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1000).unwrap();
+        // Released "before" it started: 0 s, never negative.
+        s.release(&"slurm:1".parse().unwrap(), 400).unwrap();
+        // The next job on the device, still on the stepped-back clock,
+        // starts where the previous one ended: no second counting.
+        let (b, _) = s.alloc(&req("slurm:2", 1), &LocalityPolicy, 500).unwrap();
+        assert_eq!(b.start, 1000);
+        s.release(&"slurm:2".parse().unwrap(), 1300).unwrap();
+        let recs = s.accounting(0, 2000, None, 2000).unwrap();
+        let spans: Vec<(i64, Option<i64>, i64)> = recs.iter().map(|r| (r.start, r.end, r.device_seconds)).collect();
+        assert_eq!(spans, vec![(1000, Some(1000), 0), (1000, Some(1300), 300)]);
+        // Drains too.
+        s.set_drained("gpgpu:0", Some("fan")).unwrap();
+        s.conn.execute("UPDATE drains SET start = start + 100000", []).unwrap();
+        s.set_drained("gpgpu:0", None).unwrap();
+        let d = &s.drains(0, i64::MAX).unwrap()[0];
+        assert!(d.end.unwrap() >= d.start, "{d:?}");
+    }
+
+    fn nvml_device(uuid: &str, index: u32) -> Device {
+        let mut d = Config::parse(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n[[cder.device]]\nindex = 0\nmodel = \"A100\"\nmemory_mb = 1\npath = \"/dev/nvidia0\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap()
+        .cders[0]
+            .static_devices()
+            .remove(0);
+        d.uuid = uuid.into();
+        d.index = index;
+        d
+    }
+
+    #[test]
+    fn a_vanished_gpu_renumbers_no_other_device_and_a_new_one_takes_a_free_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        let types: BTreeSet<String> = ["gpgpu".to_string()].into();
+        let four: Vec<Device> = (0..4).map(|i| nvml_device(&format!("GPU-{i}"), i)).collect();
+        let mut first = four.clone();
+        assert!(s.keep_indices(&mut first, &types).unwrap().is_empty());
+        s.sync_inventory(&first).unwrap();
+        let mut r = req("slurm:1", 1);
+        r.devices = Some(vec![2]);
+        s.alloc(&r, &LocalityPolicy, 1).unwrap();
+        // GPU-1 gone: NVML numbers GPU-2 and GPU-3 one lower.
+        let mut three = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-3", 2)];
+        let changed = s.keep_indices(&mut three, &types).unwrap();
+        assert_eq!(changed, vec![("GPU-2".to_string(), 1, 2), ("GPU-3".to_string(), 2, 3)]);
+        s.sync_inventory(&three).unwrap();
+        let by_uuid: Vec<(String, u32, bool)> =
+            s.devices().unwrap().iter().map(|d| (d.uuid.clone(), d.index, d.present)).collect();
+        assert_eq!(
+            by_uuid,
+            vec![
+                ("GPU-0".into(), 0, true),
+                ("GPU-1".into(), 1, false),
+                ("GPU-2".into(), 2, true),
+                ("GPU-3".into(), 3, true)
+            ]
+        );
+        assert_eq!(indices(&s.job(&"slurm:1".parse().unwrap()).unwrap().unwrap()), vec![2]);
+        // A new GPU where NVML puts it at 2 (taken by GPU-2) takes the
+        // lowest index no device ever had; one at a vanished GPU's free
+        // index takes that index.
+        let mut five = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-new", 2)];
+        five.push(nvml_device("GPU-3", 3));
+        s.keep_indices(&mut five, &types).unwrap();
+        assert_eq!(five.iter().map(|d| d.index).collect::<Vec<_>>(), vec![0, 2, 4, 3]);
+        let mut replaced = vec![nvml_device("GPU-0", 0), nvml_device("GPU-repl", 1)];
+        s.keep_indices(&mut replaced, &types).unwrap();
+        assert_eq!(replaced[1].index, 1);
+        // A held device keeps its index even while absent.
+        let mut clash = vec![nvml_device("GPU-other", 2)];
+        s.keep_indices(&mut clash, &types).unwrap();
+        assert_eq!(clash[0].index, 4);
+    }
+
+    #[test]
     fn accounting_survives_release() {
         let (_d, mut s) = node(4);
         s.alloc(&req("slurm:1", 2), &LocalityPolicy, 100).unwrap();
         s.release(&"slurm:1".parse().unwrap(), 160).unwrap();
-        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 150).unwrap();
+        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 170).unwrap();
         let recs = s.accounting(0, 1000, None, 200).unwrap();
         assert_eq!(recs.len(), 3);
-        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 50);
+        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 30);
         assert_eq!(s.accounting(170, 1000, None, 200).unwrap().len(), 1);
         assert!(s.accounting(0, 1000, Some(7), 200).unwrap().is_empty());
     }
