@@ -86,12 +86,20 @@ pub struct Sampler<'n> {
     process_seen: HashMap<String, u64>,
     /// Idle (job, device) already warned about in this idle spell.
     warned: BTreeSet<(String, String)>,
+    /// When the previous period was sampled, unix ms.
+    previous_ms: Option<i64>,
 }
 
 impl<'n> Sampler<'n> {
     /// A sampler over these opened types (see [`open_types`]).
     pub fn new(nvmls: &'n [(String, Nvml)]) -> Sampler<'n> {
-        Sampler { nvmls, gpm_previous: HashMap::new(), process_seen: HashMap::new(), warned: BTreeSet::new() }
+        Sampler {
+            nvmls,
+            gpm_previous: HashMap::new(),
+            process_seen: HashMap::new(),
+            warned: BTreeSet::new(),
+            previous_ms: None,
+        }
     }
 
     /// Samples every period, on a fixed schedule, for ever.
@@ -137,11 +145,12 @@ impl<'n> Sampler<'n> {
             targets.iter().filter(|t| seen.insert(t.job.clone())).map(|t| (t.job.clone(), t.token.clone())).collect()
         };
         let at_ms = now_ms();
+        let previous_ms = self.previous_ms.replace(at_ms);
         let nvmls = self.nvmls;
         let mut out = Vec::with_capacity(targets.len());
         for target in &targets {
             let Some((_, nvml)) = nvmls.iter().find(|(t, _)| *t == target.cder_type) else { continue };
-            out.push(self.observe(nvml, target, at_ms, &jobs));
+            out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs));
         }
         // Instances no longer held keep no GPM sample.
         self.gpm_previous.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
@@ -149,18 +158,20 @@ impl<'n> Sampler<'n> {
         Ok(out)
     }
 
+    /// One device's sample at `at` (now, the previous period).
     fn observe(
         &mut self,
         nvml: &'n Nvml,
         target: &UsageTarget,
-        at_ms: i64,
+        at: (i64, Option<i64>),
         jobs: &[(JobKey, String)],
     ) -> UsageObservation {
         let mut observation = UsageObservation {
             job: target.job.clone(),
             uuid: target.uuid.clone(),
             mig_parent: None,
-            at_ms,
+            at_ms: at.0,
+            previous_ms: at.1,
             utilisation: None,
             source: "none",
             memory_mib: None,
