@@ -13,7 +13,9 @@
 //! `cargo bench -p cderd --bench usage_sampler` runs against the fake NVML
 //! built in this workspace (`CDER_BENCH_DEVICES`, default 8). With
 //! `CDER_BENCH_REAL_NVML=1` it asks the driver's libnvidia-ml.so.1 instead,
-//! about every GPU the node has.
+//! about every GPU the node has. `CDER_BENCH_CDERD` and `CDER_BENCH_TMPDIR`
+//! name the cderd binary and the scratch folder where the build's own
+//! paths do not exist (the program copied to a GPU node).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -177,7 +179,8 @@ fn job_start_round(
     let usage = if sample { "sample_period_s = 0.1" } else { "sample = false" };
     let path = dir.path().join("cder.toml");
     std::fs::write(&path, config_text(dir.path(), library, usage)).unwrap();
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_cderd"))
+    let cderd = std::env::var_os("CDER_BENCH_CDERD").unwrap_or_else(|| env!("CARGO_BIN_EXE_cderd").into());
+    let mut daemon = Command::new(cderd)
         .arg("--config")
         .arg(&path)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -222,7 +225,9 @@ fn main() {
     let periods: u32 = if quick { 20 } else { 500 };
     let pairs: usize =
         std::env::var("CDER_BENCH_PAIRS").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 20 } else { 500 });
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base =
+        std::env::var_os("CDER_BENCH_TMPDIR").map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
+    let base = base.as_path();
     std::fs::create_dir_all(base).unwrap();
     let fake = if real { None } else { Some(cder_fake_nvml::library_path().expect("libcder_fake_nvml.so built")) };
     sampler_cost(base, fake.as_deref(), n, periods);
@@ -257,7 +262,8 @@ fn main() {
         if cfg!(debug_assertions) { "debug build" } else { "release build" }
     );
     let p99_off = line("sampler off", &mut off);
-    let p99_on = line("sampler on, every 0.1 s, 4 busy jobs", &mut on);
+    let busy = if real { "the other GPUs held" } else { "4 busy jobs" };
+    let p99_on = line(&format!("sampler on, every 0.1 s, {busy}"), &mut on);
     println!(
         "ratio on/off p99: {:.2}x; 2 ms budget (p99, sampler on): {}",
         p99_on.as_secs_f64() / p99_off.as_secs_f64().max(1e-9),
