@@ -75,6 +75,9 @@ pub struct Daemon {
     intake: Intake,
     /// How usage samples are rolled up (`[node.usage]`).
     usage_rules: UsageRules,
+    /// The last period's sample of each device a running job holds (for
+    /// gauges; empty until the sampler's first period).
+    latest: Mutex<Vec<cder_protocol::UsageSample>>,
 }
 
 /// A device a running job holds, for the usage sampler.
@@ -250,6 +253,7 @@ impl Daemon {
             background: Background::start(),
             intake: Intake::default(),
             usage_rules: UsageRules::from_config(&config_usage),
+            latest: Mutex::new(Vec::new()),
         };
         Ok(daemon)
     }
@@ -826,9 +830,30 @@ impl Daemon {
             .collect())
     }
 
-    /// Rolls one period's samples up durably (one transaction).
+    /// Rolls one period's samples up durably (one transaction), and keeps
+    /// them as the latest (see [`Daemon::latest_samples`]).
     pub fn record_usage(&self, observations: &[UsageObservation]) -> Result<usize, ErrorReply> {
-        self.store().record_usage(observations, &self.usage_rules).map_err(StoreError::into_reply)
+        let recorded = self.store().record_usage(observations, &self.usage_rules).map_err(StoreError::into_reply)?;
+        let latest = observations
+            .iter()
+            .map(|o| cder_protocol::UsageSample {
+                at_ms: o.at_ms,
+                job: o.job.clone(),
+                uuid: o.uuid.clone(),
+                utilisation_percent: o.utilisation,
+                memory_mib: o.memory_mib,
+                processes: o.processes.clone().unwrap_or_default(),
+            })
+            .collect();
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        Ok(recorded)
+    }
+
+    /// The sampler's last period: one sample per device a running job held
+    /// then (in memory, for gauges such as an OpenMetrics endpoint; the
+    /// durable record is [`Daemon::usage`]).
+    pub fn latest_samples(&self) -> Vec<cder_protocol::UsageSample> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {

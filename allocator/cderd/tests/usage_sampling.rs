@@ -277,3 +277,64 @@ fn ring_rows(db: &Path) -> u64 {
     let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     conn.query_row("SELECT COUNT(*) FROM usage_samples", [], |r| r.get::<_, i64>(0)).unwrap() as u64
 }
+
+#[test]
+fn one_period_in_process_attributes_each_device_to_its_job_and_keeps_the_latest() {
+    // The fake NVML reads its files from the environment of this process.
+    let _env = cder_testkit::env_lock();
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    let (machine, usage_file) = (dir.path().join("machine.json"), dir.path().join("usage.json"));
+    FakeNvml { devices: vec![gpu(0), gpu(1)], fail: vec![] }.write(&machine).unwrap();
+    let mut answers = FakeUsage::default();
+    answers.devices.insert(gpu(0).uuid, busy(80, 3_000, &[4242]));
+    answers.devices.insert(gpu(1).uuid, busy(20, 500, &[]));
+    answers.write(&usage_file).unwrap();
+    std::env::set_var("CDER_FAKE_NVML", &machine);
+    std::env::set_var("CDER_FAKE_NVML_USAGE", &usage_file);
+    let text = format!(
+        "[node]\nstate_dir = {:?}\n[node.enforcement]\ncgroup = \"off\"\n[node.health]\nwatch = false\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {library:?}\n\
+         device_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("state"),
+        dir.path().display()
+    );
+    let config = cder_model::Config::parse(&text, Path::new("cder.toml")).unwrap();
+    let daemon = cderd::Daemon::start(config).unwrap();
+    for (job, index) in [("slurm:51", 0), ("slurm:52", 1)] {
+        let mut request = AllocRequest::new(job.parse().unwrap(), 1000, 1);
+        request.devices = Some(vec![index]);
+        daemon.alloc(&request).unwrap();
+    }
+    assert!(daemon.latest_samples().is_empty());
+    let nvmls = cderd::usage::open_types(&daemon);
+    let mut sampler = cderd::usage::Sampler::new(&nvmls);
+    assert_eq!(sampler.tick(&daemon).unwrap(), 2);
+    let latest = daemon.latest_samples();
+    let seen: Vec<(String, String, Option<u32>, Option<u64>)> =
+        latest.iter().map(|s| (s.job.to_string(), s.uuid.clone(), s.utilisation_percent, s.memory_mib)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("slurm:51".to_string(), gpu(0).uuid, Some(80), Some(3_000)),
+            ("slurm:52".to_string(), gpu(1).uuid, Some(20), Some(500))
+        ]
+    );
+    // pid 4242 is in no job's cgroup here: listed, attributed to none.
+    assert_eq!(latest[0].processes.len(), 1);
+    let p = &latest[0].processes[0];
+    assert_eq!((p.pid, p.memory_mib, p.sm_percent, p.job.as_ref()), (4242, Some(3_000), Some(80), None));
+    // A released job's device is not sampled the next period.
+    daemon.release(&"slurm:52".parse().unwrap()).unwrap();
+    assert_eq!(sampler.tick(&daemon).unwrap(), 1);
+    assert_eq!(daemon.latest_samples().len(), 1);
+    let root = cderd::Caller { uid: 0, pid: std::process::id() as i32, process: None };
+    let usage = daemon.usage(root, &UsageRequest::default()).unwrap();
+    let samples: Vec<(String, u64)> = usage.devices.iter().map(|d| (d.job.to_string(), d.samples)).collect();
+    assert_eq!(samples, [("slurm:51".to_string(), 2), ("slurm:52".to_string(), 1)]);
+    // Another user sees none of them.
+    let other = cderd::Caller { uid: 4321, pid: std::process::id() as i32, process: None };
+    assert!(daemon.usage(other, &UsageRequest::default()).unwrap().devices.is_empty());
+    std::env::remove_var("CDER_FAKE_NVML");
+    std::env::remove_var("CDER_FAKE_NVML_USAGE");
+}

@@ -1093,9 +1093,15 @@ fn now_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
-/// One sample per process with SM utilisation, stamped now, newer than
-/// `last_seen`; NOT_FOUND when there is none (as the driver answers);
-/// NOT_SUPPORTED in MIG mode.
+/// The driver's per-process sample buffer: how many entries a query
+/// without a buffer is told to bring (an H100 with driver 580 says 72).
+const PROCESS_SAMPLE_BUFFER: c_uint = 72;
+
+/// One sample per process with SM utilisation, stamped now (µs since the
+/// epoch, as the driver stamps them), newer than `last_seen`. As the
+/// driver answers: without a buffer (or with one too small), INSUFFICIENT_SIZE
+/// and the size of its sample buffer, even when idle; with one, NOT_FOUND
+/// when no process ran since `last_seen`. NOT_SUPPORTED in MIG mode.
 ///
 /// # Safety
 /// NVML contract: `count` valid, `samples` valid for `*count` entries.
@@ -1119,15 +1125,14 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             .into_iter()
             .filter(|p| p.sm_percent > 0 && stamp > last_seen)
             .collect();
-        if busy.is_empty() {
-            *count = 0;
-            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
-        }
-        let room = *count as usize;
-        *count = busy.len() as c_uint;
-        if samples.is_null() || busy.len() > room {
+        if samples.is_null() || (*count as usize) < busy.len().max(1) {
+            *count = PROCESS_SAMPLE_BUFFER.max(busy.len() as c_uint);
             return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
         }
+        if busy.is_empty() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        *count = busy.len() as c_uint;
         for (n, p) in busy.iter().enumerate() {
             samples.add(n).write(nvmlProcessUtilizationSample_t {
                 pid: p.pid,
@@ -1252,7 +1257,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) ->
     let count = (request.numMetrics as usize).min(request.metrics.len());
     for metric in &mut request.metrics[..count] {
         let (short, long): (&'static CStr, &'static CStr) = match metric.metricId {
-            nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => (c"gr_util", c"Graphics utilization"),
+            nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => (c"gract", c"Graphics utilization"),
             nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => (c"sm_util", c"SM utilization"),
             _ => {
                 metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
