@@ -116,10 +116,8 @@ device as its model and UUID, device-seconds (how long the job held it), active-
 time its utilisation was at or above [node.usage] active_threshold_percent), mean and peak utilisation, \
 peak memory in use, and the samples taken; then the running jobs' devices that are idle now. A MIG \
 instance without GPM (before Hopper) has no utilisation in NVML: its utilisation columns show -. \
-Users other than root and operators see their own jobs only. --json prints the daemon's result: \
-{\"devices\":[{\"job\",\"uid\",\"type\",\"index\",\"uuid\",\"model\",\"start\",\"end\",\"device_seconds\",\"sampled_seconds\",\
-\"active_seconds\",\"mean_utilisation_percent\",\"peak_utilisation_percent\",\"peak_memory_mib\",\"samples\",…}],\
-\"idle\":[…],\"sample_period_s\",\"active_threshold_percent\"}.",
+Users other than root and operators see their own jobs only. --json prints the daemon's result \
+(the usage reply of docs/protocol.md).",
         after_help = "EXAMPLES:\n    cderctl usage\n    cderctl usage --job slurm:4242 --json\n    cderctl usage --since 24h --recent 20"
     )]
     Usage(node::UsageArgs),

@@ -23,7 +23,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use cder_model::{Device, Health, JobKey};
 use cder_protocol::{
     AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DeviceUsage, DrainRecord, ErrorCode, ErrorReply,
-    IdleDevice, ProcessUsage, UsageSample,
+    IdleDevice, MonthUsage, ProcessUsage, UsageSample,
 };
 
 use crate::durable::new_token;
@@ -117,6 +117,19 @@ CREATE TABLE IF NOT EXISTS usage (
     idle_since_ms   INTEGER,
     source          TEXT NOT NULL DEFAULT 'none',
     PRIMARY KEY (job_id, device)
+);
+-- The same per calendar month (UTC, 'YYYY-MM' of the sample's time), for
+-- monthly accounting records (APEL): a sample counts in the month it was
+-- taken in.
+CREATE TABLE IF NOT EXISTS usage_months (
+    job_id        INTEGER NOT NULL REFERENCES jobs(id),
+    device        TEXT NOT NULL REFERENCES devices(uuid),
+    month         TEXT NOT NULL,
+    sampled_ms    INTEGER NOT NULL DEFAULT 0,
+    util_ms       INTEGER NOT NULL DEFAULT 0,
+    active_ms     INTEGER NOT NULL DEFAULT 0,
+    util_weighted REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, device, month)
 );
 -- The most recent samples, a ring of [node.usage] ring_samples rows: the
 -- sample numbered seq goes to slot seq % ring_samples, over the oldest.
@@ -1017,6 +1030,22 @@ impl Store {
                 idle,
                 o.source,
             ])?;
+            tx.prepare_cached(
+                "INSERT INTO usage_months (job_id, device, month, sampled_ms, util_ms, active_ms, util_weighted)
+                 VALUES (?1, ?2, strftime('%Y-%m', ?3 / 1000, 'unixepoch'), ?4, ?5, ?6, ?7)
+                 ON CONFLICT(job_id, device, month) DO UPDATE SET
+                     sampled_ms = sampled_ms + ?4, util_ms = util_ms + ?5, active_ms = active_ms + ?6,
+                     util_weighted = util_weighted + ?7",
+            )?
+            .execute(params![
+                job_id,
+                o.uuid,
+                o.at_ms,
+                covered,
+                if util.is_some() { covered } else { 0 },
+                if active { covered } else { 0 },
+                util.map_or(0.0, |u| f64::from(u) * covered as f64),
+            ])?;
             let processes = match &o.processes {
                 Some(list) if !list.is_empty() => serde_json::to_string(list).ok(),
                 _ => None,
@@ -1059,7 +1088,7 @@ impl Store {
             "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.mig_parent, a.start, a.end, \
                     COALESCE(u.samples, 0), COALESCE(u.sampled_ms, 0), COALESCE(u.util_ms, 0), COALESCE(u.active_ms, 0), \
                     COALESCE(u.util_weighted, 0), u.peak_util, COALESCE(u.peak_memory_mib, 0), u.first_ms, u.last_ms, \
-                    COALESCE(u.source, 'none')
+                    COALESCE(u.source, 'none'), a.job_id
              FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device \
              LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
              WHERE (?1 IS NULL OR j.job = ?1) AND (?2 IS NULL OR j.uid = ?2) AND (?3 IS NULL OR a.end IS NULL OR a.end >= ?3)
@@ -1074,7 +1103,7 @@ impl Store {
             let job = job
                 .parse::<JobKey>()
                 .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))?;
-            Ok(DeviceUsage {
+            let usage = DeviceUsage {
                 job,
                 uid: r.get(1)?,
                 cder_type: r.get(2)?,
@@ -1094,9 +1123,34 @@ impl Store {
                 first_sample: r.get::<_, Option<i64>>(16)?.map(|ms| ms.div_euclid(1000)),
                 last_sample: r.get::<_, Option<i64>>(17)?.map(|ms| ms.div_euclid(1000)),
                 utilisation_source: r.get(18)?,
-            })
+                months: Vec::new(),
+            };
+            Ok((usage, r.get::<_, i64>(19)?))
         })?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut months = self.conn.prepare_cached(
+            "SELECT month, sampled_ms, util_ms, active_ms, util_weighted FROM usage_months \
+             WHERE job_id = ?1 AND device = ?2 ORDER BY month",
+        )?;
+        let mut with_months = Vec::with_capacity(out.len());
+        for (mut usage, job_id) in out {
+            let rows = months.query_map(params![job_id, usage.uuid], |r| {
+                let util_ms: i64 = r.get(2)?;
+                Ok(MonthUsage {
+                    month: r.get(0)?,
+                    sampled_seconds: r.get::<_, i64>(1)? as f64 / 1000.0,
+                    active_seconds: (util_ms > 0)
+                        .then(|| r.get::<_, i64>(3).map(|ms| ms as f64 / 1000.0))
+                        .transpose()?,
+                    mean_utilisation_percent: (util_ms > 0)
+                        .then(|| r.get::<_, f64>(4).map(|w| w / util_ms as f64))
+                        .transpose()?,
+                })
+            })?;
+            usage.months = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            with_months.push(usage);
+        }
+        Ok(with_months)
     }
 
     /// Devices of live jobs below the idle threshold since `now_ms −
@@ -1412,6 +1466,13 @@ mod tests {
             (Some(80), 800, "device")
         );
         assert_eq!((u.first_sample, u.last_sample, u.device_seconds, u.end), (Some(105), Some(125), 100, None));
+        let month = MonthUsage {
+            month: "1970-01".into(),
+            sampled_seconds: 21.0,
+            active_seconds: Some(11.0),
+            mean_utilisation_percent: u.mean_utilisation_percent,
+        };
+        assert_eq!(u.months, [month]);
         // No utilisation from NVML: no active time or mean, and idle by having no process.
         let v = &s.usage(Some(&b.job), None, None, 200).unwrap()[0];
         assert_eq!(
@@ -1443,12 +1504,28 @@ mod tests {
         let v = &s.usage(Some(&b.job), None, None, 400).unwrap()[0];
         assert_eq!((v.end, v.device_seconds, v.samples), (Some(300), 200, 20));
         assert_eq!(s.usage(None, Some(1000), Some(301), 400).unwrap().len(), 1);
+        // A job across a month's end (UTC) counts each sample in the month it was taken in.
+        let november = 1_793_491_200_000; // 2026-11-01T00:00:00Z
+        let (c, _) = s.alloc(&req("slurm:3", 1), &LocalityPolicy, november / 1000 - 60).unwrap();
+        let gpu_c = c.devices[0].uuid.clone();
+        let mut at = november - 3000;
+        s.record_usage(&[sample("slurm:3", &gpu_c, at, None, Some(50))], &rules).unwrap();
+        for util in [50, 50, 0, 0, 90] {
+            s.record_usage(&[sample("slurm:3", &gpu_c, at + 1000, Some(at), Some(util))], &rules).unwrap();
+            at += 1000;
+        }
+        let months: Vec<(String, f64, Option<f64>)> = s.usage(Some(&c.job), None, None, november / 1000).unwrap()[0]
+            .months
+            .iter()
+            .map(|m| (m.month.clone(), m.sampled_seconds, m.active_seconds))
+            .collect();
+        assert_eq!(months, [("2026-10".to_string(), 3.0, Some(3.0)), ("2026-11".to_string(), 3.0, Some(1.0))]);
         // A smaller ring keeps the newest rows only.
         let small = UsageRules { ring_samples: 3, ..rules };
         s.record_usage(&[sample("slurm:1", &gpu_a, at + 62_000, Some(at + 61_000), Some(60))], &small).unwrap();
         assert!(s.ring_len().unwrap() <= 3);
         // A database made before these tables opens, and gains them.
-        s.conn.execute_batch("DROP TABLE usage; DROP TABLE usage_samples;").unwrap();
+        s.conn.execute_batch("DROP TABLE usage; DROP TABLE usage_samples; DROP TABLE usage_months;").unwrap();
         drop(s);
         let s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
         let u = &s.usage(Some(&a.job), None, None, 400).unwrap()[0];

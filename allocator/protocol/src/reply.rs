@@ -429,6 +429,24 @@ pub struct DeviceUsage {
     /// Where the utilisation came from: `device` (nvmlDeviceGetUtilizationRates),
     /// `gpm` (GPU performance monitoring, per MIG instance), or `none`.
     pub utilisation_source: String,
+    /// The same per calendar month (UTC) the samples were taken in, oldest
+    /// first, for monthly accounting records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub months: Vec<MonthUsage>,
+}
+
+/// One job's use of one device within one calendar month (UTC): a sample
+/// counts in the month it was taken in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MonthUsage {
+    /// `YYYY-MM`.
+    pub month: String,
+    /// Time the month's samples cover, seconds.
+    pub sampled_seconds: f64,
+    /// The part at or above the active threshold; `null` without utilisation.
+    pub active_seconds: Option<f64>,
+    /// Time-weighted mean utilisation, percent; `null` without utilisation.
+    pub mean_utilisation_percent: Option<f64>,
 }
 
 /// A running job's device that has stayed below `[node.usage]
