@@ -4,7 +4,9 @@
 //! `discovery = "nvml"` type) asks NVML every `sample_period_s` about every
 //! device a running job holds: utilisation, memory in use, the compute
 //! processes with their memory and SM utilisation. A whole GPU's
-//! utilisation is `nvmlDeviceGetUtilizationRates`; NVML has none for a MIG
+//! utilisation is GPM's graphics activity over the period where the GPU
+//! has GPM (Hopper and later), else `nvmlDeviceGetUtilizationRates` (the
+//! driver's last sample window); NVML has none for a MIG
 //! instance except GPM (Hopper and later: `nvmlGpmMigSampleGet` on its GPU,
 //! the graphics utilisation between two samples), so an instance on an
 //! older GPU has memory and processes but no utilisation. Each sample goes
@@ -203,9 +205,27 @@ impl<'n> Sampler<'n> {
                     }
                 }
             }
-        } else if let Ok(rates) = device.utilization_rates() {
-            observation.utilisation = Some(rates.gpu.min(100));
-            observation.source = "device";
+        } else {
+            // GPM (Hopper and later) averages over the whole period; the
+            // driver's utilisation is its last sample window only.
+            if device.gpm_support().unwrap_or(false) {
+                match device.gpm_sample() {
+                    Ok(sample) => {
+                        if let Some(previous) = self.gpm_previous.get(&target.uuid) {
+                            observation.utilisation = graphics_utilisation(nvml, previous, &sample);
+                            observation.source = "gpm";
+                        }
+                        self.gpm_previous.insert(target.uuid.clone(), sample);
+                    }
+                    Err(e) => tracing::debug!(device = %target.uuid, "usage sampler: nvmlGpmSampleGet: {e}"),
+                }
+            }
+            if observation.utilisation.is_none() {
+                if let Ok(rates) = device.utilization_rates() {
+                    observation.utilisation = Some(rates.gpu.min(100));
+                    observation.source = "device";
+                }
+            }
         }
         let sm: Option<HashMap<u32, u32>> =
             match device.process_utilization_stats(self.process_seen.get(&target.uuid).copied()) {

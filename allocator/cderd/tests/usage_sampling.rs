@@ -338,3 +338,15 @@ fn one_period_in_process_attributes_each_device_to_its_job_and_keeps_the_latest(
     std::env::remove_var("CDER_FAKE_NVML");
     std::env::remove_var("CDER_FAKE_NVML_USAGE");
 }
+
+#[test]
+fn a_whole_gpu_with_gpm_is_measured_over_the_period() {
+    let mut answers = FakeUsage { gpm: true, ..Default::default() };
+    answers.devices.insert(gpu(0).uuid, busy(40, 100, &[]));
+    let (node, _usage) = nvml_node(1, &[], "sample_period_s = 0.1\n", &answers);
+    alloc(&node, "slurm:61", 0);
+    wait_for("samples", Duration::from_secs(30), || usage_of(&node, "slurm:61")[0].samples >= 5);
+    let u = &usage_of(&node, "slurm:61")[0];
+    assert_eq!((u.utilisation_source.as_str(), u.peak_utilisation_percent), ("gpm", Some(40)), "{u:?}");
+    assert!((u.mean_utilisation_percent.unwrap() - 40.0).abs() < 0.01, "{u:?}");
+}

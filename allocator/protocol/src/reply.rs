@@ -426,8 +426,9 @@ pub struct DeviceUsage {
     pub first_sample: Option<i64>,
     /// See `first_sample`.
     pub last_sample: Option<i64>,
-    /// Where the utilisation came from: `device` (nvmlDeviceGetUtilizationRates),
-    /// `gpm` (GPU performance monitoring, per MIG instance), or `none`.
+    /// Where the last sample's utilisation came from: `device`
+    /// (nvmlDeviceGetUtilizationRates), `gpm` (GPU performance monitoring,
+    /// Hopper and later: MIG instances, and whole GPUs), or `none`.
     pub utilisation_source: String,
     /// The same per calendar month (UTC) the samples were taken in, oldest
     /// first, for monthly accounting records.
