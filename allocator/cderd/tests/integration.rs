@@ -13,3 +13,4 @@ mod health_watch;
 mod mig_devices;
 mod nvml_enforcement;
 mod stress_interleaving;
+mod usage_sampling;
