@@ -9,9 +9,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod apel;
 mod inventory;
 mod node;
 mod registry;
+mod usage;
 
 /// Exit status for bad input or usage (clap uses it too).
 const EXIT_USAGE: u8 = 2;
