@@ -9,15 +9,15 @@ use serde_json::Value;
 use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
-    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation,
-    PROTOCOL_VERSION,
+    ErrorCode, ErrorReply, IdleDevice, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts,
+    Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
-use crate::store::{JobAllocation, LedgerRow, Store, StoreError};
+use crate::store::{JobAllocation, LedgerRow, Store, StoreError, UsageObservation, UsageRules};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
@@ -73,6 +73,21 @@ pub struct Daemon {
     background: Background,
     /// `alloc`s on their way in, for the `env` that follows (see [`crate::intake`]).
     intake: Intake,
+    /// How usage samples are rolled up (`[node.usage]`).
+    usage_rules: UsageRules,
+}
+
+/// A device a running job holds, for the usage sampler.
+#[derive(Debug, Clone)]
+pub struct UsageTarget {
+    /// The job.
+    pub job: JobKey,
+    /// Its allocation's token (names its device cgroups).
+    pub token: String,
+    /// The device's UUID.
+    pub uuid: String,
+    /// Its CDER type.
+    pub cder_type: String,
 }
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
@@ -122,6 +137,13 @@ impl Background {
 }
 
 pub use cder_ledger::{now, resolve_operators};
+
+/// Unix milliseconds now (usage samples may come faster than a second).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// How long `request` may wait out a conflict.
 fn alloc_wait(request: &AllocRequest) -> std::time::Duration {
@@ -213,6 +235,7 @@ impl Daemon {
                 Err(e) => tracing::debug!("[node.enforcement] held_open_ignore_users: {e}"),
             }
         }
+        let config_usage = config.node.usage.clone();
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
             config,
@@ -226,6 +249,7 @@ impl Daemon {
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
+            usage_rules: UsageRules::from_config(&config_usage),
         };
         Ok(daemon)
     }
@@ -299,6 +323,7 @@ impl Daemon {
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
             Request::Confine(r) => self.confine(caller, &r.job).map(|c| to_value(&c)),
+            Request::Usage(r) => self.usage(caller, r).map(|u| to_value(&u)),
         }
     }
 
@@ -735,7 +760,75 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation })
+        let idle = self.idle_devices()?;
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle })
+    }
+
+    /// `usage`: per job and device, what the samples say; operators see
+    /// every job, others their own.
+    pub fn usage(&self, caller: Caller, request: &UsageRequest) -> Result<Usage, ErrorReply> {
+        let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
+        let job = request.job.as_ref();
+        let store = self.store();
+        let devices = store.usage(job, uid, request.since, now()).map_err(StoreError::into_reply)?;
+        let recent = match request.recent {
+            Some(n) if n > 0 => store.recent_samples(n, job, uid).map_err(StoreError::into_reply)?,
+            _ => Vec::new(),
+        };
+        drop(store);
+        let idle = self
+            .idle_devices()?
+            .into_iter()
+            .filter(|d| uid.is_none_or(|u| d.uid == u) && job.is_none_or(|j| &d.job == j))
+            .collect();
+        let usage = &self.config.node.usage;
+        Ok(Usage {
+            devices,
+            idle,
+            recent,
+            sample_period_s: usage.sample_period_s,
+            active_threshold_percent: usage.active_threshold_percent,
+        })
+    }
+
+    /// Running jobs' devices idle for `[node.usage] idle_after_s` or longer
+    /// (none while sampling is off).
+    pub fn idle_devices(&self) -> Result<Vec<IdleDevice>, ErrorReply> {
+        let usage = &self.config.node.usage;
+        if !usage.sample {
+            return Ok(Vec::new());
+        }
+        let after_ms = (usage.idle_after_s * 1000.0).round() as i64;
+        self.store().idle(after_ms, now_ms()).map_err(StoreError::into_reply)
+    }
+
+    /// The devices running jobs hold, of types discovered through NVML:
+    /// what the usage sampler asks NVML about.
+    pub fn usage_targets(&self) -> Result<Vec<UsageTarget>, ErrorReply> {
+        let store = self.store();
+        let tokens: HashMap<JobKey, String> = store
+            .live_allocations()
+            .map_err(StoreError::into_reply)?
+            .into_iter()
+            .map(|(job, _, token)| (job, token))
+            .collect();
+        let devices = store.devices().map_err(StoreError::into_reply)?;
+        drop(store);
+        let nvml = |t: &str| self.config.cder(t).is_some_and(|c| c.discovery == cder_model::Discovery::Nvml);
+        Ok(devices
+            .into_iter()
+            .filter(|d| d.present && nvml(&d.cder_type))
+            .filter_map(|d| {
+                let job = d.job?;
+                let token = tokens.get(&job)?.clone();
+                Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type })
+            })
+            .collect())
+    }
+
+    /// Rolls one period's samples up durably (one transaction).
+    pub fn record_usage(&self, observations: &[UsageObservation]) -> Result<usize, ErrorReply> {
+        self.store().record_usage(observations, &self.usage_rules).map_err(StoreError::into_reply)
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {

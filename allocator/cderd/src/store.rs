@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use cder_model::{Device, Health, JobKey};
-use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DrainRecord, ErrorCode, ErrorReply};
+use cder_protocol::{
+    AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DeviceUsage, DrainRecord, ErrorCode, ErrorReply,
+    IdleDevice, ProcessUsage, UsageSample,
+};
 
 use crate::durable::new_token;
 use crate::policy::{Candidate, SelectionPolicy};
@@ -94,6 +97,38 @@ CREATE TABLE IF NOT EXISTS leftovers (
     token   TEXT NOT NULL,
     reason  TEXT NOT NULL,
     since   INTEGER NOT NULL
+);
+-- What each job did with each device it held, rolled up from the usage
+-- sampler's samples (one row per job row and device; times in unix ms).
+-- Additive, so older databases gain it at open.
+CREATE TABLE IF NOT EXISTS usage (
+    job_id          INTEGER NOT NULL REFERENCES jobs(id),
+    device          TEXT NOT NULL REFERENCES devices(uuid),
+    mig_parent      TEXT,
+    samples         INTEGER NOT NULL DEFAULT 0,
+    sampled_ms      INTEGER NOT NULL DEFAULT 0,
+    util_ms         INTEGER NOT NULL DEFAULT 0,
+    active_ms       INTEGER NOT NULL DEFAULT 0,
+    util_weighted   REAL NOT NULL DEFAULT 0,
+    peak_util       INTEGER,
+    peak_memory_mib INTEGER NOT NULL DEFAULT 0,
+    first_ms        INTEGER,
+    last_ms         INTEGER,
+    idle_since_ms   INTEGER,
+    source          TEXT NOT NULL DEFAULT 'none',
+    PRIMARY KEY (job_id, device)
+);
+-- The most recent samples, a ring of [node.usage] ring_samples rows: the
+-- sample numbered seq goes to slot seq % ring_samples, over the oldest.
+CREATE TABLE IF NOT EXISTS usage_samples (
+    slot        INTEGER PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    job         TEXT NOT NULL,
+    device      TEXT NOT NULL,
+    utilisation INTEGER,
+    memory_mib  INTEGER,
+    processes   TEXT
 );
 ";
 
@@ -312,6 +347,55 @@ pub struct Leftover {
     pub token: String,
     /// Why it is kept out, for `status`.
     pub reason: String,
+}
+
+/// One sample of one device held by a job, as the usage sampler took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageObservation {
+    /// The job that holds the device (a sample of a device it no longer
+    /// holds is dropped).
+    pub job: JobKey,
+    /// The device's UUID.
+    pub uuid: String,
+    /// For a MIG instance, its GPU's UUID.
+    pub mig_parent: Option<String>,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+    /// Utilisation, percent; `None` where NVML gave none.
+    pub utilisation: Option<u32>,
+    /// Where the utilisation came from (`device`, `gpm`, `none`).
+    pub source: &'static str,
+    /// Memory in use, MiB.
+    pub memory_mib: Option<u64>,
+    /// The compute processes, when NVML could list them.
+    pub processes: Option<Vec<ProcessUsage>>,
+}
+
+/// How samples are rolled up (`[node.usage]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageRules {
+    /// The sampling period, ms: the most one sample may cover (after a gap,
+    /// such as cderd being down, the time in between is not counted).
+    pub period_ms: i64,
+    /// Active at or above this utilisation.
+    pub active_threshold: u32,
+    /// Idle below this utilisation (or, without utilisation, with no
+    /// compute process).
+    pub idle_below: u32,
+    /// Rows the recent-sample ring keeps.
+    pub ring_samples: u32,
+}
+
+impl UsageRules {
+    /// The rules of a `[node.usage]` table.
+    pub fn from_config(usage: &cder_model::UsageSampling) -> UsageRules {
+        UsageRules {
+            period_ms: (usage.sample_period_s * 1000.0).round().max(1.0) as i64,
+            active_threshold: usage.active_threshold_percent,
+            idle_below: usage.idle_below_percent,
+            ring_samples: usage.ring_samples.max(1),
+        }
+    }
 }
 
 /// A live row of the `jobs` table.
@@ -858,6 +942,234 @@ impl Store {
             });
         }
         Ok(out)
+    }
+
+    /// Rolls one period's samples up, in one transaction: the per-job
+    /// aggregates and the recent-sample ring. A sample of a device its job
+    /// no longer holds is dropped. Returns how many were recorded.
+    pub fn record_usage(&mut self, observations: &[UsageObservation], rules: &UsageRules) -> Result<usize> {
+        let tx = self.begin()?;
+        let cap = i64::from(rules.ring_samples.max(1));
+        let mut seq: i64 = tx
+            .query_row("SELECT value FROM meta WHERE key = 'usage_ring_next'", [], |r| r.get::<_, String>(0))
+            .optional()?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut recorded = 0;
+        for o in observations {
+            let held: Option<(i64, i64)> = tx
+                .prepare_cached(
+                    "SELECT j.id, a.start FROM jobs j JOIN allocations a ON a.job_id = j.id \
+                     WHERE j.job = ?1 AND j.end IS NULL AND a.device = ?2 AND a.end IS NULL",
+                )?
+                .query_row(params![o.job.to_string(), o.uuid], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let Some((job_id, start)) = held else { continue };
+            let last: Option<Option<i64>> = tx
+                .prepare_cached("SELECT last_ms FROM usage WHERE job_id = ?1 AND device = ?2")?
+                .query_row(params![job_id, o.uuid], |r| r.get(0))
+                .optional()?;
+            // A sample covers the time since the one before, at most one
+            // period: a gap (cderd down, NVML not answering) is not guessed at.
+            let since = last.flatten().unwrap_or(start.saturating_mul(1000));
+            let covered = o.at_ms.saturating_sub(since).clamp(0, rules.period_ms);
+            let util = o.utilisation.map(|u| u.min(100));
+            let active = util.is_some_and(|u| u >= rules.active_threshold);
+            let idle = match (util, &o.processes) {
+                (Some(u), _) => u < rules.idle_below,
+                (None, Some(list)) => list.is_empty(),
+                (None, None) => false,
+            };
+            tx.prepare_cached(
+                "INSERT INTO usage (job_id, device, mig_parent, samples, sampled_ms, util_ms, active_ms, util_weighted, \
+                     peak_util, peak_memory_mib, first_ms, last_ms, idle_since_ms, source)
+                 VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, CASE WHEN ?11 THEN ?10 - ?4 END, ?12)
+                 ON CONFLICT(job_id, device) DO UPDATE SET
+                     mig_parent = COALESCE(?3, mig_parent),
+                     samples = samples + 1,
+                     sampled_ms = sampled_ms + ?4,
+                     util_ms = util_ms + ?5,
+                     active_ms = active_ms + ?6,
+                     util_weighted = util_weighted + ?7,
+                     peak_util = CASE WHEN ?8 IS NULL THEN peak_util ELSE MAX(COALESCE(peak_util, 0), ?8) END,
+                     peak_memory_mib = MAX(peak_memory_mib, ?9),
+                     last_ms = ?10,
+                     idle_since_ms = CASE WHEN ?11 THEN COALESCE(idle_since_ms, ?10 - ?4) END,
+                     source = ?12",
+            )?
+            .execute(params![
+                job_id,
+                o.uuid,
+                o.mig_parent,
+                covered,
+                if util.is_some() { covered } else { 0 },
+                if active { covered } else { 0 },
+                util.map_or(0.0, |u| f64::from(u) * covered as f64),
+                util,
+                o.memory_mib.unwrap_or(0).min(i64::MAX as u64) as i64,
+                o.at_ms,
+                idle,
+                o.source,
+            ])?;
+            let processes = match &o.processes {
+                Some(list) if !list.is_empty() => serde_json::to_string(list).ok(),
+                _ => None,
+            };
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO usage_samples (slot, seq, at_ms, job, device, utilisation, memory_mib, processes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                seq % cap,
+                seq,
+                o.at_ms,
+                o.job.to_string(),
+                o.uuid,
+                util,
+                o.memory_mib.map(|m| m.min(i64::MAX as u64) as i64),
+                processes
+            ])?;
+            seq += 1;
+            recorded += 1;
+        }
+        // A smaller ring than before keeps its newest rows only.
+        tx.prepare_cached("DELETE FROM usage_samples WHERE slot >= ?1")?.execute([cap])?;
+        tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('usage_ring_next', ?1)")?
+            .execute([seq.to_string()])?;
+        tx.commit()?;
+        Ok(recorded)
+    }
+
+    /// Per job and device: what the samples say, for every allocation of
+    /// `job` (or all), of `uid` (or all), held at some time since `since`.
+    pub fn usage(
+        &self,
+        job: Option<&JobKey>,
+        uid: Option<u32>,
+        since: Option<i64>,
+        now: i64,
+    ) -> Result<Vec<DeviceUsage>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.mig_parent, a.start, a.end, \
+                    COALESCE(u.samples, 0), COALESCE(u.sampled_ms, 0), COALESCE(u.util_ms, 0), COALESCE(u.active_ms, 0), \
+                    COALESCE(u.util_weighted, 0), u.peak_util, COALESCE(u.peak_memory_mib, 0), u.first_ms, u.last_ms, \
+                    COALESCE(u.source, 'none')
+             FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device \
+             LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
+             WHERE (?1 IS NULL OR j.job = ?1) AND (?2 IS NULL OR j.uid = ?2) AND (?3 IS NULL OR a.end IS NULL OR a.end >= ?3)
+             ORDER BY a.start, a.job_id, d.type, d.idx",
+        )?;
+        let rows = stmt.query_map(params![job.map(ToString::to_string), uid, since], |r| {
+            let util_ms: i64 = r.get(11)?;
+            let weighted: f64 = r.get(13)?;
+            let start: i64 = r.get(7)?;
+            let end: Option<i64> = r.get(8)?;
+            let job: String = r.get(0)?;
+            let job = job
+                .parse::<JobKey>()
+                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))?;
+            Ok(DeviceUsage {
+                job,
+                uid: r.get(1)?,
+                cder_type: r.get(2)?,
+                index: r.get(3)?,
+                uuid: r.get(4)?,
+                model: r.get(5)?,
+                mig_parent: r.get(6)?,
+                start,
+                end,
+                device_seconds: (end.unwrap_or(now) - start).max(0),
+                sampled_seconds: r.get::<_, i64>(10)? as f64 / 1000.0,
+                active_seconds: (util_ms > 0).then(|| r.get::<_, i64>(12).map(|ms| ms as f64 / 1000.0)).transpose()?,
+                mean_utilisation_percent: (util_ms > 0).then(|| weighted / util_ms as f64),
+                peak_utilisation_percent: r.get(14)?,
+                peak_memory_mib: r.get::<_, i64>(15)?.max(0) as u64,
+                samples: r.get::<_, i64>(9)?.max(0) as u64,
+                first_sample: r.get::<_, Option<i64>>(16)?.map(|ms| ms.div_euclid(1000)),
+                last_sample: r.get::<_, Option<i64>>(17)?.map(|ms| ms.div_euclid(1000)),
+                utilisation_source: r.get(18)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Devices of live jobs below the idle threshold since `now_ms −
+    /// idle_after_ms` or earlier.
+    pub fn idle(&self, idle_after_ms: i64, now_ms: i64) -> Result<Vec<IdleDevice>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.idle_since_ms
+             FROM usage u JOIN jobs j ON j.id = u.job_id JOIN devices d ON d.uuid = u.device \
+             JOIN allocations a ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
+             WHERE j.end IS NULL AND u.idle_since_ms IS NOT NULL AND u.idle_since_ms <= ?1
+             ORDER BY u.idle_since_ms, d.type, d.idx",
+        )?;
+        let rows = stmt
+            .query_map([now_ms.saturating_sub(idle_after_ms)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(job, uid, cder_type, index, uuid, model, since)| {
+                Ok(IdleDevice {
+                    job: parse_job(&job)?,
+                    uid,
+                    cder_type,
+                    index,
+                    uuid,
+                    model,
+                    idle_since: since.div_euclid(1000),
+                    idle_seconds: (now_ms - since).max(0) as f64 / 1000.0,
+                })
+            })
+            .collect()
+    }
+
+    /// The ring's most recent `limit` samples, oldest first, of `job` (or
+    /// all) and of jobs of `uid` (or all).
+    pub fn recent_samples(&self, limit: u32, job: Option<&JobKey>, uid: Option<u32>) -> Result<Vec<UsageSample>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.at_ms, s.job, s.device, s.utilisation, s.memory_mib, s.processes FROM usage_samples s
+             WHERE (?1 IS NULL OR s.job = ?1)
+               AND (?2 IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.job = s.job AND j.uid = ?2))
+             ORDER BY s.seq DESC LIMIT ?3",
+        )?;
+        let rows = stmt
+            .query_map(params![job.map(ToString::to_string), uid, limit], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<u32>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (at_ms, job, uuid, utilisation_percent, memory, processes) in rows.into_iter().rev() {
+            out.push(UsageSample {
+                at_ms,
+                job: parse_job(&job)?,
+                uuid,
+                utilisation_percent,
+                memory_mib: memory.map(|m| m.max(0) as u64),
+                processes: processes.and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Rows in the recent-sample ring.
+    pub fn ring_len(&self) -> Result<u64> {
+        Ok(self.conn.query_row("SELECT COUNT(*) FROM usage_samples", [], |r| r.get::<_, i64>(0))?.max(0) as u64)
     }
 
     /// The earliest allocation start on record, if any.
