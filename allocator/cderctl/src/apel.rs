@@ -285,13 +285,12 @@ pub fn records(input: &Inputs<'_>) -> Vec<AcceleratorRecord> {
             kind: r.cder_type.clone(),
             cores: None,
         });
-        // The sampler's total over the whole allocation, shared out by the
-        // seconds held in this month.
-        let whole = (end - r.start).max(1);
-        let active = input
-            .measured
-            .get(&(r.job.clone(), r.uuid.clone()))
-            .map(|m| m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64);
+        // The sampler's total over the job's time on the device, shared out
+        // by the seconds held in this month.
+        let active = input.measured.get(&(r.job.clone(), r.uuid.clone())).map(|m| {
+            let whole = m.device_seconds.max(held).max(1);
+            m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64
+        });
         let key = (r.job.to_string(), info.model.clone());
         let (_, g) = groups.entry(key).or_insert_with(|| {
             (r.job.clone(), Group { uid: r.uid, kind: info.kind.clone(), cores: info.cores, ..Group::default() })

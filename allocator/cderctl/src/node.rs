@@ -526,7 +526,7 @@ fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Fa
     let request = AccountingRequest { since: Some(month.start()), until: Some(month.end() - 1) };
     let accounting = client.accounting(&request).map_err(refused)?;
     let status = client.status().map_err(refused)?;
-    let measured = crate::usage::measured(&mut client).map_err(refused)?;
+    let measured = crate::usage::measured(&mut client, month.start()).map_err(refused)?;
     // The config says which types are GPUs; discovery knows their cores.
     // Neither is needed for a valid record, so a node without them still reports.
     let loaded = Config::load(config).ok();

@@ -1,0 +1,1 @@
+//! cder-exporter integration tests.
