@@ -1,1 +1,3 @@
-//! cder-exporter integration tests.
+//! cder-exporter integration tests, one binary: `cargo test -p cder-exporter --test integration`.
+
+mod prometheus;
