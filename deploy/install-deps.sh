@@ -28,7 +28,7 @@ packages=(
   # Debian packaging (docs/packaging.md): deploy/build-debs.sh
   # and tests/tests/packages.rs build, lint and install cder's packages
   dpkg-dev debhelper fakeroot lintian man-db
-  # Prometheus scrapes cder-exporter in tests/tests/metrics.rs
+  # Prometheus scrapes cder-exporter in allocator/exporter/tests/prometheus.rs
   prometheus
   # small tools the tests use
   procps psmisc util-linux iproute2 jq

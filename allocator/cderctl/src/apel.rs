@@ -153,7 +153,7 @@ impl UserMap {
                 }
                 _ => return Err(anyhow!("{}: give exactly one of uid or uids", at())),
             }
-            if u.fqan.trim().is_empty() || crate::apel::is_apel_null(&u.fqan) {
+            if u.fqan.trim().is_empty() || is_apel_null(&u.fqan) {
                 return Err(anyhow!("{}.fqan: {:?} is what APEL reads as null; the FQAN is mandatory", at(), u.fqan));
             }
         }

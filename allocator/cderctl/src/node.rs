@@ -459,7 +459,7 @@ pub struct AccountingArgs {
     apel: bool,
     /// The month of the APEL records, in UTC
     #[arg(long, value_name = "YYYY-MM", requires = "apel")]
-    month: Option<crate::apel::Month>,
+    month: Option<super::apel::Month>,
     /// The site's GOCDB name, the records' SiteName
     #[arg(long, value_name = "NAME", requires = "apel")]
     site: Option<String>,
@@ -511,7 +511,7 @@ pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Fa
 
 /// `accounting --apel`: the month's records, into the spool or to stdout.
 fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Failure> {
-    use crate::apel::{self, DeviceInfo, Inputs, UserMap};
+    use super::apel::{self, DeviceInfo, Inputs, UserMap};
     let (Some(month), Some(site)) = (args.month, args.site.as_deref()) else {
         return Err(Failure::usage(anyhow!("--apel needs --month and --site")));
     };
@@ -526,7 +526,7 @@ fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Fa
     let request = AccountingRequest { since: Some(month.start()), until: Some(month.end() - 1) };
     let accounting = client.accounting(&request).map_err(refused)?;
     let status = client.status().map_err(refused)?;
-    let measured = crate::usage::measured(&mut client, month.start()).map_err(refused)?;
+    let measured = super::usage::measured(&mut client, month.start()).map_err(refused)?;
     // The config says which types are GPUs; discovery knows their cores.
     // Neither is needed for a valid record, so a node without them still reports.
     let loaded = Config::load(config).ok();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use cder_model::JobKey;
 use cder_protocol::{Client, ClientError, UsageRequest};
 
-use crate::apel::Measured;
+use super::apel::Measured;
 
 /// Active seconds per job and device of every job that held a device since
 /// `since`, from cderd's `usage`. A device the sampler got no utilisation
