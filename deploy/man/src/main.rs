@@ -23,11 +23,11 @@ mod bin_cderctl;
 #[path = "../../../allocator/cderd/src/bin/cderd.rs"]
 mod bin_cderd;
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../../allocator/exporter/src/bin/cder-exporter.rs"]
-mod bin_exporter;
-#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../torque-prologue/src/bin/cder-env.rs"]
 mod bin_env;
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../allocator/exporter/src/bin/cder-exporter.rs"]
+mod bin_exporter;
 #[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../allocator/registry/src/bin/cder-vgpgpu-factory.rs"]
 mod bin_factory;
