@@ -361,6 +361,10 @@ pub struct UsageObservation {
     pub mig_parent: Option<String>,
     /// When, unix milliseconds.
     pub at_ms: i64,
+    /// When the same sampler took its previous period's samples, unix ms;
+    /// `None` in its first period (after cderd's start), when a sample
+    /// covers at most one period: the time cderd was down is not guessed at.
+    pub previous_ms: Option<i64>,
     /// Utilisation, percent; `None` where NVML gave none.
     pub utilisation: Option<u32>,
     /// Where the utilisation came from (`device`, `gpm`, `none`).
@@ -374,8 +378,8 @@ pub struct UsageObservation {
 /// How samples are rolled up (`[node.usage]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UsageRules {
-    /// The sampling period, ms: the most one sample may cover (after a gap,
-    /// such as cderd being down, the time in between is not counted).
+    /// The sampling period, ms: what a sample covers when its sampler has
+    /// no previous period (see [`UsageObservation::previous_ms`]).
     pub period_ms: i64,
     /// Active at or above this utilisation.
     pub active_threshold: u32,
@@ -969,10 +973,12 @@ impl Store {
                 .prepare_cached("SELECT last_ms FROM usage WHERE job_id = ?1 AND device = ?2")?
                 .query_row(params![job_id, o.uuid], |r| r.get(0))
                 .optional()?;
-            // A sample covers the time since the one before, at most one
-            // period: a gap (cderd down, NVML not answering) is not guessed at.
+            // A sample covers the time since this device's previous sample
+            // (or the allocation), but never more than since the sampler's
+            // previous period (or one period): a gap (cderd down) is not guessed at.
             let since = last.flatten().unwrap_or(start.saturating_mul(1000));
-            let covered = o.at_ms.saturating_sub(since).clamp(0, rules.period_ms);
+            let floor = o.previous_ms.unwrap_or(o.at_ms.saturating_sub(rules.period_ms));
+            let covered = o.at_ms.saturating_sub(since.max(floor)).max(0);
             let util = o.utilisation.map(|u| u.min(100));
             let active = util.is_some_and(|u| u >= rules.active_threshold);
             let idle = match (util, &o.processes) {
@@ -1358,6 +1364,96 @@ mod tests {
         assert!(!s.job(&"slurm:2".parse().unwrap()).unwrap().unwrap().batch_confined);
         assert!(s.leftovers().unwrap().is_empty());
         assert_eq!(s.devices().unwrap().len(), 2);
+    }
+
+    fn sample(job: &str, uuid: &str, at_ms: i64, previous_ms: Option<i64>, util: Option<u32>) -> UsageObservation {
+        UsageObservation {
+            job: job.parse().unwrap(),
+            uuid: uuid.to_string(),
+            mig_parent: None,
+            at_ms,
+            previous_ms,
+            utilisation: util,
+            source: if util.is_some() { "device" } else { "none" },
+            memory_mib: util.map(|u| u64::from(u) * 10),
+            processes: Some(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn usage_rolls_up_per_job_and_device_and_the_ring_stays_bounded() {
+        let (dir, mut s) = node(2);
+        let rules = UsageRules { period_ms: 1000, active_threshold: 5, idle_below: 5, ring_samples: 7 };
+        let (a, _) = s.alloc(&req("slurm:1", 1), &LocalityPolicy, 100).unwrap();
+        let (b, _) = s.alloc(&req("slurm:2", 1), &LocalityPolicy, 100).unwrap();
+        let (gpu_a, gpu_b) = (a.devices[0].uuid.clone(), b.devices[0].uuid.clone());
+        // The sampler's first period covers one period, though the job started 5 s before.
+        assert_eq!(s.record_usage(&[sample("slurm:1", &gpu_a, 105_000, None, Some(80))], &rules).unwrap(), 1);
+        // Then 10 s at 80 %, 10 s at 3 %, one sample a second.
+        let mut at = 105_000;
+        for n in 0..20 {
+            let util = if n < 10 { 80 } else { 3 };
+            let batch = [
+                sample("slurm:1", &gpu_a, at + 1000, Some(at), Some(util)),
+                sample("slurm:2", &gpu_b, at + 1000, Some(at), None),
+            ];
+            assert_eq!(s.record_usage(&batch, &rules).unwrap(), 2);
+            at += 1000;
+        }
+        // A device its job does not hold is not recorded.
+        assert_eq!(s.record_usage(&[sample("slurm:9", &gpu_a, at, Some(at - 1000), Some(50))], &rules).unwrap(), 0);
+        let usage = s.usage(Some(&a.job), None, None, 200).unwrap();
+        assert_eq!(usage.len(), 1);
+        let u = &usage[0];
+        assert_eq!((u.samples, u.sampled_seconds, u.active_seconds), (21, 21.0, Some(11.0)));
+        assert!((u.mean_utilisation_percent.unwrap() - (80.0 * 11.0 + 3.0 * 10.0) / 21.0).abs() < 1e-9);
+        assert_eq!(
+            (u.peak_utilisation_percent, u.peak_memory_mib, u.utilisation_source.as_str()),
+            (Some(80), 800, "device")
+        );
+        assert_eq!((u.first_sample, u.last_sample, u.device_seconds, u.end), (Some(105), Some(125), 100, None));
+        // No utilisation from NVML: no active time or mean, and idle by having no process.
+        let v = &s.usage(Some(&b.job), None, None, 200).unwrap()[0];
+        assert_eq!(
+            (v.samples, v.active_seconds, v.mean_utilisation_percent, v.peak_utilisation_percent),
+            (20, None, None, None)
+        );
+        // Idle since the first sample below 5 % began (at 115 s): 10 s by 125 s.
+        let idle = s.idle(10_000, at).unwrap();
+        let jobs: Vec<String> = idle.iter().map(|d| d.job.to_string()).collect();
+        assert_eq!(jobs, ["slurm:2", "slurm:1"]);
+        assert_eq!((idle[1].idle_since, idle[1].idle_seconds), (115, 10.0));
+        assert!(s.idle(10_001, at).unwrap().iter().all(|d| d.job.to_string() == "slurm:2"));
+        // Busy again: no longer idle.
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 1000, Some(at), Some(60))], &rules).unwrap();
+        assert!(s.idle(0, at + 1000).unwrap().iter().all(|d| d.job.to_string() == "slurm:2"));
+        // cderd restarted 60 s later: its first period covers one period, not the gap.
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 61_000, None, Some(60))], &rules).unwrap();
+        assert_eq!(s.usage(Some(&a.job), None, None, 200).unwrap()[0].sampled_seconds, 23.0);
+        // The ring keeps the newest 7, oldest first.
+        assert_eq!(s.ring_len().unwrap(), 7);
+        let recent = s.recent_samples(100, None, None).unwrap();
+        assert_eq!(recent.len(), 7);
+        assert!(recent.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        assert_eq!((recent[6].at_ms, recent[6].utilisation_percent), (at + 61_000, Some(60)));
+        assert_eq!(s.recent_samples(100, Some(&b.job), None).unwrap().len(), 3);
+        // Released: no longer idle, the roll-up stays, with its end.
+        s.release(&b.job, 300).unwrap();
+        assert!(s.idle(0, at + 61_000).unwrap().is_empty());
+        let v = &s.usage(Some(&b.job), None, None, 400).unwrap()[0];
+        assert_eq!((v.end, v.device_seconds, v.samples), (Some(300), 200, 20));
+        assert_eq!(s.usage(None, Some(1000), Some(301), 400).unwrap().len(), 1);
+        // A smaller ring keeps the newest rows only.
+        let small = UsageRules { ring_samples: 3, ..rules };
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 62_000, Some(at + 61_000), Some(60))], &small).unwrap();
+        assert!(s.ring_len().unwrap() <= 3);
+        // A database made before these tables opens, and gains them.
+        s.conn.execute_batch("DROP TABLE usage; DROP TABLE usage_samples;").unwrap();
+        drop(s);
+        let s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        let u = &s.usage(Some(&a.job), None, None, 400).unwrap()[0];
+        assert_eq!((u.samples, u.active_seconds, u.utilisation_source.as_str()), (0, None, "none"));
+        assert_eq!(s.ring_len().unwrap(), 0);
     }
 
     #[test]

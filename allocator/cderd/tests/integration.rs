@@ -12,3 +12,4 @@ mod health_watch;
 mod mig_devices;
 mod nvml_enforcement;
 mod stress_interleaving;
+mod usage_sampling;

@@ -1184,6 +1184,34 @@ path = "/dev/xclmgmt0"
     }
 
     #[test]
+    fn node_usage_has_defaults_and_bad_values_name_their_key() {
+        let usage = parse(GOOD).unwrap().node.usage;
+        assert!(usage.sample && usage.idle_hook.is_none());
+        assert_eq!((usage.sample_period_s, usage.active_threshold_percent, usage.idle_after_s), (10.0, 5, 1800.0));
+        let with = |extra: &str| parse(&format!("{GOOD}\n[node.usage]\n{extra}"));
+        let set =
+            with("sample_period_s = 0.2\nidle_hook = [\"/usr/local/bin/tell\", \"-q\"]\nring_samples = 5").unwrap();
+        assert_eq!(set.node.usage.sample_period_s, 0.2);
+        assert_eq!(
+            set.node.usage.idle_hook.as_deref(),
+            Some(&["/usr/local/bin/tell".to_string(), "-q".to_string()][..])
+        );
+        for (extra, key) in [
+            ("sample_period_s = 0.01", "node.usage.sample_period_s"),
+            ("active_threshold_percent = 0", "node.usage.active_threshold_percent"),
+            ("idle_below_percent = 101", "node.usage.idle_below_percent"),
+            ("idle_after_s = -1.0", "node.usage.idle_after_s"),
+            ("idle_hook = [\"mail\"]", "node.usage.idle_hook"),
+            ("idle_hook = []", "node.usage.idle_hook"),
+            ("ring_samples = 0", "node.usage.ring_samples"),
+            ("sampling = true", "sampling"),
+        ] {
+            let e = with(extra).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    #[test]
     fn xids_are_classified_by_node_health() {
         let health = |extra: &str| parse(&format!("{GOOD}\n[node.health]\n{extra}")).map(|c| c.node.health);
         // Default: NVIDIA's application Xids are logged, hardware and driver ones drain.
