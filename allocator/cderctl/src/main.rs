@@ -9,9 +9,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod apel;
 mod inventory;
 mod node;
 mod registry;
+mod usage;
 
 /// Exit status for bad input or usage (clap uses it too).
 const EXIT_USAGE: u8 = 2;
@@ -105,8 +107,11 @@ numbers them inside a device cgroup. Exit 1 when the node has no usable device c
     #[command(
         long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
 utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
-seed thesis's Appendix C function. Users other than root and operators see their own records only.",
-        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json"
+seed thesis's Appendix C function. Users other than root and operators see their own records only. \
+With --apel it writes instead the month's APEL-accelerator-message v0.1 records (one per job, model and \
+month; ActiveDuration measured by cderd's sampler, null where not sampled) into the dirq spool ssmsend \
+sends from (docs/accounting.md).",
+        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json\n    cderctl accounting --apel --month 2026-03 --site CESGA --user-map /etc/cder/apel-users.toml --spool /var/spool/apel/outgoing"
     )]
     Accounting(node::AccountingArgs),
     /// What each job did with its GPUs: device-seconds, active-seconds, utilisation, memory

@@ -467,6 +467,22 @@ pub struct AccountingArgs {
     /// Print the daemon's JSON result
     #[arg(long)]
     json: bool,
+    /// Write APEL accelerator records (APEL-accelerator-message v0.1) for --month instead
+    #[arg(long, requires_all = ["month", "site"], conflicts_with_all = ["since", "until", "json"])]
+    apel: bool,
+    /// The month of the APEL records, in UTC
+    #[arg(long, value_name = "YYYY-MM", requires = "apel")]
+    month: Option<super::apel::Month>,
+    /// The site's GOCDB name, the records' SiteName
+    #[arg(long, value_name = "NAME", requires = "apel")]
+    site: Option<String>,
+    /// The dirq spool ssmsend sends from (its [outgoing] path); without it the messages go to stdout
+    #[arg(long, value_name = "DIR", requires = "apel")]
+    spool: Option<PathBuf>,
+    /// The CE's mapping of local accounts to FQAN and GlobalUserName (TOML: [[user]] uid or uids, fqan,
+    /// global_user_name; default_fqan) [default: every user's FQAN is "local"]
+    #[arg(long, value_name = "FILE", requires = "apel")]
+    user_map: Option<PathBuf>,
     #[command(flatten)]
     connection: Connection,
 }
@@ -494,12 +510,89 @@ pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Fa
     let time = |t: &Option<String>, flag: &str| {
         t.as_deref().map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--{flag}: {e}")))).transpose()
     };
+    if args.apel {
+        return apel(config, args, now);
+    }
     let request = AccountingRequest { since: time(&args.since, "since")?, until: time(&args.until, "until")? };
     let accounting = args.connection.connect(config)?.accounting(&request).map_err(refused)?;
     if args.json {
         json(&accounting)
     } else {
         super::print(&accounting_table(&accounting))
+    }
+}
+
+/// `accounting --apel`: the month's records, into the spool or to stdout.
+fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Failure> {
+    use super::apel::{self, DeviceInfo, Inputs, UserMap};
+    let (Some(month), Some(site)) = (args.month, args.site.as_deref()) else {
+        return Err(Failure::usage(anyhow!("--apel needs --month and --site")));
+    };
+    if apel::is_apel_null(site) {
+        return Err(Failure::usage(anyhow!("--site {site:?}: APEL reads that as null, and SiteName is mandatory")));
+    }
+    let users = match &args.user_map {
+        Some(path) => UserMap::load(path).map_err(Failure::usage)?,
+        None => UserMap::default(),
+    };
+    let mut client = args.connection.connect(config)?;
+    let request = AccountingRequest { since: Some(month.start()), until: Some(month.end() - 1) };
+    let accounting = client.accounting(&request).map_err(refused)?;
+    let status = client.status().map_err(refused)?;
+    let measured = super::usage::measured(&mut client, month.start()).map_err(refused)?;
+    // The config says which types are GPUs; discovery knows their cores.
+    // Neither is needed for a valid record, so a node without them still reports.
+    let loaded = Config::load(config).ok();
+    let gpu_types: BTreeSet<String> = loaded
+        .iter()
+        .flat_map(|c| &c.cders)
+        .filter(|t| {
+            matches!(
+                t.vendor,
+                cder_model::VendorKind::Nvidia | cder_model::VendorKind::Amd | cder_model::VendorKind::Intel
+            )
+        })
+        .map(|t| t.name.get_ref().clone())
+        .collect();
+    let cores: std::collections::HashMap<String, u32> = loaded
+        .as_ref()
+        .and_then(|c| cder_inventory::discover(c).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.attributes.cores.map(|c| (d.uuid, c)))
+        .collect();
+    let devices = status
+        .devices
+        .iter()
+        .map(|d| {
+            let kind = if gpu_types.contains(&d.cder_type) { "GPU".to_string() } else { d.cder_type.clone() };
+            (d.uuid.clone(), DeviceInfo { model: d.model.clone(), kind, cores: cores.get(&d.uuid).copied() })
+        })
+        .collect();
+    let records = apel::records(&Inputs {
+        site,
+        month,
+        now,
+        records: &accounting.records,
+        devices: &devices,
+        measured: &measured,
+        users: &users,
+    });
+    let messages = apel::messages(&records);
+    match &args.spool {
+        Some(spool) => {
+            for m in &messages {
+                apel::spool_add(spool, m).map_err(Failure::runtime)?;
+            }
+            eprintln!(
+                "cderctl: {} record(s) in {} message(s) added to {}",
+                records.len(),
+                messages.len(),
+                spool.display()
+            );
+            Ok(())
+        }
+        None => super::print(&messages.iter().map(|m| format!("{m}\n")).collect::<String>()),
     }
 }
 

@@ -36,14 +36,14 @@ fn cderd_binary() -> PathBuf {
 }
 
 /// Fields drop in order: the daemon stops before its dir goes.
-struct Daemon {
+pub(crate) struct Daemon {
     cderd: TestNode,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     config: PathBuf,
 }
 
 impl Daemon {
-    fn start() -> Daemon {
+    pub(crate) fn start() -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("cderd.sock");
@@ -67,12 +67,12 @@ impl Daemon {
     }
 
     /// cderctl with the config in CDER_CONFIG, as on a node.
-    fn ctl(&self, args: &[&str]) -> Output {
+    pub(crate) fn ctl(&self, args: &[&str]) -> Output {
         Command::new(CDERCTL).args(args).env("CDER_CONFIG", &self.config).stdin(Stdio::null()).output().unwrap()
     }
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
