@@ -87,6 +87,12 @@ impl Bdii {
         self.root.join("provider")
     }
 
+    /// The directory of static LDIF files bdii-update loads every cycle
+    /// (`BDII_LDIF_DIR`), where a site puts what no provider prints.
+    pub fn ldif_dir(&self) -> PathBuf {
+        self.root.join("ldif")
+    }
+
     /// The updater's log (`BDII_LOG_FILE`).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root.join("bdii-update.log")).unwrap_or_default()

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
-use cder_testkit::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
+use cder_testkit::{faults, require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider};
 
@@ -22,11 +22,6 @@ fn list_match(url: &str, jdl: &std::path::Path) -> Command {
     c.args(["list-match", "--live", "--bdii", url, "--json", "--timeout", "60"]).arg(jdl);
     c.env_remove("LCG_GFAL_INFOSYS").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success(), "kill -{sig} {pid}");
 }
 
 #[test]
@@ -47,7 +42,7 @@ fn live_list_match_names_the_bdii_that_failed_and_works_again_after_slapd_restar
 
     // slapd hangs (SIGSTOP): the kernel still accepts the connection and
     // takes the request; list-match waits for an answer. Then slapd dies.
-    signal(slapd.pid(), "STOP");
+    faults::signal(slapd.pid(), "STOP").unwrap();
     let running = list_match(&url, &jdl).spawn().unwrap();
     // Not a timing assertion: if list-match has not connected yet when
     // slapd dies, it is refused instead, and must say the same things.

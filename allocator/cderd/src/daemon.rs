@@ -6,18 +6,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
+use cder_model::{Config, Device, DeviceCgroup, Discovery, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
-    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation,
-    PROTOCOL_VERSION,
+    ErrorCode, ErrorReply, IdleDevice, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts,
+    Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
-use crate::store::{JobAllocation, LedgerRow, Store, StoreError};
+use crate::store::{JobAllocation, LedgerRow, Store, StoreError, UsageObservation, UsageRules};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
@@ -73,6 +73,27 @@ pub struct Daemon {
     background: Background,
     /// `alloc`s on their way in, for the `env` that follows (see [`crate::intake`]).
     intake: Intake,
+    /// Devices whose file this process has seen: one that vanishes after
+    /// is drained (one never seen may not be made yet, see nvidia-modprobe).
+    files_seen: Mutex<BTreeSet<String>>,
+    /// How usage samples are rolled up (`[node.usage]`).
+    usage_rules: UsageRules,
+    /// The last period's sample of each device a running job holds (for
+    /// gauges; empty until the sampler's first period).
+    latest: Mutex<Vec<cder_protocol::UsageSample>>,
+}
+
+/// A device a running job holds, for the usage sampler.
+#[derive(Debug, Clone)]
+pub struct UsageTarget {
+    /// The job.
+    pub job: JobKey,
+    /// Its allocation's token (names its device cgroups).
+    pub token: String,
+    /// The device's UUID.
+    pub uuid: String,
+    /// Its CDER type.
+    pub cder_type: String,
 }
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
@@ -122,6 +143,13 @@ impl Background {
 }
 
 pub use cder_ledger::{now, resolve_operators};
+
+/// Unix milliseconds now (usage samples may come faster than a second).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// How long `request` may wait out a conflict.
 fn alloc_wait(request: &AllocRequest) -> std::time::Duration {
@@ -202,7 +230,19 @@ impl Daemon {
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
-        store.sync_inventory(&devices)?;
+        // The ledger numbers a device for good by its UUID: discovery's
+        // numbering shifts when a GPU disappears. `devices` keep
+        // discovery's, the runtimes' own, for the job environment.
+        let numbered: BTreeSet<String> =
+            config.cders.iter().filter(|c| c.discovery == Discovery::Nvml).map(|c| c.name().to_string()).collect();
+        let mut in_ledger = devices.clone();
+        for (uuid, found, kept) in store.keep_indices(&mut in_ledger, &numbered)? {
+            tracing::warn!(
+                device = %uuid,
+                "discovery numbers this device {found} (a device before it is gone or new); the ledger keeps it {kept}"
+            );
+        }
+        store.sync_inventory(&in_ledger)?;
         let enforcer = Enforcer::new(&config)?;
         let mut held_open_ignore = BTreeSet::new();
         for name in &config.node.enforcement.held_open_ignore_users {
@@ -213,6 +253,7 @@ impl Daemon {
                 Err(e) => tracing::debug!("[node.enforcement] held_open_ignore_users: {e}"),
             }
         }
+        let config_usage = config.node.usage.clone();
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
             config,
@@ -226,7 +267,11 @@ impl Daemon {
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
+            files_seen: Mutex::default(),
+            usage_rules: UsageRules::from_config(&config_usage),
+            latest: Mutex::new(Vec::new()),
         };
+        daemon.drain_vanished_files(&mut daemon.store()).map_err(|e| StartError::Store(StoreError::Refused(e)))?;
         Ok(daemon)
     }
 
@@ -291,7 +336,10 @@ impl Daemon {
             Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
                 // A device kept out after a release shows why only while it still is.
-                self.recheck_leftovers(&mut self.store())?;
+                let mut store = self.store();
+                self.recheck_leftovers(&mut store)?;
+                self.drain_vanished_files(&mut store)?;
+                drop(store);
                 self.status().map(|s| to_value(&s))
             }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
@@ -299,6 +347,7 @@ impl Daemon {
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
             Request::Confine(r) => self.confine(caller, &r.job).map(|c| to_value(&c)),
+            Request::Usage(r) => self.usage(caller, r).map(|u| to_value(&u)),
         }
     }
 
@@ -394,18 +443,23 @@ impl Daemon {
     /// The environment of `reply`'s devices, narrowed to `step` (indices of
     /// the default type), numbered for `cgroup`.
     fn step_environment(&self, reply: &Allocation, step: Option<&[u32]>, cgroup: DeviceCgroup) -> JobEnvironment {
+        // Numbered as the runtimes number them (discovery's index now),
+        // chosen by the ledger's index (the step's list).
+        let runtime_index = |d: &AllocatedDevice| self.inventory.get(&d.uuid).map_or(d.index, |i| i.index);
         let held: Vec<HeldDevice<'_>> = reply
             .devices
             .iter()
-            .map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid })
+            .map(|d| HeldDevice { cder_type: &d.cder_type, index: runtime_index(d), uuid: &d.uuid })
             .collect();
-        let visible: Vec<HeldDevice<'_>> = held
+        let visible: Vec<HeldDevice<'_>> = reply
+            .devices
             .iter()
-            .filter(|d| match step {
+            .zip(&held)
+            .filter(|(d, _)| match step {
                 Some(list) if d.cder_type == cder_protocol::DEFAULT_TYPE => list.contains(&d.index),
                 _ => true,
             })
-            .copied()
+            .map(|(_, h)| *h)
             .collect();
         JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup)
     }
@@ -454,6 +508,7 @@ impl Daemon {
         let started = std::time::Instant::now();
         let mut store = self.store();
         self.recheck_leftovers(&mut store)?;
+        self.drain_vanished_files(&mut store)?;
         let by_file;
         let request = match &request.device_files {
             None => request,
@@ -546,6 +601,7 @@ impl Daemon {
         let allocation = store.job(job).map_err(|e| store.reply(e))?;
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
         let released = store.release_keeping(job, now(), &held).map_err(|e| store.reply(e))?;
+        self.drain_vanished_files(&mut store)?;
         for e in self.enforcer.restore(&released) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
@@ -665,6 +721,32 @@ impl Daemon {
         Ok(())
     }
 
+    /// Drains each present device whose file this process saw and that is
+    /// gone now (removed under a running node): a job holding it keeps its
+    /// record, and the device goes offline, not back to the pool, at release.
+    fn drain_vanished_files(&self, store: &mut Store) -> Result<(), ErrorReply> {
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        let mut seen = self.files_seen.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices.iter().filter(|d| d.present) {
+            if std::fs::symlink_metadata(&d.path).is_ok() {
+                seen.insert(d.uuid.clone());
+                continue;
+            }
+            if d.drained || !seen.contains(&d.uuid) {
+                continue;
+            }
+            let reason = format!("device file {} vanished", d.path.display());
+            store.set_drained(&d.uuid, Some(&reason)).map_err(|e| store.reply(e))?;
+            match &d.job {
+                Some(job) => {
+                    tracing::error!(device = %d.name(), job = %job, "{reason}: drained; the job keeps its record until release")
+                }
+                None => tracing::error!(device = %d.name(), "{reason}: drained, handed out to nobody"),
+            }
+        }
+        Ok(())
+    }
+
     /// `env` of the job's whole allocation in node indices: the job's own
     /// uid or an operator.
     pub fn env(&self, caller: Caller, job: &JobKey) -> Result<Allocation, ErrorReply> {
@@ -735,7 +817,100 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation })
+        let idle = self.idle_devices()?;
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle })
+    }
+
+    /// `usage`: per job and device, what the samples say; operators see
+    /// every job, others their own.
+    pub fn usage(&self, caller: Caller, request: &UsageRequest) -> Result<Usage, ErrorReply> {
+        let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
+        let job = request.job.as_ref();
+        let store = self.store();
+        let devices = store.usage(job, uid, request.since, now()).map_err(|e| store.reply(e))?;
+        let recent = match request.recent {
+            Some(n) if n > 0 => store.recent_samples(n, job, uid).map_err(|e| store.reply(e))?,
+            _ => Vec::new(),
+        };
+        drop(store);
+        let idle = self
+            .idle_devices()?
+            .into_iter()
+            .filter(|d| uid.is_none_or(|u| d.uid == u) && job.is_none_or(|j| &d.job == j))
+            .collect();
+        let usage = &self.config.node.usage;
+        Ok(Usage {
+            devices,
+            idle,
+            recent,
+            sample_period_s: usage.sample_period_s,
+            active_threshold_percent: usage.active_threshold_percent,
+        })
+    }
+
+    /// Running jobs' devices idle for `[node.usage] idle_after_s` or longer
+    /// (none while sampling is off).
+    pub fn idle_devices(&self) -> Result<Vec<IdleDevice>, ErrorReply> {
+        let usage = &self.config.node.usage;
+        if !usage.sample {
+            return Ok(Vec::new());
+        }
+        let after_ms = (usage.idle_after_s * 1000.0).round() as i64;
+        let store = self.store();
+        store.idle(after_ms, now_ms()).map_err(|e| store.reply(e))
+    }
+
+    /// The devices running jobs hold, of types discovered through NVML:
+    /// what the usage sampler asks NVML about.
+    pub fn usage_targets(&self) -> Result<Vec<UsageTarget>, ErrorReply> {
+        let store = self.store();
+        let tokens: HashMap<JobKey, String> = store
+            .live_allocations()
+            .map_err(|e| store.reply(e))?
+            .into_iter()
+            .map(|(job, _, token)| (job, token))
+            .collect();
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        drop(store);
+        let nvml = |t: &str| self.config.cder(t).is_some_and(|c| c.discovery == cder_model::Discovery::Nvml);
+        Ok(devices
+            .into_iter()
+            .filter(|d| d.present && nvml(&d.cder_type))
+            .filter_map(|d| {
+                let job = d.job?;
+                let token = tokens.get(&job)?.clone();
+                Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type })
+            })
+            .collect())
+    }
+
+    /// Rolls one period's samples up durably (one transaction), and keeps
+    /// them as the latest (see [`Daemon::latest_samples`]).
+    pub fn record_usage(&self, observations: &[UsageObservation]) -> Result<usize, ErrorReply> {
+        let recorded = {
+            let mut store = self.store();
+            store.record_usage(observations, &self.usage_rules).map_err(|e| store.reply(e))?
+        };
+        let latest = observations
+            .iter()
+            .map(|o| cder_protocol::UsageSample {
+                at_ms: o.at_ms,
+                job: o.job.clone(),
+                uuid: o.uuid.clone(),
+                utilisation_percent: o.utilisation,
+                memory_mib: o.memory_mib,
+                processes: o.processes.clone().unwrap_or_default(),
+            })
+            .collect();
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        Ok(recorded)
+    }
+
+    /// The sampler's last period: one sample per device a running job held
+    /// then (in memory, for gauges such as an OpenMetrics endpoint; the
+    /// durable record is [`Daemon::usage`]).
+    pub fn latest_samples(&self) -> Vec<cder_protocol::UsageSample> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {

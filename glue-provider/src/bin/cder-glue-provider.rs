@@ -33,7 +33,9 @@ It publishes one GLUE2ExecutionEnvironment per group of identical worker nodes, 
 GLUE2ServiceID=<service>,GLUE2GroupID=resource,o=glue, with the CDER attributes \
 (GPGPUTotalInstances, GPGPUFreeInstances, GPGPUUsedInstances, GPGPUOfflineInstances, \
 GPGPUPerNode, GPGPUModel, …) attached by the chosen strategies; vGPGPU services become \
-GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU.\n\n\
+GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU. With [[vo]] tables, \
+one GLUE2ComputingShare per queue (SLURM partition, TORQUE queue) and VO it admits carries the \
+VO's own free, used and per-job GPU figures, with a GLUE2MappingPolicy GLUE2PolicyRule VO:<name>.\n\n\
 Counts come from the local cderd (single node), SLURM (scontrol -d show node -o), TORQUE \
 (pbsnodes -x) or the config. Everything is built in memory and printed only if it all \
 succeeded: on any error the provider prints one line to stderr, nothing to stdout, and exits \

@@ -325,6 +325,15 @@ pub fn explain_text(p: &Phase1) -> String {
             s.push_str(&format!("     {}\n", printable(r)));
         }
     }
+    for c in &p.offers.closed_to_vo {
+        let queue = c.queue.as_deref().map(|q| format!(" (queue {})", printable(q))).unwrap_or_default();
+        s.push_str(&format!(
+            " - share {}{queue}\n     not open to VO {}: no MappingPolicy with GLUE2PolicyRule VO:{}\n",
+            printable(&c.share_id),
+            printable(&c.vo),
+            printable(&c.vo)
+        ));
+    }
     for c in &p.offers.refused_claims {
         s.push_str(&format!(
             " - {} (claimed by {})\n     {}\n",

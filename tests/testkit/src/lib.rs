@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 mod disk;
+pub mod faults;
 mod node;
 
 pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
