@@ -253,6 +253,7 @@ mod tests {
                 first_sample: Some(0),
                 last_sample: Some(120),
                 utilisation_source: "device".into(),
+                months: vec![],
             }],
             idle: vec![IdleDevice {
                 job: job.clone(),
