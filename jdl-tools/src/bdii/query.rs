@@ -404,7 +404,7 @@ async fn run_search(
         }
     }
     let res = stream.finish().await;
-    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
+    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, attrs = s.attrs.join(" "), paged = s.paged, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
     // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
     if res.rc != 0 && res.rc != 32 {
         return Err(BdiiError::Search {
