@@ -14,6 +14,7 @@
 pub mod arc;
 pub mod bdii;
 pub mod cmd;
+pub mod index;
 pub mod jdl;
 pub mod listmatch;
 pub mod resources;

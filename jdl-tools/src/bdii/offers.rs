@@ -494,6 +494,44 @@ struct Service<'a> {
     apps: BTreeSet<String>,
     /// Share IDs open to the job's VO.
     open: BTreeSet<String>,
+    /// Per share ID, the VOs whose MappingPolicies open it (index builds).
+    open_to: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// What the local index keeps of an offer beside its ad, so that one build
+/// over every VO and every CDER key answers as the live path's build for one
+/// job and one VO would (`crate::index`).
+#[derive(Clone, Debug, Default)]
+pub struct OfferTraits {
+    /// The ComputingService the offer belongs to (`dn:…` or `id:…`); GLUE 1.3: empty.
+    pub service: String,
+    /// Whether that service owns the offer's CE ID (its endpoint names the host).
+    pub proven: bool,
+    /// The share's (GLUE 1.3: the GlueCE's) DN, for refused claims.
+    pub share_dn: String,
+    /// The VOs whose MappingPolicy rules (`VO:<name>`) open the share; GLUE
+    /// 1.3: the CE's `GlueCEAccessControlBaseRule` `VO:` names.
+    pub open_to: BTreeSet<String>,
+    /// The EE's DN, lower-cased: offers of one CE and EE are built once for a
+    /// job that names nothing of the share.
+    pub ee_dn: Option<String>,
+    /// The CDER keys of the EE (GLUE 1.3: the SubCluster's tag keys).
+    pub ee_keys: BTreeSet<String>,
+    /// The CDER keys of the share itself (None: the share carries none).
+    pub share_keys: Option<BTreeSet<String>>,
+    /// GLUE 1.3: a tag starts or ends with a CDER prefix (`GPGPU…`, `NvidiaGPGPU`).
+    pub prefix_tagged: bool,
+    /// GLUE 1.3: a tag publishes a vGPGPU count (`rCUDATotalVGPGPU=8`).
+    pub vgpgpu_tagged: bool,
+    /// GLUE 2.0: the service's vGPGPU counts (`TotalVGPGPU_rCUDA`), added for vGPGPU jobs.
+    pub vgpgpu: Vec<(String, Value)>,
+    /// GLUE 2.0: the service's vGPGPU methods, added to the RTE list for vGPGPU jobs.
+    pub apps: Vec<String>,
+    /// Why the share's claim to its CE ID is refused (the offer is never
+    /// shown; the claim is, when the share is open to the job's VO).
+    pub refused: Option<String>,
+    /// The order the live build meets the offer in (refused claims are listed in it).
+    pub seq: usize,
 }
 
 /// Builds the offers of a snapshot. `prefixes`: the CDER key prefixes (`GPGPU`).
@@ -502,8 +540,42 @@ struct Service<'a> {
 /// Extensions and the MappingPolicies are matched within one
 /// ComputingService, because real top-level BDIIs reuse IDs across sites.
 pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
+    build(snap, prefixes, vo, None)
+}
+
+/// Every offer of a snapshot fetched for every VO and CDER key, with what
+/// [`build_offers`] would decide per job and VO left undecided and recorded
+/// in the [`OfferTraits`] (same order as the offers): which VOs open each
+/// share, the keys of its EE and share, the vGPGPU counts, and the claims
+/// that contested CE IDs and GLUE 1.3 duplicates are settled by. Every
+/// attribute is kept; `snap.names` is ignored.
+pub fn build_offers_for_index(snap: &Snapshot, prefixes: &[String]) -> (Offers, Vec<OfferTraits>) {
+    let mut traits = Vec::new();
+    let mut out = build(snap, prefixes, None, Some(&mut traits));
+    let mut both: Vec<(Offer, OfferTraits)> = std::mem::take(&mut out.offers).into_iter().zip(traits).collect();
+    both.sort_by(|(a, _), (b, _)| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
+    let (offers, traits) = both.into_iter().unzip();
+    out.offers = offers;
+    (out, traits)
+}
+
+/// Whether a job that looks up only `names` sees no difference between the
+/// VO shares of one queue offering the same EE (nothing of the share or its endpoint).
+pub fn share_blind(names: &BTreeSet<String>) -> bool {
+    names.iter().all(|n| {
+        let l = n.to_ascii_lowercase();
+        let ee_only = ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
+        let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS]
+            .iter()
+            .any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
+        (ee_only || !l.starts_with("glue2")) && !from_share
+    })
+}
+
+/// [`build_offers`]; with `index`, the index's build (see [`build_offers_for_index`]).
+fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Option<&mut Vec<OfferTraits>>) -> Offers {
     let mut out = Offers::default();
-    let keep = Keep::of(snap);
+    let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
     let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
     let managers_by_id: HashMap<&str, &Entry> =
         snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
@@ -658,8 +730,21 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     // service; a policy outside any service opens shares of that ID anywhere.
     let mut open_anywhere: BTreeSet<&str> = BTreeSet::new();
     if let Some(ps) = &snap.policies {
+        if index.is_some() {
+            for p in ps {
+                let vos: Vec<&str> = p.all("GLUE2PolicyRule").iter().filter_map(|r| r.strip_prefix("VO:")).collect();
+                let key = service_dn(&p.dn).map_or_else(|| "*".to_string(), |s| format!("dn:{}", s.to_ascii_lowercase()));
+                let svc = services.entry(key).or_default();
+                for share in p.all("GLUE2MappingPolicyShareForeignKey") {
+                    svc.open_to.entry(share.clone()).or_default().extend(vos.iter().map(|v| v.to_string()));
+                }
+            }
+        }
         for p in ps.iter().filter(|p| {
-            vo.is_none_or(|vo| p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo)))
+            index.is_none()
+                && vo.is_none_or(|vo| {
+                    p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo))
+                })
         }) {
             match service_dn(&p.dn) {
                 Some(s) => {
@@ -681,17 +766,9 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
     // Offers that differ only in what the job never looks at are built once: the
     // VO shares of a queue offering the same EE, when the job names nothing of the
     // share or its endpoint. The first (the one list-match would report) is kept.
-    let share_blind = snap.names.as_ref().is_some_and(|names| {
-        names.iter().all(|n| {
-            let l = n.to_ascii_lowercase();
-            let ee_only =
-                ["glue2executionenvironment", "glue2resource", "glue2manager"].iter().any(|p| l.starts_with(p));
-            let from_share = [SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS]
-                .iter()
-                .any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
-            (ee_only || !l.starts_with("glue2")) && !from_share
-        })
-    });
+    let share_blind = index.is_none() && snap.names.as_ref().is_some_and(share_blind);
+    // Policies outside any service (index builds), by share ID.
+    let anywhere_open_to = services.get("*").map(|s| s.open_to.clone()).unwrap_or_default();
     let mut built: HashSet<(String, *const Entry)> = HashSet::new();
     // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
     let mut claims: Vec<(String, bool, String)> = Vec::new();
@@ -704,7 +781,11 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         let Some(key) = service_key(share, &managers_by_id) else { continue };
         let empty = Service::default();
         let svc = services.get(&key).unwrap_or(&empty);
-        if snap.policies.is_some() && !svc.open.contains(share_id) && !open_anywhere.contains(share_id) {
+        if index.is_none()
+            && snap.policies.is_some()
+            && !svc.open.contains(share_id)
+            && !open_anywhere.contains(share_id)
+        {
             continue;
         }
         let share_cder = cder.get(&share_dn);
@@ -763,16 +844,22 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
         // otherwise divert jobs to its queue, or fake a CE's GPUs.
         let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &key, svc);
         let host_form = ce_id.contains(':') || ce_id.contains('/');
+        let mut refused = None;
         if !proven && (source == CeIdSource::Published || host_form) {
-            out.refused_claims.push(RefusedClaim {
+            let claim = RefusedClaim {
                 ce_id: ce_id.clone(),
                 share: share.dn.clone(),
                 reason: format!(
                     "published by a share of another service ({}): the CE's host is none of that service's endpoints",
                     key.split_once(':').map_or(key.as_str(), |(_, k)| k)
                 ),
-            });
-            continue;
+            };
+            // The index keeps the claim and settles it per VO, as this build would.
+            if index.is_none() {
+                out.refused_claims.push(claim);
+                continue;
+            }
+            refused = Some(claim.reason);
         }
         let targets: Vec<Option<&Entry>> =
             if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
@@ -830,11 +917,15 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
             if let Some(pairs) = share_cder {
                 add_cder(&mut ad, pairs);
             }
-            for (k, v) in &svc.vgpgpu {
-                ad.put(k, v.clone());
+            if index.is_none() {
+                for (k, v) in &svc.vgpgpu {
+                    ad.put(k, v.clone());
+                }
             }
             if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
-                rte.extend(svc.apps.iter().cloned());
+                if index.is_none() {
+                    rte.extend(svc.apps.iter().cloned());
+                }
                 rte.dedup();
                 ad.put(
                     "GlueHostApplicationSoftwareRunTimeEnvironment",
@@ -854,10 +945,33 @@ pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> O
                 ad: ad.ad,
             });
             claims.push((key.clone(), proven, share.dn.clone()));
+            if let Some(traits) = index.as_deref_mut() {
+                let mut open_to: BTreeSet<String> = svc.open_to.get(share_id).cloned().unwrap_or_default();
+                open_to.extend(anywhere_open_to.get(share_id).into_iter().flatten().cloned());
+                traits.push(OfferTraits {
+                    service: key.clone(),
+                    proven,
+                    share_dn: share.dn.clone(),
+                    open_to,
+                    ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
+                    ee_keys: ee
+                        .and_then(|e| ee_pairs.get(&std::ptr::from_ref(e)))
+                        .map(|p| p.keys().cloned().collect())
+                        .unwrap_or_default(),
+                    share_keys: share_cder.map(|p| p.keys().cloned().collect()),
+                    vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    apps: svc.apps.iter().cloned().collect(),
+                    refused: refused.clone(),
+                    seq: traits.len(),
+                    ..OfferTraits::default()
+                });
+            }
         }
     }
-    refuse_contested(&mut out, &claims);
-    glue13_offers(snap, prefixes, &mut out);
+    if index.is_none() {
+        refuse_contested(&mut out, &claims);
+    }
+    glue13_offers(snap, prefixes, &mut out, index);
     out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
     out
 }
@@ -918,9 +1032,10 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
 }
 
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
-fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
-    let keep = Keep::of(snap);
-    let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
+fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut index: Option<&mut Vec<OfferTraits>>) {
+    let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
+    let glue2_ces: BTreeSet<String> =
+        out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
     for sc in &snap.subclusters {
         for k in sc.all("GlueChunkKey") {
@@ -1007,6 +1122,27 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers) {
                 ad.put(&k, v);
             }
             ad.put(keys::REQUIREMENTS, Value::Bool(true));
+            if let Some(traits) = index.as_deref_mut() {
+                let tags = sc.all("GlueHostApplicationSoftwareRunTimeEnvironment");
+                let affix = |t: &str, p: &str| {
+                    let (t, p) = (t.as_bytes(), p.as_bytes());
+                    t.len() >= p.len()
+                        && (t[..p.len()].eq_ignore_ascii_case(p) || t[t.len() - p.len()..].eq_ignore_ascii_case(p))
+                };
+                traits.push(OfferTraits {
+                    share_dn: ce.dn.clone(),
+                    open_to: ce
+                        .all("GlueCEAccessControlBaseRule")
+                        .iter()
+                        .filter_map(|r| r.get(..3).filter(|p| p.eq_ignore_ascii_case("VO:")).map(|_| r[3..].to_string()))
+                        .collect(),
+                    ee_keys: tags.iter().filter_map(|t| t.split_once('=')).map(|(k, _)| k.to_string()).collect(),
+                    prefix_tagged: tags.iter().any(|t| prefixes.iter().any(|p| affix(t, p))),
+                    vgpgpu_tagged: tags.iter().any(|t| t.to_ascii_lowercase().contains("totalvgpgpu=")),
+                    seq: traits.len(),
+                    ..OfferTraits::default()
+                });
+            }
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),

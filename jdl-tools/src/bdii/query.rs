@@ -692,7 +692,8 @@ impl Bdii {
         let mut glue13_searches = Vec::new();
         if s.glue13 {
             let mut vo_filter = String::new();
-            if let Some(vo) = &wanted.vo {
+            // An empty VO (the local index's fetch) asks every VO's CEs.
+            if let Some(vo) = wanted.vo.as_ref().filter(|vo| !vo.is_empty()) {
                 vo_filter = format!("(GlueCEAccessControlBaseRule=VO:{})", ldap_escape(vo.as_str()));
             }
             // GlueCEs are siblings of their GlueCluster, the SubCluster's parent.

@@ -44,9 +44,10 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
         "bdii": p.url,
         "matches": matches,
         "excluded": excluded,
-        "offers": p.offers.offers.len(),
+        "offers": p.offer_count,
         "queries": p.queries,
         "warnings": p.offers.warnings,
+        "index": p.index.as_ref().map(|i| i.json()),
         "refused_claims": p.offers.refused_claims.iter().map(|c| serde_json::json!({"ce": c.ce_id, "share": c.share, "reason": c.reason})).collect::<Vec<_>>(),
     })
 }
@@ -74,6 +75,7 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
 /// Runs `list-match`.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let p = phase1(&args.phase1, &args.job, args.explain || args.json)?;
+    p.report_source();
     if args.json {
         println!("{}", to_json(&p));
     } else {
