@@ -136,12 +136,15 @@ fn scan(snapshot: &Path, job: &Path) -> Result<String, String> {
     let ad = cder_classad::ClassAd::parse(&text).map_err(|e| e.to_string())?;
     let request = Request::new(&ad, None).map_err(|e| e.to_string())?;
     let index = OfferIndex::load(snapshot).map_err(|e| e.to_string())?;
-    let answer = index.scan_match(&request, None).map_err(|e| e.to_string())?;
-    let out = answer.result.matches.iter().map(|m| format!(" - {}  {}\n", m.ce_id, m.rank)).collect();
+    let offers: Vec<_> = (0..index.len()).map(|i| index.offer(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let result = list_match(&request, &offers, false);
+    let out = result
+        .matches
+        .iter()
+        .map(|m| format!(" - {}  {}\n", m.ce_id, cder_classad::value::format_real(m.rank)))
+        .collect();
     // The process ends here: its memory is the system's to reclaim.
-    std::mem::forget(index);
-    std::mem::forget(answer);
-    let _ = list_match;
+    std::mem::forget((index, offers, result));
     Ok(out)
 }
 
@@ -167,7 +170,8 @@ fn answer_lines(text: &str) -> Vec<(String, String)> {
 }
 
 /// Runs a command; a `list-match` that found nothing exits 1 and says so.
-fn run_timed(cmd: &mut Command) -> Result<(Duration, String), String> {
+/// Returns the time, standard output and standard error.
+fn run_timed(cmd: &mut Command) -> Result<(Duration, String, String), String> {
     let t = Instant::now();
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
     let d = t.elapsed();
@@ -175,7 +179,7 @@ fn run_timed(cmd: &mut Command) -> Result<(Duration, String), String> {
     if !out.status.success() && !stdout.contains("No CE matches") {
         return Err(format!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
     }
-    Ok((d, stdout))
+    Ok((d, stdout, String::from_utf8_lossy(&out.stderr).into_owned()))
 }
 
 /// Max RSS in KiB of one run of `cmd` under `/usr/bin/time`.
@@ -413,14 +417,23 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
     // The index, fresh: refreshed once (timed) from the stock slapd.
     let cache = tools.work.path().join(format!("cache-{n}-{}", shape.name));
     std::fs::create_dir_all(&cache).map_err(|e| e.to_string())?;
-    let snapshot = cache.join("offers.idx");
     let mut refresh = Command::new(&tools.cder_jdl);
-    refresh.args(["index", "refresh", "--bdii", &stock.url(), "--output"]).arg(&snapshot);
+    refresh.args(["index", "refresh", "--force", "--bdii", &stock.url(), "--index-dir"]).arg(&cache);
     let mut t_refresh = Vec::new();
+    let mut refreshed = String::new();
     for _ in 0..args.runs.div_ceil(3) {
-        t_refresh.push(run_timed(&mut refresh)?.0);
+        let (d, out, _) = run_timed(&mut refresh)?;
+        t_refresh.push(d);
+        refreshed = out;
     }
+    let snapshot = std::fs::read_dir(&cache)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cdx"))
+        .ok_or_else(|| format!("no snapshot in {} after the refresh: {refreshed}", cache.display()))?;
     let size = std::fs::metadata(&snapshot).map_err(|e| format!("{}: {e}", snapshot.display()))?.len();
+    println!("  refresh: {}", refreshed.trim());
 
     for (job_name, job) in &tools.jobs {
         let live = |url: &str| {
@@ -435,14 +448,14 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
         c.arg("--scan").arg(&snapshot).arg(job);
         arms.push(("scan", c));
         let mut c = Command::new(&tools.cder_jdl);
-        c.args(["list-match", "--index"]).arg(&snapshot).args(["--bdii", &stock.url()]).arg(job);
+        c.args(["list-match", "--bdii", &stock.url(), "--index-dir"]).arg(&cache).arg(job);
         arms.push(("index", c));
 
         // Warm-up, and every arm's answer checked against the others'.
         let mut answers: Vec<(&str, Vec<(String, String)>, String)> = Vec::new();
         for (name, cmd) in arms.iter_mut() {
-            let (_, out) = run_timed(cmd)?;
-            answers.push((name, answer_lines(&out), out));
+            let (_, out, err) = run_timed(cmd)?;
+            answers.push((name, answer_lines(&out), err));
         }
         for (name, lines, _) in &answers[1..] {
             if *lines != answers[0].1 {
@@ -486,7 +499,8 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             }
             oracle = format!("agrees ({} CEs)", theirs.len());
         }
-        let age = answers[3].2.lines().chain(answers[3].2.lines()).find(|l| l.contains("old")).map(str::to_string);
+        // What the index arm says of its data (standard error): age and BDII cycle.
+        let age = answers[3].2.lines().find(|l| !l.trim().is_empty()).map(str::to_string);
 
         let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
         for _ in 0..args.runs {
