@@ -733,7 +733,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         if index.is_some() {
             for p in ps {
                 let vos: Vec<&str> = p.all("GLUE2PolicyRule").iter().filter_map(|r| r.strip_prefix("VO:")).collect();
-                let key = service_dn(&p.dn).map_or_else(|| "*".to_string(), |s| format!("dn:{}", s.to_ascii_lowercase()));
+                let key =
+                    service_dn(&p.dn).map_or_else(|| "*".to_string(), |s| format!("dn:{}", s.to_ascii_lowercase()));
                 let svc = services.entry(key).or_default();
                 for share in p.all("GLUE2MappingPolicyShareForeignKey") {
                     svc.open_to.entry(share.clone()).or_default().extend(vos.iter().map(|v| v.to_string()));
@@ -1034,8 +1035,7 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
 fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut index: Option<&mut Vec<OfferTraits>>) {
     let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
-    let glue2_ces: BTreeSet<String> =
-        out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
+    let glue2_ces: BTreeSet<String> = out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
     for sc in &snap.subclusters {
         for k in sc.all("GlueChunkKey") {
@@ -1134,7 +1134,9 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
                     open_to: ce
                         .all("GlueCEAccessControlBaseRule")
                         .iter()
-                        .filter_map(|r| r.get(..3).filter(|p| p.eq_ignore_ascii_case("VO:")).map(|_| r[3..].to_string()))
+                        .filter_map(|r| {
+                            r.get(..3).filter(|p| p.eq_ignore_ascii_case("VO:")).map(|_| r[3..].to_string())
+                        })
                         .collect(),
                     ee_keys: tags.iter().filter_map(|t| t.split_once('=')).map(|(k, _)| k.to_string()).collect(),
                     prefix_tagged: tags.iter().any(|t| prefixes.iter().any(|p| affix(t, p))),

@@ -149,8 +149,7 @@ impl IndexMeta {
             bdii_url: s("bdii_url")?,
             base: s("base")?,
             base13: s("base13")?,
-            fetched_at: UNIX_EPOCH
-                + Duration::new((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32),
+            fetched_at: UNIX_EPOCH + Duration::new((ns / 1_000_000_000) as u64, (ns % 1_000_000_000) as u32),
             update_stats,
             strategies: Strategies {
                 attribute_extension: b("attribute_extension")?,
@@ -247,6 +246,12 @@ pub fn encode(build: &IndexBuild, meta: &IndexMeta) -> Vec<u8> {
 /// [`IndexBuild::new`] with `meta.prefixes`, then [`encode`].
 pub fn encode_snapshot(snap: &Snapshot, meta: &IndexMeta) -> Vec<u8> {
     encode(&IndexBuild::new(snap, &meta.prefixes), meta)
+}
+
+impl std::fmt::Debug for OfferIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfferIndex").field("path", &self.path).field("offers", &self.n).finish_non_exhaustive()
+    }
 }
 
 enum Data {
@@ -376,7 +381,7 @@ impl OfferIndex {
         let meta_json: serde_json::Value =
             serde_json::from_slice(&b.0[meta_at..meta_at + meta_len]).map_err(|e| corrupt(&format!("meta: {e}")))?;
         let (meta, warnings) = IndexMeta::from_json(&meta_json).ok_or_else(|| corrupt("meta: missing fields"))?;
-        if offers_len % OFFER_LEN != 0 {
+        if !offers_len.is_multiple_of(OFFER_LEN) {
             return Err(corrupt("offer table"));
         }
         let n = offers_len / OFFER_LEN;
@@ -551,7 +556,8 @@ impl OfferIndex {
                         let [name, t, lo, hi] = q else { return Err(self.corrupt("vGPGPU counts")) };
                         let name = self.string(*name)?.unwrap_or_default();
                         let p = (*lo as u64) | ((*hi as u64) << 32);
-                        let v = if *t as u8 == tag::INT { Value::Int(p as i64) } else { Value::Real(f64::from_bits(p)) };
+                        let v =
+                            if *t as u8 == tag::INT { Value::Int(p as i64) } else { Value::Real(f64::from_bits(p)) };
                         if j.wants(name) {
                             ad.insert(name, Expr::Lit(v));
                         }
@@ -616,11 +622,8 @@ impl OfferIndex {
             };
             let share_fetched = r.share_keys != NONE && (keys.is_empty() || fetched(r.share_keys, &key_ids)?);
             let exists = if glue13 {
-                let tagged = if keys.is_empty() {
-                    r.flags & flag::PREFIX_TAGGED != 0
-                } else {
-                    fetched(r.ee_keys, &key_ids_ci)?
-                };
+                let tagged =
+                    if keys.is_empty() { r.flags & flag::PREFIX_TAGGED != 0 } else { fetched(r.ee_keys, &key_ids_ci)? };
                 tagged || (vgpgpu && r.flags & flag::VGPGPU_TAGGED != 0)
             } else if r.ee_dn != NONE {
                 keys.is_empty() || fetched(r.ee_keys, &key_ids)? || share_fetched
@@ -678,8 +681,12 @@ impl OfferIndex {
             }
         }
         // A CE published in both schemas gets its GLUE 2.0 offer.
-        let glue2: BTreeSet<u32> =
-            recs.iter().enumerate().filter(|(i, r)| keep[*i] && r.flags & flag::GLUE13 == 0).map(|(_, r)| r.ce).collect();
+        let glue2: BTreeSet<u32> = recs
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| keep[*i] && r.flags & flag::GLUE13 == 0)
+            .map(|(_, r)| r.ce)
+            .collect();
         for (i, r) in recs.iter().enumerate() {
             if keep[i] && r.flags & flag::GLUE13 != 0 && glue2.contains(&r.ce) {
                 keep[i] = false;
@@ -739,3 +746,6 @@ impl JobView {
         self.names.as_ref().is_none_or(|n| n.iter().any(|x| x.eq_ignore_ascii_case(name)))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -101,7 +101,7 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 fn pad8(out: &mut Vec<u8>) {
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
 }
@@ -120,7 +120,12 @@ struct ColumnBuilder {
 
 impl ColumnBuilder {
     fn new(spelling: &str, n: usize) -> ColumnBuilder {
-        ColumnBuilder { spelling: spelling.to_string(), tags: vec![tag::ABSENT; n], payload: vec![0; n], ..Default::default() }
+        ColumnBuilder {
+            spelling: spelling.to_string(),
+            tags: vec![tag::ABSENT; n],
+            payload: vec![0; n],
+            ..Default::default()
+        }
     }
 
     fn string(&mut self, s: &str) -> u64 {
@@ -261,6 +266,7 @@ fn write_postings(out: &mut Vec<u8>, map: &BTreeMap<Vec<u8>, BTreeSet<u32>>) {
             put_u32(out, *i);
         }
     }
+    pad8(out);
 }
 
 /// Writes the file's bytes: `offers` and `traits` as [`crate::bdii::offers::build_offers_for_index`] gives them.
@@ -368,8 +374,8 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
     }
     out.extend_from_slice(&dir);
     sections.push((dir_at as u64, dir.len() as u64));
-    pad8(&mut out);
     let hot_end = out.len();
+    pad8(&mut out);
     for ((_, b), at) in blobs.iter().zip(placed) {
         out.resize(at, 0);
         out.extend_from_slice(b);
@@ -480,7 +486,10 @@ impl<'a> Postings<'a> {
         let offers_at = (at + 4 + count * 8 + total).div_ceil(8) * 8;
         let n = if count == 0 { 0 } else { pends.u32((count - 1) * 4)? as usize };
         let offers = Bytes(b.slice(offers_at, n.checked_mul(4)?)?);
-        Some((Postings { keys: StrTableNoPad { ends, bytes, count }, pends, offers }, (offers_at + n * 4).div_ceil(8) * 8))
+        Some((
+            Postings { keys: StrTableNoPad { ends, bytes, count }, pends, offers },
+            (offers_at + n * 4).div_ceil(8) * 8,
+        ))
     }
 
     /// The number of distinct keys.
