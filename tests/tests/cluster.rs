@@ -25,6 +25,7 @@ mod slurm_stress;
 mod slurm_trust;
 mod twophase_bad_input;
 mod twophase_bdii;
+mod twophase_index;
 mod twophase_lrms;
 mod twophase_ownership;
 mod twophase_shapes;

@@ -9,12 +9,13 @@ use std::process::{Command, Output, Stdio};
 
 use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, index_env, ce, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join("job.jdl");
     std::fs::write(&path, jdl).unwrap();
     let mut child = Command::new(cder_jdl())
+        .envs(index_env(dir))
         .args(["list-match", "--bdii", bdii, "--json"])
         .args(extra)
         .arg(&path)

@@ -275,7 +275,7 @@ pub enum OpenError {
         cause: RefreshError,
     },
     /// The snapshot file is unreadable or corrupt.
-    #[error("{path}: {message}")]
+    #[error("{message} (cder-jdl index refresh --force rewrites it)")]
     Corrupt {
         /// The snapshot.
         path: PathBuf,
@@ -322,6 +322,7 @@ pub fn open_fresh(
 }
 
 fn load(path: &Path) -> Result<OfferIndex, OpenError> {
+    // The index's errors name the file already.
     OfferIndex::load(path).map_err(|e| OpenError::Corrupt { path: path.into(), message: e.to_string() })
 }
 
