@@ -37,7 +37,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cder_jdl::index::OfferIndex;
-use cder_jdl::listmatch::{list_match, Request};
+use cder_jdl::listmatch::Request;
 use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
 use cder_tests::ldap::{Slapd, SlapdOptions};
 
@@ -129,22 +129,33 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-/// The WMS's way over the snapshot file: every offer rebuilt with every
-/// attribute, every ClassAd evaluated, no candidate cut.
+/// The WMS's way over the snapshot file: every offer the job may see is
+/// rebuilt and its ClassAd evaluated, no candidate cut. The job's
+/// Requirements are wrapped as `(R) || false` (the same truth value), which
+/// the index's planner leaves whole to the full evaluation; the answer says
+/// how many offers were evaluated, and this fails unless that is all of them.
 fn scan(snapshot: &Path, job: &Path) -> Result<String, String> {
+    use cder_classad::ast::{BinOp, Expr};
+    use cder_classad::value::Value;
     let text = std::fs::read_to_string(job).map_err(|e| format!("{}: {e}", job.display()))?;
-    let ad = cder_classad::ClassAd::parse(&text).map_err(|e| e.to_string())?;
+    let mut ad = cder_classad::ClassAd::parse(&text).map_err(|e| e.to_string())?;
+    let req = ad.lookup("Requirements").cloned().unwrap_or(Expr::Lit(Value::Bool(true)));
+    ad.insert("Requirements", Expr::Binary(BinOp::Or, Box::new((req, Expr::Lit(Value::Bool(false))))));
     let request = Request::new(&ad, None).map_err(|e| e.to_string())?;
     let index = OfferIndex::load(snapshot).map_err(|e| e.to_string())?;
-    let offers: Vec<_> = (0..index.len()).map(|i| index.offer(i)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let result = list_match(&request, &offers, false);
-    let out = result
+    let answer = index.list_match(&request, None, false).map_err(|e| e.to_string())?;
+    if answer.candidates != answer.visible {
+        return Err(format!("the scan evaluated {} of {} offers", answer.candidates, answer.visible));
+    }
+    eprintln!("# scan: {} offers evaluated", answer.candidates);
+    let out = answer
+        .result
         .matches
         .iter()
         .map(|m| format!(" - {}  {}\n", m.ce_id, cder_classad::value::format_real(m.rank)))
         .collect();
     // The process ends here: its memory is the system's to reclaim.
-    std::mem::forget((index, offers, result));
+    std::mem::forget((index, answer));
     Ok(out)
 }
 
@@ -210,7 +221,8 @@ fn du(path: &Path) -> u64 {
     rd.flatten()
         .map(|e| match e.file_type() {
             Ok(t) if t.is_dir() => du(&e.path()),
-            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+            // Blocks in use: mdb's map files are sparse, sized to maxsize.
+            _ => e.metadata().map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512).unwrap_or(0),
         })
         .sum()
 }
