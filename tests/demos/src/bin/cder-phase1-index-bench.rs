@@ -28,7 +28,7 @@
 //! ```text
 //! cargo build --release -j 2 -p cder-jdl -p cder-demos --bin cder-jdl --bin cder-phase1-index-bench
 //! target/release/cder-phase1-index-bench [--runs 7] [--carriers 10000,30000,100000]
-//!     [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to 10000]
+//!     [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to 10000] [--keep-going]
 //! ```
 
 use std::collections::BTreeMap;
@@ -88,15 +88,18 @@ struct Args {
     carriers: Vec<usize>,
     shapes: Vec<Shape>,
     reference_up_to: usize,
+    /// Report arms that answer differently and go on, instead of failing.
+    keep_going: bool,
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let mut a = Args { runs: 7, carriers: vec![10_000, 30_000, 100_000], shapes: SHAPES.to_vec(), reference_up_to: 10_000 };
+    let mut a = Args { runs: 7, carriers: vec![10_000, 30_000, 100_000], shapes: SHAPES.to_vec(), reference_up_to: 10_000, keep_going: false };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--runs" => a.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--keep-going" => a.keep_going = true,
             "--reference-up-to" => {
                 a.reference_up_to = val()?.parse().map_err(|e| format!("--reference-up-to: {e}"))?
             }
@@ -117,7 +120,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
+                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N] [--keep-going]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -514,16 +517,25 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             let (_, out, err) = run_retried(cmd)?;
             answers.push((name, answer_lines(&out), err));
         }
+        let mut differs = Vec::new();
         for (name, lines, _) in &answers[1..] {
             if *lines != answers[0].1 {
-                return Err(format!(
-                    "{n} carriers, {}, {job_name}: arm {name} found {} CEs, arm live {} (or other ranks or order); first: {:?} vs {:?}",
+                // The first line that differs, with its neighbours.
+                let at = lines.iter().zip(&answers[0].1).position(|(a, b)| a != b).unwrap_or(lines.len().min(answers[0].1.len()));
+                let around = |v: &[(String, String)]| v.iter().skip(at.saturating_sub(1)).take(3).cloned().collect::<Vec<_>>();
+                let what = format!(
+                    "{n} carriers, {}, {job_name}: arm {name} answered {} CEs, arm live {}; first difference at line {at}: {:?} vs live {:?}",
                     shape.name,
                     lines.len(),
                     answers[0].1.len(),
-                    lines.iter().take(3).collect::<Vec<_>>(),
-                    answers[0].1.iter().take(3).collect::<Vec<_>>()
-                ));
+                    around(lines),
+                    around(&answers[0].1)
+                );
+                if !args.keep_going {
+                    return Err(what);
+                }
+                println!("  DIFFERS: {what}");
+                differs.push(*name);
             }
         }
         let ces: Vec<&String> = answers[0].1.iter().map(|(ce, _)| ce).collect();
@@ -555,6 +567,9 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
                 ));
             }
             oracle = format!("agrees ({} CEs)", theirs.len());
+        }
+        if !differs.is_empty() {
+            oracle = format!("{oracle}; DIFFERS: {}", differs.join(", "));
         }
         // What the index arm says of its data (standard error): age and BDII cycle.
         let age = answers[3].2.lines().find(|l| !l.trim().is_empty()).map(str::to_string);
