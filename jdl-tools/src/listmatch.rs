@@ -195,7 +195,7 @@ impl Request {
             names.insert(glue::key(glue::GPGPU_PREFIX, glue::TOTAL_INSTANCES));
         }
         let all = names.clone();
-        let keys = names
+        let mut keys: BTreeSet<String> = names
             .into_iter()
             .filter(|n| {
                 prefixes
@@ -203,6 +203,14 @@ impl Request {
                     .any(|p| n.len() > p.len() && n.to_ascii_lowercase().starts_with(&p.to_ascii_lowercase()))
             })
             .collect();
+        // An offer's `<Vendor><PREFIX>` RTE tag is its `<PREFIX>Vendor` key: a job
+        // that reads the tags reads that key (else a carrier publishing its keys
+        // as Extensions would lose the tag whenever the vendor is not fetched).
+        if !keys.is_empty()
+            && all.iter().any(|n| n.eq_ignore_ascii_case("GlueHostApplicationSoftwareRunTimeEnvironment"))
+        {
+            keys.extend(prefixes.iter().map(|p| format!("{p}Vendor")));
+        }
         let vo = vo.map(str::to_string).or_else(|| match self.job.eval_attr(keys::VIRTUAL_ORGANISATION) {
             Value::Str(s) => Some(s.to_string()),
             _ => None,
@@ -434,6 +442,24 @@ mod tests {
         let w = r.wanted(&["GPGPU".to_string()], Some("gputestvo"));
         assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
         assert_eq!(w.vo.as_deref(), Some("gputestvo"));
+    }
+
+    #[test]
+    fn a_job_reading_the_rte_tags_reads_the_vendor_key() {
+        let r = Request::new(
+            &job("[ Requirements = Member(\"NvidiaGPGPU\", other.GlueHostApplicationSoftwareRunTimeEnvironment) && other.GPGPUPerNode >= 2 ]"),
+            None,
+        )
+        .unwrap();
+        let w = r.wanted(&["GPGPU".to_string()], None);
+        assert_eq!(w.keys.iter().map(String::as_str).collect::<Vec<_>>(), ["GPGPUPerNode", "GPGPUVendor"]);
+        // With no key named, every carrier of the prefix is fetched already.
+        let r = Request::new(
+            &job("[ Requirements = Member(\"NvidiaGPGPU\", other.GlueHostApplicationSoftwareRunTimeEnvironment) ]"),
+            None,
+        )
+        .unwrap();
+        assert!(r.wanted(&["GPGPU".to_string()], None).keys.is_empty());
     }
 
     #[test]

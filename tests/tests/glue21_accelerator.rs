@@ -139,7 +139,7 @@ fn glue21_accelerator_entities_load_with_the_schema() {
 /// `glue21-accelerator` only gives the same CEs for the thesis's requests.
 #[test]
 fn list_match_finds_the_ce_through_glue21_entities_alone() {
-    use cder_tests::twophase::{cder_jdl, index_env, gpu_sites, grid_ldif, provider, VO};
+    use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, index_env, provider, VO};
     use std::process::{Command, Stdio};
     if !require_slapd() {
         return;
@@ -199,7 +199,7 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
 #[test]
 fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     use cder_tests::ldap::{ROOT_PASSWORD, SUFFIXES};
-    use cder_tests::twophase::{cder_jdl, index_env, ce, ce_glue2_ldif, gpu_sites, provider, GpuSite, VO};
+    use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, index_env, provider, GpuSite, VO};
     use std::process::{Command, Stdio};
     if !require_slapd() {
         return;

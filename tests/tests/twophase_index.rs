@@ -21,7 +21,7 @@ use cder_protocol::{AllocRequest, Client};
 use cder_testkit::{require_programs, TestNode};
 use cder_tests::bdii::{built_binary, require_bdii, Bdii, BdiiOptions};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, provider};
+use cder_tests::twophase::{cder_jdl, ce_glue2_ldif, gpu_sites, grid_ldif, provider, VO};
 
 const CE: &str = "wn01.example.org:8443/cream-slurm-gpgpu";
 /// Ranked by the free count, so that each answer shows the count it saw.
@@ -127,6 +127,16 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
         .output()
         .unwrap();
     assert!(install.status.success(), "install-provider.sh: {}", text(&install));
+    // The CE's own providers' part: its queue (share, policy) and endpoint, as a static LDIF.
+    let queue = [("gpgpu".to_string(), vec![VO.to_string()], 60, 8)];
+    let ce_ldif = ce_glue2_ldif(
+        "wn01.example.org",
+        "SLURM",
+        "wn01.example.org_ComputingElement",
+        Some("wn01.example.org_gpgpu"),
+        &queue,
+    );
+    std::fs::write(bdii.provider_dir().with_file_name("ldif").join("ce.ldif"), ce_ldif).unwrap();
     bdii.run().unwrap_or_else(|e| panic!("{e}"));
     bdii.wait_cycles(0, 1, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     let url = bdii.slapd.url();
@@ -155,25 +165,34 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (before, cycle_before, first) = loop {
         let (rank, cycle, v) = answer(&index, &url, &job);
-        if rank.is_some() && cycle.is_some() {
-            break (rank.unwrap(), cycle.unwrap(), v);
+        if let (Some(rank), Some(cycle)) = (rank, cycle.clone()) {
+            break (rank, cycle, v);
         }
-        assert!(Instant::now() < deadline, "the CE never appeared from the index with a BDII cycle: {v}\n{}", bdii.log());
+        assert!(
+            Instant::now() < deadline,
+            "the CE never appeared from the index with a BDII cycle: {v}\n{}",
+            bdii.log()
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(before, 4.0, "four free GPUs first: {first}");
-    assert!(first["index"]["update_stats"]["total_entries"].as_i64().unwrap_or(0) > 0, "{first}");
+    assert_eq!(
+        first["index"]["update_stats"]["hostname"], "127.0.0.1",
+        "bdii-update's UpdateStats (BDII_HOSTNAME): {first}"
+    );
 
     // A job takes a GPU.
     let mut client = Client::connect(&socket, Duration::from_secs(5)).unwrap();
     let cycles_at_alloc = bdii.cycles();
+    let alloc_stamp = Command::new("date").args(["-u", "+%Y%m%d%H%M%SZ"]).output().unwrap();
+    let alloc_stamp = String::from_utf8_lossy(&alloc_stamp.stdout).trim().to_string();
     let t0 = Instant::now();
     client.alloc(&AllocRequest::new("slurm:4242".parse().unwrap(), 1000, 1)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let (seen_after, cycle_after) = loop {
+    let (seen_after, cycle_after, stamp_after) = loop {
         let (rank, cycle, v) = answer(&index, &url, &job);
         if rank == Some(3.0) {
-            break (t0.elapsed(), cycle.unwrap_or_default());
+            break (t0.elapsed(), cycle.unwrap_or_default(), v["index"]["update_stats"]["modify_timestamp"].clone());
         }
         assert!(Instant::now() < deadline, "the index never showed 3 free: {v}\n{}", bdii.log());
         std::thread::sleep(Duration::from_millis(100));
@@ -192,15 +211,34 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
         runs.len()
     );
     assert!(cycle_after > cycle_before, "the answer's BDII cycle must advance: {cycle_before} -> {cycle_after}");
-    // The cycle running at the allocation may have read the provider already;
-    // the next one publishes the change, and the refresher reads it before
-    // that cycle's "Sleeping" line or after it: at most two cycle ends.
-    assert!(cycles_since <= 2, "{cycles_since} BDII cycles ended before the index showed the change");
-    assert!(unchanged > 0, "the refresher never skipped a re-read on an unchanged BDII cycle: {runs:?}");
+    // The new count comes from a cycle that ended after the allocation
+    // (UpdateStats' modifyTimestamp, second resolution).
+    let stamp_after = stamp_after.as_str().unwrap_or_default();
+    assert!(stamp_after >= alloc_stamp.as_str(), "cycle {stamp_after} ended before the allocation at {alloc_stamp}");
+    // A refresh that finds the BDII in its snapshot's cycle only marks it
+    // checked; one that finds a newer cycle reads it.
+    let refresh = || {
+        let out = jdl(&index).args(["index", "refresh", "--json", "--bdii", &url]).output().unwrap();
+        assert!(out.status.success(), "index refresh: {}", text(&out));
+        json(&out)
+    };
+    let mut same_cycle = 0;
+    for _ in 0..10 {
+        let (a, b) = (refresh(), refresh());
+        let stamp = |v: &serde_json::Value| v["update_stats"]["modify_timestamp"].as_str().map(str::to_string);
+        if stamp(&a).is_some() && stamp(&a) == stamp(&b) {
+            assert_eq!(b["action"], "unchanged", "same BDII cycle, yet read again: {a} then {b}");
+            same_cycle += 1;
+            break;
+        }
+        assert_eq!(b["action"], "written", "a new BDII cycle must be read: {a} then {b}");
+    }
+    assert!(same_cycle > 0, "no two refreshes in a row ever saw the same BDII cycle");
 }
 
 /// The grid of `cder_tests::twophase` with every free count raised by `add`.
 fn grid(add: u32, dir: &Path) -> Slapd {
+    std::fs::create_dir_all(dir).unwrap();
     let ldif = grid_ldif(&provider(), &gpu_sites(), &["attribute-extension"], 2, dir).unwrap_or_else(|e| panic!("{e}"));
     let mut shifted = String::new();
     for line in ldif.lines() {
@@ -244,15 +282,21 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let new = grid(100, &d.join("new"));
     let url = old.url();
     let (gen_old, gen_new) = (d.join("gen-old"), d.join("gen-new"));
-    let mut generation = |slapd: &Slapd, index: &Path| {
+    let generation = |slapd: &Slapd, index: &Path| {
         let out = jdl(index).args(["list-match", "--json", "--bdii", &slapd.url()]).arg(&job).output().unwrap();
         assert!(out.status.success(), "{}", text(&out));
         let v = json(&out);
-        let bytes = std::fs::read(index.join(std::fs::read_dir(index).unwrap().find_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.ends_with(".cdx").then_some(n)
-        })
-        .unwrap()))
+        let bytes = std::fs::read(
+            index.join(
+                std::fs::read_dir(index)
+                    .unwrap()
+                    .find_map(|e| {
+                        let n = e.unwrap().file_name().into_string().unwrap();
+                        n.ends_with(".cdx").then_some(n)
+                    })
+                    .unwrap(),
+            ),
+        )
         .unwrap();
         (ranks(&v), v["index"]["fetched_at"].as_str().unwrap().to_string(), bytes)
     };
@@ -270,20 +314,24 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     let index = d.join("shared");
     let cache = Cache::resolve(Some(&index)).unwrap();
     cache.create_dir().unwrap();
-    let path = index.join(std::fs::read_dir(&gen_old).unwrap().find_map(|e| {
-        let n = e.unwrap().file_name().into_string().unwrap();
-        n.ends_with(".cdx").then_some(n)
-    })
-    .unwrap());
+    let path = index.join(
+        std::fs::read_dir(&gen_old)
+            .unwrap()
+            .find_map(|e| {
+                let n = e.unwrap().file_name().into_string().unwrap();
+                n.ends_with(".cdx").then_some(n)
+            })
+            .unwrap(),
+    );
     cache::write_atomic(&path, &bytes_old).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (stop, path) = (stop.clone(), path.clone());
         std::thread::spawn(move || {
-            let mut writes = 0u64;
+            let (mut writes, mut next_new) = (0u64, true);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let bytes = if writes % 2 == 0 { &bytes_new } else { &bytes_old };
-                cache::write_atomic(&path, bytes).unwrap();
+                cache::write_atomic(&path, if next_new { &bytes_new } else { &bytes_old }).unwrap();
+                next_new = !next_new;
                 writes += 1;
             }
             writes
@@ -352,7 +400,8 @@ fn answers_during_refreshes_come_from_one_snapshot_and_refreshes_take_turns() {
     // It wrote after the lock was released: the snapshot's time says so.
     let written = cache::checked_at(&path).unwrap();
     assert!(written >= released && written <= done, "written {written:?}, released {released:?}");
-    let out = jdl(&index).args(["list-match", "--json", "--max-age", "3600", "--bdii", &url]).arg(&job).output().unwrap();
+    let out =
+        jdl(&index).args(["list-match", "--json", "--max-age", "3600", "--bdii", &url]).arg(&job).output().unwrap();
     assert_eq!(ranks(&json(&out)), ranks_old, "the refresh read the BDII at {url} again");
     drop(new);
 }
@@ -386,22 +435,38 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
         "set -e; mount -t tmpfs -o size=256k tmpfs {s}; \
          {jdl} index refresh --index-dir {s} --bdii {url}; \
          dd if=/dev/zero of={s}/filler bs=4k 2>/dev/null || true; \
-         rc=0; {jdl} index refresh --force --index-dir {s} --bdii {url} 2>{s}/err || rc=$?; echo rc=$rc; cat {s}/err; \
+         rc=0; {jdl} index refresh --force --index-dir {s} --bdii {url} 2>{err} || rc=$?; echo rc=$rc; cat {err}; \
          {jdl} index show --index-dir {s} --bdii {url}; ls -a {s} | sed 's/^/file: /'",
         s = small.display(),
+        err = d.join("refresh.err").display(),
         jdl = cder_jdl().display()
     );
     let full = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
     let shown = text(&full);
     assert!(full.status.success(), "{shown}");
     assert!(shown.contains("rc=1"), "a refresh on a full disk must fail: {shown}");
-    assert!(shown.contains("No space left on device") && shown.contains("previous snapshot, if any, is kept"), "{shown}");
+    assert!(
+        shown.contains("No space left on device") && shown.contains("previous snapshot, if any, is kept"),
+        "{shown}"
+    );
     assert!(shown.contains(&small.display().to_string()), "the error names the path: {shown}");
     assert!(shown.contains("offers:"), "the old snapshot still reads: {shown}");
     assert!(!shown.lines().any(|l| l.starts_with("file: ") && l.ends_with(".tmp")), "a temp file was left: {shown}");
 
+    let path = std::fs::read_dir(&index)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cdx"))
+        .unwrap();
+    // A snapshot this cder cannot read (another format version, damage) is made anew.
+    cache::write_atomic(&path, b"CDERIDX\0 of another version").unwrap();
+    let again = run(&[]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("just read from the BDII"), "{}", text(&again));
+    assert_eq!(ranks(&json(&again)), expected);
+    assert_ne!(std::fs::read(&path).unwrap(), b"CDERIDX\0 of another version");
+
     // The snapshot grows old; the BDII goes down.
-    let path = std::fs::read_dir(&index).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "cdx")).unwrap();
     std::fs::File::options()
         .write(true)
         .open(&path)
@@ -419,14 +484,19 @@ fn an_old_snapshot_with_the_bdii_down_warns_or_fails_under_strict() {
     let lenient = run(&["--max-age", "60", "--connect-timeout", "2"]);
     assert!(lenient.status.success(), "{}", text(&lenient));
     let err = String::from_utf8_lossy(&lenient.stderr);
-    assert!(err.contains("warning: answering from an index 3600 s old") && err.contains(&url), "{err}");
-    assert!(err.contains("# index: 3600 s old"), "{err}");
+    assert!(err.contains("warning: answering from an index ") && err.contains(&url), "{err}");
+    assert!(err.contains("could not be refreshed") && err.contains("# index: "), "{err}");
     let v = json(&lenient);
+    assert!(v["index"]["age_s"].as_u64().is_some_and(|a| a >= 3600), "{v}");
     assert_eq!(ranks(&v), expected, "the old snapshot's answer");
     assert!(v["index"]["stale"].as_str().is_some_and(|s| s.contains(&url)), "{v}");
 
     // No snapshot at all and the BDII down: exit 1 naming it.
-    let out = jdl(&d.join("empty")).args(["list-match", "--connect-timeout", "2", "--bdii", &url]).arg(&job).output().unwrap();
+    let out = jdl(&d.join("empty"))
+        .args(["list-match", "--connect-timeout", "2", "--bdii", &url])
+        .arg(&job)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains(&format!("no index of {url}")) && text(&out).contains("unreachable"), "{}", text(&out));
     // --live asks the BDII itself: down is down.

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, index_env, ce, ce_glue2_ldif, gpu_sites, grid_ldif, provider, provider_ldif, VO};
+use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, grid_ldif, index_env, provider, provider_ldif, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join(format!("job-{}.jdl", jdl.len() ^ extra.len()));

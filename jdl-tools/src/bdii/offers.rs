@@ -523,6 +523,10 @@ pub struct OfferTraits {
     pub prefix_tagged: bool,
     /// GLUE 1.3: a tag publishes a vGPGPU count (`rCUDATotalVGPGPU=8`).
     pub vgpgpu_tagged: bool,
+    /// GLUE 2.0: the offer of a share that carries CDER keys, without the EEs
+    /// it names: what the live build makes when the job's keys fetch the
+    /// share and none of those EEs (`ee_keys`: all their keys).
+    pub share_only: bool,
     /// GLUE 2.0: the service's vGPGPU counts (`TotalVGPGPU_rCUDA`), added for vGPGPU jobs.
     pub vgpgpu: Vec<(String, Value)>,
     /// GLUE 2.0: the service's vGPGPU methods, added to the RTE list for vGPGPU jobs.
@@ -862,8 +866,14 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             }
             refused = Some(claim.reason);
         }
-        let targets: Vec<Option<&Entry>> =
+        let mut targets: Vec<Option<&Entry>> =
             if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
+        // The index also keeps the share's offer without its EEs, for jobs whose
+        // keys fetch the share but none of them.
+        let share_only = index.is_some() && share_cder.is_some() && !ees.is_empty();
+        if share_only {
+            targets.push(None);
+        }
         for ee in targets {
             if share_blind && share_cder.is_none() {
                 if let Some(e) = ee {
@@ -955,10 +965,18 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                     share_dn: share.dn.clone(),
                     open_to,
                     ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
-                    ee_keys: ee
-                        .and_then(|e| ee_pairs.get(&std::ptr::from_ref(e)))
-                        .map(|p| p.keys().cloned().collect())
-                        .unwrap_or_default(),
+                    ee_keys: match ee {
+                        Some(e) => ee_pairs.get(&std::ptr::from_ref(e)).map(|p| p.keys().cloned().collect()),
+                        None if share_only => Some(
+                            ees.iter()
+                                .filter_map(|e| ee_pairs.get(&std::ptr::from_ref(*e)))
+                                .flat_map(|p| p.keys().cloned())
+                                .collect(),
+                        ),
+                        None => None,
+                    }
+                    .unwrap_or_default(),
+                    share_only: share_only && ee.is_none(),
                     share_keys: share_cder.map(|p| p.keys().cloned().collect()),
                     vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                     apps: svc.apps.iter().cloned().collect(),
@@ -972,7 +990,12 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     if index.is_none() {
         refuse_contested(&mut out, &claims);
     }
+    let for_index = index.is_some();
     glue13_offers(snap, prefixes, &mut out, index);
+    // The index's build sorts its offers with their traits (zipped in push order).
+    if for_index {
+        return out;
+    }
     out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
     out
 }

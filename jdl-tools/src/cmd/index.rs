@@ -112,21 +112,21 @@ fn iso(t: SystemTime) -> String {
 
 /// `12345` as `12,345`.
 fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    let digits = n.to_string().into_bytes();
+    let groups: Vec<&[u8]> = digits.rchunks(3).rev().collect();
+    groups.iter().map(|g| String::from_utf8_lossy(g)).collect::<Vec<_>>().join(",")
 }
 
 impl IndexInfo {
     /// What an opened snapshot says of itself.
     pub fn of(o: &Opened) -> IndexInfo {
-        IndexInfo::from_index(&o.index, o.path.clone(), o.checked_at, o.refreshed.as_ref().map(|r| r.action.clone()), o.stale.clone())
+        IndexInfo::from_index(
+            &o.index,
+            o.path.clone(),
+            o.checked_at,
+            o.refreshed.as_ref().map(|r| r.action.clone()),
+            o.stale.clone(),
+        )
     }
 
     fn from_index(
@@ -169,12 +169,7 @@ impl IndexInfo {
             Some(Action::Unchanged) => ", BDII unchanged since",
             _ => "",
         };
-        format!(
-            "# index: {} s old, BDII cycle {}, {} offers{what}",
-            self.age(),
-            self.cycle(),
-            thousands(self.offers)
-        )
+        format!("# index: {} s old, BDII cycle {}, {} offers{what}", self.age(), self.cycle(), thousands(self.offers))
     }
 
     /// The same for `--json`.

@@ -14,9 +14,9 @@ use std::time::Duration;
 use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
 use crate::index::cache::Cache;
 use crate::index::refresh::{open_fresh, Source};
-pub use index::IndexInfo;
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
 use cder_classad::ast::ClassAd;
+pub use index::IndexInfo;
 
 /// A failure with its exit code and one-line message.
 #[derive(Debug)]

@@ -625,8 +625,12 @@ impl OfferIndex {
                 let tagged =
                     if keys.is_empty() { r.flags & flag::PREFIX_TAGGED != 0 } else { fetched(r.ee_keys, &key_ids_ci)? };
                 tagged || (vgpgpu && r.flags & flag::VGPGPU_TAGGED != 0)
+            } else if r.flags & flag::SHARE_ONLY != 0 {
+                // The live fetch has the share, and none of its EEs to offer with it.
+                !keys.is_empty() && share_fetched && !fetched(r.ee_keys, &key_ids)?
             } else if r.ee_dn != NONE {
-                keys.is_empty() || fetched(r.ee_keys, &key_ids)? || share_fetched
+                // An EE is offered only when fetched: a carrier of one of the job's keys.
+                keys.is_empty() || fetched(r.ee_keys, &key_ids)?
             } else {
                 share_fetched
             };

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::cache::{self, Cache, CacheError, SnapshotKey};
 use super::{encode, snapshot_wanted, IndexBuild, IndexMeta, OfferIndex, UpdateStats};
-use crate::bdii::query::Search;
 use crate::bdii::query::Entry;
+use crate::bdii::query::Search;
 use crate::bdii::{Bdii, BdiiError, QueryOptions};
 
 /// The stats suffix of a BDII.
@@ -260,7 +260,7 @@ pub enum OpenError {
         /// The cache directory.
         dir: PathBuf,
         /// The refresh's failure.
-        cause: RefreshError,
+        cause: Box<RefreshError>,
     },
     /// The snapshot is older than allowed, refreshing failed, and strict.
     #[error("the index {path} is {age} s old (--max-age {max_age} s) and could not be refreshed: {cause}")]
@@ -272,7 +272,7 @@ pub enum OpenError {
         /// The maximum age in seconds.
         max_age: u64,
         /// The refresh's failure.
-        cause: RefreshError,
+        cause: Box<RefreshError>,
     },
     /// The snapshot file is unreadable or corrupt.
     #[error("{message} (cder-jdl index refresh --force rewrites it)")]
@@ -305,16 +305,43 @@ pub fn open_fresh(
             Ok(r) => refreshed = Some(r),
             Err(cause) => match cache::checked_at(&path) {
                 None => {
-                    return Err(OpenError::NoSnapshot { url: source.query.url.clone(), dir: cache.dir().into(), cause })
+                    return Err(OpenError::NoSnapshot {
+                        url: source.query.url.clone(),
+                        dir: cache.dir().into(),
+                        cause: Box::new(cause),
+                    })
                 }
                 Some(t) if strict => {
-                    return Err(OpenError::Stale { path, age: cache::age(t).as_secs(), max_age: max_age.as_secs(), cause })
+                    let age = cache::age(t).as_secs();
+                    return Err(OpenError::Stale { path, age, max_age: max_age.as_secs(), cause: Box::new(cause) });
                 }
                 Some(_) => stale = Some(cause.to_string()),
             },
         }
     }
-    let index = load(&path)?;
+    let index = match load(&path) {
+        Ok(index) => index,
+        Err(unreadable) => {
+            // Another format version (cder was upgraded) or a damaged file:
+            // made anew, as if there were none.
+            tracing::warn!("{unreadable}; reading the BDII again");
+            let policy = Policy { force: true, period: max_age, lock_wait, fresh_enough: None };
+            match refresh(cache, source, &policy) {
+                Ok(r) => {
+                    refreshed = Some(r);
+                    stale = None;
+                    load(&path)?
+                }
+                Err(cause) => {
+                    return Err(OpenError::NoSnapshot {
+                        url: source.query.url.clone(),
+                        dir: cache.dir().into(),
+                        cause: Box::new(cause),
+                    })
+                }
+            }
+        }
+    };
     // The time is read after opening: a refresh that replaced the file since
     // only makes the answer's data newer than it says.
     let checked_at = cache::checked_at(&path).unwrap_or(SystemTime::UNIX_EPOCH);

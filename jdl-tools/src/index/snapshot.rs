@@ -27,7 +27,7 @@ use crate::bdii::offers::{OfferTraits, Offers};
 /// `CDERIDX\0`.
 pub const MAGIC: [u8; 8] = *b"CDERIDX\0";
 /// Bumped whenever the layout changes: an older or newer file is refused, never misread.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Header size: magic, version, crc, file length, five (offset, length) pairs.
 pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 5 * 16;
 /// Bytes per offer record.
@@ -67,6 +67,9 @@ pub mod flag {
     pub const PREFIX_TAGGED: u8 = 4;
     /// GLUE 1.3: a tag publishes a vGPGPU count.
     pub const VGPGPU_TAGGED: u8 = 8;
+    /// GLUE 2.0: a share's offer without its EEs, offered when the job's keys
+    /// fetch the share but none of the EEs it names (their keys in `ee_keys`).
+    pub const SHARE_ONLY: u8 = 16;
 }
 
 /// Interns strings into the file's string table.
@@ -328,6 +331,9 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         }
         if t.vgpgpu_tagged {
             flags |= flag::VGPGPU_TAGGED;
+        }
+        if t.share_only {
+            flags |= flag::SHARE_ONLY;
         }
         records.extend_from_slice(&[flags, 0, 0, 0, 0, 0, 0, 0]);
         for (name, expr) in o.ad.iter() {
