@@ -93,16 +93,20 @@ struct Args {
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let mut a = Args { runs: 7, carriers: vec![10_000, 30_000, 100_000], shapes: SHAPES.to_vec(), reference_up_to: 10_000, keep_going: false };
+    let mut a = Args {
+        runs: 7,
+        carriers: vec![10_000, 30_000, 100_000],
+        shapes: SHAPES.to_vec(),
+        reference_up_to: 10_000,
+        keep_going: false,
+    };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--runs" => a.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--keep-going" => a.keep_going = true,
-            "--reference-up-to" => {
-                a.reference_up_to = val()?.parse().map_err(|e| format!("--reference-up-to: {e}"))?
-            }
+            "--reference-up-to" => a.reference_up_to = val()?.parse().map_err(|e| format!("--reference-up-to: {e}"))?,
             "--carriers" => {
                 a.carriers = val()?
                     .split(',')
@@ -265,7 +269,12 @@ fn max_rss(cmd: &Command) -> Result<u64, String> {
 }
 
 fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn du(path: &Path) -> u64 {
@@ -282,7 +291,12 @@ fn du(path: &Path) -> u64 {
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some("--scan") {
-        match argv.get(1).zip(argv.get(2)).ok_or_else(|| "--scan SNAPSHOT JOB.jdl".to_string()).and_then(|(s, j)| scan(Path::new(s), Path::new(j))) {
+        match argv
+            .get(1)
+            .zip(argv.get(2))
+            .ok_or_else(|| "--scan SNAPSHOT JOB.jdl".to_string())
+            .and_then(|(s, j)| scan(Path::new(s), Path::new(j)))
+        {
             Ok(out) => {
                 print!("{out}");
                 std::process::exit(0);
@@ -521,8 +535,13 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
         for (name, lines, _) in &answers[1..] {
             if *lines != answers[0].1 {
                 // The first line that differs, with its neighbours.
-                let at = lines.iter().zip(&answers[0].1).position(|(a, b)| a != b).unwrap_or(lines.len().min(answers[0].1.len()));
-                let around = |v: &[(String, String)]| v.iter().skip(at.saturating_sub(1)).take(3).cloned().collect::<Vec<_>>();
+                let at = lines
+                    .iter()
+                    .zip(&answers[0].1)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(lines.len().min(answers[0].1.len()));
+                let around =
+                    |v: &[(String, String)]| v.iter().skip(at.saturating_sub(1)).take(3).cloned().collect::<Vec<_>>();
                 let what = format!(
                     "{n} carriers, {}, {job_name}: arm {name} answered {} CEs, arm live {}; first difference at line {at}: {:?} vs live {:?}",
                     shape.name,
@@ -615,7 +634,9 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             // what starting them costs, taken off the replay's time.
             let empty: Vec<_> = searches
                 .iter()
-                .map(|s| (String::new(), "base".to_string(), "(objectClass=*)".to_string(), vec!["1.1".to_string()], s.4))
+                .map(|s| {
+                    (String::new(), "base".to_string(), "(objectClass=*)".to_string(), vec!["1.1".to_string()], s.4)
+                })
                 .collect();
             let mut t_ls = Vec::new();
             let mut t_empty = Vec::new();
