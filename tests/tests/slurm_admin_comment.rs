@@ -121,7 +121,7 @@ fn the_epilog_writes_each_gpus_measured_use_into_the_admin_comment() {
     assert_eq!(idle["active_s"], 0, "{comment}");
     assert_eq!(idle["mean_util"], 0.0, "{comment}");
     // The comment carries what cderd's ledger keeps for the job.
-    let mut client = cder_protocol::Client::connect(&cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
+    let mut client = cder_protocol::Client::connect(cluster.cderd_socket(), Duration::from_secs(5)).unwrap();
     let key: cder_model::JobKey = format!("slurm:{id}").parse().unwrap();
     let usage = client.usage(&cder_protocol::UsageRequest { job: Some(key), ..Default::default() }).unwrap();
     let ledger = usage.devices.iter().find(|d| d.uuid == BUSY).unwrap();

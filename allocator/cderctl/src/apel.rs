@@ -300,14 +300,14 @@ pub fn records(input: &Inputs<'_>) -> Vec<AcceleratorRecord> {
             cores: None,
         });
         let measured = input.measured.get(&(r.job.clone(), r.uuid.clone()));
-        let active = measured.and_then(|m| match &m.months {
+        let active = measured.map(|m| match &m.months {
             // The month's own figure, set (not added) per device below: a
             // job requeued onto the device has several rows but one count.
-            Some(months) => Some(Active::Month(months.get(&input.month).copied().unwrap_or(Some(0.0)))),
+            Some(months) => Active::Month(months.get(&input.month).copied().unwrap_or(Some(0.0))),
             // One total: shared out by the seconds held in this month.
             None => {
                 let whole = m.device_seconds.max(held).max(1);
-                Some(Active::Share(m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64))
+                Active::Share(m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64)
             }
         });
         let key = (r.job.to_string(), info.model.clone());
