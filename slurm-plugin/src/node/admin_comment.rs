@@ -22,8 +22,7 @@ use super::Node;
 use crate::args::PluginArgs;
 use crate::sys::Level;
 
-/// Longest comment cder writes, in bytes. SLURM keeps the string as given;
-/// the bound keeps a node with many GPUs from writing kilobytes per job into
+/// Longest comment cder writes, in bytes: the bound keeps a node with many GPUs from writing kilobytes per job into
 /// every accounting row (devices past it are counted in `more`).
 pub const MAX_COMMENT_BYTES: usize = 1024;
 
@@ -194,6 +193,38 @@ mod tests {
         let kept = v["gpus"].as_array().unwrap().len();
         assert!(kept > 0 && kept < 64);
         assert_eq!(v["more"], 64 - kept);
+    }
+
+    /// A stand-in `scontrol` (a shell script) for the process handling only:
+    /// what the real one does with the comment is the cluster test's.
+    fn script(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("scontrol");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn scontrol_gets_the_comment_as_one_argument_and_is_bounded_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("argv");
+        let ok = script(dir.path(), &format!("printf '%s\\n' \"$@\" \"$SLURM_CONF\" > '{}'", seen.display()));
+        let text = r#"{"cder":{"gpus":[{"model":"NVIDIA A100 80GB PCIe"}]}}"#;
+        run_scontrol(&ok, Some(std::path::Path::new("/etc/slurm/x.conf")), 42, text, Duration::from_secs(5)).unwrap();
+        let argv = std::fs::read_to_string(&seen).unwrap();
+        assert_eq!(argv, format!("update\nJobId=42\nAdminComment={text}\n/etc/slurm/x.conf\n"));
+
+        let refused = script(dir.path(), "echo 'Access/permission denied' >&2; exit 1");
+        let e = run_scontrol(&refused, None, 42, "{}", Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("permission denied"), "{e}");
+
+        let hung = script(dir.path(), "exec sleep 30");
+        let e = run_scontrol(&hung, None, 42, "{}", Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("killed after 1 s"), "{e}");
+
+        let e = run_scontrol(&dir.path().join("missing"), None, 42, "{}", Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("running"), "{e}");
     }
 
     #[test]
