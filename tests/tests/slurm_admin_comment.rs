@@ -62,7 +62,9 @@ fn admin_comment(cluster: &SlurmCluster, id: u32) -> Option<String> {
 /// Runs a job on `gres` until its devices have been sampled for a while,
 /// with `comment` set as its AdminComment by the admin meanwhile.
 fn run_job(cluster: &SlurmCluster, gres: &str, comment: Option<&str>) -> u32 {
-    let flag = cluster.jobs_dir().join(format!("go-{gres}"));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let flag = cluster.jobs_dir().join(format!("go-{n}"));
     let script = format!("#!/bin/sh\nwhile [ ! -e '{}' ]; do sleep 0.2; done\n", flag.display());
     let id =
         cluster.sbatch(&[&format!("--gres={gres}")], &script).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
@@ -135,4 +137,24 @@ fn the_epilog_writes_each_gpus_measured_use_into_the_admin_comment() {
     assert_eq!(admin_comment(&cluster, id).as_deref(), Some("site note"), "{}", cluster.logs());
     let slurmd_log = std::fs::read_to_string(cluster.dir().join("log/slurmd.log")).unwrap_or_default();
     assert!(slurmd_log.contains("AdminComment is not JSON"), "{}", cluster.logs());
+
+    // An scontrol that cannot run costs the comment, not the job or the
+    // node: the plugin reads `[slurm]` at each release, cderd keeps its own.
+    let toml = cluster.dir().join("cder/cder.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let broken =
+        text.replace("admin_comment = \"merge\"", "admin_comment = \"merge\"\nscontrol = \"/nonexistent/scontrol\"");
+    std::fs::write(&toml, broken).unwrap();
+    let id = run_job(&cluster, "gpu:1", None);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(admin_comment(&cluster, id), None, "{}", cluster.logs());
+    let slurmd_log = std::fs::read_to_string(cluster.dir().join("log/slurmd.log")).unwrap_or_default();
+    assert!(
+        slurmd_log.contains(&format!("slurm:{id}: AdminComment not set (the epilog goes on)")),
+        "{}",
+        cluster.logs()
+    );
+    let node = cluster.scontrol(&["show", "node", "node1"]).unwrap();
+    assert!(!node.contains("DRAIN"), "{node}");
+    assert!(cluster.cderd_status().unwrap().devices.iter().all(|d| d.job.is_none()), "the devices were released");
 }
