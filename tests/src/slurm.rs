@@ -235,7 +235,8 @@ pub struct SlurmConfig {
     /// Load spank_cder.so (plugstack.conf `required`).
     pub spank: bool,
     /// Words after the plugin path in plugstack.conf besides `socket=`
-    /// (e.g. `fail=open`, `mode=observe`).
+    /// (e.g. `fail=open`, `config={dir}/cder/cder.toml`; `{dir}` is the
+    /// cluster's temp dir).
     pub spank_args: Vec<String>,
     /// Load job_submit_cder.so (`JobSubmitPlugins=cder`).
     pub job_submit: bool,
@@ -499,7 +500,8 @@ impl SlurmCluster {
     /// for every command and step, so this takes effect at once.
     pub fn set_plugstack(&self, spank: bool, args: &[String]) -> Result<(), String> {
         let text = if spank {
-            format!("required {} socket={} {}\n", self.spank.display(), self.cderd_socket().display(), args.join(" "))
+            let args = args.join(" ").replace("{dir}", &self.dir().display().to_string());
+            format!("required {} socket={} {args}\n", self.spank.display(), self.cderd_socket().display())
         } else {
             String::new()
         };

@@ -14,9 +14,10 @@
 //!   left out (null), never copied from `AvailableDuration`.
 //!
 //! An allocation that crosses a month boundary is split: each month gets its
-//! own seconds. The sampler keeps one total per job and device, so the
-//! active seconds of such an allocation are shared out in proportion to the
-//! held seconds in each month.
+//! own seconds. The active seconds are the sampler's figure for that month
+//! (it keeps one per job, device and month); rows sampled before it kept
+//! months have one total, which is shared out in proportion to the held
+//! seconds in each month.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -101,12 +102,16 @@ pub struct DeviceInfo {
 
 /// What cderd's sampler measured of one job on one device, over the whole
 /// allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Measured {
     /// Seconds the device was held while sampled.
     pub device_seconds: i64,
     /// Seconds it was busy (above the activity threshold).
     pub active_seconds: i64,
+    /// Busy seconds per month, as the sampler counted them; `None` where it
+    /// kept no months (rows older than that), and a month's `None` where it
+    /// had no utilisation in that month.
+    pub months: Option<BTreeMap<Month, Option<f64>>>,
 }
 
 /// Who a job's user is on the grid: the CE's mapping of its pool accounts
@@ -261,6 +266,15 @@ pub struct Inputs<'a> {
     pub users: &'a UserMap,
 }
 
+/// A device's busy seconds in the month being reported.
+#[derive(Clone, Copy)]
+enum Active {
+    /// The sampler's own figure for the month (`None`: no utilisation).
+    Month(Option<f64>),
+    /// A share of the allocation's total.
+    Share(f64),
+}
+
 #[derive(Default)]
 struct Group {
     uid: u32,
@@ -285,11 +299,16 @@ pub fn records(input: &Inputs<'_>) -> Vec<AcceleratorRecord> {
             kind: r.cder_type.clone(),
             cores: None,
         });
-        // The sampler's total over the job's time on the device, shared out
-        // by the seconds held in this month.
-        let active = input.measured.get(&(r.job.clone(), r.uuid.clone())).map(|m| {
-            let whole = m.device_seconds.max(held).max(1);
-            m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64
+        let measured = input.measured.get(&(r.job.clone(), r.uuid.clone()));
+        let active = measured.map(|m| match &m.months {
+            // The month's own figure, set (not added) per device below: a
+            // job requeued onto the device has several rows but one count.
+            Some(months) => Active::Month(months.get(&input.month).copied().unwrap_or(Some(0.0))),
+            // One total: shared out by the seconds held in this month.
+            None => {
+                let whole = m.device_seconds.max(held).max(1);
+                Active::Share(m.active_seconds.clamp(0, whole) as f64 * held as f64 / whole as f64)
+            }
         });
         let key = (r.job.to_string(), info.model.clone());
         let (_, g) = groups.entry(key).or_insert_with(|| {
@@ -299,9 +318,18 @@ pub fn records(input: &Inputs<'_>) -> Vec<AcceleratorRecord> {
         let entry = g.devices.entry(r.uuid.clone()).or_insert((share, 0, Some(0.0)));
         entry.1 += held;
         entry.2 = match (entry.2, active) {
-            (Some(a), Some(b)) => Some(a + b),
+            (Some(a), Some(Active::Share(b))) => Some(a + b),
+            (Some(_), Some(Active::Month(b))) => b,
             _ => None,
         };
+    }
+    // A sample counts in the month it was taken in, so a month's first
+    // sample may cover up to a period of the month before: never more busy
+    // time than was held.
+    for (_, g) in groups.values_mut() {
+        for d in g.devices.values_mut() {
+            d.2 = d.2.map(|a| a.min(d.1 as f64));
+        }
     }
     let mut out = Vec::new();
     for ((_, model), (job, g)) in groups {
@@ -438,7 +466,7 @@ mod tests {
         let devices = HashMap::from([("GPU-a".to_string(), gpu("NVIDIA A100"))]);
         let measured = HashMap::from([(
             ("slurm:7".parse().unwrap(), "GPU-a".to_string()),
-            Measured { device_seconds: 10_800, active_seconds: 5400 },
+            Measured { device_seconds: 10_800, active_seconds: 5400, months: None },
         )]);
         let users = UserMap::default();
         let at = |month| {
@@ -463,6 +491,74 @@ mod tests {
     }
 
     #[test]
+    fn each_month_gets_the_active_seconds_measured_in_it() {
+        let march: Month = "2026-03".parse().unwrap();
+        let april: Month = "2026-04".parse().unwrap();
+        let b = march.end();
+        // Held an hour in March, busy all of it; two hours in April, busy a
+        // quarter of an hour. Shared by time, March would get 1500 s.
+        let rows = [rec("slurm:8", "GPU-a", b - 3600, Some(b + 7200))];
+        let devices = HashMap::from([("GPU-a".to_string(), gpu("NVIDIA A100"))]);
+        let months = BTreeMap::from([(march, Some(3590.0)), (april, Some(910.0))]);
+        let measured = HashMap::from([(
+            ("slurm:8".parse().unwrap(), "GPU-a".to_string()),
+            Measured { device_seconds: 10_800, active_seconds: 4500, months: Some(months) },
+        )]);
+        let users = UserMap::default();
+        let at = |month| {
+            records(&Inputs {
+                site: "S",
+                month,
+                now: b + 9000,
+                records: &rows,
+                devices: &devices,
+                measured: &measured,
+                users: &users,
+            })
+        };
+        let (m, a) = (at(march), at(april));
+        assert_eq!((m[0].available_duration, a[0].available_duration), (3600, 7200));
+        assert_eq!((m[0].active_duration, a[0].active_duration), (Some(3590), Some(910)));
+
+        // A month the sampler counted nothing busy in is 0, not a share; one
+        // it had no utilisation in is null; a month's figure never exceeds
+        // the seconds held in it.
+        let months = BTreeMap::from([(march, Some(3700.0)), (april, None)]);
+        let measured = HashMap::from([(
+            ("slurm:8".parse().unwrap(), "GPU-a".to_string()),
+            Measured { device_seconds: 10_800, active_seconds: 3700, months: Some(months) },
+        )]);
+        let at = |month| {
+            records(&Inputs {
+                site: "S",
+                month,
+                now: b + 9000,
+                records: &rows,
+                devices: &devices,
+                measured: &measured,
+                users: &users,
+            })
+        };
+        assert_eq!(at(march)[0].active_duration, Some(3600));
+        assert_eq!(at(april)[0].active_duration, None);
+        let only_march = BTreeMap::from([(march, Some(100.0))]);
+        let measured = HashMap::from([(
+            ("slurm:8".parse().unwrap(), "GPU-a".to_string()),
+            Measured { device_seconds: 10_800, active_seconds: 100, months: Some(only_march) },
+        )]);
+        let out = records(&Inputs {
+            site: "S",
+            month: april,
+            now: b + 9000,
+            records: &rows,
+            devices: &devices,
+            measured: &measured,
+            users: &users,
+        });
+        assert_eq!(out[0].active_duration, Some(0));
+    }
+
+    #[test]
     fn one_record_per_job_and_model_with_shares() {
         let month: Month = "2026-05".parse().unwrap();
         let s = month.start();
@@ -481,9 +577,18 @@ mod tests {
         // Only one of slurm:2's instances was sampled: its record says nothing
         // about activity rather than half of it.
         let measured = HashMap::from([
-            (("slurm:1".parse().unwrap(), "GPU-a".to_string()), Measured { device_seconds: 1000, active_seconds: 800 }),
-            (("slurm:1".parse().unwrap(), "GPU-b".to_string()), Measured { device_seconds: 1000, active_seconds: 400 }),
-            (("slurm:2".parse().unwrap(), "MIG-1".to_string()), Measured { device_seconds: 700, active_seconds: 700 }),
+            (
+                ("slurm:1".parse().unwrap(), "GPU-a".to_string()),
+                Measured { device_seconds: 1000, active_seconds: 800, months: None },
+            ),
+            (
+                ("slurm:1".parse().unwrap(), "GPU-b".to_string()),
+                Measured { device_seconds: 1000, active_seconds: 400, months: None },
+            ),
+            (
+                ("slurm:2".parse().unwrap(), "MIG-1".to_string()),
+                Measured { device_seconds: 700, active_seconds: 700, months: None },
+            ),
         ]);
         let users: UserMap = cder_model::config::from_toml(
             "[[user]]\nuids = \"1000-1005\"\nfqan = \"/atlas/Role=production/Capability=NULL\"\nglobal_user_name = \"/DC=ch/CN=A B\"\n",

@@ -84,12 +84,70 @@ fn query(port: u16, q: &str) -> Vec<serde_json::Value> {
     v["data"]["result"].as_array().cloned().unwrap_or_default()
 }
 
+fn have_prometheus() -> bool {
+    if cder_testkit::find_program("prometheus").is_none() {
+        cder_testkit::missing("missing prometheus (Debian package prometheus; deploy/install-deps.sh)");
+        return false;
+    }
+    true
+}
+
+/// cder-exporter in front of the cderd at `socket`, and a Prometheus
+/// scraping it every second; returns both, Prometheus's port and a reader
+/// of its log, once the first scrape succeeded.
+fn scrape(dir: &Path, socket: &Path) -> (Running, Running, u16, impl Fn() -> String) {
+    let prometheus = cder_testkit::find_program("prometheus").unwrap();
+    let port = free_port();
+    let exporter = Running(
+        Command::new(EXPORTER)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--hostname", "wn01", "--socket"])
+            .arg(socket)
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("exporter.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    cder_testkit::wait_for("cder-exporter to listen", Duration::from_secs(30), || {
+        get(port, "/metrics", "*/*").is_some()
+    });
+    let (head, body) = get(port, "/metrics", "application/openmetrics-text;version=1.0.0").unwrap();
+    assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+
+    let prom_port = free_port();
+    let prom_config = dir.join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cder\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus = Running(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log_path = dir.join("prometheus.log");
+    let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+    cder_testkit::wait_for("Prometheus to scrape cder-exporter", Duration::from_secs(60), || {
+        query(prom_port, "up{job=\"cder\"} == 1").len() == 1
+    });
+    (exporter, prometheus, prom_port, log)
+}
+
 #[test]
 fn prometheus_scrapes_the_exporter() {
-    let Some(prometheus) = cder_testkit::find_program("prometheus") else {
-        cder_testkit::missing("missing prometheus (Debian package prometheus; deploy/install-deps.sh)");
+    if !have_prometheus() {
         return;
-    };
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.path().join("cderd.sock");
@@ -121,48 +179,7 @@ fn prometheus_scrapes_the_exporter() {
     let allocation = client.alloc(&request).unwrap();
     let held: Vec<String> = allocation.devices.iter().map(|d| d.uuid.clone()).collect();
 
-    let port = free_port();
-    let _exporter = Running(
-        Command::new(EXPORTER)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--hostname", "wn01", "--socket"])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("exporter.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    cder_testkit::wait_for("cder-exporter to listen", Duration::from_secs(30), || {
-        get(port, "/metrics", "*/*").is_some()
-    });
-    let (head, body) = get(port, "/metrics", "application/openmetrics-text;version=1.0.0").unwrap();
-    assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0"), "{head}");
-    assert!(body.ends_with("# EOF\n"), "{body}");
-
-    let prom_port = free_port();
-    let prom_config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &prom_config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cder\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let _prometheus = Running(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let log = || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
-    cder_testkit::wait_for("Prometheus to scrape cder-exporter", Duration::from_secs(60), || {
-        query(prom_port, "up{job=\"cder\"} == 1").len() == 1
-    });
+    let (_exporter, _prometheus, prom_port, log) = scrape(dir.path(), &socket);
     let allocated = query(prom_port, "cder_device_allocated{hpc_job=\"4242\"}");
     let mut uuids: Vec<String> =
         allocated.iter().map(|r| r["metric"]["UUID"].as_str().unwrap_or_default().to_string()).collect();
@@ -185,4 +202,92 @@ fn prometheus_scrapes_the_exporter() {
     cder_testkit::wait_for("the release to reach Prometheus", Duration::from_secs(30), || {
         query(prom_port, "sum(cder_device_allocated)").first().map(|r| r["value"][1].clone()) == Some("0".into())
     });
+}
+
+/// A job's measured use, as the fake NVML reports it to cderd's sampler,
+/// through the exporter into Prometheus: the utilisation gauge of each of
+/// its GPUs and the active-seconds counter, against cderd's own figures.
+#[test]
+fn prometheus_scrapes_the_measured_use_of_a_job() {
+    use cder_fake_nvml::{FakeDevice, FakeDeviceUsage, FakeNvml, FakeUsage};
+    if !have_prometheus() {
+        return;
+    }
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (machine, usage_file) = (dir.path().join("machine.json"), dir.path().join("usage.json"));
+    let gpus: Vec<FakeDevice> = (0..2).map(|i| FakeDevice::a100("e0000000", i, 40960)).collect();
+    let (busy, idle) = (gpus[0].uuid.clone(), gpus[1].uuid.clone());
+    FakeNvml { devices: gpus, fail: vec![] }.write(&machine).unwrap();
+    let at = |percent: u32, mib: u64| FakeDeviceUsage {
+        gpu_percent: percent,
+        memory_percent: percent / 2,
+        memory_used_mib: mib,
+        processes: vec![],
+    };
+    let usage = FakeUsage { devices: [(busy.clone(), at(80, 2048)), (idle.clone(), at(0, 0))].into(), gpm: false };
+    usage.write(&usage_file).unwrap();
+    for i in 0..2 {
+        std::fs::write(dir.path().join(format!("nvidia{i}")), b"").unwrap();
+    }
+    let socket = dir.path().join("cderd.sock");
+    let text = format!(
+        "[node]\nsocket = {socket:?}\nstate_dir = {:?}\n[node.health]\nwatch = false\n[node.usage]\nsample_period_s = 0.2\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {library:?}\n\
+         device_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("state"),
+        dir.path().display()
+    );
+    let config = dir.path().join("cder.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut cderd = cder_testkit::TestNode::new(cderd_binary(), &config, &socket, dir.path().join("cderd.log"))
+        .env("CDER_FAKE_NVML", &machine)
+        .env("CDER_FAKE_NVML_USAGE", &usage_file);
+    cderd.start(Duration::from_secs(30));
+    let mut client = cderd.client();
+    let job: cder_model::JobKey = "slurm:4243".parse().unwrap();
+    let request = cder_protocol::AllocRequest {
+        job: job.clone(),
+        uid: 1000,
+        count: 2,
+        cder_type: "gpgpu".into(),
+        min_memory_mb: None,
+        model: None,
+        devices: None,
+        device_files: None,
+        wait_ms: None,
+        prepare_cgroups: None,
+    };
+    client.alloc(&request).unwrap();
+    let (_exporter, _prometheus, prom_port, log) = scrape(dir.path(), &socket);
+
+    let value = |r: &serde_json::Value| r["value"][1].as_str().unwrap_or_default().parse::<f64>().unwrap_or(f64::NAN);
+    let one = |q: &str| query(prom_port, q).first().map(value);
+    // The gauges: the latest sample of each GPU, as the fake reports it.
+    cder_testkit::wait_for("the busy GPU's utilisation in Prometheus", Duration::from_secs(30), || {
+        one(&format!("DCGM_FI_DEV_GPU_UTIL{{hpc_job=\"4243\",UUID=\"{busy}\"}}")) == Some(80.0)
+    });
+    assert_eq!(one(&format!("DCGM_FI_DEV_GPU_UTIL{{hpc_job=\"4243\",UUID=\"{idle}\"}}")), Some(0.0), "{}", log());
+    assert_eq!(one(&format!("DCGM_FI_DEV_FB_USED{{hpc_job=\"4243\",UUID=\"{busy}\"}}")), Some(2048.0), "{}", log());
+
+    // The counter: what cderd had counted at the scrape Prometheus holds.
+    // Read Prometheus between two readings of cderd, so the scraped value
+    // lies between them (it is at most one scrape, 1 s, old).
+    std::thread::sleep(Duration::from_secs(3));
+    let active_now = |client: &mut cder_protocol::Client| {
+        let u = client.usage(&cder_protocol::UsageRequest { job: Some(job.clone()), ..Default::default() }).unwrap();
+        let of = |uuid: &str| u.devices.iter().find(|d| d.uuid == uuid).and_then(|d| d.active_seconds).unwrap();
+        (of(&busy), of(&idle))
+    };
+    let (before, _) = active_now(&mut client);
+    let scraped = one(&format!("cder_job_active_seconds_total{{hpc_job=\"4243\",UUID=\"{busy}\"}}")).unwrap();
+    let idle_scraped = one(&format!("cder_job_active_seconds_total{{hpc_job=\"4243\",UUID=\"{idle}\"}}"));
+    let (after, idle_after) = active_now(&mut client);
+    assert!(scraped >= 2.0, "busy GPU: {scraped} s active in Prometheus\n{}", log());
+    assert!(
+        scraped >= before - 1.5 && scraped <= after + 0.01,
+        "Prometheus {scraped} s; cderd {before} s before and {after} s after the query"
+    );
+    assert_eq!((idle_scraped, idle_after), (Some(0.0), 0.0), "the idle GPU counts no active time");
 }

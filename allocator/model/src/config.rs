@@ -33,6 +33,57 @@ pub struct Config {
     /// `[registry]`: the cluster's vGPGPU registry (see [`crate::registry`]).
     #[serde(default)]
     pub registry: Option<crate::registry::RegistryConfig>,
+    /// `[slurm]`: what spank_cder.so does beyond allocating.
+    #[serde(default)]
+    pub slurm: SlurmSection,
+}
+
+/// `[slurm]`: what spank_cder.so does at the job's end beyond releasing.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSection {
+    /// Whether the job epilog writes the job's GPU use (cderd's `usage`)
+    /// into its `AdminComment`, which `sacct` shows.
+    #[serde(default)]
+    pub admin_comment: AdminCommentMode,
+    /// The `scontrol` the epilog runs (a bare name is looked up in `PATH`).
+    #[serde(default = "default_scontrol")]
+    pub scontrol: PathBuf,
+    /// Seconds the `usage` question and each `scontrol` may take; past
+    /// that the comment is skipped and the epilog goes on.
+    #[serde(default = "default_admin_comment_timeout_s")]
+    pub admin_comment_timeout_s: u64,
+}
+
+impl Default for SlurmSection {
+    fn default() -> Self {
+        SlurmSection {
+            admin_comment: AdminCommentMode::default(),
+            scontrol: default_scontrol(),
+            admin_comment_timeout_s: default_admin_comment_timeout_s(),
+        }
+    }
+}
+
+/// `[slurm] admin_comment`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdminCommentMode {
+    /// Leave `AdminComment` alone (sites use it for their own notes, and
+    /// tools such as jobstats overwrite it).
+    #[default]
+    Off,
+    /// Put cder's figures under the key `cder` of a JSON object: set it when
+    /// the comment is empty, add the key to a comment that is a JSON object,
+    /// and leave any other comment as it is.
+    Merge,
+}
+
+fn default_scontrol() -> PathBuf {
+    "scontrol".into()
+}
+fn default_admin_comment_timeout_s() -> u64 {
+    5
 }
 
 /// `[node]`: how the node daemon runs.

@@ -6,6 +6,7 @@
 //! SLURM decides how many devices a job has on a node and which; cder uses
 //! exactly those (docs/slurm.md, "Who decides").
 
+pub mod admin_comment;
 pub mod vgpgpu;
 
 use std::collections::BTreeMap;
@@ -15,7 +16,8 @@ use std::time::Duration;
 
 use cder_model::{DeviceCgroup, JobEnvironment, JobKey, VendorKind};
 use cder_protocol::{
-    AllocRequest, AllocatedDevice, Allocation, Client, ClientError, Confined, EnvRequest, ErrorCode, Status,
+    AllocRequest, AllocatedDevice, Allocation, Client, ClientError, Confined, EnvRequest, ErrorCode, Status, Usage,
+    UsageRequest,
 };
 
 use crate::args::{Confine, FailMode, PluginArgs};
@@ -100,6 +102,8 @@ pub trait Cderd {
     fn release(&mut self, job: &JobKey) -> Result<u32, ClientError>;
     /// `release`, the answer not waited for.
     fn release_unanswered(&mut self, job: &JobKey) -> Result<(), ClientError>;
+    /// `usage`: what the sampler measured.
+    fn usage(&mut self, request: &UsageRequest) -> Result<Usage, ClientError>;
 }
 
 impl Cderd for Client {
@@ -124,6 +128,9 @@ impl Cderd for Client {
     fn release_unanswered(&mut self, job: &JobKey) -> Result<(), ClientError> {
         Client::release_unanswered(self, job)
     }
+    fn usage(&mut self, request: &UsageRequest) -> Result<Usage, ClientError> {
+        Client::usage(self, request)
+    }
 }
 
 /// The node as the functions see it: slurmd's configuration, slurmctld,
@@ -142,6 +149,9 @@ pub trait Node {
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError>;
     /// One line for SLURM's log.
     fn log(&self, level: Level, text: &str);
+    /// Sets job `job_id`'s `AdminComment` with `scontrol`, which is killed
+    /// after `timeout`.
+    fn update_admin_comment(&self, scontrol: &Path, job_id: u32, text: &str, timeout: Duration) -> Result<(), String>;
 }
 
 /// The node SLURM runs the plugin on. gres.conf is read once per process.
@@ -192,6 +202,11 @@ impl Node for Slurmd {
 
     fn log(&self, level: Level, text: &str) {
         crate::sys::log(level, text);
+    }
+
+    fn update_admin_comment(&self, scontrol: &Path, job_id: u32, text: &str, timeout: Duration) -> Result<(), String> {
+        let conf = crate::sys::slurm_conf_path();
+        admin_comment::run_scontrol(scontrol, conf.as_deref(), job_id, text, timeout)
     }
 }
 
@@ -630,6 +645,8 @@ fn check_request(
 /// job only after the epilog ends. Never fails: SLURM would drain the node.
 pub fn release(args: &PluginArgs, job: &JobKey, when: &str, answered: bool, node: &dyn Node) {
     vgpgpu::release(args, job, when, node);
+    // Before the release, while cderd still counts the job's time.
+    admin_comment::record(args, job, node);
     let sent = node.cderd(args).and_then(|mut c| {
         if answered {
             c.release(job).map(Some)

@@ -61,6 +61,9 @@ impl Cderd for FakeCderd {
     fn release_unanswered(&mut self, _job: &JobKey) -> Result<(), ClientError> {
         Ok(())
     }
+    fn usage(&mut self, _request: &UsageRequest) -> Result<Usage, ClientError> {
+        Err(ClientError::Connect { path: "cderd.sock".into(), source: std::io::ErrorKind::Unsupported.into() })
+    }
 }
 
 /// The node: a gres.conf, a cderd holding `job`, SLURM's cgroup on or off.
@@ -110,6 +113,9 @@ impl Node for FakeNode {
     }
     fn log(&self, _level: Level, text: &str) {
         self.logged.borrow_mut().push(text.to_string());
+    }
+    fn update_admin_comment(&self, _: &std::path::Path, _: u32, _: &str, _: std::time::Duration) -> Result<(), String> {
+        Err("no slurmctld here".into())
     }
 }
 

@@ -46,6 +46,8 @@ pub struct GrantedJob {
     /// Per node, the GRES the controller allocated with their indices
     /// (`gpu:1g.10gb:1(IDX:0),gpu:2g.20gb:1(IDX:3)`).
     pub gres_detail: Vec<String>,
+    /// `AdminComment`, if set.
+    pub admin_comment: Option<String>,
 }
 
 /// Asks slurmctld for job `job_id`'s record (`slurm_load_job`): the
@@ -78,6 +80,7 @@ pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
                 nodes: read_cstr(r.nodes),
                 // Each entry is null or an xstrdup'd string owned by `resp`.
                 gres_detail: details.iter().map(|&p| read_cstr(p).unwrap_or_default()).collect(),
+                admin_comment: read_cstr(r.admin_comment),
             }
         });
         ffi::slurm_free_job_info_msg(resp);
