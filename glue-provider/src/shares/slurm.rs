@@ -152,15 +152,18 @@ pub fn parse_time(value: &str) -> Result<Option<u64>, String> {
         None => (None, value),
     };
     let parts: Vec<u64> = rest.split(':').map(number).collect::<Result<_, _>>()?;
-    let seconds = match (days, parts.as_slice()) {
-        (None, [m]) => m * 60,
-        (None, [m, s]) => m * 60 + s,
-        (_, [h, m, s]) => h * 3600 + m * 60 + s,
-        (Some(_), [h]) => h * 3600,
-        (Some(_), [h, m]) => h * 3600 + m * 60,
+    let (h, m, sec) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, *m, 0),
+        (None, [m, s]) => (0, *m, *s),
+        (_, [h, m, s]) => (*h, *m, *s),
+        (Some(_), [h]) => (*h, 0, 0),
+        (Some(_), [h, m]) => (*h, *m, 0),
         _ => return Err(bad()),
     };
-    Ok(Some(days.unwrap_or(0) * 86_400 + seconds))
+    let total = [(days.unwrap_or(0), 86_400u64), (h, 3600), (m, 60), (sec, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)));
+    total.map(Some).ok_or_else(bad)
 }
 
 /// `name(id)` → `name`.
@@ -618,6 +621,7 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         );
         assert_eq!(parse_time("UNLIMITED"), Ok(None));
         assert!(parse_time("soon").is_err());
+        assert!(parse_time("999999999999999-00:00:00").is_err(), "past a u64 of seconds");
         assert_eq!(p[0].max_time, None);
         assert_eq!((j[0].group.as_str(), j[0].user.as_str(), j[0].gres["gpu"]), ("atlas", "atlas001", 3));
         let q = parse_assoc_mgr_qos(ASSOC_QOS).unwrap();

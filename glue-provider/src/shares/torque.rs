@@ -114,12 +114,16 @@ pub fn parse_time(value: &str) -> Result<u64, String> {
         .map(|p| p.parse::<u64>())
         .collect::<Result<_, _>>()
         .map_err(|_| format!("{value:?} is not a time"))?;
-    match parts.as_slice() {
-        [s] => Ok(*s),
-        [m, s] => Ok(m * 60 + s),
-        [h, m, s] => Ok(h * 3600 + m * 60 + s),
-        _ => Err(format!("{value:?} is not a time")),
-    }
+    let (h, m, s) = match parts.as_slice() {
+        [s] => (0, 0, *s),
+        [m, s] => (0, *m, *s),
+        [h, m, s] => (*h, *m, *s),
+        _ => return Err(format!("{value:?} is not a time")),
+    };
+    [(h, 3600u64), (m, 60), (s, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)))
+        .ok_or_else(|| format!("{value:?} is longer than a time holds"))
 }
 
 /// A TORQUE size (`4gb`, `512mb`, `1048576kb`, `100b`; `w`: 8-byte words) in MB.
@@ -479,6 +483,7 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
         assert_eq!((parse_time("48:00:00"), parse_time("90")), (Ok(172_800), Ok(90)));
         assert_eq!((parse_size_mb("4gb"), parse_size_mb("2097152kb")), (Ok(4096), Ok(2048)));
         assert!(parse_size_mb("4xb").is_err());
+        assert!(parse_time("99999999999999999:00:00").is_err());
         let shares = build(&cfg, &groups, &queues, &parse_pbsnodes(NODES).unwrap(), &jobs).unwrap();
         let got: Vec<(&str, &str, [u32; 4], &str)> = shares
             .iter()
