@@ -158,7 +158,7 @@ fn exec_slots(value: &str) -> Result<Vec<(String, u32)>, String> {
                 Some((a, b)) => {
                     let (a, b) = (a.parse::<u32>(), b.parse::<u32>());
                     match (a, b) {
-                        (Ok(a), Ok(b)) if b >= a => b - a + 1,
+                        (Ok(a), Ok(b)) if b >= a => (b - a).saturating_add(1),
                         _ => return Err(format!("{item:?} is not a host/slots item")),
                     }
                 }
