@@ -28,6 +28,7 @@ use crate::config::{ProviderConfig, VoConfig};
 use crate::error::ProviderError;
 use crate::shares::{
     job_is_vos, queue_devices, share_devices, share_id, share_memory, waiting_times, GroupLimit, SharePolicy, VoShare,
+    UNLIMITED_TIME,
 };
 use crate::site::NodeGroup;
 use crate::sources::walk::node_counts;
@@ -430,7 +431,11 @@ fn partition_load(
     let queued_ahead =
         jobs.iter().filter(|j| !j.running && j.partition == p.name).fold(0u32, |n, _| n.saturating_add(1));
     let remaining = jobs.iter().filter(|j| j.running && j.partition == p.name).map(|j| j.remaining).collect();
-    let (average, worst) = waiting_times(free_slots, queued_ahead, remaining);
+    // A partition that is not UP starts no job: the wait has no bound.
+    let (average, worst) = match p.serving_state() {
+        "production" => waiting_times(free_slots, queued_ahead, remaining),
+        _ => (UNLIMITED_TIME, UNLIMITED_TIME),
+    };
     // SLURM limits wall time only; a slot's CPU time cannot exceed it.
     let default_time = p.default_time.or(p.max_time);
     Ok(PartitionLoad {

@@ -19,6 +19,7 @@ use crate::config::{ProviderConfig, VoConfig};
 use crate::error::ProviderError;
 use crate::shares::{
     job_is_vos, queue_devices, share_devices, share_id, share_memory, waiting_times, SharePolicy, VoShare,
+    UNLIMITED_TIME,
 };
 use crate::site::NodeGroup;
 use crate::sources::walk::node_counts;
@@ -348,7 +349,11 @@ fn queue_load(
     );
     let queued_ahead = jobs.iter().filter(|j| !j.running && j.queue == q.name).fold(0u32, |n, _| n.saturating_add(1));
     let remaining = jobs.iter().filter(|j| j.running && j.queue == q.name).map(|j| j.remaining).collect();
-    let (average, worst) = waiting_times(free_slots, queued_ahead, remaining);
+    // A disabled or stopped queue starts no job: the wait has no bound.
+    let (average, worst) = match q.serving_state() {
+        "production" => waiting_times(free_slots, queued_ahead, remaining),
+        _ => (UNLIMITED_TIME, UNLIMITED_TIME),
+    };
     // Without a default, a job is held to the queue's maximum.
     let max_wall = q.time("resources_max.walltime")?;
     let max_cpu = q.time("resources_max.cput")?;
@@ -457,7 +462,7 @@ Queue: cpu\n    queue_type = Execution\n    resources_default.neednodes = cpu\n 
     const NODES: &[u8] =
         b"<Data><Node><name>wn01</name><state>job-exclusive</state><properties>gpu,k20</properties><gpus>2</gpus>\
 <gpu_status>gpu[1]=gpu_state=Exclusive,gpu[0]=gpu_state=Exclusive</gpu_status><jobs>0/7.srv</jobs></Node>\
-<Node><name>wn02</name><state>free</state><properties>gpu</properties><gpus>2</gpus></Node></Data>";
+<Node><name>wn02</name><state>free</state><np>2</np><properties>gpu</properties><gpus>2</gpus></Node></Data>";
 
     const JOBS: &[u8] = b"Job Id: 7.srv\n    Job_Name = train\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn01/0\n    exec_gpus = wn01-gpu/0+wn01-gpu/1\n\n\
 Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egroup = atlas\n";
@@ -501,5 +506,10 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
             ],
             "the route queue takes no jobs itself, cpu's nodes carry none of the groups"
         );
+        // gpu has idle slots (wn02's 2) for its one queued job; the stopped atlasonly starts none.
+        assert_eq!(shares[0].policy.estimated_worst_waiting_time, 0);
+        assert_eq!((shares[0].policy.waiting_jobs, shares[1].policy.running_jobs), (1, 1));
+        assert_eq!((shares[0].policy.free_slots, shares[1].policy.used_slots), (2, 1));
+        assert_eq!(shares[2].policy.estimated_worst_waiting_time, UNLIMITED_TIME);
     }
 }
