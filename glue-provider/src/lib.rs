@@ -285,6 +285,7 @@ mod tests {
             environments: vec!["ce.example.org_gts450".into()],
             devices: [("GPGPU".to_string(), shares::ShareDevices { total: 4, free: 1, used: 3, max_per_job: 2 })]
                 .into(),
+            policy: shares::SharePolicy::default(),
         };
         let snapshot = strategy::Snapshot {
             groups: groups.into_iter().zip(counts).collect(),

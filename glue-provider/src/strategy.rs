@@ -81,6 +81,40 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
     out
 }
 
+/// The ComputingShare attributes of a share's limits and load. A time the
+/// LRMS does not limit is left out where GLUE lets it be (`Max…`) and is
+/// [`crate::shares::UNLIMITED_TIME`] where EGI's profile requires it (`Default…`).
+fn push_share_policy(e: &mut Entry, p: &crate::shares::SharePolicy) {
+    let unlimited = crate::shares::UNLIMITED_TIME;
+    if let Some(t) = p.max_wall_time {
+        e.push("GLUE2ComputingShareMaxWallTime", t.to_string());
+    }
+    e.push("GLUE2ComputingShareDefaultWallTime", p.default_wall_time.unwrap_or(unlimited).to_string());
+    if let Some(t) = p.max_cpu_time {
+        e.push("GLUE2ComputingShareMaxCPUTime", t.to_string());
+    }
+    e.push("GLUE2ComputingShareDefaultCPUTime", p.default_cpu_time.unwrap_or(unlimited).to_string());
+    if let Some(n) = p.max_total_jobs {
+        e.push("GLUE2ComputingShareMaxTotalJobs", n.to_string());
+    }
+    if let Some(n) = p.max_running_jobs {
+        e.push("GLUE2ComputingShareMaxRunningJobs", n.to_string());
+    }
+    e.push("GLUE2ComputingShareMaxSlotsPerJob", p.max_slots_per_job.to_string());
+    e.push("GLUE2ComputingShareMaxMainMemory", p.max_main_memory_mb.to_string());
+    e.push("GLUE2ComputingShareGuaranteedMainMemory", p.guaranteed_main_memory_mb.to_string());
+    e.push("GLUE2ComputingShareMaxVirtualMemory", p.max_virtual_memory_mb.to_string());
+    e.push("GLUE2ComputingShareGuaranteedVirtualMemory", p.guaranteed_virtual_memory_mb.to_string());
+    let total = p.running_jobs.saturating_add(p.waiting_jobs);
+    e.push("GLUE2ComputingShareTotalJobs", total.to_string());
+    e.push("GLUE2ComputingShareRunningJobs", p.running_jobs.to_string());
+    e.push("GLUE2ComputingShareWaitingJobs", p.waiting_jobs.to_string());
+    e.push("GLUE2ComputingShareEstimatedAverageWaitingTime", p.estimated_average_waiting_time.to_string());
+    e.push("GLUE2ComputingShareEstimatedWorstWaitingTime", p.estimated_worst_waiting_time.to_string());
+    e.push("GLUE2ComputingShareFreeSlots", p.free_slots.to_string());
+    e.push("GLUE2ComputingShareUsedSlots", p.used_slots.to_string());
+}
+
 /// The CDER key/values of one per-VO ComputingShare: what the VO can get
 /// (`<P>TotalInstances`, `<P>FreeInstances`, `<P>UsedInstances`) and, as
 /// `<P>PerNode`, the most one of its jobs can get on a node. Phase 1 reads
@@ -259,6 +293,7 @@ pub(crate) fn render_entries(
             e.push("GLUE2ShareServiceForeignKey", service_id.clone());
             e.push("GLUE2ComputingShareMappingQueue", share.queue.clone());
             e.push("GLUE2ComputingShareServingState", share.serving_state);
+            push_share_policy(&mut e, &share.policy);
             for ee in &share.environments {
                 e.push("GLUE2ComputingShareExecutionEnvironmentForeignKey", ee.clone());
                 e.push("GLUE2ShareResourceForeignKey", ee.clone());

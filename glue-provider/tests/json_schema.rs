@@ -512,7 +512,7 @@ fn cli_prints_valid_json() {
 /// every GLUE 2 strategy, validate too; each share keeps its own figures.
 #[test]
 fn per_vo_shares_validate_with_every_strategy() {
-    use cder_glue_provider::shares::{share_id, ShareDevices, VoShare};
+    use cder_glue_provider::shares::{share_id, ShareDevices, SharePolicy, VoShare};
     let (_, config, counts, _) = sites().remove(1);
     let groups = cder_glue_provider::site::node_groups(&config).unwrap();
     let group_counts = counts.counts(&groups).unwrap();
@@ -524,6 +524,26 @@ fn per_vo_shares_validate_with_every_strategy() {
         serving_state: "production",
         environments: groups.iter().map(|g| g.id().to_string()).collect(),
         devices: [("GPGPU".to_string(), ShareDevices { total: 4, free, used: 4 - free, max_per_job: 2 })].into(),
+        // The limits and load EGI's profile asks for: numbers in the JSON too.
+        policy: SharePolicy {
+            max_wall_time: Some(172_800),
+            default_wall_time: Some(7200),
+            max_cpu_time: None,
+            default_cpu_time: None,
+            max_slots_per_job: 32,
+            max_main_memory_mb: 65_536,
+            guaranteed_main_memory_mb: 16_384,
+            max_virtual_memory_mb: 81_920,
+            guaranteed_virtual_memory_mb: 20_480,
+            max_running_jobs: Some(10),
+            max_total_jobs: Some(100),
+            running_jobs: 2,
+            waiting_jobs: 1,
+            free_slots: 0,
+            used_slots: 8,
+            estimated_average_waiting_time: 1800,
+            estimated_worst_waiting_time: 3600,
+        },
     };
     let snapshot = cder_glue_provider::sources::Snapshot {
         groups: groups.clone().into_iter().zip(group_counts).collect(),
@@ -537,6 +557,8 @@ fn per_vo_shares_validate_with_every_strategy() {
         assert_valid(&doc, &format!("per-VO shares, {strategies:?}"));
         let shares = entities(&doc, "ComputingShare");
         assert_eq!(shares.len(), 2, "{strategies:?}");
+        assert_eq!(shares[0]["DefaultWallTime"], 7200, "{strategies:?}: {}", shares[0]);
+        assert_eq!(shares[0]["DefaultCPUTime"], 999_999_999, "{strategies:?}: unlimited is GLUE's 999999999");
         let policies = entities(&doc, "MappingPolicy");
         let rules: Vec<&Value> = policies.iter().map(|p| &p["Rule"]).collect();
         assert_eq!(rules, [&json!(["VO:atlas"]), &json!(["VO:cms"])], "{strategies:?}");

@@ -141,6 +141,22 @@ fn each_vo_sees_its_own_share_and_phase_1_honours_it() {
         })
         .collect();
     assert_eq!(policies, [format!("{atlas} VO:atlas"), format!("{cms} VO:cms")]);
+    // EGI's profile on the shares, with slurmctld's own figures: w3's 1-CPU job in gpu-cms.
+    if cder_tests::glue::require_glue_validator() {
+        let v = cder_tests::glue::glue_validator(&text, &[]);
+        assert_eq!((v.errors, v.warnings), (0, 0), "per-VO shares, EGI profile\n{}\n{text}", v.output);
+        let entries = ldif::parse(&text).unwrap();
+        let share = entries.iter().find(|e| e.dn.starts_with(&format!("GLUE2ShareID={cms},"))).unwrap();
+        let get = |a: &str| share.values(a).next().unwrap_or_else(|| panic!("no {a}")).to_string();
+        assert_eq!(
+            (get("GLUE2ComputingShareRunningJobs"), get("GLUE2ComputingShareWaitingJobs")),
+            ("1".into(), "0".into())
+        );
+        assert_eq!(get("GLUE2ComputingShareUsedSlots"), "1");
+        // MaxTime=INFINITE: no MaxWallTime, GLUE's unlimited as the default.
+        assert!(share.values("GLUE2ComputingShareMaxWallTime").next().is_none());
+        assert_eq!(get("GLUE2ComputingShareDefaultWallTime"), "999999999");
+    }
 
     let slapd = Slapd::start(&SlapdOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     slapd.add_base_entries().unwrap();

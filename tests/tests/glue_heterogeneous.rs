@@ -176,6 +176,12 @@ Queue: k20
     acl_group_enable = True
     acl_groups = atlas
     resources_default.neednodes = k20
+    resources_max.walltime = 48:00:00
+    resources_default.walltime = 02:00:00
+    resources_max.cput = 48:00:00
+    resources_max.mem = 32gb
+    max_running = 10
+    max_queuable = 100
     enabled = True
     started = True
 ";
@@ -186,7 +192,10 @@ const QSTAT_F: &str = "Job Id: 17.ce.example.org
     queue = k20
     euser = atlas001
     egroup = atlas
+    exec_host = wn01/0-3
     exec_gpus = wn01-gpu/0+wn01-gpu/1
+    Resource_List.walltime = 02:00:00
+    resources_used.walltime = 00:30:00
 
 Job Id: 18.ce.example.org
     job_state = R
@@ -280,4 +289,28 @@ fn torque_queue_acls_give_each_vo_its_share() {
         )
         .unwrap();
     assert!(ext.contains("GLUE2ExtensionValue: 1"), "{ext}");
+
+    // EGI's profile on the shares: the limits, slots and jobs come from qstat -Qf / -f -1.
+    let text = publish(&config, &["attribute-extension", "class-extension", "hybrid"]);
+    let v = cder_tests::glue::glue_validator(&text, &[]);
+    assert_eq!((v.errors, v.warnings), (0, 0), "per-VO shares, EGI profile\n{}\n{text}", v.output);
+    let entries = cder_glue_provider::ldif::parse(&text).unwrap();
+    let k20 = entries.iter().find(|e| e.dn.starts_with("GLUE2ShareID=k20_atlas_")).unwrap();
+    let get = |a: &str| k20.values(a).next().unwrap_or_else(|| panic!("no {a}")).to_string();
+    assert_eq!(get("GLUE2ComputingShareMaxWallTime"), "172800");
+    assert_eq!(get("GLUE2ComputingShareDefaultWallTime"), "7200");
+    // No resources_default.cput: a job is held to the maximum.
+    assert_eq!(get("GLUE2ComputingShareDefaultCPUTime"), "172800");
+    assert_eq!(get("GLUE2ComputingShareMaxMainMemory"), "32768");
+    assert_eq!(
+        (get("GLUE2ComputingShareMaxRunningJobs"), get("GLUE2ComputingShareMaxTotalJobs")),
+        ("10".into(), "100".into())
+    );
+    // wn01, wn02: 16 slots each, atlas's job holds 4 of wn01's.
+    assert_eq!((get("GLUE2ComputingShareFreeSlots"), get("GLUE2ComputingShareUsedSlots")), ("28".into(), "4".into()));
+    assert_eq!(
+        (get("GLUE2ComputingShareRunningJobs"), get("GLUE2ComputingShareWaitingJobs")),
+        ("1".into(), "0".into())
+    );
+    assert_eq!(get("GLUE2ComputingShareEstimatedWorstWaitingTime"), "0");
 }

@@ -246,6 +246,106 @@ gres_type = "t4"
     assert_eq!((value(t4, "GlueSubClusterPhysicalCPUs"), value(t4, "GlueSubClusterLogicalCPUs")), ("1", "16"));
 }
 
+/// `scontrol --all show partition -o` (22.05): one partition over the three
+/// nodes with wall time, node, CPU and memory limits.
+const PARTITION: &str = "PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A DefaultTime=04:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=1 MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=16 Nodes=wn[01-03] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=80 TotalNodes=3 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerCPU=2000 MaxMemPerNode=48000
+";
+
+/// `scontrol --all -d show job -o`: an atlas and a cms job fill wn01 and
+/// wn02, a second atlas job waits.
+const JOBS: &str = "JobId=21 JobName=train UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=4294901739 Nice=0 Account=atlas QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 RunTime=10:00:00 TimeLimit=1-00:00:00 TimeMin=N/A Partition=gpu NodeList=wn01 NumNodes=1 NumCPUs=32 NumTasks=1 CPUs/Task=1 TRES=cpu=32,mem=64000M,node=1,billing=32,gres/gpu=2 JOB_GRES=gpu:k20m:2
+JobId=22 JobName=reco UserId=cms001(2001) GroupId=cms(2001) MCS_label=N/A Priority=4294901738 Nice=0 Account=cms QOS=normal JobState=RUNNING Reason=None RunTime=01:00:00 TimeLimit=04:00:00 Partition=gpu NodeList=wn02 NumNodes=1 NumCPUs=32 NumTasks=1 TRES=cpu=32,mem=2000M,node=1,billing=32
+JobId=23 JobName=train2 UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=4294901737 Nice=0 Account=atlas QOS=normal JobState=PENDING Reason=Resources RunTime=00:00:00 TimeLimit=04:00:00 Partition=gpu NodeList=(null) NumNodes=1 NumCPUs=16 NumTasks=1 TRES=cpu=16,node=1,billing=16
+";
+
+#[test]
+fn slurm_vo_shares_are_clean() {
+    if !require_glue_validator() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let nodes =
+        SCONTROL.replace("CPUAlloc=4 ", "CPUAlloc=32 ").replace("CPUAlloc=0 CPUEfctv=32", "CPUAlloc=32 CPUEfctv=32");
+    let scontrol = executable(
+        dir.path(),
+        "scontrol",
+        &format!(
+            "#!/bin/sh\ncase \"$*\" in\n'-d show node -o') cat <<'EOF'\n{nodes}EOF\n;;\n'--all show partition -o') cat <<'EOF'\n{PARTITION}EOF\n;;\n'--all -d show job -o') cat <<'EOF'\n{JOBS}EOF\n;;\n*) exit 2;;\nesac\n"
+        ),
+    );
+    let config = dir.path().join("glue-provider.toml");
+    std::fs::write(
+        &config,
+        head(&format!("source = \"slurm\"\nscontrol = \"{}\"", scontrol.display()))
+            + r#"
+[[group]]
+id = "ce.example.org_k20"
+nodes = ["wn[01-02]"]
+platform = "amd64"
+main_memory_mb = 64000
+virtual_memory_mb = 72192
+os_name = "Debian"
+os_version = "11"
+
+[[group.device]]
+model = "Tesla K20m"
+count = 4
+memory_mb = 4800
+gres_type = "k20m"
+
+[[group]]
+id = "ce.example.org_t4"
+nodes = ["wn03"]
+platform = "amd64"
+main_memory_mb = 32000
+virtual_memory_mb = 32000
+os_name = "Debian"
+os_version = "11"
+
+[[group.device]]
+model = "Tesla T4"
+count = 2
+memory_mb = 16384
+gres_type = "t4"
+
+[[vo]]
+name = "atlas"
+accounts = ["atlas"]
+
+[[vo]]
+name = "cms"
+accounts = ["cms"]
+"#,
+    )
+    .unwrap();
+    let (entries, rows) = validate_every_strategy("slurm per-VO shares", &config);
+    print_table(&rows);
+    let atlas = entry(&entries, "GLUE2ShareID=gpu_atlas_");
+    let v = |a: &'static str| value(atlas, a);
+    // MaxTime=2-00:00:00, DefaultTime=04:00:00; SLURM limits no CPU time: the wall time bounds it.
+    assert_eq!((v("GLUE2ComputingShareMaxWallTime"), v("GLUE2ComputingShareDefaultWallTime")), ("172800", "14400"));
+    assert_eq!(v("GLUE2ComputingShareDefaultCPUTime"), "14400");
+    // MaxNodes=1 × MaxCPUsPerNode=16.
+    assert_eq!(v("GLUE2ComputingShareMaxSlotsPerJob"), "16");
+    // MaxMemPerNode=48000 under the 64000 MB nodes; DefMemPerCPU=2000 is what a job gets unasked.
+    assert_eq!(
+        (v("GLUE2ComputingShareMaxMainMemory"), v("GLUE2ComputingShareGuaranteedMainMemory")),
+        ("48000", "2000")
+    );
+    assert_eq!(
+        (v("GLUE2ComputingShareMaxVirtualMemory"), v("GLUE2ComputingShareGuaranteedVirtualMemory")),
+        ("72192", "32000")
+    );
+    assert_eq!((v("GLUE2ComputingShareRunningJobs"), v("GLUE2ComputingShareWaitingJobs")), ("1", "1"));
+    assert_eq!((v("GLUE2ComputingShareFreeSlots"), v("GLUE2ComputingShareUsedSlots")), ("0", "32"));
+    // No idle slot, one job ahead: the second running job to reach its limit (atlas's, 14 h left) makes room.
+    assert_eq!(v("GLUE2ComputingShareEstimatedWorstWaitingTime"), "50400");
+    assert_eq!(v("GLUE2ComputingShareEstimatedAverageWaitingTime"), "25200");
+    let cms = entry(&entries, "GLUE2ShareID=gpu_cms_");
+    assert_eq!(value(cms, "GLUE2ComputingShareUsedSlots"), "32");
+    assert_eq!(value(cms, "GLUE2ComputingShareWaitingJobs"), "0");
+}
+
 /// `pbsnodes -x` as a TORQUE 6.1 server (built with hwloc) prints it:
 /// `<np>`, `<status>` with `ncpus` and `totmem` (RAM + swap, kb), and the
 /// `<total_sockets>` … topology; wn03 is down and has no `<status>`.

@@ -28,7 +28,7 @@ use crate::config::{CountSourceKind, ProviderConfig, VoConfig};
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 
-pub use crate::sources::counts::{ShareDevices, VoShare};
+pub use crate::sources::counts::{ShareDevices, SharePolicy, VoShare};
 
 /// The share ID of `queue` for `vo`: `<queue>_<vo>_<service id>`.
 pub fn share_id(queue: &str, vo: &str, service_id: &str) -> String {
@@ -101,6 +101,63 @@ pub(crate) fn queue_devices(
     Ok((environments, out))
 }
 
+/// What GLUE publishes for a time the LRMS does not bound (no limit, or a
+/// wait behind jobs without one): the "unlimited" value of CREAM's and the
+/// GLUE 1.3 providers, which glue-validator knows (an INFO, "default value").
+pub const UNLIMITED_TIME: u64 = 999_999_999;
+
+/// `EstimatedAverageWaitingTime` and `EstimatedWorstWaitingTime` of a new
+/// job from what the queue holds now: with more idle slots than jobs queued
+/// ahead of it, it starts at once (0). Otherwise it waits for the running
+/// job whose end makes room for it: the worst case is every running job
+/// using its whole time limit (`remaining`: each one's limit less what it
+/// has run, `None` without a limit); the average halves it, jobs ending
+/// anywhere before their limits. A wait behind an unlimited job, or with
+/// nothing running to make room, is [`UNLIMITED_TIME`].
+pub fn waiting_times(free_slots: u32, queued_ahead: u32, mut remaining: Vec<Option<u64>>) -> (u64, u64) {
+    if free_slots > queued_ahead {
+        return (0, 0);
+    }
+    remaining.sort_by_key(|r| r.unwrap_or(u64::MAX));
+    let index = usize::try_from(queued_ahead - free_slots).unwrap_or(usize::MAX);
+    match remaining.get(index).copied().flatten() {
+        Some(worst) if worst < UNLIMITED_TIME => (worst / 2, worst),
+        _ => (UNLIMITED_TIME, UNLIMITED_TIME),
+    }
+}
+
+/// A share's memory figures (MB): `(max main, guaranteed main, max virtual,
+/// guaranteed virtual)` over the groups with nodes in the queue — the
+/// largest node is what a job can get at most, the smallest what it is
+/// sure of —, cut by the queue's limits where the LRMS sets them
+/// (`default_main`: what a job gets without asking). A node's virtual
+/// memory is its group's `virtual_memory_mb`, else `virtual_of` (the
+/// LRMS's figure), else its RAM; never below its RAM.
+pub(crate) fn share_memory(
+    groups: &[NodeGroup],
+    hosts: &dyn Fn(&str) -> bool,
+    virtual_of: &dyn Fn(&NodeGroup) -> Option<u64>,
+    max_main_limit: Option<u64>,
+    default_main: Option<u64>,
+    max_virtual_limit: Option<u64>,
+) -> (u64, u64, u64, u64) {
+    let mut main: Vec<u64> = Vec::new();
+    let mut virt: Vec<u64> = Vec::new();
+    for g in groups.iter().filter(|g| g.nodes.iter().any(|h| hosts(h))) {
+        let ram = g.config.main_memory_mb;
+        main.push(ram);
+        virt.push(g.config.virtual_memory_mb.or_else(|| virtual_of(g)).unwrap_or(ram).max(ram));
+    }
+    let largest = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+    let smallest = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
+    let max_virtual = max_virtual_limit.map_or(largest(&virt), |l| l.min(largest(&virt)));
+    // A job past its virtual memory limit is killed: it gets no more RAM than that.
+    let max_main = max_main_limit.map_or(largest(&main), |l| l.min(largest(&main))).min(max_virtual);
+    let guaranteed_main = default_main.unwrap_or(smallest(&main)).min(max_main);
+    let guaranteed_virtual = smallest(&virt).max(guaranteed_main).min(max_virtual);
+    (max_main, guaranteed_main, max_virtual, guaranteed_virtual)
+}
+
 /// A limit on a VO's devices: `limit` of them, `held` already taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupLimit {
@@ -145,6 +202,17 @@ mod tests {
         // A limit already overrun (lowered while jobs run) leaves nothing, never wraps.
         let d = share_devices(queue, 4, 3, &[GroupLimit { limit: 2, held: 3 }], &[]);
         assert_eq!((d.total, d.free), (2, 0));
+    }
+
+    #[test]
+    fn waiting_times_follow_idle_slots_and_time_limits() {
+        // Idle slots for everyone queued and the new job: it starts at once.
+        assert_eq!(waiting_times(4, 3, vec![Some(600)]), (0, 0));
+        // Full, 1 queued ahead: it waits for the second job to end, at worst at its limit.
+        assert_eq!(waiting_times(0, 1, vec![Some(3600), Some(600), None]), (1800, 3600));
+        // Only an unlimited job could make room, or nothing runs at all.
+        assert_eq!(waiting_times(0, 0, vec![None]), (UNLIMITED_TIME, UNLIMITED_TIME));
+        assert_eq!(waiting_times(0, 0, vec![]), (UNLIMITED_TIME, UNLIMITED_TIME));
     }
 
     #[test]

@@ -26,7 +26,10 @@ use cder_request::hostlist::Hostlist;
 
 use crate::config::{ProviderConfig, VoConfig};
 use crate::error::ProviderError;
-use crate::shares::{job_is_vos, queue_devices, share_devices, share_id, GroupLimit, VoShare};
+use crate::shares::{
+    job_is_vos, queue_devices, share_devices, share_id, share_memory, waiting_times, GroupLimit, SharePolicy, VoShare,
+    UNLIMITED_TIME,
+};
 use crate::site::NodeGroup;
 use crate::sources::walk::node_counts;
 use crate::sources::{gres_count, parse_gres, parse_scontrol, run_command, SlurmNode};
@@ -61,11 +64,33 @@ pub struct Partition {
     pub qos: Option<String>,
     /// `State=`: `UP`, `DOWN`, `DRAIN`, `INACTIVE`.
     pub state: String,
+    /// `MaxTime=` in seconds; `None` for `UNLIMITED`.
+    pub max_time: Option<u64>,
+    /// `DefaultTime=` in seconds; `None` for `NONE` (SLURM then gives `MaxTime`).
+    pub default_time: Option<u64>,
+    /// `MaxNodes=`; `None` for `UNLIMITED`.
+    pub max_nodes: Option<u32>,
+    /// `MaxCPUsPerNode=`; `None` for `UNLIMITED`.
+    pub max_cpus_per_node: Option<u32>,
+    /// `MaxMemPerNode=` (MB), or `MaxMemPerCPU=` × the CPUs of a node, when limited.
+    pub max_mem_per_node: Option<u64>,
+    /// `MaxMemPerCPU=` (MB), when limited.
+    pub max_mem_per_cpu: Option<u64>,
+    /// `DefMemPerNode=` (MB), when set.
+    pub def_mem_per_node: Option<u64>,
+    /// `DefMemPerCPU=` (MB), when set.
+    pub def_mem_per_cpu: Option<u64>,
 }
 
-/// One running job's owner and devices.
+/// One running or pending job's owner, devices and time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningJob {
+    /// `JobState=RUNNING` (else `PENDING`).
+    pub running: bool,
+    /// `NumCPUs=`: the slots it holds (running) or asks for.
+    pub cpus: u32,
+    /// `TimeLimit=` less `RunTime=` in seconds; `None` for `UNLIMITED`.
+    pub remaining: Option<u64>,
     /// `Partition=`.
     pub partition: String,
     /// `Account=`.
@@ -115,6 +140,33 @@ fn list(value: Option<&&str>) -> Option<Vec<String>> {
     }
 }
 
+/// A SLURM time (`UNLIMITED`, `minutes`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`)
+/// in seconds; `Ok(None)` for no limit.
+pub fn parse_time(value: &str) -> Result<Option<u64>, String> {
+    if matches!(value, "UNLIMITED" | "INFINITE" | "NONE" | "Partition_Limit") {
+        return Ok(None);
+    }
+    let bad = || format!("{value:?} is not a SLURM time");
+    let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
+    let (days, rest) = match value.split_once('-') {
+        Some((d, r)) => (Some(number(d)?), r),
+        None => (None, value),
+    };
+    let parts: Vec<u64> = rest.split(':').map(number).collect::<Result<_, _>>()?;
+    let (h, m, sec) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, *m, 0),
+        (None, [m, s]) => (0, *m, *s),
+        (_, [h, m, s]) => (*h, *m, *s),
+        (Some(_), [h]) => (*h, 0, 0),
+        (Some(_), [h, m]) => (*h, *m, 0),
+        _ => return Err(bad()),
+    };
+    let total = [(days.unwrap_or(0), 86_400u64), (h, 3600), (m, 60), (sec, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)));
+    total.map(Some).ok_or_else(bad)
+}
+
 /// `name(id)` → `name`.
 fn strip_id(v: &str) -> &str {
     v.split_once('(').map_or(v, |(n, _)| n)
@@ -132,7 +184,24 @@ pub fn parse_partitions(output: &[u8]) -> Result<Vec<Partition>, ProviderError> 
             None | Some("(null)") => Vec::new(),
             Some(list) => Hostlist::HOSTS.expand_all(&[list.to_string()]).map_err(|e| bad(format!("Nodes: {e}")))?,
         };
+        let time = |key: &str| match f.get(key) {
+            None => Ok(None),
+            Some(v) => parse_time(v).map_err(|m| bad(format!("{key}: {m}"))),
+        };
+        let limit = |key: &str| match f.get(key).copied() {
+            None | Some("UNLIMITED") | Some("0") => Ok(None),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| bad(format!("{key}={v:?} is not a number"))),
+        };
+        let count = |key: &str| limit(key).map(|n| n.map(|n| u32::try_from(n).unwrap_or(u32::MAX)));
         out.push(Partition {
+            max_time: time("MaxTime")?,
+            default_time: time("DefaultTime")?,
+            max_nodes: count("MaxNodes")?,
+            max_cpus_per_node: count("MaxCPUsPerNode")?,
+            max_mem_per_node: limit("MaxMemPerNode")?,
+            max_mem_per_cpu: limit("MaxMemPerCPU")?,
+            def_mem_per_node: limit("DefMemPerNode")?,
+            def_mem_per_cpu: limit("DefMemPerCPU")?,
             name: name.to_string(),
             nodes,
             allow_accounts: list(f.get("AllowAccounts")),
@@ -147,16 +216,27 @@ pub fn parse_partitions(output: &[u8]) -> Result<Vec<Partition>, ProviderError> 
     Ok(out)
 }
 
-/// Parses the running jobs of `scontrol -d show job -o`.
+/// Parses the running and pending jobs of `scontrol -d show job -o`.
 pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
     let text = text(output, "scontrol -d show job -o")?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let f = fields(line);
-        if f.get("JobState") != Some(&"RUNNING") {
-            continue;
-        }
+        let running = match f.get("JobState") {
+            Some(&"RUNNING") => true,
+            Some(&"PENDING") => false,
+            _ => continue,
+        };
         let bad = |what: String| ProviderError::Runtime(format!("scontrol -d show job -o line {}: {what}", n + 1));
+        let time = |key: &str| f.get(key).map_or(Ok(None), |v| parse_time(v)).map_err(|m| bad(format!("{key}: {m}")));
+        let remaining = match time("TimeLimit")? {
+            None => None,
+            Some(limit) => Some(limit.saturating_sub(time("RunTime")?.unwrap_or(0))),
+        };
+        let cpus = match f.get("NumCPUs") {
+            None => 1,
+            Some(v) => v.parse::<u32>().map_err(|_| bad(format!("NumCPUs={v:?} is not a count")))?,
+        };
         // The job's devices: `JOB_GRES=gpu:2` (-d, the allocation), else the
         // GRES items of the allocated TRES (only those in AccountingStorageTRES).
         let mut gres = BTreeMap::new();
@@ -177,6 +257,9 @@ pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
             }
         }
         out.push(RunningJob {
+            running,
+            cpus,
+            remaining,
             partition: f.get("Partition").unwrap_or(&"").to_string(),
             account: f.get("Account").unwrap_or(&"").to_string(),
             group: strip_id(f.get("GroupId").unwrap_or(&"")).to_string(),
@@ -307,6 +390,91 @@ impl SlurmShares {
     }
 }
 
+/// A partition's limits, free slots and waiting times: the same for every VO
+/// it admits (the VO's jobs and slots are added by [`PartitionLoad::for_vo`]).
+struct PartitionLoad {
+    policy: SharePolicy,
+}
+
+/// The ComputingShare figures of a partition, from its `scontrol show
+/// partition` limits, its nodes' CPUs and memory and its jobs.
+fn partition_load(
+    p: &Partition,
+    groups: &[NodeGroup],
+    nodes: &BTreeMap<&str, &SlurmNode>,
+    jobs: &[RunningJob],
+) -> Result<PartitionLoad, ProviderError> {
+    let members: Vec<&SlurmNode> = p.nodes.iter().filter_map(|h| nodes.get(h.as_str()).copied()).collect();
+    let cpus = |n: &SlurmNode| n.cpus.unwrap_or(0).min(p.max_cpus_per_node.unwrap_or(u32::MAX));
+    // The most slots one job gets: MaxNodes of the partition's largest nodes.
+    let mut sizes: Vec<u32> = members.iter().map(|n| cpus(n)).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let take = usize::try_from(p.max_nodes.unwrap_or(u32::MAX)).unwrap_or(usize::MAX);
+    let max_slots_per_job = sizes.iter().take(take).fold(0u32, |sum, n| sum.saturating_add(*n));
+    let free_slots = members
+        .iter()
+        .filter(|n| !n.unavailable())
+        .map(|n| cpus(n).saturating_sub(n.cpu_alloc.unwrap_or(0)))
+        .fold(0u32, u32::saturating_add);
+    let largest_node = sizes.first().copied().unwrap_or(0);
+    let in_partition = |h: &str| p.nodes.iter().any(|n| n == h);
+    let per_cpu = |mb: u64| mb.saturating_mul(u64::from(largest_node.max(1)));
+    let max_main_limit = match (p.max_mem_per_node, p.max_mem_per_cpu) {
+        (Some(n), _) => Some(n),
+        (None, Some(c)) => Some(per_cpu(c)),
+        (None, None) => None,
+    };
+    // A job that asks for no memory gets DefMemPerNode, or DefMemPerCPU for each of its CPUs (one at least).
+    let default_main = p.def_mem_per_node.or(p.def_mem_per_cpu);
+    let (max_main, guaranteed_main, max_virtual, guaranteed_virtual) =
+        share_memory(groups, &in_partition, &|_| None, max_main_limit, default_main, None);
+    let queued_ahead =
+        jobs.iter().filter(|j| !j.running && j.partition == p.name).fold(0u32, |n, _| n.saturating_add(1));
+    let remaining = jobs.iter().filter(|j| j.running && j.partition == p.name).map(|j| j.remaining).collect();
+    // A partition that is not UP starts no job: the wait has no bound.
+    let (average, worst) = match p.serving_state() {
+        "production" => waiting_times(free_slots, queued_ahead, remaining),
+        _ => (UNLIMITED_TIME, UNLIMITED_TIME),
+    };
+    // SLURM limits wall time only; a slot's CPU time cannot exceed it.
+    let default_time = p.default_time.or(p.max_time);
+    Ok(PartitionLoad {
+        policy: SharePolicy {
+            max_wall_time: p.max_time,
+            default_wall_time: default_time,
+            max_cpu_time: p.max_time,
+            default_cpu_time: default_time,
+            max_slots_per_job,
+            max_main_memory_mb: max_main,
+            guaranteed_main_memory_mb: guaranteed_main,
+            max_virtual_memory_mb: max_virtual,
+            guaranteed_virtual_memory_mb: guaranteed_virtual,
+            free_slots,
+            estimated_average_waiting_time: average,
+            estimated_worst_waiting_time: worst,
+            ..SharePolicy::default()
+        },
+    })
+}
+
+impl PartitionLoad {
+    /// The share of `vo`: the partition's figures with the VO's own jobs and slots.
+    fn for_vo(&self, vo: &VoConfig, jobs: &[RunningJob], partition: &str) -> SharePolicy {
+        let mut policy = self.policy;
+        for j in
+            jobs.iter().filter(|j| j.partition == partition && job_is_vos(vo, &j.account, &j.group, &j.user, &j.qos))
+        {
+            if j.running {
+                policy.running_jobs = policy.running_jobs.saturating_add(1);
+                policy.used_slots = policy.used_slots.saturating_add(j.cpus);
+            } else {
+                policy.waiting_jobs = policy.waiting_jobs.saturating_add(1);
+            }
+        }
+        policy
+    }
+}
+
 /// The shares from what `scontrol` printed (separate from the commands so
 /// that the sums can be tested without SLURM).
 pub fn build(
@@ -346,6 +514,7 @@ pub fn build(
         if environments.is_empty() {
             continue;
         }
+        let load = partition_load(p, groups, &nodes, jobs)?;
         for vo in &config.vos {
             if vo.queues.as_ref().is_some_and(|q| !q.contains(&p.name)) {
                 continue;
@@ -357,7 +526,9 @@ pub fn build(
                 let gres = gres_of.get(prefix).cloned().unwrap_or_else(|| prefix.to_ascii_lowercase());
                 let used_by_vo = jobs
                     .iter()
-                    .filter(|j| j.partition == p.name && job_is_vos(vo, &j.account, &j.group, &j.user, &j.qos))
+                    .filter(|j| {
+                        j.running && j.partition == p.name && job_is_vos(vo, &j.account, &j.group, &j.user, &j.qos)
+                    })
                     .try_fold(0u32, |sum, j| sum.checked_add(j.gres.get(&gres).copied().unwrap_or(0)))
                     .ok_or_else(|| {
                         ProviderError::Runtime(format!(
@@ -403,6 +574,7 @@ pub fn build(
                 serving_state: p.serving_state(),
                 environments: environments.clone(),
                 devices: figures,
+                policy: load.for_vo(vo, jobs, &p.name),
             });
         }
     }
@@ -447,7 +619,15 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         assert_eq!((p[0].allow_groups.clone(), p[0].qos.clone()), (None, None));
         assert_eq!(p[1].serving_state(), "draining");
         let j = parse_jobs(JOBS).unwrap();
-        assert_eq!(j.len(), 1, "only running jobs");
+        assert_eq!(j.len(), 1, "running and pending jobs only");
+        assert_eq!(
+            (parse_time("1-02:00:00"), parse_time("30"), parse_time("05:10")),
+            (Ok(Some(93_600)), Ok(Some(1800)), Ok(Some(310)))
+        );
+        assert_eq!(parse_time("UNLIMITED"), Ok(None));
+        assert!(parse_time("soon").is_err());
+        assert!(parse_time("999999999999999-00:00:00").is_err(), "past a u64 of seconds");
+        assert_eq!(p[0].max_time, None);
         assert_eq!((j[0].group.as_str(), j[0].user.as_str(), j[0].gres["gpu"]), ("atlas", "atlas001", 3));
         let q = parse_assoc_mgr_qos(ASSOC_QOS).unwrap();
         assert!(q["normal"].group.is_empty() && q["normal"].per_job.is_empty());

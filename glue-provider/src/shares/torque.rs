@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use crate::config::{ProviderConfig, VoConfig};
 use crate::error::ProviderError;
-use crate::shares::{job_is_vos, queue_devices, share_devices, share_id, VoShare};
+use crate::shares::{
+    job_is_vos, queue_devices, share_devices, share_id, share_memory, waiting_times, SharePolicy, VoShare,
+    UNLIMITED_TIME,
+};
 use crate::site::NodeGroup;
 use crate::sources::walk::node_counts;
 use crate::sources::{parse_pbsnodes, run_command, TorqueNode};
@@ -42,9 +45,16 @@ pub struct Queue {
     pub attributes: BTreeMap<String, String>,
 }
 
-/// One running job of `qstat -f -1`.
+/// One running or waiting job of `qstat -f -1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TorqueJob {
+    /// `job_state = R` (else `Q`, `H`, `W`: waiting).
+    pub running: bool,
+    /// `exec_host` (`wn01/0-1+wn02/3`): the slots held on each node.
+    pub exec_slots: Vec<(String, u32)>,
+    /// `Resource_List.walltime` less `resources_used.walltime` in seconds;
+    /// `None` without a limit.
+    pub remaining: Option<u64>,
     /// `queue`.
     pub queue: String,
     /// `euser`: the account the job runs as.
@@ -98,19 +108,104 @@ pub fn parse_queues(output: &[u8]) -> Result<Vec<Queue>, ProviderError> {
     Ok(blocks(&text, "Queue:").into_iter().map(|(name, attributes)| Queue { name, attributes }).collect())
 }
 
-/// Parses the running jobs of `qstat -f -1`.
+/// A TORQUE time (`HH:MM:SS`, `MM:SS` or seconds) in seconds.
+pub fn parse_time(value: &str) -> Result<u64, String> {
+    let parts: Vec<u64> = value
+        .split(':')
+        .map(|p| p.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{value:?} is not a time"))?;
+    let (h, m, s) = match parts.as_slice() {
+        [s] => (0, 0, *s),
+        [m, s] => (0, *m, *s),
+        [h, m, s] => (*h, *m, *s),
+        _ => return Err(format!("{value:?} is not a time")),
+    };
+    [(h, 3600u64), (m, 60), (s, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)))
+        .ok_or_else(|| format!("{value:?} is longer than a time holds"))
+}
+
+/// A TORQUE size (`4gb`, `512mb`, `1048576kb`, `100b`; `w`: 8-byte words) in MB.
+pub fn parse_size_mb(value: &str) -> Result<u64, String> {
+    let v = value.to_ascii_lowercase();
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits.parse().map_err(|_| format!("{value:?} is not a size"))?;
+    let bytes_per_unit: u64 = match &v[digits.len()..] {
+        "" | "b" => 1,
+        "w" => 8,
+        "kb" => 1 << 10,
+        "kw" => 8 << 10,
+        "mb" => 1 << 20,
+        "mw" => 8 << 20,
+        "gb" => 1 << 30,
+        "gw" => 8 << 30,
+        "tb" => 1 << 40,
+        "tw" => 8 << 40,
+        _ => return Err(format!("{value:?} is not a size")),
+    };
+    Ok(n.saturating_mul(bytes_per_unit) >> 20)
+}
+
+/// `wn01/0-1+wn02/3` → `[("wn01", 2), ("wn02", 1)]`.
+fn exec_slots(value: &str) -> Result<Vec<(String, u32)>, String> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for item in value.split('+').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, slots) = item.split_once('/').unwrap_or((item, "0"));
+        let mut n = 0u32;
+        for range in slots.split(',') {
+            let count = match range.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (a.parse::<u32>(), b.parse::<u32>());
+                    match (a, b) {
+                        (Ok(a), Ok(b)) if b >= a => (b - a).saturating_add(1),
+                        _ => return Err(format!("{item:?} is not a host/slots item")),
+                    }
+                }
+                None => {
+                    range.parse::<u32>().map_err(|_| format!("{item:?} is not a host/slots item"))?;
+                    1
+                }
+            };
+            n = n.saturating_add(count);
+        }
+        match out.iter_mut().find(|(h, _)| h == host) {
+            Some((_, m)) => *m = m.saturating_add(n),
+            None => out.push((host.to_string(), n)),
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the running and waiting jobs of `qstat -f -1`.
 pub fn parse_jobs(output: &[u8]) -> Result<Vec<TorqueJob>, ProviderError> {
     let text = utf8(output, "qstat -f -1")?;
     let mut out = Vec::new();
     for (id, a) in blocks(&text, "Job Id:") {
-        if a.get("job_state").map(String::as_str) != Some("R") {
-            continue;
-        }
+        let running = match a.get("job_state").map(String::as_str) {
+            Some("R") => true,
+            Some("Q" | "H" | "W") => false,
+            _ => continue,
+        };
+        let bad = |m: String| ProviderError::Runtime(format!("qstat -f -1: job {id}: {m}"));
+        let time = |k: &str| a.get(k).map(|v| parse_time(v)).transpose().map_err(|m| bad(format!("{k}: {m}")));
+        let remaining = match time("Resource_List.walltime")? {
+            None => None,
+            Some(limit) => Some(limit.saturating_sub(time("resources_used.walltime")?.unwrap_or(0))),
+        };
+        let exec_slots = match a.get("exec_host") {
+            Some(v) if running => exec_slots(v).map_err(|m| bad(format!("exec_host: {m}")))?,
+            _ => Vec::new(),
+        };
         let gpus = a.get("exec_gpus").map_or(0, |g| g.split('+').filter(|s| !s.trim().is_empty()).count());
         let gpus = u32::try_from(gpus)
             .map_err(|_| ProviderError::Runtime(format!("qstat -f -1: job {id}: exec_gpus lists too many GPUs")))?;
         let get = |k: &str| a.get(k).cloned().unwrap_or_default();
         out.push(TorqueJob {
+            running,
+            exec_slots,
+            remaining,
             queue: get("queue"),
             user: get("euser"),
             group: get("egroup"),
@@ -163,6 +258,30 @@ impl Queue {
             .unwrap_or_default()
     }
 
+    fn time(&self, key: &str) -> Result<Option<u64>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| parse_time(v))
+            .transpose()
+            .map_err(|m| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key}: {m}", self.name)))
+    }
+
+    fn size_mb(&self, key: &str) -> Result<Option<u64>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| parse_size_mb(v))
+            .transpose()
+            .map_err(|m| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key}: {m}", self.name)))
+    }
+
+    fn count(&self, key: &str) -> Result<Option<u32>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| v.parse::<u32>())
+            .transpose()
+            .map_err(|_| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key} is not a count", self.name)))
+    }
+
     /// `GLUE2ComputingShareServingState`: a disabled queue takes no jobs
     /// (closed); a stopped one takes but does not run them (queueing).
     pub fn serving_state(&self) -> &'static str {
@@ -191,6 +310,86 @@ impl TorqueShares {
     }
 }
 
+/// The ComputingShare figures of a queue: its `resources_max` /
+/// `resources_default` limits, `max_running`, `max_queuable`, its nodes'
+/// idle slots (`np` less the slots running jobs hold there) and the
+/// waiting time behind its queued jobs.
+fn queue_load(
+    q: &Queue,
+    groups: &[NodeGroup],
+    nodes: &BTreeMap<&str, &TorqueNode>,
+    runs_on: &dyn Fn(&str) -> bool,
+    jobs: &[TorqueJob],
+) -> Result<SharePolicy, ProviderError> {
+    let members: Vec<&TorqueNode> = nodes.values().copied().filter(|n| runs_on(&n.name)).collect();
+    let held = |host: &str| {
+        jobs.iter()
+            .flat_map(|j| &j.exec_slots)
+            .filter(|(h, _)| h == host)
+            .fold(0u32, |sum, (_, n)| sum.saturating_add(*n))
+    };
+    let free_slots = members
+        .iter()
+        .filter(|n| !n.unavailable())
+        .map(|n| n.np.unwrap_or(0).saturating_sub(held(&n.name)))
+        .fold(0u32, u32::saturating_add);
+    let all_slots = members.iter().map(|n| n.np.unwrap_or(0)).fold(0u32, u32::saturating_add);
+    let max_slots_per_job =
+        q.count("resources_max.procs")?.or(q.count("resources_max.ncpus")?).map_or(all_slots, |n| n.min(all_slots));
+    // A node's RAM plus swap, as `totmem` reports it: the smallest of the group's nodes that report it.
+    let totmem = |g: &NodeGroup| g.nodes.iter().filter_map(|h| nodes.get(h.as_str()).and_then(|n| n.totmem_mb)).min();
+    let default_main = q.size_mb("resources_default.mem")?;
+    let (max_main, guaranteed_main, max_virtual, guaranteed_virtual) = share_memory(
+        groups,
+        runs_on,
+        &totmem,
+        q.size_mb("resources_max.mem")?,
+        default_main,
+        q.size_mb("resources_max.vmem")?,
+    );
+    let queued_ahead = jobs.iter().filter(|j| !j.running && j.queue == q.name).fold(0u32, |n, _| n.saturating_add(1));
+    let remaining = jobs.iter().filter(|j| j.running && j.queue == q.name).map(|j| j.remaining).collect();
+    // A disabled or stopped queue starts no job: the wait has no bound.
+    let (average, worst) = match q.serving_state() {
+        "production" => waiting_times(free_slots, queued_ahead, remaining),
+        _ => (UNLIMITED_TIME, UNLIMITED_TIME),
+    };
+    // Without a default, a job is held to the queue's maximum.
+    let max_wall = q.time("resources_max.walltime")?;
+    let max_cpu = q.time("resources_max.cput")?;
+    Ok(SharePolicy {
+        max_wall_time: max_wall,
+        default_wall_time: q.time("resources_default.walltime")?.or(max_wall),
+        max_cpu_time: max_cpu,
+        default_cpu_time: q.time("resources_default.cput")?.or(max_cpu),
+        max_slots_per_job,
+        max_main_memory_mb: max_main,
+        guaranteed_main_memory_mb: guaranteed_main,
+        max_virtual_memory_mb: max_virtual,
+        guaranteed_virtual_memory_mb: guaranteed_virtual,
+        max_running_jobs: q.count("max_running")?.filter(|n| *n > 0),
+        max_total_jobs: q.count("max_queuable")?.filter(|n| *n > 0),
+        free_slots,
+        estimated_average_waiting_time: average,
+        estimated_worst_waiting_time: worst,
+        ..SharePolicy::default()
+    })
+}
+
+/// The queue's figures with the VO's own jobs and slots.
+fn vo_policy(mut policy: SharePolicy, vo: &VoConfig, jobs: &[TorqueJob], queue: &str) -> SharePolicy {
+    for j in jobs.iter().filter(|j| j.queue == queue && job_is_vos(vo, &j.account, &j.group, &j.user, "")) {
+        if j.running {
+            policy.running_jobs = policy.running_jobs.saturating_add(1);
+            let slots = j.exec_slots.iter().fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
+            policy.used_slots = policy.used_slots.saturating_add(slots);
+        } else {
+            policy.waiting_jobs = policy.waiting_jobs.saturating_add(1);
+        }
+    }
+    policy
+}
+
 /// The shares from what TORQUE printed.
 pub fn build(
     config: &ProviderConfig,
@@ -216,6 +415,7 @@ pub fn build(
         if environments.is_empty() {
             continue;
         }
+        let base = queue_load(q, groups, &nodes, &runs_on, jobs)?;
         for vo in &config.vos {
             if vo.queues.as_ref().is_some_and(|list| !list.contains(&q.name)) || !q.admits(vo) {
                 continue;
@@ -223,7 +423,7 @@ pub fn build(
             let vo_name = vo.name.get_ref();
             let used = jobs
                 .iter()
-                .filter(|j| j.queue == q.name && job_is_vos(vo, &j.account, &j.group, &j.user, ""))
+                .filter(|j| j.running && j.queue == q.name && job_is_vos(vo, &j.account, &j.group, &j.user, ""))
                 .try_fold(0u32, |sum, j| sum.checked_add(j.gpus))
                 .ok_or_else(|| {
                     ProviderError::Runtime(format!(
@@ -242,6 +442,7 @@ pub fn build(
                 serving_state: q.serving_state(),
                 environments: environments.clone(),
                 devices: figures,
+                policy: vo_policy(base, vo, jobs, &q.name),
             });
         }
     }
@@ -261,7 +462,7 @@ Queue: cpu\n    queue_type = Execution\n    resources_default.neednodes = cpu\n 
     const NODES: &[u8] =
         b"<Data><Node><name>wn01</name><state>job-exclusive</state><properties>gpu,k20</properties><gpus>2</gpus>\
 <gpu_status>gpu[1]=gpu_state=Exclusive,gpu[0]=gpu_state=Exclusive</gpu_status><jobs>0/7.srv</jobs></Node>\
-<Node><name>wn02</name><state>free</state><properties>gpu</properties><gpus>2</gpus></Node></Data>";
+<Node><name>wn02</name><state>free</state><np>2</np><properties>gpu</properties><gpus>2</gpus></Node></Data>";
 
     const JOBS: &[u8] = b"Job Id: 7.srv\n    Job_Name = train\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn01/0\n    exec_gpus = wn01-gpu/0+wn01-gpu/1\n\n\
 Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egroup = atlas\n";
@@ -279,8 +480,15 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
         assert_eq!(queues[0].needed_properties(), ["gpu"]);
         assert_eq!(queues[0].attributes["acl_groups"], "atlas,cms@ui.example.org");
         let jobs = parse_jobs(JOBS).unwrap();
-        assert_eq!(jobs.len(), 1);
-        assert_eq!((jobs[0].group.as_str(), jobs[0].gpus), ("cms", 2));
+        assert_eq!(jobs.len(), 2, "running and queued");
+        assert_eq!((jobs[0].group.as_str(), jobs[0].gpus, jobs[0].running), ("cms", 2, true));
+        assert_eq!(jobs[0].exec_slots, [("wn01".to_string(), 1)]);
+        assert!(!jobs[1].running);
+        assert_eq!(exec_slots("wn01/0-1,4+wn02/3").unwrap(), [("wn01".to_string(), 3), ("wn02".to_string(), 1)]);
+        assert_eq!((parse_time("48:00:00"), parse_time("90")), (Ok(172_800), Ok(90)));
+        assert_eq!((parse_size_mb("4gb"), parse_size_mb("2097152kb")), (Ok(4096), Ok(2048)));
+        assert!(parse_size_mb("4xb").is_err());
+        assert!(parse_time("99999999999999999:00:00").is_err());
         let shares = build(&cfg, &groups, &queues, &parse_pbsnodes(NODES).unwrap(), &jobs).unwrap();
         let got: Vec<(&str, &str, [u32; 4], &str)> = shares
             .iter()
@@ -298,5 +506,10 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
             ],
             "the route queue takes no jobs itself, cpu's nodes carry none of the groups"
         );
+        // gpu has idle slots (wn02's 2) for its one queued job; the stopped atlasonly starts none.
+        assert_eq!(shares[0].policy.estimated_worst_waiting_time, 0);
+        assert_eq!((shares[0].policy.waiting_jobs, shares[1].policy.running_jobs), (1, 1));
+        assert_eq!((shares[0].policy.free_slots, shares[1].policy.used_slots), (2, 1));
+        assert_eq!(shares[2].policy.estimated_worst_waiting_time, UNLIMITED_TIME);
     }
 }

@@ -161,6 +161,49 @@ pub struct VoShare {
     pub environments: Vec<String>,
     /// Per device prefix (`GPGPU`): the VO's figures.
     pub devices: BTreeMap<String, ShareDevices>,
+    /// The queue's limits, slots, jobs and waiting times as the VO sees them.
+    pub policy: SharePolicy,
+}
+
+/// A share's limits and load, the ComputingShare attributes EGI's profile
+/// asks for. Times in seconds, memory in MB; a time limit of `None` is one
+/// the LRMS does not set (unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharePolicy {
+    /// `MaxWallTime`: the longest wall time a job may ask for.
+    pub max_wall_time: Option<u64>,
+    /// `DefaultWallTime`: the limit of a job that asks for none.
+    pub default_wall_time: Option<u64>,
+    /// `MaxCPUTime` (per slot).
+    pub max_cpu_time: Option<u64>,
+    /// `DefaultCPUTime` (per slot).
+    pub default_cpu_time: Option<u64>,
+    /// `MaxSlotsPerJob`.
+    pub max_slots_per_job: u32,
+    /// `MaxMainMemory`.
+    pub max_main_memory_mb: u64,
+    /// `GuaranteedMainMemory`.
+    pub guaranteed_main_memory_mb: u64,
+    /// `MaxVirtualMemory`.
+    pub max_virtual_memory_mb: u64,
+    /// `GuaranteedVirtualMemory`.
+    pub guaranteed_virtual_memory_mb: u64,
+    /// `MaxRunningJobs`, where the queue has such a limit.
+    pub max_running_jobs: Option<u32>,
+    /// `MaxTotalJobs`, where the queue has such a limit.
+    pub max_total_jobs: Option<u32>,
+    /// `RunningJobs`: the VO's running jobs in the queue.
+    pub running_jobs: u32,
+    /// `WaitingJobs`: the VO's queued (and held) jobs in the queue.
+    pub waiting_jobs: u32,
+    /// `FreeSlots`: the queue's idle slots (CPUs) on nodes that take jobs.
+    pub free_slots: u32,
+    /// `UsedSlots`: slots held by the VO's running jobs.
+    pub used_slots: u32,
+    /// `EstimatedAverageWaitingTime`.
+    pub estimated_average_waiting_time: u64,
+    /// `EstimatedWorstWaitingTime`.
+    pub estimated_worst_waiting_time: u64,
 }
 
 /// A share's figures for one device type.

@@ -39,6 +39,8 @@ pub struct SlurmNode {
     pub cpus: Option<u32>,
     /// `Sockets=`: CPU sockets of the whole node (over all its boards).
     pub sockets: Option<u32>,
+    /// `CPUAlloc=`: CPUs held by jobs.
+    pub cpu_alloc: Option<u32>,
     /// `Version=`: the node's slurmd version.
     pub version: Option<String>,
 }
@@ -130,7 +132,7 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
         let number = |key: &str| {
             fields.get(key).map(|v| v.parse::<u32>().map_err(|_| bad(&format!("{key}={v} is not a count")))).transpose()
         };
-        let (cpus, sockets) = (number("CPUTot")?, number("Sockets")?);
+        let (cpus, sockets, cpu_alloc) = (number("CPUTot")?, number("Sockets")?, number("CPUAlloc")?);
         let version = fields.get("Version").filter(|v| !v.is_empty() && **v != "(null)").map(|v| v.to_string());
         nodes.push(SlurmNode {
             name: name.to_string(),
@@ -140,6 +142,7 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
             gres_used,
             cpus,
             sockets,
+            cpu_alloc,
             version,
         });
     }
