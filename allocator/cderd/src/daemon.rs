@@ -9,8 +9,8 @@ use serde_json::Value;
 use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
-    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation,
-    PROTOCOL_VERSION,
+    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, ShareStatus, Status, TypeCounts,
+    Utilisation, PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
@@ -38,6 +38,9 @@ pub enum StartError {
     /// A `[node] operators` entry names no user this node knows.
     #[error("[node] operators: {0}")]
     Operator(String),
+    /// `[node.sharing]` and SLURM's gres.conf disagree.
+    #[error("[node.sharing]: {0}")]
+    Sharing(#[from] crate::sharing::SharingError),
     /// The state folder could not be created or secured.
     #[error("state dir {}: {source}", path.display())]
     StateDir {
@@ -203,6 +206,10 @@ impl Daemon {
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
         store.sync_inventory(&devices)?;
+        let rows = store.devices()?;
+        let offers = crate::sharing::offered(&config.node.sharing, &rows);
+        crate::sharing::check(&config.node.sharing, &offers, &rows, "cder.toml")?;
+        store.offer_shares(offers);
         let enforcer = Enforcer::new(&config)?;
         let mut held_open_ignore = BTreeSet::new();
         for name in &config.node.enforcement.held_open_ignore_users {
@@ -388,6 +395,7 @@ impl Daemon {
             env: JobEnvironment::for_devices(&self.config.cders, &devices),
             cgroups: None,
             device_cgroup: None,
+            shares: a.shares,
         }
     }
 
@@ -504,7 +512,13 @@ impl Daemon {
             }
         }
         if new {
-            if let Err(e) = self.enforcer.apply(allocation.uid, &allocation.devices) {
+            let applied = match allocation.shares {
+                // Several uids open a shared device: no one owns it, and its
+                // compute mode stays DEFAULT.
+                Some(_) => self.enforcer.apply_shared(&allocation.devices),
+                None => self.enforcer.apply(allocation.uid, &allocation.devices),
+            };
+            if let Err(e) = applied {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
                 let released = store.release(&allocation.job, now()).map_err(StoreError::into_reply)?;
                 for e in self.enforcer.restore(&released) {
@@ -546,7 +560,9 @@ impl Daemon {
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
         let released = store.release_keeping(job, now(), &held).map_err(StoreError::into_reply)?;
-        for e in self.enforcer.restore(&released) {
+        // A shared device goes back to idle when its last sharer leaves.
+        let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
+        for e in self.enforcer.restore(&idle) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
         if let Some(a) = &allocation {
@@ -722,6 +738,7 @@ impl Daemon {
         let store = self.store();
         let devices = store.devices().map_err(StoreError::into_reply)?;
         let generation = store.generation().map_err(StoreError::into_reply)?;
+        let shares = store.shares().map_err(StoreError::into_reply)?;
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
@@ -735,7 +752,19 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
-        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation })
+        let shares = shares
+            .into_iter()
+            .map(|s| ShareStatus {
+                cder_type: s.device.cder_type,
+                index: s.device.index,
+                uuid: s.device.uuid,
+                job: s.job,
+                uid: s.uid,
+                shares: s.shares,
+                total: s.total,
+            })
+            .collect();
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, shares })
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {

@@ -62,6 +62,33 @@ pub struct NodeConfig {
     /// The health watch over NVML devices.
     #[serde(default)]
     pub health: HealthWatch,
+    /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
+    #[serde(default)]
+    pub sharing: Sharing,
+}
+
+/// `[node.sharing]`: this node offers its `gpgpu` devices (or those listed)
+/// as `shares_per_gpu` shares each, as SLURM's `gres/shard` counts them: a
+/// shared GPU is never handed out whole, and its sharers are not fenced
+/// from one another on the GPU (docs/sharing.md).
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Sharing {
+    /// Shares per shared GPU: gres.conf's `Count=` of its `Name=shard`
+    /// record. 0 (the default): nothing is shared.
+    #[serde(default)]
+    pub shares_per_gpu: u32,
+    /// Indices of the `gpgpu` devices offered as shares; absent: every one.
+    #[serde(default)]
+    pub gpus: Option<Vec<u32>>,
+    /// SLURM's gres.conf on this node: cderd checks at start that its
+    /// `Name=shard` records offer exactly these GPUs, so, and refuses to
+    /// start otherwise, naming the line.
+    #[serde(default)]
+    pub slurm_gres_conf: Option<PathBuf>,
+    /// This node's `NodeName` in gres.conf; default: the host name.
+    #[serde(default)]
+    pub slurm_node_name: Option<String>,
 }
 
 /// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
@@ -247,6 +274,7 @@ impl Default for NodeConfig {
             max_request_bytes: default_max_request_bytes(),
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
+            sharing: Sharing::default(),
         }
     }
 }

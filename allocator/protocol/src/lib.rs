@@ -31,8 +31,8 @@ pub mod request;
 pub use client::{Client, ClientError, MAX_REPLY_BYTES};
 pub use reply::{
     error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, Confined, DeviceState,
-    DeviceStatus, DrainRecord, ErrorCode, ErrorReply, Pong, Reconciled, Released, Status, TypeCounts, Utilisation,
-    REFUSED_TO_RECORD,
+    DeviceStatus, DrainRecord, ErrorCode, ErrorReply, Pong, Reconciled, Released, ShareStatus, Status, TypeCounts,
+    Utilisation, REFUSED_TO_RECORD,
 };
 pub use request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request,

@@ -127,7 +127,15 @@ fn held(indices: &[u32]) -> Allocation {
             path: Some(format!("/dev/nvidia{i}")),
         })
         .collect();
-    Allocation { job: job(), uid: 1000, devices, env: JobEnvironment::default(), cgroups: None, device_cgroup: None }
+    Allocation {
+        job: job(),
+        uid: 1000,
+        devices,
+        env: JobEnvironment::default(),
+        cgroups: None,
+        device_cgroup: None,
+        shares: None,
+    }
 }
 
 fn step(options: RawRequest, gpus: Option<&str>) -> Step {
