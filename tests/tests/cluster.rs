@@ -22,6 +22,7 @@ mod glue_validator;
 mod ldap_capacity;
 mod slurm_mig;
 mod slurm_plugins;
+mod slurm_shares;
 mod slurm_stress;
 mod slurm_trust;
 mod twophase_bad_input;

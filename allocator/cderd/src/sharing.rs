@@ -34,7 +34,6 @@ pub fn offered(sharing: &Sharing, devices: &[LedgerRow]) -> BTreeMap<(String, u3
     devices
         .iter()
         .filter(|d| d.cder_type == cder_request::GPGPU && d.present)
-        .filter(|d| sharing.gpus.as_ref().is_none_or(|g| g.contains(&d.index)))
         .map(|d| ((d.cder_type.clone(), d.index), sharing.shares_per_gpu))
         .collect()
 }
@@ -131,7 +130,7 @@ pub fn check_gres_conf(
         };
         let Some(&shares) = offered.get(&(d.cder_type.clone(), d.index)) else {
             return Err(bad(format!(
-                "Name=shard File={}: {} is not offered as shares in {config_file} ([node.sharing] gpus, shares_per_gpu); SLURM would share a GPU cderd hands out whole",
+                "Name=shard File={}: {} is not offered as shares in {config_file} ([node.sharing] shares_per_gpu); SLURM would share a GPU cderd hands out whole",
                 path.display(),
                 d.name()
             )));
@@ -152,6 +151,22 @@ pub fn check_gres_conf(
         }
         if !shard_files.insert(path.clone()) {
             return Err(bad(format!("Name=shard File={}: a second shard record for one GPU", path.display())));
+        }
+    }
+    // SLURM 22.05 spreads a node's shards evenly over all its GPUs, whatever
+    // File= says: a GPU without its shard record would be shared all the same.
+    if !shard_files.is_empty() {
+        for r in recs.iter().filter(|r| r.name == "gpu") {
+            if let Some(f) = r.files.iter().find(|f| !shard_files.contains(*f)) {
+                return Err(SharingError {
+                    file: file.to_string(),
+                    line: r.line,
+                    message: format!(
+                        "Name=gpu File={}: no Name=shard record for it; SLURM spreads a node's shards over all its GPUs, so a node shares every GPU or none",
+                        f.display()
+                    ),
+                });
+            }
         }
     }
     for (ty, index) in offered.keys() {
@@ -220,9 +235,9 @@ mod tests {
         }
     }
 
-    fn check_text(text: &str, gpus: Option<Vec<u32>>) -> Result<(), SharingError> {
+    fn check_text(text: &str, shares_per_gpu: u32) -> Result<(), SharingError> {
         let devices = vec![gpu(0), gpu(1)];
-        let sharing = Sharing { shares_per_gpu: 4, gpus, ..Sharing::default() };
+        let sharing = Sharing { shares_per_gpu, ..Sharing::default() };
         let offered = offered(&sharing, &devices);
         check_gres_conf(text, "gres.conf", Some("wn1"), &offered, &devices, "cder.toml")
     }
@@ -233,9 +248,8 @@ mod tests {
                     NodeName=wn1 Name=shard Count=4 File=/dev/nvidia0\n\
                     NodeName=wn1 Name=shard Count=4 File=/dev/nvidia1\n\
                     NodeName=wn2 Name=shard Count=9 File=/dev/nvidia7\n";
-        check_text(text, None).unwrap();
-        let one = "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=4 File=/dev/nvidia1\n";
-        check_text(one, Some(vec![1])).unwrap();
+        check_text(text, 4).unwrap();
+        check_text("Name=gpu File=/dev/nvidia[0-1]\n", 0).unwrap();
     }
 
     #[test]
@@ -259,8 +273,7 @@ mod tests {
             assert!(e.to_string().contains(needle), "{e}");
             assert!(e.to_string().starts_with(&format!("gres.conf:{line}:")), "{e}");
         }
-        let e = check_text("Name=gpu File=/dev/nvidia1\nName=shard Count=4 File=/dev/nvidia0\n", Some(vec![0]))
-            .unwrap_err();
+        let e = check_text("Name=gpu File=/dev/nvidia1\nName=shard Count=4 File=/dev/nvidia0\n", 4).unwrap_err();
         assert!(e.message.contains("no Name=gpu record names that file"), "{e}");
     }
 

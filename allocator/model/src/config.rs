@@ -67,10 +67,11 @@ pub struct NodeConfig {
     pub sharing: Sharing,
 }
 
-/// `[node.sharing]`: this node offers its `gpgpu` devices (or those listed)
-/// as `shares_per_gpu` shares each, as SLURM's `gres/shard` counts them: a
-/// shared GPU is never handed out whole, and its sharers are not fenced
-/// from one another on the GPU (docs/sharing.md).
+/// `[node.sharing]`: this node offers every `gpgpu` device as
+/// `shares_per_gpu` shares, as SLURM's `gres/shard` counts them (SLURM 22.05
+/// spreads a node's shards evenly over all its GPUs, so a node shares all
+/// or none): a shared GPU is never handed out whole, and its sharers are
+/// not fenced from one another on the GPU (docs/sharing.md).
 #[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Sharing {
@@ -78,9 +79,6 @@ pub struct Sharing {
     /// record. 0 (the default): nothing is shared.
     #[serde(default)]
     pub shares_per_gpu: u32,
-    /// Indices of the `gpgpu` devices offered as shares; absent: every one.
-    #[serde(default)]
-    pub gpus: Option<Vec<u32>>,
     /// SLURM's gres.conf on this node: cderd checks at start that its
     /// `Name=shard` records offer exactly these GPUs, so, and refuses to
     /// start otherwise, naming the line.
