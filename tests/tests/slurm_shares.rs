@@ -24,9 +24,11 @@ pub fn shared_config(cgroup: bool) -> SlurmConfig {
         gres_types: "gpu,shard".into(),
         node_gres: Some("gpu:1,shard:4".into()),
         gres_conf: Some(
-            "NodeName=node1 Name=gpu File={dir}/dev/gpu0\nNodeName=node1 Name=shard Count=4 File={dir}/dev/gpu0\n".into(),
+            "NodeName=node1 Name=gpu File={dir}/dev/gpu0\nNodeName=node1 Name=shard Count=4 File={dir}/dev/gpu0\n"
+                .into(),
         ),
-        cderd_sharing: "shares_per_gpu = 4\nslurm_gres_conf = \"{dir}/gres.conf\"\nslurm_node_name = \"node1\"\n".into(),
+        cderd_sharing: "shares_per_gpu = 4\nslurm_gres_conf = \"{dir}/gres.conf\"\nslurm_node_name = \"node1\"\n"
+            .into(),
         ..SlurmConfig::default()
     }
 }
@@ -47,7 +49,8 @@ fn wait_output(cluster: &SlurmCluster, id: u32) -> std::collections::BTreeMap<St
 
 fn shares_case(cgroup: bool) {
     let name = if cgroup { "task/cgroup" } else { "task/none" };
-    let cluster = SlurmCluster::start(&shared_config(cgroup)).unwrap_or_else(|e| panic!("starting SLURM ({name}): {e}"));
+    let cluster =
+        SlurmCluster::start(&shared_config(cgroup)).unwrap_or_else(|e| panic!("starting SLURM ({name}): {e}"));
     let flag = cluster.jobs_dir().join("release-shares");
     let script = probe(&cluster, &flag);
     // Four one-share jobs land on GPU 0 together, each seeing and opening it.
@@ -96,7 +99,11 @@ fn shares_case(cgroup: bool) {
         if !["PENDING", "RUNNING", "CONFIGURING"].contains(&info.state.as_str()) {
             // SLURM 22.05 put it on GPU 0 (it does not keep whole-GPU jobs
             // off shards); cderd refused the record, so it never started.
-            assert!(out.contains("offered as 4 shares"), "{name}: job {whole} ended {} without cder's reason:\n{out}", info.state);
+            assert!(
+                out.contains("offered as 4 shares"),
+                "{name}: job {whole} ended {} without cder's reason:\n{out}",
+                info.state
+            );
             break;
         }
         assert!(Instant::now() < deadline, "{name}: whole-GPU job {whole} neither ran nor ended\n{}", cluster.logs());
@@ -104,7 +111,10 @@ fn shares_case(cgroup: bool) {
     }
     let status = cluster.cderd_status().unwrap();
     assert!(
-        status.devices.iter().all(|d| d.index != 0 || d.job.as_ref().is_none_or(|j| j.to_string() != format!("slurm:{whole}"))),
+        status
+            .devices
+            .iter()
+            .all(|d| d.index != 0 || d.job.as_ref().is_none_or(|j| j.to_string() != format!("slurm:{whole}"))),
         "{name}: the ledger gave GPU 0 whole to {whole}"
     );
 
@@ -150,5 +160,8 @@ fn cderd_refuses_a_gres_conf_that_contradicts_its_sharing() {
         Ok(_) => panic!("cderd started on a gres.conf that contradicts [node.sharing]"),
         Err(e) => e,
     };
-    assert!(e.contains("gres.conf:2: Name=shard") && e.contains("Count=3, but cder.toml offers gpgpu:0 as 4 shares"), "{e}");
+    assert!(
+        e.contains("gres.conf:2: Name=shard") && e.contains("Count=3, but cder.toml offers gpgpu:0 as 4 shares"),
+        "{e}"
+    );
 }

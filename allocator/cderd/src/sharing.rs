@@ -255,20 +255,16 @@ mod tests {
     #[test]
     fn contradictions_name_the_line() {
         let gpus = "NodeName=wn1 Name=gpu File=/dev/nvidia[0-1]\n";
-        for (text, only, line, needle) in [
-            ("Name=shard Count=4 File=/dev/nvidia0\nName=shard Count=3 File=/dev/nvidia1\n", None, 3, "Count=3, but"),
-            ("Name=shard Count=4 File=/dev/nvidia[0-1]\n", None, 2, "names 2 file(s)"),
-            ("Name=shard Count=4 File=/dev/nvidia9\n", None, 2, "no GPU cderd manages"),
-            (
-                "Name=shard Count=4 File=/dev/nvidia0\nName=shard Count=4 File=/dev/nvidia1\n",
-                Some(vec![0]),
-                3,
-                "not offered as shares in cder.toml",
-            ),
-            ("Name=shard Count=4 File=/dev/nvidia0\n", None, 0, "gpgpu:1 (/dev/nvidia1) as shares, but no Name=shard"),
-            ("Name=shard Count=x File=/dev/nvidia0\n", None, 2, "Count=x"),
+        for (text, shares, line, needle) in [
+            ("Name=shard Count=4 File=/dev/nvidia0\nName=shard Count=3 File=/dev/nvidia1\n", 4, 3, "Count=3, but"),
+            ("Name=shard Count=4 File=/dev/nvidia[0-1]\n", 4, 2, "names 2 file(s)"),
+            ("Name=shard Count=4 File=/dev/nvidia9\n", 4, 2, "no GPU cderd manages"),
+            ("Name=shard Count=4 File=/dev/nvidia0\n", 0, 2, "not offered as shares in cder.toml"),
+            ("Name=shard Count=4 File=/dev/nvidia0\n", 4, 1, "File=/dev/nvidia1: no Name=shard record for it"),
+            ("", 4, 0, "gpgpu:0 (/dev/nvidia0) as shares, but no Name=shard"),
+            ("Name=shard Count=x File=/dev/nvidia0\n", 4, 2, "Count=x"),
         ] {
-            let e = check_text(&format!("{gpus}{text}"), only).unwrap_err();
+            let e = check_text(&format!("{gpus}{text}"), shares).unwrap_err();
             assert_eq!(e.line, line, "{e}");
             assert!(e.to_string().contains(needle), "{e}");
             assert!(e.to_string().starts_with(&format!("gres.conf:{line}:")), "{e}");

@@ -17,7 +17,9 @@
 use std::io::Write;
 
 use cder_model::{JobEnvironment, JobKey, Lrms};
-use cder_request::keys::{GPGPU_PER_NODE, GPGPU_SHARES_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
+use cder_request::keys::{
+    GPGPU_PER_NODE, GPGPU_SHARES_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE,
+};
 use cder_slurm::args::PluginArgs;
 use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};

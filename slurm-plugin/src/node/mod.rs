@@ -445,9 +445,8 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
         // On a node offering shares, SLURM_JOB_GPUS names a shard job's GPU
         // too: slurmctld says whether, and how many shares, it granted.
         if node.shards() {
-            let shares = controller_shares(prolog.job_id, node).map_err(|e| {
-                format!("asking slurmctld for the shares it granted {job}: {e}; nothing recorded")
-            })?;
+            let shares = controller_shares(prolog.job_id, node)
+                .map_err(|e| format!("asking slurmctld for the shares it granted {job}: {e}; nothing recorded"))?;
             if let Some(n) = shares {
                 // SLURM 22.05 takes a job's shards on a node from one GPU.
                 if n % alloc.count != 0 {
@@ -637,7 +636,10 @@ fn check_request(
         if ty == GPGPU_SHARES {
             let held = alloc.shares.unwrap_or(0);
             if count > held {
-                let given = req.sources.get(ty).map_or_else(|| format!("--{OPT_CDER}={cder_value}"), |s| format!("{s}={count}"));
+                let given = req
+                    .sources
+                    .get(ty)
+                    .map_or_else(|| format!("--{OPT_CDER}={cder_value}"), |s| format!("{s}={count}"));
                 return Err(refused(format!(
                     "cder: {given}: SLURM granted {job} {held} share(s) of a GPU on this node, and a step may use only its job's (ask when submitting: sbatch/salloc --{OPT_GPGPU_SHARES_PER_NODE}={count}); the step is not started"
                 )));
