@@ -195,6 +195,14 @@ pub enum RequestError {
         /// The share request as given.
         shares: String,
     },
+    /// More shares than one GPU is offered as.
+    #[error("cder: {given}: more shares than any GPU is offered as (at most {max}; SLURM takes a job's shards on a node from one GPU)")]
+    TooManyShares {
+        /// The request as the user typed it.
+        given: String,
+        /// The most shares one GPU is offered as.
+        max: u64,
+    },
     /// More devices per node than the largest node has.
     #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices per node)")]
     TooMany {
