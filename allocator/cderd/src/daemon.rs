@@ -260,6 +260,11 @@ impl Daemon {
                         tracing::error!(device = %d.name(), "re-applying enforcement: {e}");
                     }
                 }
+                None if d.shared > 0 => {
+                    if let Err(e) = self.enforcer.apply_shared(std::slice::from_ref(d)) {
+                        tracing::error!(device = %d.name(), "re-applying enforcement of a shared device: {e}");
+                    }
+                }
                 None => {
                     for e in self.enforcer.restore(std::slice::from_ref(d)) {
                         tracing::error!(device = %d.name(), "restoring idle ownership: {e}");
@@ -521,7 +526,8 @@ impl Daemon {
             if let Err(e) = applied {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
                 let released = store.release(&allocation.job, now()).map_err(StoreError::into_reply)?;
-                for e in self.enforcer.restore(&released) {
+                let idle: Vec<LedgerRow> = released.into_iter().filter(|d| d.shared == 0).collect();
+                for e in self.enforcer.restore(&idle) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
                 }
                 return Err(ErrorReply::new(
@@ -801,7 +807,8 @@ impl Daemon {
             let Some(allocation) = store.job(&job).map_err(StoreError::into_reply)? else { continue };
             let held = self.end_job(&allocation);
             let devices = store.release_keeping(&job, now(), &held).map_err(StoreError::into_reply)?;
-            for e in self.enforcer.restore(&devices) {
+            let idle: Vec<LedgerRow> = devices.iter().filter(|d| d.shared == 0).cloned().collect();
+            for e in self.enforcer.restore(&idle) {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
             }
             tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
