@@ -14,6 +14,9 @@ packages=(
   slurm-wlm slurm-client libslurm-dev slurm-wlm-plugins-dev
   # the information system: OpenLDAP, the GLUE schemas, BDII
   slapd ldap-utils glue-schema bdii
+  # the site/top BDII chain test runs third-party/glite-info-provider-ldap
+  # (Perl, LWP::Simple), which Debian does not package
+  libwww-perl
   # MUNGE: cluster credentials for the vGPGPU registry
   munge libmunge-dev
   # the ClassAd reference and the test harness
@@ -28,8 +31,15 @@ packages=(
   # Debian packaging (docs/packaging.md): deploy/build-debs.sh
   # and tests/tests/packages.rs build, lint and install cder's packages
   dpkg-dev debhelper fakeroot lintian man-db
+  # Prometheus scrapes cder-exporter in allocator/exporter/tests/prometheus.rs
+  prometheus
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
+  # libfaketime: the clock-jump fault tests move cderd's wall clock (docs/testing.md, Faults)
+  faketime
+  # a real EDQUOT for the full-disk tests: a btrfs image whose subvolume
+  # has a qgroup limit (a limit root is held to, unlike user quotas)
+  btrfs-progs
 )
 
 missing=()
@@ -72,3 +82,10 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import classad2' 2>/d
   "$venv/bin/pip" install -q htcondor ldap3
 fi
 "$venv/bin/python" -c 'import classad2; print("install-deps: classad2 ok")'
+# What APEL's record and loader code (third-party/apel) imports, and
+# python-dirq, which reads the spool `cderctl accounting --apel` writes as
+# ssmsend does (allocator/cderctl/tests/apel.rs).
+if ! "$venv/bin/python" -c 'import dirq, jsonschema, future, iso8601' 2>/dev/null; then
+  echo "install-deps: installing APEL's loader dependencies into $venv"
+  "$venv/bin/pip" install -q dirq jsonschema future iso8601
+fi

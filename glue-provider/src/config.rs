@@ -59,6 +59,37 @@ pub struct ProviderConfig {
     /// Virtual-GPGPU application environments (rCUDA, VCL).
     #[serde(default, rename = "virtual")]
     pub virtual_environments: Vec<VirtualConfig>,
+    /// The VOs the site serves and who their jobs run as: with any, one
+    /// ComputingShare per (queue, VO) is published ([`crate::shares`]).
+    #[serde(default, rename = "vo")]
+    pub vos: Vec<VoConfig>,
+}
+
+/// One `[[vo]]`: how the site maps a VO's jobs to its batch system, as it
+/// maps the VO's grid users to pool accounts. A job belongs to the VO when
+/// its account, group, user or QOS is listed here.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoConfig {
+    /// The VO's name, as in `GLUE2PolicyRule: VO:<name>` and the JDL's `VirtualOrganisation`.
+    pub name: Spanned<String>,
+    /// SLURM accounts the VO's jobs are charged to (`AllowAccounts`).
+    #[serde(default)]
+    pub accounts: Vec<String>,
+    /// Unix groups of the VO's pool accounts (SLURM `AllowGroups`, TORQUE `acl_groups`).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Pool accounts (TORQUE `acl_users`): a job run by one of them is the VO's.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// SLURM QOS the VO's jobs run under (`AllowQos`; their `GrpTRES` and
+    /// `MaxTRESPerJob` on the GPU GRES limit the VO's shares).
+    #[serde(default)]
+    pub qos: Vec<String>,
+    /// The queues (partitions) the CE sends the VO's jobs to; default: every
+    /// one that admits the VO.
+    #[serde(default)]
+    pub queues: Option<Vec<String>>,
 }
 
 /// `[site]`: the ids the published entries hang from.
@@ -145,6 +176,9 @@ pub struct CountsConfig {
     /// The `pbsnodes` program for `source = "torque"` (default: from `PATH`).
     #[serde(default = "default_pbsnodes")]
     pub pbsnodes: PathBuf,
+    /// The `qstat` program that lists TORQUE's queues and jobs for `[[vo]]` shares (default: from `PATH`).
+    #[serde(default = "default_qstat")]
+    pub qstat: PathBuf,
     /// Seconds to wait for cderd or the LRMS command (1 to [`MAX_TIMEOUT_S`]).
     #[serde(default = "default_timeout")]
     pub timeout_s: Spanned<u64>,
@@ -174,6 +208,10 @@ fn default_scontrol() -> PathBuf {
 fn default_pbsnodes() -> PathBuf {
     "pbsnodes".into()
 }
+fn default_qstat() -> PathBuf {
+    "qstat".into()
+}
+
 fn default_timeout() -> Spanned<u64> {
     Spanned::new(0..0, 30)
 }
@@ -572,6 +610,40 @@ impl ProviderConfig {
             }
             if let Some(id) = &v.id {
                 check_id(id).map_err(|m| at(v_at, "virtual.id", m))?;
+            }
+        }
+        let mut vo_names = BTreeSet::new();
+        for vo in &self.vos {
+            let vo_at = vo.name.span().start;
+            let name = vo.name.get_ref();
+            check_id(name).map_err(|m| at(vo_at, "vo.name", m))?;
+            if !vo_names.insert(name.clone()) {
+                return Err(at(vo_at, "vo.name", format!("VO {name:?} is configured twice")));
+            }
+            if !matches!(source, CountSourceKind::Slurm | CountSourceKind::Torque) {
+                return Err(at(
+                    vo_at,
+                    "vo",
+                    "per-VO shares read the batch system's queues and jobs: they need counts.source = \"slurm\" or \"torque\"".into(),
+                ));
+            }
+            if vo.accounts.is_empty() && vo.groups.is_empty() && vo.users.is_empty() && vo.qos.is_empty() {
+                return Err(at(
+                    vo_at,
+                    "vo.accounts",
+                    format!("VO {name:?} names no accounts, groups, users or qos: no job could be told to be its"),
+                ));
+            }
+            for (key, list) in [
+                ("vo.accounts", &vo.accounts),
+                ("vo.groups", &vo.groups),
+                ("vo.users", &vo.users),
+                ("vo.qos", &vo.qos),
+                ("vo.queues", vo.queues.as_ref().unwrap_or(&Vec::new())),
+            ] {
+                if let Some(bad) = list.iter().find(|v| v.is_empty() || v.contains([',', ' ', '(', ')', '='])) {
+                    return Err(at(vo_at, key, format!("{bad:?} is not a batch-system name")));
+                }
             }
         }
         Ok(())

@@ -122,5 +122,34 @@ pub fn entries(config: &ProviderConfig, snapshot: &Snapshot, service_dn: &str, c
             out.push(s);
         }
     }
+    // Per-VO shares carry their own figures: the VO's room, not the site's.
+    for share in &snapshot.shares {
+        let mut kinds: BTreeMap<&'static str, (u64, u64, u64)> = BTreeMap::new();
+        for (group, _) in &snapshot.groups {
+            let in_share = group.environments().iter().any(|e| share.environments.contains(&e.id));
+            for class in group.classes.iter().filter(|_| in_share) {
+                if let Some(d) = share.devices.get(&class.prefix) {
+                    kinds.entry(accelerator_type(class)).or_insert((
+                        u64::from(d.free),
+                        u64::from(d.used),
+                        u64::from(d.max_per_job),
+                    ));
+                }
+            }
+        }
+        for (kind, (free, used, max)) in kinds {
+            let id = format!("{}_{kind}", share.id);
+            let mut s = Entry::new(format!("GLUE2ComputingShareAcceleratorInfoID={id},{service_dn}"));
+            s.push("objectClass", "GLUE2ComputingShareAcceleratorInfo");
+            s.push("GLUE2ComputingShareAcceleratorInfoID", id.clone());
+            s.push("GLUE2EntityCreationTime", created).push("GLUE2EntityValidity", validity.clone());
+            s.push("GLUE2ComputingShareAcceleratorInfoType", kind);
+            s.push("GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots", free.to_string());
+            s.push("GLUE2ComputingShareAcceleratorInfoUsedAcceleratorSlots", used.to_string());
+            s.push("GLUE2ComputingShareAcceleratorInfoMaxAcceleratorSlotsPerJob", max.to_string());
+            s.push("GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey", share.id.clone());
+            out.push(s);
+        }
+    }
     out
 }

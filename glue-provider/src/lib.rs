@@ -32,6 +32,7 @@ pub mod error;
 pub mod glue21;
 pub mod json;
 pub mod ldif;
+pub mod shares;
 pub mod site;
 pub mod sources;
 pub mod strategy;
@@ -75,9 +76,11 @@ pub fn snapshot(
     let groups = site::node_groups(config)?;
     let group_counts = counts.counts(&groups)?;
     let virtual_environments = virtual_gpgpus.environments()?;
+    let shares = shares::from_config(config, &groups)?;
     Ok(strategy::Snapshot {
         groups: groups.into_iter().zip(group_counts).collect(),
         virtual_environments,
+        shares,
         created: now,
     })
 }
@@ -267,5 +270,83 @@ mod tests {
         let e = publish(&cfg, counts.as_ref(), &sources::StaticVirtual::default(), &[Strategy::AttributeExtension], 0)
             .unwrap_err();
         assert!(e.to_string().contains("free 31 + used 2 + offline 0 is not the 32 devices"), "{e}");
+    }
+
+    #[test]
+    fn vo_shares_carry_their_figures_and_mapping_policy() {
+        let cfg = sample("");
+        let groups = site::node_groups(&cfg).unwrap();
+        let counts = sources::from_config(&cfg).counts(&groups).unwrap();
+        let share = shares::VoShare {
+            id: shares::share_id("gpu", "atlas", "ce.example.org_ComputingElement"),
+            queue: "gpu".into(),
+            vo: "atlas".into(),
+            serving_state: "production",
+            environments: vec!["ce.example.org_gts450".into()],
+            devices: [("GPGPU".to_string(), shares::ShareDevices { total: 4, free: 1, used: 3, max_per_job: 2 })]
+                .into(),
+        };
+        let snapshot = strategy::Snapshot {
+            groups: groups.into_iter().zip(counts).collect(),
+            virtual_environments: vec![],
+            shares: vec![share],
+            created: 0,
+        };
+        let all = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Glue21Accelerator];
+        let entries = ldif::parse(&ldif::write(&strategy::render(&cfg, &snapshot, &all).unwrap())).unwrap();
+        let share = entries.iter().find(|e| e.dn.starts_with("GLUE2ShareID=gpu_atlas_")).unwrap();
+        let info: Vec<&str> = share.values("GLUE2EntityOtherInfo").collect();
+        assert_eq!(info, ["GPGPUTotalInstances=4", "GPGPUFreeInstances=1", "GPGPUUsedInstances=3", "GPGPUPerNode=2"]);
+        assert_eq!(share.values("GLUE2ComputingShareMappingQueue").collect::<Vec<_>>(), ["gpu"]);
+        assert_eq!(
+            share.values("GLUE2ComputingShareExecutionEnvironmentForeignKey").collect::<Vec<_>>(),
+            ["ce.example.org_gts450"]
+        );
+        let policy = entries.iter().find(|e| e.values("objectClass").any(|c| c == "GLUE2MappingPolicy")).unwrap();
+        assert_eq!(policy.dn, format!("GLUE2PolicyID=gpu_atlas_ce.example.org_ComputingElement_policy,{}", share.dn));
+        assert_eq!(policy.values("GLUE2PolicyRule").collect::<Vec<_>>(), ["VO:atlas"]);
+        assert_eq!(
+            policy.values("GLUE2MappingPolicyShareForeignKey").collect::<Vec<_>>(),
+            ["gpu_atlas_ce.example.org_ComputingElement"]
+        );
+        let free_ext = entries
+            .iter()
+            .find(|e| e.dn.starts_with("GLUE2ExtensionLocalID=GPGPUFreeInstances,GLUE2ShareID="))
+            .unwrap();
+        assert_eq!(free_ext.values("GLUE2ExtensionValue").collect::<Vec<_>>(), ["1"]);
+        let acc = entries
+            .iter()
+            .find(|e| {
+                e.dn.starts_with("GLUE2ComputingShareAcceleratorInfoID=gpu_atlas_ce.example.org_ComputingElement_GPU,")
+            })
+            .unwrap();
+        assert_eq!(acc.values("GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots").collect::<Vec<_>>(), ["1"]);
+        assert_eq!(
+            acc.values("GLUE2ComputingShareAcceleratorInfoMaxAcceleratorSlotsPerJob").collect::<Vec<_>>(),
+            ["2"]
+        );
+    }
+
+    #[test]
+    fn vo_tables_are_checked() {
+        let bad = |vo: &str| {
+            config::ProviderConfig::parse(
+                &format!(
+                    "{}\n[[vo]]\n{vo}",
+                    SAMPLE.replace("source = \"static\"", "source = \"slurm\"").replace("used = 2\n", "")
+                ),
+                Path::new("t.toml"),
+            )
+            .unwrap_err()
+        };
+        assert_eq!(bad("name = \"atlas\"\n").key.as_deref(), Some("vo.accounts"));
+        assert_eq!(bad("name = \"at las\"\naccounts = [\"a\"]\n").key.as_deref(), Some("vo.name"));
+        assert_eq!(bad("name = \"atlas\"\naccounts = [\"a,b\"]\n").key.as_deref(), Some("vo.accounts"));
+        let e = config::ProviderConfig::parse(
+            &format!("{SAMPLE}\n[[vo]]\nname = \"atlas\"\naccounts = [\"atlas\"]\n"),
+            Path::new("t.toml"),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("need counts.source = \"slurm\" or \"torque\""), "{e}");
     }
 }

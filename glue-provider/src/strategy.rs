@@ -81,6 +81,25 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
     out
 }
 
+/// The CDER key/values of one per-VO ComputingShare: what the VO can get
+/// (`<P>TotalInstances`, `<P>FreeInstances`, `<P>UsedInstances`) and, as
+/// `<P>PerNode`, the most one of its jobs can get on a node. Phase 1 reads
+/// a share's keys over its ExecutionEnvironment's.
+pub fn share_attributes(share: &crate::shares::VoShare) -> Vec<Published> {
+    let mut out = Vec::new();
+    for (p, d) in &share.devices {
+        for (suffix, value) in glue::COUNT_SUFFIXES.into_iter().take(3).zip([d.total, d.free, d.used]) {
+            out.push(Published { key: glue::key(p, suffix), value: value.to_string(), kind: Kind::Dynamic });
+        }
+        out.push(Published {
+            key: glue::key(p, glue::PER_NODE_SUFFIX),
+            value: d.max_per_job.to_string(),
+            kind: Kind::Dynamic,
+        });
+    }
+    out
+}
+
 /// The key/values of one vGPGPU application environment.
 pub fn virtual_attributes(v: &VirtualEnvironment) -> Vec<Published> {
     vec![
@@ -229,6 +248,33 @@ pub(crate) fn render_entries(
             e.push("GLUE2ApplicationEnvironmentState", "installednotverified");
             e.push("GLUE2ApplicationEnvironmentComputingManagerForeignKey", manager_id.clone());
             attach(&mut entries, e, &id, &virtual_attributes(v), as_other_info, as_extension);
+        }
+        for share in &snapshot.shares {
+            let dn = format!("GLUE2ShareID={},{service_dn}", share.id);
+            let mut e = Entry::new(dn.clone());
+            e.push("objectClass", "GLUE2Share").push("objectClass", "GLUE2ComputingShare");
+            e.push("GLUE2ShareID", share.id.clone());
+            e.push("GLUE2EntityName", format!("{} for {}", share.queue, share.vo));
+            e.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            e.push("GLUE2ShareServiceForeignKey", service_id.clone());
+            e.push("GLUE2ComputingShareMappingQueue", share.queue.clone());
+            e.push("GLUE2ComputingShareServingState", share.serving_state);
+            for ee in &share.environments {
+                e.push("GLUE2ComputingShareExecutionEnvironmentForeignKey", ee.clone());
+                e.push("GLUE2ShareResourceForeignKey", ee.clone());
+            }
+            attach(&mut entries, e, &share.id, &share_attributes(share), as_other_info, as_extension);
+            // As CREAM publishes a VO share's policy: `<share id>_policy`, under the share.
+            let policy_id = format!("{}_policy", share.id);
+            let mut p = Entry::new(format!("GLUE2PolicyID={policy_id},{dn}"));
+            p.push("objectClass", "GLUE2Policy").push("objectClass", "GLUE2MappingPolicy");
+            p.push("GLUE2PolicyID", policy_id.clone());
+            p.push("GLUE2EntityCreationTime", created.clone()).push("GLUE2EntityValidity", validity.clone());
+            p.push("GLUE2PolicyScheme", "org.glite.standard");
+            p.push("GLUE2PolicyRule", format!("VO:{}", share.vo));
+            p.push("GLUE2PolicyUserDomainForeignKey", share.vo.clone());
+            p.push("GLUE2MappingPolicyShareForeignKey", share.id.clone());
+            entries.push(p);
         }
         if set.contains(&Strategy::Glue21Accelerator) {
             entries.extend(crate::glue21::entries(config, snapshot, &service_dn, &created));

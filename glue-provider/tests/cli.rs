@@ -179,3 +179,68 @@ fn help_and_version() {
     let version = Command::new(BIN).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("cder-glue-provider "));
 }
+
+/// The provider writes no file of its own; its only output is stdout, which
+/// bdii-update reads through a pipe. Redirected to a file on a full disk
+/// (a real tmpfs), it exits 1 naming the error, and leaves no half document
+/// behind: what it wrote is cut off again, an appended-to file keeps what
+/// it held before.
+#[test]
+fn output_on_a_full_disk_is_a_runtime_failure_and_leaves_no_half_document() {
+    if !cder_testkit::require_tmpfs() {
+        return;
+    }
+    // Forty groups: an LDIF several pages long.
+    let mut site = SITE.to_string();
+    for i in 0..40 {
+        let group = &SITE[SITE.find("[[group]]").unwrap()..];
+        site += &group
+            .replace("ce.example.org_gts450", &format!("ce.example.org_g{i}"))
+            .replace("wn[01-16]", &format!("g{i}wn[01-16]"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("glue-provider.toml");
+    let whole = run(dir.path(), site.as_bytes(), &[]);
+    assert!(whole.status.success());
+    assert!(whole.stdout.len() > 8192, "the LDIF must be longer than the room left: {} bytes", whole.stdout.len());
+
+    let disk = cder_testkit::Tmpfs::mount(1 << 20).unwrap();
+    let out_path = disk.path().join("provider.ldif");
+    std::fs::write(&out_path, b"# kept\n").unwrap();
+    disk.fill().unwrap();
+    // Room for one page of output only: the write stops part-way.
+    let filler = std::fs::OpenOptions::new().write(true).open(disk.filler()).unwrap();
+    let len = filler.metadata().unwrap().len();
+    filler.set_len(len - 4096).unwrap();
+    drop(filler);
+    for (append, kept) in [(true, &b"# kept\n"[..]), (false, &b""[..])] {
+        let file = std::fs::OpenOptions::new().write(true).append(append).truncate(!append).open(&out_path).unwrap();
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .env_remove("CDER_GLUE_CONFIG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "append={append}: {stderr}");
+        assert!(
+            stderr.contains("writing the output: No space left on device") && stderr.contains("nothing was published"),
+            "{stderr}"
+        );
+        let left = std::fs::read(&out_path).unwrap();
+        assert!(left == kept, "append={append}: a partial document of {} bytes was left", left.len());
+    }
+    // Room again: the same command writes the whole document.
+    disk.unfill().unwrap();
+    let file = std::fs::File::create(&out_path).unwrap();
+    let out = Command::new(BIN).arg("--config").arg(&config).stdout(file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // (The creation times may differ by a second; the entries may not.)
+    let dns = |b: &[u8]| {
+        String::from_utf8_lossy(b).lines().filter(|l| l.starts_with("dn: ")).map(String::from).collect::<Vec<_>>()
+    };
+    let written = std::fs::read(&out_path).unwrap();
+    assert_eq!((written.len(), dns(&written)), (whole.stdout.len(), dns(&whole.stdout)));
+}

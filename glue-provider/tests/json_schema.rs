@@ -507,3 +507,39 @@ fn cli_prints_valid_json() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
 }
+
+/// Per-VO ComputingShares (`[[vo]]`) and their MappingPolicies, rendered by
+/// every GLUE 2 strategy, validate too; each share keeps its own figures.
+#[test]
+fn per_vo_shares_validate_with_every_strategy() {
+    use cder_glue_provider::shares::{share_id, ShareDevices, VoShare};
+    let (_, config, counts, _) = sites().remove(1);
+    let groups = cder_glue_provider::site::node_groups(&config).unwrap();
+    let group_counts = counts.counts(&groups).unwrap();
+    let service = config.site.computing_service_id.get_ref().clone();
+    let share = |vo: &str, free: u32| VoShare {
+        id: share_id("gpu", vo, &service),
+        queue: "gpu".into(),
+        vo: vo.into(),
+        serving_state: "production",
+        environments: groups.iter().map(|g| g.id().to_string()).collect(),
+        devices: [("GPGPU".to_string(), ShareDevices { total: 4, free, used: 4 - free, max_per_job: 2 })].into(),
+    };
+    let snapshot = cder_glue_provider::sources::Snapshot {
+        groups: groups.clone().into_iter().zip(group_counts).collect(),
+        virtual_environments: Vec::new(),
+        shares: vec![share("atlas", 1), share("cms", 3)],
+        created: NOW,
+    };
+    for strategies in GLUE2_STRATEGIES {
+        let entries = cder_glue_provider::strategy::render(&config, &snapshot, strategies).unwrap();
+        let doc = json::render(&entries).unwrap();
+        assert_valid(&doc, &format!("per-VO shares, {strategies:?}"));
+        let shares = entities(&doc, "ComputingShare");
+        assert_eq!(shares.len(), 2, "{strategies:?}");
+        let policies = entities(&doc, "MappingPolicy");
+        let rules: Vec<&Value> = policies.iter().map(|p| &p["Rule"]).collect();
+        assert_eq!(rules, [&json!(["VO:atlas"]), &json!(["VO:cms"])], "{strategies:?}");
+        assert_eq!(policies[1]["Associations"]["ShareID"], json!(share_id("gpu", "cms", &service)));
+    }
+}

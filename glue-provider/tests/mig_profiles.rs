@@ -98,6 +98,7 @@ fn each_mig_profile_is_its_own_kind() {
     let snapshot = cder_glue_provider::sources::Snapshot {
         groups: groups.into_iter().map(|g| (g, Default::default())).collect(),
         virtual_environments: Vec::new(),
+        shares: Vec::new(),
         created: 0,
     };
     let glue21 = [cder_glue_provider::strategy::Strategy::Glue21Accelerator];

@@ -130,3 +130,47 @@ fn help_and_version() {
     let o = run(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn index_options_are_checked_and_a_missing_snapshot_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.jdl");
+    std::fs::write(&job, "[ Requirements = other.GPGPUTotalInstances >= 1 ]").unwrap();
+    let job = job.to_str().unwrap();
+    let index = dir.path().join("index");
+    let index = index.to_str().unwrap();
+    let with_env = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cder-jdl"))
+            .args(args)
+            .env_remove("LCG_GFAL_INFOSYS")
+            .env_remove("CDER_INDEX_MAX_AGE")
+            .env("CDER_INDEX_DIR", index)
+            .output()
+            .unwrap()
+    };
+    // Bad ages and periods are usage errors naming the option.
+    for bad in ["-1", "nan", "1e12"] {
+        let o = with_env(&["list-match", "--bdii", "ldap://127.0.0.1:9", &format!("--max-age={bad}"), job]);
+        assert_eq!(o.status.code(), Some(2), "--max-age {bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--max-age"), "{}", stderr(&o));
+    }
+    let o = with_env(&["index", "refresh", "--bdii", "ldap://127.0.0.1:9", "--period=-3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--period"), "{}", stderr(&o));
+    // No BDII at all: usage, as for list-match.
+    let o = with_env(&["index", "refresh"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no BDII"), "{}", stderr(&o));
+    // No snapshot: show says where it looked; nothing is created by looking.
+    let o = with_env(&["index", "show", "--bdii", "ldap://127.0.0.1:9"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no index of ldap://127.0.0.1:9") && stderr(&o).contains(index), "{}", stderr(&o));
+    assert!(!std::path::Path::new(index).exists());
+    // The help names the options of freshness.
+    let o = run(&["list-match", "--help"]);
+    for opt in ["--live", "--max-age", "--strict", "--index-dir", "CDER_INDEX_DIR", "CDER_INDEX_MAX_AGE"] {
+        assert!(stdout(&o).contains(opt), "list-match --help lacks {opt}");
+    }
+    let o = run(&["index", "refresh", "--help"]);
+    assert!(stdout(&o).contains("UpdateStats") && stdout(&o).contains("--force"), "{}", stdout(&o));
+}

@@ -87,6 +87,12 @@ impl Bdii {
         self.root.join("provider")
     }
 
+    /// The directory of static LDIF files bdii-update loads every cycle
+    /// (`BDII_LDIF_DIR`), where a site puts what no provider prints.
+    pub fn ldif_dir(&self) -> PathBuf {
+        self.root.join("ldif")
+    }
+
     /// The updater's log (`BDII_LOG_FILE`).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root.join("bdii-update.log")).unwrap_or_default()
@@ -122,6 +128,28 @@ impl Bdii {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Stops bdii-update (SIGTERM to the pid of its pid file, as its init
+    /// script does) and waits for it to exit; [`Bdii::run`] starts it again.
+    pub fn stop(&mut self) -> Result<(), String> {
+        let Some(pid) = self.pid.take() else { return Ok(()) };
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Gone, or a zombie its new parent has not reaped yet.
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+        };
+        while running() {
+            if Instant::now() >= deadline {
+                return Err(format!("bdii-update (pid {pid}) did not exit on SIGTERM: {}", self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // A stale pid file would pass for the next daemon's.
+        let _ = std::fs::remove_file(self.root.join("run/bdii-update.pid"));
+        Ok(())
     }
 
     /// How many update cycles have finished (the log says "Sleeping" after each).

@@ -628,7 +628,9 @@ impl Cluster {
             }
             if let Ok(out) = self.run("sinfo", &["-h", "-N", "-o", "%N %T"]) {
                 last = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                let idle = last.lines().filter(|l| l.ends_with(" idle")).count();
+                // -N lists a node once per partition it is in.
+                let idle: std::collections::BTreeSet<&str> = last.lines().filter(|l| l.ends_with(" idle")).collect();
+                let idle = idle.len();
                 if idle == self.workers.len() {
                     return Ok(());
                 }

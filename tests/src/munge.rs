@@ -35,8 +35,7 @@ impl Munged {
     /// new temp dir and waits until a credential round-trips.
     pub fn start() -> Result<Munged, String> {
         let dir = tempfile::Builder::new().prefix("cder-munge-").tempdir().map_err(|e| e.to_string())?;
-        let p = |n: &str| dir.path().join(n);
-        let key = p("munge.key");
+        let key = dir.path().join("munge.key");
         let dd = Command::new("dd")
             .args(["if=/dev/urandom", &format!("of={}", key.display()), "bs=1", "count=1024", "status=none"])
             .status()
@@ -46,6 +45,34 @@ impl Munged {
         }
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .map_err(|e| e.to_string())?;
+        let mut m = Munged { dir, child: None };
+        m.launch()?;
+        Ok(m)
+    }
+
+    /// Stops munged (SIGTERM, as an admin's restart does) and waits for it
+    /// to exit; its socket then answers nobody.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts munged again on the same key and socket (after [`Munged::stop`]).
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.launch()
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let p = |n: &str| self.dir.path().join(n);
+        let key = p("munge.key");
         let child = Command::new(MUNGE_PROGRAMS[0])
             .arg("--foreground")
             .arg("--force")
@@ -59,21 +86,21 @@ impl Munged {
             .stderr(Stdio::from(std::fs::File::create(p("munged.stderr")).map_err(|e| e.to_string())?))
             .spawn()
             .map_err(|e| format!("starting munged: {e}"))?;
-        let mut m = Munged { dir, child: Some(child) };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if m.socket().exists() {
-                if let Ok(c) = m.encode(b"ping") {
-                    if m.decode(&c).is_ok() {
-                        return Ok(m);
+            if self.socket().exists() {
+                if let Ok(c) = self.encode(b"ping") {
+                    if self.decode(&c).is_ok() {
+                        return Ok(());
                     }
                 }
             }
-            if let Some(Ok(Some(status))) = m.child.as_mut().map(Child::try_wait) {
-                return Err(format!("munged exited ({status}): {}", m.log()));
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                return Err(format!("munged exited ({status}): {}", self.log()));
             }
             if Instant::now() > deadline {
-                return Err(format!("munged did not come up in 20 s: {}", m.log()));
+                return Err(format!("munged did not come up in 20 s: {}", self.log()));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -142,6 +142,22 @@ pub fn fake_nvml_library() -> Result<PathBuf, String> {
         .clone()
 }
 
+/// Builds (once per process) and finds `cderctl`, as a node runs it
+/// (`cderctl reconcile --from slurm`).
+pub fn cderctl() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_packages(&["cderctl"], "cderctl")?;
+            let path = target_debug_dir().join("cderctl");
+            if !path.is_file() {
+                return Err(format!("{} is missing; run cargo build -p cderctl", path.display()));
+            }
+            Ok(path)
+        })
+        .clone()
+}
+
 /// The cder artifacts a SLURM test loads.
 #[derive(Debug, Clone)]
 pub struct Artifacts {
@@ -576,6 +592,132 @@ impl SlurmCluster {
         }
     }
 
+    /// cderd's pid while the harness runs it.
+    pub fn cderd_pid(&self) -> Option<u32> {
+        self.cderd.as_ref().map(Child::id)
+    }
+
+    /// Kills slurmctld with SIGKILL, as a crash does: its state is what it
+    /// last saved in `StateSaveLocation`; jobs on the node keep running.
+    pub fn kill_slurmctld(&mut self) {
+        if let Some(mut c) = self.slurmctld.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts slurmctld (again) from its saved state, and waits until it
+    /// answers (`scontrol ping`).
+    pub fn start_slurmctld(&mut self) -> Result<(), String> {
+        if self.slurmctld.is_some() {
+            return Err("slurmctld is running already".into());
+        }
+        let conf = self.conf.display().to_string();
+        self.slurmctld = Some(self.spawn_appending("slurmctld", &["-D", "-f", &conf], "log/slurmctld.out")?);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let up = self
+                .command("scontrol")
+                .arg("ping")
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"));
+            if up {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.slurmctld.as_mut().map(Child::try_wait) {
+                return Err(format!("slurmctld exited ({status}) while starting again\n{}", self.logs()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("slurmctld did not answer within 60 s of its restart\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Stops slurmctld with SIGTERM, as `systemctl restart` does: it saves
+    /// its state first (a SIGKILL loses what it had not saved yet, such as a
+    /// job submitted a moment before). Waits for it to exit.
+    pub fn stop_slurmctld(&mut self) -> Result<(), String> {
+        let Some(mut c) = self.slurmctld.take() else { return Ok(()) };
+        cder_testkit::faults::signal(c.id(), "TERM")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("slurmctld did not exit within 60 s of SIGTERM\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Stops slurmctld (SIGTERM) and starts it again.
+    pub fn restart_slurmctld(&mut self) -> Result<(), String> {
+        self.stop_slurmctld()?;
+        self.start_slurmctld()
+    }
+
+    /// Kills slurmd with SIGKILL; the jobs' slurmstepd processes, and so
+    /// the jobs, keep running, as they do when slurmd crashes or restarts.
+    pub fn kill_slurmd(&mut self) {
+        if let Some(mut c) = self.slurmd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts slurmd (again) and waits until slurmctld sees the node
+    /// responding (a state without `*`, and not down).
+    pub fn start_slurmd(&mut self) -> Result<(), String> {
+        if self.slurmd.is_some() {
+            return Err("slurmd is running already".into());
+        }
+        let conf = self.conf.display().to_string();
+        let node = self.node.clone();
+        self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &node, "-f", &conf], "log/slurmd.out")?);
+        self.wait_responding(Duration::from_secs(60))
+    }
+
+    /// Kills slurmd (SIGKILL) and starts it again.
+    pub fn restart_slurmd(&mut self) -> Result<(), String> {
+        self.kill_slurmd();
+        self.start_slurmd()
+    }
+
+    /// `scontrol reconfigure`: slurmctld and slurmd read their configs again.
+    pub fn reconfigure(&self) -> Result<(), String> {
+        self.scontrol(&["reconfigure"]).map(|_| ())
+    }
+
+    /// Waits until slurmctld sees the node responding: a state without
+    /// SLURM's not-responding `*`, and neither down nor unknown.
+    pub fn wait_responding(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            if let Some(Ok(Some(status))) = self.slurmd.as_mut().map(Child::try_wait) {
+                return Err(format!("slurmd exited ({status})\n{}", self.logs()));
+            }
+            if let Ok(out) = self.command("sinfo").args(["-h", "-n", &self.node, "-o", "%T"]).output() {
+                last = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                let bad = last.is_empty()
+                    || last.contains('*')
+                    || ["down", "unknown", "drain"].iter().any(|s| last.contains(s));
+                if !bad {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the node did not respond within {timeout:?} (last state {last:?})\n{}",
+                    self.logs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// cderd's `status`.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
         cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))
@@ -585,6 +727,23 @@ impl SlurmCluster {
 
     fn spawn(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
         let log = std::fs::File::create(self.dir().join(out)).map_err(|e| e.to_string())?;
+        Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))
+    }
+
+    /// As `spawn`, appending to the log a first start began.
+    fn spawn_appending(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join(out))
+            .map_err(|e| e.to_string())?;
         Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
             .args(args)
             .env("SLURM_CONF", &self.conf)

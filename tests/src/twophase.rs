@@ -283,6 +283,15 @@ pub fn cder_jdl() -> PathBuf {
     binary("cder-jdl", "cder-jdl")
 }
 
+/// The environment the tests run `cder-jdl list-match` and `submit` in:
+/// index snapshots in `dir` (never the user's own cache, where another
+/// test's BDII on a reused port may have left one), and a maximum age of 0,
+/// so that each call checks the BDII first and answers, through the index,
+/// from the BDII as it is now.
+pub fn index_env(dir: &Path) -> [(&'static str, std::ffi::OsString); 2] {
+    [("CDER_INDEX_DIR", dir.join("cder-index").into_os_string()), ("CDER_INDEX_MAX_AGE", "0".into())]
+}
+
 /// The provider binary, freshly built.
 pub fn provider() -> PathBuf {
     binary("cder-glue-provider", "cder-glue-provider")

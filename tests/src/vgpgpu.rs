@@ -37,13 +37,19 @@ impl Registryd {
     /// Starts munged and cder-registryd with `[registry]` plus `extra`
     /// lines (e.g. `policy = "spread"`, `operators = ["daemon"]`).
     pub fn start(extra: &str) -> Result<Registryd, String> {
+        Self::start_in(None, extra)
+    }
+
+    /// As [`Registryd::start`], with the state in `state_dir` (e.g. on a
+    /// small file system the test fills) instead of the temp dir.
+    pub fn start_in(state_dir: Option<&Path>, extra: &str) -> Result<Registryd, String> {
         let munged = Munged::start()?;
         let bin = binary("cder-registry", "cder-registryd")?;
         let dir = tempfile::Builder::new().prefix("cder-registry-").tempdir().map_err(|e| e.to_string())?;
         let port = crate::ldap::free_port();
         let config = format!(
             "[registry]\nurl = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nvcl_dir = \"{}\"\nmunge_socket = \"{}\"\n{extra}\n",
-            dir.path().join("state").display(),
+            state_dir.map_or_else(|| dir.path().join("state"), Path::to_path_buf).display(),
             dir.path().join("vcl").display(),
             munged.socket().display()
         );

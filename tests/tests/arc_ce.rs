@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use cder_tests::arc::{cder_plugin, provider_config, require_arc, ArcCe, ArcOptions, ARC_EE};
 use cder_tests::bdii::require_bdii;
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
-use cder_tests::twophase::{cder_jdl, provider};
+use cder_tests::twophase::{cder_jdl, index_env, provider};
 
 fn text(out: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -87,7 +87,14 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
 
     // Discovery: ARC's infosys publishes its GLUE 2.0 tree once its
     // infoprovider has run; the plugin's keys ride on ARC's own EE.
-    let list_match = || Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&jdl).output().unwrap();
+    let list_match = || {
+        Command::new(cder_jdl())
+            .envs(index_env(work.path()))
+            .args(["list-match", "--bdii", &ldap])
+            .arg(&jdl)
+            .output()
+            .unwrap()
+    };
     let found = poll(Duration::from_secs(150), Duration::from_secs(3), || {
         let out = list_match();
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -187,7 +194,12 @@ fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {
         "[ Executable = \"/bin/true\"; GPGPUPerNode = 1; Requirements = GPGPUFreeInstances >= 3 ]\n",
     )
     .unwrap();
-    let lm = Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&greedy).output().unwrap();
+    let lm = Command::new(cder_jdl())
+        .envs(index_env(work.path()))
+        .args(["list-match", "--bdii", &ldap])
+        .arg(&greedy)
+        .output()
+        .unwrap();
     assert_eq!(lm.status.code(), Some(1), "no CE has 3 free now: {}", text(&lm));
     let errors = ce.job_errors(&arex_id);
     assert!(

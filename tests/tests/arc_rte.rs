@@ -210,7 +210,7 @@ fn arc_stage0_turns_a_vgpgpu_request_into_the_spank_options() {
 #[test]
 fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-    use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
+    use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, index_env, provider, VO};
     if !require_slapd() || !require_programs(&[ARC_PYTHON]) {
         return;
     }
@@ -230,6 +230,7 @@ fn submit_via_arc_writes_xrsl_with_the_runtime_environment() {
     };
     let submit = |extra: &[&str]| {
         Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["submit", "--bdii", &slapd.url(), "--via", "arc"])
             .args(extra)
             .arg(&jdl)

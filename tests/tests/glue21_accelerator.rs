@@ -145,7 +145,7 @@ fn glue21_accelerator_entities_load_with_the_schema() {
 /// `glue21-accelerator` only gives the same CEs for the thesis's requests.
 #[test]
 fn list_match_finds_the_ce_through_glue21_entities_alone() {
-    use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, provider, VO};
+    use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, index_env, provider, VO};
     use std::process::{Command, Stdio};
     if !require_slapd() {
         return;
@@ -155,6 +155,7 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
         let path = dir.path().join("job.jdl");
         std::fs::write(&path, jdl).unwrap();
         let out = Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["list-match", "--bdii", &slapd.url(), "--json", "--timeout", "20", "--vo", VO])
             .arg(&path)
             .env_remove("LCG_GFAL_INFOSYS")
@@ -204,7 +205,7 @@ fn list_match_finds_the_ce_through_glue21_entities_alone() {
 #[test]
 fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     use cder_tests::ldap::{ROOT_PASSWORD, SUFFIXES};
-    use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, provider, GpuSite, VO};
+    use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, index_env, provider, GpuSite, VO};
     use std::process::{Command, Stdio};
     if !require_slapd() {
         return;
@@ -214,6 +215,7 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
         let path = dir.path().join("job.jdl");
         std::fs::write(&path, format!("[ Requirements = {requirements} ]")).unwrap();
         let out = Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["list-match", "--bdii", &slapd.url(), "--json", "--timeout", "20", "--vo", VO])
             .arg(&path)
             .env_remove("LCG_GFAL_INFOSYS")

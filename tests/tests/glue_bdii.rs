@@ -18,7 +18,7 @@ use cder_tests::glue::other_info;
 
 const EE_DN: &str = "GLUE2ResourceID=wn01.example.org_gpgpu,GLUE2ServiceID=wn01.example.org_ComputingElement,GLUE2GroupID=resource,o=glue";
 
-fn node_config(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn node_config(dir: &Path) -> (PathBuf, PathBuf) {
     let socket = dir.join("cderd.sock");
     let mut text = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", socket.display(), dir.join("state").display());
     for i in 0..4 {
@@ -31,7 +31,7 @@ fn node_config(dir: &Path) -> (PathBuf, PathBuf) {
     (path, socket)
 }
 
-fn provider_config(dir: &Path, node_config: &Path, socket: &Path) -> PathBuf {
+pub(crate) fn provider_config(dir: &Path, node_config: &Path, socket: &Path) -> PathBuf {
     let text = format!(
         r#"[site]
 computing_service_id = "wn01.example.org_ComputingElement"
@@ -67,7 +67,7 @@ inventory = true
 }
 
 /// The EE's OtherInfo counts as the BDII serves them now.
-fn published_counts(bdii: &Bdii) -> Option<[String; 4]> {
+pub(crate) fn published_counts(bdii: &Bdii) -> Option<[String; 4]> {
     let text = bdii
         .slapd
         .tool("ldapsearch", &["-LLL", "-o", "ldif-wrap=no", "-s", "base", "-b", EE_DN, "(objectClass=*)"], None)

@@ -5,7 +5,8 @@
 //!
 //! The counts come from TORQUE's `pbsnodes -x`. TORQUE is not packaged, so
 //! `pbsnodes` here is a FAKE: a script printing the XML a TORQUE 6 server
-//! gives for these nodes (design.md allows fakes for TORQUE only).
+//! gives for these nodes (design.md allows fakes for TORQUE only), and so is
+//! `qstat` (`-Qf`, `-f -1`) for the per-VO shares.
 
 use std::collections::BTreeMap;
 
@@ -16,11 +17,11 @@ use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 /// wn02: 4 K20s idle. wn03: 2 GTS 450s, one held. wn04: idle. wn05: down,
 /// without the `<status>` (CPUs, memory) and topology a running mom reports.
 const PBSNODES_XML: &str = "<Data>\
-<Node><name>wn01</name><state>free</state><np>16</np><ntype>cluster</ntype>\
+<Node><name>wn01</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype>\
 <status>opsys=linux,uname=Linux wn01 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=73400320kb,availmem=33554432kb,physmem=67108864kb,ncpus=16,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=17.ce.example.org</status><total_sockets>2</total_sockets><total_numa_nodes>2</total_numa_nodes><total_cores>8</total_cores><total_threads>16</total_threads><jobs>0-1/17.ce.example.org</jobs><gpus>4</gpus>\
 <gpu_status>gpu[3]=gpu_id=0000:84:00.0;gpu_mode=Default;gpu_state=Unallocated,gpu[2]=gpu_id=0000:83:00.0;gpu_mode=Prohibited;gpu_state=Unallocated,\
 gpu[1]=gpu_id=0000:04:00.0;gpu_mode=Exclusive_Thread;gpu_state=Exclusive,gpu[0]=gpu_id=0000:03:00.0;gpu_mode=Exclusive_Thread;gpu_state=Exclusive</gpu_status></Node>\
-<Node><name>wn02</name><state>free</state><np>16</np><ntype>cluster</ntype>\
+<Node><name>wn02</name><state>free</state><np>16</np><properties>k20</properties><ntype>cluster</ntype>\
 <status>opsys=linux,uname=Linux wn02 3.10.0-1160.el7.x86_64 #1 SMP Mon Oct 19 16:18:59 UTC 2020 x86_64,nusers=0,idletime=1234,totmem=73400320kb,availmem=33554432kb,physmem=67108864kb,ncpus=16,loadave=0.00,gres=,state=free,varattr= ,cpuclock=Fixed,version=6.1.3,rectime=1795680000,jobs=</status><total_sockets>2</total_sockets><total_numa_nodes>2</total_numa_nodes><total_cores>8</total_cores><total_threads>16</total_threads><gpus>4</gpus>\
 <gpu_status>gpu[3]=gpu_mode=Default;gpu_state=Unallocated,gpu[2]=gpu_mode=Default;gpu_state=Unallocated,gpu[1]=gpu_mode=Default;gpu_state=Unallocated,gpu[0]=gpu_mode=Default;gpu_state=Unallocated</gpu_status></Node>\
 <Node><name>wn03</name><state>free</state><np>8</np><ntype>cluster</ntype>\
@@ -159,4 +160,124 @@ fn two_groups_publish_their_own_counts() {
         )
         .unwrap();
     assert!(offline.contains("GLUE2ExtensionValue: 2"), "{offline}");
+}
+
+/// `qstat -Qf`: `gpu` open to atlas and cms on every node, `k20` to atlas on
+/// the nodes with property k20 (wn01, wn02).
+const QSTAT_QF: &str = "Queue: gpu
+    queue_type = Execution
+    acl_group_enable = True
+    acl_groups = atlas,cms
+    enabled = True
+    started = True
+
+Queue: k20
+    queue_type = Execution
+    acl_group_enable = True
+    acl_groups = atlas
+    resources_default.neednodes = k20
+    enabled = True
+    started = True
+";
+
+/// `qstat -f -1`: job 17 (atlas, 2 GPUs on wn01), job 18 (cms, 1 GPU on wn03).
+const QSTAT_F: &str = "Job Id: 17.ce.example.org
+    job_state = R
+    queue = k20
+    euser = atlas001
+    egroup = atlas
+    exec_gpus = wn01-gpu/0+wn01-gpu/1
+
+Job Id: 18.ce.example.org
+    job_state = R
+    queue = gpu
+    euser = cms001
+    egroup = cms
+    exec_gpus = wn03-gpu/0
+";
+
+#[test]
+fn torque_queue_acls_give_each_vo_its_share() {
+    if !require_slapd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fake = |name: &str, body: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        path
+    };
+    let pbsnodes =
+        fake("pbsnodes", format!("#!/bin/sh\n[ \"$1\" = -x ] || exit 2\ncat <<'XML'\n{PBSNODES_XML}\nXML\n"));
+    let qstat = fake(
+        "qstat",
+        format!(
+            "#!/bin/sh\ncase \"$*\" in\n-Qf) cat <<'Q'\n{QSTAT_QF}Q\n;;\n'-f -1') cat <<'J'\n{QSTAT_F}J\n;;\n*) exit 2;;\nesac\n"
+        ),
+    );
+    let config = dir.path().join("glue-provider.toml");
+    let text = site(&pbsnodes)
+        .replace("source = \"torque\"\n", &format!("source = \"torque\"\nqstat = \"{}\"\n", qstat.display()))
+        + "\n[[vo]]\nname = \"atlas\"\ngroups = [\"atlas\"]\n\n[[vo]]\nname = \"cms\"\ngroups = [\"cms\"]\n";
+    std::fs::write(&config, text).unwrap();
+
+    let ldif = publish(&config, &["attribute-extension", "class-extension", "glue21-accelerator"]);
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bdii/GLUE21-accelerator.schema");
+    let slapd = Slapd::start_with_schemas(&SlapdOptions::default(), &[schema]).unwrap_or_else(|e| panic!("{e}"));
+    slapd.add_base_entries().unwrap();
+    slapd.add(&ldif).unwrap_or_else(|e| panic!("{e}"));
+    assert_reads_back(&slapd, &ldif);
+
+    let found = slapd.search("o=glue", "(objectClass=GLUE2ComputingShare)", &[]).unwrap();
+    let shares: BTreeMap<String, [String; 4]> = cder_glue_provider::ldif::parse(&found)
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let info = other_info(e);
+            let k = |key: &str| info.get(key).cloned().unwrap_or_default();
+            (
+                e.values("GLUE2ShareID").next().unwrap().to_string(),
+                [k("GPGPUTotalInstances"), k("GPGPUFreeInstances"), k("GPGPUUsedInstances"), k("GPGPUPerNode")],
+            )
+        })
+        .collect();
+    let s = |v: [&str; 4]| v.map(String::from);
+    let expected: BTreeMap<String, [String; 4]> = [
+        // Every node: 14 GPUs, 8 free (2 + 4 K20s, 1 + 0 + 0 GTS 450s), atlas's job is in k20.
+        ("gpu_atlas_ce.example.org_ComputingElement".to_string(), s(["14", "8", "0", "4"])),
+        ("gpu_cms_ce.example.org_ComputingElement".to_string(), s(["14", "8", "1", "4"])),
+        // wn01 and wn02 only: 8 K20s, 5 free (2 held by atlas's job, 1 drained).
+        ("k20_atlas_ce.example.org_ComputingElement".to_string(), s(["8", "5", "2", "4"])),
+    ]
+    .into();
+    assert_eq!(shares, expected, "{found}");
+    let policies = slapd
+        .search(
+            "o=glue",
+            "(&(objectClass=GLUE2MappingPolicy)(GLUE2PolicyRule=VO:cms))",
+            &["GLUE2MappingPolicyShareForeignKey"],
+        )
+        .unwrap();
+    assert!(
+        policies.contains("GLUE2MappingPolicyShareForeignKey: gpu_cms_ce.example.org_ComputingElement"),
+        "{policies}"
+    );
+    assert!(!policies.contains("k20_"), "k20 is not open to cms: {policies}");
+    let acc = slapd
+        .search(
+            "o=glue",
+            "(GLUE2ComputingShareAcceleratorInfoComputingShareForeignKey=k20_atlas_ce.example.org_ComputingElement)",
+            &["GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots"],
+        )
+        .unwrap();
+    assert!(acc.contains("GLUE2ComputingShareAcceleratorInfoFreeAcceleratorSlots: 5"), "{acc}");
+    let ext = slapd
+        .search(
+            "o=glue",
+            "(&(GLUE2ExtensionKey=GPGPUUsedInstances)(GLUE2ExtensionEntityForeignKey=gpu_cms_ce.example.org_ComputingElement))",
+            &["GLUE2ExtensionValue"],
+        )
+        .unwrap();
+    assert!(ext.contains("GLUE2ExtensionValue: 1"), "{ext}");
 }

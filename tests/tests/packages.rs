@@ -276,13 +276,23 @@ fn packages_build_install_run_and_purge() {
         unit.contains("ExecStart=/usr/sbin/cderd ") && !unit.contains("/usr/local"),
         "cderd.service has other paths:\n{unit}"
     );
-    for u in ["cderd", "cder-registryd", "cder-vgpgpu-factory", "cder-torque-monitor"] {
+    for u in ["cderd", "cder-registryd", "cder-vgpgpu-factory", "cder-torque-monitor", "cder-index-refresh"] {
         assert!(Path::new(&format!("/lib/systemd/system/{u}.service")).is_file(), "{u}.service not installed");
         assert!(
             !Path::new(&format!("/etc/systemd/system/multi-user.target.wants/{u}.service")).exists(),
             "{u} was enabled by the package"
         );
     }
+    // The site's index refresher: its timer installed but not enabled, the
+    // packaged path, and the account that owns the shared snapshots.
+    let refresher = std::fs::read_to_string("/lib/systemd/system/cder-index-refresh.service").unwrap();
+    assert!(
+        refresher.contains("ExecStart=/usr/bin/cder-jdl index refresh ") && refresher.contains("User=cder-index"),
+        "{refresher}"
+    );
+    assert!(Path::new("/lib/systemd/system/cder-index-refresh.timer").is_file(), "the refresh timer is not installed");
+    assert!(!Path::new("/etc/systemd/system/timers.target.wants/cder-index-refresh.timer").exists());
+    assert!(Command::new("getent").args(["passwd", "cder-index"]).status().unwrap().success(), "no user cder-index");
     for bin in ["/usr/sbin/cderd", "/usr/bin/cderctl", "/usr/bin/cder-jdl", HOOK] {
         let sections = Command::new("readelf").args(["-S", "-W", bin]).output().unwrap();
         assert!(!String::from_utf8_lossy(&sections.stdout).contains(".debug_info"), "{bin} still carries debug info");

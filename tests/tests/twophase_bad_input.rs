@@ -9,12 +9,13 @@ use std::process::{Command, Output, Stdio};
 
 use cder_jdl::bdii::{build_offers, Bdii, QueryOptions, Wanted};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, plain_site_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, index_env, plain_site_ldif, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join("job.jdl");
     std::fs::write(&path, jdl).unwrap();
     let mut child = Command::new(cder_jdl())
+        .envs(index_env(dir))
         .args(["list-match", "--bdii", bdii, "--json"])
         .args(extra)
         .arg(&path)
@@ -63,21 +64,34 @@ fn ldap_metacharacters_in_the_jdl_cannot_widen_the_query() {
     assert_eq!(honest_set, [ce(0, "gpu"), ce(1, "gpgpu")].into_iter().collect(), "{}", stderr(&honest));
 
     // A VO of "*", or one that closes the filter and opens another, would match every
-    // share's policy if it reached the filter unescaped; escaped, it matches none.
-    for vo in ["*", "gputest*", "*)(GLUE2PolicyRule=*", "gputestvo)(|(objectClass=*", "\\2a", "gputestvo\\"] {
+    // share's policy if it reached the filter unescaped (--live) or were taken as a
+    // pattern (the index); escaped and compared whole, it matches none.
+    for (vo, path) in ["*", "gputest*", "*)(GLUE2PolicyRule=*", "gputestvo)(|(objectClass=*", "\\2a", "gputestvo\\"]
+        .into_iter()
+        .flat_map(|vo| [(vo, &[][..]), (vo, &["--live"][..])])
+    {
         let jdl = format!(
             "[ VirtualOrganisation = \"{}\"; Requirements = GPGPUMainMemorySize >= 1024 ]",
             vo.replace('\\', "\\\\")
         );
-        let out = list_match(&url, &[], &jdl, d);
-        assert_eq!(out.status.code(), Some(1), "VO {vo:?}: {}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
-        assert!(matched(&out).is_empty(), "VO {vo:?} widened the query: {:?}", matched(&out));
-        assert!(!stderr(&out).contains("failed"), "VO {vo:?} broke the filter: {}", stderr(&out));
+        let out = list_match(&url, path, &jdl, d);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "VO {vo:?} {path:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+        assert!(matched(&out).is_empty(), "VO {vo:?} {path:?} widened the query: {:?}", matched(&out));
+        assert!(!stderr(&out).contains("failed"), "VO {vo:?} {path:?} broke the filter: {}", stderr(&out));
     }
     // Attribute names taken from the job, with metacharacters, find nothing and break nothing.
-    for key in ["GPGPU*", "GPGPU*)(objectClass=*", "GPGPU(x)\\\\"] {
+    for (key, path) in ["GPGPU*", "GPGPU*)(objectClass=*", "GPGPU(x)\\\\"]
+        .into_iter()
+        .flat_map(|k| [(k, &[][..]), (k, &["--live"][..])])
+    {
         let jdl = format!("[ VirtualOrganisation = \"{VO}\"; Requirements = other.'{key}' =!= undefined ]");
-        let out = list_match(&url, &[], &jdl, d);
+        let out = list_match(&url, path, &jdl, d);
         assert_eq!(out.status.code(), Some(1), "key {key:?}: {}", stderr(&out));
         assert!(
             matched(&out).is_empty() && !stderr(&out).contains("failed"),
@@ -131,6 +145,7 @@ fn a_bdii_that_is_down_or_silent_gives_an_error_naming_it() {
     let path = dir.path().join("j.jdl");
     std::fs::write(&path, jdl).unwrap();
     let out = Command::new(cder_jdl())
+        .envs(index_env(dir.path()))
         .args(["list-match"])
         .arg(&path)
         .env("LCG_GFAL_INFOSYS", format!("127.0.0.1:{port},other:2170"))

@@ -10,12 +10,13 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, index_env, provider, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join(format!("job-{}.jdl", jdl.len() ^ extra.len()));
     std::fs::write(&path, jdl).unwrap();
     Command::new(cder_jdl())
+        .envs(index_env(dir))
         .args(["list-match", "--bdii", bdii, "--json", "--timeout", "20"])
         .args(extra)
         .arg(&path)

@@ -9,12 +9,13 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, grid_ldif, provider, provider_ldif, VO};
+use cder_tests::twophase::{cder_jdl, ce, ce_glue2_ldif, gpu_sites, grid_ldif, index_env, provider, provider_ldif, VO};
 
 fn list_match(bdii: &str, extra: &[&str], jdl: &str, dir: &Path) -> Output {
     let path = dir.join(format!("job-{}.jdl", jdl.len() ^ extra.len()));
     std::fs::write(&path, jdl).unwrap();
     Command::new(cder_jdl())
+        .envs(index_env(dir))
         .args(["list-match", "--bdii", bdii, "--timeout", "20", "--vo", VO])
         .args(extra)
         .arg(&path)
@@ -91,6 +92,7 @@ fn a_hostile_site_cannot_speak_for_another_sites_ce() {
     )
     .unwrap();
     let out = Command::new(cder_jdl())
+        .envs(index_env(dir.path()))
         .args(["submit", "--via", "slurm", "--dry-run", "--bdii", &url, "--timeout", "20", "--vo", VO, "--ce", &victim])
         .arg(&jdl)
         .env_remove("LCG_GFAL_INFOSYS")

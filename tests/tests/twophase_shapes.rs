@@ -16,7 +16,7 @@ use std::process::Command;
 use cder_testkit::require_programs;
 use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::cder_jdl;
+use cder_tests::twophase::{cder_jdl, index_env};
 
 const PYTHON: &str = "/opt/cder-venv/bin/python";
 /// Ranked by device memory: distinct ranks, so the order is tested too.
@@ -55,6 +55,7 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
     std::fs::write(&job, JOB).unwrap();
 
     let mut cmd = Command::new(cder_jdl());
+    cmd.envs(index_env(dir.path()));
     cmd.args(["list-match", "--json", "--bdii", &slapd.url()]).env_remove("LCG_GFAL_INFOSYS");
     if !read_all {
         cmd.args(["--strategy", name]);
@@ -90,6 +91,7 @@ fn shape(spec: SnapshotSpec, read_all: bool) {
     if spec.glue13 && spec.placement == Placement::ExecutionEnvironments {
         // GLUE 1.3 alone describes the same CEs (its tags sit on SubClusters, the EEs' twins).
         let out = Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["list-match", "--json", "--strategy", "tagged-environment", "--bdii", &slapd.url()])
             .arg(&job)
             .output()

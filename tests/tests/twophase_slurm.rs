@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
-use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, local_slurm_site, provider, VO};
+use cder_tests::twophase::{cder_jdl, gpu_sites, grid_ldif, index_env, local_slurm_site, provider, VO};
 
 const JOB: &str = "#!/bin/sh\necho CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\necho GPGPUPerNode=$GPGPUPerNode\necho PARTITION=$SLURM_JOB_PARTITION\n";
 
@@ -48,6 +48,7 @@ fn submit_via_slurm_runs_the_job_on_its_gpus() {
     let local_ce = local.ce_id("debug");
     let run = |extra: &[&str]| {
         Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["submit", "--via", "slurm", "--bdii", &slapd.url(), "--ce", &local_ce])
             .args(extra)
             .arg(&jdl)

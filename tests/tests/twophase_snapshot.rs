@@ -12,7 +12,7 @@ use std::process::Command;
 use cder_testkit::require_programs;
 use cder_tests::egi_snapshot::{generate, SnapshotSpec, Strategy};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::cder_jdl;
+use cder_tests::twophase::{cder_jdl, index_env};
 
 const PYTHON: &str = "/opt/cder-venv/bin/python";
 const JOB: &str = "[ Requirements = other.GPGPUVendor == \"Nvidia\" && (other.GPGPUMainMemorySize >= 2048); Rank = 1 ]";
@@ -44,6 +44,7 @@ fn list_match_on_a_small_snapshot_agrees_with_the_data_and_the_reference() {
         assert_eq!(count, snap.shares, "slapadd loaded every share");
 
         let out = Command::new(cder_jdl())
+            .envs(index_env(dir.path()))
             .args(["list-match", "--json", "--strategy", name, "--bdii", &slapd.url()])
             .arg(&job)
             .output()

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, provider, VO};
+use cder_tests::twophase::{cder_jdl, ce, gpu_sites, grid_ldif, index_env, provider, VO};
 
 #[test]
 fn submit_hands_a_refined_jdl_to_the_submit_command() {
@@ -33,6 +33,7 @@ fn submit_hands_a_refined_jdl_to_the_submit_command() {
     std::fs::write(&jdl, &job).unwrap();
     let submit = |extra: &[&str]| {
         Command::new(cder_jdl())
+            .envs(index_env(d))
             .args(["submit", "--bdii", &slapd.url()])
             .args(extra)
             .arg(&jdl)

@@ -14,7 +14,7 @@ use cder_model::VgpgpuMethod;
 use cder_registry::api::{OfflineRequest, RegisterRequest};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::munge::require_munge;
-use cder_tests::twophase::{cder_jdl, ce_glue2_ldif, gpu_sites, provider, GpuSite, VO};
+use cder_tests::twophase::{cder_jdl, ce_glue2_ldif, gpu_sites, index_env, provider, GpuSite, VO};
 use cder_tests::vgpgpu::Registryd;
 
 /// The site's provider config, with vGPGPU counts from `registry`.
@@ -44,6 +44,7 @@ fn list_match(bdii: &str, jdl: &str, dir: &Path) -> Output {
     let path = dir.join("job.jdl");
     std::fs::write(&path, jdl).unwrap();
     Command::new(cder_jdl())
+        .envs(index_env(dir))
         .args(["list-match", "--bdii", bdii, "--json", "--timeout", "20", "--vo", VO])
         .arg(&path)
         .env_remove("LCG_GFAL_INFOSYS")

@@ -9,9 +9,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod apel;
 mod inventory;
 mod node;
 mod registry;
+mod usage;
 
 /// Exit status for bad input or usage (clap uses it too).
 const EXIT_USAGE: u8 = 2;
@@ -105,10 +107,25 @@ numbers them inside a device cgroup. Exit 1 when the node has no usable device c
     #[command(
         long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
 utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
-seed thesis's Appendix C function. Users other than root and operators see their own records only.",
-        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json"
+seed thesis's Appendix C function. Users other than root and operators see their own records only. \
+With --apel it writes instead the month's APEL-accelerator-message v0.1 records (one per job, model and \
+month; ActiveDuration measured by cderd's sampler, null where not sampled) into the dirq spool ssmsend \
+sends from (docs/accounting.md).",
+        after_help = "EXAMPLES:\n    cderctl accounting --since 24h\n    cderctl accounting --since 1700000000 --until 1700086400 --json\n    cderctl accounting --apel --month 2026-03 --site CESGA --user-map /etc/cder/apel-users.toml --spool /var/spool/apel/outgoing"
     )]
     Accounting(node::AccountingArgs),
+    /// What each job did with its GPUs: device-seconds, active-seconds, utilisation, memory
+    #[command(
+        long_about = "Prints, per job and device, what cderd's usage sampler measured ([node.usage]): the \
+device as its model and UUID, device-seconds (how long the job held it), active-seconds (the sampled \
+time its utilisation was at or above [node.usage] active_threshold_percent), mean and peak utilisation, \
+peak memory in use, and the samples taken; then the running jobs' devices that are idle now. A MIG \
+instance without GPM (before Hopper) has no utilisation in NVML: its utilisation columns show -. \
+Users other than root and operators see their own jobs only. --json prints the daemon's result \
+(the usage reply of docs/protocol.md).",
+        after_help = "EXAMPLES:\n    cderctl usage\n    cderctl usage --job slurm:4242 --json\n    cderctl usage --since 24h --recent 20"
+    )]
+    Usage(node::UsageArgs),
     /// The cluster's vGPGPU registry: status, query, offline/online, release, SLURM licences
     #[command(
         long_about = "Talks to cder-registryd ([registry] url, MUNGE-authenticated) about the \
@@ -171,6 +188,7 @@ fn main() -> ExitCode {
         Command::Reconcile(args) => node::reconcile(cli.config.as_deref(), &args),
         Command::Confine(args) => node::confine(cli.config.as_deref(), &args),
         Command::Accounting(args) => node::accounting(cli.config.as_deref(), &args),
+        Command::Usage(args) => node::usage(cli.config.as_deref(), &args),
         Command::Registry(args) => registry::run(cli.config.as_deref(), &args),
     };
     match outcome {

@@ -1,5 +1,5 @@
 //! The cderd subcommands of cderctl: alloc, release, env, status, drain,
-//! resume, reconcile, accounting. Each talks to the node daemon over its
+//! resume, reconcile, accounting, usage. Each talks to the node daemon over its
 //! socket (`--socket`, else `[node] socket` of the config).
 
 use std::collections::BTreeSet;
@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context};
 use cder_model::{Config, JobKey};
 use cder_protocol::{
-    Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode,
-    ReconcileRequest, Status,
+    Accounting, AccountingRequest, AllocRequest, Allocation, Client, ClientError, DeviceStatus, ErrorCode, IdleDevice,
+    ReconcileRequest, Status, Usage, UsageRequest,
 };
 
 use super::Failure;
@@ -177,7 +177,20 @@ fn status_table(status: &Status) -> String {
             c.total, c.free, c.allocated, c.offline, c.unhealthy
         );
     }
+    out += &idle_lines(&status.idle);
     out
+}
+
+/// One line per idle device of a running job.
+fn idle_lines(idle: &[IdleDevice]) -> String {
+    idle.iter()
+        .map(|d| {
+            format!(
+                "idle: job {} (uid {}) holds {}:{} {} {}, idle since {} ({:.0} s)\n",
+                d.job, d.uid, d.cder_type, d.index, d.model, d.uuid, d.idle_since, d.idle_seconds
+            )
+        })
+        .collect()
 }
 
 fn device_cells(d: &DeviceStatus) -> [String; 10] {
@@ -455,6 +468,22 @@ pub struct AccountingArgs {
     /// Print the daemon's JSON result
     #[arg(long)]
     json: bool,
+    /// Write APEL accelerator records (APEL-accelerator-message v0.1) for --month instead
+    #[arg(long, requires_all = ["month", "site"], conflicts_with_all = ["since", "until", "json"])]
+    apel: bool,
+    /// The month of the APEL records, in UTC
+    #[arg(long, value_name = "YYYY-MM", requires = "apel")]
+    month: Option<super::apel::Month>,
+    /// The site's GOCDB name, the records' SiteName
+    #[arg(long, value_name = "NAME", requires = "apel")]
+    site: Option<String>,
+    /// The dirq spool ssmsend sends from (its [outgoing] path); without it the messages go to stdout
+    #[arg(long, value_name = "DIR", requires = "apel")]
+    spool: Option<PathBuf>,
+    /// The CE's mapping of local accounts to FQAN and GlobalUserName (TOML: [[user]] uid or uids, fqan,
+    /// global_user_name; default_fqan) [default: every user's FQAN is "local"]
+    #[arg(long, value_name = "FILE", requires = "apel")]
+    user_map: Option<PathBuf>,
     #[command(flatten)]
     connection: Connection,
 }
@@ -482,12 +511,89 @@ pub fn accounting(config: Option<&Path>, args: &AccountingArgs) -> Result<(), Fa
     let time = |t: &Option<String>, flag: &str| {
         t.as_deref().map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--{flag}: {e}")))).transpose()
     };
+    if args.apel {
+        return apel(config, args, now);
+    }
     let request = AccountingRequest { since: time(&args.since, "since")?, until: time(&args.until, "until")? };
     let accounting = args.connection.connect(config)?.accounting(&request).map_err(refused)?;
     if args.json {
         json(&accounting)
     } else {
         super::print(&accounting_table(&accounting))
+    }
+}
+
+/// `accounting --apel`: the month's records, into the spool or to stdout.
+fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Failure> {
+    use super::apel::{self, DeviceInfo, Inputs, UserMap};
+    let (Some(month), Some(site)) = (args.month, args.site.as_deref()) else {
+        return Err(Failure::usage(anyhow!("--apel needs --month and --site")));
+    };
+    if apel::is_apel_null(site) {
+        return Err(Failure::usage(anyhow!("--site {site:?}: APEL reads that as null, and SiteName is mandatory")));
+    }
+    let users = match &args.user_map {
+        Some(path) => UserMap::load(path).map_err(Failure::usage)?,
+        None => UserMap::default(),
+    };
+    let mut client = args.connection.connect(config)?;
+    let request = AccountingRequest { since: Some(month.start()), until: Some(month.end() - 1) };
+    let accounting = client.accounting(&request).map_err(refused)?;
+    let status = client.status().map_err(refused)?;
+    let measured = super::usage::measured(&mut client, month.start()).map_err(refused)?;
+    // The config says which types are GPUs; discovery knows their cores.
+    // Neither is needed for a valid record, so a node without them still reports.
+    let loaded = Config::load(config).ok();
+    let gpu_types: BTreeSet<String> = loaded
+        .iter()
+        .flat_map(|c| &c.cders)
+        .filter(|t| {
+            matches!(
+                t.vendor,
+                cder_model::VendorKind::Nvidia | cder_model::VendorKind::Amd | cder_model::VendorKind::Intel
+            )
+        })
+        .map(|t| t.name.get_ref().clone())
+        .collect();
+    let cores: std::collections::HashMap<String, u32> = loaded
+        .as_ref()
+        .and_then(|c| cder_inventory::discover(c).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.attributes.cores.map(|c| (d.uuid, c)))
+        .collect();
+    let devices = status
+        .devices
+        .iter()
+        .map(|d| {
+            let kind = if gpu_types.contains(&d.cder_type) { "GPU".to_string() } else { d.cder_type.clone() };
+            (d.uuid.clone(), DeviceInfo { model: d.model.clone(), kind, cores: cores.get(&d.uuid).copied() })
+        })
+        .collect();
+    let records = apel::records(&Inputs {
+        site,
+        month,
+        now,
+        records: &accounting.records,
+        devices: &devices,
+        measured: &measured,
+        users: &users,
+    });
+    let messages = apel::messages(&records);
+    match &args.spool {
+        Some(spool) => {
+            for m in &messages {
+                apel::spool_add(spool, m).map_err(Failure::runtime)?;
+            }
+            eprintln!(
+                "cderctl: {} record(s) in {} message(s) added to {}",
+                records.len(),
+                messages.len(),
+                spool.display()
+            );
+            Ok(())
+        }
+        None => super::print(&messages.iter().map(|m| format!("{m}\n")).collect::<String>()),
     }
 }
 
@@ -529,6 +635,112 @@ fn accounting_table(a: &Accounting) -> String {
         u.since,
         u.until
     );
+    out
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UsageArgs {
+    /// Only this job, as <lrms>:<id>
+    #[arg(long, value_name = "JOB")]
+    job: Option<JobKey>,
+    /// Only jobs that held a device since: unix seconds, or an age such as 90s, 30m, 12h, 7d
+    #[arg(long, value_name = "T")]
+    since: Option<String>,
+    /// Also the N most recent samples (time, job, device, utilisation, memory, processes)
+    #[arg(long, value_name = "N")]
+    recent: Option<u32>,
+    /// Print the daemon's JSON result
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+pub fn usage(config: Option<&Path>, args: &UsageArgs) -> Result<(), Failure> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let since = args
+        .since
+        .as_deref()
+        .map(|t| parse_time(t, now).map_err(|e| Failure::usage(anyhow!("--since: {e}"))))
+        .transpose()?;
+    if args.recent.is_some_and(|n| n > cder_protocol::MAX_RECENT_SAMPLES) {
+        return Err(Failure::usage(anyhow!("--recent: at most {} samples", cder_protocol::MAX_RECENT_SAMPLES)));
+    }
+    let request = UsageRequest { job: args.job.clone(), since, recent: args.recent };
+    let usage = args.connection.connect(config)?.usage(&request).map_err(refused)?;
+    if args.json {
+        json(&usage)
+    } else {
+        super::print(&usage_table(&usage))
+    }
+}
+
+fn usage_table(u: &Usage) -> String {
+    let header =
+        ["JOB", "UID", "DEVICE", "MODEL", "UUID", "DEV-S", "ACTIVE-S", "MEAN%", "PEAK%", "PEAK-MiB", "SAMPLES"];
+    let percent = |v: Option<f64>| v.map_or("-".to_string(), |p| format!("{p:.1}"));
+    let rows: Vec<[String; 11]> = u
+        .devices
+        .iter()
+        .map(|d| {
+            [
+                d.job.to_string(),
+                d.uid.to_string(),
+                format!("{}:{}", d.cder_type, d.index),
+                d.model.clone(),
+                d.uuid.clone(),
+                d.device_seconds.to_string(),
+                d.active_seconds.map_or("-".to_string(), |s| format!("{s:.0}")),
+                percent(d.mean_utilisation_percent),
+                d.peak_utilisation_percent.map_or("-".to_string(), |p| p.to_string()),
+                d.peak_memory_mib.to_string(),
+                d.samples.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        text.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(&header.map(String::from));
+    for row in &rows {
+        out += &line(row);
+    }
+    out += &format!(
+        "sampled every {} s; active = utilisation at or above {}%\n",
+        u.sample_period_s, u.active_threshold_percent
+    );
+    out += &idle_lines(&u.idle);
+    for s in &u.recent {
+        let processes: Vec<String> = s
+            .processes
+            .iter()
+            .map(|p| {
+                format!(
+                    "pid {} {} MiB sm {}%{}",
+                    p.pid,
+                    p.memory_mib.map_or("?".into(), |m| m.to_string()),
+                    p.sm_percent.map_or("?".into(), |v| v.to_string()),
+                    p.job.as_ref().map_or(String::new(), |j| format!(" ({j})"))
+                )
+            })
+            .collect();
+        out += &format!(
+            "sample {} {} {} util {} mem {} MiB{}\n",
+            s.at_ms,
+            s.job,
+            s.uuid,
+            s.utilisation_percent.map_or("-".into(), |v| format!("{v}%")),
+            s.memory_mib.map_or("-".into(), |m| m.to_string()),
+            if processes.is_empty() { String::new() } else { format!(": {}", processes.join(", ")) }
+        );
+    }
     out
 }
 

@@ -36,14 +36,14 @@ fn cderd_binary() -> PathBuf {
 }
 
 /// Fields drop in order: the daemon stops before its dir goes.
-struct Daemon {
+pub(crate) struct Daemon {
     cderd: TestNode,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     config: PathBuf,
 }
 
 impl Daemon {
-    fn start() -> Daemon {
+    pub(crate) fn start() -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("cderd.sock");
@@ -67,12 +67,12 @@ impl Daemon {
     }
 
     /// cderctl with the config in CDER_CONFIG, as on a node.
-    fn ctl(&self, args: &[&str]) -> Output {
+    pub(crate) fn ctl(&self, args: &[&str]) -> Output {
         Command::new(CDERCTL).args(args).env("CDER_CONFIG", &self.config).stdin(Stdio::null()).output().unwrap()
     }
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -213,4 +213,73 @@ fn another_user_cannot_alloc_or_read_foreign_jobs() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("CUDA_VISIBLE_DEVICES="));
     assert!(as_nobody(&["status"]).status.success());
+}
+
+#[test]
+fn usage_shows_each_jobs_devices_by_model_and_uuid_and_status_the_idle_ones() {
+    use cder_fake_nvml::{FakeDevice, FakeDeviceUsage, FakeNvml, FakeUsage};
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (machine, usage) = (dir.path().join("machine.json"), dir.path().join("usage.json"));
+    let gpus: Vec<FakeDevice> = (0..2).map(|i| FakeDevice::a100("0c71d000", i, 81920)).collect();
+    FakeNvml { devices: gpus.clone(), fail: vec![] }.write(&machine).unwrap();
+    let mut answers = FakeUsage::default();
+    answers.devices.insert(
+        gpus[0].uuid.clone(),
+        FakeDeviceUsage { gpu_percent: 75, memory_used_mib: 20_480, ..Default::default() },
+    );
+    answers.write(&usage).unwrap();
+    let socket = dir.path().join("cderd.sock");
+    let text_config = format!(
+        "[node]\nsocket = {socket:?}\nstate_dir = {:?}\n[node.health]\nwatch = false\n\
+         [node.usage]\nsample_period_s = 0.1\nidle_after_s = 0.5\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {library:?}\n\
+         device_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("state"),
+        dir.path().display()
+    );
+    let config = dir.path().join("cder.toml");
+    std::fs::write(&config, text_config).unwrap();
+    let cderd = TestNode::new(cderd_binary(), &config, &socket, dir.path().join("cderd.log"))
+        .env("CDER_FAKE_NVML", &machine)
+        .env("CDER_FAKE_NVML_USAGE", &usage);
+    let mut cderd = cderd;
+    cderd.start(std::time::Duration::from_secs(30));
+    let d = Daemon { cderd, dir, config };
+    for (job, index) in [("slurm:5", "0"), ("slurm:6", "1")] {
+        let out = d.ctl(&["alloc", "--job", job, "--uid", "1000", "--count", "1", "--devices", index]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    cder_testkit::wait_for("samples and the idle job", std::time::Duration::from_secs(30), || {
+        let out = d.ctl(&["usage", "--json"]);
+        let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        u["devices"].as_array().is_some_and(|a| a.iter().all(|d| d["samples"].as_u64() >= Some(3)))
+            && u["idle"].as_array().is_some_and(|a| a.len() == 1)
+    });
+    let out = d.ctl(&["usage", "--job", "slurm:5", "--json"]);
+    let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices = u["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["uuid"], gpus[0].uuid.as_str());
+    assert_eq!(devices[0]["model"], "NVIDIA A100-SXM4-80GB");
+    assert_eq!(
+        (devices[0]["peak_utilisation_percent"].as_u64(), devices[0]["peak_memory_mib"].as_u64()),
+        (Some(75), Some(20_480))
+    );
+    assert_eq!(u["idle"], serde_json::json!([]));
+    let table = text(&d.ctl(&["usage"]).stdout);
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["JOB", "MODEL", "UUID", "DEV-S", "ACTIVE-S", "MEAN%", "PEAK%", "PEAK-MiB"] {
+        assert!(header.split_whitespace().any(|c| c == column), "{column} missing: {table}");
+    }
+    let row = table.lines().find(|l| l.starts_with("slurm:5")).unwrap_or_default().to_string();
+    for cell in ["NVIDIA A100-SXM4-80GB", gpus[0].uuid.as_str(), "75", "20480"] {
+        assert!(row.split_whitespace().any(|c| c == cell) || row.contains(cell), "{cell} missing: {table}");
+    }
+    let status = text(&d.ctl(&["status"]).stdout);
+    let idle = format!("idle: job slurm:6 (uid 1000) holds gpgpu:1 NVIDIA A100-SXM4-80GB {}", gpus[1].uuid);
+    assert!(status.contains(&idle), "{status}");
+    let out = d.ctl(&["usage", "--recent", "100000"]);
+    assert_eq!(out.status.code(), Some(2));
 }

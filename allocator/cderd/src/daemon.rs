@@ -6,18 +6,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
+use cder_model::{Config, Device, DeviceCgroup, Discovery, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
-    ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, ShareStatus, Status, TypeCounts,
-    Utilisation, PROTOCOL_VERSION,
+    ErrorCode, ErrorReply, IdleDevice, Pong, ReconcileRequest, Reconciled, Released, Request, ShareStatus, Status,
+    TypeCounts, Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
-use crate::store::{JobAllocation, LedgerRow, Store, StoreError};
+use crate::store::{JobAllocation, LedgerRow, Store, StoreError, UsageObservation, UsageRules};
 use crate::warmup::{favors_dynmods, MigrationWarmup};
 
 /// Why the daemon could not start.
@@ -76,6 +76,27 @@ pub struct Daemon {
     background: Background,
     /// `alloc`s on their way in, for the `env` that follows (see [`crate::intake`]).
     intake: Intake,
+    /// Devices whose file this process has seen: one that vanishes after
+    /// is drained (one never seen may not be made yet, see nvidia-modprobe).
+    files_seen: Mutex<BTreeSet<String>>,
+    /// How usage samples are rolled up (`[node.usage]`).
+    usage_rules: UsageRules,
+    /// The last period's sample of each device a running job holds (for
+    /// gauges; empty until the sampler's first period).
+    latest: Mutex<Vec<cder_protocol::UsageSample>>,
+}
+
+/// A device a running job holds, for the usage sampler.
+#[derive(Debug, Clone)]
+pub struct UsageTarget {
+    /// The job.
+    pub job: JobKey,
+    /// Its allocation's token (names its device cgroups).
+    pub token: String,
+    /// The device's UUID.
+    pub uuid: String,
+    /// Its CDER type.
+    pub cder_type: String,
 }
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
@@ -125,6 +146,13 @@ impl Background {
 }
 
 pub use cder_ledger::{now, resolve_operators};
+
+/// Unix milliseconds now (usage samples may come faster than a second).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// How long `request` may wait out a conflict.
 fn alloc_wait(request: &AllocRequest) -> std::time::Duration {
@@ -205,7 +233,19 @@ impl Daemon {
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
-        store.sync_inventory(&devices)?;
+        // The ledger numbers a device for good by its UUID: discovery's
+        // numbering shifts when a GPU disappears. `devices` keep
+        // discovery's, the runtimes' own, for the job environment.
+        let numbered: BTreeSet<String> =
+            config.cders.iter().filter(|c| c.discovery == Discovery::Nvml).map(|c| c.name().to_string()).collect();
+        let mut in_ledger = devices.clone();
+        for (uuid, found, kept) in store.keep_indices(&mut in_ledger, &numbered)? {
+            tracing::warn!(
+                device = %uuid,
+                "discovery numbers this device {found} (a device before it is gone or new); the ledger keeps it {kept}"
+            );
+        }
+        store.sync_inventory(&in_ledger)?;
         let rows = store.devices()?;
         let offers = crate::sharing::offered(&config.node.sharing, &rows);
         crate::sharing::check(&config.node.sharing, &offers, &rows, "cder.toml")?;
@@ -220,6 +260,7 @@ impl Daemon {
                 Err(e) => tracing::debug!("[node.enforcement] held_open_ignore_users: {e}"),
             }
         }
+        let config_usage = config.node.usage.clone();
         let daemon = Daemon {
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
             config,
@@ -233,7 +274,11 @@ impl Daemon {
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
+            files_seen: Mutex::default(),
+            usage_rules: UsageRules::from_config(&config_usage),
+            latest: Mutex::new(Vec::new()),
         };
+        daemon.drain_vanished_files(&mut daemon.store()).map_err(|e| StartError::Store(StoreError::Refused(e)))?;
         Ok(daemon)
     }
 
@@ -303,7 +348,10 @@ impl Daemon {
             Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
                 // A device kept out after a release shows why only while it still is.
-                self.recheck_leftovers(&mut self.store())?;
+                let mut store = self.store();
+                self.recheck_leftovers(&mut store)?;
+                self.drain_vanished_files(&mut store)?;
+                drop(store);
                 self.status().map(|s| to_value(&s))
             }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
@@ -311,6 +359,7 @@ impl Daemon {
             Request::Reconcile(r) => self.reconcile(r).map(|r| to_value(&r)),
             Request::Accounting(r) => self.accounting(caller, r).map(|a| to_value(&a)),
             Request::Confine(r) => self.confine(caller, &r.job).map(|c| to_value(&c)),
+            Request::Usage(r) => self.usage(caller, r).map(|u| to_value(&u)),
         }
     }
 
@@ -407,18 +456,23 @@ impl Daemon {
     /// The environment of `reply`'s devices, narrowed to `step` (indices of
     /// the default type), numbered for `cgroup`.
     fn step_environment(&self, reply: &Allocation, step: Option<&[u32]>, cgroup: DeviceCgroup) -> JobEnvironment {
+        // Numbered as the runtimes number them (discovery's index now),
+        // chosen by the ledger's index (the step's list).
+        let runtime_index = |d: &AllocatedDevice| self.inventory.get(&d.uuid).map_or(d.index, |i| i.index);
         let held: Vec<HeldDevice<'_>> = reply
             .devices
             .iter()
-            .map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid })
+            .map(|d| HeldDevice { cder_type: &d.cder_type, index: runtime_index(d), uuid: &d.uuid })
             .collect();
-        let visible: Vec<HeldDevice<'_>> = held
+        let visible: Vec<HeldDevice<'_>> = reply
+            .devices
             .iter()
-            .filter(|d| match step {
+            .zip(&held)
+            .filter(|(d, _)| match step {
                 Some(list) if d.cder_type == cder_protocol::DEFAULT_TYPE => list.contains(&d.index),
                 _ => true,
             })
-            .copied()
+            .map(|(_, h)| *h)
             .collect();
         JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup)
     }
@@ -467,11 +521,12 @@ impl Daemon {
         let started = std::time::Instant::now();
         let mut store = self.store();
         self.recheck_leftovers(&mut store)?;
+        self.drain_vanished_files(&mut store)?;
         let by_file;
         let request = match &request.device_files {
             None => request,
             Some(files) => {
-                let devices = store.devices().map_err(StoreError::into_reply)?;
+                let devices = store.devices().map_err(|e| store.reply(e))?;
                 by_file = AllocRequest {
                     devices: Some(indices_at(&devices, &request.cder_type, files)?),
                     device_files: None,
@@ -486,7 +541,7 @@ impl Daemon {
         // recorded whoever holds its devices open, so for it the scan only
         // feeds a warning, which a thread logs after the reply.
         let explicit = request.devices.is_some();
-        let busy = if !explicit && store.job(&request.job).map_err(StoreError::into_reply)?.is_none() {
+        let busy = if !explicit && store.job(&request.job).map_err(|e| store.reply(e))?.is_none() {
             self.held_open(&store)?
         } else {
             BTreeMap::new()
@@ -502,7 +557,7 @@ impl Daemon {
         }
         let avoid = if skip { busy.clone() } else { BTreeMap::new() };
         let (allocation, new) =
-            store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(StoreError::into_reply)?;
+            store.alloc_avoiding(request, self.policy.as_ref(), now(), &avoid).map_err(|e| store.reply(e))?;
         let committed = started.elapsed();
         if new {
             // Only a choice of cderd's gets here (busy is empty for a list
@@ -525,7 +580,7 @@ impl Daemon {
             };
             if let Err(e) = applied {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
-                let released = store.release(&allocation.job, now()).map_err(StoreError::into_reply)?;
+                let released = store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
                 let idle: Vec<LedgerRow> = released.into_iter().filter(|d| d.shared == 0).collect();
                 for e in self.enforcer.restore(&idle) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
@@ -563,9 +618,10 @@ impl Daemon {
     /// one of them still holds stays out of the pool (see [`Daemon::end_job`]).
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
         let mut store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
-        let released = store.release_keeping(job, now(), &held).map_err(StoreError::into_reply)?;
+        let released = store.release_keeping(job, now(), &held).map_err(|e| store.reply(e))?;
+        self.drain_vanished_files(&mut store)?;
         // A shared device goes back to idle when its last sharer leaves.
         let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
         for e in self.enforcer.restore(&idle) {
@@ -651,11 +707,11 @@ impl Daemon {
     /// Looks again at the devices kept out after a release, and puts back
     /// in the pool each whose job has nothing left on it.
     fn recheck_leftovers(&self, store: &mut Store) -> Result<(), ErrorReply> {
-        let leftovers = store.leftovers().map_err(StoreError::into_reply)?;
+        let leftovers = store.leftovers().map_err(|e| store.reply(e))?;
         if leftovers.is_empty() {
             return Ok(());
         }
-        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let devices = store.devices().map_err(|e| store.reply(e))?;
         let mut back = 0;
         let mut by_job: BTreeMap<(String, String), Vec<&crate::store::Leftover>> = BTreeMap::new();
         for l in &leftovers {
@@ -670,7 +726,7 @@ impl Daemon {
             let holders = self.holders_of(uid, &rows);
             for l in group {
                 if survivors.is_empty() && !holders.contains_key(&l.device) {
-                    store.set_leftover(&l.device, None).map_err(StoreError::into_reply)?;
+                    store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
                     tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
                     back += 1;
                 }
@@ -687,6 +743,32 @@ impl Daemon {
         Ok(())
     }
 
+    /// Drains each present device whose file this process saw and that is
+    /// gone now (removed under a running node): a job holding it keeps its
+    /// record, and the device goes offline, not back to the pool, at release.
+    fn drain_vanished_files(&self, store: &mut Store) -> Result<(), ErrorReply> {
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        let mut seen = self.files_seen.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices.iter().filter(|d| d.present) {
+            if std::fs::symlink_metadata(&d.path).is_ok() {
+                seen.insert(d.uuid.clone());
+                continue;
+            }
+            if d.drained || !seen.contains(&d.uuid) {
+                continue;
+            }
+            let reason = format!("device file {} vanished", d.path.display());
+            store.set_drained(&d.uuid, Some(&reason)).map_err(|e| store.reply(e))?;
+            match &d.job {
+                Some(job) => {
+                    tracing::error!(device = %d.name(), job = %job, "{reason}: drained; the job keeps its record until release")
+                }
+                None => tracing::error!(device = %d.name(), "{reason}: drained, handed out to nobody"),
+            }
+        }
+        Ok(())
+    }
+
     /// `env` of the job's whole allocation in node indices: the job's own
     /// uid or an operator.
     pub fn env(&self, caller: Caller, job: &JobKey) -> Result<Allocation, ErrorReply> {
@@ -698,7 +780,7 @@ impl Daemon {
     pub fn env_for(&self, caller: Caller, request: &EnvRequest) -> Result<Allocation, ErrorReply> {
         let job = &request.job;
         let store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         match allocation {
             Some(a) if a.uid == caller.uid || self.is_operator(caller.uid) => {
                 // A step starts (slurmstepd asks, as root): its tasks'
@@ -742,9 +824,9 @@ impl Daemon {
     /// `status`: one snapshot, read under the lock, so it agrees with the database.
     pub fn status(&self) -> Result<Status, ErrorReply> {
         let store = self.store();
-        let devices = store.devices().map_err(StoreError::into_reply)?;
-        let generation = store.generation().map_err(StoreError::into_reply)?;
-        let shares = store.shares().map_err(StoreError::into_reply)?;
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        let generation = store.generation().map_err(|e| store.reply(e))?;
+        let shares = store.shares().map_err(|e| store.reply(e))?;
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
@@ -758,6 +840,7 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
+        let idle = self.idle_devices()?;
         let shares = shares
             .into_iter()
             .map(|s| ShareStatus {
@@ -770,11 +853,106 @@ impl Daemon {
                 total: s.total,
             })
             .collect();
-        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, shares })
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle, shares })
+    }
+
+    /// `usage`: per job and device, what the samples say; operators see
+    /// every job, others their own.
+    pub fn usage(&self, caller: Caller, request: &UsageRequest) -> Result<Usage, ErrorReply> {
+        let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
+        let job = request.job.as_ref();
+        let store = self.store();
+        let devices = store.usage(job, uid, request.since, now()).map_err(|e| store.reply(e))?;
+        let recent = match request.recent {
+            Some(n) if n > 0 => store.recent_samples(n, job, uid).map_err(|e| store.reply(e))?,
+            _ => Vec::new(),
+        };
+        drop(store);
+        let idle = self
+            .idle_devices()?
+            .into_iter()
+            .filter(|d| uid.is_none_or(|u| d.uid == u) && job.is_none_or(|j| &d.job == j))
+            .collect();
+        let usage = &self.config.node.usage;
+        Ok(Usage {
+            devices,
+            idle,
+            recent,
+            sample_period_s: usage.sample_period_s,
+            active_threshold_percent: usage.active_threshold_percent,
+        })
+    }
+
+    /// Running jobs' devices idle for `[node.usage] idle_after_s` or longer
+    /// (none while sampling is off).
+    pub fn idle_devices(&self) -> Result<Vec<IdleDevice>, ErrorReply> {
+        let usage = &self.config.node.usage;
+        if !usage.sample {
+            return Ok(Vec::new());
+        }
+        let after_ms = (usage.idle_after_s * 1000.0).round() as i64;
+        let store = self.store();
+        store.idle(after_ms, now_ms()).map_err(|e| store.reply(e))
+    }
+
+    /// The devices running jobs hold, of types discovered through NVML:
+    /// what the usage sampler asks NVML about.
+    pub fn usage_targets(&self) -> Result<Vec<UsageTarget>, ErrorReply> {
+        let store = self.store();
+        let tokens: HashMap<JobKey, String> = store
+            .live_allocations()
+            .map_err(|e| store.reply(e))?
+            .into_iter()
+            .map(|(job, _, token)| (job, token))
+            .collect();
+        let devices = store.devices().map_err(|e| store.reply(e))?;
+        drop(store);
+        let nvml = |t: &str| self.config.cder(t).is_some_and(|c| c.discovery == cder_model::Discovery::Nvml);
+        Ok(devices
+            .into_iter()
+            .filter(|d| d.present && nvml(&d.cder_type))
+            .filter_map(|d| {
+                let job = d.job?;
+                let token = tokens.get(&job)?.clone();
+                Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type })
+            })
+            .collect())
+    }
+
+    /// Rolls one period's samples up durably (one transaction), and keeps
+    /// them as the latest (see [`Daemon::latest_samples`]).
+    pub fn record_usage(&self, observations: &[UsageObservation]) -> Result<usize, ErrorReply> {
+        let recorded = {
+            let mut store = self.store();
+            store.record_usage(observations, &self.usage_rules).map_err(|e| store.reply(e))?
+        };
+        let latest = observations
+            .iter()
+            .map(|o| cder_protocol::UsageSample {
+                at_ms: o.at_ms,
+                job: o.job.clone(),
+                uuid: o.uuid.clone(),
+                utilisation_percent: o.utilisation,
+                memory_mib: o.memory_mib,
+                processes: o.processes.clone().unwrap_or_default(),
+            })
+            .collect();
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        Ok(recorded)
+    }
+
+    /// The sampler's last period: one sample per device a running job held
+    /// then (in memory, for gauges such as an OpenMetrics endpoint; the
+    /// durable record is [`Daemon::usage`]).
+    pub fn latest_samples(&self) -> Vec<cder_protocol::UsageSample> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn set_drained(&self, device: &str, reason: Option<&str>) -> Result<Value, ErrorReply> {
-        let row = self.store().set_drained(device, reason).map_err(StoreError::into_reply)?;
+        let row = {
+            let mut store = self.store();
+            store.set_drained(device, reason).map_err(|e| store.reply(e))?
+        };
         // A resumed device may end an `alloc`'s conflict.
         self.intake.released(None);
         match reason {
@@ -797,16 +975,16 @@ impl Daemon {
         };
         let doomed: Vec<JobKey> = store
             .live_allocations()
-            .map_err(StoreError::into_reply)?
+            .map_err(|e| store.reply(e))?
             .into_iter()
             .filter(|(j, seq, _)| !keep(j, *seq))
             .map(|(j, _, _)| j)
             .collect();
         let mut jobs = Vec::new();
         for job in doomed {
-            let Some(allocation) = store.job(&job).map_err(StoreError::into_reply)? else { continue };
+            let Some(allocation) = store.job(&job).map_err(|e| store.reply(e))? else { continue };
             let held = self.end_job(&allocation);
-            let devices = store.release_keeping(&job, now(), &held).map_err(StoreError::into_reply)?;
+            let devices = store.release_keeping(&job, now(), &held).map_err(|e| store.reply(e))?;
             let idle: Vec<LedgerRow> = devices.iter().filter(|d| d.shared == 0).cloned().collect();
             for e in self.enforcer.restore(&idle) {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
@@ -823,7 +1001,7 @@ impl Daemon {
         if self.cgroups.is_available() {
             let wanted: BTreeSet<String> = store
                 .live_allocations()
-                .map_err(StoreError::into_reply)?
+                .map_err(|e| store.reply(e))?
                 .iter()
                 .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
                 .collect();
@@ -840,7 +1018,7 @@ impl Daemon {
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
             let free: Vec<LedgerRow> =
-                store.devices().map_err(StoreError::into_reply)?.into_iter().filter(|d| d.job.is_none()).collect();
+                store.devices().map_err(|e| store.reply(e))?.into_iter().filter(|d| d.job.is_none()).collect();
             for e in self.enforcer.restore(&free) {
                 tracing::error!("restoring idle ownership: {e}");
             }
@@ -865,15 +1043,15 @@ impl Daemon {
             Some(s) => s,
             None => {
                 // From the first record of either kind: allocations or drains.
-                let first = store.first_start().map_err(StoreError::into_reply)?;
-                let first_drain = store.first_drain_start().map_err(StoreError::into_reply)?;
+                let first = store.first_start().map_err(|e| store.reply(e))?;
+                let first_drain = store.first_drain_start().map_err(|e| store.reply(e))?;
                 first.into_iter().chain(first_drain).min().unwrap_or(until).min(until)
             }
         };
         let uid = (!self.is_operator(caller.uid)).then_some(caller.uid);
-        let records = store.accounting(since, until, uid, now).map_err(StoreError::into_reply)?;
-        let pool_size = store.pool_size().map_err(StoreError::into_reply)?;
-        let drains = store.drains(since, until).map_err(StoreError::into_reply)?;
+        let records = store.accounting(since, until, uid, now).map_err(|e| store.reply(e))?;
+        let pool_size = store.pool_size().map_err(|e| store.reply(e))?;
+        let drains = store.drains(since, until).map_err(|e| store.reply(e))?;
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
@@ -893,7 +1071,7 @@ impl Daemon {
     pub fn confine(&self, caller: Caller, job: &JobKey) -> Result<Confined, ErrorReply> {
         let started = std::time::Instant::now();
         let store = self.store();
-        let allocation = store.job(job).map_err(StoreError::into_reply)?;
+        let allocation = store.job(job).map_err(|e| store.reply(e))?;
         let Some(allocation) = allocation else {
             return Err(ErrorReply::new(ErrorCode::UnknownJob, format!("job {job} holds no allocation on this node")));
         };
@@ -957,7 +1135,7 @@ impl Daemon {
         // Under the map's lock: never beside the set-up thread.
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if groups.get(&name) != Some(&GroupState::Ready) {
-            let devices = store.devices().map_err(StoreError::into_reply)?;
+            let devices = store.devices().map_err(|e| store.reply(e))?;
             let deny = deny_list(&devices, allocation, &self.inventory);
             deny.and_then(|deny| self.cgroups.prepare(&name, &deny)).map_err(|e| {
                 tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
@@ -975,7 +1153,7 @@ impl Daemon {
     /// uid) holds open: UUID → why.
     fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
         let free: Vec<LedgerRow> =
-            store.devices().map_err(StoreError::into_reply)?.into_iter().filter(LedgerRow::is_free).collect();
+            store.devices().map_err(|e| store.reply(e))?.into_iter().filter(LedgerRow::is_free).collect();
         let by_rdev = rdevs_of(&free);
         let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
         let mut out = BTreeMap::new();
@@ -1006,7 +1184,7 @@ impl Daemon {
         if !self.cgroups.is_available() {
             return Ok(());
         }
-        let deny = match deny_list(&store.devices().map_err(StoreError::into_reply)?, allocation, &self.inventory) {
+        let deny = match deny_list(&store.devices().map_err(|e| store.reply(e))?, allocation, &self.inventory) {
             Ok(deny) => deny,
             Err(e) => {
                 // Left unset: the job's `confine` (or root's `env`) answers it.
@@ -1077,7 +1255,8 @@ impl Daemon {
 
     /// Checks the store's invariants (for tests and `--check`).
     pub fn check_invariants(&self) -> Result<Vec<String>, ErrorReply> {
-        self.store().check_invariants().map_err(StoreError::into_reply)
+        let store = self.store();
+        store.check_invariants().map_err(|e| store.reply(e))
     }
 }
 

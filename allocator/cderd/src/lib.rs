@@ -19,6 +19,8 @@
 //!   wait for its answer): what the job's first `env` waits for.
 //! * [`peer`] — the calling process: SO_PEERCRED, and its pidfd or start time
 //!   (what `confine` moves is the process that connected, never a later one).
+//! * [`usage`] — samples NVML for what each job does with its devices
+//!   (utilisation, memory, processes), rolled up in the ledger; idle devices.
 //! * [`daemon`] — authorization by SO_PEERCRED and the operations.
 //! * [`server`] — the Unix socket speaking the protocol of `docs/protocol.md`
 //!   (types in the `cder-protocol` crate).
@@ -36,6 +38,7 @@ pub mod server;
 pub mod sharing;
 pub mod store;
 pub mod sys;
+pub mod usage;
 pub mod warmup;
 
 pub use cder_ledger::{durable, policy};

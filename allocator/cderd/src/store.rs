@@ -15,13 +15,16 @@
 //! returns only after `COMMIT`, so a reply built from its result describes
 //! state that is on disk.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use cder_model::{Device, Health, JobKey};
-use cder_protocol::{AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DrainRecord, ErrorCode, ErrorReply};
+use cder_protocol::{
+    AccountingRecord, AllocRequest, DeviceState, DeviceStatus, DeviceUsage, DrainRecord, ErrorCode, ErrorReply,
+    IdleDevice, MonthUsage, ProcessUsage, UsageSample,
+};
 
 use crate::durable::new_token;
 use crate::policy::{Candidate, SelectionPolicy};
@@ -111,6 +114,51 @@ CREATE TABLE IF NOT EXISTS shares (
 );
 CREATE INDEX IF NOT EXISTS shares_by_device ON shares(device, end);
 CREATE INDEX IF NOT EXISTS shares_by_job ON shares(job_id);
+-- What each job did with each device it held, rolled up from the usage
+-- sampler's samples (one row per job row and device; times in unix ms).
+-- Additive, so older databases gain it at open.
+CREATE TABLE IF NOT EXISTS usage (
+    job_id          INTEGER NOT NULL REFERENCES jobs(id),
+    device          TEXT NOT NULL REFERENCES devices(uuid),
+    mig_parent      TEXT,
+    samples         INTEGER NOT NULL DEFAULT 0,
+    sampled_ms      INTEGER NOT NULL DEFAULT 0,
+    util_ms         INTEGER NOT NULL DEFAULT 0,
+    active_ms       INTEGER NOT NULL DEFAULT 0,
+    util_weighted   REAL NOT NULL DEFAULT 0,
+    peak_util       INTEGER,
+    peak_memory_mib INTEGER NOT NULL DEFAULT 0,
+    first_ms        INTEGER,
+    last_ms         INTEGER,
+    idle_since_ms   INTEGER,
+    source          TEXT NOT NULL DEFAULT 'none',
+    PRIMARY KEY (job_id, device)
+);
+-- The same per calendar month (UTC, 'YYYY-MM' of the sample's time), for
+-- monthly accounting records (APEL): a sample counts in the month it was
+-- taken in.
+CREATE TABLE IF NOT EXISTS usage_months (
+    job_id        INTEGER NOT NULL REFERENCES jobs(id),
+    device        TEXT NOT NULL REFERENCES devices(uuid),
+    month         TEXT NOT NULL,
+    sampled_ms    INTEGER NOT NULL DEFAULT 0,
+    util_ms       INTEGER NOT NULL DEFAULT 0,
+    active_ms     INTEGER NOT NULL DEFAULT 0,
+    util_weighted REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, device, month)
+);
+-- The most recent samples, a ring of [node.usage] ring_samples rows: the
+-- sample numbered seq goes to slot seq % ring_samples, over the oldest.
+CREATE TABLE IF NOT EXISTS usage_samples (
+    slot        INTEGER PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    job         TEXT NOT NULL,
+    device      TEXT NOT NULL,
+    utilisation INTEGER,
+    memory_mib  INTEGER,
+    processes   TEXT
+);
 ";
 
 /// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
@@ -124,7 +172,8 @@ fn record_drain(tx: &Transaction<'_>, uuid: &str, reason: Option<&str>) -> Resul
     if reason.is_some() && open.as_deref() == reason {
         return Ok(());
     }
-    tx.execute("UPDATE drains SET end = ?2 WHERE device = ?1 AND end IS NULL", params![uuid, now])?;
+    // A wall clock stepped back never makes an interval negative.
+    tx.execute("UPDATE drains SET end = MAX(?2, start) WHERE device = ?1 AND end IS NULL", params![uuid, now])?;
     if let Some(reason) = reason {
         tx.execute("INSERT INTO drains (device, reason, start) VALUES (?1, ?2, ?3)", params![uuid, reason, now])?;
     }
@@ -187,7 +236,8 @@ impl StoreError {
     }
 
     /// The protocol error this becomes: refusals as they are, everything
-    /// else `internal` (the transaction was rolled back).
+    /// else `internal` (the transaction was rolled back). [`Store::reply`]
+    /// says more about a failed statement.
     pub fn into_reply(self) -> ErrorReply {
         match self {
             StoreError::Refused(e) => e,
@@ -354,6 +404,59 @@ pub struct Leftover {
     pub reason: String,
 }
 
+/// One sample of one device held by a job, as the usage sampler took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageObservation {
+    /// The job that holds the device (a sample of a device it no longer
+    /// holds is dropped).
+    pub job: JobKey,
+    /// The device's UUID.
+    pub uuid: String,
+    /// For a MIG instance, its GPU's UUID.
+    pub mig_parent: Option<String>,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+    /// When the same sampler took its previous period's samples, unix ms;
+    /// `None` in its first period (after cderd's start), when a sample
+    /// covers at most one period: the time cderd was down is not guessed at.
+    pub previous_ms: Option<i64>,
+    /// Utilisation, percent; `None` where NVML gave none.
+    pub utilisation: Option<u32>,
+    /// Where the utilisation came from (`device`, `gpm`, `none`).
+    pub source: &'static str,
+    /// Memory in use, MiB.
+    pub memory_mib: Option<u64>,
+    /// The compute processes, when NVML could list them.
+    pub processes: Option<Vec<ProcessUsage>>,
+}
+
+/// How samples are rolled up (`[node.usage]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageRules {
+    /// The sampling period, ms: what a sample covers when its sampler has
+    /// no previous period (see [`UsageObservation::previous_ms`]).
+    pub period_ms: i64,
+    /// Active at or above this utilisation.
+    pub active_threshold: u32,
+    /// Idle below this utilisation (or, without utilisation, with no
+    /// compute process).
+    pub idle_below: u32,
+    /// Rows the recent-sample ring keeps.
+    pub ring_samples: u32,
+}
+
+impl UsageRules {
+    /// The rules of a `[node.usage]` table.
+    pub fn from_config(usage: &cder_model::UsageSampling) -> UsageRules {
+        UsageRules {
+            period_ms: (usage.sample_period_s * 1000.0).round().max(1.0) as i64,
+            active_threshold: usage.active_threshold_percent,
+            idle_below: usage.idle_below_percent,
+            ring_samples: usage.ring_samples.max(1),
+        }
+    }
+}
+
 /// A live row of the `jobs` table.
 struct JobRow {
     id: i64,
@@ -369,6 +472,8 @@ struct JobRow {
 /// The SQLite state of one node.
 pub struct Store {
     conn: Connection,
+    /// The database file, for the messages of failed statements.
+    path: PathBuf,
     /// Position of each configured type, for ordering.
     type_order: HashMap<String, usize>,
     /// The devices offered as shares, (type, index) → shares each: never
@@ -445,7 +550,20 @@ impl Store {
         // default, 16, made them evict each other).
         conn.set_prepared_statement_cache_capacity(64);
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        Ok(Store { conn, type_order, share_totals: BTreeMap::new() })
+        Ok(Store { conn, path: path.to_path_buf(), type_order, share_totals: BTreeMap::new() })
+    }
+
+    /// The protocol error for `e` from this store: a failed statement names
+    /// the database and, when the file system had no room (ENOSPC, or
+    /// EDQUOT, which SQLite calls an I/O error), says the disk is full.
+    pub fn reply(&self, e: StoreError) -> ErrorReply {
+        match e {
+            StoreError::Sql(e) => ErrorReply::new(
+                ErrorCode::Internal,
+                format!("{}; nothing was changed", crate::durable::failure_message(&self.conn, &self.path, &e)),
+            ),
+            other => other.into_reply(),
+        }
     }
 
     /// Declares the devices offered as shares ((type, index) → shares
@@ -497,6 +615,52 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Gives each discovered device of `types` (those numbered by discovery,
+    /// e.g. NVML, whose numbering shifts when a GPU disappears) the index
+    /// the ledger already has for its UUID, so that the other devices are
+    /// not renumbered. A device new to the ledger keeps discovery's index
+    /// unless a kept device or a held one has it; then it takes the lowest
+    /// index no row of its type uses. Returns `(uuid, discovery's index,
+    /// the ledger's)` for each device numbered differently from discovery.
+    pub fn keep_indices(&self, devices: &mut [Device], types: &BTreeSet<String>) -> Result<Vec<(String, u32, u32)>> {
+        let rows = self.devices()?;
+        let mut changed = Vec::new();
+        for cder_type in types {
+            let of_type: Vec<&LedgerRow> = rows.iter().filter(|r| &r.cder_type == cder_type).collect();
+            let known: HashMap<&str, &LedgerRow> = of_type.iter().map(|r| (r.uuid.as_str(), *r)).collect();
+            let used: BTreeSet<u32> = of_type.iter().map(|r| r.index).collect();
+            // A held device keeps its index even while absent: its job's
+            // record names it so until release.
+            let mut taken: BTreeSet<u32> = of_type.iter().filter(|r| r.job.is_some()).map(|r| r.index).collect();
+            let mut fresh = Vec::new();
+            for (i, d) in devices.iter_mut().enumerate().filter(|(_, d)| &d.cder_type == cder_type) {
+                match known.get(d.uuid.as_str()) {
+                    Some(row) if row.job.is_some() || taken.insert(row.index) => {
+                        if row.index != d.index {
+                            changed.push((d.uuid.clone(), d.index, row.index));
+                            d.index = row.index;
+                        }
+                    }
+                    _ => fresh.push(i),
+                }
+            }
+            for i in fresh {
+                let found = devices[i].index;
+                let index = if taken.contains(&found) {
+                    (0..).find(|n| !taken.contains(n) && !used.contains(n)).unwrap_or(found)
+                } else {
+                    found
+                };
+                taken.insert(index);
+                if index != found {
+                    changed.push((devices[i].uuid.clone(), found, index));
+                    devices[i].index = index;
+                }
+            }
+        }
+        Ok(changed)
     }
 
     /// Every known device with its owner, by type order then index.
@@ -712,6 +876,7 @@ impl Store {
         };
         let token = new_token()
             .map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
+        let now = Self::after_last_end(&tx, &chosen, now, &req.job)?;
         tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
             .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
         let job_id = tx.last_insert_rowid();
@@ -836,6 +1001,28 @@ impl Store {
         Ok(out)
     }
 
+    /// `now`, or the last end recorded on any of `chosen` if that is later:
+    /// after the wall clock went back, a device's next interval must not
+    /// overlap its previous one, or accounting would count those seconds twice.
+    fn after_last_end(tx: &Transaction<'_>, chosen: &[LedgerRow], now: i64, job: &JobKey) -> Result<i64> {
+        let mut last = now;
+        let mut stmt = tx.prepare_cached("SELECT MAX(end) FROM allocations WHERE device = ?1")?;
+        for d in chosen {
+            let end: Option<i64> = stmt.query_row([&d.uuid], |r| r.get(0))?;
+            last = last.max(end.unwrap_or(now));
+        }
+        if last > now {
+            tracing::warn!(
+                job = %job,
+                now,
+                start = last,
+                "the wall clock is {} s before the end of a previous allocation of the same device: the new one starts there",
+                last - now
+            );
+        }
+        Ok(last)
+    }
+
     fn valid_choice(indices: &[u32], candidates: &[Candidate], count: u32) -> bool {
         let mut sorted = indices.to_vec();
         sorted.sort_unstable();
@@ -942,11 +1129,22 @@ impl Store {
         let id: i64 = tx
             .prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?
             .query_row([job.to_string()], |r| r.get(0))?;
-        tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+        // The wall clock went back since the start (NTP, an operator): the
+        // interval ends where it began, 0 s, never negative.
+        if now < allocation.start {
+            tracing::warn!(
+                job = %job,
+                start = allocation.start,
+                now,
+                "the wall clock is {} s before the allocation's start: recording its end at its start (0 device-seconds)",
+                allocation.start - now
+            );
+        }
+        tx.prepare_cached("UPDATE allocations SET end = MAX(?2, start) WHERE job_id = ?1 AND end IS NULL")?
             .execute(params![id, now])?;
-        tx.prepare_cached("UPDATE jobs SET end = ?2 WHERE id = ?1")?.execute(params![id, now])?;
+        tx.prepare_cached("UPDATE jobs SET end = MAX(?2, start) WHERE id = ?1")?.execute(params![id, now])?;
         if let Some(mine) = allocation.shares {
-            tx.prepare_cached("UPDATE shares SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+            tx.prepare_cached("UPDATE shares SET end = MAX(?2, start) WHERE job_id = ?1 AND end IS NULL")?
                 .execute(params![id, now])?;
             // What the other sharers still hold.
             return Ok(allocation
@@ -1063,6 +1261,277 @@ impl Store {
             });
         }
         Ok(out)
+    }
+
+    /// Rolls one period's samples up, in one transaction: the per-job
+    /// aggregates and the recent-sample ring. A sample of a device its job
+    /// no longer holds is dropped. Returns how many were recorded.
+    pub fn record_usage(&mut self, observations: &[UsageObservation], rules: &UsageRules) -> Result<usize> {
+        let tx = self.begin()?;
+        let cap = i64::from(rules.ring_samples.max(1));
+        let mut seq: i64 = tx
+            .query_row("SELECT value FROM meta WHERE key = 'usage_ring_next'", [], |r| r.get::<_, String>(0))
+            .optional()?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut recorded = 0;
+        for o in observations {
+            let held: Option<(i64, i64)> = tx
+                .prepare_cached(
+                    "SELECT j.id, a.start FROM jobs j JOIN allocations a ON a.job_id = j.id \
+                     WHERE j.job = ?1 AND j.end IS NULL AND a.device = ?2 AND a.end IS NULL",
+                )?
+                .query_row(params![o.job.to_string(), o.uuid], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let Some((job_id, start)) = held else { continue };
+            let last: Option<Option<i64>> = tx
+                .prepare_cached("SELECT last_ms FROM usage WHERE job_id = ?1 AND device = ?2")?
+                .query_row(params![job_id, o.uuid], |r| r.get(0))
+                .optional()?;
+            // A sample covers the time since this device's previous sample
+            // (or the allocation), but never more than since the sampler's
+            // previous period (or one period): a gap (cderd down) is not guessed at.
+            let since = last.flatten().unwrap_or(start.saturating_mul(1000));
+            let floor = o.previous_ms.unwrap_or(o.at_ms.saturating_sub(rules.period_ms));
+            let covered = o.at_ms.saturating_sub(since.max(floor)).max(0);
+            let util = o.utilisation.map(|u| u.min(100));
+            let active = util.is_some_and(|u| u >= rules.active_threshold);
+            let idle = match (util, &o.processes) {
+                (Some(u), _) => u < rules.idle_below,
+                (None, Some(list)) => list.is_empty(),
+                (None, None) => false,
+            };
+            tx.prepare_cached(
+                "INSERT INTO usage (job_id, device, mig_parent, samples, sampled_ms, util_ms, active_ms, util_weighted, \
+                     peak_util, peak_memory_mib, first_ms, last_ms, idle_since_ms, source)
+                 VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, CASE WHEN ?11 THEN ?10 - ?4 END, ?12)
+                 ON CONFLICT(job_id, device) DO UPDATE SET
+                     mig_parent = COALESCE(?3, mig_parent),
+                     samples = samples + 1,
+                     sampled_ms = sampled_ms + ?4,
+                     util_ms = util_ms + ?5,
+                     active_ms = active_ms + ?6,
+                     util_weighted = util_weighted + ?7,
+                     peak_util = CASE WHEN ?8 IS NULL THEN peak_util ELSE MAX(COALESCE(peak_util, 0), ?8) END,
+                     peak_memory_mib = MAX(peak_memory_mib, ?9),
+                     last_ms = ?10,
+                     idle_since_ms = CASE WHEN ?11 THEN COALESCE(idle_since_ms, ?10 - ?4) END,
+                     source = ?12",
+            )?
+            .execute(params![
+                job_id,
+                o.uuid,
+                o.mig_parent,
+                covered,
+                if util.is_some() { covered } else { 0 },
+                if active { covered } else { 0 },
+                util.map_or(0.0, |u| f64::from(u) * covered as f64),
+                util,
+                o.memory_mib.unwrap_or(0).min(i64::MAX as u64) as i64,
+                o.at_ms,
+                idle,
+                o.source,
+            ])?;
+            tx.prepare_cached(
+                "INSERT INTO usage_months (job_id, device, month, sampled_ms, util_ms, active_ms, util_weighted)
+                 VALUES (?1, ?2, strftime('%Y-%m', ?3 / 1000, 'unixepoch'), ?4, ?5, ?6, ?7)
+                 ON CONFLICT(job_id, device, month) DO UPDATE SET
+                     sampled_ms = sampled_ms + ?4, util_ms = util_ms + ?5, active_ms = active_ms + ?6,
+                     util_weighted = util_weighted + ?7",
+            )?
+            .execute(params![
+                job_id,
+                o.uuid,
+                o.at_ms,
+                covered,
+                if util.is_some() { covered } else { 0 },
+                if active { covered } else { 0 },
+                util.map_or(0.0, |u| f64::from(u) * covered as f64),
+            ])?;
+            let processes = match &o.processes {
+                Some(list) if !list.is_empty() => serde_json::to_string(list).ok(),
+                _ => None,
+            };
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO usage_samples (slot, seq, at_ms, job, device, utilisation, memory_mib, processes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                seq % cap,
+                seq,
+                o.at_ms,
+                o.job.to_string(),
+                o.uuid,
+                util,
+                o.memory_mib.map(|m| m.min(i64::MAX as u64) as i64),
+                processes
+            ])?;
+            seq += 1;
+            recorded += 1;
+        }
+        // A smaller ring than before keeps its newest rows only.
+        tx.prepare_cached("DELETE FROM usage_samples WHERE slot >= ?1")?.execute([cap])?;
+        tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('usage_ring_next', ?1)")?
+            .execute([seq.to_string()])?;
+        tx.commit()?;
+        Ok(recorded)
+    }
+
+    /// Per job and device: what the samples say, for every allocation of
+    /// `job` (or all), of `uid` (or all), held at some time since `since`.
+    pub fn usage(
+        &self,
+        job: Option<&JobKey>,
+        uid: Option<u32>,
+        since: Option<i64>,
+        now: i64,
+    ) -> Result<Vec<DeviceUsage>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.mig_parent, a.start, a.end, \
+                    COALESCE(u.samples, 0), COALESCE(u.sampled_ms, 0), COALESCE(u.util_ms, 0), COALESCE(u.active_ms, 0), \
+                    COALESCE(u.util_weighted, 0), u.peak_util, COALESCE(u.peak_memory_mib, 0), u.first_ms, u.last_ms, \
+                    COALESCE(u.source, 'none'), a.job_id
+             FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device \
+             LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
+             WHERE (?1 IS NULL OR j.job = ?1) AND (?2 IS NULL OR j.uid = ?2) AND (?3 IS NULL OR a.end IS NULL OR a.end >= ?3)
+             ORDER BY a.start, a.job_id, d.type, d.idx",
+        )?;
+        let rows = stmt.query_map(params![job.map(ToString::to_string), uid, since], |r| {
+            let util_ms: i64 = r.get(11)?;
+            let weighted: f64 = r.get(13)?;
+            let start: i64 = r.get(7)?;
+            let end: Option<i64> = r.get(8)?;
+            let job: String = r.get(0)?;
+            let job = job
+                .parse::<JobKey>()
+                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))?;
+            let usage = DeviceUsage {
+                job,
+                uid: r.get(1)?,
+                cder_type: r.get(2)?,
+                index: r.get(3)?,
+                uuid: r.get(4)?,
+                model: r.get(5)?,
+                mig_parent: r.get(6)?,
+                start,
+                end,
+                device_seconds: (end.unwrap_or(now) - start).max(0),
+                sampled_seconds: r.get::<_, i64>(10)? as f64 / 1000.0,
+                active_seconds: (util_ms > 0).then(|| r.get::<_, i64>(12).map(|ms| ms as f64 / 1000.0)).transpose()?,
+                mean_utilisation_percent: (util_ms > 0).then(|| weighted / util_ms as f64),
+                peak_utilisation_percent: r.get(14)?,
+                peak_memory_mib: r.get::<_, i64>(15)?.max(0) as u64,
+                samples: r.get::<_, i64>(9)?.max(0) as u64,
+                first_sample: r.get::<_, Option<i64>>(16)?.map(|ms| ms.div_euclid(1000)),
+                last_sample: r.get::<_, Option<i64>>(17)?.map(|ms| ms.div_euclid(1000)),
+                utilisation_source: r.get(18)?,
+                months: Vec::new(),
+            };
+            Ok((usage, r.get::<_, i64>(19)?))
+        })?;
+        let out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut months = self.conn.prepare_cached(
+            "SELECT month, sampled_ms, util_ms, active_ms, util_weighted FROM usage_months \
+             WHERE job_id = ?1 AND device = ?2 ORDER BY month",
+        )?;
+        let mut with_months = Vec::with_capacity(out.len());
+        for (mut usage, job_id) in out {
+            let rows = months.query_map(params![job_id, usage.uuid], |r| {
+                let util_ms: i64 = r.get(2)?;
+                Ok(MonthUsage {
+                    month: r.get(0)?,
+                    sampled_seconds: r.get::<_, i64>(1)? as f64 / 1000.0,
+                    active_seconds: (util_ms > 0)
+                        .then(|| r.get::<_, i64>(3).map(|ms| ms as f64 / 1000.0))
+                        .transpose()?,
+                    mean_utilisation_percent: (util_ms > 0)
+                        .then(|| r.get::<_, f64>(4).map(|w| w / util_ms as f64))
+                        .transpose()?,
+                })
+            })?;
+            usage.months = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            with_months.push(usage);
+        }
+        Ok(with_months)
+    }
+
+    /// Devices of live jobs below the idle threshold since `now_ms −
+    /// idle_after_ms` or earlier.
+    pub fn idle(&self, idle_after_ms: i64, now_ms: i64) -> Result<Vec<IdleDevice>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.idle_since_ms
+             FROM usage u JOIN jobs j ON j.id = u.job_id JOIN devices d ON d.uuid = u.device \
+             JOIN allocations a ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
+             WHERE j.end IS NULL AND u.idle_since_ms IS NOT NULL AND u.idle_since_ms <= ?1
+             ORDER BY u.idle_since_ms, d.type, d.idx",
+        )?;
+        let rows = stmt
+            .query_map([now_ms.saturating_sub(idle_after_ms)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(job, uid, cder_type, index, uuid, model, since)| {
+                Ok(IdleDevice {
+                    job: parse_job(&job)?,
+                    uid,
+                    cder_type,
+                    index,
+                    uuid,
+                    model,
+                    idle_since: since.div_euclid(1000),
+                    idle_seconds: (now_ms - since).max(0) as f64 / 1000.0,
+                })
+            })
+            .collect()
+    }
+
+    /// The ring's most recent `limit` samples, oldest first, of `job` (or
+    /// all) and of jobs of `uid` (or all).
+    pub fn recent_samples(&self, limit: u32, job: Option<&JobKey>, uid: Option<u32>) -> Result<Vec<UsageSample>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.at_ms, s.job, s.device, s.utilisation, s.memory_mib, s.processes FROM usage_samples s
+             WHERE (?1 IS NULL OR s.job = ?1)
+               AND (?2 IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.job = s.job AND j.uid = ?2))
+             ORDER BY s.seq DESC LIMIT ?3",
+        )?;
+        let rows = stmt
+            .query_map(params![job.map(ToString::to_string), uid, limit], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<u32>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (at_ms, job, uuid, utilisation_percent, memory, processes) in rows.into_iter().rev() {
+            out.push(UsageSample {
+                at_ms,
+                job: parse_job(&job)?,
+                uuid,
+                utilisation_percent,
+                memory_mib: memory.map(|m| m.max(0) as u64),
+                processes: processes.and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Rows in the recent-sample ring.
+    pub fn ring_len(&self) -> Result<u64> {
+        Ok(self.conn.query_row("SELECT COUNT(*) FROM usage_samples", [], |r| r.get::<_, i64>(0))?.max(0) as u64)
     }
 
     /// The earliest allocation start on record, if any.
@@ -1319,6 +1788,119 @@ mod tests {
         assert_eq!(s.devices().unwrap().len(), 2);
     }
 
+    fn sample(job: &str, uuid: &str, at_ms: i64, previous_ms: Option<i64>, util: Option<u32>) -> UsageObservation {
+        UsageObservation {
+            job: job.parse().unwrap(),
+            uuid: uuid.to_string(),
+            mig_parent: None,
+            at_ms,
+            previous_ms,
+            utilisation: util,
+            source: if util.is_some() { "device" } else { "none" },
+            memory_mib: util.map(|u| u64::from(u) * 10),
+            processes: Some(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn usage_rolls_up_per_job_and_device_and_the_ring_stays_bounded() {
+        let (dir, mut s) = node(2);
+        let rules = UsageRules { period_ms: 1000, active_threshold: 5, idle_below: 5, ring_samples: 7 };
+        let (a, _) = s.alloc(&req("slurm:1", 1), &LocalityPolicy, 100).unwrap();
+        let (b, _) = s.alloc(&req("slurm:2", 1), &LocalityPolicy, 100).unwrap();
+        let (gpu_a, gpu_b) = (a.devices[0].uuid.clone(), b.devices[0].uuid.clone());
+        // The sampler's first period covers one period, though the job started 5 s before.
+        assert_eq!(s.record_usage(&[sample("slurm:1", &gpu_a, 105_000, None, Some(80))], &rules).unwrap(), 1);
+        // Then 10 s at 80 %, 10 s at 3 %, one sample a second.
+        let mut at = 105_000;
+        for n in 0..20 {
+            let util = if n < 10 { 80 } else { 3 };
+            let batch = [
+                sample("slurm:1", &gpu_a, at + 1000, Some(at), Some(util)),
+                sample("slurm:2", &gpu_b, at + 1000, Some(at), None),
+            ];
+            assert_eq!(s.record_usage(&batch, &rules).unwrap(), 2);
+            at += 1000;
+        }
+        // A device its job does not hold is not recorded.
+        assert_eq!(s.record_usage(&[sample("slurm:9", &gpu_a, at, Some(at - 1000), Some(50))], &rules).unwrap(), 0);
+        let usage = s.usage(Some(&a.job), None, None, 200).unwrap();
+        assert_eq!(usage.len(), 1);
+        let u = &usage[0];
+        assert_eq!((u.samples, u.sampled_seconds, u.active_seconds), (21, 21.0, Some(11.0)));
+        assert!((u.mean_utilisation_percent.unwrap() - (80.0 * 11.0 + 3.0 * 10.0) / 21.0).abs() < 1e-9);
+        assert_eq!(
+            (u.peak_utilisation_percent, u.peak_memory_mib, u.utilisation_source.as_str()),
+            (Some(80), 800, "device")
+        );
+        assert_eq!((u.first_sample, u.last_sample, u.device_seconds, u.end), (Some(105), Some(125), 100, None));
+        let month = MonthUsage {
+            month: "1970-01".into(),
+            sampled_seconds: 21.0,
+            active_seconds: Some(11.0),
+            mean_utilisation_percent: u.mean_utilisation_percent,
+        };
+        assert_eq!(u.months, [month]);
+        // No utilisation from NVML: no active time or mean, and idle by having no process.
+        let v = &s.usage(Some(&b.job), None, None, 200).unwrap()[0];
+        assert_eq!(
+            (v.samples, v.active_seconds, v.mean_utilisation_percent, v.peak_utilisation_percent),
+            (20, None, None, None)
+        );
+        // Idle since the first sample below 5 % began (at 115 s): 10 s by 125 s.
+        let idle = s.idle(10_000, at).unwrap();
+        let jobs: Vec<String> = idle.iter().map(|d| d.job.to_string()).collect();
+        assert_eq!(jobs, ["slurm:2", "slurm:1"]);
+        assert_eq!((idle[1].idle_since, idle[1].idle_seconds), (115, 10.0));
+        assert!(s.idle(10_001, at).unwrap().iter().all(|d| d.job.to_string() == "slurm:2"));
+        // Busy again: no longer idle.
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 1000, Some(at), Some(60))], &rules).unwrap();
+        assert!(s.idle(0, at + 1000).unwrap().iter().all(|d| d.job.to_string() == "slurm:2"));
+        // cderd restarted 60 s later: its first period covers one period, not the gap.
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 61_000, None, Some(60))], &rules).unwrap();
+        assert_eq!(s.usage(Some(&a.job), None, None, 200).unwrap()[0].sampled_seconds, 23.0);
+        // The ring keeps the newest 7, oldest first.
+        assert_eq!(s.ring_len().unwrap(), 7);
+        let recent = s.recent_samples(100, None, None).unwrap();
+        assert_eq!(recent.len(), 7);
+        assert!(recent.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        assert_eq!((recent[6].at_ms, recent[6].utilisation_percent), (at + 61_000, Some(60)));
+        assert_eq!(s.recent_samples(100, Some(&b.job), None).unwrap().len(), 3);
+        // Released: no longer idle, the roll-up stays, with its end.
+        s.release(&b.job, 300).unwrap();
+        assert!(s.idle(0, at + 61_000).unwrap().is_empty());
+        let v = &s.usage(Some(&b.job), None, None, 400).unwrap()[0];
+        assert_eq!((v.end, v.device_seconds, v.samples), (Some(300), 200, 20));
+        assert_eq!(s.usage(None, Some(1000), Some(301), 400).unwrap().len(), 1);
+        // A job across a month's end (UTC) counts each sample in the month it was taken in.
+        let november = 1_793_491_200_000; // 2026-11-01T00:00:00Z
+        let (c, _) = s.alloc(&req("slurm:3", 1), &LocalityPolicy, november / 1000 - 60).unwrap();
+        let gpu_c = c.devices[0].uuid.clone();
+        let mut at = november - 3000;
+        s.record_usage(&[sample("slurm:3", &gpu_c, at, None, Some(50))], &rules).unwrap();
+        for util in [50, 50, 0, 0, 90] {
+            s.record_usage(&[sample("slurm:3", &gpu_c, at + 1000, Some(at), Some(util))], &rules).unwrap();
+            at += 1000;
+        }
+        let months: Vec<(String, f64, Option<f64>)> = s.usage(Some(&c.job), None, None, november / 1000).unwrap()[0]
+            .months
+            .iter()
+            .map(|m| (m.month.clone(), m.sampled_seconds, m.active_seconds))
+            .collect();
+        assert_eq!(months, [("2026-10".to_string(), 3.0, Some(3.0)), ("2026-11".to_string(), 3.0, Some(1.0))]);
+        // A smaller ring keeps the newest rows only.
+        let small = UsageRules { ring_samples: 3, ..rules };
+        s.record_usage(&[sample("slurm:1", &gpu_a, at + 62_000, Some(at + 61_000), Some(60))], &small).unwrap();
+        assert!(s.ring_len().unwrap() <= 3);
+        // A database made before these tables opens, and gains them.
+        s.conn.execute_batch("DROP TABLE usage; DROP TABLE usage_samples; DROP TABLE usage_months;").unwrap();
+        drop(s);
+        let s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        let u = &s.usage(Some(&a.job), None, None, 400).unwrap()[0];
+        assert_eq!((u.samples, u.active_seconds, u.utilisation_source.as_str()), (0, None, "none"));
+        assert_eq!(s.ring_len().unwrap(), 0);
+    }
+
     #[test]
     fn database_refuses_a_second_live_owner() {
         let (_d, mut s) = node(2);
@@ -1352,14 +1934,95 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_stepped_back_records_no_negative_and_no_overlapping_interval() {
+        let (_d, mut s) = node(1);
+        s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1000).unwrap();
+        // Released "before" it started: 0 s, never negative.
+        s.release(&"slurm:1".parse().unwrap(), 400).unwrap();
+        // The next job on the device, still on the stepped-back clock,
+        // starts where the previous one ended: no second counting.
+        let (b, _) = s.alloc(&req("slurm:2", 1), &LocalityPolicy, 500).unwrap();
+        assert_eq!(b.start, 1000);
+        s.release(&"slurm:2".parse().unwrap(), 1300).unwrap();
+        let recs = s.accounting(0, 2000, None, 2000).unwrap();
+        let spans: Vec<(i64, Option<i64>, i64)> = recs.iter().map(|r| (r.start, r.end, r.device_seconds)).collect();
+        assert_eq!(spans, vec![(1000, Some(1000), 0), (1000, Some(1300), 300)]);
+        // Drains too.
+        s.set_drained("gpgpu:0", Some("fan")).unwrap();
+        s.conn.execute("UPDATE drains SET start = start + 100000", []).unwrap();
+        s.set_drained("gpgpu:0", None).unwrap();
+        let d = &s.drains(0, i64::MAX).unwrap()[0];
+        assert!(d.end.unwrap() >= d.start, "{d:?}");
+    }
+
+    fn nvml_device(uuid: &str, index: u32) -> Device {
+        let mut d = Config::parse(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n[[cder.device]]\nindex = 0\nmodel = \"A100\"\nmemory_mb = 1\npath = \"/dev/nvidia0\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap()
+        .cders[0]
+            .static_devices()
+            .remove(0);
+        d.uuid = uuid.into();
+        d.index = index;
+        d
+    }
+
+    #[test]
+    fn a_vanished_gpu_renumbers_no_other_device_and_a_new_one_takes_a_free_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        let types: BTreeSet<String> = ["gpgpu".to_string()].into();
+        let four: Vec<Device> = (0..4).map(|i| nvml_device(&format!("GPU-{i}"), i)).collect();
+        let mut first = four.clone();
+        assert!(s.keep_indices(&mut first, &types).unwrap().is_empty());
+        s.sync_inventory(&first).unwrap();
+        let mut r = req("slurm:1", 1);
+        r.devices = Some(vec![2]);
+        s.alloc(&r, &LocalityPolicy, 1).unwrap();
+        // GPU-1 gone: NVML numbers GPU-2 and GPU-3 one lower.
+        let mut three = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-3", 2)];
+        let changed = s.keep_indices(&mut three, &types).unwrap();
+        assert_eq!(changed, vec![("GPU-2".to_string(), 1, 2), ("GPU-3".to_string(), 2, 3)]);
+        s.sync_inventory(&three).unwrap();
+        let by_uuid: Vec<(String, u32, bool)> =
+            s.devices().unwrap().iter().map(|d| (d.uuid.clone(), d.index, d.present)).collect();
+        assert_eq!(
+            by_uuid,
+            vec![
+                ("GPU-0".into(), 0, true),
+                ("GPU-1".into(), 1, false),
+                ("GPU-2".into(), 2, true),
+                ("GPU-3".into(), 3, true)
+            ]
+        );
+        assert_eq!(indices(&s.job(&"slurm:1".parse().unwrap()).unwrap().unwrap()), vec![2]);
+        // A new GPU where NVML puts it at 2 (taken by GPU-2) takes the
+        // lowest index no device ever had; one at a vanished GPU's free
+        // index takes that index.
+        let mut five = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-new", 2)];
+        five.push(nvml_device("GPU-3", 3));
+        s.keep_indices(&mut five, &types).unwrap();
+        assert_eq!(five.iter().map(|d| d.index).collect::<Vec<_>>(), vec![0, 2, 4, 3]);
+        let mut replaced = vec![nvml_device("GPU-0", 0), nvml_device("GPU-repl", 1)];
+        s.keep_indices(&mut replaced, &types).unwrap();
+        assert_eq!(replaced[1].index, 1);
+        // A held device keeps its index even while absent.
+        let mut clash = vec![nvml_device("GPU-other", 2)];
+        s.keep_indices(&mut clash, &types).unwrap();
+        assert_eq!(clash[0].index, 4);
+    }
+
+    #[test]
     fn accounting_survives_release() {
         let (_d, mut s) = node(4);
         s.alloc(&req("slurm:1", 2), &LocalityPolicy, 100).unwrap();
         s.release(&"slurm:1".parse().unwrap(), 160).unwrap();
-        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 150).unwrap();
+        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 170).unwrap();
         let recs = s.accounting(0, 1000, None, 200).unwrap();
         assert_eq!(recs.len(), 3);
-        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 50);
+        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 30);
         assert_eq!(s.accounting(170, 1000, None, 200).unwrap().len(), 1);
         assert!(s.accounting(0, 1000, Some(7), 200).unwrap().is_empty());
     }

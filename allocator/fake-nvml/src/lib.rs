@@ -27,6 +27,18 @@
 //! (volatile, uncorrected); after a `lost` line every call on that GPU
 //! answers `NVML_ERROR_GPU_IS_LOST`, as for a GPU fallen off the bus.
 //!
+//! Use: `CDER_FAKE_NVML_USAGE` names a JSON file ([`FakeUsage`]) of what
+//! each device (GPU or MIG instance, by UUID) is doing: utilisation, memory
+//! in use, compute processes. The library re-reads it whenever it changes
+//! (size, mtime or inode), so a test changes a running daemon's answers by
+//! rewriting it ([`FakeUsage::write`] replaces it whole, by rename). The
+//! answers keep real NVML's shapes: `nvmlDeviceGetUtilizationRates` and
+//! `nvmlDeviceGetProcessUtilization` answer NOT_SUPPORTED for a MIG
+//! instance, and for a GPU in MIG mode; a MIG instance's utilisation comes
+//! from GPM (`nvmlGpmMigSampleGet`, `nvmlGpmMetricsGet`), where the file
+//! says the GPU has GPM (`"gpm": true`, as Hopper does; Ampere has none).
+//! A device the file does not list is idle, with no process.
+//!
 //! Struct layouts and return codes come from `nvml-wrapper-sys`, the same
 //! bindings the caller uses.
 #![deny(missing_docs)]
@@ -164,6 +176,95 @@ fn events() -> Vec<FakeEvent> {
     let Some(path) = std::env::var_os("CDER_FAKE_NVML_EVENTS") else { return Vec::new() };
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines().filter(|l| l.ends_with('}')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// What the devices are doing, as the `CDER_FAKE_NVML_USAGE` file says.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FakeUsage {
+    /// By device UUID (`GPU-…`, or `MIG-…` for an instance).
+    #[serde(default)]
+    pub devices: std::collections::BTreeMap<String, FakeDeviceUsage>,
+    /// Whether the GPUs offer GPM (GPU performance monitoring, Hopper and
+    /// later): the only per-MIG-instance utilisation NVML has.
+    #[serde(default)]
+    pub gpm: bool,
+}
+
+/// One device's activity.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FakeDeviceUsage {
+    /// `nvmlUtilization_t.gpu` (or GPM's graphics utilisation for a MIG
+    /// instance), percent.
+    #[serde(default)]
+    pub gpu_percent: u32,
+    /// `nvmlUtilization_t.memory`, percent.
+    #[serde(default)]
+    pub memory_percent: u32,
+    /// Memory in use, MiB (`nvmlMemory_v2_t.used`).
+    #[serde(default)]
+    pub memory_used_mib: u64,
+    /// Compute processes on the device.
+    #[serde(default)]
+    pub processes: Vec<FakeProcess>,
+}
+
+/// One compute process on a device.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FakeProcess {
+    /// Its pid.
+    pub pid: u32,
+    /// Memory it uses, MiB; `null`: NVML_VALUE_NOT_AVAILABLE, as the driver
+    /// answers an unprivileged caller.
+    #[serde(default)]
+    pub used_memory_mib: Option<u64>,
+    /// Its SM utilisation, percent (`nvmlProcessUtilizationSample_t.smUtil`).
+    #[serde(default)]
+    pub sm_percent: u32,
+    /// Its memory utilisation, percent.
+    #[serde(default)]
+    pub memory_percent: u32,
+}
+
+impl FakeUsage {
+    /// Replaces the file at `path` whole (a write beside it, then a
+    /// rename), so that a reader never sees half of it.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// The usage file as last read, with what identifies that version of it.
+type UsageCache = Option<((u64, u64, i64, i64), std::sync::Arc<FakeUsage>)>;
+static USAGE: std::sync::Mutex<UsageCache> = std::sync::Mutex::new(None);
+
+/// The usage file's current contents (re-read only when it changed); an
+/// unreadable file is all idle.
+fn usage() -> std::sync::Arc<FakeUsage> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = std::env::var_os("CDER_FAKE_NVML_USAGE") else { return Default::default() };
+    let Ok(meta) = std::fs::metadata(&path) else { return Default::default() };
+    let key = (meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec());
+    let mut cache = USAGE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((seen, usage)) = cache.as_ref() {
+        if *seen == key {
+            return std::sync::Arc::clone(usage);
+        }
+    }
+    let read: FakeUsage =
+        std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
+    let read = std::sync::Arc::new(read);
+    *cache = Some((key, std::sync::Arc::clone(&read)));
+    read
+}
+
+fn device_usage(uuid: &str) -> FakeDeviceUsage {
+    usage().devices.get(uuid).cloned().unwrap_or_default()
 }
 
 /// Serialises deliveries.
@@ -470,11 +571,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         }
         let total = d.memory_mb * 1024 * 1024;
+        let used = (device_usage(&d.uuid).memory_used_mib * 1024 * 1024).min(total);
         let m = &mut *memory;
         m.total = total;
         m.reserved = 0;
-        m.used = 0;
-        m.free = total;
+        m.used = used;
+        m.free = total - used;
         nvmlReturn_enum_NVML_SUCCESS
     })
 }
@@ -748,7 +850,18 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
     match machine.nvml.devices.iter().position(|d| d.uuid == wanted) {
         Some(_) if is_lost(&wanted) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
         Some(gpu) => put(device, (gpu + 1) as nvmlDevice_t),
-        None => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+        // A MIG instance's UUID names its handle, as drivers since R470 do.
+        None => {
+            let instance =
+                machine.mig.iter().filter(|m| m.enabled).find_map(|m| {
+                    m.instances.iter().position(|i| i.uuid == wanted).map(|slot| (m.device as usize, slot))
+                });
+            match instance {
+                Some((gpu, _)) if is_lost(&machine.nvml.devices[gpu].uuid) => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+                Some((gpu, slot)) => put(device, (((gpu + 1) << MIG_SHIFT) | (slot + 1)) as nvmlDevice_t),
+                None => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+            }
+        }
     }
 }
 
@@ -874,4 +987,293 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Whether the GPU behind a target is in MIG mode.
+fn in_mig_mode(machine: &'static Machine, target: &Target) -> bool {
+    match target {
+        Target::Gpu(gpu) => mig_of(machine, *gpu).is_some_and(|m| m.enabled),
+        Target::Instance { .. } => true,
+    }
+}
+
+/// The UUID of what a handle names.
+fn target_uuid(machine: &'static Machine, target: &Target) -> String {
+    match target {
+        Target::Gpu(gpu) => machine.nvml.devices[*gpu].uuid.clone(),
+        Target::Instance { mig, slot, .. } => mig.instances[*slot].uuid.clone(),
+    }
+}
+
+/// NVML answers utilisation for whole GPUs outside MIG mode only.
+///
+/// # Safety
+/// NVML contract: `utilization` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetUtilizationRates", device, |machine, target| {
+        if in_mig_mode(machine, &target) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        let u = device_usage(&target_uuid(machine, &target));
+        put(utilization, nvmlUtilization_t { gpu: u.gpu_percent.min(100), memory: u.memory_percent.min(100) })
+    })
+}
+
+/// nvml.h's `NVML_VALUE_NOT_AVAILABLE` for an unsigned long long.
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+
+/// The compute processes, in the `nvmlProcessInfo_t` layout both the v2
+/// and v3 calls take in nvml-wrapper's bindings: a too small buffer gets
+/// INSUFFICIENT_SIZE and the count, as from the driver.
+///
+/// # Safety
+/// `count` valid for a read and a write, `infos` for `*count` entries.
+unsafe fn compute_processes(
+    call: &str,
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    with_target(call, device, |machine, target| {
+        if count.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let (gi, ci) = match &target {
+            Target::Instance { mig, slot, .. } => {
+                (mig.instances[*slot].gpu_instance, mig.instances[*slot].compute_instance)
+            }
+            Target::Gpu(_) => (u32::MAX, u32::MAX),
+        };
+        let processes = device_usage(&target_uuid(machine, &target)).processes;
+        let room = *count as usize;
+        *count = processes.len() as c_uint;
+        if processes.len() > room || (infos.is_null() && !processes.is_empty()) {
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        for (n, p) in processes.iter().enumerate() {
+            infos.add(n).write(nvmlProcessInfo_t {
+                pid: p.pid,
+                usedGpuMemory: p.used_memory_mib.map_or(VALUE_NOT_AVAILABLE, |m| m * 1024 * 1024),
+                gpuInstanceId: gi,
+                computeInstanceId: ci,
+            });
+        }
+        nvmlReturn_enum_NVML_SUCCESS
+    })
+}
+
+/// # Safety
+/// NVML contract: `count` valid, `infos` valid for `*count` entries.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    compute_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, count, infos)
+}
+
+/// # Safety
+/// NVML contract: `count` valid, `infos` valid for `*count` entries.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v2_t,
+) -> nvmlReturn_t {
+    compute_processes("nvmlDeviceGetComputeRunningProcesses_v2", device, count, infos)
+}
+
+/// Microseconds since the epoch: the driver's sample timestamps.
+fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The driver's per-process sample buffer: how many entries a query
+/// without a buffer is told to bring (an H100 with driver 580 says 72).
+const PROCESS_SAMPLE_BUFFER: c_uint = 72;
+
+/// One sample per process with SM utilisation, stamped now (µs since the
+/// epoch, as the driver stamps them), newer than `last_seen`. As the
+/// driver answers: without a buffer (or with one too small), INSUFFICIENT_SIZE
+/// and the size of its sample buffer, even when idle; with one, NOT_FOUND
+/// when no process ran since `last_seen`. NOT_SUPPORTED in MIG mode.
+///
+/// # Safety
+/// NVML contract: `count` valid, `samples` valid for `*count` entries.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: nvmlDevice_t,
+    samples: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen: std::ffi::c_ulonglong,
+) -> nvmlReturn_t {
+    with_target("nvmlDeviceGetProcessUtilization", device, |machine, target| {
+        if in_mig_mode(machine, &target) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        if count.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let stamp = now_us();
+        let busy: Vec<FakeProcess> = device_usage(&target_uuid(machine, &target))
+            .processes
+            .into_iter()
+            .filter(|p| p.sm_percent > 0 && stamp > last_seen)
+            .collect();
+        if samples.is_null() || (*count as usize) < busy.len().max(1) {
+            *count = PROCESS_SAMPLE_BUFFER.max(busy.len() as c_uint);
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        if busy.is_empty() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        *count = busy.len() as c_uint;
+        for (n, p) in busy.iter().enumerate() {
+            samples.add(n).write(nvmlProcessUtilizationSample_t {
+                pid: p.pid,
+                timeStamp: stamp,
+                smUtil: p.sm_percent.min(100),
+                memUtil: p.memory_percent.min(100),
+                encUtil: 0,
+                decUtil: 0,
+            });
+        }
+        nvmlReturn_enum_NVML_SUCCESS
+    })
+}
+
+/// A GPM sample: the graphics utilisation of what was sampled, when.
+#[derive(Default)]
+struct GpmSampleData {
+    utilisation: Option<u32>,
+}
+
+/// # Safety
+/// NVML contract: `support` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: nvmlDevice_t,
+    support: *mut nvmlGpmSupport_t,
+) -> nvmlReturn_t {
+    with_target("nvmlGpmQueryDeviceSupport", device, |_, target| {
+        if support.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let supported = matches!(target, Target::Gpu(_)) && usage().gpm;
+        (*support).isSupportedDevice = supported as c_uint;
+        nvmlReturn_enum_NVML_SUCCESS
+    })
+}
+
+/// # Safety
+/// NVML contract: `sample` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
+    if state().is_none() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
+    put(sample, Box::into_raw(Box::<GpmSampleData>::default()).cast())
+}
+
+/// # Safety
+/// `sample` must come from `nvmlGpmSampleAlloc` and not be freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleFree(sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    if sample.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    drop(Box::from_raw(sample.cast::<GpmSampleData>()));
+    nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// Fills a GPM sample with the utilisation of `uuid`, where the GPU has GPM.
+///
+/// # Safety
+/// `sample` must come from `nvmlGpmSampleAlloc`.
+unsafe fn gpm_fill(sample: nvmlGpmSample_t, uuid: &str) -> nvmlReturn_t {
+    if sample.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if !usage().gpm {
+        return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+    }
+    (*sample.cast::<GpmSampleData>()).utilisation = Some(device_usage(uuid).gpu_percent.min(100));
+    nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// # Safety
+/// NVML contract: `sample` from `nvmlGpmSampleAlloc`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    with_target("nvmlGpmSampleGet", device, |machine, target| match target {
+        Target::Gpu(gpu) => gpm_fill(sample, &machine.nvml.devices[gpu].uuid),
+        Target::Instance { .. } => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// A MIG instance's GPM sample, asked of its GPU by GPU instance id.
+///
+/// # Safety
+/// NVML contract: `sample` from `nvmlGpmSampleAlloc`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance: c_uint,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    gpm_mig_sample(device, gpu_instance, sample)
+}
+
+unsafe fn gpm_mig_sample(device: nvmlDevice_t, gpu_instance: c_uint, sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    gpu_mig("nvmlGpmMigSampleGet", device, |_, mig| {
+        match mig.instances.iter().find(|i| i.gpu_instance == gpu_instance).filter(|_| mig.enabled) {
+            Some(instance) => gpm_fill(sample, &instance.uuid),
+            None => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+        }
+    })
+}
+
+/// GPM metrics between two samples: graphics and SM utilisation are the
+/// later sample's; other metrics are NOT_SUPPORTED.
+///
+/// # Safety
+/// NVML contract: `request` valid, its samples from `nvmlGpmSampleAlloc`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    if state().is_none() {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
+    let Some(request) = request.as_mut() else { return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT };
+    if request.version != NVML_GPM_METRICS_GET_VERSION || request.sample1.is_null() || request.sample2.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let later = (*request.sample2.cast::<GpmSampleData>()).utilisation;
+    let earlier = (*request.sample1.cast::<GpmSampleData>()).utilisation;
+    let count = (request.numMetrics as usize).min(request.metrics.len());
+    for metric in &mut request.metrics[..count] {
+        let (short, long): (&'static CStr, &'static CStr) = match metric.metricId {
+            nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => (c"gract", c"Graphics utilization"),
+            nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => (c"sm_util", c"SM utilization"),
+            _ => {
+                metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+                continue;
+            }
+        };
+        match (earlier, later) {
+            (Some(_), Some(u)) => {
+                metric.value = f64::from(u);
+                metric.nvmlReturn = nvmlReturn_enum_NVML_SUCCESS;
+                metric.metricInfo.shortName = short.as_ptr().cast_mut();
+                metric.metricInfo.longName = long.as_ptr().cast_mut();
+                metric.metricInfo.unit = c"%".as_ptr().cast_mut();
+            }
+            _ => metric.nvmlReturn = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        }
+    }
+    nvmlReturn_enum_NVML_SUCCESS
 }

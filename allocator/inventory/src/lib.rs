@@ -12,6 +12,7 @@ mod nvml;
 mod sys;
 
 pub use nvml::{char_major, discover_nvml, open_nvml, DRIVER_LIBRARY};
+pub use sys::mig_instance_ids;
 
 /// Why discovery failed; each variant names what failed so that an admin
 /// can act on it.

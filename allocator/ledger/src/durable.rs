@@ -256,6 +256,35 @@ pub fn effective_uid() -> std::io::Result<u32> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "/proc/self/status has no effective uid"))
 }
 
+/// Why a statement failed when the file system under the database had no
+/// room: `SQLITE_FULL` (SQLite's own name for ENOSPC), or an I/O error
+/// whose OS error (`os_errno`, see [`crate::sys::sqlite_system_errno`]) is
+/// ENOSPC or EDQUOT — a quota is as full as a full disk, though SQLite
+/// calls it only "disk I/O error". None for any other failure.
+pub fn storage_full(e: &rusqlite::Error, os_errno: i32) -> Option<&'static str> {
+    let rusqlite::Error::SqliteFailure(failure, _) = e else { return None };
+    match failure.code {
+        rusqlite::ErrorCode::DiskFull => Some("database or disk is full"),
+        rusqlite::ErrorCode::SystemIoFailure if os_errno == libc::ENOSPC => {
+            Some("database or disk is full (no space left on device)")
+        }
+        rusqlite::ErrorCode::SystemIoFailure if os_errno == libc::EDQUOT => {
+            Some("database or disk is full (disk quota exceeded)")
+        }
+        _ => None,
+    }
+}
+
+/// What a failed statement on `conn` (the database at `path`) tells an
+/// operator: the path, and for a file system with no room the words "disk
+/// is full" whatever SQLite called it (see [`storage_full`]).
+pub fn failure_message(conn: &Connection, path: &Path, e: &rusqlite::Error) -> String {
+    match storage_full(e, crate::sys::sqlite_system_errno(conn)) {
+        Some(full) => format!("database {}: {full}", path.display()),
+        None => format!("database {}: {e}", path.display()),
+    }
+}
+
 /// `BEGIN IMMEDIATE`: take the write lock up front, so a transaction never
 /// fails half-way on a lock upgrade.
 pub fn begin(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
@@ -368,6 +397,28 @@ mod tests {
         // Not a directory.
         std::fs::write(tmp.path().join("file"), "").unwrap();
         assert!(matches!(check_state_dir(&tmp.path().join("file")), Err(StateDirError::NotDirectory { .. })));
+    }
+
+    #[test]
+    fn a_quota_is_a_full_disk_whatever_sqlite_calls_it() {
+        let failure = |code: i32, text: &str| {
+            rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some(text.to_string()))
+        };
+        let full = failure(rusqlite::ffi::SQLITE_FULL, "database or disk is full");
+        let ioerr = failure(rusqlite::ffi::SQLITE_IOERR_WRITE, "disk I/O error");
+        assert_eq!(storage_full(&full, 0), Some("database or disk is full"));
+        assert_eq!(storage_full(&ioerr, libc::EDQUOT), Some("database or disk is full (disk quota exceeded)"));
+        assert_eq!(storage_full(&ioerr, libc::ENOSPC), Some("database or disk is full (no space left on device)"));
+        assert_eq!(storage_full(&ioerr, libc::EIO), None, "a failing disk is not a full one");
+        assert_eq!(storage_full(&failure(rusqlite::ffi::SQLITE_BUSY, "busy"), libc::EDQUOT), None);
+        assert_eq!(storage_full(&rusqlite::Error::QueryReturnedNoRows, libc::ENOSPC), None);
+        // On a fresh connection no I/O error happened: errno 0, and the
+        // message names the database.
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("x.db");
+        let conn = open(&db, SCHEMA, 1).unwrap();
+        assert_eq!(crate::sys::sqlite_system_errno(&conn), 0);
+        assert_eq!(failure_message(&conn, &db, &full), format!("database {}: database or disk is full", db.display()));
     }
 
     #[test]

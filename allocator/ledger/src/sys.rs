@@ -1,5 +1,6 @@
-//! The one libc call the ledger needs that std does not offer: user-name
-//! lookup through NSS (`getpwnam_r`), for operator names in a config.
+//! The calls the ledger needs that std and rusqlite's safe API do not
+//! offer: user-name lookup through NSS (`getpwnam_r`), for operator names
+//! in a config, and the OS error behind SQLite's last I/O failure.
 
 use std::ffi::{CStr, CString};
 
@@ -36,6 +37,16 @@ pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
         debug_assert_eq!(found.to_bytes(), name.as_bytes());
         return Ok(Some(pwd.pw_uid));
     }
+}
+
+/// The `errno` SQLite saw at the last I/O error on `conn`
+/// (`sqlite3_system_errno`; 0 when none): SQLite reports ENOSPC as
+/// `SQLITE_FULL` but every other write failure, EDQUOT included, only as
+/// `SQLITE_IOERR`.
+pub fn sqlite_system_errno(conn: &rusqlite::Connection) -> i32 {
+    // SAFETY: `handle` is the live database handle owned by `conn`, which
+    // outlives this call; sqlite3_system_errno only reads a field of it.
+    unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
 }
 
 #[cfg(test)]

@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
     #[serde(default)]
     pub sharing: Sharing,
+    /// What each job does with its NVML devices: sampling, idle detection.
+    #[serde(default)]
+    pub usage: UsageSampling,
 }
 
 /// `[node.sharing]`: this node offers every `gpgpu` device as
@@ -87,6 +90,74 @@ pub struct Sharing {
     /// This node's `NodeName` in gres.conf; default: the host name.
     #[serde(default)]
     pub slurm_node_name: Option<String>,
+}
+
+/// `[node.usage]`: cderd samples the NVML devices it has allocated
+/// (utilisation, memory used, per-process use) every `sample_period_s`,
+/// rolls the samples up per job and device in its database, and warns
+/// about a job whose device stays idle.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSampling {
+    /// Whether to sample at all.
+    #[serde(default = "default_true")]
+    pub sample: bool,
+    /// Seconds between samples (fractions allowed; 0.05 to 3600).
+    #[serde(default = "default_sample_period_s")]
+    pub sample_period_s: f64,
+    /// A period counts as active when the device's utilisation is at or
+    /// above this percentage (1 to 100).
+    #[serde(default = "default_usage_percent")]
+    pub active_threshold_percent: u32,
+    /// A device whose utilisation stays below this percentage (1 to 100)
+    /// for `idle_after_s` is idle.
+    #[serde(default = "default_usage_percent")]
+    pub idle_below_percent: u32,
+    /// How long a device must stay below `idle_below_percent` to be idle.
+    #[serde(default = "default_idle_after_s")]
+    pub idle_after_s: f64,
+    /// A command run (no shell) once per idle episode, with the job, user
+    /// and device in `CDER_*` variables; none by default (no mail is sent).
+    #[serde(default)]
+    pub idle_hook: Option<Vec<String>>,
+    /// Seconds the hook may run before it is killed.
+    #[serde(default = "default_idle_hook_timeout_s")]
+    pub idle_hook_timeout_s: u64,
+    /// Most recent samples kept in the database (a ring: the oldest row is
+    /// overwritten); the per-job aggregates are kept whatever this is.
+    #[serde(default = "default_ring_samples")]
+    pub ring_samples: u32,
+}
+
+impl Default for UsageSampling {
+    fn default() -> Self {
+        UsageSampling {
+            sample: true,
+            sample_period_s: default_sample_period_s(),
+            active_threshold_percent: default_usage_percent(),
+            idle_below_percent: default_usage_percent(),
+            idle_after_s: default_idle_after_s(),
+            idle_hook: None,
+            idle_hook_timeout_s: default_idle_hook_timeout_s(),
+            ring_samples: default_ring_samples(),
+        }
+    }
+}
+
+fn default_sample_period_s() -> f64 {
+    10.0
+}
+fn default_usage_percent() -> u32 {
+    5
+}
+fn default_idle_after_s() -> f64 {
+    1800.0
+}
+fn default_idle_hook_timeout_s() -> u64 {
+    30
+}
+fn default_ring_samples() -> u32 {
+    10_000
 }
 
 /// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
@@ -273,6 +344,7 @@ impl Default for NodeConfig {
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
             sharing: Sharing::default(),
+            usage: UsageSampling::default(),
         }
     }
 }
@@ -704,6 +776,30 @@ impl Config {
                 }
             }
         }
+        let usage = &self.node.usage;
+        if !(0.05..=3600.0).contains(&usage.sample_period_s) {
+            return Err(anywhere("node.usage.sample_period_s", "must be 0.05 to 3600 seconds".into()));
+        }
+        for (key, value) in [
+            ("node.usage.active_threshold_percent", usage.active_threshold_percent),
+            ("node.usage.idle_below_percent", usage.idle_below_percent),
+        ] {
+            if !(1..=100).contains(&value) {
+                return Err(anywhere(key, format!("{value} must be 1 to 100 (percent)")));
+            }
+        }
+        if !(usage.idle_after_s.is_finite() && usage.idle_after_s >= 0.0) {
+            return Err(anywhere("node.usage.idle_after_s", "must be a number of seconds, 0 or more".into()));
+        }
+        if usage.idle_hook.as_ref().is_some_and(|h| h.first().is_none_or(|p| !p.starts_with('/'))) {
+            return Err(anywhere("node.usage.idle_hook", "must be [\"/absolute/program\", \"arg\", …]".into()));
+        }
+        if !(1..=3600).contains(&usage.idle_hook_timeout_s) {
+            return Err(anywhere("node.usage.idle_hook_timeout_s", "must be 1 to 3600 seconds".into()));
+        }
+        if !(1..=10_000_000).contains(&usage.ring_samples) {
+            return Err(anywhere("node.usage.ring_samples", "must be 1 to 10000000".into()));
+        }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));
         }
@@ -1111,6 +1207,34 @@ path = "/dev/xclmgmt0"
     fn load_reports_unreadable_file() {
         let e = Config::load(Some(Path::new("/nonexistent/cder.toml"))).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/cder.toml: cannot read the config"), "{e}");
+    }
+
+    #[test]
+    fn node_usage_has_defaults_and_bad_values_name_their_key() {
+        let usage = parse(GOOD).unwrap().node.usage;
+        assert!(usage.sample && usage.idle_hook.is_none());
+        assert_eq!((usage.sample_period_s, usage.active_threshold_percent, usage.idle_after_s), (10.0, 5, 1800.0));
+        let with = |extra: &str| parse(&format!("{GOOD}\n[node.usage]\n{extra}"));
+        let set =
+            with("sample_period_s = 0.2\nidle_hook = [\"/usr/local/bin/tell\", \"-q\"]\nring_samples = 5").unwrap();
+        assert_eq!(set.node.usage.sample_period_s, 0.2);
+        assert_eq!(
+            set.node.usage.idle_hook.as_deref(),
+            Some(&["/usr/local/bin/tell".to_string(), "-q".to_string()][..])
+        );
+        for (extra, key) in [
+            ("sample_period_s = 0.01", "node.usage.sample_period_s"),
+            ("active_threshold_percent = 0", "node.usage.active_threshold_percent"),
+            ("idle_below_percent = 101", "node.usage.idle_below_percent"),
+            ("idle_after_s = -1.0", "node.usage.idle_after_s"),
+            ("idle_hook = [\"mail\"]", "node.usage.idle_hook"),
+            ("idle_hook = []", "node.usage.idle_hook"),
+            ("ring_samples = 0", "node.usage.ring_samples"),
+            ("sampling = true", "sampling"),
+        ] {
+            let e = with(extra).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -28,5 +28,7 @@ pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Heal
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
-pub use config::{CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Sharing, VendorKind, VisibleIds};
+pub use config::{
+    CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Sharing, UsageSampling, VendorKind, VisibleIds,
+};
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};

@@ -12,10 +12,11 @@ use cder_model::JobKey;
 
 use crate::reply::{
     parse_reply, Accounting, Allocation, Confined, DeviceStatus, ErrorCode, ErrorReply, Pong, Reconciled, Released,
-    Status,
+    Status, Usage,
 };
 use crate::request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request,
+    UsageRequest,
 };
 
 /// Longest reply line the client reads (a large node's accounting fits well).
@@ -235,6 +236,12 @@ impl Client {
     /// `accounting`: usage records and utilisation over a period.
     pub fn accounting(&mut self, request: &AccountingRequest) -> Result<Accounting, ClientError> {
         self.typed(&Request::Accounting(request.clone()))
+    }
+
+    /// `usage`: what jobs did with their devices (utilisation, memory, idle
+    /// devices), from cderd's samples.
+    pub fn usage(&mut self, request: &UsageRequest) -> Result<Usage, ClientError> {
+        self.typed(&Request::Usage(request.clone()))
     }
 }
 

@@ -31,12 +31,12 @@ pub mod request;
 pub use client::{Client, ClientError, MAX_REPLY_BYTES};
 pub use reply::{
     error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, Confined, DeviceState,
-    DeviceStatus, DrainRecord, ErrorCode, ErrorReply, Pong, Reconciled, Released, ShareStatus, Status, TypeCounts,
-    Utilisation, REFUSED_TO_RECORD,
+    DeviceStatus, DeviceUsage, DrainRecord, ErrorCode, ErrorReply, IdleDevice, MonthUsage, Pong, ProcessUsage,
+    Reconciled, Released, ShareStatus, Status, TypeCounts, Usage, UsageSample, Utilisation, REFUSED_TO_RECORD,
 };
 pub use request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request,
-    DEFAULT_TYPE, MAX_COUNT, MAX_TEXT_LEN, MAX_UNIX_TIME, MAX_WAIT_MS,
+    UsageRequest, DEFAULT_TYPE, MAX_COUNT, MAX_RECENT_SAMPLES, MAX_TEXT_LEN, MAX_UNIX_TIME, MAX_WAIT_MS,
 };
 
 /// The protocol version this crate speaks (`"v": 1`).

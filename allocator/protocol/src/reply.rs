@@ -290,6 +290,10 @@ pub struct Status {
     /// that predates it.)
     #[serde(default)]
     pub generation: u64,
+    /// Running jobs' devices that have been idle for `[node.usage]
+    /// idle_after_s` or longer (absent from daemons that predate it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<IdleDevice>,
     /// Who shares which device with how many shares: one entry per live
     /// (device, job) of a device offered as shares. Empty (and absent) on a
     /// node that shares nothing.
@@ -402,6 +406,151 @@ pub struct DrainRecord {
     pub start: i64,
     /// Unix seconds; `null` while still drained.
     pub end: Option<i64>,
+}
+
+/// One job's use of one device, rolled up from cderd's samples
+/// (docs/usage.md). Seconds are floating point: samples may come faster
+/// than once a second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceUsage {
+    /// The job.
+    pub job: JobKey,
+    /// The uid the job runs (ran) as.
+    pub uid: u32,
+    /// The CDER type (`gpgpu`).
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    /// The device's index within its type.
+    pub index: u32,
+    /// The device UUID (`GPU-…`, or `MIG-…` for a MIG instance).
+    pub uuid: String,
+    /// The model name (`NVIDIA A100-SXM4-40GB`, `… MIG 1g.10gb` for an instance).
+    pub model: String,
+    /// For a MIG instance: the UUID of its GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_parent: Option<String>,
+    /// When the job was given the device, unix seconds.
+    pub start: i64,
+    /// When it gave it back, unix seconds; `null` while it holds it.
+    pub end: Option<i64>,
+    /// `end − start` (or `now − start`): how long the job held the device,
+    /// APEL's AvailableDuration.
+    pub device_seconds: i64,
+    /// How much of that the samples cover (a period each; less after a
+    /// cderd restart or where NVML could not answer).
+    pub sampled_seconds: f64,
+    /// The covered time whose utilisation was at or above `[node.usage]
+    /// active_threshold_percent`; `null` when NVML gave no utilisation for
+    /// the device (a MIG instance without GPM).
+    pub active_seconds: Option<f64>,
+    /// Time-weighted mean utilisation, percent; `null` as for `active_seconds`.
+    pub mean_utilisation_percent: Option<f64>,
+    /// Highest utilisation sampled, percent; `null` as for `active_seconds`.
+    pub peak_utilisation_percent: Option<u32>,
+    /// Highest device memory in use, MiB (for a MIG instance: its own).
+    pub peak_memory_mib: u64,
+    /// Samples taken.
+    pub samples: u64,
+    /// First and last sample, unix seconds; `null` before the first.
+    pub first_sample: Option<i64>,
+    /// See `first_sample`.
+    pub last_sample: Option<i64>,
+    /// Where the last sample's utilisation came from: `device`
+    /// (nvmlDeviceGetUtilizationRates), `gpm` (GPU performance monitoring,
+    /// Hopper and later: MIG instances, and whole GPUs), or `none`.
+    pub utilisation_source: String,
+    /// The same per calendar month (UTC) the samples were taken in, oldest
+    /// first, for monthly accounting records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub months: Vec<MonthUsage>,
+}
+
+/// One job's use of one device within one calendar month (UTC): a sample
+/// counts in the month it was taken in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MonthUsage {
+    /// `YYYY-MM`.
+    pub month: String,
+    /// Time the month's samples cover, seconds.
+    pub sampled_seconds: f64,
+    /// The part at or above the active threshold; `null` without utilisation.
+    pub active_seconds: Option<f64>,
+    /// Time-weighted mean utilisation, percent; `null` without utilisation.
+    pub mean_utilisation_percent: Option<f64>,
+}
+
+/// A running job's device that has stayed below `[node.usage]
+/// idle_below_percent` for `idle_after_s` or longer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleDevice {
+    /// The job.
+    pub job: JobKey,
+    /// The uid it runs as.
+    pub uid: u32,
+    /// The CDER type.
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    /// The device's index within its type.
+    pub index: u32,
+    /// The device UUID.
+    pub uuid: String,
+    /// The model name.
+    pub model: String,
+    /// Since when it has been below the threshold, unix seconds.
+    pub idle_since: i64,
+    /// For how long, seconds.
+    pub idle_seconds: f64,
+}
+
+/// One sample of one device, as the recent-sample ring keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageSample {
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+    /// The job holding the device.
+    pub job: JobKey,
+    /// The device UUID.
+    pub uuid: String,
+    /// Utilisation, percent; `null` where NVML gave none.
+    pub utilisation_percent: Option<u32>,
+    /// Device memory in use, MiB; `null` where NVML gave none.
+    pub memory_mib: Option<u64>,
+    /// The compute processes NVML listed on the device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessUsage>,
+}
+
+/// One compute process on a device, as NVML lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessUsage {
+    /// The process id (in cderd's pid namespace).
+    pub pid: u32,
+    /// Device memory it uses, MiB; `null` where NVML cannot say (no
+    /// privilege, or a MIG instance on older drivers).
+    pub memory_mib: Option<u64>,
+    /// Its SM utilisation over the period, percent, from
+    /// nvmlDeviceGetProcessUtilization; `null` where not given.
+    pub sm_percent: Option<u32>,
+    /// The job whose device cgroup (or batch system cgroup) holds the
+    /// process; `null` when none does.
+    pub job: Option<JobKey>,
+}
+
+/// The result of `usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Per job and device, by job start then type and index.
+    pub devices: Vec<DeviceUsage>,
+    /// Devices of running jobs that are idle now.
+    #[serde(default)]
+    pub idle: Vec<IdleDevice>,
+    /// The most recent samples (oldest first), when asked for with `recent`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<UsageSample>,
+    /// `[node.usage] sample_period_s`.
+    pub sample_period_s: f64,
+    /// `[node.usage] active_threshold_percent`.
+    pub active_threshold_percent: u32,
 }
 
 /// The result of `ping`.

@@ -50,6 +50,27 @@ pub enum Request {
     /// Move the calling process (SO_PEERCRED pid) into the job's device
     /// cgroup(s) (root, operators, and the job's own uid).
     Confine(JobRequest),
+    /// What jobs did with their devices: utilisation, memory, idle devices
+    /// (operators see every job, others their own).
+    Usage(UsageRequest),
+}
+
+/// Most recent samples one `usage` request may ask for.
+pub const MAX_RECENT_SAMPLES: u32 = 10_000;
+
+/// `usage`: per-job, per-device use from cderd's samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRequest {
+    /// Only this job; `None` = every job on record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobKey>,
+    /// Only jobs that held a device at some time since this, unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    /// Also the most recent samples of the ring, at most this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recent: Option<u32>,
 }
 
 /// `alloc`: give `job`, run by `uid`, `count` devices of `type`.
@@ -237,6 +258,7 @@ impl Request {
             Request::Reconcile(_) => "reconcile",
             Request::Accounting(_) => "accounting",
             Request::Confine(_) => "confine",
+            Request::Usage(_) => "usage",
         }
     }
 
@@ -259,6 +281,7 @@ impl Request {
             Request::Resume(r) => serde_json::to_value(r),
             Request::Reconcile(r) => serde_json::to_value(r),
             Request::Accounting(r) => serde_json::to_value(r),
+            Request::Usage(r) => serde_json::to_value(r),
         };
         // These types serialise to objects by construction; the fallback only
         // keeps this total.
@@ -320,10 +343,11 @@ impl Request {
             "reconcile" => Request::Reconcile(parse(&op, fields)?),
             "accounting" => Request::Accounting(parse(&op, fields)?),
             "confine" => Request::Confine(parse(&op, fields)?),
+            "usage" => Request::Usage(parse(&op, fields)?),
             _ => {
                 let shown: String = op.chars().take(64).collect();
                 return Err(bad(format!(
-                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile, accounting or confine)"
+                    "unknown op {shown:?} (expected ping, alloc, release, env, status, drain, resume, reconcile, accounting, confine or usage)"
                 )));
             }
         };
@@ -429,6 +453,15 @@ impl Request {
             Request::Env(r) => match &r.step_devices {
                 Some(list) if list.len() > MAX_COUNT as usize => {
                     Err(format!("env: more than {MAX_COUNT} step_devices"))
+                }
+                _ => Ok(()),
+            },
+            Request::Usage(r) => match (r.since, r.recent) {
+                (Some(t), _) if !(0..=MAX_UNIX_TIME).contains(&t) => {
+                    Err(format!("usage: since {t} is out of range (0 to {MAX_UNIX_TIME})"))
+                }
+                (_, Some(n)) if n > MAX_RECENT_SAMPLES => {
+                    Err(format!("usage: recent {n} is more than {MAX_RECENT_SAMPLES} samples"))
                 }
                 _ => Ok(()),
             },

@@ -357,8 +357,11 @@ pub enum ApiErrorCode {
     /// 429: the caller's uid already holds its share of the registry's
     /// connections (`max_connections_per_uid`) with requests in progress.
     TooManyConnections,
-    /// 500: the database failed; nothing was changed.
+    /// 500: the database failed (a full disk among others); nothing was changed.
     Internal,
+    /// 503: munged on the registry's host does not answer, so no
+    /// credential can be checked; nothing was done, try again.
+    Unavailable,
 }
 
 impl ApiErrorCode {
@@ -376,6 +379,7 @@ impl ApiErrorCode {
             ApiErrorCode::HeadersTooLarge => 431,
             ApiErrorCode::TooManyConnections => 429,
             ApiErrorCode::Internal => 500,
+            ApiErrorCode::Unavailable => 503,
         }
     }
 }
@@ -529,6 +533,8 @@ mod tests {
         assert!("everything".parse::<QueryName>().is_err());
         assert_eq!(ApiErrorCode::Insufficient.http_status(), 409);
         assert_eq!(ApiErrorCode::Unauthenticated.http_status(), 401);
+        assert_eq!(ApiErrorCode::Unavailable.http_status(), 503);
+        assert_eq!(serde_json::to_string(&ApiErrorCode::Unavailable).unwrap(), r#""unavailable""#);
         assert_eq!((ApiErrorCode::Timeout.http_status(), ApiErrorCode::HeadersTooLarge.http_status()), (408, 431));
         let e: ApiError = serde_json::from_str(r#"{"code":"insufficient","message":"m","free":2}"#).unwrap();
         assert_eq!(e.free, Some(2));

@@ -45,6 +45,19 @@ pub enum MungeError {
     Garbled(String),
 }
 
+impl MungeError {
+    /// True when munged itself is out of reach (not running, its socket
+    /// gone, or no answer in time) or the program could not run: the
+    /// fault is the service's, not the credential's.
+    pub fn is_munged_down(&self) -> bool {
+        match self {
+            MungeError::Spawn { .. } => true,
+            MungeError::Failed { status, .. } => matches!(status, 6 | 7),
+            MungeError::Garbled(_) => false,
+        }
+    }
+}
+
 /// A verified credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
@@ -213,6 +226,16 @@ pub fn request_payload(method: &str, path_and_query: &str, body: &[u8]) -> Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn munged_down_is_told_from_a_bad_credential() {
+        let failed = |status| MungeError::Failed { program: "unmunge".into(), status, message: String::new() };
+        assert!(failed(6).is_munged_down() && failed(7).is_munged_down());
+        assert!(!failed(15).is_munged_down() && !failed(17).is_munged_down() && !failed(8).is_munged_down());
+        let spawn = MungeError::Spawn { program: "unmunge".into(), source: std::io::ErrorKind::NotFound.into() };
+        assert!(spawn.is_munged_down());
+        assert!(!MungeError::Garbled("x".into()).is_munged_down());
+    }
 
     #[test]
     fn parses_unmunge_output() {

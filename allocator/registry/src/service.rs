@@ -119,12 +119,23 @@ impl Registry {
 
     /// The state, as `GET /v1/status` gives it.
     pub fn status(&self) -> Result<RegistryStatus, ApiError> {
-        self.store().status().map_err(crate::store::BackendLedgerError::into_api)
+        self.with_store(|s| s.status())
     }
 
     /// The policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// Runs `f` on the state; a failure becomes the API error that names
+    /// the database (and a full disk as such).
+    fn with_store<T>(
+        &self,
+        f: impl FnOnce(&mut BackendLedger) -> Result<T, crate::store::BackendLedgerError>,
+    ) -> Result<T, ApiError> {
+        let mut store = self.store();
+        let result = f(&mut store);
+        result.map_err(|e| store.api_error(e))
     }
 
     fn store(&self) -> std::sync::MutexGuard<'_, BackendLedger> {
@@ -162,7 +173,17 @@ impl Registry {
     pub fn authenticate_head(&self, head: &crate::head::Head) -> Result<Authorized, ApiError> {
         let unauth = |m: String| ApiError::new(ApiErrorCode::Unauthenticated, m);
         let cred = credential_of(head.authorization.as_deref(), self.max_body)?;
-        let v = self.munge.decode(cred).map_err(|e| unauth(format!("credential refused: {e}")))?;
+        let v = self.munge.decode(cred).map_err(|e| {
+            if e.is_munged_down() {
+                let socket = self.munge.socket.as_ref().map_or("its default socket".into(), |s| s.display().to_string());
+                ApiError::new(
+                    ApiErrorCode::Unavailable,
+                    format!("MUNGE: munged does not answer at {socket}, so no credential can be checked ({e}); nothing was done, try again"),
+                )
+            } else {
+                unauth(format!("credential refused: {e}"))
+            }
+        })?;
         let prefix = request_payload(&head.method, &head.target, b"");
         match v.payload.strip_prefix(prefix.as_slice()) {
             Some(body) => Ok(Authorized { uid: v.uid, body: body.to_vec() }),
@@ -215,13 +236,12 @@ impl Registry {
             ));
         }
         let now = cder_ledger::now();
-        let api = crate::store::BackendLedgerError::into_api;
         match path {
             "/v1/register" => {
                 post(method)?;
                 let r: RegisterRequest = parse(body)?;
                 r.validate()?;
-                let done = self.store().register(&r, now).map_err(api)?;
+                let done = self.with_store(|s| s.register(&r, now))?;
                 tracing::info!("uid {}: registered {} at {}", caller.uid, r.uuid, done.endpoint);
                 Ok(to_json(&done))
             }
@@ -229,7 +249,7 @@ impl Registry {
                 post(method)?;
                 let r: UnregisterRequest = parse(body)?;
                 check_id("uuid", &r.uuid)?;
-                let removed = self.store().unregister(&r.uuid).map_err(api)?;
+                let removed = self.with_store(|s| s.unregister(&r.uuid))?;
                 tracing::info!("uid {}: unregistered {} (was registered: {removed})", caller.uid, r.uuid);
                 Ok(to_json(&Unregistered { uuid: r.uuid, removed }))
             }
@@ -237,7 +257,7 @@ impl Registry {
                 post(method)?;
                 let r: BackendRequest = parse(body)?;
                 r.validate()?;
-                let a = self.store().request(&r, self.policy.as_ref(), now).map_err(api)?;
+                let a = self.with_store(|s| s.request(&r, self.policy.as_ref(), now))?;
                 tracing::info!(
                     "uid {}: {} on {}: {} {} backend(s): {}",
                     caller.uid,
@@ -252,7 +272,7 @@ impl Registry {
             "/v1/release" => {
                 post(method)?;
                 let r: ReleaseRequest = parse(body)?;
-                let released = self.store().release(&r.job, now).map_err(api)?;
+                let released = self.with_store(|s| s.release(&r.job, now))?;
                 tracing::info!("uid {}: {} released {released} backend(s)", caller.uid, r.job);
                 Ok(to_json(&BackendsReleased { job: r.job, released }))
             }
@@ -261,7 +281,7 @@ impl Registry {
                 let r: OfflineRequest = parse(body)?;
                 r.validate()?;
                 let offline = path == "/v1/offline";
-                let backends = self.store().set_offline(&r, offline).map_err(api)?;
+                let backends = self.with_store(|s| s.set_offline(&r, offline))?;
                 tracing::info!(
                     "uid {}: {} {} backend(s) {}",
                     caller.uid,
@@ -269,14 +289,14 @@ impl Registry {
                     backends.len(),
                     r.uuid.as_deref().or(r.host.as_deref()).unwrap_or("")
                 );
-                let mut status = self.store().status().map_err(api)?;
+                let mut status = self.with_store(|s| s.status())?;
                 status.backends = backends;
                 Ok(to_json(&status))
             }
             "/v1/allocation" => {
                 get(method)?;
                 let job = parse_job_query(query)?;
-                let (allocations, uids) = self.store().allocations(&job).map_err(api)?;
+                let (allocations, uids) = self.with_store(|s| s.allocations(&job))?;
                 if allocations.is_empty() {
                     return Err(ApiError::new(ApiErrorCode::NotFound, format!("{job} holds no backends")));
                 }
@@ -292,19 +312,19 @@ impl Registry {
             "/v1/query" => {
                 get(method)?;
                 let (name, m) = parse_query(query)?;
-                let status = self.store().status().map_err(api)?;
+                let status = self.with_store(|s| s.status())?;
                 Ok(to_json(&QueryReply { name, method: m, value: status.counts_for(m).get(name) }))
             }
             _ => {
                 get(method)?;
-                Ok(to_json(&self.store().status().map_err(api)?))
+                Ok(to_json(&self.with_store(|s| s.status())?))
             }
         }
     }
 
     /// Database-level consistency problems (none expected).
     pub fn check(&self) -> Result<Vec<String>, ApiError> {
-        self.store().check_invariants().map_err(crate::store::BackendLedgerError::into_api)
+        self.with_store(|s| s.check_invariants())
     }
 }
 
@@ -412,11 +432,12 @@ mod tests {
             assert_eq!(status, 401);
             assert!(body.contains("malformed MUNGE credential"), "{body}");
         }
-        // munged is not running at that socket: the credential cannot verify.
+        // munged is not running at that socket: the credential cannot be
+        // checked, which is the service's fault (503), not the client's.
         let (status, body) =
             r.handle("POST", "/v1/request", Some("MUNGE MUNGE:AwQFAABNm8dUWR1OksE1A7a3uksb1tGI:"), b"{}");
-        assert_eq!(status, 401);
-        assert!(body.contains("credential refused"), "{body}");
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("MUNGE: munged does not answer at") && body.contains("no-munged"), "{body}");
         assert_eq!(r.handle("GET", "/etc/passwd", None, b"").0, 404);
     }
 }

@@ -26,6 +26,9 @@ mod bin_cderd;
 #[path = "../../../torque-prologue/src/bin/cder-env.rs"]
 mod bin_env;
 #[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../allocator/exporter/src/bin/cder-exporter.rs"]
+mod bin_exporter;
+#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../allocator/registry/src/bin/cder-vgpgpu-factory.rs"]
 mod bin_factory;
 #[allow(dead_code, unused_imports, clippy::all)]
@@ -100,6 +103,7 @@ fn programs() -> Vec<(clap::Command, &'static str)> {
     vec![
         (bin_cderd::Args::command(), "8"),
         (bin_cderctl::Cli::command(), "1"),
+        (bin_exporter::Args::command(), "8"),
         (bin_registryd::Args::command(), "8"),
         (bin_factory::Args::command(), "8"),
         (bin_glue_provider::Cli::command(), "8"),

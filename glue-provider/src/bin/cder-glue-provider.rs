@@ -33,11 +33,14 @@ It publishes one GLUE2ExecutionEnvironment per group of identical worker nodes, 
 GLUE2ServiceID=<service>,GLUE2GroupID=resource,o=glue, with the CDER attributes \
 (GPGPUTotalInstances, GPGPUFreeInstances, GPGPUUsedInstances, GPGPUOfflineInstances, \
 GPGPUPerNode, GPGPUModel, …) attached by the chosen strategies; vGPGPU services become \
-GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU.\n\n\
+GLUE2ApplicationEnvironments rCUDA / VCL with FreeVGPGPU / TotalVGPGPU. With [[vo]] tables, \
+one GLUE2ComputingShare per queue (SLURM partition, TORQUE queue) and VO it admits carries the \
+VO's own free, used and per-job GPU figures, with a GLUE2MappingPolicy GLUE2PolicyRule VO:<name>.\n\n\
 Counts come from the local cderd (single node), SLURM (scontrol -d show node -o), TORQUE \
 (pbsnodes -x) or the config. Everything is built in memory and printed only if it all \
 succeeded: on any error the provider prints one line to stderr, nothing to stdout, and exits \
-non-zero (2: bad config or input, 1: cderd / LRMS / inventory failure).\n\n\
+non-zero (2: bad config or input, 1: cderd / LRMS / inventory failure, or the output could not \
+be written: redirected to a file on a full disk, the partial output is cut off again).\n\n\
 With --format json it prints the same GLUE 2 entities as one JSON document in the OGF GLUE \
 working group's rendering (GFD.219; schemas from github.com/OGF-GLUE/JSON): one array per entity \
 type (ComputingService, ComputingManager, ExecutionEnvironment, ApplicationEnvironment, …), \
@@ -82,22 +85,40 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match run(&cli) {
-        Ok(ldif) => {
-            // One write of the whole document: bdii-update sees all or nothing.
-            let mut out = std::io::stdout().lock();
-            match out.write_all(ldif.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("cder-glue-provider: writing the output: {e}");
-                    ExitCode::from(1)
-                }
+        Ok(ldif) => match write_all_or_nothing(ldif.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cder-glue-provider: writing the output: {e}; nothing was published");
+                ExitCode::from(1)
             }
-        }
+        },
         Err(e) => {
             eprintln!("cder-glue-provider: {e}");
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Writes the whole document to stdout in one go. bdii-update reads it
+/// through a pipe, where a write either completes or fails because the
+/// reader is gone. Redirected to a regular file, a full disk (ENOSPC,
+/// EDQUOT) can stop it part-way: the file is then cut back to its length
+/// before, so that no half document is left for anyone to load.
+fn write_all_or_nothing(doc: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    // Written through a second handle on the same open file, unbuffered:
+    // nothing is left in stdout's buffer for the exit to flush after a cut.
+    let mut out = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let before = out.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    let result = out.write_all(doc);
+    if let (Err(_), Some(len)) = (&result, before) {
+        if out.metadata().is_ok_and(|m| m.len() > len) {
+            if let Err(e) = out.set_len(len) {
+                eprintln!("cder-glue-provider: cutting the partial output back to {len} bytes: {e}");
+            }
+        }
+    }
+    result
 }
 
 fn run(cli: &Cli) -> Result<String, ProviderError> {

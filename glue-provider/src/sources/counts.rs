@@ -144,3 +144,34 @@ pub trait CountSource {
     /// asked or answers nonsense, so nothing stale is published.
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError>;
 }
+
+/// One per-VO ComputingShare: a queue as one VO sees it (filled by
+/// [`crate::shares`]; here so that the snapshot holds it without a circle).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoShare {
+    /// `GLUE2ShareID`: `<queue>_<vo>_<service id>`, as CREAM names its VO shares.
+    pub id: String,
+    /// The queue (SLURM partition, TORQUE queue): `GLUE2ComputingShareMappingQueue`.
+    pub queue: String,
+    /// The VO (`GLUE2PolicyRule: VO:<vo>`).
+    pub vo: String,
+    /// `GLUE2ComputingShareServingState`: `production`, `draining`, `closed`.
+    pub serving_state: &'static str,
+    /// The ExecutionEnvironments the queue's nodes belong to.
+    pub environments: Vec<String>,
+    /// Per device prefix (`GPGPU`): the VO's figures.
+    pub devices: BTreeMap<String, ShareDevices>,
+}
+
+/// A share's figures for one device type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareDevices {
+    /// The most the VO can hold in the queue at once.
+    pub total: u32,
+    /// What a job of the VO could be given now.
+    pub free: u32,
+    /// Held by the VO's running jobs in the queue.
+    pub used: u32,
+    /// The most one job can get (on one node).
+    pub max_per_job: u32,
+}

@@ -18,7 +18,7 @@ pub mod host;
 pub mod pbsnodes;
 pub mod scontrol;
 pub mod vgpgpu;
-mod walk;
+pub(crate) mod walk;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub groups: Vec<(crate::site::NodeGroup, GroupCounts)>,
     /// The vGPGPU environments.
     pub virtual_environments: Vec<VirtualEnvironment>,
+    /// The per-VO ComputingShares (empty without `[[vo]]`).
+    pub shares: Vec<VoShare>,
     /// `GLUE2EntityCreationTime`, unix seconds.
     pub created: u64,
 }
@@ -41,7 +43,7 @@ pub struct Snapshot {
 pub use cderd::CderdCounts;
 pub use command::run_command;
 pub use configured::{static_total, ConfiguredCounts};
-pub use counts::{CountSource, Counts, GroupCounts, HostFacts, NodeFacts};
+pub use counts::{CountSource, Counts, GroupCounts, HostFacts, NodeFacts, ShareDevices, VoShare};
 pub use pbsnodes::{parse_pbsnodes, TorqueCounts, TorqueNode};
 pub use scontrol::{gres_count, parse_gres, parse_scontrol, Gres, SlurmCounts, SlurmNode};
 pub use vgpgpu::{virtual_from_config, RegistryVirtual, StaticVirtual, VirtualEnvironment, VirtualGpgpuSource};

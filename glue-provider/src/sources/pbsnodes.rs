@@ -39,6 +39,8 @@ pub struct TorqueNode {
     pub gpus_prohibited: u32,
     /// The node lists running jobs (`<jobs>`).
     pub has_jobs: bool,
+    /// `<properties>`: the node's features, by which queues choose nodes (`resources_default.neednodes`).
+    pub properties: Vec<String>,
     /// `<np>`: the job slots TORQUE schedules on the node.
     pub np: Option<u32>,
     /// `ncpus=` of `<status>`: the logical CPUs pbs_mom counts.
@@ -110,6 +112,12 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()
         }))?;
         let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
+        let properties = xml_element(body, "properties")
+            .unwrap_or_default()
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
         let count = |what: &str, v: &str| {
             v.trim().parse::<u32>().map_err(|_| bad(format!("node {name}: {what} {v:?} is not a count")))
         };
@@ -138,6 +146,7 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             gpus_allocated,
             gpus_prohibited,
             has_jobs,
+            properties,
             np,
             ncpus,
             totmem_mb,

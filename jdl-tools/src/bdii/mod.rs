@@ -8,5 +8,5 @@ pub mod glue21;
 pub mod offers;
 pub mod query;
 
-pub use offers::{build_offers, Offer, Offers};
+pub use offers::{build_offers, ClosedShare, Offer, Offers};
 pub use query::{Bdii, BdiiError, QueryOptions, Snapshot, Strategies, Wanted};

@@ -201,6 +201,22 @@ pub struct Offers {
     /// CE IDs a share published that its ComputingService does not own:
     /// left out of the offers, shown by `--explain`.
     pub refused_claims: Vec<RefusedClaim>,
+    /// Shares with CDER data left out because no MappingPolicy opens them
+    /// to the job's VO, shown by `--explain`.
+    pub closed_to_vo: Vec<ClosedShare>,
+}
+
+/// A share left out because it is not open to the job's VO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClosedShare {
+    /// `GLUE2ShareID`.
+    pub share_id: String,
+    /// `GLUE2ComputingShareMappingQueue`, when published.
+    pub queue: Option<String>,
+    /// The share's DN.
+    pub dn: String,
+    /// The VO it is not open to.
+    pub vo: String,
 }
 
 /// A share that named a CE ID its own service cannot vouch for (another
@@ -786,13 +802,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         let Some(key) = service_key(share, &managers_by_id) else { continue };
         let empty = Service::default();
         let svc = services.get(&key).unwrap_or(&empty);
-        if index.is_none()
-            && snap.policies.is_some()
-            && !svc.open.contains(share_id)
-            && !open_anywhere.contains(share_id)
-        {
-            continue;
-        }
         let share_cder = cder.get(&share_dn);
         let named: BTreeSet<&str> = share
             .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
@@ -807,6 +816,22 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             .filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id)))
             .collect();
         if ees.is_empty() && share_cder.is_none() {
+            continue;
+        }
+        if index.is_none()
+            && snap.policies.is_some()
+            && !svc.open.contains(share_id)
+            && !open_anywhere.contains(share_id)
+        {
+            // A share that would be offered, but not to this VO: `--explain` says so.
+            if let Some(vo) = vo {
+                out.closed_to_vo.push(ClosedShare {
+                    share_id: share_id.to_string(),
+                    queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
+                    dn: share.dn.clone(),
+                    vo: vo.to_string(),
+                });
+            }
             continue;
         }
         if share_cder.is_none() {
@@ -1443,8 +1468,12 @@ mod tests {
             [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")],
         )]);
         assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
+        assert!(build_offers(&snap, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
         snap.policies = Some(vec![]);
-        assert_eq!(build_offers(&snap, &prefixes(), Some("cms")).offers.len(), 0);
+        let o = build_offers(&snap, &prefixes(), Some("cms"));
+        assert_eq!(o.offers.len(), 0);
+        assert_eq!(o.closed_to_vo.len(), 1, "{:?}", o.closed_to_vo);
+        assert_eq!((o.closed_to_vo[0].share_id.as_str(), o.closed_to_vo[0].vo.as_str()), ("q1", "cms"));
     }
 
     #[test]

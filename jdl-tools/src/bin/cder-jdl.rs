@@ -78,11 +78,21 @@ an error, 0 otherwise.",
 ClassAd Resource Offer, match the job's Requirements (plus GPGPUPerNode <= other.GPGPUPerNode, and \
 VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method> for vGPGPU jobs) and rank by the job's Rank, a \
 --rank preset, or gLite's default -GlueCEStateEstimatedResponseTime. The BDII defaults to \
-$LCG_GFAL_INFOSYS. Entries with malformed CDER data are skipped with a warning on stderr. Exit status 1 \
-when the BDII is unreachable or slow, or when no CE matches; 2 for a bad JDL or option.",
+$LCG_GFAL_INFOSYS. Entries with malformed CDER data are skipped with a warning on stderr.\n\n\
+The answer comes from a local index of the BDII's offers (see cder-jdl index), not from the BDII: a \
+snapshot checked less than --max-age seconds ago (300) is used as it is; an older one is refreshed first \
+(re-read only if the BDII has finished an update cycle since, waiting for a refresh another process is \
+running). A line on stderr says how old the data is and which BDII cycle it came from (# index: 37 s old, \
+BDII cycle 2026-11-26T09:10:02Z (UpdateStats), 12,345 offers); --json adds it as \"index\". When the \
+refresh fails, the old snapshot answers with a warning, or with --strict the command exits 1. Snapshots \
+are per user in $XDG_CACHE_HOME/cder, or a site's shared directory (--index-dir, $CDER_INDEX_DIR). \
+--live asks the BDII directly, as before the index. Exit status 1 when the BDII is unreachable or slow \
+and there is no snapshot (or --strict), or when no CE matches; 2 for a bad JDL or option.",
         after_long_help = "Examples:\n  cder-jdl list-match --bdii ldap://bdii.example.org:2170 job.jdl\n  \
 LCG_GFAL_INFOSYS=bdii.example.org:2170 cder-jdl list-match --vo gputestvo --explain job.jdl\n  \
-cder-jdl list-match --rank gpgpu-max-free --json job.jdl"
+cder-jdl list-match --rank gpgpu-max-free --json job.jdl\n  \
+cder-jdl list-match --max-age 60 --strict job.jdl      # data at most a minute old, or exit 1\n  \
+cder-jdl list-match --live job.jdl                     # ask the BDII itself"
     )]
     ListMatch(cder_jdl::cmd::list_match::Args),
     /// Both phases: list-match, then submit a refined JDL restricted to the matching CEs.
@@ -94,7 +104,9 @@ and conjoins the thesis's CELIST, (other.GlueCEUniqueID == \"ce1\" || ...), with
 printed. --via slurm submits to this CE's SLURM (--ce must be among the matches) with sbatch: the JDL's \
 GPGPUPerNode, VirtualGPGPU*, CPUNumber, SMPGranularity and WholeNodes become #SBATCH lines as lrms-attrs \
 prints them, the matched share's queue the partition; prints slurm:<id>. --dry-run prints the refined JDL \
-(and the batch script). No match: exit 1 with the reason for each CE.",
+(and the batch script). No match: exit 1 with the reason for each CE. Phase 1 answers from the local \
+index as list-match does (--max-age, --strict, --index-dir; --live asks the BDII directly), and says how \
+old its data is on stderr.",
         after_long_help = "Examples:\n  cder-jdl submit --dry-run job.jdl\n  cder-jdl submit --via wms job.jdl\n  \
 cder-jdl submit --via slurm --ce ce.example.org:8443/cream-slurm-gpu job.jdl"
     )]
@@ -115,6 +127,17 @@ naming the key (exit 2); with --blah it also prints a directive the batch system
 cder-jdl lrms-attrs --lrms pbs --pbs-gpus maui --jdl job.jdl"
     )]
     LrmsAttrs(cder_jdl::cmd::lrms_attrs::Args),
+    /// The local index of the BDII's GPU offers that list-match and submit answer from.
+    #[command(
+        long_about = "The local index of the BDII's GPU offers: one snapshot file per BDII (and bases, \
+strategies, prefixes) that list-match and submit answer from without asking the BDII. Snapshots live in \
+$XDG_CACHE_HOME/cder (~/.cache/cder) per user, or in a site's shared directory (--index-dir, \
+$CDER_INDEX_DIR; the cder-index-refresh timer keeps /var/cache/cder). `index refresh` brings one up to \
+date; `index show` prints what one holds.",
+        after_long_help = "Examples:\n  cder-jdl index refresh --bdii ldap://bdii.example.org:2170\n  \
+cder-jdl index show --bdii ldap://bdii.example.org:2170"
+    )]
+    Index(cder_jdl::cmd::index::Args),
 }
 
 fn read_input(path: &str) -> Result<String, String> {
@@ -138,6 +161,10 @@ fn main() -> ExitCode {
             cder_jdl::cmd::finish(cder_jdl::cmd::submit::run(&a))
         }
         Cmd::LrmsAttrs(a) => cder_jdl::cmd::finish(cder_jdl::cmd::lrms_attrs::run(&a)),
+        Cmd::Index(a) => {
+            cder_jdl::cmd::init_logging();
+            cder_jdl::cmd::finish(cder_jdl::cmd::index::run(&a))
+        }
         Cmd::Eval { ad, json, expr } => {
             let scope = match ad {
                 Some(path) => {

@@ -12,7 +12,8 @@ pub struct Args {
     /// "schema"}], "excluded", "warnings"}.
     #[arg(long)]
     pub json: bool,
-    /// For each CE left out, say which Requirements clause was false or undefined.
+    /// For each CE left out, say which Requirements clause was false or undefined, and which
+    /// shares are not open to the job's VO.
     #[arg(long)]
     pub explain: bool,
     /// The job description (`-` for standard input).
@@ -44,9 +45,11 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
         "bdii": p.url,
         "matches": matches,
         "excluded": excluded,
-        "offers": p.offers.offers.len(),
+        "offers": p.offer_count,
         "queries": p.queries,
         "warnings": p.offers.warnings,
+        "closed_to_vo": p.offers.closed_to_vo.iter().map(|c| serde_json::json!({"share": c.share_id, "queue": c.queue, "vo": c.vo})).collect::<Vec<_>>(),
+        "index": p.index.as_ref().map(|i| i.json()),
         "refused_claims": p.offers.refused_claims.iter().map(|c| serde_json::json!({"ce": c.ce_id, "share": c.share, "reason": c.reason})).collect::<Vec<_>>(),
     })
 }
@@ -64,7 +67,9 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
             s.push_str(&format!(" - {:<width$}  {}\n", printable(&m.ce_id), cder_classad::value::format_real(m.rank)));
         }
     }
-    if explain && (!p.result.excluded.is_empty() || !p.offers.refused_claims.is_empty()) {
+    if explain
+        && (!p.result.excluded.is_empty() || !p.offers.refused_claims.is_empty() || !p.offers.closed_to_vo.is_empty())
+    {
         s.push_str("\nLeft out:\n");
         s.push_str(&explain_text(p));
     }
@@ -74,6 +79,7 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
 /// Runs `list-match`.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let p = phase1(&args.phase1, &args.job, args.explain || args.json)?;
+    p.report_source();
     if args.json {
         println!("{}", to_json(&p));
     } else {

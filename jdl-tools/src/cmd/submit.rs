@@ -60,6 +60,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         return Err(Failure::input("--via slurm needs --ce (or CDER_LOCAL_CE): this CE's GlueCEUniqueID"));
     }
     let p = phase1(&args.phase1, &args.job, true)?;
+    p.report_source();
     if p.result.matches.is_empty() {
         return Err(Failure::runtime(format!(
             "{}: no CE matches the job requirements:\n{}",

@@ -16,7 +16,9 @@
 //!    up, and hands them to [`crate::listmatch::list_match`]: the same code
 //!    as the live path matches and ranks them.
 
+pub mod cache;
 pub mod plan;
+pub mod refresh;
 pub mod snapshot;
 mod sys;
 
@@ -28,7 +30,7 @@ use cder_classad::ast::{ClassAd, Expr};
 use cder_classad::value::Value;
 use cder_request::keys;
 
-use crate::bdii::offers::{build_offers_for_index, Offer, OfferTraits, Offers, RefusedClaim};
+use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
 use crate::bdii::query::{Snapshot, Strategies, Wanted};
 use crate::listmatch::{list_match, MatchResult, Request};
 use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, VERSION};
@@ -582,7 +584,7 @@ impl OfferIndex {
     /// The offers the live path would build for `request` and `vo` (the
     /// job's VirtualOrganisation when None), in its order, and the claims it
     /// would refuse.
-    fn visible(&self, w: &Wanted) -> Result<(Vec<usize>, Vec<RefusedClaim>), IndexError> {
+    fn visible(&self, w: &Wanted) -> Result<Visible, IndexError> {
         let n = self.n;
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
@@ -605,16 +607,18 @@ impl OfferIndex {
         let blind = w.names.as_ref().is_some_and(crate::bdii::offers::share_blind);
         let mut keep = vec![false; n];
         let mut built: BTreeSet<(u32, u32)> = BTreeSet::new();
+        // Shares the live build would meet and leave out as not open to the VO.
+        let mut closed: Vec<(u32, u32, u32)> = Vec::new();
         for (i, k) in keep.iter_mut().enumerate() {
             let r = self.rec(i)?;
             let glue13 = r.flags & flag::GLUE13 != 0;
-            if let Some((exact, ci)) = &vo_ids {
-                let open = self.list(r.open_to)?;
-                if !open.iter().any(|id| if glue13 { ci.contains(id) } else { exact.contains(id) }) {
-                    recs.push(r);
-                    continue;
+            let not_open = match &vo_ids {
+                Some((exact, ci)) => {
+                    let open = self.list(r.open_to)?;
+                    !open.iter().any(|id| if glue13 { ci.contains(id) } else { exact.contains(id) })
                 }
-            }
+                None => false,
+            };
             let fetched = |list: u32, ids: &BTreeSet<u32>| -> Result<bool, IndexError> {
                 Ok(self.list(list)?.iter().any(|id| ids.contains(id)))
             };
@@ -632,6 +636,13 @@ impl OfferIndex {
             } else {
                 share_fetched
             };
+            if not_open {
+                if exists && !glue13 && !closed.iter().any(|c| c.0 == r.share_dn) {
+                    closed.push((r.share_dn, r.share_id, r.queue));
+                }
+                recs.push(r);
+                continue;
+            }
             if exists && !glue13 && blind && !share_fetched && r.ee_dn != NONE && r.refused == NONE {
                 *k = built.insert((r.ce, r.ee_dn));
             } else {
@@ -694,7 +705,19 @@ impl OfferIndex {
                 keep[i] = false;
             }
         }
-        Ok(((0..n).filter(|&i| keep[i]).collect(), claims))
+        let vo = w.vo.clone().unwrap_or_default();
+        let closed = closed
+            .into_iter()
+            .map(|(dn, id, queue)| {
+                Ok(ClosedShare {
+                    share_id: self.string(id)?.unwrap_or_default().to_string(),
+                    queue: self.string(queue)?.map(str::to_string),
+                    dn: self.string(dn)?.unwrap_or_default().to_string(),
+                    vo: vo.clone(),
+                })
+            })
+            .collect::<Result<_, IndexError>>()?;
+        Ok(((0..n).filter(|&i| keep[i]).collect(), claims, closed))
     }
 
     /// Phase 1 from the snapshot: what [`list_match`] gives over the offers
@@ -702,7 +725,7 @@ impl OfferIndex {
     /// VirtualOrganisation) from the same BDII data.
     pub fn list_match(&self, request: &Request, vo: Option<&str>, explain: bool) -> Result<IndexAnswer, IndexError> {
         let w = request.wanted(&self.meta.prefixes, vo);
-        let (visible, refused_claims) = self.visible(&w)?;
+        let (visible, refused_claims, closed_to_vo) = self.visible(&w)?;
         let candidates = if explain { visible.clone() } else { plan::Plan::new(request, self).cut(self, &visible)? };
         let job = JobView { names: w.names.clone(), vo: w.vo.clone(), vgpgpu: w.vgpgpu };
         let mut cols = Vec::new();
@@ -726,12 +749,16 @@ impl OfferIndex {
         let result = list_match(request, &offers, explain);
         Ok(IndexAnswer {
             result,
-            offers: Offers { offers, warnings: self.warnings.clone(), refused_claims },
+            offers: Offers { offers, warnings: self.warnings.clone(), refused_claims, closed_to_vo },
             visible: visible.len(),
             candidates: candidates.len(),
         })
     }
 }
+
+/// What [`OfferIndex::visible`] finds: the offers the live path would build,
+/// the claims it would refuse, and the shares it would leave out for the VO.
+type Visible = (Vec<usize>, Vec<RefusedClaim>, Vec<ClosedShare>);
 
 const RTE: &str = "GlueHostApplicationSoftwareRunTimeEnvironment";
 const ACCESS_RULE: &str = "GlueCEAccessControlBaseRule";

@@ -384,6 +384,8 @@ fn same(
         "{src} (vo {vo:?}, explain {explain})"
     );
     assert_eq!(got.offers.refused_claims, offers.refused_claims, "{src} (vo {vo:?})");
+    let closed = |o: &Offers| o.closed_to_vo.iter().map(|c| c.dn.clone()).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(closed(&got.offers), closed(&offers), "{src} (vo {vo:?}): shares not open to the VO");
     assert_eq!(got.visible, offers.offers.len(), "{src} (vo {vo:?}): offers the live path builds");
     want.matches.len()
 }

@@ -5,8 +5,11 @@
 
 #![deny(missing_docs)]
 
+mod disk;
+pub mod faults;
 mod node;
 
+pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
 pub use node::TestNode;
 
 use std::path::{Path, PathBuf};

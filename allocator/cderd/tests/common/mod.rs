@@ -23,6 +23,8 @@ pub struct Options {
     pub max_request_bytes: Option<usize>,
     /// `[node] socket_mode`; "0666" unless given.
     pub socket_mode: Option<String>,
+    /// `[node] state_dir`; `<temp dir>/state` unless given.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// A test node: a temp dir with the config, state, socket and device files.
@@ -80,7 +82,7 @@ impl Node {
         let mut text = format!(
             "[node]\nsocket = {:?}\nstate_dir = {:?}\nsocket_mode = \"{}\"\noperators = {:?}\n",
             socket,
-            dir.path().join("state"),
+            options.state_dir.clone().unwrap_or_else(|| dir.path().join("state")),
             options.socket_mode.as_deref().unwrap_or("0666"),
             operators
         );

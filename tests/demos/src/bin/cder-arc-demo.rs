@@ -98,9 +98,11 @@ fn demo() -> Result<(), String> {
 
     println!("== waiting for ARC's infosys to publish the CE (A-REX's infoprovider, then bdii-update) ...");
     until(Duration::from_secs(150), || {
+        // --max-age 0: each try checks the infosys's cycle (UpdateStats) first.
         let out = Command::new(cder_jdl())
-            .args(["list-match", "--bdii", &ldap])
+            .args(["list-match", "--max-age", "0", "--bdii", &ldap])
             .arg(&jdl)
+            .env("CDER_INDEX_DIR", w.join("index"))
             .stderr(Stdio::null())
             .output()
             .ok()?;
@@ -125,11 +127,14 @@ fn demo() -> Result<(), String> {
     )?;
     show(
         "cder-jdl list-match (phase 1) against ARC's LDAP port",
-        Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&jdl),
+        Command::new(cder_jdl()).args(["list-match", "--bdii", &ldap]).arg(&jdl).env("CDER_INDEX_DIR", w.join("index")),
     )?;
     show(
         "cder-jdl submit --via arc --dry-run: the xRSL arcsub gets",
-        Command::new(cder_jdl()).args(["submit", "--bdii", &ldap, "--via", "arc", "--dry-run"]).arg(&jdl),
+        Command::new(cder_jdl())
+            .args(["submit", "--bdii", &ldap, "--via", "arc", "--dry-run"])
+            .arg(&jdl)
+            .env("CDER_INDEX_DIR", w.join("index")),
     )?;
     let out = show(
         "cder-jdl submit --via arc: the real arcsub",

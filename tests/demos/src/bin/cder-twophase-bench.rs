@@ -255,7 +255,8 @@ fn measure(args: &Args, gpu: usize, placement: Placement, strategy: Strategy, se
     let runs = if gpu > 1000 { args.runs.div_ceil(3).max(1) } else { args.runs };
 
     let mut cmd_cder = Command::new(cder_jdl);
-    cmd_cder.args(["list-match", "--bdii", &url, "--strategy", name]).arg(job).env_remove("LCG_GFAL_INFOSYS");
+    // The live path: the BDII asked on every run, as the reference does.
+    cmd_cder.args(["list-match", "--live", "--bdii", &url, "--strategy", name]).arg(job).env_remove("LCG_GFAL_INFOSYS");
     let mut cmd_ref = Command::new(PYTHON);
     cmd_ref.arg(reference).args([&url, name]).arg(job);
     // Warm-up: the first search pages the database into memory for both.

@@ -75,19 +75,28 @@ fn demo() -> Result<(), String> {
     let bin = cder_jdl();
     let url = slapd.url();
     let local_ce = local.ce_id("debug");
+    // The demo's index lives with its BDII, not in the user's cache.
+    let index = dir.path().join("index");
     show(
-        &format!("phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl"),
-        Command::new(&bin).args(["list-match", "--bdii", &url, "--explain"]).arg(&jdl),
+        &format!(
+            "phase 1: cder-jdl list-match --bdii {url} --explain gpu.jdl (from the local index, made on first use)"
+        ),
+        Command::new(&bin).args(["list-match", "--bdii", &url, "--explain"]).arg(&jdl).env("CDER_INDEX_DIR", &index),
+    )?;
+    show(
+        "the snapshot phase 1 answered from: cder-jdl index show",
+        Command::new(&bin).args(["index", "show", "--bdii", &url]).env("CDER_INDEX_DIR", &index),
     )?;
     show(
         "phase 2 (dry run): cder-jdl submit --dry-run gpu.jdl",
-        Command::new(&bin).args(["submit", "--dry-run", "--bdii", &url]).arg(&jdl),
+        Command::new(&bin).args(["submit", "--dry-run", "--bdii", &url]).arg(&jdl).env("CDER_INDEX_DIR", &index),
     )?;
     let out = show(
         &format!("phase 1 + 2 on this CE: cder-jdl submit --via slurm --ce {local_ce} gpu.jdl"),
         Command::new(&bin)
             .args(["submit", "--via", "slurm", "--bdii", &url, "--ce", &local_ce])
             .arg(&jdl)
+            .env("CDER_INDEX_DIR", &index)
             .env("SLURM_CONF", cluster.slurm_conf()),
     )?;
     let id: u32 = out

@@ -1,0 +1,402 @@
+//! The usage sampler: what each job does with the NVML devices it holds.
+//!
+//! One thread (`[node.usage] sample = true`, the default, and at least one
+//! `discovery = "nvml"` type) asks NVML every `sample_period_s` about every
+//! device a running job holds: utilisation, memory in use, the compute
+//! processes with their memory and SM utilisation. A whole GPU's
+//! utilisation is GPM's graphics activity over the period where the GPU
+//! has GPM (Hopper and later), else `nvmlDeviceGetUtilizationRates` (the
+//! driver's last sample window); NVML has none for a MIG
+//! instance except GPM (Hopper and later: `nvmlGpmMigSampleGet` on its GPU,
+//! the graphics utilisation between two samples), so an instance on an
+//! older GPU has memory and processes but no utilisation. Each sample goes
+//! to the job that holds the device (a MIG instance's job for an instance);
+//! each process is also tagged with the job whose cgroup holds it, for the
+//! day devices are shared.
+//!
+//! One transaction per period rolls the samples up in the ledger
+//! ([`crate::store::Store::record_usage`]): a kill -9 loses at most the
+//! period being sampled. The thread never holds the store's lock while it
+//! talks to NVML, so a job's `alloc` waits at most for that commit.
+//!
+//! Idle devices: a running job's device below `idle_below_percent` (or,
+//! with no utilisation, with no compute process) for `idle_after_s` is
+//! logged once per idle spell, shows in `status`, and starts `idle_hook`
+//! (if set) in the background, killed after `idle_hook_timeout_s`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cder_model::{Discovery, JobKey, UsageSampling};
+use cder_protocol::{IdleDevice, ProcessUsage};
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{GpmSample, Nvml};
+
+use crate::cgroup::DeviceCgroups;
+use crate::daemon::{now_ms, Daemon, UsageTarget};
+use crate::store::UsageObservation;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Starts the sampler thread, unless sampling is off or no type uses NVML.
+pub fn spawn(daemon: &Arc<Daemon>) {
+    let usage = &daemon.config().node.usage;
+    if !usage.sample {
+        tracing::info!("[node.usage] sample = false: device use is not sampled");
+        return;
+    }
+    if !daemon.config().cders.iter().any(|c| c.discovery == Discovery::Nvml) {
+        tracing::info!("no discovery = \"nvml\" type: no device use to sample");
+        return;
+    }
+    let daemon = Arc::clone(daemon);
+    let spawned = std::thread::Builder::new().name("cderd-usage".into()).spawn(move || loop {
+        let nvmls = open_types(&daemon);
+        if nvmls.is_empty() {
+            std::thread::sleep(Duration::from_secs(60));
+            continue;
+        }
+        Sampler::new(&nvmls).run(&daemon);
+    });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the usage sampler thread: {e}");
+    }
+}
+
+/// NVML for each `discovery = "nvml"` type that can open it (type name,
+/// library); a type that cannot is logged and left out.
+pub fn open_types(daemon: &Daemon) -> Vec<(String, Nvml)> {
+    let mut out = Vec::new();
+    for cder in daemon.config().cders.iter().filter(|c| c.discovery == Discovery::Nvml) {
+        match cder_inventory::open_nvml(cder) {
+            Ok(nvml) => out.push((cder.name().to_string(), nvml)),
+            Err(e) => tracing::warn!(cder_type = cder.name(), "usage sampler: {e}; its devices are not sampled"),
+        }
+    }
+    out
+}
+
+/// The sampler's state between periods.
+pub struct Sampler<'n> {
+    nvmls: &'n [(String, Nvml)],
+    /// The previous GPM sample of each MIG instance (a metric needs two).
+    gpm_previous: HashMap<String, GpmSample<'n>>,
+    /// The newest per-process sample timestamp seen, per device.
+    process_seen: HashMap<String, u64>,
+    /// Idle (job, device) already warned about in this idle spell.
+    warned: BTreeSet<(String, String)>,
+    /// When the previous period was sampled, unix ms.
+    previous_ms: Option<i64>,
+}
+
+impl<'n> Sampler<'n> {
+    /// A sampler over these opened types (see [`open_types`]).
+    pub fn new(nvmls: &'n [(String, Nvml)]) -> Sampler<'n> {
+        Sampler {
+            nvmls,
+            gpm_previous: HashMap::new(),
+            process_seen: HashMap::new(),
+            warned: BTreeSet::new(),
+            previous_ms: None,
+        }
+    }
+
+    /// Samples every period, on a fixed schedule, for ever.
+    pub fn run(&mut self, daemon: &Daemon) {
+        let usage = &daemon.config().node.usage;
+        let period = Duration::from_secs_f64(usage.sample_period_s);
+        tracing::info!(
+            period_s = usage.sample_period_s,
+            active_threshold_percent = usage.active_threshold_percent,
+            idle_below_percent = usage.idle_below_percent,
+            idle_after_s = usage.idle_after_s,
+            "usage sampler started"
+        );
+        let mut next = Instant::now() + period;
+        loop {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.tick(daemon) {
+                tracing::warn!("usage sampler: {e}");
+            }
+            next += period;
+            // Behind (a slow NVML, a suspended host): skip, never burst.
+            if next < Instant::now() {
+                next = Instant::now() + period;
+            }
+        }
+    }
+
+    /// One period: observe, commit, look for idle devices. Returns how many
+    /// samples were recorded.
+    pub fn tick(&mut self, daemon: &Daemon) -> Result<usize, String> {
+        let observations = self.observe_all(daemon)?;
+        let recorded = daemon.record_usage(&observations).map_err(|e| e.message)?;
+        let idle = daemon.idle_devices().map_err(|e| e.message)?;
+        self.warn_idle(daemon.config().node.usage.clone(), idle);
+        Ok(recorded)
+    }
+
+    /// Asks NVML about every device a running job holds (no lock held).
+    pub fn observe_all(&mut self, daemon: &Daemon) -> Result<Vec<UsageObservation>, String> {
+        let targets = daemon.usage_targets().map_err(|e| e.message)?;
+        let jobs: Vec<(JobKey, String)> = {
+            let mut seen = BTreeSet::new();
+            targets.iter().filter(|t| seen.insert(t.job.clone())).map(|t| (t.job.clone(), t.token.clone())).collect()
+        };
+        let at_ms = now_ms();
+        let previous_ms = self.previous_ms.replace(at_ms);
+        let nvmls = self.nvmls;
+        let mut out = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let Some((_, nvml)) = nvmls.iter().find(|(t, _)| *t == target.cder_type) else { continue };
+            out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs));
+        }
+        // Instances no longer held keep no GPM sample.
+        self.gpm_previous.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
+        self.process_seen.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
+        Ok(out)
+    }
+
+    /// One device's sample at `at` (now, the previous period).
+    fn observe(
+        &mut self,
+        nvml: &'n Nvml,
+        target: &UsageTarget,
+        at: (i64, Option<i64>),
+        jobs: &[(JobKey, String)],
+    ) -> UsageObservation {
+        let mut observation = UsageObservation {
+            job: target.job.clone(),
+            uuid: target.uuid.clone(),
+            mig_parent: None,
+            at_ms: at.0,
+            previous_ms: at.1,
+            utilisation: None,
+            source: "none",
+            memory_mib: None,
+            processes: None,
+        };
+        let device = match nvml.device_by_uuid(target.uuid.as_str()) {
+            Ok(device) => device,
+            Err(e) => {
+                tracing::debug!(device = %target.uuid, "usage sampler: nvmlDeviceGetHandleByUUID: {e}");
+                return observation;
+            }
+        };
+        observation.memory_mib = device.memory_info().ok().map(|m| m.used / MIB);
+        if cder_model::is_mig_uuid(&target.uuid) {
+            if let Ok(parent) = device.mig_parent_device() {
+                observation.mig_parent = parent.uuid().ok();
+                if parent.gpm_support().unwrap_or(false) {
+                    let sample = cder_inventory::mig_instance_ids(&device)
+                        .and_then(|(gpu_instance, _)| parent.gpm_mig_sample(gpu_instance));
+                    match sample {
+                        Ok(sample) => {
+                            if let Some(previous) = self.gpm_previous.get(&target.uuid) {
+                                observation.utilisation = graphics_utilisation(nvml, previous, &sample);
+                                observation.source = "gpm";
+                            }
+                            self.gpm_previous.insert(target.uuid.clone(), sample);
+                        }
+                        Err(e) => tracing::debug!(device = %target.uuid, "usage sampler: nvmlGpmMigSampleGet: {e}"),
+                    }
+                }
+            }
+        } else {
+            // GPM (Hopper and later) averages over the whole period; the
+            // driver's utilisation is its last sample window only.
+            if device.gpm_support().unwrap_or(false) {
+                match device.gpm_sample() {
+                    Ok(sample) => {
+                        if let Some(previous) = self.gpm_previous.get(&target.uuid) {
+                            observation.utilisation = graphics_utilisation(nvml, previous, &sample);
+                            observation.source = "gpm";
+                        }
+                        self.gpm_previous.insert(target.uuid.clone(), sample);
+                    }
+                    Err(e) => tracing::debug!(device = %target.uuid, "usage sampler: nvmlGpmSampleGet: {e}"),
+                }
+            }
+            if observation.utilisation.is_none() {
+                if let Ok(rates) = device.utilization_rates() {
+                    observation.utilisation = Some(rates.gpu.min(100));
+                    observation.source = "device";
+                }
+            }
+        }
+        let sm: Option<HashMap<u32, u32>> =
+            match device.process_utilization_stats(self.process_seen.get(&target.uuid).copied()) {
+                Ok(samples) => {
+                    let mut latest: HashMap<u32, (u64, u32)> = HashMap::new();
+                    for s in &samples {
+                        let entry = latest.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+                        if s.timestamp >= entry.0 {
+                            *entry = (s.timestamp, s.sm_util);
+                        }
+                    }
+                    if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
+                        self.process_seen.insert(target.uuid.clone(), newest);
+                    }
+                    Some(latest.into_iter().map(|(pid, (_, sm))| (pid, sm.min(100))).collect())
+                }
+                // No process ran since the last look.
+                Err(NvmlError::NotFound) => Some(HashMap::new()),
+                Err(_) => None,
+            };
+        if let Ok(list) = device.running_compute_processes() {
+            observation.processes = Some(
+                list.into_iter()
+                    .map(|p| ProcessUsage {
+                        pid: p.pid,
+                        memory_mib: match p.used_gpu_memory {
+                            nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
+                            nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                        },
+                        sm_percent: sm.as_ref().map(|m| m.get(&p.pid).copied().unwrap_or(0)),
+                        job: job_of_process(Path::new("/proc"), p.pid, jobs),
+                    })
+                    .collect(),
+            );
+        }
+        observation
+    }
+
+    /// Logs, and hands to the hook, each device newly idle; forgets those
+    /// no longer idle, so that a later idle spell is reported again.
+    fn warn_idle(&mut self, usage: UsageSampling, idle: Vec<IdleDevice>) {
+        let now: BTreeSet<(String, String)> = idle.iter().map(|d| (d.job.to_string(), d.uuid.clone())).collect();
+        for device in idle.iter().filter(|d| !self.warned.contains(&(d.job.to_string(), d.uuid.clone()))) {
+            tracing::warn!(
+                job = %device.job,
+                uid = device.uid,
+                device = %format!("{}:{}", device.cder_type, device.index),
+                model = %device.model,
+                uuid = %device.uuid,
+                idle_since = device.idle_since,
+                "idle GPU: job {} (uid {}) holds {} {} below {}% for {:.0} s",
+                device.job,
+                device.uid,
+                device.model,
+                device.uuid,
+                usage.idle_below_percent,
+                device.idle_seconds
+            );
+            if let Some(hook) = &usage.idle_hook {
+                run_hook(hook, Duration::from_secs(usage.idle_hook_timeout_s), device, usage.idle_below_percent);
+            }
+        }
+        self.warned = now;
+    }
+}
+
+/// GPM's graphics utilisation between two samples, percent.
+fn graphics_utilisation<'n>(nvml: &'n Nvml, earlier: &GpmSample<'n>, later: &GpmSample<'n>) -> Option<u32> {
+    let results = nvml_wrapper::gpm::gpm_metrics_get(nvml, earlier, later, &[GpmMetricId::GraphicsUtil]).ok()?;
+    let value = results.into_iter().next()?.ok()?.value;
+    value.is_finite().then(|| value.round().clamp(0.0, 100.0) as u32)
+}
+
+/// The running job whose cgroup holds `pid`, by `/proc/PID/cgroup`: cder's
+/// own device cgroup of the job, SLURM's `job_<id>` or TORQUE's
+/// `torque/<id>` directory. `None` when none does (or the process is gone).
+pub fn job_of_process(proc_root: &Path, pid: u32, jobs: &[(JobKey, String)]) -> Option<JobKey> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+    job_of_cgroups(&text, jobs)
+}
+
+/// [`job_of_process`] on the text of a `/proc/PID/cgroup` file.
+pub fn job_of_cgroups(text: &str, jobs: &[(JobKey, String)]) -> Option<JobKey> {
+    let paths: Vec<Vec<&str>> =
+        text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).map(|p| p.split('/').collect()).collect();
+    jobs.iter()
+        .find(|(job, token)| {
+            let ours = DeviceCgroups::group_name(job, token);
+            let batch = match job.lrms() {
+                cder_model::Lrms::Slurm => Some(format!("job_{}", job.id())),
+                _ => None,
+            };
+            paths.iter().any(|parts| {
+                parts.contains(&ours.as_str())
+                    || batch.as_deref().is_some_and(|b| parts.contains(&b))
+                    || (job.lrms() == cder_model::Lrms::Torque
+                        && parts.windows(2).any(|w| w[0] == "torque" && w[1] == job.id()))
+            })
+        })
+        .map(|(job, _)| job.clone())
+}
+
+/// Starts the idle hook for one device with the device in its environment;
+/// a thread of its own waits for it and kills it after `timeout`.
+fn run_hook(hook: &[String], timeout: Duration, device: &IdleDevice, below: u32) {
+    let Some((program, args)) = hook.split_first() else { return };
+    let child = std::process::Command::new(program)
+        .args(args)
+        .env("CDER_JOB", device.job.to_string())
+        .env("CDER_UID", device.uid.to_string())
+        .env("CDER_DEVICE", format!("{}:{}", device.cder_type, device.index))
+        .env("CDER_DEVICE_UUID", &device.uuid)
+        .env("CDER_DEVICE_MODEL", &device.model)
+        .env("CDER_IDLE_SINCE", device.idle_since.to_string())
+        .env("CDER_IDLE_SECONDS", format!("{:.0}", device.idle_seconds))
+        .env("CDER_IDLE_BELOW_PERCENT", below.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => return tracing::error!(hook = %program, "[node.usage] idle_hook: cannot start it: {e}"),
+    };
+    let (program, job) = (program.clone(), device.job.to_string());
+    let waiter = std::thread::Builder::new().name("cderd-idle-hook".into()).spawn(move || {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return,
+                Ok(Some(status)) => {
+                    return tracing::warn!(hook = %program, job = %job, "[node.usage] idle_hook ended with {status}")
+                }
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return tracing::warn!(hook = %program, job = %job, "[node.usage] idle_hook killed after {timeout:?}");
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return tracing::warn!(hook = %program, "[node.usage] idle_hook: {e}"),
+            }
+        }
+    });
+    if let Err(e) = waiter {
+        tracing::warn!("[node.usage] idle_hook: cannot start the thread that waits for it: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_attributed_by_their_cgroups() {
+        let slurm: JobKey = "slurm:42".parse().unwrap();
+        let torque: JobKey = "torque:17.ce.example.org".parse().unwrap();
+        let local: JobKey = "local:demo-1".parse().unwrap();
+        let jobs = vec![
+            (slurm.clone(), "aaaa-bbbb".to_string()),
+            (torque.clone(), "cccc".to_string()),
+            (local.clone(), "0a1b2c3d-4e5f-6789".to_string()),
+        ];
+        let v2_slurm = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
+        assert_eq!(job_of_cgroups(v2_slurm, &jobs), Some(slurm.clone()));
+        // job_420 is another job.
+        assert_eq!(job_of_cgroups("0::/system.slice/slurmstepd.scope/job_420/step_0\n", &jobs), None);
+        let v1_torque = "12:devices:/torque/17.ce.example.org\n4:cpu:/\n";
+        assert_eq!(job_of_cgroups(v1_torque, &jobs), Some(torque));
+        let ours = format!("11:devices:/cder/{}\n0::/cder/{}\n", DeviceCgroups::group_name(&local, &jobs[2].1), "x");
+        assert_eq!(job_of_cgroups(&ours, &jobs), Some(local));
+        assert_eq!(job_of_cgroups("0::/user.slice/user-1000.slice/session-3.scope\n", &jobs), None);
+        assert_eq!(job_of_process(Path::new("/nonexistent"), 1, &jobs), None);
+    }
+}

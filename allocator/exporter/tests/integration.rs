@@ -1,0 +1,3 @@
+//! cder-exporter integration tests, one binary: `cargo test -p cder-exporter --test integration`.
+
+mod prometheus;
