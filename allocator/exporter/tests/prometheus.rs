@@ -175,6 +175,7 @@ fn prometheus_scrapes_the_exporter() {
         device_files: None,
         wait_ms: None,
         prepare_cgroups: None,
+        shares: None,
     };
     let allocation = client.alloc(&request).unwrap();
     let held: Vec<String> = allocation.devices.iter().map(|d| d.uuid.clone()).collect();
@@ -258,6 +259,7 @@ fn prometheus_scrapes_the_measured_use_of_a_job() {
         device_files: None,
         wait_ms: None,
         prepare_cgroups: None,
+        shares: None,
     };
     client.alloc(&request).unwrap();
     let (_exporter, _prometheus, prom_port, log) = scrape(dir.path(), &socket);

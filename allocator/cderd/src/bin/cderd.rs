@@ -62,13 +62,16 @@ fn main() -> ExitCode {
     };
     let socket = config.node.socket.clone();
     let mode = config.node.socket_mode;
-    let daemon = match if args.check { cderd::Daemon::inspect(config) } else { cderd::Daemon::start(config) } {
-        Ok(d) => Arc::new(d),
-        Err(e) => {
-            eprintln!("cderd: cannot start: {e}");
-            return ExitCode::from(if matches!(e, cderd::StartError::Operator(_)) { 2 } else { 1 });
-        }
-    };
+    let daemon =
+        match if args.check { cderd::Daemon::inspect(config) } else { cderd::Daemon::start(config) } {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                eprintln!("cderd: cannot start: {e}");
+                return ExitCode::from(
+                    if matches!(e, cderd::StartError::Operator(_) | cderd::StartError::Sharing(_)) { 2 } else { 1 },
+                );
+            }
+        };
     if args.check {
         return match daemon.status().and_then(|s| daemon.check_invariants().map(|p| (s, p))) {
             Ok((status, problems)) if problems.is_empty() => {
