@@ -6,6 +6,7 @@
 //! | JDL | SLURM | TORQUE (native) | TORQUE + MAUI (patched) |
 //! |---|---|---|---|
 //! | `GPGPUPerNode = N` | `#SBATCH --gres=gpu:N` | `#PBS -l nodes=…:gpus=N` | `#PBS -W x=GRES:gpus@N` |
+//! | `GPGPUSharesPerNode = N` | `#SBATCH --gres=shard:N` | refused: no counted form for shares | refused |
 //! | `VirtualGPGPUPerNode = V`, `VirtualGPGPUMethod = M` | `#SBATCH --licenses=vgpgpu:V×CPUNumber` | `#PBS -v VirtualGPGPUPerNode=V,VirtualGPGPUMethod=M` | same as native |
 //! | `CPUNumber`, `SMPGranularity`, `HostNumber` | `--ntasks`, `--ntasks-per-node`, `--nodes` | `nodes=H:ppn=G` | same |
 //! | `WholeNodes = true` | `--exclusive` | `#PBS -n` | same |
@@ -120,6 +121,8 @@ pub struct JobResources {
     pub whole_nodes: bool,
     /// `GPGPUPerNode`.
     pub gpgpus_per_node: Option<i64>,
+    /// `GPGPUSharesPerNode`: shares of one GPU, never with whole ones.
+    pub gpgpu_shares_per_node: Option<i64>,
     /// `VirtualGPGPUPerNode`.
     pub vgpgpus_per_node: Option<i64>,
     /// `VirtualGPGPUMethod` / `VirtualGPGPUType`, canonical spelling.
@@ -181,8 +184,9 @@ impl<F: Fn(&str) -> Option<String>> Source for EnvSource<F> {
 /// The keys a BLAH drop-in hands over (`--attr KEY=VALUE`): the JDL keys and
 /// HTCondor's GPU vocabulary. A drop-in passes exactly these, whatever else
 /// the job set.
-pub const BLAH_KEYS: [&str; 12] = [
+pub const BLAH_KEYS: [&str; 13] = [
     keys::GPGPU_PER_NODE,
+    keys::GPGPU_SHARES_PER_NODE,
     keys::VIRTUAL_GPGPU_PER_NODE,
     keys::VIRTUAL_GPGPU_METHOD,
     keys::VIRTUAL_GPGPU_TYPE,
@@ -277,6 +281,13 @@ impl JobResources {
                 return Err(err(htc::REQUEST_GPUS, format!("{r} GPUs contradicts {} = {g}", keys::GPGPU_PER_NODE)));
             }
         }
+        let shares = device_count(src, keys::GPGPU_SHARES_PER_NODE)?;
+        if shares.is_some() && (gpgpus.is_some() || request_gpus.is_some()) {
+            return Err(err(
+                keys::GPGPU_SHARES_PER_NODE,
+                format!("a job asks for whole GPGPUs ({}) or for shares of one, not both", keys::GPGPU_PER_NODE),
+            ));
+        }
         let text = |key: &str| -> Result<Option<String>, AttrError> {
             match src.get(key) {
                 None | Some(Value::Undefined) => Ok(None),
@@ -312,6 +323,7 @@ impl JobResources {
             hosts: count(src, keys::HOST_NUMBER)?,
             whole_nodes,
             gpgpus_per_node: gpgpus.or(request_gpus),
+            gpgpu_shares_per_node: shares,
             vgpgpus_per_node,
             vgpgpu_method,
             gpus_from_request_gpus: request_gpus.is_some(),
@@ -341,6 +353,19 @@ impl JobResources {
             }
         }
         Ok(r)
+    }
+
+    /// Whether `lrms` can count what the job asks for: TORQUE has no
+    /// counted form for shares of a GPU, so such a job is refused there.
+    pub fn check_dialect(&self, lrms: DirectiveDialect) -> Result<(), AttrError> {
+        match (lrms, self.gpgpu_shares_per_node) {
+            (DirectiveDialect::Pbs, Some(n)) => Err(AttrError {
+                key: keys::GPGPU_SHARES_PER_NODE.into(),
+                pos: None,
+                message: format!("{n}: {}", names::TORQUE_NO_SHARES),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Nodes the job spans: HostNumber, else CPUNumber / SMPGranularity (rounded up), else 1.
@@ -388,6 +413,9 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if let Some(n) = r.gpgpus_per_node.filter(|_| !(r.gpus_from_request_gpus && s.blahp_writes_gpus)) {
                 out.push(format!("#SBATCH --gres={}:{n}", s.gres));
             }
+            if let Some(n) = r.gpgpu_shares_per_node {
+                out.push(format!("#SBATCH --gres={}", names::slurm_gres(cder_request::GPGPU_SHARES, n as u32)));
+            }
             if let (Some(l), Some(t)) = (&licence, r.vgpgpus_total()) {
                 out.push(format!("#SBATCH --licenses={l}:{t}"));
             }
@@ -408,6 +436,11 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
             if r.whole_nodes {
                 out.push("#PBS -n".into());
             }
+            // No counted form (check_dialect says why): qsub must refuse the
+            // job rather than run it without its share.
+            if r.gpgpu_shares_per_node.is_some() {
+                out.push(refusal_directive(DirectiveDialect::Pbs, keys::GPGPU_SHARES_PER_NODE));
+            }
             if let (Some(n), PbsGpus::Maui) = (gpus, s.pbs_gpus) {
                 out.push(format!("#PBS -W x=GRES:{}", names::maui_gres(&s.maui_gres, n as u32)));
                 // MAUI's request never reaches pbs_mom: the prologue reads this mark.
@@ -426,6 +459,9 @@ pub fn directives(r: &JobResources, s: &Settings) -> Vec<String> {
     }
     if let Some(n) = r.gpgpus_per_node {
         out.push(format!("export GPGPUPerNode={n}"));
+    }
+    if let Some(n) = r.gpgpu_shares_per_node {
+        out.push(format!("export {}={n}", keys::GPGPU_SHARES_PER_NODE));
     }
     if let (Some(v), Some(m)) = (r.vgpgpus_per_node, &r.vgpgpu_method) {
         out.push(format!("export VirtualGPGPUPerNode={v}"));
@@ -448,6 +484,25 @@ mod tests {
     fn lines(jdl: &str, s: &Settings) -> Result<Vec<String>, AttrError> {
         let ad = ClassAd::parse(jdl).unwrap();
         JobResources::read(&ad).map(|r| directives(&r, s))
+    }
+
+    #[test]
+    fn shares_go_to_slurm_and_are_refused_by_torque() {
+        let slurm = Settings::new(DirectiveDialect::Slurm);
+        assert_eq!(
+            lines("[ GPGPUSharesPerNode = 2 ]", &slurm).unwrap(),
+            ["#SBATCH --gres=shard:2", "export GPGPUSharesPerNode=2"]
+        );
+        let ad = ClassAd::parse("[ GPGPUSharesPerNode = 2 ]").unwrap();
+        let r = JobResources::read(&ad).unwrap();
+        assert!(r.check_dialect(DirectiveDialect::Slurm).is_ok());
+        let e = r.check_dialect(DirectiveDialect::Pbs).unwrap_err();
+        assert!(e.to_string().contains("GPGPUSharesPerNode: 2: TORQUE has no counted form"), "{e}");
+        let pbs = directives(&r, &Settings::new(DirectiveDialect::Pbs));
+        assert!(pbs.contains(&"#PBS -l cder_bad_attribute_GPGPUSharesPerNode=1".to_string()), "{pbs:?}");
+        let e = lines("[ GPGPUSharesPerNode = 2; GPGPUPerNode = 1 ]", &slurm).unwrap_err();
+        assert!(e.message.contains("not both"), "{e}");
+        assert!(lines("[ GPGPUSharesPerNode = 0 ]", &slurm).is_err());
     }
 
     #[test]

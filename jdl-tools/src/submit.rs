@@ -147,6 +147,9 @@ pub fn slurm_submit_env(job: &ClassAd) -> Result<Vec<(String, String)>, SubmitEr
     if let Some(n) = r.gpgpus_per_node {
         env.push((keys::GPGPU_PER_NODE.to_string(), n.to_string()));
     }
+    if let Some(n) = r.gpgpu_shares_per_node {
+        env.push((keys::GPGPU_SHARES_PER_NODE.to_string(), n.to_string()));
+    }
     if let (Some(v), Some(m)) = (r.vgpgpus_per_node, r.vgpgpu_method) {
         env.push((keys::VIRTUAL_GPGPU_PER_NODE.to_string(), v.to_string()));
         env.push((keys::VIRTUAL_GPGPU_METHOD.to_string(), m));

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::request::{Request, RequestError, Source, OPT_CDER};
+use crate::request::{Request, RequestError, Source, GPGPU, GPGPU_SHARES, OPT_CDER};
 
 /// The GRES name SLURM uses for a CDER type: GPGPUs are SLURM's `gpu`;
 /// any other type is declared under its own name (`GresTypes=gpu,fpga`).
@@ -25,6 +25,13 @@ pub struct NodeGres {
     /// GRES name → GRES type (`1g.10gb`, `tesla`) → the largest count of
     /// that type one node has (typed GRES only).
     pub max_per_type: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The nodes (slurm.conf `NodeName=` expressions) whose GPUs are
+    /// offered as shares (`shard` in their `Gres=`).
+    pub shard_nodes: Vec<String>,
+    /// The most shares one GPU of any node is offered as: a node's shards
+    /// over its GPUs (SLURM 22.05 spreads them evenly, and takes a job's
+    /// shards on a node from one GPU).
+    pub max_shares_per_gpu: u64,
 }
 
 impl NodeGres {
@@ -95,6 +102,12 @@ impl NodeGres {
                     let max = self.max_per_type.entry(name).or_default().entry(gres_type).or_insert(0);
                     *max = (*max).max(count);
                 }
+                let shard = cder_request::lrms::SHARD_GRES;
+                if let Some(&shards) = totals_of(&spec).get(shard).filter(|&&n| n > 0) {
+                    let gpus = totals_of(&spec).get(gres_name(GPGPU)).copied().unwrap_or(0).max(1);
+                    self.max_shares_per_gpu = self.max_shares_per_gpu.max(shards / gpus);
+                    self.shard_nodes.push(node.to_string());
+                }
             }
         }
         Ok(())
@@ -103,6 +116,16 @@ impl NodeGres {
     /// Checks a request against what the nodes have: an unknown type or a
     /// count no node can hold is refused at submit time.
     pub fn validate(&self, req: &Request) -> Result<(), RequestError> {
+        if let Some(&n) = req.counts.get(GPGPU_SHARES).filter(|&&n| u64::from(n) > self.max_shares_per_gpu) {
+            if self.max_shares_per_gpu > 0 {
+                let source = req.sources.get(GPGPU_SHARES).cloned().expect("every count has a source");
+                let given = match source {
+                    Source::Option(o) if o == OPT_CDER => format!("--{o}={GPGPU_SHARES}:{n}"),
+                    other => format!("{other}={n}"),
+                };
+                return Err(RequestError::TooManyShares { given, max: self.max_shares_per_gpu });
+            }
+        }
         for (ty, &count) in &req.counts {
             let source = req.sources.get(ty).cloned().expect("every count has a source");
             match self.max_per_node.get(gres_name(ty)) {
@@ -169,6 +192,10 @@ fn split_gres_item(item: &str) -> Option<(&str, Option<&str>, Option<u64>)> {
         },
         [.., t, last] => (name, Some(*t), parse_gres_count(last)),
     })
+}
+
+fn totals_of(spec: &str) -> BTreeMap<String, u64> {
+    node_gres_counts(spec).0
 }
 
 /// Per-name totals and per-(name, type) counts of one node line's GRES

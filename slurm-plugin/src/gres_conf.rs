@@ -219,6 +219,38 @@ pub fn detail_indices(detail: &str, gres: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
+/// The count of GRES `gres` in one node's entry of the controller's
+/// `gres_detail_str` (`shard:3(IDX:0)` → 3), every type together; 0 when
+/// the entry has none. `None` when a count is malformed.
+pub fn detail_count(detail: &str, gres: &str) -> Option<u64> {
+    let mut total = 0u64;
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut items = Vec::new();
+    for (i, c) in detail.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&detail[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&detail[start..]);
+    for item in items {
+        let head = item.trim().split('(').next().unwrap_or("");
+        let mut parts = head.split(':');
+        if parts.next() != Some(gres) {
+            continue;
+        }
+        let count = parts.next_back().unwrap_or("1");
+        total = total.checked_add(count.parse::<u64>().ok()?)?;
+    }
+    Some(total)
+}
+
 /// The position of `node` in a job's node list (`node[1-4],gpu9`), which
 /// is its entry in `gres_detail_str`.
 pub fn node_position(nodes: &str, node: &str) -> Option<usize> {
@@ -294,6 +326,15 @@ pub fn cderd_indices(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_counts_in_the_controllers_detail() {
+        assert_eq!(detail_count("shard:3(IDX:0)", "shard"), Some(3));
+        assert_eq!(detail_count("gpu:1(IDX:1),shard:2(IDX:0)", "shard"), Some(2));
+        assert_eq!(detail_count("gpu:1(IDX:1)", "shard"), Some(0));
+        assert_eq!(detail_count("shard:x(IDX:0)", "shard"), None);
+        assert_eq!(detail_indices("shard:3(IDX:2)", "shard"), Some(vec![2]));
+    }
 
     #[test]
     fn host_lists() {

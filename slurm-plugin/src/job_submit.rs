@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::gres::{cder_type, merge_tres_per_node, tres_entries, typed_tres_entries, NodeGres};
-use crate::request::RawRequest;
+use crate::request::{RawRequest, GPGPU};
 
 /// What the translation reads from a job description.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +33,25 @@ pub fn translate(sub: &Submission, nodes: &NodeGres) -> Result<Option<String>, S
     }
     nodes.validate(&req).map_err(|e| e.to_string())?;
     merge_tres_per_node(sub.tres_per_node.as_deref(), &req).map(Some).map_err(|e| e.to_string())
+}
+
+/// The `exc_nodes` that keep a whole-GPU job off the nodes whose GPUs are
+/// offered as shares: SLURM 22.05 keeps a shard job off a GPU held as `gpu`,
+/// but not a `gpu` job off a GPU whose shards are held, and cderd refuses to
+/// record a whole GPU that is shared. `None`: nothing to change (the job
+/// asks for no whole GPU, or no node shares).
+pub fn exclude_shared_nodes(tres_per_node: Option<&str>, exc_nodes: Option<&str>, nodes: &NodeGres) -> Option<String> {
+    let whole = tres_entries(tres_per_node?).iter().any(|(g, n)| g == crate::gres::gres_name(GPGPU) && *n > 0);
+    if !whole || nodes.shard_nodes.is_empty() {
+        return None;
+    }
+    let mut list: Vec<&str> = exc_nodes.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    for n in &nodes.shard_nodes {
+        if !list.contains(&n.as_str()) {
+            list.push(n);
+        }
+    }
+    Some(list.join(","))
 }
 
 /// Checks a `TresPerNode` update (`scontrol update job … TresPerNode=`).
@@ -241,6 +260,30 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("at most 4 gpgpu devices per node"), "{e}");
         assert!(check_tres_update(Some("gres:gpu:1g.10gb:1"), false, &mig).is_err(), "owners still may not change it");
+    }
+
+    #[test]
+    fn shares_are_bounded_per_gpu_and_whole_gpus_kept_off_shared_nodes() {
+        let conf = "NodeName=wn[1-2] Gres=gpu:2,shard:8\nNodeName=wn3 Gres=gpu:4\n";
+        let nodes = NodeGres::parse(conf, Path::new("/")).unwrap();
+        assert_eq!((nodes.max_shares_per_gpu, nodes.shard_nodes.clone()), (4, vec!["wn[1-2]".to_string()]));
+        assert_eq!(
+            translate(&sub(&["CDER_GPGPU_SHARES_PER_NODE=3"], &[]), &nodes).unwrap(),
+            Some(format!("{TRES_PREFIX}shard:3"))
+        );
+        assert_eq!(
+            translate(&sub(&[], &["GPGPUSharesPerNode=4"]), &nodes).unwrap(),
+            Some(format!("{TRES_PREFIX}shard:4"))
+        );
+        let e = translate(&sub(&["CDER_GPGPU_SHARES_PER_NODE=5"], &[]), &nodes).unwrap_err();
+        assert!(e.contains("--gpgpu-shares-per-node=5: more shares than any GPU is offered as (at most 4"), "{e}");
+        let e = translate(&sub(&["CDER_GPGPU_SHARES_PER_NODE=1"], &[]), &self::nodes()).unwrap_err();
+        assert!(e.contains("unknown CDER type \"gpgpu-shares\""), "{e}");
+        assert_eq!(exclude_shared_nodes(Some("gres:gpu:1"), None, &nodes), Some("wn[1-2]".into()));
+        assert_eq!(exclude_shared_nodes(Some("gres/gpu:2"), Some("wn9"), &nodes), Some("wn9,wn[1-2]".into()));
+        assert_eq!(exclude_shared_nodes(Some("gres:shard:2"), None, &nodes), None);
+        assert_eq!(exclude_shared_nodes(Some("gres:gpu:1"), None, &self::nodes()), None);
+        assert_eq!(exclude_shared_nodes(None, None, &nodes), None);
     }
 
     #[test]

@@ -13,10 +13,15 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use cder_request::keys::GPGPU_PER_NODE;
+use cder_request::keys::{GPGPU_PER_NODE, GPGPU_SHARES_PER_NODE};
 
 /// The CDER type that `--gpgpu-per-node` and `GPGPUPerNode` ask for.
 pub const GPGPU: &str = cder_request::GPGPU;
+/// What `--gpgpu-shares-per-node` and `GPGPUSharesPerNode` ask for: shares
+/// of one GPU, SLURM's `gres/shard`.
+pub const GPGPU_SHARES: &str = cder_request::GPGPU_SHARES;
+/// Job-control variable for `--gpgpu-shares-per-node`.
+pub const CONTROL_GPGPU_SHARES_PER_NODE: &str = "CDER_GPGPU_SHARES_PER_NODE";
 /// Job-control variable (before SLURM's `SPANK_` prefix) for `--gpgpu-per-node`.
 pub const CONTROL_GPGPU_PER_NODE: &str = "CDER_GPGPU_PER_NODE";
 /// Job-control variable for `--cder`.
@@ -35,6 +40,8 @@ pub const OPT_GPGPU_PER_NODE: &str = "gpgpu-per-node";
 pub const OPT_CDER: &str = "cder";
 /// `--gpgpu-min-memory=MB`.
 pub const OPT_GPGPU_MIN_MEMORY: &str = "gpgpu-min-memory";
+/// `--gpgpu-shares-per-node=N`.
+pub const OPT_GPGPU_SHARES_PER_NODE: &str = "gpgpu-shares-per-node";
 
 /// Where a value came from, for the message a user sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +79,8 @@ pub struct RawRequest {
     pub cder: Option<Sourced>,
     /// `--gpgpu-min-memory`.
     pub gpgpu_min_memory: Option<Sourced>,
+    /// `--gpgpu-shares-per-node` or `GPGPUSharesPerNode`.
+    pub gpgpu_shares_per_node: Option<Sourced>,
 }
 
 /// Why a request is refused. The text is what `sbatch` prints.
@@ -178,6 +187,22 @@ pub enum RequestError {
         /// The largest count of that GRES type any node has.
         max: u64,
     },
+    /// Whole GPGPUs and shares of one in the same job.
+    #[error("cder: {whole} and {shares}: a job asks for whole GPGPUs or for shares of one, not both")]
+    SharesAndWhole {
+        /// The whole-GPU request as given.
+        whole: String,
+        /// The share request as given.
+        shares: String,
+    },
+    /// More shares than one GPU is offered as.
+    #[error("cder: {given}: more shares than any GPU is offered as (at most {max}; SLURM takes a job's shards on a node from one GPU)")]
+    TooManyShares {
+        /// The request as the user typed it.
+        given: String,
+        /// The most shares one GPU is offered as.
+        max: u64,
+    },
     /// More devices per node than the largest node has.
     #[error("cder: {given}: more than any node has (at most {max} {cder_type} devices per node)")]
     TooMany {
@@ -236,6 +261,8 @@ impl RawRequest {
             cder: get(CONTROL_CDER).map(|value| Sourced { value, source: Source::Option(OPT_CDER) }),
             gpgpu_min_memory: get(CONTROL_GPGPU_MIN_MEMORY)
                 .map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_MIN_MEMORY) }),
+            gpgpu_shares_per_node: get(CONTROL_GPGPU_SHARES_PER_NODE)
+                .map(|value| Sourced { value, source: Source::Option(OPT_GPGPU_SHARES_PER_NODE) }),
         }
     }
 
@@ -244,6 +271,8 @@ impl RawRequest {
         RawRequest {
             gpgpu_per_node: env_lookup(environment, GPGPU_PER_NODE)
                 .map(|v| Sourced { value: v.to_string(), source: Source::JdlKey(GPGPU_PER_NODE) }),
+            gpgpu_shares_per_node: env_lookup(environment, GPGPU_SHARES_PER_NODE)
+                .map(|v| Sourced { value: v.to_string(), source: Source::JdlKey(GPGPU_SHARES_PER_NODE) }),
             ..RawRequest::default()
         }
     }
@@ -255,12 +284,16 @@ impl RawRequest {
             gpgpu_per_node: self.gpgpu_per_node.or(fallback.gpgpu_per_node),
             cder: self.cder.or(fallback.cder),
             gpgpu_min_memory: self.gpgpu_min_memory.or(fallback.gpgpu_min_memory),
+            gpgpu_shares_per_node: self.gpgpu_shares_per_node.or(fallback.gpgpu_shares_per_node),
         }
     }
 
     /// True when nothing at all was given.
     pub fn is_empty(&self) -> bool {
-        self.gpgpu_per_node.is_none() && self.cder.is_none() && self.gpgpu_min_memory.is_none()
+        self.gpgpu_per_node.is_none()
+            && self.cder.is_none()
+            && self.gpgpu_min_memory.is_none()
+            && self.gpgpu_shares_per_node.is_none()
     }
 
     /// Checks the syntax and ranges of every value.
@@ -344,6 +377,29 @@ impl RawRequest {
                 req.gres_types.insert(ty, by_gres_type);
             }
         }
+        if let Some(s) = &self.gpgpu_shares_per_node {
+            let n = parse_count(&s.value, &s.source, &s.value)?;
+            match req.counts.get(GPGPU_SHARES) {
+                Some(&old) if old != n => {
+                    return Err(RequestError::Conflict {
+                        first: format!("{}={old}", req.sources[GPGPU_SHARES]),
+                        second: format!("{}={}", s.source, s.value),
+                        cder_type: GPGPU_SHARES.into(),
+                    })
+                }
+                _ => {
+                    req.counts.insert(GPGPU_SHARES.into(), n);
+                    req.sources.insert(GPGPU_SHARES.into(), s.source.clone());
+                }
+            }
+        }
+        // One GPU is offered whole or as shares: a job takes it one way.
+        if let (Some(&w), Some(&n)) = (req.counts.get(GPGPU), req.counts.get(GPGPU_SHARES)) {
+            return Err(RequestError::SharesAndWhole {
+                whole: format!("{}={w}", req.sources[GPGPU]),
+                shares: format!("{}={n}", req.sources[GPGPU_SHARES]),
+            });
+        }
         if let Some(s) = &self.gpgpu_min_memory {
             let mb = cder_request::parse_memory_mib(&s.value).map_err(|why| RequestError::BadMemory {
                 origin: s.source.clone(),
@@ -388,6 +444,23 @@ mod tests {
         assert!(matches!(opt("2.5").parse(), Err(RequestError::NotANumber { .. })));
         assert!(matches!(opt("").parse(), Err(RequestError::NotANumber { .. })));
         assert!(matches!(opt("99999999999").parse(), Err(RequestError::Huge { .. })));
+    }
+
+    #[test]
+    fn shares_are_a_count_of_their_own_never_beside_whole_gpus() {
+        let raw = RawRequest::from_jdl_env(&["GPGPUSharesPerNode=2"]);
+        let req = raw.parse().unwrap();
+        assert_eq!(req.counts[GPGPU_SHARES], 2);
+        assert_eq!(req.sources[GPGPU_SHARES], Source::JdlKey("GPGPUSharesPerNode"));
+        let opt = RawRequest::from_control_env(&["CDER_GPGPU_SHARES_PER_NODE=3"]);
+        assert_eq!(opt.parse().unwrap().counts[GPGPU_SHARES], 3);
+        let cder = RawRequest::from_control_env(&["CDER_REQUEST=gpgpu-shares:1"]).parse().unwrap();
+        assert_eq!(cder.counts[GPGPU_SHARES], 1);
+        let both = RawRequest::from_control_env(&["CDER_GPGPU_SHARES_PER_NODE=1", "CDER_GPGPU_PER_NODE=1"]);
+        let e = both.parse().unwrap_err().to_string();
+        assert!(e.contains("--gpgpu-per-node=1 and --gpgpu-shares-per-node=1") && e.contains("not both"), "{e}");
+        let e = RawRequest::from_jdl_env(&["GPGPUSharesPerNode=0"]).parse().unwrap_err().to_string();
+        assert!(e.contains("GPGPUSharesPerNode=0: the count must be at least 1"), "{e}");
     }
 
     #[test]

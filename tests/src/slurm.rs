@@ -266,6 +266,10 @@ pub struct SlurmConfig {
     pub cderd_env: Vec<(String, String)>,
     /// Lines for cderd's `[node.enforcement]` (e.g. `cgroup_warmup_ms = 0`).
     pub cderd_enforcement: String,
+    /// Lines for cderd's `[node.sharing]` (GPUs offered as shares); `{dir}` is replaced.
+    pub cderd_sharing: String,
+    /// slurm.conf's `GresTypes` (`gpu,shard` where GPUs are shared).
+    pub gres_types: String,
 }
 
 impl Default for SlurmConfig {
@@ -286,6 +290,8 @@ impl Default for SlurmConfig {
             cder_types: None,
             cderd_env: Vec::new(),
             cderd_enforcement: String::new(),
+            cderd_sharing: String::new(),
+            gres_types: "gpu".into(),
         }
     }
 }
@@ -401,7 +407,7 @@ impl SlurmCluster {
              SlurmctldHost=localhost(127.0.0.1)\n\
              SlurmctldPort={ctld_port}\n\
              SlurmdPort={slurmd_port}\n\
-             {SLURM_CONF_COMMON}\
+             {common}\
              ProctrackType={proctrack}\n\
              TaskPlugin={task}\n\
              FirstJobId={first_job_id}\n\
@@ -426,6 +432,7 @@ impl SlurmCluster {
             plugins = p("plugins"),
             plugstack = p("plugstack.conf"),
             extra = config.extra_slurm_conf,
+            common = SLURM_CONF_COMMON.replace("GresTypes=gpu\n", &format!("GresTypes={}\n", config.gres_types)),
             cpus = config.cpus,
         );
         let conf = d.join("slurm.conf");
@@ -515,6 +522,10 @@ impl SlurmCluster {
         );
         if !self.config.cderd_enforcement.is_empty() {
             let _ = write!(t, "[node.enforcement]\n{}\n\n", self.config.cderd_enforcement.trim_end());
+        }
+        if !self.config.cderd_sharing.is_empty() {
+            let sharing = self.config.cderd_sharing.replace("{dir}", &d.display().to_string());
+            let _ = write!(t, "[node.sharing]\n{}\n\n", sharing.trim_end());
         }
         match &self.config.cder_types {
             Some(types) => t.push_str(&types.replace("{dir}", &d.display().to_string())),

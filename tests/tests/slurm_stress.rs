@@ -2,9 +2,13 @@
 //! slurmd with a real cderd (fake GPUs: character devices with distinct
 //! numbers), with `scontrol suspend/resume`, `scancel`, `reconcile` and
 //! `kill -9` of cderd interleaved, on task/none and on task/cgroup. After
-//! every operation it asserts that no two live jobs can open one device,
-//! and that every running job can open exactly the devices cderd's ledger
-//! gives it. Jobs are submitted by `nobody`.
+//! every operation it asserts that no two live jobs can open one device
+//! unless both hold shares of it, that the shares held never exceed a
+//! device's total nor sit beside a whole owner, and that every running job
+//! can open exactly the devices cderd's ledger gives it (whole or in
+//! shares). A second round runs on a node that offers its GPUs as shares
+//! (`gres/shard`), with share, whole-GPU (kept off it) and no-GPU jobs.
+//! Jobs are submitted by `nobody`.
 //!
 //! The seed is fixed (`CDER_STRESS_SEED` overrides it) and printed, so a
 //! failure can be replayed: `CDER_STRESS_SEED=<seed> cargo test -p
@@ -65,6 +69,13 @@ fn job_script(cluster: &SlurmCluster) -> String {
 fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step: usize, what: &str) {
     let ctx = || format!("seed {seed:#x}, operation {step} ({what})");
     let mut opened: Vec<(u32, Vec<u32>)> = Vec::new();
+    // (job, device) -> shares, from cderd's ledger.
+    let shares = |cluster: &SlurmCluster| -> BTreeMap<(String, u32), (u32, u32)> {
+        cluster
+            .cderd_status()
+            .map(|s| s.shares.into_iter().map(|s| ((s.job.to_string(), s.index), (s.shares, s.total))).collect())
+            .unwrap_or_default()
+    };
     for (&id, life) in jobs.iter_mut() {
         if *life == Life::Gone {
             continue;
@@ -96,7 +107,10 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
             continue;
         };
         if seq > 0 && *life == Life::Live {
-            if let Ok(ledger) = cluster.ledger(id) {
+            if let Ok(mut ledger) = cluster.ledger(id) {
+                let key = format!("slurm:{id}");
+                ledger.extend(shares(cluster).keys().filter(|(j, _)| *j == key).map(|(_, d)| *d));
+                ledger.sort_unstable();
                 assert_eq!(
                     open,
                     ledger,
@@ -110,19 +124,63 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
         }
         opened.push((id, open));
     }
+    let held = shares(cluster);
+    let sharer = |job: u32, d: u32| held.contains_key(&(format!("slurm:{job}"), d));
     for (i, (a, da)) in opened.iter().enumerate() {
         for (b, db) in &opened[i + 1..] {
-            let shared: BTreeSet<_> = da.iter().filter(|d| db.contains(d)).collect();
-            assert!(shared.is_empty(), "{}: live jobs {a} and {b} can both open {shared:?}\n{}", ctx(), cluster.logs());
+            let both: BTreeSet<_> =
+                da.iter().filter(|d| db.contains(d)).filter(|&&d| !(sharer(*a, d) && sharer(*b, d))).collect();
+            assert!(both.is_empty(), "{}: live jobs {a} and {b} can both open {both:?}\n{}", ctx(), cluster.logs());
+        }
+    }
+    // Shares: never above a device's total, never beside a whole owner.
+    let mut per_device: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for ((_, d), (n, total)) in &held {
+        let e = per_device.entry(*d).or_insert((0, *total));
+        e.0 += n;
+    }
+    if let Ok(status) = cluster.cderd_status() {
+        for (d, (n, total)) in per_device {
+            assert!(n <= total, "{}: device {d} has {n} of its {total} shares held\n{}", ctx(), cluster.logs());
+            let whole = status.devices.iter().find(|x| x.index == d).and_then(|x| x.job.clone());
+            assert!(
+                whole.is_none(),
+                "{}: device {d} is held whole by {whole:?} and in shares\n{}",
+                ctx(),
+                cluster.logs()
+            );
         }
     }
 }
 
-fn run(cgroup: bool, seed: u64) {
-    let plugin = if cgroup { "task/cgroup" } else { "task/none" };
+/// Two fake GPUs, each offered as 4 shares.
+fn shared_config(cgroup: bool) -> SlurmConfig {
+    SlurmConfig {
+        cgroup,
+        gpus: 2,
+        gres_types: "gpu,shard".into(),
+        node_gres: Some("gpu:2,shard:8".into()),
+        gres_conf: Some(
+            "NodeName=node1 Name=gpu File={dir}/dev/gpu[0-1]\nNodeName=node1 Name=shard Count=4 File={dir}/dev/gpu0\n\
+             NodeName=node1 Name=shard Count=4 File={dir}/dev/gpu1\n"
+                .into(),
+        ),
+        cderd_sharing: "shares_per_gpu = 4\nslurm_gres_conf = \"{dir}/gres.conf\"\nslurm_node_name = \"node1\"\n"
+            .into(),
+        ..SlurmConfig::default()
+    }
+}
+
+fn run(cgroup: bool, seed: u64, shared: bool) {
+    let plugin = match (cgroup, shared) {
+        (false, false) => "task/none",
+        (true, false) => "task/cgroup",
+        (false, true) => "task/none, shared GPUs",
+        (true, true) => "task/cgroup, shared GPUs",
+    };
     eprintln!("slurm_stress: {plugin}, seed {seed:#x} (CDER_STRESS_SEED={seed} to replay)");
-    let mut cluster = SlurmCluster::start(&SlurmConfig { cgroup, ..SlurmConfig::default() })
-        .unwrap_or_else(|e| panic!("{plugin}: {e}"));
+    let config = if shared { shared_config(cgroup) } else { SlurmConfig { cgroup, ..SlurmConfig::default() } };
+    let mut cluster = SlurmCluster::start(&config).unwrap_or_else(|e| panic!("{plugin}: {e}"));
     let script = job_script(&cluster);
     let mut rng = Rng(seed | 1);
     let mut jobs: BTreeMap<u32, Life> = BTreeMap::new();
@@ -132,16 +190,26 @@ fn run(cgroup: bool, seed: u64) {
         let what = match rng.below(10) {
             0..=3 => {
                 let k = 1 + rng.below(2);
-                let args = match rng.below(3) {
-                    0 => format!("--gres=gpu:{k}"),
-                    1 => format!("--gpgpu-per-node={k}"),
+                let args = match (shared, rng.below(if shared { 4 } else { 3 })) {
+                    (false, 0) => format!("--gres=gpu:{k}"),
+                    (false, 1) => format!("--gpgpu-per-node={k}"),
+                    (true, 0) => format!("--gres=shard:{}", 1 + rng.below(3)),
+                    (true, 1) => format!("--gpgpu-shares-per-node={}", 1 + rng.below(4)),
+                    (true, 2) => format!("--gres=gpu:{k}"),
                     _ => "--comment=no-gpu".to_string(),
                 };
-                let id = cluster
-                    .sbatch_as_user(&[&args], &script)
-                    .unwrap_or_else(|e| panic!("{plugin} seed {seed:#x}: {e}"));
-                jobs.insert(id, Life::Live);
-                format!("sbatch {args} -> {id}")
+                match cluster.sbatch_as_user(&[&args], &script) {
+                    Ok(id) => {
+                        jobs.insert(id, Life::Live);
+                        format!("sbatch {args} -> {id}")
+                    }
+                    // Whole GPUs are kept off a node that shares its GPUs.
+                    Err(e) if shared && args.starts_with("--gres=gpu") => {
+                        assert!(e.contains("node configuration is not available"), "{plugin} seed {seed:#x}: {e}");
+                        format!("sbatch {args} refused: the node shares its GPUs")
+                    }
+                    Err(e) => panic!("{plugin} seed {seed:#x}: {e}"),
+                }
             }
             4 => match pick(&mut rng) {
                 Some(id) => {
@@ -183,7 +251,8 @@ fn run(cgroup: bool, seed: u64) {
             }
             7 => {
                 cluster.kill_cderd();
-                let id = cluster.sbatch_as_user(&["--gpgpu-per-node=1"], &script).unwrap();
+                let args = if shared { "--gpgpu-shares-per-node=2" } else { "--gpgpu-per-node=1" };
+                let id = cluster.sbatch_as_user(&[args], &script).unwrap();
                 jobs.insert(id, Life::Live);
                 std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
                 cluster.start_cderd().unwrap_or_else(|e| panic!("{plugin}: restarting cderd: {e}"));
@@ -208,6 +277,9 @@ fn no_two_live_jobs_can_open_one_device() {
     let _serial = serial();
     let seed = std::env::var("CDER_STRESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_SEED);
     for cgroup in [false, true] {
-        run(cgroup, seed);
+        run(cgroup, seed, false);
+    }
+    for cgroup in [false, true] {
+        run(cgroup, seed, true);
     }
 }

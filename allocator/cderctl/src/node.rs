@@ -96,6 +96,7 @@ pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
         device_files: None,
         wait_ms: None,
         prepare_cgroups: None,
+        shares: None,
     };
     let allocation = client.alloc(&request).map_err(refused)?;
     print_allocation(&allocation, args.json)

@@ -9,8 +9,8 @@ use serde_json::Value;
 use cder_model::{Config, Device, DeviceCgroup, Discovery, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
-    ErrorCode, ErrorReply, IdleDevice, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts,
-    Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
+    ErrorCode, ErrorReply, IdleDevice, Pong, ReconcileRequest, Reconciled, Released, Request, ShareStatus, Status,
+    TypeCounts, Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
 };
 
 use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
@@ -38,6 +38,9 @@ pub enum StartError {
     /// A `[node] operators` entry names no user this node knows.
     #[error("[node] operators: {0}")]
     Operator(String),
+    /// `[node.sharing]` and SLURM's gres.conf disagree.
+    #[error("[node.sharing]: {0}")]
+    Sharing(#[from] crate::sharing::SharingError),
     /// The state folder could not be created or secured.
     #[error("state dir {}: {source}", path.display())]
     StateDir {
@@ -243,6 +246,10 @@ impl Daemon {
             );
         }
         store.sync_inventory(&in_ledger)?;
+        let rows = store.devices()?;
+        let offers = crate::sharing::offered(&config.node.sharing, &rows);
+        crate::sharing::check(&config.node.sharing, &offers, &rows, "cder.toml")?;
+        store.offer_shares(offers);
         let enforcer = Enforcer::new(&config)?;
         let mut held_open_ignore = BTreeSet::new();
         for name in &config.node.enforcement.held_open_ignore_users {
@@ -296,6 +303,11 @@ impl Daemon {
                 Some(uid) => {
                     if let Err(e) = self.enforcer.apply(uid, std::slice::from_ref(d)) {
                         tracing::error!(device = %d.name(), "re-applying enforcement: {e}");
+                    }
+                }
+                None if d.shared > 0 => {
+                    if let Err(e) = self.enforcer.apply_shared(std::slice::from_ref(d)) {
+                        tracing::error!(device = %d.name(), "re-applying enforcement of a shared device: {e}");
                     }
                 }
                 None => {
@@ -437,6 +449,7 @@ impl Daemon {
             env: JobEnvironment::for_devices(&self.config.cders, &devices),
             cgroups: None,
             device_cgroup: None,
+            shares: a.shares,
         }
     }
 
@@ -559,10 +572,17 @@ impl Daemon {
             }
         }
         if new {
-            if let Err(e) = self.enforcer.apply(allocation.uid, &allocation.devices) {
+            let applied = match allocation.shares {
+                // Several uids open a shared device: no one owns it, and its
+                // compute mode stays DEFAULT.
+                Some(_) => self.enforcer.apply_shared(&allocation.devices),
+                None => self.enforcer.apply(allocation.uid, &allocation.devices),
+            };
+            if let Err(e) = applied {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
                 let released = store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
-                for e in self.enforcer.restore(&released) {
+                let idle: Vec<LedgerRow> = released.into_iter().filter(|d| d.shared == 0).collect();
+                for e in self.enforcer.restore(&idle) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
                 }
                 return Err(ErrorReply::new(
@@ -602,7 +622,9 @@ impl Daemon {
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
         let released = store.release_keeping(job, now(), &held).map_err(|e| store.reply(e))?;
         self.drain_vanished_files(&mut store)?;
-        for e in self.enforcer.restore(&released) {
+        // A shared device goes back to idle when its last sharer leaves.
+        let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
+        for e in self.enforcer.restore(&idle) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
         if let Some(a) = &allocation {
@@ -804,6 +826,7 @@ impl Daemon {
         let store = self.store();
         let devices = store.devices().map_err(|e| store.reply(e))?;
         let generation = store.generation().map_err(|e| store.reply(e))?;
+        let shares = store.shares().map_err(|e| store.reply(e))?;
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
@@ -817,8 +840,20 @@ impl Daemon {
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
         }
+        let shares = shares
+            .into_iter()
+            .map(|s| ShareStatus {
+                cder_type: s.device.cder_type,
+                index: s.device.index,
+                uuid: s.device.uuid,
+                job: s.job,
+                uid: s.uid,
+                shares: s.shares,
+                total: s.total,
+            })
+            .collect();
         let idle = self.idle_devices()?;
-        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle })
+        Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle, shares })
     }
 
     /// `usage`: per job and device, what the samples say; operators see
@@ -950,7 +985,8 @@ impl Daemon {
             let Some(allocation) = store.job(&job).map_err(|e| store.reply(e))? else { continue };
             let held = self.end_job(&allocation);
             let devices = store.release_keeping(&job, now(), &held).map_err(|e| store.reply(e))?;
-            for e in self.enforcer.restore(&devices) {
+            let idle: Vec<LedgerRow> = devices.iter().filter(|d| d.shared == 0).cloned().collect();
+            for e in self.enforcer.restore(&idle) {
                 tracing::error!(job = %job, "restoring idle ownership: {e}");
             }
             tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");

@@ -116,6 +116,17 @@ impl Enforcer {
         Ok(())
     }
 
+    /// Opens shared `devices` to their sharers, whatever their uids: the
+    /// idle owner keeps them, with every sharer allowed to open them (the
+    /// device cgroups keep everyone else out). The compute mode is left as
+    /// it is (DEFAULT): EXCLUSIVE_PROCESS would lock out all sharers but one.
+    pub fn apply_shared(&self, devices: &[LedgerRow]) -> Result<(), EnforcementError> {
+        for d in devices.iter().filter(|_| self.settings.device_files) {
+            set_owner(d, &d.path, self.settings.idle_owner, Some(self.settings.idle_group), 0o666)?;
+        }
+        Ok(())
+    }
+
     /// Returns `devices` to their idle owner and mode. Tries every device
     /// and step, and reports every failure.
     pub fn restore(&self, devices: &[LedgerRow]) -> Vec<EnforcementError> {
@@ -185,6 +196,7 @@ mod tests {
             job: None,
             uid: None,
             leftover: None,
+            shared: 0,
         }
     }
 

@@ -8,6 +8,8 @@
 //! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
+//! * [`sharing`] — GPUs offered as shares (`[node.sharing]`, SLURM
+//!   `gres/shard`) and the check of gres.conf against them at start.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
 //! * [`warmup`] — keeps the kernel's cgroup migration lock warm while tasks
 //!   are about to be confined (no RCU grace period on the job's start path).
@@ -33,6 +35,7 @@ pub mod held;
 pub mod intake;
 pub mod peer;
 pub mod server;
+pub mod sharing;
 pub mod store;
 pub mod sys;
 pub mod usage;

@@ -143,6 +143,22 @@ CREATE TABLE IF NOT EXISTS usage_samples (
     memory_mib  INTEGER,
     processes   TEXT
 );
+-- Shares of devices offered as shares (SLURM gres/shard): who holds how many
+-- of a device's `total`, from `start` to `end`. A device offered as shares is
+-- never held whole (`allocations`), and the shares held never exceed the
+-- total: both are checked in the transaction that records a job. Additive, so
+-- older databases gain it at open.
+CREATE TABLE IF NOT EXISTS shares (
+    id      INTEGER PRIMARY KEY,
+    job_id  INTEGER NOT NULL REFERENCES jobs(id),
+    device  TEXT NOT NULL REFERENCES devices(uuid),
+    shares  INTEGER NOT NULL,
+    total   INTEGER NOT NULL,
+    start   INTEGER NOT NULL,
+    end     INTEGER
+);
+CREATE INDEX IF NOT EXISTS shares_by_device ON shares(device, end);
+CREATE INDEX IF NOT EXISTS shares_by_job ON shares(job_id);
 ";
 
 /// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
@@ -266,13 +282,16 @@ pub struct LedgerRow {
     /// Released, but a process of its last job may still hold it: why
     /// (see [`Leftover`]). Handed out to nobody meanwhile.
     pub leftover: Option<String>,
+    /// Shares of it that live jobs hold (a device offered as shares; see
+    /// [`ShareRow`]); 0 otherwise.
+    pub shared: u32,
 }
 
 impl LedgerRow {
     /// The state `status` reports: a held device is allocated even when
     /// drained meanwhile (it goes offline when released).
     pub fn state(&self) -> DeviceState {
-        if self.job.is_some() {
+        if self.job.is_some() || self.shared > 0 {
             DeviceState::Allocated
         } else if self.drained || self.leftover.is_some() {
             DeviceState::Offline
@@ -292,6 +311,8 @@ impl LedgerRow {
     pub fn status(&self) -> DeviceStatus {
         let reason = if self.job.is_none() && self.leftover.is_some() {
             self.leftover.clone()
+        } else if self.job.is_none() && self.shared > 0 {
+            Some(format!("{} share(s) held (status lists the sharers)", self.shared))
         } else if self.drained {
             self.drain_reason.clone()
         } else if !self.present {
@@ -346,6 +367,25 @@ pub struct JobAllocation {
     /// `prepare_cgroups = false`): cder sets up no groups ahead, and only
     /// root and operators may `confine` into them.
     pub batch_confined: bool,
+    /// Shares the job holds of each of its devices, which it shares with
+    /// other jobs; `None`: it holds them whole.
+    pub shares: Option<u32>,
+}
+
+/// One job's live shares of one device: the ledger an MPS layer reads to
+/// know who shares which GPU with how many shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareRow {
+    /// The device.
+    pub device: LedgerRow,
+    /// The job holding the shares.
+    pub job: JobKey,
+    /// That job's uid.
+    pub uid: u32,
+    /// How many shares it holds.
+    pub shares: u32,
+    /// How many shares the device is offered as.
+    pub total: u32,
 }
 
 /// A released device kept out of the pool: a process of its last job still
@@ -426,6 +466,7 @@ struct JobRow {
     token: String,
     start: i64,
     batch_confined: bool,
+    shares: Option<u32>,
 }
 
 /// The SQLite state of one node.
@@ -435,9 +476,13 @@ pub struct Store {
     path: PathBuf,
     /// Position of each configured type, for ordering.
     type_order: HashMap<String, usize>,
+    /// The devices offered as shares, (type, index) → shares each: never
+    /// held whole, and the only ones shares are recorded of.
+    share_totals: BTreeMap<(String, u32), u32>,
 }
 
-const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid, l.reason";
+const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid, l.reason, \
+    (SELECT COALESCE(SUM(s.shares), 0) FROM shares s WHERE s.device = d.uuid AND s.end IS NULL)";
 const DEVICE_FROM: &str =
     "devices d LEFT JOIN allocations a ON a.device = d.uuid AND a.end IS NULL LEFT JOIN jobs j ON j.id = a.job_id \
     LEFT JOIN leftovers l ON l.device = d.uuid";
@@ -460,6 +505,7 @@ fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(LedgerRow, Option<Stri
             job: None,
             uid: r.get(12)?,
             leftover: r.get(13)?,
+            shared: r.get(14)?,
         },
         job,
     ))
@@ -504,7 +550,7 @@ impl Store {
         // default, 16, made them evict each other).
         conn.set_prepared_statement_cache_capacity(64);
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        Ok(Store { conn, path: path.to_path_buf(), type_order })
+        Ok(Store { conn, path: path.to_path_buf(), type_order, share_totals: BTreeMap::new() })
     }
 
     /// The protocol error for `e` from this store: a failed statement names
@@ -518,6 +564,17 @@ impl Store {
             ),
             other => other.into_reply(),
         }
+    }
+
+    /// Declares the devices offered as shares ((type, index) → shares
+    /// each), from the node's configuration.
+    pub fn offer_shares(&mut self, totals: BTreeMap<(String, u32), u32>) {
+        self.share_totals = totals;
+    }
+
+    /// How many shares `device` is offered as, if it is.
+    pub fn share_total(&self, device: &LedgerRow) -> Option<u32> {
+        self.share_totals.get(&(device.cder_type.clone(), device.index)).copied()
     }
 
     /// `BEGIN IMMEDIATE`: take the write lock up front, so a transaction
@@ -621,7 +678,8 @@ impl Store {
     fn live_job(tx: &Connection, job: &JobKey) -> Result<Option<JobRow>> {
         Ok(tx
             .prepare_cached(
-                "SELECT id, uid, type, count, token, start, EXISTS (SELECT 1 FROM batch_confined b WHERE b.job_id = jobs.id) \
+                "SELECT id, uid, type, count, token, start, EXISTS (SELECT 1 FROM batch_confined b WHERE b.job_id = jobs.id), \
+                 (SELECT MAX(s.shares) FROM shares s WHERE s.job_id = jobs.id) \
                  FROM jobs WHERE job = ?1 AND end IS NULL",
             )?
             .query_row([job.to_string()], |r| {
@@ -633,17 +691,23 @@ impl Store {
                     token: r.get(4)?,
                     start: r.get(5)?,
                     batch_confined: r.get(6)?,
+                    shares: r.get(7)?,
                 })
             })
             .optional()?)
     }
 
     fn allocation_of(&self, conn: &Connection, job: &JobKey) -> Result<Option<JobAllocation>> {
-        let Some(JobRow { id, uid, cder_type, count, token, start, batch_confined }) = Self::live_job(conn, job)?
+        let Some(JobRow { id, uid, cder_type, count, token, start, batch_confined, shares }) =
+            Self::live_job(conn, job)?
         else {
             return Ok(None);
         };
-        let mut devices = query_devices(conn, "WHERE a.job_id = ?1", &[&id])?;
+        let mut devices = if shares.is_some() {
+            query_devices(conn, "WHERE d.uuid IN (SELECT s.device FROM shares s WHERE s.job_id = ?1)", &[&id])?
+        } else {
+            query_devices(conn, "WHERE a.job_id = ?1", &[&id])?
+        };
         self.sort(&mut devices);
         Ok(Some(JobAllocation {
             job: job.clone(),
@@ -655,6 +719,7 @@ impl Store {
             devices,
             seq: id.max(0) as u64,
             batch_confined,
+            shares,
         }))
     }
 
@@ -721,6 +786,7 @@ impl Store {
             if existing.uid != req.uid
                 || existing.cder_type != req.cder_type
                 || existing.count != req.count
+                || existing.shares != req.shares
                 || !same_devices
             {
                 return Err(StoreError::refused(
@@ -734,6 +800,30 @@ impl Store {
             return Ok((existing, false));
         }
         let of_type = query_devices(&tx, "WHERE d.type = ?1", &[&req.cder_type])?;
+        if let Some(shares) = req.shares {
+            let indices = req.devices.as_deref().unwrap_or_default();
+            let chosen = self.shareable(&of_type, indices, shares, &req.cder_type)?;
+            return self.record_shares(tx, req, &chosen, shares, now);
+        }
+        // Devices offered as shares are never held whole.
+        let of_type: Vec<LedgerRow> = match &req.devices {
+            Some(indices) => {
+                if let Some(d) = of_type.iter().find(|d| indices.contains(&d.index) && self.share_total(d).is_some()) {
+                    let total = self.share_total(d).unwrap_or_default();
+                    return Err(StoreError::refused(
+                        ErrorCode::Conflict,
+                        format!(
+                            "device {} is offered as {total} shares ({} held), never whole: the batch system gave {} the whole device (its configuration shares it: a shard and a gpu record on one file)",
+                            d.name(),
+                            d.shared,
+                            req.job
+                        ),
+                    ));
+                }
+                of_type
+            }
+            None => of_type.into_iter().filter(|d| self.share_total(d).is_none()).collect(),
+        };
         let chosen: Vec<LedgerRow> = match &req.devices {
             Some(indices) => Self::exactly(&of_type, indices, &req.cder_type)?,
             None => {
@@ -829,6 +919,110 @@ impl Store {
         Ok(last)
     }
 
+    /// The devices at `indices`, each offered as shares, present, not
+    /// drained, with `shares` of them still free.
+    fn shareable(
+        &self,
+        of_type: &[LedgerRow],
+        indices: &[u32],
+        shares: u32,
+        cder_type: &str,
+    ) -> Result<Vec<LedgerRow>> {
+        let mut chosen = Vec::new();
+        for &index in indices {
+            let Some(d) = of_type.iter().filter(|d| d.index == index).max_by_key(|d| d.present) else {
+                return Err(StoreError::refused(
+                    ErrorCode::UnknownDevice,
+                    format!("no device {cder_type}:{index} on this node"),
+                ));
+            };
+            let Some(total) = self.share_total(d) else {
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is not offered as shares on this node (cder.toml [node.sharing]); it is handed out whole only", d.name()),
+                ));
+            };
+            if let Some(owner) = &d.job {
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is held whole by job {owner}", d.name()),
+                ));
+            }
+            if d.drained || !d.present || !d.healthy {
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is {}, not shareable", d.name(), format!("{:?}", d.state()).to_lowercase()),
+                ));
+            }
+            if d.shared.saturating_add(shares) > total {
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!(
+                        "device {} has {} of its {total} shares free, {shares} asked for",
+                        d.name(),
+                        total.saturating_sub(d.shared)
+                    ),
+                ));
+            }
+            chosen.push(d.clone());
+        }
+        Ok(chosen)
+    }
+
+    /// Records `shares` of each of `chosen` for the request's job, and commits.
+    fn record_shares(
+        &self,
+        tx: Transaction<'_>,
+        req: &AllocRequest,
+        chosen: &[LedgerRow],
+        shares: u32,
+        now: i64,
+    ) -> Result<(JobAllocation, bool)> {
+        let token = new_token()
+            .map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
+        tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+            .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
+        let job_id = tx.last_insert_rowid();
+        if req.prepare_cgroups == Some(false) {
+            tx.prepare_cached("INSERT INTO batch_confined (job_id) VALUES (?1)")?.execute([job_id])?;
+        }
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO shares (job_id, device, shares, total, start) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for d in chosen {
+                insert.execute(params![job_id, d.uuid, shares, self.share_total(d).unwrap_or(shares), now])?;
+            }
+        }
+        let allocation = self
+            .allocation_of(&tx, &req.job)?
+            .ok_or_else(|| StoreError::refused(ErrorCode::Internal, "allocation vanished inside its transaction"))?;
+        tx.commit()?;
+        Ok((allocation, true))
+    }
+
+    /// Every live share: who shares which device with how many shares, by
+    /// device then job.
+    pub fn shares(&self) -> Result<Vec<ShareRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.device, j.job, j.uid, s.shares, s.total FROM shares s JOIN jobs j ON j.id = s.job_id \
+             WHERE s.end IS NULL ORDER BY s.id",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, u32>(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let devices = self.devices()?;
+        let mut out = Vec::new();
+        for (uuid, job, uid, shares, total) in rows {
+            let Some(device) = devices.iter().find(|d| d.uuid == uuid).cloned() else { continue };
+            out.push(ShareRow { device, job: parse_job(&job)?, uid, shares, total });
+        }
+        out.sort_by_key(|r| (self.type_order.get(&r.device.cder_type).copied(), r.device.index));
+        Ok(out)
+    }
+
     fn valid_choice(indices: &[u32], candidates: &[Candidate], count: u32) -> bool {
         let mut sorted = indices.to_vec();
         sorted.sort_unstable();
@@ -887,7 +1081,8 @@ impl Store {
         let token: Option<(u32, String)> = Self::live_job(&tx, job)?.map(|r| (r.uid, r.token));
         let mut released = self.release_in(&tx, job, now)?;
         if let Some((uid, token)) = token {
-            for d in released.iter_mut().filter(|d| held.contains_key(&d.uuid)) {
+            // Other sharers hold a shared device open by right: it is not kept out.
+            for d in released.iter_mut().filter(|d| held.contains_key(&d.uuid) && self.share_total(d).is_none()) {
                 let reason = &held[&d.uuid];
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO leftovers (device, job, uid, token, reason, since) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -948,6 +1143,16 @@ impl Store {
         tx.prepare_cached("UPDATE allocations SET end = MAX(?2, start) WHERE job_id = ?1 AND end IS NULL")?
             .execute(params![id, now])?;
         tx.prepare_cached("UPDATE jobs SET end = MAX(?2, start) WHERE id = ?1")?.execute(params![id, now])?;
+        if let Some(mine) = allocation.shares {
+            tx.prepare_cached("UPDATE shares SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+                .execute(params![id, now])?;
+            // What the other sharers still hold.
+            return Ok(allocation
+                .devices
+                .into_iter()
+                .map(|d| LedgerRow { job: None, uid: None, shared: d.shared.saturating_sub(mine), ..d })
+                .collect());
+        }
         Ok(allocation.devices.into_iter().map(|d| LedgerRow { job: None, uid: None, ..d }).collect())
     }
 
@@ -1348,12 +1553,30 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT j.job, j.count, (SELECT COUNT(*) FROM allocations a WHERE a.job_id = j.id AND a.end IS NULL)
+                 + (SELECT COUNT(*) FROM shares s WHERE s.job_id = j.id AND s.end IS NULL)
              FROM jobs j WHERE j.end IS NULL",
         )?;
         for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))? {
             let (job, count, live) = row?;
             if count != live {
                 problems.push(format!("job {job} counts {count} devices but holds {live}"));
+            }
+        }
+        // Shares: never more than a device's total, never beside a whole owner.
+        let mut stmt = self.conn.prepare(
+            "SELECT s.device, SUM(s.shares), MAX(s.total), \
+                 (SELECT COUNT(*) FROM allocations a WHERE a.device = s.device AND a.end IS NULL) \
+             FROM shares s WHERE s.end IS NULL GROUP BY s.device",
+        )?;
+        for row in stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+        })? {
+            let (device, held, total, whole) = row?;
+            if held > total {
+                problems.push(format!("device {device} has {held} of its {total} shares held"));
+            }
+            if whole > 0 {
+                problems.push(format!("device {device} is held whole and in shares at once"));
             }
         }
         Ok(problems)
@@ -1404,6 +1627,54 @@ mod tests {
         assert_eq!(s.release(&"slurm:1".parse().unwrap(), 13).unwrap().len(), 2);
         assert_eq!(indices(&s.alloc(&req("slurm:3", 2), &LocalityPolicy, 14).unwrap().0), vec![0, 1]);
         assert!(s.check_invariants().unwrap().is_empty());
+    }
+
+    fn share(job: &str, device: u32, shares: u32) -> AllocRequest {
+        AllocRequest { devices: Some(vec![device]), shares: Some(shares), ..req(job, 1) }
+    }
+
+    #[test]
+    fn shares_are_counted_per_device_and_never_beside_a_whole_owner() {
+        let (_d, mut s) = node(4);
+        s.offer_shares([(("gpgpu".to_string(), 0), 4)].into_iter().collect());
+        for (i, n) in [(1, 1), (2, 1), (3, 2)] {
+            let (a, new) = s.alloc(&share(&format!("slurm:{i}"), 0, n), &LocalityPolicy, 10).unwrap();
+            assert!(new);
+            assert_eq!((indices(&a), a.shares), (vec![0], Some(n)));
+        }
+        // Idempotent for the same record; another count is a conflict.
+        assert!(!s.alloc(&share("slurm:1", 0, 1), &LocalityPolicy, 11).unwrap().1);
+        assert_eq!(
+            s.alloc(&share("slurm:1", 0, 2), &LocalityPolicy, 11).unwrap_err().into_reply().code,
+            ErrorCode::Conflict
+        );
+        // Full: a fifth share waits (conflict), a whole-GPU job never gets it.
+        let e = s.alloc(&share("slurm:5", 0, 1), &LocalityPolicy, 12).unwrap_err().into_reply();
+        assert!(e.message.contains("0 of its 4 shares free"), "{}", e.message);
+        let whole = AllocRequest { devices: Some(vec![0]), ..req("slurm:6", 1) };
+        let e = s.alloc(&whole, &LocalityPolicy, 12).unwrap_err().into_reply();
+        assert!(e.code == ErrorCode::Conflict && e.message.contains("offered as 4 shares"), "{}", e.message);
+        // cderd's own choice skips it; a device not offered is never shared.
+        assert_eq!(indices(&s.alloc(&req("slurm:7", 3), &LocalityPolicy, 12).unwrap().0), vec![1, 2, 3]);
+        s.release(&"slurm:7".parse().unwrap(), 12).unwrap();
+        let e = s.alloc(&share("slurm:8", 1, 1), &LocalityPolicy, 12).unwrap_err().into_reply();
+        assert!(e.message.contains("not offered as shares"), "{}", e.message);
+        let rows = s.shares().unwrap();
+        assert_eq!(
+            rows.iter().map(|r| (r.job.to_string(), r.shares, r.total)).collect::<Vec<_>>(),
+            [("slurm:1".to_string(), 1, 4), ("slurm:2".to_string(), 1, 4), ("slurm:3".to_string(), 2, 4)]
+        );
+        assert_eq!(s.find_device("gpgpu:0").unwrap().state(), DeviceState::Allocated);
+        // Release: the others still hold theirs; the last one frees it.
+        let out = s.release(&"slurm:3".parse().unwrap(), 13).unwrap();
+        assert_eq!(out.iter().map(|d| d.shared).collect::<Vec<_>>(), vec![2]);
+        assert!(s.alloc(&share("slurm:5", 0, 2), &LocalityPolicy, 14).unwrap().1);
+        assert!(s.check_invariants().unwrap().is_empty());
+        for j in ["slurm:1", "slurm:2", "slurm:5"] {
+            s.release(&j.parse().unwrap(), 15).unwrap();
+        }
+        assert_eq!(s.find_device("gpgpu:0").unwrap().state(), DeviceState::Free);
+        assert!(s.shares().unwrap().is_empty());
     }
 
     #[test]

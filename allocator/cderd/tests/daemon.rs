@@ -639,3 +639,56 @@ fn a_file_that_is_not_a_socket_is_never_replaced() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(&node.socket).unwrap(), b"precious");
 }
+
+#[test]
+fn shared_devices_open_to_every_sharer_until_the_last_leaves_and_survive_a_restart() {
+    if !require(is_root(), "root (to chown device files)") {
+        return;
+    }
+    let mut node = Node::with(
+        2,
+        Options {
+            enforcement: Some(
+                "device_files = true\njob_mode = \"0600\"\nidle_owner = 0\nidle_group = 0\nidle_mode = \"0600\"\n\
+                 nvml_exclusive_process = false\n[node.sharing]\nshares_per_gpu = 2"
+                    .into(),
+            ),
+            ..Options::default()
+        },
+    );
+    let gpu0 = node.devices[0].clone();
+    let meta = |_: usize| {
+        let m = std::fs::metadata(&gpu0).unwrap();
+        (m.uid(), m.mode() & 0o7777)
+    };
+    let share = |j: &str, uid: u32| AllocRequest {
+        devices: Some(vec![0]),
+        shares: Some(1),
+        ..AllocRequest::new(job(j), uid, 1)
+    };
+    let mut c = node.client();
+    let a = c.alloc(&share("slurm:1", 4321)).unwrap();
+    assert_eq!((a.shares, a.devices.len()), (Some(1), 1));
+    c.alloc(&share("slurm:2", 4322)).unwrap();
+    // Two uids open it: nobody owns it, the cgroups keep the rest out.
+    assert_eq!(meta(0), (0, 0o666));
+    let e = c.alloc(&share("slurm:3", 4323)).unwrap_err();
+    assert_eq!(code(e), ErrorCode::Conflict);
+    let whole = AllocRequest { devices: Some(vec![0]), ..AllocRequest::new(job("slurm:4"), 4324, 1) };
+    assert_eq!(code(c.alloc(&whole).unwrap_err()), ErrorCode::Conflict);
+    let status = c.status().unwrap();
+    let sharers: Vec<(String, u32, u32)> = status.shares.iter().map(|s| (s.job.to_string(), s.uid, s.shares)).collect();
+    assert_eq!(sharers, [("slurm:1".to_string(), 4321, 1), ("slurm:2".to_string(), 4322, 1)]);
+    assert_eq!(status.counts["gpgpu"].allocated, 1);
+    // A restart re-asserts the shared mode, not the idle one.
+    node.kill();
+    node.start();
+    assert_eq!(meta(0), (0, 0o666), "after a restart");
+    let mut c = node.client();
+    assert_eq!(c.status().unwrap().shares.len(), 2);
+    c.release(&job("slurm:1")).unwrap();
+    assert_eq!(meta(0), (0, 0o666), "one sharer left");
+    c.release(&job("slurm:2")).unwrap();
+    assert_eq!(meta(0), (0, 0o600), "idle again once the last sharer left");
+    assert!(c.status().unwrap().shares.is_empty());
+}

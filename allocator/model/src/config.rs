@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// What each job does with its NVML devices: sampling, idle detection.
     #[serde(default)]
     pub usage: UsageSampling,
+    /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
+    #[serde(default)]
+    pub sharing: Sharing,
 }
 
 /// `[node.usage]`: cderd samples the NVML devices it has allocated
@@ -133,6 +136,28 @@ fn default_idle_hook_timeout_s() -> u64 {
 }
 fn default_ring_samples() -> u32 {
     10_000
+}
+
+/// `[node.sharing]`: this node offers every `gpgpu` device as
+/// `shares_per_gpu` shares, as SLURM's `gres/shard` counts them (SLURM 22.05
+/// spreads a node's shards evenly over all its GPUs, so a node shares all
+/// or none): a shared GPU is never handed out whole, and its sharers are
+/// not fenced from one another on the GPU (docs/sharing.md).
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Sharing {
+    /// Shares per shared GPU: gres.conf's `Count=` of its `Name=shard`
+    /// record. 0 (the default): nothing is shared.
+    #[serde(default)]
+    pub shares_per_gpu: u32,
+    /// SLURM's gres.conf on this node: cderd checks at start that its
+    /// `Name=shard` records offer exactly these GPUs, so, and refuses to
+    /// start otherwise, naming the line.
+    #[serde(default)]
+    pub slurm_gres_conf: Option<PathBuf>,
+    /// This node's `NodeName` in gres.conf; default: the host name.
+    #[serde(default)]
+    pub slurm_node_name: Option<String>,
 }
 
 /// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
@@ -319,6 +344,7 @@ impl Default for NodeConfig {
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
             usage: UsageSampling::default(),
+            sharing: Sharing::default(),
         }
     }
 }

@@ -32,7 +32,7 @@ pub use client::{Client, ClientError, MAX_REPLY_BYTES};
 pub use reply::{
     error_line, ok_line, parse_reply, Accounting, AccountingRecord, AllocatedDevice, Allocation, Confined, DeviceState,
     DeviceStatus, DeviceUsage, DrainRecord, ErrorCode, ErrorReply, IdleDevice, MonthUsage, Pong, ProcessUsage,
-    Reconciled, Released, Status, TypeCounts, Usage, UsageSample, Utilisation, REFUSED_TO_RECORD,
+    Reconciled, Released, ShareStatus, Status, TypeCounts, Usage, UsageSample, Utilisation, REFUSED_TO_RECORD,
 };
 pub use request::{
     AccountingRequest, AllocRequest, DeviceRequest, DrainRequest, EnvRequest, JobRequest, ReconcileRequest, Request,

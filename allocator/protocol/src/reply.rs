@@ -185,6 +185,10 @@ pub struct Allocation {
     /// `device_cgroup`, as cderd could honour it); absent: none, node indices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_cgroup: Option<cder_model::DeviceCgroup>,
+    /// Shares the job holds of each of its devices, where they are shared
+    /// (SLURM `gres/shard`); absent: it holds them whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u32>,
 }
 
 impl Allocation {
@@ -290,6 +294,31 @@ pub struct Status {
     /// idle_after_s` or longer (absent from daemons that predate it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idle: Vec<IdleDevice>,
+    /// Who shares which device with how many shares: one entry per live
+    /// (device, job) of a device offered as shares. Empty (and absent) on a
+    /// node that shares nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareStatus>,
+}
+
+/// One job's shares of one device, in `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareStatus {
+    /// The device's CDER type.
+    #[serde(rename = "type")]
+    pub cder_type: String,
+    /// Its index within the type.
+    pub index: u32,
+    /// Its UUID.
+    pub uuid: String,
+    /// The job holding the shares.
+    pub job: JobKey,
+    /// That job's uid.
+    pub uid: u32,
+    /// How many shares it holds.
+    pub shares: u32,
+    /// How many shares the device is offered as.
+    pub total: u32,
 }
 
 /// The result of `confine`: the groups the calling process was put into.

@@ -120,6 +120,12 @@ pub struct AllocRequest {
     /// system's cgroup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_cgroups: Option<bool>,
+    /// Shares of each listed device the batch system granted (SLURM's
+    /// `gres/shard` count), where the node offers its GPUs as shares: the
+    /// job holds that many of each device's shares beside other sharers,
+    /// not the device whole. Needs `devices` or `device_files`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u32>,
 }
 
 fn default_type() -> String {
@@ -140,6 +146,7 @@ impl AllocRequest {
             device_files: None,
             wait_ms: None,
             prepare_cgroups: None,
+            shares: None,
         }
     }
 }
@@ -362,6 +369,16 @@ impl Request {
                 if let Some(model) = &r.model {
                     check_text("model", model)?;
                 }
+                if let Some(n) = r.shares {
+                    if n == 0 || n > MAX_COUNT {
+                        return Err(format!("alloc: shares must be 1 to {MAX_COUNT}, not {n}"));
+                    }
+                    if r.count == 0 || (r.devices.is_none() && r.device_files.is_none()) {
+                        return Err(
+                            "alloc: shares need the devices the batch system chose (devices or device_files)".into()
+                        );
+                    }
+                }
                 if r.wait_ms.is_some_and(|ms| ms > MAX_WAIT_MS) {
                     return Err(format!("alloc: wait_ms is larger than {MAX_WAIT_MS} (5 minutes)"));
                 }
@@ -513,6 +530,11 @@ mod tests {
                     vec!["/dev/nvidia2".into()],
                 ]),
                 ..AllocRequest::new(job.clone(), 1000, 2)
+            }),
+            Request::Alloc(AllocRequest {
+                devices: Some(vec![1]),
+                shares: Some(3),
+                ..AllocRequest::new(job.clone(), 1000, 1)
             }),
             Request::Release(JobRequest { job: job.clone() }),
             Request::Env(EnvRequest::new(job.clone())),

@@ -41,11 +41,20 @@ pub mod lrms;
 /// The CDER type of a GPGPU: what `GPGPUPerNode` and `--gpgpu-per-node` ask for.
 pub const GPGPU: &str = "gpgpu";
 
+/// Shares of a GPGPU offered as N shards (SLURM's `gres/shard`): what
+/// `GPGPUSharesPerNode`, `--gpgpu-shares-per-node` and `--cder=gpgpu-shares:N`
+/// ask for. Not a device type of cderd's: a share job holds part of one
+/// `gpgpu` device, beside the other sharers.
+pub const GPGPU_SHARES: &str = "gpgpu-shares";
+
 /// The job keys of the JDL (seed thesis, Table 4.1), as a CE passes them on
 /// in a job's environment and as BLAH hands them to its drop-ins.
 pub mod keys {
     /// Exclusive GPGPUs per node.
     pub const GPGPU_PER_NODE: &str = "GPGPUPerNode";
+    /// Shares of one GPGPU per node, where the site offers GPUs as shards
+    /// (SLURM `--gres=shard:N`); never together with [`GPGPU_PER_NODE`].
+    pub const GPGPU_SHARES_PER_NODE: &str = "GPGPUSharesPerNode";
     /// Virtual GPGPU backends per node.
     pub const VIRTUAL_GPGPU_PER_NODE: &str = "VirtualGPGPUPerNode";
     /// The API-interception method of the vGPGPUs (`rCUDA`, `VCL`).

@@ -7,13 +7,22 @@
 //! | request | SLURM | TORQUE (native) | TORQUE + MAUI |
 //! |---|---|---|---|
 //! | N devices of type `gpgpu` | `--gres=gpu:N` | `nodes=…:gpus=N` | `-W x=GRES:gpus@N` |
+//! | N shares of one GPGPU (`gpgpu-shares`) | `--gres=shard:N` | refused: TORQUE has no counted form ([`TORQUE_NO_SHARES`]) | same as native |
 //! | N devices of type `fpga` | `--gres=fpga:N` | — | `-W x=GRES:fpga@N` |
 //! | V vGPGPUs per node on H nodes | `--licenses=vgpgpu:V×H` | `-v VirtualGPGPUPerNode=V,VirtualGPGPUMethod=M` (held until the registry has them) | same as native |
 
-use crate::{keys, VgpgpuRequest, GPGPU};
+use crate::{keys, VgpgpuRequest, GPGPU, GPGPU_SHARES};
 
 /// SLURM's GRES name for GPUs, which cder calls `gpgpu`.
 pub const GPU_GRES: &str = "gpu";
+
+/// SLURM's GRES name for shares of a GPU (22.05's `gres/shard`), which cder
+/// calls `gpgpu-shares`.
+pub const SHARD_GRES: &str = "shard";
+
+/// Why a share request cannot go to TORQUE: the text completes
+/// "GPGPUSharesPerNode=N: …".
+pub const TORQUE_NO_SHARES: &str = "TORQUE has no counted form for shares of a GPU (its gpus=N and MAUI's GRES count whole GPUs only); submit to a SLURM CE with gres/shard, or ask for whole GPUs with GPGPUPerNode";
 
 /// The SLURM licence (and TORQUE/MAUI resource) that counts vGPGPU backends
 /// of every method: the registry pools them, so one counter sizes them all.
@@ -25,19 +34,19 @@ pub const MAUI_GPU_GRES: &str = "gpus";
 /// The GRES a CDER type is counted as in SLURM: `gpgpu` is `gpu`, every
 /// other type its own name.
 pub fn gres_name(cder_type: &str) -> &str {
-    if cder_type == GPGPU {
-        GPU_GRES
-    } else {
-        cder_type
+    match cder_type {
+        GPGPU => GPU_GRES,
+        GPGPU_SHARES => SHARD_GRES,
+        other => other,
     }
 }
 
 /// The CDER type a SLURM GRES name stands for (the inverse of [`gres_name`]).
 pub fn cder_type_of_gres(gres: &str) -> &str {
-    if gres == GPU_GRES {
-        GPGPU
-    } else {
-        gres
+    match gres {
+        GPU_GRES => GPGPU,
+        SHARD_GRES => GPGPU_SHARES,
+        other => other,
     }
 }
 
@@ -152,6 +161,9 @@ mod tests {
         assert_eq!(gres_name("fpga"), "fpga");
         assert_eq!(cder_type_of_gres(gres_name("gpgpu")), "gpgpu");
         assert_eq!(cder_type_of_gres(gres_name("fpga")), "fpga");
+        assert_eq!(gres_name(GPGPU_SHARES), "shard");
+        assert_eq!(cder_type_of_gres(gres_name(GPGPU_SHARES)), GPGPU_SHARES);
+        assert_eq!(slurm_gres(GPGPU_SHARES, 2), "shard:2");
     }
 
     #[test]

@@ -161,5 +161,6 @@ fn translate(args: &Args) -> Result<Vec<String>, (String, &'static str)> {
         JobResources::read(&EnvSource(|k: &str| attrs.get(k).cloned()))
             .map_err(|e| (format!("BLAH attributes: {e}"), which(&e.key)))?
     };
+    resources.check_dialect(settings.lrms).map_err(|e| (e.to_string(), which(&e.key)))?;
     Ok(directives(&resources, &settings))
 }

@@ -11,7 +11,7 @@
 
 #![deny(missing_docs)]
 
-use cder_slurm::job_submit::{check_tres_update, node_gres, translate, Submission};
+use cder_slurm::job_submit::{check_tres_update, exclude_shared_nodes, node_gres, translate, Submission};
 use cder_slurm::sys::{self, JobDesc, Level};
 
 /// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
@@ -43,13 +43,23 @@ fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     };
     let cheap_check = cder_slurm::request::RawRequest::from_control_env(&sub.spank_job_env)
         .or(cder_slurm::request::RawRequest::from_jdl_env(&sub.environment));
-    if cheap_check.is_empty() {
+    let native_gpus = sub.tres_per_node.as_deref().is_some_and(|t| t.contains("gpu"));
+    if cheap_check.is_empty() && !native_gpus {
         return Ok(());
     }
     // Read per submission: slurm.conf is small, and a reconfigure that
     // changes the nodes' GRES is then honoured at once.
     let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
-    if let Some(tres) = translate(&sub, &nodes)? {
+    let translated = if cheap_check.is_empty() { None } else { translate(&sub, &nodes)? };
+    let tres = translated.clone().or(sub.tres_per_node.clone());
+    if let Some(exc) = exclude_shared_nodes(tres.as_deref(), job.exc_nodes().as_deref(), &nodes) {
+        sys::log(
+            Level::Verbose,
+            &format!("job_submit/cder: uid {submit_uid}: whole GPUs, kept off the nodes that share theirs: exc_nodes {exc:?}"),
+        );
+        job.set_exc_nodes(&exc);
+    }
+    if let Some(tres) = translated {
         sys::log(
             Level::Verbose,
             &format!(

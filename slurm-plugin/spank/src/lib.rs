@@ -17,14 +17,16 @@
 use std::io::Write;
 
 use cder_model::{JobEnvironment, JobKey, Lrms};
-use cder_request::keys::{GPGPU_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE};
+use cder_request::keys::{
+    GPGPU_PER_NODE, GPGPU_SHARES_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE,
+};
 use cder_slurm::args::PluginArgs;
 use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
 use cder_slurm::node::{self, Plan, Prolog, Slurmd, Step, TaskOutcome};
 use cder_slurm::request::{
-    RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE, OPT_CDER,
-    OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE,
+    RawRequest, Source, Sourced, CONTROL_CDER, CONTROL_GPGPU_MIN_MEMORY, CONTROL_GPGPU_PER_NODE,
+    CONTROL_GPGPU_SHARES_PER_NODE, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE, OPT_GPGPU_SHARES_PER_NODE,
 };
 use cder_slurm::spank::{Context, Plugin, Spank, SpankError, SpankOption, SpankResult};
 use cder_slurm::sys::{log, Level};
@@ -100,6 +102,9 @@ impl CderSpank {
             gpgpu_per_node: spank
                 .getenv(GPGPU_PER_NODE)
                 .map(|value| Sourced { value, source: Source::JdlKey(GPGPU_PER_NODE) }),
+            gpgpu_shares_per_node: spank
+                .getenv(GPGPU_SHARES_PER_NODE)
+                .map(|value| Sourced { value, source: Source::JdlKey(GPGPU_SHARES_PER_NODE) }),
             ..RawRequest::default()
         };
         let step = Step {
@@ -147,6 +152,7 @@ impl Plugin for CderSpank {
             OPT_GPGPU_PER_NODE => (&mut self.options.gpgpu_per_node, OPT_GPGPU_PER_NODE),
             OPT_CDER => (&mut self.options.cder, OPT_CDER),
             OPT_GPGPU_MIN_MEMORY => (&mut self.options.gpgpu_min_memory, OPT_GPGPU_MIN_MEMORY),
+            OPT_GPGPU_SHARES_PER_NODE => (&mut self.options.gpgpu_shares_per_node, OPT_GPGPU_SHARES_PER_NODE),
             other => return Err(SpankError::new(format!("unknown option --{other}"))),
         };
         *slot.0 = Some(Sourced { value, source: Source::Option(slot.1) });
@@ -166,6 +172,7 @@ impl Plugin for CderSpank {
                     (CONTROL_GPGPU_PER_NODE, self.options.gpgpu_per_node.as_ref().map(|v| &v.value)),
                     (CONTROL_CDER, self.options.cder.as_ref().map(|v| &v.value)),
                     (CONTROL_GPGPU_MIN_MEMORY, self.options.gpgpu_min_memory.as_ref().map(|v| &v.value)),
+                    (CONTROL_GPGPU_SHARES_PER_NODE, self.options.gpgpu_shares_per_node.as_ref().map(|v| &v.value)),
                     (CONTROL_VGPGPU_PER_NODE, self.vgpgpu_options.per_node.as_ref()),
                     (CONTROL_VGPGPU_METHOD, self.vgpgpu_options.method.as_ref()),
                 ];

@@ -21,9 +21,12 @@ use cder_protocol::{
 use crate::args::{Confine, FailMode, PluginArgs};
 use crate::devices::{parse_index_list, slurm_constrains_devices_checked, SLURM_JOB_GPUS};
 use crate::gres_conf::{
-    cderd_indices, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files, GresDevice,
+    cderd_indices, detail_count, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files,
+    GresDevice,
 };
-use crate::request::{Request, Source, GPGPU, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE};
+use crate::request::{
+    Request, Source, GPGPU, GPGPU_SHARES, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE, OPT_GPGPU_SHARES_PER_NODE,
+};
 use crate::spank::SpankOption;
 use crate::sys::{GrantedJob, Level};
 use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
@@ -142,6 +145,10 @@ pub trait Node {
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError>;
     /// One line for SLURM's log.
     fn log(&self, level: Level, text: &str);
+    /// slurmd's gres.conf offers GPUs of this node as shares (`Name=shard`).
+    fn shards(&self) -> bool {
+        false
+    }
 }
 
 /// The node SLURM runs the plugin on. gres.conf is read once per process.
@@ -193,6 +200,15 @@ impl Node for Slurmd {
     fn log(&self, level: Level, text: &str) {
         crate::sys::log(level, text);
     }
+
+    fn shards(&self) -> bool {
+        let conf = crate::sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+        load_gres_devices(conf.as_deref(), self.node_name().as_deref(), lrms_shard()).is_ok_and(|d| !d.is_empty())
+    }
+}
+
+fn lrms_shard() -> &'static str {
+    cder_request::lrms::SHARD_GRES
 }
 
 /// slurmd's GPU list from the gres.conf beside `slurm_conf`.
@@ -224,6 +240,11 @@ pub fn options() -> Vec<SpankOption> {
             usage: "Exclusive CDER devices per node, e.g. gpgpu:2, fpga:1, or a GRES type such as a MIG profile: gpgpu:1g.10gb:2 (cder)",
         },
         SpankOption { name: OPT_GPGPU_MIN_MEMORY, arginfo: Some("MB"), usage: "Only GPGPUs with at least MB megabytes of memory (cder)" },
+        SpankOption {
+            name: OPT_GPGPU_SHARES_PER_NODE,
+            arginfo: Some("N"),
+            usage: "N shares of one GPGPU per node, where GPUs are offered as shards; not fenced from the other sharers on the GPU (cder; the JDL key GPGPUSharesPerNode)",
+        },
         SpankOption {
             name: OPT_VGPGPU_PER_NODE,
             arginfo: Some("N"),
@@ -339,6 +360,28 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     }
 }
 
+/// The shares of a GPU slurmctld granted job `job_id` on this node (its
+/// `gres_detail_str`, `shard:3(IDX:0)`): SLURM 22.05 gives a shard job's
+/// prolog `SLURM_JOB_GPUS` (the shared GPU) but not the count, and the job's
+/// own environment is no authority. `Ok(None)`: the job holds no shares here.
+pub fn controller_shares(job_id: u32, node: &dyn Node) -> Result<Option<u32>, String> {
+    let granted = node.granted(job_id)?;
+    let name = node.node_name();
+    let at = match (&granted.nodes, &name) {
+        (Some(nodes), Some(name)) => {
+            node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
+        }
+        _ if granted.gres_detail.len() == 1 => 0,
+        _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
+    };
+    let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+    match detail_count(&text, lrms_shard()) {
+        None => Err(format!("unreadable GRES detail {text:?}")),
+        Some(0) => Ok(None),
+        Some(n) => u32::try_from(n).map(Some).map_err(|_| format!("{n} shards in the GRES detail {text:?}")),
+    }
+}
+
 /// What the job prolog knows of the job, from its environment (built by
 /// slurmd from the job's credential).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -399,6 +442,22 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
         alloc.count = slurm.len() as u32;
         alloc.devices = devices;
         alloc.device_files = files;
+        // On a node offering shares, SLURM_JOB_GPUS names a shard job's GPU
+        // too: slurmctld says whether, and how many shares, it granted.
+        if node.shards() {
+            let shares = controller_shares(prolog.job_id, node)
+                .map_err(|e| format!("asking slurmctld for the shares it granted {job}: {e}; nothing recorded"))?;
+            if let Some(n) = shares {
+                // SLURM 22.05 takes a job's shards on a node from one GPU.
+                if n % alloc.count != 0 {
+                    return Err(format!(
+                        "SLURM granted {job} {n} shard(s) over GPUs [{}], which cder cannot split per GPU; nothing recorded",
+                        list(&slurm)
+                    ));
+                }
+                alloc.shares = Some(n / alloc.count);
+            }
+        }
         slurm_gpus = slurm;
     }
     // SLURM frees a finished job's GRES when the job ends, and may start
@@ -574,6 +633,19 @@ fn check_request(
         Refusal::Request(message)
     };
     for (ty, &count) in &req.counts {
+        if ty == GPGPU_SHARES {
+            let held = alloc.shares.unwrap_or(0);
+            if count > held {
+                let given = req
+                    .sources
+                    .get(ty)
+                    .map_or_else(|| format!("--{OPT_CDER}={cder_value}"), |s| format!("{s}={count}"));
+                return Err(refused(format!(
+                    "cder: {given}: SLURM granted {job} {held} share(s) of a GPU on this node, and a step may use only its job's (ask when submitting: sbatch/salloc --{OPT_GPGPU_SHARES_PER_NODE}={count}); the step is not started"
+                )));
+            }
+            continue;
+        }
         let held = alloc.devices.iter().filter(|d| &d.cder_type == ty).count() as u32;
         if count > held {
             let given = match req.sources.get(ty) {

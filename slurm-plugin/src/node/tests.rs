@@ -42,6 +42,7 @@ impl Cderd for FakeCderd {
             env: empty_env(),
             cgroups: None,
             device_cgroup: None,
+            shares: request.shares,
         };
         self.job = Some(a.clone());
         Ok(a)
@@ -71,6 +72,8 @@ struct FakeNode {
     up: bool,
     asked: Rc<RefCell<Vec<EnvRequest>>>,
     logged: RefCell<Vec<String>>,
+    shards: bool,
+    detail: Option<String>,
 }
 
 impl FakeNode {
@@ -82,6 +85,8 @@ impl FakeNode {
             up: true,
             asked: Rc::default(),
             logged: RefCell::default(),
+            shards: false,
+            detail: None,
         }
     }
 }
@@ -94,7 +99,15 @@ impl Node for FakeNode {
         Some("n1".into())
     }
     fn granted(&self, _job_id: u32) -> Result<GrantedJob, String> {
-        Err("no slurmctld here".into())
+        match &self.detail {
+            Some(d) => {
+                Ok(GrantedJob { licenses: None, num_nodes: 1, nodes: Some("n1".into()), gres_detail: vec![d.clone()] })
+            }
+            None => Err("no slurmctld here".into()),
+        }
+    }
+    fn shards(&self) -> bool {
+        self.shards
     }
     fn slurm_cgroup(&self) -> bool {
         self.slurm_cgroup
@@ -127,7 +140,15 @@ fn held(indices: &[u32]) -> Allocation {
             path: Some(format!("/dev/nvidia{i}")),
         })
         .collect();
-    Allocation { job: job(), uid: 1000, devices, env: JobEnvironment::default(), cgroups: None, device_cgroup: None }
+    Allocation {
+        job: job(),
+        uid: 1000,
+        devices,
+        env: JobEnvironment::default(),
+        cgroups: None,
+        device_cgroup: None,
+        shares: None,
+    }
 }
 
 fn step(options: RawRequest, gpus: Option<&str>) -> Step {
@@ -242,6 +263,28 @@ fn the_prolog_records_slurms_gpus_by_file() {
     let beyond =
         prolog_record(&Prolog { job_gpus: Some("9".into()), ..prolog }, &PluginArgs::default(), &node).unwrap_err();
     assert!(beyond.contains("cannot tell which of cderd's devices are SLURM's GPU(s) [9]"), "{beyond}");
+}
+
+#[test]
+fn the_prolog_records_the_shares_slurmctld_granted() {
+    let mut node = FakeNode::new(None);
+    let text =
+        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=4 File=/dev/nvidia0\nName=shard Count=4 File=/dev/nvidia1\n";
+    node.gres = Ok(crate::gres_conf::gres_devices(text, "gres.conf", None, "gpu").unwrap());
+    node.shards = true;
+    node.detail = Some("shard:3(IDX:1)".into());
+    // The job's environment is no authority: only SLURM_JOB_GPUS (slurmd's) and slurmctld's count.
+    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1".into()) };
+    let r = prolog_record(&prolog, &PluginArgs::default(), &node).unwrap();
+    assert_eq!((r.alloc.count, r.alloc.shares), (1, Some(3)));
+    assert_eq!(r.alloc.device_files, Some(vec![vec!["/dev/nvidia1".to_string()]]));
+    node.detail = Some("gpu:1(IDX:1)".into());
+    assert_eq!(prolog_record(&prolog, &PluginArgs::default(), &node).unwrap().alloc.shares, None);
+    node.detail = None;
+    let e = prolog_record(&prolog, &PluginArgs::default(), &node).unwrap_err();
+    assert!(e.contains("asking slurmctld for the shares") && e.contains("nothing recorded"), "{e}");
+    node.shards = false;
+    assert_eq!(prolog_record(&prolog, &PluginArgs::default(), &node).unwrap().alloc.shares, None);
 }
 
 #[test]

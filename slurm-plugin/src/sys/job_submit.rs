@@ -40,6 +40,20 @@ impl JobDesc<'_> {
         unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
     }
 
+    /// `exc_nodes`: the nodes the job must not run on (`wn[01-04]`).
+    pub fn exc_nodes(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.exc_nodes) }
+    }
+
+    /// Replaces `exc_nodes`, freeing the old value with SLURM's allocator.
+    pub fn set_exc_nodes(&mut self, value: &str) {
+        let new = xstrdup(value);
+        let mut old = std::mem::replace(&mut self.raw.exc_nodes, new);
+        // SAFETY: as in `set_tres_per_node`: the old value is SLURM's (or null).
+        unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
+    }
+
     /// `licenses`, e.g. `matlab:1,vgpgpu:6`.
     pub fn licenses(&self) -> Option<String> {
         // SAFETY: null or an xstrdup'd C string.

@@ -26,6 +26,13 @@
 //!   job prolog, whoever writes it. No design with a SPANK job prolog starts
 //!   a job faster than this over native.
 //!
+//! * `share-job`: on a second cluster whose four fake GPUs are each offered
+//!   as 4 shares (`gres/shard`, cderd's `[node.sharing]`), a one-share job
+//!   through cder (`--gpgpu-shares-per-node=1`: the job prolog also asks
+//!   slurmctld for the shares it granted, cderd records them in its shares
+//!   ledger) against the same job as native `--gres=shard:1` with
+//!   plugstack.conf empty; printed beside `gpu-job`, the whole-GPU job.
+//!
 //! Run with `RUST_LOG=cderd=debug CDER_KEEP_TMP=1` to keep cderd's log, whose
 //! `alloc timing` and `confine timing` lines break the cderd side down.
 //!
@@ -58,7 +65,7 @@ use cder_demos::{mean, median};
 use cder_tests::slurm::{require_slurm, SlurmCluster, SlurmConfig};
 
 /// The lines measured, in order; `--only` picks some.
-const LINES: [&str; 6] = ["steps", "jobs", "jobs+gpu", "gpu-job", "spank-only", "prolog-floor"];
+const LINES: [&str; 7] = ["steps", "jobs", "jobs+gpu", "gpu-job", "spank-only", "prolog-floor", "share-job"];
 
 /// Interleaved rounds per comparison unless `--rounds` says otherwise.
 const ROUNDS: usize = 10;
@@ -267,7 +274,7 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS] (default 50 sruns per side in 10 rounds; lines: steps, jobs, jobs+gpu, gpu-job, spank-only, prolog-floor)");
+            eprintln!("cder-slurm-bench: {e}\nusage: cder-slurm-bench [--task-cgroup] [--warmup-ms N] [--spank-arg WORD]... [--rounds R] [--only LINE]... [STEPS] (default 50 sruns per side in 10 rounds; lines: steps, jobs, jobs+gpu, gpu-job, spank-only, prolog-floor, share-job)");
             return ExitCode::from(2);
         }
     };
@@ -360,12 +367,47 @@ fn main() -> ExitCode {
                 compare_loaded(&cluster, native_gpu, native_gpu, Loaded::Line(&floor_line), n, rounds)?,
             ));
         }
+        if wanted("share-job") {
+            let shared = SlurmConfig {
+                gres_types: "gpu,shard".into(),
+                node_gres: Some("gpu:4,shard:16".into()),
+                gres_conf: Some(
+                    (0..4)
+                        .map(|i| format!("NodeName=node1 Name=gpu File={{dir}}/dev/gpu{i}\nNodeName=node1 Name=shard Count=4 File={{dir}}/dev/gpu{i}\n"))
+                        .collect(),
+                ),
+                cderd_sharing: "shares_per_gpu = 4\nslurm_gres_conf = \"{dir}/gres.conf\"\nslurm_node_name = \"node1\"\n".into(),
+                ..config.clone()
+            };
+            let sharing = SlurmCluster::start(&shared)?;
+            measured.push((
+                "share-job",
+                compare(
+                    &sharing,
+                    &["-n1", "--gres=shard:1", "true"],
+                    &["-n1", "--gpgpu-shares-per-node=1", "true"],
+                    extra,
+                    warmup,
+                    n,
+                    rounds,
+                )?,
+            ));
+        }
         println!(
             "cder-slurm-bench: srun -n1 true, spank_cder.so ({} build) loaded vs plugstack.conf empty, same cluster, same run",
             cder_tests::slurm::profile()
         );
         let added: std::collections::HashMap<&str, (f64, f64, f64)> =
             measured.iter().map(|(name, sides)| (*name, report(name, n, sides))).collect();
+        let with_median = |line: &str| measured.iter().find(|(n, _)| *n == line).map(|(_, s)| median(&s.with) * 1000.0);
+        if let (Some(whole), Some(share)) = (with_median("gpu-job"), with_median("share-job")) {
+            println!(
+                "share job vs whole-GPU job, both through cder (median start to end of srun): share {share:.2} ms, whole {whole:.2} ms, ratio {:.3}; added over native: share {:+.2} ms, whole {:+.2} ms (median)",
+                share / whole,
+                added["share-job"].1,
+                added["gpu-job"].1
+            );
+        }
         if let Some(steps) = added.get("steps") {
             let ok = steps.0 < 5.0 || steps.1 < 5.0;
             println!(
