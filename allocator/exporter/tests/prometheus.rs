@@ -117,6 +117,7 @@ fn prometheus_scrapes_the_exporter() {
         device_files: None,
         wait_ms: None,
         prepare_cgroups: None,
+        shares: None,
     };
     let allocation = client.alloc(&request).unwrap();
     let held: Vec<String> = allocation.devices.iter().map(|d| d.uuid.clone()).collect();

@@ -68,6 +68,45 @@ pub struct NodeConfig {
     /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
     #[serde(default)]
     pub sharing: Sharing,
+    /// NVIDIA MPS on shared GPUs: one control daemon per GPU, limits in
+    /// proportion to each job's shares.
+    #[serde(default)]
+    pub mps: Mps,
+}
+
+/// `[node.mps]`: with `enabled`, each GPU offered as shares (`[node.sharing]`)
+/// gets its own MPS control daemon while it has sharers, started by cderd
+/// with the GPU's UUID as `CUDA_VISIBLE_DEVICES` and its own pipe and log
+/// directories, and stopped (`quit`) when the last sharer leaves. The
+/// server's active-thread percentage and pinned-memory limit follow the
+/// sharers' shares (docs/sharing.md, "MPS").
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Mps {
+    /// Whether shared GPUs run under MPS.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The control program (started with `-d`; commands on its stdin).
+    #[serde(default = "default_mps_control")]
+    pub mps_control: PathBuf,
+    /// Where each GPU's `CUDA_MPS_PIPE_DIRECTORY` and
+    /// `CUDA_MPS_LOG_DIRECTORY` are made (`<dir>/<uuid>/pipe`, `…/log`);
+    /// jobs must be able to reach it.
+    #[serde(default = "default_mps_dir")]
+    pub runtime_dir: PathBuf,
+}
+
+impl Default for Mps {
+    fn default() -> Self {
+        Mps { enabled: false, mps_control: default_mps_control(), runtime_dir: default_mps_dir() }
+    }
+}
+
+fn default_mps_control() -> PathBuf {
+    PathBuf::from("/usr/bin/nvidia-cuda-mps-control")
+}
+fn default_mps_dir() -> PathBuf {
+    PathBuf::from("/run/cder/mps")
 }
 
 /// `[node.usage]`: cderd samples the NVML devices it has allocated
@@ -345,6 +384,7 @@ impl Default for NodeConfig {
             health: HealthWatch::default(),
             usage: UsageSampling::default(),
             sharing: Sharing::default(),
+            mps: Mps::default(),
         }
     }
 }
