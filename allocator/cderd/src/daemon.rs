@@ -551,7 +551,9 @@ impl Daemon {
             .map(|(_, h)| *h)
             .collect();
         let mut env = JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup);
-        env.0.extend(reply.env.0.iter().filter(|(k, _)| k.starts_with("CUDA_MPS_")).map(|(k, v)| (k.clone(), v.clone())));
+        env.0.extend(
+            reply.env.0.iter().filter(|(k, _)| k.starts_with("CUDA_MPS_")).map(|(k, v)| (k.clone(), v.clone())),
+        );
         env
     }
 

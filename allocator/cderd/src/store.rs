@@ -1275,10 +1275,11 @@ impl Store {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let mut recorded = 0;
+        // A job's devices: held whole (allocations) or shared (shares).
         for o in observations {
             let held: Option<(i64, i64)> = tx
                 .prepare_cached(
-                    "SELECT j.id, a.start FROM jobs j JOIN allocations a ON a.job_id = j.id \
+                    "SELECT j.id, a.start FROM jobs j JOIN (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a ON a.job_id = j.id \
                      WHERE j.job = ?1 AND j.end IS NULL AND a.device = ?2 AND a.end IS NULL",
                 )?
                 .query_row(params![o.job.to_string(), o.uuid], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1391,8 +1392,8 @@ impl Store {
                     COALESCE(u.samples, 0), COALESCE(u.sampled_ms, 0), COALESCE(u.util_ms, 0), COALESCE(u.active_ms, 0), \
                     COALESCE(u.util_weighted, 0), u.peak_util, COALESCE(u.peak_memory_mib, 0), u.first_ms, u.last_ms, \
                     COALESCE(u.source, 'none'), a.job_id
-             FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device \
-             LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
+             FROM (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a JOIN jobs j ON j.id = a.job_id \
+             JOIN devices d ON d.uuid = a.device LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
              WHERE (?1 IS NULL OR j.job = ?1) AND (?2 IS NULL OR j.uid = ?2) AND (?3 IS NULL OR a.end IS NULL OR a.end >= ?3)
              ORDER BY a.start, a.job_id, d.type, d.idx",
         )?;
@@ -1461,7 +1462,8 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(
             "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.idle_since_ms
              FROM usage u JOIN jobs j ON j.id = u.job_id JOIN devices d ON d.uuid = u.device \
-             JOIN allocations a ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
+             JOIN (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a \
+             ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
              WHERE j.end IS NULL AND u.idle_since_ms IS NOT NULL AND u.idle_since_ms <= ?1
              ORDER BY u.idle_since_ms, d.type, d.idx",
         )?;

@@ -126,7 +126,10 @@ fn unequal_shares_set_the_server_to_the_largest_and_each_job_to_its_own() {
     // The 3-share job leaves: the server goes back to the 1-share job's 25 %.
     node.client().release(&"slurm:82".parse().unwrap()).unwrap();
     let log = commands(&runtime, &uuid);
-    assert_eq!(log.iter().rev().find(|l| l.contains("set_default_active_thread")).unwrap(), "Cmd:set_default_active_thread_percentage 25.0");
+    assert_eq!(
+        log.iter().rev().find(|l| l.contains("set_default_active_thread")).unwrap(),
+        "Cmd:set_default_active_thread_percentage 25.0"
+    );
     node.client().release(&"slurm:81".parse().unwrap()).unwrap();
 }
 

@@ -50,7 +50,8 @@ fn daemonize() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let spawned = Command::new(exe).arg("--serve").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let spawned =
+        Command::new(exe).arg("--serve").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     if let Err(e) = spawned {
         eprintln!("fake-mps-control: cannot start the daemon: {e}");
         return ExitCode::FAILURE;
