@@ -26,6 +26,7 @@ mod ldap_capacity;
 mod slurm_faults;
 mod slurm_mig;
 mod slurm_plugins;
+mod sharing_discovery;
 mod slurm_shares;
 mod slurm_stress;
 mod slurm_trust;

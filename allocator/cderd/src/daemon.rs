@@ -938,10 +938,11 @@ impl Daemon {
         let devices = store.devices().map_err(|e| store.reply(e))?;
         let generation = store.generation().map_err(|e| store.reply(e))?;
         let shares = store.shares().map_err(|e| store.reply(e))?;
+        let share_totals: Vec<Option<u32>> = devices.iter().map(|d| store.share_total(d)).collect();
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
-        for d in &devices {
+        for (d, share_total) in devices.iter().zip(&share_totals) {
             let c = counts.entry(d.cder_type.clone()).or_default();
             c.total += 1;
             match d.state() {
@@ -949,6 +950,13 @@ impl Daemon {
                 DeviceState::Allocated => c.allocated += 1,
                 DeviceState::Offline => c.offline += 1,
                 DeviceState::Unhealthy => c.unhealthy += 1,
+            }
+            if let Some(total) = share_total.filter(|_| d.present) {
+                c.shares_total += total;
+                c.shares_used += d.shared;
+                if d.healthy && !d.drained {
+                    c.shares_free += total.saturating_sub(d.shared);
+                }
             }
         }
         let shares = shares

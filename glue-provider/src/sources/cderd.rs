@@ -8,7 +8,7 @@ use cder_protocol::DeviceState;
 
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
-use crate::sources::counts::{CountSource, Counts, GroupCounts};
+use crate::sources::counts::{CountSource, Counts, GroupCounts, ShareCounts};
 
 /// Counts from the local cderd's `status` reply.
 #[derive(Debug, Clone)]
@@ -30,6 +30,7 @@ impl CountSource for CderdCounts {
             .iter()
             .map(|group| {
                 let mut devices = BTreeMap::new();
+                let mut shares = BTreeMap::new();
                 for class in &group.classes {
                     let counts = if class.members.is_empty() {
                         let c = status.counts.get(&class.cder_type).ok_or_else(|| {
@@ -38,6 +39,14 @@ impl CountSource for CderdCounts {
                         let offline = c.offline.checked_add(c.unhealthy).ok_or_else(|| {
                             ProviderError::Runtime(format!("cderd at {} reports {} offline and {} unhealthy {} devices: more than a count holds", self.socket.display(), c.offline, c.unhealthy, class.cder_type))
                         })?;
+                        if c.shares_total > 0 {
+                            // cderd's shared GPUs all have the same number of shares.
+                            let per_gpu = status.shares.iter().find(|s| s.cder_type == class.cder_type).map(|s| s.total);
+                            let present = c.total.saturating_sub(c.unhealthy).max(1);
+                            let per_gpu = per_gpu.unwrap_or(c.shares_total / present);
+                            let s = ShareCounts { total: c.shares_total, free: c.shares_free, used: c.shares_used, per_gpu };
+                            shares.insert(class.key.clone(), s);
+                        }
                         Counts { total: c.total, free: c.free, used: c.allocated, offline }
                     } else {
                         // Per device, so that each kind of device gets its own counts.
@@ -57,7 +66,7 @@ impl CountSource for CderdCounts {
                     };
                     devices.insert(class.key.clone(), counts);
                 }
-                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone() })
+                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone(), shares })
             })
             .collect()
     }
