@@ -954,6 +954,7 @@ impl Daemon {
             if let Some(total) = share_total.filter(|_| d.present) {
                 c.shares_total += total;
                 c.shares_used += d.shared;
+                c.shares_per_device = c.shares_per_device.max(total);
                 if d.healthy && !d.drained {
                     c.shares_free += total.saturating_sub(d.shared);
                 }

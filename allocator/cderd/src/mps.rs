@@ -154,6 +154,14 @@ impl Mps {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
+        // `-d` returns once it has forked; its pipe may come a moment later.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !pipe.join("control").exists() {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("MPS: the control daemon for {uuid} made no {}/control in 10 s", pipe.display()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         tracing::info!(device = %uuid, pipe = %pipe.display(), "MPS control daemon started");
         Ok(())
     }

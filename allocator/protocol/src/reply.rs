@@ -286,6 +286,9 @@ pub struct TypeCounts {
     /// Shares jobs hold.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub shares_used: u32,
+    /// The shares each shared device of the type is offered as.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shares_per_device: u32,
 }
 
 fn is_zero(n: &u32) -> bool {

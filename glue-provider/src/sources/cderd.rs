@@ -19,6 +19,29 @@ pub struct CderdCounts {
     pub timeout: Duration,
 }
 
+/// The shares of `class`'s devices (its members, or every device of its
+/// type) that cderd offers as shares; `None` where it shares none.
+fn share_counts(status: &cder_protocol::Status, class: &crate::site::DeviceClass) -> Option<ShareCounts> {
+    let per_gpu = status.counts.get(&class.cder_type).map_or(0, |c| c.shares_per_device);
+    if per_gpu == 0 {
+        return None;
+    }
+    let mut s = ShareCounts { per_gpu, ..ShareCounts::default() };
+    let devices = status
+        .devices
+        .iter()
+        .filter(|d| d.cder_type == class.cder_type && (class.members.is_empty() || class.members.contains(&d.uuid)));
+    for d in devices {
+        let held: u32 = status.shares.iter().filter(|h| h.uuid == d.uuid).map(|h| h.shares).sum();
+        s.total += per_gpu;
+        s.used += held;
+        if matches!(d.state, DeviceState::Free | DeviceState::Allocated) {
+            s.free += per_gpu.saturating_sub(held);
+        }
+    }
+    Some(s)
+}
+
 impl CountSource for CderdCounts {
     fn counts(&self, groups: &[NodeGroup]) -> Result<Vec<GroupCounts>, ProviderError> {
         let status = cder_protocol::Client::connect(&self.socket, self.timeout)
@@ -39,14 +62,6 @@ impl CountSource for CderdCounts {
                         let offline = c.offline.checked_add(c.unhealthy).ok_or_else(|| {
                             ProviderError::Runtime(format!("cderd at {} reports {} offline and {} unhealthy {} devices: more than a count holds", self.socket.display(), c.offline, c.unhealthy, class.cder_type))
                         })?;
-                        if c.shares_total > 0 {
-                            // cderd's shared GPUs all have the same number of shares.
-                            let per_gpu = status.shares.iter().find(|s| s.cder_type == class.cder_type).map(|s| s.total);
-                            let present = c.total.saturating_sub(c.unhealthy).max(1);
-                            let per_gpu = per_gpu.unwrap_or(c.shares_total / present);
-                            let s = ShareCounts { total: c.shares_total, free: c.shares_free, used: c.shares_used, per_gpu };
-                            shares.insert(class.key.clone(), s);
-                        }
                         Counts { total: c.total, free: c.free, used: c.allocated, offline }
                     } else {
                         // Per device, so that each kind of device gets its own counts.
@@ -64,6 +79,9 @@ impl CountSource for CderdCounts {
                         }
                         c
                     };
+                    if let Some(s) = share_counts(&status, class) {
+                        shares.insert(class.key.clone(), s);
+                    }
                     devices.insert(class.key.clone(), counts);
                 }
                 Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone(), shares })
