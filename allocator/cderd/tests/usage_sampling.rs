@@ -396,7 +396,8 @@ fn two_jobs_sharing_one_gpu_each_get_their_own_processes_use() {
     let nvmls = cderd::usage::open_types(&daemon);
     let mut sampler = cderd::usage::Sampler::new(&nvmls).with_proc_root(&proc_root);
     assert_eq!(sampler.tick(&daemon).unwrap(), 2);
-    let mut seen: Vec<(String, Option<u32>, Option<u64>, Vec<u32>)> = daemon
+    type Seen = (String, Option<u32>, Option<u64>, Vec<u32>);
+    let mut seen: Vec<Seen> = daemon
         .latest_samples()
         .iter()
         .map(|s| {

@@ -230,6 +230,7 @@ mod tests {
             counts: Default::default(),
             generation: 1,
             idle: vec![],
+            shares: vec![],
         };
         let job: cder_model::JobKey = "slurm:42".parse().unwrap();
         let usage = Usage {

@@ -99,11 +99,13 @@ mod tests {
     #[test]
     fn numeric_suffixes_are_the_counts_per_node_and_numeric_attributes() {
         let mut expected: Vec<&str> = COUNT_SUFFIXES.to_vec();
+        expected.extend(SHARE_SUFFIXES);
         expected.push(PER_NODE_SUFFIX);
         expected.extend(ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model")));
         assert_eq!(NUMERIC_SUFFIXES.to_vec(), expected);
         assert_eq!(key(GPGPU_PREFIX, COUNT_SUFFIXES[1]), "GPGPUFreeInstances");
         assert!(WHOLE_NUMBER_SUFFIXES.iter().all(|s| NUMERIC_SUFFIXES.contains(s)));
-        assert!(COUNT_SUFFIXES.iter().all(|s| WHOLE_NUMBER_SUFFIXES.contains(s)));
+        assert!(COUNT_SUFFIXES.iter().chain(&SHARE_SUFFIXES).all(|s| WHOLE_NUMBER_SUFFIXES.contains(s)));
+        assert_eq!(key(GPGPU_PREFIX, SHARE_SUFFIXES[1]), "GPGPUFreeShares");
     }
 }
