@@ -155,3 +155,19 @@ fn a_second_users_share_job_is_refused_while_the_first_users_server_runs() {
     assert_eq!(log.iter().filter(|l| l.starts_with("Starting control daemon")).count(), 2, "{log:#?}");
     node.client().release(&"slurm:92".parse().unwrap()).unwrap();
 }
+
+#[test]
+fn a_restarted_cderd_keeps_the_running_control_daemon_and_stops_it_after_the_last_sharer() {
+    let (mut node, runtime) = mps_node();
+    let uuid = gpu(0).uuid;
+    node.client().alloc(&share("slurm:101", 1000, 0, 1)).unwrap();
+    node.kill();
+    node.start();
+    let log = commands(&runtime, &uuid);
+    // Asked whether it runs, not started twice; its limits set again.
+    assert_eq!(log.iter().filter(|l| l.starts_with("Starting control daemon")).count(), 1, "{log:#?}");
+    let sets = log.iter().filter(|l| *l == "Cmd:set_default_active_thread_percentage 25.0").count();
+    assert_eq!(sets, 2, "{log:#?}");
+    node.client().release(&"slurm:101".parse().unwrap()).unwrap();
+    assert_eq!(commands(&runtime, &uuid).last().map(String::as_str), Some("Exit with status 0"));
+}
