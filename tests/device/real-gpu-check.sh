@@ -30,6 +30,9 @@ operators = []
 [node.enforcement]
 cgroup = "auto"
 cgroup_parent = "cder-gpu-check"
+[node.usage]
+sample_period_s = 1
+idle_after_s = 5
 [[cder]]
 name = "gpgpu"
 vendor = "nvidia"
@@ -89,6 +92,31 @@ except Exception as e:
     print("CUDA refused in job c:", type(e).__name__, str(e)[:200])
 '
 "$BIN/cderctl" release --job local:gpu-a; "$BIN/cderctl" release --job local:gpu-c
+
+step "usage sampling: job u keeps the GPU busy for 12 s, job v holds it idle afterwards"
+"$BIN/cderctl" alloc --job local:gpu-u --uid 0 --count 1 >/dev/null
+if [ -x "$BIN/cder-exporter" ]; then "$BIN/cder-exporter" --listen 127.0.0.1:9400 > "$T/exporter.log" 2>&1 & EXPORTER=$!; fi
+"$BIN/cderctl" confine --job local:gpu-u -- $py -c '
+import torch, time
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.time() + 12
+while time.time() < end:
+    for _ in range(20): a @ a
+    torch.cuda.synchronize()
+' &
+LOADU=$!
+sleep 6
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+[ -n "${EXPORTER:-}" ] && curl -s -H 'Accept: application/openmetrics-text' http://127.0.0.1:9400/metrics | grep -E '^(DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|cder_job_active)' | head -6
+wait $LOADU
+"$BIN/cderctl" usage --job local:gpu-u
+"$BIN/cderctl" usage --job local:gpu-u --json
+"$BIN/cderctl" release --job local:gpu-u
+"$BIN/cderctl" alloc --job local:gpu-v --uid 0 --count 1 >/dev/null
+sleep 8
+"$BIN/cderctl" status; "$BIN/cderctl" usage --job local:gpu-v
+"$BIN/cderctl" release --job local:gpu-v
+[ -n "${EXPORTER:-}" ] && kill $EXPORTER
 kill $CDERD; wait $CDERD; echo "cderd log:"; tail -20 "$T/cderd.log"
 
 step "NVML utilisation and per-process answers under load (nvidia-ml-py)"

@@ -79,6 +79,23 @@ impl Slapd {
         Self::start_with(options, |conf| slapadd(conf, ldif))
     }
 
+    /// [`Slapd::start_preloaded`] with more `index` lines (`"GLUE2ExtensionKey eq"`) in the
+    /// `o=glue` database: slapadd builds them as it loads (a BDII "fixed at the database").
+    pub fn start_preloaded_indexed(options: &SlapdOptions, ldif: &str, indexes: &[&str]) -> Result<Slapd, String> {
+        Self::start_with(options, |conf| {
+            let text = std::fs::read_to_string(conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+            let glue = text.find("\"o=glue\"\n").ok_or_else(|| format!("{}: no o=glue", conf.display()))?;
+            let at = text[glue..]
+                .find("index objectClass")
+                .map(|i| glue + i)
+                .ok_or_else(|| format!("{}: no index lines for o=glue", conf.display()))?;
+            let extra: String = indexes.iter().map(|i| format!("index {i}\n")).collect();
+            std::fs::write(conf, format!("{}{extra}{}", &text[..at], &text[at..]))
+                .map_err(|e| format!("{}: {e}", conf.display()))?;
+            slapadd(conf, ldif)
+        })
+    }
+
     /// Like [`Slapd::start`], with more schema files included right after
     /// GLUE20.schema (e.g. deploy/bdii/GLUE21-accelerator.schema).
     pub fn start_with_schemas(options: &SlapdOptions, schemas: &[PathBuf]) -> Result<Slapd, String> {

@@ -9,7 +9,7 @@
 //! What is asserted is what each job can open, its `CUDA_VISIBLE_DEVICES`,
 //! SLURM's job states and cderd's ledger of shares (`status`).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
@@ -34,7 +34,7 @@ pub fn shared_config(cgroup: bool) -> SlurmConfig {
 }
 
 /// A job that prints what it can open and sees, then waits for `flag`.
-fn probe(cluster: &SlurmCluster, flag: &PathBuf) -> String {
+fn probe(cluster: &SlurmCluster, flag: &Path) -> String {
     format!(
         "#!/bin/sh\n{}echo CVD=${{CUDA_VISIBLE_DEVICES-unset}}\nwhile [ ! -e '{}' ]; do sleep 0.2; done\n",
         cluster.open_probe(),

@@ -1144,7 +1144,7 @@ impl Store {
             .execute(params![id, now])?;
         tx.prepare_cached("UPDATE jobs SET end = MAX(?2, start) WHERE id = ?1")?.execute(params![id, now])?;
         if let Some(mine) = allocation.shares {
-            tx.prepare_cached("UPDATE shares SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+            tx.prepare_cached("UPDATE shares SET end = MAX(?2, start) WHERE job_id = ?1 AND end IS NULL")?
                 .execute(params![id, now])?;
             // What the other sharers still hold.
             return Ok(allocation

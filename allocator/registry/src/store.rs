@@ -380,15 +380,16 @@ impl BackendLedger {
     }
 
     /// `release`: ends every live allocation of `job` (all nodes); the
-    /// number of backends returned, 0 when there were none.
+    /// number of backends returned, 0 when there were none. A wall clock
+    /// stepped back ends an allocation at its start, never before it.
     pub fn release(&mut self, job: &JobKey, now: i64) -> Result<u32> {
         let tx = durable::begin(&self.conn)?;
         let key = job.to_string();
         let n = tx.execute(
-            "UPDATE allocations SET end = ?2 WHERE end IS NULL AND job_id IN (SELECT id FROM jobs WHERE job = ?1 AND end IS NULL)",
+            "UPDATE allocations SET end = MAX(?2, start) WHERE end IS NULL AND job_id IN (SELECT id FROM jobs WHERE job = ?1 AND end IS NULL)",
             params![key, now],
         )?;
-        tx.execute("UPDATE jobs SET end = ?2 WHERE job = ?1 AND end IS NULL", params![key, now])?;
+        tx.execute("UPDATE jobs SET end = MAX(?2, start) WHERE job = ?1 AND end IS NULL", params![key, now])?;
         let n = u32::try_from(n).map_err(|_| {
             refused(ApiErrorCode::Internal, format!("{job} held {n} backends, more than a reply can count"))
         })?;
@@ -554,6 +555,24 @@ mod tests {
         let (held, uids) = s.allocations(&"slurm:2".parse().unwrap()).unwrap();
         assert_eq!((held.len(), held[0].backends.clone(), uids), (1, b.backends, vec![Some(1000)]));
         assert!(s.allocations(&"slurm:1".parse().unwrap()).unwrap().0.is_empty(), "released");
+    }
+
+    #[test]
+    fn a_release_timed_before_its_start_ends_at_the_start() {
+        let (_d, mut s) = store();
+        reg(&mut s, "GPU-0", "n1", 0, BOTH);
+        s.request(&req("slurm:7", 1, "n1"), &LocalFirstPolicy, 1000).unwrap();
+        // The wall clock stepped back an hour between request and release.
+        assert_eq!(s.release(&"slurm:7".parse().unwrap(), 1000 - 3600).unwrap(), 1);
+        let ends: Vec<(i64, i64)> = s
+            .conn
+            .prepare("SELECT start, end FROM allocations UNION ALL SELECT start, end FROM jobs")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(ends, [(1000, 1000), (1000, 1000)], "no negative interval");
     }
 
     #[test]

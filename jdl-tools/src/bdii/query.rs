@@ -359,6 +359,9 @@ pub struct Bdii {
     ldap: Ldap,
     opts: QueryOptions,
     queries: usize,
+    /// Permits for searches in flight, shared by every spawn: slapd closes a
+    /// connection that has more than `conn_max_pending` of them waiting.
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// Where a tapped search hands each entry as it arrives, with the search's
@@ -404,7 +407,7 @@ async fn run_search(
         }
     }
     let res = stream.finish().await;
-    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
+    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, attrs = s.attrs.join(" "), paged = s.paged, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
     // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
     if res.rc != 0 && res.rc != 32 {
         return Err(BdiiError::Search {
@@ -492,7 +495,8 @@ impl Bdii {
                 tracing::debug!("LDAP connection ended: {e}");
             }
         });
-        Ok(Bdii { rt, ldap, opts: opts.clone(), queries: 0 })
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        Ok(Bdii { rt, ldap, opts: opts.clone(), queries: 0, gate })
     }
 
     /// One paged subtree search; returns every entry.
@@ -527,7 +531,7 @@ impl Bdii {
         self.queries += searches.len();
         let (url, timeout, page, connect_timeout) =
             (self.opts.url.clone(), self.opts.timeout, self.opts.page_size, self.opts.connect_timeout);
-        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        let gate = self.gate.clone();
         searches
             .into_iter()
             .enumerate()

@@ -399,13 +399,23 @@ fn main() -> ExitCode {
         );
         let added: std::collections::HashMap<&str, (f64, f64, f64)> =
             measured.iter().map(|(name, sides)| (*name, report(name, n, sides))).collect();
-        let with_median = |line: &str| measured.iter().find(|(n, _)| *n == line).map(|(_, s)| median(&s.with) * 1000.0);
-        if let (Some(whole), Some(share)) = (with_median("gpu-job"), with_median("share-job")) {
+        // Each line's native side ran on its own cluster: compare what cder
+        // adds to each, not the absolute times.
+        let medians = |line: &str| {
+            measured
+                .iter()
+                .find(|(n, _)| *n == line)
+                .map(|(_, s)| (median(&s.without) * 1000.0, median(&s.with) * 1000.0))
+        };
+        if let (Some(whole), Some(share)) = (medians("gpu-job"), medians("share-job")) {
             println!(
-                "share job vs whole-GPU job, both through cder (median start to end of srun): share {share:.2} ms, whole {whole:.2} ms, ratio {:.3}; added over native: share {:+.2} ms, whole {:+.2} ms (median)",
-                share / whole,
+                "share job vs whole-GPU job, what cder adds over the native job (median; paired by round): share {:+.2} ms; {:+.2} ms (native --gres=shard:1 {:.2} ms), whole {:+.2} ms; {:+.2} ms (native --gres=gpu:1 {:.2} ms)",
                 added["share-job"].1,
-                added["gpu-job"].1
+                added["share-job"].2,
+                share.0,
+                added["gpu-job"].1,
+                added["gpu-job"].2,
+                whole.0
             );
         }
         if let Some(steps) = added.get("steps") {
