@@ -10,6 +10,9 @@
 //!   entry and type (FreeAcceleratorSlots, UsedAcceleratorSlots,
 //!   MaxAcceleratorSlotsPerJob).
 //!
+//! GPUs offered as shares (SLURM `gres/shard`) count as their shares: a
+//! GPU of 4 shares is 4 accelerator slots, and a job's most is one GPU's.
+//!
 //! The LDAP rendering (names `GLUE2<Entity><Attribute>`, as GLUE 2.0's) is
 //! defined by deploy/bdii/GLUE21-accelerator.schema. A MIG instance is a
 //! logical accelerator, not a physical one: its class publishes
@@ -65,10 +68,22 @@ pub fn entries(config: &ProviderConfig, snapshot: &Snapshot, service_dn: &str, c
                 if !is_mig(class) {
                     t.physical += per_node * nodes;
                 }
-                t.slots += u64::from(c.total);
-                t.free += u64::from(c.free);
-                t.used += u64::from(c.used);
-                t.max_per_job = t.max_per_job.max(per_node);
+                // A GPU offered as shares is that many slots; a job holds
+                // shares of one GPU at most.
+                match counts.shares.get(&class.key) {
+                    Some(s) => {
+                        t.slots += u64::from(s.total);
+                        t.free += u64::from(s.free);
+                        t.used += u64::from(s.used);
+                        t.max_per_job = t.max_per_job.max(u64::from(s.per_gpu));
+                    }
+                    None => {
+                        t.slots += u64::from(c.total);
+                        t.free += u64::from(c.free);
+                        t.used += u64::from(c.used);
+                        t.max_per_job = t.max_per_job.max(per_node);
+                    }
+                }
 
                 let id = format!("{}_{}", env.id, class.key);
                 let mut e = Entry::new(format!("GLUE2AcceleratorEnvironmentID={id},{service_dn}"));

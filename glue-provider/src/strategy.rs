@@ -69,6 +69,11 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
         for (suffix, value) in glue::COUNT_SUFFIXES.into_iter().zip([c.total, c.free, c.used, c.offline]) {
             out.push(Published { key: glue::key(p, suffix), value: value.to_string(), kind: Kind::Dynamic });
         }
+        if let Some(s) = counts.shares.get(&class.key) {
+            for (suffix, value) in glue::SHARE_SUFFIXES.into_iter().zip([s.total, s.free, s.used]) {
+                out.push(Published { key: glue::key(p, suffix), value: value.to_string(), kind: Kind::Dynamic });
+            }
+        }
         out.push(Published {
             key: glue::key(p, glue::PER_NODE_SUFFIX),
             value: class.per_node.to_string(),

@@ -3,6 +3,8 @@
 //!
 //! * the per-node test `GPGPUPerNode <= other.GPGPUPerNode` (a node must
 //!   hold all the devices a job asks for on it);
+//! * for shares of a GPU, `GPGPUSharesPerNode <= other.GPGPUFreeShares`
+//!   (only sites that share their GPUs publish it, with the shares free now);
 //! * the thesis's vGPGPU rule
 //!   `VirtualGPGPUPerNode × CPUNumber <= TotalVGPGPU_<method>` (when a job
 //!   asks for virtual GPGPUs, the per-node test does not apply);
@@ -147,6 +149,10 @@ impl Request {
             );
         } else if positive_int(job, keys::GPGPU_PER_NODE)?.is_some() {
             requirements = and(requirements, parse("MY.GPGPUPerNode <= TARGET.GPGPUPerNode"));
+        } else if positive_int(job, keys::GPGPU_SHARES_PER_NODE)?.is_some() {
+            // Only a site that shares its GPUs publishes GPGPUFreeShares
+            // (undefined elsewhere: no match), and it must have that many free.
+            requirements = and(requirements, parse("MY.GPGPUSharesPerNode <= TARGET.GPGPUFreeShares"));
         }
         let rank = match preset {
             Some(_) => Self::preset_rank(method.as_deref(), None),
@@ -401,6 +407,32 @@ mod tests {
 
     fn job(src: &str) -> ClassAd {
         ClassAd::parse(src).unwrap()
+    }
+
+    #[test]
+    fn a_share_job_matches_sites_with_that_many_free_shares_only() {
+        let offers = vec![
+            // Whole GPUs only: no share keys, never a match for shares.
+            offer("whole", "[ GPGPUPerNode = 4; GPGPUFreeInstances = 4; GlueCEStateEstimatedResponseTime = 1 ]"),
+            offer("full", "[ GPGPUPerNode = 4; GPGPUTotalShares = 16; GPGPUFreeShares = 1; GPGPUUsedShares = 15 ]"),
+            offer("room", "[ GPGPUPerNode = 4; GPGPUTotalShares = 16; GPGPUFreeShares = 13; GPGPUUsedShares = 3 ]"),
+        ];
+        let r = Request::new(&job("[ GPGPUSharesPerNode = 2 ]"), None).unwrap();
+        let res = list_match(&r, &offers, true);
+        assert_eq!(res.ce_ids(), ["room"]);
+        let mut reasons: Vec<(String, Vec<String>)> =
+            res.excluded.iter().map(|e| (e.ce_id.clone(), e.reasons.clone())).collect();
+        reasons.sort();
+        assert_eq!(
+            reasons,
+            [
+                ("full".to_string(), vec!["MY.GPGPUSharesPerNode <= TARGET.GPGPUFreeShares is false".to_string()]),
+                ("whole".to_string(), vec!["MY.GPGPUSharesPerNode <= TARGET.GPGPUFreeShares is undefined".to_string()])
+            ]
+        );
+        let w = r.wanted(&["GPGPU".to_string()], None);
+        assert!(w.keys.contains("GPGPUFreeShares"), "{:?}", w.keys);
+        assert_eq!(Request::new(&job("[ GPGPUSharesPerNode = 0 ]"), None).unwrap_err().key, "GPGPUSharesPerNode");
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod slurm_admin_comment;
 mod slurm_faults;
 mod slurm_mig;
 mod slurm_plugins;
+mod sharing_discovery;
 mod slurm_shares;
 mod slurm_stress;
 mod slurm_trust;

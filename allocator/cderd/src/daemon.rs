@@ -38,6 +38,9 @@ pub enum StartError {
     /// A `[node] operators` entry names no user this node knows.
     #[error("[node] operators: {0}")]
     Operator(String),
+    /// `[node.mps] enabled` on a node that shares no GPU.
+    #[error("[node.mps]: {0}")]
+    Mps(String),
     /// `[node.sharing]` and SLURM's gres.conf disagree.
     #[error("[node.sharing]: {0}")]
     Sharing(#[from] crate::sharing::SharingError),
@@ -58,6 +61,8 @@ pub use crate::peer::Caller;
 /// writer anyway) and keeps enforcement in step with the database.
 pub struct Daemon {
     config: Config,
+    /// The MPS control daemons of shared GPUs (`[node.mps] enabled`).
+    mps: Option<crate::mps::Mps>,
     store: Mutex<Store>,
     policy: Box<dyn SelectionPolicy>,
     enforcer: Enforcer,
@@ -97,6 +102,9 @@ pub struct UsageTarget {
     pub uuid: String,
     /// Its CDER type.
     pub cder_type: String,
+    /// Whether the job holds shares of the device beside other jobs: its
+    /// sample is then its own processes' only, never the whole device's.
+    pub shared: bool,
 }
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
@@ -213,7 +221,58 @@ impl Daemon {
         let db = daemon.config.node.state_dir.join("cderd.db");
         crate::store::checkpoint_in_background(&db, std::time::Duration::from_millis(500))?;
         daemon.reassert_enforcement()?;
+        // After a restart the GPUs still shared get their control daemons back.
+        for uuid in daemon.sharers_by_device().keys() {
+            daemon.mps_settle(uuid).map_err(StartError::Mps)?;
+        }
         Ok(daemon)
+    }
+
+    /// Each shared device's sharers now, by UUID, for MPS.
+    fn sharers_by_device(&self) -> BTreeMap<String, Vec<crate::mps::Sharer>> {
+        let mut out: BTreeMap<String, Vec<crate::mps::Sharer>> = BTreeMap::new();
+        if self.mps.is_none() {
+            return out;
+        }
+        let rows = { self.store().shares().unwrap_or_default() };
+        for r in rows {
+            out.entry(r.device.uuid.clone()).or_default().push(crate::mps::Sharer {
+                job: r.job.to_string(),
+                uid: r.uid,
+                shares: r.shares,
+                total: r.total,
+            });
+        }
+        out
+    }
+
+    /// Brings `uuid`'s MPS control daemon in line with its sharers now:
+    /// running with their limits, or stopped when none is left.
+    fn mps_settle(&self, uuid: &str) -> Result<(), String> {
+        let Some(mps) = &self.mps else { return Ok(()) };
+        let memory = self.inventory.get(uuid).map_or(0, |d| d.attributes.memory_mb);
+        let sharers = self.sharers_by_device().remove(uuid).unwrap_or_default();
+        if sharers.is_empty() {
+            mps.leave(uuid, memory, &[])
+        } else {
+            mps.arrive(uuid, memory, &sharers)
+        }
+    }
+
+    /// MPS for a new sharer `job` of `uid`: refused while another user's
+    /// jobs share one of `uuids`; else each GPU's daemon up with new limits.
+    fn mps_admit(&self, job: &JobKey, uid: u32, uuids: &[String]) -> Result<(), ErrorReply> {
+        let Some(mps) = &self.mps else { return Ok(()) };
+        let all = self.sharers_by_device();
+        for uuid in uuids {
+            let others: Vec<crate::mps::Sharer> =
+                all.get(uuid).into_iter().flatten().filter(|s| s.job != job.to_string()).cloned().collect();
+            mps.admits(uuid, uid, &others).map_err(|m| ErrorReply::new(ErrorCode::Conflict, m))?;
+        }
+        for uuid in uuids {
+            self.mps_settle(uuid).map_err(|m| ErrorReply::new(ErrorCode::Internal, m))?;
+        }
+        Ok(())
     }
 
     /// Discovery, state and device table as [`Daemon::start`] does, but
@@ -261,7 +320,13 @@ impl Daemon {
             }
         }
         let config_usage = config.node.usage.clone();
+        if config.node.mps.enabled && config.node.sharing.shares_per_gpu == 0 {
+            return Err(StartError::Mps(
+                "enabled = true, but [node.sharing] shares_per_gpu is 0: MPS runs on GPUs offered as shares".into(),
+            ));
+        }
         let daemon = Daemon {
+            mps: crate::mps::Mps::new(&config.node.mps),
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
             config,
             store: Mutex::new(store),
@@ -446,11 +511,22 @@ impl Daemon {
                     path: Some(d.path.display().to_string()),
                 })
                 .collect(),
-            env: JobEnvironment::for_devices(&self.config.cders, &devices),
+            env: self.with_mps(JobEnvironment::for_devices(&self.config.cders, &devices), a),
             cgroups: None,
             device_cgroup: None,
             shares: a.shares,
         }
+    }
+
+    /// `env` with the MPS variables of a sharer's GPU (none otherwise).
+    fn with_mps(&self, mut env: JobEnvironment, a: &JobAllocation) -> JobEnvironment {
+        let (Some(mps), Some(shares)) = (&self.mps, a.shares) else { return env };
+        let total = self.config.node.sharing.shares_per_gpu;
+        // A job's shares come from one GPU (SLURM takes them so).
+        if let Some(d) = a.devices.first() {
+            env.0.extend(mps.job_env(&d.uuid, shares, total, d.memory_mb));
+        }
+        env
     }
 
     /// The environment of `reply`'s devices, narrowed to `step` (indices of
@@ -474,7 +550,11 @@ impl Daemon {
             })
             .map(|(_, h)| *h)
             .collect();
-        JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup)
+        let mut env = JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup);
+        env.0.extend(
+            reply.env.0.iter().filter(|(k, _)| k.starts_with("CUDA_MPS_")).map(|(k, v)| (k.clone(), v.clone())),
+        );
+        env
     }
 
     /// `alloc`: idempotent per job; enforced after commit, undone if
@@ -590,6 +670,22 @@ impl Daemon {
                     format!("enforcement failed, allocation undone: {e}"),
                 ));
             }
+            if allocation.shares.is_some() && self.mps.is_some() {
+                let uuids: Vec<String> = allocation.devices.iter().map(|d| d.uuid.clone()).collect();
+                drop(store);
+                if let Err(e) = self.mps_admit(&allocation.job, allocation.uid, &uuids) {
+                    let mut store = self.store();
+                    store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
+                    drop(store);
+                    for uuid in &uuids {
+                        if let Err(m) = self.mps_settle(uuid) {
+                            tracing::error!(job = %allocation.job, "MPS after an undone share: {m}");
+                        }
+                    }
+                    return Err(ErrorReply::new(e.code, format!("{}; allocation undone", e.message)));
+                }
+                store = self.store();
+            }
             let indices: Vec<String> = allocation.devices.iter().map(LedgerRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
             if !allocation.batch_confined {
@@ -627,6 +723,8 @@ impl Daemon {
         for e in self.enforcer.restore(&idle) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
+        drop(store);
+        self.mps_after_release(job, allocation.as_ref(), &released);
         if let Some(a) = &allocation {
             self.remove_groups(job, &a.token);
         }
@@ -821,16 +919,30 @@ impl Daemon {
         }
     }
 
+    /// MPS after `job` released `released`: the other sharers' limits, or
+    /// the GPU's control daemon stopped when it was the last.
+    fn mps_after_release(&self, job: &JobKey, allocation: Option<&JobAllocation>, released: &[LedgerRow]) {
+        if self.mps.is_none() || allocation.is_none_or(|a| a.shares.is_none()) {
+            return;
+        }
+        for d in released {
+            if let Err(m) = self.mps_settle(&d.uuid) {
+                tracing::error!(job = %job, device = %d.uuid, "MPS after a release: {m}");
+            }
+        }
+    }
+
     /// `status`: one snapshot, read under the lock, so it agrees with the database.
     pub fn status(&self) -> Result<Status, ErrorReply> {
         let store = self.store();
         let devices = store.devices().map_err(|e| store.reply(e))?;
         let generation = store.generation().map_err(|e| store.reply(e))?;
         let shares = store.shares().map_err(|e| store.reply(e))?;
+        let share_totals: Vec<Option<u32>> = devices.iter().map(|d| store.share_total(d)).collect();
         drop(store);
         let mut counts: BTreeMap<String, TypeCounts> =
             self.config.cders.iter().map(|c| (c.name().to_string(), TypeCounts::default())).collect();
-        for d in &devices {
+        for (d, share_total) in devices.iter().zip(&share_totals) {
             let c = counts.entry(d.cder_type.clone()).or_default();
             c.total += 1;
             match d.state() {
@@ -839,8 +951,15 @@ impl Daemon {
                 DeviceState::Offline => c.offline += 1,
                 DeviceState::Unhealthy => c.unhealthy += 1,
             }
+            if let Some(total) = share_total.filter(|_| d.present) {
+                c.shares_total += total;
+                c.shares_used += d.shared;
+                c.shares_per_device = c.shares_per_device.max(total);
+                if d.healthy && !d.drained {
+                    c.shares_free += total.saturating_sub(d.shared);
+                }
+            }
         }
-        let idle = self.idle_devices()?;
         let shares = shares
             .into_iter()
             .map(|s| ShareStatus {
@@ -853,6 +972,7 @@ impl Daemon {
                 total: s.total,
             })
             .collect();
+        let idle = self.idle_devices()?;
         Ok(Status { devices: devices.iter().map(LedgerRow::status).collect(), counts, generation, idle, shares })
     }
 
@@ -906,17 +1026,19 @@ impl Daemon {
             .map(|(job, _, token)| (job, token))
             .collect();
         let devices = store.devices().map_err(|e| store.reply(e))?;
+        let shares = store.shares().map_err(|e| store.reply(e))?;
         drop(store);
         let nvml = |t: &str| self.config.cder(t).is_some_and(|c| c.discovery == cder_model::Discovery::Nvml);
-        Ok(devices
-            .into_iter()
-            .filter(|d| d.present && nvml(&d.cder_type))
-            .filter_map(|d| {
-                let job = d.job?;
-                let token = tokens.get(&job)?.clone();
-                Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type })
-            })
-            .collect())
+        let whole = devices.into_iter().filter(|d| d.present && nvml(&d.cder_type)).filter_map(|d| {
+            let job = d.job?;
+            let token = tokens.get(&job)?.clone();
+            Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type, shared: false })
+        });
+        let shared = shares.into_iter().filter(|s| s.device.present && nvml(&s.device.cder_type)).filter_map(|s| {
+            let token = tokens.get(&s.job)?.clone();
+            Some(UsageTarget { job: s.job, token, uuid: s.device.uuid, cder_type: s.device.cder_type, shared: true })
+        });
+        Ok(whole.chain(shared).collect())
     }
 
     /// Rolls one period's samples up durably (one transaction), and keeps
@@ -981,6 +1103,7 @@ impl Daemon {
             .map(|(j, _, _)| j)
             .collect();
         let mut jobs = Vec::new();
+        let mut mps_devices = BTreeSet::new();
         for job in doomed {
             let Some(allocation) = store.job(&job).map_err(|e| store.reply(e))? else { continue };
             let held = self.end_job(&allocation);
@@ -991,10 +1114,22 @@ impl Daemon {
             }
             tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
             self.remove_groups(&job, &allocation.token);
+            if allocation.shares.is_some() {
+                mps_devices.extend(devices.iter().map(|d| d.uuid.clone()));
+            }
             jobs.push(job);
         }
         if !jobs.is_empty() {
             self.intake.released(None);
+        }
+        if self.mps.is_some() && !mps_devices.is_empty() {
+            drop(store);
+            for uuid in &mps_devices {
+                if let Err(m) = self.mps_settle(uuid) {
+                    tracing::error!(device = %uuid, "MPS after reconcile: {m}");
+                }
+            }
+            store = self.store();
         }
         self.recheck_leftovers(&mut store)?;
         // Groups of jobs released earlier that still held processes then.

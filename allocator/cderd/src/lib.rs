@@ -33,6 +33,7 @@ pub mod enforce;
 pub mod health;
 pub mod held;
 pub mod intake;
+pub mod mps;
 pub mod peer;
 pub mod server;
 pub mod sharing;

@@ -98,22 +98,6 @@ CREATE TABLE IF NOT EXISTS leftovers (
     reason  TEXT NOT NULL,
     since   INTEGER NOT NULL
 );
--- Shares of devices offered as shares (SLURM gres/shard): who holds how many
--- of a device's `total`, from `start` to `end`. A device offered as shares is
--- never held whole (`allocations`), and the shares held never exceed the
--- total: both are checked in the transaction that records a job. Additive, so
--- older databases gain it at open.
-CREATE TABLE IF NOT EXISTS shares (
-    id      INTEGER PRIMARY KEY,
-    job_id  INTEGER NOT NULL REFERENCES jobs(id),
-    device  TEXT NOT NULL REFERENCES devices(uuid),
-    shares  INTEGER NOT NULL,
-    total   INTEGER NOT NULL,
-    start   INTEGER NOT NULL,
-    end     INTEGER
-);
-CREATE INDEX IF NOT EXISTS shares_by_device ON shares(device, end);
-CREATE INDEX IF NOT EXISTS shares_by_job ON shares(job_id);
 -- What each job did with each device it held, rolled up from the usage
 -- sampler's samples (one row per job row and device; times in unix ms).
 -- Additive, so older databases gain it at open.
@@ -159,6 +143,22 @@ CREATE TABLE IF NOT EXISTS usage_samples (
     memory_mib  INTEGER,
     processes   TEXT
 );
+-- Shares of devices offered as shares (SLURM gres/shard): who holds how many
+-- of a device's `total`, from `start` to `end`. A device offered as shares is
+-- never held whole (`allocations`), and the shares held never exceed the
+-- total: both are checked in the transaction that records a job. Additive, so
+-- older databases gain it at open.
+CREATE TABLE IF NOT EXISTS shares (
+    id      INTEGER PRIMARY KEY,
+    job_id  INTEGER NOT NULL REFERENCES jobs(id),
+    device  TEXT NOT NULL REFERENCES devices(uuid),
+    shares  INTEGER NOT NULL,
+    total   INTEGER NOT NULL,
+    start   INTEGER NOT NULL,
+    end     INTEGER
+);
+CREATE INDEX IF NOT EXISTS shares_by_device ON shares(device, end);
+CREATE INDEX IF NOT EXISTS shares_by_job ON shares(job_id);
 ";
 
 /// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
@@ -897,6 +897,28 @@ impl Store {
         Ok((allocation, true))
     }
 
+    /// `now`, or the last end recorded on any of `chosen` if that is later:
+    /// after the wall clock went back, a device's next interval must not
+    /// overlap its previous one, or accounting would count those seconds twice.
+    fn after_last_end(tx: &Transaction<'_>, chosen: &[LedgerRow], now: i64, job: &JobKey) -> Result<i64> {
+        let mut last = now;
+        let mut stmt = tx.prepare_cached("SELECT MAX(end) FROM allocations WHERE device = ?1")?;
+        for d in chosen {
+            let end: Option<i64> = stmt.query_row([&d.uuid], |r| r.get(0))?;
+            last = last.max(end.unwrap_or(now));
+        }
+        if last > now {
+            tracing::warn!(
+                job = %job,
+                now,
+                start = last,
+                "the wall clock is {} s before the end of a previous allocation of the same device: the new one starts there",
+                last - now
+            );
+        }
+        Ok(last)
+    }
+
     /// The devices at `indices`, each offered as shares, present, not
     /// drained, with `shares` of them still free.
     fn shareable(
@@ -999,28 +1021,6 @@ impl Store {
         }
         out.sort_by_key(|r| (self.type_order.get(&r.device.cder_type).copied(), r.device.index));
         Ok(out)
-    }
-
-    /// `now`, or the last end recorded on any of `chosen` if that is later:
-    /// after the wall clock went back, a device's next interval must not
-    /// overlap its previous one, or accounting would count those seconds twice.
-    fn after_last_end(tx: &Transaction<'_>, chosen: &[LedgerRow], now: i64, job: &JobKey) -> Result<i64> {
-        let mut last = now;
-        let mut stmt = tx.prepare_cached("SELECT MAX(end) FROM allocations WHERE device = ?1")?;
-        for d in chosen {
-            let end: Option<i64> = stmt.query_row([&d.uuid], |r| r.get(0))?;
-            last = last.max(end.unwrap_or(now));
-        }
-        if last > now {
-            tracing::warn!(
-                job = %job,
-                now,
-                start = last,
-                "the wall clock is {} s before the end of a previous allocation of the same device: the new one starts there",
-                last - now
-            );
-        }
-        Ok(last)
     }
 
     fn valid_choice(indices: &[u32], candidates: &[Candidate], count: u32) -> bool {
@@ -1275,10 +1275,11 @@ impl Store {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let mut recorded = 0;
+        // A job's devices: held whole (allocations) or shared (shares).
         for o in observations {
             let held: Option<(i64, i64)> = tx
                 .prepare_cached(
-                    "SELECT j.id, a.start FROM jobs j JOIN allocations a ON a.job_id = j.id \
+                    "SELECT j.id, a.start FROM jobs j JOIN (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a ON a.job_id = j.id \
                      WHERE j.job = ?1 AND j.end IS NULL AND a.device = ?2 AND a.end IS NULL",
                 )?
                 .query_row(params![o.job.to_string(), o.uuid], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1391,8 +1392,8 @@ impl Store {
                     COALESCE(u.samples, 0), COALESCE(u.sampled_ms, 0), COALESCE(u.util_ms, 0), COALESCE(u.active_ms, 0), \
                     COALESCE(u.util_weighted, 0), u.peak_util, COALESCE(u.peak_memory_mib, 0), u.first_ms, u.last_ms, \
                     COALESCE(u.source, 'none'), a.job_id
-             FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device \
-             LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
+             FROM (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a JOIN jobs j ON j.id = a.job_id \
+             JOIN devices d ON d.uuid = a.device LEFT JOIN usage u ON u.job_id = a.job_id AND u.device = a.device
              WHERE (?1 IS NULL OR j.job = ?1) AND (?2 IS NULL OR j.uid = ?2) AND (?3 IS NULL OR a.end IS NULL OR a.end >= ?3)
              ORDER BY a.start, a.job_id, d.type, d.idx",
         )?;
@@ -1461,7 +1462,8 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(
             "SELECT j.job, j.uid, d.type, d.idx, d.uuid, d.model, u.idle_since_ms
              FROM usage u JOIN jobs j ON j.id = u.job_id JOIN devices d ON d.uuid = u.device \
-             JOIN allocations a ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
+             JOIN (SELECT job_id, device, start, end FROM allocations UNION ALL SELECT job_id, device, start, end FROM shares) a \
+             ON a.job_id = u.job_id AND a.device = u.device AND a.end IS NULL
              WHERE j.end IS NULL AND u.idle_since_ms IS NOT NULL AND u.idle_since_ms <= ?1
              ORDER BY u.idle_since_ms, d.type, d.idx",
         )?;

@@ -11,8 +11,10 @@
 //! the graphics utilisation between two samples), so an instance on an
 //! older GPU has memory and processes but no utilisation. Each sample goes
 //! to the job that holds the device (a MIG instance's job for an instance);
-//! each process is also tagged with the job whose cgroup holds it, for the
-//! day devices are shared.
+//! each process is also tagged with the job whose cgroup holds it. A GPU
+//! shared by several jobs (shares, docs/sharing.md) is asked once per
+//! period, and each sharer gets only its own processes: the sum of their
+//! SM utilisation and of their memory, never the whole GPU's.
 //!
 //! One transaction per period rolls the samples up in the ledger
 //! ([`crate::store::Store::record_usage`]): a kill -9 loses at most the
@@ -25,7 +27,7 @@
 //! (if set) in the background, killed after `idle_hook_timeout_s`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +92,8 @@ pub struct Sampler<'n> {
     warned: BTreeSet<(String, String)>,
     /// When the previous period was sampled, unix ms.
     previous_ms: Option<i64>,
+    /// Where `PID/cgroup` is read to tag a process with its job.
+    proc_root: PathBuf,
 }
 
 impl<'n> Sampler<'n> {
@@ -101,7 +105,14 @@ impl<'n> Sampler<'n> {
             process_seen: HashMap::new(),
             warned: BTreeSet::new(),
             previous_ms: None,
+            proc_root: PathBuf::from("/proc"),
         }
+    }
+
+    /// Reads processes' cgroups under `root` instead of `/proc` (tests).
+    pub fn with_proc_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.proc_root = root.into();
+        self
     }
 
     /// Samples every period, on a fixed schedule, for ever.
@@ -150,9 +161,19 @@ impl<'n> Sampler<'n> {
         let previous_ms = self.previous_ms.replace(at_ms);
         let nvmls = self.nvmls;
         let mut out = Vec::with_capacity(targets.len());
+        let mut shared_seen: HashMap<String, UsageObservation> = HashMap::new();
         for target in &targets {
             let Some((_, nvml)) = nvmls.iter().find(|(t, _)| *t == target.cder_type) else { continue };
-            out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs));
+            if !target.shared {
+                out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs));
+                continue;
+            }
+            // One look at a shared GPU per period, split between its sharers.
+            if !shared_seen.contains_key(&target.uuid) {
+                let whole = self.observe(nvml, target, (at_ms, previous_ms), &jobs);
+                shared_seen.insert(target.uuid.clone(), whole);
+            }
+            out.push(own_share(&shared_seen[&target.uuid], &target.job));
         }
         // Instances no longer held keep no GPM sample.
         self.gpm_previous.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
@@ -256,7 +277,7 @@ impl<'n> Sampler<'n> {
                             nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
                         },
                         sm_percent: sm.as_ref().map(|m| m.get(&p.pid).copied().unwrap_or(0)),
-                        job: job_of_process(Path::new("/proc"), p.pid, jobs),
+                        job: job_of_process(&self.proc_root, p.pid, jobs),
                     })
                     .collect(),
             );
@@ -289,6 +310,30 @@ impl<'n> Sampler<'n> {
             }
         }
         self.warned = now;
+    }
+}
+
+/// A sharer's part of one sample of a shared GPU: its own processes (by
+/// their cgroups), the sum of their SM utilisation and of their memory.
+/// Where NVML gave no per-process SM figures the utilisation is unknown,
+/// never the whole GPU's.
+pub fn own_share(whole: &UsageObservation, job: &JobKey) -> UsageObservation {
+    let mine: Option<Vec<ProcessUsage>> =
+        whole.processes.as_ref().map(|ps| ps.iter().filter(|p| p.job.as_ref() == Some(job)).cloned().collect());
+    let utilisation = mine.as_ref().and_then(|ps| {
+        ps.iter().try_fold(0u32, |sum, p| p.sm_percent.map(|sm| sum.saturating_add(sm))).map(|sum| sum.min(100))
+    });
+    let memory_mib = mine.as_ref().map(|ps| ps.iter().filter_map(|p| p.memory_mib).sum());
+    UsageObservation {
+        job: job.clone(),
+        uuid: whole.uuid.clone(),
+        mig_parent: whole.mig_parent.clone(),
+        at_ms: whole.at_ms,
+        previous_ms: whole.previous_ms,
+        utilisation,
+        source: if utilisation.is_some() { "process" } else { "none" },
+        memory_mib,
+        processes: mine,
     }
 }
 

@@ -13,5 +13,6 @@ mod faults;
 mod health_watch;
 mod mig_devices;
 mod nvml_enforcement;
+mod sharing_mps;
 mod stress_interleaving;
 mod usage_sampling;

@@ -350,3 +350,75 @@ fn a_whole_gpu_with_gpm_is_measured_over_the_period() {
     assert_eq!((u.utilisation_source.as_str(), u.peak_utilisation_percent), ("gpm", Some(40)), "{u:?}");
     assert!((u.mean_utilisation_percent.unwrap() - 40.0).abs() < 0.01, "{u:?}");
 }
+
+#[test]
+fn two_jobs_sharing_one_gpu_each_get_their_own_processes_use() {
+    let _env = cder_testkit::env_lock();
+    let library = cder_fake_nvml::library_path().expect("libcder_fake_nvml.so is built beside the test binary");
+    let dir = tempfile::tempdir().unwrap();
+    let (machine, usage_file) = (dir.path().join("machine.json"), dir.path().join("usage.json"));
+    FakeNvml { devices: vec![gpu(0)], fail: vec![] }.write(&machine).unwrap();
+    // The GPU is at 80 %: one sharer's process at 30 %, the other's at 50 %.
+    let mut shared = busy(80, 3_000, &[]);
+    shared.processes = vec![
+        FakeProcess { pid: 3101, used_memory_mib: Some(1_000), sm_percent: 30, memory_percent: 5 },
+        FakeProcess { pid: 3102, used_memory_mib: Some(2_000), sm_percent: 50, memory_percent: 10 },
+    ];
+    let mut answers = FakeUsage::default();
+    answers.devices.insert(gpu(0).uuid, shared);
+    answers.write(&usage_file).unwrap();
+    // Each process sits in its SLURM job's cgroup.
+    let proc_root = dir.path().join("proc");
+    for (pid, job) in [(3101, 61), (3102, 62)] {
+        std::fs::create_dir_all(proc_root.join(pid.to_string())).unwrap();
+        let cgroup = format!("0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n");
+        std::fs::write(proc_root.join(pid.to_string()).join("cgroup"), cgroup).unwrap();
+    }
+    std::env::set_var("CDER_FAKE_NVML", &machine);
+    std::env::set_var("CDER_FAKE_NVML_USAGE", &usage_file);
+    let text = format!(
+        "[node]\nstate_dir = {:?}\n[node.enforcement]\ncgroup = \"off\"\n[node.health]\nwatch = false\n\
+         [node.sharing]\nshares_per_gpu = 4\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {library:?}\n\
+         device_path = \"{}/nvidia{{minor}}\"\n",
+        dir.path().join("state"),
+        dir.path().display()
+    );
+    std::fs::write(dir.path().join("nvidia0"), b"").unwrap();
+    let config = cder_model::Config::parse(&text, Path::new("cder.toml")).unwrap();
+    let daemon = cderd::Daemon::start(config).unwrap();
+    for job in ["slurm:61", "slurm:62"] {
+        let mut request = AllocRequest::new(job.parse().unwrap(), 1000, 1);
+        request.devices = Some(vec![0]);
+        request.shares = Some(2);
+        daemon.alloc(&request).unwrap();
+    }
+    let nvmls = cderd::usage::open_types(&daemon);
+    let mut sampler = cderd::usage::Sampler::new(&nvmls).with_proc_root(&proc_root);
+    assert_eq!(sampler.tick(&daemon).unwrap(), 2);
+    type Seen = (String, Option<u32>, Option<u64>, Vec<u32>);
+    let mut seen: Vec<Seen> = daemon
+        .latest_samples()
+        .iter()
+        .map(|s| {
+            let pids = s.processes.iter().map(|p| p.pid).collect();
+            (s.job.to_string(), s.utilisation_percent, s.memory_mib, pids)
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("slurm:61".to_string(), Some(30), Some(1_000), vec![3101]),
+            ("slurm:62".to_string(), Some(50), Some(2_000), vec![3102])
+        ]
+    );
+    // The durable record says the same, never the GPU's 80 %.
+    let root = cderd::Caller { uid: 0, pid: std::process::id() as i32, process: None };
+    let usage = daemon.usage(root, &UsageRequest::default()).unwrap();
+    let peaks: Vec<(String, Option<u32>, u64)> =
+        usage.devices.iter().map(|d| (d.job.to_string(), d.peak_utilisation_percent, d.peak_memory_mib)).collect();
+    assert_eq!(peaks, [("slurm:61".to_string(), Some(30), 1_000), ("slurm:62".to_string(), Some(50), 2_000)]);
+    std::env::remove_var("CDER_FAKE_NVML");
+    std::env::remove_var("CDER_FAKE_NVML_USAGE");
+}

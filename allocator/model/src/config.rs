@@ -113,34 +113,51 @@ pub struct NodeConfig {
     /// The health watch over NVML devices.
     #[serde(default)]
     pub health: HealthWatch,
-    /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
-    #[serde(default)]
-    pub sharing: Sharing,
     /// What each job does with its NVML devices: sampling, idle detection.
     #[serde(default)]
     pub usage: UsageSampling,
+    /// GPUs offered as shares (SLURM `gres/shard`) instead of whole.
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// NVIDIA MPS on shared GPUs: one control daemon per GPU, limits in
+    /// proportion to each job's shares.
+    #[serde(default)]
+    pub mps: Mps,
 }
 
-/// `[node.sharing]`: this node offers every `gpgpu` device as
-/// `shares_per_gpu` shares, as SLURM's `gres/shard` counts them (SLURM 22.05
-/// spreads a node's shards evenly over all its GPUs, so a node shares all
-/// or none): a shared GPU is never handed out whole, and its sharers are
-/// not fenced from one another on the GPU (docs/sharing.md).
-#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
+/// `[node.mps]`: with `enabled`, each GPU offered as shares (`[node.sharing]`)
+/// gets its own MPS control daemon while it has sharers, started by cderd
+/// with the GPU's UUID as `CUDA_VISIBLE_DEVICES` and its own pipe and log
+/// directories, and stopped (`quit`) when the last sharer leaves. The
+/// server's active-thread percentage and pinned-memory limit follow the
+/// sharers' shares (docs/sharing.md, "MPS").
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct Sharing {
-    /// Shares per shared GPU: gres.conf's `Count=` of its `Name=shard`
-    /// record. 0 (the default): nothing is shared.
+pub struct Mps {
+    /// Whether shared GPUs run under MPS.
     #[serde(default)]
-    pub shares_per_gpu: u32,
-    /// SLURM's gres.conf on this node: cderd checks at start that its
-    /// `Name=shard` records offer exactly these GPUs, so, and refuses to
-    /// start otherwise, naming the line.
-    #[serde(default)]
-    pub slurm_gres_conf: Option<PathBuf>,
-    /// This node's `NodeName` in gres.conf; default: the host name.
-    #[serde(default)]
-    pub slurm_node_name: Option<String>,
+    pub enabled: bool,
+    /// The control program (started with `-d`; commands on its stdin).
+    #[serde(default = "default_mps_control")]
+    pub mps_control: PathBuf,
+    /// Where each GPU's `CUDA_MPS_PIPE_DIRECTORY` and
+    /// `CUDA_MPS_LOG_DIRECTORY` are made (`<dir>/<uuid>/pipe`, `…/log`);
+    /// jobs must be able to reach it.
+    #[serde(default = "default_mps_dir")]
+    pub runtime_dir: PathBuf,
+}
+
+impl Default for Mps {
+    fn default() -> Self {
+        Mps { enabled: false, mps_control: default_mps_control(), runtime_dir: default_mps_dir() }
+    }
+}
+
+fn default_mps_control() -> PathBuf {
+    PathBuf::from("/usr/bin/nvidia-cuda-mps-control")
+}
+fn default_mps_dir() -> PathBuf {
+    PathBuf::from("/run/cder/mps")
 }
 
 /// `[node.usage]`: cderd samples the NVML devices it has allocated
@@ -209,6 +226,28 @@ fn default_idle_hook_timeout_s() -> u64 {
 }
 fn default_ring_samples() -> u32 {
     10_000
+}
+
+/// `[node.sharing]`: this node offers every `gpgpu` device as
+/// `shares_per_gpu` shares, as SLURM's `gres/shard` counts them (SLURM 22.05
+/// spreads a node's shards evenly over all its GPUs, so a node shares all
+/// or none): a shared GPU is never handed out whole, and its sharers are
+/// not fenced from one another on the GPU (docs/sharing.md).
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Sharing {
+    /// Shares per shared GPU: gres.conf's `Count=` of its `Name=shard`
+    /// record. 0 (the default): nothing is shared.
+    #[serde(default)]
+    pub shares_per_gpu: u32,
+    /// SLURM's gres.conf on this node: cderd checks at start that its
+    /// `Name=shard` records offer exactly these GPUs, so, and refuses to
+    /// start otherwise, naming the line.
+    #[serde(default)]
+    pub slurm_gres_conf: Option<PathBuf>,
+    /// This node's `NodeName` in gres.conf; default: the host name.
+    #[serde(default)]
+    pub slurm_node_name: Option<String>,
 }
 
 /// `[node.health]`: cderd watches its NVML devices (Xid critical errors,
@@ -394,8 +433,9 @@ impl Default for NodeConfig {
             max_request_bytes: default_max_request_bytes(),
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
-            sharing: Sharing::default(),
             usage: UsageSampling::default(),
+            sharing: Sharing::default(),
+            mps: Mps::default(),
         }
     }
 }

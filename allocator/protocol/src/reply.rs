@@ -275,6 +275,24 @@ pub struct TypeCounts {
     pub offline: u32,
     /// Unhealthy or vanished devices.
     pub unhealthy: u32,
+    /// Shares of the type's devices offered as shares (`[node.sharing]`),
+    /// over every present device; 0 (and absent) where none is shared.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shares_total: u32,
+    /// Shares a job could be given now: of devices neither drained nor
+    /// unhealthy, those no job holds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shares_free: u32,
+    /// Shares jobs hold.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shares_used: u32,
+    /// The shares each shared device of the type is offered as.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shares_per_device: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The result of `status`.

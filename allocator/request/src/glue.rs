@@ -21,6 +21,16 @@ pub const OFFLINE_INSTANCES: &str = "OfflineInstances";
 /// Live counts, in publication order (dynamic: they change with every job).
 pub const COUNT_SUFFIXES: [&str; 4] = [TOTAL_INSTANCES, FREE_INSTANCES, USED_INSTANCES, OFFLINE_INSTANCES];
 
+/// Shares of the GPUs offered as shares (SLURM `gres/shard`; none where no
+/// GPU is shared): every share, those free now, those jobs hold.
+pub const TOTAL_SHARES: &str = "TotalShares";
+/// See [`TOTAL_SHARES`].
+pub const FREE_SHARES: &str = "FreeShares";
+/// See [`TOTAL_SHARES`].
+pub const USED_SHARES: &str = "UsedShares";
+/// The share counts, in publication order (dynamic), after [`COUNT_SUFFIXES`].
+pub const SHARE_SUFFIXES: [&str; 3] = [TOTAL_SHARES, FREE_SHARES, USED_SHARES];
+
 /// Devices per node of the ExecutionEnvironment (static).
 pub const PER_NODE_SUFFIX: &str = "PerNode";
 
@@ -38,11 +48,14 @@ pub const ATTRIBUTE_SUFFIXES: [&str; 9] = [
 ];
 
 /// Suffixes whose values are numbers (an offer refuses anything else).
-pub const NUMERIC_SUFFIXES: [&str; 11] = [
+pub const NUMERIC_SUFFIXES: [&str; 14] = [
     "TotalInstances",
     "FreeInstances",
     "UsedInstances",
     "OfflineInstances",
+    "TotalShares",
+    "FreeShares",
+    "UsedShares",
     "PerNode",
     "CUDAComputeCapability",
     "MainMemorySize",
@@ -53,8 +66,19 @@ pub const NUMERIC_SUFFIXES: [&str; 11] = [
 ];
 
 /// Suffixes that count things: whole numbers, never negative.
-pub const WHOLE_NUMBER_SUFFIXES: [&str; 8] =
-    ["TotalInstances", "FreeInstances", "UsedInstances", "OfflineInstances", "PerNode", "MP", "CoresPerMP", "Cores"];
+pub const WHOLE_NUMBER_SUFFIXES: [&str; 11] = [
+    "TotalInstances",
+    "FreeInstances",
+    "UsedInstances",
+    "OfflineInstances",
+    "TotalShares",
+    "FreeShares",
+    "UsedShares",
+    "PerNode",
+    "MP",
+    "CoresPerMP",
+    "Cores",
+];
 
 /// The vGPGPU counts of an ApplicationEnvironment (`rCUDA`, `VCL`; seed thesis Table 4.2).
 pub const TOTAL_VGPGPU: &str = "TotalVGPGPU";
@@ -75,11 +99,13 @@ mod tests {
     #[test]
     fn numeric_suffixes_are_the_counts_per_node_and_numeric_attributes() {
         let mut expected: Vec<&str> = COUNT_SUFFIXES.to_vec();
+        expected.extend(SHARE_SUFFIXES);
         expected.push(PER_NODE_SUFFIX);
         expected.extend(ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model")));
         assert_eq!(NUMERIC_SUFFIXES.to_vec(), expected);
         assert_eq!(key(GPGPU_PREFIX, COUNT_SUFFIXES[1]), "GPGPUFreeInstances");
         assert!(WHOLE_NUMBER_SUFFIXES.iter().all(|s| NUMERIC_SUFFIXES.contains(s)));
-        assert!(COUNT_SUFFIXES.iter().all(|s| WHOLE_NUMBER_SUFFIXES.contains(s)));
+        assert!(COUNT_SUFFIXES.iter().chain(&SHARE_SUFFIXES).all(|s| WHOLE_NUMBER_SUFFIXES.contains(s)));
+        assert_eq!(key(GPGPU_PREFIX, SHARE_SUFFIXES[1]), "GPGPUFreeShares");
     }
 }

@@ -8,7 +8,7 @@ use cder_protocol::DeviceState;
 
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
-use crate::sources::counts::{CountSource, Counts, GroupCounts};
+use crate::sources::counts::{CountSource, Counts, GroupCounts, ShareCounts};
 
 /// Counts from the local cderd's `status` reply.
 #[derive(Debug, Clone)]
@@ -17,6 +17,29 @@ pub struct CderdCounts {
     pub socket: PathBuf,
     /// How long to wait for cderd's reply before publishing nothing.
     pub timeout: Duration,
+}
+
+/// The shares of `class`'s devices (its members, or every device of its
+/// type) that cderd offers as shares; `None` where it shares none.
+fn share_counts(status: &cder_protocol::Status, class: &crate::site::DeviceClass) -> Option<ShareCounts> {
+    let per_gpu = status.counts.get(&class.cder_type).map_or(0, |c| c.shares_per_device);
+    if per_gpu == 0 {
+        return None;
+    }
+    let mut s = ShareCounts { per_gpu, ..ShareCounts::default() };
+    let devices = status
+        .devices
+        .iter()
+        .filter(|d| d.cder_type == class.cder_type && (class.members.is_empty() || class.members.contains(&d.uuid)));
+    for d in devices {
+        let held: u32 = status.shares.iter().filter(|h| h.uuid == d.uuid).map(|h| h.shares).sum();
+        s.total += per_gpu;
+        s.used += held;
+        if matches!(d.state, DeviceState::Free | DeviceState::Allocated) {
+            s.free += per_gpu.saturating_sub(held);
+        }
+    }
+    Some(s)
 }
 
 impl CountSource for CderdCounts {
@@ -30,6 +53,7 @@ impl CountSource for CderdCounts {
             .iter()
             .map(|group| {
                 let mut devices = BTreeMap::new();
+                let mut shares = BTreeMap::new();
                 for class in &group.classes {
                     let counts = if class.members.is_empty() {
                         let c = status.counts.get(&class.cder_type).ok_or_else(|| {
@@ -55,9 +79,12 @@ impl CountSource for CderdCounts {
                         }
                         c
                     };
+                    if let Some(s) = share_counts(&status, class) {
+                        shares.insert(class.key.clone(), s);
+                    }
                     devices.insert(class.key.clone(), counts);
                 }
-                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone() })
+                Ok(GroupCounts { devices, nodes_used: None, nodes_unavailable: None, hosts: hosts.clone(), shares })
             })
             .collect()
     }

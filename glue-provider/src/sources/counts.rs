@@ -46,6 +46,22 @@ pub struct GroupCounts {
     pub nodes_unavailable: Option<u32>,
     /// The group's CPUs, slots, memory and OS as the source reports them.
     pub hosts: HostFacts,
+    /// By class key: the shares of GPUs offered as shares (SLURM
+    /// `gres/shard`), where the source knows them; absent where none is shared.
+    pub shares: BTreeMap<String, ShareCounts>,
+}
+
+/// The shares of one class's GPUs offered as shares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareCounts {
+    /// Every share of those GPUs.
+    pub total: u32,
+    /// Shares a job could be given now.
+    pub free: u32,
+    /// Shares jobs hold.
+    pub used: u32,
+    /// Shares per GPU (the most one job can hold: its shares come from one GPU).
+    pub per_gpu: u32,
 }
 
 /// What a source reports of one node besides its devices; `None` where it does not say.

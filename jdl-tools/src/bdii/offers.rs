@@ -73,7 +73,7 @@ pub fn typed(value: &str) -> Value {
 }
 
 /// Key suffixes that count things: whole numbers, never negative.
-const COUNT_SUFFIXES: [&str; 8] = glue::WHOLE_NUMBER_SUFFIXES;
+const COUNT_SUFFIXES: [&str; 11] = glue::WHOLE_NUMBER_SUFFIXES;
 
 /// Instance counts whose sum cder relies on (free + used + offline devices).
 const SUMMED_SUFFIXES: &[&str] = &["FreeInstances", "UsedInstances", "OfflineInstances"];
