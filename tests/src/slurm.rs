@@ -565,6 +565,46 @@ impl SlurmCluster {
         }
     }
 
+    /// Kills slurmd with SIGKILL, as a crash does: its running steps'
+    /// slurmstepd processes live on, as they do on a node.
+    pub fn kill_slurmd(&mut self) {
+        if let Some(mut c) = self.slurmd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts slurmd (again) with the same arguments; it finds its running
+    /// steps in its spool folder and registers with slurmctld.
+    pub fn start_slurmd(&mut self) -> Result<(), String> {
+        self.kill_slurmd();
+        let conf = self.conf.display().to_string();
+        self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &self.node.clone(), "-f", &conf], "log/slurmd.out")?);
+        Ok(())
+    }
+
+    /// Kills slurmctld with SIGKILL; its state (jobs, node) stays in
+    /// `StateSaveLocation`.
+    pub fn kill_slurmctld(&mut self) {
+        if let Some(mut c) = self.slurmctld.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts slurmctld (again) from its saved state.
+    pub fn start_slurmctld(&mut self) -> Result<(), String> {
+        self.kill_slurmctld();
+        let conf = self.conf.display().to_string();
+        self.slurmctld = Some(self.spawn_appending("slurmctld", &["-D", "-f", &conf], "log/slurmctld.out")?);
+        Ok(())
+    }
+
+    /// The name of the cluster's one node.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
     /// cderd's `status`.
     pub fn cderd_status(&self) -> Result<cder_protocol::Status, String> {
         cder_protocol::Client::connect(self.cderd_socket(), Duration::from_secs(5))
@@ -574,6 +614,24 @@ impl SlurmCluster {
 
     fn spawn(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
         let log = std::fs::File::create(self.dir().join(out)).map_err(|e| e.to_string())?;
+        Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))
+    }
+
+    /// [`Self::spawn`] that appends to the daemon's output file, so that a
+    /// restarted daemon keeps its earlier life's lines.
+    fn spawn_appending(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join(out))
+            .map_err(|e| e.to_string())?;
         Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
             .args(args)
             .env("SLURM_CONF", &self.conf)

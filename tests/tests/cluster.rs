@@ -12,6 +12,7 @@ mod cluster_glue;
 mod cluster_reconcile;
 mod cluster_slurm;
 mod cluster_vgpgpu;
+mod faults_campaign;
 mod glue21_accelerator;
 mod glue_bdii;
 mod glue_heterogeneous;

@@ -1,0 +1,967 @@
+//! The fault campaign: faults a production node sees, injected one at a
+//! time at seeded random moments into a real one-node SLURM (slurmctld,
+//! slurmd, both cder plugins) and a real cderd over the fake NVML, while a
+//! mixed-job workload runs, with the node's invariants checked after
+//! every fault. `cder-faults` (tests/demos) runs it for as long as asked;
+//! the `faults_campaign` test of the `cluster` binary runs it briefly.
+//!
+//! The workload submits, as `nobody`, jobs asking for 0, 1 or 2 GPUs
+//! (`--gres=gpu:N` and `--gpgpu-per-node=N`), some through an `srun` step,
+//! some with a one-minute time limit they overrun, and cancels some; each
+//! job writes, a few times a second, which fake GPU files it can open.
+//! cderd's `state_dir` is a tmpfs of its own, so it can be filled.
+//!
+//! After each fault, once the fault has ended, the checker first measures
+//! how long each daemon takes to answer again (violation past its bound),
+//! then waits (bounded, running `reconcile` as the node's timer does) for:
+//! - no lost allocation: every job SLURM runs has a record in cderd (`env`);
+//! - no shared device: the devices the running jobs can open are pairwise
+//!   disjoint, and each within its own record;
+//! - no leak: no device cgroup, device or process of a job that ended.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cder_protocol::{AllocRequest, Client, ErrorCode, ReconcileRequest};
+
+use crate::slurm::{fake_nvml_library, SlurmCluster, SlurmConfig};
+
+/// A fault the campaign can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// `kill -9` cderd, keep it down a moment (jobs start meanwhile), restart it.
+    KillCderd,
+    /// `kill -9` slurmd (its steps live on), restart it.
+    RestartSlurmd,
+    /// `kill -9` slurmctld, restart it from its saved state.
+    RestartSlurmctld,
+    /// Fill cderd's state file system (a tmpfs) to ENOSPC, hold, empty it.
+    FullDisk,
+    /// A GPU falls off the bus in the fake NVML (every call on it answers
+    /// `GPU_IS_LOST`), then comes back.
+    GpuLost,
+}
+
+impl Fault {
+    /// Every fault, in the order the table prints them.
+    pub const ALL: [Fault; 5] =
+        [Fault::KillCderd, Fault::RestartSlurmd, Fault::RestartSlurmctld, Fault::FullDisk, Fault::GpuLost];
+
+    /// The name `--faults` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillCderd => "kill-cderd",
+            Fault::RestartSlurmd => "restart-slurmd",
+            Fault::RestartSlurmctld => "restart-slurmctld",
+            Fault::FullDisk => "full-disk",
+            Fault::GpuLost => "gpu-lost",
+        }
+    }
+
+    /// Parses a comma-separated list of fault names; `all` is every fault.
+    pub fn parse_list(text: &str) -> Result<Vec<Fault>, String> {
+        let mut out = Vec::new();
+        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            if word == "all" {
+                out.extend(Fault::ALL);
+                continue;
+            }
+            let fault = Fault::ALL.into_iter().find(|f| f.name() == word).ok_or_else(|| {
+                let names: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown fault {word:?} (known: {}, all)", names.join(", "))
+            })?;
+            out.push(fault);
+        }
+        out.sort();
+        out.dedup();
+        if out.is_empty() {
+            return Err("no fault named".into());
+        }
+        Ok(out)
+    }
+}
+
+/// What the checker verifies after every fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Check {
+    /// A job SLURM runs has no record in cderd.
+    LostAllocation,
+    /// Two running jobs can open one device, or a job opens a device its
+    /// record does not give it.
+    SharedDevice,
+    /// A device cgroup, device or process of a job that ended.
+    Leak,
+    /// A daemon did not answer again within its bound.
+    Recovery,
+}
+
+impl Check {
+    /// Every check, in the order the table prints them.
+    pub const ALL: [Check; 4] = [Check::LostAllocation, Check::SharedDevice, Check::Leak, Check::Recovery];
+
+    /// The name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::LostAllocation => "lost allocation",
+            Check::SharedDevice => "device held by two live jobs",
+            Check::Leak => "leaked cgroup, device or process",
+            Check::Recovery => "daemon not answering in time",
+        }
+    }
+}
+
+/// How long each daemon may take to answer again after its fault ended
+/// (docs/testing.md, "The campaign"): what a node's operator can expect
+/// on a loaded two-core machine, not a tuned figure.
+pub const RECOVERY_BOUNDS: [(&str, Duration); 5] = [
+    ("cderd", Duration::from_secs(20)),
+    ("slurmd", Duration::from_secs(30)),
+    ("slurmctld", Duration::from_secs(30)),
+    ("cderd writes", Duration::from_secs(10)),
+    ("gpu drain/return", Duration::from_secs(20)),
+];
+
+fn bound(daemon: &str) -> Duration {
+    RECOVERY_BOUNDS.iter().find(|(d, _)| *d == daemon).map(|(_, b)| *b).unwrap_or(Duration::from_secs(30))
+}
+
+/// How long the checker waits for the invariants to hold after a fault.
+pub const SETTLE: Duration = Duration::from_secs(60);
+
+/// How the campaign runs.
+#[derive(Debug, Clone)]
+pub struct CampaignConfig {
+    /// The seed of every random choice (faults, their timing, the workload).
+    pub seed: u64,
+    /// How long to run; a run also lasts until each selected fault has been
+    /// injected once.
+    pub duration: Duration,
+    /// The faults to choose from.
+    pub faults: Vec<Fault>,
+    /// Print each step as it happens (stderr).
+    pub verbose: bool,
+}
+
+/// Per fault kind: how often, and the recovery times measured.
+#[derive(Debug, Clone, Default)]
+pub struct FaultStats {
+    /// Times injected.
+    pub injected: usize,
+    /// Time from the fault's end until every daemon answered again.
+    pub recovery: Vec<Duration>,
+}
+
+/// What a campaign found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The seed it ran with.
+    pub seed: u64,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// By fault kind.
+    pub faults: BTreeMap<Fault, FaultStats>,
+    /// By check: one line per violation, naming the fault it followed.
+    pub violations: BTreeMap<Check, Vec<String>>,
+    /// Jobs submitted.
+    pub jobs: usize,
+    /// Their states when the run ended (`COMPLETED`, `FAILED` …).
+    pub job_states: BTreeMap<String, usize>,
+    /// Recovery time per daemon, over all faults.
+    pub daemons: BTreeMap<String, Vec<Duration>>,
+}
+
+fn percentile(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+impl Report {
+    /// Violations over every check.
+    pub fn violation_count(&self) -> usize {
+        self.violations.values().map(Vec::len).sum()
+    }
+
+    /// The table: faults injected with their recovery times, violations
+    /// per check, recovery per daemon, jobs.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let ms = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+        let _ = writeln!(t, "seed {} ({:#x}), {:.0} s", self.seed, self.seed, self.elapsed.as_secs_f64());
+        let _ = writeln!(t, "\n| fault | injected | recovery max | recovery p50 |\n|---|---:|---:|---:|");
+        for (f, s) in &self.faults {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} |",
+                f.name(),
+                s.injected,
+                ms(percentile(&s.recovery, 1.0)),
+                ms(percentile(&s.recovery, 0.5))
+            );
+        }
+        let _ = writeln!(t, "\n| check | violations |\n|---|---:|");
+        for c in Check::ALL {
+            let _ = writeln!(t, "| {} | {} |", c.name(), self.violations.get(&c).map_or(0, Vec::len));
+        }
+        let _ = writeln!(t, "\n| daemon answering again | bound | max | p50 | samples |\n|---|---:|---:|---:|---:|");
+        for (d, v) in &self.daemons {
+            let _ = writeln!(
+                t,
+                "| {d} | {} | {} | {} | {} |",
+                ms(bound(d)),
+                ms(percentile(v, 1.0)),
+                ms(percentile(v, 0.5)),
+                v.len()
+            );
+        }
+        let states: Vec<String> = self.job_states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let _ = writeln!(t, "\njobs run: {} ({})", self.jobs, states.join(", "));
+        for (c, lines) in &self.violations {
+            for l in lines {
+                let _ = writeln!(t, "VIOLATION ({}): {l}", c.name());
+            }
+        }
+        t
+    }
+}
+
+/// xorshift64*: a replayable sequence from the seed.
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        // Never 0 (a fixed point), and distinct seeds stay distinct.
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
+
+/// SLURM's job states after which a job holds nothing (as `cderctl
+/// reconcile --from slurm` reads them).
+const TERMINAL: [&str; 9] = [
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+];
+
+fn terminal(state: &str) -> bool {
+    TERMINAL.contains(&state)
+}
+
+const GPUS: u32 = 4;
+/// Jobs pending or running at once, at most.
+const MAX_ACTIVE: usize = 6;
+/// The tmpfs cderd's state lives on.
+const STATE_FS_SIZE: &str = "16m";
+
+/// One campaign: the cluster, the workload's jobs, the figures.
+pub struct Campaign {
+    cluster: Option<SlurmCluster>,
+    config: CampaignConfig,
+    rng: Rng,
+    /// The cgroup parent of this campaign's cderd (its own, so other
+    /// cderds on the machine do not mix in).
+    cgroup_parent: String,
+    state_mount: PathBuf,
+    mounted: bool,
+    jobs: BTreeSet<u32>,
+    report: Report,
+    last_reconcile: Instant,
+    started: Instant,
+    /// The fault being checked, for the violation lines.
+    current: String,
+}
+
+fn say(verbose: bool, text: &str) {
+    if verbose {
+        eprintln!("cder-faults: {text}");
+    }
+}
+
+impl Campaign {
+    /// Starts the cluster: SLURM with both plugins, cderd over the fake
+    /// NVML with its state on a tmpfs. Needs root (mount, cgroups).
+    pub fn start(config: CampaignConfig) -> Result<Campaign, String> {
+        let library = fake_nvml_library()?;
+        let cgroup_parent = format!("cder-faults-{}", std::process::id());
+        let gpu = |i: u32| {
+            serde_json::json!({"uuid": gpu_uuid(i), "name": "NVIDIA A100-SXM4-40GB",
+                "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 40960, "compute_capability": "8.0",
+                "cores": 6912, "clock_mhz": 1410, "ecc": true, "numa_node": i / 2, "minor": i})
+        };
+        let machine = serde_json::json!({"devices": (0..GPUS).map(gpu).collect::<Vec<_>>()}).to_string();
+        let slurm = SlurmConfig {
+            gpus: GPUS,
+            cderd: false,
+            files: vec![("machine.json".into(), machine), ("nvml-events".into(), String::new())],
+            cder_types: Some(format!(
+                "[node.health]\ninterval_s = 1\nreturn_after_s = 2\n\n\
+                 [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = \"{}\"\n\
+                 device_path = \"{{dir}}/dev/gpu{{minor}}\"\n",
+                library.display()
+            )),
+            cderd_env: vec![
+                ("CDER_FAKE_NVML".into(), "{dir}/machine.json".into()),
+                ("CDER_FAKE_NVML_EVENTS".into(), "{dir}/nvml-events".into()),
+            ],
+            cderd_enforcement: format!("cgroup_parent = \"{cgroup_parent}\""),
+            ..SlurmConfig::default()
+        };
+        let mut cluster = SlurmCluster::start(&slurm)?;
+        let state_mount = cluster.dir().join("cder/state");
+        let mut campaign = Campaign {
+            rng: Rng::new(config.seed),
+            report: Report { seed: config.seed, ..Report::default() },
+            config,
+            cgroup_parent,
+            state_mount: state_mount.clone(),
+            mounted: false,
+            jobs: BTreeSet::new(),
+            last_reconcile: Instant::now(),
+            started: Instant::now(),
+            current: "start".into(),
+            cluster: None,
+        };
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={STATE_FS_SIZE},mode=0755"), "cder-faults"])
+            .arg(&state_mount)
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mounting a tmpfs on {}: {}",
+                state_mount.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        campaign.mounted = true;
+        cluster.start_cderd()?;
+        write_probe(&cluster)?;
+        campaign.cluster = Some(cluster);
+        Ok(campaign)
+    }
+
+    fn c(&self) -> &SlurmCluster {
+        self.cluster.as_ref().expect("the cluster runs until drop")
+    }
+
+    fn cm(&mut self) -> &mut SlurmCluster {
+        self.cluster.as_mut().expect("the cluster runs until drop")
+    }
+
+    fn say(&self, text: &str) {
+        say(self.config.verbose, &format!("[{:6.1}s] {text}", self.started.elapsed().as_secs_f64()));
+    }
+
+    /// Runs the campaign and returns its report.
+    pub fn run(mut self) -> Result<Report, String> {
+        self.started = Instant::now();
+        let mut bag: Vec<Fault> = Vec::new();
+        let mut next_fault = Instant::now() + self.rng.millis(2000, 6000);
+        let mut done: BTreeSet<Fault> = BTreeSet::new();
+        loop {
+            let all_done = self.config.faults.iter().all(|f| done.contains(f));
+            if self.started.elapsed() >= self.config.duration && all_done {
+                break;
+            }
+            if Instant::now() >= next_fault {
+                // A shuffled bag of every selected fault: each kind comes
+                // once per round, in a seeded order.
+                if bag.is_empty() {
+                    bag = self.config.faults.clone();
+                    for i in (1..bag.len()).rev() {
+                        let j = self.rng.below(i as u64 + 1) as usize;
+                        bag.swap(i, j);
+                    }
+                }
+                let fault = bag.pop().expect("refilled above");
+                let n = self.report.faults.get(&fault).map_or(0, |s| s.injected) + 1;
+                self.current = format!("{} #{n} at {:.0} s", fault.name(), self.started.elapsed().as_secs_f64());
+                self.say(&format!("inject {}", self.current));
+                let recovery = self.inject(fault)?;
+                let stats = self.report.faults.entry(fault).or_default();
+                stats.injected += 1;
+                stats.recovery.push(recovery);
+                done.insert(fault);
+                self.check_after_fault();
+                next_fault = Instant::now() + self.rng.millis(1000, 8000);
+            } else {
+                self.tick(true);
+            }
+        }
+        self.current = "end of run".into();
+        self.check_after_fault();
+        self.report.elapsed = self.started.elapsed();
+        let states = self.states().unwrap_or_default();
+        self.report.jobs = self.jobs.len();
+        for id in &self.jobs {
+            let s = states.get(id).cloned().unwrap_or_else(|| "UNKNOWN".into());
+            *self.report.job_states.entry(s).or_default() += 1;
+        }
+        Ok(std::mem::take(&mut self.report))
+    }
+
+    /// One step of the workload: perhaps submit, perhaps cancel, the
+    /// reconcile timer; then a pause.
+    fn tick(&mut self, controller_up: bool) {
+        if controller_up {
+            let states = self.states().unwrap_or_default();
+            let active: Vec<u32> =
+                self.jobs.iter().copied().filter(|id| states.get(id).is_some_and(|s| !terminal(s))).collect();
+            if active.len() < MAX_ACTIVE && self.rng.below(3) > 0 {
+                self.submit();
+            }
+            if !active.is_empty() && self.rng.below(12) == 0 {
+                let id = active[self.rng.below(active.len() as u64) as usize];
+                let _ = self.c().run("scancel", &[&id.to_string()]);
+                self.say(&format!("scancel {id}"));
+            }
+            if self.last_reconcile.elapsed() > Duration::from_secs(15) {
+                self.reconcile();
+            }
+        }
+        let pause = self.rng.millis(200, 800);
+        std::thread::sleep(pause);
+    }
+
+    fn submit(&mut self) {
+        let gpus = self.rng.below(3);
+        let seconds = 2 + self.rng.below(10);
+        let mut args: Vec<String> = Vec::new();
+        match (gpus, self.rng.below(2)) {
+            (0, _) => {}
+            (n, 0) => args.push(format!("--gres=gpu:{n}")),
+            (n, _) => args.push(format!("--gpgpu-per-node={n}")),
+        }
+        let probe = self.c().jobs_dir().join("probe.sh");
+        // One job in ten overruns a one-minute limit; one in four runs
+        // its work as an srun step.
+        let (seconds, limit) = if self.rng.below(10) == 0 { (0, true) } else { (seconds, false) };
+        if limit {
+            args.push("--time=1".into());
+        }
+        let step = self.rng.below(4) == 0;
+        let script = if step {
+            format!("#!/bin/sh\nsrun -n1 sh {} {seconds}\n", probe.display())
+        } else {
+            format!("#!/bin/sh\nexec sh {} {seconds}\n", probe.display())
+        };
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        match self.c().sbatch_as_user(&argv, &script) {
+            Ok(id) => {
+                self.jobs.insert(id);
+                self.say(&format!("sbatch {} ({seconds} s{}) -> {id}", args.join(" "), if step { ", srun" } else { "" }));
+            }
+            Err(e) => self.say(&format!("sbatch {}: {}", args.join(" "), e.trim())),
+        }
+    }
+
+    /// What `cderctl reconcile --from slurm` does, as a node's timer runs it.
+    fn reconcile(&mut self) {
+        self.last_reconcile = Instant::now();
+        let Ok(mut client) = Client::connect(self.c().cderd_socket(), Duration::from_secs(5)) else { return };
+        let Ok(generation) = client.status().map(|s| s.generation) else { return };
+        let Ok(states) = self.states() else { return };
+        let live_jobs = states.iter().filter(|(_, s)| !terminal(s)).filter_map(|(id, _)| job_key(*id)).collect();
+        if let Ok(r) =
+            client.reconcile(&ReconcileRequest { live_jobs, lrms: Some("slurm".into()), as_of: Some(generation) })
+        {
+            if !r.released.is_empty() {
+                self.say(&format!("reconcile released {:?}", r.released));
+            }
+        }
+    }
+
+    /// Every job SLURM knows, by id: its state.
+    fn states(&self) -> Result<BTreeMap<u32, String>, String> {
+        let out = self.c().run("squeue", &["-h", "--all", "--states=all", "-o", "%i %T"])?;
+        if !out.status.success() {
+            return Err(format!("squeue: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter_map(|(id, s)| Some((id.trim().parse().ok()?, s.trim().to_string())))
+            .collect())
+    }
+
+    /// Injects `fault`, keeps the workload going while it lasts, ends it,
+    /// and returns the time from its end until every daemon answered.
+    fn inject(&mut self, fault: Fault) -> Result<Duration, String> {
+        let hold = self.rng.millis(500, 3000);
+        let ended;
+        match fault {
+            Fault::KillCderd => {
+                self.cm().kill_cderd();
+                self.hold(hold, true);
+                ended = Instant::now();
+                if let Err(e) = self.cm().start_cderd() {
+                    self.violation(Check::Recovery, &format!("cderd did not come back: {e}"));
+                }
+            }
+            Fault::RestartSlurmd => {
+                self.cm().kill_slurmd();
+                self.hold(hold, true);
+                ended = Instant::now();
+                self.cm().start_slurmd()?;
+            }
+            Fault::RestartSlurmctld => {
+                self.cm().kill_slurmctld();
+                self.hold(hold, false);
+                ended = Instant::now();
+                self.cm().start_slurmctld()?;
+            }
+            Fault::FullDisk => {
+                let filler = self.state_mount.join("filler");
+                fill(&filler)?;
+                self.say(&format!("state file system full ({})", self.state_mount.display()));
+                self.hold(hold, true);
+                std::fs::remove_file(&filler).map_err(|e| format!("emptying {}: {e}", filler.display()))?;
+                ended = Instant::now();
+                self.wait_writes(ended);
+            }
+            Fault::GpuLost => {
+                let gpu = self.rng.below(u64::from(GPUS)) as u32;
+                let events = self.c().dir().join("nvml-events");
+                let line = serde_json::json!({"uuid": gpu_uuid(gpu), "lost": true}).to_string();
+                append_line(&events, &line)?;
+                let drained = self.wait_device(gpu, true);
+                self.say(&format!("gpu {gpu} lost; drained: {drained:?}"));
+                match drained {
+                    Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
+                    None => self.violation(
+                        Check::Recovery,
+                        &format!("cderd did not drain lost GPU {gpu} within {:?}", bound("gpu drain/return")),
+                    ),
+                }
+                self.hold(hold, true);
+                std::fs::write(&events, "").map_err(|e| format!("{}: {e}", events.display()))?;
+                ended = Instant::now();
+                match self.wait_device(gpu, false) {
+                    Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
+                    None => self.violation(
+                        Check::Recovery,
+                        &format!(
+                            "cderd did not return GPU {gpu} within {:?} of it answering again",
+                            bound("gpu drain/return")
+                        ),
+                    ),
+                }
+            }
+        }
+        Ok(self.wait_daemons(ended))
+    }
+
+    /// Lets `hold` pass with the workload running.
+    fn hold(&mut self, hold: Duration, controller_up: bool) {
+        let until = Instant::now() + hold;
+        while Instant::now() < until {
+            self.tick(controller_up);
+        }
+    }
+
+    /// Waits for a write to cderd's ledger to succeed again (an `alloc` of
+    /// no device for a job of the campaign's own, then its `release`).
+    fn wait_writes(&mut self, since: Instant) {
+        let job: cder_model::JobKey =
+            format!("local:faults-{}", self.started.elapsed().as_millis()).parse().expect("a valid key");
+        let limit = bound("cderd writes");
+        loop {
+            let ok = Client::connect(self.c().cderd_socket(), Duration::from_secs(5))
+                .and_then(|mut c| c.alloc(&AllocRequest::new(job.clone(), 0, 0)).and_then(|_| c.release(&job)))
+                .map_err(|e| e.to_string());
+            match ok {
+                Ok(_) => {
+                    self.report.daemons.entry("cderd writes".into()).or_default().push(since.elapsed());
+                    return;
+                }
+                Err(e) if since.elapsed() > limit => {
+                    self.violation(Check::Recovery, &format!("cderd refused writes {limit:?} after the disk emptied: {e}"));
+                    return;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Waits until GPU `index` is drained as lost (`lost`) or back in
+    /// service (not); the time it took, or None past the bound.
+    fn wait_device(&self, index: u32, lost: bool) -> Option<Duration> {
+        let since = Instant::now();
+        while since.elapsed() < bound("gpu drain/return") {
+            if let Ok(status) = self.c().cderd_status() {
+                let d = status.devices.iter().find(|d| d.index == index)?;
+                let is_lost = d.reason.as_deref().is_some_and(|r| r.starts_with("GPU lost"));
+                if is_lost == lost {
+                    return Some(since.elapsed());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    /// Waits until cderd, slurmctld and slurmd answer; records each one's
+    /// time from `since` and a violation past its bound. Returns the
+    /// longest.
+    fn wait_daemons(&mut self, since: Instant) -> Duration {
+        let mut longest = Duration::ZERO;
+        for daemon in ["cderd", "slurmctld", "slurmd"] {
+            let limit = bound(daemon);
+            let answered = loop {
+                if self.answers(daemon) {
+                    break Some(since.elapsed());
+                }
+                if since.elapsed() > limit {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            match answered {
+                Some(d) => {
+                    self.report.daemons.entry(daemon.into()).or_default().push(d);
+                    longest = longest.max(d);
+                }
+                None => {
+                    self.violation(Check::Recovery, &format!("{daemon} did not answer within {limit:?}"));
+                    longest = longest.max(since.elapsed());
+                }
+            }
+        }
+        longest
+    }
+
+    fn answers(&self, daemon: &str) -> bool {
+        let c = self.c();
+        match daemon {
+            "cderd" => c.cderd_status().is_ok(),
+            "slurmctld" => c
+                .run("scontrol", &["ping"])
+                .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("is UP")),
+            // slurmd accepts connections, and slurmctld counts its node
+            // in service (not DOWN, not unresponsive).
+            _ => {
+                TcpStream::connect_timeout(&([127, 0, 0, 1], c.slurmd_port).into(), Duration::from_secs(1)).is_ok()
+                    && c.run("sinfo", &["-h", "-n", c.node_name(), "-o", "%T"]).is_ok_and(|o| {
+                        let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                        !s.is_empty() && !s.ends_with('*') && !["down", "unknown", "drained", "fail"].contains(&s.as_str())
+                    })
+            }
+        }
+    }
+
+    fn violation(&mut self, check: Check, what: &str) {
+        let line = format!("after {}: {what}", self.current);
+        eprintln!("cder-faults: VIOLATION ({}): {line}", check.name());
+        self.report.violations.entry(check).or_default().push(line);
+    }
+
+    /// Waits (at most [`SETTLE`], with the reconcile timer) for the
+    /// invariants to hold; records what still fails then.
+    fn check_after_fault(&mut self) {
+        let since = Instant::now();
+        let mut reconciled = false;
+        loop {
+            let found = self.invariants();
+            match found {
+                Ok(v) if v.is_empty() => {
+                    self.say(&format!("checked after {} in {:.1} s", self.current, since.elapsed().as_secs_f64()));
+                    return;
+                }
+                Ok(v) if since.elapsed() > SETTLE => {
+                    for (check, what) in v {
+                        self.violation(check, &what);
+                    }
+                    return;
+                }
+                Err(e) if since.elapsed() > SETTLE => {
+                    self.violation(Check::Recovery, &format!("the checker could not read the node's state: {e}"));
+                    return;
+                }
+                _ => {}
+            }
+            // Jobs whose epilog never ran are the reconcile timer's.
+            if since.elapsed() > Duration::from_secs(5) && !reconciled {
+                self.reconcile();
+                reconciled = true;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The invariants at this instant: what violates them, or an error
+    /// when SLURM or cderd could not be read.
+    fn invariants(&self) -> Result<Vec<(Check, String)>, String> {
+        let c = self.c();
+        let before = self.states()?;
+        let mut client = Client::connect(c.cderd_socket(), Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let status = client.status().map_err(|e| e.to_string())?;
+        // Jobs whose script runs (their prolog is done): their record and
+        // what they can open.
+        let mut records: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        let mut opened: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        let mut unrecorded: Vec<u32> = Vec::new();
+        for (&id, _) in before.iter().filter(|(_, s)| s.as_str() == "RUNNING") {
+            let Some(open) = sample(c, id) else { continue };
+            opened.insert(id, open);
+            match client.env(&job_key(id).expect("a valid key")) {
+                Ok(a) => {
+                    records.insert(id, a.devices.iter().map(|d| d.index).collect());
+                }
+                Err(e) if e.code() == Some(ErrorCode::UnknownJob) => unrecorded.push(id),
+                Err(e) => return Err(format!("env of slurm:{id}: {e}")),
+            }
+        }
+        let groups = job_groups(&self.cgroup_parent);
+        let processes = job_processes(c.slurm_conf());
+        let after = self.states()?;
+        let running = |id: &u32| {
+            before.get(id).is_some_and(|s| s == "RUNNING") && after.get(id).is_some_and(|s| s == "RUNNING")
+        };
+        // Unknown to SLURM counts as ended: MinJobAge keeps every job of
+        // the run in squeue.
+        let ended = |id: &u32| {
+            before.get(id).is_none_or(|s| terminal(s)) && after.get(id).is_none_or(|s| terminal(s))
+        };
+        let state = |id: &u32| after.get(id).cloned().unwrap_or_else(|| "unknown to SLURM".into());
+        let mut v = Vec::new();
+        for id in unrecorded.iter().filter(|id| running(id)) {
+            v.push((Check::LostAllocation, format!("job {id} is RUNNING in SLURM and has no record in cderd")));
+        }
+        let live: Vec<(&u32, &BTreeSet<u32>)> = opened.iter().filter(|(id, _)| running(id)).collect();
+        for (i, (a, da)) in live.iter().enumerate() {
+            for (b, db) in &live[i + 1..] {
+                let shared: Vec<&u32> = da.intersection(db).collect();
+                if !shared.is_empty() {
+                    v.push((Check::SharedDevice, format!("running jobs {a} and {b} can both open GPU(s) {shared:?}")));
+                }
+            }
+            if let Some(own) = records.get(a) {
+                let outside: Vec<&u32> = da.difference(own).collect();
+                if !outside.is_empty() {
+                    v.push((
+                        Check::SharedDevice,
+                        format!("job {a} can open GPU(s) {outside:?} outside its record {own:?}"),
+                    ));
+                }
+            }
+        }
+        for (id, path) in groups.iter().filter(|(id, _)| ended(id)) {
+            let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+            let n = procs.split_whitespace().count();
+            v.push((Check::Leak, format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id))));
+        }
+        for d in &status.devices {
+            let Some(job) = &d.job else { continue };
+            let Some(id) = job.to_string().strip_prefix("slurm:").and_then(|i| i.parse::<u32>().ok()) else { continue };
+            if ended(&id) {
+                v.push((Check::Leak, format!("GPU {} still held by job {id} ({})", d.index, state(&id))));
+            }
+        }
+        for (pid, id) in processes.iter().filter(|(_, id)| ended(id)) {
+            v.push((Check::Leak, format!("process {pid} of job {id} ({}) still runs", state(id))));
+        }
+        Ok(v)
+    }
+}
+
+impl Drop for Campaign {
+    fn drop(&mut self) {
+        if let Some(mut cluster) = self.cluster.take() {
+            cluster.cancel_all();
+            cluster.stop_cderd();
+            if self.mounted {
+                let _ = Command::new("umount").arg("-l").arg(&self.state_mount).status();
+            }
+            drop(cluster);
+        }
+        for root in cgroup_roots() {
+            let _ = std::fs::remove_dir(root.join(&self.cgroup_parent));
+        }
+    }
+}
+
+fn gpu_uuid(i: u32) -> String {
+    format!("GPU-fa017000-0000-4000-8000-{i:012}")
+}
+
+fn job_key(id: u32) -> Option<cder_model::JobKey> {
+    format!("slurm:{id}").parse().ok()
+}
+
+/// The job script's worker: reports what it can open until its time is up
+/// (`0`: forever).
+fn write_probe(cluster: &SlurmCluster) -> Result<(), String> {
+    let dir = cluster.jobs_dir();
+    let text = format!(
+        "#!/bin/sh\n# $1: seconds to run (0: until killed). Reports the fake GPUs this process can open.\n\
+         end=$(( $(date +%s) + $1 ))\nn=0\n\
+         while [ \"$1\" = 0 ] || [ \"$(date +%s)\" -lt \"$end\" ]; do\n{}n=$((n+1))\n\
+         echo \"OPEN=${{open%,}} SEQ=$n\" > \"{dir}/state-$SLURM_JOB_ID.$$\"\n\
+         mv \"{dir}/state-$SLURM_JOB_ID.$$\" \"{dir}/state-$SLURM_JOB_ID\"\nsleep 0.3\ndone\n",
+        cluster.open_probe().replace("echo OPEN=${open%,}\n", ""),
+        dir = dir.display()
+    );
+    std::fs::write(dir.join("probe.sh"), text).map_err(|e| format!("writing probe.sh: {e}"))
+}
+
+/// The GPUs job `id` last reported it can open, if it reported.
+fn sample(cluster: &SlurmCluster, id: u32) -> Option<BTreeSet<u32>> {
+    let text = std::fs::read_to_string(cluster.jobs_dir().join(format!("state-{id}"))).ok()?;
+    let open = text.split_whitespace().find_map(|w| w.strip_prefix("OPEN="))?;
+    Some(open.split(',').filter_map(|s| s.parse().ok()).collect())
+}
+
+/// Writes `path` until the file system is full (ENOSPC).
+fn fill(path: &Path) -> Result<(), String> {
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0xa5u8; 64 * 1024];
+    let mut size = chunk.len();
+    loop {
+        match f.write(&chunk[..size]) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => {
+                if size == 1 {
+                    return Ok(());
+                }
+                size = (size / 2).max(1);
+            }
+            Err(e) => return Err(format!("filling {}: {e}", path.display())),
+        }
+    }
+}
+
+fn append_line(path: &Path, line: &str) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    writeln!(f, "{line}").map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The mount points of the cgroup hierarchies cderd may use: v1 `devices`
+/// and `freezer`, and cgroup2.
+fn cgroup_roots() -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((before, after)) = line.split_once(" - ") else { continue };
+        let fields: Vec<&str> = before.split(' ').collect();
+        let tail: Vec<&str> = after.split(' ').collect();
+        if fields.len() < 5 || tail.len() < 3 {
+            continue;
+        }
+        let v1 = tail[0] == "cgroup" && tail[2].split(',').any(|o| o == "devices" || o == "freezer");
+        if v1 || tail[0] == "cgroup2" {
+            out.push(PathBuf::from(fields[4]));
+        }
+    }
+    out
+}
+
+/// The job groups under cderd's parent in every hierarchy: job id, path.
+fn job_groups(parent: &str) -> Vec<(u32, PathBuf)> {
+    let mut out = Vec::new();
+    for root in cgroup_roots() {
+        let Ok(entries) = std::fs::read_dir(root.join(parent)) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // `slurm-<id>-<token>` (see cderd's cgroup.rs).
+            let id = name.strip_prefix("slurm-").and_then(|r| r.split('-').next()).and_then(|i| i.parse().ok());
+            if let (Some(id), true) = (id, e.path().is_dir()) {
+                out.push((id, e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// The processes of this cluster's jobs (unprivileged, with its
+/// `SLURM_CONF` and a `SLURM_JOB_ID`): pid, job id.
+fn job_processes(conf: &Path) -> Vec<(u32, u32)> {
+    let want = format!("SLURM_CONF={}", conf.display());
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let uid = std::fs::read_to_string(e.path().join("status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| u.split_whitespace().next() != Some("0")));
+        if uid != Some(true) {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
+        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+        if !vars.iter().any(|v| *v == want.as_bytes()) {
+            continue;
+        }
+        let job = vars
+            .iter()
+            .find_map(|v| v.strip_prefix(b"SLURM_JOB_ID="))
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+        if let Some(job) = job {
+            out.push((pid, job));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_lists_parse_and_refuse_unknown_names() {
+        assert_eq!(Fault::parse_list("restart-slurmd,kill-cderd").unwrap(), vec![Fault::KillCderd, Fault::RestartSlurmd]);
+        assert_eq!(Fault::parse_list("all").unwrap(), Fault::ALL.to_vec());
+        let e = Fault::parse_list("kill-cderd,reboot").unwrap_err();
+        assert!(e.contains("\"reboot\"") && e.contains("gpu-lost"), "{e}");
+        assert!(Fault::parse_list(",").is_err());
+    }
+
+    #[test]
+    fn one_seed_gives_one_sequence() {
+        let (mut a, mut b, mut c) = (Rng::new(7), Rng::new(7), Rng::new(8));
+        let sa: Vec<u64> = (0..5).map(|_| a.next()).collect();
+        assert_eq!(sa, (0..5).map(|_| b.next()).collect::<Vec<_>>());
+        assert_ne!(sa, (0..5).map(|_| c.next()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_table_counts_violations_per_check() {
+        let mut r = Report { seed: 42, ..Report::default() };
+        r.faults.entry(Fault::KillCderd).or_default().injected = 2;
+        r.violations.entry(Check::Leak).or_default().push("after kill-cderd #1: x".into());
+        let t = r.table();
+        assert!(t.contains("| kill-cderd | 2 |"), "{t}");
+        assert!(t.contains("| leaked cgroup, device or process | 1 |"), "{t}");
+        assert!(t.contains("| lost allocation | 0 |"), "{t}");
+        assert_eq!(r.violation_count(), 1);
+    }
+}
