@@ -38,8 +38,11 @@ pub enum Fault {
     KillCderd,
     /// `kill -9` slurmd (its steps live on), restart it.
     RestartSlurmd,
-    /// `kill -9` slurmctld, restart it from its saved state.
+    /// Stop slurmctld as `systemctl restart` does (SIGTERM: it saves its
+    /// state), start it again.
     RestartSlurmctld,
+    /// `kill -9` slurmctld, restart it from the state it last saved.
+    KillSlurmctld,
     /// Fill cderd's state file system (a tmpfs) to ENOSPC, hold, empty it.
     FullDisk,
     /// A GPU falls off the bus in the fake NVML (every call on it answers
@@ -49,8 +52,14 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in the order the table prints them.
-    pub const ALL: [Fault; 5] =
-        [Fault::KillCderd, Fault::RestartSlurmd, Fault::RestartSlurmctld, Fault::FullDisk, Fault::GpuLost];
+    pub const ALL: [Fault; 6] = [
+        Fault::KillCderd,
+        Fault::RestartSlurmd,
+        Fault::RestartSlurmctld,
+        Fault::KillSlurmctld,
+        Fault::FullDisk,
+        Fault::GpuLost,
+    ];
 
     /// The name `--faults` takes.
     pub fn name(self) -> &'static str {
@@ -58,6 +67,7 @@ impl Fault {
             Fault::KillCderd => "kill-cderd",
             Fault::RestartSlurmd => "restart-slurmd",
             Fault::RestartSlurmctld => "restart-slurmctld",
+            Fault::KillSlurmctld => "kill-slurmctld",
             Fault::FullDisk => "full-disk",
             Fault::GpuLost => "gpu-lost",
         }
@@ -173,6 +183,13 @@ pub struct Report {
     pub job_states: BTreeMap<String, usize>,
     /// Recovery time per daemon, over all faults.
     pub daemons: BTreeMap<String, Vec<Duration>>,
+    /// What SLURM itself did that an operator had to undo (the node
+    /// drained for a duplicate job id after slurmctld lost its last
+    /// seconds of state), with how often.
+    pub slurm_events: BTreeMap<String, usize>,
+    /// What the faults did on the way (writes cderd refused while its
+    /// disk was full …), with how often.
+    pub observed: BTreeMap<String, usize>,
 }
 
 fn percentile(v: &[Duration], p: f64) -> Duration {
@@ -221,6 +238,12 @@ impl Report {
                 ms(percentile(v, 0.5)),
                 v.len()
             );
+        }
+        for (what, n) in &self.observed {
+            let _ = writeln!(t, "\nobserved ({n}x): {what}");
+        }
+        for (what, n) in &self.slurm_events {
+            let _ = writeln!(t, "\nSLURM, not cder ({n}x): {what}");
         }
         let states: Vec<String> = self.job_states.iter().map(|(s, n)| format!("{n} {s}")).collect();
         let _ = writeln!(t, "\njobs run: {} ({})", self.jobs, states.join(", "));
@@ -530,6 +553,12 @@ impl Campaign {
                 self.cm().start_slurmd()?;
             }
             Fault::RestartSlurmctld => {
+                self.cm().stop_slurmctld();
+                self.hold(hold, false);
+                ended = Instant::now();
+                self.cm().start_slurmctld()?;
+            }
+            Fault::KillSlurmctld => {
                 self.cm().kill_slurmctld();
                 self.hold(hold, false);
                 ended = Instant::now();
@@ -539,10 +568,18 @@ impl Campaign {
                 let filler = self.state_mount.join("filler");
                 fill(&filler)?;
                 self.say(&format!("state file system full ({})", self.state_mount.display()));
+                let refused = self.probe_write().err().filter(|e| e.contains("full"));
+                let seen = match &refused {
+                    Some(e) => format!("full-disk: cderd refused a write while full ({e})"),
+                    None => "full-disk: cderd took a write while full (SQLite reused pages it had)".into(),
+                };
+                *self.report.observed.entry(seen).or_default() += 1;
                 self.hold(hold, true);
                 std::fs::remove_file(&filler).map_err(|e| format!("emptying {}: {e}", filler.display()))?;
                 ended = Instant::now();
+                let daemons = self.wait_daemons(ended);
                 self.wait_writes(ended);
+                return Ok(daemons.max(ended.elapsed()));
             }
             Fault::GpuLost => {
                 let gpu = self.rng.below(u64::from(GPUS)) as u32;
@@ -561,15 +598,20 @@ impl Campaign {
                 self.hold(hold, true);
                 std::fs::write(&events, "").map_err(|e| format!("{}: {e}", events.display()))?;
                 ended = Instant::now();
+                let daemons = self.wait_daemons(ended);
                 match self.wait_device(gpu, false) {
-                    Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
-                    None => self.violation(
-                        Check::Recovery,
-                        &format!(
-                            "cderd did not return GPU {gpu} within {:?} of it answering again",
-                            bound("gpu drain/return")
-                        ),
-                    ),
+                    Some(_) => {
+                        let d = ended.elapsed();
+                        self.report.daemons.entry("gpu drain/return".into()).or_default().push(d);
+                        return Ok(daemons.max(d));
+                    }
+                    None => {
+                        self.violation(
+                            Check::Recovery,
+                            &format!("cderd did not return GPU {gpu} within {:?} of its repair", bound("gpu drain/return")),
+                        );
+                        return Ok(daemons.max(ended.elapsed()));
+                    }
                 }
             }
         }
@@ -584,17 +626,21 @@ impl Campaign {
         }
     }
 
-    /// Waits for a write to cderd's ledger to succeed again (an `alloc` of
-    /// no device for a job of the campaign's own, then its `release`).
-    fn wait_writes(&mut self, since: Instant) {
+    /// A write to cderd's ledger: an `alloc` of no device for a job of the
+    /// campaign's own, then its `release`.
+    fn probe_write(&self) -> Result<(), String> {
         let job: cder_model::JobKey =
-            format!("local:faults-{}", self.started.elapsed().as_millis()).parse().expect("a valid key");
+            format!("local:faults-{}", self.started.elapsed().as_micros()).parse().expect("a valid key");
+        let mut c = Client::connect(self.c().cderd_socket(), Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        c.alloc(&AllocRequest::new(job.clone(), 0, 0)).map_err(|e| e.to_string())?;
+        c.release(&job).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Waits for a write to cderd's ledger to succeed again.
+    fn wait_writes(&mut self, since: Instant) {
         let limit = bound("cderd writes");
         loop {
-            let ok = Client::connect(self.c().cderd_socket(), Duration::from_secs(5))
-                .and_then(|mut c| c.alloc(&AllocRequest::new(job.clone(), 0, 0)).and_then(|_| c.release(&job)))
-                .map_err(|e| e.to_string());
-            match ok {
+            match self.probe_write() {
                 Ok(_) => {
                     self.report.daemons.entry("cderd writes".into()).or_default().push(since.elapsed());
                     return;
@@ -633,6 +679,7 @@ impl Campaign {
         for daemon in ["cderd", "slurmctld", "slurmd"] {
             let limit = bound(daemon);
             let answered = loop {
+                self.resume_after_slurm_state_loss();
                 if self.answers(daemon) {
                     break Some(since.elapsed());
                 }
@@ -674,6 +721,29 @@ impl Campaign {
         }
     }
 
+    /// slurmctld killed with `kill -9` forgets its last seconds: jobs that
+    /// ran or ended then are pending again in its saved state, and when it
+    /// starts one that slurmd still runs, it drains the node ("Duplicate
+    /// jobid"). That is SLURM's own recovery, not cder's: resume the node
+    /// as its operator would, and count it.
+    fn resume_after_slurm_state_loss(&mut self) {
+        let c = self.c();
+        let Ok(out) = c.run("scontrol", &["show", "node", "-o", c.node_name()]) else { return };
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let reason = text.split(" Reason=").nth(1).unwrap_or("");
+        if !reason.starts_with("Duplicate jobid") {
+            return;
+        }
+        let node = c.node_name().to_string();
+        let _ = c.run("scontrol", &["update", &format!("nodename={node}"), "state=resume"]);
+        self.say("SLURM drained the node for a duplicate job id after its lost state; resumed");
+        *self
+            .report
+            .slurm_events
+            .entry("slurmctld, restarted after kill -9, drained the node for a duplicate job id; resumed by hand".into())
+            .or_default() += 1;
+    }
+
     fn violation(&mut self, check: Check, what: &str) {
         let line = format!("after {}: {what}", self.current);
         eprintln!("cder-faults: VIOLATION ({}): {line}", check.name());
@@ -704,6 +774,7 @@ impl Campaign {
                 }
                 _ => {}
             }
+            self.resume_after_slurm_state_loss();
             // Jobs whose epilog never ran are the reconcile timer's.
             if since.elapsed() > Duration::from_secs(5) && !reconciled {
                 self.reconcile();
@@ -739,8 +810,13 @@ impl Campaign {
         let groups = job_groups(&self.cgroup_parent);
         let processes = job_processes(c.slurm_conf());
         let after = self.states()?;
+        // SLURM believes it runs, and the node runs it: after slurmctld
+        // lost its last seconds of state, a job that ended is RUNNING
+        // again in its view until slurmd reports it missing.
         let running = |id: &u32| {
-            before.get(id).is_some_and(|s| s == "RUNNING") && after.get(id).is_some_and(|s| s == "RUNNING")
+            before.get(id).is_some_and(|s| s == "RUNNING")
+                && after.get(id).is_some_and(|s| s == "RUNNING")
+                && processes.iter().any(|(_, j)| j == id)
         };
         // Unknown to SLURM counts as ended: MinJobAge keeps every job of
         // the run in squeue.

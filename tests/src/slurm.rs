@@ -592,6 +592,20 @@ impl SlurmCluster {
         }
     }
 
+    /// Stops slurmctld as `systemctl stop` does (SIGTERM): it saves its
+    /// state and exits.
+    pub fn stop_slurmctld(&mut self) {
+        if let Some(mut c) = self.slurmctld.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Starts slurmctld (again) from its saved state.
     pub fn start_slurmctld(&mut self) -> Result<(), String> {
         self.kill_slurmctld();

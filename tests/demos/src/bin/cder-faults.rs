@@ -1,7 +1,7 @@
 //! The fault campaign (tests/src/campaign.rs): faults injected one at a
 //! time at seeded random moments — `kill -9` of cderd, slurmd and
-//! slurmctld, cderd's state file system filling up, a GPU falling off the
-//! bus — into a real one-node SLURM with the cder plugins and cderd over
+//! slurmctld, a restart of slurmctld, cderd's state file system filling
+//! up, a GPU falling off the bus — into a real one-node SLURM with the cder plugins and cderd over
 //! the fake NVML, while a mixed-job workload runs; after each fault it
 //! checks for lost allocations, devices two running jobs can open, leaked
 //! cgroups, devices or processes, and daemons that do not answer in time.
@@ -23,7 +23,7 @@ use cder_tests::slurm::require_slurm;
 const USAGE: &str = "usage: cder-faults [--seed N] [--duration SECS] [--faults NAME,...] [--quiet]\n\
     \x20 --seed N          seed of every random choice (default: from the clock; printed first)\n\
     \x20 --duration SECS   how long to run (default 120); a run also lasts until each fault was injected once\n\
-    \x20 --faults LIST     kill-cderd, restart-slurmd, restart-slurmctld, full-disk, gpu-lost, or all (default)\n\
+    \x20 --faults LIST     kill-cderd, restart-slurmd, restart-slurmctld, kill-slurmctld, full-disk, gpu-lost, or all (default)\n\
     \x20 --quiet           print only the seed and the table";
 
 fn parse(args: &[String]) -> Result<CampaignConfig, String> {
