@@ -30,6 +30,8 @@ packages=(
   dpkg-dev debhelper fakeroot lintian man-db
   # small tools the tests use
   procps psmisc util-linux iproute2 jq
+  # libfaketime: the clock-jump fault tests move cderd's wall clock (docs/testing.md, Faults)
+  faketime
 )
 
 missing=()

@@ -27,9 +27,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cder_protocol::{AllocRequest, Client, ErrorCode, ReconcileRequest};
+use cder_protocol::{AccountingRequest, AllocRequest, Client, ErrorCode, ReconcileRequest};
 
-use crate::slurm::{fake_nvml_library, SlurmCluster, SlurmConfig};
+use cder_testkit::faults::{lose_gpu, remove_device_file, WallClock, LIBFAKETIME};
+
+use crate::slurm::{fake_nvml_library, make_fake_gpu, SlurmCluster, SlurmConfig};
 
 /// A fault the campaign can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,17 +50,25 @@ pub enum Fault {
     /// A GPU falls off the bus in the fake NVML (every call on it answers
     /// `GPU_IS_LOST`), then comes back.
     GpuLost,
+    /// A GPU's device file is removed (held or not), then made again and
+    /// the device undrained, as an operator does.
+    VanishDevice,
+    /// cderd's wall clock steps forwards or backwards by minutes to hours
+    /// (libfaketime), and stays there.
+    ClockJump,
 }
 
 impl Fault {
     /// Every fault, in the order the table prints them.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 8] = [
         Fault::KillCderd,
         Fault::RestartSlurmd,
         Fault::RestartSlurmctld,
         Fault::KillSlurmctld,
         Fault::FullDisk,
         Fault::GpuLost,
+        Fault::VanishDevice,
+        Fault::ClockJump,
     ];
 
     /// The name `--faults` takes.
@@ -70,6 +80,8 @@ impl Fault {
             Fault::KillSlurmctld => "kill-slurmctld",
             Fault::FullDisk => "full-disk",
             Fault::GpuLost => "gpu-lost",
+            Fault::VanishDevice => "vanish-device",
+            Fault::ClockJump => "clock-jump",
         }
     }
 
@@ -108,11 +120,15 @@ pub enum Check {
     Leak,
     /// A daemon did not answer again within its bound.
     Recovery,
+    /// A usage record with a negative interval, or two records of one
+    /// device overlapping (counted twice).
+    Accounting,
 }
 
 impl Check {
     /// Every check, in the order the table prints them.
-    pub const ALL: [Check; 4] = [Check::LostAllocation, Check::SharedDevice, Check::Leak, Check::Recovery];
+    pub const ALL: [Check; 5] =
+        [Check::LostAllocation, Check::SharedDevice, Check::Leak, Check::Recovery, Check::Accounting];
 
     /// The name in the table.
     pub fn name(self) -> &'static str {
@@ -121,6 +137,7 @@ impl Check {
             Check::SharedDevice => "device held by two live jobs",
             Check::Leak => "leaked cgroup, device or process",
             Check::Recovery => "daemon not answering in time",
+            Check::Accounting => "usage interval negative or counted twice",
         }
     }
 }
@@ -317,6 +334,8 @@ pub struct Campaign {
     started: Instant,
     /// The fault being checked, for the violation lines.
     current: String,
+    /// cderd's wall clock, when `clock-jump` is among the faults.
+    clock: Option<WallClock>,
 }
 
 fn say(verbose: bool, text: &str) {
@@ -368,7 +387,18 @@ impl Campaign {
             started: Instant::now(),
             current: "start".into(),
             cluster: None,
+            clock: None,
         };
+        if campaign.config.faults.contains(&Fault::ClockJump) {
+            if !Path::new(LIBFAKETIME).exists() {
+                return Err(format!("clock-jump needs {LIBFAKETIME} (install faketime with deploy/install-deps.sh)"));
+            }
+            let clock = WallClock::new(cluster.dir())?;
+            cluster.config.cderd_env.extend(
+                clock.env().into_iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
+            );
+            campaign.clock = Some(clock);
+        }
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={STATE_FS_SIZE},mode=0755"), "cder-faults"])
             .arg(&state_mount)
@@ -546,23 +576,80 @@ impl Campaign {
                     self.violation(Check::Recovery, &format!("cderd did not come back: {e}"));
                 }
             }
+            // A start that fails or waits out its own limit is judged by
+            // `wait_daemons` below, like every other recovery.
             Fault::RestartSlurmd => {
                 self.cm().kill_slurmd();
                 self.hold(hold, true);
                 ended = Instant::now();
-                self.cm().start_slurmd()?;
+                if let Err(e) = self.cm().start_slurmd() {
+                    self.say(&format!("slurmd start: {e}"));
+                }
             }
             Fault::RestartSlurmctld => {
-                self.cm().stop_slurmctld();
+                self.cm().stop_slurmctld()?;
                 self.hold(hold, false);
                 ended = Instant::now();
-                self.cm().start_slurmctld()?;
+                if let Err(e) = self.cm().start_slurmctld() {
+                    self.say(&format!("slurmctld start: {e}"));
+                }
             }
             Fault::KillSlurmctld => {
                 self.cm().kill_slurmctld();
                 self.hold(hold, false);
                 ended = Instant::now();
-                self.cm().start_slurmctld()?;
+                if let Err(e) = self.cm().start_slurmctld() {
+                    self.say(&format!("slurmctld start: {e}"));
+                }
+            }
+            Fault::ClockJump => {
+                let clock = self.clock.as_ref().ok_or("clock-jump: cderd runs on no fake clock")?;
+                let size = 60 + self.rng.below(7200) as i64;
+                // Steps towards the true time once it is off by more than two hours.
+                let back = match clock.offset() {
+                    o if o > 2 * 3600 => true,
+                    o if o < -2 * 3600 => false,
+                    _ => self.rng.below(2) == 0,
+                };
+                let step = if back { -size } else { size };
+                let clock = self.clock.as_mut().expect("checked above");
+                clock.jump(step)?;
+                let offset = clock.offset();
+                self.say(&format!("cderd's wall clock stepped {step:+} s (now {offset:+} s off)"));
+                self.hold(hold, true);
+                ended = Instant::now();
+            }
+            Fault::VanishDevice => {
+                let gpu = self.rng.below(u64::from(GPUS)) as u32;
+                let path = self.c().gpu_path(gpu);
+                remove_device_file(&path)?;
+                // cderd looks at the next alloc, release or status.
+                let drained = self.wait_device(gpu, |r| r.contains("vanished"));
+                self.say(&format!("device file of GPU {gpu} removed; drained: {drained:?}"));
+                match drained {
+                    Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
+                    None => self.violation(
+                        Check::Recovery,
+                        &format!("cderd did not drain GPU {gpu} whose file vanished within {:?}", bound("gpu drain/return")),
+                    ),
+                }
+                self.hold(hold, true);
+                make_fake_gpu(&path, gpu)?;
+                ended = Instant::now();
+                let resumed = Client::connect(self.c().cderd_socket(), Duration::from_secs(5))
+                    .and_then(|mut c| c.resume(&format!("gpgpu:{gpu}")))
+                    .map_err(|e| e.to_string());
+                if let Err(e) = resumed {
+                    self.violation(Check::Recovery, &format!("cderctl undrain gpgpu:{gpu} after its file came back: {e}"));
+                }
+                let daemons = self.wait_daemons(ended);
+                return Ok(match self.wait_device(gpu, |r| r.is_empty()) {
+                    Some(_) => daemons.max(ended.elapsed()),
+                    None => {
+                        self.violation(Check::Recovery, &format!("GPU {gpu} stayed drained after its undrain"));
+                        daemons.max(ended.elapsed())
+                    }
+                });
             }
             Fault::FullDisk => {
                 let filler = self.state_mount.join("filler");
@@ -584,9 +671,8 @@ impl Campaign {
             Fault::GpuLost => {
                 let gpu = self.rng.below(u64::from(GPUS)) as u32;
                 let events = self.c().dir().join("nvml-events");
-                let line = serde_json::json!({"uuid": gpu_uuid(gpu), "lost": true}).to_string();
-                append_line(&events, &line)?;
-                let drained = self.wait_device(gpu, true);
+                lose_gpu(&events, &gpu_uuid(gpu))?;
+                let drained = self.wait_device(gpu, |r| r.starts_with("GPU lost"));
                 self.say(&format!("gpu {gpu} lost; drained: {drained:?}"));
                 match drained {
                     Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
@@ -599,7 +685,7 @@ impl Campaign {
                 std::fs::write(&events, "").map_err(|e| format!("{}: {e}", events.display()))?;
                 ended = Instant::now();
                 let daemons = self.wait_daemons(ended);
-                match self.wait_device(gpu, false) {
+                match self.wait_device(gpu, |r| !r.starts_with("GPU lost")) {
                     Some(_) => {
                         let d = ended.elapsed();
                         self.report.daemons.entry("gpu drain/return".into()).or_default().push(d);
@@ -654,15 +740,14 @@ impl Campaign {
         }
     }
 
-    /// Waits until GPU `index` is drained as lost (`lost`) or back in
-    /// service (not); the time it took, or None past the bound.
-    fn wait_device(&self, index: u32, lost: bool) -> Option<Duration> {
+    /// Waits until GPU `index`'s drain reason (empty: none) passes `want`;
+    /// the time it took, or None past the bound.
+    fn wait_device(&self, index: u32, want: impl Fn(&str) -> bool) -> Option<Duration> {
         let since = Instant::now();
         while since.elapsed() < bound("gpu drain/return") {
             if let Ok(status) = self.c().cderd_status() {
                 let d = status.devices.iter().find(|d| d.index == index)?;
-                let is_lost = d.reason.as_deref().is_some_and(|r| r.starts_with("GPU lost"));
-                if is_lost == lost {
+                if want(d.reason.as_deref().unwrap_or("")) {
                     return Some(since.elapsed());
                 }
             }
@@ -861,6 +946,31 @@ impl Campaign {
         for (pid, id) in processes.iter().filter(|(_, id)| ended(id)) {
             v.push((Check::Leak, format!("process {pid} of job {id} ({}) still runs", state(id))));
         }
+        let usage = client
+            .accounting(&AccountingRequest { since: None, until: None })
+            .map_err(|e| format!("accounting: {e}"))?;
+        let mut by_device: BTreeMap<&str, Vec<&cder_protocol::AccountingRecord>> = BTreeMap::new();
+        for r in &usage.records {
+            if r.device_seconds < 0 || r.end.is_some_and(|end| end < r.start) {
+                v.push((Check::Accounting, format!("{} on GPU {}: {}..{:?}, {} device-seconds", r.job, r.index, r.start, r.end, r.device_seconds)));
+            }
+            by_device.entry(&r.uuid).or_default().push(r);
+        }
+        for records in by_device.values_mut() {
+            records.sort_by_key(|r| (r.start, r.end));
+            for w in records.windows(2) {
+                match w[0].end {
+                    Some(end) if end <= w[1].start => {}
+                    _ => v.push((
+                        Check::Accounting,
+                        format!(
+                            "GPU {}: {} ({}..{:?}) overlaps {} ({}..{:?})",
+                            w[0].index, w[0].job, w[0].start, w[0].end, w[1].job, w[1].start, w[1].end
+                        ),
+                    )),
+                }
+            }
+        }
         Ok(v)
     }
 }
@@ -930,15 +1040,6 @@ fn fill(path: &Path) -> Result<(), String> {
             Err(e) => return Err(format!("filling {}: {e}", path.display())),
         }
     }
-}
-
-fn append_line(path: &Path, line: &str) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    writeln!(f, "{line}").map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The mount points of the cgroup hierarchies cderd may use: v1 `devices`

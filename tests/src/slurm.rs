@@ -142,6 +142,22 @@ pub fn fake_nvml_library() -> Result<PathBuf, String> {
         .clone()
 }
 
+/// Builds (once per process) and finds `cderctl`, as a node runs it
+/// (`cderctl reconcile --from slurm`).
+pub fn cderctl() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_packages(&["cderctl"], "cderctl")?;
+            let path = target_debug_dir().join("cderctl");
+            if !path.is_file() {
+                return Err(format!("{} is missing; run cargo build -p cderctl", path.display()));
+            }
+            Ok(path)
+        })
+        .clone()
+}
+
 /// The cder artifacts a SLURM test loads.
 #[derive(Debug, Clone)]
 pub struct Artifacts {
@@ -565,26 +581,18 @@ impl SlurmCluster {
         }
     }
 
-    /// Kills slurmd with SIGKILL, as a crash does: its running steps'
-    /// slurmstepd processes live on, as they do on a node.
-    pub fn kill_slurmd(&mut self) {
-        if let Some(mut c) = self.slurmd.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    /// The name of the cluster's one node.
+    pub fn node_name(&self) -> &str {
+        &self.node
     }
 
-    /// Starts slurmd (again) with the same arguments; it finds its running
-    /// steps in its spool folder and registers with slurmctld.
-    pub fn start_slurmd(&mut self) -> Result<(), String> {
-        self.kill_slurmd();
-        let conf = self.conf.display().to_string();
-        self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &self.node.clone(), "-f", &conf], "log/slurmd.out")?);
-        Ok(())
+    /// cderd's pid while the harness runs it.
+    pub fn cderd_pid(&self) -> Option<u32> {
+        self.cderd.as_ref().map(Child::id)
     }
 
-    /// Kills slurmctld with SIGKILL; its state (jobs, node) stays in
-    /// `StateSaveLocation`.
+    /// Kills slurmctld with SIGKILL, as a crash does: its state is what it
+    /// last saved in `StateSaveLocation`; jobs on the node keep running.
     pub fn kill_slurmctld(&mut self) {
         if let Some(mut c) = self.slurmctld.take() {
             let _ = c.kill();
@@ -592,31 +600,116 @@ impl SlurmCluster {
         }
     }
 
-    /// Stops slurmctld as `systemctl stop` does (SIGTERM): it saves its
-    /// state and exits.
-    pub fn stop_slurmctld(&mut self) {
-        if let Some(mut c) = self.slurmctld.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(50));
+    /// Starts slurmctld (again) from its saved state, and waits until it
+    /// answers (`scontrol ping`).
+    pub fn start_slurmctld(&mut self) -> Result<(), String> {
+        if self.slurmctld.is_some() {
+            return Err("slurmctld is running already".into());
+        }
+        let conf = self.conf.display().to_string();
+        self.slurmctld = Some(self.spawn_appending("slurmctld", &["-D", "-f", &conf], "log/slurmctld.out")?);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let up = self
+                .command("scontrol")
+                .arg("ping")
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"));
+            if up {
+                return Ok(());
             }
+            if let Some(Ok(Some(status))) = self.slurmctld.as_mut().map(Child::try_wait) {
+                return Err(format!("slurmctld exited ({status}) while starting again\n{}", self.logs()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("slurmctld did not answer within 60 s of its restart\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Stops slurmctld with SIGTERM, as `systemctl restart` does: it saves
+    /// its state first (a SIGKILL loses what it had not saved yet, such as a
+    /// job submitted a moment before). Waits for it to exit.
+    pub fn stop_slurmctld(&mut self) -> Result<(), String> {
+        let Some(mut c) = self.slurmctld.take() else { return Ok(()) };
+        cder_testkit::faults::signal(c.id(), "TERM")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("slurmctld did not exit within 60 s of SIGTERM\n{}", self.logs()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Stops slurmctld (SIGTERM) and starts it again.
+    pub fn restart_slurmctld(&mut self) -> Result<(), String> {
+        self.stop_slurmctld()?;
+        self.start_slurmctld()
+    }
+
+    /// Kills slurmd with SIGKILL; the jobs' slurmstepd processes, and so
+    /// the jobs, keep running, as they do when slurmd crashes or restarts.
+    pub fn kill_slurmd(&mut self) {
+        if let Some(mut c) = self.slurmd.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// Starts slurmctld (again) from its saved state.
-    pub fn start_slurmctld(&mut self) -> Result<(), String> {
-        self.kill_slurmctld();
+    /// Starts slurmd (again) and waits until slurmctld sees the node
+    /// responding (a state without `*`, and not down).
+    pub fn start_slurmd(&mut self) -> Result<(), String> {
+        if self.slurmd.is_some() {
+            return Err("slurmd is running already".into());
+        }
         let conf = self.conf.display().to_string();
-        self.slurmctld = Some(self.spawn_appending("slurmctld", &["-D", "-f", &conf], "log/slurmctld.out")?);
-        Ok(())
+        let node = self.node.clone();
+        self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &node, "-f", &conf], "log/slurmd.out")?);
+        self.wait_responding(Duration::from_secs(60))
     }
 
-    /// The name of the cluster's one node.
-    pub fn node_name(&self) -> &str {
-        &self.node
+    /// Kills slurmd (SIGKILL) and starts it again.
+    pub fn restart_slurmd(&mut self) -> Result<(), String> {
+        self.kill_slurmd();
+        self.start_slurmd()
+    }
+
+    /// `scontrol reconfigure`: slurmctld and slurmd read their configs again.
+    pub fn reconfigure(&self) -> Result<(), String> {
+        self.scontrol(&["reconfigure"]).map(|_| ())
+    }
+
+    /// Waits until slurmctld sees the node responding: a state without
+    /// SLURM's not-responding `*`, and neither down nor unknown.
+    pub fn wait_responding(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            if let Some(Ok(Some(status))) = self.slurmd.as_mut().map(Child::try_wait) {
+                return Err(format!("slurmd exited ({status})\n{}", self.logs()));
+            }
+            if let Ok(out) = self.command("sinfo").args(["-h", "-n", &self.node, "-o", "%T"]).output() {
+                last = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                let bad = last.is_empty()
+                    || last.contains('*')
+                    || ["down", "unknown", "drain"].iter().any(|s| last.contains(s));
+                if !bad {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the node did not respond within {timeout:?} (last state {last:?})\n{}",
+                    self.logs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     /// cderd's `status`.
@@ -638,8 +731,7 @@ impl SlurmCluster {
             .map_err(|e| format!("starting {program}: {e}"))
     }
 
-    /// [`Self::spawn`] that appends to the daemon's output file, so that a
-    /// restarted daemon keeps its earlier life's lines.
+    /// As `spawn`, appending to the log a first start began.
     fn spawn_appending(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
         let log = std::fs::OpenOptions::new()
             .create(true)

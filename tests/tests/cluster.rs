@@ -21,6 +21,7 @@ mod glue_schema;
 mod glue_slurm;
 mod glue_validator;
 mod ldap_capacity;
+mod slurm_faults;
 mod slurm_mig;
 mod slurm_plugins;
 mod slurm_stress;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use cder_model::{Config, Device, DeviceCgroup, HeldDevice, HeldOpen, JobEnvironment, JobKey};
+use cder_model::{Config, Device, DeviceCgroup, Discovery, HeldDevice, HeldOpen, JobEnvironment, JobKey};
 use cder_protocol::{
     Accounting, AccountingRequest, AllocRequest, AllocatedDevice, Allocation, Confined, DeviceState, EnvRequest,
     ErrorCode, ErrorReply, Pong, ReconcileRequest, Reconciled, Released, Request, Status, TypeCounts, Utilisation,
@@ -73,6 +73,9 @@ pub struct Daemon {
     background: Background,
     /// `alloc`s on their way in, for the `env` that follows (see [`crate::intake`]).
     intake: Intake,
+    /// Devices whose file this process has seen: one that vanishes after
+    /// is drained (one never seen may not be made yet, see nvidia-modprobe).
+    files_seen: Mutex<BTreeSet<String>>,
 }
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
@@ -202,7 +205,19 @@ impl Daemon {
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
-        store.sync_inventory(&devices)?;
+        // The ledger numbers a device for good by its UUID: discovery's
+        // numbering shifts when a GPU disappears. `devices` keep
+        // discovery's, the runtimes' own, for the job environment.
+        let numbered: BTreeSet<String> =
+            config.cders.iter().filter(|c| c.discovery == Discovery::Nvml).map(|c| c.name().to_string()).collect();
+        let mut in_ledger = devices.clone();
+        for (uuid, found, kept) in store.keep_indices(&mut in_ledger, &numbered)? {
+            tracing::warn!(
+                device = %uuid,
+                "discovery numbers this device {found} (a device before it is gone or new); the ledger keeps it {kept}"
+            );
+        }
+        store.sync_inventory(&in_ledger)?;
         let enforcer = Enforcer::new(&config)?;
         let mut held_open_ignore = BTreeSet::new();
         for name in &config.node.enforcement.held_open_ignore_users {
@@ -226,7 +241,9 @@ impl Daemon {
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
+            files_seen: Mutex::default(),
         };
+        daemon.drain_vanished_files(&mut daemon.store()).map_err(|e| StartError::Store(StoreError::Refused(e)))?;
         Ok(daemon)
     }
 
@@ -291,7 +308,10 @@ impl Daemon {
             Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
                 // A device kept out after a release shows why only while it still is.
-                self.recheck_leftovers(&mut self.store())?;
+                let mut store = self.store();
+                self.recheck_leftovers(&mut store)?;
+                self.drain_vanished_files(&mut store)?;
+                drop(store);
                 self.status().map(|s| to_value(&s))
             }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
@@ -394,18 +414,23 @@ impl Daemon {
     /// The environment of `reply`'s devices, narrowed to `step` (indices of
     /// the default type), numbered for `cgroup`.
     fn step_environment(&self, reply: &Allocation, step: Option<&[u32]>, cgroup: DeviceCgroup) -> JobEnvironment {
+        // Numbered as the runtimes number them (discovery's index now),
+        // chosen by the ledger's index (the step's list).
+        let runtime_index = |d: &AllocatedDevice| self.inventory.get(&d.uuid).map_or(d.index, |i| i.index);
         let held: Vec<HeldDevice<'_>> = reply
             .devices
             .iter()
-            .map(|d| HeldDevice { cder_type: &d.cder_type, index: d.index, uuid: &d.uuid })
+            .map(|d| HeldDevice { cder_type: &d.cder_type, index: runtime_index(d), uuid: &d.uuid })
             .collect();
-        let visible: Vec<HeldDevice<'_>> = held
+        let visible: Vec<HeldDevice<'_>> = reply
+            .devices
             .iter()
-            .filter(|d| match step {
+            .zip(&held)
+            .filter(|(d, _)| match step {
                 Some(list) if d.cder_type == cder_protocol::DEFAULT_TYPE => list.contains(&d.index),
                 _ => true,
             })
-            .copied()
+            .map(|(_, h)| *h)
             .collect();
         JobEnvironment::for_step(&self.config.cders, &held, &visible, cgroup)
     }
@@ -454,6 +479,7 @@ impl Daemon {
         let started = std::time::Instant::now();
         let mut store = self.store();
         self.recheck_leftovers(&mut store)?;
+        self.drain_vanished_files(&mut store)?;
         let by_file;
         let request = match &request.device_files {
             None => request,
@@ -546,6 +572,7 @@ impl Daemon {
         let allocation = store.job(job).map_err(StoreError::into_reply)?;
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
         let released = store.release_keeping(job, now(), &held).map_err(StoreError::into_reply)?;
+        self.drain_vanished_files(&mut store)?;
         for e in self.enforcer.restore(&released) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
@@ -661,6 +688,32 @@ impl Daemon {
         }
         if back > 0 {
             self.intake.released(None);
+        }
+        Ok(())
+    }
+
+    /// Drains each present device whose file this process saw and that is
+    /// gone now (removed under a running node): a job holding it keeps its
+    /// record, and the device goes offline, not back to the pool, at release.
+    fn drain_vanished_files(&self, store: &mut Store) -> Result<(), ErrorReply> {
+        let devices = store.devices().map_err(StoreError::into_reply)?;
+        let mut seen = self.files_seen.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices.iter().filter(|d| d.present) {
+            if std::fs::symlink_metadata(&d.path).is_ok() {
+                seen.insert(d.uuid.clone());
+                continue;
+            }
+            if d.drained || !seen.contains(&d.uuid) {
+                continue;
+            }
+            let reason = format!("device file {} vanished", d.path.display());
+            store.set_drained(&d.uuid, Some(&reason)).map_err(StoreError::into_reply)?;
+            match &d.job {
+                Some(job) => {
+                    tracing::error!(device = %d.name(), job = %job, "{reason}: drained; the job keeps its record until release")
+                }
+                None => tracing::error!(device = %d.name(), "{reason}: drained, handed out to nobody"),
+            }
         }
         Ok(())
     }

@@ -54,19 +54,6 @@ pub enum EnforcementError {
         /// NVML's error.
         source: nvml_wrapper::error::NvmlError,
     },
-    /// The device at the recorded NVML index is another GPU (renumbered
-    /// since discovery): its compute mode is left alone.
-    #[error("{device}: NVML index {index} has UUID {found}, not {expected}; refusing to change its compute mode")]
-    NvmlMismatch {
-        /// The device, as operators name it (`<type>:<index>`).
-        device: String,
-        /// The NVML index looked up.
-        index: u32,
-        /// The UUID NVML reports there now.
-        found: String,
-        /// The UUID recorded for the device.
-        expected: String,
-    },
 }
 
 /// Applies and undoes enforcement on devices.
@@ -160,17 +147,9 @@ impl Enforcer {
             return Ok(());
         };
         let nvml_err = |call, source| EnforcementError::Nvml { device: d.name(), call, source };
-        let mut device = nvml.device_by_index(d.index).map_err(|e| nvml_err("nvmlDeviceGetHandleByIndex", e))?;
-        // Indices can shift when a GPU falls off the bus; never touch the wrong board.
-        let uuid = device.uuid().map_err(|e| nvml_err("nvmlDeviceGetUUID", e))?;
-        if uuid != d.uuid {
-            return Err(EnforcementError::NvmlMismatch {
-                device: d.name(),
-                index: d.index,
-                found: uuid,
-                expected: d.uuid.clone(),
-            });
-        }
+        // By UUID: NVML's indices shift when a GPU falls off the bus, and
+        // the ledger's index is cder's own, not NVML's.
+        let mut device = nvml.device_by_uuid(d.uuid.as_str()).map_err(|e| nvml_err("nvmlDeviceGetHandleByUUID", e))?;
         device.set_compute_mode(mode).map_err(|e| nvml_err("nvmlDeviceSetComputeMode", e))
     }
 }

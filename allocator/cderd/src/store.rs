@@ -15,7 +15,7 @@
 //! returns only after `COMMIT`, so a reply built from its result describes
 //! state that is on disk.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
@@ -108,7 +108,8 @@ fn record_drain(tx: &Transaction<'_>, uuid: &str, reason: Option<&str>) -> Resul
     if reason.is_some() && open.as_deref() == reason {
         return Ok(());
     }
-    tx.execute("UPDATE drains SET end = ?2 WHERE device = ?1 AND end IS NULL", params![uuid, now])?;
+    // A wall clock stepped back never makes an interval negative.
+    tx.execute("UPDATE drains SET end = MAX(?2, start) WHERE device = ?1 AND end IS NULL", params![uuid, now])?;
     if let Some(reason) = reason {
         tx.execute("INSERT INTO drains (device, reason, start) VALUES (?1, ?2, ?3)", params![uuid, reason, now])?;
     }
@@ -442,6 +443,52 @@ impl Store {
         Ok(())
     }
 
+    /// Gives each discovered device of `types` (those numbered by discovery,
+    /// e.g. NVML, whose numbering shifts when a GPU disappears) the index
+    /// the ledger already has for its UUID, so that the other devices are
+    /// not renumbered. A device new to the ledger keeps discovery's index
+    /// unless a kept device or a held one has it; then it takes the lowest
+    /// index no row of its type uses. Returns `(uuid, discovery's index,
+    /// the ledger's)` for each device numbered differently from discovery.
+    pub fn keep_indices(&self, devices: &mut [Device], types: &BTreeSet<String>) -> Result<Vec<(String, u32, u32)>> {
+        let rows = self.devices()?;
+        let mut changed = Vec::new();
+        for cder_type in types {
+            let of_type: Vec<&LedgerRow> = rows.iter().filter(|r| &r.cder_type == cder_type).collect();
+            let known: HashMap<&str, &LedgerRow> = of_type.iter().map(|r| (r.uuid.as_str(), *r)).collect();
+            let used: BTreeSet<u32> = of_type.iter().map(|r| r.index).collect();
+            // A held device keeps its index even while absent: its job's
+            // record names it so until release.
+            let mut taken: BTreeSet<u32> = of_type.iter().filter(|r| r.job.is_some()).map(|r| r.index).collect();
+            let mut fresh = Vec::new();
+            for (i, d) in devices.iter_mut().enumerate().filter(|(_, d)| &d.cder_type == cder_type) {
+                match known.get(d.uuid.as_str()) {
+                    Some(row) if row.job.is_some() || taken.insert(row.index) => {
+                        if row.index != d.index {
+                            changed.push((d.uuid.clone(), d.index, row.index));
+                            d.index = row.index;
+                        }
+                    }
+                    _ => fresh.push(i),
+                }
+            }
+            for i in fresh {
+                let found = devices[i].index;
+                let index = if taken.contains(&found) {
+                    (0..).find(|n| !taken.contains(n) && !used.contains(n)).unwrap_or(found)
+                } else {
+                    found
+                };
+                taken.insert(index);
+                if index != found {
+                    changed.push((devices[i].uuid.clone(), found, index));
+                    devices[i].index = index;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     /// Every known device with its owner, by type order then index.
     pub fn devices(&self) -> Result<Vec<LedgerRow>> {
         let mut devices = query_devices(&self.conn, "", &[])?;
@@ -622,6 +669,7 @@ impl Store {
         };
         let token = new_token()
             .map_err(|e| StoreError::refused(ErrorCode::Internal, format!("cannot read /dev/urandom: {e}")))?;
+        let now = Self::after_last_end(&tx, &chosen, now, &req.job)?;
         tx.prepare_cached("INSERT INTO jobs (job, uid, type, count, token, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
             .execute(params![req.job.to_string(), req.uid, req.cder_type, req.count, token, now])?;
         let job_id = tx.last_insert_rowid();
@@ -640,6 +688,28 @@ impl Store {
             .ok_or_else(|| StoreError::refused(ErrorCode::Internal, "allocation vanished inside its transaction"))?;
         tx.commit()?;
         Ok((allocation, true))
+    }
+
+    /// `now`, or the last end recorded on any of `chosen` if that is later:
+    /// after the wall clock went back, a device's next interval must not
+    /// overlap its previous one, or accounting would count those seconds twice.
+    fn after_last_end(tx: &Transaction<'_>, chosen: &[LedgerRow], now: i64, job: &JobKey) -> Result<i64> {
+        let mut last = now;
+        let mut stmt = tx.prepare_cached("SELECT MAX(end) FROM allocations WHERE device = ?1")?;
+        for d in chosen {
+            let end: Option<i64> = stmt.query_row([&d.uuid], |r| r.get(0))?;
+            last = last.max(end.unwrap_or(now));
+        }
+        if last > now {
+            tracing::warn!(
+                job = %job,
+                now,
+                start = last,
+                "the wall clock is {} s before the end of a previous allocation of the same device: the new one starts there",
+                last - now
+            );
+        }
+        Ok(last)
     }
 
     fn valid_choice(indices: &[u32], candidates: &[Candidate], count: u32) -> bool {
@@ -747,9 +817,20 @@ impl Store {
         let id: i64 = tx
             .prepare_cached("SELECT id FROM jobs WHERE job = ?1 AND end IS NULL")?
             .query_row([job.to_string()], |r| r.get(0))?;
-        tx.prepare_cached("UPDATE allocations SET end = ?2 WHERE job_id = ?1 AND end IS NULL")?
+        // The wall clock went back since the start (NTP, an operator): the
+        // interval ends where it began, 0 s, never negative.
+        if now < allocation.start {
+            tracing::warn!(
+                job = %job,
+                start = allocation.start,
+                now,
+                "the wall clock is {} s before the allocation's start: recording its end at its start (0 device-seconds)",
+                allocation.start - now
+            );
+        }
+        tx.prepare_cached("UPDATE allocations SET end = MAX(?2, start) WHERE job_id = ?1 AND end IS NULL")?
             .execute(params![id, now])?;
-        tx.prepare_cached("UPDATE jobs SET end = ?2 WHERE id = ?1")?.execute(params![id, now])?;
+        tx.prepare_cached("UPDATE jobs SET end = MAX(?2, start) WHERE id = ?1")?.execute(params![id, now])?;
         Ok(allocation.devices.into_iter().map(|d| LedgerRow { job: None, uid: None, ..d }).collect())
     }
 
@@ -1081,14 +1162,95 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_stepped_back_records_no_negative_and_no_overlapping_interval() {
+        let (_d, mut s) = node(1);
+        s.alloc(&req("slurm:1", 1), &LocalityPolicy, 1000).unwrap();
+        // Released "before" it started: 0 s, never negative.
+        s.release(&"slurm:1".parse().unwrap(), 400).unwrap();
+        // The next job on the device, still on the stepped-back clock,
+        // starts where the previous one ended: no second counting.
+        let (b, _) = s.alloc(&req("slurm:2", 1), &LocalityPolicy, 500).unwrap();
+        assert_eq!(b.start, 1000);
+        s.release(&"slurm:2".parse().unwrap(), 1300).unwrap();
+        let recs = s.accounting(0, 2000, None, 2000).unwrap();
+        let spans: Vec<(i64, Option<i64>, i64)> = recs.iter().map(|r| (r.start, r.end, r.device_seconds)).collect();
+        assert_eq!(spans, vec![(1000, Some(1000), 0), (1000, Some(1300), 300)]);
+        // Drains too.
+        s.set_drained("gpgpu:0", Some("fan")).unwrap();
+        s.conn.execute("UPDATE drains SET start = start + 100000", []).unwrap();
+        s.set_drained("gpgpu:0", None).unwrap();
+        let d = &s.drains(0, i64::MAX).unwrap()[0];
+        assert!(d.end.unwrap() >= d.start, "{d:?}");
+    }
+
+    fn nvml_device(uuid: &str, index: u32) -> Device {
+        let mut d = Config::parse(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n[[cder.device]]\nindex = 0\nmodel = \"A100\"\nmemory_mb = 1\npath = \"/dev/nvidia0\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap()
+        .cders[0]
+            .static_devices()
+            .remove(0);
+        d.uuid = uuid.into();
+        d.index = index;
+        d
+    }
+
+    #[test]
+    fn a_vanished_gpu_renumbers_no_other_device_and_a_new_one_takes_a_free_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
+        let types: BTreeSet<String> = ["gpgpu".to_string()].into();
+        let four: Vec<Device> = (0..4).map(|i| nvml_device(&format!("GPU-{i}"), i)).collect();
+        let mut first = four.clone();
+        assert!(s.keep_indices(&mut first, &types).unwrap().is_empty());
+        s.sync_inventory(&first).unwrap();
+        let mut r = req("slurm:1", 1);
+        r.devices = Some(vec![2]);
+        s.alloc(&r, &LocalityPolicy, 1).unwrap();
+        // GPU-1 gone: NVML numbers GPU-2 and GPU-3 one lower.
+        let mut three = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-3", 2)];
+        let changed = s.keep_indices(&mut three, &types).unwrap();
+        assert_eq!(changed, vec![("GPU-2".to_string(), 1, 2), ("GPU-3".to_string(), 2, 3)]);
+        s.sync_inventory(&three).unwrap();
+        let by_uuid: Vec<(String, u32, bool)> =
+            s.devices().unwrap().iter().map(|d| (d.uuid.clone(), d.index, d.present)).collect();
+        assert_eq!(
+            by_uuid,
+            vec![
+                ("GPU-0".into(), 0, true),
+                ("GPU-1".into(), 1, false),
+                ("GPU-2".into(), 2, true),
+                ("GPU-3".into(), 3, true)
+            ]
+        );
+        assert_eq!(indices(&s.job(&"slurm:1".parse().unwrap()).unwrap().unwrap()), vec![2]);
+        // A new GPU where NVML puts it at 2 (taken by GPU-2) takes the
+        // lowest index no device ever had; one at a vanished GPU's free
+        // index takes that index.
+        let mut five = vec![nvml_device("GPU-0", 0), nvml_device("GPU-2", 1), nvml_device("GPU-new", 2)];
+        five.push(nvml_device("GPU-3", 3));
+        s.keep_indices(&mut five, &types).unwrap();
+        assert_eq!(five.iter().map(|d| d.index).collect::<Vec<_>>(), vec![0, 2, 4, 3]);
+        let mut replaced = vec![nvml_device("GPU-0", 0), nvml_device("GPU-repl", 1)];
+        s.keep_indices(&mut replaced, &types).unwrap();
+        assert_eq!(replaced[1].index, 1);
+        // A held device keeps its index even while absent.
+        let mut clash = vec![nvml_device("GPU-other", 2)];
+        s.keep_indices(&mut clash, &types).unwrap();
+        assert_eq!(clash[0].index, 4);
+    }
+
+    #[test]
     fn accounting_survives_release() {
         let (_d, mut s) = node(4);
         s.alloc(&req("slurm:1", 2), &LocalityPolicy, 100).unwrap();
         s.release(&"slurm:1".parse().unwrap(), 160).unwrap();
-        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 150).unwrap();
+        s.alloc(&req("slurm:2", 1), &LocalityPolicy, 170).unwrap();
         let recs = s.accounting(0, 1000, None, 200).unwrap();
         assert_eq!(recs.len(), 3);
-        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 50);
+        assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 30);
         assert_eq!(s.accounting(170, 1000, None, 200).unwrap().len(), 1);
         assert!(s.accounting(0, 1000, Some(7), 200).unwrap().is_empty());
     }

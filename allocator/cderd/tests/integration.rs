@@ -8,6 +8,7 @@ mod common;
 mod cgroup_enforcement;
 mod crash;
 mod daemon;
+mod faults;
 mod health_watch;
 mod mig_devices;
 mod nvml_enforcement;

@@ -5,6 +5,7 @@
 
 #![deny(missing_docs)]
 
+pub mod faults;
 mod node;
 
 pub use node::TestNode;

@@ -114,6 +114,11 @@ impl TestNode {
         }
     }
 
+    /// The daemon's pid while it runs (to freeze it, see [`crate::faults::Frozen`]).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the daemon process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
