@@ -296,17 +296,8 @@ impl Rng {
 
 /// SLURM's job states after which a job holds nothing (as `cderctl
 /// reconcile --from slurm` reads them).
-const TERMINAL: [&str; 9] = [
-    "COMPLETED",
-    "CANCELLED",
-    "FAILED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "OUT_OF_MEMORY",
-];
+const TERMINAL: [&str; 9] =
+    ["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"];
 
 fn terminal(state: &str) -> bool {
     TERMINAL.contains(&state)
@@ -395,7 +386,10 @@ impl Campaign {
             }
             let clock = WallClock::new(cluster.dir())?;
             cluster.config.cderd_env.extend(
-                clock.env().into_iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
+                clock
+                    .env()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
             );
             campaign.clock = Some(clock);
         }
@@ -527,7 +521,11 @@ impl Campaign {
         match self.c().sbatch_as_user(&argv, &script) {
             Ok(id) => {
                 self.jobs.insert(id);
-                self.say(&format!("sbatch {} ({seconds} s{}) -> {id}", args.join(" "), if step { ", srun" } else { "" }));
+                self.say(&format!(
+                    "sbatch {} ({seconds} s{}) -> {id}",
+                    args.join(" "),
+                    if step { ", srun" } else { "" }
+                ));
             }
             Err(e) => self.say(&format!("sbatch {}: {}", args.join(" "), e.trim())),
         }
@@ -630,7 +628,10 @@ impl Campaign {
                     Some(d) => self.report.daemons.entry("gpu drain/return".into()).or_default().push(d),
                     None => self.violation(
                         Check::Recovery,
-                        &format!("cderd did not drain GPU {gpu} whose file vanished within {:?}", bound("gpu drain/return")),
+                        &format!(
+                            "cderd did not drain GPU {gpu} whose file vanished within {:?}",
+                            bound("gpu drain/return")
+                        ),
                     ),
                 }
                 self.hold(hold, true);
@@ -640,7 +641,10 @@ impl Campaign {
                     .and_then(|mut c| c.resume(&format!("gpgpu:{gpu}")))
                     .map_err(|e| e.to_string());
                 if let Err(e) = resumed {
-                    self.violation(Check::Recovery, &format!("cderctl undrain gpgpu:{gpu} after its file came back: {e}"));
+                    self.violation(
+                        Check::Recovery,
+                        &format!("cderctl undrain gpgpu:{gpu} after its file came back: {e}"),
+                    );
                 }
                 let daemons = self.wait_daemons(ended);
                 return Ok(match self.wait_device(gpu, |r| r.is_empty()) {
@@ -655,10 +659,13 @@ impl Campaign {
                 let filler = self.state_mount.join("filler");
                 fill(&filler)?;
                 self.say(&format!("state file system full ({})", self.state_mount.display()));
-                let refused = self.probe_write().err().filter(|e| e.contains("full"));
+                // A burst of writes: SQLite first reuses the pages its WAL
+                // has, then needs new ones.
+                let refused = (0..200).find_map(|_| self.probe_write().err());
                 let seen = match &refused {
-                    Some(e) => format!("full-disk: cderd refused a write while full ({e})"),
-                    None => "full-disk: cderd took a write while full (SQLite reused pages it had)".into(),
+                    Some(e) if e.contains("full") => "full-disk: cderd refused a write, saying the disk is full".into(),
+                    Some(e) => format!("full-disk: cderd refused a write: {e}"),
+                    None => "full-disk: cderd took 200 writes while full (SQLite reused pages it had)".into(),
                 };
                 *self.report.observed.entry(seen).or_default() += 1;
                 self.hold(hold, true);
@@ -694,7 +701,10 @@ impl Campaign {
                     None => {
                         self.violation(
                             Check::Recovery,
-                            &format!("cderd did not return GPU {gpu} within {:?} of its repair", bound("gpu drain/return")),
+                            &format!(
+                                "cderd did not return GPU {gpu} within {:?} of its repair",
+                                bound("gpu drain/return")
+                            ),
                         );
                         return Ok(daemons.max(ended.elapsed()));
                     }
@@ -732,7 +742,10 @@ impl Campaign {
                     return;
                 }
                 Err(e) if since.elapsed() > limit => {
-                    self.violation(Check::Recovery, &format!("cderd refused writes {limit:?} after the disk emptied: {e}"));
+                    self.violation(
+                        Check::Recovery,
+                        &format!("cderd refused writes {limit:?} after the disk emptied: {e}"),
+                    );
                     return;
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -800,7 +813,9 @@ impl Campaign {
                 TcpStream::connect_timeout(&([127, 0, 0, 1], c.slurmd_port).into(), Duration::from_secs(1)).is_ok()
                     && c.run("sinfo", &["-h", "-n", c.node_name(), "-o", "%T"]).is_ok_and(|o| {
                         let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                        !s.is_empty() && !s.ends_with('*') && !["down", "unknown", "drained", "fail"].contains(&s.as_str())
+                        !s.is_empty()
+                            && !s.ends_with('*')
+                            && !["down", "unknown", "drained", "fail"].contains(&s.as_str())
                     })
             }
         }
@@ -825,7 +840,7 @@ impl Campaign {
         *self
             .report
             .slurm_events
-            .entry("slurmctld, restarted after kill -9, drained the node for a duplicate job id; resumed by hand".into())
+            .entry("slurmctld drained the node for a duplicate job id (a job it started again from the state a kill -9 cut short); resumed by hand".into())
             .or_default() += 1;
     }
 
@@ -905,9 +920,7 @@ impl Campaign {
         };
         // Unknown to SLURM counts as ended: MinJobAge keeps every job of
         // the run in squeue.
-        let ended = |id: &u32| {
-            before.get(id).is_none_or(|s| terminal(s)) && after.get(id).is_none_or(|s| terminal(s))
-        };
+        let ended = |id: &u32| before.get(id).is_none_or(|s| terminal(s)) && after.get(id).is_none_or(|s| terminal(s));
         let state = |id: &u32| after.get(id).cloned().unwrap_or_else(|| "unknown to SLURM".into());
         let mut v = Vec::new();
         for id in unrecorded.iter().filter(|id| running(id)) {
@@ -934,7 +947,10 @@ impl Campaign {
         for (id, path) in groups.iter().filter(|(id, _)| ended(id)) {
             let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
             let n = procs.split_whitespace().count();
-            v.push((Check::Leak, format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id))));
+            v.push((
+                Check::Leak,
+                format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id)),
+            ));
         }
         for d in &status.devices {
             let Some(job) = &d.job else { continue };
@@ -952,7 +968,13 @@ impl Campaign {
         let mut by_device: BTreeMap<&str, Vec<&cder_protocol::AccountingRecord>> = BTreeMap::new();
         for r in &usage.records {
             if r.device_seconds < 0 || r.end.is_some_and(|end| end < r.start) {
-                v.push((Check::Accounting, format!("{} on GPU {}: {}..{:?}, {} device-seconds", r.job, r.index, r.start, r.end, r.device_seconds)));
+                v.push((
+                    Check::Accounting,
+                    format!(
+                        "{} on GPU {}: {}..{:?}, {} device-seconds",
+                        r.job, r.index, r.start, r.end, r.device_seconds
+                    ),
+                ));
             }
             by_device.entry(&r.uuid).or_default().push(r);
         }
@@ -1087,9 +1109,9 @@ fn job_processes(conf: &Path) -> Vec<(u32, u32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return out };
     for e in entries.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        let uid = std::fs::read_to_string(e.path().join("status"))
-            .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| u.split_whitespace().next() != Some("0")));
+        let uid = std::fs::read_to_string(e.path().join("status")).ok().and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| u.split_whitespace().next() != Some("0"))
+        });
         if uid != Some(true) {
             continue;
         }
@@ -1115,7 +1137,10 @@ mod tests {
 
     #[test]
     fn fault_lists_parse_and_refuse_unknown_names() {
-        assert_eq!(Fault::parse_list("restart-slurmd,kill-cderd").unwrap(), vec![Fault::KillCderd, Fault::RestartSlurmd]);
+        assert_eq!(
+            Fault::parse_list("restart-slurmd,kill-cderd").unwrap(),
+            vec![Fault::KillCderd, Fault::RestartSlurmd]
+        );
         assert_eq!(Fault::parse_list("all").unwrap(), Fault::ALL.to_vec());
         let e = Fault::parse_list("kill-cderd,reboot").unwrap_err();
         assert!(e.contains("\"reboot\"") && e.contains("gpu-lost"), "{e}");

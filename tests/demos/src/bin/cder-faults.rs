@@ -36,7 +36,8 @@ fn parse(args: &[String]) -> Result<CampaignConfig, String> {
             Some((k, v)) if k.starts_with("--") => (k, Some(v.to_string())),
             _ => (arg.as_str(), None),
         };
-        let mut value = |name: &str| inline.clone().or_else(|| it.next().cloned()).ok_or(format!("{name} needs a value"));
+        let mut value =
+            |name: &str| inline.clone().or_else(|| it.next().cloned()).ok_or(format!("{name} needs a value"));
         match key {
             "--seed" => {
                 let v = value("--seed")?;
@@ -50,7 +51,9 @@ fn parse(args: &[String]) -> Result<CampaignConfig, String> {
                 }
                 config.duration = Duration::from_secs(s);
             }
-            "--faults" => config.faults = Fault::parse_list(&value("--faults")?).map_err(|e| format!("--faults: {e}"))?,
+            "--faults" => {
+                config.faults = Fault::parse_list(&value("--faults")?).map_err(|e| format!("--faults: {e}"))?
+            }
             "--quiet" => config.verbose = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
