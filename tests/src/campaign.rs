@@ -1117,7 +1117,7 @@ fn job_processes(conf: &Path) -> Vec<(u32, u32)> {
         }
         let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
         let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        if !vars.iter().any(|v| *v == want.as_bytes()) {
+        if !vars.contains(&want.as_bytes()) {
             continue;
         }
         let job = vars
