@@ -1,9 +1,11 @@
-//! The fault campaign: faults a production node sees, injected one at a
-//! time at seeded random moments into a real one-node SLURM (slurmctld,
-//! slurmd, both cder plugins) and a real cderd over the fake NVML, while a
-//! mixed-job workload runs, with the node's invariants checked after
-//! every fault. `cder-faults` (tests/demos) runs it for as long as asked;
-//! the `faults_campaign` test of the `cluster` binary runs it briefly.
+//! The fault campaign: faults a production node sees (daemons killed and
+//! restarted, a full disk, a GPU lost, a device file gone, the wall clock
+//! stepping), injected one at a time at seeded random moments into a real
+//! one-node SLURM (slurmctld, slurmd, both cder plugins) and a real cderd
+//! over the fake NVML, while a mixed-job workload runs, with the node's
+//! invariants checked after every fault. `cder-faults` (tests/demos) runs
+//! it for as long as asked; the `faults_campaign` test of the `cluster`
+//! binary runs it briefly. docs/testing.md, "The campaign", has the tables.
 //!
 //! The workload submits, as `nobody`, jobs asking for 0, 1 or 2 GPUs
 //! (`--gres=gpu:N` and `--gpgpu-per-node=N`), some through an `srun` step,
@@ -17,7 +19,8 @@
 //! - no lost allocation: every job SLURM runs has a record in cderd (`env`);
 //! - no shared device: the devices the running jobs can open are pairwise
 //!   disjoint, and each within its own record;
-//! - no leak: no device cgroup, device or process of a job that ended.
+//! - no leak: no device cgroup, device or process of a job that ended;
+//! - usage records: none negative, none of one device overlapping another.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -327,6 +330,9 @@ pub struct Campaign {
     current: String,
     /// cderd's wall clock, when `clock-jump` is among the faults.
     clock: Option<WallClock>,
+    /// The campaign's own write probes whose `release` cderd refused (its
+    /// disk was full): released once it takes writes again.
+    unreleased: Vec<cder_model::JobKey>,
 }
 
 fn say(verbose: bool, text: &str) {
@@ -379,6 +385,7 @@ impl Campaign {
             current: "start".into(),
             cluster: None,
             clock: None,
+            unreleased: Vec::new(),
         };
         if campaign.config.faults.contains(&Fault::ClockJump) {
             if !Path::new(LIBFAKETIME).exists() {
@@ -724,12 +731,15 @@ impl Campaign {
 
     /// A write to cderd's ledger: an `alloc` of no device for a job of the
     /// campaign's own, then its `release`.
-    fn probe_write(&self) -> Result<(), String> {
+    fn probe_write(&mut self) -> Result<(), String> {
         let job: cder_model::JobKey =
             format!("local:faults-{}", self.started.elapsed().as_micros()).parse().expect("a valid key");
         let mut c = Client::connect(self.c().cderd_socket(), Duration::from_secs(5)).map_err(|e| e.to_string())?;
         c.alloc(&AllocRequest::new(job.clone(), 0, 0)).map_err(|e| e.to_string())?;
-        c.release(&job).map(|_| ()).map_err(|e| e.to_string())
+        c.release(&job).map(|_| ()).map_err(|e| {
+            self.unreleased.push(job);
+            e.to_string()
+        })
     }
 
     /// Waits for a write to cderd's ledger to succeed again.
@@ -739,6 +749,10 @@ impl Campaign {
             match self.probe_write() {
                 Ok(_) => {
                     self.report.daemons.entry("cderd writes".into()).or_default().push(since.elapsed());
+                    let socket = self.c().cderd_socket();
+                    self.unreleased.retain(|job| {
+                        Client::connect(&socket, Duration::from_secs(5)).and_then(|mut c| c.release(job)).is_err()
+                    });
                     return;
                 }
                 Err(e) if since.elapsed() > limit => {
@@ -944,13 +958,27 @@ impl Campaign {
                 }
             }
         }
-        for (id, path) in groups.iter().filter(|(id, _)| ended(id)) {
+        for (owner, path) in &groups {
             let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
             let n = procs.split_whitespace().count();
-            v.push((
-                Check::Leak,
-                format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id)),
-            ));
+            match owner {
+                GroupOwner::Slurm(id) if ended(id) => v.push((
+                    Check::Leak,
+                    format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id)),
+                )),
+                GroupOwner::Slurm(_) => {}
+                // The campaign's own probes: a group needs a live allocation.
+                GroupOwner::Other(job) => match client.env(job) {
+                    Err(e) if e.code() == Some(ErrorCode::UnknownJob) => v.push((
+                        Check::Leak,
+                        format!(
+                            "{} of {job}, which holds no allocation, is left, {n} process(es) in it",
+                            path.display()
+                        ),
+                    )),
+                    _ => {}
+                },
+            }
         }
         for d in &status.devices {
             let Some(job) = &d.job else { continue };
@@ -1007,9 +1035,8 @@ impl Drop for Campaign {
             }
             drop(cluster);
         }
-        for root in cgroup_roots() {
-            let _ = std::fs::remove_dir(root.join(&self.cgroup_parent));
-        }
+        // Groups of allocations the stopped cderd still held.
+        remove_groups(&self.cgroup_parent);
     }
 }
 
@@ -1084,21 +1111,46 @@ fn cgroup_roots() -> Vec<PathBuf> {
     out
 }
 
-/// The job groups under cderd's parent in every hierarchy: job id, path.
-fn job_groups(parent: &str) -> Vec<(u32, PathBuf)> {
+/// Whose a job group under cderd's cgroup parent is.
+enum GroupOwner {
+    /// A SLURM job, by id.
+    Slurm(u32),
+    /// Any other job key (the campaign's own `local:` probes).
+    Other(cder_model::JobKey),
+}
+
+/// The job groups under cderd's parent in every hierarchy, named
+/// `<lrms>-<id>-<token>` (see cderd's cgroup.rs).
+fn job_groups(parent: &str) -> Vec<(GroupOwner, PathBuf)> {
     let mut out = Vec::new();
     for root in cgroup_roots() {
         let Ok(entries) = std::fs::read_dir(root.join(parent)) else { continue };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // `slurm-<id>-<token>` (see cderd's cgroup.rs).
-            let id = name.strip_prefix("slurm-").and_then(|r| r.split('-').next()).and_then(|i| i.parse().ok());
-            if let (Some(id), true) = (id, e.path().is_dir()) {
-                out.push((id, e.path()));
+        for e in entries.flatten().filter(|e| e.path().is_dir()) {
+            if let Some(owner) = group_owner(&e.file_name().to_string_lossy()) {
+                out.push((owner, e.path()));
             }
         }
     }
     out
+}
+
+fn group_owner(name: &str) -> Option<GroupOwner> {
+    let (lrms, id) = name.rsplit_once('-').and_then(|(key, _token)| key.split_once('-'))?;
+    match (lrms, id.parse()) {
+        ("slurm", Ok(id)) => Some(GroupOwner::Slurm(id)),
+        _ => format!("{lrms}:{id}").parse().ok().map(GroupOwner::Other),
+    }
+}
+
+/// Removes the job groups left under `parent` (empty ones; a group with
+/// processes stays) and then `parent` itself.
+fn remove_groups(parent: &str) {
+    for (_, path) in job_groups(parent) {
+        let _ = std::fs::remove_dir(path);
+    }
+    for root in cgroup_roots() {
+        let _ = std::fs::remove_dir(root.join(parent));
+    }
 }
 
 /// The processes of this cluster's jobs (unprivileged, with its
@@ -1145,6 +1197,16 @@ mod tests {
         let e = Fault::parse_list("kill-cderd,reboot").unwrap_err();
         assert!(e.contains("\"reboot\"") && e.contains("gpu-lost"), "{e}");
         assert!(Fault::parse_list(",").is_err());
+    }
+
+    #[test]
+    fn group_names_give_their_job() {
+        assert!(matches!(group_owner("slurm-4214907-96f5b0ceac30"), Some(GroupOwner::Slurm(4214907))));
+        match group_owner("local-faults-565306383-131500dba36f") {
+            Some(GroupOwner::Other(job)) => assert_eq!(job.to_string(), "local:faults-565306383"),
+            _ => panic!("a local job's group"),
+        }
+        assert!(group_owner("stray").is_none());
     }
 
     #[test]
