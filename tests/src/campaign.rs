@@ -316,7 +316,12 @@ const STATE_FS_SIZE: &str = "16m";
 pub struct Campaign {
     cluster: Option<SlurmCluster>,
     config: CampaignConfig,
+    /// The workload's choices; they depend on what SLURM did meanwhile.
     rng: Rng,
+    /// The faults' choices (kind, spacing, hold, GPU, clock step), a stream
+    /// of their own, so that a seed replays the same faults whatever the
+    /// jobs around them did.
+    fault_rng: Rng,
     /// The cgroup parent of this campaign's cderd (its own, so other
     /// cderds on the machine do not mix in).
     cgroup_parent: String,
@@ -373,7 +378,8 @@ impl Campaign {
         let mut cluster = SlurmCluster::start(&slurm)?;
         let state_mount = cluster.dir().join("cder/state");
         let mut campaign = Campaign {
-            rng: Rng::new(config.seed),
+            rng: Rng::new(config.seed ^ 0x5EED_C0DE_0035),
+            fault_rng: Rng::new(config.seed),
             report: Report { seed: config.seed, ..Report::default() },
             config,
             cgroup_parent,
@@ -435,7 +441,7 @@ impl Campaign {
     pub fn run(mut self) -> Result<Report, String> {
         self.started = Instant::now();
         let mut bag: Vec<Fault> = Vec::new();
-        let mut next_fault = Instant::now() + self.rng.millis(2000, 6000);
+        let mut next_fault = Instant::now() + self.fault_rng.millis(2000, 6000);
         let mut done: BTreeSet<Fault> = BTreeSet::new();
         loop {
             let all_done = self.config.faults.iter().all(|f| done.contains(f));
@@ -448,7 +454,7 @@ impl Campaign {
                 if bag.is_empty() {
                     bag = self.config.faults.clone();
                     for i in (1..bag.len()).rev() {
-                        let j = self.rng.below(i as u64 + 1) as usize;
+                        let j = self.fault_rng.below(i as u64 + 1) as usize;
                         bag.swap(i, j);
                     }
                 }
@@ -462,7 +468,7 @@ impl Campaign {
                 stats.recovery.push(recovery);
                 done.insert(fault);
                 self.check_after_fault();
-                next_fault = Instant::now() + self.rng.millis(1000, 8000);
+                next_fault = Instant::now() + self.fault_rng.millis(1000, 8000);
             } else {
                 self.tick(true);
             }
@@ -570,7 +576,7 @@ impl Campaign {
     /// Injects `fault`, keeps the workload going while it lasts, ends it,
     /// and returns the time from its end until every daemon answered.
     fn inject(&mut self, fault: Fault) -> Result<Duration, String> {
-        let hold = self.rng.millis(500, 3000);
+        let hold = self.fault_rng.millis(500, 3000);
         let ended;
         match fault {
             Fault::KillCderd => {
@@ -609,12 +615,12 @@ impl Campaign {
             }
             Fault::ClockJump => {
                 let clock = self.clock.as_ref().ok_or("clock-jump: cderd runs on no fake clock")?;
-                let size = 60 + self.rng.below(7200) as i64;
+                let size = 60 + self.fault_rng.below(7200) as i64;
                 // Steps towards the true time once it is off by more than two hours.
                 let back = match clock.offset() {
                     o if o > 2 * 3600 => true,
                     o if o < -2 * 3600 => false,
-                    _ => self.rng.below(2) == 0,
+                    _ => self.fault_rng.below(2) == 0,
                 };
                 let step = if back { -size } else { size };
                 let clock = self.clock.as_mut().expect("checked above");
@@ -625,7 +631,7 @@ impl Campaign {
                 ended = Instant::now();
             }
             Fault::VanishDevice => {
-                let gpu = self.rng.below(u64::from(GPUS)) as u32;
+                let gpu = self.fault_rng.below(u64::from(GPUS)) as u32;
                 let path = self.c().gpu_path(gpu);
                 remove_device_file(&path)?;
                 // cderd looks at the next alloc, release or status.
@@ -683,7 +689,7 @@ impl Campaign {
                 return Ok(daemons.max(ended.elapsed()));
             }
             Fault::GpuLost => {
-                let gpu = self.rng.below(u64::from(GPUS)) as u32;
+                let gpu = self.fault_rng.below(u64::from(GPUS)) as u32;
                 let events = self.c().dir().join("nvml-events");
                 lose_gpu(&events, &gpu_uuid(gpu))?;
                 let drained = self.wait_device(gpu, |r| r.starts_with("GPU lost"));
