@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cder_protocol::{AccountingRequest, AllocRequest, Client, ErrorCode, ReconcileRequest};
+use cder_protocol::{AccountingRecord, AccountingRequest, AllocRequest, Client, ErrorCode, ReconcileRequest};
 
 use cder_testkit::faults::{lose_gpu, remove_device_file, WallClock, LIBFAKETIME};
 
@@ -593,9 +593,7 @@ impl Campaign {
                 self.cm().kill_slurmd();
                 self.hold(hold, true);
                 ended = Instant::now();
-                if let Err(e) = self.cm().start_slurmd() {
-                    self.say(&format!("slurmd start: {e}"));
-                }
+                self.cm().spawn_slurmd()?;
             }
             Fault::RestartSlurmctld => {
                 self.cm().stop_slurmctld()?;
@@ -999,34 +997,7 @@ impl Campaign {
         let usage = client
             .accounting(&AccountingRequest { since: None, until: None })
             .map_err(|e| format!("accounting: {e}"))?;
-        let mut by_device: BTreeMap<&str, Vec<&cder_protocol::AccountingRecord>> = BTreeMap::new();
-        for r in &usage.records {
-            if r.device_seconds < 0 || r.end.is_some_and(|end| end < r.start) {
-                v.push((
-                    Check::Accounting,
-                    format!(
-                        "{} on GPU {}: {}..{:?}, {} device-seconds",
-                        r.job, r.index, r.start, r.end, r.device_seconds
-                    ),
-                ));
-            }
-            by_device.entry(&r.uuid).or_default().push(r);
-        }
-        for records in by_device.values_mut() {
-            records.sort_by_key(|r| (r.start, r.end));
-            for w in records.windows(2) {
-                match w[0].end {
-                    Some(end) if end <= w[1].start => {}
-                    _ => v.push((
-                        Check::Accounting,
-                        format!(
-                            "GPU {}: {} ({}..{:?}) overlaps {} ({}..{:?})",
-                            w[0].index, w[0].job, w[0].start, w[0].end, w[1].job, w[1].start, w[1].end
-                        ),
-                    )),
-                }
-            }
-        }
+        v.extend(usage_problems(&usage.records).into_iter().map(|p| (Check::Accounting, p)));
         Ok(v)
     }
 }
@@ -1044,6 +1015,36 @@ impl Drop for Campaign {
         // Groups of allocations the stopped cderd still held.
         remove_groups(&self.cgroup_parent);
     }
+}
+
+/// Usage records that break the accounting promises: a negative interval,
+/// or two records of one device overlapping (its seconds counted twice).
+fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut by_device: BTreeMap<&str, Vec<&AccountingRecord>> = BTreeMap::new();
+    for r in records {
+        if r.device_seconds < 0 || r.end.is_some_and(|end| end < r.start) {
+            v.push(format!(
+                "{} on GPU {}: {}..{:?}, {} device-seconds",
+                r.job, r.index, r.start, r.end, r.device_seconds
+            ));
+        }
+        by_device.entry(&r.uuid).or_default().push(r);
+    }
+    for records in by_device.values_mut() {
+        // An open record (no end yet) after a closed one of the same start.
+        records.sort_by_key(|r| (r.start, r.end.unwrap_or(i64::MAX)));
+        for w in records.windows(2) {
+            match w[0].end {
+                Some(end) if end <= w[1].start => {}
+                _ => v.push(format!(
+                    "GPU {}: {} ({}..{:?}) overlaps {} ({}..{:?})",
+                    w[0].index, w[0].job, w[0].start, w[0].end, w[1].job, w[1].start, w[1].end
+                )),
+            }
+        }
+    }
+    v
 }
 
 fn gpu_uuid(i: u32) -> String {
@@ -1213,6 +1214,28 @@ mod tests {
             _ => panic!("a local job's group"),
         }
         assert!(group_owner("stray").is_none());
+    }
+
+    #[test]
+    fn usage_overlaps_are_found_and_a_zero_interval_before_an_open_one_is_not_one() {
+        let rec = |job: &str, start: i64, end: Option<i64>| AccountingRecord {
+            job: job.parse().unwrap(),
+            uid: 65534,
+            cder_type: "gpgpu".into(),
+            index: 2,
+            uuid: "GPU-x".into(),
+            start,
+            end,
+            device_seconds: end.map_or(0, |e| e - start),
+        };
+        // The wall clock stepped back: a release recorded at its start, the
+        // next allocation starting there.
+        assert!(usage_problems(&[rec("slurm:2", 100, None), rec("slurm:1", 100, Some(100))]).is_empty());
+        let p = usage_problems(&[rec("slurm:1", 100, Some(150)), rec("slurm:2", 120, None)]);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("overlaps"), "{p:?}");
+        let p = usage_problems(&[rec("slurm:3", 100, Some(90))]);
+        assert!(p.len() == 1 && p[0].contains("100..Some(90)"), "{p:?}");
     }
 
     #[test]
