@@ -547,8 +547,11 @@ fn enforcement_changes_and_restores_device_files() {
     std::os::unix::fs::chown(&node.devices[3], Some(4321), None).unwrap();
     c.reconcile(&ReconcileRequest { live_jobs: vec![], lrms: None, as_of: None }).unwrap();
     assert_eq!(meta(3), (0, 0o666));
-    // A missing device file: enforcement fails, the allocation is undone.
+    // A device file that cannot be changed (a dangling link: a removed file
+    // is drained before anything is chosen, see faults.rs): enforcement
+    // fails, the allocation is undone.
     std::fs::remove_file(&node.devices[0]).unwrap();
+    std::os::unix::fs::symlink(node.dir.path().join("gone"), &node.devices[0]).unwrap();
     let e = c.alloc(&AllocRequest::new(job("slurm:3"), 4321, 4)).unwrap_err();
     assert_eq!(code(e), ErrorCode::Internal);
     assert_eq!(c.status().unwrap().counts["gpgpu"].free, 4);
