@@ -6,6 +6,7 @@
 
 pub mod arc;
 pub mod bdii;
+pub mod campaign;
 pub mod cluster;
 pub mod egi_snapshot;
 pub mod glue;

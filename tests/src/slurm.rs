@@ -594,6 +594,11 @@ impl SlurmCluster {
         }
     }
 
+    /// The name of the cluster's one node.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
     /// cderd's pid while the harness runs it.
     pub fn cderd_pid(&self) -> Option<u32> {
         self.cderd.as_ref().map(Child::id)
@@ -672,13 +677,20 @@ impl SlurmCluster {
     /// Starts slurmd (again) and waits until slurmctld sees the node
     /// responding (a state without `*`, and not down).
     pub fn start_slurmd(&mut self) -> Result<(), String> {
+        self.spawn_slurmd()?;
+        self.wait_responding(Duration::from_secs(60))
+    }
+
+    /// Starts slurmd (again) without waiting for it: for a caller that
+    /// measures, or must act meanwhile (resume a node SLURM drained).
+    pub fn spawn_slurmd(&mut self) -> Result<(), String> {
         if self.slurmd.is_some() {
             return Err("slurmd is running already".into());
         }
         let conf = self.conf.display().to_string();
         let node = self.node.clone();
         self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &node, "-f", &conf], "log/slurmd.out")?);
-        self.wait_responding(Duration::from_secs(60))
+        Ok(())
     }
 
     /// Kills slurmd (SIGKILL) and starts it again.

@@ -103,9 +103,13 @@ impl Node for FakeNode {
     }
     fn granted(&self, _job_id: u32) -> Result<GrantedJob, String> {
         match &self.detail {
-            Some(d) => {
-                Ok(GrantedJob { licenses: None, num_nodes: 1, nodes: Some("n1".into()), gres_detail: vec![d.clone()], admin_comment: None })
-            }
+            Some(d) => Ok(GrantedJob {
+                licenses: None,
+                num_nodes: 1,
+                nodes: Some("n1".into()),
+                gres_detail: vec![d.clone()],
+                admin_comment: None,
+            }),
             None => Err("no slurmctld here".into()),
         }
     }
