@@ -1,7 +1,7 @@
 #!/bin/bash
 # Checks cderd's MPS path (docs/sharing.md, "MPS on shared GPUs") against
 # the real nvidia-cuda-mps-control on a GPU node: two share jobs of one uid
-# on GPU 0 (2 of 4 shares each) start one control daemon with 50 % threads
+# on GPU 0 (2 and 1 of 4 shares; the largest sets the server limits) start one control daemon with 50 % threads
 # and half the GPU's memory pinned, a CUDA client in each job's environment
 # runs under it, a second uid is refused, and the daemon is gone after the
 # last release.
@@ -57,17 +57,17 @@ nvidia-smi --query-gpu=index,uuid,memory.total --format=csv
 CDERD=$!
 for _ in $(seq 100); do [ -S "$T/cderd.sock" ] && break; sleep 0.1; done
 
-step "two share jobs of uid 0, 2 of 4 shares each"
+step "two share jobs of uid 0, 2 and 1 of 4 shares (one share left free)"
 share local:mps-a 0 2 | tee "$T/a.json"
-share local:mps-b 0 2 | tee "$T/b.json"
-UUID=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["uuid"])' "$T/a.json")
+share local:mps-b 0 1 | tee "$T/b.json"
+UUID=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["result"]["devices"][0]["uuid"])' "$T/a.json")
 export CUDA_MPS_PIPE_DIRECTORY=$T/mps/$UUID/pipe CUDA_MPS_LOG_DIRECTORY=$T/mps/$UUID/log
 echo "control daemons for this GPU: $(pgrep -fc "nvidia-cuda-mps-control") (expect 1)"
 echo "get_default_active_thread_percentage -> $(echo get_default_active_thread_percentage | CUDA_VISIBLE_DEVICES=$UUID "$MPS") (expect 50.0)"
 echo "get_default_device_pinned_mem_limit 0 -> $(echo get_default_device_pinned_mem_limit 0 | CUDA_VISIBLE_DEVICES=$UUID "$MPS")"
 
 step "a CUDA client in job a's environment"
-ENVA=$($py -c 'import json,sys; e=json.load(open(sys.argv[1]))["env"]; print(" ".join(f"{k}={v}" for k,v in e.items()))' "$T/a.json")
+ENVA=$($py -c 'import json,sys; e=json.load(open(sys.argv[1]))["result"]["env"]; print(" ".join(f"{k}={v}" for k,v in e.items()))' "$T/a.json")
 echo "$ENVA"
 env $ENVA $py -c 'import torch; x=torch.ones(1,device="cuda"); print("client under MPS ran:", float(x.sum()))' &
 CLIENT=$!
