@@ -22,7 +22,7 @@ pub mod refresh;
 pub mod snapshot;
 mod sys;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,7 +34,7 @@ use cder_request::keys;
 use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
 use crate::bdii::query::{Snapshot, Strategies, Wanted};
 use crate::listmatch::{list_match, list_match_best, MatchResult, Request};
-use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, VERSION};
+use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
 
 /// The BDII's own record of its last update cycle (`o=infosys`, objectClass `UpdateStats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -276,7 +276,10 @@ pub struct OfferIndex {
     meta: IndexMeta,
     warnings: Vec<String>,
     n: usize,
-    strings_at: usize,
+    /// The string table's offset and length.
+    strings: (usize, usize),
+    /// Where its blocks' checksums lie, and whether each block's held (checked once, when first read).
+    string_checks: (usize, Vec<OnceLock<bool>>),
     offers_at: usize,
     lists: (usize, usize),
     /// The VO and key names of the lists: (string id, name).
@@ -382,14 +385,21 @@ impl OfferIndex {
             Ok((at, len))
         };
         let (meta_at, meta_len) = section(0)?;
-        let (strings_at, _) = section(1)?;
+        let (strings_at, strings_len) = section(1)?;
         let (offers_at, offers_len) = section(2)?;
         let lists = section(3)?;
         let names = section(4)?;
-        let (dir_at, dir_len) = section(5)?;
+        let string_checks = section(5)?;
+        let (dir_at, dir_len) = section(6)?;
         let crc = b.u32(12).unwrap_or_default();
-        if crc32fast::hash(&b.0[16..dir_at + dir_len]) != crc {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&b.0[16..strings_at]);
+        hasher.update(b.0.get(strings_at + strings_len..dir_at + dir_len).ok_or_else(|| corrupt("sections"))?);
+        if hasher.finalize() != crc {
             return Err(corrupt("checksum mismatch"));
+        }
+        if string_checks.1 != strings_len.div_ceil(STRING_BLOCK) * 4 {
+            return Err(corrupt("string checks"));
         }
         let meta_json: serde_json::Value =
             serde_json::from_slice(&b.0[meta_at..meta_at + meta_len]).map_err(|e| corrupt(&format!("meta: {e}")))?;
@@ -398,7 +408,6 @@ impl OfferIndex {
             return Err(corrupt("offer table"));
         }
         let n = offers_len / OFFER_LEN;
-        let strings = StrTable::read(b, strings_at).ok_or_else(|| corrupt("string table"))?.0;
         if !lists.1.is_multiple_of(4) {
             return Err(corrupt("lists"));
         }
@@ -406,14 +415,8 @@ impl OfferIndex {
         if names.1 < 4 + count * 4 {
             return Err(corrupt("names"));
         }
-        let names: Vec<(u32, &str)> = (0..count)
-            .map(|k| {
-                let id = b.u32(names.0 + 4 + k * 4)?;
-                Some((id, strings.get(id as usize)?))
-            })
-            .collect::<Option<_>>()
-            .ok_or_else(|| corrupt("names"))?;
-        let names: Vec<(u32, String)> = names.into_iter().map(|(id, s)| (id, s.to_string())).collect();
+        let name_ids: Vec<u32> =
+            (0..count).map(|k| b.u32(names.0 + 4 + k * 4)).collect::<Option<_>>().ok_or_else(|| corrupt("names"))?;
         let mut columns = HashMap::new();
         let count = b.u32(dir_at).ok_or_else(|| corrupt("column directory"))? as usize;
         let mut at = dir_at + 4;
@@ -434,7 +437,32 @@ impl OfferIndex {
                 ColumnAt { spelling: name, at: off, len, crc, checked: OnceLock::new() },
             );
         }
-        Ok(OfferIndex { path, data, meta, warnings, n, strings_at, offers_at, lists, names, columns })
+        let blocks = strings_len.div_ceil(STRING_BLOCK);
+        let mut index = OfferIndex {
+            path,
+            data,
+            meta,
+            warnings,
+            n,
+            strings: (strings_at, strings_len),
+            string_checks: (string_checks.0, (0..blocks).map(|_| OnceLock::new()).collect()),
+            offers_at,
+            lists,
+            names: Vec::new(),
+            columns,
+        };
+        // The table's count and its last end, checked before the table is read.
+        index.check_strings(0, 4)?;
+        let count = index.bytes().u32(strings_at).unwrap_or_default() as usize;
+        if count > 0 {
+            index.check_strings(4 + (count - 1) * 4, 4 + count * 4)?;
+        }
+        StrTable::read(index.bytes(), strings_at).ok_or_else(|| index.corrupt("string table"))?;
+        for id in name_ids {
+            let name = index.string(id)?.ok_or_else(|| index.corrupt("names"))?.to_string();
+            index.names.push((id, name));
+        }
+        Ok(index)
     }
 
     /// Where the snapshot came from.
@@ -472,14 +500,46 @@ impl OfferIndex {
 
     fn strings(&self) -> StrTable<'_> {
         // Checked in `parse`.
-        StrTable::read(self.bytes(), self.strings_at).map(|(t, _)| t).expect("string table checked at load")
+        StrTable::read(self.bytes(), self.strings.0).map(|(t, _)| t).expect("string table checked at load")
+    }
+
+    /// Checks the blocks of the string table that bytes `from..to` of it lie in.
+    fn check_strings(&self, from: usize, to: usize) -> Result<(), IndexError> {
+        let (at, len) = self.strings;
+        if to > len || from >= to {
+            return Err(self.corrupt("string table"));
+        }
+        let (checks, seen) = &self.string_checks;
+        for k in from / STRING_BLOCK..=(to - 1) / STRING_BLOCK {
+            let ok = seen[k].get_or_init(|| {
+                let block = &self.data.bytes()[at + k * STRING_BLOCK..at + len.min((k + 1) * STRING_BLOCK)];
+                self.bytes().u32(checks + k * 4) == Some(crc32fast::hash(block))
+            });
+            if !ok {
+                return Err(self.corrupt("string table: checksum mismatch"));
+            }
+        }
+        Ok(())
     }
 
     fn string(&self, id: u32) -> Result<Option<&str>, IndexError> {
         if id == NONE {
             return Ok(None);
         }
-        self.strings().get(id as usize).map(Some).ok_or_else(|| self.corrupt(format!("string {id}")))
+        let table = self.strings();
+        let i = id as usize;
+        let bad = || self.corrupt(format!("string {id}"));
+        if i >= table.count {
+            return Err(bad());
+        }
+        // Its end offset and the one before it, then its bytes.
+        self.check_strings(4 + i.saturating_sub(1) * 4, 4 + (i + 1) * 4)?;
+        let (start, end) = table.span(i).ok_or_else(bad)?;
+        let bytes_at = 4 + table.count * 4;
+        if end > start {
+            self.check_strings(bytes_at + start, bytes_at + end)?;
+        }
+        table.get(i).map(Some).ok_or_else(bad)
     }
 
     fn rec(&self, i: usize) -> Result<Rec, IndexError> {
@@ -643,8 +703,12 @@ impl OfferIndex {
         let mut built: BTreeSet<(u32, u32)> = BTreeSet::new();
         // Shares the live build would meet and leave out as not open to the VO.
         let mut closed: Vec<(u32, u32, u32)> = Vec::new();
+        let ids = self.strings().count;
         for (i, k) in keep.iter_mut().enumerate() {
             let r = self.rec(i)?;
+            if r.ce as usize >= ids {
+                return Err(self.corrupt(format!("offer {i}: CE id")));
+            }
             let glue13 = r.flags & flag::GLUE13 != 0;
             let not_open = match &vo_ids {
                 Some((exact, ci)) => {
@@ -706,15 +770,21 @@ impl OfferIndex {
         let mut claims: Vec<RefusedClaim> = refused.into_iter().map(|(_, c)| c).collect();
         // Contested CE IDs: offered under several services, kept from those that own them.
         // Per CE ID: its first service, and whether another one offers it too.
-        let mut services_of: HashMap<u32, (u32, bool)> = HashMap::new();
+        // A dense table by string id (each record's CE id was checked against the table above).
+        let ids = self.strings().count;
+        let mut services_of: Vec<(u32, bool)> = vec![(NONE, false); ids];
         for (i, r) in recs.iter().enumerate() {
             if keep[i] && r.flags & flag::GLUE13 == 0 {
-                let e = services_of.entry(r.ce).or_insert((r.service, false));
+                let e = &mut services_of[r.ce as usize];
+                if e.0 == NONE {
+                    e.0 = r.service;
+                }
                 e.1 |= e.0 != r.service;
             }
         }
-        let mut order: Vec<usize> =
-            (0..n).filter(|&i| keep[i] && recs[i].flags & flag::GLUE13 == 0 && services_of[&recs[i].ce].1).collect();
+        let mut order: Vec<usize> = (0..n)
+            .filter(|&i| keep[i] && recs[i].flags & flag::GLUE13 == 0 && services_of[recs[i].ce as usize].1)
+            .collect();
         order.sort_by_key(|&i| recs[i].seq);
         let mut contested_refused: BTreeSet<(u32, u32)> = BTreeSet::new();
         for i in order {
@@ -731,14 +801,14 @@ impl OfferIndex {
             }
         }
         // A CE published in both schemas gets its GLUE 2.0 offer.
-        let glue2: HashSet<u32> = recs
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| keep[*i] && r.flags & flag::GLUE13 == 0)
-            .map(|(_, r)| r.ce)
-            .collect();
+        let mut glue2 = vec![false; ids];
         for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.flags & flag::GLUE13 != 0 && glue2.contains(&r.ce) {
+            if keep[i] && r.flags & flag::GLUE13 == 0 {
+                glue2[r.ce as usize] = true;
+            }
+        }
+        for (i, r) in recs.iter().enumerate() {
+            if keep[i] && r.flags & flag::GLUE13 != 0 && glue2[r.ce as usize] {
                 keep[i] = false;
             }
         }
