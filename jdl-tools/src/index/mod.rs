@@ -13,8 +13,9 @@
 //! 2. cuts the candidates with the Requirements' top-level clauses it can
 //!    compile, through the sorted columns ([`plan`]);
 //! 3. rebuilds only the survivors' ads, with the attributes the job may look
-//!    up, and hands them to [`crate::listmatch::list_match`]: the same code
-//!    as the live path matches and ranks them.
+//!    up, one at a time, and matches and ranks them with the live path's
+//!    code ([`crate::listmatch::list_match_best`]: each CE keeps its best
+//!    offer; [`crate::listmatch::list_match`] over all of them when explaining).
 
 pub mod cache;
 pub mod plan;
