@@ -511,8 +511,9 @@ impl OfferIndex {
             return Err(self.corrupt("string table"));
         }
         let (checks, seen) = &self.string_checks;
-        for k in from / STRING_BLOCK..=(to - 1) / STRING_BLOCK {
-            let ok = seen[k].get_or_init(|| {
+        let first = from / STRING_BLOCK;
+        for (k, once) in seen.iter().enumerate().take((to - 1) / STRING_BLOCK + 1).skip(first) {
+            let ok = once.get_or_init(|| {
                 let block = &self.data.bytes()[at + k * STRING_BLOCK..at + len.min((k + 1) * STRING_BLOCK)];
                 self.bytes().u32(checks + k * 4) == Some(crc32fast::hash(block))
             });
