@@ -319,6 +319,52 @@ fn describe(v: &Value) -> &'static str {
     }
 }
 
+/// [`list_match`] without explanations over offers made one at a time,
+/// keeping only each CE's best matching offer: memory for one offer per CE,
+/// not per offer. The answer is the one [`list_match`] gives over them all;
+/// `matches[k].offer` indexes the offers returned.
+pub fn list_match_best<E>(
+    request: &Request,
+    offers: impl Iterator<Item = Result<Offer, E>>,
+) -> Result<(MatchResult, Vec<Offer>), E> {
+    let compiled = CompiledRequest::new(&request.ad());
+    let mut kept: Vec<Offer> = Vec::new();
+    if matches!(request.preset, Some(RankPreset::GpgpuMaxFree)) {
+        // Its Rank needs the largest pool among all matches: keep every match.
+        for o in offers {
+            let o = o?;
+            if compiled.matches(&o.ad) {
+                kept.push(o);
+            }
+        }
+        return Ok((list_match(request, &kept, false), kept));
+    }
+    // As `list_match`: a CE's first match holds its slot unless a later one ranks strictly higher.
+    let mut best: HashMap<String, (f64, usize)> = HashMap::new();
+    for o in offers {
+        let o = o?;
+        if !compiled.matches(&o.ad) {
+            continue;
+        }
+        let r = compiled.rank(&o.ad);
+        match best.get_mut(o.ce_id.as_str()) {
+            Some(slot) => {
+                if r > slot.0 {
+                    slot.0 = r;
+                    kept[slot.1] = o;
+                }
+            }
+            None => {
+                best.insert(o.ce_id.clone(), (f64::NEG_INFINITY.max(r), kept.len()));
+                kept.push(o);
+            }
+        }
+    }
+    let mut matches: Vec<Match> = best.into_iter().map(|(ce_id, (rank, offer))| Match { ce_id, rank, offer }).collect();
+    matches.sort_by(|a, b| b.rank.total_cmp(&a.rank).then_with(|| a.ce_id.cmp(&b.ce_id)));
+    Ok((MatchResult { matches, excluded: Vec::new() }, kept))
+}
+
 /// Matches and ranks. `explain`: also say why each other CE was left out.
 pub fn list_match(request: &Request, offers: &[Offer], explain: bool) -> MatchResult {
     let compiled = CompiledRequest::new(&request.ad());

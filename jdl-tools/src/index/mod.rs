@@ -13,8 +13,9 @@
 //! 2. cuts the candidates with the Requirements' top-level clauses it can
 //!    compile, through the sorted columns ([`plan`]);
 //! 3. rebuilds only the survivors' ads, with the attributes the job may look
-//!    up, and hands them to [`crate::listmatch::list_match`]: the same code
-//!    as the live path matches and ranks them.
+//!    up, one at a time, and matches and ranks them with the live path's
+//!    code ([`crate::listmatch::list_match_best`]: each CE keeps its best
+//!    offer; [`crate::listmatch::list_match`] over all of them when explaining).
 
 pub mod cache;
 pub mod plan;
@@ -24,6 +25,7 @@ mod sys;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cder_classad::ast::{ClassAd, Expr};
@@ -32,8 +34,8 @@ use cder_request::keys;
 
 use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
 use crate::bdii::query::{Snapshot, Strategies, Wanted};
-use crate::listmatch::{list_match, MatchResult, Request};
-use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, VERSION};
+use crate::listmatch::{list_match, list_match_best, MatchResult, Request};
+use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
 
 /// The BDII's own record of its last update cycle (`o=infosys`, objectClass `UpdateStats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -275,11 +277,25 @@ pub struct OfferIndex {
     meta: IndexMeta,
     warnings: Vec<String>,
     n: usize,
-    strings_at: usize,
+    /// The string table's offset and length.
+    strings: (usize, usize),
+    /// Where its blocks' checksums lie, and whether each block's held (checked once, when first read).
+    string_checks: (usize, Vec<OnceLock<bool>>),
     offers_at: usize,
     lists: (usize, usize),
-    /// Lower-cased attribute name → (spelling, offset, length, crc).
-    columns: HashMap<String, (String, usize, usize, u32)>,
+    /// The VO and key names of the lists: (string id, name).
+    names: Vec<(u32, String)>,
+    /// Lower-cased attribute name → where its column lies.
+    columns: HashMap<String, ColumnAt>,
+}
+
+/// A column's place in the file, and whether its checksum held (checked once, when first used).
+struct ColumnAt {
+    spelling: String,
+    at: usize,
+    len: usize,
+    crc: u32,
+    checked: OnceLock<bool>,
 }
 
 /// A query's answer.
@@ -287,9 +303,9 @@ pub struct OfferIndex {
 pub struct IndexAnswer {
     /// Matches (and exclusions, when explaining): `matches[k].offer` indexes `offers.offers`.
     pub result: MatchResult,
-    /// The offers evaluated: the candidates (every visible offer when explaining),
-    /// with the attributes the job may look up; the snapshot's warnings; the
-    /// claims refused for this VO.
+    /// The offers with the attributes the job may look up: each matching CE's
+    /// best offer (every visible offer when explaining); the snapshot's
+    /// warnings; the claims refused for this VO.
     pub offers: Offers,
     /// Offers the live path would have built for this job and VO.
     pub visible: usize,
@@ -370,13 +386,21 @@ impl OfferIndex {
             Ok((at, len))
         };
         let (meta_at, meta_len) = section(0)?;
-        let (strings_at, _) = section(1)?;
+        let (strings_at, strings_len) = section(1)?;
         let (offers_at, offers_len) = section(2)?;
         let lists = section(3)?;
-        let (dir_at, dir_len) = section(4)?;
+        let names = section(4)?;
+        let string_checks = section(5)?;
+        let (dir_at, dir_len) = section(6)?;
         let crc = b.u32(12).unwrap_or_default();
-        if crc32fast::hash(&b.0[16..dir_at + dir_len]) != crc {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&b.0[16..strings_at]);
+        hasher.update(b.0.get(strings_at + strings_len..dir_at + dir_len).ok_or_else(|| corrupt("sections"))?);
+        if hasher.finalize() != crc {
             return Err(corrupt("checksum mismatch"));
+        }
+        if string_checks.1 != strings_len.div_ceil(STRING_BLOCK) * 4 {
+            return Err(corrupt("string checks"));
         }
         let meta_json: serde_json::Value =
             serde_json::from_slice(&b.0[meta_at..meta_at + meta_len]).map_err(|e| corrupt(&format!("meta: {e}")))?;
@@ -385,7 +409,15 @@ impl OfferIndex {
             return Err(corrupt("offer table"));
         }
         let n = offers_len / OFFER_LEN;
-        StrTable::read(b, strings_at).ok_or_else(|| corrupt("string table"))?;
+        if !lists.1.is_multiple_of(4) {
+            return Err(corrupt("lists"));
+        }
+        let count = b.u32(names.0).ok_or_else(|| corrupt("names"))? as usize;
+        if names.1 < 4 + count * 4 {
+            return Err(corrupt("names"));
+        }
+        let name_ids: Vec<u32> =
+            (0..count).map(|k| b.u32(names.0 + 4 + k * 4)).collect::<Option<_>>().ok_or_else(|| corrupt("names"))?;
         let mut columns = HashMap::new();
         let count = b.u32(dir_at).ok_or_else(|| corrupt("column directory"))? as usize;
         let mut at = dir_at + 4;
@@ -401,9 +433,37 @@ impl OfferIndex {
                 .ok_or_else(|| corrupt("column directory"))?;
             b.slice(off, len).ok_or_else(|| corrupt(&format!("column {name} out of bounds")))?;
             at += 20;
-            columns.insert(name.to_ascii_lowercase(), (name, off, len, crc));
+            columns.insert(
+                name.to_ascii_lowercase(),
+                ColumnAt { spelling: name, at: off, len, crc, checked: OnceLock::new() },
+            );
         }
-        Ok(OfferIndex { path, data, meta, warnings, n, strings_at, offers_at, lists, columns })
+        let blocks = strings_len.div_ceil(STRING_BLOCK);
+        let mut index = OfferIndex {
+            path,
+            data,
+            meta,
+            warnings,
+            n,
+            strings: (strings_at, strings_len),
+            string_checks: (string_checks.0, (0..blocks).map(|_| OnceLock::new()).collect()),
+            offers_at,
+            lists,
+            names: Vec::new(),
+            columns,
+        };
+        // The table's count and its last end, checked before the table is read.
+        index.check_strings(0, 4)?;
+        let count = index.bytes().u32(strings_at).unwrap_or_default() as usize;
+        if count > 0 {
+            index.check_strings(4 + (count - 1) * 4, 4 + count * 4)?;
+        }
+        StrTable::read(index.bytes(), strings_at).ok_or_else(|| index.corrupt("string table"))?;
+        for id in name_ids {
+            let name = index.string(id)?.ok_or_else(|| index.corrupt("names"))?.to_string();
+            index.names.push((id, name));
+        }
+        Ok(index)
     }
 
     /// Where the snapshot came from.
@@ -441,14 +501,47 @@ impl OfferIndex {
 
     fn strings(&self) -> StrTable<'_> {
         // Checked in `parse`.
-        StrTable::read(self.bytes(), self.strings_at).map(|(t, _)| t).expect("string table checked at load")
+        StrTable::read(self.bytes(), self.strings.0).map(|(t, _)| t).expect("string table checked at load")
+    }
+
+    /// Checks the blocks of the string table that bytes `from..to` of it lie in.
+    fn check_strings(&self, from: usize, to: usize) -> Result<(), IndexError> {
+        let (at, len) = self.strings;
+        if to > len || from >= to {
+            return Err(self.corrupt("string table"));
+        }
+        let (checks, seen) = &self.string_checks;
+        let first = from / STRING_BLOCK;
+        for (k, once) in seen.iter().enumerate().take((to - 1) / STRING_BLOCK + 1).skip(first) {
+            let ok = once.get_or_init(|| {
+                let block = &self.data.bytes()[at + k * STRING_BLOCK..at + len.min((k + 1) * STRING_BLOCK)];
+                self.bytes().u32(checks + k * 4) == Some(crc32fast::hash(block))
+            });
+            if !ok {
+                return Err(self.corrupt("string table: checksum mismatch"));
+            }
+        }
+        Ok(())
     }
 
     fn string(&self, id: u32) -> Result<Option<&str>, IndexError> {
         if id == NONE {
             return Ok(None);
         }
-        self.strings().get(id as usize).map(Some).ok_or_else(|| self.corrupt(format!("string {id}")))
+        let table = self.strings();
+        let i = id as usize;
+        let bad = || self.corrupt(format!("string {id}"));
+        if i >= table.count {
+            return Err(bad());
+        }
+        // Its end offset and the one before it, then its bytes.
+        self.check_strings(4 + i.saturating_sub(1) * 4, 4 + (i + 1) * 4)?;
+        let (start, end) = table.span(i).ok_or_else(bad)?;
+        let bytes_at = 4 + table.count * 4;
+        if end > start {
+            self.check_strings(bytes_at + start, bytes_at + end)?;
+        }
+        table.get(i).map(Some).ok_or_else(bad)
     }
 
     fn rec(&self, i: usize) -> Result<Rec, IndexError> {
@@ -479,13 +572,25 @@ impl OfferIndex {
 
     /// The items of list `at` of the arena.
     fn list(&self, at: u32) -> Result<Vec<u32>, IndexError> {
-        if at == NONE {
-            return Ok(Vec::new());
-        }
-        let b = Bytes(&self.data.bytes()[self.lists.0..self.lists.0 + self.lists.1]);
-        let at = at as usize * 4;
-        let n = b.u32(at).ok_or_else(|| self.corrupt("list"))? as usize;
-        (0..n).map(|k| b.u32(at + 4 + k * 4).ok_or_else(|| self.corrupt("list"))).collect()
+        Ok(self.items(at)?.collect())
+    }
+
+    /// The items of list `at` of the arena, read in place.
+    fn items(&self, at: u32) -> Result<impl Iterator<Item = u32> + '_, IndexError> {
+        let arena = &self.data.bytes()[self.lists.0..self.lists.0 + self.lists.1];
+        let items: &[u8] = if at == NONE {
+            &[]
+        } else {
+            let at = at as usize * 4;
+            let n = Bytes(arena).u32(at).ok_or_else(|| self.corrupt("list"))? as usize;
+            Bytes(arena).slice(at + 4, n * 4).ok_or_else(|| self.corrupt("list"))?
+        };
+        Ok(items.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+    }
+
+    /// The ids of the VO and key names that `hit` takes.
+    fn name_ids(&self, hit: impl Fn(&str) -> bool) -> Vec<u32> {
+        self.names.iter().filter(|(_, s)| hit(s)).map(|(id, _)| *id).collect()
     }
 
     fn strings_of(&self, at: u32) -> Result<Vec<&str>, IndexError> {
@@ -494,17 +599,17 @@ impl OfferIndex {
 
     /// The column of attribute `name` (any case), checked.
     pub(crate) fn column(&self, name: &str) -> Result<Option<Column<'_>>, IndexError> {
-        let Some((spelling, at, len, crc)) = self.columns.get(&name.to_ascii_lowercase()) else { return Ok(None) };
-        let blob = &self.data.bytes()[*at..*at + *len];
-        if crc32fast::hash(blob) != *crc {
-            return Err(self.corrupt(format!("column {spelling}: checksum mismatch")));
+        let Some(c) = self.columns.get(&name.to_ascii_lowercase()) else { return Ok(None) };
+        let blob = &self.data.bytes()[c.at..c.at + c.len];
+        if !*c.checked.get_or_init(|| crc32fast::hash(blob) == c.crc) {
+            return Err(self.corrupt(format!("column {}: checksum mismatch", c.spelling)));
         }
-        Column::read(spelling, blob, self.n).map(Some).ok_or_else(|| self.corrupt(format!("column {spelling}")))
+        Column::read(&c.spelling, blob, self.n).map(Some).ok_or_else(|| self.corrupt(format!("column {}", c.spelling)))
     }
 
     /// Every attribute name in the snapshot, as spelled.
     pub fn attribute_names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.columns.values().map(|c| c.0.as_str()).collect();
+        let mut v: Vec<&str> = self.columns.values().map(|c| c.spelling.as_str()).collect();
         v.sort_unstable();
         v
     }
@@ -589,38 +694,33 @@ impl OfferIndex {
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
         let mut recs = Vec::with_capacity(n);
-        // String ids are interned: compare ids, not strings.
-        let strings = self.strings();
-        let key_ids: BTreeSet<u32> = (0..strings.count as u32)
-            .filter(|&id| strings.get(id as usize).is_some_and(|s| keys.contains(s)))
-            .collect();
-        let key_ids_ci: BTreeSet<u32> = (0..strings.count as u32)
-            .filter(|&id| strings.get(id as usize).is_some_and(|s| keys.iter().any(|k| k.eq_ignore_ascii_case(s))))
-            .collect();
-        let vo_ids: Option<(BTreeSet<u32>, BTreeSet<u32>)> = w.vo.as_ref().map(|vo| {
-            let exact = (0..strings.count as u32).filter(|&id| strings.get(id as usize) == Some(vo.as_str())).collect();
-            let ci = (0..strings.count as u32)
-                .filter(|&id| strings.get(id as usize).is_some_and(|s| s.eq_ignore_ascii_case(vo)))
-                .collect();
-            (exact, ci)
-        });
+        // String ids are interned: compare ids, not strings. Lists hold only the file's VO and key names.
+        let key_ids = self.name_ids(|s| keys.contains(s));
+        let key_ids_ci = self.name_ids(|s| keys.iter().any(|k| k.eq_ignore_ascii_case(s)));
+        let vo_ids: Option<(Vec<u32>, Vec<u32>)> =
+            w.vo.as_ref()
+                .map(|vo| (self.name_ids(|s| s == vo.as_str()), self.name_ids(|s| s.eq_ignore_ascii_case(vo))));
         let blind = w.names.as_ref().is_some_and(crate::bdii::offers::share_blind);
         let mut keep = vec![false; n];
         let mut built: BTreeSet<(u32, u32)> = BTreeSet::new();
         // Shares the live build would meet and leave out as not open to the VO.
         let mut closed: Vec<(u32, u32, u32)> = Vec::new();
+        let ids = self.strings().count;
         for (i, k) in keep.iter_mut().enumerate() {
             let r = self.rec(i)?;
+            if r.ce as usize >= ids {
+                return Err(self.corrupt(format!("offer {i}: CE id")));
+            }
             let glue13 = r.flags & flag::GLUE13 != 0;
             let not_open = match &vo_ids {
                 Some((exact, ci)) => {
-                    let open = self.list(r.open_to)?;
-                    !open.iter().any(|id| if glue13 { ci.contains(id) } else { exact.contains(id) })
+                    let ids = if glue13 { ci } else { exact };
+                    !self.items(r.open_to)?.any(|id| ids.contains(&id))
                 }
                 None => false,
             };
-            let fetched = |list: u32, ids: &BTreeSet<u32>| -> Result<bool, IndexError> {
-                Ok(self.list(list)?.iter().any(|id| ids.contains(id)))
+            let fetched = |list: u32, ids: &[u32]| -> Result<bool, IndexError> {
+                Ok(!ids.is_empty() && self.items(list)?.any(|id| ids.contains(&id)))
             };
             let share_fetched = r.share_keys != NONE && (keys.is_empty() || fetched(r.share_keys, &key_ids)?);
             let exists = if glue13 {
@@ -671,18 +771,27 @@ impl OfferIndex {
         refused.sort_by_key(|(seq, _)| *seq);
         let mut claims: Vec<RefusedClaim> = refused.into_iter().map(|(_, c)| c).collect();
         // Contested CE IDs: offered under several services, kept from those that own them.
-        let mut services_of: HashMap<u32, BTreeSet<u32>> = HashMap::new();
+        // Per CE ID: its first service, and whether another one offers it too.
+        // A dense table by string id (each record's CE id was checked against the table above).
+        let ids = self.strings().count;
+        let mut services_of: Vec<(u32, bool)> = vec![(NONE, false); ids];
         for (i, r) in recs.iter().enumerate() {
             if keep[i] && r.flags & flag::GLUE13 == 0 {
-                services_of.entry(r.ce).or_default().insert(r.service);
+                let e = &mut services_of[r.ce as usize];
+                if e.0 == NONE {
+                    e.0 = r.service;
+                }
+                e.1 |= e.0 != r.service;
             }
         }
-        let mut order: Vec<usize> = (0..n).filter(|&i| keep[i] && recs[i].flags & flag::GLUE13 == 0).collect();
+        let mut order: Vec<usize> = (0..n)
+            .filter(|&i| keep[i] && recs[i].flags & flag::GLUE13 == 0 && services_of[recs[i].ce as usize].1)
+            .collect();
         order.sort_by_key(|&i| recs[i].seq);
         let mut contested_refused: BTreeSet<(u32, u32)> = BTreeSet::new();
         for i in order {
             let r = &recs[i];
-            if services_of[&r.ce].len() > 1 && r.flags & flag::PROVEN == 0 {
+            if r.flags & flag::PROVEN == 0 {
                 keep[i] = false;
                 if contested_refused.insert((r.ce, r.share_dn)) {
                     claims.push(RefusedClaim {
@@ -694,14 +803,14 @@ impl OfferIndex {
             }
         }
         // A CE published in both schemas gets its GLUE 2.0 offer.
-        let glue2: BTreeSet<u32> = recs
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| keep[*i] && r.flags & flag::GLUE13 == 0)
-            .map(|(_, r)| r.ce)
-            .collect();
+        let mut glue2 = vec![false; ids];
         for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.flags & flag::GLUE13 != 0 && glue2.contains(&r.ce) {
+            if keep[i] && r.flags & flag::GLUE13 == 0 {
+                glue2[r.ce as usize] = true;
+            }
+        }
+        for (i, r) in recs.iter().enumerate() {
+            if keep[i] && r.flags & flag::GLUE13 != 0 && glue2[r.ce as usize] {
                 keep[i] = false;
             }
         }
@@ -744,9 +853,14 @@ impl OfferIndex {
                 }
             }
         }
-        let offers: Vec<Offer> =
-            candidates.iter().map(|&i| self.build_offer(i, &cols, Some(&job))).collect::<Result<_, _>>()?;
-        let result = list_match(request, &offers, explain);
+        let (result, offers) = if explain {
+            let offers: Vec<Offer> =
+                candidates.iter().map(|&i| self.build_offer(i, &cols, Some(&job))).collect::<Result<_, _>>()?;
+            (list_match(request, &offers, true), offers)
+        } else {
+            // Each survivor's ad lives only until it is matched: a CE keeps its best offer.
+            list_match_best(request, candidates.iter().map(|&i| self.build_offer(i, &cols, Some(&job))))?
+        };
         Ok(IndexAnswer {
             result,
             offers: Offers { offers, warnings: self.warnings.clone(), refused_claims, closed_to_vo },

@@ -3,20 +3,26 @@
 //!
 //! ```text
 //! header   magic "CDERIDX\0", version u32, crc32 u32 (of every byte from 16 to the columns),
-//!          file length u64, then (offset u64, length u64) of: meta, strings, offers, lists, column directory
+//!          file length u64, then (offset u64, length u64) of: meta, strings, offers, lists, names,
+//!          string checks, column directory
 //! meta     JSON: IndexMeta, the build's warnings
 //! strings  count u32, end offsets u32[count], UTF-8 bytes   (CE ids, DNs, queues, VO and key names)
 //! offers   one 64-byte record per offer, in list-match's order (CE id, schema, EE)
 //! lists    u32 arena: each list is its length, then its items (string ids; vGPGPU counts)
+//! names    count u32, string ids u32[count]: every VO and key name the lists hold, so a query
+//!          finds its VO's and keys' ids without reading the whole string table
+//! string checks  crc32 u32 per 4 KiB block (a page) of the strings section, checked when a query first
+//!          reads a string of the block: a query touches only the strings of its survivors
 //! columns  directory: count u32, per attribute: name, offset u64, length u64, crc32 u32;
 //!          each column holds every offer's value of one attribute (absent, bool, int,
 //!          real, string, list), and, for the candidate cut, its numbers sorted with
 //!          their offers and its strings and list elements (lower-cased) with posting lists
 //! ```
 //!
-//! A column is checked (crc32) when a query first uses it; the header's
+//! A column is checked (crc32) when a query first uses it, a block of the
+//! string table when a query first reads a string in it; the header's
 //! checksum covers everything else, so a query reads only the columns its
-//! job names.
+//! job names and the strings of the offers it answers with.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -27,9 +33,11 @@ use crate::bdii::offers::{OfferTraits, Offers};
 /// `CDERIDX\0`.
 pub const MAGIC: [u8; 8] = *b"CDERIDX\0";
 /// Bumped whenever the layout changes: an older or newer file is refused, never misread.
-pub const VERSION: u32 = 2;
-/// Header size: magic, version, crc, file length, five (offset, length) pairs.
-pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 5 * 16;
+pub const VERSION: u32 = 3;
+/// Header size: magic, version, crc, file length, seven (offset, length) pairs.
+pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 7 * 16;
+/// Bytes of the string table per checksum.
+pub const STRING_BLOCK: usize = 4 << 10;
 /// Bytes per offer record.
 pub const OFFER_LEN: usize = 64;
 /// "No string / no list".
@@ -284,12 +292,15 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         at
     };
     let mut records: Vec<u8> = Vec::with_capacity(n * OFFER_LEN);
+    // VO and key names: the only strings a query looks up by value.
+    let mut names: BTreeSet<u32> = BTreeSet::new();
     let mut columns: BTreeMap<String, ColumnBuilder> = BTreeMap::new();
     for (i, (o, t)) in offers.offers.iter().zip(traits).enumerate() {
         let ids = |strings: &mut Strings, set: &BTreeSet<String>| set.iter().map(|s| strings.id(s)).collect::<Vec<_>>();
         let open_to = ids(&mut strings, &t.open_to);
         let ee_keys = ids(&mut strings, &t.ee_keys);
         let share_keys = t.share_keys.as_ref().map(|k| ids(&mut strings, k));
+        names.extend(open_to.iter().chain(&ee_keys).chain(share_keys.iter().flatten()));
         let apps: Vec<u32> = t.apps.iter().map(|a| strings.id(a)).collect();
         let mut vg: Vec<u32> = Vec::new();
         for (k, v) in &t.vgpgpu {
@@ -353,9 +364,16 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         pad8(out);
     };
     section(&mut out, &|o| o.extend_from_slice(meta_json));
-    section(&mut out, &|o| write_strings(o, strings.list.iter().map(String::as_str)));
+    let mut table = Vec::new();
+    write_strings(&mut table, strings.list.iter().map(String::as_str));
+    section(&mut out, &|o| o.extend_from_slice(&table));
     section(&mut out, &|o| o.extend_from_slice(&records));
     section(&mut out, &|o| lists.iter().for_each(|x| put_u32(o, *x)));
+    section(&mut out, &|o| {
+        put_u32(o, names.len() as u32);
+        names.iter().for_each(|x| put_u32(o, *x));
+    });
+    section(&mut out, &|o| table.chunks(STRING_BLOCK).for_each(|b| put_u32(o, crc32fast::hash(b))));
     // The directory, then the columns it points at.
     let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     for (lower, col) in &columns {
@@ -399,7 +417,12 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         put_u64(&mut h, *l);
     }
     out[..HEADER_LEN].copy_from_slice(&h);
-    let crc = crc32fast::hash(&out[16..hot_end]);
+    // The string table is left to its blocks' own checksums.
+    let (table_at, table_len) = (sections[1].0 as usize, sections[1].1 as usize);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&out[16..table_at]);
+    crc.update(&out[table_at + table_len..hot_end]);
+    let crc = crc.finalize();
     out[12..16].copy_from_slice(&crc.to_le_bytes());
     out
 }
@@ -446,12 +469,17 @@ impl<'a> StrTable<'a> {
     }
 
     pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        let (start, end) = self.span(i)?;
+        self.bytes.get(start..end)
+    }
+
+    /// Where string `i` lies in the table's bytes.
+    pub fn span(&self, i: usize) -> Option<(usize, usize)> {
         if i >= self.count {
             return None;
         }
         let start = if i == 0 { 0 } else { self.ends.u32((i - 1) * 4)? as usize };
-        let end = self.ends.u32(i * 4)? as usize;
-        self.bytes.get(start..end)
+        Some((start, self.ends.u32(i * 4)? as usize))
     }
 
     pub fn get(&self, i: usize) -> Option<&'a str> {

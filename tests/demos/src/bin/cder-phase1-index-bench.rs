@@ -90,7 +90,11 @@ struct Args {
     reference_up_to: usize,
     /// Report arms that answer differently and go on, instead of failing.
     keep_going: bool,
+    /// The arms to run (`--arms`; default all four): leaving the live ones out profiles the index.
+    arms: Vec<&'static str>,
 }
+
+const ARMS: [&str; 4] = ["live", "indexed-db", "scan", "index"];
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
@@ -99,6 +103,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         shapes: SHAPES.to_vec(),
         reference_up_to: 10_000,
         keep_going: false,
+        arms: ARMS.to_vec(),
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -106,6 +111,17 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         match arg.as_str() {
             "--runs" => a.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--keep-going" => a.keep_going = true,
+            "--arms" => {
+                a.arms = val()?
+                    .split(',')
+                    .map(|s| {
+                        ARMS.iter()
+                            .find(|x| **x == s.trim())
+                            .copied()
+                            .ok_or_else(|| format!("--arms {s}: one of live, indexed-db, scan, index"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--reference-up-to" => a.reference_up_to = val()?.parse().map_err(|e| format!("--reference-up-to: {e}"))?,
             "--carriers" => {
                 a.carriers = val()?
@@ -124,14 +140,14 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N] [--keep-going]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
+                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N] [--keep-going] [--arms live,indexed-db,scan,index]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.runs == 0 || a.carriers.is_empty() || a.shapes.is_empty() {
-        return Err("--runs, --carriers and --shapes must not be empty".into());
+    if a.runs == 0 || a.carriers.is_empty() || a.shapes.is_empty() || a.arms.is_empty() {
+        return Err("--runs, --carriers, --shapes and --arms must not be empty".into());
     }
     Ok(a)
 }
@@ -524,6 +540,7 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
         let mut c = Command::new(&tools.cder_jdl);
         c.args(["list-match", "--bdii", &stock.url(), "--index-dir"]).arg(&cache).arg(job);
         arms.push(("index", c));
+        arms.retain(|(name, _)| args.arms.contains(name));
 
         // Warm-up, and every arm's answer checked against the others'.
         let mut answers: Vec<Answer> = Vec::new();
@@ -543,9 +560,10 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
                 let around =
                     |v: &[(String, String)]| v.iter().skip(at.saturating_sub(1)).take(3).cloned().collect::<Vec<_>>();
                 let what = format!(
-                    "{n} carriers, {}, {job_name}: arm {name} answered {} CEs, arm live {}; first difference at line {at}: {:?} vs live {:?}",
+                    "{n} carriers, {}, {job_name}: arm {name} answered {} CEs, arm {} {}; first difference at line {at}: {:?} vs {:?}",
                     shape.name,
                     lines.len(),
+                    answers[0].0,
                     answers[0].1.len(),
                     around(lines),
                     around(&answers[0].1)
@@ -591,7 +609,10 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             oracle = format!("{oracle}; DIFFERS: {}", differs.join(", "));
         }
         // What the index arm says of its data (standard error): age and BDII cycle.
-        let age = answers[3].2.lines().find(|l| !l.trim().is_empty()).map(str::to_string);
+        let age = answers
+            .iter()
+            .find(|a| a.0 == "index")
+            .and_then(|a| a.2.lines().find(|l| !l.trim().is_empty()).map(str::to_string));
 
         let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
         for _ in 0..args.runs {
@@ -599,29 +620,51 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
                 times.entry(name).or_default().push(run_retried(cmd)?.0);
             }
         }
-        let p50 = |a: &str| pct(&times[a], 0.5);
-        let p90 = |a: &str| pct(&times[a], 0.9);
-        let idx = p50("index").as_secs_f64();
+        // An arm left out (`--arms`) prints a dash.
+        let p50 = |a: &str| times.get(a).map(|t| pct(t, 0.5));
+        let p90 = |a: &str| times.get(a).map(|t| pct(t, 0.9));
+        let cell = |a: &str| match (p50(a), p90(a)) {
+            (Some(x), Some(y)) => format!("{} / {}", ms(x), ms(y)),
+            _ => "—".to_string(),
+        };
+        let ratio = |a: &str| match (p50(a), p50("index")) {
+            (Some(x), Some(i)) => format!("{:.0}×", x.as_secs_f64() / i.as_secs_f64()),
+            _ => "—".to_string(),
+        };
         println!(
-            "| {n} | {} | {job_name} | {} | {} / {} | {} / {} | {} / {} | **{} / {}** | {:.0}× | {:.0}× | {:.0}× | {oracle} |",
+            "| {n} | {} | {job_name} | {} | {} | {} | {} | **{}** | {} | {} | {} | {oracle} |",
             shape.name,
             ces.len(),
-            ms(p50("live")),
-            ms(p90("live")),
-            ms(p50("indexed-db")),
-            ms(p90("indexed-db")),
-            ms(p50("scan")),
-            ms(p90("scan")),
-            ms(p50("index")),
-            ms(p90("index")),
-            p50("live").as_secs_f64() / idx,
-            p50("indexed-db").as_secs_f64() / idx,
-            p50("scan").as_secs_f64() / idx,
+            cell("live"),
+            cell("indexed-db"),
+            cell("scan"),
+            cell("index"),
+            ratio("live"),
+            ratio("indexed-db"),
+            ratio("scan"),
         );
         if let Some(age) = age {
             println!("  index answer: {}", age.trim());
         }
-        if *job_name == "broad" {
+        let arm = |name: &str| arms.iter().position(|a| a.0 == name);
+        if *job_name == "broad" && arm("live").is_none() {
+            let rss = |name: &str| -> Result<String, String> {
+                Ok(match arm(name) {
+                    Some(k) => format!("{:.1} MiB", max_rss(&arms[k].1)? as f64 / 1024.0),
+                    None => "—".into(),
+                })
+            };
+            println!(
+                "  refresh p50 {} ms; snapshot {} bytes = {:.0} bytes per carrier; max RSS: index {}, scan {}; load {}",
+                ms(pct(&t_refresh, 0.5)),
+                size,
+                size as f64 / n as f64,
+                rss("index")?,
+                rss("scan")?,
+                load()
+            );
+        }
+        if *job_name == "broad" && arms.len() == ARMS.len() {
             // Live against ldapsearch running the live path's own searches; RSS; refresh.
             let mut debug = live(&stock.url());
             debug.env("CDER_LOG", "debug").env("NO_COLOR", "1");
@@ -665,8 +708,8 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             println!(
                 "  refresh p50 {} ms (live broad p50 {} ms: {:.1}×); snapshot {} bytes = {:.0} bytes per carrier; max RSS: index {:.1} MiB, scan {:.1} MiB, live {:.1} MiB; load {}",
                 ms(pct(&t_refresh, 0.5)),
-                ms(p50("live")),
-                pct(&t_refresh, 0.5).as_secs_f64() / p50("live").as_secs_f64(),
+                ms(p50("live").unwrap_or_default()),
+                pct(&t_refresh, 0.5).as_secs_f64() / p50("live").unwrap_or_default().as_secs_f64(),
                 size,
                 size as f64 / n as f64,
                 rss_index as f64 / 1024.0,
