@@ -7,7 +7,9 @@
 //! fences) and task/cgroup (SLURM's).
 //!
 //! What is asserted is what each job can open, its `CUDA_VISIBLE_DEVICES`,
-//! SLURM's job states and cderd's ledger of shares (`status`).
+//! SLURM's job states and cderd's ledger of shares (`status`); with MPS on
+//! (the fake control daemon) and the sampler on (the fake NVML's per-process
+//! answers), the limits cderd set and each sharer's own usage.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -149,4 +151,180 @@ fn cderd_refuses_a_gres_conf_that_contradicts_its_sharing() {
         e.contains("gres.conf:2: Name=shard") && e.contains("Count=3, but cder.toml offers gpgpu:0 as 4 shares"),
         "{e}"
     );
+}
+
+/// The commands the fake MPS control daemon of `uuid` received.
+fn mps_commands(cluster: &SlurmCluster, uuid: &str) -> Vec<String> {
+    let log = cluster.dir().join("mps").join(uuid).join("log/control.log");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter_map(|l| l.split_once("] ").map(|(_, rest)| rest.to_string())).collect()
+}
+
+/// The fake NVML's answers: the GPU 80 % busy, and `processes` as
+/// (pid, SM %, MiB) on it.
+fn gpu_use(uuid: &str, processes: &[(u32, u32, u64)]) -> String {
+    let processes: Vec<serde_json::Value> = processes
+        .iter()
+        .map(|&(pid, sm, mib)| {
+            serde_json::json!({"pid": pid, "used_memory_mib": mib, "sm_percent": sm, "memory_percent": sm / 10})
+        })
+        .collect();
+    serde_json::json!({"devices": {uuid: {"gpu_percent": 80, "memory_percent": 40, "memory_used_mib": 4096,
+        "processes": processes}}})
+    .to_string()
+}
+
+/// Two jobs of 2 and 1 shares on one GPU under MPS, with the sampler on:
+/// the fake control daemon got the largest sharer's limit, each job's
+/// environment carries its own, and each job's usage is its own
+/// processes', never the GPU's.
+fn mps_usage_case(cgroup: bool) {
+    let name = if cgroup { "task/cgroup" } else { "task/none" };
+    const UUID: &str = "GPU-5a3e0000-0000-4000-8000-000000000000";
+    let library = cder_tests::slurm::fake_nvml_library().unwrap_or_else(|e| panic!("{e}"));
+    // The fake control daemon is a binary of the fake NVML's package, built with it.
+    let control = library.with_file_name("fake-mps-control");
+    assert!(control.is_file(), "{} is built with cder-fake-nvml", control.display());
+    let machine = serde_json::json!({"devices": [{"uuid": UUID, "name": "NVIDIA A100-SXM4-80GB",
+        "pci_bus_id": "0000:07:00.0", "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
+        "clock_mhz": 1410, "ecc": true, "numa_node": 0, "minor": 0}]});
+    let config = SlurmConfig {
+        gpus: 0,
+        node_gres: Some("gpu:1,shard:4".into()),
+        gres_conf: Some(
+            "NodeName=node1 Name=gpu File={dir}/dev/nvidia0\nNodeName=node1 Name=shard Count=4 File={dir}/dev/nvidia0\n"
+                .into(),
+        ),
+        device_files: vec!["dev/nvidia0".into()],
+        files: vec![("machine.json".into(), machine.to_string()), ("usage.json".into(), gpu_use(UUID, &[]))],
+        cder_types: Some(format!(
+            "[node.mps]\nenabled = true\nmps_control = \"{}\"\nruntime_dir = \"{{dir}}/mps\"\n\n\
+             [node.usage]\nsample_period_s = 0.2\n\n\
+             [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = \"{}\"\n\
+             device_path = \"{{dir}}/dev/nvidia{{minor}}\"\n",
+            control.display(),
+            library.display()
+        )),
+        cderd_env: vec![
+            ("CDER_FAKE_NVML".into(), "{dir}/machine.json".into()),
+            ("CDER_FAKE_NVML_USAGE".into(), "{dir}/usage.json".into()),
+        ],
+        ..shared_config(cgroup)
+    };
+    let cluster = SlurmCluster::start(&config).unwrap_or_else(|e| panic!("starting SLURM ({name}): {e}"));
+    let flag = cluster.jobs_dir().join("release-mps");
+    let jobs: Vec<(u32, std::path::PathBuf)> = [2, 1]
+        .iter()
+        .map(|shares| {
+            let pid_file = cluster.jobs_dir().join(format!("pid-{shares}"));
+            let script = format!(
+                "#!/bin/sh\necho $$ > '{}'\nenv | grep CUDA_MPS\necho CVD=${{CUDA_VISIBLE_DEVICES-unset}}\n\
+                 while [ ! -e '{}' ]; do sleep 0.2; done\n",
+                pid_file.display(),
+                flag.display()
+            );
+            let args = format!("--gpgpu-shares-per-node={shares}");
+            let id = cluster.sbatch_as_user(&[&args], &script).unwrap_or_else(|e| panic!("{name}: {e}"));
+            cluster.wait_running(id, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (id, pid_file)
+        })
+        .collect();
+
+    // (a) The server's default is the largest sharer's 2/4; each job's
+    // own environment lowers it to its own fraction.
+    for (&(id, _), (want, memory)) in jobs.iter().zip([("50.0", "0=40960M"), ("25.0", "0=20480M")]) {
+        let env = wait_output(&cluster, id);
+        assert_eq!(env["CVD"], "0", "{name}: job {id} sees the shared GPU\n{}", cluster.logs());
+        assert_eq!(
+            env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").map(String::as_str),
+            Some(want),
+            "{name}: job {id}'s own MPS fraction: {env:?}"
+        );
+        assert_eq!(
+            env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT").map(String::as_str),
+            Some(memory),
+            "{name}: job {id}'s own share of the GPU's memory: {env:?}"
+        );
+        assert_eq!(
+            env.get("CUDA_MPS_PIPE_DIRECTORY").map(String::as_str),
+            Some(format!("{}/mps/{UUID}/pipe", cluster.dir().display()).as_str()),
+            "{name}: job {id} talks to its GPU's MPS server: {env:?}"
+        );
+    }
+    let commands = mps_commands(&cluster, UUID);
+    assert!(
+        commands.iter().any(|c| c == "Cmd:set_default_active_thread_percentage 50.0")
+            && commands.iter().any(|c| c == "Cmd:set_default_device_pinned_mem_limit 0 40960M"),
+        "{name}: the fake control daemon's log: {commands:?}\n{}",
+        cluster.logs()
+    );
+    assert!(
+        !commands.iter().any(|c| c.starts_with("Cmd:set_default_active_thread_percentage") && !c.ends_with(" 50.0")),
+        "{name}: no other default was set: {commands:?}"
+    );
+
+    // (b) NVML lists each job's shell at its own use: 30 % and 50 % of a
+    // GPU that is 80 % busy.
+    let pids: Vec<u32> = jobs
+        .iter()
+        .map(|(id, file)| {
+            let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{name}: job {id}'s pid: {e}"));
+            text.trim().parse().unwrap_or_else(|e| panic!("{name}: job {id}'s pid {text:?}: {e}"))
+        })
+        .collect();
+    let answers = gpu_use(UUID, &[(pids[0], 30, 1_000), (pids[1], 50, 2_000)]);
+    std::fs::write(cluster.dir().join("usage.json"), answers).unwrap();
+    let cderctl = cder_tests::slurm::cderctl().unwrap_or_else(|e| panic!("{e}"));
+    let toml = cluster.dir().join("cder/cder.toml");
+    let usage = |id: u32| -> serde_json::Value {
+        let out = std::process::Command::new(&cderctl)
+            .arg("--config")
+            .arg(&toml)
+            .args(["usage", "--job", &format!("slurm:{id}"), "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cderctl usage: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let peak = |id: u32| -> (Option<u64>, Option<u64>) {
+        let v = usage(id);
+        let d = v["devices"].as_array().and_then(|d| d.iter().find(|d| d["uuid"] == UUID)).cloned();
+        d.map(|d| (d["peak_utilisation_percent"].as_u64(), d["peak_memory_mib"].as_u64())).unwrap_or((None, None))
+    };
+    let want = [(Some(30), Some(1_000)), (Some(50), Some(2_000))];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        seen = jobs.iter().map(|&(id, _)| peak(id)).collect();
+        if seen == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert_eq!(
+        seen,
+        want,
+        "{name}: each job's peak use is its own process's (GPU at 80 %)\n{}\n{}",
+        usage(jobs[0].0),
+        cluster.logs()
+    );
+    // A few more periods do not mix them.
+    std::thread::sleep(Duration::from_secs(1));
+    let again: Vec<_> = jobs.iter().map(|&(id, _)| peak(id)).collect();
+    assert_eq!(again, want, "{name}: after more samples");
+
+    std::fs::write(&flag, b"").unwrap();
+    for &(id, _) in &jobs {
+        assert_eq!(cluster.wait_job(id, JOB_TIMEOUT).unwrap().state, "COMPLETED", "{name}: sharer {id}");
+    }
+}
+
+#[test]
+fn mps_limits_are_each_jobs_fraction_and_each_job_gets_its_own_usage() {
+    if !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    mps_usage_case(false);
+    mps_usage_case(true);
 }
