@@ -275,6 +275,7 @@ mod tests {
         let req = p.vgpgpu_options.parse().unwrap().unwrap();
         assert_eq!((req.per_node, req.method), (3, cder_model::VgpgpuMethod::Vcl));
         assert!(p.options.is_empty());
-        assert_eq!(CderSpank::options().len(), 5);
+        // --gpgpu-per-node, --gpgpu-shares-per-node, --gpgpu-min-memory, --cder, and the two vGPGPU options.
+        assert_eq!(CderSpank::options().len(), 6);
     }
 }
