@@ -114,7 +114,10 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
         kept.insert(gpu.uuid.clone(), now);
     }
     write_ecc(&ecc_file, &kept);
-    drain_lost_since_start(daemon, cder, &ours);
+    // A GPU lost after discovery but before the loop above is in `ours` yet
+    // unwatched: what counts as found is what is watched.
+    let watched: BTreeSet<&str> = gpus.iter().flat_map(|g| g.devices.iter().map(String::as_str)).collect();
+    drain_lost_since_start(daemon, cder, &watched);
     let mut events = event_set(&nvml, &gpus);
     tracing::info!(
         cder_type = cder.name(),
@@ -200,8 +203,7 @@ fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), Str
 /// Drains the devices cderd found at its start that NVML no longer shows
 /// now that the watch begins: a GPU lost in between would otherwise be
 /// neither watched nor drained, and handed out.
-fn drain_lost_since_start(daemon: &Daemon, cder: &CderType, found: &[Device]) {
-    let found: BTreeSet<&str> = found.iter().map(|d| d.uuid.as_str()).collect();
+fn drain_lost_since_start(daemon: &Daemon, cder: &CderType, found: &BTreeSet<&str>) {
     let status = match daemon.status() {
         Ok(status) => status,
         Err(e) => {
