@@ -327,10 +327,10 @@ pub fn list_match_best<E>(
     request: &Request,
     offers: impl Iterator<Item = Result<Offer, E>>,
 ) -> Result<(MatchResult, Vec<Offer>), E> {
-    let compiled = CompiledRequest::new(&request.ad());
-    let mut kept: Vec<Offer> = Vec::new();
     if matches!(request.preset, Some(RankPreset::GpgpuMaxFree)) {
         // Its Rank needs the largest pool among all matches: keep every match.
+        let compiled = CompiledRequest::new(&request.ad());
+        let mut kept: Vec<Offer> = Vec::new();
         for o in offers {
             let o = o?;
             if compiled.matches(&o.ad) {
@@ -339,30 +339,58 @@ pub fn list_match_best<E>(
         }
         return Ok((list_match(request, &kept, false), kept));
     }
-    // As `list_match`: a CE's first match holds its slot unless a later one ranks strictly higher.
-    let mut best: HashMap<String, (f64, usize)> = HashMap::new();
+    let best = best_per_ce(request, offers.map(|o| o.map(|o| (o.ce_id.clone(), o))), |o| &o.ad)?;
+    ranked(best.into_iter().map(Ok))
+}
+
+/// The matching offers' best per CE, as [`list_match`] picks them, over
+/// offers made one at a time and known by a key of their CE (equal keys for
+/// equal CE IDs: the CE ID itself, or its id in a string table), so that an
+/// offer's other fields need be made only for the CEs' best: (rank, offer)
+/// per CE, in no particular order. A CE's first match holds its slot unless
+/// a later one ranks strictly higher. Not for the `gpgpu-max-free` preset,
+/// whose Rank needs every match first.
+pub fn best_per_ce<K: std::hash::Hash + Eq, T, E>(
+    request: &Request,
+    offers: impl Iterator<Item = Result<(K, T), E>>,
+    ad: impl Fn(&T) -> &ClassAd,
+) -> Result<Vec<(f64, T)>, E> {
+    let compiled = CompiledRequest::new(&request.ad());
+    let mut slots: HashMap<K, usize> = HashMap::new();
+    let mut kept: Vec<(f64, T)> = Vec::new();
     for o in offers {
-        let o = o?;
-        if !compiled.matches(&o.ad) {
+        let (key, o) = o?;
+        if !compiled.matches(ad(&o)) {
             continue;
         }
-        let r = compiled.rank(&o.ad);
-        match best.get_mut(o.ce_id.as_str()) {
-            Some(slot) => {
-                if r > slot.0 {
-                    slot.0 = r;
-                    kept[slot.1] = o;
+        let r = compiled.rank(ad(&o));
+        match slots.get(&key) {
+            Some(&slot) => {
+                if r > kept[slot].0 {
+                    kept[slot] = (r, o);
                 }
             }
             None => {
-                best.insert(o.ce_id.clone(), (f64::NEG_INFINITY.max(r), kept.len()));
-                kept.push(o);
+                slots.insert(key, kept.len());
+                kept.push((f64::NEG_INFINITY.max(r), o));
             }
         }
     }
-    let mut matches: Vec<Match> = best.into_iter().map(|(ce_id, (rank, offer))| Match { ce_id, rank, offer }).collect();
+    Ok(kept)
+}
+
+/// Each CE's best offer and its rank, in any order, as [`list_match`]
+/// reports them: best rank first, ties by CE ID.
+pub fn ranked<E>(best: impl ExactSizeIterator<Item = Result<(f64, Offer), E>>) -> Result<(MatchResult, Vec<Offer>), E> {
+    let mut offers: Vec<Offer> = Vec::with_capacity(best.len());
+    let mut matches: Vec<Match> = Vec::with_capacity(best.len());
+    for o in best {
+        let (rank, o) = o?;
+        matches.push(Match { ce_id: o.ce_id.clone(), rank, offer: offers.len() });
+        offers.push(o);
+    }
     matches.sort_by(|a, b| b.rank.total_cmp(&a.rank).then_with(|| a.ce_id.cmp(&b.ce_id)));
-    Ok((MatchResult { matches, excluded: Vec::new() }, kept))
+    Ok((MatchResult { matches, excluded: Vec::new() }, offers))
 }
 
 /// Matches and ranks. `explain`: also say why each other CE was left out.

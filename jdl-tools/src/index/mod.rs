@@ -34,7 +34,7 @@ use cder_request::keys;
 
 use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
 use crate::bdii::query::{Snapshot, Strategies, Wanted};
-use crate::listmatch::{list_match, list_match_best, MatchResult, Request};
+use crate::listmatch::{best_per_ce, list_match, list_match_best, ranked, MatchResult, RankPreset, Request};
 use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
 
 /// The BDII's own record of its last update cycle (`o=infosys`, objectClass `UpdateStats`).
@@ -630,6 +630,12 @@ impl OfferIndex {
     /// Rebuilds offer `i` from `cols`; `job`: the request's per-job additions.
     fn build_offer(&self, i: usize, cols: &[Column<'_>], job: Option<&JobView>) -> Result<Offer, IndexError> {
         let r = self.rec(i)?;
+        let ad = self.build_ad(i, &r, cols, job)?;
+        self.offer_of(&r, ad)
+    }
+
+    /// Offer `i`'s ad (record `r`) from `cols`, with `job`'s additions.
+    fn build_ad(&self, i: usize, r: &Rec, cols: &[Column<'_>], job: Option<&JobView>) -> Result<ClassAd, IndexError> {
         let mut ad = ClassAd::new();
         let mut requirements = None;
         for c in cols {
@@ -676,6 +682,11 @@ impl OfferIndex {
         if let Some(v) = requirements {
             ad.insert(keys::REQUIREMENTS, Expr::Lit(v));
         }
+        Ok(ad)
+    }
+
+    /// The offer of record `r` with its `ad`: its IDs read from the string table.
+    fn offer_of(&self, r: &Rec, ad: ClassAd) -> Result<Offer, IndexError> {
         Ok(Offer {
             ce_id: self.string(r.ce)?.unwrap_or_default().to_string(),
             queue: self.string(r.queue)?.map(str::to_string),
@@ -693,7 +704,6 @@ impl OfferIndex {
         let n = self.n;
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
-        let mut recs = Vec::with_capacity(n);
         // String ids are interned: compare ids, not strings. Lists hold only the file's VO and key names.
         let key_ids = self.name_ids(|s| keys.contains(s));
         let key_ids_ci = self.name_ids(|s| keys.iter().any(|k| k.eq_ignore_ascii_case(s)));
@@ -740,7 +750,6 @@ impl OfferIndex {
                 if exists && !glue13 && !closed.iter().any(|c| c.0 == r.share_dn) {
                     closed.push((r.share_dn, r.share_id, r.queue));
                 }
-                recs.push(r);
                 continue;
             }
             if exists && !glue13 && blind && !share_fetched && r.ee_dn != NONE && r.refused == NONE {
@@ -748,13 +757,17 @@ impl OfferIndex {
             } else {
                 *k = exists;
             }
-            recs.push(r);
         }
+        // Below, the records are read again from the map, not held: 60 bytes an offer.
         // Claims refused outright, in the order the live build meets them.
         let mut refused: Vec<(u32, RefusedClaim)> = Vec::new();
         let mut seen: BTreeSet<(u32, u32)> = BTreeSet::new();
-        for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.refused != NONE {
+        for i in 0..n {
+            if !keep[i] {
+                continue;
+            }
+            let r = self.rec(i)?;
+            if r.refused != NONE {
                 keep[i] = false;
                 if seen.insert((r.ce, r.share_dn)) {
                     refused.push((
@@ -775,8 +788,9 @@ impl OfferIndex {
         // A dense table by string id (each record's CE id was checked against the table above).
         let ids = self.strings().count;
         let mut services_of: Vec<(u32, bool)> = vec![(NONE, false); ids];
-        for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.flags & flag::GLUE13 == 0 {
+        for i in (0..n).filter(|&i| keep[i]) {
+            let r = self.rec(i)?;
+            if r.flags & flag::GLUE13 == 0 {
                 let e = &mut services_of[r.ce as usize];
                 if e.0 == NONE {
                     e.0 = r.service;
@@ -784,13 +798,17 @@ impl OfferIndex {
                 e.1 |= e.0 != r.service;
             }
         }
-        let mut order: Vec<usize> = (0..n)
-            .filter(|&i| keep[i] && recs[i].flags & flag::GLUE13 == 0 && services_of[recs[i].ce as usize].1)
-            .collect();
-        order.sort_by_key(|&i| recs[i].seq);
+        let mut order: Vec<(u32, usize)> = Vec::new();
+        for i in (0..n).filter(|&i| keep[i]) {
+            let r = self.rec(i)?;
+            if r.flags & flag::GLUE13 == 0 && services_of[r.ce as usize].1 {
+                order.push((r.seq, i));
+            }
+        }
+        order.sort_unstable();
         let mut contested_refused: BTreeSet<(u32, u32)> = BTreeSet::new();
-        for i in order {
-            let r = &recs[i];
+        for (_, i) in order {
+            let r = self.rec(i)?;
             if r.flags & flag::PROVEN == 0 {
                 keep[i] = false;
                 if contested_refused.insert((r.ce, r.share_dn)) {
@@ -804,13 +822,17 @@ impl OfferIndex {
         }
         // A CE published in both schemas gets its GLUE 2.0 offer.
         let mut glue2 = vec![false; ids];
-        for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.flags & flag::GLUE13 == 0 {
+        let mut glue13 = Vec::new();
+        for i in (0..n).filter(|&i| keep[i]) {
+            let r = self.rec(i)?;
+            if r.flags & flag::GLUE13 == 0 {
                 glue2[r.ce as usize] = true;
+            } else {
+                glue13.push((i, r.ce));
             }
         }
-        for (i, r) in recs.iter().enumerate() {
-            if keep[i] && r.flags & flag::GLUE13 != 0 && glue2[r.ce as usize] {
+        for (i, ce) in glue13 {
+            if glue2[ce as usize] {
                 keep[i] = false;
             }
         }
@@ -857,9 +879,18 @@ impl OfferIndex {
             let offers: Vec<Offer> =
                 candidates.iter().map(|&i| self.build_offer(i, &cols, Some(&job))).collect::<Result<_, _>>()?;
             (list_match(request, &offers, true), offers)
-        } else {
-            // Each survivor's ad lives only until it is matched: a CE keeps its best offer.
+        } else if matches!(request.preset, Some(RankPreset::GpgpuMaxFree)) {
             list_match_best(request, candidates.iter().map(|&i| self.build_offer(i, &cols, Some(&job))))?
+        } else {
+            // Each survivor's ad lives only until it is matched, known by its CE's string id: a
+            // CE keeps its best offer, and only those read their IDs from the string table.
+            let ads = candidates.iter().map(|&i| {
+                let r = self.rec(i)?;
+                let ad = self.build_ad(i, &r, &cols, Some(&job))?;
+                Ok((r.ce, (i, ad)))
+            });
+            let best = best_per_ce(request, ads, |(_, ad)| ad)?;
+            ranked(best.into_iter().map(|(rank, (i, ad))| Ok((rank, self.offer_of(&self.rec(i)?, ad)?))))?
         };
         Ok(IndexAnswer {
             result,

@@ -284,12 +284,28 @@ fn write_postings(out: &mut Vec<u8>, map: &BTreeMap<Vec<u8>, BTreeSet<u32>>) {
 pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) -> Vec<u8> {
     let n = offers.offers.len();
     let mut strings = Strings::default();
+    // What a query reads (names, and the IDs of the offers it answers with) first, the DNs
+    // after: a query maps only the table's first pages, not a page per offer it answers with.
+    for (o, t) in offers.offers.iter().zip(traits) {
+        let names = t.open_to.iter().chain(&t.ee_keys).chain(t.share_keys.iter().flatten());
+        for s in names.chain(&t.apps).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
+            strings.id(s);
+        }
+        strings.id(&o.ce_id);
+        for s in [&o.queue, &o.share_id, &o.ee_id] {
+            strings.opt(s.as_deref());
+        }
+    }
     let mut lists: Vec<u32> = Vec::new();
+    // Equal lists are stored once: most offers of a grid list the same keys and VOs.
+    let mut stored: HashMap<Vec<u32>, u32> = HashMap::new();
     let mut list = |items: Vec<u32>| -> u32 {
-        let at = lists.len() as u32;
-        lists.push(items.len() as u32);
-        lists.extend(items);
-        at
+        *stored.entry(items).or_insert_with_key(|items| {
+            let at = lists.len() as u32;
+            lists.push(items.len() as u32);
+            lists.extend(items);
+            at
+        })
     };
     let mut records: Vec<u8> = Vec::with_capacity(n * OFFER_LEN);
     // VO and key names: the only strings a query looks up by value.
