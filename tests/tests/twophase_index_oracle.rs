@@ -277,7 +277,7 @@ fn compare(name: &str, slapd: &Slapd, jobs: &[Job], dir: &Path) -> Tally {
     let refreshed_in = t.elapsed();
     let t = Instant::now();
     let next = AtomicUsize::new(0);
-    let results: Vec<(usize, bool, bool, bool, Option<String>)> = std::thread::scope(|s| {
+    let results: Vec<(bool, bool, bool, Option<String>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
@@ -306,7 +306,7 @@ fn compare(name: &str, slapd: &Slapd, jobs: &[Job], dir: &Path) -> Tally {
                             "{what}: no `phase 1 from the index` debug line: {stderr}"
                         );
                         let matched = !b["matches"].as_array().unwrap().is_empty();
-                        mine.push((i, matched, !matched, candidates < visible && matched, diff));
+                        mine.push((matched, !matched, candidates < visible && matched, diff));
                     }
                 })
             })
@@ -314,7 +314,7 @@ fn compare(name: &str, slapd: &Slapd, jobs: &[Job], dir: &Path) -> Tally {
         workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
     });
     let mut tally = Tally { jobs: jobs.len(), ..Default::default() };
-    for (_, matched, none, cut, diff) in results {
+    for (matched, none, cut, diff) in results {
         tally.matched += matched as usize;
         tally.no_match += none as usize;
         tally.cut += cut as usize;
