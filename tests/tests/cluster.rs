@@ -36,6 +36,7 @@ mod twophase_bad_input;
 mod twophase_bdii;
 mod twophase_faults;
 mod twophase_index;
+mod twophase_index_oracle;
 mod twophase_lrms;
 mod twophase_ownership;
 mod twophase_shapes;

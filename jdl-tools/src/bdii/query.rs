@@ -271,6 +271,18 @@ pub fn extension_filter(wanted: &Wanted) -> String {
     format!("(&(objectClass=GLUE2Extension){})", any_of("GLUE2ExtensionKey", &keys).unwrap_or_default())
 }
 
+/// Whether [`extension_filter`] fetches an Extension of `key` (`GLUE2ExtensionKey` is caseExact).
+pub fn extension_key_wanted(wanted: &Wanted, key: &str) -> bool {
+    if wanted.vgpgpu && cder_request::glue::VGPGPU_KEYS.contains(&key) {
+        return true;
+    }
+    if wanted.keys.is_empty() {
+        wanted.prefixes.is_empty() || wanted.prefixes.iter().any(|p| key.starts_with(p.as_str()))
+    } else {
+        wanted.keys.contains(key)
+    }
+}
+
 /// GLUE 1.3: SubClusters tagged with a wanted `Key=` or a `<Vendor><PREFIX>` marker.
 pub fn subcluster_filter(wanted: &Wanted) -> String {
     let rte = "GlueHostApplicationSoftwareRunTimeEnvironment";
@@ -632,7 +644,17 @@ impl Bdii {
         if s.class_extension {
             snap.extensions = results.next().unwrap_or_default();
             // GLUE 2.1 accelerator entities read as the Extensions they stand for.
+            // That scan reads every accelerator entity: keep, as the Extension search
+            // above does, only the keys the job uses, so that an EE or share is a
+            // carrier for the same jobs whichever way its site publishes.
+            let published = snap.extensions.len();
             crate::bdii::glue21::add_extensions(&mut snap.extensions, results.next().unwrap_or_default());
+            let accelerators = snap.extensions.split_off(published);
+            snap.extensions.extend(
+                accelerators
+                    .into_iter()
+                    .filter(|x| x.first("GLUE2ExtensionKey").is_some_and(|k| extension_key_wanted(wanted, k))),
+            );
         }
         if s.glue13 {
             snap.subclusters = results.next().unwrap_or_default();
@@ -1024,5 +1046,10 @@ mod tests {
     fn extension_filter_fetches_only_the_requirement_keys() {
         let f = extension_filter(&wanted(&["GPGPUFreeInstances"]));
         assert_eq!(f, "(&(objectClass=GLUE2Extension)(GLUE2ExtensionKey=GPGPUFreeInstances))");
+        let w = wanted(&["GPGPUFreeInstances"]);
+        assert!(extension_key_wanted(&w, "GPGPUFreeInstances"));
+        assert!(!extension_key_wanted(&w, "GPGPUVendor") && !extension_key_wanted(&w, "gpgpufreeinstances"));
+        let any = wanted(&[]);
+        assert!(extension_key_wanted(&any, "GPGPUVendor") && !extension_key_wanted(&any, "FPGAVendor"));
     }
 }
