@@ -622,19 +622,62 @@ impl Bdii {
         let (tap, mut slow_entries) = tokio::sync::mpsc::unbounded_channel();
         let slow = self
             .spawn_tapped(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect(), Some(tap));
-        let mut first: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
+        // Policies by prefix (unindexed substring: the service's entries only, not the
+        // VO's whole index entry); the exact rule is checked in memory.
+        let policy = wanted.vo.as_ref().map(|vo| {
+            format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str()))
+        });
+        // The carrier scans stream: each service is asked as soon as the scan has moved past
+        // it, beside the scan, on the plan seen so far (a guess, checked against the exact
+        // plan below, which asks again where the guess differs).
+        let mut streamed: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
         if s.class_extension {
-            first.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
+            streamed.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
+        }
+        let (tap, mut streamed_entries) = tokio::sync::mpsc::unbounded_channel();
+        let streaming = self.spawn_tapped(streamed, Some(tap));
+        let mut first: Vec<Search> = Vec::new();
+        if s.class_extension {
             first.push(Search::scan(&base, crate::bdii::glue21::FILTER.to_string(), crate::bdii::glue21::ATTRIBUTES));
         }
         if s.glue13 {
             first.push(Search::scan(&base13, subcluster_filter(wanted), &[] as &[&str]));
         }
-        let mut results = self.search_all(first)?.into_iter();
+        let first = self.spawn_all(first);
+        let mut early = EarlyAsks { current: vec![None; streaming.len()], ..Default::default() };
+        let mut found: Vec<Vec<Entry>> = vec![Vec::new(); streaming.len()];
+        while let Some((at, e)) = self.rt.block_on(streamed_entries.recv()) {
+            let service = if at < fast_filters.len() {
+                note_carrier(&mut early.plans, &e);
+                Some(service_base(&e.dn))
+            } else {
+                note_extension(&mut early.plans, &e, |_| true)
+            };
+            if glue2 {
+                if let Some(service) = service {
+                    if early.current[at].as_ref() != Some(&service) {
+                        if let Some(done) = early.current[at].replace(service) {
+                            let plan = &early.plans[&done];
+                            if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
+                                let search =
+                                    self.service_searches(std::iter::once((&done, plan)), policy.as_deref(), &attrs2);
+                                let pending = self.spawn_all(search).pop().expect("one search per plan");
+                                early.asked.insert(done, (plan.clone(), pending));
+                            }
+                        }
+                    }
+                }
+            }
+            found[at].push(e);
+        }
+        // The streamed searches' own results are empty (tapped); joined for their errors.
+        self.join_all(streaming)?;
+        let mut results = self.join_all(first)?.into_iter();
+        let mut found = found.into_iter();
         let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
         let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
         for _ in &fast_filters {
-            for e in results.next().unwrap_or_default() {
+            for e in found.next().unwrap_or_default() {
                 if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
                     note_carrier(&mut plans, &e);
                     snap.carriers.push(e);
@@ -642,7 +685,7 @@ impl Bdii {
             }
         }
         if s.class_extension {
-            snap.extensions = results.next().unwrap_or_default();
+            snap.extensions = found.next().unwrap_or_default();
             // GLUE 2.1 accelerator entities read as the Extensions they stand for.
             // That scan reads every accelerator entity: keep, as the Extension search
             // above does, only the keys the job uses, so that an EE or share is a
@@ -667,29 +710,14 @@ impl Bdii {
             let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
             let mut loose: [BTreeSet<String>; 3] = Default::default();
             for x in &snap.extensions {
-                let class =
-                    parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)));
-                for id in x.all("GLUE2ExtensionEntityForeignKey") {
-                    match class {
-                        Some(i) => {
-                            let parent = parent_dn(&x.dn).unwrap_or_default().to_ascii_lowercase();
-                            if carrier_dns.contains(&parent) {
-                                continue;
-                            }
-                            let service = service_base(&x.dn);
-                            let plan = plans.entry(service.clone()).or_default();
-                            plan.deep |=
-                                !parent_dn(&x.dn).and_then(parent_dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
-                            plan.ids[i].insert(id.clone());
-                            if i == 0 {
-                                plan.offered.insert(id.clone());
-                            }
-                        }
-                        None if !known.contains(id) => loose.iter_mut().for_each(|m| {
-                            m.insert(id.clone());
-                        }),
-                        None => {}
-                    }
+                let fetched = |parent: &str| carrier_dns.contains(&parent.to_ascii_lowercase());
+                if note_extension(&mut plans, x, |parent| !fetched(parent)).is_some() {
+                    continue;
+                }
+                for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
+                    loose.iter_mut().for_each(|m| {
+                        m.insert(id.clone());
+                    });
                 }
             }
             let mut by_id = Vec::new();
@@ -710,11 +738,6 @@ impl Bdii {
         }
 
         // 3. Per service and per GLUE 1.3 site, all at once.
-        // Policies by prefix (unindexed substring: the service's entries only, not the
-        // VO's whole index entry); the exact rule is checked in memory.
-        let policy = wanted.vo.as_ref().map(|vo| {
-            format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str()))
-        });
         let mut glue13_searches = Vec::new();
         if s.glue13 {
             let mut vo_filter = String::new();
@@ -751,6 +774,7 @@ impl Bdii {
         let mut done: BTreeSet<String> = BTreeSet::new();
         snap.glue13_ces = self.services(
             &plans,
+            early.asked,
             glue2,
             policy.as_deref(),
             &attrs2,
@@ -812,6 +836,7 @@ impl Bdii {
     fn services(
         &mut self,
         plans: &BTreeMap<String, ServicePlan>,
+        mut asked: BTreeMap<String, (ServicePlan, Pending)>,
         glue2: bool,
         policy: Option<&str>,
         attrs: &[String],
@@ -820,10 +845,23 @@ impl Bdii {
         snap: &mut Snapshot,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
-        let mut searches = if glue2 { self.service_searches(plans.iter(), policy, attrs) } else { Vec::new() };
-        let n = searches.len();
-        searches.extend(extra);
-        let mut results = self.search_all(searches)?;
+        let mut pending = Vec::new();
+        if glue2 {
+            for (service, plan) in plans {
+                // Asked already while the scans streamed, with this very plan: that answer stands.
+                match asked.remove(service) {
+                    Some((sent, p)) if &sent == plan => pending.push(p),
+                    _ => pending.extend(self.spawn_all(self.service_searches(
+                        std::iter::once((service, plan)),
+                        policy,
+                        attrs,
+                    ))),
+                }
+            }
+        }
+        let n = pending.len();
+        pending.extend(self.spawn_all(extra));
+        let mut results = self.join_all(pending)?;
         let rest = results.split_off(n);
         absorb_services(plans, results, seen, snap, policies);
         Ok(rest.into_iter().flatten().collect())
@@ -875,6 +913,42 @@ fn absorb_services(
             }
         }
     }
+}
+
+/// Service searches sent while the carrier scans stream, each with the plan it was sent with.
+#[derive(Default)]
+struct EarlyAsks {
+    /// The plans seen so far.
+    plans: BTreeMap<String, ServicePlan>,
+    asked: BTreeMap<String, (ServicePlan, Pending)>,
+    /// Per streamed scan, the service of its last entry: asked once the scan moves on.
+    current: Vec<Option<String>>,
+}
+
+/// What an Extension's service must be asked for: the entity it extends (by
+/// its parent's RDN: an EE, share or AppEnv), unless `wanted(parent DN)`
+/// says that entity is fetched already. The service, when the parent's
+/// class says where to look.
+fn note_extension(
+    plans: &mut BTreeMap<String, ServicePlan>,
+    x: &Entry,
+    wanted: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let class = parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)))?;
+    let parent = parent_dn(&x.dn).unwrap_or_default();
+    let service = service_base(&x.dn);
+    if !wanted(parent) {
+        return Some(service);
+    }
+    for id in x.all("GLUE2ExtensionEntityForeignKey") {
+        let plan = plans.entry(service.clone()).or_default();
+        plan.deep |= !parent_dn(parent).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+        plan.ids[class].insert(id.clone());
+        if class == 0 {
+            plan.offered.insert(id.clone());
+        }
+    }
+    Some(service)
 }
 
 /// What a carrier's service must be asked for.
