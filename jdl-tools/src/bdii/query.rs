@@ -602,6 +602,12 @@ impl Bdii {
     ///    extend and the MappingPolicies of the job's VO; per GLUE 1.3
     ///    site, its GlueCEs one level under the site's node. All at once.
     ///
+    /// Stage 3 does not wait for stage 1: the carrier scans hand their
+    /// entries over as they arrive, and a service is asked as soon as a scan
+    /// has moved past it (entries come in the database's order, a service's
+    /// together), on the plan seen so far. Once the scans end, the exact plan
+    /// is made as above; a service whose early plan differs is asked again.
+    ///
     /// No filter ORs values of an unindexed attribute over a whole tree.
     pub fn fetch(&mut self, wanted: &Wanted) -> Result<Snapshot, BdiiError> {
         let base = self.opts.base.clone();
