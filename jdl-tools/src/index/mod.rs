@@ -14,8 +14,9 @@
 //!    compile, through the sorted columns ([`plan`]);
 //! 3. rebuilds only the survivors' ads, with the attributes the job may look
 //!    up, one at a time, and matches and ranks them with the live path's
-//!    code ([`crate::listmatch::list_match_best`]: each CE keeps its best
-//!    offer; [`crate::listmatch::list_match`] over all of them when explaining).
+//!    code ([`crate::listmatch::best_per_ce`]: each CE keeps its best offer,
+//!    and only those read their IDs from the string table;
+//!    [`crate::listmatch::list_match`] over all of them when explaining).
 
 pub mod cache;
 pub mod plan;
