@@ -450,6 +450,18 @@ fn glue13(l: &mut String, spec: &SnapshotSpec, host: &str, lrms: &str, site: &st
     2 * ees.len() + spec.queues
 }
 
+/// The `o=infosys` UpdateStats entry a `bdii-update` cycle leaves (with
+/// its parent), for a snapshot loaded without bdii-update: a BDII cycle for
+/// the index to record, as on a real BDII.
+pub fn update_stats_ldif(entries: usize) -> String {
+    format!(
+        "dn: o=infosys\nobjectClass: organization\no: infosys\n\n\
+         dn: Hostname=localhost,o=infosys\nobjectClass: UpdateStats\nHostname: localhost\nTotalEntries: {entries}\n\
+         UpdateTime: 41\nDBUpdateTime: 12\nNewEntries: 0\nQueryTime: 2\nProvidersTime: 20\nFailedAdds: 0\n\
+         ModifiedEntries: 0\nDeletedEntries: 0\nFailedDeletes: 0\nFailedModifies: 0\nPluginsTime: 0\nReadTime: 5\n\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

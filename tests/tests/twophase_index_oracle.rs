@@ -32,7 +32,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
+use cder_testkit::requirements::{random_requirements, Lcg};
+use cder_tests::egi_snapshot::{generate, update_stats_ldif, Placement, SnapshotSpec, Strategy};
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::twophase::{
     cder_jdl, ce, ce_glue13_ldif, ce_glue2_ldif, gpu_sites, plain_site_ldif, provider, provider_ldif, GpuSite, VO,
@@ -86,18 +87,6 @@ fn fixed_jobs() -> Vec<Job> {
 }
 
 /// A small deterministic generator (64-bit LCG, Knuth's constants).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len())]
-    }
-}
-
 /// Random Requirements over the published attributes: comparisons with
 /// values at and beside the published ones, `Member`, `isUndefined`, bare
 /// attributes, `||` and `!`, type mismatches, a job `GPGPUPerNode`, vGPGPU
@@ -122,36 +111,7 @@ fn random_job(rng: &mut Lcg) -> Job {
         ("GLUE2ComputingShareMappingQueue", &["\"gpu\"", "\"q1\"", "\"GPU\""]),
         ("GlueCEInfoLRMSType", &["\"slurm\"", "\"SLURM\"", "\"pbs\""]),
     ];
-    let ops = ["==", "!=", "<", "<=", ">", ">=", "=?=", "=!="];
-    let scopes = ["other.", "TARGET.", ""];
-    let atom = |rng: &mut Lcg| -> String {
-        match rng.below(12) {
-            0 => format!(
-                "Member({}, other.GlueHostApplicationSoftwareRunTimeEnvironment)",
-                rng.pick(&["\"NvidiaGPGPU\"", "\"nvidiagpgpu\"", "\"AMDGPGPU\"", "\"rCUDA\"", "1"])
-            ),
-            1 => format!("isUndefined(other.{})", rng.pick(&attrs).0),
-            2 => format!("other.{}", rng.pick(&["GPGPUECCSupport", "GPGPUFreeInstances", "GPGPUVendor"])),
-            _ => {
-                let (a, vals) = rng.pick(&attrs);
-                let (s, op, v) = (rng.pick(&scopes), rng.pick(&ops), rng.pick(vals));
-                if rng.below(4) == 0 {
-                    format!("{v} {op} {s}{a}")
-                } else {
-                    format!("{s}{a} {op} {v}")
-                }
-            }
-        }
-    };
-    let mut clauses = Vec::new();
-    for _ in 0..1 + rng.below(4) {
-        clauses.push(match rng.below(8) {
-            0 => format!("({} || {})", atom(rng), atom(rng)),
-            1 => format!("!({})", atom(rng)),
-            _ => atom(rng),
-        });
-    }
-    let mut jdl = format!("Requirements = {};", clauses.join(" && "));
+    let mut jdl = format!("Requirements = {};", random_requirements(rng, &attrs));
     if rng.below(3) == 0 {
         jdl.push_str(&format!(" GPGPUPerNode = {};", rng.pick(&["1", "2", "4"])));
     }
@@ -333,17 +293,6 @@ fn compare(name: &str, slapd: &Slapd, jobs: &[Job], dir: &Path) -> Tally {
         tally.differences.len()
     );
     tally
-}
-
-/// The UpdateStats entry of a `bdii-update` cycle, so that the index
-/// records a BDII cycle as on a real BDII.
-fn update_stats_ldif(entries: usize) -> String {
-    format!(
-        "dn: o=infosys\nobjectClass: organization\no: infosys\n\n\
-         dn: Hostname=localhost,o=infosys\nobjectClass: UpdateStats\nHostname: localhost\nTotalEntries: {entries}\n\
-         UpdateTime: 41\nDBUpdateTime: 12\nNewEntries: 0\nQueryTime: 2\nProvidersTime: 20\nFailedAdds: 0\n\
-         ModifiedEntries: 0\nDeletedEntries: 0\nFailedDeletes: 0\nFailedModifies: 0\nPluginsTime: 0\nReadTime: 5\n\n"
-    )
 }
 
 /// One generated shape, a few hundred GPU carriers, loaded with slapadd.

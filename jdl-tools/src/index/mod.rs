@@ -760,16 +760,17 @@ impl OfferIndex {
             }
         }
         // Below, the records are read again from the map, not held: 60 bytes an offer.
+
         // Claims refused outright, in the order the live build meets them.
         let mut refused: Vec<(u32, RefusedClaim)> = Vec::new();
         let mut seen: BTreeSet<(u32, u32)> = BTreeSet::new();
-        for i in 0..n {
-            if !keep[i] {
+        for (i, kept) in keep.iter_mut().enumerate() {
+            if !*kept {
                 continue;
             }
             let r = self.rec(i)?;
             if r.refused != NONE {
-                keep[i] = false;
+                *kept = false;
                 if seen.insert((r.ce, r.share_dn)) {
                     refused.push((
                         r.seq,

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use cder_classad::ast::ClassAd;
+use cder_testkit::requirements::{random_requirements, Lcg};
 
 use super::*;
 use crate::bdii::offers::build_offers;
@@ -12,21 +13,6 @@ use crate::bdii::query::Entry;
 use crate::listmatch::RankPreset;
 
 /// A small deterministic generator (64-bit LCG).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len())]
-    }
-}
-
 const VOS: [&str; 4] = ["atlas", "cms", "gputestvo", "ops"];
 const MODELS: [(&str, &str, u32, &str); 5] = [
     ("Nvidia", "Tesla K20m", 4800, "3.5"),
@@ -448,37 +434,7 @@ fn random_job(rng: &mut Lcg) -> (String, Option<RankPreset>) {
         ("GPGPUNoSuchKey", &["1", "\"x\""]),
         ("GLUE2ComputingShareMappingQueue", &["\"gpu\"", "\"GPU\"", "\"long\""]),
     ];
-    let ops = ["==", "!=", "<", "<=", ">", ">=", "=?=", "=!="];
-    let scopes = ["other.", "TARGET.", ""];
-    let atom = |rng: &mut Lcg| -> String {
-        match rng.below(12) {
-            0 => format!(
-                "Member({}, other.GlueHostApplicationSoftwareRunTimeEnvironment)",
-                rng.pick(&["\"NvidiaGPGPU\"", "\"nvidiagpgpu\"", "\"AMDGPGPU\"", "\"rCUDA\"", "1"])
-            ),
-            1 => format!("isUndefined(other.{})", rng.pick(&attrs).0),
-            2 => format!("other.{}", rng.pick(&["GPGPUECCSupport", "GPGPUFreeInstances", "GPGPUVendor"])),
-            _ => {
-                let (a, vals) = rng.pick(&attrs);
-                let (s, op, v) = (rng.pick(&scopes), rng.pick(&ops), rng.pick(vals));
-                if rng.below(4) == 0 {
-                    format!("{v} {op} {s}{a}")
-                } else {
-                    format!("{s}{a} {op} {v}")
-                }
-            }
-        }
-    };
-    let n = 1 + rng.below(4);
-    let mut clauses = Vec::new();
-    for _ in 0..n {
-        clauses.push(match rng.below(8) {
-            0 => format!("({} || {})", atom(rng), atom(rng)),
-            1 => format!("!({})", atom(rng)),
-            _ => atom(rng),
-        });
-    }
-    let mut job = format!("Requirements = {};", clauses.join(" && "));
+    let mut job = format!("Requirements = {};", random_requirements(rng, &attrs));
     if rng.below(3) == 0 {
         job.push_str(&format!(" GPGPUPerNode = {};", rng.pick(&["1", "2", "4"])));
     }

@@ -8,6 +8,7 @@
 mod disk;
 pub mod faults;
 mod node;
+pub mod requirements;
 
 pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
 pub use node::TestNode;

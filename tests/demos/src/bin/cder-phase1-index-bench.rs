@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use cder_jdl::index::OfferIndex;
 use cder_jdl::listmatch::Request;
-use cder_tests::egi_snapshot::{generate, Placement, SnapshotSpec, Strategy};
+use cder_tests::egi_snapshot::{generate, update_stats_ldif, Placement, SnapshotSpec, Strategy};
 use cder_tests::ldap::{Slapd, SlapdOptions};
 
 const PYTHON: &str = "/opt/cder-venv/bin/python";
@@ -462,15 +462,6 @@ fn ldapsearch_replay(url: &str, searches: &[(String, String, String, Vec<String>
         wait(chunk.iter().map(|s| cmd(s).spawn().map_err(|e| e.to_string())).collect::<Result<_, _>>()?)?;
     }
     Ok(t.elapsed())
-}
-
-fn update_stats_ldif(entries: usize) -> String {
-    format!(
-        "dn: o=infosys\nobjectClass: organization\no: infosys\n\n\
-         dn: Hostname=localhost,o=infosys\nobjectClass: UpdateStats\nHostname: localhost\nTotalEntries: {entries}\n\
-         UpdateTime: 41\nDBUpdateTime: 12\nNewEntries: 0\nQueryTime: 2\nProvidersTime: 20\nFailedAdds: 0\n\
-         ModifiedEntries: 0\nDeletedEntries: 0\nFailedDeletes: 0\nFailedModifies: 0\nPluginsTime: 0\nReadTime: 5\n\n"
-    )
 }
 
 fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), String> {
