@@ -66,21 +66,7 @@ fn expand_list(expr: &str) -> Option<Vec<String>> {
 pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> Result<Vec<GresDevice>, GresConfError> {
     let mut out = Vec::new();
     let mut index = 0u32;
-    let mut logical = String::new();
-    let mut first_line = 0;
-    for (n, raw) in text.lines().enumerate() {
-        let raw = raw.split('#').next().unwrap_or("");
-        if logical.is_empty() {
-            first_line = n + 1;
-        }
-        // A trailing backslash continues the record on the next line.
-        if let Some(head) = raw.trim_end().strip_suffix('\\') {
-            logical.push_str(head);
-            logical.push(' ');
-            continue;
-        }
-        logical.push_str(raw);
-        let record = std::mem::take(&mut logical);
+    for (first_line, record) in cder_request::gres_conf::records(text) {
         let bad = |key: &str, value: &str, why: &str| GresConfError {
             file: file.to_string(),
             line: first_line,

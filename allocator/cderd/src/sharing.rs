@@ -51,20 +51,7 @@ const FILE_LIST: Hostlist = Hostlist::names(cder_request::MAX_COUNT as usize);
 
 fn records(text: &str, file: &str, node: Option<&str>) -> Result<Vec<Record>, SharingError> {
     let mut out = Vec::new();
-    let mut logical = String::new();
-    let mut first = 0;
-    for (n, raw) in text.lines().enumerate() {
-        let raw = raw.split('#').next().unwrap_or("");
-        if logical.is_empty() {
-            first = n + 1;
-        }
-        if let Some(head) = raw.trim_end().strip_suffix('\\') {
-            logical.push_str(head);
-            logical.push(' ');
-            continue;
-        }
-        logical.push_str(raw);
-        let record = std::mem::take(&mut logical);
+    for (first, record) in cder_request::gres_conf::records(text) {
         let bad = |message: String| SharingError { file: file.to_string(), line: first, message };
         let fields: Vec<(String, &str)> = record
             .split_whitespace()

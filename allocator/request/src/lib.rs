@@ -18,6 +18,7 @@
 //! * [`lrms`]: what each request becomes in each batch system's own words.
 //! * [`glue`]: the GLUE keys a site publishes and the offer builder reads.
 //! * [`hostlist`]: SLURM-style host and file lists (`wn[01-16]`), bounded.
+//! * [`gres_conf`]: gres.conf split into records, as slurmd reads it.
 //!
 //! ```
 //! use cder_request::{lrms, parse_count, VgpgpuMethod, VgpgpuRequest};
@@ -35,6 +36,7 @@
 use std::fmt;
 
 pub mod glue;
+pub mod gres_conf;
 pub mod hostlist;
 pub mod lrms;
 
