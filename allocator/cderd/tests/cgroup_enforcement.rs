@@ -591,6 +591,23 @@ fn a_device_with_no_file_and_no_known_number_fails_confine_closed() {
     assert!(log.contains("gpgpu:1") && log.contains(&late.display().to_string()) && log.contains("unknown"), "{log}");
 }
 
+/// Gives `pid`, just freed, to a new process of uid 1000 (the kernel hands
+/// out ns_last_pid + 1 next). None once the pid is held by someone else.
+fn take_pid(pid: u32) -> Option<KillOnDrop> {
+    use std::os::unix::process::CommandExt;
+    for _ in 0..200 {
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            return None;
+        }
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let sleeper = KillOnDrop(Command::new("sleep").arg("120").uid(1000).gid(1000).spawn().unwrap());
+        if sleeper.0.id() == pid {
+            return Some(sleeper);
+        }
+    }
+    None
+}
+
 /// The connecting side of the pid-reuse test: connects, hands the
 /// connection to a child of its own as that child's stdin, and exits.
 #[test]
@@ -640,43 +657,41 @@ fn confine_refuses_a_pid_that_is_no_longer_the_callers() {
     }
     let node = node("auto");
     alloc(&node, "slurm:801", 1000, 0);
-    let go = node.dir.path().join("go");
-    let mut connector = retry_busy(|| {
-        Command::new(common::probe_binary(node.dir.path()))
-            .args(["--exact", "cgroup_enforcement::confine_connector_child", "--nocapture", "--test-threads=1"])
-            .env("CDER_CONNECT_SOCKET", &node.socket)
-            .env("CDER_HOLD_GO", &go)
-            .env("CDER_HOLD_JOB", "slurm:801")
-            .env_remove("CI")
-            .uid(1000)
-            .gid(1000)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-    });
-    let connected = connector.id();
-    let mut out = std::io::BufReader::new(connector.stdout.take().unwrap());
-    let status = connector.wait().unwrap();
-    assert!(status.success(), "connector: {status}");
-    // The connector is reaped: give its pid to a process of the same uid
-    // (the kernel hands out ns_last_pid + 1 next; other forks may race).
-    let mut victim = None;
-    for _ in 0..500 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (connected - 1).to_string()).unwrap();
-        let mut sleeper = Command::new("sleep").arg("120").uid(1000).gid(1000).spawn().unwrap();
-        if sleeper.id() == connected {
-            victim = Some(KillOnDrop(sleeper));
+    // A thread or process elsewhere may take the freed pid between our
+    // write to ns_last_pid and our fork, and keep it: then this connection
+    // cannot be tested, so the holder is released and a new one is made.
+    let mut reused = None;
+    for attempt in 0..10 {
+        let go = node.dir.path().join(format!("go{attempt}"));
+        let mut connector = retry_busy(|| {
+            Command::new(common::probe_binary(node.dir.path()))
+                .args(["--exact", "cgroup_enforcement::confine_connector_child", "--nocapture", "--test-threads=1"])
+                .env("CDER_CONNECT_SOCKET", &node.socket)
+                .env("CDER_HOLD_GO", &go)
+                .env("CDER_HOLD_JOB", "slurm:801")
+                .env_remove("CI")
+                .uid(1000)
+                .gid(1000)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+        });
+        let connected = connector.id();
+        let out = std::io::BufReader::new(connector.stdout.take().unwrap());
+        let status = connector.wait().unwrap();
+        assert!(status.success(), "connector: {status}");
+        let victim = take_pid(connected);
+        // The holder of a lost attempt asks too and exits; its reply is not read.
+        std::fs::write(&go, b"").unwrap();
+        let mut lines = Vec::new();
+        for line in out.lines() {
+            lines.push(line.unwrap());
+        }
+        if let Some(victim) = victim {
+            reused = Some((connected, victim, lines));
             break;
         }
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
     }
-    let victim = victim.expect("the connector's pid was not reused within 500 tries");
-    std::fs::write(&go, b"").unwrap();
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap() > 0 {
-        lines.push(std::mem::take(&mut line));
-    }
+    let (connected, victim, lines) = reused.expect("the connector's pid was never reused in 10 attempts");
     let lines = probe_lines(lines.iter().map(String::as_str));
     let reply = lines
         .iter()
