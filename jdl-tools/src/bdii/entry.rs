@@ -142,10 +142,10 @@ impl Entry {
 /// ancestor (or self) whose RDN is a `GLUE2ServiceID` (CREAM's DIT puts
 /// shares, EEs and managers right under it, ARC's EEs under the manager).
 /// An entry outside any service: its parent, so that its siblings are found.
-pub fn service_base(dn: &str) -> String {
+pub fn service_base(dn: &str) -> &str {
     match service_dn(dn) {
-        Some(s) => s.to_string(),
-        None => parent_dn(dn).unwrap_or(dn).to_string(),
+        Some(s) => s,
+        None => parent_dn(dn).unwrap_or(dn),
     }
 }
 

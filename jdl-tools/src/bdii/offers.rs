@@ -14,6 +14,7 @@
 //! count that is not a number) makes the carrier unusable: it is skipped
 //! with a warning, never trusted and never fatal.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub use crate::bdii::glue13::glue2_sources;
@@ -128,9 +129,13 @@ fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> 
 /// Range checks on a carrier's CDER pairs, whichever way they were
 /// published: counts are whole and non-negative, measures non-negative,
 /// and the instance counts can be summed without overflow.
-fn check_cder_numbers(pairs: &BTreeMap<String, Value>, prefixes: &[String]) -> Result<(), String> {
+fn check_cder_numbers<K: std::borrow::Borrow<str> + Ord>(
+    pairs: &BTreeMap<K, Value>,
+    prefixes: &[String],
+) -> Result<(), String> {
     for (k, v) in pairs {
-        let count = VGPGPU_KEYS.contains(&k.as_str())
+        let k: &str = k.borrow();
+        let count = VGPGPU_KEYS.contains(&k)
             || prefixes.iter().any(|p| k.strip_prefix(p.as_str()).is_some_and(|r| COUNT_SUFFIXES.contains(&r)));
         let measure = must_be_number(k, prefixes);
         match v {
@@ -143,11 +148,15 @@ fn check_cder_numbers(pairs: &BTreeMap<String, Value>, prefixes: &[String]) -> R
     for p in prefixes {
         let mut sum: i64 = 0;
         for s in SUMMED_SUFFIXES {
-            let key = format!("{p}{s}");
-            if let Some(Value::Int(n)) = pairs.get(&key) {
+            let found = pairs.iter().find(|(k, _)| {
+                let k: &str = (*k).borrow();
+                k.len() == p.len() + s.len() && k.starts_with(p.as_str()) && k.ends_with(s)
+            });
+            if let Some((k, Value::Int(n))) = found {
+                let k: &str = k.borrow();
                 sum = sum
                     .checked_add(*n)
-                    .ok_or_else(|| format!("{key}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
+                    .ok_or_else(|| format!("{k}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
             }
         }
     }
@@ -164,7 +173,12 @@ fn must_be_number(key: &str, prefixes: &[String]) -> bool {
 }
 
 /// Checks one `key`/`value` pair and adds it to `into`; Err says why the carrier is unusable.
-fn add_pair(into: &mut BTreeMap<String, Value>, key: &str, value: &str, prefixes: &[String]) -> Result<(), String> {
+fn add_pair<'k, K: Ord + From<&'k str>>(
+    into: &mut BTreeMap<K, Value>,
+    key: &'k str,
+    value: &str,
+    prefixes: &[String],
+) -> Result<(), String> {
     if !is_cder_key(key, prefixes) {
         return Ok(());
     }
@@ -172,7 +186,7 @@ fn add_pair(into: &mut BTreeMap<String, Value>, key: &str, value: &str, prefixes
     if must_be_number(key, prefixes) && !matches!(v, Value::Int(_) | Value::Real(_)) {
         return Err(format!("{key}={value:?} is not a number"));
     }
-    if into.insert(key.to_string(), v).is_some() {
+    if into.insert(K::from(key), v).is_some() {
         return Err(format!("{key} is given twice"));
     }
     Ok(())
@@ -180,7 +194,7 @@ fn add_pair(into: &mut BTreeMap<String, Value>, key: &str, value: &str, prefixes
 
 /// The CDER pairs of one carrier's OtherInfo. Any OtherInfo without `=`
 /// on a carrier is malformed (a carrier is an entity with CDER keys).
-fn other_info_pairs(e: &Entry, prefixes: &[String]) -> Result<BTreeMap<String, Value>, String> {
+fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<BTreeMap<&'a str, Value>, String> {
     let mut out = BTreeMap::new();
     for v in e.all("GLUE2EntityOtherInfo") {
         let Some((k, val)) = v.split_once('=') else {
@@ -469,11 +483,11 @@ fn id_of(e: &Entry) -> Option<&str> {
 /// Where an entity belongs: its ComputingService's DN (lower-cased) when
 /// its DN is under one, as every BDII publishes; otherwise (entries built
 /// by hand, flat trees) the service its foreign keys name.
-fn service_key(e: &Entry, managers_by_id: &HashMap<&str, &Entry>) -> Option<String> {
+fn service_key<'a>(e: &'a Entry, managers_by_id: &HashMap<&str, &'a Entry>) -> Option<ServiceRef<'a>> {
     if let Some(s) = service_dn(&e.dn) {
-        return Some(format!("dn:{}", s.to_ascii_lowercase()));
+        return Some(ServiceRef::Dn(Caseless(s)));
     }
-    let fk = |names: &[&str]| names.iter().find_map(|n| e.first(n)).map(|s| format!("id:{s}"));
+    let fk = |names: &[&str]| names.iter().find_map(|n| e.first(n)).map(ServiceRef::Id);
     if e.is_a("GLUE2ComputingManager") || e.first("GLUE2ManagerID").is_some() {
         return fk(&["GLUE2ComputingManagerComputingServiceForeignKey", "GLUE2ManagerServiceForeignKey"]);
     }
@@ -497,9 +511,104 @@ fn manager_fk(e: &Entry) -> Option<&str> {
         .or_else(|| e.first("GLUE2ApplicationEnvironmentComputingManagerForeignKey"))
 }
 
+/// A DN as LDAP compares it (ASCII case folded), hashed and ordered without
+/// a lower-cased copy: a grid's snapshot has 10^4–10^5 of them.
+#[derive(Clone, Copy, Debug)]
+struct Caseless<'a>(&'a str);
+
+impl PartialEq for Caseless<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.eq_ignore_ascii_case(other.0)
+    }
+}
+
+impl Eq for Caseless<'_> {}
+
+impl std::hash::Hash for Caseless<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut folded = [0u8; 64];
+        for chunk in self.0.as_bytes().chunks(folded.len()) {
+            for (f, b) in folded.iter_mut().zip(chunk) {
+                *f = b.to_ascii_lowercase();
+            }
+            state.write(&folded[..chunk.len()]);
+        }
+        state.write_u8(0xff);
+    }
+}
+
+impl Ord for Caseless<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let fold = |s: &Self| s.0.bytes().map(|b| b.to_ascii_lowercase());
+        fold(self).cmp(fold(other))
+    }
+}
+
+impl PartialOrd for Caseless<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Which ComputingService an entity belongs to: the service's DN when its
+/// own DN is under one, else the service ID its foreign keys name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ServiceRef<'a> {
+    Dn(Caseless<'a>),
+    Id(&'a str),
+}
+
+impl ServiceRef<'_> {
+    /// `dn:<lower-cased DN>` or `id:<ID>`: how offers and the index name the service.
+    fn key(&self) -> String {
+        match self {
+            ServiceRef::Dn(dn) => format!("dn:{}", dn.0.to_ascii_lowercase()),
+            ServiceRef::Id(id) => format!("id:{id}"),
+        }
+    }
+}
+
+/// A carrier of CDER data (an EE, share or AppEnv with CDER keys).
+struct Carrier<'a> {
+    entry: &'a Entry,
+    /// Its GLUE2 ID.
+    id: &'a str,
+    service: Option<ServiceRef<'a>>,
+    /// Its CDER pairs (OtherInfo and Extensions); None: unusable, skipped with a warning.
+    pairs: Option<BTreeMap<&'a str, Value>>,
+}
+
+/// The services of a snapshot, each met once by its [`ServiceRef`].
+#[derive(Default)]
+struct Services<'a> {
+    by_ref: HashMap<ServiceRef<'a>, usize>,
+    list: Vec<Service<'a>>,
+}
+
+impl<'a> Services<'a> {
+    fn index(&mut self, r: ServiceRef<'a>) -> usize {
+        let list = &mut self.list;
+        *self.by_ref.entry(r).or_insert_with(|| {
+            list.push(Service { key: r.key(), ..Service::default() });
+            list.len() - 1
+        })
+    }
+
+    fn slot(&mut self, r: ServiceRef<'a>) -> &mut Service<'a> {
+        let i = self.index(r);
+        &mut self.list[i]
+    }
+
+    fn get(&self, r: ServiceRef<'a>) -> Option<&Service<'a>> {
+        self.by_ref.get(&r).map(|&i| &self.list[i])
+    }
+}
+
 /// Everything known about one ComputingService.
 #[derive(Default)]
 struct Service<'a> {
+    /// `dn:…` or `id:…` ([`ServiceRef::key`]).
+    key: String,
     managers: Vec<&'a Entry>,
     endpoints: Vec<&'a Entry>,
     /// EEs with CDER data.
@@ -599,165 +708,157 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
     let managers_by_id: HashMap<&str, &Entry> =
         snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
-    // CDER pairs of every carrier, by lower-cased DN; unusable carriers dropped with a warning.
-    let mut cder: HashMap<String, BTreeMap<String, Value>> = HashMap::new();
-    let mut bad: BTreeSet<String> = BTreeSet::new();
-    let mut by_dn: HashMap<String, &Entry> = HashMap::new();
-    // Entities by (service, ID) and by ID alone, for Extensions not placed under their entity.
-    let mut by_service_id: HashMap<(Option<String>, &str), Vec<&Entry>> = HashMap::new();
+    // One carrier per DN (the first entry wins), with its CDER pairs; an unusable
+    // carrier keeps its slot, marked bad, and a warning says why.
+    let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
+    let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
     for c in &snap.carriers {
         let Some(id) = id_of(c) else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
             continue;
         };
-        let dn = c.dn.to_ascii_lowercase();
-        if by_dn.insert(dn.clone(), c).is_some() {
-            continue;
-        }
-        by_service_id.entry((service_key(c, &managers_by_id), id)).or_default().push(c);
-        by_service_id.entry((None, id)).or_default().push(c);
-        match other_info_pairs(c, prefixes) {
-            Ok(pairs) => {
-                cder.insert(dn, pairs);
-            }
-            Err(why) => {
-                out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn));
-                bad.insert(dn);
-            }
+        match by_dn.entry(Caseless(&c.dn)) {
+            MapEntry::Occupied(_) => continue,
+            MapEntry::Vacant(slot) => slot.insert(carriers.len()),
+        };
+        let service = service_key(c, &managers_by_id);
+        let pairs = other_info_pairs(c, prefixes)
+            .map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn)))
+            .ok();
+        carriers.push(Carrier { entry: c, id, service, pairs });
+    }
+    // Carriers by (service, ID) and by ID alone, for Extensions not placed under their entity.
+    let mut by_service_id: HashMap<(Option<ServiceRef>, &str), Vec<usize>> = HashMap::new();
+    if !snap.extensions.is_empty() {
+        by_service_id.reserve(2 * carriers.len());
+        for (i, c) in carriers.iter().enumerate() {
+            by_service_id.entry((c.service, c.id)).or_default().push(i);
+            by_service_id.entry((None, c.id)).or_default().push(i);
         }
     }
     // Extensions: a key set twice on one entity with different values is malformed;
     // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
-    let mut from_ext: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+    let mut from_ext: HashMap<usize, BTreeMap<&str, Value>> = HashMap::new();
     for x in &snap.extensions {
         let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
             out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
             continue;
         };
-        let parent = parent_dn(&x.dn).map(str::to_ascii_lowercase);
-        let service = service_dn(&x.dn).map(|s| format!("dn:{}", s.to_ascii_lowercase()));
+        let parent = parent_dn(&x.dn).and_then(|p| by_dn.get(&Caseless(p)).copied());
+        let service = service_dn(&x.dn).map(|s| ServiceRef::Dn(Caseless(s)));
         for fk in x.all("GLUE2ExtensionEntityForeignKey") {
             // The entity above the Extension; else the one of that ID in its service; else,
             // for an Extension outside any service, the only one of that ID anywhere (one
             // inside a service speaks only for that service's entities).
+            let unique =
+                |key: &(Option<ServiceRef>, &str)| by_service_id.get(key).filter(|v| v.len() == 1).map(|v| v[0]);
             let target = parent
-                .as_ref()
-                .filter(|p| by_dn.get(*p).is_some_and(|e| id_of(e) == Some(fk.as_str())))
-                .cloned()
-                .or_else(|| {
-                    by_service_id
-                        .get(&(service.clone(), fk.as_str()))
-                        .filter(|v| v.len() == 1)
-                        .map(|v| v[0].dn.to_ascii_lowercase())
-                })
-                .or_else(|| {
-                    by_service_id
-                        .get(&(None, fk.as_str()))
-                        .filter(|v| v.len() == 1 && service.is_none())
-                        .map(|v| v[0].dn.to_ascii_lowercase())
-                });
+                .filter(|&p| carriers[p].id == fk.as_str())
+                .or_else(|| unique(&(service, fk.as_str())))
+                .or_else(|| unique(&(None, fk.as_str())).filter(|_| service.is_none()));
             let Some(target) = target else { continue };
-            if bad.contains(&target) {
+            if carriers[target].pairs.is_none() {
                 continue;
             }
-            if let Err(why) = add_pair(from_ext.entry(target.clone()).or_default(), k, v, prefixes) {
+            if let Err(why) = add_pair(from_ext.entry(target).or_default(), k, v, prefixes) {
                 out.warnings
                     .push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
-                bad.insert(target);
+                carriers[target].pairs = None;
             }
         }
     }
-    for (dn, pairs) in from_ext {
-        if bad.contains(&dn) {
-            continue;
-        }
-        let shown = by_dn.get(&dn).map(|e| e.dn.as_str()).unwrap_or(dn.as_str()).to_string();
-        let slot = cder.entry(dn.clone()).or_default();
+    let mut from_ext: Vec<(usize, BTreeMap<&str, Value>)> = from_ext.into_iter().collect();
+    from_ext.sort_unstable_by_key(|(t, _)| *t);
+    for (t, pairs) in from_ext {
+        let carrier = &mut carriers[t];
+        let Some(slot) = carrier.pairs.as_mut() else { continue };
         for (k, v) in pairs {
-            if let Some(old) = slot.get(&k) {
+            if let Some(old) = slot.get(k) {
                 if old.identical(&v) != Some(true) {
-                    out.warnings.push(format!("{shown}: skipped: {k} is {old} in OtherInfo but {v} in an Extension"));
-                    bad.insert(dn.clone());
+                    out.warnings.push(format!(
+                        "{}: skipped: {k} is {old} in OtherInfo but {v} in an Extension",
+                        carrier.entry.dn
+                    ));
+                    carrier.pairs = None;
                     break;
                 }
             }
             slot.insert(k, v);
         }
     }
-    for (dn, pairs) in &cder {
-        if bad.contains(dn) {
-            continue;
+    for c in &mut carriers {
+        let Some(pairs) = &c.pairs else { continue };
+        if let Err(why) = check_cder_numbers(pairs, prefixes).and_then(|()| check_glue_numbers(c.entry, GLUE2_COUNTS)) {
+            out.warnings.push(format!("{}: skipped: {why}", c.entry.dn));
+            c.pairs = None;
         }
-        let checked = check_cder_numbers(pairs, prefixes).and_then(|()| match by_dn.get(dn) {
-            Some(e) => check_glue_numbers(e, GLUE2_COUNTS),
-            None => Ok(()),
-        });
-        if let Err(why) = checked {
-            let shown = by_dn.get(dn).map(|e| e.dn.as_str()).unwrap_or(dn.as_str());
-            out.warnings.push(format!("{shown}: skipped: {why}"));
-            bad.insert(dn.clone());
-        }
-    }
-    for dn in &bad {
-        cder.remove(dn);
     }
 
-    let mut services: BTreeMap<String, Service> = BTreeMap::new();
+    let mut services = Services::default();
     // The CDER pairs of each offered EE, by the entry itself: an EE is one
     // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
-    let mut ee_pairs: HashMap<*const Entry, &BTreeMap<String, Value>> = HashMap::new();
+    let mut ee_pairs: HashMap<*const Entry, &BTreeMap<&str, Value>> = HashMap::new();
     for m in &snap.managers {
         if let Some(key) = service_key(m, &managers_by_id) {
-            services.entry(key).or_default().managers.push(m);
+            services.slot(key).managers.push(m);
         }
     }
     for e in &snap.endpoints {
         if let Some(key) = service_key(e, &managers_by_id) {
-            services.entry(key).or_default().endpoints.push(e);
+            services.slot(key).endpoints.push(e);
         }
     }
-    // EEs and AppEnvs with CDER data, by service.
-    let mut carriers: Vec<(&String, &Entry)> = by_dn.iter().map(|(dn, e)| (dn, *e)).collect();
-    carriers.sort_by(|a, b| a.0.cmp(b.0));
-    for (dn, c) in carriers {
-        let Some(pairs) = cder.get(dn) else { continue };
-        let Some(key) = service_key(c, &managers_by_id) else { continue };
+    // EEs and AppEnvs with CDER data, by service, in DN order (ties of EE IDs keep it).
+    let mut placed: Vec<&Carrier> = carriers
+        .iter()
+        .filter(|c| {
+            c.pairs.is_some()
+                && c.service.is_some()
+                && (c.entry.is_a("GLUE2ExecutionEnvironment") || c.entry.is_a("GLUE2ApplicationEnvironment"))
+        })
+        .collect();
+    placed.sort_by(|a, b| Caseless(&a.entry.dn).cmp(&Caseless(&b.entry.dn)));
+    for c in placed {
+        let (Some(pairs), Some(key), e) = (&c.pairs, c.service, c.entry) else { continue };
         // An EE or AppEnv counts only under a manager the BDII publishes.
-        if !c.is_a("GLUE2ComputingShare") && services.get(&key).is_none_or(|s| s.managers.is_empty()) {
+        if !e.is_a("GLUE2ComputingShare") && services.get(key).is_none_or(|s| s.managers.is_empty()) {
             continue;
         }
-        let svc = services.entry(key).or_default();
-        if c.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(&k.as_str())) {
-            svc.ees.push(c);
-            ee_pairs.insert(std::ptr::from_ref(c), pairs);
+        let svc = services.slot(key);
+        if e.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(k)) {
+            svc.ees.push(e);
+            ee_pairs.insert(std::ptr::from_ref(e), pairs);
         }
-        if c.is_a("GLUE2ApplicationEnvironment") {
-            let id = id_of(c).unwrap_or_default();
-            let method = c.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
+        if e.is_a("GLUE2ApplicationEnvironment") {
+            let id = id_of(e).unwrap_or_default();
+            let method = e.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
             svc.apps.insert(method.clone());
             for (k, v) in pairs {
-                if VGPGPU_KEYS.contains(&k.as_str()) {
+                if VGPGPU_KEYS.contains(k) {
                     svc.vgpgpu.insert(format!("{k}_{method}"), v.clone());
                 }
             }
         }
     }
-    for svc in services.values_mut() {
+    for svc in &mut services.list {
         svc.ees.sort_by_key(|e| entity_id(e));
         svc.endpoints.sort_by_key(|e| e.first("GLUE2EndpointID").map(str::to_string));
     }
     // Policies: under their share (DN tree), else by the share IDs they name in their
     // service; a policy outside any service opens shares of that ID anywhere.
     let mut open_anywhere: BTreeSet<&str> = BTreeSet::new();
+    // Policies outside any service (index builds), by share ID.
+    let mut anywhere_open_to: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     if let Some(ps) = &snap.policies {
         if index.is_some() {
             for p in ps {
                 let vos: Vec<&str> = p.all("GLUE2PolicyRule").iter().filter_map(|r| r.strip_prefix("VO:")).collect();
-                let key =
-                    service_dn(&p.dn).map_or_else(|| "*".to_string(), |s| format!("dn:{}", s.to_ascii_lowercase()));
-                let svc = services.entry(key).or_default();
+                let open_to = match service_dn(&p.dn) {
+                    Some(s) => &mut services.slot(ServiceRef::Dn(Caseless(s))).open_to,
+                    None => &mut anywhere_open_to,
+                };
                 for share in p.all("GLUE2MappingPolicyShareForeignKey") {
-                    svc.open_to.entry(share.clone()).or_default().extend(vos.iter().map(|v| v.to_string()));
+                    open_to.entry(share.clone()).or_default().extend(vos.iter().map(|v| v.to_string()));
                 }
             }
         }
@@ -769,7 +870,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }) {
             match service_dn(&p.dn) {
                 Some(s) => {
-                    let svc = services.entry(format!("dn:{}", s.to_ascii_lowercase())).or_default();
+                    let svc = services.slot(ServiceRef::Dn(Caseless(s)));
                     svc.open.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().cloned());
                 }
                 None => open_anywhere.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().map(String::as_str)),
@@ -778,9 +879,9 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     }
 
     let mut shares: Vec<&Entry> = Vec::new();
-    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut seen: HashSet<Caseless> = HashSet::new();
     for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
-        if seen.insert(s.dn.to_ascii_lowercase()) {
+        if seen.insert(Caseless(&s.dn)) {
             shares.push(s);
         }
     }
@@ -788,21 +889,19 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // VO shares of a queue offering the same EE, when the job names nothing of the
     // share or its endpoint. The first (the one list-match would report) is kept.
     let share_blind = index.is_none() && snap.names.as_ref().is_some_and(share_blind);
-    // Policies outside any service (index builds), by share ID.
-    let anywhere_open_to = services.get("*").map(|s| s.open_to.clone()).unwrap_or_default();
     let mut built: HashSet<(String, *const Entry)> = HashSet::new();
     // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
-    let mut claims: Vec<(String, bool, String)> = Vec::new();
+    let mut claims: Vec<(usize, bool, &str)> = Vec::new();
     for share in shares {
         let Some(share_id) = share.first("GLUE2ShareID") else { continue };
-        let share_dn = share.dn.to_ascii_lowercase();
-        if bad.contains(&share_dn) {
+        let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
+        if carrier.is_some_and(|c| c.pairs.is_none()) {
             continue;
         }
         let Some(key) = service_key(share, &managers_by_id) else { continue };
-        let empty = Service::default();
-        let svc = services.get(&key).unwrap_or(&empty);
-        let share_cder = cder.get(&share_dn);
+        let service = services.index(key);
+        let svc = &services.list[service];
+        let share_cder = carrier.and_then(|c| c.pairs.as_ref());
         let named: BTreeSet<&str> = share
             .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
             .iter()
@@ -872,7 +971,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }
         // A share speaks only for its own service's CEs: another site could
         // otherwise divert jobs to its queue, or fake a CE's GPUs.
-        let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &key, svc);
+        let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &svc.key, svc);
         let host_form = ce_id.contains(':') || ce_id.contains('/');
         let mut refused = None;
         if !proven && (source == CeIdSource::Published || host_form) {
@@ -881,7 +980,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 share: share.dn.clone(),
                 reason: format!(
                     "published by a share of another service ({}): the CE's host is none of that service's endpoints",
-                    key.split_once(':').map_or(key.as_str(), |(_, k)| k)
+                    svc.key.split_once(':').map_or(svc.key.as_str(), |(_, k)| k)
                 ),
             };
             // The index keeps the claim and settles it per VO, as this build would.
@@ -932,15 +1031,15 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             }
             glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
             let mut rte: Vec<String> = Vec::new();
-            let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<String, Value>| {
-                for (k, v) in pairs {
-                    if VGPGPU_KEYS.contains(&k.as_str()) {
+            let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<&str, Value>| {
+                for (&k, v) in pairs {
+                    if VGPGPU_KEYS.contains(&k) {
                         continue;
                     }
                     if ad.wants(k) {
                         ad.put(k, v.clone());
                     }
-                    if let Some(p) = vendor_keys.iter().position(|vk| k == vk).map(|i| &prefixes[i]) {
+                    if let Some(p) = vendor_keys.iter().position(|vk| vk == k).map(|i| &prefixes[i]) {
                         if let Value::Str(vendor) = v {
                             rte.push(format!("{vendor}{p}"));
                         }
@@ -980,29 +1079,31 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 schema: "GLUE2",
                 ad: ad.ad,
             });
-            claims.push((key.clone(), proven, share.dn.clone()));
+            claims.push((service, proven, &share.dn));
             if let Some(traits) = index.as_deref_mut() {
                 let mut open_to: BTreeSet<String> = svc.open_to.get(share_id).cloned().unwrap_or_default();
                 open_to.extend(anywhere_open_to.get(share_id).into_iter().flatten().cloned());
                 traits.push(OfferTraits {
-                    service: key.clone(),
+                    service: svc.key.clone(),
                     proven,
                     share_dn: share.dn.clone(),
                     open_to,
                     ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
                     ee_keys: match ee {
-                        Some(e) => ee_pairs.get(&std::ptr::from_ref(e)).map(|p| p.keys().cloned().collect()),
+                        Some(e) => {
+                            ee_pairs.get(&std::ptr::from_ref(e)).map(|p| p.keys().map(|k| k.to_string()).collect())
+                        }
                         None if share_only => Some(
                             ees.iter()
                                 .filter_map(|e| ee_pairs.get(&std::ptr::from_ref(*e)))
-                                .flat_map(|p| p.keys().cloned())
+                                .flat_map(|p| p.keys().map(|k| k.to_string()))
                                 .collect(),
                         ),
                         None => None,
                     }
                     .unwrap_or_default(),
                     share_only: share_only && ee.is_none(),
-                    share_keys: share_cder.map(|p| p.keys().cloned().collect()),
+                    share_keys: share_cder.map(|p| p.keys().map(|k| k.to_string()).collect()),
                     vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                     apps: svc.apps.iter().cloned().collect(),
                     refused: refused.clone(),
@@ -1055,10 +1156,10 @@ fn ce_unique_id(
 
 /// A CE ID offered under several services is kept only from the services
 /// that own it; when none does, every claim is left out (and explained).
-fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
-    let mut services_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for (offer, (key, _, _)) in out.offers.iter().zip(claims) {
-        services_of.entry(offer.ce_id.as_str()).or_default().insert(key.as_str());
+fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
+    let mut services_of: HashMap<&str, BTreeSet<usize>> = HashMap::new();
+    for (offer, (service, _, _)) in out.offers.iter().zip(claims) {
+        services_of.entry(offer.ce_id.as_str()).or_default().insert(*service);
     }
     let contested: BTreeSet<String> =
         services_of.iter().filter(|(_, keys)| keys.len() > 1).map(|(id, _)| id.to_string()).collect();
@@ -1070,10 +1171,10 @@ fn refuse_contested(out: &mut Offers, claims: &[(String, bool, String)]) {
     for (offer, (_, proven, share)) in offers.into_iter().zip(claims) {
         if !contested.contains(&offer.ce_id) || *proven {
             out.offers.push(offer);
-        } else if refused.insert((offer.ce_id.clone(), share.clone())) {
+        } else if refused.insert((offer.ce_id.clone(), share.to_string())) {
             out.refused_claims.push(RefusedClaim {
                 ce_id: offer.ce_id.clone(),
-                share: share.clone(),
+                share: share.to_string(),
                 reason: "published by several services, and this share's service does not own it".into(),
             });
         }

@@ -10,7 +10,7 @@
 //! with RFC 4515 rules ([`ldap3::ldap_escape`]) before it enters a filter, so
 //! `*`, `(`, `)`, `\` and NUL in a JDL cannot widen a query.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use crate::bdii::entry::parent_rdn_attr;
@@ -376,9 +376,13 @@ pub struct Bdii {
     gate: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
-/// Where a tapped search hands each entry as it arrives, with the search's
-/// position, instead of keeping it for its result.
-type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Entry)>;
+/// Where a tapped search hands its entries as they arrive, with the search's
+/// position, instead of keeping them for its result.
+type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Vec<Entry>)>;
+
+/// Entries a tapped search hands over at once: one wake-up of the joining
+/// thread per entry cost more than its handling (a scan has 10^4–10^5).
+const TAP_BATCH: usize = 64;
 
 async fn run_search(
     mut ldap: Ldap,
@@ -406,17 +410,18 @@ async fn run_search(
         match stream.next().await {
             Ok(Some(raw)) => {
                 if let Some(e) = decode_entry(raw.0, &mut names) {
-                    match &tap {
-                        Some((at, tap)) => {
-                            let _ = tap.send((*at, e));
-                        }
-                        None => out.push(e),
+                    out.push(e);
+                    if let Some((at, tap)) = tap.as_ref().filter(|_| out.len() >= TAP_BATCH) {
+                        let _ = tap.send((*at, std::mem::take(&mut out)));
                     }
                 }
             }
             Ok(None) => break,
             Err(e) => return Err(map_err(&url, timeout, &what, e)),
         }
+    }
+    if let Some((at, tap)) = tap.as_ref().filter(|_| !out.is_empty()) {
+        let _ = tap.send((*at, std::mem::take(&mut out)));
     }
     let res = stream.finish().await;
     tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, attrs = s.attrs.join(" "), paged = s.paged, entries = out.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
@@ -652,35 +657,40 @@ impl Bdii {
         let first = self.spawn_all(first);
         let mut early = EarlyAsks { current: vec![None; streaming.len()], ..Default::default() };
         let mut found: Vec<Vec<Entry>> = vec![Vec::new(); streaming.len()];
-        while let Some((at, e)) = self.rt.block_on(streamed_entries.recv()) {
-            let service = if at < fast_filters.len() {
-                note_carrier(&mut early.plans, &e);
-                Some(service_base(&e.dn))
-            } else {
-                note_extension(&mut early.plans, &e, |_| true)
-            };
-            if glue2 {
-                if let Some(service) = service {
-                    if early.current[at].as_ref() != Some(&service) {
-                        if let Some(done) = early.current[at].replace(service) {
-                            let plan = &early.plans[&done];
-                            if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
-                                let search =
-                                    self.service_searches(std::iter::once((&done, plan)), policy.as_deref(), &attrs2);
-                                let pending = self.spawn_all(search).pop().expect("one search per plan");
-                                early.asked.insert(done, (plan.clone(), pending));
+        while let Some((at, batch)) = self.rt.block_on(streamed_entries.recv()) {
+            for e in batch {
+                let service = if at < fast_filters.len() {
+                    note_carrier(&mut early.plans, &e);
+                    Some(service_base(&e.dn).to_string())
+                } else {
+                    note_extension(&mut early.plans, &e, |_| true)
+                };
+                if glue2 {
+                    if let Some(service) = service {
+                        if early.current[at].as_ref() != Some(&service) {
+                            if let Some(done) = early.current[at].replace(service) {
+                                let plan = &early.plans[&done];
+                                if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
+                                    let search = self.service_searches(
+                                        std::iter::once((done.as_str(), plan)),
+                                        policy.as_deref(),
+                                        &attrs2,
+                                    );
+                                    let pending = self.spawn_all(search).pop().expect("one search per plan");
+                                    early.asked.insert(done, (plan.clone(), pending));
+                                }
                             }
                         }
                     }
                 }
+                found[at].push(e);
             }
-            found[at].push(e);
         }
         // The streamed searches' own results are empty (tapped); joined for their errors.
         self.join_all(streaming)?;
         let mut results = self.join_all(first)?.into_iter();
         let mut found = found.into_iter();
-        let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
+        let mut carrier_dns: HashSet<String> = HashSet::new();
         let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
         for _ in &fast_filters {
             for e in found.next().unwrap_or_default() {
@@ -775,7 +785,7 @@ impl Bdii {
                 }
             }
         }
-        let mut seen: BTreeSet<String> = carrier_dns.clone();
+        let mut seen: HashSet<String> = carrier_dns.clone();
         let mut policies = Vec::new();
         let mut done: BTreeSet<String> = BTreeSet::new();
         snap.glue13_ces = self.services(
@@ -799,18 +809,20 @@ impl Bdii {
         let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
         // Per slow search, its entries in the order it returned them.
         let mut found: Vec<Vec<Entry>> = vec![Vec::new(); slow.len()];
-        while let Some((at, e)) = self.rt.block_on(slow_entries.recv()) {
-            let service = service_base(&e.dn);
-            if !done.contains(&service) {
-                note_carrier(&mut late, &e);
-                let plan = &late[&service];
-                if asked.get(&service).is_none_or(|(sent, _)| sent != plan) {
-                    let search = self.service_searches(std::iter::once((&service, plan)), policy.as_deref(), &attrs2);
-                    let pending = self.spawn_all(search).pop().expect("one search per plan");
-                    asked.insert(service, (plan.clone(), pending));
+        while let Some((at, batch)) = self.rt.block_on(slow_entries.recv()) {
+            for e in batch {
+                let service = service_base(&e.dn);
+                if !done.contains(service) {
+                    let plan = note_carrier(&mut late, &e);
+                    if asked.get(service).is_none_or(|(sent, _)| sent != plan) {
+                        let search =
+                            self.service_searches(std::iter::once((service, &*plan)), policy.as_deref(), &attrs2);
+                        let pending = self.spawn_all(search).pop().expect("one search per plan");
+                        asked.insert(service.to_string(), (plan.clone(), pending));
+                    }
                 }
+                found[at].push(e);
             }
-            found[at].push(e);
         }
         // The searches' own results are empty (tapped); joined for their errors.
         self.join_all(slow)?;
@@ -847,7 +859,7 @@ impl Bdii {
         policy: Option<&str>,
         attrs: &[String],
         extra: Vec<Search>,
-        seen: &mut BTreeSet<String>,
+        seen: &mut HashSet<String>,
         snap: &mut Snapshot,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
@@ -858,7 +870,7 @@ impl Bdii {
                 match asked.remove(service) {
                     Some((sent, p)) if &sent == plan => pending.push(p),
                     _ => pending.extend(self.spawn_all(self.service_searches(
-                        std::iter::once((service, plan)),
+                        std::iter::once((service.as_str(), plan)),
                         policy,
                         attrs,
                     ))),
@@ -877,7 +889,7 @@ impl Bdii {
     /// EEs are the service's children; MappingPolicies sit under their shares.
     fn service_searches<'a>(
         &self,
-        plans: impl Iterator<Item = (&'a String, &'a ServicePlan)>,
+        plans: impl Iterator<Item = (&'a str, &'a ServicePlan)>,
         policy: Option<&str>,
         attrs: &[String],
     ) -> Vec<Search> {
@@ -896,7 +908,7 @@ impl Bdii {
 fn absorb_services(
     plans: &BTreeMap<String, ServicePlan>,
     results: Vec<Vec<Entry>>,
-    seen: &mut BTreeSet<String>,
+    seen: &mut HashSet<String>,
     snap: &mut Snapshot,
     policies: &mut Vec<Entry>,
 ) {
@@ -942,7 +954,7 @@ fn note_extension(
 ) -> Option<String> {
     let class = parent_rdn_attr(&x.dn).and_then(|p| CARRIERS.iter().position(|(_, a)| p.eq_ignore_ascii_case(a)))?;
     let parent = parent_dn(&x.dn).unwrap_or_default();
-    let service = service_base(&x.dn);
+    let service = service_base(&x.dn).to_string();
     if !wanted(parent) {
         return Some(service);
     }
@@ -957,14 +969,19 @@ fn note_extension(
     Some(service)
 }
 
-/// What a carrier's service must be asked for.
-fn note_carrier(plans: &mut BTreeMap<String, ServicePlan>, e: &Entry) {
+/// What a carrier's service must be asked for; that service's plan.
+fn note_carrier<'p>(plans: &'p mut BTreeMap<String, ServicePlan>, e: &Entry) -> &'p ServicePlan {
     let service = service_base(&e.dn);
-    let plan = plans.entry(service.clone()).or_default();
-    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(&service));
+    // Entries of one service come in a row: its DN is copied once.
+    if !plans.contains_key(service) {
+        plans.insert(service.to_string(), ServicePlan::default());
+    }
+    let plan = plans.get_mut(service).expect("inserted above");
+    plan.deep |= !parent_dn(&e.dn).is_some_and(|p| p.eq_ignore_ascii_case(service));
     if e.is_a("GLUE2ExecutionEnvironment") {
         plan.offered.extend(entity_id(e));
     }
+    plan
 }
 
 /// Carrier classes, their ID attribute, in [`ServicePlan::ids`] order.
