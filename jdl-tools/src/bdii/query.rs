@@ -816,7 +816,7 @@ impl Bdii {
                     let plan = note_carrier(&mut late, &e);
                     if asked.get(service).is_none_or(|(sent, _)| sent != plan) {
                         let search =
-                            self.service_searches(std::iter::once((service, &*plan)), policy.as_deref(), &attrs2);
+                            self.service_searches(std::iter::once((service, plan)), policy.as_deref(), &attrs2);
                         let pending = self.spawn_all(search).pop().expect("one search per plan");
                         asked.insert(service.to_string(), (plan.clone(), pending));
                     }
