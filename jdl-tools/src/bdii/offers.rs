@@ -511,7 +511,7 @@ fn manager_fk(e: &Entry) -> Option<&str> {
         .or_else(|| e.first("GLUE2ApplicationEnvironmentComputingManagerForeignKey"))
 }
 
-/// A DN as LDAP compares it (ASCII case folded), hashed and ordered without
+/// A DN as LDAP compares it (ASCII case folded), hashed and compared without
 /// a lower-cased copy: a grid's snapshot has 10^4–10^5 of them.
 #[derive(Clone, Copy, Debug)]
 struct Caseless<'a>(&'a str);
@@ -534,19 +534,6 @@ impl std::hash::Hash for Caseless<'_> {
             state.write(&folded[..chunk.len()]);
         }
         state.write_u8(0xff);
-    }
-}
-
-impl Ord for Caseless<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let fold = |s: &Self| s.0.bytes().map(|b| b.to_ascii_lowercase());
-        fold(self).cmp(fold(other))
-    }
-}
-
-impl PartialOrd for Caseless<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
     }
 }
 
@@ -612,7 +599,7 @@ struct Service<'a> {
     managers: Vec<&'a Entry>,
     endpoints: Vec<&'a Entry>,
     /// EEs with CDER data.
-    ees: Vec<&'a Entry>,
+    ees: Vec<(Option<&'a str>, &'a Entry)>,
     /// `TotalVGPGPU_<method>` / `FreeVGPGPU_<method>`.
     vgpgpu: BTreeMap<String, Value>,
     /// vGPGPU methods (RTE tags).
@@ -817,7 +804,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 && (c.entry.is_a("GLUE2ExecutionEnvironment") || c.entry.is_a("GLUE2ApplicationEnvironment"))
         })
         .collect();
-    placed.sort_by(|a, b| Caseless(&a.entry.dn).cmp(&Caseless(&b.entry.dn)));
+    placed.sort_by_cached_key(|c| c.entry.dn.to_ascii_lowercase());
     for c in placed {
         let (Some(pairs), Some(key), e) = (&c.pairs, c.service, c.entry) else { continue };
         // An EE or AppEnv counts only under a manager the BDII publishes.
@@ -826,7 +813,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }
         let svc = services.slot(key);
         if e.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(k)) {
-            svc.ees.push(e);
+            svc.ees.push((id_of(e), e));
             ee_pairs.insert(std::ptr::from_ref(e), pairs);
         }
         if e.is_a("GLUE2ApplicationEnvironment") {
@@ -841,8 +828,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }
     }
     for svc in &mut services.list {
-        svc.ees.sort_by_key(|e| entity_id(e));
-        svc.endpoints.sort_by_key(|e| e.first("GLUE2EndpointID").map(str::to_string));
+        svc.ees.sort_by_key(|&(id, _)| id);
+        svc.endpoints.sort_by(|a, b| a.first("GLUE2EndpointID").cmp(&b.first("GLUE2EndpointID")));
     }
     // Policies: under their share (DN tree), else by the share IDs they name in their
     // service; a policy outside any service opens shares of that ID anywhere.
@@ -911,8 +898,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         let ees: Vec<&Entry> = svc
             .ees
             .iter()
-            .copied()
-            .filter(|e| named.is_empty() || id_of(e).is_some_and(|id| named.contains(id)))
+            .filter(|(id, _)| named.is_empty() || id.is_some_and(|id| named.contains(id)))
+            .map(|&(_, e)| e)
             .collect();
         if ees.is_empty() && share_cder.is_none() {
             continue;

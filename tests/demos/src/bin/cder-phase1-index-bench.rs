@@ -440,7 +440,7 @@ fn ldapsearch_replay(url: &str, searches: &[(String, String, String, Vec<String>
         let mut c = Command::new("/usr/bin/ldapsearch");
         c.args(["-x", "-LLL", "-o", "ldif_wrap=no", "-H", url, "-b", &s.0, "-s", &s.1]);
         if s.4 {
-            c.args(["-E", "pr=1000/noprompt"]);
+            c.arg("-E").arg(format!("pr={}/noprompt", cder_jdl::bdii::query::PAGE_SIZE));
         }
         c.arg(&s.2).args(&s.3).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
         c
