@@ -563,6 +563,41 @@ struct Carrier<'a> {
     service: Option<ServiceRef<'a>>,
     /// Its CDER pairs (OtherInfo and Extensions); None: unusable, skipped with a warning.
     pairs: Option<BTreeMap<&'a str, Value>>,
+    /// The range checks of `pairs`, when made already (no Extension can add to them).
+    checked: Option<Result<(), String>>,
+}
+
+/// A carrier's CDER pairs as its OtherInfo publishes them, and (`checked`)
+/// their range checks when no Extension can add to them.
+struct CarrierRead<'a> {
+    pairs: Result<BTreeMap<&'a str, Value>, String>,
+    checked: Option<Result<(), String>>,
+}
+
+/// The range checks of a carrier: its CDER pairs and its own GLUE numbers.
+fn check_carrier(e: &Entry, pairs: &BTreeMap<&str, Value>, prefixes: &[String]) -> Result<(), String> {
+    check_cder_numbers(pairs, prefixes).and_then(|()| check_glue_numbers(e, GLUE2_COUNTS))
+}
+
+/// Reads every carrier's OtherInfo, in order, on a few threads: each carrier
+/// is read on its own (10^4–10^5 of them, a third of building the offers).
+fn read_carriers<'a>(carriers: &'a [Entry], prefixes: &[String], check: bool) -> Vec<CarrierRead<'a>> {
+    let read = |c: &'a Entry| {
+        let pairs = other_info_pairs(c, prefixes);
+        let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
+        CarrierRead { pairs, checked }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+    if threads < 2 || carriers.len() < 4096 {
+        return carriers.iter().map(read).collect();
+    }
+    std::thread::scope(|s| {
+        let parts: Vec<_> = carriers
+            .chunks(carriers.len().div_ceil(threads))
+            .map(|part| s.spawn(move || part.iter().map(read).collect::<Vec<_>>()))
+            .collect();
+        parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
 }
 
 /// The services of a snapshot, each met once by its [`ServiceRef`].
@@ -699,7 +734,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // carrier keeps its slot, marked bad, and a warning says why.
     let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
     let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
-    for c in &snap.carriers {
+    let reads = read_carriers(&snap.carriers, prefixes, snap.extensions.is_empty());
+    for (c, read) in snap.carriers.iter().zip(reads) {
         let Some(id) = id_of(c) else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
             continue;
@@ -709,10 +745,9 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             MapEntry::Vacant(slot) => slot.insert(carriers.len()),
         };
         let service = service_key(c, &managers_by_id);
-        let pairs = other_info_pairs(c, prefixes)
-            .map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn)))
-            .ok();
-        carriers.push(Carrier { entry: c, id, service, pairs });
+        let pairs =
+            read.pairs.map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn))).ok();
+        carriers.push(Carrier { entry: c, id, service, pairs, checked: read.checked });
     }
     // Carriers by (service, ID) and by ID alone, for Extensions not placed under their entity.
     let mut by_service_id: HashMap<(Option<ServiceRef>, &str), Vec<usize>> = HashMap::new();
@@ -775,7 +810,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     }
     for c in &mut carriers {
         let Some(pairs) = &c.pairs else { continue };
-        if let Err(why) = check_cder_numbers(pairs, prefixes).and_then(|()| check_glue_numbers(c.entry, GLUE2_COUNTS)) {
+        let checked = c.checked.take().unwrap_or_else(|| check_carrier(c.entry, pairs, prefixes));
+        if let Err(why) = checked {
             out.warnings.push(format!("{}: skipped: {why}", c.entry.dn));
             c.pairs = None;
         }

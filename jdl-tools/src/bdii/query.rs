@@ -63,7 +63,7 @@ pub struct QueryOptions {
 /// lets it) sends fewer and paging goes on, but each page turn leaves slapd
 /// idle until the page's last entries are read, and on loopback it often
 /// costs a 200 ms stall (measured: 30,000 shares, pages of 1,000 against one
-/// page, fetch p50 743 against 655 ms). Grid clients (`lcg-info`, `arcinfo`) do not page at all.
+/// page, fetch p50 743 against 638 ms).
 pub const PAGE_SIZE: i32 = 100_000;
 
 impl QueryOptions {
