@@ -331,17 +331,30 @@ impl Node {
 
     /// Any command as `uid:gid`, empty environment plus `env`.
     pub fn run_as(&self, uid: u32, gid: u32, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut cmd = Command::new("setpriv");
-        cmd.arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--clear-groups")
-            .arg("--")
-            .arg(program)
-            .args(args)
-            .env_clear()
-            .envs(env.iter().copied())
-            .current_dir("/");
-        self.run_with_alarm(cmd, b"", PROLOGALARM, false)
+        let command = || {
+            let mut cmd = Command::new("setpriv");
+            cmd.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("--")
+                .arg(program)
+                .args(args)
+                .env_clear()
+                .envs(env.iter().copied())
+                .current_dir("/");
+            cmd
+        };
+        // ETXTBSY again, one exec further: setpriv (or env) execs a program
+        // this test just copied, which a child forked by another test thread
+        // may still hold open for writing until it execs. Nothing ran yet.
+        for _ in 0..100 {
+            let run = self.run_with_alarm(command(), b"", PROLOGALARM, false);
+            if !(run.code == 126 && run.stderr.contains("Text file busy")) {
+                return run;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.run_with_alarm(command(), b"", PROLOGALARM, false)
     }
 
     fn run_with_alarm(&self, mut cmd: Command, stdin: &[u8], alarm_s: u64, null_stdin: bool) -> Run {
