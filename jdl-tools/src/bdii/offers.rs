@@ -145,18 +145,17 @@ fn check_cder_numbers<K: std::borrow::Borrow<str> + Ord>(
             _ => {}
         }
     }
+    let mut key = String::new();
     for p in prefixes {
         let mut sum: i64 = 0;
         for s in SUMMED_SUFFIXES {
-            let found = pairs.iter().find(|(k, _)| {
-                let k: &str = (*k).borrow();
-                k.len() == p.len() + s.len() && k.starts_with(p.as_str()) && k.ends_with(s)
-            });
-            if let Some((k, Value::Int(n))) = found {
-                let k: &str = k.borrow();
+            key.clear();
+            key.push_str(p);
+            key.push_str(s);
+            if let Some(Value::Int(n)) = pairs.get(key.as_str()) {
                 sum = sum
                     .checked_add(*n)
-                    .ok_or_else(|| format!("{k}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
+                    .ok_or_else(|| format!("{key}: the sum of {p}{} overflows", SUMMED_SUFFIXES.join(" + ")))?;
             }
         }
     }
@@ -731,7 +730,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     let managers_by_id: HashMap<&str, &Entry> =
         snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
     // One carrier per DN (the first entry wins), with its CDER pairs; an unusable
-    // carrier keeps its slot, marked bad, and a warning says why.
+    // carrier keeps its slot, its pairs None, and a warning says why.
     let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
     let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
     let reads = read_carriers(&snap.carriers, prefixes, snap.extensions.is_empty());
@@ -760,7 +759,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     }
     // Extensions: a key set twice on one entity with different values is malformed;
     // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
-    let mut from_ext: HashMap<usize, BTreeMap<&str, Value>> = HashMap::new();
+    // By carrier, merged in the carriers' order.
+    let mut from_ext: BTreeMap<usize, BTreeMap<&str, Value>> = BTreeMap::new();
     for x in &snap.extensions {
         let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
             out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
@@ -789,8 +789,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             }
         }
     }
-    let mut from_ext: Vec<(usize, BTreeMap<&str, Value>)> = from_ext.into_iter().collect();
-    from_ext.sort_unstable_by_key(|(t, _)| *t);
     for (t, pairs) in from_ext {
         let carrier = &mut carriers[t];
         let Some(slot) = carrier.pairs.as_mut() else { continue };

@@ -979,7 +979,7 @@ fn note_extension(
 /// What a carrier's service must be asked for; that service's plan.
 fn note_carrier<'p>(plans: &'p mut BTreeMap<String, ServicePlan>, e: &Entry) -> &'p ServicePlan {
     let service = service_base(&e.dn);
-    // Entries of one service come in a row: its DN is copied once.
+    // The service's DN is copied once, when its first carrier is met.
     if !plans.contains_key(service) {
         plans.insert(service.to_string(), ServicePlan::default());
     }
