@@ -7,6 +7,7 @@ pub mod glue13;
 pub mod glue21;
 pub mod offers;
 pub mod query;
+pub mod wire;
 
 pub use offers::{build_offers, ClosedShare, Offer, Offers};
 pub use query::{Bdii, BdiiError, QueryOptions, Snapshot, Strategies, Wanted};

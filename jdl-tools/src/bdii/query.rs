@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::bdii::entry::parent_rdn_attr;
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
+use crate::bdii::wire::{self, Message, NameCache};
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
 use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope};
 
@@ -444,33 +445,113 @@ async fn run_search(
     Ok(out)
 }
 
-/// The interned names of one search's attributes, by the bytes the server
-/// spells them with: entries of a search repeat the same few names in the
-/// same order, so the hint usually hits at once.
-#[derive(Default)]
-struct NameCache {
-    names: Vec<(Vec<u8>, &'static str)>,
-    hint: usize,
+/// The `host:port` of an `ldap://` URL (port 389 when none is given);
+/// `None` for any other scheme.
+fn tcp_address(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("ldap://")?;
+    let host = rest.split('/').next().unwrap_or_default();
+    let host = if host.is_empty() { "localhost" } else { host };
+    let has_port = match host.strip_prefix('[') {
+        Some(v6) => v6.contains("]:"),
+        None => host.contains(':'),
+    };
+    Some(if has_port { host.to_string() } else { format!("{host}:389") })
 }
 
-impl NameCache {
-    fn get(&mut self, raw: &[u8]) -> Option<&'static str> {
-        if let Some((r, n)) = self.names.get(self.hint) {
-            if r == raw {
-                self.hint += 1;
-                return Some(n);
-            }
+/// A scan on a connection of its own, its replies read by [`wire`] instead
+/// of ldap3's codec (which builds, copies and forwards a tag tree per
+/// entry): one pass from the socket's bytes into each [`Entry`]. Pages
+/// (RFC 2696) follow one another on this connection.
+async fn run_scan(
+    address: String,
+    url: String,
+    (connect_timeout, timeout): (Duration, Duration),
+    page_size: i32,
+    s: Search,
+    tap: Option<(usize, Tap)>,
+) -> Result<Vec<Entry>, BdiiError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
+    let what = format!("search {}", s.filter);
+    let mut stream = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(address.as_str())).await
+    {
+        Err(_) => return Err(BdiiError::Timeout { url, after: connect_timeout, what: "connecting".into() }),
+        Ok(Err(e)) => return Err(BdiiError::Unreachable { url, message: e.to_string() }),
+        Ok(Ok(stream)) => stream,
+    };
+    let _ = stream.set_nodelay(true);
+    let failed = |message: String| BdiiError::Search {
+        url: url.clone(),
+        base: s.base.clone(),
+        filter: s.filter.clone(),
+        message,
+    };
+    let lost = |message: String| BdiiError::Unreachable { url: url.clone(), message };
+    let attrs = if s.attrs.is_empty() { vec!["*".to_string()] } else { s.attrs.clone() };
+    let mut out = Vec::new();
+    let mut kept = 0;
+    let mut names = NameCache::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 18);
+    let mut id = 1;
+    let mut cookie: Vec<u8> = Vec::new();
+    let done = loop {
+        let page = s.paged.then_some((page_size, cookie.as_slice()));
+        let request = wire::search_request(id, &s.base, s.scope as i64, &s.filter, &attrs, page)
+            .ok_or_else(|| failed("the filter does not parse".into()))?;
+        match tokio::time::timeout(timeout, stream.write_all(&request)).await {
+            Err(_) => return Err(BdiiError::Timeout { url, after: timeout, what }),
+            Ok(Err(e)) => return Err(lost(format!("sending the search: {e}"))),
+            Ok(Ok(())) => {}
         }
-        let i = match self.names.iter().position(|(r, _)| r == raw) {
-            Some(i) => i,
-            None => {
-                self.names.push((raw.to_vec(), crate::bdii::entry::intern(std::str::from_utf8(raw).ok()?)));
-                self.names.len() - 1
+        let mut start = 0;
+        let done = 'page: loop {
+            while let Some(len) = wire::message_len(&buf[start..]).map_err(|e| failed(e.to_string()))? {
+                let (got, message) =
+                    Message::parse(&buf[start..start + len], &mut names).map_err(|e| failed(e.to_string()))?;
+                start += len;
+                match message {
+                    Message::Entry(e) if got == i64::from(id) => {
+                        kept += 1;
+                        out.push(e);
+                        if let Some((at, tap)) = tap.as_ref().filter(|_| out.len() >= TAP_BATCH) {
+                            let _ = tap.send((*at, std::mem::take(&mut out)));
+                        }
+                    }
+                    Message::Done(done) if got == i64::from(id) => break 'page done,
+                    Message::Notice(n) => {
+                        return Err(lost(format!("the server ended the connection: result code {} {}", n.rc, n.text)))
+                    }
+                    _ => {}
+                }
+            }
+            // What is left is less than one message: move it to the front, then read on.
+            buf.drain(..start);
+            start = 0;
+            buf.reserve(1 << 16);
+            match tokio::time::timeout(timeout, stream.read_buf(&mut buf)).await {
+                Err(_) => return Err(BdiiError::Timeout { url, after: timeout, what }),
+                Ok(Err(e)) => return Err(lost(e.to_string())),
+                Ok(Ok(0)) => return Err(lost("the server closed the connection before the search ended".into())),
+                Ok(Ok(_)) => {}
             }
         };
-        self.hint = i + 1;
-        Some(self.names[i].1)
+        buf.drain(..start);
+        id += 1;
+        if done.rc != 0 || done.cookie.is_empty() || !s.paged {
+            break done;
+        }
+        cookie = done.cookie;
+    };
+    let _ = stream.write_all(&wire::unbind_request(id)).await;
+    if let Some((at, tap)) = tap.as_ref().filter(|_| !out.is_empty()) {
+        let _ = tap.send((*at, std::mem::take(&mut out)));
     }
+    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, attrs = s.attrs.join(" "), paged = s.paged, entries = kept, pages = id - 1, elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
+    // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
+    if done.rc != 0 && done.rc != 32 {
+        return Err(failed(format!("result code {} {}", done.rc, done.text)));
+    }
+    Ok(out)
 }
 
 /// An entry straight from its `SearchResultEntry` BER: the DN and values keep
@@ -478,7 +559,7 @@ impl NameCache {
 /// names). As ldap3's `SearchEntry` does, an attribute with a value that is
 /// not UTF-8 (none in GLUE) is left out; a malformed entry is skipped.
 fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option<Entry> {
-    names.hint = 0;
+    names.restart();
     let mut parts = tag.match_id(4)?.expect_constructed()?.into_iter();
     let dn = String::from_utf8(parts.next()?.expect_primitive()?).ok()?;
     let attrs = parts.next()?.expect_constructed()?;
@@ -563,6 +644,9 @@ impl Bdii {
                 let (main, url, gate, tap) =
                     (self.ldap.clone(), url.clone(), gate.clone(), tap.clone().map(|t| (at, t)));
                 Pending(self.rt.spawn(async move {
+                    if let Some(address) = tcp_address(&url).filter(|_| s.paged) {
+                        return run_scan(address, url, (connect_timeout, timeout), page, s, tap).await;
+                    }
                     let ldap = if s.paged {
                         let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
                         let (conn, own) = LdapConnAsync::with_settings(settings, &url)

@@ -149,7 +149,19 @@ fn read_input(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: cannot read: {e}"))
 }
 
+/// The BDII's answers are read on the I/O threads into 10^5 small buffers;
+/// glibc grows a thread's malloc arena 128 KiB at a time, an `mprotect` each.
+/// Growing it 64 MiB at a time (address space: pages cost memory only once
+/// touched) took system time from 0.18 to 0.11 s on 30,000 shares.
+fn grow_malloc_arenas_in_large_steps() {
+    // SAFETY: mallopt only sets a tunable of glibc's allocator, before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+    }
+}
+
 fn main() -> ExitCode {
+    grow_malloc_arenas_in_large_steps();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::ListMatch(a) => {
