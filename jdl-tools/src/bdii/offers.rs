@@ -586,17 +586,43 @@ fn read_carriers<'a>(carriers: &'a [Entry], prefixes: &[String], check: bool) ->
         let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
         CarrierRead { pairs, checked }
     };
+    in_parts(carriers, |part| part.iter().map(read).collect::<Vec<_>>()).into_iter().flatten().collect()
+}
+
+/// `work` over `items` split in order across a few threads when there are
+/// many (10^4–10^5 carriers or shares), else on this one; the parts' results in order.
+fn in_parts<'t, T: Sync, R: Send>(items: &'t [T], work: impl Fn(&'t [T]) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-    if threads < 2 || carriers.len() < 4096 {
-        return carriers.iter().map(read).collect();
+    if threads < 2 || items.len() < 4096 {
+        return vec![work(items)];
     }
+    let work = &work;
     std::thread::scope(|s| {
-        let parts: Vec<_> = carriers
-            .chunks(carriers.len().div_ceil(threads))
-            .map(|part| s.spawn(move || part.iter().map(read).collect::<Vec<_>>()))
-            .collect();
-        parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        let parts: Vec<_> =
+            items.chunks(items.len().div_ceil(threads)).map(|part| s.spawn(move || work(part))).collect();
+        parts.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     })
+}
+
+/// What a run of shares gave: their offers and what was said of them, in
+/// the shares' order.
+#[derive(Default)]
+struct ShareOffers<'a> {
+    warnings: Vec<String>,
+    closed: Vec<ClosedShare>,
+    refused: Vec<RefusedClaim>,
+    offers: Vec<BuiltOffer<'a>>,
+}
+
+/// One offer of a share, with what the merge of the parts needs.
+struct BuiltOffer<'a> {
+    offer: Offer,
+    /// The share-blind key `(CE ID, EE)` that dedupes it, when it has one.
+    blind: Option<(String, usize)>,
+    /// Its service, whether that service owns its CE ID, the share's DN.
+    claim: (usize, bool, &'a str),
+    /// For the index: its traits (`seq` set when merged).
+    traits: Option<OfferTraits>,
 }
 
 /// The services of a snapshot, each met once by its [`ServiceRef`].
@@ -818,7 +844,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     let mut services = Services::default();
     // The CDER pairs of each offered EE, by the entry itself: an EE is one
     // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
-    let mut ee_pairs: HashMap<*const Entry, &BTreeMap<&str, Value>> = HashMap::new();
+    let mut ee_pairs: HashMap<usize, &BTreeMap<&str, Value>> = HashMap::new();
     for m in &snap.managers {
         if let Some(key) = service_key(m, &managers_by_id) {
             services.slot(key).managers.push(m);
@@ -848,7 +874,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         let svc = services.slot(key);
         if e.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(k)) {
             svc.ees.push((id_of(e), e));
-            ee_pairs.insert(std::ptr::from_ref(e), pairs);
+            ee_pairs.insert(std::ptr::from_ref(e) as usize, pairs);
         }
         if e.is_a("GLUE2ApplicationEnvironment") {
             let id = id_of(e).unwrap_or_default();
@@ -906,13 +932,9 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             shares.push(s);
         }
     }
-    // Offers that differ only in what the job never looks at are built once: the
-    // VO shares of a queue offering the same EE, when the job names nothing of the
-    // share or its endpoint. The first (the one list-match would report) is kept.
-    let share_blind = index.is_none() && snap.names.as_ref().is_some_and(share_blind);
-    let mut built: HashSet<(String, *const Entry)> = HashSet::new();
-    // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
-    let mut claims: Vec<(usize, bool, &str)> = Vec::new();
+    // Each share with its service, met in order here (this makes the services' slots), so
+    // that the offers can then be built on several threads.
+    let mut placed_shares: Vec<(&Entry, &str, Option<&Carrier>, usize)> = Vec::with_capacity(shares.len());
     for share in shares {
         let Some(share_id) = share.first("GLUE2ShareID") else { continue };
         let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
@@ -920,217 +942,253 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             continue;
         }
         let Some(key) = service_key(share, &managers_by_id) else { continue };
-        let service = services.index(key);
-        let svc = &services.list[service];
-        let share_cder = carrier.and_then(|c| c.pairs.as_ref());
-        let named: BTreeSet<&str> = share
-            .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
-            .iter()
-            .chain(share.all("GLUE2ShareResourceForeignKey"))
-            .map(String::as_str)
-            .collect();
-        let ees: Vec<&Entry> = svc
-            .ees
-            .iter()
-            .filter(|(id, _)| named.is_empty() || id.is_some_and(|id| named.contains(id)))
-            .map(|&(_, e)| e)
-            .collect();
-        if ees.is_empty() && share_cder.is_none() {
-            continue;
-        }
-        if index.is_none()
-            && snap.policies.is_some()
-            && !svc.open.contains(share_id)
-            && !open_anywhere.contains(share_id)
-        {
-            // A share that would be offered, but not to this VO: `--explain` says so.
-            if let Some(vo) = vo {
-                out.closed_to_vo.push(ClosedShare {
-                    share_id: share_id.to_string(),
-                    queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
-                    dn: share.dn.clone(),
-                    vo: vo.to_string(),
-                });
-            }
-            continue;
-        }
-        if share_cder.is_none() {
-            // A share offering an EE's devices: its own numbers are read too.
-            if let Err(why) = check_glue_numbers(share, GLUE2_COUNTS) {
-                out.warnings.push(format!("{}: skipped: {why}", share.dn));
-                continue;
-            }
-        }
-        let queue = share.first("GLUE2ComputingShareMappingQueue");
-        let named_endpoints: BTreeSet<&str> = share
-            .all("GLUE2ShareEndpointForeignKey")
-            .iter()
-            .chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey"))
-            .map(String::as_str)
-            .collect();
-        let endpoint = svc
-            .endpoints
-            .iter()
-            .find(|e| e.first("GLUE2EndpointID").is_some_and(|id| named_endpoints.contains(id)))
-            .or_else(|| svc.endpoints.first())
-            .copied();
-        let manager_of = |e: &Entry| -> Option<&Entry> {
-            let fk = manager_fk(e);
-            svc.managers
+        placed_shares.push((share, share_id, carrier, services.index(key)));
+    }
+    // Offers that differ only in what the job never looks at are built once: the
+    // VO shares of a queue offering the same EE, when the job names nothing of the
+    // share or its endpoint. The first (the one list-match would report) is kept.
+    let share_blind = index.is_none() && snap.names.as_ref().is_some_and(share_blind);
+    let for_index = index.is_some();
+    let (services, ee_pairs, keep) = (&services, &ee_pairs, &keep);
+    // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
+    let mut claims: Vec<(usize, bool, &str)> = Vec::new();
+    let mut built: HashSet<(String, usize)> = HashSet::new();
+    let parts = in_parts(&placed_shares, |part| {
+        let mut got = ShareOffers::default();
+        // First-wins within the part; the merge below settles it across parts.
+        let mut built: HashSet<(String, usize)> = HashSet::new();
+        for &(share, share_id, carrier, service) in part {
+            let svc = &services.list[service];
+            let share_cder = carrier.and_then(|c| c.pairs.as_ref());
+            let named: BTreeSet<&str> = share
+                .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
                 .iter()
-                .find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk))
-                .or_else(|| svc.managers.first())
-                .copied()
-        };
-        let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
-        let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue, &svc.endpoints);
-        // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
-        if ce_id.trim().is_empty() {
-            out.warnings
-                .push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", share.dn));
-            continue;
-        }
-        // A share speaks only for its own service's CEs: another site could
-        // otherwise divert jobs to its queue, or fake a CE's GPUs.
-        let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &svc.key, svc);
-        let host_form = ce_id.contains(':') || ce_id.contains('/');
-        let mut refused = None;
-        if !proven && (source == CeIdSource::Published || host_form) {
-            let claim = RefusedClaim {
-                ce_id: ce_id.clone(),
-                share: share.dn.clone(),
-                reason: format!(
-                    "published by a share of another service ({}): the CE's host is none of that service's endpoints",
-                    svc.key.split_once(':').map_or(svc.key.as_str(), |(_, k)| k)
-                ),
-            };
-            // The index keeps the claim and settles it per VO, as this build would.
-            if index.is_none() {
-                out.refused_claims.push(claim);
+                .chain(share.all("GLUE2ShareResourceForeignKey"))
+                .map(String::as_str)
+                .collect();
+            let ees: Vec<&Entry> = svc
+                .ees
+                .iter()
+                .filter(|(id, _)| named.is_empty() || id.is_some_and(|id| named.contains(id)))
+                .map(|&(_, e)| e)
+                .collect();
+            if ees.is_empty() && share_cder.is_none() {
                 continue;
             }
-            refused = Some(claim.reason);
-        }
-        let mut targets: Vec<Option<&Entry>> =
-            if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
-        // The index also keeps the share's offer without its EEs, for jobs whose
-        // keys fetch the share but none of them.
-        let share_only = index.is_some() && share_cder.is_some() && !ees.is_empty();
-        if share_only {
-            targets.push(None);
-        }
-        for ee in targets {
-            if share_blind && share_cder.is_none() {
+            if !for_index
+                && snap.policies.is_some()
+                && !svc.open.contains(share_id)
+                && !open_anywhere.contains(share_id)
+            {
+                // A share that would be offered, but not to this VO: `--explain` says so.
+                if let Some(vo) = vo {
+                    got.closed.push(ClosedShare {
+                        share_id: share_id.to_string(),
+                        queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
+                        dn: share.dn.clone(),
+                        vo: vo.to_string(),
+                    });
+                }
+                continue;
+            }
+            if share_cder.is_none() {
+                // A share offering an EE's devices: its own numbers are read too.
+                if let Err(why) = check_glue_numbers(share, GLUE2_COUNTS) {
+                    got.warnings.push(format!("{}: skipped: {why}", share.dn));
+                    continue;
+                }
+            }
+            let queue = share.first("GLUE2ComputingShareMappingQueue");
+            let named_endpoints: BTreeSet<&str> = share
+                .all("GLUE2ShareEndpointForeignKey")
+                .iter()
+                .chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey"))
+                .map(String::as_str)
+                .collect();
+            let endpoint = svc
+                .endpoints
+                .iter()
+                .find(|e| e.first("GLUE2EndpointID").is_some_and(|id| named_endpoints.contains(id)))
+                .or_else(|| svc.endpoints.first())
+                .copied();
+            let manager_of = |e: &Entry| -> Option<&Entry> {
+                let fk = manager_fk(e);
+                svc.managers
+                    .iter()
+                    .find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk))
+                    .or_else(|| svc.managers.first())
+                    .copied()
+            };
+            let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
+            let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue, &svc.endpoints);
+            // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
+            if ce_id.trim().is_empty() {
+                got.warnings.push(format!(
+                    "{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)",
+                    share.dn
+                ));
+                continue;
+            }
+            // A share speaks only for its own service's CEs: another site could
+            // otherwise divert jobs to its queue, or fake a CE's GPUs.
+            let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &svc.key, svc);
+            let host_form = ce_id.contains(':') || ce_id.contains('/');
+            let mut refused = None;
+            if !proven && (source == CeIdSource::Published || host_form) {
+                let claim = RefusedClaim {
+                    ce_id: ce_id.clone(),
+                    share: share.dn.clone(),
+                    reason: format!(
+                        "published by a share of another service ({}): the CE's host is none of that service's endpoints",
+                        svc.key.split_once(':').map_or(svc.key.as_str(), |(_, k)| k)
+                    ),
+                };
+                // The index keeps the claim and settles it per VO, as this build would.
+                if !for_index {
+                    got.refused.push(claim);
+                    continue;
+                }
+                refused = Some(claim.reason);
+            }
+            let mut targets: Vec<Option<&Entry>> =
+                if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
+            // The index also keeps the share's offer without its EEs, for jobs whose
+            // keys fetch the share but none of them.
+            let share_only = for_index && share_cder.is_some() && !ees.is_empty();
+            if share_only {
+                targets.push(None);
+            }
+            for ee in targets {
+                let blind = ee
+                    .filter(|_| share_blind && share_cder.is_none())
+                    .map(|e| (ce_id.clone(), std::ptr::from_ref(e) as usize));
+                if blind.as_ref().is_some_and(|key| !built.insert(key.clone())) {
+                    continue;
+                }
+                let mut ad = Ad::new(keep);
+                ad.put_str("MyType", "Machine");
+                ad.put_str("Name", &ce_id);
+                ad.put_str("GlueCEUniqueID", &ce_id);
+                if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
+                    ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
+                }
+                copy_glue2(&mut ad, share);
                 if let Some(e) = ee {
-                    if !built.insert((ce_id.clone(), std::ptr::from_ref(e))) {
-                        continue;
+                    copy_glue2(&mut ad, e);
+                }
+                if let Some(ep) = endpoint {
+                    for a in [
+                        "GLUE2EndpointURL",
+                        "GLUE2EndpointImplementationName",
+                        "GLUE2EndpointInterfaceName",
+                        "GLUE2EndpointHealthState",
+                    ] {
+                        if let Some(v) = ep.first(a) {
+                            ad.put_str(a, v);
+                        }
                     }
                 }
-            }
-            let mut ad = Ad::new(&keep);
-            ad.put_str("MyType", "Machine");
-            ad.put_str("Name", &ce_id);
-            ad.put_str("GlueCEUniqueID", &ce_id);
-            if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
-                ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
-            }
-            copy_glue2(&mut ad, share);
-            if let Some(e) = ee {
-                copy_glue2(&mut ad, e);
-            }
-            if let Some(ep) = endpoint {
-                for a in [
-                    "GLUE2EndpointURL",
-                    "GLUE2EndpointImplementationName",
-                    "GLUE2EndpointInterfaceName",
-                    "GLUE2EndpointHealthState",
-                ] {
-                    if let Some(v) = ep.first(a) {
-                        ad.put_str(a, v);
+                glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
+                let mut rte: Vec<String> = Vec::new();
+                let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<&str, Value>| {
+                    for (&k, v) in pairs {
+                        if VGPGPU_KEYS.contains(&k) {
+                            continue;
+                        }
+                        if ad.wants(k) {
+                            ad.put(k, v.clone());
+                        }
+                        if let Some(p) = vendor_keys.iter().position(|vk| vk == k).map(|i| &prefixes[i]) {
+                            if let Value::Str(vendor) = v {
+                                rte.push(format!("{vendor}{p}"));
+                            }
+                        }
                     }
+                };
+                if let Some(pairs) = ee.and_then(|e| ee_pairs.get(&(std::ptr::from_ref(e) as usize))) {
+                    add_cder(&mut ad, pairs);
                 }
-            }
-            glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
-            let mut rte: Vec<String> = Vec::new();
-            let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<&str, Value>| {
-                for (&k, v) in pairs {
-                    if VGPGPU_KEYS.contains(&k) {
-                        continue;
-                    }
-                    if ad.wants(k) {
+                if let Some(pairs) = share_cder {
+                    add_cder(&mut ad, pairs);
+                }
+                if !for_index {
+                    for (k, v) in &svc.vgpgpu {
                         ad.put(k, v.clone());
                     }
-                    if let Some(p) = vendor_keys.iter().position(|vk| vk == k).map(|i| &prefixes[i]) {
-                        if let Value::Str(vendor) = v {
-                            rte.push(format!("{vendor}{p}"));
-                        }
+                }
+                if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
+                    if !for_index {
+                        rte.extend(svc.apps.iter().cloned());
                     }
+                    rte.dedup();
+                    ad.put(
+                        "GlueHostApplicationSoftwareRunTimeEnvironment",
+                        Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()),
+                    );
                 }
-            };
-            if let Some(pairs) = ee.and_then(|e| ee_pairs.get(&std::ptr::from_ref(e))) {
-                add_cder(&mut ad, pairs);
-            }
-            if let Some(pairs) = share_cder {
-                add_cder(&mut ad, pairs);
-            }
-            if index.is_none() {
-                for (k, v) in &svc.vgpgpu {
-                    ad.put(k, v.clone());
+                if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
+                    ad.put(
+                        "GlueCEAccessControlBaseRule",
+                        Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()),
+                    );
                 }
-            }
-            if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
-                if index.is_none() {
-                    rte.extend(svc.apps.iter().cloned());
-                }
-                rte.dedup();
-                ad.put(
-                    "GlueHostApplicationSoftwareRunTimeEnvironment",
-                    Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()),
-                );
-            }
-            if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
-                ad.put("GlueCEAccessControlBaseRule", Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()));
-            }
-            ad.put(keys::REQUIREMENTS, Value::Bool(true));
-            out.offers.push(Offer {
-                ce_id: ce_id.clone(),
-                queue: queue.map(str::to_string),
-                share_id: Some(share_id.to_string()),
-                ee_id: ee.and_then(entity_id),
-                schema: "GLUE2",
-                ad: ad.ad,
-            });
-            claims.push((service, proven, &share.dn));
-            if let Some(traits) = index.as_deref_mut() {
-                let mut open_to: BTreeSet<String> = svc.open_to.get(share_id).cloned().unwrap_or_default();
-                open_to.extend(anywhere_open_to.get(share_id).into_iter().flatten().cloned());
-                traits.push(OfferTraits {
-                    service: svc.key.clone(),
-                    proven,
-                    share_dn: share.dn.clone(),
-                    open_to,
-                    ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
-                    ee_keys: match ee {
-                        Some(e) => {
-                            ee_pairs.get(&std::ptr::from_ref(e)).map(|p| p.keys().map(|k| k.to_string()).collect())
+                ad.put(keys::REQUIREMENTS, Value::Bool(true));
+                let offer = Offer {
+                    ce_id: ce_id.clone(),
+                    queue: queue.map(str::to_string),
+                    share_id: Some(share_id.to_string()),
+                    ee_id: ee.and_then(entity_id),
+                    schema: "GLUE2",
+                    ad: ad.ad,
+                };
+                let traits = for_index.then(|| {
+                    let mut open_to: BTreeSet<String> = svc.open_to.get(share_id).cloned().unwrap_or_default();
+                    open_to.extend(anywhere_open_to.get(share_id).into_iter().flatten().cloned());
+                    OfferTraits {
+                        service: svc.key.clone(),
+                        proven,
+                        share_dn: share.dn.clone(),
+                        open_to,
+                        ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
+                        ee_keys: match ee {
+                            Some(e) => ee_pairs
+                                .get(&(std::ptr::from_ref(e) as usize))
+                                .map(|p| p.keys().map(|k| k.to_string()).collect()),
+                            None if share_only => Some(
+                                ees.iter()
+                                    .filter_map(|e| ee_pairs.get(&(std::ptr::from_ref(*e) as usize)))
+                                    .flat_map(|p| p.keys().map(|k| k.to_string()))
+                                    .collect(),
+                            ),
+                            None => None,
                         }
-                        None if share_only => Some(
-                            ees.iter()
-                                .filter_map(|e| ee_pairs.get(&std::ptr::from_ref(*e)))
-                                .flat_map(|p| p.keys().map(|k| k.to_string()))
-                                .collect(),
-                        ),
-                        None => None,
+                        .unwrap_or_default(),
+                        share_only: share_only && ee.is_none(),
+                        share_keys: share_cder.map(|p| p.keys().map(|k| k.to_string()).collect()),
+                        vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                        apps: svc.apps.iter().cloned().collect(),
+                        refused: refused.clone(),
+                        ..OfferTraits::default()
                     }
-                    .unwrap_or_default(),
-                    share_only: share_only && ee.is_none(),
-                    share_keys: share_cder.map(|p| p.keys().map(|k| k.to_string()).collect()),
-                    vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    apps: svc.apps.iter().cloned().collect(),
-                    refused: refused.clone(),
-                    seq: traits.len(),
-                    ..OfferTraits::default()
                 });
+                got.offers.push(BuiltOffer { offer, blind, claim: (service, proven, &share.dn), traits });
+            }
+        }
+        got
+    });
+    for part in parts {
+        out.warnings.extend(part.warnings);
+        out.closed_to_vo.extend(part.closed);
+        out.refused_claims.extend(part.refused);
+        for b in part.offers {
+            if b.blind.is_some_and(|key| !built.insert(key)) {
+                continue;
+            }
+            out.offers.push(b.offer);
+            claims.push(b.claim);
+            if let (Some(traits), Some(mut t)) = (index.as_deref_mut(), b.traits) {
+                t.seq = traits.len();
+                traits.push(t);
             }
         }
     }
