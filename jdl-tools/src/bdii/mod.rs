@@ -1,4 +1,5 @@
-//! The BDII side of phase 1: LDAP retrieval ([`query`]) and ClassAd
+//! The BDII side of phase 1: LDAP retrieval ([`query`], over the sessions of
+//! [`session`] whose replies [`wire`] reads) and ClassAd
 //! Resource Offers ([`offers`]) over the entries of [`entry`], the GLUE 1.3 names both share
 //! ([`glue13`]), and the GLUE 2.1 accelerator entities ([`glue21`]).
 
@@ -7,6 +8,7 @@ pub mod glue13;
 pub mod glue21;
 pub mod offers;
 pub mod query;
+pub mod session;
 pub mod wire;
 
 pub use offers::{build_offers, ClosedShare, Offer, Offers};

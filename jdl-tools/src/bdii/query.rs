@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use crate::bdii::entry::parent_rdn_attr;
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
-use crate::bdii::wire::{self, Message, NameCache};
+use crate::bdii::session::{tcp_address, Peer, Session, SessionPool};
+use crate::bdii::wire::NameCache;
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
 use ldap3::{ldap_escape, tokio, Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope};
 
@@ -363,20 +364,19 @@ impl Search {
     }
 }
 
-/// Searches in flight at once on the one connection: enough to keep
-/// slapd's threads busy, below its `conn_max_pending` (100) for anonymous
-/// sessions.
+/// Searches in flight at once on ldap3's one connection (`ldapi://`):
+/// enough to keep slapd's threads busy, below its `conn_max_pending` (100)
+/// for anonymous sessions.
 const IN_FLIGHT: usize = 64;
 
 /// A search started by [`Bdii::spawn_all`].
 pub struct Pending(tokio::task::JoinHandle<Result<Vec<Entry>, BdiiError>>);
 
-/// A connection to one BDII, with its timeouts. Searches are pipelined on
-/// this one connection: [`Bdii::search_all`] sends every independent
-/// search before reading any answer, so slapd works on them in parallel.
+/// A connection to one BDII, with its timeouts. Independent searches run at
+/// once ([`Bdii::search_all`]), so slapd works on them in parallel.
 pub struct Bdii {
     rt: tokio::runtime::Runtime,
-    ldap: Ldap,
+    transport: Transport,
     opts: QueryOptions,
     queries: usize,
     /// Permits for searches in flight, shared by every spawn: slapd closes a
@@ -384,13 +384,23 @@ pub struct Bdii {
     gate: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
+/// How the searches reach the BDII.
+enum Transport {
+    /// `ldap://`: sessions read by [`crate::bdii::wire`] (one pass from the
+    /// socket's bytes into each entry).
+    Wire(std::sync::Arc<SessionPool>),
+    /// Any other URL ldap3 takes (`ldapi://`): ldap3's client, the searches
+    /// pipelined on one connection.
+    Ldap3(Ldap),
+}
+
 /// Where a tapped search hands its entries as they arrive, with the search's
 /// position, instead of keeping them for its result.
-type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Vec<Entry>)>;
+pub(crate) type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Vec<Entry>)>;
 
 /// Entries a tapped search hands over at once: one wake-up of the joining
 /// thread per entry cost more than its handling (a scan has 10^4–10^5).
-const TAP_BATCH: usize = 64;
+pub(crate) const TAP_BATCH: usize = 64;
 
 async fn run_search(
     mut ldap: Ldap,
@@ -445,115 +455,6 @@ async fn run_search(
     Ok(out)
 }
 
-/// The `host:port` of an `ldap://` URL (port 389 when none is given);
-/// `None` for any other scheme.
-fn tcp_address(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("ldap://")?;
-    let host = rest.split('/').next().unwrap_or_default();
-    let host = if host.is_empty() { "localhost" } else { host };
-    let has_port = match host.strip_prefix('[') {
-        Some(v6) => v6.contains("]:"),
-        None => host.contains(':'),
-    };
-    Some(if has_port { host.to_string() } else { format!("{host}:389") })
-}
-
-/// A scan on a connection of its own, its replies read by [`wire`] instead
-/// of ldap3's codec (which builds, copies and forwards a tag tree per
-/// entry): one pass from the socket's bytes into each [`Entry`]. Pages
-/// (RFC 2696) follow one another on this connection.
-async fn run_scan(
-    address: String,
-    url: String,
-    (connect_timeout, timeout): (Duration, Duration),
-    page_size: i32,
-    s: Search,
-    tap: Option<(usize, Tap)>,
-) -> Result<Vec<Entry>, BdiiError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let started = std::time::Instant::now();
-    let what = format!("search {}", s.filter);
-    let mut stream = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(address.as_str())).await
-    {
-        Err(_) => return Err(BdiiError::Timeout { url, after: connect_timeout, what: "connecting".into() }),
-        Ok(Err(e)) => return Err(BdiiError::Unreachable { url, message: e.to_string() }),
-        Ok(Ok(stream)) => stream,
-    };
-    let _ = stream.set_nodelay(true);
-    let failed = |message: String| BdiiError::Search {
-        url: url.clone(),
-        base: s.base.clone(),
-        filter: s.filter.clone(),
-        message,
-    };
-    let lost = |message: String| BdiiError::Unreachable { url: url.clone(), message };
-    let attrs = if s.attrs.is_empty() { vec!["*".to_string()] } else { s.attrs.clone() };
-    let mut out = Vec::new();
-    let mut kept = 0;
-    let mut names = NameCache::default();
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 18);
-    let mut id = 1;
-    let mut cookie: Vec<u8> = Vec::new();
-    let done = loop {
-        let page = s.paged.then_some((page_size, cookie.as_slice()));
-        let request = wire::search_request(id, &s.base, s.scope as i64, &s.filter, &attrs, page)
-            .ok_or_else(|| failed("the filter does not parse".into()))?;
-        match tokio::time::timeout(timeout, stream.write_all(&request)).await {
-            Err(_) => return Err(BdiiError::Timeout { url, after: timeout, what }),
-            Ok(Err(e)) => return Err(lost(format!("sending the search: {e}"))),
-            Ok(Ok(())) => {}
-        }
-        let mut start = 0;
-        let done = 'page: loop {
-            while let Some(len) = wire::message_len(&buf[start..]).map_err(|e| failed(e.to_string()))? {
-                let (got, message) =
-                    Message::parse(&buf[start..start + len], &mut names).map_err(|e| failed(e.to_string()))?;
-                start += len;
-                match message {
-                    Message::Entry(e) if got == i64::from(id) => {
-                        kept += 1;
-                        out.push(e);
-                        if let Some((at, tap)) = tap.as_ref().filter(|_| out.len() >= TAP_BATCH) {
-                            let _ = tap.send((*at, std::mem::take(&mut out)));
-                        }
-                    }
-                    Message::Done(done) if got == i64::from(id) => break 'page done,
-                    Message::Notice(n) => {
-                        return Err(lost(format!("the server ended the connection: result code {} {}", n.rc, n.text)))
-                    }
-                    _ => {}
-                }
-            }
-            // What is left is less than one message: move it to the front, then read on.
-            buf.drain(..start);
-            start = 0;
-            buf.reserve(1 << 16);
-            match tokio::time::timeout(timeout, stream.read_buf(&mut buf)).await {
-                Err(_) => return Err(BdiiError::Timeout { url, after: timeout, what }),
-                Ok(Err(e)) => return Err(lost(e.to_string())),
-                Ok(Ok(0)) => return Err(lost("the server closed the connection before the search ended".into())),
-                Ok(Ok(_)) => {}
-            }
-        };
-        buf.drain(..start);
-        id += 1;
-        if done.rc != 0 || done.cookie.is_empty() || !s.paged {
-            break done;
-        }
-        cookie = done.cookie;
-    };
-    let _ = stream.write_all(&wire::unbind_request(id)).await;
-    if let Some((at, tap)) = tap.as_ref().filter(|_| !out.is_empty()) {
-        let _ = tap.send((*at, std::mem::take(&mut out)));
-    }
-    tracing::debug!(base = s.base, scope = ?s.scope, filter = s.filter, attrs = s.attrs.join(" "), paged = s.paged, entries = kept, pages = id - 1, elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "search");
-    // 32 noSuchObject: the base is absent (e.g. no GLUE 1.3 tree): nothing found.
-    if done.rc != 0 && done.rc != 32 {
-        return Err(failed(format!("result code {} {}", done.rc, done.text)));
-    }
-    Ok(out)
-}
-
 /// An entry straight from its `SearchResultEntry` BER: the DN and values keep
 /// the buffers they were decoded into (no second copy, no per-entry map of
 /// names). As ldap3's `SearchEntry` does, an attribute with a value that is
@@ -589,6 +490,19 @@ impl Bdii {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| {
             BdiiError::Unreachable { url: opts.url.clone(), message: format!("cannot start the I/O runtime: {e}") }
         })?;
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        if let Some(address) = tcp_address(&opts.url) {
+            let peer = Peer {
+                url: opts.url.clone(),
+                address,
+                connect_timeout: opts.connect_timeout,
+                timeout: opts.timeout,
+                page_size: opts.page_size,
+            };
+            let first = rt.block_on(Session::open(&peer))?;
+            let transport = Transport::Wire(std::sync::Arc::new(SessionPool::new(peer, first)));
+            return Ok(Bdii { rt, transport, opts: opts.clone(), queries: 0, gate });
+        }
         let settings = LdapConnSettings::new().set_conn_timeout(opts.connect_timeout);
         let (conn, ldap) = rt.block_on(LdapConnAsync::with_settings(settings, &opts.url)).map_err(|e| match e {
             LdapError::UrlParsing { .. } => BdiiError::BadUrl { url: opts.url.clone() },
@@ -600,8 +514,7 @@ impl Bdii {
                 tracing::debug!("LDAP connection ended: {e}");
             }
         });
-        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-        Ok(Bdii { rt, ldap, opts: opts.clone(), queries: 0, gate })
+        Ok(Bdii { rt, transport: Transport::Ldap3(ldap), opts: opts.clone(), queries: 0, gate })
     }
 
     /// One paged subtree search; returns every entry.
@@ -610,9 +523,10 @@ impl Bdii {
         Ok(r.pop().unwrap_or_default())
     }
 
-    /// Runs independent searches pipelined on this connection (at most
-    /// `IN_FLIGHT` = 64 outstanding); results in the order given. The first
-    /// error wins.
+    /// Runs independent searches at once (on `ldap://`, at most
+    /// [`crate::bdii::session::WIRE_SESSIONS`] under services; on ldap3's
+    /// connection, at most `IN_FLIGHT` = 64 pipelined); results in the order
+    /// given. The first error wins.
     pub fn search_all(&mut self, searches: Vec<Search>) -> Result<Vec<Vec<Entry>>, BdiiError> {
         let handles = self.spawn_all(searches);
         self.join_all(handles)
@@ -624,7 +538,8 @@ impl Bdii {
     ///
     /// slapd keeps one paged-results state per connection (a second paged
     /// search interleaved on it invalidates the first one's cookie), so each
-    /// paged scan runs on a connection of its own; the rest share this one.
+    /// paged scan runs on a connection of its own; the rest share a few
+    /// ([`crate::bdii::session::SessionPool`], or ldap3's one connection).
     pub fn spawn_all(&mut self, searches: Vec<Search>) -> Vec<Pending> {
         self.spawn_tapped(searches, None)
     }
@@ -641,12 +556,13 @@ impl Bdii {
             .into_iter()
             .enumerate()
             .map(|(at, s)| {
-                let (main, url, gate, tap) =
-                    (self.ldap.clone(), url.clone(), gate.clone(), tap.clone().map(|t| (at, t)));
+                let tap = tap.clone().map(|t| (at, t));
+                let main = match &self.transport {
+                    Transport::Wire(pool) => return Pending(self.rt.spawn(pool.clone().run(s, tap))),
+                    Transport::Ldap3(ldap) => ldap.clone(),
+                };
+                let (url, gate) = (url.clone(), gate.clone());
                 Pending(self.rt.spawn(async move {
-                    if let Some(address) = tcp_address(&url).filter(|_| s.paged) {
-                        return run_scan(address, url, (connect_timeout, timeout), page, s, tap).await;
-                    }
                     let ldap = if s.paged {
                         let settings = LdapConnSettings::new().set_conn_timeout(connect_timeout);
                         let (conn, own) = LdapConnAsync::with_settings(settings, &url)
