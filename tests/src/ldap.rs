@@ -195,6 +195,11 @@ impl Slapd {
         format!("ldap://127.0.0.1:{}", self.port)
     }
 
+    /// `ldapi://` and the percent-encoded path of the Unix socket slapd also listens on.
+    pub fn ldapi_url(&self) -> String {
+        format!("ldapi://{}", ldapi_socket(&self.conf).display().to_string().replace('/', "%2F"))
+    }
+
     /// The loopback port slapd listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -290,7 +295,13 @@ impl Drop for Slapd {
     }
 }
 
-/// Starts slapd in the foreground on 127.0.0.1:`port`, logging to `log`.
+/// The Unix socket slapd also listens on, beside its config.
+fn ldapi_socket(conf: &Path) -> PathBuf {
+    conf.with_file_name("ldapi")
+}
+
+/// Starts slapd in the foreground on 127.0.0.1:`port` and on a Unix socket
+/// beside `conf`, logging to `log`.
 fn spawn_slapd(conf: &Path, port: u16, log: &Path) -> Result<Child, String> {
     let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
     // -d 0 keeps slapd in the foreground (a child we can kill) without debug output.
@@ -298,7 +309,10 @@ fn spawn_slapd(conf: &Path, port: u16, log: &Path) -> Result<Child, String> {
         .arg("-f")
         .arg(conf)
         .arg("-h")
-        .arg(format!("ldap://127.0.0.1:{port}/"))
+        .arg(format!(
+            "ldap://127.0.0.1:{port}/ ldapi://{}/",
+            ldapi_socket(conf).display().to_string().replace('/', "%2F")
+        ))
         .args(["-d", "0"])
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)

@@ -194,3 +194,53 @@ fn paged_scans_side_by_side_on_one_connection() {
     assert!(offers.warnings.is_empty(), "{:?}", offers.warnings);
     assert_eq!(offers.offers.iter().map(|o| o.ce_id.clone()).collect::<BTreeSet<_>>(), expected);
 }
+
+#[test]
+fn cders_ldap_reader_and_ldap3_fetch_the_same_entries() {
+    // ldap:// searches are read by cder's own BER reader (bdii::wire); ldapi://
+    // ones by ldap3's client. On one slapd, with pages of 5 and a VO, both must
+    // fetch the same entries for every class phase 1 reads.
+    if !require_slapd() || !require_programs(&["/usr/sbin/slapadd"]) {
+        return;
+    }
+    use cder_jdl::bdii::query::Entry;
+    use cder_jdl::bdii::{Bdii, QueryOptions, Snapshot, Wanted};
+    for spec in [
+        SnapshotSpec { glue13: true, ..spec(Placement::ExecutionEnvironments, Strategy::AttributeExtension) },
+        spec(Placement::Shares, Strategy::ClassExtension),
+    ] {
+        let snap = generate(&spec);
+        let slapd = Slapd::start_preloaded(&SlapdOptions { maxsize: Some(1 << 30), port: None }, &snap.ldif)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let wanted = Wanted {
+            keys: ["GPGPUVendor".to_string(), "GPGPUMainMemorySize".to_string()].into(),
+            prefixes: ["GPGPU".to_string()].into(),
+            vo: Some(cder_tests::twophase::VO.into()),
+            ..Default::default()
+        };
+        let fetch = |url: &str| -> Snapshot {
+            let mut opts = QueryOptions::new(url);
+            opts.page_size = 5;
+            Bdii::connect(&opts).and_then(|mut b| b.fetch(&wanted)).unwrap_or_else(|e| panic!("{url}: {e}"))
+        };
+        let (wire, ldap3) = (fetch(&slapd.url()), fetch(&slapd.ldapi_url()));
+        let sorted = |v: &[Entry]| {
+            let mut v = v.to_vec();
+            v.sort_by(|a, b| a.dn.cmp(&b.dn));
+            v
+        };
+        let classes = |s: &Snapshot| {
+            [&s.carriers, &s.extensions, &s.managers, &s.shares, &s.endpoints, &s.subclusters, &s.glue13_ces]
+                .map(|v| sorted(v))
+        };
+        let found = classes(&wire);
+        assert!(
+            found[0].len() > 5 && !found[2].is_empty() && !found[4].is_empty(),
+            "{spec:?}: {:?}",
+            found.map(|v| v.len())
+        );
+        assert_eq!(found, classes(&ldap3), "{spec:?}");
+        assert_eq!(wire.policies.as_deref().map(sorted), ldap3.policies.as_deref().map(sorted), "{spec:?}");
+        assert!(wire.policies.as_ref().is_some_and(|p| !p.is_empty()), "{spec:?}: the VO's policies are fetched");
+    }
+}
