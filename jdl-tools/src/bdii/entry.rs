@@ -8,14 +8,115 @@ use std::sync::{OnceLock, RwLock};
 /// One LDAP entry: its DN and its values by attribute name.
 ///
 /// Compact: a grid's snapshot holds 10^4–10^5 of these, so the names are
-/// interned (lower-cased, shared by every entry) and the values are the
-/// buffers the server's answer was decoded into.
-#[derive(Clone, Debug, Default)]
+/// interned (lower-cased, shared by every entry) and the values lie back to
+/// back in one string per entry (a share has some 40 values: one
+/// allocation each cost the scan a third of its decoding time).
+#[derive(Clone, Default)]
 pub struct Entry {
     /// Distinguished name.
     pub dn: String,
-    /// `(lower-cased interned name, values in the order the server sent them)`.
-    attrs: Vec<(&'static str, Vec<String>)>,
+    /// Every value's text, back to back.
+    text: String,
+    /// Each value's `(start, end)` in `text`; an attribute's values are together.
+    spans: Vec<(u32, u32)>,
+    /// `(lower-cased interned name, its first span, its number of spans)`, in the order received.
+    attrs: Vec<(&'static str, u32, u32)>,
+}
+
+/// The values of one attribute, in the order the server sent them.
+#[derive(Clone, Copy, Default)]
+pub struct Values<'a> {
+    text: &'a str,
+    spans: &'a [(u32, u32)],
+}
+
+impl<'a> Values<'a> {
+    /// The values.
+    pub fn iter(&self) -> ValuesIter<'a> {
+        ValuesIter { text: self.text, spans: self.spans.iter() }
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The first one.
+    pub fn first(&self) -> Option<&'a str> {
+        self.iter().next()
+    }
+
+    /// Owned copies.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(str::to_string).collect()
+    }
+}
+
+/// The values of an attribute, one by one.
+#[derive(Clone)]
+pub struct ValuesIter<'a> {
+    text: &'a str,
+    spans: std::slice::Iter<'a, (u32, u32)>,
+}
+
+impl<'a> Iterator for ValuesIter<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        self.spans.next().map(|&(a, b)| &self.text[a as usize..b as usize])
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.spans.size_hint()
+    }
+}
+
+impl<'a> DoubleEndedIterator for ValuesIter<'a> {
+    fn next_back(&mut self) -> Option<&'a str> {
+        self.spans.next_back().map(|&(a, b)| &self.text[a as usize..b as usize])
+    }
+}
+
+impl ExactSizeIterator for ValuesIter<'_> {}
+
+impl<'a> IntoIterator for Values<'a> {
+    type Item = &'a str;
+    type IntoIter = ValuesIter<'a>;
+    fn into_iter(self) -> ValuesIter<'a> {
+        self.iter()
+    }
+}
+
+impl PartialEq for Values<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> PartialEq<[S; N]> for Values<'_> {
+    fn eq(&self, other: &[S; N]) -> bool {
+        self.len() == N && self.iter().zip(other).all(|(a, b)| a == b.as_ref())
+    }
+}
+
+impl std::fmt::Debug for Values<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Entry");
+        d.field("dn", &self.dn);
+        for (name, values) in self.iter() {
+            d.field(name, &values);
+        }
+        d.finish()
+    }
 }
 
 /// The one shared, lower-cased copy of an attribute name (the schema's few
@@ -41,14 +142,14 @@ impl PartialEq for Entry {
     fn eq(&self, other: &Entry) -> bool {
         self.dn == other.dn
             && self.attrs.len() == other.attrs.len()
-            && self.attrs.iter().all(|(n, v)| other.get(n) == Some(v))
+            && self.iter().all(|(n, v)| other.get(n) == Some(v))
     }
 }
 
 impl Entry {
     /// An entry without attributes.
     pub fn new(dn: impl Into<String>) -> Entry {
-        Entry { dn: dn.into(), attrs: Vec::new() }
+        Entry { dn: dn.into(), ..Entry::default() }
     }
 
     /// An entry from `(name, value)` pairs (for tests and LDIF input).
@@ -60,27 +161,40 @@ impl Entry {
         e
     }
 
-    fn get(&self, name: &str) -> Option<&Vec<String>> {
-        // Interned names are lower-case: compare bytes folded on one side only.
+    fn values(&self, i: usize) -> Values<'_> {
+        let (_, first, n) = self.attrs[i];
+        // An attribute without values may point anywhere.
+        let spans = if n == 0 { &[][..] } else { &self.spans[first as usize..(first + n) as usize] };
+        Values { text: &self.text, spans }
+    }
+
+    fn get(&self, name: &str) -> Option<Values<'_>> {
+        // Interned names are lower-case: compare bytes folded on one side only, the
+        // last first (GLUE names share their first bytes).
         let b = name.as_bytes();
+        let last = b.last()?.to_ascii_lowercase();
         self.attrs
             .iter()
-            .find(|(n, _)| n.len() == b.len() && n.bytes().zip(b).all(|(x, y)| x == y.to_ascii_lowercase()))
-            .map(|(_, v)| v)
+            .position(|(n, ..)| {
+                n.len() == b.len()
+                    && n.as_bytes()[n.len() - 1] == last
+                    && n.bytes().zip(b).all(|(x, y)| x == y.to_ascii_lowercase())
+            })
+            .map(|i| self.values(i))
     }
 
     fn position(&self, name: &str) -> Option<usize> {
-        self.attrs.iter().position(|(n, _)| n.eq_ignore_ascii_case(name))
+        self.attrs.iter().position(|(n, ..)| n.eq_ignore_ascii_case(name))
     }
 
     /// Every value of an attribute (case-insensitive name).
-    pub fn all(&self, name: &str) -> &[String] {
-        self.get(name).map(Vec::as_slice).unwrap_or(&[])
+    pub fn all(&self, name: &str) -> Values<'_> {
+        self.get(name).unwrap_or_default()
     }
 
     /// The first value of an attribute.
     pub fn first(&self, name: &str) -> Option<&str> {
-        self.all(name).first().map(String::as_str)
+        self.all(name).first()
     }
 
     /// True when the entry has this objectClass (case-insensitive).
@@ -89,13 +203,13 @@ impl Entry {
     }
 
     /// The attributes: lower-cased names and their values, in the order received.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &[String])> + '_ {
-        self.attrs.iter().map(|(n, v)| (*n, v.as_slice()))
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, Values<'_>)> + '_ {
+        (0..self.attrs.len()).map(|i| (self.attrs[i].0, self.values(i)))
     }
 
     /// The lower-cased attribute names, in the order received.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.attrs.iter().map(|(n, _)| *n)
+        self.attrs.iter().map(|(n, ..)| *n)
     }
 
     /// Adds a value to an attribute (created when absent).
@@ -105,36 +219,97 @@ impl Entry {
 
     /// Adds values to an attribute (created, possibly empty, when absent).
     pub fn extend(&mut self, name: &str, values: impl IntoIterator<Item = String>) {
-        match self.position(name) {
-            Some(i) => self.attrs[i].1.extend(values),
-            None => self.attrs.push((intern(name), values.into_iter().collect())),
+        let i = match self.position(name) {
+            Some(i) => i,
+            None => {
+                self.attrs.push((intern(name), 0, 0));
+                self.attrs.len() - 1
+            }
+        };
+        for v in values {
+            self.add_values(i, std::iter::once(v.as_str()));
         }
     }
 
-    /// Adds the values of an attribute whose name is already interned.
-    pub(crate) fn extend_interned(&mut self, name: &'static str, values: Vec<String>) {
-        match self.attrs.iter().position(|(n, _)| std::ptr::eq(*n, name)) {
-            Some(i) => self.attrs[i].1.extend(values),
-            None => self.attrs.push((name, values)),
+    /// Adds values to the `i`th attribute, after its others. An
+    /// attribute's values stay together: at the end of `spans` when they
+    /// are there (always, as a reply is read), else spliced in.
+    fn add_values<'v>(&mut self, i: usize, values: impl Iterator<Item = &'v str>) {
+        let (_, first, n) = self.attrs[i];
+        let end = self.spans.len();
+        let at = if n == 0 { end } else { (first + n) as usize };
+        let mut added = Vec::new();
+        for v in values {
+            let start = self.text.len() as u32;
+            self.text.push_str(v);
+            let span = (start, self.text.len() as u32);
+            if at == end {
+                self.spans.push(span);
+            } else {
+                added.push(span);
+            }
         }
+        let k = if at == end { self.spans.len() - end } else { added.len() };
+        if at != end {
+            self.spans.splice(at..at, added);
+            for (j, a) in self.attrs.iter_mut().enumerate() {
+                if j != i && a.2 > 0 && a.1 as usize >= at {
+                    a.1 += k as u32;
+                }
+            }
+        }
+        self.attrs[i] = (self.attrs[i].0, at as u32 - n, n + k as u32);
+    }
+
+    /// Adds the values of an attribute whose name is already interned (as
+    /// a reply is read: at the end).
+    pub(crate) fn extend_interned<'v>(&mut self, name: &'static str, values: impl Iterator<Item = &'v str>) {
+        let i = match self.attrs.iter().position(|(n, ..)| std::ptr::eq(*n, name)) {
+            Some(i) => i,
+            None => {
+                self.attrs.push((name, 0, 0));
+                self.attrs.len() - 1
+            }
+        };
+        self.add_values(i, values);
     }
 
     /// Replaces an attribute's values.
     pub fn set(&mut self, name: &str, values: Vec<String>) {
         match self.position(name) {
-            Some(i) => self.attrs[i].1 = values,
-            None => self.attrs.push((intern(name), values)),
+            Some(i) => {
+                self.clear_at(i);
+                self.add_values(i, values.iter().map(String::as_str));
+            }
+            None => self.extend(name, values),
         }
     }
 
     /// Removes an attribute; its values, if it had any.
     pub fn remove(&mut self, name: &str) -> Option<Vec<String>> {
-        self.position(name).map(|i| self.attrs.remove(i).1)
+        let i = self.position(name)?;
+        let values = self.values(i).to_vec();
+        self.clear_at(i);
+        self.attrs.remove(i);
+        Some(values)
     }
 
-    /// Room for `n` attributes.
-    pub(crate) fn with_capacity(dn: String, n: usize) -> Entry {
-        Entry { dn, attrs: Vec::with_capacity(n) }
+    /// Takes the `i`th attribute's values away (their text stays, unused).
+    fn clear_at(&mut self, i: usize) {
+        let (name, first, n) = self.attrs[i];
+        if n == 0 {
+            return;
+        }
+        self.spans.drain(first as usize..(first + n) as usize);
+        for a in self.attrs.iter_mut().filter(|a| a.2 > 0 && a.1 > first) {
+            a.1 -= n;
+        }
+        self.attrs[i] = (name, 0, 0);
+    }
+
+    /// Room for `n` attributes and `text` bytes of values.
+    pub(crate) fn with_capacity(dn: String, n: usize, text: usize) -> Entry {
+        Entry { dn, text: String::with_capacity(text), spans: Vec::with_capacity(2 * n), attrs: Vec::with_capacity(n) }
     }
 }
 
@@ -233,6 +408,29 @@ mod tests {
         assert_eq!(e.remove("glue2shareid"), Some(vec!["r".to_string()]));
         assert!(e.all("GLUE2ShareID").is_empty());
         assert_eq!(e.first("GLUE2ShareI"), None);
+    }
+
+    #[test]
+    fn values_stay_with_their_attribute_through_every_change() {
+        let mut e = Entry::from_pairs("x=1", [("a", "1"), ("b", "2"), ("c", "3"), ("b", "4")]);
+        e.push("a", "5".into());
+        e.extend("d", Vec::new());
+        e.push("b", "6".into());
+        assert_eq!(e.all("a"), ["1", "5"]);
+        assert_eq!(e.all("b"), ["2", "4", "6"]);
+        assert_eq!(e.all("c"), ["3"]);
+        assert!(e.all("d").is_empty() && e.names().any(|n| n == "d"));
+        e.push("d", "7".into());
+        e.set("a", vec!["8".into(), "9".into()]);
+        assert_eq!(e.remove("b"), Some(vec!["2".to_string(), "4".into(), "6".into()]));
+        e.push("c", "10".into());
+        assert_eq!(e.names().collect::<Vec<_>>(), ["a", "c", "d"]);
+        assert_eq!(e, Entry::from_pairs("x=1", [("d", "7"), ("c", "3"), ("c", "10"), ("a", "8"), ("a", "9")]));
+        assert_eq!(
+            e.iter().map(|(n, v)| (n, v.to_vec().join(" "))).collect::<Vec<_>>(),
+            [("a", "8 9".to_string()), ("c", "3 10".into()), ("d", "7".into())]
+        );
+        assert_eq!(e.all("c").iter().rev().collect::<Vec<_>>(), ["10", "3"]);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use crate::bdii::entry::Values;
 pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
@@ -101,7 +102,7 @@ pub fn typed_checked(value: &str) -> Result<Value, String> {
 fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> {
     // Cheap when all is well (every offer's share and EE pass here); the
     // first bad attribute by name when not, so the warning is stable.
-    let mut bad: Option<(&str, &String)> = None;
+    let mut bad: Option<(&str, &str)> = None;
     for (lname, vals) in e.iter() {
         if !lname.starts_with("glue") {
             continue;
@@ -327,7 +328,7 @@ impl<'k> Ad<'k> {
 
 /// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
 fn copy_glue2(ad: &mut Ad, e: &Entry) {
-    let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+    let mut names: Vec<(&str, Values)> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
     names.sort_unstable_by_key(|(n, _)| *n);
     for (lname, vals) in names {
         if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
@@ -336,10 +337,10 @@ fn copy_glue2(ad: &mut Ad, e: &Entry) {
         // LDAP names are case-insensitive; ClassAd names too, so the lower-case key is fine,
         // but keep GLUE's spelling for display by taking it from the schema name when known.
         let name = glue2_spelling(lname);
-        match vals.len() {
-            0 => {}
-            1 => ad.put(&name, typed(&vals[0])),
-            _ => ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into())),
+        match (vals.len(), vals.first()) {
+            (1, Some(v)) => ad.put(&name, typed(v)),
+            (0, _) | (_, None) => {}
+            _ => ad.put(&name, Value::List(vals.iter().map(typed).collect::<Vec<_>>().into())),
         }
     }
 }
@@ -801,9 +802,9 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             let unique =
                 |key: &(Option<ServiceRef>, &str)| by_service_id.get(key).filter(|v| v.len() == 1).map(|v| v[0]);
             let target = parent
-                .filter(|&p| carriers[p].id == fk.as_str())
-                .or_else(|| unique(&(service, fk.as_str())))
-                .or_else(|| unique(&(None, fk.as_str())).filter(|_| service.is_none()));
+                .filter(|&p| carriers[p].id == fk)
+                .or_else(|| unique(&(service, fk)))
+                .or_else(|| unique(&(None, fk)).filter(|_| service.is_none()));
             let Some(target) = target else { continue };
             if carriers[target].pairs.is_none() {
                 continue;
@@ -905,7 +906,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                     None => &mut anywhere_open_to,
                 };
                 for share in p.all("GLUE2MappingPolicyShareForeignKey") {
-                    open_to.entry(share.clone()).or_default().extend(vos.iter().map(|v| v.to_string()));
+                    open_to.entry(share.to_string()).or_default().extend(vos.iter().map(|v| v.to_string()));
                 }
             }
         }
@@ -918,15 +919,15 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             match service_dn(&p.dn) {
                 Some(s) => {
                     let svc = services.slot(ServiceRef::Dn(Caseless(s)));
-                    svc.open.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().cloned());
+                    svc.open.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().map(str::to_string));
                 }
-                None => open_anywhere.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().map(String::as_str)),
+                None => open_anywhere.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter()),
             }
         }
     }
 
     let mut shares: Vec<&Entry> = Vec::new();
-    let mut seen: HashSet<Caseless> = HashSet::new();
+    let mut seen: HashSet<Caseless> = HashSet::with_capacity(snap.shares.len() + snap.carriers.len());
     for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
         if seen.insert(Caseless(&s.dn)) {
             shares.push(s);
@@ -964,7 +965,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
                 .iter()
                 .chain(share.all("GLUE2ShareResourceForeignKey"))
-                .map(String::as_str)
                 .collect();
             let ees: Vec<&Entry> = svc
                 .ees
@@ -1003,7 +1003,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 .all("GLUE2ShareEndpointForeignKey")
                 .iter()
                 .chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey"))
-                .map(String::as_str)
                 .collect();
             let endpoint = svc
                 .endpoints
@@ -1236,7 +1235,7 @@ fn ce_unique_id(
 /// A CE ID offered under several services is kept only from the services
 /// that own it; when none does, every claim is left out (and explained).
 fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
-    let mut services_of: HashMap<&str, BTreeSet<usize>> = HashMap::new();
+    let mut services_of: HashMap<&str, BTreeSet<usize>> = HashMap::with_capacity(out.offers.len());
     for (offer, (service, _, _)) in out.offers.iter().zip(claims) {
         services_of.entry(offer.ce_id.as_str()).or_default().insert(*service);
     }
@@ -1288,7 +1287,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
             let mut tags = Vec::new();
             let mut broken = None;
             for tag in sc.all("GlueHostApplicationSoftwareRunTimeEnvironment") {
-                tags.push(Value::Str(tag.as_str().into()));
+                tags.push(Value::Str(tag.into()));
                 let Some((k, v)) = tag.split_once('=') else { continue };
                 // `rCUDATotalVGPGPU=8` → `TotalVGPGPU_rCUDA`.
                 let key = VGPGPU_KEYS
@@ -1330,7 +1329,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
             ad.put_str("MyType", "Machine");
             ad.put_str("Name", ce_id);
             for e in [ce, *sc] {
-                let mut names: Vec<(&str, &[String])> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+                let mut names: Vec<(&str, Values)> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
                 names.sort_unstable_by_key(|(n, _)| *n);
                 for (lname, vals) in names {
                     if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
@@ -1338,9 +1337,9 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
                     }
                     let name = glue13_spelling(lname);
                     if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
-                        ad.put(&name, Value::List(vals.iter().map(|v| typed(v)).collect::<Vec<_>>().into()));
-                    } else {
-                        ad.put(&name, typed(&vals[0]));
+                        ad.put(&name, Value::List(vals.iter().map(typed).collect::<Vec<_>>().into()));
+                    } else if let Some(v) = vals.first() {
+                        ad.put(&name, typed(v));
                     }
                 }
             }

@@ -464,7 +464,7 @@ fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option
     let mut parts = tag.match_id(4)?.expect_constructed()?.into_iter();
     let dn = String::from_utf8(parts.next()?.expect_primitive()?).ok()?;
     let attrs = parts.next()?.expect_constructed()?;
-    let mut e = Entry::with_capacity(dn, attrs.len());
+    let mut e = Entry::with_capacity(dn, attrs.len(), 0);
     for a in attrs {
         let mut pa = a.expect_constructed()?.into_iter();
         let name = pa.next()?.expect_primitive()?;
@@ -473,7 +473,7 @@ fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option
         let values: Option<Vec<String>> =
             vals.into_iter().map(|v| v.expect_primitive().and_then(|b| String::from_utf8(b).ok())).collect();
         if let Some(values) = values {
-            e.extend_interned(name, values);
+            e.extend_interned(name, values.iter().map(String::as_str));
         }
     }
     Some(e)
@@ -696,8 +696,8 @@ impl Bdii {
         // The streamed searches' own results are empty (tapped); joined for their errors.
         self.join_all(streaming)?;
         let mut results = self.join_all(first)?.into_iter();
+        let mut carrier_dns: HashSet<String> = HashSet::with_capacity(found.iter().map(Vec::len).sum());
         let mut found = found.into_iter();
-        let mut carrier_dns: HashSet<String> = HashSet::new();
         let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
         for _ in &fast_filters {
             for e in found.next().unwrap_or_default() {
@@ -739,7 +739,7 @@ impl Bdii {
                 }
                 for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
                     loose.iter_mut().for_each(|m| {
-                        m.insert(id.clone());
+                        m.insert(id.to_string());
                     });
                 }
             }
@@ -968,9 +968,9 @@ fn note_extension(
     for id in x.all("GLUE2ExtensionEntityForeignKey") {
         let plan = plans.entry(service.clone()).or_default();
         plan.deep |= !parent_dn(parent).is_some_and(|p| p.eq_ignore_ascii_case(&service));
-        plan.ids[class].insert(id.clone());
+        plan.ids[class].insert(id.to_string());
         if class == 0 {
-            plan.offered.insert(id.clone());
+            plan.offered.insert(id.to_string());
         }
     }
     Some(service)

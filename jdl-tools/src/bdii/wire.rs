@@ -31,6 +31,7 @@ pub struct WireError {
 }
 
 /// A cursor over BER TLVs (RFC 4511 §5.1: definite lengths only).
+#[derive(Clone)]
 struct Ber<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -242,21 +243,36 @@ fn entry(mut body: Ber<'_>, names: &mut NameCache) -> Result<Entry, WireError> {
     let dn = utf8(body.expect(0x04, "objectName is an OCTET STRING")?.bytes())
         .ok_or(WireError { at: body.base + dn_at, what: "objectName is not UTF-8" })?;
     let mut attrs = body.expect(0x30, "attributes is a SEQUENCE")?;
-    let mut e = Entry::with_capacity(dn, 16);
+    // One allocation for all the values' text: its size read first.
+    let (mut names_seen, mut text) = (0, 0);
+    let mut sizing = attrs.clone();
+    while !sizing.is_empty() {
+        let mut pa = sizing.expect(0x30, "a PartialAttribute is a SEQUENCE")?;
+        pa.expect(0x04, "an attribute's type is an OCTET STRING")?;
+        let mut vals = pa.expect(0x31, "an attribute's vals is a SET")?;
+        while !vals.is_empty() {
+            text += vals.expect(0x04, "a value is an OCTET STRING")?.bytes().len();
+        }
+        names_seen += 1;
+    }
+    let mut e = Entry::with_capacity(dn, names_seen, text);
     while !attrs.is_empty() {
         let mut pa = attrs.expect(0x30, "a PartialAttribute is a SEQUENCE")?;
         let name = pa.expect(0x04, "an attribute's type is an OCTET STRING")?.bytes();
-        let mut vals = pa.expect(0x31, "an attribute's vals is a SET")?;
-        let mut values = Vec::new();
+        let vals = pa.expect(0x31, "an attribute's vals is a SET")?;
+        // Read once to check the framing and the text, then taken.
         let mut all_utf8 = true;
-        while !vals.is_empty() {
-            let v = vals.expect(0x04, "a value is an OCTET STRING")?.bytes();
-            match utf8(v) {
-                Some(v) if all_utf8 => values.push(v),
-                _ => all_utf8 = false,
-            }
+        let mut check = vals.clone();
+        while !check.is_empty() {
+            all_utf8 &= std::str::from_utf8(check.expect(0x04, "a value is an OCTET STRING")?.bytes()).is_ok();
         }
         if let (true, Some(name)) = (all_utf8, names.get(name)) {
+            let mut take = vals;
+            let values = std::iter::from_fn(|| {
+                let v = take.next().ok()?.1.bytes();
+                // Checked above.
+                std::str::from_utf8(v).ok()
+            });
             e.extend_interned(name, values);
         }
     }
