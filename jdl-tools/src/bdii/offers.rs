@@ -130,10 +130,7 @@ fn check_glue_numbers(e: &Entry, read_as_counts: &[&str]) -> Result<(), String> 
 /// Range checks on a carrier's CDER pairs, whichever way they were
 /// published: counts are whole and non-negative, measures non-negative,
 /// and the instance counts can be summed without overflow.
-fn check_cder_numbers<K: std::borrow::Borrow<str> + Ord>(
-    pairs: &BTreeMap<K, Value>,
-    prefixes: &[String],
-) -> Result<(), String> {
+fn check_cder_numbers<K: std::borrow::Borrow<str>>(pairs: &Pairs<K>, prefixes: &[String]) -> Result<(), String> {
     for (k, v) in pairs {
         let k: &str = k.borrow();
         let count = VGPGPU_KEYS.contains(&k)
@@ -163,6 +160,63 @@ fn check_cder_numbers<K: std::borrow::Borrow<str> + Ord>(
     Ok(())
 }
 
+/// A carrier's CDER pairs in key order: a sorted vector, not a B-tree (a
+/// carrier has a dozen or two, and 10^4–10^5 carriers are read per query:
+/// one allocation each instead of a tree's nodes).
+#[derive(Clone, Debug)]
+struct Pairs<K>(Vec<(K, Value)>);
+
+impl<K> Default for Pairs<K> {
+    fn default() -> Self {
+        Pairs(Vec::new())
+    }
+}
+
+impl<K: std::borrow::Borrow<str>> Pairs<K> {
+    fn with_capacity(n: usize) -> Self {
+        Pairs(Vec::with_capacity(n))
+    }
+
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Sets a key's value; the old value, if the key was there.
+    fn insert(&mut self, key: K, value: Value) -> Option<Value> {
+        match self.find(key.borrow()) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &K> + '_ {
+        self.0.iter().map(|(k, _)| k)
+    }
+}
+
+impl<'p, K> IntoIterator for &'p Pairs<K> {
+    type Item = (&'p K, &'p Value);
+    type IntoIter = std::iter::Map<std::slice::Iter<'p, (K, Value)>, fn(&'p (K, Value)) -> (&'p K, &'p Value)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl<K> IntoIterator for Pairs<K> {
+    type Item = (K, Value);
+    type IntoIter = std::vec::IntoIter<(K, Value)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 fn is_cder_key(key: &str, prefixes: &[String]) -> bool {
     VGPGPU_KEYS.contains(&key) || prefixes.iter().any(|p| key.len() > p.len() && key.starts_with(p.as_str()))
 }
@@ -173,8 +227,8 @@ fn must_be_number(key: &str, prefixes: &[String]) -> bool {
 }
 
 /// Checks one `key`/`value` pair and adds it to `into`; Err says why the carrier is unusable.
-fn add_pair<'k, K: Ord + From<&'k str>>(
-    into: &mut BTreeMap<K, Value>,
+fn add_pair<'k, K: std::borrow::Borrow<str> + From<&'k str>>(
+    into: &mut Pairs<K>,
     key: &'k str,
     value: &str,
     prefixes: &[String],
@@ -194,9 +248,10 @@ fn add_pair<'k, K: Ord + From<&'k str>>(
 
 /// The CDER pairs of one carrier's OtherInfo. Any OtherInfo without `=`
 /// on a carrier is malformed (a carrier is an entity with CDER keys).
-fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<BTreeMap<&'a str, Value>, String> {
-    let mut out = BTreeMap::new();
-    for v in e.all("GLUE2EntityOtherInfo") {
+fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<Pairs<&'a str>, String> {
+    let other_info = e.all("GLUE2EntityOtherInfo");
+    let mut out = Pairs::with_capacity(other_info.len());
+    for v in other_info {
         let Some((k, val)) = v.split_once('=') else {
             return Err(format!("OtherInfo {v:?} has no '='"));
         };
@@ -562,7 +617,7 @@ struct Carrier<'a> {
     id: &'a str,
     service: Option<ServiceRef<'a>>,
     /// Its CDER pairs (OtherInfo and Extensions); None: unusable, skipped with a warning.
-    pairs: Option<BTreeMap<&'a str, Value>>,
+    pairs: Option<Pairs<&'a str>>,
     /// The range checks of `pairs`, when made already (no Extension can add to them).
     checked: Option<Result<(), String>>,
 }
@@ -570,12 +625,12 @@ struct Carrier<'a> {
 /// A carrier's CDER pairs as its OtherInfo publishes them, and (`checked`)
 /// their range checks when no Extension can add to them.
 struct CarrierRead<'a> {
-    pairs: Result<BTreeMap<&'a str, Value>, String>,
+    pairs: Result<Pairs<&'a str>, String>,
     checked: Option<Result<(), String>>,
 }
 
 /// The range checks of a carrier: its CDER pairs and its own GLUE numbers.
-fn check_carrier(e: &Entry, pairs: &BTreeMap<&str, Value>, prefixes: &[String]) -> Result<(), String> {
+fn check_carrier(e: &Entry, pairs: &Pairs<&str>, prefixes: &[String]) -> Result<(), String> {
     check_cder_numbers(pairs, prefixes).and_then(|()| check_glue_numbers(e, GLUE2_COUNTS))
 }
 
@@ -787,7 +842,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // Extensions: a key set twice on one entity with different values is malformed;
     // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
     // By carrier, merged in the carriers' order.
-    let mut from_ext: BTreeMap<usize, BTreeMap<&str, Value>> = BTreeMap::new();
+    let mut from_ext: BTreeMap<usize, Pairs<&str>> = BTreeMap::new();
     for x in &snap.extensions {
         let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
             out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
@@ -845,7 +900,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     let mut services = Services::default();
     // The CDER pairs of each offered EE, by the entry itself: an EE is one
     // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
-    let mut ee_pairs: HashMap<usize, &BTreeMap<&str, Value>> = HashMap::new();
+    let mut ee_pairs: HashMap<usize, &Pairs<&str>> = HashMap::new();
     for m in &snap.managers {
         if let Some(key) = service_key(m, &managers_by_id) {
             services.slot(key).managers.push(m);
@@ -1089,7 +1144,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 }
                 glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
                 let mut rte: Vec<String> = Vec::new();
-                let mut add_cder = |ad: &mut Ad, pairs: &BTreeMap<&str, Value>| {
+                let mut add_cder = |ad: &mut Ad, pairs: &Pairs<&str>| {
                     for (&k, v) in pairs {
                         if VGPGPU_KEYS.contains(&k) {
                             continue;
@@ -1283,7 +1338,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
         let clusters: Vec<&str> =
             ce.all("GlueForeignKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).collect();
         for sc in clusters.iter().flat_map(|c| subs_of_cluster.get(c).into_iter().flatten()) {
-            let mut pairs = BTreeMap::new();
+            let mut pairs = Pairs::default();
             let mut tags = Vec::new();
             let mut broken = None;
             for tag in sc.all("GlueHostApplicationSoftwareRunTimeEnvironment") {
