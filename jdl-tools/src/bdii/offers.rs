@@ -988,17 +988,30 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             shares.push(s);
         }
     }
-    // Each share with its service, met in order here (this makes the services' slots), so
+    // Each share with its carrier and service, read on a few threads, then met in order
+    // here (this makes the services' slots; a service's shares usually come together), so
     // that the offers can then be built on several threads.
+    let read = in_parts(&shares, |part| {
+        part.iter()
+            .filter_map(|&share| {
+                let share_id = share.first("GLUE2ShareID")?;
+                let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
+                if carrier.is_some_and(|c| c.pairs.is_none()) {
+                    return None;
+                }
+                Some((share, share_id, carrier, service_key(share, &managers_by_id)?))
+            })
+            .collect::<Vec<_>>()
+    });
     let mut placed_shares: Vec<(&Entry, &str, Option<&Carrier>, usize)> = Vec::with_capacity(shares.len());
-    for share in shares {
-        let Some(share_id) = share.first("GLUE2ShareID") else { continue };
-        let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
-        if carrier.is_some_and(|c| c.pairs.is_none()) {
-            continue;
-        }
-        let Some(key) = service_key(share, &managers_by_id) else { continue };
-        placed_shares.push((share, share_id, carrier, services.index(key)));
+    let mut last: Option<(ServiceRef, usize)> = None;
+    for (share, share_id, carrier, key) in read.into_iter().flatten() {
+        let service = match last {
+            Some((k, i)) if k == key => i,
+            _ => services.index(key),
+        };
+        last = Some((key, service));
+        placed_shares.push((share, share_id, carrier, service));
     }
     // Offers that differ only in what the job never looks at are built once: the
     // VO shares of a queue offering the same EE, when the job names nothing of the

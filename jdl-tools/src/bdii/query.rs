@@ -668,26 +668,21 @@ impl Bdii {
             for e in batch {
                 let service = if at < fast_filters.len() {
                     note_carrier(&mut early.plans, &e);
-                    Some(service_base(&e.dn).to_string())
+                    // Copied only when the scan moves on to another service.
+                    let base = service_base(&e.dn);
+                    (early.current[at].as_deref() != Some(base)).then(|| base.to_string())
                 } else {
                     note_extension(&mut early.plans, &e, |_| true)
+                        .filter(|service| early.current[at].as_ref() != Some(service))
                 };
-                if glue2 {
-                    if let Some(service) = service {
-                        if early.current[at].as_ref() != Some(&service) {
-                            if let Some(done) = early.current[at].replace(service) {
-                                let plan = &early.plans[&done];
-                                if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
-                                    let search = self.service_searches(
-                                        std::iter::once((done.as_str(), plan)),
-                                        policy.as_deref(),
-                                        &attrs2,
-                                    );
-                                    let pending = self.spawn_all(search).pop().expect("one search per plan");
-                                    early.asked.insert(done, (plan.clone(), pending));
-                                }
-                            }
-                        }
+                // The scan has moved past a service: ask it, on the plan seen so far.
+                if let Some(done) = service.filter(|_| glue2).and_then(|s| early.current[at].replace(s)) {
+                    let plan = &early.plans[&done];
+                    if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
+                        let search =
+                            self.service_searches(std::iter::once((done.as_str(), plan)), policy.as_deref(), &attrs2);
+                        let pending = self.spawn_all(search).pop().expect("one search per plan");
+                        early.asked.insert(done, (plan.clone(), pending));
                     }
                 }
                 found[at].push(e);
