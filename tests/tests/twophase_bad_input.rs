@@ -155,6 +155,14 @@ fn a_bdii_that_is_down_or_silent_gives_an_error_naming_it() {
     assert!(stderr(&out).contains(&format!("ldap://127.0.0.1:{port}")), "{}", stderr(&out));
     let out = Command::new(cder_jdl()).args(["list-match"]).arg(&path).env_remove("LCG_GFAL_INFOSYS").output().unwrap();
     assert_eq!(out.status.code(), Some(2), "no BDII at all is a usage error");
+    // A URL that cannot name a BDII is bad input too, and named.
+    for bad in
+        ["ldap://127.0.0.1:notaport", "ldap://127.0.0.1:99999", "ldaps://127.0.0.1:2170", "http://127.0.0.1:2170"]
+    {
+        let out = list_match(bad, &[], jdl, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains(bad) && stderr(&out).contains("not an LDAP URL"), "{}", stderr(&out));
+    }
 }
 
 /// A site whose EE carries `other_info` in place of its plain OtherInfo.

@@ -492,6 +492,7 @@ impl Bdii {
         })?;
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         if let Some(address) = tcp_address(&opts.url) {
+            let address = address.map_err(|()| BdiiError::BadUrl { url: opts.url.clone() })?;
             let peer = Peer {
                 url: opts.url.clone(),
                 address,

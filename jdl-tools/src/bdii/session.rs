@@ -21,16 +21,49 @@ use crate::bdii::wire::{self, Message, NameCache};
 pub const WIRE_SESSIONS: usize = 8;
 
 /// The `host:port` of an `ldap://` URL (port 389 when none is given);
-/// `None` for any other scheme.
-pub fn tcp_address(url: &str) -> Option<String> {
+/// `None` for any other scheme, `Some(Err(()))` for an `ldap://` URL whose
+/// host or port cannot be one.
+pub fn tcp_address(url: &str) -> Option<Result<String, ()>> {
     let rest = url.strip_prefix("ldap://")?;
-    let host = rest.split('/').next().unwrap_or_default();
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
     let host = if host.is_empty() { "localhost" } else { host };
-    let has_port = match host.strip_prefix('[') {
-        Some(v6) => v6.contains("]:"),
-        None => host.contains(':'),
+    let (name, port) = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((_, "")) => (host, None),
+            Some((_, p)) => (&host[..host.len() - p.len()], Some(p.strip_prefix(':').unwrap_or("x"))),
+            None => return Some(Err(())),
+        },
+        None => match host.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host, None),
+        },
     };
-    Some(if has_port { host.to_string() } else { format!("{host}:389") })
+    let name_ok = !name.is_empty() && !name.contains(|c: char| c.is_whitespace() || "@#%".contains(c));
+    Some(match port.map(str::parse::<u16>) {
+        _ if !name_ok => Err(()),
+        None => Ok(format!("{host}:389")),
+        Some(Ok(_)) => Ok(host.to_string()),
+        Some(Err(_)) => Err(()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_of_ldap_urls() {
+        assert_eq!(tcp_address("ldap://bdii.example.org:2170"), Some(Ok("bdii.example.org:2170".into())));
+        assert_eq!(tcp_address("ldap://bdii.example.org/o=glue"), Some(Ok("bdii.example.org:389".into())));
+        assert_eq!(tcp_address("ldap://[::1]:2170/"), Some(Ok("[::1]:2170".into())));
+        assert_eq!(tcp_address("ldap://[::1]"), Some(Ok("[::1]:389".into())));
+        assert_eq!(tcp_address("ldap://"), Some(Ok("localhost:389".into())));
+        for bad in ["ldap://host:port", "ldap://host:99999", "ldap://[::1", "ldap://a b:1", "ldap://u@h:1", "ldap://:1"]
+        {
+            assert_eq!(tcp_address(bad), Some(Err(())), "{bad}");
+        }
+        assert_eq!(tcp_address("ldapi://%2Frun%2Fslapd"), None);
+    }
 }
 
 /// Where and how long to wait.

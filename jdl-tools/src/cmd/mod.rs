@@ -102,6 +102,11 @@ impl BdiiArgs {
             .as_deref()
             .ok_or_else(|| Failure::input("no BDII: give --bdii ldap://host:port or set LCG_GFAL_INFOSYS"))?;
         let url = bdii_url(raw);
+        // A URL that cannot name a BDII is the user's mistake (exit 2), not the BDII's failure.
+        let usable = url.starts_with("ldapi://") || crate::bdii::session::tcp_address(&url).is_some_and(|a| a.is_ok());
+        if !usable {
+            return Err(Failure::input(format!("{url}: not an LDAP URL (expected ldap://host:port)")));
+        }
         let mut opts = QueryOptions::new(&url);
         opts.base = self.base.clone();
         opts.base13 = self.base13.clone();
