@@ -8,6 +8,7 @@ pub mod glue13;
 pub mod glue21;
 pub mod offers;
 pub mod query;
+pub mod search;
 pub mod session;
 pub mod wire;
 

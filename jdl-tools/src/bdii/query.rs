@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use crate::bdii::entry::parent_rdn_attr;
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
+pub use crate::bdii::search::{BdiiError, Search};
+use crate::bdii::search::{Tap, TAP_BATCH};
 use crate::bdii::session::{tcp_address, Peer, Session, SessionPool};
 use crate::bdii::wire::NameCache;
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
@@ -148,47 +150,6 @@ pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
         }
     }
     out.into_iter().collect()
-}
-
-/// A failed query, naming the BDII.
-#[derive(Debug, thiserror::Error)]
-pub enum BdiiError {
-    /// Could not connect.
-    #[error("{url}: BDII unreachable: {message}")]
-    Unreachable {
-        /// The BDII.
-        url: String,
-        /// Why.
-        message: String,
-    },
-    /// Connected, but no answer in time.
-    #[error("{url}: BDII timed out after {after:?} ({what})")]
-    Timeout {
-        /// The BDII.
-        url: String,
-        /// The timeout that expired.
-        after: Duration,
-        /// What was being waited for.
-        what: String,
-    },
-    /// The server refused a search.
-    #[error("{url}: search {filter} under {base} failed: {message}")]
-    Search {
-        /// The BDII.
-        url: String,
-        /// Base DN.
-        base: String,
-        /// The filter.
-        filter: String,
-        /// The server's or library's message.
-        message: String,
-    },
-    /// The URL is not an LDAP URL.
-    #[error("{url}: not an LDAP URL (expected ldap://host:port)")]
-    BadUrl {
-        /// What was given.
-        url: String,
-    },
 }
 
 /// Everything phase 1 fetched: the raw material of the offers.
@@ -326,44 +287,6 @@ fn map_err(url: &str, timeout: Duration, what: &str, e: LdapError) -> BdiiError 
     }
 }
 
-/// One search of a plan.
-#[derive(Clone, Debug)]
-pub struct Search {
-    /// Base DN.
-    pub base: String,
-    /// Subtree or one-level (base searches are not needed by phase 1).
-    pub scope: Scope,
-    /// The filter, already escaped.
-    pub filter: String,
-    /// Attributes to return (empty: all user attributes).
-    pub attrs: Vec<String>,
-    /// RFC 2696 paging, for scans whose answer may be large.
-    pub paged: bool,
-}
-
-impl Search {
-    /// A paged subtree scan of a whole tree.
-    pub fn scan(base: &str, filter: String, attrs: &[impl AsRef<str>]) -> Search {
-        Search {
-            base: base.into(),
-            scope: Scope::Subtree,
-            filter,
-            attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(),
-            paged: true,
-        }
-    }
-    /// A search under a known entry, answered from slapd's DN index.
-    pub fn under(base: &str, scope: Scope, filter: String, attrs: &[impl AsRef<str>]) -> Search {
-        Search {
-            base: base.into(),
-            scope,
-            filter,
-            attrs: attrs.iter().map(|a| a.as_ref().to_string()).collect(),
-            paged: false,
-        }
-    }
-}
-
 /// Searches in flight at once on ldap3's one connection (`ldapi://`):
 /// enough to keep slapd's threads busy, below its `conn_max_pending` (100)
 /// for anonymous sessions.
@@ -393,14 +316,6 @@ enum Transport {
     /// pipelined on one connection.
     Ldap3(Ldap),
 }
-
-/// Where a tapped search hands its entries as they arrive, with the search's
-/// position, instead of keeping them for its result.
-pub(crate) type Tap = tokio::sync::mpsc::UnboundedSender<(usize, Vec<Entry>)>;
-
-/// Entries a tapped search hands over at once: one wake-up of the joining
-/// thread per entry cost more than its handling (a scan has 10^4–10^5).
-pub(crate) const TAP_BATCH: usize = 64;
 
 async fn run_search(
     mut ldap: Ldap,

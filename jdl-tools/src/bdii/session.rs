@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bdii::query::{BdiiError, Entry, Search, Tap, TAP_BATCH};
+use crate::bdii::entry::Entry;
+use crate::bdii::search::{BdiiError, Search, Tap, TAP_BATCH};
 use crate::bdii::wire::{self, Message, NameCache};
 
 /// Searches under services in flight at once, one per connection: as many
