@@ -370,10 +370,10 @@ async fn run_search(
     Ok(out)
 }
 
-/// An entry straight from its `SearchResultEntry` BER: the DN and values keep
-/// the buffers they were decoded into (no second copy, no per-entry map of
-/// names). As ldap3's `SearchEntry` does, an attribute with a value that is
-/// not UTF-8 (none in GLUE) is left out; a malformed entry is skipped.
+/// An entry from the tag tree ldap3's client hands over (`ldapi://` only;
+/// `ldap://` replies are read by [`crate::bdii::wire`]). As ldap3's
+/// `SearchEntry` does, an attribute with a value that is not UTF-8 (none in
+/// GLUE) is left out; a malformed entry is skipped.
 fn decode_entry(tag: ldap3::asn1::StructureTag, names: &mut NameCache) -> Option<Entry> {
     names.restart();
     let mut parts = tag.match_id(4)?.expect_constructed()?.into_iter();
