@@ -268,6 +268,13 @@ impl ClassAd {
     /// Sets an attribute, remembering where it was written.
     pub fn insert_at(&mut self, name: &str, expr: Expr, pos: Pos) {
         let (sym, name) = Sym::intern(name);
+        self.insert_sym(sym, name, expr, pos);
+    }
+
+    /// Sets an attribute whose name the caller has interned already (`sym`
+    /// must be [`Sym::of`] `name`): builders of many ads, on several threads,
+    /// look each name up once instead of once per ad.
+    pub fn insert_sym(&mut self, sym: Sym, name: Arc<str>, expr: Expr, pos: Pos) {
         let data = Arc::make_mut(&mut self.0);
         match data.index.binary_search_by_key(&sym, |e| e.0) {
             Ok(i) => {

@@ -15,15 +15,19 @@
 //! with a warning, never trusted and never fatal.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+// The joins hash 10^4–10^5 DNs per query: foldhash (seeded per process) instead of SipHash.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::bdii::entry::Values;
 pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
-use cder_classad::ast::{ClassAd, Expr};
+use cder_classad::ast::{ClassAd, Expr, Pos, Sym};
 use cder_classad::value::Value;
 use cder_request::keys;
+use std::sync::Arc;
 
 /// The CDER key prefix of GPGPUs (design.md: other types use their own).
 pub const DEFAULT_PREFIX: &str = glue::GPGPU_PREFIX;
@@ -90,8 +94,12 @@ fn integer_like(v: &str) -> bool {
 /// in a ClassAd integer (i64) rather than reading them as something else.
 pub fn typed_checked(value: &str) -> Result<Value, String> {
     let v = value.trim();
-    if integer_like(v) && v.parse::<i64>().is_err() {
-        return Err(format!("{value:?} is out of range (not a 64-bit integer)"));
+    if integer_like(v) {
+        // Parsed once: most published values are integers.
+        return v
+            .parse::<i64>()
+            .map(Value::Int)
+            .map_err(|_| format!("{value:?} is out of range (not a 64-bit integer)"));
     }
     Ok(typed(value))
 }
@@ -249,7 +257,34 @@ fn add_pair<'k, K: std::borrow::Borrow<str> + From<&'k str>>(
 /// The CDER pairs of one carrier's OtherInfo. Any OtherInfo without `=`
 /// on a carrier is malformed (a carrier is an entity with CDER keys).
 fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<Pairs<&'a str>, String> {
+    // 10^4–10^5 carriers per query, nearly all well formed: read in one pass
+    // and sorted once; any fault is then found again value by value, so that
+    // the warning names the first one in the entry's order.
     let other_info = e.all("GLUE2EntityOtherInfo");
+    let mut pairs = Vec::with_capacity(other_info.len());
+    for v in other_info {
+        let Some((k, val)) = v.split_once('=') else {
+            return other_info_fault(other_info, prefixes);
+        };
+        let (k, val) = (k.trim(), val.trim());
+        if !is_cder_key(k, prefixes) {
+            continue;
+        }
+        match typed_checked(val) {
+            Ok(v) if matches!(v, Value::Int(_) | Value::Real(_)) || !must_be_number(k, prefixes) => pairs.push((k, v)),
+            _ => return other_info_fault(other_info, prefixes),
+        }
+    }
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
+        return other_info_fault(other_info, prefixes);
+    }
+    Ok(Pairs(pairs))
+}
+
+/// The first fault of an OtherInfo list, met value by value as
+/// [`add_pair`] meets them.
+fn other_info_fault<'a>(other_info: Values<'a>, prefixes: &[String]) -> Result<Pairs<&'a str>, String> {
     let mut out = Pairs::with_capacity(other_info.len());
     for v in other_info {
         let Some((k, val)) = v.split_once('=') else {
@@ -352,31 +387,55 @@ impl Keep {
     }
 }
 
+/// The attribute names of the ads one thread builds, each interned once
+/// with a copy of its spelling of that thread's own: the shared interner's
+/// lock and spellings, touched per attribute by two threads, cost more than
+/// building the ads.
+#[derive(Default)]
+struct AdNames(HashMap<Box<str>, (Sym, Arc<str>)>);
+
+impl AdNames {
+    fn get(&mut self, name: &str) -> (Sym, Arc<str>) {
+        if let Some((sym, spelled)) = self.0.get(name) {
+            return (*sym, spelled.clone());
+        }
+        let named = (Sym::of(name), Arc::<str>::from(name));
+        self.0.insert(name.into(), named.clone());
+        named
+    }
+}
+
 /// An offer's ClassAd under construction: only the attributes `keep` wants
 /// (and the offer's own `Requirements`) go in.
 struct Ad<'k> {
     ad: ClassAd,
     keep: &'k Keep,
+    names: &'k mut AdNames,
 }
 
 impl<'k> Ad<'k> {
-    fn new(keep: &'k Keep) -> Ad<'k> {
-        Ad { ad: ClassAd::new(), keep }
+    fn new(keep: &'k Keep, names: &'k mut AdNames) -> Ad<'k> {
+        Ad { ad: ClassAd::new(), keep, names }
     }
 
     fn wants(&self, name: &str) -> bool {
         self.keep.wants(name)
     }
 
+    fn insert(&mut self, name: &str, v: Value) {
+        let (sym, spelled) = self.names.get(name);
+        self.ad.insert_sym(sym, spelled, Expr::Lit(v), Pos::default());
+    }
+
     fn put(&mut self, name: &str, v: Value) {
         if name == keys::REQUIREMENTS || self.wants(name) {
-            self.ad.insert(name, Expr::Lit(v));
+            self.insert(name, v);
         }
     }
 
     fn put_str(&mut self, name: &str, v: &str) {
         if self.wants(name) {
-            self.ad.insert(name, Expr::Lit(Value::Str(v.into())));
+            self.insert(name, Value::Str(v.into()));
         }
     }
 }
@@ -636,26 +695,115 @@ fn check_carrier(e: &Entry, pairs: &Pairs<&str>, prefixes: &[String]) -> Result<
 
 /// Reads every carrier's OtherInfo, in order, on a few threads: each carrier
 /// is read on its own (10^4–10^5 of them, a third of building the offers).
-fn read_carriers<'a>(carriers: &'a [Entry], prefixes: &[String], check: bool) -> Vec<CarrierRead<'a>> {
-    let read = |c: &'a Entry| {
+/// Those [`Bdii::fetch`](crate::bdii::Bdii::fetch) read already are taken from `early`.
+fn read_carriers<'a>(
+    carriers: &'a [Entry],
+    early: &'a CarrierReads,
+    prefixes: &[String],
+    check: bool,
+) -> Vec<CarrierRead<'a>> {
+    let early = early.usable(prefixes, check);
+    let read = |at: usize, c: &'a Entry| {
+        if let Some(read) = early.and_then(|early| early.get(at, c)) {
+            return read;
+        }
         let pairs = other_info_pairs(c, prefixes);
         let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
         CarrierRead { pairs, checked }
     };
-    in_parts(carriers, |part| part.iter().map(read).collect::<Vec<_>>()).into_iter().flatten().collect()
+    in_parts(carriers, |start, part| part.iter().enumerate().map(|(i, c)| read(start + i, c)).collect::<Vec<_>>())
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Carriers' CDER pairs read by [`Bdii::fetch`](crate::bdii::Bdii::fetch)
+/// while their scan streamed in: the thread that waits on the scan reads each
+/// batch while it is still in cache, and the build takes these reads instead
+/// of walking 10^4–10^5 entries again after the scan.
+#[derive(Clone, Debug, Default)]
+pub struct CarrierReads {
+    /// What they were read with: a build with other prefixes or checks reads anew.
+    prefixes: Vec<String>,
+    check: bool,
+    /// The CDER keys met, each once (a grid publishes a few dozen).
+    keys: Vec<Box<str>>,
+    key_at: HashMap<Box<str>, u32>,
+    /// Per carrier of the snapshot, in its order (None or missing: not read).
+    reads: Vec<Option<EarlyRead>>,
+}
+
+/// One carrier read early: its pairs by key number in [`CarrierReads::keys`].
+#[derive(Clone, Debug)]
+pub struct EarlyRead {
+    /// The carrier's DN (address and length), so that a read never passes for another entry's.
+    dn: (usize, usize),
+    pairs: Result<Vec<(u32, Value)>, String>,
+    checked: Option<Result<(), String>>,
+}
+
+impl CarrierReads {
+    /// Reads for a build with these `prefixes`; `check`: range-check the
+    /// carriers too (no Extension can add to their pairs).
+    pub fn new(prefixes: Vec<String>, check: bool) -> CarrierReads {
+        CarrierReads { prefixes, check, ..CarrierReads::default() }
+    }
+
+    /// Reads one carrier, to be [`filed`](Self::file) once its place is known.
+    pub fn read(&mut self, e: &Entry) -> EarlyRead {
+        let pairs = other_info_pairs(e, &self.prefixes);
+        let checked = pairs.as_ref().ok().filter(|_| self.check).map(|p| check_carrier(e, p, &self.prefixes));
+        let pairs = pairs.map(|p| p.into_iter().map(|(k, v)| (self.key(k), v)).collect());
+        EarlyRead { dn: (e.dn.as_ptr() as usize, e.dn.len()), pairs, checked }
+    }
+
+    fn key(&mut self, k: &str) -> u32 {
+        if let Some(&i) = self.key_at.get(k) {
+            return i;
+        }
+        let i = self.keys.len() as u32;
+        self.keys.push(k.into());
+        self.key_at.insert(k.into(), i);
+        i
+    }
+
+    /// Files `read` as the read of the snapshot's carrier number `at`.
+    pub fn file(&mut self, at: usize, read: EarlyRead) {
+        if self.reads.len() <= at {
+            self.reads.resize_with(at + 1, || None);
+        }
+        self.reads[at] = Some(read);
+    }
+
+    /// These reads, when made as a build with `prefixes` and `check` would make them.
+    fn usable(&self, prefixes: &[String], check: bool) -> Option<&CarrierReads> {
+        (!self.reads.is_empty() && self.check == check && self.prefixes == prefixes).then_some(self)
+    }
+
+    /// The read of carrier `at`, when it was read and `e` is still that entry.
+    fn get<'a>(&'a self, at: usize, e: &Entry) -> Option<CarrierRead<'a>> {
+        let read = self.reads.get(at)?.as_ref().filter(|r| r.dn == (e.dn.as_ptr() as usize, e.dn.len()))?;
+        let pairs = match &read.pairs {
+            Ok(pairs) => Ok(Pairs(pairs.iter().map(|(k, v)| (&*self.keys[*k as usize], v.clone())).collect())),
+            Err(why) => Err(why.clone()),
+        };
+        Some(CarrierRead { pairs, checked: read.checked.clone() })
+    }
 }
 
 /// `work` over `items` split in order across a few threads when there are
-/// many (10^4–10^5 carriers or shares), else on this one; the parts' results in order.
-fn in_parts<'t, T: Sync, R: Send>(items: &'t [T], work: impl Fn(&'t [T]) -> R + Sync) -> Vec<R> {
+/// many (10^4–10^5 carriers or shares), else on this one; the parts' results
+/// in order. `work` is given each part with the index of its first item.
+fn in_parts<'t, T: Sync, R: Send>(items: &'t [T], work: impl Fn(usize, &'t [T]) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     if threads < 2 || items.len() < 4096 {
-        return vec![work(items)];
+        return vec![work(0, items)];
     }
     let work = &work;
+    let size = items.len().div_ceil(threads);
     std::thread::scope(|s| {
         let parts: Vec<_> =
-            items.chunks(items.len().div_ceil(threads)).map(|part| s.spawn(move || work(part))).collect();
+            items.chunks(size).enumerate().map(|(i, part)| s.spawn(move || work(i * size, part))).collect();
         parts.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     })
 }
@@ -815,7 +963,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // carrier keeps its slot, its pairs None, and a warning says why.
     let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
     let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
-    let reads = read_carriers(&snap.carriers, prefixes, snap.extensions.is_empty());
+    let reads = read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty());
     for (c, read) in snap.carriers.iter().zip(reads) {
         let Some(id) = id_of(c) else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
@@ -991,7 +1139,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // Each share with its carrier and service, read on a few threads, then met in order
     // here (this makes the services' slots; a service's shares usually come together), so
     // that the offers can then be built on several threads.
-    let read = in_parts(&shares, |part| {
+    let read = in_parts(&shares, |_, part| {
         part.iter()
             .filter_map(|&share| {
                 let share_id = share.first("GLUE2ShareID")?;
@@ -1022,8 +1170,9 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
     let mut claims: Vec<(usize, bool, &str)> = Vec::new();
     let mut built: HashSet<(String, usize)> = HashSet::new();
-    let parts = in_parts(&placed_shares, |part| {
+    let parts = in_parts(&placed_shares, |_, part| {
         let mut got = ShareOffers::default();
+        let mut names = AdNames::default();
         // First-wins within the part; the merge below settles it across parts.
         let mut built: HashSet<(String, usize)> = HashSet::new();
         for &(share, share_id, carrier, service) in part {
@@ -1132,7 +1281,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 if blind.as_ref().is_some_and(|key| !built.insert(key.clone())) {
                     continue;
                 }
-                let mut ad = Ad::new(keep);
+                let mut ad = Ad::new(keep, &mut names);
                 ad.put_str("MyType", "Machine");
                 ad.put_str("Name", &ce_id);
                 ad.put_str("GlueCEUniqueID", &ce_id);
@@ -1330,6 +1479,7 @@ fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
 fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut index: Option<&mut Vec<OfferTraits>>) {
     let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
+    let mut names = AdNames::default();
     let glue2_ces: BTreeSet<String> = out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
     for sc in &snap.subclusters {
@@ -1393,7 +1543,7 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
                 out.warnings.push(format!("{}: skipped: {why}", e.dn));
                 continue;
             }
-            let mut ad = Ad::new(&keep);
+            let mut ad = Ad::new(&keep, &mut names);
             ad.put_str("MyType", "Machine");
             ad.put_str("Name", ce_id);
             for e in [ce, *sc] {
@@ -1687,6 +1837,57 @@ mod tests {
             o.offers.iter().map(|x| &x.ce_id).collect::<Vec<_>>()
         );
         assert!(o.offers.is_empty(), "{:?}", o.offers.len());
+    }
+
+    /// The first fault in the entry's order is the one named, whatever comes after it.
+    #[test]
+    fn the_first_fault_of_an_other_info_list_is_named() {
+        let o = build_offers(
+            &site(&["GPGPUPerNode=2", "GPGPUPerNode=4", "GPGPUMainMemorySize=lots", "GPGPUVendor"]),
+            &prefixes(),
+            None,
+        );
+        assert_eq!(o.warnings.len(), 1, "{:?}", o.warnings);
+        assert!(o.warnings[0].ends_with("GPGPUPerNode is given twice"), "{:?}", o.warnings);
+        let o = build_offers(&site(&["GPGPUMainMemorySize=lots", "GPGPUPerNode=2", "GPGPUPerNode=4"]), &prefixes(), None);
+        assert!(o.warnings[0].ends_with("GPGPUMainMemorySize=\"lots\" is not a number"), "{:?}", o.warnings);
+    }
+
+    /// Carriers read while the scan streamed build the same offers, with the
+    /// same warnings, as carriers read by the build; a read filed for another
+    /// entry, or made with other prefixes, is not taken.
+    #[test]
+    fn carriers_read_early_build_what_the_build_would() {
+        for info in [
+            &["GPGPUVendor=Nvidia", "GPGPUPerNode=2", "GPGPUMainMemorySize=16384", "GPGPUModel=Tesla K80"][..],
+            &["GPGPUVendor=Nvidia", "GPGPUPerNode=2", "GPGPUPerNode=4"],
+            &["GPGPUVendor=Nvidia", "GPGPUTotalInstances=-1"],
+            &["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=lots"],
+            &["GPGPUVendor"],
+        ] {
+            let plain = site(info);
+            let expected = format!("{:?}", build_offers(&plain, &prefixes(), None));
+            for (with, at) in [(prefixes(), 0), (prefixes(), 1), (vec!["NPU".to_string()], 0)] {
+                let mut snap = site(info);
+                let mut reads = CarrierReads::new(with, snap.extensions.is_empty());
+                let read = reads.read(&snap.carriers[0]);
+                reads.file(at, read);
+                snap.carrier_reads = reads;
+                if at == 1 {
+                    // Filed for a carrier that is another entry: a copy of the first.
+                    snap.carriers.push(snap.carriers[0].clone());
+                    snap.carriers.swap(0, 1);
+                    let mut again = plain.clone();
+                    again.carriers.push(again.carriers[0].clone());
+                    assert_eq!(
+                        format!("{:?}", build_offers(&snap, &prefixes(), None)),
+                        format!("{:?}", build_offers(&again, &prefixes(), None))
+                    );
+                    continue;
+                }
+                assert_eq!(format!("{:?}", build_offers(&snap, &prefixes(), None)), expected, "{info:?}");
+            }
+        }
     }
 
     #[test]

@@ -10,11 +10,15 @@
 //! with RFC 4515 rules ([`ldap3::ldap_escape`]) before it enters a filter, so
 //! `*`, `(`, `)`, `\` and NUL in a JDL cannot widen a query.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+// Carrier DNs are hashed 10^4–10^5 times per query: foldhash (seeded per process), not SipHash.
+use foldhash::{HashSet, HashSetExt};
 use std::time::Duration;
 
 use crate::bdii::entry::parent_rdn_attr;
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
+use crate::bdii::offers::{CarrierReads, EarlyRead};
 pub use crate::bdii::search::{BdiiError, Search};
 use crate::bdii::search::{Tap, TAP_BATCH};
 use crate::bdii::session::{tcp_address, Peer, Session, SessionPool};
@@ -176,6 +180,8 @@ pub struct Snapshot {
     pub queries: usize,
     /// The offer attributes the job may look up ([`Wanted::names`]; None: any).
     pub names: Option<BTreeSet<String>>,
+    /// CDER pairs of `carriers` read while they streamed in (the build reads the rest).
+    pub carrier_reads: CarrierReads,
 }
 
 /// `(|(attr=v1)(attr=v2)…)` with each value escaped; `None` for no values.
@@ -726,7 +732,10 @@ impl Bdii {
         let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
         let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
         // Per slow search, its entries in the order it returned them.
-        let mut found: Vec<Vec<Entry>> = vec![Vec::new(); slow.len()];
+        let mut found: Vec<Vec<(Entry, EarlyRead)>> = vec![Vec::new(); slow.len()];
+        // Their CDER pairs are read here, while each batch is in cache: this thread
+        // would only wait for the scan, and the build would read them all again after it.
+        let mut reads = CarrierReads::new(wanted.prefixes.iter().cloned().collect(), snap.extensions.is_empty());
         while let Some((at, batch)) = self.rt.block_on(slow_entries.recv()) {
             for e in batch {
                 let service = service_base(&e.dn);
@@ -739,16 +748,19 @@ impl Bdii {
                         asked.insert(service.to_string(), (plan.clone(), pending));
                     }
                 }
-                found[at].push(e);
+                let read = reads.read(&e);
+                found[at].push((e, read));
             }
         }
         // The searches' own results are empty (tapped); joined for their errors.
         self.join_all(slow)?;
-        for e in found.into_iter().flatten() {
+        for (e, read) in found.into_iter().flatten() {
             if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                reads.file(snap.carriers.len(), read);
                 snap.carriers.push(e);
             }
         }
+        snap.carrier_reads = reads;
         if glue2 && !asked.is_empty() {
             let (plans, pending): (BTreeMap<String, ServicePlan>, Vec<Pending>) =
                 asked.into_iter().map(|(service, (plan, pending))| ((service, plan), pending)).unzip();
