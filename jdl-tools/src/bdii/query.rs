@@ -16,9 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use foldhash::{HashSet, HashSetExt};
 use std::time::Duration;
 
+use crate::bdii::carrier::{CarrierReads, EarlyRead};
 use crate::bdii::entry::parent_rdn_attr;
 pub use crate::bdii::entry::{entity_id, parent_dn, service_base, service_dn, Entry};
-use crate::bdii::offers::{CarrierReads, EarlyRead};
 pub use crate::bdii::search::{BdiiError, Search};
 use crate::bdii::search::{Tap, TAP_BATCH};
 use crate::bdii::session::{tcp_address, Peer, Session, SessionPool};
