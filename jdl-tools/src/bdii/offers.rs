@@ -115,26 +115,31 @@ enum CeIdSource {
 /// Whether the service under `key` owns `ce_id`: its host is the host of one
 /// of the service's endpoint URLs, or it is the service's own ID.
 fn service_owns(ce_id: &str, key: &str, svc: &Service) -> bool {
-    let host = |s: &str| host_port(s).map(|hp| hp.split(':').next().unwrap_or_default().to_ascii_lowercase());
-    let ce_host = host(ce_id);
-    let by_endpoint = ce_host.as_deref().is_some_and(|h| {
+    // Compared in place, case folded: every offer of a grid asks this.
+    fn host(s: &str) -> Option<&str> {
+        host_port(s).map(|hp| hp.split(':').next().unwrap_or_default())
+    }
+    let by_endpoint = host(ce_id).is_some_and(|h| {
         !h.is_empty()
-            && svc.endpoints.iter().filter_map(|e| e.first("GLUE2EndpointURL")).any(|u| host(u).as_deref() == Some(h))
+            && svc
+                .endpoints
+                .iter()
+                .filter_map(|e| e.first("GLUE2EndpointURL"))
+                .any(|u| host(u).is_some_and(|u| u.eq_ignore_ascii_case(h)))
     });
     let service_id = match key.split_once(':') {
-        Some(("id", id)) => Some(id.to_ascii_lowercase()),
-        Some(("dn", dn)) => {
-            dn.split_once('=').map(|(_, rest)| rest.split(',').next().unwrap_or_default().trim().to_string())
-        }
+        Some(("id", id)) => Some(id),
+        Some(("dn", dn)) => dn.split_once('=').map(|(_, rest)| rest.split(',').next().unwrap_or_default().trim()),
         _ => None,
     };
-    by_endpoint || service_id.is_some_and(|id| !id.is_empty() && id == ce_id.to_ascii_lowercase())
+    by_endpoint || service_id.is_some_and(|id| !id.is_empty() && id.eq_ignore_ascii_case(ce_id))
 }
 
-fn host_port(url: &str) -> Option<String> {
+/// The `host:port` of a URL (or of a CE ID, `host:port/queue`).
+fn host_port(url: &str) -> Option<&str> {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
     let hp = rest.split('/').next()?;
-    (!hp.is_empty()).then(|| hp.to_string())
+    (!hp.is_empty()).then_some(hp)
 }
 
 /// The offer attributes a job may look up (lower-cased, interned), from
@@ -778,17 +783,15 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         for &(share, share_id, carrier, service) in part {
             let svc = &services.list[service];
             let share_cder = carrier.and_then(|c| c.pairs.as_ref());
-            let named: BTreeSet<&str> = share
-                .all("GLUE2ComputingShareExecutionEnvironmentForeignKey")
-                .iter()
-                .chain(share.all("GLUE2ShareResourceForeignKey"))
-                .collect();
-            let ees: Vec<&Entry> = svc
-                .ees
-                .iter()
-                .filter(|(id, _)| named.is_empty() || id.is_some_and(|id| named.contains(id)))
-                .map(|&(_, e)| e)
-                .collect();
+            // A share names one or two EEs and endpoints: looked up in place, not collected.
+            let (ee_fks, resource_fks) = (
+                share.all("GLUE2ComputingShareExecutionEnvironmentForeignKey"),
+                share.all("GLUE2ShareResourceForeignKey"),
+            );
+            let named = |id: &str| ee_fks.iter().chain(resource_fks.iter()).any(|n| n == id);
+            let names_none = ee_fks.is_empty() && resource_fks.is_empty();
+            let ees: Vec<&Entry> =
+                svc.ees.iter().filter(|(id, _)| names_none || id.is_some_and(named)).map(|&(_, e)| e).collect();
             if ees.is_empty() && share_cder.is_none() {
                 continue;
             }
@@ -816,15 +819,15 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 }
             }
             let queue = share.first("GLUE2ComputingShareMappingQueue");
-            let named_endpoints: BTreeSet<&str> = share
-                .all("GLUE2ShareEndpointForeignKey")
-                .iter()
-                .chain(share.all("GLUE2ComputingShareComputingEndpointForeignKey"))
-                .collect();
+            let (endpoint_fks, computing_endpoint_fks) = (
+                share.all("GLUE2ShareEndpointForeignKey"),
+                share.all("GLUE2ComputingShareComputingEndpointForeignKey"),
+            );
+            let named_endpoint = |id: &str| endpoint_fks.iter().chain(computing_endpoint_fks.iter()).any(|n| n == id);
             let endpoint = svc
                 .endpoints
                 .iter()
-                .find(|e| e.first("GLUE2EndpointID").is_some_and(|id| named_endpoints.contains(id)))
+                .find(|e| e.first("GLUE2EndpointID").is_some_and(named_endpoint))
                 .or_else(|| svc.endpoints.first())
                 .copied();
             let manager_of = |e: &Entry| -> Option<&Entry> {
@@ -886,7 +889,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
                 ad.put_str("Name", &ce_id);
                 ad.put_str("GlueCEUniqueID", &ce_id);
                 if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
-                    ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(&hp));
+                    ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(hp));
                 }
                 copy_glue2(&mut ad, share);
                 if let Some(e) = ee {
