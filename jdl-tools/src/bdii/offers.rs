@@ -372,23 +372,25 @@ struct Carrier<'a> {
     checked: Option<Result<(), String>>,
 }
 
-/// Reads every carrier's OtherInfo, in order, on a few threads: each carrier
-/// is read on its own (10^4–10^5 of them, a third of building the offers).
-/// Those [`Bdii::fetch`](crate::bdii::Bdii::fetch) read already are taken from `early`.
+/// Reads every carrier's OtherInfo, in order, on a few threads, with its ID
+/// and its service: each carrier is read on its own (10^4–10^5 of them, a
+/// third of building the offers). Those [`Bdii::fetch`](crate::bdii::Bdii::fetch)
+/// read already are taken from `early`.
 fn read_carriers<'a>(
     carriers: &'a [Entry],
     early: &'a CarrierReads,
     prefixes: &[String],
     check: bool,
-) -> Vec<CarrierRead<'a>> {
+    managers_by_id: &HashMap<&str, &'a Entry>,
+) -> Vec<(CarrierRead<'a>, Option<&'a str>, Option<ServiceRef<'a>>)> {
     let early = early.usable(prefixes, check);
     let read = |at: usize, c: &'a Entry| {
-        if let Some(read) = early.and_then(|early| early.get(at, c)) {
-            return read;
-        }
-        let pairs = other_info_pairs(c, prefixes);
-        let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
-        CarrierRead { pairs, checked }
+        let read = early.and_then(|early| early.get(at, c)).unwrap_or_else(|| {
+            let pairs = other_info_pairs(c, prefixes);
+            let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
+            CarrierRead { pairs, checked }
+        });
+        (read, id_of(c), service_key(c, managers_by_id))
     };
     in_parts(carriers, |start, part| part.iter().enumerate().map(|(i, c)| read(start + i, c)).collect::<Vec<_>>())
         .into_iter()
@@ -568,9 +570,10 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // carrier keeps its slot, its pairs None, and a warning says why.
     let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
     let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
-    let reads = read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty());
-    for (c, read) in snap.carriers.iter().zip(reads) {
-        let Some(id) = id_of(c) else {
+    let reads =
+        read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty(), &managers_by_id);
+    for (c, (read, id, service)) in snap.carriers.iter().zip(reads) {
+        let Some(id) = id else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
             continue;
         };
@@ -578,7 +581,6 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             MapEntry::Occupied(_) => continue,
             MapEntry::Vacant(slot) => slot.insert(carriers.len()),
         };
-        let service = service_key(c, &managers_by_id);
         let pairs =
             read.pairs.map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn))).ok();
         carriers.push(Carrier { entry: c, id, service, pairs, checked: read.checked });
@@ -734,29 +736,41 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }
     }
 
-    let mut shares: Vec<&Entry> = Vec::new();
-    let mut seen: HashSet<Caseless> = HashSet::with_capacity(snap.shares.len() + snap.carriers.len());
-    for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
-        if seen.insert(Caseless(&s.dn)) {
-            shares.push(s);
-        }
-    }
     // Each share with its carrier and service, read on a few threads, then met in order
     // here (this makes the services' slots; a service's shares usually come together), so
     // that the offers can then be built on several threads.
-    let read = in_parts(&shares, |_, part| {
-        part.iter()
-            .filter_map(|&share| {
-                let share_id = share.first("GLUE2ShareID")?;
-                let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
-                if carrier.is_some_and(|c| c.pairs.is_none()) {
-                    return None;
-                }
-                Some((share, share_id, carrier, service_key(share, &managers_by_id)?))
-            })
-            .collect::<Vec<_>>()
-    });
-    let mut placed_shares: Vec<(&Entry, &str, Option<&Carrier>, usize)> = Vec::with_capacity(shares.len());
+    let read = if snap.shares.is_empty() && carriers.len() == snap.carriers.len() {
+        // Every carrier kept, each DN once (a fetch's snapshot of keys on shares): the
+        // shares are the carriers that are shares, each its own carrier, its service known.
+        in_parts(&carriers, |_, part| {
+            part.iter()
+                .filter(|c| c.pairs.is_some() && c.entry.is_a("GLUE2ComputingShare"))
+                .filter_map(|c| Some((c.entry, c.entry.first("GLUE2ShareID")?, Some(c), c.service?)))
+                .collect::<Vec<_>>()
+        })
+    } else {
+        let mut shares: Vec<&Entry> = Vec::new();
+        let mut seen: HashSet<Caseless> = HashSet::with_capacity(snap.shares.len() + snap.carriers.len());
+        for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
+            if seen.insert(Caseless(&s.dn)) {
+                shares.push(s);
+            }
+        }
+        in_parts(&shares, |_, part| {
+            part.iter()
+                .filter_map(|&share| {
+                    let share_id = share.first("GLUE2ShareID")?;
+                    let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
+                    if carrier.is_some_and(|c| c.pairs.is_none()) {
+                        return None;
+                    }
+                    Some((share, share_id, carrier, service_key(share, &managers_by_id)?))
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let mut placed_shares: Vec<(&Entry, &str, Option<&Carrier>, usize)> =
+        Vec::with_capacity(read.iter().map(Vec::len).sum());
     let mut last: Option<(ServiceRef, usize)> = None;
     for (share, share_id, carrier, key) in read.into_iter().flatten() {
         let service = match last {
