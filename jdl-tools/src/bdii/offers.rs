@@ -1431,6 +1431,49 @@ mod tests {
         assert!(o.offers.is_empty(), "{:?}", o.offers.len());
     }
 
+    /// Keys on shares: the shares of a fetch's snapshot (each DN once) are read
+    /// from its carriers; a snapshot with a DN twice is read the general way, and
+    /// both give the same offers and warnings.
+    #[test]
+    fn shares_carrying_keys_build_alike_whichever_way_they_are_met() {
+        let service = |n: u32| format!("GLUE2ServiceID=ce{n},GLUE2GroupID=resource,o=glue");
+        let share = |n: u32, q: &str, info: &[&str]| {
+            let mut attrs = vec![
+                ("objectClass", "GLUE2ComputingShare".to_string()),
+                ("GLUE2ShareID", format!("{q}_ce{n}")),
+                ("GLUE2ComputingShareMappingQueue", q.to_string()),
+                ("GLUE2EntityOtherInfo", format!("CREAMCEId=ce{n}.example.org:8443/cream-slurm-{q}")),
+            ];
+            attrs.extend(info.iter().map(|v| ("GLUE2EntityOtherInfo", v.to_string())));
+            let dn = format!("GLUE2ShareID={q}_ce{n},{}", service(n));
+            Entry::from_pairs(&dn, attrs.iter().map(|(k, v)| (*k, v.as_str())))
+        };
+        let endpoint = |n: u32| {
+            Entry::from_pairs(
+                &format!("GLUE2EndpointID=e{n},{}", service(n)),
+                [
+                    ("GLUE2EndpointID", format!("e{n}").as_str()),
+                    ("GLUE2EndpointURL", &format!("https://ce{n}.example.org:8443/ce-cream/services")),
+                ],
+            )
+        };
+        let unique = Snapshot {
+            carriers: vec![
+                share(1, "q1", &["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]),
+                share(1, "q2", &["GPGPUVendor=Nvidia", "GPGPUPerNode=2", "GPGPUPerNode=4"]),
+                share(2, "q1", &["GPGPUVendor=AMD", "GPGPUMainMemorySize=65536"]),
+            ],
+            endpoints: vec![endpoint(1), endpoint(2)],
+            ..Default::default()
+        };
+        let mut twice = unique.clone();
+        twice.carriers.push(unique.carriers[0].clone());
+        let (a, b) = (build_offers(&unique, &prefixes(), None), build_offers(&twice, &prefixes(), None));
+        assert_eq!(a.offers.len(), 2, "{:?}", a.offers);
+        assert_eq!(a.warnings.len(), 1, "{:?}", a.warnings);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+
     /// The first fault in the entry's order is the one named, whatever comes after it.
     #[test]
     fn the_first_fault_of_an_other_info_list_is_named() {
