@@ -370,19 +370,39 @@ struct Carrier<'a> {
     pairs: Option<Pairs<&'a str>>,
     /// The range checks of `pairs`, when made already (no Extension can add to them).
     checked: Option<Result<(), String>>,
+    /// Its share ID, when it is a ComputingShare.
+    share_id: Option<&'a str>,
+    /// An ExecutionEnvironment; an ApplicationEnvironment.
+    ee: bool,
+    app_env: bool,
 }
 
-/// Reads every carrier's OtherInfo, in order, on a few threads, with its ID
-/// and its service: each carrier is read on its own (10^4–10^5 of them, a
-/// third of building the offers). Those [`Bdii::fetch`](crate::bdii::Bdii::fetch)
-/// read already are taken from `early`.
+/// What the build needs of one carrier entry, read on the threads of
+/// [`read_carriers`] (every fact that needs the entry's own memory, read in
+/// one visit: 10^4–10^5 entries do not fit in a cache).
+struct CarrierFacts<'a> {
+    read: CarrierRead<'a>,
+    id: Option<&'a str>,
+    service: Option<ServiceRef<'a>>,
+    /// Its share ID, when it is a ComputingShare.
+    share_id: Option<&'a str>,
+    dn: HashedDn<'a>,
+    ee: bool,
+    app_env: bool,
+}
+
+/// Reads every carrier, in order, on a few threads: its OtherInfo, ID,
+/// service, classes and hashed DN (10^4–10^5 carriers; the OtherInfo alone
+/// was a third of building the offers). Pairs that
+/// [`Bdii::fetch`](crate::bdii::Bdii::fetch) read already are taken from `early`.
 fn read_carriers<'a>(
     carriers: &'a [Entry],
     early: &'a CarrierReads,
     prefixes: &[String],
     check: bool,
     managers_by_id: &HashMap<&str, &'a Entry>,
-) -> Vec<(CarrierRead<'a>, Option<&'a str>, Option<ServiceRef<'a>>)> {
+    dns: &DnHashes,
+) -> Vec<CarrierFacts<'a>> {
     let early = early.usable(prefixes, check);
     let read = |at: usize, c: &'a Entry| {
         let read = early.and_then(|early| early.get(at, c)).unwrap_or_else(|| {
@@ -390,13 +410,77 @@ fn read_carriers<'a>(
             let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
             CarrierRead { pairs, checked }
         });
-        (read, id_of(c), service_key(c, managers_by_id))
+        CarrierFacts {
+            read,
+            id: id_of(c),
+            service: service_key(c, managers_by_id),
+            share_id: c.is_a("GLUE2ComputingShare").then(|| c.first("GLUE2ShareID")).flatten(),
+            dn: dns.of(&c.dn),
+            ee: c.is_a("GLUE2ExecutionEnvironment"),
+            app_env: c.is_a("GLUE2ApplicationEnvironment"),
+        }
     };
     in_parts(carriers, |start, part| part.iter().enumerate().map(|(i, c)| read(start + i, c)).collect::<Vec<_>>())
         .into_iter()
         .flatten()
         .collect()
 }
+
+/// A DN with its [`Caseless`] hash worked out beforehand, on the threads
+/// that read the carriers: filing 10^4–10^5 of them in one map on one
+/// thread is then a probe each, not a hash of some 150 bytes.
+#[derive(Clone, Copy, Debug)]
+struct HashedDn<'a> {
+    hash: u64,
+    dn: Caseless<'a>,
+}
+
+impl PartialEq for HashedDn<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.dn == other.dn
+    }
+}
+
+impl Eq for HashedDn<'_> {}
+
+impl std::hash::Hash for HashedDn<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// How DNs are hashed for one build (seeded per process, as foldhash's maps are).
+#[derive(Default)]
+struct DnHashes(foldhash::fast::RandomState);
+
+impl DnHashes {
+    fn of<'a>(&self, dn: &'a str) -> HashedDn<'a> {
+        use std::hash::BuildHasher;
+        HashedDn { hash: self.0.hash_one(Caseless(dn)), dn: Caseless(dn) }
+    }
+}
+
+/// Hands a [`HashedDn`]'s hash to the map as it is.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only [`HashedDn`] is hashed with this: a u64.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Carriers by DN, each DN hashed before it is filed ([`HashedDn`]).
+type ByDn<'a> = std::collections::HashMap<HashedDn<'a>, usize, std::hash::BuildHasherDefault<PassThrough>>;
 
 /// `work` over `items` split in order across a few threads when there are
 /// many (10^4–10^5 carriers or shares), else on this one; the parts' results
@@ -569,21 +653,26 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     // One carrier per DN (the first entry wins), with its CDER pairs; an unusable
     // carrier keeps its slot, its pairs None, and a warning says why.
     let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
-    let mut by_dn: HashMap<Caseless, usize> = HashMap::with_capacity(snap.carriers.len());
-    let reads =
-        read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty(), &managers_by_id);
-    for (c, (read, id, service)) in snap.carriers.iter().zip(reads) {
-        let Some(id) = id else {
+    let dns = DnHashes::default();
+    let mut by_dn: ByDn = ByDn::with_capacity_and_hasher(snap.carriers.len(), Default::default());
+    let facts =
+        read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty(), &managers_by_id, &dns);
+    for (c, f) in snap.carriers.iter().zip(facts) {
+        let Some(id) = f.id else {
             out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
             continue;
         };
-        match by_dn.entry(Caseless(&c.dn)) {
+        match by_dn.entry(f.dn) {
             MapEntry::Occupied(_) => continue,
             MapEntry::Vacant(slot) => slot.insert(carriers.len()),
         };
-        let pairs =
-            read.pairs.map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn))).ok();
-        carriers.push(Carrier { entry: c, id, service, pairs, checked: read.checked });
+        let pairs = f
+            .read
+            .pairs
+            .map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn)))
+            .ok();
+        let (service, checked, share_id, ee, app_env) = (f.service, f.read.checked, f.share_id, f.ee, f.app_env);
+        carriers.push(Carrier { entry: c, id, service, pairs, checked, share_id, ee, app_env });
     }
     // Carriers by (service, ID) and by ID alone, for Extensions not placed under their entity.
     let mut by_service_id: HashMap<(Option<ServiceRef>, &str), Vec<usize>> = HashMap::new();
@@ -603,7 +692,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
             continue;
         };
-        let parent = parent_dn(&x.dn).and_then(|p| by_dn.get(&Caseless(p)).copied());
+        let parent = parent_dn(&x.dn).and_then(|p| by_dn.get(&dns.of(p)).copied());
         let service = service_dn(&x.dn).map(|s| ServiceRef::Dn(Caseless(s)));
         for fk in x.all("GLUE2ExtensionEntityForeignKey") {
             // The entity above the Extension; else the one of that ID in its service; else,
@@ -667,14 +756,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         }
     }
     // EEs and AppEnvs with CDER data, by service, in DN order (ties of EE IDs keep it).
-    let mut placed: Vec<&Carrier> = carriers
-        .iter()
-        .filter(|c| {
-            c.pairs.is_some()
-                && c.service.is_some()
-                && (c.entry.is_a("GLUE2ExecutionEnvironment") || c.entry.is_a("GLUE2ApplicationEnvironment"))
-        })
-        .collect();
+    let mut placed: Vec<&Carrier> =
+        carriers.iter().filter(|c| c.pairs.is_some() && c.service.is_some() && (c.ee || c.app_env)).collect();
     placed.sort_by_cached_key(|c| c.entry.dn.to_ascii_lowercase());
     for c in placed {
         let (Some(pairs), Some(key), e) = (&c.pairs, c.service, c.entry) else { continue };
@@ -744,8 +827,8 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         // shares are the carriers that are shares, each its own carrier, its service known.
         in_parts(&carriers, |_, part| {
             part.iter()
-                .filter(|c| c.pairs.is_some() && c.entry.is_a("GLUE2ComputingShare"))
-                .filter_map(|c| Some((c.entry, c.entry.first("GLUE2ShareID")?, Some(c), c.service?)))
+                .filter(|c| c.pairs.is_some())
+                .filter_map(|c| Some((c.entry, c.share_id?, Some(c), c.service?)))
                 .collect::<Vec<_>>()
         })
     } else {
@@ -760,7 +843,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             part.iter()
                 .filter_map(|&share| {
                     let share_id = share.first("GLUE2ShareID")?;
-                    let carrier = by_dn.get(&Caseless(&share.dn)).map(|&i| &carriers[i]);
+                    let carrier = by_dn.get(&dns.of(&share.dn)).map(|&i| &carriers[i]);
                     if carrier.is_some_and(|c| c.pairs.is_none()) {
                         return None;
                     }
@@ -1069,12 +1152,14 @@ fn ce_unique_id(
 /// A CE ID offered under several services is kept only from the services
 /// that own it; when none does, every claim is left out (and explained).
 fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
-    let mut services_of: HashMap<&str, BTreeSet<usize>> = HashMap::with_capacity(out.offers.len());
+    // Per CE ID, the first service met offering it, and whether another one does too.
+    let mut services_of: HashMap<&str, (usize, bool)> = HashMap::with_capacity(out.offers.len());
     for (offer, (service, _, _)) in out.offers.iter().zip(claims) {
-        services_of.entry(offer.ce_id.as_str()).or_default().insert(*service);
+        let seen = services_of.entry(offer.ce_id.as_str()).or_insert((*service, false));
+        seen.1 |= seen.0 != *service;
     }
     let contested: BTreeSet<String> =
-        services_of.iter().filter(|(_, keys)| keys.len() > 1).map(|(id, _)| id.to_string()).collect();
+        services_of.iter().filter(|(_, (_, several))| *several).map(|(id, _)| id.to_string()).collect();
     if contested.is_empty() {
         return;
     }
@@ -1095,6 +1180,10 @@ fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
 
 /// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
 fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut index: Option<&mut Vec<OfferTraits>>) {
+    // Every GLUE 1.3 offer is a GlueCE's.
+    if snap.glue13_ces.is_empty() {
+        return;
+    }
     let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
     let mut names = AdNames::default();
     let glue2_ces: BTreeSet<String> = out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
