@@ -6,7 +6,10 @@
 //! [`CarrierReads`] are those reads made early, by the fetch, while the
 //! scan that finds the carriers streams in.
 
-use foldhash::HashMap;
+use std::borrow::Cow;
+use std::sync::{OnceLock, RwLock};
+
+use foldhash::{HashMap, HashSet};
 
 use crate::bdii::entry::{Entry, Values};
 use crate::bdii::spelling::glue2_spelling;
@@ -277,7 +280,8 @@ pub(crate) const GLUE2_COUNTS: &[&str] = &[
 /// A carrier's CDER pairs as its OtherInfo publishes them, and (`checked`)
 /// their range checks when no Extension can add to them.
 pub(crate) struct CarrierRead<'a> {
-    pub(crate) pairs: Result<Pairs<&'a str>, String>,
+    /// Borrowed from an early read, or read by the build.
+    pub(crate) pairs: Result<Cow<'a, Pairs<&'a str>>, String>,
     pub(crate) checked: Option<Result<(), String>>,
 }
 
@@ -288,27 +292,50 @@ pub(crate) fn check_carrier(e: &Entry, pairs: &Pairs<&str>, prefixes: &[String])
 
 /// Carriers' CDER pairs read by [`Bdii::fetch`](crate::bdii::Bdii::fetch)
 /// while their scan streamed in: the thread that waits on the scan reads each
-/// batch while it is still in cache, and the build takes these reads instead
-/// of walking 10^4–10^5 entries again after the scan.
+/// batch while it is still in cache, and the build borrows these reads
+/// instead of walking 10^4–10^5 entries again after the scan.
 #[derive(Clone, Debug, Default)]
 pub struct CarrierReads {
     /// What they were read with: a build with other prefixes or checks reads anew.
     prefixes: Vec<String>,
     check: bool,
-    /// The CDER keys met, each once (a grid publishes a few dozen).
-    keys: Vec<Box<str>>,
-    key_at: HashMap<Box<str>, u32>,
+    /// The shared copy of each key met ([`cder_key`]), without the lock.
+    keys: HashMap<Box<str>, &'static str>,
     /// Per carrier of the snapshot, in its order (None or missing: not read).
     reads: Vec<Option<EarlyRead>>,
 }
 
-/// One carrier read early: its pairs by the number of their key in its [`CarrierReads`].
+/// One carrier read early.
 #[derive(Clone, Debug)]
 pub struct EarlyRead {
     /// The carrier's DN (address and length), so that a read never passes for another entry's.
     dn: (usize, usize),
-    pairs: Result<Vec<(u32, Value)>, String>,
+    pairs: Result<Pairs<&'static str>, String>,
     checked: Option<Result<(), String>>,
+}
+
+/// At most this many distinct CDER keys are kept for early reads: a BDII
+/// that publishes more has the carriers with the others read by the build.
+pub(crate) const MAX_KEYS: usize = 4096;
+
+/// The one shared copy of a CDER key (`GPGPUVendor`; a grid publishes a few
+/// dozen), never freed, so that early reads outlive nothing; None past [`MAX_KEYS`].
+pub(crate) fn cder_key(k: &str) -> Option<&'static str> {
+    static KEYS: OnceLock<RwLock<HashSet<&'static str>>> = OnceLock::new();
+    let keys = KEYS.get_or_init(Default::default);
+    if let Some(k) = keys.read().unwrap_or_else(|e| e.into_inner()).get(k) {
+        return Some(k);
+    }
+    let mut w = keys.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = w.get(k) {
+        return Some(k);
+    }
+    if w.len() >= MAX_KEYS {
+        return None;
+    }
+    let k: &'static str = Box::leak(k.into());
+    w.insert(k);
+    Some(k)
 }
 
 impl CarrierReads {
@@ -318,30 +345,33 @@ impl CarrierReads {
         CarrierReads { prefixes, check, ..CarrierReads::default() }
     }
 
-    /// Reads one carrier, to be [`filed`](Self::file) once its place is known.
-    pub fn read(&mut self, e: &Entry) -> EarlyRead {
+    /// Reads one carrier, to be [`filed`](Self::file) once its place is known
+    /// (None: one of its keys is past [`MAX_KEYS`]; the build reads it).
+    pub fn read(&mut self, e: &Entry) -> Option<EarlyRead> {
         let pairs = other_info_pairs(e, &self.prefixes);
         let checked = pairs.as_ref().ok().filter(|_| self.check).map(|p| check_carrier(e, p, &self.prefixes));
-        let pairs = pairs.map(|p| p.into_iter().map(|(k, v)| (self.key(k), v)).collect());
-        EarlyRead { dn: (e.dn.as_ptr() as usize, e.dn.len()), pairs, checked }
+        let pairs = match pairs {
+            Ok(p) => Ok(Pairs(p.into_iter().map(|(k, v)| Some((self.key(k)?, v))).collect::<Option<Vec<_>>>()?)),
+            Err(why) => Err(why),
+        };
+        Some(EarlyRead { dn: (e.dn.as_ptr() as usize, e.dn.len()), pairs, checked })
     }
 
-    fn key(&mut self, k: &str) -> u32 {
-        if let Some(&i) = self.key_at.get(k) {
-            return i;
+    fn key(&mut self, k: &str) -> Option<&'static str> {
+        if let Some(&shared) = self.keys.get(k) {
+            return Some(shared);
         }
-        let i = self.keys.len() as u32;
-        self.keys.push(k.into());
-        self.key_at.insert(k.into(), i);
-        i
+        let shared = cder_key(k)?;
+        self.keys.insert(k.into(), shared);
+        Some(shared)
     }
 
     /// Files `read` as the read of the snapshot's carrier number `at`.
-    pub fn file(&mut self, at: usize, read: EarlyRead) {
+    pub fn file(&mut self, at: usize, read: Option<EarlyRead>) {
         if self.reads.len() <= at {
             self.reads.resize_with(at + 1, || None);
         }
-        self.reads[at] = Some(read);
+        self.reads[at] = read;
     }
 
     /// These reads, when made as a build with `prefixes` and `check` would make them.
@@ -353,7 +383,7 @@ impl CarrierReads {
     pub(crate) fn get<'a>(&'a self, at: usize, e: &Entry) -> Option<CarrierRead<'a>> {
         let read = self.reads.get(at)?.as_ref().filter(|r| r.dn == (e.dn.as_ptr() as usize, e.dn.len()))?;
         let pairs = match &read.pairs {
-            Ok(pairs) => Ok(Pairs(pairs.iter().map(|(k, v)| (&*self.keys[*k as usize], v.clone())).collect())),
+            Ok(pairs) => Ok(Cow::Borrowed(pairs)),
             Err(why) => Err(why.clone()),
         };
         Some(CarrierRead { pairs, checked: read.checked.clone() })

@@ -14,6 +14,7 @@
 //! count that is not a number) makes the carrier unusable: it is skipped
 //! with a warning, never trusted and never fatal.
 
+use std::borrow::Cow;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -367,7 +368,7 @@ struct Carrier<'a> {
     id: &'a str,
     service: Option<ServiceRef<'a>>,
     /// Its CDER pairs (OtherInfo and Extensions); None: unusable, skipped with a warning.
-    pairs: Option<Pairs<&'a str>>,
+    pairs: Option<Cow<'a, Pairs<&'a str>>>,
     /// The range checks of `pairs`, when made already (no Extension can add to them).
     checked: Option<Result<(), String>>,
     /// Its share ID, when it is a ComputingShare.
@@ -408,7 +409,7 @@ fn read_carriers<'a>(
         let read = early.and_then(|early| early.get(at, c)).unwrap_or_else(|| {
             let pairs = other_info_pairs(c, prefixes);
             let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
-            CarrierRead { pairs, checked }
+            CarrierRead { pairs: pairs.map(Cow::Owned), checked }
         });
         CarrierFacts {
             read,
@@ -717,7 +718,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
     }
     for (t, pairs) in from_ext {
         let carrier = &mut carriers[t];
-        let Some(slot) = carrier.pairs.as_mut() else { continue };
+        let Some(slot) = carrier.pairs.as_mut().map(Cow::to_mut) else { continue };
         for (k, v) in pairs {
             if let Some(old) = slot.get(k) {
                 if old.identical(&v) != Some(true) {
@@ -774,7 +775,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
             let id = id_of(e).unwrap_or_default();
             let method = e.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
             svc.apps.insert(method.clone());
-            for (k, v) in pairs {
+            for (k, v) in &**pairs {
                 if VGPGPU_KEYS.contains(k) {
                     svc.vgpgpu.insert(format!("{k}_{method}"), v.clone());
                 }
@@ -879,7 +880,7 @@ fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Opti
         let mut built: HashSet<(String, usize)> = HashSet::new();
         for &(share, share_id, carrier, service) in part {
             let svc = &services.list[service];
-            let share_cder = carrier.and_then(|c| c.pairs.as_ref());
+            let share_cder = carrier.and_then(|c| c.pairs.as_deref());
             // A share names one or two EEs and endpoints: looked up in place, not collected.
             let (ee_fks, resource_fks) = (
                 share.all("GLUE2ComputingShareExecutionEnvironmentForeignKey"),
@@ -1563,6 +1564,31 @@ mod tests {
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 
+    /// Early reads keep a bounded number of distinct keys: a carrier with
+    /// keys past the bound is left to the build, which gives the same offer.
+    #[test]
+    fn carriers_with_keys_past_the_early_bound_are_read_by_the_build() {
+        let info: Vec<String> = (0..crate::bdii::carrier::MAX_KEYS + 8)
+            .map(|i| format!("GPGPUBoundTest{i}=1"))
+            .chain(["GPGPUVendor=Nvidia".to_string()])
+            .collect();
+        let info: Vec<&str> = info.iter().map(String::as_str).collect();
+        // The keys the other tests read early are kept first: tests share the bound.
+        for k in ["GPGPUVendor", "GPGPUPerNode", "GPGPUMainMemorySize", "GPGPUModel", "GPGPUTotalInstances"] {
+            assert!(crate::bdii::carrier::cder_key(k).is_some());
+        }
+        let plain = site(&info);
+        let mut snap = site(&info);
+        let mut reads = CarrierReads::new(prefixes(), true);
+        let read = reads.read(&snap.carriers[0]);
+        assert!(read.is_none(), "read early with {} keys", info.len());
+        reads.file(0, read);
+        snap.carrier_reads = reads;
+        let o = build_offers(&snap, &prefixes(), None);
+        assert_eq!(o.offers.len(), 1, "{:?}", o.warnings);
+        assert_eq!(format!("{o:?}"), format!("{:?}", build_offers(&plain, &prefixes(), None)));
+    }
+
     /// The first fault in the entry's order is the one named, whatever comes after it.
     #[test]
     fn the_first_fault_of_an_other_info_list_is_named() {
@@ -1596,6 +1622,7 @@ mod tests {
                 let mut snap = site(info);
                 let mut reads = CarrierReads::new(with, snap.extensions.is_empty());
                 let read = reads.read(&snap.carriers[0]);
+                assert!(read.is_some(), "{info:?} not read early");
                 reads.file(at, read);
                 snap.carrier_reads = reads;
                 if at == 1 {

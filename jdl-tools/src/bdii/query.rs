@@ -732,7 +732,7 @@ impl Bdii {
         let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
         let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
         // Per slow search, its entries in the order it returned them.
-        let mut found: Vec<Vec<(Entry, EarlyRead)>> = vec![Vec::new(); slow.len()];
+        let mut found: Vec<Vec<(Entry, Option<EarlyRead>)>> = vec![Vec::new(); slow.len()];
         // Their CDER pairs are read here, while each batch is in cache: this thread
         // would only wait for the scan, and the build would read them all again after it.
         let mut reads = CarrierReads::new(wanted.prefixes.iter().cloned().collect(), snap.extensions.is_empty());
