@@ -214,7 +214,12 @@ impl<'k> Ad<'k> {
 
 /// Copies an entry's GLUE 2.0 attributes (typed; lists when multi-valued).
 fn copy_glue2(ad: &mut Ad, e: &Entry) {
-    let mut names: Vec<(&str, Values)> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+    let mut names: Vec<(&str, Values)> = match &ad.keep.0 {
+        // The job's few names looked up, not every attribute of the entry matched against
+        // them (an entry holds each name once).
+        Some(keep) => keep.iter().filter(|n| n.starts_with("glue2")).map(|n| (*n, e.all(n))).collect(),
+        None => e.iter().collect(),
+    };
     names.sort_unstable_by_key(|(n, _)| *n);
     for (lname, vals) in names {
         if !lname.starts_with("glue2") || lname == "glue2entityotherinfo" {
@@ -250,12 +255,16 @@ fn glue13_names(ad: &mut Ad, share: Option<&Entry>, ee: Option<&Entry>, manager:
                 ad.put(g13, Value::Int(v / 60));
             }
         }
-        if let Some(state) = s.first("GLUE2ComputingShareServingState").filter(|_| ad.wants("GlueCEStateStatus")) {
+        if let Some(state) =
+            Some(s).filter(|_| ad.wants("GlueCEStateStatus")).and_then(|s| s.first("GLUE2ComputingShareServingState"))
+        {
             let mut c = state.chars();
             let cap = c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default();
             ad.put_str("GlueCEStateStatus", &cap);
         }
-        if let Some(q) = s.first("GLUE2ComputingShareMappingQueue") {
+        if let Some(q) =
+            Some(s).filter(|_| ad.wants("GlueCEName")).and_then(|s| s.first("GLUE2ComputingShareMappingQueue"))
+        {
             ad.put_str("GlueCEName", q);
         }
     }
@@ -265,13 +274,13 @@ fn glue13_names(ad: &mut Ad, share: Option<&Entry>, ee: Option<&Entry>, manager:
                 ad.put(g13, Value::Int(v));
             }
         }
-        for &(g13, g2) in EE_STRINGS {
+        for &(g13, g2) in EE_STRINGS.iter().filter(|(g13, _)| keep.wants(g13)) {
             if let Some(v) = e.first(g2) {
                 ad.put_str(g13, v);
             }
         }
     }
-    if let Some(m) = manager {
+    if let Some(m) = manager.filter(|_| keep.wants("GlueCEInfoLRMSType") || keep.wants("GLUE2ManagerProductName")) {
         if let Some(p) = m.first("GLUE2ManagerProductName") {
             if ad.wants("GlueCEInfoLRMSType") {
                 ad.put_str("GlueCEInfoLRMSType", &p.to_ascii_lowercase());
