@@ -17,5 +17,6 @@ pub mod cmd;
 pub mod index;
 pub mod jdl;
 pub mod listmatch;
+pub mod parts;
 pub mod resources;
 pub mod submit;

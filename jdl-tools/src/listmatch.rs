@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::bdii::offers::Offer;
 use crate::bdii::query::Wanted;
 use crate::jdl::VIRTUAL_GPGPU_METHODS;
+use crate::parts::in_parts;
 use cder_classad::ast::{BinOp, ClassAd, Expr, Scope};
 use cder_classad::eval::{truth, Truth};
 use cder_classad::matchmaking::CompiledRequest;
@@ -396,19 +397,10 @@ pub fn ranked<E>(best: impl ExactSizeIterator<Item = Result<(f64, Offer), E>>) -
 /// The indices of the offers `compiled` matches, in order: a grid's 10^4–10^5
 /// offers are split across a few threads (each match reads only its offer).
 fn matching(compiled: &CompiledRequest, offers: &[Offer]) -> Vec<usize> {
-    let of = |start: usize, part: &[Offer]| -> Vec<usize> {
-        part.iter().enumerate().filter(|(_, o)| compiled.matches(&o.ad)).map(|(i, _)| start + i).collect()
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-    if threads < 2 || offers.len() < 4096 {
-        return of(0, offers);
-    }
-    let size = offers.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> =
-            offers.chunks(size).enumerate().map(|(k, part)| s.spawn(move || of(k * size, part))).collect();
-        parts.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-    })
+    let parts = in_parts(offers, |start, part| {
+        part.iter().enumerate().filter(|(_, o)| compiled.matches(&o.ad)).map(|(i, _)| start + i).collect::<Vec<_>>()
+    });
+    parts.into_iter().flatten().collect()
 }
 
 /// Matches and ranks. `explain`: also say why each other CE was left out.

@@ -220,7 +220,7 @@ pub(crate) fn add_pair<'k, K: std::borrow::Borrow<str> + From<&'k str>>(
 
 /// The CDER pairs of one carrier's OtherInfo. Any OtherInfo without `=`
 /// on a carrier is malformed (a carrier is an entity with CDER keys).
-pub(crate) fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<Pairs<&'a str>, String> {
+fn other_info_pairs<'a>(e: &'a Entry, prefixes: &[String]) -> Result<Pairs<&'a str>, String> {
     // 10^4–10^5 carriers per query, nearly all well formed: read in one pass
     // and sorted once; any fault is then found again value by value, so that
     // the warning names the first one in the entry's order.
@@ -283,6 +283,15 @@ pub(crate) struct CarrierRead<'a> {
     /// Borrowed from an early read, or read by the build.
     pub(crate) pairs: Result<Cow<'a, Pairs<&'a str>>, String>,
     pub(crate) checked: Option<Result<(), String>>,
+}
+
+impl<'a> CarrierRead<'a> {
+    /// Reads a carrier's OtherInfo, and (`check`) range-checks it.
+    pub(crate) fn of(e: &'a Entry, prefixes: &[String], check: bool) -> CarrierRead<'a> {
+        let pairs = other_info_pairs(e, prefixes);
+        let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(e, p, prefixes));
+        CarrierRead { pairs: pairs.map(Cow::Owned), checked }
+    }
 }
 
 /// The range checks of a carrier: its CDER pairs and its own GLUE numbers.
@@ -348,10 +357,11 @@ impl CarrierReads {
     /// Reads one carrier, to be [`filed`](Self::file) once its place is known
     /// (None: one of its keys is past [`MAX_KEYS`]; the build reads it).
     pub fn read(&mut self, e: &Entry) -> Option<EarlyRead> {
-        let pairs = other_info_pairs(e, &self.prefixes);
-        let checked = pairs.as_ref().ok().filter(|_| self.check).map(|p| check_carrier(e, p, &self.prefixes));
+        let CarrierRead { pairs, checked } = CarrierRead::of(e, &self.prefixes, self.check);
         let pairs = match pairs {
-            Ok(p) => Ok(Pairs(p.into_iter().map(|(k, v)| Some((self.key(k)?, v))).collect::<Option<Vec<_>>>()?)),
+            Ok(p) => {
+                Ok(Pairs(p.into_owned().into_iter().map(|(k, v)| Some((self.key(k)?, v))).collect::<Option<Vec<_>>>()?))
+            }
             Err(why) => Err(why),
         };
         Some(EarlyRead { dn: (e.dn.as_ptr() as usize, e.dn.len()), pairs, checked })

@@ -22,8 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::bdii::carrier::{
-    add_pair, check_carrier, check_cder_numbers, check_glue_numbers, other_info_pairs, CarrierRead, CarrierReads,
-    Pairs, GLUE2_COUNTS,
+    add_pair, check_carrier, check_cder_numbers, check_glue_numbers, CarrierRead, CarrierReads, Pairs, GLUE2_COUNTS,
 };
 pub use crate::bdii::carrier::{typed, typed_checked};
 use crate::bdii::entry::Values;
@@ -31,6 +30,7 @@ pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
 use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
 use crate::bdii::spelling::{glue13_spelling, glue2_spelling};
+use crate::parts::in_parts;
 use cder_classad::ast::{ClassAd, Expr, Pos, Sym};
 use cder_classad::value::Value;
 use cder_request::keys;
@@ -415,11 +415,7 @@ fn read_carriers<'a>(
 ) -> Vec<CarrierFacts<'a>> {
     let early = early.usable(prefixes, check);
     let read = |at: usize, c: &'a Entry| {
-        let read = early.and_then(|early| early.get(at, c)).unwrap_or_else(|| {
-            let pairs = other_info_pairs(c, prefixes);
-            let checked = pairs.as_ref().ok().filter(|_| check).map(|p| check_carrier(c, p, prefixes));
-            CarrierRead { pairs: pairs.map(Cow::Owned), checked }
-        });
+        let read = early.and_then(|early| early.get(at, c)).unwrap_or_else(|| CarrierRead::of(c, prefixes, check));
         CarrierFacts {
             read,
             id: id_of(c),
@@ -491,23 +487,6 @@ impl std::hash::Hasher for PassThrough {
 
 /// Carriers by DN, each DN hashed before it is filed ([`HashedDn`]).
 type ByDn<'a> = std::collections::HashMap<HashedDn<'a>, usize, std::hash::BuildHasherDefault<PassThrough>>;
-
-/// `work` over `items` split in order across a few threads when there are
-/// many (10^4–10^5 carriers or shares), else on this one; the parts' results
-/// in order. `work` is given each part with the index of its first item.
-fn in_parts<'t, T: Sync, R: Send>(items: &'t [T], work: impl Fn(usize, &'t [T]) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-    if threads < 2 || items.len() < 4096 {
-        return vec![work(0, items)];
-    }
-    let work = &work;
-    let size = items.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> =
-            items.chunks(size).enumerate().map(|(i, part)| s.spawn(move || work(i * size, part))).collect();
-        parts.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-    })
-}
 
 /// What a run of shares gave: their offers and what was said of them, in
 /// the shares' order.
