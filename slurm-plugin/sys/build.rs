@@ -21,6 +21,10 @@ fn main() {
     for h in ["slurm.h", "spank.h", "slurm_version.h", "slurm_errno.h"] {
         println!("cargo:rerun-if-changed={include}/slurm/{h}");
     }
+    // The release the headers are from, for the version-keyed shims of
+    // cder-slurm (its build.rs reads it as DEP_SLURMFULL_VERSION_NUMBER).
+    let version = version_number(&Path::new(&include).join("slurm/slurm_version.h"));
+    println!("cargo:version_number={version}");
 
     let lib_dir = env::var("SLURM_LIB_DIR").ok().or_else(|| {
         DEFAULT_LIB_DIRS.iter().find(|d| Path::new(d).join("libslurmfull.so").exists()).map(|d| d.to_string())
@@ -40,8 +44,10 @@ fn main() {
         .clang_arg(format!("-I{include}"))
         .allowlist_function("spank_.*")
         .allowlist_function("slurm_(info|error|verbose|debug|spank_log|xstrdup|xfree|load_job|free_job_info_msg)")
-        .allowlist_type("job_desc_msg_t|job_info_msg_t|slurm_job_info_t|spank_.*|slurm_conf_t")
-        .allowlist_var("slurm_conf|SLURM_VERSION_NUMBER|SLURM_BATCH_SCRIPT|SLURM_SUCCESS|SLURM_ERROR|ESLURM_.*|ESPANK_.*|S_CTX_.*|SHOW_DETAIL")
+        .allowlist_type("job_desc_msg_t|job_info_msg_t|slurm_job_info_t|spank_.*|slurm_conf_t|cder_show_flags")
+        .allowlist_var(
+            "slurm_conf|SLURM_VERSION_NUMBER|SLURM_BATCH_SCRIPT|SLURM_SUCCESS|SLURM_ERROR|ESLURM_.*|ESPANK_.*|S_CTX_.*",
+        )
         .rustified_enum("spank_err|spank_context|spank_item")
         .layout_tests(true)
         .derive_default(false)
@@ -50,4 +56,14 @@ fn main() {
         .expect("bindgen failed on the SLURM headers");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs");
     bindings.write_to_file(&out).expect("cannot write bindings.rs");
+}
+
+/// `SLURM_VERSION_NUMBER` (`0xAABBCC`) of a `slurm_version.h`.
+fn version_number(header: &Path) -> u32 {
+    let text = std::fs::read_to_string(header)
+        .unwrap_or_else(|e| panic!("{}: {e}: SLURM's headers lack slurm_version.h", header.display()));
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("#define SLURM_VERSION_NUMBER"))
+        .and_then(|v| u32::from_str_radix(v.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap_or_else(|| panic!("{}: no readable SLURM_VERSION_NUMBER", header.display()))
 }

@@ -1,11 +1,14 @@
 /* The SLURM API the cder plugins use: the public headers of the installed
  * release, plus the few libslurmfull symbols every C plugin links against
- * but that no public header declares. */
+ * but that no public header declares. What differs between releases is
+ * keyed by SLURM_VERSION_NUMBER here, where the headers are read, and in
+ * cder-slurm's sys module (its build.rs names each change). */
 #include <stdint.h>
 #include <sys/types.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
 #include <slurm/spank.h>
+#include <slurm/slurm_version.h>
 
 /* src/common/xstring.h: strings handed to SLURM must come from its allocator. */
 extern char *slurm_xstrdup(const char *str);
@@ -13,3 +16,7 @@ extern char *slurm_xstrdup(const char *str);
 extern void slurm_xfree(void **item);
 /* src/common/read_config.h: the running daemon's parsed slurm.conf. */
 extern slurm_conf_t slurm_conf;
+
+/* 24.11 made the show flags SLURM_BIT(n), a macro bindgen cannot
+ * evaluate; the compiler evaluates an enum constant in every release. */
+enum cder_show_flags { CDER_SHOW_DETAIL = SHOW_DETAIL };

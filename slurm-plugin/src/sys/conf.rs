@@ -53,10 +53,18 @@ pub struct GrantedJob {
 /// Asks slurmctld for job `job_id`'s record (`slurm_load_job`): the
 /// controller's view, which the job cannot change.
 pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
+    init_rpc()?;
     let mut resp: *mut ffi::job_info_msg_t = std::ptr::null_mut();
+    let show = ffi::cder_show_flags_CDER_SHOW_DETAIL as u16;
+    // 26.05 names the job by a step id; its other fields are NO_VAL, as
+    // SLURM_STEP_ID_INITIALIZER leaves them (slurm.h).
+    #[cfg(slurm_load_job_step_id)]
+    let id = ffi::slurm_step_id_t { sluid: 0, job_id, step_het_comp: NO_VAL, step_id: NO_VAL };
+    #[cfg(not(slurm_load_job_step_id))]
+    let id = job_id;
     // SAFETY: `resp` is a valid out-pointer; on success SLURM stores a
     // message it allocated, freed below with slurm_free_job_info_msg.
-    let rc = unsafe { ffi::slurm_load_job(&mut resp, job_id, ffi::SHOW_DETAIL as u16) };
+    let rc = unsafe { ffi::slurm_load_job(&mut resp, id, show) };
     if rc != 0 || resp.is_null() {
         return Err(format!("slurm_load_job({job_id}) failed (rc {rc})"));
     }
@@ -68,7 +76,7 @@ pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
         } else {
             std::slice::from_raw_parts(msg.job_array, msg.record_count as usize)
         };
-        let found = records.iter().find(|r| r.job_id == job_id).map(|r| {
+        let found = records.iter().find(|r| record_job_id(r) == job_id).map(|r| {
             let details = if r.gres_detail_str.is_null() {
                 &[][..]
             } else {
@@ -87,4 +95,57 @@ pub fn load_job(job_id: u32) -> Result<GrantedJob, String> {
         found
     };
     out.ok_or_else(|| format!("slurmctld has no record of job {job_id}"))
+}
+
+/// SLURM's `NO_VAL`: a field left unset.
+#[cfg(slurm_load_job_step_id)]
+const NO_VAL: u32 = 0xfffffffe;
+
+/// A job record's id: `step_id.job_id` since 25.11 (the old field is kept
+/// only "for backwards compatibility").
+fn record_job_id(r: &ffi::slurm_job_info_t) -> u32 {
+    #[cfg(slurm_job_desc_step_id)]
+    return r.step_id.job_id;
+    #[cfg(not(slurm_job_desc_step_id))]
+    return r.job_id;
+}
+
+/// Readies libslurmfull for an RPC from a process that never called
+/// `slurm_init` (the spank prolog runs as `slurmstepd spank prolog`):
+/// since 23.11 the request is signed through the auth plugin, which needs
+/// the hash plugins (and the tls or conn plugin), and without them SLURM
+/// dies in `fatal()`, which fails the prolog and drains the node. Each
+/// init is idempotent and returns an error instead of dying. They are
+/// libslurmfull's internal symbols (src/interfaces/*.h), declared by no
+/// public header: looked up in the running process, so a release that
+/// renames one gives an error here, never a plugin SLURM cannot load.
+fn init_rpc() -> Result<(), String> {
+    #[allow(unused_mut)]
+    let mut inits: Vec<&str> = Vec::new();
+    #[cfg(slurm_rpc_needs_init)]
+    inits.extend(["auth_g_init", "hash_g_init"]);
+    #[cfg(all(slurm_rpc_needs_tls, not(slurm_rpc_needs_conn)))]
+    inits.push("tls_g_init");
+    #[cfg(slurm_rpc_needs_conn)]
+    inits.extend(["certgen_g_init", "conn_g_init"]);
+    if inits.is_empty() {
+        return Ok(());
+    }
+    let this = libloading::os::unix::Library::this();
+    for name in inits {
+        // SAFETY: each name is a libslurmfull function `int f(void)` of the
+        // release these bindings are for (slurm_init calls them in this
+        // order); they guard their state with their own mutex and read the
+        // process's slurm_conf, which SLURM filled before loading plugins.
+        let rc = unsafe {
+            let init = this
+                .get::<unsafe extern "C" fn() -> std::ffi::c_int>(name.as_bytes())
+                .map_err(|e| format!("libslurmfull has no {name}: {e}"))?;
+            init()
+        };
+        if rc != ffi::SLURM_SUCCESS as std::ffi::c_int {
+            return Err(format!("SLURM's {name} failed (rc {rc})"));
+        }
+    }
+    Ok(())
 }

@@ -75,7 +75,10 @@ impl JobDesc<'_> {
 
     /// The id the job will get, if the user asked for one (0 otherwise).
     pub fn job_id(&self) -> u32 {
-        self.raw.job_id
+        #[cfg(slurm_job_desc_step_id)]
+        return self.raw.step_id.job_id;
+        #[cfg(not(slurm_job_desc_step_id))]
+        return self.raw.job_id;
     }
 }
 

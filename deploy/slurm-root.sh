@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Makes (or finds) a Debian root holding one SLURM release, for running and
+# building cder against SLURM releases newer than the host's (docs/slurm.md,
+# "Supported releases"; tests/src/slurm.rs runs its daemons there):
+#
+#   deploy/slurm-root.sh RELEASE      prints the root's path on stdout
+#
+# RELEASE is a line of deploy/slurm/releases (24.11 from trixie, 26.05 from
+# sid). The root is made with mmdebstrap from the mirror this machine's apt
+# sources name, and cached outside the work tree by the hash of what goes
+# into it (suite, package list, mirror, this script):
+# $CDER_ROOTS (default /var/cache/cder/slurm-roots)/<suite>-<hash>. A rerun
+# finds it in a second; a new machine makes it afresh (about a minute).
+# The root's SLURM version is checked against RELEASE: a suite that moved
+# on to another SLURM is an error, not a silent change of what is tested.
+# Needs root and mmdebstrap (deploy/install-deps.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+release=${1:?usage: slurm-root.sh RELEASE (see deploy/slurm/releases)}
+line=$(awk -v r="$release" '$1 == r && !/^#/' "$here/slurm/releases")
+[ -n "$line" ] || { echo "slurm-root.sh: $release is not in $here/slurm/releases" >&2; exit 2; }
+read -r _ suite source <<<"$line"
+[ "$source" = root ] || { echo "slurm-root.sh: $release runs on the host, not in a root" >&2; exit 2; }
+case $suite in
+  trixie|forky|sid) ;;
+  *) echo "slurm-root.sh: $release: suite $suite has no root recipe" >&2; exit 2 ;;
+esac
+
+# What the root holds: the daemons, the commands, the headers and
+# libslurmfull the plugins build against, MUNGE, and what the tests' job
+# scripts and the packages' test use.
+packages=(slurmctld slurmd slurm-client libslurm-dev munge
+          util-linux procps coreutils
+          dpkg-dev)
+mirror=$( { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
+         sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p; s/^deb \(http[^ ]*debian\) .*/\1/p' | head -n 1)
+mirror=${mirror:-http://deb.debian.org/debian}
+key=$( { echo "$suite"; printf '%s\n' "${packages[@]}"; echo "$mirror"; cat "$0"; } | sha256sum | cut -c1-16)
+roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
+root=$roots/$suite-$key
+if [ ! -f "$root/.cder-root-done" ]; then
+  command -v mmdebstrap >/dev/null || { echo "slurm-root.sh: mmdebstrap is not installed (deploy/install-deps.sh)" >&2; exit 1; }
+  mkdir -p "$roots"
+  tmp=$(mktemp -d "$roots/.$suite-XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  echo "slurm-root.sh: making $root ($suite, ${packages[*]}) from $mirror" >&2
+  # Package scripts must not start services: the tests start their own.
+  # A mirror that serves a frozen copy of sid outlives its Release file's
+  # Valid-Until; the signature is still checked.
+  mmdebstrap --quiet --variant=apt --aptopt='Acquire::Check-Valid-Until "false"'  --include="$(IFS=,; echo "${packages[*]}")" \
+    --customize-hook='printf "#!/bin/sh\nexit 101\n" > "$1/usr/sbin/policy-rc.d"; chmod +x "$1/usr/sbin/policy-rc.d"' \
+    --essential-hook='mkdir -p "$1/usr/sbin"; printf "#!/bin/sh\nexit 101\n" > "$1/usr/sbin/policy-rc.d"; chmod +x "$1/usr/sbin/policy-rc.d"' \
+    "$suite" "$tmp/root" "$mirror" >&2
+  rm -rf "$root"
+  mv "$tmp/root" "$root"
+  touch "$root/.cder-root-done"
+fi
+version=$(sed -n 's/^#define SLURM_VERSION_NUMBER 0x\([0-9a-fA-F]*\).*/\1/p' "$root/usr/include/slurm/slurm_version.h")
+have=$((16#${version:0:2})).$(printf '%02d' $((16#${version:2:2})))
+if [ "$have" != "$release" ]; then
+  echo "slurm-root.sh: $suite's root holds SLURM $have, not $release: update deploy/slurm/releases" >&2
+  exit 1
+fi
+echo "$root"
