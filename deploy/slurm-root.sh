@@ -8,7 +8,7 @@
 # RELEASE is a line of deploy/slurm/releases (24.11 from trixie, 26.05 from
 # sid). The root is made with mmdebstrap from the mirror this machine's apt
 # sources name, and cached outside the work tree by the hash of what goes
-# into it (suite, package list, mirror, this script):
+# into it (suite, package list, mirror, the recipe's number):
 # $CDER_ROOTS (default /var/cache/cder/slurm-roots)/<suite>-<hash>. A rerun
 # finds it in a second; a new machine makes it afresh (about a minute).
 # The root's SLURM version is checked against RELEASE: a suite that moved
@@ -35,7 +35,9 @@ packages=(slurmctld slurmd slurm-client libslurm-dev munge
 mirror=$( { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
          sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p; s/^deb \(http[^ ]*debian\) .*/\1/p' | head -n 1)
 mirror=${mirror:-http://deb.debian.org/debian}
-key=$( { echo "$suite"; printf '%s\n' "${packages[@]}"; echo "$mirror"; cat "$0"; } | sha256sum | cut -c1-16)
+# The recipe: bump it when the way a root is made changes.
+recipe=2
+key=$( { echo "$recipe $suite $mirror"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
 roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
 root=$roots/$suite-$key
 if [ ! -f "$root/.cder-root-done" ]; then
@@ -54,6 +56,11 @@ if [ ! -f "$root/.cder-root-done" ]; then
   rm -rf "$root"
   mv "$tmp/root" "$root"
   touch "$root/.cder-root-done"
+  # Roots of this suite made from another recipe are out of date (and
+  # some 300 MB each).
+  for old in "$roots/$suite"-*; do
+    [ "$old" = "$root" ] || rm -rf --one-file-system "$old"
+  done
 fi
 version=$(sed -n 's/^#define SLURM_VERSION_NUMBER 0x\([0-9a-fA-F]*\).*/\1/p' "$root/usr/include/slurm/slurm_version.h")
 have=$((16#${version:0:2})).$(printf '%02d' $((16#${version:2:2})))

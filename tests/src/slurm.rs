@@ -59,19 +59,120 @@ pub const SLURM_CONF_COMMON: &str = "AuthType=auth/none\n\
 /// The programs a SLURM test runs.
 pub const SLURM_PROGRAMS: [&str; 7] = ["slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol"];
 
-/// Checks that SLURM is installed. When it is not: with `CI=true` this
-/// panics (the test fails); otherwise it prints why and returns false, and
-/// the caller returns early.
+/// The SLURM release the tests run on: the host's (Debian 12's 22.05) by
+/// default, or, with `CDER_SLURM_RELEASE=24.11` (a line of
+/// deploy/slurm/releases), that release's daemons and commands in a Debian
+/// root that deploy/slurm-root.sh makes (or finds cached), with the plugins
+/// built against its headers. deploy/test.sh runs the SLURM suites once per
+/// release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// `22.05`, `24.11`, `26.05`.
+    pub name: String,
+    /// The Debian root holding it; `None` for the host's.
+    pub root: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.root {
+            None => write!(f, "SLURM {} (the host's)", self.name),
+            Some(root) => write!(f, "SLURM {} (root {})", self.name, root.display()),
+        }
+    }
+}
+
+/// The release [`SlurmCluster`] runs, from `CDER_SLURM_RELEASE` (made once
+/// per process). `Err`: why its root could not be made.
+pub fn release() -> Result<&'static Release, String> {
+    static RELEASE: OnceLock<Result<Release, String>> = OnceLock::new();
+    RELEASE
+        .get_or_init(|| {
+            let name = std::env::var("CDER_SLURM_RELEASE").ok().filter(|r| !r.is_empty());
+            let Some(name) = name.filter(|r| r != HOST_RELEASE) else {
+                return Ok(Release { name: HOST_RELEASE.into(), root: None });
+            };
+            let script = workspace_root().join("deploy/slurm-root.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .arg(&name)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("running {}: {e}", script.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "no root for SLURM {name}: {} failed: {}",
+                    script.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            Ok(Release { name, root: Some(root) })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The host's own SLURM release (Debian 12).
+pub const HOST_RELEASE: &str = "22.05";
+
+/// Where `program` is for the release under test: its path on the host,
+/// or inside the release's root.
+pub fn slurm_program(program: &str) -> Option<PathBuf> {
+    match release().ok()?.root.as_deref() {
+        None => find_program(program),
+        Some(root) => ["usr/bin", "usr/sbin", "bin", "sbin"]
+            .iter()
+            .map(|d| Path::new("/").join(d).join(program))
+            .find(|p| root.join(p.strip_prefix("/").unwrap_or(p)).exists()),
+    }
+}
+
+/// A command running `program` (a path valid for the release under test)
+/// with `args` in `dir`: directly on the host, or through
+/// deploy/slurm/in-root.sh inside the release's root, where the host's
+/// /proc, /sys, /dev and /tmp are seen as they are.
+pub fn release_command(program: &Path, dir: &Path) -> Command {
+    match release().ok().and_then(|r| r.root.clone()) {
+        None => {
+            let mut c = Command::new(program);
+            c.current_dir(dir);
+            c
+        }
+        Some(root) => {
+            let mut c = Command::new(workspace_root().join("deploy/slurm/in-root.sh"));
+            c.arg(root).arg(dir).arg(program);
+            c
+        }
+    }
+}
+
+/// Checks that SLURM is installed (the release under test's root made).
+/// When it is not: with `CI=true` this panics (the test fails); otherwise
+/// it prints why and returns false, and the caller returns early. Prints
+/// the release the test runs on.
 pub fn require_slurm() -> bool {
+    let release = match release() {
+        Ok(r) => r,
+        Err(e) => return cder_testkit::missing(&e),
+    };
+    eprintln!("cder-tests: running on {release}");
     let mut missing: Vec<String> =
-        SLURM_PROGRAMS.iter().filter(|p| find_program(p).is_none()).map(|p| p.to_string()).collect();
-    if !Path::new(SLURM_PLUGIN_DIR).join("select_cons_tres.so").exists() {
-        missing.push(format!("{SLURM_PLUGIN_DIR}/select_cons_tres.so"));
+        SLURM_PROGRAMS.iter().filter(|p| slurm_program(p).is_none()).map(|p| p.to_string()).collect();
+    let plugins = match &release.root {
+        None => PathBuf::from(SLURM_PLUGIN_DIR),
+        Some(root) => root.join(SLURM_PLUGIN_DIR.trim_start_matches('/')),
+    };
+    if !plugins.join("select_cons_tres.so").exists() {
+        missing.push(format!("{}/select_cons_tres.so", plugins.display()));
     }
     if missing.is_empty() {
         return true;
     }
-    cder_testkit::missing(&format!("missing {} (install slurm-wlm with deploy/install-deps.sh)", missing.join(", ")))
+    cder_testkit::missing(&format!(
+        "{release}: missing {} (install slurm-wlm with deploy/install-deps.sh)",
+        missing.join(", ")
+    ))
 }
 
 /// Only one SLURM cluster at a time per test process: the machine has two
@@ -103,6 +204,12 @@ pub fn target_debug_dir() -> PathBuf {
 /// Builds workspace packages for the test's profile (once per caller's
 /// `OnceLock`), unless `CDER_TESTS_NO_BUILD` says they are built already.
 fn build_packages(packages: &[&str], what: &str) -> Result<(), String> {
+    build_packages_with(packages, what, &[])
+}
+
+/// [`build_packages`] with extra environment for cargo (the SLURM
+/// release's headers and target folder).
+fn build_packages_with(packages: &[&str], what: &str, env: &[(String, String)]) -> Result<(), String> {
     if std::env::var_os("CDER_TESTS_NO_BUILD").is_some() {
         return Ok(());
     }
@@ -116,6 +223,7 @@ fn build_packages(packages: &[&str], what: &str) -> Result<(), String> {
     }
     let out = Command::new(cargo)
         .args(&args)
+        .envs(env.iter().cloned())
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .output()
@@ -202,15 +310,20 @@ pub fn artifacts() -> Result<Artifacts, String> {
                 return Ok(found);
             }
             let dir = target_debug_dir();
+            // The plugins of a release in a root are built against its
+            // headers and libslurmfull, in a target folder of their own;
+            // cderd links nothing of SLURM's.
+            let (plugin_dir, env) = plugin_build(&release()?.clone())?;
             let found = Artifacts {
-                spank: dir.join("libspank_cder.so"),
-                job_submit: dir.join("libjob_submit_cder.so"),
+                spank: plugin_dir.join("libspank_cder.so"),
+                job_submit: plugin_dir.join("libjob_submit_cder.so"),
                 cderd: dir.join("cderd"),
                 installed: false,
             };
             // Building while `cargo test` runs is safe: cargo has released
             // the build lock by the time test binaries run.
-            build_packages(&["spank-cder", "job-submit-cder", "cderd"], "the plugins and cderd")?;
+            build_packages(&["cderd"], "cderd")?;
+            build_packages_with(&["spank-cder", "job-submit-cder"], "the plugins", &env)?;
             for p in [&found.spank, &found.job_submit, &found.cderd] {
                 if !p.exists() {
                     return Err(format!(
@@ -222,6 +335,30 @@ pub fn artifacts() -> Result<Artifacts, String> {
             Ok(found)
         })
         .clone()
+}
+
+/// Where the plugins for `release` are built, and the environment that
+/// builds them there: for a release in a root, its headers (a folder
+/// holding only the link `slurm` to the root's, as `SLURM_INCLUDE_DIR`
+/// wants) and its libslurmfull.
+pub fn plugin_build(release: &Release) -> Result<(PathBuf, Vec<(String, String)>), String> {
+    let Some(root) = &release.root else { return Ok((target_debug_dir(), Vec::new())) };
+    let target = target_debug_dir()
+        .parent()
+        .map(|t| t.join(format!("slurm-{}", release.name)))
+        .ok_or("the target folder has no parent")?;
+    let include = target.join("include");
+    std::fs::create_dir_all(&include).map_err(|e| format!("{}: {e}", include.display()))?;
+    let link = include.join("slurm");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(root.join("usr/include/slurm"), &link)
+        .map_err(|e| format!("{}: {e}", link.display()))?;
+    let env = vec![
+        ("SLURM_INCLUDE_DIR".to_string(), include.display().to_string()),
+        ("SLURM_LIB_DIR".to_string(), root.join(SLURM_PLUGIN_DIR.trim_start_matches('/')).display().to_string()),
+        ("CARGO_TARGET_DIR".to_string(), target.display().to_string()),
+    ];
+    Ok((target.join(profile()), env))
 }
 
 /// How to set the cluster up.
@@ -741,7 +878,8 @@ impl SlurmCluster {
 
     fn spawn(&self, program: &str, args: &[&str], out: &str) -> Result<Child, String> {
         let log = std::fs::File::create(self.dir().join(out)).map_err(|e| e.to_string())?;
-        Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
+        let path = slurm_program(program).ok_or_else(|| format!("{program} not found"))?;
+        release_command(&path, self.dir())
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .stdin(Stdio::null())
@@ -758,7 +896,8 @@ impl SlurmCluster {
             .append(true)
             .open(self.dir().join(out))
             .map_err(|e| e.to_string())?;
-        Command::new(find_program(program).ok_or_else(|| format!("{program} not found"))?)
+        let path = slurm_program(program).ok_or_else(|| format!("{program} not found"))?;
+        release_command(&path, self.dir())
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .stdin(Stdio::null())
@@ -794,8 +933,8 @@ impl SlurmCluster {
 
     /// A SLURM client command aimed at this cluster.
     pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new(find_program(program).unwrap_or_else(|| program.into()));
-        c.env("SLURM_CONF", &self.conf).current_dir(self.jobs_dir()).stdin(Stdio::null());
+        let mut c = release_command(&slurm_program(program).unwrap_or_else(|| program.into()), &self.jobs_dir());
+        c.env("SLURM_CONF", &self.conf).stdin(Stdio::null());
         c
     }
 
@@ -803,11 +942,11 @@ impl SlurmCluster {
     /// (`setpriv`), as a user of the cluster runs it: its jobs run as
     /// nobody, and whatever it controls is untrusted.
     pub fn command_as_user(&self, program: &str) -> Command {
-        let mut c = Command::new("setpriv");
+        let setpriv = slurm_program("setpriv").unwrap_or_else(|| "setpriv".into());
+        let mut c = release_command(&setpriv, &self.jobs_dir());
         c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(find_program(program).unwrap_or_else(|| program.into()))
+            .arg(slurm_program(program).unwrap_or_else(|| program.into()))
             .env("SLURM_CONF", &self.conf)
-            .current_dir(self.jobs_dir())
             .stdin(Stdio::null());
         c
     }
@@ -871,6 +1010,9 @@ impl SlurmCluster {
     /// The last lines of every log, for a failing test's message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
+        if let Ok(release) = release() {
+            let _ = writeln!(out, "==== on {release} ====");
+        }
         for name in ["slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out", "cderd.log"] {
             let text = std::fs::read_to_string(self.dir().join("log").join(name)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();

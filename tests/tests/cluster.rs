@@ -29,6 +29,7 @@ mod slurm_admin_comment;
 mod slurm_faults;
 mod slurm_mig;
 mod slurm_plugins;
+mod slurm_request_forms;
 mod slurm_shares;
 mod slurm_stress;
 mod slurm_trust;

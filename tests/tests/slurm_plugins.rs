@@ -209,7 +209,11 @@ fn the_jdl_key_in_the_submit_environment_becomes_a_gres_request() {
         .sbatch_env(&[], "#!/bin/sh\nenv | grep -E '^CUDA_VISIBLE_DEVICES='\nsleep 2\n", &[("GPGPUPerNode", "2")])
         .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     let shown = cluster.scontrol(&["show", "job", &id.to_string()]).unwrap();
-    assert!(shown.contains("TresPerNode=gres:gpu:2"), "scontrol show job:\n{shown}");
+    // 22.05 prints the TRES as `gres:gpu:2`, 23.02 and later `gres/gpu:2`.
+    assert!(
+        shown.contains("TresPerNode=gres:gpu:2") || shown.contains("TresPerNode=gres/gpu:2"),
+        "scontrol show job:\n{shown}"
+    );
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(id);
     assert_eq!(info.state, "COMPLETED", "{info:?}\n{out}\n{}", cluster.logs());

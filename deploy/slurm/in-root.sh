@@ -1,0 +1,20 @@
+#!/bin/sh
+# Runs a program inside a SLURM release's Debian root (deploy/slurm-root.sh),
+# as the tests, the benchmark and build-debs.sh run that release's daemons,
+# commands and compilers:
+#
+#   deploy/slurm/in-root.sh ROOT DIR PROGRAM [ARG ...]
+#
+# PROGRAM runs in DIR, chrooted to ROOT, in a mount namespace of its own
+# that sees the host's /proc, /sys (cgroups included), /dev and /tmp, where
+# the tests keep their configs, plugins and cderd's socket. The namespace
+# goes away with its last process: nothing stays mounted on the host. The
+# process keeps this script's pid (every step execs), so killing it kills
+# PROGRAM. Needs root.
+set -eu
+[ $# -ge 3 ] || { echo "usage: in-root.sh ROOT DIR PROGRAM [ARG ...]" >&2; exit 2; }
+exec unshare --mount --propagation slave -- /bin/sh -c '
+  set -e
+  root=$1; shift
+  for m in proc sys dev tmp; do mount --rbind "/$m" "$root/$m"; done
+  exec chroot "$root" /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$@"' in-root "$@"
