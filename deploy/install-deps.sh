@@ -12,6 +12,9 @@ packages=(
   build-essential pkg-config libclang-dev clang
   # SLURM 22.05: daemons, headers for the plugins, libslurmfull
   slurm-wlm slurm-client libslurm-dev slurm-wlm-plugins-dev
+  # newer SLURM releases (24.11, 26.05) run from Debian roots that
+  # deploy/slurm-root.sh makes
+  mmdebstrap
   # the information system: OpenLDAP, the GLUE schemas, BDII
   slapd ldap-utils glue-schema bdii
   # the site/top BDII chain test runs third-party/glite-info-provider-ldap

@@ -27,5 +27,18 @@ cargo fmt --all --check
 cargo build --workspace --all-targets --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
+# Every SLURM release from 22.05 to 26.05 compiles, and cder-slurm's unit
+# tests pass with each build (deploy/slurm/releases, docs/slurm.md).
+bash deploy/slurm-headers.sh
+# The SLURM suites that matter for exclusivity and trust run again on each
+# release that runs from a Debian root (made or found by
+# deploy/slurm-root.sh); the stress test runs shorter there.
+mapfile -t suites < <(awk '!/^#/ && NF {print $1 "::"}' deploy/slurm/release-suites)
+for release in $(awk '!/^#/ && $3 == "root" {print $1}' deploy/slurm/releases); do
+    started=$SECONDS
+    CDER_SLURM_RELEASE=$release CDER_STRESS_OPERATIONS=${CDER_STRESS_OPERATIONS:-12} \
+        cargo test --locked -p cder-tests --test cluster -- --test-threads=1 "${suites[@]}"
+    echo "== SLURM $release: suites passed in $((SECONDS - started)) s"
+done
 # A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
 bash deploy/fuzz.sh

@@ -83,11 +83,64 @@ pub fn task_cgroup(task_plugin: Option<&str>) -> bool {
     task_plugin.is_some_and(|t| t.split(',').map(str::trim).any(|p| p.strip_prefix("task/").unwrap_or(p) == "cgroup"))
 }
 
+/// Where configless slurmd (23.02 and later) keeps the configs it fetched
+/// from slurmctld; 22.05 kept them in `SlurmdSpoolDir/conf-cache`, which
+/// it exported as `SLURM_CONF`.
+pub const CONFIGLESS_SLURM_CONF: &str = "/run/slurm/conf/slurm.conf";
+/// SLURM's compiled-in default (Debian's packages and SchedMD's).
+pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
+
+/// The slurm.conf the running daemon read, in the order SLURM itself
+/// settles it: the path in the process's parsed config (slurmctld,
+/// slurmd); else `SLURM_CONF` of the process's own environment, which
+/// SLURM's config loader exports in every daemon that read a config and
+/// slurmstepd inherits from slurmd (`-f`, configless and `SLURM_CONF` runs
+/// alike; 23.11 and later leave the path out of slurmstepd's parsed
+/// config); else the configless cache, else the compiled-in default.
+/// `env` is the process's environment, never a job's.
+pub fn daemon_slurm_conf(
+    parsed: Option<&Path>,
+    env: Option<&Path>,
+    exists: impl Fn(&Path) -> bool,
+) -> std::path::PathBuf {
+    parsed
+        .or(env)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .or_else(|| Some(Path::new(CONFIGLESS_SLURM_CONF)).filter(|p| exists(p)).map(Path::to_path_buf))
+        .unwrap_or_else(|| DEFAULT_SLURM_CONF.into())
+}
+
+/// `TaskPlugin` of a slurm.conf's text (the last line wins, as in SLURM).
+pub fn task_plugin_of(slurm_conf: &str) -> Option<String> {
+    let mut found = None;
+    for line in slurm_conf.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some((k, v)) = line.split_once('=') {
+            if k.trim().eq_ignore_ascii_case("TaskPlugin") {
+                found = Some(v.trim().to_string());
+            }
+        }
+    }
+    found
+}
+
 /// True when SLURM itself puts every task into a device cgroup holding its
 /// GRES: `task/cgroup` among the task plugins and `ConstrainDevices` true
-/// in the cgroup.conf next to slurm.conf. `Err` for a value SLURM would
-/// refuse, which the caller logs.
+/// in the cgroup.conf next to the daemon's slurm.conf. `task_plugin` is the
+/// running daemon's parsed value; where the process holds none (23.11 and
+/// later slurmstepd carry only part of the config), slurm.conf's own line.
+/// `Err` for a value SLURM would refuse, which the caller logs.
 pub fn slurm_constrains_devices_checked(task_plugin: Option<&str>, slurm_conf: Option<&Path>) -> Result<bool, String> {
+    let from_file;
+    let task_plugin = match (task_plugin, slurm_conf) {
+        (Some(t), _) => Some(t),
+        (None, Some(conf)) => {
+            from_file = std::fs::read_to_string(conf).ok().and_then(|t| task_plugin_of(&t));
+            from_file.as_deref()
+        }
+        (None, None) => None,
+    };
     if !task_cgroup(task_plugin) {
         return Ok(false);
     }
@@ -118,6 +171,38 @@ mod tests {
         assert_eq!(parse_index_list(""), Some(vec![]));
         assert_eq!(parse_index_list("0,x"), None);
         assert_eq!(parse_index_list("3-1"), None);
+    }
+
+    #[test]
+    fn the_daemons_config_is_found_as_slurm_settles_it() {
+        let none = |_: &Path| false;
+        let parsed = Path::new("/srv/slurm/slurm.conf");
+        let env = Path::new("/opt/slurm/etc/slurm.conf");
+        assert_eq!(daemon_slurm_conf(Some(parsed), Some(env), none), parsed);
+        assert_eq!(daemon_slurm_conf(None, Some(env), none), env);
+        assert_eq!(
+            daemon_slurm_conf(None, None, |p| p == Path::new(CONFIGLESS_SLURM_CONF)),
+            Path::new(CONFIGLESS_SLURM_CONF)
+        );
+        assert_eq!(daemon_slurm_conf(None, Some(Path::new("")), none), Path::new(DEFAULT_SLURM_CONF));
+    }
+
+    #[test]
+    fn task_plugin_is_read_from_slurm_conf_where_the_process_holds_none() {
+        assert_eq!(
+            task_plugin_of("TaskPlugin=task/none\n# TaskPlugin=x\ntaskplugin = task/affinity,task/cgroup # on\n")
+                .as_deref(),
+            Some("task/affinity,task/cgroup")
+        );
+        assert_eq!(task_plugin_of("ProctrackType=proctrack/cgroup\n"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("slurm.conf");
+        std::fs::write(&conf, "TaskPlugin=task/cgroup\n").unwrap();
+        std::fs::write(dir.path().join("cgroup.conf"), "ConstrainDevices=yes\n").unwrap();
+        assert_eq!(slurm_constrains_devices_checked(None, Some(&conf)), Ok(true));
+        assert_eq!(slurm_constrains_devices_checked(Some("task/none"), Some(&conf)), Ok(false));
+        std::fs::write(&conf, "TaskPlugin=task/affinity\n").unwrap();
+        assert_eq!(slurm_constrains_devices_checked(None, Some(&conf)), Ok(false));
     }
 
     #[test]

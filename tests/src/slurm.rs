@@ -635,6 +635,26 @@ impl SlurmCluster {
         self.dir().join("cder/cderd.sock")
     }
 
+    /// The environment a node's own tools (`cderctl reconcile --from
+    /// slurm`) need to reach this cluster: `SLURM_CONF`, and for a release
+    /// in a root `CDER_SQUEUE`, a wrapper that runs the root's squeue (a
+    /// client speaks only its own release's protocol and two older ones).
+    pub fn node_tool_env(&self) -> Result<Vec<(String, PathBuf)>, String> {
+        let mut env = vec![("SLURM_CONF".to_string(), self.conf.clone())];
+        if let Some(root) = release()?.root.as_ref() {
+            let wrapper = self.dir().join("squeue");
+            let text = format!(
+                "#!/bin/sh\nexec '{}' '{}' / /usr/bin/squeue \"$@\"\n",
+                workspace_root().join("deploy/slurm/in-root.sh").display(),
+                root.display()
+            );
+            std::fs::write(&wrapper, text).map_err(|e| format!("{}: {e}", wrapper.display()))?;
+            let _ = Command::new("chmod").arg("0755").arg(&wrapper).status();
+            env.push(("CDER_SQUEUE".to_string(), wrapper));
+        }
+        Ok(env)
+    }
+
     /// A folder job scripts may write into.
     pub fn jobs_dir(&self) -> PathBuf {
         self.dir().join("jobs")

@@ -50,7 +50,7 @@ fn reconcile(cluster: &SlurmCluster) -> String {
     let out = Command::new(cderctl().unwrap())
         .args(["reconcile", "--from", "slurm", "--socket"])
         .arg(cluster.cderd_socket())
-        .env("SLURM_CONF", cluster.slurm_conf())
+        .envs(cluster.node_tool_env().unwrap())
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -21,6 +21,8 @@ use cder_protocol::ReconcileRequest;
 use cder_tests::slurm::{require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
 
 const DEFAULT_SEED: u64 = 0x5EED_C0DE_0012;
+/// Operations per run; `CDER_STRESS_OPERATIONS` shortens it (deploy/test.sh
+/// does on the SLURM releases in roots).
 const OPERATIONS: usize = 24;
 
 /// xorshift64*: enough randomness for a replayable schedule.
@@ -184,7 +186,8 @@ fn run(cgroup: bool, seed: u64, shared: bool) {
     let script = job_script(&cluster);
     let mut rng = Rng(seed | 1);
     let mut jobs: BTreeMap<u32, Life> = BTreeMap::new();
-    for step in 0..OPERATIONS {
+    let operations = std::env::var("CDER_STRESS_OPERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(OPERATIONS);
+    for step in 0..operations {
         let live: Vec<u32> = jobs.iter().filter(|(_, l)| **l != Life::Gone).map(|(&id, _)| id).collect();
         let pick = |rng: &mut Rng| live.get(rng.below(live.len().max(1) as u64) as usize).copied();
         let what = match rng.below(10) {

@@ -169,12 +169,7 @@ pub struct Slurmd {
 
 impl Node for Slurmd {
     fn gres(&self) -> Result<Vec<GresDevice>, String> {
-        self.gres
-            .get_or_init(|| {
-                let conf = crate::sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
-                read_gres(conf.as_deref(), self.node_name().as_deref(), self)
-            })
-            .clone()
+        self.gres.get_or_init(|| read_gres(Some(&daemon_conf()), self.node_name().as_deref(), self)).clone()
     }
 
     /// Read from this process's environment, where slurmstepd (from
@@ -193,14 +188,15 @@ impl Node for Slurmd {
 
     /// A value SLURM would refuse is logged and leaves cder's own fence.
     fn slurm_cgroup(&self) -> bool {
-        slurm_constrains_devices_checked(crate::sys::task_plugin().as_deref(), crate::sys::slurm_conf_path().as_deref())
-            .unwrap_or_else(|e| {
+        slurm_constrains_devices_checked(crate::sys::task_plugin().as_deref(), Some(&daemon_conf())).unwrap_or_else(
+            |e| {
                 crate::sys::log(
                     Level::Error,
                     &format!("spank_cder: {e}; taking SLURM's device cgroup as off, cder confines"),
                 );
                 false
-            })
+            },
+        )
     }
 
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError> {
@@ -212,14 +208,24 @@ impl Node for Slurmd {
     }
 
     fn update_admin_comment(&self, scontrol: &Path, job_id: u32, text: &str, timeout: Duration) -> Result<(), String> {
-        let conf = crate::sys::slurm_conf_path();
-        admin_comment::run_scontrol(scontrol, conf.as_deref(), job_id, text, timeout)
+        admin_comment::run_scontrol(scontrol, Some(&daemon_conf()), job_id, text, timeout)
     }
 
     fn shards(&self) -> bool {
-        let conf = crate::sys::slurm_conf_path().or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
-        load_gres_devices(conf.as_deref(), self.node_name().as_deref(), lrms_shard()).is_ok_and(|d| !d.is_empty())
+        load_gres_devices(Some(&daemon_conf()), self.node_name().as_deref(), lrms_shard()).is_ok_and(|d| !d.is_empty())
     }
+}
+
+/// The slurm.conf of the daemon this plugin runs in
+/// ([`crate::devices::daemon_slurm_conf`]). `SLURM_CONF` is read from this
+/// process's environment, which SLURM's own config loader set (slurmd,
+/// inherited by slurmstepd; the prolog's from slurmd), never a job's.
+fn daemon_conf() -> PathBuf {
+    crate::devices::daemon_slurm_conf(
+        crate::sys::slurm_conf_path().as_deref(),
+        std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref(),
+        Path::exists,
+    )
 }
 
 fn lrms_shard() -> &'static str {

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use super::cstr::read_cstr;
 use crate::ffi;
 
-/// The path of the `slurm.conf` the running daemon read (slurmctld's own
-/// configuration), when running inside a SLURM daemon or command.
+/// The path in the running process's parsed `slurm.conf` (slurmctld's,
+/// slurmd's), when running inside a SLURM daemon or command; slurmstepd
+/// of 23.11 and later leaves it unset ([`crate::devices::daemon_slurm_conf`]
+/// settles the daemon's config from it).
 pub fn slurm_conf_path() -> Option<PathBuf> {
     // SAFETY: `slurm_conf` is libslurmfull's global configuration, filled
     // when the daemon read its configuration, before any plugin is loaded;
