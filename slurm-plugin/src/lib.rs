@@ -15,6 +15,8 @@
 //!   numbering inside and outside a device cgroup;
 //! * [`gres_conf`] — slurmd's GPU list from gres.conf, and SLURM's GPU
 //!   indices turned into cderd's devices by device file;
+//! * [`node_gres`] — the job's GPU GRES per node as the controller
+//!   validated them, stamped into its job-control environment for the prolog;
 //! * [`node`] — the node side of `spank_cder.so` as plain functions: the
 //!   prolog's record, the step's plan, the tasks' confinement, vGPGPU
 //!   backends; SLURM and cderd behind traits;
@@ -32,6 +34,7 @@ pub mod gres;
 pub mod gres_conf;
 pub mod job_submit;
 pub mod node;
+pub mod node_gres;
 pub mod request;
 pub mod spank;
 pub mod sys;

@@ -43,7 +43,9 @@ fn main() {
         .header("wrapper.h")
         .clang_arg(format!("-I{include}"))
         .allowlist_function("spank_.*")
-        .allowlist_function("slurm_(info|error|verbose|debug|spank_log|xstrdup|xfree|load_job|free_job_info_msg)")
+        .allowlist_function(
+            "slurm_(info|error|verbose|debug|spank_log|xstrdup|xfree|load_job|free_job_info_msg|xcalloc)",
+        )
         .allowlist_type("job_desc_msg_t|job_info_msg_t|slurm_job_info_t|spank_.*|slurm_conf_t|cder_show_flags")
         .allowlist_var(
             "slurm_conf|SLURM_VERSION_NUMBER|SLURM_BATCH_SCRIPT|SLURM_SUCCESS|SLURM_ERROR|ESLURM_.*|ESPANK_.*|S_CTX_.*",

@@ -3,6 +3,8 @@
  * but that no public header declares. What differs between releases is
  * keyed by SLURM_VERSION_NUMBER here, where the headers are read, and in
  * cder-slurm's sys module (its build.rs names each change). */
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <slurm/slurm.h>
@@ -12,8 +14,10 @@
 
 /* src/common/xstring.h: strings handed to SLURM must come from its allocator. */
 extern char *slurm_xstrdup(const char *str);
-/* src/common/xmalloc.h */
+/* src/common/xmalloc.h (the same in 22.05 to 26.05) */
 extern void slurm_xfree(void **item);
+extern void *slurm_xcalloc(size_t count, size_t size, bool clear, bool try_,
+                           const char *file, int line, const char *func);
 /* src/common/read_config.h: the running daemon's parsed slurm.conf. */
 extern slurm_conf_t slurm_conf;
 

@@ -1256,6 +1256,10 @@ impl SlurmCluster {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    /// A SLURM command's stdout as text, whatever its status (`sdiag`).
+    pub fn command_stdout(&self, program: &str) -> String {
+        self.run(program, &[]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    }
     /// See [`SlurmClient::cancel_all`].
     pub fn cancel_all(&self) {
         SlurmClient::cancel_all(self)

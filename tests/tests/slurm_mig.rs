@@ -381,3 +381,53 @@ fn a_step_of_one_profile_sees_that_instance() {
         wait_all_free(&cluster);
     }
 }
+
+/// How many times slurmctld answered a one-job query (`slurm_load_job`,
+/// `REQUEST_JOB_INFO_SINGLE`), from `sdiag`'s RPC statistics.
+fn single_job_queries(cluster: &SlurmCluster) -> u64 {
+    let out = cluster.command_stdout("sdiag");
+    out.lines()
+        .find(|l| l.trim_start().starts_with("REQUEST_JOB_INFO_SINGLE "))
+        .and_then(|l| l.split("count:").nth(1))
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits for a job's report without asking slurmctld about the job (which
+/// `scontrol show job` would, with the very RPC being counted).
+fn wait_report(cluster: &SlurmCluster, id: u32) -> String {
+    let deadline = Instant::now() + JOB_TIMEOUT;
+    loop {
+        let out = cluster.job_output(id);
+        if out.contains("CVD=") {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "job {id} printed nothing\n{}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The job prolog asks slurmctld for the job's record only when the
+/// controller's stamp cannot make `SLURM_JOB_GPUS` the whole grant: a job
+/// of one profile on this node of two starts without the RPC, a job of
+/// both profiles with it; both get exactly what the controller chose.
+#[test]
+fn the_prolog_asks_slurmctld_only_for_a_job_of_several_types() {
+    let Some((_guard, cluster)) = start(false) else { return };
+    let flag = cluster.jobs_dir().join("go");
+    let script = probe_script(&cluster, &flag);
+    let before = single_job_queries(&cluster);
+    let one = cluster.sbatch_as_user(&["--gres=gpu:1g.10gb:2"], &script).unwrap();
+    let report = wait_report(&cluster, one);
+    let after_one = single_job_queries(&cluster);
+    assert_eq!(after_one, before, "the prolog of a one-profile job asked slurmctld\n{}", cluster.logs());
+    let both = cluster.sbatch_as_user(&["--gres=gpu:1g.10gb:1,gpu:2g.20gb:1"], &script).unwrap();
+    let report_both = wait_report(&cluster, both);
+    assert!(single_job_queries(&cluster) > after_one, "the prolog of a two-profile job did not ask slurmctld");
+    check_job(&cluster, "task/none", one, &report, &[("1g.10gb", 2)]);
+    check_job(&cluster, "task/none", both, &report_both, &[("1g.10gb", 1), ("2g.20gb", 1)]);
+    std::fs::write(&flag, b"").unwrap();
+    wait_done(&cluster, one);
+    wait_done(&cluster, both);
+}

@@ -34,7 +34,37 @@ fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// A submission: the cder request translated, then the job's GPU GRES per
+/// node stamped for its prolog (`cder_slurm::node_gres`), whatever the
+/// submitter put there removed first.
 fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+    translate_request(job, submit_uid)?;
+    stamp_node_gres(job);
+    Ok(())
+}
+
+/// Writes what the prolog may read instead of asking slurmctld: only the
+/// controller's word reaches it (slurmctld copies the job-control
+/// environment when the job is made, and never on update).
+fn stamp_node_gres(job: &mut JobDesc<'_>) {
+    use cder_slurm::node_gres::{stamp, without_stamp, NODE_GRES};
+    let env = job.spank_job_env();
+    let mut kept = without_stamp(&env);
+    let value = stamp(
+        job.tres_per_node().as_deref(),
+        job.tres_per_job().as_deref(),
+        job.tres_per_task().as_deref(),
+        job.tres_per_socket().as_deref(),
+    );
+    if let Some(value) = value.filter(|v| !v.is_empty()) {
+        kept.push(format!("{NODE_GRES}={value}"));
+    }
+    if kept != env {
+        job.set_spank_job_env(&kept);
+    }
+}
+
+fn translate_request(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     vgpgpu(job, submit_uid)?;
     let sub = Submission {
         environment: job.environment(),
@@ -83,7 +113,13 @@ fn modify(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
         let operator = submit_uid == 0 || submit_uid == sys::slurm_user_id();
         check_tres_update(Some(&update), operator, &nodes)?;
     }
-    submit(job, submit_uid)
+    cder_slurm::node_gres::check_stamped_update(
+        job.tres_per_node().as_deref(),
+        job.tres_per_job().as_deref(),
+        job.tres_per_task().as_deref(),
+        job.tres_per_socket().as_deref(),
+    )?;
+    translate_request(job, submit_uid)
 }
 
 cder_slurm::job_submit_plugin!("cder", submit, modify);

@@ -202,7 +202,13 @@ impl Plugin for CderSpank {
         let uid =
             std::env::var("SLURM_JOB_UID").ok().and_then(|u| u.parse::<u32>().ok()).or_else(|| spank.job_uid().ok());
         let Some(uid) = uid else { return fail(format!("{job}: job prolog: no SLURM_JOB_UID; nothing recorded")) };
-        let prolog = Prolog { job: job.clone(), job_id, uid, job_gpus: std::env::var(SLURM_JOB_GPUS).ok() };
+        let prolog = Prolog {
+            job: job.clone(),
+            job_id,
+            uid,
+            job_gpus: std::env::var(SLURM_JOB_GPUS).ok(),
+            node_gres: std::env::var(cder_slurm::node_gres::PROLOG_NODE_GRES).ok(),
+        };
         match node::prolog_record(&prolog, &self.args(), &self.node) {
             Ok(record) => node::send_record(&record, &self.args(), &self.node),
             Err(e) => return fail(format!("{job}: job prolog: {e}")),

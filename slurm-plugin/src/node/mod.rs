@@ -26,6 +26,7 @@ use crate::gres_conf::{
     cderd_indices, detail_count, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files,
     GresDevice,
 };
+use crate::node_gres::{NodeGres, PROLOG_NODE_GRES};
 use crate::request::{
     Request, Source, GPGPU, GPGPU_SHARES, OPT_CDER, OPT_GPGPU_MIN_MEMORY, OPT_GPGPU_PER_NODE, OPT_GPGPU_SHARES_PER_NODE,
 };
@@ -415,6 +416,9 @@ pub struct Prolog {
     pub uid: u32,
     /// `SLURM_JOB_GPUS`, if set.
     pub job_gpus: Option<String>,
+    /// `SPANK_CDER_NODE_GRES`, if set: the job's GPU GRES per node as
+    /// job_submit_cder.so validated them ([`crate::node_gres`]).
+    pub node_gres: Option<String>,
 }
 
 /// The prolog's record for cderd: exactly the GPUs SLURM gave the job on
@@ -444,11 +448,24 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
     if gpus.is_empty() {
         alloc.devices = Some(Vec::new());
     } else {
+        // The controller's stamp, where it makes SLURM_JOB_GPUS the whole
+        // grant and gives the shares, spares the prolog its RPC.
+        let stamp = match prolog.node_gres.as_deref().map(|v| (v, NodeGres::read(v))) {
+            Some((_, Some(s))) if s.job_gpus_complete() => Some(s),
+            Some((v, None)) => {
+                node.log(
+                    Level::Error,
+                    &format!("spank_cder: {job}: job prolog: {PROLOG_NODE_GRES}={v:?} is not cder's; asking slurmctld"),
+                );
+                None
+            }
+            _ => None,
+        };
         let gres = node.gres();
-        let slurm = gres
-            .as_ref()
-            .map(|gres| controller_gpus(job, prolog.job_id, gres, &gpus, node))
-            .unwrap_or_else(|_| gpus.clone());
+        let slurm = match (&gres, stamp) {
+            (Ok(_), Some(_)) | (Err(_), _) => gpus.clone(),
+            (Ok(gres), None) => controller_gpus(job, prolog.job_id, gres, &gpus, node),
+        };
         let mapped = gres.and_then(|gres| {
             if gres.is_empty() {
                 let mut cderd = node.cderd(args).map_err(|e| e.to_string())?;
@@ -466,8 +483,15 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
         // On a node offering shares, SLURM_JOB_GPUS names a shard job's GPU
         // too: slurmctld says whether, and how many shares, it granted.
         if node.shards() {
-            let shares = controller_shares(prolog.job_id, node)
-                .map_err(|e| format!("asking slurmctld for the shares it granted {job}: {e}; nothing recorded"))?;
+            let shares = match stamp {
+                Some(s) if s.shards == 0 => None,
+                Some(s) => Some(
+                    u32::try_from(s.shards)
+                        .map_err(|_| format!("{} shards in {PROLOG_NODE_GRES}; nothing recorded", s.shards))?,
+                ),
+                None => controller_shares(prolog.job_id, node)
+                    .map_err(|e| format!("asking slurmctld for the shares it granted {job}: {e}; nothing recorded"))?,
+            };
             if let Some(n) = shares {
                 // SLURM 22.05 takes a job's shards on a node from one GPU.
                 if n % alloc.count != 0 {

@@ -260,7 +260,7 @@ fn the_prolog_records_slurms_gpus_by_file() {
     let mut node = FakeNode::new(None);
     let gres = crate::gres_conf::gres_devices("Name=gpu File=/dev/nvidia[0-3]\n", "gres.conf", None, "gpu").unwrap();
     node.gres = Ok(gres);
-    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1,3".into()) };
+    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1,3".into()), node_gres: None };
     let r = prolog_record(&prolog, &PluginArgs::default(), &node).unwrap();
     assert_eq!(r.alloc.device_files, Some(vec![vec!["/dev/nvidia1".to_string()], vec!["/dev/nvidia3".to_string()]]));
     assert_eq!((r.alloc.count, r.slurm_gpus.clone()), (2, vec![1, 3]));
@@ -275,6 +275,47 @@ fn the_prolog_records_slurms_gpus_by_file() {
     assert!(beyond.contains("cannot tell which of cderd's devices are SLURM's GPU(s) [9]"), "{beyond}");
 }
 
+/// With the controller's stamp, the prolog takes the shares and the GPUs
+/// from it and SLURM_JOB_GPUS without asking slurmctld (the fake node
+/// has no slurmctld: asking would fail); without it, or with a stamp
+/// that says several records or is not cder's, it asks.
+#[test]
+fn the_controllers_stamp_spares_the_prolog_its_rpc() {
+    let mut node = FakeNode::new(None);
+    let text =
+        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=4 File=/dev/nvidia0\nName=shard Count=4 File=/dev/nvidia1\n";
+    node.gres = Ok(crate::gres_conf::gres_devices(text, "gres.conf", None, "gpu").unwrap());
+    node.shards = true;
+    let stamped =
+        |v: &str| Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1".into()), node_gres: Some(v.into()) };
+    let r = prolog_record(&stamped("gres/shard:3"), &PluginArgs::default(), &node).unwrap();
+    assert_eq!((r.alloc.count, r.alloc.shares), (1, Some(3)));
+    let r = prolog_record(&stamped("gres/gpu:1"), &PluginArgs::default(), &node).unwrap();
+    assert_eq!((r.alloc.count, r.alloc.shares), (1, None));
+    for asks in ["gres/gpu:1,gres/shard:2", "gres/shard:3 trailing", "gres/fpga:1"] {
+        let e = prolog_record(&stamped(asks), &PluginArgs::default(), &node).unwrap_err();
+        assert!(e.contains("asking slurmctld for the shares"), "{asks}: {e}");
+    }
+    assert!(node.logged.borrow().iter().any(|l| l.contains("is not cder's; asking slurmctld")), "{:?}", node.logged);
+
+    // Several GPU types: one stamped record is the whole grant.
+    let mut typed = FakeNode::new(None);
+    let text = "Name=gpu Type=a100 File=/dev/nvidia0\nName=gpu Type=t4 File=/dev/nvidia1\n";
+    typed.gres = Ok(crate::gres_conf::gres_devices(text, "gres.conf", None, "gpu").unwrap());
+    let r = prolog_record(&stamped("gres/gpu:t4:1"), &PluginArgs::default(), &typed).unwrap();
+    assert_eq!(r.slurm_gpus, vec![1]);
+    assert!(typed.logged.borrow().is_empty(), "{:?}", typed.logged);
+    // Two records: SLURM_JOB_GPUS holds the last only, so slurmctld is
+    // asked (and, unreachable here, the prolog says so and keeps it).
+    let r = prolog_record(&stamped("gres/gpu:a100:1,gres/gpu:t4:1"), &PluginArgs::default(), &typed).unwrap();
+    assert_eq!(r.slurm_gpus, vec![1]);
+    assert!(
+        typed.logged.borrow().iter().any(|l| l.contains("asking slurmctld for the job's GPUs")),
+        "{:?}",
+        typed.logged
+    );
+}
+
 #[test]
 fn the_prolog_records_the_shares_slurmctld_granted() {
     let mut node = FakeNode::new(None);
@@ -284,7 +325,7 @@ fn the_prolog_records_the_shares_slurmctld_granted() {
     node.shards = true;
     node.detail = Some("shard:3(IDX:1)".into());
     // The job's environment is no authority: only SLURM_JOB_GPUS (slurmd's) and slurmctld's count.
-    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1".into()) };
+    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("1".into()), node_gres: None };
     let r = prolog_record(&prolog, &PluginArgs::default(), &node).unwrap();
     assert_eq!((r.alloc.count, r.alloc.shares), (1, Some(3)));
     assert_eq!(r.alloc.device_files, Some(vec![vec!["/dev/nvidia1".to_string()]]));

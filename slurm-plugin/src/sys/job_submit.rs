@@ -25,6 +25,63 @@ impl JobDesc<'_> {
         unsafe { read_array(self.raw.spank_job_env, self.raw.spank_job_env_size as usize) }
     }
 
+    /// Replaces the job-control environment (strings and array from
+    /// SLURM's allocator, the old ones freed with it), as slurmctld keeps it
+    /// for the prolog and epilog.
+    pub fn set_spank_job_env(&mut self, entries: &[String]) {
+        let file = c"cder-slurm";
+        // SAFETY: slurm_xcalloc with try=false never returns null (it
+        // aborts as SLURM's xmalloc does); the array has room for the
+        // entries and the NULL that slurmctld's own arrays end with.
+        let array = unsafe {
+            ffi::slurm_xcalloc(
+                entries.len() + 1,
+                std::mem::size_of::<*mut c_char>(),
+                true,
+                false,
+                file.as_ptr(),
+                0,
+                file.as_ptr(),
+            )
+        }
+        .cast::<*mut c_char>();
+        for (i, e) in entries.iter().enumerate() {
+            // SAFETY: i < entries.len(), within the array just allocated.
+            unsafe { *array.add(i) = xstrdup(e) };
+        }
+        let old = std::mem::replace(&mut self.raw.spank_job_env, array);
+        let old_len = std::mem::replace(&mut self.raw.spank_job_env_size, entries.len() as u32);
+        if !old.is_null() {
+            for i in 0..old_len as usize {
+                // SAFETY: SLURM keeps `old_len` xmalloc'd strings (or nulls,
+                // which xfree accepts) in the old array, which nothing else
+                // refers to any more.
+                unsafe { ffi::slurm_xfree(old.add(i).cast::<*mut c_void>()) };
+            }
+            let mut old = old;
+            // SAFETY: the array itself came from SLURM's allocator.
+            unsafe { ffi::slurm_xfree((&mut old as *mut *mut *mut c_char).cast::<*mut c_void>()) };
+        }
+    }
+
+    /// `tres_per_job` (`--gpus`), e.g. `gres/gpu:2`.
+    pub fn tres_per_job(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.tres_per_job) }
+    }
+
+    /// `tres_per_task` (`--gpus-per-task`).
+    pub fn tres_per_task(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.tres_per_task) }
+    }
+
+    /// `tres_per_socket` (`--gpus-per-socket`).
+    pub fn tres_per_socket(&self) -> Option<String> {
+        // SAFETY: null or an xstrdup'd C string.
+        unsafe { read_cstr(self.raw.tres_per_socket) }
+    }
+
     /// `tres_per_node`, e.g. `gres:gpu:2`.
     pub fn tres_per_node(&self) -> Option<String> {
         // SAFETY: null or an xstrdup'd C string.
@@ -159,6 +216,24 @@ mod tests {
         job.set_tres_per_node("gres:fpga:1,gres:gpu:3");
         job.set_tres_per_node("gres:gpu:1");
         assert_eq!(job.tres_per_node().as_deref(), Some("gres:gpu:1"));
+    }
+
+    #[test]
+    fn the_job_control_environment_is_replaced_with_slurms_allocator() {
+        // As slurmctld unpacks it: xmalloc'd strings in an xmalloc'd array.
+        let mut raw = job_desc(&mut [], &mut [], None);
+        raw.spank_job_env = std::ptr::null_mut();
+        let mut job = JobDesc { raw: &mut raw };
+        job.set_spank_job_env(&["A=1".to_string(), "CDER_NODE_GRES=gres/gpu:1".to_string()]);
+        assert_eq!(job.spank_job_env(), vec!["A=1", "CDER_NODE_GRES=gres/gpu:1"]);
+        // A second replacement frees the first (its array and strings).
+        job.set_spank_job_env(&["B=2".to_string()]);
+        assert_eq!(job.spank_job_env(), vec!["B=2"]);
+        // SAFETY: the array holds one entry and its NULL terminator.
+        assert!(unsafe { (*raw.spank_job_env.add(1)).is_null() });
+        let mut job = JobDesc { raw: &mut raw };
+        job.set_spank_job_env(&[]);
+        assert!(job.spank_job_env().is_empty());
     }
 
     fn panics(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {
