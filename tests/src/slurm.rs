@@ -361,6 +361,20 @@ pub fn plugin_build(release: &Release) -> Result<(PathBuf, Vec<(String, String)>
     Ok((target.join(profile()), env))
 }
 
+/// A folder to compile C SPANK plugins against the release under test
+/// with `-I` (its `slurm/` headers only, never a root's libc).
+pub fn release_include_dir() -> Result<PathBuf, String> {
+    let release = release()?;
+    if release.root.is_none() {
+        return Ok(PathBuf::from("/usr/include"));
+    }
+    let (_, env) = plugin_build(release)?;
+    env.into_iter()
+        .find(|(k, _)| k == "SLURM_INCLUDE_DIR")
+        .map(|(_, v)| PathBuf::from(v))
+        .ok_or_else(|| "no include folder for the release".to_string())
+}
+
 /// How to set the cluster up.
 #[derive(Debug, Clone)]
 pub struct SlurmConfig {

@@ -325,3 +325,66 @@ fn a_step_sees_its_share_of_the_jobs_devices() {
         }
     });
 }
+
+/// A submitter who writes cder's stamp into the job-control environment
+/// (any SPANK plugin of theirs in srun/sbatch, or a hand-made submit RPC,
+/// can) never has it read by the prolog: job_submit_cder.so removes it in
+/// either spelling and writes its own where the GRES are per node. A test
+/// SPANK plugin forges it at submit time and reports, from the job prolog,
+/// what the prolog's environment holds.
+#[test]
+fn a_submitters_forged_stamp_never_reaches_the_prolog() {
+    if !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("starting SLURM: {e}"));
+    let report = cluster.dir().join("prolog-stamps");
+    let source = cluster.dir().join("forge.c");
+    let plugin = cluster.dir().join("plugins/forge.so");
+    let text = format!(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <slurm/spank.h>\nSPANK_PLUGIN(forge, 1);\n\
+         int slurm_spank_init(spank_t sp, int ac, char **av) {{\n\
+           if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR) {{\n\
+             spank_job_control_setenv(sp, \"CDER_NODE_GRES\", \"gres/shard:4\", 1);\n\
+             spank_job_control_setenv(sp, \"SPANK_CDER_NODE_GRES\", \"gres/gpu:3\", 1);\n\
+           }}\n\
+           return 0;\n\
+         }}\n\
+         int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {{\n\
+           const char *v = getenv(\"SPANK_CDER_NODE_GRES\"); const char *id = getenv(\"SLURM_JOB_ID\");\n\
+           FILE *f = fopen(\"{report}\", \"a\");\n\
+           if (f) {{ fprintf(f, \"%s=%s\\n\", id ? id : \"?\", v ? v : \"unset\"); fclose(f); }}\n\
+           return 0;\n\
+         }}\n",
+        report = report.display()
+    );
+    std::fs::write(&source, text).unwrap();
+    let include = cder_tests::slurm::release_include_dir().unwrap();
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&plugin)
+        .arg("-I")
+        .arg(&include)
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    let plugstack = cluster.dir().join("plugstack.conf");
+    let mut conf = std::fs::read_to_string(&plugstack).unwrap();
+    conf.push_str(&format!("required {}\n", plugin.display()));
+    std::fs::write(&plugstack, conf).unwrap();
+
+    let script = "#!/bin/sh\ntrue\n";
+    let per_node = cluster.sbatch_as_user(&["--gres=gpu:1"], script).unwrap();
+    let per_job = cluster.sbatch_as_user(&["--gpus=1"], script).unwrap();
+    let none = cluster.sbatch_as_user(&[], script).unwrap();
+    for id in [per_node, per_job, none] {
+        let done = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+        assert_eq!(done.state, "COMPLETED", "job {id}: {done:?}\n{}", cluster.logs());
+    }
+    let seen = parse_env_lines(&std::fs::read_to_string(&report).unwrap_or_default());
+    assert_eq!(seen.get(&per_node.to_string()).map(String::as_str), Some("gres/gpu:1"), "{seen:?}");
+    assert_eq!(seen.get(&per_job.to_string()).map(String::as_str), Some("unset"), "{seen:?}");
+    assert_eq!(seen.get(&none.to_string()).map(String::as_str), Some("unset"), "{seen:?}");
+}
