@@ -77,6 +77,11 @@ pub enum AdminCommentMode {
     /// the comment is empty, add the key to a comment that is a JSON object,
     /// and leave any other comment as it is.
     Merge,
+    /// As `merge`, except where SLURM measures each job's GPU use itself
+    /// (23.02 and later: `gres/gpuutil` and `gres/gpumem` TRES, gathered in
+    /// slurmstepd by the `gpu/nvml` or `gpu/rsmi` plugin and kept by
+    /// slurmdbd): there `sacct` has it already, and the comment is left alone.
+    Auto,
 }
 
 fn default_scontrol() -> PathBuf {

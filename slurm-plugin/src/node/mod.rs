@@ -160,6 +160,11 @@ pub trait Node {
     fn shards(&self) -> bool {
         false
     }
+    /// Why SLURM accounts each job's GPU use itself, if it does
+    /// ([`admin_comment::slurm_measures_gpu_use`]).
+    fn slurm_measures_gpu_use(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The node SLURM runs the plugin on. gres.conf is read once per process.
@@ -214,6 +219,23 @@ impl Node for Slurmd {
 
     fn shards(&self) -> bool {
         load_gres_devices(Some(&daemon_conf()), self.node_name().as_deref(), lrms_shard()).is_ok_and(|d| !d.is_empty())
+    }
+
+    fn slurm_measures_gpu_use(&self) -> Option<String> {
+        let conf = daemon_conf();
+        let slurm_conf = std::fs::read_to_string(&conf).ok()?;
+        let gres_conf = std::fs::read_to_string(conf.with_file_name("gres.conf")).unwrap_or_default();
+        // PluginDir's folders, else where Debian's packages put SLURM's own.
+        let dirs: Vec<PathBuf> = slurm_conf
+            .lines()
+            .filter_map(|l| l.trim().split_once('='))
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case("PluginDir"))
+            .flat_map(|(_, v)| v.split(':').map(|d| PathBuf::from(d.trim())).collect::<Vec<_>>())
+            .chain([PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"), PathBuf::from("/usr/lib64/slurm")])
+            .collect();
+        admin_comment::slurm_measures_gpu_use(crate::SLURM_VERSION_NUMBER, &slurm_conf, &gres_conf, |plugin| {
+            dirs.iter().any(|d| d.join(plugin).exists())
+        })
     }
 }
 

@@ -402,3 +402,29 @@ fn vgpgpu_beyond_the_licences_is_refused() {
     let none = vgpgpu::VgpgpuStep { raw: crate::vgpgpu::RawVgpgpu::default(), ..s };
     assert_eq!(vgpgpu::allocate(&none, &PluginArgs::default(), &node), None);
 }
+
+#[test]
+fn slurm_accounts_gpu_use_itself_only_where_it_can_measure_it() {
+    use super::admin_comment::slurm_measures_gpu_use;
+    let conf = "AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageTRES=gres/gpu # GPUs\n\
+                JobAcctGatherType=jobacct_gather/cgroup\n";
+    let nvml = "AutoDetect=nvml\n";
+    let all = |_: &str| true;
+    let why = slurm_measures_gpu_use(0x18_0b_05, conf, nvml, all).unwrap();
+    assert!(why.contains("AutoDetect=nvml (gpu_nvml.so)"), "{why}");
+    assert!(slurm_measures_gpu_use(0x18_0b_05, conf, "AutoDetect=rsmi\n", all).is_some());
+    // 22.05 has no such TRES; Debian's builds have no gpu_nvml.so; gpu/nvidia
+    // and gpu/oneapi measure nothing; without slurmdbd or job accounting,
+    // or with GPUs untracked, nothing is kept.
+    assert_eq!(slurm_measures_gpu_use(0x16_05_08, conf, nvml, all), None);
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, conf, nvml, |_| false), None);
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, conf, "AutoDetect=nvidia\n", all), None);
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, conf, "AutoDetect=oneapi\n", all), None);
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, conf, "", all), None);
+    let no_dbd = conf.replace("accounting_storage/slurmdbd", "accounting_storage/none");
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, &no_dbd, nvml, all), None);
+    let no_gather = conf.replace("jobacct_gather/cgroup", "jobacct_gather/none");
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, &no_gather, nvml, all), None);
+    let untracked = conf.replace("gres/gpu", "cpu,mem");
+    assert_eq!(slurm_measures_gpu_use(0x18_0b_05, &untracked, nvml, all), None);
+}
