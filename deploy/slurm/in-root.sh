@@ -7,7 +7,8 @@
 #
 # PROGRAM runs in DIR, chrooted to ROOT, in a mount namespace of its own
 # that sees the host's /proc, /sys (cgroups included), /dev and /tmp, where
-# the tests keep their configs, plugins and cderd's socket. The namespace
+# the tests keep their configs, plugins and cderd's socket, and the host's
+# /etc/hosts. The namespace
 # goes away with its last process: nothing stays mounted on the host. The
 # process keeps this script's pid (every step execs), so killing it kills
 # PROGRAM. Needs root.
@@ -17,4 +18,8 @@ exec unshare --mount --propagation slave -- /bin/sh -c '
   set -e
   root=$1; shift
   for m in proc sys dev tmp; do mount --rbind "/$m" "$root/$m"; done
+  # The host'"'"'s names: slurmctld resolves the submit host (this machine'"'"'s
+  # hostname), and a root made elsewhere cannot know it (10 s stalls).
+  [ -e "$root/etc/hosts" ] || : > "$root/etc/hosts"
+  mount --bind /etc/hosts "$root/etc/hosts"
   exec chroot "$root" /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$@"' in-root "$@"
