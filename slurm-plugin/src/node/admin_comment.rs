@@ -171,6 +171,50 @@ pub fn run_scontrol(
     }
 }
 
+/// The GPU plugins whose `gpu_p_usage_read` measures a job's GPU use (the
+/// others, `gpu/nvidia` and `gpu/oneapi` among them, return nothing), by
+/// the `AutoDetect=` that selects them.
+const MEASURING_GPU_PLUGINS: [(&str, &str); 2] = [("nvml", "gpu_nvml.so"), ("rsmi", "gpu_rsmi.so")];
+
+/// Why SLURM accounts each job's GPU use itself, or `None` where it does
+/// not: 23.02 and later add the `gres/gpuutil` and `gres/gpumem` TRES when
+/// `AccountingStorageTRES` tracks `gres/gpu`, slurmstepd's job accounting
+/// gathers them through the GPU plugin gres.conf's `AutoDetect` selects,
+/// and slurmdbd keeps them. `release` is the headers' `SLURM_VERSION_NUMBER`;
+/// `installed` says whether a plugin file is in SLURM's plugin folders.
+pub fn slurm_measures_gpu_use(
+    release: u32,
+    slurm_conf: &str,
+    gres_conf: &str,
+    installed: impl Fn(&str) -> bool,
+) -> Option<String> {
+    if release < 0x17_02_00 {
+        return None;
+    }
+    let value = |text: &str, key: &str| -> Option<String> {
+        text.lines()
+            .filter_map(|l| l.split('#').next())
+            .flat_map(|l| l.split_whitespace())
+            .filter_map(|w| w.split_once('='))
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.trim().to_string())
+            .next_back()
+    };
+    let tres = value(slurm_conf, "AccountingStorageTRES")?;
+    if !tres.to_ascii_lowercase().contains("gres/gpu") {
+        return None;
+    }
+    let storage = value(slurm_conf, "AccountingStorageType")?;
+    let gather = value(slurm_conf, "JobAcctGatherType")?;
+    if storage.ends_with("/none") || gather.ends_with("/none") {
+        return None;
+    }
+    let detect = value(gres_conf, "AutoDetect")?.to_ascii_lowercase();
+    let (_, plugin) = MEASURING_GPU_PLUGINS.iter().find(|(d, _)| *d == detect)?;
+    installed(plugin)
+        .then(|| format!("AccountingStorageTRES={tres}, AutoDetect={detect} ({plugin}), {gather}, {storage}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,48 +290,4 @@ mod tests {
         assert_eq!(merge(Some("JS1:H4sIAAAA"), ours.clone()), None);
         assert_eq!(merge(Some("[1,2]"), ours), None);
     }
-}
-
-/// The GPU plugins whose `gpu_p_usage_read` measures a job's GPU use (the
-/// others, `gpu/nvidia` and `gpu/oneapi` among them, return nothing), by
-/// the `AutoDetect=` that selects them.
-const MEASURING_GPU_PLUGINS: [(&str, &str); 2] = [("nvml", "gpu_nvml.so"), ("rsmi", "gpu_rsmi.so")];
-
-/// Why SLURM accounts each job's GPU use itself, or `None` where it does
-/// not: 23.02 and later add the `gres/gpuutil` and `gres/gpumem` TRES when
-/// `AccountingStorageTRES` tracks `gres/gpu`, slurmstepd's job accounting
-/// gathers them through the GPU plugin gres.conf's `AutoDetect` selects,
-/// and slurmdbd keeps them. `release` is the headers' `SLURM_VERSION_NUMBER`;
-/// `installed` says whether a plugin file is in SLURM's plugin folders.
-pub fn slurm_measures_gpu_use(
-    release: u32,
-    slurm_conf: &str,
-    gres_conf: &str,
-    installed: impl Fn(&str) -> bool,
-) -> Option<String> {
-    if release < 0x17_02_00 {
-        return None;
-    }
-    let value = |text: &str, key: &str| -> Option<String> {
-        text.lines()
-            .filter_map(|l| l.split('#').next())
-            .flat_map(|l| l.split_whitespace())
-            .filter_map(|w| w.split_once('='))
-            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.trim().to_string())
-            .last()
-    };
-    let tres = value(slurm_conf, "AccountingStorageTRES")?;
-    if !tres.to_ascii_lowercase().contains("gres/gpu") {
-        return None;
-    }
-    let storage = value(slurm_conf, "AccountingStorageType")?;
-    let gather = value(slurm_conf, "JobAcctGatherType")?;
-    if storage.ends_with("/none") || gather.ends_with("/none") {
-        return None;
-    }
-    let detect = value(gres_conf, "AutoDetect")?.to_ascii_lowercase();
-    let (_, plugin) = MEASURING_GPU_PLUGINS.iter().find(|(d, _)| *d == detect)?;
-    installed(plugin)
-        .then(|| format!("AccountingStorageTRES={tres}, AutoDetect={detect} ({plugin}), {gather}, {storage}"))
 }
