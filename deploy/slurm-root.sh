@@ -43,9 +43,10 @@ packages=(slurmctld slurmd slurm-client libslurm-dev munge
           dpkg-dev)
 roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
 if [ -n "$build" ]; then
-  # deploy/debian/control's Build-Depends (dpkg-buildpackage checks them
-  # against the root) and lintian; the toolchain is the host's rustup.
-  packages+=(gcc make fakeroot debhelper libclang-dev clang pkg-config man-db
+  # build-essential and deploy/debian/control's Build-Depends, which
+  # dpkg-buildpackage checks against the root, and lintian; the Rust
+  # toolchain is the host's rustup (build-debs.sh --release).
+  packages+=(build-essential fakeroot debhelper libclang-dev clang pkg-config man-db
              slurm-wlm-plugins-dev lintian)
   roots=${CDER_BUILD_ROOTS:-/var/cache/cder/slurm-build-roots}
   # A new root removes the suite's older ones in its folder: a shared
