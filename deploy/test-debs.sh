@@ -22,11 +22,11 @@ packages=(cder-common cder-node cder-slurm cder-torque cder-glue-provider cder-j
 started=$SECONDS
 
 missing=()
-[ "$(id -u)" = 0 ] || missing+=("root")
+[ "$(id -u)" = 0 ] || missing+=("root privileges")
 for p in unshare mmdebstrap; do command -v "$p" >/dev/null || missing+=("$p"); done
 [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ] || missing+=("cargo in ${CARGO_HOME:-$HOME/.cargo}/bin")
 if [ ${#missing[@]} -gt 0 ]; then
-    message="test-debs.sh $release: missing ${missing[*]} (deploy/install-deps.sh)"
+    message="test-debs.sh $release: missing $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g') (deploy/install-deps.sh)"
     if [ "${CI:-}" = true ]; then echo "CI=true and $message" >&2; exit 1; fi
     echo "SKIPPED: $message" >&2
     if [ -n "${CDER_SKIPPED_FILE:-}" ]; then echo "$message" >> "$CDER_SKIPPED_FILE"; fi
