@@ -3,7 +3,9 @@
 # building cder against SLURM releases newer than the host's (docs/slurm.md,
 # "Supported releases"; tests/src/slurm.rs runs its daemons there):
 #
-#   deploy/slurm-root.sh RELEASE      prints the root's path on stdout
+#   deploy/slurm-root.sh RELEASE           prints the root's path on stdout
+#   deploy/slurm-root.sh --build RELEASE   the same root, plus what building
+#                                          the Debian packages needs
 #
 # RELEASE is a line of deploy/slurm/releases (24.11 from trixie, 26.05 from
 # sid). The root is made with mmdebstrap from the mirror this machine's apt
@@ -13,10 +15,17 @@
 # finds it in a second; a new machine makes it afresh (about a minute).
 # The root's SLURM version is checked against RELEASE: a suite that moved
 # on to another SLURM is an error, not a silent change of what is tested.
+# A --build root (deploy/build-debs.sh --release RELEASE) is cached apart,
+# in $CDER_BUILD_ROOTS (default /var/cache/cder/slurm-build-roots): making
+# or replacing it never touches the roots the tests run in.
 # Needs root and mmdebstrap (deploy/install-deps.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-release=${1:?usage: slurm-root.sh RELEASE (see deploy/slurm/releases)}
+usage="usage: slurm-root.sh [--build] RELEASE (see deploy/slurm/releases)"
+build=
+if [ "${1:-}" = --build ]; then build=1; shift; fi
+[ $# -eq 1 ] || { echo "$usage" >&2; exit 2; }
+release=$1
 line=$(awk -v r="$release" '$1 == r && !/^#/' "$here/slurm/releases")
 [ -n "$line" ] || { echo "slurm-root.sh: $release is not in $here/slurm/releases" >&2; exit 2; }
 read -r _ suite source <<<"$line"
@@ -32,13 +41,25 @@ esac
 packages=(slurmctld slurmd slurm-client libslurm-dev munge
           util-linux procps coreutils
           dpkg-dev)
+roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
+if [ -n "$build" ]; then
+  # build-essential and deploy/debian/control's Build-Depends, which
+  # dpkg-buildpackage checks against the root, and lintian; the Rust
+  # toolchain is the host's rustup (build-debs.sh --release).
+  packages+=(build-essential fakeroot debhelper libclang-dev clang pkg-config man-db
+             slurm-wlm-plugins-dev lintian)
+  roots=${CDER_BUILD_ROOTS:-/var/cache/cder/slurm-build-roots}
+  # A new root removes the suite's older ones in its folder: a shared
+  # folder would lose the test roots.
+  [ "$roots" != "${CDER_ROOTS:-/var/cache/cder/slurm-roots}" ] ||
+    { echo "slurm-root.sh: CDER_BUILD_ROOTS must not be CDER_ROOTS ($roots)" >&2; exit 2; }
+fi
 mirror=$( { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
          sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p; s/^deb \(http[^ ]*debian\) .*/\1/p' | head -n 1)
 mirror=${mirror:-http://deb.debian.org/debian}
 # The recipe: bump it when the way a root is made changes.
 recipe=2
 key=$( { echo "$recipe $suite $mirror"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
-roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
 root=$roots/$suite-$key
 if [ ! -f "$root/.cder-root-done" ]; then
   command -v mmdebstrap >/dev/null || { echo "slurm-root.sh: mmdebstrap is not installed (deploy/install-deps.sh)" >&2; exit 1; }

@@ -40,5 +40,14 @@ for release in $(awk '!/^#/ && $3 == "root" {print $1}' deploy/slurm/releases); 
         cargo test --locked -p cder-tests --test cluster -- --test-threads=1 "${suites[@]}"
     echo "== SLURM $release: suites passed in $((SECONDS - started)) s"
 done
+# The packages of each Debian release with a newer SLURM, built in that
+# release's root, installed in a throwaway overlay of it and linted by its
+# lintian (deploy/test-debs.sh; the host's own are tests/tests/packages.rs).
+# Each release is a cold release build in a target dir of its own, about 8
+# minutes on 2 cores, more than CI's 40 minutes leave: CDER_DEB_RELEASES
+# says which (e.g. 24.11; none by default; docs/packaging.md).
+for release in ${CDER_DEB_RELEASES:-}; do
+    bash deploy/test-debs.sh "$release"
+done
 # A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
 bash deploy/fuzz.sh

@@ -12,6 +12,9 @@
 # goes away with its last process: nothing stays mounted on the host. The
 # process keeps this script's pid (every step execs), so killing it kills
 # PROGRAM. Needs root.
+# CDER_ROOT_BINDS, a space-separated list of absolute host folders, binds
+# each at the same path inside (build-debs.sh --release: the workspace and
+# the host's rustup toolchain); an empty folder is made there for it.
 set -eu
 [ $# -ge 3 ] || { echo "usage: in-root.sh ROOT DIR PROGRAM [ARG ...]" >&2; exit 2; }
 exec unshare --mount --propagation slave -- /bin/sh -c '
@@ -22,4 +25,9 @@ exec unshare --mount --propagation slave -- /bin/sh -c '
   # hostname), and a root made elsewhere cannot know it (10 s stalls).
   [ -e "$root/etc/hosts" ] || : > "$root/etc/hosts"
   mount --bind /etc/hosts "$root/etc/hosts"
+  set -f
+  for p in ${CDER_ROOT_BINDS:-}; do
+    case $p in /*) ;; *) echo "in-root.sh: CDER_ROOT_BINDS: $p is not absolute" >&2; exit 2 ;; esac
+    mkdir -p "$root$p"; mount --rbind "$p" "$root$p"
+  done
   exec chroot "$root" /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$@"' in-root "$@"
