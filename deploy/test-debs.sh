@@ -58,8 +58,8 @@ want="slurm-wlm-basic-plugins (>= $release), slurm-wlm-basic-plugins (<< $next~)
 depends=$(dpkg-deb -f "${debs[2]}" Depends)
 case $depends in *"$want"*) ;; *) echo "test-debs.sh: cder-slurm depends on '$depends', not on '$want'" >&2; exit 1 ;; esac
 
-# Inside the overlay: install, run, look, lint. $tmp is under the host's
-# /tmp, which in-root.sh binds, so the packages are at the same path there.
+# Inside the overlay: install, run, look, lint; $tmp, bound at the same
+# path, brings the packages and this script.
 cat > "$tmp/check.sh" <<'EOF'
 set -euo pipefail
 release=$1 ndebs=$2; shift 2
@@ -95,5 +95,5 @@ unshare --mount --propagation private -- /bin/sh -c '
     mount -t overlay cder-debs -o lowerdir="$1",upperdir="$2/upper",workdir="$2/work" "$2/merged"
     shift 2
     exec "$@"' overlay "$root" "$tmp" \
-    "$src/deploy/slurm/in-root.sh" "$tmp/merged" / bash "$tmp/check.sh" "$release" ${#debs[@]} "${debs[@]}" "${dbgsym[@]}"
+    env CDER_ROOT_BINDS="$tmp" "$src/deploy/slurm/in-root.sh" "$tmp/merged" / bash "$tmp/check.sh" "$release" ${#debs[@]} "${debs[@]}" "${dbgsym[@]}"
 echo "== test-debs $release: installed, run and linted in $((SECONDS - started)) s" >&2
