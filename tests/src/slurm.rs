@@ -1289,10 +1289,27 @@ impl Drop for SlurmCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A job whose slurmstepd outlived its slurmd (a test killed the
+        // daemon, or cancel_all ran out of time) would spin forever on a
+        // flag in a folder about to vanish: end whatever still runs from it.
+        kill_processes_naming(self.dir.path());
         if std::env::var_os("CDER_KEEP_TMP").is_some() {
             let kept = self.dir.path().to_path_buf();
             eprintln!("kept {}", kept.display());
             std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")));
+        }
+    }
+}
+
+/// SIGKILLs every process whose command line names `dir` (a cluster's job
+/// scripts, `spool/job…/slurm_script`).
+fn kill_processes_naming(dir: &Path) {
+    let needle = dir.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for pid in entries.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if pid != std::process::id() && cmdline.windows(needle.len()).any(|w| w == needle) {
+            let _ = cder_testkit::faults::signal(pid, "KILL");
         }
     }
 }
