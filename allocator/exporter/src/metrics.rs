@@ -10,7 +10,8 @@
 //! device also `hpc_job`, the batch system's job id, and `lrms`):
 //! - `DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_DEV_FB_USED`: the latest sample of a
 //!   held device (percent; MiB), as dcgm-exporter names them;
-//! - `cder_device_allocated`: 1 while a job holds the device, else 0;
+//! - `cder_device_allocated`: 1 while a job holds the device (whole or in
+//!   shares), else 0;
 //! - `cder_device_idle`: 1 while the job holding it leaves it idle (the
 //!   `[node.usage]` rule), else 0;
 //! - `cder_job_device_seconds_total`, `cder_job_active_seconds_total`: the
@@ -25,7 +26,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use cder_protocol::{DeviceStatus, DeviceUsage, Status, Usage, UsageSample};
+use cder_protocol::{DeviceState, DeviceStatus, DeviceUsage, Status, Usage, UsageSample};
 
 /// The OpenMetrics content type.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -156,9 +157,17 @@ pub fn render(s: &Snapshot<'_>, format: Format) -> String {
             f.sample("DCGM_FI_DEV_FB_USED", labels, m as f64);
         }
     }
-    let mut f = family(&mut out, format, "cder_device_allocated", "gauge", "1 while a job holds the device.");
+    let mut f = family(
+        &mut out,
+        format,
+        "cder_device_allocated",
+        "gauge",
+        "1 while a job holds the device, whole or in shares.",
+    );
     for (d, labels) in &devices {
-        f.sample("cder_device_allocated", labels, if d.job.is_some() { 1.0 } else { 0.0 });
+        // A device held in shares names no single job, but it is held.
+        let held = d.job.is_some() || d.state == DeviceState::Allocated;
+        f.sample("cder_device_allocated", labels, if held { 1.0 } else { 0.0 });
     }
     let idle: BTreeSet<(&str, String)> =
         s.usage.map(|u| u.idle.iter().map(|i| (i.uuid.as_str(), i.job.to_string())).collect()).unwrap_or_default();
@@ -220,7 +229,7 @@ pub fn render(s: &Snapshot<'_>, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cder_protocol::{DeviceState, IdleDevice};
+    use cder_protocol::IdleDevice;
 
     fn device(index: u32, job: Option<&str>, model: &str) -> DeviceStatus {
         DeviceStatus {
@@ -334,6 +343,25 @@ mod tests {
         let util = text.lines().find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).unwrap();
         assert!(util.contains("UUID=\"GPU-0\"") && util.ends_with("} 80"), "{util}");
         assert_eq!(text.lines().filter(|l| l.starts_with("cder_device_allocated{") && l.ends_with(" 1")).count(), 1);
+    }
+
+    #[test]
+    fn a_device_held_in_shares_counts_as_allocated() {
+        // In `status` a shared device is allocated but names no job (the
+        // sharers are listed apart).
+        let shared = DeviceStatus { state: DeviceState::Allocated, ..device(2, None, "NVIDIA A100") };
+        let status = Status {
+            devices: vec![shared, device(3, None, "NVIDIA A100")],
+            counts: Default::default(),
+            generation: 1,
+            idle: vec![],
+            shares: vec![],
+        };
+        let text =
+            render(&Snapshot { hostname: "wn01", status: &status, usage: None, job_labels: true }, Format::OpenMetrics);
+        let allocated: Vec<&str> = text.lines().filter(|l| l.starts_with("cder_device_allocated{")).collect();
+        assert!(allocated[0].contains("gpu=\"2\"") && allocated[0].ends_with(" 1"), "{text}");
+        assert!(allocated[1].contains("gpu=\"3\"") && allocated[1].ends_with(" 0"), "{text}");
     }
 
     #[test]
