@@ -1241,14 +1241,17 @@ impl Daemon {
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
-        // saturate: a sum over a huge history must not wrap.
-        let device_seconds: i64 = records
+        // saturate: a sum over a huge history must not wrap. A share counts
+        // its fraction of the device: four 1-of-4 sharers make one device.
+        let held: f64 = records
             .iter()
-            .map(|r| r.end.unwrap_or(now).min(until).saturating_sub(r.start.max(since)).max(0))
-            .fold(0i64, i64::saturating_add);
+            .map(|r| r.end.unwrap_or(now).min(until).saturating_sub(r.start.max(since)).max(0) as f64 * r.fraction)
+            .sum();
+        // `as` saturates, so the rounded sum never wraps either.
+        let device_seconds = held.round() as i64;
         // In floating point: pool size × period exceeds i64 for long periods.
         let capacity = f64::from(pool_size) * until.saturating_sub(since) as f64;
-        let ratio = if capacity > 0.0 { device_seconds as f64 / capacity } else { 0.0 };
+        let ratio = if capacity > 0.0 { held / capacity } else { 0.0 };
         Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio }, drains })
     }
 
