@@ -765,9 +765,9 @@ impl Daemon {
         drop(store);
         self.mps_after_release(job, allocation, &released);
         if let Some(a) = allocation {
-            // Groups still holding processes are removed by the look that
-            // finds them empty.
-            self.remove_groups(job, &a.token, held.is_empty());
+            // Groups still holding processes stay; the look that finds them
+            // empty removes them.
+            self.remove_groups(job, &a.token);
         }
         self.intake.released(Some(job));
         Ok(released)
@@ -1411,9 +1411,8 @@ impl Daemon {
         Ok(())
     }
 
-    /// Forgets a released job's device cgroups and, with `remove_dirs`,
-    /// removes them; never fails the release.
-    fn remove_groups(&self, job: &JobKey, token: &str, remove_dirs: bool) {
+    /// Removes a released job's device cgroups; never fails the release.
+    fn remove_groups(&self, job: &JobKey, token: &str) {
         if !self.cgroups.is_available() {
             return;
         }
@@ -1425,9 +1424,6 @@ impl Daemon {
             } else {
                 groups.remove(&name);
             }
-        }
-        if !remove_dirs {
-            return;
         }
         for e in self.cgroups.remove(&name) {
             tracing::warn!(job = %job, "device cgroup left in place (processes remain?); reconcile will retry: {e}");

@@ -212,9 +212,14 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
         let caller = Caller { uid: cred.uid, pid: cred.pid, process: ProcessIdentity::at_connect(&stream, cred.pid) };
         // Before a thread takes it: an `env` arriving later waits for this
         // connection's first request (a job prolog's unanswered `alloc`).
-        let arrival = daemon.arrived();
-        if let Err(why) = slots.take(caller.uid, daemon.is_operator(caller.uid)) {
-            daemon.arrival_read(arrival);
+        // Only the batch system's connections can carry one: a user's
+        // silent connections must not make every `env` wait (issue 44).
+        let operator = daemon.is_operator(caller.uid);
+        let arrival = operator.then(|| daemon.arrived());
+        if let Err(why) = slots.take(caller.uid, operator) {
+            if let Some(seq) = arrival {
+                daemon.arrival_read(seq);
+            }
             tracing::warn!(uid = caller.uid, pid = caller.pid, "refusing a connection: {why}");
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, why)).as_bytes());
@@ -227,7 +232,9 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
             slots_here.give_back(caller.uid);
         }));
         if let Err(e) = spawned {
-            daemon.arrival_read(arrival);
+            if let Some(seq) = arrival {
+                daemon.arrival_read(seq);
+            }
             slots.give_back(caller.uid);
             tracing::error!("cannot start a connection thread: {e}");
         }
@@ -238,18 +245,20 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
 /// Marks the connection's arrival read however its thread leaves it.
 struct Arrival<'a> {
     daemon: &'a Daemon,
-    seq: u64,
+    seq: Option<u64>,
 }
 
 impl Drop for Arrival<'_> {
     fn drop(&mut self) {
-        self.daemon.arrival_read(self.seq);
+        if let Some(seq) = self.seq {
+            self.daemon.arrival_read(seq);
+        }
     }
 }
 
 /// Serves one connection (the `arrival`th accepted) until it closes, idles
 /// out, or sends a line too long.
-fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, arrival: u64, max_line: usize) {
+fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, arrival: Option<u64>, max_line: usize) {
     let _arrival = Arrival { daemon, seq: arrival };
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
@@ -285,7 +294,7 @@ fn connection(daemon: &Daemon, stream: UnixStream, caller: Caller, arrival: u64,
             }
             continue;
         }
-        let reply = answer_arrival(daemon, caller, &line, Some(arrival));
+        let reply = answer_arrival(daemon, caller, &line, arrival);
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
         }

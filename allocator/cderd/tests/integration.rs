@@ -11,6 +11,7 @@ mod daemon;
 mod disk_full;
 mod faults;
 mod health_watch;
+mod ledger_lock;
 mod mig_devices;
 mod nvml_enforcement;
 mod sharing_mps;

@@ -38,6 +38,7 @@ pub struct StalledFuse {
     server: Option<std::thread::JoinHandle<()>>,
     seen: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    names: std::sync::atomic::AtomicU64,
 }
 
 impl StalledFuse {
@@ -78,6 +79,7 @@ impl StalledFuse {
             server: None,
             seen: Default::default(),
             stop: Default::default(),
+            names: Default::default(),
         };
         let fd = fuse.device.as_ref().map(AsRawFd::as_raw_fd).expect("just set");
         answer_init(fd)?;
@@ -121,7 +123,7 @@ impl StalledFuse {
     /// mountpoint's parents must be searchable by `uid`.
     pub fn hold_descriptor(&self, uid: u32, gid: u32) -> Result<Child> {
         let code = "import os,sys,time; os.open(sys.argv[1], os.O_PATH); print('held', flush=True); time.sleep(3600)";
-        let mut python = Command::new("python3");
+        let mut python = Command::new("/usr/bin/python3");
         python.args(["-c", code]).arg(&self.mountpoint).stdout(Stdio::piped());
         let mut child = as_user(&mut python, uid, gid).spawn()?;
         let mut line = String::new();
@@ -135,10 +137,13 @@ impl StalledFuse {
         Ok(child)
     }
 
-    /// `stat` of a file inside the mount: a command that stalls.
+    /// `stat` of a file inside the mount: a command that stalls. Each names
+    /// another file (a second lookup of a name waits for the first in the
+    /// kernel's dentry cache, without asking the server).
     pub fn stat_command(&self) -> Command {
-        let mut stat = Command::new("stat");
-        stat.arg(self.mountpoint.join("never")).stdout(Stdio::null()).stderr(Stdio::null());
+        let n = self.names.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut stat = Command::new("/usr/bin/stat");
+        stat.arg(self.mountpoint.join(format!("never-{n}"))).stdout(Stdio::null()).stderr(Stdio::null());
         stat
     }
 
@@ -238,7 +243,9 @@ fn answer_init(fd: i32) -> Result<()> {
     reply.extend_from_slice(&7u32.to_ne_bytes()); // major
     reply.extend_from_slice(&31u32.to_ne_bytes()); // minor
     reply.extend_from_slice(&0u32.to_ne_bytes()); // max_readahead
-    reply.extend_from_slice(&0u32.to_ne_bytes()); // flags
+                                                  // FUSE_PARALLEL_DIROPS: each lookup reaches the server, instead of
+                                                  // waiting behind the first for the directory's lock.
+    reply.extend_from_slice(&(1u32 << 18).to_ne_bytes()); // flags
     reply.extend_from_slice(&16u16.to_ne_bytes()); // max_background
     reply.extend_from_slice(&12u16.to_ne_bytes()); // congestion_threshold
     reply.extend_from_slice(&4096u32.to_ne_bytes()); // max_write
