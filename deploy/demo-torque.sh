@@ -95,22 +95,27 @@ step "A hand-written mark reaching pbs_mom anyway: ignored, the job gets no devi
 prologue 21.ce.example.org "nodes=1:ppn=1,other=cder:gpgpu:4"
 
 step "The job starter, as the job's user (nobody), sees exactly its own devices"
-# $job_starter takes no arguments: root's wrapper names the node's files
-# (the starter never reads CDER_CONFIG from the job's environment).
-printf '#!/bin/sh\nexec %s --config %s --torque-config %s -- "$@"\n' \
-    "$work/libexec/cder-job-starter" "$CDER_CONFIG" "$CDER_TORQUE_CONFIG" >"$work/cder-job-starter"
-chmod 0755 "$work/cder-job-starter"
+# $job_starter takes no arguments, and the starter reads /etc/cder only (never
+# CDER_CONFIG from the job's environment; options only from root). The demo
+# must not write the host's /etc, so the job's user runs it in a mount
+# namespace whose /etc has the node's files laid over it.
+mkdir -p "$work/etc/cder"
+ln -sf "$CDER_CONFIG" "$work/etc/cder/cder.toml"
+ln -sf "$CDER_TORQUE_CONFIG" "$work/etc/cder/torque.toml"
+printf '#!/bin/sh\nexec unshare --mount --propagation private -- /bin/sh -c '"'"'mount -t overlay cder-etc -o ro,lowerdir=%s:/etc /etc && exec "$@"'"'"' sh "$@"\n' \
+    "$work/etc" >"$work/with-etc-cder"
+chmod 0755 "$work/with-etc-cder"
 show "setpriv --reuid=nobody cder-job-starter /bin/sh -sh  <<< 'env | grep VISIBLE'   (PBS_JOBID=17.ce.example.org)"
 echo 'id -un; env | grep -E "^CUDA_(VISIBLE_DEVICES|DEVICE_ORDER)="' |
     env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
-    setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh
+    "$work/with-etc-cder" setpriv --reuid=65534 --regid=65534 --clear-groups -- "$work/libexec/cder-job-starter" /bin/sh -sh
 show "the same, as root (pbs_mom with \$job_starter_run_privileged): refused"
 echo 'id -un' | env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
-    "$work/cder-job-starter" /bin/sh -sh || echo "   -> exit $?: the job does not run"
+    "$work/libexec/cder-job-starter" /bin/sh -sh || echo "   -> exit $?: the job does not run"
 show "the same, as another user (uid 65533)"
 echo 'env | grep -E "^CUDA_VISIBLE_DEVICES="' |
     env -i PBS_JOBID=17.ce.example.org PATH=/usr/bin:/bin \
-    setpriv --reuid=65533 --regid=65533 --clear-groups -- "$work/cder-job-starter" /bin/sh -sh \
+    "$work/with-etc-cder" setpriv --reuid=65533 --regid=65533 --clear-groups -- "$work/libexec/cder-job-starter" /bin/sh -sh \
     || echo "   -> exit $?: not this user's job, so it cannot be confined; the job does not run"
 show 'eval "$(cder-env --shell)"   (for sites without a job starter)'
 env -i PBS_JOBID=18.ce.example.org \

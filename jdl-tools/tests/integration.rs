@@ -8,5 +8,6 @@
 mod common;
 
 mod cli;
+mod index_lock;
 mod robustness;
 mod thesis;

@@ -106,26 +106,26 @@ fn held_jobs_are_released_in_order_only_when_capacity_exists() {
     // Inside the job, as its user, cder-job-starter gets the VCL set-up of
     // those backends; another user gets none.
     let starter = |user: &str| {
-        let config = std::env::temp_dir().join(format!("cder-vgpgpu-torque-{}.toml", std::process::id()));
+        // The starter reads /etc/cder only (its options are root's): here an
+        // /etc of its own, the host's with cder/ laid over it, in a private
+        // mount namespace.
+        let etc = std::env::temp_dir().join(format!("cder-vgpgpu-torque-{}-etc", std::process::id()));
+        std::fs::create_dir_all(etc.join("cder")).unwrap();
+        let config = etc.join("cder/cder.toml");
         std::fs::copy(r.config_path(), &config).unwrap();
         std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         // No cderd here: only the vGPGPU part is under test, so no device cgroup.
-        let torque_toml = config.with_extension("torque.toml");
-        std::fs::write(&torque_toml, "[torque]\nconfine = \"off\"\n").unwrap();
-        std::fs::set_permissions(&torque_toml, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-        // The paths come on the command line, as root's $job_starter wrapper gives them.
-        let out = std::process::Command::new("runuser")
-            .args(["-u", user, "--", "env", "PBS_JOBID=11.ce.example.org", "VirtualGPGPUPerNode=3", "TMPDIR=/tmp"])
+        std::fs::write(etc.join("cder/torque.toml"), "[torque]\nconfine = \"off\"\n").unwrap();
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(format!("mount -t overlay cder-etc -o ro,lowerdir='{}':/etc /etc && exec \"$@\"", etc.display()))
+            .args(["sh", "runuser", "-u", user, "--", "env", "PBS_JOBID=11.ce.example.org", "VirtualGPGPUPerNode=3"])
+            .arg("TMPDIR=/tmp")
             .arg(binary("cder-torque", "cder-job-starter").unwrap())
-            .arg("--config")
-            .arg(&config)
-            .arg("--torque-config")
-            .arg(&torque_toml)
-            .args(["--", "/bin/sh", "-c", "env | grep ^VCL_; cat \"$VCL_NODEFILE\" 2>/dev/null | sed 's/^/NODE /'"])
+            .args(["/bin/sh", "-c", "env | grep ^VCL_; cat \"$VCL_NODEFILE\" 2>/dev/null | sed 's/^/NODE /'"])
             .output()
             .unwrap();
-        let _ = std::fs::remove_file(&config);
-        let _ = std::fs::remove_file(&torque_toml);
+        let _ = std::fs::remove_dir_all(&etc);
         (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (out, err) = starter("nobody");

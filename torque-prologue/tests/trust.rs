@@ -183,7 +183,7 @@ fn the_jobs_environment_does_not_configure_the_job_starter() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("not starting the job"), "the job's error file says why: {r:?}");
 
-    // Through root's wrapper the variables change nothing either: cderd has
+    // As pbs_mom runs it the variables change nothing either: cderd has
     // no record of 17.ce, so it is refused …
     let r = node.job_starter(JOB_UID, JOB_GID, &env, &["/bin/sh", "-sh"], b"echo JOB RAN\n");
     assert!(!r.stdout.contains("JOB RAN"), "{r:?}");
@@ -207,12 +207,6 @@ fn the_jobs_environment_does_not_configure_the_job_starter() {
         );
     }
     assert_eq!(node.hook("epilogue", &epilogue_args("1200.ce")).code, 0);
-
-    // Only --config, --torque-config and -- come before the command.
-    let r =
-        node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"], &[]);
-    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{r:?}");
-    assert!(r.stderr.contains("unknown option --colour"), "{r:?}");
 }
 
 #[test]
@@ -427,15 +421,7 @@ fn the_jobs_ld_preload_does_not_run_before_the_job_starter() {
         return;
     };
     let (library, marker) = job_preload_library(&node);
-    let argv = [
-        "--config",
-        node.config.to_str().unwrap(),
-        "--torque-config",
-        node.torque_toml.to_str().unwrap(),
-        "/bin/sh",
-        "-c",
-        "echo JOB RAN",
-    ];
+    let argv = ["/bin/sh", "-c", "echo JOB RAN"];
 
     // Installed as the job starter was before: the loader runs the job's
     // library first, and it runs the job without cderd ever confining it.
@@ -471,8 +457,7 @@ fn the_job_runs_without_the_job_starters_group_and_with_its_whole_environment() 
         ("TMPDIR", "/tmp/1401.ce"),
     ];
     let script = "grep '^Gid:' /proc/self/status; echo \"LLP=$LD_LIBRARY_PATH TMPDIR=$TMPDIR CVD=$CUDA_VISIBLE_DEVICES\"; cat /proc/self/cgroup";
-    let files = ["--config", node.config.to_str().unwrap(), "--torque-config", node.torque_toml.to_str().unwrap()];
-    let r = node.run_as(JOB_UID, JOB_GID, &setgid, &[&files[..], &["/bin/sh", "-c", script]].concat(), &env);
+    let r = node.run_as(JOB_UID, JOB_GID, &setgid, &["/bin/sh", "-c", script], &env);
     assert_eq!(r.code, 0, "{r:?}");
     let gids: Vec<u32> = r
         .stdout
@@ -540,4 +525,93 @@ fn reconcile_after_a_snapshot_keeps_a_newer_allocation() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing released"));
     assert_eq!(node.holders().len(), 1);
     let _ = Duration::from_secs(0);
+}
+
+/// The audit's repro: a job whose shell is `--torque-config` (qsub checks
+/// that a shell is absolute, pbs_server does not), so pbs_mom runs
+/// `cder-job-starter --torque-config ---torque-config -c cmd` in the
+/// user's home, where the user left `---torque-config` (confine = "off")
+/// and a program `-c` on the job's PATH. Every option-like shell must fail
+/// as a shell that does not exist fails, and nothing runs unconfined.
+#[test]
+fn an_option_like_job_shell_is_the_program_never_an_option() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(node) = Node::start_with("[torque]\nconfine = \"required\"\n", Devices::Char { cgroup: "v1" }) else {
+        return;
+    };
+    let home = node.dir.path().join("home");
+    std::fs::create_dir_all(home.join("bin")).unwrap();
+    let mine = |path: &std::path::Path, text: &str, mode: u32| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        std::os::unix::fs::chown(path, Some(JOB_UID), Some(JOB_GID)).unwrap();
+    };
+    // torque.toml with confine off; a cder.toml whose cderd is elsewhere.
+    mine(&home.join("---torque-config"), "[torque]\nconfine = \"off\"\n", 0o644);
+    mine(&home.join("---config"), "[node]\nsocket = \"/nonexistent\"\n", 0o644);
+    mine(&home.join("bin/-c"), "#!/bin/sh\necho JOB RAN; cat /proc/self/cgroup\n", 0o755);
+    for dir in [&home, &home.join("bin")] {
+        std::os::unix::fs::chown(dir, Some(JOB_UID), Some(JOB_GID)).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", home.join("bin").display());
+    // pbs_mom's layout: shell, its argv[0] ("-" and its name: a login shell), then -c cmd.
+    let run = |job: &str, shell: &str| {
+        let login = format!("-{}", std::path::Path::new(shell).file_name().unwrap().to_str().unwrap());
+        let env = [("PBS_JOBID", job), ("PATH", path.as_str()), ("HOME", home.to_str().unwrap())];
+        node.job_starter_in(&home, JOB_UID, JOB_GID, &env, &[shell, &login, "-c", "echo JOB RAN"], b"")
+    };
+    let shells = ["--torque-config", "--config", "--help", "-h", "--version", "--", "-x", "--x", "-"];
+
+    // A job cderd has no record of: refused, as with a shell that does not exist.
+    let missing = run("1500.ce", "/nonexistent/sh");
+    assert_eq!((missing.code, missing.stdout.as_str()), (1, ""), "{missing:?}");
+    assert!(missing.stderr.contains("cderd has no record of the job"), "{missing:?}");
+    for shell in shells {
+        let r = run("1500.ce", shell);
+        assert!(!r.stdout.contains("JOB RAN"), "{shell}: ran unconfined: {r:?}");
+        assert_eq!((r.code, &r.stdout, &r.stderr), (missing.code, &missing.stdout, &missing.stderr), "{shell}");
+    }
+
+    // A recorded job: confined, then the shell cannot be executed (127), as
+    // one that does not exist.
+    assert_eq!(node.hook("prologue", &prologue_args("1501.ce", "neednodes=1:ppn=1,nodes=1:ppn=1")).code, 0);
+    let missing = run("1501.ce", "/nonexistent/sh");
+    assert_eq!((missing.code, missing.stdout.as_str()), (127, ""), "{missing:?}");
+    assert!(missing.stderr.contains("cannot execute /nonexistent/sh"), "{missing:?}");
+    for shell in shells {
+        let r = run("1501.ce", shell);
+        assert!(!r.stdout.contains("JOB RAN"), "{shell}: {r:?}");
+        assert_eq!((r.code, r.stdout.as_str()), (127, ""), "{shell}: {r:?}");
+        assert!(r.stderr.contains(&format!("cannot execute {shell}:")), "{shell}: {r:?}");
+    }
+    assert_eq!(node.hook("epilogue", &epilogue_args("1501.ce")).code, 0);
+
+    // By hand, --help alone (never pbs_mom's layout) still answers.
+    let r = node.run_as(JOB_UID, JOB_GID, &node.job_starter_bin, &["--help"], &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("USAGE"), "{r:?}");
+}
+
+#[test]
+fn root_may_still_give_the_job_starter_options() {
+    let Some(node) = Node::start("[torque]\nconfine = \"off\"\n") else { return };
+    let root = |args: &[&str]| {
+        let out = Command::new(&node.job_starter_bin).args(args).env_clear().stdin(Stdio::null()).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Options are read, and a wrong one is named …
+    let (code, out, err) = root(&["--colour", "x", "/bin/sh", "-c", "echo JOB RAN"]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert!(err.contains("unknown option --colour"), "{err}");
+    let (code, out, err) = root(&["--torque-config", node.torque_toml.to_str().unwrap(), "--bogus"]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert!(err.contains("unknown option --bogus"), "{err}");
+    // … but root never gets a job run.
+    let (code, out, err) = root(&["--config", node.config.to_str().unwrap(), "--", "/bin/sh", "-c", "echo JOB RAN"]);
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.contains("$job_starter_run_privileged"), "{err}");
 }

@@ -157,6 +157,8 @@ impl<'n> Sampler<'n> {
             let mut seen = BTreeSet::new();
             targets.iter().filter(|t| seen.insert(t.job.clone())).map(|t| (t.job.clone(), t.token.clone())).collect()
         };
+        // Where cder's own device groups are: a process is tagged by them too.
+        let cgroup_parent = daemon.config().node.enforcement.cgroup_parent.clone();
         let at_ms = now_ms();
         let previous_ms = self.previous_ms.replace(at_ms);
         let nvmls = self.nvmls;
@@ -165,12 +167,12 @@ impl<'n> Sampler<'n> {
         for target in &targets {
             let Some((_, nvml)) = nvmls.iter().find(|(t, _)| *t == target.cder_type) else { continue };
             if !target.shared {
-                out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs));
+                out.push(self.observe(nvml, target, (at_ms, previous_ms), &jobs, &cgroup_parent));
                 continue;
             }
             // One look at a shared GPU per period, split between its sharers.
             if !shared_seen.contains_key(&target.uuid) {
-                let whole = self.observe(nvml, target, (at_ms, previous_ms), &jobs);
+                let whole = self.observe(nvml, target, (at_ms, previous_ms), &jobs, &cgroup_parent);
                 shared_seen.insert(target.uuid.clone(), whole);
             }
             out.push(own_share(&shared_seen[&target.uuid], &target.job));
@@ -188,6 +190,7 @@ impl<'n> Sampler<'n> {
         target: &UsageTarget,
         at: (i64, Option<i64>),
         jobs: &[(JobKey, String)],
+        cgroup_parent: &str,
     ) -> UsageObservation {
         let mut observation = UsageObservation {
             job: target.job.clone(),
@@ -277,7 +280,7 @@ impl<'n> Sampler<'n> {
                             nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
                         },
                         sm_percent: sm.as_ref().map(|m| m.get(&p.pid).copied().unwrap_or(0)),
-                        job: job_of_process(&self.proc_root, p.pid, jobs),
+                        job: job_of_process(&self.proc_root, p.pid, jobs, cgroup_parent),
                     })
                     .collect(),
             );
@@ -345,32 +348,60 @@ fn graphics_utilisation<'n>(nvml: &'n Nvml, earlier: &GpmSample<'n>, later: &Gpm
 }
 
 /// The running job whose cgroup holds `pid`, by `/proc/PID/cgroup`: cder's
-/// own device cgroup of the job, SLURM's `job_<id>` or TORQUE's
-/// `torque/<id>` directory. `None` when none does (or the process is gone).
-pub fn job_of_process(proc_root: &Path, pid: u32, jobs: &[(JobKey, String)]) -> Option<JobKey> {
+/// own device cgroup of the job (under `cgroup_parent`), SLURM's `job_<id>`
+/// or TORQUE's `torque/<id>` directory. `None` when none does (or the
+/// process is gone).
+pub fn job_of_process(proc_root: &Path, pid: u32, jobs: &[(JobKey, String)], cgroup_parent: &str) -> Option<JobKey> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
-    job_of_cgroups(&text, jobs)
+    job_of_cgroups(&text, jobs, cgroup_parent)
 }
 
-/// [`job_of_process`] on the text of a `/proc/PID/cgroup` file.
-pub fn job_of_cgroups(text: &str, jobs: &[(JobKey, String)]) -> Option<JobKey> {
-    let paths: Vec<Vec<&str>> =
-        text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).map(|p| p.split('/').collect()).collect();
+/// [`job_of_process`] on the text of a `/proc/PID/cgroup` file. A path names
+/// a job only where root's layout puts it: the group directly under
+/// `/<cgroup_parent>`, or the batch system's own job directory
+/// ([`batch_system_job`]); a `job_<id>` anywhere else may be a directory a
+/// user made in a delegated subtree (`user@.service`, a job's own).
+pub fn job_of_cgroups(text: &str, jobs: &[(JobKey, String)], cgroup_parent: &str) -> Option<JobKey> {
+    let parent: Vec<&str> = cgroup_parent.split('/').filter(|p| !p.is_empty()).collect();
+    let paths: Vec<Vec<&str>> = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2)?.strip_prefix('/'))
+        .map(|p| p.split('/').collect())
+        .collect();
     jobs.iter()
         .find(|(job, token)| {
             let ours = DeviceCgroups::group_name(job, token);
-            let batch = match job.lrms() {
-                cder_model::Lrms::Slurm => Some(format!("job_{}", job.id())),
-                _ => None,
-            };
             paths.iter().any(|parts| {
-                parts.contains(&ours.as_str())
-                    || batch.as_deref().is_some_and(|b| parts.contains(&b))
-                    || (job.lrms() == cder_model::Lrms::Torque
-                        && parts.windows(2).any(|w| w[0] == "torque" && w[1] == job.id()))
+                let in_ours =
+                    parts.len() > parent.len() && parts[..parent.len()] == parent[..] && parts[parent.len()] == ours;
+                in_ours || batch_system_job(parts) == Some((job.lrms(), job.id()))
             })
         })
         .map(|(job, _)| job.clone())
+}
+
+/// The job a batch system's cgroup layout names, read at the one place that
+/// layout puts it (components of the path after its leading `/`):
+///
+/// * SLURM cgroup/v2: `system.slice/slurmstepd.scope/job_<id>/…`
+///   (`<node>_slurmstepd.scope` where a host runs several slurmd);
+/// * SLURM cgroup/v1: `slurm/uid_<uid>/job_<id>/…` (`slurm_<node>` likewise);
+/// * TORQUE 6: `torque/<id>/…`.
+fn batch_system_job<'p>(parts: &[&'p str]) -> Option<(cder_model::Lrms, &'p str)> {
+    use cder_model::Lrms;
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match *parts {
+        ["system.slice", scope, job, ..] if scope == "slurmstepd.scope" || scope.ends_with("_slurmstepd.scope") => {
+            Some((Lrms::Slurm, job.strip_prefix("job_")?))
+        }
+        [slurm, uid, job, ..]
+            if (slurm == "slurm" || slurm.starts_with("slurm_")) && uid.strip_prefix("uid_").is_some_and(numeric) =>
+        {
+            Some((Lrms::Slurm, job.strip_prefix("job_")?))
+        }
+        ["torque", id, ..] => Some((Lrms::Torque, id)),
+        _ => None,
+    }
 }
 
 /// Starts the idle hook for one device with the device in its environment;
@@ -433,15 +464,65 @@ mod tests {
             (torque.clone(), "cccc".to_string()),
             (local.clone(), "0a1b2c3d-4e5f-6789".to_string()),
         ];
-        let v2_slurm = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
-        assert_eq!(job_of_cgroups(v2_slurm, &jobs), Some(slurm.clone()));
+        let of = |text: &str| job_of_cgroups(text, &jobs, "cder");
+        assert_eq!(of("0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n"), Some(slurm.clone()));
+        // Several slurmd on one host: <node>_slurmstepd.scope.
+        assert_eq!(of("0::/system.slice/gpu7_slurmstepd.scope/job_42/step_batch\n"), Some(slurm.clone()));
+        // cgroup/v1: slurm/uid_<uid>/job_<id>.
+        assert_eq!(of("12:devices:/slurm/uid_1000/job_42/step_0/task_0\n4:cpu:/\n"), Some(slurm.clone()));
+        assert_eq!(of("12:memory:/slurm_gpu7/uid_1000/job_42/step_0\n"), Some(slurm.clone()));
         // job_420 is another job.
-        assert_eq!(job_of_cgroups("0::/system.slice/slurmstepd.scope/job_420/step_0\n", &jobs), None);
-        let v1_torque = "12:devices:/torque/17.ce.example.org\n4:cpu:/\n";
-        assert_eq!(job_of_cgroups(v1_torque, &jobs), Some(torque));
-        let ours = format!("11:devices:/cder/{}\n0::/cder/{}\n", DeviceCgroups::group_name(&local, &jobs[2].1), "x");
-        assert_eq!(job_of_cgroups(&ours, &jobs), Some(local));
-        assert_eq!(job_of_cgroups("0::/user.slice/user-1000.slice/session-3.scope\n", &jobs), None);
-        assert_eq!(job_of_process(Path::new("/nonexistent"), 1, &jobs), None);
+        assert_eq!(of("0::/system.slice/slurmstepd.scope/job_420/step_0\n"), None);
+        assert_eq!(of("12:devices:/torque/17.ce.example.org\n4:cpu:/\n"), Some(torque.clone()));
+        let ours = DeviceCgroups::group_name(&local, &jobs[2].1);
+        assert_eq!(of(&format!("11:devices:/cder/{ours}\n0::/cder/x\n")), Some(local.clone()));
+        // cgroup_parent may have several components.
+        assert_eq!(job_of_cgroups(&format!("0::/site/gpus/{ours}\n"), &jobs, "site/gpus/"), Some(local.clone()));
+        assert_eq!(of("0::/user.slice/user-1000.slice/session-3.scope\n"), None);
+        assert_eq!(job_of_process(Path::new("/nonexistent"), 1, &jobs, "cder"), None);
+    }
+
+    #[test]
+    fn a_job_named_in_a_users_own_cgroup_is_not_believed() {
+        let slurm: JobKey = "slurm:42".parse().unwrap();
+        let torque: JobKey = "torque:17.ce.example.org".parse().unwrap();
+        let local: JobKey = "local:demo-1".parse().unwrap();
+        let jobs = vec![
+            (slurm.clone(), "aaaa-bbbb".to_string()),
+            (torque.clone(), "cccc".to_string()),
+            (local.clone(), "0a1b2c3d-4e5f-6789".to_string()),
+        ];
+        let ours = DeviceCgroups::group_name(&local, &jobs[2].1);
+        // Directories a user may make: under user@.service (systemd
+        // delegates it), inside another job's own cgroup (SLURM's job 7
+        // here), or in any subtree delegated to them.
+        for hostile in [
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_42\n".to_string(),
+            "0::/user.slice/user-1000.slice/user@1000.service/system.slice/slurmstepd.scope/job_42\n".into(),
+            "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/job_42\n".into(),
+            "0::/system.slice/slurmstepd.scope/job_7/step_0/user/system.slice/slurmstepd.scope/job_42\n".into(),
+            "12:devices:/slurm/uid_1000/job_7/step_0/slurm/uid_1000/job_42\n".into(),
+            "12:devices:/slurm/uid_x/job_42\n".into(),
+            "12:devices:/slurm/job_42\n".into(),
+            "0::/job_42\n".into(),
+            "0::/user.slice/user-1000.slice/user@1000.service/torque/17.ce.example.org\n".into(),
+            "0::/system.slice/slurmstepd.scope/job_7/torque/17.ce.example.org\n".into(),
+            format!("0::/user.slice/user-1000.slice/user@1000.service/cder/{ours}\n"),
+            format!("0::/user.slice/user-1000.slice/user@1000.service/{ours}\n"),
+            format!("11:devices:/elsewhere/cder/{ours}\n"),
+            // A v1 line with no path, or a relative one, names nothing.
+            "12:devices:job_42\n".into(),
+        ] {
+            assert_eq!(job_of_cgroups(&hostile, &jobs, "cder"), None, "{hostile}");
+        }
+        // The job's own processes, wherever they are in its subtree, are still its.
+        assert_eq!(
+            job_of_cgroups(
+                "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/job_42\n",
+                &[("slurm:7".parse().unwrap(), "t".into())],
+                "cder"
+            ),
+            Some("slurm:7".parse().unwrap())
+        );
     }
 }

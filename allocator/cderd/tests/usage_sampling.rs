@@ -363,6 +363,8 @@ fn two_jobs_sharing_one_gpu_each_get_their_own_processes_use() {
     shared.processes = vec![
         FakeProcess { pid: 3101, used_memory_mib: Some(1_000), sm_percent: 30, memory_percent: 5 },
         FakeProcess { pid: 3102, used_memory_mib: Some(2_000), sm_percent: 50, memory_percent: 10 },
+        // Another user's process, in a cgroup of their own named after job 62.
+        FakeProcess { pid: 3103, used_memory_mib: Some(4_000), sm_percent: 40, memory_percent: 20 },
     ];
     let mut answers = FakeUsage::default();
     answers.devices.insert(gpu(0).uuid, shared);
@@ -374,6 +376,14 @@ fn two_jobs_sharing_one_gpu_each_get_their_own_processes_use() {
         let cgroup = format!("0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n");
         std::fs::write(proc_root.join(pid.to_string()).join("cgroup"), cgroup).unwrap();
     }
+    // systemd delegates user@.service to its user, who may name a cgroup
+    // job_62 there: that is not SLURM's job 62, and its use is no one's.
+    std::fs::create_dir_all(proc_root.join("3103")).unwrap();
+    std::fs::write(
+        proc_root.join("3103/cgroup"),
+        "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_62\n",
+    )
+    .unwrap();
     std::env::set_var("CDER_FAKE_NVML", &machine);
     std::env::set_var("CDER_FAKE_NVML_USAGE", &usage_file);
     let text = format!(

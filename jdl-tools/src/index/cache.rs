@@ -6,14 +6,18 @@
 //! `$CDER_INDEX_DIR`, e.g. `/var/cache/cder` kept by the
 //! `cder-index-refresh` timer). A snapshot is written whole into a temp file
 //! in the same directory, synced, and renamed over the old one: a reader
-//! opens either the old file or the new one, never a part. Refreshes take an
-//! `flock` on `<snapshot>.lock` first, so two never run at once; the lock
-//! goes with its holder's death.
+//! opens either the old file or the new one, never a part, and never needs a
+//! lock. Refreshes take a write lock (`fcntl` OFD) on `<snapshot>.lock`
+//! first, so two never run at once; the lock goes with its holder's death.
+//! The lock file is the refresher's alone (mode 0600, its uid, never a
+//! link): in a shared directory no reader can open it, so none can hold the
+//! lock and stall the site's refresh.
 //!
 //! A snapshot's modification time is when a refresh last confirmed it
 //! against the BDII: written, or found still current (same BDII cycle).
 
 use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -180,15 +184,18 @@ pub struct RefreshLock {
 }
 
 /// Takes the refresh lock of `snapshot`, waiting up to `wait` for another
-/// process's refresh to end.
+/// process's refresh to end. The lock file must be a plain file of this
+/// process's uid that no one else may open; one an earlier release left
+/// readable to others is replaced first.
 pub fn lock(snapshot: &Path, wait: Duration) -> Result<RefreshLock, CacheError> {
     let path = lock_path(snapshot);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| io_error(&path, "cannot open the refresh lock", e))?;
+    let mut file = open_lock_file(&path)?;
+    if file.metadata().map_err(|e| io_error(&path, "cannot read the refresh lock's owner", e))?.mode() & 0o077 != 0 {
+        // Whoever opened it while it was readable keeps that descriptor, and
+        // could hold a read lock through it: a new file leaves them the old one.
+        replace_lock_file(&path)?;
+        file = open_lock_file(&path)?;
+    }
     let started = Instant::now();
     loop {
         if sys::try_lock_exclusive(&file).map_err(|e| io_error(&path, "cannot lock", e))? {
@@ -199,6 +206,59 @@ pub fn lock(snapshot: &Path, wait: Duration) -> Result<RefreshLock, CacheError> 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Opens (making it, mode 0600) the lock file at `path` for writing, never
+/// through a symbolic link, and checks that it is this uid's plain file.
+fn open_lock_file(path: &Path) -> Result<std::fs::File, CacheError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => CacheError::Io {
+                path: path.to_path_buf(),
+                message: "the refresh lock is a symbolic link: remove it (a refresh makes its own)".into(),
+            },
+            _ => io_error(path, "cannot open the refresh lock", e),
+        })?;
+    let meta = file.metadata().map_err(|e| io_error(path, "cannot read the refresh lock's owner", e))?;
+    let uid = sys::effective_uid();
+    if !meta.file_type().is_file() || meta.uid() != uid {
+        return Err(CacheError::Io {
+            path: path.to_path_buf(),
+            message: format!(
+                "the refresh lock is not a plain file of uid {uid}, who refreshes (it is uid {}'s, mode {:o}): remove it",
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        });
+    }
+    Ok(file)
+}
+
+/// Puts a new, private lock file in place of one others could open.
+fn replace_lock_file(path: &Path) -> Result<(), CacheError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".{}.tmp", std::process::id()));
+    let fresh = path.with_file_name(name);
+    let _ = std::fs::remove_file(&fresh);
+    std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&fresh)
+        .map_err(|e| io_error(&fresh, "cannot make a new refresh lock", e))?;
+    std::fs::rename(&fresh, path).map_err(|e| {
+        let _ = std::fs::remove_file(&fresh);
+        io_error(path, "cannot replace the refresh lock (readable to others) by a private one", e)
+    })
 }
 
 /// When a refresh last confirmed `snapshot` (its modification time);

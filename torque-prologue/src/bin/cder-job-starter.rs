@@ -20,10 +20,12 @@ USAGE:
     cder-job-starter [OPTIONS] SHELL SHELL-ARGV0 [ARGS...]   (as pbs_mom calls it)
     cder-job-starter [OPTIONS] PROGRAM [ARGS...]             (by hand, inside a job)
 
-OPTIONS (before the command, for runs by hand; pbs_mom passes none):
+OPTIONS (read only when the real uid is 0: root's; for anyone else the
+first argument is the program, as pbs_mom passes the job's shell):
     --config FILE          cder.toml [default: /etc/cder/cder.toml]
     --torque-config FILE   torque.toml [default: /etc/cder/torque.toml]
     --                     end of options
+    --help, --version      also for anyone, as the one argument
 
 Set in $PBS_HOME/mom_priv/config:
 
@@ -49,9 +51,10 @@ sets confine = \"off\". When cderd knows the job but cannot confine it,
 it is not started (confine = \"required\", the default) or runs with the
 variables only (\"best_effort\").
 
-The job's environment never chooses the configuration: CDER_CONFIG and
+The job never chooses the configuration: CDER_CONFIG and
 CDER_TORQUE_CONFIG are ignored here (the job sets its own variables with
-qsub -v).
+qsub -v), and so is an option-like job shell (qsub -S --torque-config:
+pbs_mom passes the shell the job named, checked by qsub only).
 
 It never runs a job as root: pbs_mom runs the job starter as root only
 when mom_priv/config sets $job_starter_run_privileged, and then it refuses.
@@ -69,7 +72,7 @@ EXIT STATUS:
     refuses to start the job (run as root, not confined, or its installed
     group cannot be dropped).";
 
-/// The options root's wrapper may put before the command, and the rest of argv
+/// The options root may put before the command, and the rest of argv
 /// (argv\[0\] first, as [`command_from_argv`] expects).
 struct Options {
     config: PathBuf,
@@ -77,9 +80,13 @@ struct Options {
     argv: Vec<OsString>,
 }
 
+/// The fixed paths, and argv as it came: how anyone but root is run.
+fn no_options(argv: Vec<OsString>) -> Options {
+    Options { config: DEFAULT_CONFIG_PATH.into(), torque_config: DEFAULT_SETTINGS_PATH.into(), argv }
+}
+
 fn parse_options(argv: Vec<OsString>) -> Result<Options, String> {
-    let mut options =
-        Options { config: DEFAULT_CONFIG_PATH.into(), torque_config: DEFAULT_SETTINGS_PATH.into(), argv: Vec::new() };
+    let mut options = no_options(Vec::new());
     let mut args = argv.into_iter();
     options.argv.extend(args.next());
     while let Some(arg) = args.next() {
@@ -111,7 +118,13 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let argv: Vec<OsString> = std::env::args_os().collect();
-    match argv.get(1).and_then(|a| a.to_str()) {
+    // argv[1] is the job's shell as pbs_mom passes it, whatever the job named
+    // (qsub checks that it is absolute, pbs_server does not): only root's
+    // command line has options. pbs_mom always passes the shell's argv[0]
+    // too, so a lone --help is never a job's.
+    let by_root = cder_torque::sys::current_uid() == 0;
+    let first = if by_root || argv.len() == 2 { argv.get(1).and_then(|a| a.to_str()) } else { None };
+    match first {
         Some("--help" | "-h") => {
             println!("{HELP}");
             return ExitCode::SUCCESS;
@@ -122,6 +135,14 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    let parsed = if by_root { parse_options(argv) } else { Ok(no_options(argv)) };
+    let options = match parsed {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cder-job-starter: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if cder_torque::sys::current_uid() == 0 || cder_torque::sys::effective_uid() == 0 {
         // Only $job_starter_run_privileged makes pbs_mom run the starter as
         // root; a job must never get root by it.
@@ -130,18 +151,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    let options = match parse_options(argv) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("cder-job-starter: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let Some(exec) = command_from_argv(&options.argv) else {
         eprintln!("cder-job-starter: no program to run (see --help)");
         return ExitCode::from(2);
     };
-    // Fixed paths or root's wrapper only: never $CDER_CONFIG, which the job sets.
+    // Fixed paths, or root's options: never $CDER_CONFIG, which the job sets.
     let config = Config::load(Some(&options.config)).unwrap_or_else(|e| {
         eprintln!("cder-job-starter: {e}; no devices are visible");
         let mut fallback = fallback_config();

@@ -15,9 +15,12 @@
 //! The one liberty: a test must not write `/etc/cder/cder.toml` and
 //! `/etc/cder/torque.toml`, so the root-run hooks find the node's files by
 //! `CDER_CONFIG` and `CDER_TORQUE_CONFIG` in the environment pbs_mom gives
-//! them (its own, never the job's), and the job starter by the options of a
-//! root-owned wrapper in `mom_priv/`, as a site with other paths installs
-//! it. Nothing that runs as the job's user gets those variables from here.
+//! them (its own, never the job's). What runs as the job's user (the job
+//! starter, `cder-env`) runs in a mount namespace of its own whose `/etc`
+//! is the host's with the node's `cder/` laid over it (a read-only overlay):
+//! there `/etc/cder/cder.toml` and `/etc/cder/torque.toml` are root-owned
+//! links to the node's files, as `install-mom-hooks.sh --config` makes them.
+//! Nothing that runs as the job's user gets those variables from here.
 //!
 //! cderd is the real daemon (`target/debug/cderd`, built by
 //! `cargo build -p cderd`). Without it the tests skip with a reason, or
@@ -93,12 +96,15 @@ pub struct Node {
     pub torque_toml: PathBuf,
     pub socket: PathBuf,
     pub mom_priv: PathBuf,
-    /// What `$job_starter` names: `mom_priv/cder-job-starter`, a root-owned
-    /// wrapper that execs [`job_starter_bin`](Self::job_starter_bin) with
-    /// `--config` and `--torque-config`.
+    /// What `$job_starter` names: the job starter itself (the same file as
+    /// [`job_starter_bin`](Self::job_starter_bin)); pbs_mom passes it no
+    /// options, so it reads `/etc/cder` (see the module's notes).
     pub job_starter: PathBuf,
     /// A copy of cder-job-starter, reachable by unprivileged users.
     pub job_starter_bin: PathBuf,
+    /// The directory laid over `/etc` for the job's user: `cder/` with the
+    /// links to [`config`](Self::config) and [`torque_toml`](Self::torque_toml).
+    pub etc: PathBuf,
     pub cder_env: PathBuf,
     pub cderctl: PathBuf,
     cderd: TestNode,
@@ -136,6 +142,9 @@ impl Node {
         }
         if Command::new("setpriv").arg("--version").output().is_err() {
             return missing("setpriv (util-linux) is needed to run the job starter as the job's user");
+        }
+        if Command::new("unshare").arg("--version").output().is_err() {
+            return missing("unshare (util-linux) is needed to give the job starter its /etc/cder");
         }
         let dir = tempfile::Builder::new().prefix("cder-torque-").tempdir().unwrap();
         // The job's user must reach the socket and the job starter.
@@ -217,16 +226,13 @@ impl Node {
         let cder_env = bin.join("cder-env");
         fs::copy(bin_dir().join("cder-job-starter"), &job_starter_bin).unwrap();
         fs::copy(bin_dir().join("cder-env"), &cder_env).unwrap();
-        // The site's wrapper (docs/torque.md): root's paths, on root's command line.
-        let job_starter = mom_priv.join("cder-job-starter");
-        let wrapper = format!(
-            "#!/bin/sh\nexec '{}' --config '{}' --torque-config '{}' -- \"$@\"\n",
-            job_starter_bin.display(),
-            config_path.display(),
-            torque_toml.display()
-        );
-        fs::write(&job_starter, wrapper).unwrap();
-        fs::set_permissions(&job_starter, fs::Permissions::from_mode(0o755)).unwrap();
+        // $job_starter names the starter itself, which reads /etc/cder: the
+        // node's files, linked there as install-mom-hooks.sh --config does.
+        let job_starter = job_starter_bin.clone();
+        let etc = dir.path().join("etc");
+        fs::create_dir_all(etc.join("cder")).unwrap();
+        std::os::unix::fs::symlink(&config_path, etc.join("cder/cder.toml")).unwrap();
+        std::os::unix::fs::symlink(&torque_toml, etc.join("cder/torque.toml")).unwrap();
 
         let cderd = TestNode::new(&cderd_bin, &config_path, &socket, dir.path().join("cderd.log"));
         let mut node = Node {
@@ -239,6 +245,7 @@ impl Node {
             mom_priv,
             job_starter,
             job_starter_bin,
+            etc,
             cder_env,
             cderctl,
             cderd,
@@ -316,32 +323,61 @@ impl Node {
     /// job's environment, argv = starter, shell, shell's argv[0], and the
     /// job script on stdin.
     pub fn job_starter(&self, uid: u32, gid: u32, env: &[(&str, &str)], argv: &[&str], stdin: &[u8]) -> Run {
-        let mut cmd = Command::new("setpriv");
-        cmd.arg(format!("--reuid={uid}"))
+        self.job_starter_in(Path::new("/"), uid, gid, env, argv, stdin)
+    }
+
+    /// [`job_starter`](Self::job_starter) in `dir` (pbs_mom starts a job in
+    /// its user's home).
+    pub fn job_starter_in(
+        &self,
+        dir: &Path,
+        uid: u32,
+        gid: u32,
+        env: &[(&str, &str)],
+        argv: &[&str],
+        stdin: &[u8],
+    ) -> Run {
+        let mut cmd = self.as_user(uid, gid, &self.job_starter);
+        cmd.args(argv).env_clear().envs(env.iter().copied()).current_dir(dir);
+        self.run_with_alarm(cmd, stdin, PROLOGALARM, false)
+    }
+
+    /// `program` as `uid:gid` with no other groups, in a mount namespace
+    /// whose `/etc` has the node's `cder/` laid over the host's (read-only):
+    /// the site's `/etc/cder`, for this command alone. The mount runs as
+    /// root before setpriv; programs by absolute path, whatever the PATH the
+    /// job's environment sets.
+    fn as_user(&self, uid: u32, gid: u32, program: &Path) -> Command {
+        let path_of = |name: &'static str| {
+            ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+                .iter()
+                .map(|dir| Path::new(dir).join(name))
+                .find(|p| p.exists())
+                .unwrap_or_else(|| name.into())
+        };
+        let (setpriv, mount) = (path_of("setpriv"), path_of("mount"));
+        let mut cmd = Command::new(path_of("unshare"));
+        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(format!(
+                "'{}' -t overlay cder-etc -o ro,lowerdir='{}':/etc /etc && exec \"$@\"",
+                mount.display(),
+                self.etc.display()
+            ))
+            .arg("sh")
+            .arg(&setpriv)
+            .arg(format!("--reuid={uid}"))
             .arg(format!("--regid={gid}"))
             .arg("--clear-groups")
             .arg("--")
-            .arg(&self.job_starter)
-            .args(argv)
-            .env_clear()
-            .envs(env.iter().copied())
-            .current_dir("/");
-        self.run_with_alarm(cmd, stdin, PROLOGALARM, false)
+            .arg(program);
+        cmd
     }
 
     /// Any command as `uid:gid`, empty environment plus `env`.
     pub fn run_as(&self, uid: u32, gid: u32, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
         let command = || {
-            let mut cmd = Command::new("setpriv");
-            cmd.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={gid}"))
-                .arg("--clear-groups")
-                .arg("--")
-                .arg(program)
-                .args(args)
-                .env_clear()
-                .envs(env.iter().copied())
-                .current_dir("/");
+            let mut cmd = self.as_user(uid, gid, program);
+            cmd.args(args).env_clear().envs(env.iter().copied()).current_dir("/");
             cmd
         };
         // ETXTBSY again, one exec further: setpriv (or env) execs a program
