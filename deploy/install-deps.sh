@@ -43,6 +43,8 @@ packages=(
   # a real EDQUOT for the full-disk tests: a btrfs image whose subvolume
   # has a qgroup limit (a limit root is held to, unlike user quotas)
   btrfs-progs
+  # getfacl: the ACL unit test compares cderd's encoding with it (shared GPUs)
+  acl
 )
 
 missing=()

@@ -48,7 +48,7 @@ fn main() {
         )
         .allowlist_type("job_desc_msg_t|job_info_msg_t|slurm_job_info_t|spank_.*|slurm_conf_t|cder_show_flags")
         .allowlist_var(
-            "slurm_conf|SLURM_VERSION_NUMBER|SLURM_BATCH_SCRIPT|SLURM_SUCCESS|SLURM_ERROR|ESLURM_.*|ESPANK_.*|S_CTX_.*",
+            "slurm_conf|SLURM_VERSION_NUMBER|SLURM_BATCH_SCRIPT|SLURM_EXTERN_CONT|SLURM_SUCCESS|SLURM_ERROR|ESLURM_.*|ESPANK_.*|S_CTX_.*",
         )
         .rustified_enum("spank_err|spank_context|spank_item")
         .layout_tests(true)

@@ -277,6 +277,27 @@ impl Daemon {
         Ok(())
     }
 
+    /// Opens each of `devices` to exactly its sharers in the ledger now:
+    /// the device file's ACL (`device_files`) and the GPU's MPS
+    /// directories. A device no job shares any more is the caller's to
+    /// restore; its MPS directories are closed here. The caller holds the
+    /// ledger lock (`store`), so that two changes of one device's sharers
+    /// are written in the order they were recorded; these are cderd's own
+    /// files, never a user's, so nothing here can be made to wait.
+    fn open_to_sharers(&self, store: &Store, devices: &[LedgerRow]) -> Result<(), String> {
+        let shares = store.shares().map_err(|e| e.to_string())?;
+        for d in devices {
+            let uids: BTreeSet<u32> = shares.iter().filter(|s| s.device.uuid == d.uuid).map(|s| s.uid).collect();
+            if !uids.is_empty() {
+                self.enforcer.apply_shared(std::slice::from_ref(d), &uids).map_err(|e| e.to_string())?;
+            }
+            if let Some(mps) = &self.mps {
+                mps.grant(&d.uuid, &uids)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Discovery, state and device table as [`Daemon::start`] does, but
     /// without touching devices (no enforcement) or starting threads: for
     /// `cderd --check`, which may run beside a live daemon.
@@ -362,22 +383,25 @@ impl Daemon {
     }
 
     fn reassert_enforcement(&self) -> Result<(), StartError> {
+        let store = self.store();
+        let devices = store.devices()?;
+        // Shared devices and their MPS directories, enforced or not.
+        for d in devices.iter().filter(|d| d.present && d.uid.is_none()) {
+            if let Err(e) = self.open_to_sharers(&store, std::slice::from_ref(d)) {
+                tracing::error!(device = %d.name(), "re-opening a shared device to its sharers: {e}");
+            }
+        }
         if !self.enforcer.is_active() {
             return Ok(());
         }
-        let store = self.store();
-        for d in store.devices()?.iter().filter(|d| d.present) {
+        for d in devices.iter().filter(|d| d.present) {
             match d.uid {
                 Some(uid) => {
                     if let Err(e) = self.enforcer.apply(uid, std::slice::from_ref(d)) {
                         tracing::error!(device = %d.name(), "re-applying enforcement: {e}");
                     }
                 }
-                None if d.shared > 0 => {
-                    if let Err(e) = self.enforcer.apply_shared(std::slice::from_ref(d)) {
-                        tracing::error!(device = %d.name(), "re-applying enforcement of a shared device: {e}");
-                    }
-                }
+                None if d.shared > 0 => {}
                 None => {
                     for e in self.enforcer.restore(std::slice::from_ref(d)) {
                         tracing::error!(device = %d.name(), "restoring idle ownership: {e}");
@@ -669,15 +693,18 @@ impl Daemon {
             let applied = match allocation.shares {
                 // Several uids open a shared device: no one owns it, and its
                 // compute mode stays DEFAULT.
-                Some(_) => self.enforcer.apply_shared(&allocation.devices),
-                None => self.enforcer.apply(allocation.uid, &allocation.devices),
+                Some(_) => self.open_to_sharers(&store, &allocation.devices),
+                None => self.enforcer.apply(allocation.uid, &allocation.devices).map_err(|e| e.to_string()),
             };
             if let Err(e) = applied {
                 tracing::error!(job = %allocation.job, "enforcement failed, undoing the allocation: {e}");
                 let released = store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
-                let idle: Vec<LedgerRow> = released.into_iter().filter(|d| d.shared == 0).collect();
+                let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
                 for e in self.enforcer.restore(&idle) {
                     tracing::error!(job = %allocation.job, "restoring after failed enforcement: {e}");
+                }
+                if let Err(e) = self.open_to_sharers(&store, &released) {
+                    tracing::error!(job = %allocation.job, "re-opening shared devices to their sharers: {e}");
                 }
                 return Err(ErrorReply::new(
                     ErrorCode::Internal,
@@ -689,7 +716,14 @@ impl Daemon {
                 drop(store);
                 if let Err(e) = self.mps_admit(&allocation.job, allocation.uid, &uuids) {
                     let mut store = self.store();
-                    store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
+                    let released = store.release(&allocation.job, now()).map_err(|e| store.reply(e))?;
+                    let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
+                    for e in self.enforcer.restore(&idle) {
+                        tracing::error!(job = %allocation.job, "restoring after an undone share: {e}");
+                    }
+                    if let Err(e) = self.open_to_sharers(&store, &released) {
+                        tracing::error!(job = %allocation.job, "re-opening shared devices to their sharers: {e}");
+                    }
                     drop(store);
                     for uuid in &uuids {
                         if let Err(m) = self.mps_settle(uuid) {
@@ -761,6 +795,10 @@ impl Daemon {
         let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
         for e in self.enforcer.restore(&idle) {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
+        }
+        // The other sharers keep their access; this job's uid leaves the ACLs.
+        if let Err(e) = self.open_to_sharers(&store, &released) {
+            tracing::error!(job = %job, "re-opening shared devices to their sharers: {e}");
         }
         drop(store);
         self.mps_after_release(job, allocation, &released);
@@ -1201,10 +1239,15 @@ impl Daemon {
         // that still held processes then.
         self.recheck_soon(crate::ending::RECHECK_WAITS);
         let store = self.store();
-        // Free devices go back to their idle owner too, in case a crash left one behind.
+        // Free devices go back to their idle owner too, in case a crash left
+        // one behind; a shared device (no job, but sharers) is not free.
         if self.enforcer.is_active() {
-            let free: Vec<LedgerRow> =
-                store.devices().map_err(|e| store.reply(e))?.into_iter().filter(|d| d.job.is_none()).collect();
+            let free: Vec<LedgerRow> = store
+                .devices()
+                .map_err(|e| store.reply(e))?
+                .into_iter()
+                .filter(|d| d.job.is_none() && d.shared == 0)
+                .collect();
             for e in self.enforcer.restore(&free) {
                 tracing::error!("restoring idle ownership: {e}");
             }

@@ -1,9 +1,10 @@
 //! Real exclusivity where root allows it (`[node.enforcement]`): the device
 //! files of an allocation belong to the job's uid with `job_mode`, and return
-//! to `idle_owner:idle_group` with `idle_mode` on release; NVIDIA devices
+//! to `idle_owner:idle_group` with `idle_mode` on release; a shared GPU stays
+//! the idle owner's with an ACL entry per sharer uid; NVIDIA devices
 //! found through NVML may also be put in EXCLUSIVE_PROCESS compute mode.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -14,6 +15,7 @@ use nvml_wrapper::Nvml;
 use cder_model::config::Enforcement;
 use cder_model::{Config, Discovery, VendorKind};
 
+use crate::acl::Acl;
 use crate::store::LedgerRow;
 
 /// The NVIDIA driver's library, as the dynamic loader finds it.
@@ -27,7 +29,7 @@ pub enum EnforcementError {
     File {
         /// The device, as operators name it (`<type>:<index>`).
         device: String,
-        /// `chown` or `chmod`.
+        /// `chown`, `chmod`, or setting or removing the ACL.
         action: &'static str,
         /// The device file.
         path: std::path::PathBuf,
@@ -116,13 +118,23 @@ impl Enforcer {
         Ok(())
     }
 
-    /// Opens shared `devices` to their sharers, whatever their uids: the
-    /// idle owner keeps them, with every sharer allowed to open them (the
-    /// device cgroups keep everyone else out). The compute mode is left as
-    /// it is (DEFAULT): EXCLUSIVE_PROCESS would lock out all sharers but one.
-    pub fn apply_shared(&self, devices: &[LedgerRow]) -> Result<(), EnforcementError> {
+    /// Opens shared `devices` to exactly their sharers, the uids in
+    /// `sharers`: the idle owner and group keep them, with `job_mode`'s
+    /// group and other bits, and each sharer gets an ACL entry with the
+    /// owner's bits of `job_mode` (what a whole GPU's job gets). Called
+    /// again whenever the sharers change: the ACL is replaced in one write,
+    /// never widened on the way. The compute mode is left as it is
+    /// (DEFAULT): EXCLUSIVE_PROCESS would lock out all sharers but one.
+    pub fn apply_shared(&self, devices: &[LedgerRow], sharers: &BTreeSet<u32>) -> Result<(), EnforcementError> {
+        let mode = self.settings.job_mode & 0o777;
+        let mut acl = Acl::from_mode(mode);
+        acl.users = sharers.iter().map(|&uid| (uid, acl.owner)).collect();
         for d in devices.iter().filter(|_| self.settings.device_files) {
-            set_owner(d, &d.path, self.settings.idle_owner, Some(self.settings.idle_group), 0o666)?;
+            let err =
+                |action, source| EnforcementError::File { device: d.name(), action, path: d.path.clone(), source };
+            std::os::unix::fs::chown(&d.path, Some(self.settings.idle_owner), Some(self.settings.idle_group))
+                .map_err(|e| err("chown", e))?;
+            crate::acl::set(&d.path, &acl).map_err(|e| err("set the ACL of", e))?;
         }
         Ok(())
     }
@@ -170,6 +182,9 @@ fn set_owner(d: &LedgerRow, path: &Path, uid: u32, gid: Option<u32>, mode: u32) 
     // Mode first when tightening, so the file is never owned by the job
     // while still open to others; chown clears setuid bits, mode is set again.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| err("chmod", e))?;
+    // A shared device's sharers go with its ACL (the chmod above already
+    // narrowed their mask to the new mode's group bits).
+    crate::acl::remove(path).map_err(|e| err("remove the ACL of", e))?;
     std::os::unix::fs::chown(path, Some(uid), gid).map_err(|e| err("chown", e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| err("chmod", e))?;
     Ok(())

@@ -8,6 +8,8 @@
 //! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
+//! * [`acl`] — POSIX ACLs that open a shared GPU (and its MPS directories)
+//!   to exactly its sharers.
 //! * [`sharing`] — GPUs offered as shares (`[node.sharing]`, SLURM
 //!   `gres/shard`) and the check of gres.conf against them at start.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
@@ -31,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod cgroup;
 pub mod daemon;
 pub mod ending;

@@ -3,11 +3,13 @@
 //! One control daemon per GPU offered as shares, started when its first
 //! sharer arrives: `nvidia-cuda-mps-control -d` with the GPU's UUID as
 //! `CUDA_VISIBLE_DEVICES` and a pipe and log directory of its own, so each
-//! GPU's clients reach only that GPU's daemon. Its default active-thread
-//! percentage and pinned-memory limit are the largest fraction any current
-//! sharer holds (shares / total); each job's environment carries its own
-//! fraction, which the MPS client can only lower below the server's. The
-//! daemon is told `quit` when the last sharer leaves.
+//! GPU's clients reach only that GPU's daemon, and only its sharers reach
+//! those directories (an ACL entry per uid, [`Mps::grant`]). Its default
+//! active-thread percentage and pinned-memory limit are the largest
+//! fraction any current sharer holds (shares / total); each job's
+//! environment carries its own fraction, which the MPS client can only
+//! lower below the server's. The daemon is told `quit` when the last sharer
+//! leaves.
 //!
 //! MPS runs one user's server per GPU at a time: a second user's clients
 //! would queue inside MPS until the first user's server is gone. cderd
@@ -15,13 +17,22 @@
 //! a conflict (which `alloc` waits out for its `wait_ms`), with a message
 //! that says why.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use cder_model::Mps as MpsConfig;
+
+use crate::acl::Acl;
+
+/// Whether cderd runs as root (an ordinary user's, in tests, keeps its
+/// directories its own).
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// One GPU's sharer: job, uid, shares held, device total.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +88,44 @@ impl Mps {
     /// The GPU's log directory (`CUDA_MPS_LOG_DIRECTORY`).
     pub fn log_dir(&self, uuid: &str) -> PathBuf {
         self.config.runtime_dir.join(uuid).join("log")
+    }
+
+    /// Opens the GPU's pipe and log directories to exactly `uids`, its
+    /// sharers now: cderd's own, mode 0700, with an ACL entry `r-x` per
+    /// sharer (what 0755 gave every local user before). Whoever cannot
+    /// search the pipe directory cannot reach the control daemon, nor ask
+    /// it for a server of their own. Makes them when missing; with no
+    /// sharer left, leaves them to cderd alone. cderd calls it under the
+    /// ledger lock whenever a GPU's sharers change, so writes of one GPU's
+    /// ACL come in the order its sharers were recorded.
+    pub fn grant(&self, uuid: &str, uids: &BTreeSet<u32>) -> Result<(), String> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let top = self.config.runtime_dir.join(uuid);
+        if uids.is_empty() && !top.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&top).map_err(|e| format!("MPS: cannot make {}: {e}", top.display()))?;
+        // Holds only the two below: every sharer passes through it.
+        std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("MPS: chmod {}: {e}", top.display()))?;
+        let acl = Acl {
+            users: uids.iter().map(|&uid| (uid, crate::acl::READ | crate::acl::EXECUTE)).collect(),
+            ..Acl::from_mode(0o700)
+        };
+        for dir in [self.pipe_dir(uuid), self.log_dir(uuid)] {
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                Err(e) => return Err(format!("MPS: cannot make {}: {e}", dir.display())),
+            }
+            // Root's whoever made it before (an older cderd made it 0755).
+            if running_as_root() {
+                std::os::unix::fs::chown(&dir, Some(0), Some(0))
+                    .map_err(|e| format!("MPS: chown {}: {e}", dir.display()))?;
+            }
+            crate::acl::set(&dir, &acl).map_err(|e| format!("MPS: setting the ACL of {}: {e}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// Whether `uid` may share `uuid` now, given the GPU's other `sharers`:
@@ -136,9 +185,10 @@ impl Mps {
     fn start(&self, uuid: &str) -> Result<(), String> {
         let (pipe, log) = (self.pipe_dir(uuid), self.log_dir(uuid));
         for dir in [&pipe, &log] {
-            std::fs::create_dir_all(dir).map_err(|e| format!("MPS: cannot make {}: {e}", dir.display()))?;
-            // Every sharer's client connects through the pipe directory.
-            let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+            // [`Mps::grant`] made them, open to the sharers, under the ledger lock.
+            if !dir.is_dir() {
+                return Err(format!("MPS: {} is missing: its sharers were not granted it", dir.display()));
+            }
         }
         let out = self
             .control(uuid)

@@ -640,9 +640,19 @@ fn a_file_that_is_not_a_socket_is_never_replaced() {
     assert_eq!(std::fs::read(&node.socket).unwrap(), b"precious");
 }
 
+/// Whether `uid` can open `path` for reading and writing (the kernel's
+/// answer: mode, ACL), from a shell of that uid alone.
+fn opens_as(uid: u32, path: &std::path::Path) -> bool {
+    let argv = ["sh".as_ref(), "-c".as_ref(), ": <> \"$0\"".as_ref(), path.as_os_str()];
+    as_uid(uid, &argv).stderr(std::process::Stdio::null()).status().unwrap().success()
+}
+
+/// A shared GPU is open to exactly its sharers: uid 65534, which holds no
+/// share, cannot open it even outside any device cgroup (an ssh login the
+/// batch system did not confine), while the file belongs to nobody's job.
 #[test]
-fn shared_devices_open_to_every_sharer_until_the_last_leaves_and_survive_a_restart() {
-    if !require(is_root(), "root (to chown device files)") {
+fn shared_devices_open_to_exactly_their_sharers_until_the_last_leaves_and_survive_a_restart() {
+    if !require(is_root(), "root (to chown device files and open them as other uids)") {
         return;
     }
     let mut node = Node::with(
@@ -657,9 +667,12 @@ fn shared_devices_open_to_every_sharer_until_the_last_leaves_and_survive_a_resta
         },
     );
     let gpu0 = node.devices[0].clone();
-    let meta = |_: usize| {
+    let meta = || {
         let m = std::fs::metadata(&gpu0).unwrap();
         (m.uid(), m.mode() & 0o7777)
+    };
+    let sharers = || -> Vec<u32> {
+        cderd::acl::get(&gpu0).unwrap().map(|a| a.users.keys().copied().collect()).unwrap_or_default()
     };
     let share = |j: &str, uid: u32| AllocRequest {
         devices: Some(vec![0]),
@@ -670,25 +683,36 @@ fn shared_devices_open_to_every_sharer_until_the_last_leaves_and_survive_a_resta
     let a = c.alloc(&share("slurm:1", 4321)).unwrap();
     assert_eq!((a.shares, a.devices.len()), (Some(1), 1));
     c.alloc(&share("slurm:2", 4322)).unwrap();
-    // Two uids open it: nobody owns it, the cgroups keep the rest out.
-    assert_eq!(meta(0), (0, 0o666));
+    assert!(!opens_as(65534, &gpu0), "uid 65534 holds no share of gpgpu:0 and opened it");
+    assert!(opens_as(4321, &gpu0) && opens_as(4322, &gpu0), "every sharer opens it");
+    // Two uids open it: root keeps it, with an ACL entry for each sharer.
+    assert_eq!(meta(), (0, 0o660), "group bits are the ACL's mask");
+    assert_eq!(sharers(), [4321, 4322]);
     let e = c.alloc(&share("slurm:3", 4323)).unwrap_err();
     assert_eq!(code(e), ErrorCode::Conflict);
+    assert!(!opens_as(4323, &gpu0), "a refused sharer");
     let whole = AllocRequest { devices: Some(vec![0]), ..AllocRequest::new(job("slurm:4"), 4324, 1) };
     assert_eq!(code(c.alloc(&whole).unwrap_err()), ErrorCode::Conflict);
     let status = c.status().unwrap();
-    let sharers: Vec<(String, u32, u32)> = status.shares.iter().map(|s| (s.job.to_string(), s.uid, s.shares)).collect();
-    assert_eq!(sharers, [("slurm:1".to_string(), 4321, 1), ("slurm:2".to_string(), 4322, 1)]);
+    let listed: Vec<(String, u32, u32)> = status.shares.iter().map(|s| (s.job.to_string(), s.uid, s.shares)).collect();
+    assert_eq!(listed, [("slurm:1".to_string(), 4321, 1), ("slurm:2".to_string(), 4322, 1)]);
     assert_eq!(status.counts["gpgpu"].allocated, 1);
-    // A restart re-asserts the shared mode, not the idle one.
+    // A reconcile that keeps both leaves them their access.
+    c.reconcile(&ReconcileRequest { live_jobs: vec![job("slurm:1"), job("slurm:2")], lrms: None, as_of: None })
+        .unwrap();
+    assert_eq!((meta(), sharers()), ((0, 0o660), vec![4321, 4322]), "after a reconcile");
+    // A restart re-asserts the sharers' ACL, not the idle mode.
     node.kill();
     node.start();
-    assert_eq!(meta(0), (0, 0o666), "after a restart");
+    assert_eq!((meta(), sharers()), ((0, 0o660), vec![4321, 4322]), "after a restart");
     let mut c = node.client();
     assert_eq!(c.status().unwrap().shares.len(), 2);
     c.release(&job("slurm:1")).unwrap();
-    assert_eq!(meta(0), (0, 0o666), "one sharer left");
+    assert_eq!((meta(), sharers()), ((0, 0o660), vec![4322]), "one sharer left");
+    assert!(!opens_as(4321, &gpu0), "a sharer that left keeps no access");
+    assert!(opens_as(4322, &gpu0));
     c.release(&job("slurm:2")).unwrap();
-    assert_eq!(meta(0), (0, 0o600), "idle again once the last sharer left");
+    assert_eq!((meta(), sharers()), ((0, 0o600), vec![]), "idle again once the last sharer left");
+    assert!(!opens_as(4322, &gpu0));
     assert!(c.status().unwrap().shares.is_empty());
 }

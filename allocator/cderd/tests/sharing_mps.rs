@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 use cder_fake_nvml::{FakeDevice, FakeNvml};
 use cder_protocol::{AllocRequest, ErrorCode};
-use common::Node;
+use cder_testkit::{is_root, require};
+use common::{as_uid, Node};
 
 /// The fake control program beside cderd, built first when missing.
 fn fake_control() -> PathBuf {
@@ -170,4 +171,61 @@ fn a_restarted_cderd_keeps_the_running_control_daemon_and_stops_it_after_the_las
     assert_eq!(sets, 2, "{log:#?}");
     node.client().release(&"slurm:101".parse().unwrap()).unwrap();
     assert_eq!(commands(&runtime, &uuid).last().map(String::as_str), Some("Exit with status 0"));
+}
+
+/// What the fake control program, run as `uid` against `uuid`'s daemon
+/// with `line` on its stdin, says: whether it reached the daemon, its output.
+fn client_as(runtime: &Path, uuid: &str, uid: u32, line: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = as_uid(uid, &[fake_control().as_os_str()])
+        .env("CUDA_MPS_PIPE_DIRECTORY", runtime.join(uuid).join("pipe"))
+        .env("CUDA_MPS_LOG_DIRECTORY", runtime.join(uuid).join("log"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The pipe directory is the only fence of a GPU's control daemon: a local
+/// user who holds no share of the GPU (uid 65534) can neither reach it
+/// (nor ask it for a server of their own) nor read its log; a sharer can.
+/// The fake control daemon stands in for NVIDIA's (no GPU machine was lent
+/// to this check); its socket, as the real one's, takes any local user's
+/// connection, so only the directory's ACL keeps others out.
+#[test]
+fn only_the_sharers_reach_a_gpus_control_daemon() {
+    if !require(is_root(), "root (to run the MPS client as other uids)") {
+        return;
+    }
+    let (node, runtime) = mps_node();
+    // The temp dir above is 0700: open it, so that cderd's fence is the only one.
+    std::fs::set_permissions(runtime.parent().unwrap(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let uuid = gpu(0).uuid;
+    node.client().alloc(&share("slurm:111", 1000, 0, 1)).unwrap();
+    let logged = |needle: &str| commands(&runtime, &uuid).iter().any(|l| l == needle);
+
+    let (reached, said) = client_as(&runtime, &uuid, 65534, "start_server -uid 65534");
+    assert!(!reached && said.contains("Cannot find MPS control daemon"), "uid 65534 reached the daemon: {said}");
+    assert!(!logged("Cmd:start_server -uid 65534"), "{:#?}", commands(&runtime, &uuid));
+    let log = runtime.join(&uuid).join("log/control.log");
+    let read = as_uid(65534, &["cat".as_ref(), log.as_os_str()]).output().unwrap();
+    assert!(!read.status.success(), "uid 65534 read {}", log.display());
+
+    let (reached, said) = client_as(&runtime, &uuid, 1000, "get_default_active_thread_percentage");
+    assert!(reached && said.contains("25.0"), "the sharer did not reach its daemon: {said}");
+    assert!(logged("Cmd:get_default_active_thread_percentage"));
+    for dir in ["pipe", "log"] {
+        let acl = cderd::acl::get(&runtime.join(&uuid).join(dir)).unwrap().expect("an ACL");
+        assert_eq!(acl.users.into_iter().collect::<Vec<_>>(), [(1000, 5)], "{dir}: r-x for the sharer alone");
+    }
+
+    // The sharer gone, its access goes too (the daemon with it).
+    node.client().release(&"slurm:111".parse().unwrap()).unwrap();
+    assert_eq!(cderd::acl::get(&runtime.join(&uuid).join("pipe")).unwrap(), None);
+    let (reached, _) = client_as(&runtime, &uuid, 1000, "get_server_list");
+    assert!(!reached, "a sharer that left still reached the pipe directory");
 }

@@ -20,7 +20,7 @@ use cder_model::{JobEnvironment, JobKey, Lrms};
 use cder_request::keys::{
     GPGPU_PER_NODE, GPGPU_SHARES_PER_NODE, VIRTUAL_GPGPU_METHOD, VIRTUAL_GPGPU_PER_NODE, VIRTUAL_GPGPU_TYPE,
 };
-use cder_slurm::args::PluginArgs;
+use cder_slurm::args::{Confine, FailMode, PluginArgs};
 use cder_slurm::devices::{SLURM_JOB_GPUS, SLURM_STEP_GPUS};
 use cder_slurm::node::vgpgpu::{self, VgpgpuStep};
 use cder_slurm::node::{self, Plan, Prolog, Slurmd, Step, TaskOutcome};
@@ -224,6 +224,32 @@ impl Plugin for CderSpank {
             }
         }
         Ok(())
+    }
+
+    /// The extern step (`PrologFlags=contain`) runs no task, so no
+    /// `task_init_privileged`: its one process, forked by now, is confined
+    /// here, so that what is adopted into the extern step later is fenced
+    /// as the job's tasks are.
+    fn task_post_fork(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {
+        let extern_step = Some(cder_slurm::ffi::SLURM_EXTERN_CONT);
+        if spank.context() != Context::Remote || spank.step_id().ok() != extern_step {
+            return Ok(());
+        }
+        let args = self.args();
+        let pids = node::own_children();
+        let confined = match (&self.outcome, &self.plan) {
+            (None, Some(plan)) => node::confine_extern(plan, &pids, &self.node),
+            (Some(TaskOutcome::Fail(message)), _) => Err(message.clone()),
+            _ => Ok(()),
+        };
+        let Err(message) = confined else { return Ok(()) };
+        log(Level::Error, &format!("spank_cder: extern step: {message}"));
+        let closed = args.confine == Confine::Required || args.fail == FailMode::Closed;
+        if closed {
+            // No extern step, no adoption: pam_slurm_adopt refuses the login.
+            node::end_extern(&pids);
+        }
+        Err(SpankError::new(message))
     }
 
     fn task_init(&mut self, spank: &Spank, _args: &[String]) -> SpankResult {

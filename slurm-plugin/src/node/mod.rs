@@ -806,6 +806,70 @@ pub fn enter_cgroups(groups: &[String], pid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// The processes slurmstepd of the extern step (`PrologFlags=contain`)
+/// forked: its `sleep`, which SPANK does not name (the extern step has no
+/// task). Read from `/proc/self/task/*/children` (its threads' children).
+pub fn own_children() -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(threads) = std::fs::read_dir("/proc/self/task") else { return out };
+    for t in threads.flatten() {
+        let text = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// In the extern step's slurmstepd, as root, once its process is forked:
+/// where cder confines the job's tasks, the extern step's processes `pids`
+/// enter the job's device cgroups too, as a task does. What joins the
+/// extern step's device cgroup later (a login `pam_slurm_adopt` adopts
+/// where it lands there, X11 forwarding) is then kept to the job's
+/// devices. `Err`: why not (the caller ends the extern step where the job
+/// must be confined).
+pub fn confine_extern(plan: &Plan, pids: &[u32], node: &dyn Node) -> Result<(), String> {
+    if !plan.confine {
+        return Ok(());
+    }
+    let job = &plan.job;
+    if pids.is_empty() {
+        return Err(format!("cder: {job}: the extern step has no process to confine"));
+    }
+    // cderd names the groups only to root, which slurmstepd is; `confine`
+    // would move only the caller, which is slurmstepd itself.
+    let groups = plan
+        .cgroups
+        .as_deref()
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| format!("cder: {job}: cderd named no device cgroup for the extern step"))?;
+    for &pid in pids {
+        enter_cgroups(groups, pid).map_err(|e| format!("cder: {job}: extern step pid {pid}: {e}"))?;
+    }
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    node.log(
+        Level::Verbose,
+        &format!(
+            "spank_cder: {job}: extern step pid {} confined to its devices in {}",
+            pids.join(","),
+            groups.join(" ")
+        ),
+    );
+    Ok(())
+}
+
+/// Ends the extern step's processes `pids` (SIGKILL): a job that must be
+/// confined keeps no extern step its logins could be adopted into unfenced.
+pub fn end_extern(pids: &[u32]) {
+    for &pid in pids {
+        if let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory preconditions; the pids are this
+            // process's own children, read just now.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
 /// In the task, as root: where SLURM gives no device cgroup, put process
 /// `pid` into the job's (children inherit it), then settle the variables
 /// it gets. `Err`: the task is not started, with this message.

@@ -256,6 +256,32 @@ fn an_unconfined_task_asks_for_node_indices() {
 }
 
 #[test]
+fn the_extern_steps_process_enters_the_jobs_device_cgroups() {
+    let node = FakeNode::new(Some(held(&[1])));
+    let mut plan = plan_step(&step(RawRequest::default(), None), &PluginArgs::default(), &node).unwrap();
+    assert!(plan.confine);
+    let dir = tempfile::tempdir().unwrap();
+    let groups: Vec<String> = ["v1", "v2"].iter().map(|g| dir.path().join(g).display().to_string()).collect();
+    for g in &groups {
+        std::fs::create_dir(g).unwrap();
+        std::fs::write(std::path::Path::new(g).join("cgroup.procs"), b"").unwrap();
+    }
+    // No group named (an older cderd): refused, for the caller to end the step.
+    let e = confine_extern(&plan, &[4242], &node).unwrap_err();
+    assert!(e.contains("named no device cgroup for the extern step"), "{e}");
+    plan.cgroups = Some(groups.clone());
+    assert!(confine_extern(&plan, &[], &node).unwrap_err().contains("no process to confine"));
+    confine_extern(&plan, &[4242], &node).unwrap();
+    for g in &groups {
+        assert_eq!(std::fs::read_to_string(std::path::Path::new(g).join("cgroup.procs")).unwrap(), "4242");
+    }
+    // Where SLURM confines (or confine=off), nothing is moved.
+    plan.confine = false;
+    plan.cgroups = Some(vec!["relative".into()]);
+    confine_extern(&plan, &[4242], &node).unwrap();
+}
+
+#[test]
 fn the_prolog_records_slurms_gpus_by_file() {
     let mut node = FakeNode::new(None);
     let gres = crate::gres_conf::gres_devices("Name=gpu File=/dev/nvidia[0-3]\n", "gres.conf", None, "gpu").unwrap();

@@ -117,6 +117,9 @@ fn serve() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Any local user may connect, as to the real daemon started by root:
+    // only the pipe directory's permissions keep others out.
+    let _ = std::fs::set_permissions(&control, std::os::unix::fs::PermissionsExt::from_mode(0o777));
     let _ = listener.set_nonblocking(true);
     log(&format!(
         "Starting control daemon CUDA_VISIBLE_DEVICES={}",
