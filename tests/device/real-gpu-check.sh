@@ -95,7 +95,7 @@ except Exception as e:
 
 step "usage sampling: job u keeps the GPU busy for 12 s, job v holds it idle afterwards"
 "$BIN/cderctl" alloc --job local:gpu-u --uid 0 --count 1 >/dev/null
-if [ -x "$BIN/cder-exporter" ]; then "$BIN/cder-exporter" --listen 127.0.0.1:9400 > "$T/exporter.log" 2>&1 & EXPORTER=$!; fi
+if [ -x "$BIN/cder-exporter" ]; then "$BIN/cder-exporter" --listen 127.0.0.1:9400 --job-labels > "$T/exporter.log" 2>&1 & EXPORTER=$!; fi
 "$BIN/cderctl" confine --job local:gpu-u -- $py -c '
 import torch, time
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -1063,7 +1063,10 @@ pub(crate) fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
                 r.job, r.index, r.start, r.end, r.device_seconds
             ));
         }
-        by_device.entry(&r.uuid).or_default().push(r);
+        // Sharers of a device overlap by design: only whole holders must not.
+        if r.shares.is_none() {
+            by_device.entry(&r.uuid).or_default().push(r);
+        }
     }
     for records in by_device.values_mut() {
         // An open record (no end yet) after a closed one of the same start.
@@ -1263,6 +1266,9 @@ mod tests {
             start,
             end,
             device_seconds: end.map_or(0, |e| e - start),
+            shares: None,
+            shares_total: None,
+            fraction: 1.0,
         };
         // The wall clock stepped back: a release recorded at its start, the
         // next allocation starting there.

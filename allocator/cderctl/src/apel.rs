@@ -4,8 +4,10 @@
 //! One record per job, device model and month: APEL's database keys its
 //! accelerator rows by (month, year, associated record, site, model), so a
 //! second record with the same key would replace the first. Within a record:
-//! - `Count` is the devices' share of whole GPUs: 1 per GPU, and for a MIG
-//!   instance its compute slices over the GPU's (`3g.40gb` on an A100 is 3/7).
+//! - `Count` is the devices' share of whole GPUs: 1 per GPU, for a MIG
+//!   instance its compute slices over the GPU's (`3g.40gb` on an A100 is 3/7),
+//!   and for shares of a GPU (`[node.sharing]`) the record's `fraction` of it
+//!   (1 of 4 shares is 0.25).
 //! - `AvailableDuration` is the seconds the devices were held inside the
 //!   month, averaged over the devices by their share, so that
 //!   `Count × AvailableDuration` is the GPU-seconds held.
@@ -314,7 +316,9 @@ pub fn records(input: &Inputs<'_>) -> Vec<AcceleratorRecord> {
         let (_, g) = groups.entry(key).or_insert_with(|| {
             (r.job.clone(), Group { uid: r.uid, kind: info.kind.clone(), cores: info.cores, ..Group::default() })
         });
-        let share = device_share(&info.model);
+        // A MIG instance's part of its GPU, times the part of the device
+        // the job's shares were.
+        let share = device_share(&info.model) * r.fraction;
         let entry = g.devices.entry(r.uuid.clone()).or_insert((share, 0, Some(0.0)));
         entry.1 += held;
         entry.2 = match (entry.2, active) {
@@ -427,6 +431,18 @@ mod tests {
             start,
             end,
             device_seconds: end.unwrap_or(0) - start,
+            shares: None,
+            shares_total: None,
+            fraction: 1.0,
+        }
+    }
+
+    fn shared(job: &str, uuid: &str, start: i64, end: i64, shares: u32) -> AccountingRecord {
+        AccountingRecord {
+            shares: Some(shares),
+            shares_total: Some(4),
+            fraction: f64::from(shares) / 4.0,
+            ..rec(job, uuid, start, Some(end))
         }
     }
 
@@ -613,6 +629,50 @@ mod tests {
         assert_eq!(json["Type"], MESSAGE_TYPE);
         assert_eq!(json["UsageRecords"][0]["FQAN"], "/atlas/Role=production/Capability=NULL");
         assert_eq!(json["UsageRecords"][1]["ActiveDuration"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn shares_of_a_gpu_count_their_fraction() {
+        let month: Month = "2026-05".parse().unwrap();
+        let s = month.start();
+        // Four 1-of-4 sharers and one job holding all 4 shares of another GPU.
+        let mut rows: Vec<AccountingRecord> =
+            (1..=4).map(|j| shared(&format!("slurm:{j}"), "GPU-a", s, s + 800, 1)).collect();
+        rows.push(shared("slurm:5", "GPU-b", s, s + 600, 4));
+        let devices =
+            HashMap::from([("GPU-a".to_string(), gpu("NVIDIA A100")), ("GPU-b".to_string(), gpu("NVIDIA A100"))]);
+        let measured = HashMap::from([(
+            ("slurm:1".parse().unwrap(), "GPU-a".to_string()),
+            Measured { device_seconds: 800, active_seconds: 400, months: None },
+        )]);
+        let users = UserMap::default();
+        let out = records(&Inputs {
+            site: "S",
+            month,
+            now: s + 5000,
+            records: &rows,
+            devices: &devices,
+            measured: &measured,
+            users: &users,
+        });
+        let got: Vec<_> = out
+            .iter()
+            .map(|r| (r.associated_record.as_str(), r.count, r.available_duration, r.active_duration))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("1", 0.25, 800, Some(400)),
+                ("2", 0.25, 800, None),
+                ("3", 0.25, 800, None),
+                ("4", 0.25, 800, None),
+                ("5", 1.0, 600, None)
+            ]
+        );
+        // Count × AvailableDuration is the GPU-seconds: the four sharers of
+        // GPU-a together held it as long as one whole-GPU job would have.
+        let gpu_seconds: f64 = out[..4].iter().map(|r| r.count * r.available_duration as f64).sum();
+        assert_eq!(gpu_seconds, 800.0);
     }
 
     #[test]

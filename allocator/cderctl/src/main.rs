@@ -105,9 +105,10 @@ numbers them inside a device cgroup. Exit 1 when the node has no usable device c
     Confine(node::ConfineArgs),
     /// Device usage per job and device, and the pool's utilisation over a period
     #[command(
-        long_about = "Prints one record per job and device (user, start, end, device-seconds) and the \
+        long_about = "Prints one record per job and device (user, start, end, share, device-seconds) and the \
 utilisation of the node's pool over the period: device-seconds allocated / (pool size x period), the \
-seed thesis's Appendix C function. Users other than root and operators see their own records only. \
+seed thesis's Appendix C function. A job holding k of a device's N shares ([node.sharing]) counts k/N of \
+its seconds, in the utilisation and in APEL's Count. Users other than root and operators see their own records only. \
 With --apel it writes instead the month's APEL-accelerator-message v0.1 records (one per job, model and \
 month; ActiveDuration measured by cderd's sampler, null where not sampled) into the dirq spool ssmsend \
 sends from (docs/accounting.md).",

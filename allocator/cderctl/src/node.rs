@@ -599,18 +599,25 @@ fn apel(config: Option<&Path>, args: &AccountingArgs, now: i64) -> Result<(), Fa
 
 fn accounting_table(a: &Accounting) -> String {
     let mut out = format!(
-        "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n",
-        "JOB", "UID", "TYPE", "IDX", "START", "END", "DEVICE-SECONDS"
+        "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>7} {:>14}\n",
+        "JOB", "UID", "TYPE", "IDX", "START", "END", "SHARE", "DEVICE-SECONDS"
     );
     for r in &a.records {
+        // SHARE: the part of the device held, `1` whole, `k/N` in shares;
+        // the utilisation below counts the seconds by it.
+        let share = match (r.shares, r.shares_total) {
+            (Some(k), Some(n)) => format!("{k}/{n}"),
+            _ => "1".into(),
+        };
         out += &format!(
-            "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>14}\n",
+            "{:<28} {:>6} {:<10} {:>4} {:>11} {:>11} {:>7} {:>14}\n",
             r.job.to_string(),
             r.uid,
             r.cder_type,
             r.index,
             r.start,
             r.end.map_or("-".into(), |e| e.to_string()),
+            share,
             r.device_seconds
         );
     }
@@ -627,7 +634,7 @@ fn accounting_table(a: &Accounting) -> String {
     }
     let u = &a.utilisation;
     out += &format!(
-        "utilisation {:.4} = {} device-seconds / ({} devices x {} s), from {} to {}\n",
+        "utilisation {:.4} = {} device-seconds (each x SHARE) / ({} devices x {} s), from {} to {}\n",
         u.ratio,
         u.device_seconds,
         u.pool_size,

@@ -34,6 +34,78 @@ fn this_month() -> String {
     format!("{y:04}-{m:02}")
 }
 
+/// The spool's one message as APEL's own loader reads it (apel_check.py):
+/// checks that it passed APEL's schema and record checks and that every
+/// field came back as written; returns apel_check.py's output.
+fn apel_loaded(spool: &Path) -> serde_json::Value {
+    let checked = Command::new(python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apel_check.py"))
+        .arg(spool)
+        .env("PYTHONPATH", Path::new(env!("CARGO_MANIFEST_DIR")).join("../../third-party/apel"))
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "APEL's loader refused cder's records: {}", text(&checked.stderr));
+    let out: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(out["elements"], 1, "one message in the spool: {out}");
+    let sent = &out["messages"][0];
+    assert_eq!(sent["Type"], "APEL-accelerator-message");
+    assert_eq!(sent["Version"], "0.1");
+    let parsed = out["records"].as_array().unwrap();
+    let written = sent["UsageRecords"].as_array().unwrap();
+    assert_eq!(parsed.len(), written.len(), "{out}");
+    // Every field APEL keeps round-trips; APEL stores a missing string as "None".
+    for (w, p) in written.iter().zip(parsed) {
+        for (k, v) in w.as_object().unwrap() {
+            let want = match v {
+                serde_json::Value::Null if k == "GlobalUserName" => serde_json::json!("None"),
+                other => other.clone(),
+            };
+            assert_eq!(&p[k], &want, "{k}: written {v}, APEL holds {}", p[k]);
+        }
+    }
+    out
+}
+
+#[test]
+fn apel_records_of_share_jobs_count_their_fraction() {
+    if !cder_testkit::require(
+        python_ready(),
+        &format!("{} with dirq, jsonschema, future, iso8601 (deploy/install-deps.sh)", python().display()),
+    ) {
+        return;
+    }
+    let d = Daemon::start_with("[node.sharing]\nshares_per_gpu = 4\n");
+    d.alloc_shares("slurm:51", 0, 4);
+    d.alloc_shares("slurm:52", 1, 1);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    for job in ["slurm:51", "slurm:52"] {
+        assert!(d.ctl(&["release", "--job", job]).status.success());
+    }
+    let spool = d.dir.path().join("outgoing");
+    let month = this_month();
+    let out =
+        d.ctl(&["accounting", "--apel", "--month", &month, "--site", "TEST-SITE", "--spool", spool.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("2 record(s) in 1 message(s)"), "{}", text(&out.stderr));
+    let out = apel_loaded(&spool);
+    let by_job = |id: &str| {
+        out["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["AssociatedRecord"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id}: {out}"))
+    };
+    let (all, one) = (by_job("51"), by_job("52"));
+    // Count is the part of a GPU: all 4 of 4 shares one GPU, 1 of 4 a quarter;
+    // AvailableDuration stays the seconds held.
+    assert_eq!((&all["Count"], &all["Type"]), (&1.0.into(), &"GPU".into()), "{out}");
+    assert_eq!((&one["Count"], &one["Type"]), (&0.25.into(), &"GPU".into()), "{out}");
+    assert!(all["AvailableDuration"].as_i64().unwrap() >= 2, "{out}");
+    assert!(one["AvailableDuration"].as_i64().unwrap() >= 2, "{out}");
+}
+
 #[test]
 fn apel_records_parse_with_apels_own_loader() {
     if !cder_testkit::require(
@@ -68,32 +140,9 @@ fn apel_records_parse_with_apels_own_loader() {
     let wrote = ok(&args);
     assert!(text(&wrote.stderr).contains("2 record(s) in 1 message(s)"), "{}", text(&wrote.stderr));
 
-    let checked = Command::new(python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apel_check.py"))
-        .arg(&spool)
-        .env("PYTHONPATH", Path::new(env!("CARGO_MANIFEST_DIR")).join("../../third-party/apel"))
-        .output()
-        .unwrap();
-    assert!(checked.status.success(), "APEL's loader refused cder's records: {}", text(&checked.stderr));
-    let out: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
-    assert_eq!(out["elements"], 1, "one message in the spool: {out}");
-    let sent = &out["messages"][0];
-    assert_eq!(sent["Type"], "APEL-accelerator-message");
-    assert_eq!(sent["Version"], "0.1");
+    let out = apel_loaded(&spool);
     let parsed = out["records"].as_array().unwrap();
-    let written = sent["UsageRecords"].as_array().unwrap();
     assert_eq!(parsed.len(), 2, "{out}");
-    assert_eq!(parsed.len(), written.len());
-    // Every field APEL keeps round-trips; APEL stores a missing string as "None".
-    for (w, p) in written.iter().zip(parsed) {
-        for (k, v) in w.as_object().unwrap() {
-            let want = match v {
-                serde_json::Value::Null if k == "GlobalUserName" => serde_json::json!("None"),
-                other => other.clone(),
-            };
-            assert_eq!(&p[k], &want, "{k}: written {v}, APEL holds {}", p[k]);
-        }
-    }
     let by_job =
         |id: &str| parsed.iter().find(|r| r["AssociatedRecord"] == id).unwrap_or_else(|| panic!("{id}: {out}"));
     let slurm = by_job("4242");

@@ -44,6 +44,11 @@ pub(crate) struct Daemon {
 
 impl Daemon {
     pub(crate) fn start() -> Daemon {
+        Daemon::start_with("")
+    }
+
+    /// A daemon whose config ends in `extra` (`[node.sharing]` …).
+    pub(crate) fn start_with(extra: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("cderd.sock");
@@ -60,10 +65,26 @@ impl Daemon {
                 format_args!("dev = \"195:{i}\"\n"),
             );
         }
+        text += extra;
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
         let cderd = TestNode::started(cderd_binary(), &config, &socket, dir.path().join("cderd.log"));
         Daemon { cderd, dir, config }
+    }
+
+    /// A protocol client as root: what SLURM's prologue plugin sends for a
+    /// `gres/shard` job (shares of the GPU slurmd chose), which cderctl
+    /// has no flag for.
+    pub(crate) fn alloc_shares(&self, job: &str, device: u32, shares: u32) {
+        let request = cder_protocol::AllocRequest {
+            devices: Some(vec![device]),
+            shares: Some(shares),
+            ..cder_protocol::AllocRequest::new(job.parse().unwrap(), 1000, 1)
+        };
+        let mut client =
+            cder_protocol::Client::connect(self.cderd.socket(), std::time::Duration::from_secs(10)).unwrap();
+        let a = client.alloc(&request).unwrap();
+        assert_eq!(a.shares, Some(shares), "{a:?}");
     }
 
     /// cderctl with the config in CDER_CONFIG, as on a node.
@@ -158,6 +179,51 @@ fn drain_resume_reconcile_accounting() {
     assert_eq!(a["utilisation"]["pool_size"], 4);
     let table = text(&d.ctl(&["accounting", "--since", "1h"]).stdout);
     assert!(table.starts_with("JOB") && table.contains("utilisation "), "{table}");
+}
+
+#[test]
+fn share_jobs_are_accounted_by_their_fraction() {
+    let d = Daemon::start_with("[node.sharing]\nshares_per_gpu = 4\n");
+    d.alloc_shares("slurm:41", 0, 4);
+    d.alloc_shares("slurm:42", 1, 1);
+    // Accounting counts whole seconds: let the jobs hold their shares for some.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    for job in ["slurm:41", "slurm:42"] {
+        assert!(d.ctl(&["release", "--job", job]).status.success());
+    }
+
+    let out = d.ctl(&["accounting", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = a["records"].as_array().unwrap();
+    let record = |job: &str| {
+        records.iter().find(|r| r["job"] == job).unwrap_or_else(|| panic!("no record of {job}: {a}")).clone()
+    };
+    let (all, one) = (record("slurm:41"), record("slurm:42"));
+    assert_eq!(
+        (&all["index"], &all["shares"], &all["shares_total"], &all["fraction"]),
+        (&0.into(), &4.into(), &4.into(), &1.0.into())
+    );
+    assert_eq!(
+        (&one["index"], &one["shares"], &one["shares_total"], &one["fraction"]),
+        (&1.into(), &1.into(), &4.into(), &0.25.into())
+    );
+    let seconds = |r: &serde_json::Value| r["device_seconds"].as_i64().unwrap();
+    assert!(seconds(&all) >= 2 && seconds(&one) >= 2, "{a}");
+    // The utilisation counts the 1-of-4 job a quarter of its seconds.
+    let held = seconds(&all) as f64 + seconds(&one) as f64 / 4.0;
+    let u = &a["utilisation"];
+    assert_eq!(u["device_seconds"].as_i64().unwrap(), held.round() as i64, "{a}");
+    let capacity = 4.0 * (u["until"].as_i64().unwrap() - u["since"].as_i64().unwrap()) as f64;
+    assert!((u["ratio"].as_f64().unwrap() - held / capacity).abs() < 1e-9, "{a}");
+
+    let table = text(&d.ctl(&["accounting"]).stdout);
+    let row =
+        |job: &str| table.lines().find(|l| l.starts_with(job)).unwrap_or_else(|| panic!("{job}: {table}")).to_string();
+    let columns = |l: String| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(columns(row("slurm:41"))[6], "4/4", "{table}");
+    assert_eq!(columns(row("slurm:42"))[6], "1/4", "{table}");
+    assert!(table.contains(&format!("= {} device-seconds", held.round() as i64)), "{table}");
 }
 
 #[test]

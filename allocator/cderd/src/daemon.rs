@@ -75,6 +75,8 @@ pub struct Daemon {
     groups: Arc<Mutex<HashMap<String, GroupState>>>,
     /// Uids whose open descriptors do not make a device busy.
     held_open_ignore: BTreeSet<u32>,
+    /// Released jobs' leftovers being ended, off the ledger lock.
+    ending: Arc<crate::ending::Ending>,
     /// Warms the kernel's cgroup migration lock before tasks are confined.
     warmup: MigrationWarmup,
     /// Runs what follows an `alloc`'s reply (cgroup set-up, held-open warning).
@@ -336,6 +338,7 @@ impl Daemon {
             cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
             groups: Arc::default(),
             held_open_ignore,
+            ending: Arc::default(),
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
@@ -412,12 +415,14 @@ impl Daemon {
             }
             Request::Env(r) => self.env_after(caller, r, None).map(|a| to_value(&a)),
             Request::Status => {
-                // A device kept out after a release shows why only while it still is.
+                // A device kept out after a release shows why only while it
+                // still is: a look, waited for briefly and off the lock.
+                self.recheck_soon(crate::ending::RECHECK_WAITS);
                 let mut store = self.store();
-                self.recheck_leftovers(&mut store)?;
                 self.drain_vanished_files(&mut store)?;
                 drop(store);
-                self.status().map(|s| to_value(&s))
+                let status = self.status()?;
+                Ok(to_value(&if self.is_operator(caller.uid) { status } else { own_only(status, caller.uid) }))
             }
             Request::Drain(r) => self.set_drained(&r.device, Some(&r.reason)),
             Request::Resume(r) => self.set_drained(&r.device, None),
@@ -599,8 +604,29 @@ impl Daemon {
             ));
         }
         let started = std::time::Instant::now();
+        // The /proc scan costs a walk of every descriptor on the node: only
+        // for a job that holds nothing yet (a retried prologue skips it), and
+        // only where cderd chooses. A list from the batch system is
+        // recorded whoever holds its devices open, so for it the scan only
+        // feeds a warning, which a thread logs after the reply. The scan
+        // reads what users' processes hold: never under the lock.
+        let explicit = request.devices.is_some() || request.device_files.is_some();
+        // Devices kept out after a release may be back: a look, off the lock.
+        if self.store().leftovers().is_ok_and(|l| !l.is_empty()) {
+            self.recheck_soon(crate::ending::RECHECK_WAITS);
+        }
+        let free = {
+            let store = self.store();
+            if explicit || store.job(&request.job).map_err(|e| store.reply(e))?.is_some() {
+                None
+            } else {
+                let devices = store.devices().map_err(|e| store.reply(e))?;
+                Some(devices.into_iter().filter(LedgerRow::is_free).collect::<Vec<_>>())
+            }
+        };
+        let busy = free.map(|free| self.held_open(free)).unwrap_or_default();
+        let scanned = started.elapsed();
         let mut store = self.store();
-        self.recheck_leftovers(&mut store)?;
         self.drain_vanished_files(&mut store)?;
         let by_file;
         let request = match &request.device_files {
@@ -615,18 +641,6 @@ impl Daemon {
                 &by_file
             }
         };
-        // The /proc scan costs a walk of every descriptor on the node: only
-        // for a job that holds nothing yet (a retried prologue skips it), and
-        // only here where cderd chooses. A list from the batch system is
-        // recorded whoever holds its devices open, so for it the scan only
-        // feeds a warning, which a thread logs after the reply.
-        let explicit = request.devices.is_some();
-        let busy = if !explicit && store.job(&request.job).map_err(|e| store.reply(e))?.is_none() {
-            self.held_open(&store)?
-        } else {
-            BTreeMap::new()
-        };
-        let scanned = started.elapsed();
         // Only where cderd chooses: a list from the batch system is its
         // decision (Trust), and the holder may be the job itself.
         let skip = self.config.node.enforcement.held_open == HeldOpen::Skip && request.devices.is_none();
@@ -710,13 +724,38 @@ impl Daemon {
     }
 
     /// `release`: idempotent; the number of devices freed. The job's
-    /// processes left in its device cgroups are ended first; a device that
-    /// one of them still holds stays out of the pool (see [`Daemon::end_job`]).
+    /// processes left in its device cgroups are ended first, off the lock
+    /// and waited for at most [`crate::ending::RELEASE_WAITS`]; a device
+    /// that one of them may still hold stays out of the pool (see
+    /// [`Daemon::end_job`]).
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
-        let mut store = self.store();
-        let allocation = store.job(job).map_err(|e| store.reply(e))?;
+        let allocation = {
+            let store = self.store();
+            store.job(job).map_err(|e| store.reply(e))?
+        };
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
-        let released = store.release_keeping(job, now(), &held).map_err(|e| store.reply(e))?;
+        let released = self.release_ended(job, allocation.as_ref(), &held)?;
+        if !released.is_empty() {
+            tracing::info!(job = %job, devices = released.len(), "released");
+        }
+        Ok(released.len() as u32)
+    }
+
+    /// Ends `allocation` in the ledger, keeping `held` (UUID → why) out of
+    /// the pool, unless the job's record changed since `allocation` was read
+    /// (another request released it): then nothing is done.
+    fn release_ended(
+        &self,
+        job: &JobKey,
+        allocation: Option<&JobAllocation>,
+        held: &BTreeMap<String, String>,
+    ) -> Result<Vec<LedgerRow>, ErrorReply> {
+        let mut store = self.store();
+        let now_held = store.job(job).map_err(|e| store.reply(e))?;
+        if now_held.as_ref().map(|a| &a.token) != allocation.map(|a| &a.token) {
+            return Ok(Vec::new());
+        }
+        let released = store.release_keeping(job, now(), held).map_err(|e| store.reply(e))?;
         self.drain_vanished_files(&mut store)?;
         // A shared device goes back to idle when its last sharer leaves.
         let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
@@ -724,115 +763,151 @@ impl Daemon {
             tracing::error!(job = %job, "restoring idle ownership: {e}");
         }
         drop(store);
-        self.mps_after_release(job, allocation.as_ref(), &released);
-        if let Some(a) = &allocation {
-            self.remove_groups(job, &a.token);
+        self.mps_after_release(job, allocation, &released);
+        if let Some(a) = allocation {
+            // Groups still holding processes are removed by the look that
+            // finds them empty.
+            self.remove_groups(job, &a.token, held.is_empty());
         }
         self.intake.released(Some(job));
-        if !released.is_empty() {
-            tracing::info!(job = %job, devices = released.len(), "released");
-        }
-        Ok(released.len() as u32)
+        Ok(released)
     }
 
     /// Ends what is left of `allocation`'s job before its devices go back:
     /// every process in its device cgroups, whatever `held_open` says. Then
     /// looks for a process of the job's uid that still holds one of its
     /// devices (one that left the groups, or a job cder did not confine).
-    /// Returns the devices to keep out of the pool: UUID → why.
+    /// Returns the devices to keep out of the pool: UUID → why. All of it
+    /// runs off the ledger lock, on a thread waited for at most
+    /// [`crate::ending::RELEASE_WAITS`]: past that (a process in
+    /// uninterruptible sleep), every device is kept out and the watcher
+    /// settles them once the thread is done.
     fn end_job(&self, allocation: &JobAllocation) -> BTreeMap<String, String> {
-        let survivors = if self.cgroups.is_available() {
-            self.cgroups.end_processes(&DeviceCgroups::group_name(&allocation.job, &allocation.token))
-        } else {
-            Vec::new()
+        let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+        let pending = || {
+            let reason = format!(
+                "released by job {}, whose processes are still being ended; kept out of the pool until that ends",
+                allocation.job
+            );
+            allocation.devices.iter().map(|d| (d.uuid.clone(), reason.clone())).collect()
         };
-        let holders = self.holders_of(allocation.uid, &allocation.devices);
-        let mut held = BTreeMap::new();
-        for d in &allocation.devices {
-            let mut why = Vec::new();
-            if !survivors.is_empty() {
-                let pids: Vec<String> = survivors.iter().take(5).map(ToString::to_string).collect();
-                why.push(format!("pid {} stayed in its device cgroups after SIGKILL", pids.join(", ")));
-            }
-            why.extend(holders.get(&d.uuid).cloned());
-            if !why.is_empty() {
-                let reason = format!(
-                    "released by job {}, but {}; kept out of the pool until that ends",
-                    allocation.job,
-                    why.join("; ")
-                );
-                tracing::error!(device = %d.name(), "{reason}");
-                held.insert(d.uuid.clone(), reason);
-            }
-        }
-        held
-    }
-
-    /// `devices` that a process of `uid` holds open: UUID → why. Root's and
-    /// the ignored uids' processes are trusted, as for `held_open`.
-    fn holders_of(&self, uid: u32, devices: &[LedgerRow]) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        if uid == 0 || self.held_open_ignore.contains(&uid) {
-            return out;
-        }
-        let by_rdev = rdevs_of(devices);
-        let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
-        for (rdev, holders) in crate::held::holders_where(std::path::Path::new("/proc"), &rdevs, |u| u == uid) {
-            let why = describe_holders(&holders);
-            for d in by_rdev.get(&rdev).into_iter().flatten() {
-                out.insert(d.uuid.clone(), why.clone());
-            }
-        }
-        out
+        let Some(claim) = self.ending.claim(&name) else { return pending() };
+        let (cgroups, ignore, ending) =
+            (Arc::clone(&self.cgroups), self.held_open_ignore.clone(), Arc::clone(&self.ending));
+        let (job, uid, devices) = (allocation.job.clone(), allocation.uid, allocation.devices.clone());
+        let work = move || {
+            let survivors = if cgroups.is_available() { cgroups.end_processes(&name) } else { Vec::new() };
+            let holders = holders_of(uid, &ignore, &devices);
+            drop(claim);
+            kept_out(&job, &devices, &survivors, &holders)
+        };
+        // Overran: the watcher looks again now that the thread is done.
+        let overran = move |_| {
+            ending.ask();
+        };
+        crate::ending::within("end-job", crate::ending::RELEASE_WAITS, work, overran).unwrap_or_else(pending)
     }
 
     /// Starts a thread that looks again every `period` at the devices kept
-    /// out after a release (besides each `alloc`, `status` and `reconcile`),
-    /// so that one goes back to the pool soon after its holder is gone.
+    /// out after a release (and whenever a request asks), so that one goes
+    /// back to the pool soon after its holder is gone.
     pub fn watch_leftovers(daemon: &Arc<Daemon>, period: std::time::Duration) {
         let daemon = Arc::clone(daemon);
+        daemon.ending.watched();
         let spawned = std::thread::Builder::new().name("cderd-leftovers".into()).spawn(move || loop {
-            std::thread::sleep(period);
-            if let Err(e) = daemon.recheck_leftovers(&mut daemon.store()) {
+            let ticket = daemon.ending.next(period);
+            if let Err(e) = daemon.recheck_leftovers() {
                 tracing::warn!("looking again at devices kept out after a release: {}", e.message);
             }
+            daemon.ending.done(ticket);
         });
         if let Err(e) = spawned {
             tracing::warn!("cannot start the thread that looks again at devices kept out after a release: {e}");
         }
     }
 
+    /// A look at the devices kept out after a release, waited for at most
+    /// `wait`: by the watcher thread, or here when none runs. Never call it
+    /// holding the store's lock.
+    fn recheck_soon(&self, wait: std::time::Duration) {
+        if self.ending.is_watched() {
+            let ticket = self.ending.ask();
+            if !wait.is_zero() {
+                self.ending.wait(ticket, wait);
+            }
+        } else if let Err(e) = self.recheck_leftovers() {
+            tracing::warn!("looking again at devices kept out after a release: {}", e.message);
+        }
+    }
+
     /// Looks again at the devices kept out after a release, and puts back
-    /// in the pool each whose job has nothing left on it.
-    fn recheck_leftovers(&self, store: &mut Store) -> Result<(), ErrorReply> {
-        let leftovers = store.leftovers().map_err(|e| store.reply(e))?;
-        if leftovers.is_empty() {
-            return Ok(());
-        }
-        let devices = store.devices().map_err(|e| store.reply(e))?;
-        let mut back = 0;
-        let mut by_job: BTreeMap<(String, String), Vec<&crate::store::Leftover>> = BTreeMap::new();
+    /// in the pool each whose job has nothing left on it; ends and removes
+    /// the device cgroups of jobs released earlier. Off the ledger lock but
+    /// for reading and writing the ledger itself.
+    fn recheck_leftovers(&self) -> Result<(), ErrorReply> {
+        // The groups first: each one seen belongs to a job recorded before
+        // the ledger is read below, so a job starting now is never swept.
+        let groups = if self.cgroups.is_available() { self.cgroups.group_names() } else { BTreeSet::new() };
+        let (leftovers, devices, live) = {
+            let store = self.store();
+            let leftovers = store.leftovers().map_err(|e| store.reply(e))?;
+            let devices = store.devices().map_err(|e| store.reply(e))?;
+            let live: BTreeSet<String> = store
+                .live_allocations()
+                .map_err(|e| store.reply(e))?
+                .iter()
+                .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
+                .collect();
+            (leftovers, devices, live)
+        };
+        let mut by_job: BTreeMap<String, Vec<&crate::store::Leftover>> = BTreeMap::new();
         for l in &leftovers {
-            by_job.entry((l.job.to_string(), l.token.clone())).or_default().push(l);
+            by_job.entry(DeviceCgroups::group_name(&l.job, &l.token)).or_default().push(l);
         }
-        for group in by_job.values() {
-            let (job, token, uid) = (&group[0].job, &group[0].token, group[0].uid);
-            let name = DeviceCgroups::group_name(job, token);
-            let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(&name) } else { Vec::new() };
+        let mut back = 0;
+        for (name, group) in &by_job {
+            let Some(_claim) = self.ending.claim(name) else { continue };
+            let (job, uid) = (&group[0].job, group[0].uid);
+            let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(name) } else { Vec::new() };
             let rows: Vec<LedgerRow> =
                 devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
-            let holders = self.holders_of(uid, &rows);
+            let holders = holders_of(uid, &self.held_open_ignore, &rows);
+            let why = kept_out(job, &rows, &survivors, &holders);
+            let mut store = self.store();
+            let now_kept = store.leftovers().map_err(|e| store.reply(e))?;
             for l in group {
-                if survivors.is_empty() && !holders.contains_key(&l.device) {
-                    store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
-                    tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
-                    back += 1;
+                // Still kept out for this job (not settled by another look).
+                let Some(current) = now_kept.iter().find(|c| c.device == l.device && c.token == l.token) else {
+                    continue;
+                };
+                match why.get(&l.device) {
+                    None => {
+                        store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
+                        tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
+                        back += 1;
+                    }
+                    Some(reason) if *reason != current.reason => {
+                        store.set_leftover(&l.device, Some(reason)).map_err(|e| store.reply(e))?;
+                    }
+                    Some(_) => {}
                 }
             }
+            drop(store);
             if survivors.is_empty() && self.cgroups.is_available() {
-                for e in self.cgroups.remove(&name) {
+                for e in self.cgroups.remove(name) {
                     tracing::warn!(job = %job, "removing a released job's device cgroup: {e}");
                 }
+            }
+        }
+        // Groups of jobs released earlier that still held processes then.
+        for name in groups.iter().filter(|g| !live.contains(*g) && !by_job.contains_key(*g)) {
+            let Some(_claim) = self.ending.claim(name) else { continue };
+            let survivors = self.cgroups.end_processes(name);
+            if !survivors.is_empty() {
+                tracing::error!(group = %name, "processes of a released job stayed after SIGKILL: {survivors:?}");
+            }
+            for e in self.cgroups.remove(name) {
+                tracing::warn!(group = %name, "a released job's device cgroup is still busy; it is looked at again: {e}");
             }
         }
         if back > 0 {
@@ -1089,7 +1164,7 @@ impl Daemon {
         let live: BTreeSet<&JobKey> = request.live_jobs.iter().collect();
         let lrms = request.lrms.as_deref();
         let as_of = request.as_of;
-        let mut store = self.store();
+        let store = self.store();
         // Newer than the caller's snapshot of live jobs: the snapshot
         // cannot know the job, so its absence there says nothing.
         let keep = |job: &JobKey, seq: u64| {
@@ -1102,54 +1177,30 @@ impl Daemon {
             .filter(|(j, seq, _)| !keep(j, *seq))
             .map(|(j, _, _)| j)
             .collect();
-        let mut jobs = Vec::new();
-        let mut mps_devices = BTreeSet::new();
+        let mut allocations = Vec::new();
         for job in doomed {
-            let Some(allocation) = store.job(&job).map_err(|e| store.reply(e))? else { continue };
+            allocations.extend(store.job(&job).map_err(|e| store.reply(e))?);
+        }
+        drop(store);
+        // Each job's leftovers are ended off the lock, as by its release.
+        let mut jobs = Vec::new();
+        for allocation in allocations {
             let held = self.end_job(&allocation);
-            let devices = store.release_keeping(&job, now(), &held).map_err(|e| store.reply(e))?;
-            let idle: Vec<LedgerRow> = devices.iter().filter(|d| d.shared == 0).cloned().collect();
-            for e in self.enforcer.restore(&idle) {
-                tracing::error!(job = %job, "restoring idle ownership: {e}");
+            let devices = self.release_ended(&allocation.job, Some(&allocation), &held)?;
+            if devices.is_empty() {
+                // Released meanwhile, by its epilog.
+                continue;
             }
-            tracing::info!(job = %job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
-            self.remove_groups(&job, &allocation.token);
-            if allocation.shares.is_some() {
-                mps_devices.extend(devices.iter().map(|d| d.uuid.clone()));
-            }
-            jobs.push(job);
+            tracing::info!(job = %allocation.job, devices = devices.len(), "released by reconcile: the batch system no longer knows the job");
+            jobs.push(allocation.job);
         }
         if !jobs.is_empty() {
             self.intake.released(None);
         }
-        if self.mps.is_some() && !mps_devices.is_empty() {
-            drop(store);
-            for uuid in &mps_devices {
-                if let Err(m) = self.mps_settle(uuid) {
-                    tracing::error!(device = %uuid, "MPS after reconcile: {m}");
-                }
-            }
-            store = self.store();
-        }
-        self.recheck_leftovers(&mut store)?;
-        // Groups of jobs released earlier that still held processes then.
-        if self.cgroups.is_available() {
-            let wanted: BTreeSet<String> = store
-                .live_allocations()
-                .map_err(|e| store.reply(e))?
-                .iter()
-                .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
-                .collect();
-            for name in self.cgroups.group_names().difference(&wanted) {
-                let survivors = self.cgroups.end_processes(name);
-                if !survivors.is_empty() {
-                    tracing::error!(group = %name, "processes of a released job stayed after SIGKILL: {survivors:?}");
-                }
-                for e in self.cgroups.remove(name) {
-                    tracing::warn!(group = %name, "a released job's device cgroup is still busy; reconcile will retry: {e}");
-                }
-            }
-        }
+        // Devices kept out earlier, and groups of jobs released earlier
+        // that still held processes then.
+        self.recheck_soon(crate::ending::RECHECK_WAITS);
+        let store = self.store();
         // Free devices go back to their idle owner too, in case a crash left one behind.
         if self.enforcer.is_active() {
             let free: Vec<LedgerRow> =
@@ -1190,14 +1241,17 @@ impl Daemon {
         drop(store);
         // since <= until here, and both are bounded by the protocol
         // (MAX_UNIX_TIME); record times come from this daemon's clock. Still
-        // saturate: a sum over a huge history must not wrap.
-        let device_seconds: i64 = records
+        // saturate: a sum over a huge history must not wrap. A share counts
+        // its fraction of the device: four 1-of-4 sharers make one device.
+        let held: f64 = records
             .iter()
-            .map(|r| r.end.unwrap_or(now).min(until).saturating_sub(r.start.max(since)).max(0))
-            .fold(0i64, i64::saturating_add);
+            .map(|r| r.end.unwrap_or(now).min(until).saturating_sub(r.start.max(since)).max(0) as f64 * r.fraction)
+            .sum();
+        // `as` saturates, so the rounded sum never wraps either.
+        let device_seconds = held.round() as i64;
         // In floating point: pool size × period exceeds i64 for long periods.
         let capacity = f64::from(pool_size) * until.saturating_sub(since) as f64;
-        let ratio = if capacity > 0.0 { device_seconds as f64 / capacity } else { 0.0 };
+        let ratio = if capacity > 0.0 { held / capacity } else { 0.0 };
         Ok(Accounting { records, utilisation: Utilisation { since, until, pool_size, device_seconds, ratio }, drains })
     }
 
@@ -1284,21 +1338,25 @@ impl Daemon {
         Ok(self.cgroups.paths(&name))
     }
 
-    /// Free present devices that some process (not root, not an ignored
-    /// uid) holds open: UUID → why.
-    fn held_open(&self, store: &crate::store::Store) -> Result<BTreeMap<String, String>, ErrorReply> {
-        let free: Vec<LedgerRow> =
-            store.devices().map_err(|e| store.reply(e))?.into_iter().filter(LedgerRow::is_free).collect();
-        let by_rdev = rdevs_of(&free);
-        let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
-        let mut out = BTreeMap::new();
-        for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, &self.held_open_ignore) {
-            let why = describe_holders(&holders);
-            for d in by_rdev.get(&rdev).into_iter().flatten() {
-                out.insert(d.uuid.clone(), why.clone());
+    /// Of `free` devices, those that some process (not root, not an
+    /// ignored uid) holds open: UUID → why. The scan reads what users'
+    /// processes hold, so it runs on a thread of its own, waited for at
+    /// most [`crate::ending::SCAN_WAITS`] (it cannot stall on a user's file
+    /// system, see [`crate::held`]; the bound is for what nobody foresaw).
+    fn held_open(&self, free: Vec<LedgerRow>) -> BTreeMap<String, String> {
+        let ignore = self.held_open_ignore.clone();
+        let scan = move || {
+            let (by_rdev, targets) = targets_of(&free);
+            let mut out = BTreeMap::new();
+            for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, &ignore) {
+                let why = describe_holders(&holders);
+                for d in by_rdev.get(&rdev).into_iter().flatten() {
+                    out.insert(d.uuid.clone(), why.clone());
+                }
             }
-        }
-        Ok(out)
+            out
+        };
+        crate::ending::within("held-open-scan", crate::ending::SCAN_WAITS, scan, |_| ()).unwrap_or_default()
     }
 
     /// After a new allocation from the batch system's list: logs, on a
@@ -1353,8 +1411,9 @@ impl Daemon {
         Ok(())
     }
 
-    /// Removes a released job's device cgroups; never fails the release.
-    fn remove_groups(&self, job: &JobKey, token: &str) {
+    /// Forgets a released job's device cgroups and, with `remove_dirs`,
+    /// removes them; never fails the release.
+    fn remove_groups(&self, job: &JobKey, token: &str, remove_dirs: bool) {
         if !self.cgroups.is_available() {
             return;
         }
@@ -1366,6 +1425,9 @@ impl Daemon {
             } else {
                 groups.remove(&name);
             }
+        }
+        if !remove_dirs {
+            return;
         }
         for e in self.cgroups.remove(&name) {
             tracing::warn!(job = %job, "device cgroup left in place (processes remain?); reconcile will retry: {e}");
@@ -1419,9 +1481,8 @@ fn deny_list(
 /// Logs each of `devices` that a process (not root, not an ignored uid)
 /// holds open: the batch system chose it for `job`, so it was recorded.
 fn warn_held_open(job: &JobKey, devices: &[LedgerRow], ignore: &BTreeSet<u32>) {
-    let by_rdev = rdevs_of(devices);
-    let rdevs: BTreeSet<u64> = by_rdev.keys().copied().collect();
-    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &rdevs, ignore) {
+    let (by_rdev, targets) = targets_of(devices);
+    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, ignore) {
         for d in by_rdev.get(&rdev).into_iter().flatten() {
             tracing::warn!(
                 device = %d.name(),
@@ -1433,8 +1494,8 @@ fn warn_held_open(job: &JobKey, devices: &[LedgerRow], ignore: &BTreeSet<u32>) {
     }
 }
 
-/// Character devices by device number.
-fn rdevs_of(devices: &[LedgerRow]) -> BTreeMap<u64, Vec<&LedgerRow>> {
+/// Character devices by device number, and what the held-open scan looks for.
+fn targets_of(devices: &[LedgerRow]) -> (BTreeMap<u64, Vec<&LedgerRow>>, crate::held::Targets) {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut by_rdev: BTreeMap<u64, Vec<&LedgerRow>> = BTreeMap::new();
     for d in devices {
@@ -1444,7 +1505,67 @@ fn rdevs_of(devices: &[LedgerRow]) -> BTreeMap<u64, Vec<&LedgerRow>> {
             }
         }
     }
-    by_rdev
+    (by_rdev, crate::held::Targets::of(devices.iter().map(|d| d.path.as_path())))
+}
+
+/// `devices` that a process of `uid` holds open: UUID → why. Root's and
+/// the `ignore`d uids' processes are trusted, as for the held-open scan.
+fn holders_of(uid: u32, ignore: &BTreeSet<u32>, devices: &[LedgerRow]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if uid == 0 || ignore.contains(&uid) {
+        return out;
+    }
+    let (by_rdev, targets) = targets_of(devices);
+    for (rdev, holders) in crate::held::holders_where(std::path::Path::new("/proc"), &targets, |u| u == uid) {
+        let why = describe_holders(&holders);
+        for d in by_rdev.get(&rdev).into_iter().flatten() {
+            out.insert(d.uuid.clone(), why.clone());
+        }
+    }
+    out
+}
+
+/// The devices of released `job` to keep out of the pool, UUID → why:
+/// every one while processes `survivors` stayed in its device cgroups,
+/// and each one that `holders` (of [`holders_of`]) names.
+fn kept_out(
+    job: &JobKey,
+    devices: &[LedgerRow],
+    survivors: &[u32],
+    holders: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut held = BTreeMap::new();
+    for d in devices {
+        let mut why = Vec::new();
+        if !survivors.is_empty() {
+            let pids: Vec<String> = survivors.iter().take(5).map(ToString::to_string).collect();
+            why.push(format!("pid {} stayed in its device cgroups after SIGKILL", pids.join(", ")));
+        }
+        why.extend(holders.get(&d.uuid).cloned());
+        if !why.is_empty() {
+            let reason = format!("released by job {job}, but {}; kept out of the pool until that ends", why.join("; "));
+            tracing::error!(device = %d.name(), "{reason}");
+            held.insert(d.uuid.clone(), reason);
+        }
+    }
+    held
+}
+
+/// `status` as a user who is not an operator sees it: other users' jobs
+/// and uids are left out of the sharers and the idle devices, as `usage`
+/// leaves them out.
+fn own_only(mut status: Status, uid: u32) -> Status {
+    status.shares.retain(|s| s.uid == uid);
+    status.idle.retain(|d| d.uid == uid);
+    for d in status.devices.iter_mut().filter(|d| d.uid.is_some_and(|u| u != uid)) {
+        d.uid = None;
+    }
+    // Why a device is kept out names another user's processes.
+    for d in status.devices.iter_mut().filter(|d| d.reason.as_deref().is_some_and(|r| r.starts_with("released by job")))
+    {
+        d.reason = Some("kept out of the pool after a release (an operator's status says why)".into());
+    }
+    status
 }
 
 /// "held open by pid 1 (…), pid 2 (…) and 3 more".

@@ -14,7 +14,11 @@
 //! * [`warmup`] — keeps the kernel's cgroup migration lock warm while tasks
 //!   are about to be confined (no RCU grace period on the job's start path).
 //! * [`health`] — drains an NVML device that fails (Xid, double-bit ECC, lost).
-//! * [`held`] — which processes hold a device open (never handed out then).
+//! * [`held`] — which processes hold a device open (never handed out then),
+//!   found without following a descriptor into a user's file system.
+//! * [`ending`] — ending a released job's leftover processes off the ledger
+//!   lock, each request waiting a bounded time (the ledger lock covers only
+//!   the ledger).
 //! * [`intake`] — `alloc`s on their way in (the SLURM job prolog does not
 //!   wait for its answer): what the job's first `env` waits for.
 //! * [`peer`] — the calling process: SO_PEERCRED, and its pidfd or start time
@@ -29,6 +33,7 @@
 
 pub mod cgroup;
 pub mod daemon;
+pub mod ending;
 pub mod enforce;
 pub mod health;
 pub mod held;

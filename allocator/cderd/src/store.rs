@@ -1227,13 +1227,16 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    /// Records overlapping `[since, until]`, optionally of one uid only.
+    /// Records overlapping `[since, until]`, optionally of one uid only:
+    /// devices held whole, and shares of devices (with their fraction).
     pub fn accounting(&self, since: i64, until: i64, uid: Option<u32>, now: i64) -> Result<Vec<AccountingRecord>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, a.start, a.end
-             FROM allocations a JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, a.start, a.end, a.shares, a.total
+             FROM (SELECT id, job_id, device, start, end, NULL AS shares, NULL AS total FROM allocations
+                   UNION ALL SELECT id, job_id, device, start, end, shares, total FROM shares) a
+             JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device
              WHERE a.start <= ?2 AND (a.end IS NULL OR a.end >= ?1) AND (?3 IS NULL OR j.uid = ?3)
-             ORDER BY a.start, a.id",
+             ORDER BY a.start, a.job_id, d.type, d.idx",
         )?;
         let rows = stmt.query_map(params![since, until, uid], |r| {
             Ok((
@@ -1244,11 +1247,19 @@ impl Store {
                 r.get::<_, String>(4)?,
                 r.get::<_, i64>(5)?,
                 r.get::<_, Option<i64>>(6)?,
+                r.get::<_, Option<u32>>(7)?,
+                r.get::<_, Option<u32>>(8)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (job, uid, cder_type, index, uuid, start, end) = row?;
+            let (job, uid, cder_type, index, uuid, start, end, shares, total) = row?;
+            // The shares transaction never records more than the total, nor
+            // a total of 0; a hand-edited row still never counts above whole.
+            let fraction = match (shares, total) {
+                (Some(k), Some(n)) if n > 0 => (f64::from(k) / f64::from(n)).min(1.0),
+                _ => 1.0,
+            };
             out.push(AccountingRecord {
                 job: parse_job(&job)?,
                 uid,
@@ -1258,6 +1269,9 @@ impl Store {
                 start,
                 end,
                 device_seconds: (end.unwrap_or(now) - start).max(0),
+                shares,
+                shares_total: shares.and(total),
+                fraction,
             });
         }
         Ok(out)
@@ -1536,9 +1550,13 @@ impl Store {
         Ok(self.conn.query_row("SELECT COUNT(*) FROM usage_samples", [], |r| r.get::<_, i64>(0))?.max(0) as u64)
     }
 
-    /// The earliest allocation start on record, if any.
+    /// The earliest allocation start on record, whole or in shares, if any.
     pub fn first_start(&self) -> Result<Option<i64>> {
-        Ok(self.conn.query_row("SELECT MIN(start) FROM allocations", [], |r| r.get(0))?)
+        Ok(self.conn.query_row(
+            "SELECT MIN(start) FROM (SELECT start FROM allocations UNION ALL SELECT start FROM shares)",
+            [],
+            |r| r.get(0),
+        )?)
     }
 
     /// Checks the invariants the daemon promises, straight from SQL: no
@@ -2027,5 +2045,33 @@ mod tests {
         assert_eq!(recs.iter().map(|r| r.device_seconds).sum::<i64>(), 60 * 2 + 30);
         assert_eq!(s.accounting(170, 1000, None, 200).unwrap().len(), 1);
         assert!(s.accounting(0, 1000, Some(7), 200).unwrap().is_empty());
+    }
+
+    #[test]
+    fn accounting_records_shares_with_their_fraction() {
+        let (_d, mut s) = node(4);
+        s.offer_shares([(("gpgpu".to_string(), 0), 4), (("gpgpu".to_string(), 1), 4)].into_iter().collect());
+        s.alloc(&share("slurm:1", 0, 4), &LocalityPolicy, 100).unwrap();
+        s.alloc(&share("slurm:2", 1, 1), &LocalityPolicy, 100).unwrap();
+        s.alloc(&req("slurm:3", 1), &LocalityPolicy, 100).unwrap();
+        s.release(&"slurm:1".parse().unwrap(), 180).unwrap();
+        // Shares only: the first record of the history is theirs too.
+        assert_eq!(s.first_start().unwrap(), Some(100));
+        let recs = s.accounting(0, 1000, None, 200).unwrap();
+        let got: Vec<_> = recs
+            .iter()
+            .map(|r| (r.job.to_string(), r.index, r.shares, r.shares_total, r.fraction, r.device_seconds, r.end))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("slurm:1".to_string(), 0, Some(4), Some(4), 1.0, 80, Some(180)),
+                ("slurm:2".to_string(), 1, Some(1), Some(4), 0.25, 100, None),
+                ("slurm:3".to_string(), 2, None, None, 1.0, 100, None),
+            ]
+        );
+        assert_eq!(recs.iter().map(AccountingRecord::counted_seconds).sum::<f64>(), 80.0 + 25.0 + 100.0);
+        assert_eq!(s.accounting(0, 1000, Some(1000), 200).unwrap().len(), 3);
+        assert!(s.accounting(190, 1000, None, 200).unwrap().iter().all(|r| r.job.to_string() != "slurm:1"));
     }
 }

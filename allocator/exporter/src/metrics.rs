@@ -6,20 +6,27 @@
 //!
 //! Series (each device carries `gpu` (its index), `UUID`, `device` (the
 //! device file's name, `nvidia0`), `modelName`, `Hostname`, `cder_type`; a
-//! MIG instance also `GPU_I_PROFILE`; a held device `hpc_job`, the batch
-//! system's job id, and `lrms`):
+//! MIG instance also `GPU_I_PROFILE`; with [`Snapshot::job_labels`] a held
+//! device also `hpc_job`, the batch system's job id, and `lrms`):
 //! - `DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_DEV_FB_USED`: the latest sample of a
 //!   held device (percent; MiB), as dcgm-exporter names them;
-//! - `cder_device_allocated`: 1 while a job holds the device, else 0;
+//! - `cder_device_allocated`: 1 while a job holds the device (whole or in
+//!   shares), else 0;
 //! - `cder_device_idle`: 1 while the job holding it leaves it idle (the
 //!   `[node.usage]` rule), else 0;
 //! - `cder_job_device_seconds_total`, `cder_job_active_seconds_total`: the
-//!   running job's seconds on the device, and those measured busy.
+//!   running job's seconds on the device, and those measured busy; only
+//!   with [`Snapshot::job_labels`].
+//!
+//! Whoever reaches the port reads the exposition, and cderd answers
+//! `cderctl usage` for other users' jobs to root and operators only: so the
+//! jobs are named only where the operator opted in (`--job-labels`), as
+//! dcgm-exporter maps HPC jobs only when told to.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use cder_protocol::{DeviceStatus, DeviceUsage, Status, Usage, UsageSample};
+use cder_protocol::{DeviceState, DeviceStatus, DeviceUsage, Status, Usage, UsageSample};
 
 /// The OpenMetrics content type.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -62,6 +69,10 @@ pub struct Snapshot<'a> {
     /// cderd's `usage` for running jobs with recent samples; `None` when
     /// cderd does not sample (an older daemon).
     pub usage: Option<&'a Usage>,
+    /// Name the job holding each device (`hpc_job`, `lrms`) and serve the
+    /// per-job counters. Off unless the operator asks (`--job-labels`):
+    /// any local user can scrape the port.
+    pub job_labels: bool,
 }
 
 /// Escapes a label value (backslash, double quote, newline).
@@ -97,8 +108,9 @@ fn device_file_name(d: &DeviceStatus) -> String {
     d.path.as_deref().and_then(|p| p.rsplit('/').next()).unwrap_or("").to_string()
 }
 
-/// The labels dcgm-exporter puts on a device, cder's, and the job's.
-fn device_labels(d: &DeviceStatus, hostname: &str) -> Vec<(&'static str, String)> {
+/// The labels dcgm-exporter puts on a device, cder's, and (with
+/// `job_labels`) the job's.
+fn device_labels(d: &DeviceStatus, hostname: &str, job_labels: bool) -> Vec<(&'static str, String)> {
     let mut l = vec![
         ("gpu", d.index.to_string()),
         ("UUID", d.uuid.clone()),
@@ -110,7 +122,7 @@ fn device_labels(d: &DeviceStatus, hostname: &str) -> Vec<(&'static str, String)
     if let Some((_, profile)) = d.model.rsplit_once(" MIG ") {
         l.push(("GPU_I_PROFILE", profile.trim().to_string()));
     }
-    if let Some(job) = &d.job {
+    if let Some(job) = d.job.as_ref().filter(|_| job_labels) {
         l.push(("hpc_job", job.id().to_string()));
         l.push(("lrms", job.lrms().as_str().to_string()));
     }
@@ -121,7 +133,7 @@ fn device_labels(d: &DeviceStatus, hostname: &str) -> Vec<(&'static str, String)
 pub fn render(s: &Snapshot<'_>, format: Format) -> String {
     let mut out = String::new();
     let devices: Vec<(&DeviceStatus, Vec<(&str, String)>)> =
-        s.status.devices.iter().map(|d| (d, device_labels(d, s.hostname))).collect();
+        s.status.devices.iter().map(|d| (d, device_labels(d, s.hostname, s.job_labels))).collect();
     // The latest sample of each device, if it belongs to the job holding it now.
     let mut latest: HashMap<&str, &UsageSample> = HashMap::new();
     for sample in s.usage.map(|u| u.recent.as_slice()).unwrap_or_default() {
@@ -145,9 +157,17 @@ pub fn render(s: &Snapshot<'_>, format: Format) -> String {
             f.sample("DCGM_FI_DEV_FB_USED", labels, m as f64);
         }
     }
-    let mut f = family(&mut out, format, "cder_device_allocated", "gauge", "1 while a job holds the device.");
+    let mut f = family(
+        &mut out,
+        format,
+        "cder_device_allocated",
+        "gauge",
+        "1 while a job holds the device, whole or in shares.",
+    );
     for (d, labels) in &devices {
-        f.sample("cder_device_allocated", labels, if d.job.is_some() { 1.0 } else { 0.0 });
+        // A device held in shares names no single job, but it is held.
+        let held = d.job.is_some() || d.state == DeviceState::Allocated;
+        f.sample("cder_device_allocated", labels, if held { 1.0 } else { 0.0 });
     }
     let idle: BTreeSet<(&str, String)> =
         s.usage.map(|u| u.idle.iter().map(|i| (i.uuid.as_str(), i.job.to_string())).collect()).unwrap_or_default();
@@ -165,8 +185,11 @@ pub fn render(s: &Snapshot<'_>, format: Format) -> String {
         }
     }
     // Running jobs only: a finished job's counters end with its series.
+    // Without the job's labels a counter would restart at each new job
+    // under the same series: none are served then.
     let running: Vec<(&DeviceUsage, &Vec<(&str, String)>)> = s
         .usage
+        .filter(|_| s.job_labels)
         .map(|u| u.devices.as_slice())
         .unwrap_or_default()
         .iter()
@@ -206,7 +229,7 @@ pub fn render(s: &Snapshot<'_>, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cder_protocol::{DeviceState, IdleDevice};
+    use cder_protocol::IdleDevice;
 
     fn device(index: u32, job: Option<&str>, model: &str) -> DeviceStatus {
         DeviceStatus {
@@ -225,6 +248,10 @@ mod tests {
     }
 
     fn snapshot_text(format: Format) -> String {
+        snapshot(format, true)
+    }
+
+    fn snapshot(format: Format, job_labels: bool) -> String {
         let status = Status {
             devices: vec![device(0, Some("slurm:42"), "NVIDIA A100 MIG 3g.40gb"), device(1, None, "Tesla \"T4\"")],
             counts: Default::default(),
@@ -287,7 +314,7 @@ mod tests {
             sample_period_s: 10.0,
             active_threshold_percent: 5,
         };
-        render(&Snapshot { hostname: "wn01", status: &status, usage: Some(&usage) }, format)
+        render(&Snapshot { hostname: "wn01", status: &status, usage: Some(&usage), job_labels }, format)
     }
 
     #[test]
@@ -305,6 +332,36 @@ mod tests {
         assert!(text.lines().any(|l| l.starts_with("cder_job_active_seconds_total{") && l.ends_with(" 96")));
         assert!(text.lines().any(|l| l.starts_with("cder_device_idle{") && l.ends_with(" 1")));
         assert_eq!(text.lines().filter(|l| l.starts_with("cder_device_allocated{")).count(), 2);
+    }
+
+    #[test]
+    fn without_job_labels_no_job_is_named() {
+        let text = snapshot(Format::OpenMetrics, false);
+        assert!(!text.contains("hpc_job") && !text.contains("lrms") && !text.contains("42"), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("cder_job_")), "no per-job counters: {text}");
+        // The device series stay: what is held, how busy the device is.
+        let util = text.lines().find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).unwrap();
+        assert!(util.contains("UUID=\"GPU-0\"") && util.ends_with("} 80"), "{util}");
+        assert_eq!(text.lines().filter(|l| l.starts_with("cder_device_allocated{") && l.ends_with(" 1")).count(), 1);
+    }
+
+    #[test]
+    fn a_device_held_in_shares_counts_as_allocated() {
+        // In `status` a shared device is allocated but names no job (the
+        // sharers are listed apart).
+        let shared = DeviceStatus { state: DeviceState::Allocated, ..device(2, None, "NVIDIA A100") };
+        let status = Status {
+            devices: vec![shared, device(3, None, "NVIDIA A100")],
+            counts: Default::default(),
+            generation: 1,
+            idle: vec![],
+            shares: vec![],
+        };
+        let text =
+            render(&Snapshot { hostname: "wn01", status: &status, usage: None, job_labels: true }, Format::OpenMetrics);
+        let allocated: Vec<&str> = text.lines().filter(|l| l.starts_with("cder_device_allocated{")).collect();
+        assert!(allocated[0].contains("gpu=\"2\"") && allocated[0].ends_with(" 1"), "{text}");
+        assert!(allocated[1].contains("gpu=\"3\"") && allocated[1].ends_with(" 0"), "{text}");
     }
 
     #[test]

@@ -92,24 +92,33 @@ fn have_prometheus() -> bool {
     true
 }
 
-/// cder-exporter in front of the cderd at `socket`, and a Prometheus
-/// scraping it every second; returns both, Prometheus's port and a reader
-/// of its log, once the first scrape succeeded.
-fn scrape(dir: &Path, socket: &Path) -> (Running, Running, u16, impl Fn() -> String) {
-    let prometheus = cder_testkit::find_program("prometheus").unwrap();
+/// cder-exporter with `flags` in front of the cderd at `socket`, listening
+/// on the port returned once it answers.
+fn exporter(dir: &Path, socket: &Path, flags: &[&str]) -> (Running, u16) {
     let port = free_port();
     let exporter = Running(
         Command::new(EXPORTER)
             .args(["--listen", &format!("127.0.0.1:{port}"), "--hostname", "wn01", "--socket"])
             .arg(socket)
+            .args(flags)
             .stdin(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("exporter.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join(format!("exporter-{port}.log"))).unwrap())
             .spawn()
             .unwrap(),
     );
     cder_testkit::wait_for("cder-exporter to listen", Duration::from_secs(30), || {
         get(port, "/metrics", "*/*").is_some()
     });
+    (exporter, port)
+}
+
+/// cder-exporter (naming the jobs: `--job-labels`) in front of the cderd at
+/// `socket`, and a Prometheus scraping it every second; returns both,
+/// Prometheus's port and a reader of its log, once the first scrape
+/// succeeded.
+fn scrape(dir: &Path, socket: &Path) -> (Running, Running, u16, impl Fn() -> String) {
+    let prometheus = cder_testkit::find_program("prometheus").unwrap();
+    let (exporter, port) = exporter(dir, socket, &["--job-labels"]);
     let (head, body) = get(port, "/metrics", "application/openmetrics-text;version=1.0.0").unwrap();
     assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0"), "{head}");
     assert!(body.ends_with("# EOF\n"), "{body}");
@@ -203,6 +212,47 @@ fn prometheus_scrapes_the_exporter() {
     cder_testkit::wait_for("the release to reach Prometheus", Duration::from_secs(30), || {
         query(prom_port, "sum(cder_device_allocated)").first().map(|r| r["value"][1].clone()) == Some("0".into())
     });
+}
+
+/// Any local user can scrape the exporter's port, while cderd shows other
+/// users' jobs to root and operators only: by default the exposition names
+/// no job (no `hpc_job`, `lrms`, per-job counters); `--job-labels` does.
+#[test]
+fn the_exporter_names_no_job_unless_told_to() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("cderd.sock");
+    let mut text = format!(
+        "[node]\nsocket = {socket:?}\nstate_dir = {:?}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+        dir.path().join("state")
+    );
+    for i in 0..2 {
+        text += &format!(
+            "[[cder.device]]\nindex = {i}\nmodel = \"Tesla T4\"\nmemory_mb = 15360\npath = \"/dev/nvidia{i}\"\nnuma_node = 0\ndev = \"195:{i}\"\n"
+        );
+    }
+    let config = dir.path().join("cder.toml");
+    std::fs::write(&config, text).unwrap();
+    let cderd = TestNode::started(cderd_binary(), &config, &socket, dir.path().join("cderd.log"));
+    let request = cder_protocol::AllocRequest::new("slurm:987654".parse().unwrap(), 1000, 1);
+    cderd.client().alloc(&request).unwrap();
+
+    let (_plain, port) = exporter(dir.path(), &socket, &[]);
+    let (head, body) = get(port, "/metrics", "application/openmetrics-text;version=1.0.0").unwrap();
+    assert!(head.contains(" 200 "), "{head}");
+    assert!(!body.contains("hpc_job") && !body.contains("lrms=") && !body.contains("987654"), "{body}");
+    assert!(!body.lines().any(|l| l.starts_with("cder_job_")), "no per-job counters: {body}");
+    // Which devices are held stays visible; not by whom.
+    assert_eq!(
+        body.lines().filter(|l| l.starts_with("cder_device_allocated{") && l.ends_with(" 1")).count(),
+        1,
+        "{body}"
+    );
+
+    let (_named, port) = exporter(dir.path(), &socket, &["--job-labels"]);
+    let (_, body) = get(port, "/metrics", "application/openmetrics-text;version=1.0.0").unwrap();
+    let held = body.lines().find(|l| l.starts_with("cder_device_allocated{") && l.ends_with(" 1")).unwrap_or_default();
+    assert!(held.contains("hpc_job=\"987654\"") && held.contains("lrms=\"slurm\""), "{body}");
 }
 
 /// A job's measured use, as the fake NVML reports it to cderd's sampler,

@@ -357,8 +357,8 @@ pub struct Reconciled {
     pub released: Vec<JobKey>,
 }
 
-/// One job's use of one device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One job's use of one device, whole or in shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AccountingRecord {
     /// The job.
     pub job: JobKey,
@@ -377,6 +377,33 @@ pub struct AccountingRecord {
     pub end: Option<i64>,
     /// `end − start`, or `now − start` while still held.
     pub device_seconds: i64,
+    /// Shares of the device the job held, where the device is offered as
+    /// shares (`[node.sharing]`, SLURM's `gres/shard`); absent where it
+    /// held the device whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u32>,
+    /// How many shares the device was offered as; with `shares`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares_total: Option<u32>,
+    /// The part of the device the job held: 1 whole, `shares /
+    /// shares_total` in shares. Its seconds count this much in the
+    /// utilisation and in APEL's `Count`. 1 from daemons that predate it.
+    #[serde(default = "whole_device")]
+    pub fraction: f64,
+}
+
+/// A record's `fraction` where the daemon gave none: it predates shares,
+/// so the device was held whole.
+fn whole_device() -> f64 {
+    1.0
+}
+
+impl AccountingRecord {
+    /// `device_seconds` weighted by `fraction`: the device-time the record
+    /// counts for (a quarter of the seconds for 1 of 4 shares).
+    pub fn counted_seconds(&self) -> f64 {
+        self.device_seconds as f64 * self.fraction
+    }
 }
 
 /// The pool's utilisation over a period (the seed thesis, Appendix C):
@@ -389,9 +416,12 @@ pub struct Utilisation {
     pub until: i64,
     /// Devices on the node (all types) over which the ratio is taken.
     pub pool_size: u32,
-    /// Device-seconds allocated inside `[since, until]`.
+    /// Device-seconds allocated inside `[since, until]`, each record's
+    /// weighted by its `fraction` (a share counts its part of the device),
+    /// rounded to the second.
     pub device_seconds: i64,
-    /// `device_seconds / (pool_size × (until − since))`.
+    /// `device_seconds / (pool_size × (until − since))`, from the weighted
+    /// sum before it is rounded.
     pub ratio: f64,
 }
 

@@ -7,6 +7,7 @@
 
 mod disk;
 pub mod faults;
+pub mod hostile;
 mod node;
 pub mod requirements;
 

@@ -21,17 +21,23 @@ use clap::Parser;
 (allocated or not, and to which job), the running jobs' device-seconds and measured active seconds, the \
 latest utilisation and memory sample of each held device, and the idle flag. Device series carry \
 dcgm-exporter's names and labels (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED; gpu, UUID, device, modelName, \
-Hostname, hpc_job), so Grafana boards made for it read them. It answers OpenMetrics 1.0.0 to a client that \
+Hostname), so Grafana boards made for it read them. Which job holds a device (hpc_job, lrms) and the \
+running jobs' counters are served only with --job-labels: anyone who reaches the port reads them, while \
+cderd shows other users' jobs to root and operators only (docs/metrics.md). It answers OpenMetrics 1.0.0 to a client that \
 asks for it (Prometheus does), else Prometheus text 0.0.4. It must run as root or a [node] operator to see \
 every job. Connections are bounded (--max-connections served, as many queued, the rest refused with 503) \
 and each has deadlines (--head-timeout, --write-timeout).",
-    after_help = "EXAMPLES:\n    cder-exporter --listen 127.0.0.1:9400\n    curl -H 'Accept: application/openmetrics-text' http://127.0.0.1:9400/metrics\n\n\
+    after_help = "EXAMPLES:\n    cder-exporter --listen 127.0.0.1:9400\n    cder-exporter --listen 10.1.0.11:9400 --job-labels\n    curl -H 'Accept: application/openmetrics-text' http://127.0.0.1:9400/metrics\n\n\
 EXIT STATUS:\n    1 when the address cannot be bound, 2 for bad usage; otherwise it runs until stopped."
 )]
 pub struct Args {
     /// Address to listen on
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9400")]
     listen: String,
+    /// Label each held device with its job (hpc_job, lrms) and serve the running jobs' counters
+    /// (cder_job_*); whoever reaches --listen sees them, so firewall it to Prometheus
+    #[arg(long)]
+    job_labels: bool,
     /// cderd's socket [default: [node] socket of the config, else /run/cder/cderd.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -56,7 +62,13 @@ pub struct Args {
 }
 
 /// One scrape: cderd's state now, rendered.
-fn scrape(socket: &std::path::Path, timeout: Duration, hostname: &str, format: Format) -> anyhow::Result<String> {
+fn scrape(
+    socket: &std::path::Path,
+    timeout: Duration,
+    hostname: &str,
+    job_labels: bool,
+    format: Format,
+) -> anyhow::Result<String> {
     let mut client = Client::connect(socket, timeout)?;
     let status = client.status()?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
@@ -69,7 +81,7 @@ fn scrape(socket: &std::path::Path, timeout: Duration, hostname: &str, format: F
         Err(e) if e.code() == Some(cder_protocol::ErrorCode::BadRequest) => None,
         Err(e) => return Err(e.into()),
     };
-    Ok(render(&Snapshot { hostname, status: &status, usage: usage.as_ref() }, format))
+    Ok(render(&Snapshot { hostname, status: &status, usage: usage.as_ref(), job_labels }, format))
 }
 
 fn main() -> ExitCode {
@@ -105,13 +117,19 @@ fn main() -> ExitCode {
         ..Limits::default()
     };
     let timeout = Duration::from_secs(args.cderd_timeout);
-    tracing::info!("serving /metrics on {} from cderd at {}", args.listen, socket.display());
+    let job_labels = args.job_labels;
+    tracing::info!(
+        "serving /metrics on {} from cderd at {}{}",
+        args.listen,
+        socket.display(),
+        if job_labels { ", naming the jobs (--job-labels)" } else { "" }
+    );
     let handler = Arc::new(move |r: &Request| {
         if r.path != "/metrics" {
             return Response::text(404, "try /metrics\n");
         }
         let format = Format::from_accept(r.accept.as_deref());
-        match scrape(&socket, timeout, &hostname, format) {
+        match scrape(&socket, timeout, &hostname, job_labels, format) {
             Ok(body) => Response { status: 200, content_type: format.content_type().into(), body },
             Err(e) => {
                 tracing::warn!("scrape: {e:#}");
