@@ -46,6 +46,7 @@ use crate::campaign::{
     squeue_states, terminal, write_probe, Rng, GPUS,
 };
 use crate::slurm::SlurmCluster;
+use cder_testkit::hostile::StalledFuse;
 
 /// A hostile action. Each runs as an unprivileged user and lasts a few
 /// seconds while the honest workload goes on.
@@ -90,11 +91,19 @@ pub enum Action {
     /// `devices.allow`, joining another job's group, making one under
     /// cderd's parent.
     CgroupWrites,
+    /// A FUSE mount of the user's that never answers, a process of theirs
+    /// holding a descriptor on it, and a GPU job of theirs that ends: the
+    /// release's and every `alloc`'s held-open scan meet it (item 1).
+    StalledMount,
+    /// A job's process asleep uninterruptibly (a `stat` into the user's
+    /// never-answering FUSE mount, then `SIGKILL`) when the job ends: its
+    /// release must not wait for it (item 2).
+    StuckProcess,
 }
 
 impl Action {
     /// Every action, in the order the table prints them.
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 13] = [
         Action::SilentConnections,
         Action::ConnectionFlood,
         Action::Snoop,
@@ -106,6 +115,8 @@ impl Action {
         Action::FdPassing,
         Action::OpenOutsideJob,
         Action::CgroupWrites,
+        Action::StalledMount,
+        Action::StuckProcess,
     ];
 
     /// The name `--actions` takes.
@@ -122,6 +133,8 @@ impl Action {
             Action::FdPassing => "fd-passing",
             Action::OpenOutsideJob => "open-outside-job",
             Action::CgroupWrites => "cgroup-writes",
+            Action::StalledMount => "stalled-mount",
+            Action::StuckProcess => "stuck-process",
         }
     }
 
@@ -301,6 +314,9 @@ struct Underway {
     jobs: Vec<u32>,
     /// Files whose existence means an injected command ran.
     tripwires: Vec<PathBuf>,
+    /// The hostile user's never-answering FUSE mount: unmounted (every
+    /// sleeper in it woken) at the action's end, after its checks.
+    fuse: Option<StalledFuse>,
 }
 
 /// One campaign: the cluster, the jobs, the figures.
@@ -804,6 +820,26 @@ impl Adversary {
                     }
                 }
             }
+            Action::StalledMount | Action::StuckProcess => {
+                let mount = self.c().jobs_dir().join(format!("fuse-{}", self.started.elapsed().as_millis()));
+                let fuse = StalledFuse::mount(&mount, HOSTILE_USER.1, HOSTILE_USER.1)
+                    .map_err(|e| format!("mounting a stalled FUSE file system on {}: {e}", mount.display()))?;
+                let mount = mount.display().to_string();
+                let body = if action == Action::StalledMount {
+                    let child = self
+                        .hostile(HOSTILE_USER.1, &["hold", &mount, "30"])
+                        .spawn()
+                        .map_err(|e| format!("starting hostile.py: {e}"))?;
+                    u.outsiders.push(("a descriptor on the stalled mount".into(), child));
+                    format!("sh {probe} 1\n")
+                } else {
+                    // The job's own process stalls; SLURM's SIGKILL at the
+                    // job's end leaves it asleep in D state.
+                    format!("sh {probe} 1 &\nstat {mount}/never >/dev/null 2>&1 &\nsleep 2\n")
+                };
+                u.fuse = Some(fuse);
+                self.submit_hostile(&["--gres=gpu:1"], &body, &mut u);
+            }
             Action::CgroupWrites => {
                 let record = self.c().jobs_dir().join("cgroup-writes");
                 let parent = &self.cgroup_parent;
@@ -878,6 +914,13 @@ impl Adversary {
                     self.say(&format!("{what}: {}", text.trim()));
                 }
             }
+        }
+        if let Some(fuse) = u.fuse.take() {
+            self.observe(format!(
+                "requests the stalled mount swallowed: {}",
+                if fuse.requests() > 0 { "some" } else { "none" }
+            ));
+            drop(fuse);
         }
         for wire in &u.tripwires {
             let Ok(text) = std::fs::read_to_string(wire) else { continue };

@@ -7,6 +7,7 @@
 #   recv-fd SOCKET SECONDS     listen on SOCKET, keep every descriptor sent to it
 #   send-fd SOCKET DEVICE...   open the first DEVICE it can, send it to SOCKET
 #   open DEVICE...             print OPEN=<positions of the devices it can open>
+#   hold PATH SECONDS          hold an O_PATH descriptor on PATH (nothing sent to its file system)
 import os
 import select
 import socket
@@ -125,5 +126,9 @@ elif mode == "send-fd":
     send_fd(args[0], args[1:])
 elif mode == "open":
     can_open(args)
+elif mode == "hold":
+    held = os.open(args[0], os.O_PATH)
+    print("HELD", flush=True)
+    time.sleep(float(args[1]))
 else:
     sys.exit("unknown mode " + mode)

@@ -2,7 +2,8 @@
 //! unprivileged users — silent connections and floods on cderd's socket,
 //! snooping and forged operator requests, injected SPANK options, request
 //! forms and job_submit fields, `setsid` escapes, descriptors passed out of
-//! a job, device files opened outside any job, writes into cgroups — one at
+//! a job, device files opened outside any job, writes into cgroups, a
+//! never-answering FUSE mount and a process asleep in it — one at
 //! a time at seeded random moments, into a real one-node SLURM with the cder
 //! plugins and cderd over the fake NVML, beside an honest user's jobs and an
 //! operator's requests. After each it checks that no job could open a device
@@ -28,7 +29,7 @@ const USAGE: &str = "usage: cder-adversary [--seed N] [--duration SECS] [--actio
     \x20 --duration SECS   how long to run (default 120); a run also lasts until each action ran once\n\
     \x20 --actions LIST    silent-connections, connection-flood, snoop, forged-requests, spank-injection,\n\
     \x20                   request-forms, submit-fields, escape, fd-passing, open-outside-job, cgroup-writes,\n\
-    \x20                   or all (default)\n\
+    \x20                   stalled-mount, stuck-process, or all (default)\n\
     \x20 --quiet           print only the seed and the table\n\
     Hostile users: nobody (65534), whose jobs SLURM runs, and uid 4242 (no account); the honest\n\
     user is daemon (uid 1). docs/testing.md, \"The adversary campaign\", has the tables.";
