@@ -90,25 +90,36 @@ impl Fault {
 
     /// Parses a comma-separated list of fault names; `all` is every fault.
     pub fn parse_list(text: &str) -> Result<Vec<Fault>, String> {
-        let mut out = Vec::new();
-        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-            if word == "all" {
-                out.extend(Fault::ALL);
-                continue;
-            }
-            let fault = Fault::ALL.into_iter().find(|f| f.name() == word).ok_or_else(|| {
-                let names: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown fault {word:?} (known: {}, all)", names.join(", "))
-            })?;
-            out.push(fault);
-        }
-        out.sort();
-        out.dedup();
-        if out.is_empty() {
-            return Err("no fault named".into());
-        }
-        Ok(out)
+        parse_names(text, &Fault::ALL, Fault::name, "fault")
     }
+}
+
+/// Parses a comma-separated list of names out of `all` (`all` is every
+/// one), sorted and without repeats; `what` names the kind in errors.
+pub(crate) fn parse_names<T: Copy + Ord>(
+    text: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<Vec<T>, String> {
+    let mut out = Vec::new();
+    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        if word == "all" {
+            out.extend_from_slice(all);
+            continue;
+        }
+        let item = all.iter().copied().find(|f| name(*f) == word).ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|f| name(*f)).collect();
+            format!("unknown {what} {word:?} (known: {}, all)", names.join(", "))
+        })?;
+        out.push(item);
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err(format!("no {what} named"));
+    }
+    Ok(out)
 }
 
 /// What the checker verifies after every fault.
@@ -212,7 +223,7 @@ pub struct Report {
     pub observed: BTreeMap<String, usize>,
 }
 
-fn percentile(v: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(v: &[Duration], p: f64) -> Duration {
     let mut v = v.to_vec();
     v.sort();
     if v.is_empty() {
@@ -276,23 +287,24 @@ impl Report {
     }
 }
 
-/// xorshift64*: a replayable sequence from the seed.
-struct Rng(u64);
+/// xorshift64*: a replayable sequence from the seed (the adversary
+/// campaign's too).
+pub(crate) struct Rng(u64);
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         // Never 0 (a fixed point), and distinct seeds stay distinct.
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
-    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+    pub(crate) fn millis(&mut self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(lo + self.below(hi - lo + 1))
     }
 }
@@ -302,11 +314,11 @@ impl Rng {
 const TERMINAL: [&str; 9] =
     ["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"];
 
-fn terminal(state: &str) -> bool {
+pub(crate) fn terminal(state: &str) -> bool {
     TERMINAL.contains(&state)
 }
 
-const GPUS: u32 = 4;
+pub(crate) const GPUS: u32 = 4;
 /// Jobs pending or running at once, at most.
 const MAX_ACTIVE: usize = 6;
 /// The tmpfs cderd's state lives on.
@@ -340,6 +352,38 @@ pub struct Campaign {
     unreleased: Vec<cder_model::JobKey>,
 }
 
+/// The one node both campaigns run on: SLURM with both plugins, four fake
+/// A100s in the fake NVML (its machine file and event file in the
+/// cluster's folder), cderd started by the caller with its job groups
+/// under `cgroup_parent` (its own, so other cderds on the machine do not
+/// mix in).
+pub(crate) fn node_config(cgroup_parent: &str) -> Result<SlurmConfig, String> {
+    let library = fake_nvml_library()?;
+    let gpu = |i: u32| {
+        serde_json::json!({"uuid": gpu_uuid(i), "name": "NVIDIA A100-SXM4-40GB",
+                "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 40960, "compute_capability": "8.0",
+                "cores": 6912, "clock_mhz": 1410, "ecc": true, "numa_node": i / 2, "minor": i})
+    };
+    let machine = serde_json::json!({"devices": (0..GPUS).map(gpu).collect::<Vec<_>>()}).to_string();
+    Ok(SlurmConfig {
+        gpus: GPUS,
+        cderd: false,
+        files: vec![("machine.json".into(), machine), ("nvml-events".into(), String::new())],
+        cder_types: Some(format!(
+            "[node.health]\ninterval_s = 1\nreturn_after_s = 2\n\n\
+                 [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = \"{}\"\n\
+                 device_path = \"{{dir}}/dev/gpu{{minor}}\"\n",
+            library.display()
+        )),
+        cderd_env: vec![
+            ("CDER_FAKE_NVML".into(), "{dir}/machine.json".into()),
+            ("CDER_FAKE_NVML_EVENTS".into(), "{dir}/nvml-events".into()),
+        ],
+        cderd_enforcement: format!("cgroup_parent = \"{cgroup_parent}\""),
+        ..SlurmConfig::default()
+    })
+}
+
 fn say(verbose: bool, text: &str) {
     if verbose {
         eprintln!("cder-faults: {text}");
@@ -350,31 +394,8 @@ impl Campaign {
     /// Starts the cluster: SLURM with both plugins, cderd over the fake
     /// NVML with its state on a tmpfs. Needs root (mount, cgroups).
     pub fn start(config: CampaignConfig) -> Result<Campaign, String> {
-        let library = fake_nvml_library()?;
         let cgroup_parent = format!("cder-faults-{}", std::process::id());
-        let gpu = |i: u32| {
-            serde_json::json!({"uuid": gpu_uuid(i), "name": "NVIDIA A100-SXM4-40GB",
-                "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 40960, "compute_capability": "8.0",
-                "cores": 6912, "clock_mhz": 1410, "ecc": true, "numa_node": i / 2, "minor": i})
-        };
-        let machine = serde_json::json!({"devices": (0..GPUS).map(gpu).collect::<Vec<_>>()}).to_string();
-        let slurm = SlurmConfig {
-            gpus: GPUS,
-            cderd: false,
-            files: vec![("machine.json".into(), machine), ("nvml-events".into(), String::new())],
-            cder_types: Some(format!(
-                "[node.health]\ninterval_s = 1\nreturn_after_s = 2\n\n\
-                 [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = \"{}\"\n\
-                 device_path = \"{{dir}}/dev/gpu{{minor}}\"\n",
-                library.display()
-            )),
-            cderd_env: vec![
-                ("CDER_FAKE_NVML".into(), "{dir}/machine.json".into()),
-                ("CDER_FAKE_NVML_EVENTS".into(), "{dir}/nvml-events".into()),
-            ],
-            cderd_enforcement: format!("cgroup_parent = \"{cgroup_parent}\""),
-            ..SlurmConfig::default()
-        };
+        let slurm = node_config(&cgroup_parent)?;
         let mut cluster = SlurmCluster::start(&slurm)?;
         let state_mount = cluster.dir().join("cder/state");
         let mut campaign = Campaign {
@@ -547,30 +568,14 @@ impl Campaign {
     /// What `cderctl reconcile --from slurm` does, as a node's timer runs it.
     fn reconcile(&mut self) {
         self.last_reconcile = Instant::now();
-        let Ok(mut client) = Client::connect(self.c().cderd_socket(), Duration::from_secs(5)) else { return };
-        let Ok(generation) = client.status().map(|s| s.generation) else { return };
-        let Ok(states) = self.states() else { return };
-        let live_jobs = states.iter().filter(|(_, s)| !terminal(s)).filter_map(|(id, _)| job_key(*id)).collect();
-        if let Ok(r) =
-            client.reconcile(&ReconcileRequest { live_jobs, lrms: Some("slurm".into()), as_of: Some(generation) })
-        {
-            if !r.released.is_empty() {
-                self.say(&format!("reconcile released {:?}", r.released));
-            }
+        if let Some(released) = reconcile_node(self.c()).filter(|r| !r.is_empty()) {
+            self.say(&format!("reconcile released {released:?}"));
         }
     }
 
     /// Every job SLURM knows, by id: its state.
     fn states(&self) -> Result<BTreeMap<u32, String>, String> {
-        let out = self.c().run("squeue", &["-h", "--all", "--states=all", "-o", "%i %T"])?;
-        if !out.status.success() {
-            return Err(format!("squeue: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .filter_map(|(id, s)| Some((id.trim().parse().ok()?, s.trim().to_string())))
-            .collect())
+        squeue_states(self.c())
     }
 
     /// Injects `fault`, keeps the workload going while it lasts, ends it,
@@ -905,100 +910,7 @@ impl Campaign {
     /// The invariants at this instant: what violates them, or an error
     /// when SLURM or cderd could not be read.
     fn invariants(&self) -> Result<Vec<(Check, String)>, String> {
-        let c = self.c();
-        let before = self.states()?;
-        let mut client = Client::connect(c.cderd_socket(), Duration::from_secs(5)).map_err(|e| e.to_string())?;
-        let status = client.status().map_err(|e| e.to_string())?;
-        // Jobs whose script runs (their prolog is done): their record and
-        // what they can open.
-        let mut records: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-        let mut opened: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-        let mut unrecorded: Vec<u32> = Vec::new();
-        for (&id, _) in before.iter().filter(|(_, s)| s.as_str() == "RUNNING") {
-            let Some(open) = sample(c, id) else { continue };
-            opened.insert(id, open);
-            match client.env(&job_key(id).expect("a valid key")) {
-                Ok(a) => {
-                    records.insert(id, a.devices.iter().map(|d| d.index).collect());
-                }
-                Err(e) if e.code() == Some(ErrorCode::UnknownJob) => unrecorded.push(id),
-                Err(e) => return Err(format!("env of slurm:{id}: {e}")),
-            }
-        }
-        let groups = job_groups(&self.cgroup_parent);
-        let processes = job_processes(c.slurm_conf());
-        let after = self.states()?;
-        // SLURM believes it runs, and the node runs it: after slurmctld
-        // lost its last seconds of state, a job that ended is RUNNING
-        // again in its view until slurmd reports it missing.
-        let running = |id: &u32| {
-            before.get(id).is_some_and(|s| s == "RUNNING")
-                && after.get(id).is_some_and(|s| s == "RUNNING")
-                && processes.iter().any(|(_, j)| j == id)
-        };
-        // Unknown to SLURM counts as ended: MinJobAge keeps every job of
-        // the run in squeue.
-        let ended = |id: &u32| before.get(id).is_none_or(|s| terminal(s)) && after.get(id).is_none_or(|s| terminal(s));
-        let state = |id: &u32| after.get(id).cloned().unwrap_or_else(|| "unknown to SLURM".into());
-        let mut v = Vec::new();
-        for id in unrecorded.iter().filter(|id| running(id)) {
-            v.push((Check::LostAllocation, format!("job {id} is RUNNING in SLURM and has no record in cderd")));
-        }
-        let live: Vec<(&u32, &BTreeSet<u32>)> = opened.iter().filter(|(id, _)| running(id)).collect();
-        for (i, (a, da)) in live.iter().enumerate() {
-            for (b, db) in &live[i + 1..] {
-                let shared: Vec<&u32> = da.intersection(db).collect();
-                if !shared.is_empty() {
-                    v.push((Check::SharedDevice, format!("running jobs {a} and {b} can both open GPU(s) {shared:?}")));
-                }
-            }
-            if let Some(own) = records.get(a) {
-                let outside: Vec<&u32> = da.difference(own).collect();
-                if !outside.is_empty() {
-                    v.push((
-                        Check::SharedDevice,
-                        format!("job {a} can open GPU(s) {outside:?} outside its record {own:?}"),
-                    ));
-                }
-            }
-        }
-        for (owner, path) in &groups {
-            let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
-            let n = procs.split_whitespace().count();
-            match owner {
-                GroupOwner::Slurm(id) if ended(id) => v.push((
-                    Check::Leak,
-                    format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id)),
-                )),
-                GroupOwner::Slurm(_) => {}
-                // The campaign's own probes: a group needs a live allocation.
-                GroupOwner::Other(job) => match client.env(job) {
-                    Err(e) if e.code() == Some(ErrorCode::UnknownJob) => v.push((
-                        Check::Leak,
-                        format!(
-                            "{} of {job}, which holds no allocation, is left, {n} process(es) in it",
-                            path.display()
-                        ),
-                    )),
-                    _ => {}
-                },
-            }
-        }
-        for d in &status.devices {
-            let Some(job) = &d.job else { continue };
-            let Some(id) = job.to_string().strip_prefix("slurm:").and_then(|i| i.parse::<u32>().ok()) else { continue };
-            if ended(&id) {
-                v.push((Check::Leak, format!("GPU {} still held by job {id} ({})", d.index, state(&id))));
-            }
-        }
-        for (pid, id) in processes.iter().filter(|(_, id)| ended(id)) {
-            v.push((Check::Leak, format!("process {pid} of job {id} ({}) still runs", state(id))));
-        }
-        let usage = client
-            .accounting(&AccountingRequest { since: None, until: None })
-            .map_err(|e| format!("accounting: {e}"))?;
-        v.extend(usage_problems(&usage.records).into_iter().map(|p| (Check::Accounting, p)));
-        Ok(v)
+        node_invariants(self.c(), &self.cgroup_parent)
     }
 }
 
@@ -1017,9 +929,131 @@ impl Drop for Campaign {
     }
 }
 
+/// What `cderctl reconcile --from slurm` does, as a node's timer runs it:
+/// the allocations cderd released, or None when cderd or SLURM did not
+/// answer.
+pub(crate) fn reconcile_node(c: &SlurmCluster) -> Option<Vec<cder_model::JobKey>> {
+    let mut client = Client::connect(c.cderd_socket(), Duration::from_secs(5)).ok()?;
+    let generation = client.status().ok()?.generation;
+    let states = squeue_states(c).ok()?;
+    let live_jobs = states.iter().filter(|(_, s)| !terminal(s)).filter_map(|(id, _)| job_key(*id)).collect();
+    client
+        .reconcile(&ReconcileRequest { live_jobs, lrms: Some("slurm".into()), as_of: Some(generation) })
+        .ok()
+        .map(|r| r.released)
+}
+
+/// Every job SLURM knows, by id: its state.
+pub(crate) fn squeue_states(cluster: &SlurmCluster) -> Result<BTreeMap<u32, String>, String> {
+    let out = cluster.run("squeue", &["-h", "--all", "--states=all", "-o", "%i %T"])?;
+    if !out.status.success() {
+        return Err(format!("squeue: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(id, s)| Some((id.trim().parse().ok()?, s.trim().to_string())))
+        .collect())
+}
+
+/// The node's invariants at this instant (the adversary campaign checks
+/// them too): what violates them, or an error
+/// when SLURM or cderd could not be read.
+pub(crate) fn node_invariants(c: &SlurmCluster, cgroup_parent: &str) -> Result<Vec<(Check, String)>, String> {
+    let before = squeue_states(c)?;
+    let mut client = Client::connect(c.cderd_socket(), Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let status = client.status().map_err(|e| e.to_string())?;
+    // Jobs whose script runs (their prolog is done): their record and
+    // what they can open.
+    let mut records: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut opened: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut unrecorded: Vec<u32> = Vec::new();
+    for (&id, _) in before.iter().filter(|(_, s)| s.as_str() == "RUNNING") {
+        let Some(open) = sample(c, id) else { continue };
+        opened.insert(id, open);
+        match client.env(&job_key(id).expect("a valid key")) {
+            Ok(a) => {
+                records.insert(id, a.devices.iter().map(|d| d.index).collect());
+            }
+            Err(e) if e.code() == Some(ErrorCode::UnknownJob) => unrecorded.push(id),
+            Err(e) => return Err(format!("env of slurm:{id}: {e}")),
+        }
+    }
+    let groups = job_groups(cgroup_parent);
+    let processes = job_processes(c.slurm_conf());
+    let after = squeue_states(c)?;
+    // SLURM believes it runs, and the node runs it: after slurmctld
+    // lost its last seconds of state, a job that ended is RUNNING
+    // again in its view until slurmd reports it missing.
+    let running = |id: &u32| {
+        before.get(id).is_some_and(|s| s == "RUNNING")
+            && after.get(id).is_some_and(|s| s == "RUNNING")
+            && processes.iter().any(|(_, j)| j == id)
+    };
+    // Unknown to SLURM counts as ended: MinJobAge keeps every job of
+    // the run in squeue.
+    let ended = |id: &u32| before.get(id).is_none_or(|s| terminal(s)) && after.get(id).is_none_or(|s| terminal(s));
+    let state = |id: &u32| after.get(id).cloned().unwrap_or_else(|| "unknown to SLURM".into());
+    let mut v = Vec::new();
+    for id in unrecorded.iter().filter(|id| running(id)) {
+        v.push((Check::LostAllocation, format!("job {id} is RUNNING in SLURM and has no record in cderd")));
+    }
+    let live: Vec<(&u32, &BTreeSet<u32>)> = opened.iter().filter(|(id, _)| running(id)).collect();
+    for (i, (a, da)) in live.iter().enumerate() {
+        for (b, db) in &live[i + 1..] {
+            let shared: Vec<&u32> = da.intersection(db).collect();
+            if !shared.is_empty() {
+                v.push((Check::SharedDevice, format!("running jobs {a} and {b} can both open GPU(s) {shared:?}")));
+            }
+        }
+        if let Some(own) = records.get(a) {
+            let outside: Vec<&u32> = da.difference(own).collect();
+            if !outside.is_empty() {
+                v.push((
+                    Check::SharedDevice,
+                    format!("job {a} can open GPU(s) {outside:?} outside its record {own:?}"),
+                ));
+            }
+        }
+    }
+    for (owner, path) in &groups {
+        let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+        let n = procs.split_whitespace().count();
+        match owner {
+            GroupOwner::Slurm(id) if ended(id) => v.push((
+                Check::Leak,
+                format!("{} of job {id} ({}) is left, {n} process(es) in it", path.display(), state(id)),
+            )),
+            GroupOwner::Slurm(_) => {}
+            // The campaign's own probes: a group needs a live allocation.
+            GroupOwner::Other(job) => match client.env(job) {
+                Err(e) if e.code() == Some(ErrorCode::UnknownJob) => v.push((
+                    Check::Leak,
+                    format!("{} of {job}, which holds no allocation, is left, {n} process(es) in it", path.display()),
+                )),
+                _ => {}
+            },
+        }
+    }
+    for d in &status.devices {
+        let Some(job) = &d.job else { continue };
+        let Some(id) = job.to_string().strip_prefix("slurm:").and_then(|i| i.parse::<u32>().ok()) else { continue };
+        if ended(&id) {
+            v.push((Check::Leak, format!("GPU {} still held by job {id} ({})", d.index, state(&id))));
+        }
+    }
+    for (pid, id) in processes.iter().filter(|(_, id)| ended(id)) {
+        v.push((Check::Leak, format!("process {pid} of job {id} ({}) still runs", state(id))));
+    }
+    let usage =
+        client.accounting(&AccountingRequest { since: None, until: None }).map_err(|e| format!("accounting: {e}"))?;
+    v.extend(usage_problems(&usage.records).into_iter().map(|p| (Check::Accounting, p)));
+    Ok(v)
+}
+
 /// Usage records that break the accounting promises: a negative interval,
 /// or two records of one device overlapping (its seconds counted twice).
-fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
+pub(crate) fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
     let mut v = Vec::new();
     let mut by_device: BTreeMap<&str, Vec<&AccountingRecord>> = BTreeMap::new();
     for r in records {
@@ -1050,22 +1084,24 @@ fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
     v
 }
 
-fn gpu_uuid(i: u32) -> String {
+pub(crate) fn gpu_uuid(i: u32) -> String {
     format!("GPU-fa017000-0000-4000-8000-{i:012}")
 }
 
-fn job_key(id: u32) -> Option<cder_model::JobKey> {
+pub(crate) fn job_key(id: u32) -> Option<cder_model::JobKey> {
     format!("slurm:{id}").parse().ok()
 }
 
 /// The job script's worker: reports what it can open until its time is up
-/// (`0`: forever).
-fn write_probe(cluster: &SlurmCluster) -> Result<(), String> {
+/// (`0`: forever), and appends each new set to `opens-<job id>`.
+pub(crate) fn write_probe(cluster: &SlurmCluster) -> Result<(), String> {
     let dir = cluster.jobs_dir();
     let text = format!(
-        "#!/bin/sh\n# $1: seconds to run (0: until killed). Reports the fake GPUs this process can open.\n\
-         end=$(( $(date +%s) + $1 ))\nn=0\n\
+        "#!/bin/sh\n# $1: seconds to run (0: until killed). Reports the fake GPUs this process can open,\n\
+         # now (state-ID) and each set it ever could (opens-ID).\n\
+         end=$(( $(date +%s) + $1 ))\nn=0\nlast=none\n\
          while [ \"$1\" = 0 ] || [ \"$(date +%s)\" -lt \"$end\" ]; do\n{}n=$((n+1))\n\
+         [ \"$open\" = \"$last\" ] || echo \"OPEN=${{open%,}}\" >> \"{dir}/opens-$SLURM_JOB_ID\"\nlast=$open\n\
          echo \"OPEN=${{open%,}} SEQ=$n\" > \"{dir}/state-$SLURM_JOB_ID.$$\"\n\
          mv \"{dir}/state-$SLURM_JOB_ID.$$\" \"{dir}/state-$SLURM_JOB_ID\"\nsleep 0.3\ndone\n",
         cluster.open_probe().replace("echo OPEN=${open%,}\n", ""),
@@ -1075,7 +1111,7 @@ fn write_probe(cluster: &SlurmCluster) -> Result<(), String> {
 }
 
 /// The GPUs job `id` last reported it can open, if it reported.
-fn sample(cluster: &SlurmCluster, id: u32) -> Option<BTreeSet<u32>> {
+pub(crate) fn sample(cluster: &SlurmCluster, id: u32) -> Option<BTreeSet<u32>> {
     let text = std::fs::read_to_string(cluster.jobs_dir().join(format!("state-{id}"))).ok()?;
     let open = text.split_whitespace().find_map(|w| w.strip_prefix("OPEN="))?;
     Some(open.split(',').filter_map(|s| s.parse().ok()).collect())
@@ -1103,7 +1139,7 @@ fn fill(path: &Path) -> Result<(), String> {
 
 /// The mount points of the cgroup hierarchies cderd may use: v1 `devices`
 /// and `freezer`, and cgroup2.
-fn cgroup_roots() -> Vec<PathBuf> {
+pub(crate) fn cgroup_roots() -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for line in text.lines() {
@@ -1122,7 +1158,7 @@ fn cgroup_roots() -> Vec<PathBuf> {
 }
 
 /// Whose a job group under cderd's cgroup parent is.
-enum GroupOwner {
+pub(crate) enum GroupOwner {
     /// A SLURM job, by id.
     Slurm(u32),
     /// Any other job key (the campaign's own `local:` probes).
@@ -1131,7 +1167,7 @@ enum GroupOwner {
 
 /// The job groups under cderd's parent in every hierarchy, named
 /// `<lrms>-<id>-<token>` (see cderd's cgroup.rs).
-fn job_groups(parent: &str) -> Vec<(GroupOwner, PathBuf)> {
+pub(crate) fn job_groups(parent: &str) -> Vec<(GroupOwner, PathBuf)> {
     let mut out = Vec::new();
     for root in cgroup_roots() {
         let Ok(entries) = std::fs::read_dir(root.join(parent)) else { continue };
@@ -1144,7 +1180,7 @@ fn job_groups(parent: &str) -> Vec<(GroupOwner, PathBuf)> {
     out
 }
 
-fn group_owner(name: &str) -> Option<GroupOwner> {
+pub(crate) fn group_owner(name: &str) -> Option<GroupOwner> {
     let (lrms, id) = name.rsplit_once('-').and_then(|(key, _token)| key.split_once('-'))?;
     match (lrms, id.parse()) {
         ("slurm", Ok(id)) => Some(GroupOwner::Slurm(id)),
@@ -1154,7 +1190,7 @@ fn group_owner(name: &str) -> Option<GroupOwner> {
 
 /// Removes the job groups left under `parent` (empty ones; a group with
 /// processes stays) and then `parent` itself.
-fn remove_groups(parent: &str) {
+pub(crate) fn remove_groups(parent: &str) {
     for (_, path) in job_groups(parent) {
         let _ = std::fs::remove_dir(path);
     }
@@ -1165,7 +1201,7 @@ fn remove_groups(parent: &str) {
 
 /// The processes of this cluster's jobs (unprivileged, with its
 /// `SLURM_CONF` and a `SLURM_JOB_ID`): pid, job id.
-fn job_processes(conf: &Path) -> Vec<(u32, u32)> {
+pub(crate) fn job_processes(conf: &Path) -> Vec<(u32, u32)> {
     let want = format!("SLURM_CONF={}", conf.display());
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else { return out };

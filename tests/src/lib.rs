@@ -4,6 +4,7 @@
 
 #![deny(missing_docs)]
 
+pub mod adversary;
 pub mod arc;
 pub mod bdii;
 pub mod campaign;

@@ -976,9 +976,15 @@ impl SlurmCluster {
     /// (`setpriv`), as a user of the cluster runs it: its jobs run as
     /// nobody, and whatever it controls is untrusted.
     pub fn command_as_user(&self, program: &str) -> Command {
+        self.command_as("nobody", "nogroup", program)
+    }
+
+    /// A SLURM client command run as `user` with only the group `group`
+    /// (names or numbers, as `setpriv` takes them).
+    pub fn command_as(&self, user: &str, group: &str, program: &str) -> Command {
         let setpriv = slurm_program("setpriv").unwrap_or_else(|| "setpriv".into());
         let mut c = release_command(&setpriv, &self.jobs_dir());
-        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        c.args([&format!("--reuid={user}"), &format!("--regid={group}"), "--clear-groups", "--"])
             .arg(slurm_program(program).unwrap_or_else(|| program.into()))
             .env("SLURM_CONF", &self.conf)
             .stdin(Stdio::null());
@@ -992,10 +998,15 @@ impl SlurmCluster {
 
     /// [`Self::sbatch`] as the unprivileged user `nobody`.
     pub fn sbatch_as_user(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        self.sbatch_as("nobody", "nogroup", args, script)
+    }
+
+    /// [`Self::sbatch`] as `user` with only the group `group`.
+    pub fn sbatch_as(&self, user: &str, group: &str, args: &[&str], script: &str) -> Result<u32, String> {
         let path = self.jobs_dir().join(format!("script-{}.sh", unique()));
         std::fs::write(&path, script).map_err(|e| e.to_string())?;
         let out_pattern = self.jobs_dir().join("%j.out").display().to_string();
-        let mut cmd = self.command_as_user("sbatch");
+        let mut cmd = self.command_as(user, group, "sbatch");
         cmd.arg("--parsable").arg("-o").arg(&out_pattern).args(args).arg(&path);
         let out = cmd.output().map_err(|e| format!("running sbatch: {e}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout);

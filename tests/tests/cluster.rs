@@ -4,6 +4,7 @@
 //! Tests that start a SLURM cluster take `cder_tests::slurm::serial()`, so
 //! one cluster at a time runs in this process.
 
+mod adversary_campaign;
 mod allocator_reconcile_slurm;
 mod arc_ce;
 mod arc_rte;

@@ -388,3 +388,56 @@ fn a_submitters_forged_stamp_never_reaches_the_prolog() {
     assert_eq!(seen.get(&per_job.to_string()).map(String::as_str), Some("unset"), "{seen:?}");
     assert_eq!(seen.get(&none.to_string()).map(String::as_str), Some("unset"), "{seen:?}");
 }
+
+/// A job that sends its GPU's descriptor over a Unix socket to a process
+/// of another uid outside any job (SCM_RIGHTS), then ends: while that
+/// process holds the descriptor, cderd keeps the GPU out of the pool. Found
+/// by the adversary campaign (`cder-adversary --seed 3 --actions
+/// fd-passing`): the release looked for holders among the job's uid only,
+/// so the GPU went back to the pool and to the next job with uid 4242's
+/// descriptor on it.
+#[test]
+#[ignore = "a finding of the adversary campaign, open until cderd's release looks at every uid's holders"]
+fn a_descriptor_passed_to_another_user_keeps_its_gpu_out_of_the_pool() {
+    if !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    let cluster = SlurmCluster::start(&SlurmConfig::default()).unwrap_or_else(|e| panic!("starting SLURM: {e}"));
+    let helper = cluster.jobs_dir().join("hostile.py");
+    std::fs::write(&helper, include_str!("../src/hostile.py")).unwrap();
+    let socket = cluster.jobs_dir().join("fd.sock");
+    let mut receiver = std::process::Command::new("setpriv")
+        .args(["--reuid=4242", "--regid=4242", "--clear-groups", "--", "/usr/bin/python3"])
+        .arg(&helper)
+        .args(["recv-fd", &socket.display().to_string(), "120"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let gpus: Vec<String> = (0..4).map(|i| cluster.gpu_path(i).display().to_string()).collect();
+    let script = format!(
+        "#!/bin/sh\nwhile [ ! -S {s} ]; do sleep 0.1; done\n/usr/bin/python3 {h} send-fd {s} {g}\n",
+        s = socket.display(),
+        h = helper.display(),
+        g = gpus.join(" ")
+    );
+    let id = cluster.sbatch_as_user(&["--gres=gpu:1"], &script).unwrap();
+    let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+    let given = ever_held(&cluster, id);
+    assert!(info.state == "COMPLETED" && given.len() == 1, "{info:?} {given:?}\n{}", cluster.logs());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.ledger(id).unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = cluster.cderd_status().unwrap();
+    let device = status.devices.iter().find(|d| d.index == given[0]).cloned();
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+    let device = device.expect("the job's GPU in status");
+    assert!(
+        device.job.is_none() && device.reason.is_some(),
+        "GPU {} went back to the pool while uid 4242 holds its descriptor: {device:?}\n{}",
+        given[0],
+        cluster.logs()
+    );
+}
