@@ -397,7 +397,6 @@ fn a_submitters_forged_stamp_never_reaches_the_prolog() {
 /// so the GPU went back to the pool and to the next job with uid 4242's
 /// descriptor on it.
 #[test]
-#[ignore = "a finding of the adversary campaign, open until cderd's release looks at every uid's holders"]
 fn a_descriptor_passed_to_another_user_keeps_its_gpu_out_of_the_pool() {
     if !require_slurm() {
         return;

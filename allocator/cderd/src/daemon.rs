@@ -832,10 +832,10 @@ impl Daemon {
         let Some(claim) = self.ending.claim(&name) else { return pending() };
         let (cgroups, ignore, ending) =
             (Arc::clone(&self.cgroups), self.held_open_ignore.clone(), Arc::clone(&self.ending));
-        let (job, uid, devices) = (allocation.job.clone(), allocation.uid, allocation.devices.clone());
+        let (job, devices) = (allocation.job.clone(), allocation.devices.clone());
         let work = move || {
             let survivors = if cgroups.is_available() { cgroups.end_processes(&name) } else { Vec::new() };
-            let holders = holders_of(uid, &ignore, &devices);
+            let holders = holders_of(&ignore, &devices);
             drop(claim);
             kept_out(&job, &devices, &survivors, &holders)
         };
@@ -905,11 +905,11 @@ impl Daemon {
         let mut back = 0;
         for (name, group) in &by_job {
             let Some(_claim) = self.ending.claim(name) else { continue };
-            let (job, uid) = (&group[0].job, group[0].uid);
+            let job = &group[0].job;
             let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(name) } else { Vec::new() };
             let rows: Vec<LedgerRow> =
                 devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
-            let holders = holders_of(uid, &self.held_open_ignore, &rows);
+            let holders = holders_of(&self.held_open_ignore, &rows);
             let why = kept_out(job, &rows, &survivors, &holders);
             let mut store = self.store();
             let now_kept = store.leftovers().map_err(|e| store.reply(e))?;
@@ -1547,15 +1547,14 @@ fn targets_of(devices: &[LedgerRow]) -> (BTreeMap<u64, Vec<&LedgerRow>>, crate::
     (by_rdev, crate::held::Targets::of(devices.iter().map(|d| d.path.as_path())))
 }
 
-/// `devices` that a process of `uid` holds open: UUID → why. Root's and
-/// the `ignore`d uids' processes are trusted, as for the held-open scan.
-fn holders_of(uid: u32, ignore: &BTreeSet<u32>, devices: &[LedgerRow]) -> BTreeMap<String, String> {
+/// `devices` of a released job that a process holds open: UUID → why.
+/// Root's and the `ignore`d uids' processes are trusted, as for the
+/// held-open scan; any other uid counts, not only the job's own (a job can
+/// pass a descriptor to another user's process over a socket).
+fn holders_of(ignore: &BTreeSet<u32>, devices: &[LedgerRow]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    if uid == 0 || ignore.contains(&uid) {
-        return out;
-    }
     let (by_rdev, targets) = targets_of(devices);
-    for (rdev, holders) in crate::held::holders_where(std::path::Path::new("/proc"), &targets, |u| u == uid) {
+    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, ignore) {
         let why = describe_holders(&holders);
         for d in by_rdev.get(&rdev).into_iter().flatten() {
             out.insert(d.uuid.clone(), why.clone());
