@@ -396,7 +396,7 @@ pub struct Leftover {
     pub device: String,
     /// The job it was released from.
     pub job: JobKey,
-    /// That job's uid: whose processes are looked for.
+    /// That job's uid.
     pub uid: u32,
     /// That allocation's token (names its device cgroups).
     pub token: String,
@@ -954,6 +954,12 @@ impl Store {
                     format!("device {} is {}, not shareable", d.name(), format!("{:?}", d.state()).to_lowercase()),
                 ));
             }
+            if let Some(why) = d.leftover.as_deref() {
+                return Err(StoreError::refused(
+                    ErrorCode::Conflict,
+                    format!("device {} is not shareable yet: {why}", d.name()),
+                ));
+            }
             if d.shared.saturating_add(shares) > total {
                 return Err(StoreError::refused(
                     ErrorCode::Conflict,
@@ -1081,8 +1087,11 @@ impl Store {
         let token: Option<(u32, String)> = Self::live_job(&tx, job)?.map(|r| (r.uid, r.token));
         let mut released = self.release_in(&tx, job, now)?;
         if let Some((uid, token)) = token {
-            // Other sharers hold a shared device open by right: it is not kept out.
-            for d in released.iter_mut().filter(|d| held.contains_key(&d.uuid) && self.share_total(d).is_none()) {
+            // Other sharers hold a shared device open by right: it is kept
+            // out only once its last sharer has left (issue 44, 12).
+            for d in
+                released.iter_mut().filter(|d| held.contains_key(&d.uuid) && (self.share_total(d).is_none() || d.shared == 0))
+            {
                 let reason = &held[&d.uuid];
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO leftovers (device, job, uid, token, reason, since) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

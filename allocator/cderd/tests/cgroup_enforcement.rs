@@ -373,6 +373,51 @@ fn a_setsid_child_is_ended_at_release_under_cders_v2_groups() {
     leftover_processes_are_ended_at_release("v2", 1004);
 }
 
+/// Issue 44, 12: the last sharer of a shared GPU leaves a process holding
+/// it; the GPU stays out of the pool, for shares too, until that ends.
+#[test]
+fn a_shared_device_whose_last_sharer_left_a_holder_stays_out() {
+    if !require(cder_testkit::is_root(), "root (to hold a device open as another uid)") {
+        return;
+    }
+    // Device 0 is a copy of 1:11 (/dev/kmsg), which unprivileged processes do not hold.
+    let node = common::char_device_node(
+        tempfile::tempdir().unwrap(),
+        &[11, 7, 8, 9],
+        "device_files = true\njob_mode = \"0600\"\ncgroup = \"off\"\nheld_open = \"allow\"\n[node.sharing]\nshares_per_gpu = 2",
+    );
+    let share = |job: &str, uid: u32| AllocRequest {
+        devices: Some(vec![0]),
+        shares: Some(1),
+        ..AllocRequest::new(job.parse().unwrap(), uid, 1)
+    };
+    node.client().alloc(&share("slurm:601", 4601)).unwrap();
+    use std::os::unix::process::CommandExt;
+    let mut holder = Command::new("sleep")
+        .arg("60")
+        .stdin(std::fs::File::open(&node.devices[0]).unwrap())
+        .uid(4601)
+        .gid(4601)
+        .spawn()
+        .unwrap();
+    let _kill = KillPid(holder.id());
+    wait_for("the holder under its own uid", || {
+        std::fs::read_to_string(format!("/proc/{}/status", holder.id()))
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("4601")))
+    });
+    node.client().release(&"slurm:601".parse().unwrap()).unwrap();
+    let d = node.status().devices.into_iter().find(|d| d.index == 0).unwrap();
+    assert_eq!(d.state, DeviceState::Offline, "{d:?}");
+    let e = node.client().alloc(&share("slurm:602", 4602)).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Conflict), "{e}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_for("the shared device back in the pool", || {
+        node.status().devices.iter().any(|d| d.index == 0 && d.state == DeviceState::Free)
+    });
+    node.client().alloc(&share("slurm:602", 4602)).unwrap();
+}
+
 #[test]
 fn cgroup_off_answers_enforcement_unavailable() {
     let node = node("off");
