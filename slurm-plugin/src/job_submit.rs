@@ -55,12 +55,17 @@ pub struct GresAsked {
 impl GresAsked {
     /// Does the job ask for whole GPUs, in any form?
     pub fn whole_gpus(&self) -> bool {
+        self.gpu_count_given() || self.ntasks_per_gpu.is_some()
+    }
+
+    /// Does a TRES field name a GPU count (what the controller's record of
+    /// the job keeps, unlike `ntasks_per_tres`)?
+    fn gpu_count_given(&self) -> bool {
         let gpu = crate::gres::gres_name(GPGPU);
         [&self.tres_per_node, &self.tres_per_job, &self.tres_per_task, &self.tres_per_socket]
             .into_iter()
             .flatten()
             .any(|t| tres_entries(t).iter().any(|(g, n)| g == gpu && *n > 0))
-            || self.ntasks_per_gpu.is_some()
     }
 
     /// Does an update set any of these fields?
@@ -112,6 +117,22 @@ pub fn exclude_shared_nodes(asked: &GresAsked, exc_nodes: Option<&str>, nodes: &
     let mut list: Vec<&str> = if exc_nodes.is_empty() { Vec::new() } else { vec![exc_nodes] };
     list.extend(missing);
     Some(list.join(","))
+}
+
+/// Refuses, where nodes share their GPUs, a job whose only GPU request is
+/// `--ntasks-per-gpu`: slurmctld derives its GPUs from its task count but
+/// keeps no GPU count in the job's record, so a later update (an
+/// `ExcNodeList` its owner clears) could not be told from one of a job
+/// without GPUs, and the job would reach a shared GPU.
+pub fn check_tasks_per_gpu(asked: &GresAsked, nodes: &NodeGres) -> Result<(), String> {
+    match asked.ntasks_per_gpu {
+        Some(n) if !asked.gpu_count_given() && !nodes.shard_nodes.is_empty() => Err(format!(
+            "cder: --ntasks-per-gpu={n} without a GPU count: on this cluster, where {} share their GPUs, \
+             ask for the GPUs too (--gpus=N or --gres=gpu:N), which keeps the job off those nodes",
+            nodes.shard_nodes.join(",")
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Checks a `TresPerNode` update (`scontrol update job … TresPerNode=`).
@@ -368,7 +389,7 @@ mod tests {
             GresAsked { tres_per_job: Some("gres/gpu:a100:2".into()), ..Default::default() },
             GresAsked { tres_per_task: Some("gres:gpu:1".into()), ..Default::default() },
             GresAsked { tres_per_socket: Some("gres/gpu:1".into()), ..Default::default() },
-            GresAsked { ntasks_per_gpu: Some(2), ..Default::default() },
+            GresAsked { ntasks_per_gpu: Some(2), tres_per_job: Some("gres:gpu:2".into()), ..Default::default() },
             GresAsked {
                 tres_per_node: Some("gres/fpga:1".into()),
                 tres_per_task: Some("cpu=2,gres/gpu:1".into()),
@@ -387,6 +408,18 @@ mod tests {
             assert!(!not_whole.whole_gpus(), "{not_whole:?}");
             assert_eq!(exclude_shared_nodes(&not_whole, None, &nodes), None);
         }
+        for asked in &forms {
+            assert_eq!(check_tasks_per_gpu(asked, &nodes), Ok(()), "{asked:?}");
+        }
+        // Tasks per GPU alone: steered, but refused where nodes share (the
+        // record would not show its GPUs to a later update).
+        let tasks_only = GresAsked { ntasks_per_gpu: Some(2), ..Default::default() };
+        assert!(tasks_only.whole_gpus());
+        assert_eq!(exclude_shared_nodes(&tasks_only, None, &nodes), Some("wn[1-2]".into()));
+        let e = check_tasks_per_gpu(&tasks_only, &nodes).unwrap_err();
+        assert!(e.contains("--ntasks-per-gpu=2 without a GPU count") && e.contains("where wn[1-2] share"), "{e}");
+        let unshared = NodeGres::parse("NodeName=wn3 Gres=gpu:4\n", Path::new("/")).unwrap();
+        assert_eq!(check_tasks_per_gpu(&tasks_only, &unshared), Ok(()));
         // Already excluded, by name or by range: nothing to change.
         let gpus = &forms[0];
         assert_eq!(exclude_shared_nodes(gpus, Some("wn[1-2]"), &nodes), None);

@@ -351,8 +351,9 @@ fn excluded(cluster: &SlurmCluster, id: u32) -> Vec<String> {
 }
 
 /// Issue 44.5: every other way a job asks for whole GPUs (`--gpus`,
-/// `--gpus-per-task`, `--gpus-per-socket`, `--ntasks-per-gpu`) is kept off
-/// the node that shares its GPU, as `--gres=gpu` is; and an update (the
+/// `--gpus-per-task`, `--gpus-per-socket`; `--ntasks-per-gpu`, refused
+/// without a GPU count) is kept off the node that shares its GPU, as
+/// `--gres=gpu` is; and an update (the
 /// owner's `ExcNodeList`, `ReqNodeList`, partition; an operator's GPU
 /// count) never puts a job asking for whole GPUs there. All jobs and the
 /// owner's updates are `nobody`'s. Without the steering, SLURM 22.05
@@ -372,8 +373,20 @@ fn whole_gpus_in_any_form_and_after_any_update_stay_off_a_shared_gpu() {
         &["--gpus=1"],
         &["-n1", "--gpus-per-task=1"],
         &["--sockets-per-node=1", "--gpus-per-socket=1"],
-        &["-n1", "--ntasks-per-gpu=1"],
+        &["-n2", "--ntasks-per-gpu=2", "--gpus=1"],
     ];
+    // `--ntasks-per-gpu` alone: its GPUs would not show in the job's
+    // record to a later update; refused, in either partition.
+    for partition in ["debug", "wide"] {
+        let args = ["-p", partition, "-n1", "--ntasks-per-gpu=1"];
+        match cluster.sbatch_as_user(&args, &script) {
+            Err(e) => assert!(
+                e.contains("cder: --ntasks-per-gpu=1 without a GPU count") && e.contains("where node1 share"),
+                "{args:?}: {e}"
+            ),
+            Ok(id) => panic!("{args:?}: job {id} was accepted: {:?}\n{}", cluster.job(id), cluster.logs()),
+        }
+    }
     // (a) At submit, in the partition of node1 alone: refused (SLURM's
     // word once node1 is excluded), as `--gres=gpu:1` is.
     for args in forms {

@@ -12,7 +12,9 @@
 
 #![deny(missing_docs)]
 
-use cder_slurm::job_submit::{check_tres_update, exclude_shared_nodes, node_gres, translate, GresAsked, Submission};
+use cder_slurm::job_submit::{
+    check_tasks_per_gpu, check_tres_update, exclude_shared_nodes, node_gres, translate, GresAsked, Submission,
+};
 use cder_slurm::sys::{self, JobDesc, JobRecord, Level};
 
 /// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
@@ -84,7 +86,10 @@ fn keep_whole_gpus_off_shared(
         return Ok(());
     }
     let (asked, exc_nodes) = match record {
-        None => (asked, exc_nodes),
+        None => {
+            check_tasks_per_gpu(&asked, &nodes)?;
+            (asked, exc_nodes)
+        }
         Some(record) => {
             let mut recorded = record.describe().map_err(|e| {
                 format!("cder: cannot read the job's record to keep its whole GPUs off the nodes that share theirs ({e}); ask an operator")
