@@ -35,23 +35,104 @@ pub fn translate(sub: &Submission, nodes: &NodeGres) -> Result<Option<String>, S
     merge_tres_per_node(sub.tres_per_node.as_deref(), &req).map(Some).map_err(|e| e.to_string())
 }
 
-/// The `exc_nodes` that keep a whole-GPU job off the nodes whose GPUs are
-/// offered as shares: SLURM 22.05 keeps a shard job off a GPU held as `gpu`,
-/// but not a `gpu` job off a GPU whose shards are held, and cderd refuses to
-/// record a whole GPU that is shared. `None`: nothing to change (the job
-/// asks for no whole GPU, or no node shares).
-pub fn exclude_shared_nodes(tres_per_node: Option<&str>, exc_nodes: Option<&str>, nodes: &NodeGres) -> Option<String> {
-    let whole = tres_entries(tres_per_node?).iter().any(|(g, n)| g == crate::gres::gres_name(GPGPU) && *n > 0);
-    if !whole || nodes.shard_nodes.is_empty() {
-        return None;
+/// A job's GRES in every form SLURM takes them, as submitted, updated
+/// (only what changes) or recorded by the controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GresAsked {
+    /// `tres_per_node` (`--gres`, `--gpus-per-node`, a cder request).
+    pub tres_per_node: Option<String>,
+    /// `tres_per_job` (`--gpus`).
+    pub tres_per_job: Option<String>,
+    /// `tres_per_task` (`--gpus-per-task`).
+    pub tres_per_task: Option<String>,
+    /// `tres_per_socket` (`--gpus-per-socket`).
+    pub tres_per_socket: Option<String>,
+    /// `ntasks_per_tres` (`--ntasks-per-gpu`), when set: with a task count
+    /// and no GPU asked otherwise, slurmctld gives the job GPUs from it.
+    pub ntasks_per_gpu: Option<u16>,
+}
+
+impl GresAsked {
+    /// Does the job ask for whole GPUs, in any form?
+    pub fn whole_gpus(&self) -> bool {
+        self.gpu_count_given() || self.ntasks_per_gpu.is_some()
     }
-    let mut list: Vec<&str> = exc_nodes.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
-    for n in &nodes.shard_nodes {
-        if !list.contains(&n.as_str()) {
-            list.push(n);
+
+    /// Does a TRES field name a GPU count (what the controller's record of
+    /// the job keeps, unlike `ntasks_per_tres`)?
+    fn gpu_count_given(&self) -> bool {
+        let gpu = crate::gres::gres_name(GPGPU);
+        [&self.tres_per_node, &self.tres_per_job, &self.tres_per_task, &self.tres_per_socket]
+            .into_iter()
+            .flatten()
+            .any(|t| tres_entries(t).iter().any(|(g, n)| g == gpu && *n > 0))
+    }
+
+    /// Does an update set any of these fields?
+    pub fn any(&self) -> bool {
+        *self != GresAsked::default()
+    }
+
+    /// The job after `update`: each field it sets replaces the recorded one.
+    pub fn updated_by(&self, update: &GresAsked) -> GresAsked {
+        let pick = |new: &Option<String>, old: &Option<String>| new.clone().or_else(|| old.clone());
+        GresAsked {
+            tres_per_node: pick(&update.tres_per_node, &self.tres_per_node),
+            tres_per_job: pick(&update.tres_per_job, &self.tres_per_job),
+            tres_per_task: pick(&update.tres_per_task, &self.tres_per_task),
+            tres_per_socket: pick(&update.tres_per_socket, &self.tres_per_socket),
+            ntasks_per_gpu: update.ntasks_per_gpu.or(self.ntasks_per_gpu),
         }
     }
+}
+
+/// The `exc_nodes` that keep a job asking for whole GPUs (in any form)
+/// off the nodes whose GPUs are offered as shares: SLURM 22.05 keeps a
+/// shard job off a GPU held as `gpu`, but not a `gpu` job off a GPU whose
+/// shards are held, and cderd refuses to record a whole GPU that is
+/// shared. `None`: nothing to change (no whole GPU asked, no node shares,
+/// or `exc_nodes` already names every node that shares).
+pub fn exclude_shared_nodes(asked: &GresAsked, exc_nodes: Option<&str>, nodes: &NodeGres) -> Option<String> {
+    use cder_request::hostlist::Hostlist;
+    if !asked.whole_gpus() || nodes.shard_nodes.is_empty() {
+        return None;
+    }
+    let exc_nodes = exc_nodes.unwrap_or("").trim();
+    // What SLURM will exclude, by name; a list this cannot read (SLURM
+    // checks it) is added to rather than trusted.
+    let excluded =
+        if exc_nodes.is_empty() { Vec::new() } else { Hostlist::HOSTS.expand(exc_nodes).unwrap_or_default() };
+    let missing: Vec<&str> = nodes
+        .shard_nodes
+        .iter()
+        .filter(|n| match Hostlist::HOSTS.expand(n) {
+            Ok(names) => names.iter().any(|name| !excluded.contains(name)),
+            Err(_) => true,
+        })
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let mut list: Vec<&str> = if exc_nodes.is_empty() { Vec::new() } else { vec![exc_nodes] };
+    list.extend(missing);
     Some(list.join(","))
+}
+
+/// Refuses, where nodes share their GPUs, a job whose only GPU request is
+/// `--ntasks-per-gpu`: slurmctld derives its GPUs from its task count but
+/// keeps no GPU count in the job's record, so a later update (an
+/// `ExcNodeList` its owner clears) could not be told from one of a job
+/// without GPUs, and the job would reach a shared GPU.
+pub fn check_tasks_per_gpu(asked: &GresAsked, nodes: &NodeGres) -> Result<(), String> {
+    match asked.ntasks_per_gpu {
+        Some(n) if !asked.gpu_count_given() && !nodes.shard_nodes.is_empty() => Err(format!(
+            "cder: --ntasks-per-gpu={n} without a GPU count: on this cluster, where {} share their GPUs, \
+             ask for the GPUs too (--gpus=N or --gres=gpu:N), which keeps the job off those nodes",
+            nodes.shard_nodes.join(",")
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Checks a `TresPerNode` update (`scontrol update job … TresPerNode=`).
@@ -116,9 +197,10 @@ pub fn node_gres(slurm_conf: Option<&Path>) -> Result<NodeGres, String> {
 
 /// Exports a job_submit plugin: `plugin_name`, `plugin_type`
 /// (`job_submit/<name>`), `plugin_version`, `init`, `fini`, `job_submit`
-/// and `job_modify`, the last two calling `$submit` / `$modify`
-/// (`fn(&mut JobDesc, submit_uid) -> Result<(), String>`; the error text
-/// is what the user sees).
+/// and `job_modify`, the last two calling `$submit`
+/// (`fn(&mut JobDesc, submit_uid) -> Result<(), String>`) and `$modify`
+/// (`fn(&mut JobDesc, &JobRecord, submit_uid) -> Result<(), String>`, with
+/// the controller's record of the job); the error text is what the user sees.
 #[macro_export]
 macro_rules! job_submit_plugin {
     ($name:literal, $submit:path, $modify:path) => {
@@ -178,13 +260,21 @@ macro_rules! job_submit_plugin {
         #[no_mangle]
         pub unsafe extern "C" fn job_modify(
             job_desc: *mut $crate::ffi::job_desc_msg_t,
-            _job_ptr: *mut ::std::ffi::c_void,
+            job_ptr: *mut ::std::ffi::c_void,
             submit_uid: u32,
             err_msg: *mut *mut ::std::ffi::c_char,
         ) -> ::std::ffi::c_int {
-            // SAFETY: slurmctld passes a valid job description and message slot.
+            // SAFETY: slurmctld passes a valid job description, the job's
+            // record and a message slot.
             unsafe {
-                $crate::sys::dispatch_job_submit(concat!("job_submit/", $name), $modify, job_desc, submit_uid, err_msg)
+                $crate::sys::dispatch_job_modify(
+                    concat!("job_submit/", $name),
+                    $modify,
+                    job_desc,
+                    job_ptr,
+                    submit_uid,
+                    err_msg,
+                )
             }
         }
     };
@@ -279,11 +369,89 @@ mod tests {
         assert!(e.contains("--gpgpu-shares-per-node=5: more shares than any GPU is offered as (at most 4"), "{e}");
         let e = translate(&sub(&["CDER_GPGPU_SHARES_PER_NODE=1"], &[]), &self::nodes()).unwrap_err();
         assert!(e.contains("unknown CDER type \"gpgpu-shares\""), "{e}");
-        assert_eq!(exclude_shared_nodes(Some("gres:gpu:1"), None, &nodes), Some("wn[1-2]".into()));
-        assert_eq!(exclude_shared_nodes(Some("gres/gpu:2"), Some("wn9"), &nodes), Some("wn9,wn[1-2]".into()));
-        assert_eq!(exclude_shared_nodes(Some("gres:shard:2"), None, &nodes), None);
-        assert_eq!(exclude_shared_nodes(Some("gres:gpu:1"), None, &self::nodes()), None);
-        assert_eq!(exclude_shared_nodes(None, None, &nodes), None);
+        let per_node = |t: &str| GresAsked { tres_per_node: Some(t.into()), ..Default::default() };
+        assert_eq!(exclude_shared_nodes(&per_node("gres:gpu:1"), None, &nodes), Some("wn[1-2]".into()));
+        assert_eq!(exclude_shared_nodes(&per_node("gres/gpu:2"), Some("wn9"), &nodes), Some("wn9,wn[1-2]".into()));
+        assert_eq!(exclude_shared_nodes(&per_node("gres:shard:2"), None, &nodes), None);
+        assert_eq!(exclude_shared_nodes(&per_node("gres:gpu:1"), None, &self::nodes()), None);
+        assert_eq!(exclude_shared_nodes(&GresAsked::default(), None, &nodes), None);
+    }
+
+    /// Every form SLURM takes a GPU count in (issue 44.5): per job, task
+    /// and socket, and tasks per GPU, are kept off nodes that share, as
+    /// per node is.
+    #[test]
+    fn every_form_of_whole_gpus_is_kept_off_shared_nodes() {
+        let nodes =
+            NodeGres::parse("NodeName=wn[1-2] Gres=gpu:2,shard:8\nNodeName=wn3 Gres=gpu:4\n", Path::new("/")).unwrap();
+        let forms = [
+            GresAsked { tres_per_job: Some("gres:gpu:1".into()), ..Default::default() },
+            GresAsked { tres_per_job: Some("gres/gpu:a100:2".into()), ..Default::default() },
+            GresAsked { tres_per_task: Some("gres:gpu:1".into()), ..Default::default() },
+            GresAsked { tres_per_socket: Some("gres/gpu:1".into()), ..Default::default() },
+            GresAsked { ntasks_per_gpu: Some(2), tres_per_job: Some("gres:gpu:2".into()), ..Default::default() },
+            GresAsked {
+                tres_per_node: Some("gres/fpga:1".into()),
+                tres_per_task: Some("cpu=2,gres/gpu:1".into()),
+                ..Default::default()
+            },
+        ];
+        for asked in &forms {
+            assert!(asked.whole_gpus(), "{asked:?}");
+            assert_eq!(exclude_shared_nodes(asked, None, &nodes), Some("wn[1-2]".into()), "{asked:?}");
+        }
+        for not_whole in [
+            GresAsked { tres_per_job: Some("gres/shard:2".into()), ..Default::default() },
+            GresAsked { tres_per_task: Some("gres:gpu:0".into()), ..Default::default() },
+            GresAsked { tres_per_job: Some("cpu=4".into()), ..Default::default() },
+        ] {
+            assert!(!not_whole.whole_gpus(), "{not_whole:?}");
+            assert_eq!(exclude_shared_nodes(&not_whole, None, &nodes), None);
+        }
+        for asked in &forms {
+            assert_eq!(check_tasks_per_gpu(asked, &nodes), Ok(()), "{asked:?}");
+        }
+        // Tasks per GPU alone: steered, but refused where nodes share (the
+        // record would not show its GPUs to a later update).
+        let tasks_only = GresAsked { ntasks_per_gpu: Some(2), ..Default::default() };
+        assert!(tasks_only.whole_gpus());
+        assert_eq!(exclude_shared_nodes(&tasks_only, None, &nodes), Some("wn[1-2]".into()));
+        let e = check_tasks_per_gpu(&tasks_only, &nodes).unwrap_err();
+        assert!(e.contains("--ntasks-per-gpu=2 without a GPU count") && e.contains("where wn[1-2] share"), "{e}");
+        let unshared = NodeGres::parse("NodeName=wn3 Gres=gpu:4\n", Path::new("/")).unwrap();
+        assert_eq!(check_tasks_per_gpu(&tasks_only, &unshared), Ok(()));
+        // Already excluded, by name or by range: nothing to change.
+        let gpus = &forms[0];
+        assert_eq!(exclude_shared_nodes(gpus, Some("wn[1-2]"), &nodes), None);
+        assert_eq!(exclude_shared_nodes(gpus, Some("wn2,wn1,wn3"), &nodes), None);
+        assert_eq!(exclude_shared_nodes(gpus, Some("wn1"), &nodes), Some("wn1,wn[1-2]".into()));
+        assert_eq!(exclude_shared_nodes(gpus, Some(" "), &nodes), Some("wn[1-2]".into()));
+    }
+
+    /// An update carries only what changes: the job's recorded request
+    /// decides what the update leaves, and an `ExcNodeList` its owner
+    /// clears or shortens gets the nodes that share back.
+    #[test]
+    fn updates_are_judged_on_the_job_they_leave() {
+        let nodes =
+            NodeGres::parse("NodeName=node1 Gres=gpu:1,shard:4\nNodeName=node2 Gres=gpu:1\n", Path::new("/")).unwrap();
+        let recorded = GresAsked { tres_per_job: Some("gres:gpu:1".into()), ..Default::default() };
+        // `ExcNodeList=` (cleared) and `ExcNodeList=node2`, GRES untouched.
+        let after = recorded.updated_by(&GresAsked::default());
+        assert_eq!(after, recorded);
+        assert_eq!(exclude_shared_nodes(&after, Some(""), &nodes), Some("node1".into()));
+        assert_eq!(exclude_shared_nodes(&after, Some("node2"), &nodes), Some("node2,node1".into()));
+        // A shard job's owner may clear it.
+        let shard = GresAsked { tres_per_node: Some("gres:shard:1".into()), ..Default::default() };
+        assert_eq!(exclude_shared_nodes(&shard.updated_by(&GresAsked::default()), Some(""), &nodes), None);
+        // An operator's new TresPerNode over a CPU job's record.
+        let update = GresAsked { tres_per_node: Some("gres:gpu:1".into()), ..Default::default() };
+        assert!(update.any() && !GresAsked::default().any());
+        let after = GresAsked::default().updated_by(&update);
+        assert_eq!(exclude_shared_nodes(&after, Some("node9"), &nodes), Some("node9,node1".into()));
+        // A GPU count the update removes no longer steers.
+        let cleared = GresAsked { tres_per_job: Some(String::new()), ..Default::default() };
+        assert!(!recorded.updated_by(&cleared).whole_gpus());
     }
 
     #[test]

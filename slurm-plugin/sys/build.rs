@@ -44,7 +44,7 @@ fn main() {
         .clang_arg(format!("-I{include}"))
         .allowlist_function("spank_.*")
         .allowlist_function(
-            "slurm_(info|error|verbose|debug|spank_log|xstrdup|xfree|load_job|free_job_info_msg|xcalloc)",
+            "slurm_(info|error|verbose|debug|spank_log|xstrdup|xfree|load_job|free_job_info_msg|free_job_desc_msg|xcalloc)",
         )
         .allowlist_type("job_desc_msg_t|job_info_msg_t|slurm_job_info_t|spank_.*|slurm_conf_t|cder_show_flags")
         .allowlist_var(

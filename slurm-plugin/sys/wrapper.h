@@ -18,6 +18,9 @@ extern char *slurm_xstrdup(const char *str);
 extern void slurm_xfree(void **item);
 extern void *slurm_xcalloc(size_t count, size_t size, bool clear, bool try_,
                            const char *file, int line, const char *func);
+/* src/common/slurm_protocol_defs.h (the same in 22.05 to 26.05): frees a job
+ * description and its strings, as slurmctld frees its own copies. */
+extern void slurm_free_job_desc_msg(job_desc_msg_t *msg);
 /* src/common/read_config.h: the running daemon's parsed slurm.conf. */
 extern slurm_conf_t slurm_conf;
 

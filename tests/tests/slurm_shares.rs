@@ -328,3 +328,147 @@ fn mps_limits_are_each_jobs_fraction_and_each_job_gets_its_own_usage() {
     mps_usage_case(false);
     mps_usage_case(true);
 }
+
+/// [`shared_config`] with a second, non-sharing node that never registers
+/// (nothing listens at its port), in a partition `wide` with node1: a
+/// job kept off node1 waits there instead of being refused, so what an
+/// update does to it shows.
+fn shared_and_wide_config(cgroup: bool) -> SlurmConfig {
+    SlurmConfig {
+        extra_slurm_conf: "NodeName=node2 NodeAddr=127.0.0.2 NodeHostname=node2 Port=1 CPUs=4 RealMemory=1000 \
+                           Gres=gpu:1 State=UNKNOWN\n\
+                           PartitionName=wide Nodes=node1,node2 MaxTime=INFINITE State=UP"
+            .into(),
+        ..shared_config(cgroup)
+    }
+}
+
+/// A job's `ExcNodeList`, by name (`(null)` when none).
+fn excluded(cluster: &SlurmCluster, id: u32) -> Vec<String> {
+    let info = cluster.job(id).unwrap_or_else(|e| panic!("{e}"));
+    let list = info.fields.get("ExcNodeList").cloned().unwrap_or_default();
+    cder_request::hostlist::Hostlist::HOSTS.expand(&list).unwrap_or_default()
+}
+
+/// Issue 44.5: every other way a job asks for whole GPUs (`--gpus`,
+/// `--gpus-per-task`, `--gpus-per-socket`; `--ntasks-per-gpu`, refused
+/// without a GPU count) is kept off the node that shares its GPU, as
+/// `--gres=gpu` is; and an update (the
+/// owner's `ExcNodeList`, `ReqNodeList`, partition; an operator's GPU
+/// count) never puts a job asking for whole GPUs there. All jobs and the
+/// owner's updates are `nobody`'s. Without the steering, SLURM 22.05
+/// starts each on node1's GPU whole beside its shards, which cderd then
+/// refuses to record (`fail=closed`) or, where the prolog is not asked,
+/// never sees.
+#[test]
+fn whole_gpus_in_any_form_and_after_any_update_stay_off_a_shared_gpu() {
+    if !require_slurm() {
+        return;
+    }
+    let _serial = serial();
+    let cluster = SlurmCluster::start(&shared_and_wide_config(true)).unwrap_or_else(|e| panic!("starting SLURM: {e}"));
+    let flag = cluster.jobs_dir().join("release-steer");
+    let script = probe(&cluster, &flag);
+    let forms: [&[&str]; 4] = [
+        &["--gpus=1"],
+        &["-n1", "--gpus-per-task=1"],
+        &["--sockets-per-node=1", "--gpus-per-socket=1"],
+        &["-n2", "--ntasks-per-gpu=2", "--gpus=1"],
+    ];
+    // `--ntasks-per-gpu` alone: its GPUs would not show in the job's
+    // record to a later update; refused, in either partition.
+    for partition in ["debug", "wide"] {
+        let args = ["-p", partition, "-n1", "--ntasks-per-gpu=1"];
+        match cluster.sbatch_as_user(&args, &script) {
+            Err(e) => assert!(
+                e.contains("cder: --ntasks-per-gpu=1 without a GPU count") && e.contains("where node1 share"),
+                "{args:?}: {e}"
+            ),
+            Ok(id) => panic!("{args:?}: job {id} was accepted: {:?}\n{}", cluster.job(id), cluster.logs()),
+        }
+    }
+    // (a) At submit, in the partition of node1 alone: refused (SLURM's
+    // word once node1 is excluded), as `--gres=gpu:1` is.
+    for args in forms {
+        match cluster.sbatch_as_user(args, &script) {
+            Err(e) => assert!(e.contains("Requested node configuration is not available"), "{args:?}: {e}"),
+            Ok(id) => panic!(
+                "{args:?}: job {id} was accepted onto the node that shares its GPU: {:?}\n{}",
+                cluster.job(id),
+                cluster.logs()
+            ),
+        }
+    }
+    // (b) With node2 beside it: accepted, node1 excluded, waiting.
+    let mut waiting = Vec::new();
+    for args in forms.iter().chain([&["--gres=gpu:1"][..]].iter()) {
+        let args: Vec<&str> = ["-p", "wide"].iter().chain(args.iter()).copied().collect();
+        let id = cluster.sbatch_as_user(&args, &script).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(excluded(&cluster, id).contains(&"node1".to_string()), "{args:?}: {:?}", cluster.job(id));
+        waiting.push((args.join(" "), id));
+    }
+
+    // (c) The owner's updates of a waiting whole-GPU job: the exclusion
+    // comes back whatever ExcNodeList says; a ReqNodeList or partition
+    // naming node1 does not lift it.
+    let owner = |id: u32, what: &str| -> Result<(), String> {
+        let out = cluster.run_as_user("scontrol", &["update", &format!("JobId={id}"), what]).unwrap();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    let (gpus, gres) = (waiting[0].1, waiting[4].1);
+    for id in [gpus, gres] {
+        owner(id, "ExcNodeList=").unwrap_or_else(|e| panic!("job {id}: ExcNodeList=: {e}"));
+        assert_eq!(excluded(&cluster, id), ["node1"], "job {id}: ExcNodeList= cleared the exclusion");
+        owner(id, "ExcNodeList=node2").unwrap_or_else(|e| panic!("job {id}: ExcNodeList=node2: {e}"));
+        let mut now = excluded(&cluster, id);
+        now.sort();
+        assert_eq!(now, ["node1", "node2"], "job {id}: ExcNodeList=node2 dropped node1");
+        owner(id, "ExcNodeList=").unwrap();
+    }
+    // SLURM may refuse these itself; either way node1 stays excluded.
+    let _ = owner(gpus, "ReqNodeList=node1");
+    let _ = owner(gres, "Partition=debug");
+    for id in [gpus, gres] {
+        assert!(excluded(&cluster, id).contains(&"node1".to_string()), "job {id}: {:?}", cluster.job(id));
+    }
+    // An operator's ExcNodeList is held to the same rule.
+    cluster.scontrol(&["update", &format!("JobId={}", waiting[1].1), "ExcNodeList="]).unwrap();
+    assert_eq!(excluded(&cluster, waiting[1].1), ["node1"], "root's ExcNodeList= cleared the exclusion");
+    // A GPU count moved to per job, task or socket is refused (issue 43's
+    // stamp), for the owner of a job without GPUs as for anyone (an update's
+    // refusal reaches scontrol as its code only).
+    let cpu_only = cluster.sbatch_as_user(&["-p", "wide", "--hold"], &script).unwrap();
+    for what in ["TresPerJob=gres:gpu:1", "TresPerTask=gres:gpu:1", "TresPerSocket=gres:gpu:1"] {
+        assert!(owner(cpu_only, what).is_err(), "{what} was accepted");
+        let info = cluster.job(cpu_only).unwrap();
+        assert!(!info.fields.values().any(|v| v.contains("gpu:1")), "{what}: {info:?}");
+    }
+    // An operator's GPU count on a waiting job without GPUs keeps the
+    // job's own exclusions and adds node1's.
+    cluster.scontrol(&["update", &format!("JobId={cpu_only}"), "ExcNodeList=node2"]).unwrap();
+    cluster.scontrol(&["update", &format!("JobId={cpu_only}"), "TresPerNode=gres:gpu:1"]).unwrap();
+    let mut now = excluded(&cluster, cpu_only);
+    now.sort();
+    assert_eq!(now, ["node1", "node2"], "root's TresPerNode on job {cpu_only}: {:?}", cluster.job(cpu_only));
+
+    // (d) A few scheduling passes later none of them started: node1's GPU
+    // is held by nobody, whole or in shares.
+    std::thread::sleep(Duration::from_secs(6));
+    for (args, id) in &waiting {
+        let info = cluster.job(*id).unwrap();
+        assert_eq!(info.state, "PENDING", "{args}: job {id} started: {info:?}\n{}", cluster.logs());
+    }
+    let status = cluster.cderd_status().unwrap();
+    assert!(status.devices.iter().all(|d| d.job.is_none()), "the shared GPU was recorded whole: {status:?}");
+    assert!(status.shares.is_empty(), "no job holds shares: {status:?}");
+    // A share job still lands on it beside the waiting ones.
+    let sharer = cluster.sbatch_as_user(&["-p", "wide", "--gres=shard:1"], &script).unwrap();
+    let env = wait_output(&cluster, sharer);
+    assert_eq!(env["OPEN"], "0", "the share job opens GPU 0\n{}", cluster.logs());
+    std::fs::write(&flag, b"").unwrap();
+    assert_eq!(cluster.wait_job(sharer, JOB_TIMEOUT).unwrap().state, "COMPLETED");
+}

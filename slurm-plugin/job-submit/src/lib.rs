@@ -7,12 +7,15 @@
 //! `tres_per_node` GRES (`gres:gpu:N`), so the scheduler never places more
 //! jobs on a node than it has devices. Malformed requests, counts no node
 //! can hold and unknown types are refused at submit time; the user sees
-//! the reason.
+//! the reason. A job that asks for whole GPUs in any form is kept off the
+//! nodes that offer theirs as shares, at submit and on every update.
 
 #![deny(missing_docs)]
 
-use cder_slurm::job_submit::{check_tres_update, exclude_shared_nodes, node_gres, translate, Submission};
-use cder_slurm::sys::{self, JobDesc, Level};
+use cder_slurm::job_submit::{
+    check_tasks_per_gpu, check_tres_update, exclude_shared_nodes, node_gres, translate, GresAsked, Submission,
+};
+use cder_slurm::sys::{self, JobDesc, JobRecord, Level};
 
 /// vGPGPU jobs take `vgpgpu` licences, N per node, so SLURM holds them
 /// until that many backends are free (`cder_slurm::vgpgpu`).
@@ -39,7 +42,69 @@ fn vgpgpu(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
 /// submitter put there removed first.
 fn submit(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
     translate_request(job, submit_uid)?;
+    keep_whole_gpus_off_shared(job, None, submit_uid)?;
     stamp_node_gres(job);
+    Ok(())
+}
+
+/// A job description's GRES, in every form SLURM takes them.
+fn gres_asked(job: &JobDesc<'_>) -> GresAsked {
+    GresAsked {
+        tres_per_node: job.tres_per_node(),
+        tres_per_job: job.tres_per_job(),
+        tres_per_task: job.tres_per_task(),
+        tres_per_socket: job.tres_per_socket(),
+        ntasks_per_gpu: job.ntasks_per_tres(),
+    }
+}
+
+/// Keeps a job that asks for whole GPUs, in any form (`--gres=gpu`,
+/// `--gpus`, `--gpus-per-task`, `--gpus-per-socket`, `--ntasks-per-gpu`),
+/// off the nodes that share theirs, through its `exc_nodes`. On an update
+/// (`record`: the job as the controller holds it), what the update leaves
+/// decides: an `ExcNodeList` that the owner clears or shortens gets the
+/// sharing nodes back, and a new GPU count keeps the job's own exclusions.
+fn keep_whole_gpus_off_shared(
+    job: &mut JobDesc<'_>,
+    record: Option<&JobRecord<'_>>,
+    submit_uid: u32,
+) -> Result<(), String> {
+    let asked = gres_asked(job);
+    let exc_nodes = job.exc_nodes();
+    // Cheap first: most submissions ask for no GPU, most updates touch neither.
+    let relevant = match record {
+        None => asked.whole_gpus(),
+        Some(_) => exc_nodes.is_some() || asked.any(),
+    };
+    if !relevant {
+        return Ok(());
+    }
+    // Read per job: slurm.conf is small, and a reconfigure that changes
+    // the nodes' GRES is then honoured at once.
+    let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
+    if nodes.shard_nodes.is_empty() {
+        return Ok(());
+    }
+    let (asked, exc_nodes) = match record {
+        None => {
+            check_tasks_per_gpu(&asked, &nodes)?;
+            (asked, exc_nodes)
+        }
+        Some(record) => {
+            let mut recorded = record.describe().map_err(|e| {
+                format!("cder: cannot read the job's record to keep its whole GPUs off the nodes that share theirs ({e}); ask an operator")
+            })?;
+            let recorded = recorded.desc();
+            (gres_asked(&recorded).updated_by(&asked), exc_nodes.or_else(|| recorded.exc_nodes()))
+        }
+    };
+    if let Some(exc) = exclude_shared_nodes(&asked, exc_nodes.as_deref(), &nodes) {
+        sys::log(
+            Level::Verbose,
+            &format!("job_submit/cder: uid {submit_uid}: whole GPUs, kept off the nodes that share theirs: exc_nodes {exc:?}"),
+        );
+        job.set_exc_nodes(&exc);
+    }
     Ok(())
 }
 
@@ -73,23 +138,13 @@ fn translate_request(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), Strin
     };
     let cheap_check = cder_slurm::request::RawRequest::from_control_env(&sub.spank_job_env)
         .or(cder_slurm::request::RawRequest::from_jdl_env(&sub.environment));
-    let native_gpus = sub.tres_per_node.as_deref().is_some_and(|t| t.contains("gpu"));
-    if cheap_check.is_empty() && !native_gpus {
+    if cheap_check.is_empty() {
         return Ok(());
     }
     // Read per submission: slurm.conf is small, and a reconfigure that
     // changes the nodes' GRES is then honoured at once.
     let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
-    let translated = if cheap_check.is_empty() { None } else { translate(&sub, &nodes)? };
-    let tres = translated.clone().or(sub.tres_per_node.clone());
-    if let Some(exc) = exclude_shared_nodes(tres.as_deref(), job.exc_nodes().as_deref(), &nodes) {
-        sys::log(
-            Level::Verbose,
-            &format!("job_submit/cder: uid {submit_uid}: whole GPUs, kept off the nodes that share theirs: exc_nodes {exc:?}"),
-        );
-        job.set_exc_nodes(&exc);
-    }
-    if let Some(tres) = translated {
+    if let Some(tres) = translate(&sub, &nodes)? {
         sys::log(
             Level::Verbose,
             &format!(
@@ -105,9 +160,10 @@ fn translate_request(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), Strin
 /// An update (`scontrol update job`) carries only what changes: a device
 /// count in `TresPerNode` is the owner's to set only at submit time (the
 /// node honours the controller's grant, which must stay the validated
-/// one), and a new cder request in it is checked and translated as at
-/// submit time.
-fn modify(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
+/// one), a new cder request in it is checked and translated as at
+/// submit time, and a job left asking for whole GPUs stays off the nodes
+/// that share theirs, whatever `ExcNodeList` the update sets.
+fn modify(job: &mut JobDesc<'_>, record: &JobRecord<'_>, submit_uid: u32) -> Result<(), String> {
     if let Some(update) = job.tres_per_node() {
         let nodes = node_gres(sys::slurm_conf_path().as_deref())?;
         let operator = submit_uid == 0 || submit_uid == sys::slurm_user_id();
@@ -119,7 +175,8 @@ fn modify(job: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), String> {
         job.tres_per_task().as_deref(),
         job.tres_per_socket().as_deref(),
     )?;
-    translate_request(job, submit_uid)
+    translate_request(job, submit_uid)?;
+    keep_whole_gpus_off_shared(job, Some(record), submit_uid)
 }
 
 cder_slurm::job_submit_plugin!("cder", submit, modify);

@@ -2,7 +2,9 @@
 //! dispatcher that the export macro beside the controller logic calls.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 
 use super::cstr::{log, panic_text, read_array, read_cstr, xstrdup, Level};
 use crate::ffi;
@@ -125,6 +127,13 @@ impl JobDesc<'_> {
         unsafe { ffi::slurm_xfree((&mut old as *mut *mut c_char).cast::<*mut c_void>()) };
     }
 
+    /// `ntasks_per_tres` (`--ntasks-per-gpu`), when set: with a task count
+    /// and no GPU asked otherwise, slurmctld derives the job's GPUs from it.
+    pub fn ntasks_per_tres(&self) -> Option<u16> {
+        // 0 and NO_VAL16 (0xfffe): unset (slurm_init_job_desc_msg, an update).
+        Some(self.raw.ntasks_per_tres).filter(|&n| n != 0 && n != 0xfffe)
+    }
+
     /// `min_nodes` as submitted (NO_VAL when unset).
     pub fn min_nodes(&self) -> u32 {
         self.raw.min_nodes
@@ -139,8 +148,77 @@ impl JobDesc<'_> {
     }
 }
 
-/// Runs a job_submit or job_modify function: no unwind leaves it; a refusal
-/// becomes `err_msg` (which sbatch prints) and `ESLURM_INVALID_GRES`.
+/// The controller's record of a job that an update is for (slurmctld's
+/// `job_record_t`, which no public header declares: never read here
+/// field by field, only handed back to slurmctld).
+pub struct JobRecord<'a> {
+    raw: *mut c_void,
+    /// Valid for the one job_modify call that received it.
+    _call: PhantomData<&'a mut c_void>,
+}
+
+/// A job as its record describes it, in a job description of its own
+/// (freed with SLURM's allocator when dropped).
+pub struct RecordedJob {
+    raw: NonNull<ffi::job_desc_msg_t>,
+}
+
+impl JobRecord<'_> {
+    /// The job as slurmctld itself would describe it anew (its
+    /// `copy_job_record_to_job_desc`, the same in 22.05 to 26.05, which
+    /// federation uses): what an update only changes. Looked up in the
+    /// running process, so a slurmctld without it gives an error here,
+    /// never a plugin SLURM cannot load; outside slurmctld, always an error.
+    pub fn describe(&self) -> Result<RecordedJob, String> {
+        if self.raw.is_null() {
+            return Err("slurmctld passed no job record".into());
+        }
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: the symbol, where the process has it, is slurmctld's
+        // `job_desc_msg_t *copy_job_record_to_job_desc(job_record_t *)`.
+        let copy = unsafe {
+            this.get::<unsafe extern "C" fn(*mut c_void) -> *mut ffi::job_desc_msg_t>(b"copy_job_record_to_job_desc")
+        }
+        .map_err(|e| format!("slurmctld has no copy_job_record_to_job_desc: {e}"))?;
+        // SAFETY: `raw` is the live record slurmctld handed job_modify, under
+        // the job write lock it holds for the update; the copy is xmalloc'd
+        // and ours alone.
+        let raw = unsafe { copy(self.raw) };
+        NonNull::new(raw)
+            .map(|raw| RecordedJob { raw })
+            .ok_or_else(|| "slurmctld could not copy the job's record".into())
+    }
+}
+
+impl RecordedJob {
+    /// The copy, read (and written) like any job description.
+    pub fn desc(&mut self) -> JobDesc<'_> {
+        // SAFETY: the copy lives as long as `self` and nothing else refers to it.
+        JobDesc { raw: unsafe { self.raw.as_mut() } }
+    }
+}
+
+impl Drop for RecordedJob {
+    fn drop(&mut self) {
+        // SAFETY: the description came from SLURM's allocator and is freed
+        // once, as slurmctld frees its own copies (fed_mgr.c, 22.05 to
+        // 26.05): the environment's strings lie in one buffer (the first
+        // entry's), not one allocation each as slurm_free_job_desc_msg
+        // would free them.
+        unsafe {
+            let raw = self.raw.as_mut();
+            if !raw.environment.is_null() {
+                ffi::slurm_xfree(raw.environment.cast::<*mut c_void>());
+                ffi::slurm_xfree((&mut raw.environment as *mut *mut *mut c_char).cast::<*mut c_void>());
+                raw.env_size = 0;
+            }
+            ffi::slurm_free_job_desc_msg(self.raw.as_ptr());
+        }
+    }
+}
+
+/// Runs a job_submit function: no unwind leaves it; a refusal becomes
+/// `err_msg` (which sbatch prints) and `ESLURM_INVALID_GRES`.
 ///
 /// SAFETY (callers): `job_desc` and `err_msg` are what slurmctld passed.
 #[doc(hidden)]
@@ -151,10 +229,40 @@ pub unsafe fn dispatch_job_submit(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { dispatch(name, |job| f(job, submit_uid), job_desc, submit_uid, err_msg) }
+}
+
+/// Runs a job_modify function, as [`dispatch_job_submit`] does, with the
+/// controller's record of the job the update is for.
+///
+/// SAFETY (callers): `job_desc`, `job_ptr` and `err_msg` are what slurmctld passed.
+#[doc(hidden)]
+pub unsafe fn dispatch_job_modify(
+    name: &str,
+    f: fn(&mut JobDesc<'_>, &JobRecord<'_>, u32) -> Result<(), String>,
+    job_desc: *mut ffi::job_desc_msg_t,
+    job_ptr: *mut c_void,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    let record = JobRecord { raw: job_ptr, _call: PhantomData };
+    // SAFETY: the caller's.
+    unsafe { dispatch(name, |job| f(job, &record, submit_uid), job_desc, submit_uid, err_msg) }
+}
+
+/// SAFETY (callers): `job_desc` and `err_msg` are what slurmctld passed.
+unsafe fn dispatch(
+    name: &str,
+    f: impl FnOnce(&mut JobDesc<'_>) -> Result<(), String>,
+    job_desc: *mut ffi::job_desc_msg_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: slurmctld passes a valid, exclusively held job description.
         let Some(raw) = (unsafe { job_desc.as_mut() }) else { return Ok(()) };
-        f(&mut JobDesc { raw }, submit_uid)
+        f(&mut JobDesc { raw })
     }));
     let message = match outcome {
         Ok(Ok(())) => return ffi::SLURM_SUCCESS as c_int,
@@ -234,6 +342,45 @@ mod tests {
         let mut job = JobDesc { raw: &mut raw };
         job.set_spank_job_env(&[]);
         assert!(job.spank_job_env().is_empty());
+    }
+
+    #[test]
+    fn tasks_per_gpu_is_read_only_when_set() {
+        let mut raw = job_desc(&mut [], &mut [], None);
+        for (value, read) in [(0, None), (0xfffe, None), (2, Some(2))] {
+            raw.ntasks_per_tres = value;
+            assert_eq!(JobDesc { raw: &mut raw }.ntasks_per_tres(), read, "{value:#x}");
+        }
+    }
+
+    /// Outside slurmctld (or in one without the symbol) a record cannot be
+    /// read: an error for job_modify to refuse on, never a crash.
+    #[test]
+    fn a_record_without_slurmctld_is_an_error() {
+        let none = JobRecord { raw: std::ptr::null_mut(), _call: PhantomData };
+        assert!(none.describe().err().unwrap().contains("no job record"));
+        let mut not_a_record = 0u64;
+        let record = JobRecord { raw: (&mut not_a_record as *mut u64).cast(), _call: PhantomData };
+        let e = record.describe().err().unwrap();
+        assert!(e.contains("no copy_job_record_to_job_desc"), "{e}");
+    }
+
+    fn refuses_on_record(_: &mut JobDesc<'_>, record: &JobRecord<'_>, _: u32) -> Result<(), String> {
+        record.describe().map(drop).map_err(|e| format!("cder: {e}"))
+    }
+
+    #[test]
+    fn modify_refusals_reach_err_msg() {
+        let mut raw = job_desc(&mut [], &mut [], None);
+        let mut err: *mut c_char = std::ptr::null_mut();
+        // SAFETY: valid job description and message slot; a null record, as
+        // slurmctld never passes, is handled by `describe`.
+        let rc = unsafe {
+            dispatch_job_modify("job_submit/test", refuses_on_record, &mut raw, std::ptr::null_mut(), 0, &mut err)
+        };
+        assert_eq!(rc, ffi::slurm_err_t_ESLURM_INVALID_GRES as c_int);
+        // SAFETY: dispatch put an xstrdup'd string there.
+        assert_eq!(unsafe { read_cstr(err) }.as_deref(), Some("cder: slurmctld passed no job record"));
     }
 
     fn panics(_: &mut JobDesc<'_>, _: u32) -> Result<(), String> {

@@ -17,5 +17,5 @@ pub mod spank;
 
 pub use conf::{load_job, slurm_conf_path, slurm_user_id, task_plugin, GrantedJob};
 pub use cstr::{log, spank_log, Level};
-pub use job_submit::{dispatch_job_submit, JobDesc};
+pub use job_submit::{dispatch_job_modify, dispatch_job_submit, JobDesc, JobRecord, RecordedJob};
 pub use spank::{Context, Spank, SpankError};
