@@ -1590,13 +1590,15 @@ fn kept_out(
 }
 
 /// `status` as a user who is not an operator sees it: other users' jobs
-/// and uids are left out of the sharers and the idle devices, as `usage`
-/// leaves them out.
+/// and uids are left out (of the devices, the sharers and the idle
+/// devices), as `usage` leaves them out.
 fn own_only(mut status: Status, uid: u32) -> Status {
     status.shares.retain(|s| s.uid == uid);
     status.idle.retain(|d| d.uid == uid);
+    // The state stays (the free counts are everyone's); whose it is does not.
     for d in status.devices.iter_mut().filter(|d| d.uid.is_some_and(|u| u != uid)) {
         d.uid = None;
+        d.job = None;
     }
     // Why a device is kept out names another user's processes.
     for d in status.devices.iter_mut().filter(|d| d.reason.as_deref().is_some_and(|r| r.starts_with("released by job")))

@@ -1089,8 +1089,9 @@ impl Store {
         if let Some((uid, token)) = token {
             // Other sharers hold a shared device open by right: it is kept
             // out only once its last sharer has left (issue 44, 12).
-            for d in
-                released.iter_mut().filter(|d| held.contains_key(&d.uuid) && (self.share_total(d).is_none() || d.shared == 0))
+            for d in released
+                .iter_mut()
+                .filter(|d| held.contains_key(&d.uuid) && (self.share_total(d).is_none() || d.shared == 0))
             {
                 let reason = &held[&d.uuid];
                 tx.prepare_cached(

@@ -175,6 +175,8 @@ fn a_user_sees_only_their_own_sharers_and_idle_jobs_in_status() {
     let line = String::from_utf8_lossy(&out.stdout);
     assert!(line.contains("\"ok\":true"), "{line} {}", String::from_utf8_lossy(&out.stderr));
     assert!(!line.contains("4343"), "another user's uid in a user's status: {line}");
+    assert!(!line.contains("slurm:1"), "another user's job in a user's status: {line}");
+    assert!(line.contains("\"allocated\""), "the device's state is everyone's: {line}");
     let root = serde_json::to_string(&node.status()).unwrap();
     assert!(root.contains("4343"), "root's status lost the holder's uid: {root}");
 }
