@@ -152,11 +152,9 @@ fn scrape(dir: &Path, socket: &Path) -> (Running, Running, u16, impl Fn() -> Str
     (exporter, prometheus, prom_port, log)
 }
 
-#[test]
-fn prometheus_scrapes_the_exporter() {
-    if !have_prometheus() {
-        return;
-    }
+/// A cderd over `n` static T4s in a temp dir (searchable by all): the
+/// dir, its socket, the daemon.
+fn static_node(n: u32) -> (tempfile::TempDir, PathBuf, TestNode) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let socket = dir.path().join("cderd.sock");
@@ -164,7 +162,7 @@ fn prometheus_scrapes_the_exporter() {
         "[node]\nsocket = {socket:?}\nstate_dir = {:?}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
         dir.path().join("state")
     );
-    for i in 0..4 {
+    for i in 0..n {
         text += &format!(
             "[[cder.device]]\nindex = {i}\nmodel = \"Tesla T4\"\nmemory_mb = 15360\npath = \"/dev/nvidia{i}\"\nnuma_node = 0\ndev = \"195:{i}\"\n"
         );
@@ -172,6 +170,15 @@ fn prometheus_scrapes_the_exporter() {
     let config = dir.path().join("cder.toml");
     std::fs::write(&config, text).unwrap();
     let cderd = TestNode::started(cderd_binary(), &config, &socket, dir.path().join("cderd.log"));
+    (dir, socket, cderd)
+}
+
+#[test]
+fn prometheus_scrapes_the_exporter() {
+    if !have_prometheus() {
+        return;
+    }
+    let (dir, socket, cderd) = static_node(4);
     let mut client = cderd.client();
     let request = cder_protocol::AllocRequest {
         job: "slurm:4242".parse().unwrap(),
@@ -219,21 +226,7 @@ fn prometheus_scrapes_the_exporter() {
 /// no job (no `hpc_job`, `lrms`, per-job counters); `--job-labels` does.
 #[test]
 fn the_exporter_names_no_job_unless_told_to() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let socket = dir.path().join("cderd.sock");
-    let mut text = format!(
-        "[node]\nsocket = {socket:?}\nstate_dir = {:?}\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
-        dir.path().join("state")
-    );
-    for i in 0..2 {
-        text += &format!(
-            "[[cder.device]]\nindex = {i}\nmodel = \"Tesla T4\"\nmemory_mb = 15360\npath = \"/dev/nvidia{i}\"\nnuma_node = 0\ndev = \"195:{i}\"\n"
-        );
-    }
-    let config = dir.path().join("cder.toml");
-    std::fs::write(&config, text).unwrap();
-    let cderd = TestNode::started(cderd_binary(), &config, &socket, dir.path().join("cderd.log"));
+    let (dir, socket, cderd) = static_node(2);
     let request = cder_protocol::AllocRequest::new("slurm:987654".parse().unwrap(), 1000, 1);
     cderd.client().alloc(&request).unwrap();
 
