@@ -526,8 +526,53 @@ impl Adversary {
             .collect();
         if let Some(id) = running.get(self.rng.below(running.len() as u64) as usize) {
             let key = job_key(*id).expect("a valid key");
+            // SLURM knows nothing of a GPU cderd keeps out of the pool for
+            // a hostile holder and may give it to an honest job: that job's
+            // `alloc` then waits for the holder to go, and its `env` for the
+            // `alloc`. The device stays fenced; the wait is the hostile
+            // user's holding it, not cderd's lock: seen, not a violation,
+            // when the job's device is one kept out as the `env` began.
+            let kept_out: BTreeSet<u32> = Client::connect(self.c().cderd_socket(), Duration::from_secs(10))
+                .and_then(|mut c| c.status())
+                .map(|s| {
+                    s.devices
+                        .iter()
+                        .filter(|d| d.reason.as_deref().is_some_and(|r| r.starts_with("released by job")))
+                        .map(|d| d.index)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let kind = "env of a running job";
+            let since = Instant::now();
+            let result =
+                Client::connect(self.c().cderd_socket(), Duration::from_secs(10)).and_then(|mut c| c.env(&key));
+            let took = since.elapsed();
+            self.report.honest.entry(kind.to_string()).or_default().push(took);
+            // Given the device at last, or refused it after the wait.
+            let waited_for_kept_out = match &result {
+                Ok(a) => a.devices.iter().any(|d| kept_out.contains(&d.index)),
+                Err(e) => {
+                    !kept_out.is_empty()
+                        && e.code() == Some(ErrorCode::UnknownJob)
+                        && e.to_string().contains("not free yet")
+                }
+            };
+            if took > HONEST_BOUND && waited_for_kept_out {
+                self.observe(
+                    "an honest job's env waited for its alloc, which waited for a GPU kept out for a hostile holder \
+                     (SLURM gave the job that GPU)"
+                        .to_string(),
+                );
+            } else if took > HONEST_BOUND {
+                self.violation(Check::SlowAnswer, &format!("the operator's {kind} took {:.2} s", took.as_secs_f64()));
+            }
             // The job may have ended since squeue answered.
-            self.timed("env of a running job", Some(ErrorCode::UnknownJob), |c| c.env(&key));
+            match result {
+                Err(e) if e.code() != Some(ErrorCode::UnknownJob) => {
+                    self.violation(Check::SlowAnswer, &format!("the operator's {kind} failed: {e}"));
+                }
+                _ => {}
+            }
         }
     }
 
