@@ -768,6 +768,9 @@ impl Daemon {
             store.job(job).map_err(|e| store.reply(e))?
         };
         let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
+        for (device, reason) in &held {
+            tracing::error!(device = %device, "{reason}");
+        }
         let released = self.release_ended(job, allocation.as_ref(), &held)?;
         if !released.is_empty() {
             tracing::info!(job = %job, devices = released.len(), "released");
@@ -925,6 +928,7 @@ impl Daemon {
                         back += 1;
                     }
                     Some(reason) if *reason != current.reason => {
+                        tracing::error!(device = %l.device, "{reason}");
                         store.set_leftover(&l.device, Some(reason)).map_err(|e| store.reply(e))?;
                     }
                     Some(_) => {}
@@ -1224,6 +1228,9 @@ impl Daemon {
         let mut jobs = Vec::new();
         for allocation in allocations {
             let held = self.end_job(&allocation);
+            for (device, reason) in &held {
+                tracing::error!(device = %device, "{reason}");
+            }
             let devices = self.release_ended(&allocation.job, Some(&allocation), &held)?;
             if devices.is_empty() {
                 // Released meanwhile, by its epilog.
@@ -1582,7 +1589,6 @@ fn kept_out(
         why.extend(holders.get(&d.uuid).cloned());
         if !why.is_empty() {
             let reason = format!("released by job {job}, but {}; kept out of the pool until that ends", why.join("; "));
-            tracing::error!(device = %d.name(), "{reason}");
             held.insert(d.uuid.clone(), reason);
         }
     }
