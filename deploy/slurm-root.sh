@@ -37,9 +37,10 @@ esac
 
 # What the root holds: the daemons, the commands, the headers and
 # libslurmfull the plugins build against, MUNGE, and what the tests' job
-# scripts and the packages' test use.
+# scripts and the packages' test use (python3: the hostile users' helper,
+# tests/src/hostile.py, passes descriptors from a job).
 packages=(slurmctld slurmd slurm-client libslurm-dev munge
-          util-linux procps coreutils
+          util-linux procps coreutils python3
           dpkg-dev)
 roots=${CDER_ROOTS:-/var/cache/cder/slurm-roots}
 if [ -n "$build" ]; then

@@ -240,6 +240,7 @@ pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
     tres.split([',', ';'])
         .map(str::trim)
         .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
+        .map(colon_count)
         .filter_map(|body| {
             let mut parts = body.split(':');
             let name = parts.next().filter(|n| !n.is_empty())?.to_string();
@@ -253,14 +254,24 @@ pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// A TRES item's count after `=` (`gpu=1`, `gpu:tesla=2`: how 24.05 and
+/// later write `tres_per_task`) as the GRES form's `:count`.
+fn colon_count(body: &str) -> String {
+    match body.rsplit_once('=') {
+        Some((spec, count)) => format!("{spec}:{count}"),
+        None => body.to_string(),
+    }
+}
+
 /// Like [`tres_entries`], with each entry's GRES type (`gres:gpu:1g.10gb:2`
 /// → `("gpu", Some("1g.10gb"), 2)`).
 pub fn typed_tres_entries(tres: &str) -> Vec<(String, Option<String>, u64)> {
     tres.split([',', ';'])
         .map(str::trim)
         .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
+        .map(colon_count)
         .filter_map(|body| {
-            let (name, gres_type, count) = split_gres_item(body)?;
+            let (name, gres_type, count) = split_gres_item(&body)?;
             Some((name.to_string(), gres_type.map(str::to_string), count.unwrap_or(1)))
         })
         .collect()
@@ -402,6 +413,9 @@ mod tests {
             vec![("gpu".to_string(), 2), ("fpga".to_string(), 1)]
         );
         assert_eq!(tres_entries("gres:gpu:0"), vec![("gpu".to_string(), 0)]);
+        // tres_per_task as 24.05 and later write it.
+        assert_eq!(tres_entries("cpu=2,gres/gpu=1"), vec![("gpu".to_string(), 1)]);
+        assert_eq!(typed_tres_entries("gres/gpu:tesla=2"), vec![("gpu".to_string(), Some("tesla".to_string()), 2)]);
         assert!(tres_entries("").is_empty());
     }
 
