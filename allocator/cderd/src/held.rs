@@ -12,7 +12,9 @@
 //! by what the kernel alone knows: `readlink` (a path, or `socket:[…]`),
 //! then `fdinfo`'s mount id, looked up in the process's `mountinfo`. Only a
 //! descriptor on an in-memory file system (devtmpfs, tmpfs, ramfs) or on a
-//! file system that holds one of the devices' own files is `stat`ed.
+//! file system that holds one of the devices' own files is `stat`ed. One
+//! whose mount is in no namespace the process sees (a chroot's, a detached
+//! one) is read from the kernel's cached attributes only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -124,17 +126,39 @@ fn devices_held(proc_dir: &Path, targets: &Targets, mounts: &mut Mounts) -> BTre
         }
         let info = proc_dir.join("fdinfo").join(fd.file_name());
         let Some(mount) = std::fs::read_to_string(info).ok().as_deref().and_then(mount_id) else { continue };
-        let Some((dev, fstype)) = mounts.find(proc_dir, mount) else { continue };
-        if !IN_MEMORY.contains(&fstype.as_str()) && !targets.file_systems.contains(&dev) {
-            continue;
-        }
-        // metadata() follows the magic link to the open file itself.
-        let Ok(target) = std::fs::metadata(fd.path()) else { continue };
-        if target.file_type().is_char_device() && targets.rdevs.contains(&target.rdev()) {
-            found.insert(target.rdev());
+        let rdev = match mounts.find(proc_dir, mount) {
+            Some((dev, fstype)) if IN_MEMORY.contains(&fstype.as_str()) || targets.file_systems.contains(&dev) => {
+                // metadata() follows the magic link to the open file itself.
+                let Ok(target) = std::fs::metadata(fd.path()) else { continue };
+                target.file_type().is_char_device().then(|| target.rdev())
+            }
+            Some(_) => continue,
+            // A mount of another namespace (a job in a container or chroot
+            // passed it here) or one detached since: only what the kernel
+            // has cached, which no file system is asked for.
+            None => cached_rdev(&fd.path()),
+        };
+        if let Some(rdev) = rdev.filter(|r| targets.rdevs.contains(r)) {
+            found.insert(rdev);
         }
     }
     found
+}
+
+/// The device number of the character device `link` (a `/proc/<pid>/fd`
+/// entry) leads to, from the attributes the kernel has cached
+/// (`AT_STATX_DONT_SYNC`: FUSE, NFS, CIFS and Ceph answer without asking
+/// their server).
+fn cached_rdev(link: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(link.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statx is plain data; all zeroes is a valid value.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx fills `buf`, which lives across the call; the path is NUL-terminated.
+    let done =
+        unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), libc::AT_STATX_DONT_SYNC, libc::STATX_TYPE, &mut buf) };
+    let char_device = u32::from(buf.stx_mode) & libc::S_IFMT == libc::S_IFCHR;
+    (done == 0 && char_device).then(|| libc::makedev(buf.stx_rdev_major, buf.stx_rdev_minor))
 }
 
 /// `mnt_id` from a `/proc/<pid>/fdinfo/<fd>` text.
@@ -181,6 +205,22 @@ fn parse_mountinfo(text: &str) -> impl Iterator<Item = (u64, (u64, String))> + '
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_and_cached_device_numbers_are_read_without_stat() {
+        let info = "pos:\t0\nflags:\t0100002\nmnt_id:\t24\nino:\t7\n";
+        assert_eq!(mount_id(info), Some(24));
+        let text = "24 1 0:5 / /dev rw,nosuid - devtmpfs udev rw,size=10k\n\
+                    99 24 0:52 / /mnt/f rw,nosuid,nodev shared:9 - fuse.sshfs host: rw,user_id=1000\n";
+        let mounts: HashMap<u64, (u64, String)> = parse_mountinfo(text).collect();
+        assert_eq!(mounts[&24], (libc::makedev(0, 5), "devtmpfs".to_string()));
+        assert_eq!(mounts[&99].1, "fuse.sshfs");
+        let full = std::fs::metadata("/dev/full").unwrap().rdev();
+        let file = std::fs::File::open("/dev/full").unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(cached_rdev(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd()))), Some(full));
+        assert_eq!(cached_rdev(Path::new("/proc/self/fd/999999")), None);
+    }
 
     #[test]
     fn finds_a_non_root_holder_and_ignores_by_uid() {
