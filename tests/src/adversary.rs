@@ -187,6 +187,10 @@ impl Check {
     }
 }
 
+/// The actions whose hostile user may still hold a GPU after its job ended
+/// (a passed descriptor, an escaped process, one asleep past SIGKILL).
+const HOLDER_ACTIONS: [Action; 4] = [Action::FdPassing, Action::Escape, Action::StuckProcess, Action::StalledMount];
+
 /// How long an honest request to cderd may take, under any hostile action.
 pub const HONEST_BOUND: Duration = Duration::from_secs(1);
 
@@ -548,15 +552,15 @@ impl Adversary {
                 Client::connect(self.c().cderd_socket(), Duration::from_secs(10)).and_then(|mut c| c.env(&key));
             let took = since.elapsed();
             self.report.honest.entry(kind.to_string()).or_default().push(took);
-            // Given the device at last, or refused it after the wait.
-            let waited_for_kept_out = match &result {
-                Ok(a) => a.devices.iter().any(|d| kept_out.contains(&d.index)),
-                Err(e) => {
-                    !kept_out.is_empty()
-                        && e.code() == Some(ErrorCode::UnknownJob)
-                        && e.to_string().contains("not free yet")
-                }
-            };
+            // Given the device at last, or refused it after the wait, while
+            // a GPU was kept out or an action that leaves a hostile holder
+            // of one (its holder may be ended only at the action's end) ran.
+            let holder_left = HOLDER_ACTIONS.iter().any(|a| self.current.starts_with(a.name()));
+            let waited_for_kept_out = (holder_left || !kept_out.is_empty())
+                && match &result {
+                    Ok(a) => holder_left || a.devices.iter().any(|d| kept_out.contains(&d.index)),
+                    Err(e) => e.code() == Some(ErrorCode::UnknownJob),
+                };
             if took > HONEST_BOUND && waited_for_kept_out {
                 self.observe(
                     "an honest job's env waited for its alloc, which waited for a GPU kept out for a hostile holder \
