@@ -454,8 +454,8 @@ fn run_hook(hook: &[String], timeout: Duration, device: &IdleDevice, below: u32)
 mod tests {
     use super::*;
 
-    #[test]
-    fn processes_are_attributed_by_their_cgroups() {
+    /// A SLURM, a TORQUE and a local job, with their allocation tokens.
+    fn three_jobs() -> (JobKey, JobKey, JobKey, Vec<(JobKey, String)>) {
         let slurm: JobKey = "slurm:42".parse().unwrap();
         let torque: JobKey = "torque:17.ce.example.org".parse().unwrap();
         let local: JobKey = "local:demo-1".parse().unwrap();
@@ -464,6 +464,12 @@ mod tests {
             (torque.clone(), "cccc".to_string()),
             (local.clone(), "0a1b2c3d-4e5f-6789".to_string()),
         ];
+        (slurm, torque, local, jobs)
+    }
+
+    #[test]
+    fn processes_are_attributed_by_their_cgroups() {
+        let (slurm, torque, local, jobs) = three_jobs();
         let of = |text: &str| job_of_cgroups(text, &jobs, "cder");
         assert_eq!(of("0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n"), Some(slurm.clone()));
         // Several slurmd on one host: <node>_slurmstepd.scope.
@@ -484,14 +490,7 @@ mod tests {
 
     #[test]
     fn a_job_named_in_a_users_own_cgroup_is_not_believed() {
-        let slurm: JobKey = "slurm:42".parse().unwrap();
-        let torque: JobKey = "torque:17.ce.example.org".parse().unwrap();
-        let local: JobKey = "local:demo-1".parse().unwrap();
-        let jobs = vec![
-            (slurm.clone(), "aaaa-bbbb".to_string()),
-            (torque.clone(), "cccc".to_string()),
-            (local.clone(), "0a1b2c3d-4e5f-6789".to_string()),
-        ];
+        let (_, _, local, jobs) = three_jobs();
         let ours = DeviceCgroups::group_name(&local, &jobs[2].1);
         // Directories a user may make: under user@.service (systemd
         // delegates it), inside another job's own cgroup (SLURM's job 7
