@@ -76,7 +76,10 @@ pub fn snapshot(
     let groups = site::node_groups(config)?;
     let group_counts = counts.counts(&groups)?;
     let virtual_environments = virtual_gpgpus.environments()?;
-    let shares = shares::from_config(config, &groups)?;
+    let shares = match sources::share_facts(config, &groups)? {
+        Some(facts) => shares::from_facts(config, &groups, &facts)?,
+        None => Vec::new(),
+    };
     Ok(strategy::Snapshot {
         groups: groups.into_iter().zip(group_counts).collect(),
         virtual_environments,

@@ -88,9 +88,9 @@ pub fn environment_attributes(classes: &[&DeviceClass], counts: &GroupCounts) ->
 
 /// The ComputingShare attributes of a share's limits and load. A time the
 /// LRMS does not limit is left out where GLUE lets it be (`Max…`) and is
-/// [`crate::shares::UNLIMITED_TIME`] where EGI's profile requires it (`Default…`).
-fn push_share_policy(e: &mut Entry, p: &crate::shares::SharePolicy) {
-    let unlimited = crate::shares::UNLIMITED_TIME;
+/// [`crate::sources::UNLIMITED_TIME`] where EGI's profile requires it (`Default…`).
+fn push_share_policy(e: &mut Entry, p: &crate::sources::SharePolicy) {
+    let unlimited = crate::sources::UNLIMITED_TIME;
     if let Some(t) = p.max_wall_time {
         e.push("GLUE2ComputingShareMaxWallTime", t.to_string());
     }
@@ -124,7 +124,7 @@ fn push_share_policy(e: &mut Entry, p: &crate::shares::SharePolicy) {
 /// (`<P>TotalInstances`, `<P>FreeInstances`, `<P>UsedInstances`) and, as
 /// `<P>PerNode`, the most one of its jobs can get on a node. Phase 1 reads
 /// a share's keys over its ExecutionEnvironment's.
-pub fn share_attributes(share: &crate::shares::VoShare) -> Vec<Published> {
+pub fn share_attributes(share: &crate::sources::VoShare) -> Vec<Published> {
     let mut out = Vec::new();
     for (p, d) in &share.devices {
         for (suffix, value) in glue::COUNT_SUFFIXES.into_iter().take(3).zip([d.total, d.free, d.used]) {

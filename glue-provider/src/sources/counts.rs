@@ -234,3 +234,152 @@ pub struct ShareDevices {
     /// The most one job can get (on one node).
     pub max_per_job: u32,
 }
+
+/// What GLUE publishes for a time the LRMS does not bound (no limit, or a
+/// wait behind jobs without one): the "unlimited" value of CREAM's and the
+/// GLUE 1.3 providers, which glue-validator knows (an INFO, "default value").
+pub const UNLIMITED_TIME: u64 = 999_999_999;
+
+/// What per-VO shares are made of, as an LRMS reader found it: the queues
+/// (SLURM partitions, TORQUE queues) with who they admit and their limits,
+/// the nodes, the running and waiting jobs, and the QOS limits. Each reader
+/// ([`crate::sources::scontrol`], [`crate::sources::pbsnodes`]) fills it and
+/// nothing else; [`crate::shares`] turns it and the `[[vo]]` tables into
+/// shares without asking which batch system it came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// What the LRMS calls a queue (`partition`, `queue`), for messages.
+    pub queue_word: &'static str,
+    /// The listing the nodes come from (`scontrol show node`), for messages.
+    pub node_listing: &'static str,
+    /// Every queue, in the LRMS's order (the shares' order).
+    pub queues: Vec<Queue>,
+    /// Every node the LRMS lists, by name.
+    pub nodes: BTreeMap<String, Node>,
+    /// The running and waiting jobs of every queue.
+    pub jobs: Vec<Job>,
+    /// QOS limits by QOS name (SLURM; empty elsewhere).
+    pub qos: BTreeMap<String, QosLimits>,
+}
+
+/// One queue: where its jobs run, who may submit to it, and its limits.
+/// An allow list of `None` admits everyone; a limit of `None` is one the
+/// LRMS does not set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queue {
+    /// The queue's name (`GLUE2ComputingShareMappingQueue`).
+    pub name: String,
+    /// The nodes its jobs run on.
+    pub nodes: Vec<String>,
+    /// `GLUE2ComputingShareServingState`: `production`, `draining`, `queueing`, `closed`.
+    pub serving_state: &'static str,
+    /// Whether it runs jobs itself (a TORQUE routing queue does not).
+    pub runs_jobs: bool,
+    /// Accounts allowed (SLURM `AllowAccounts`).
+    pub allow_accounts: Option<Vec<String>>,
+    /// Unix groups allowed (SLURM `AllowGroups`, TORQUE `acl_groups`).
+    pub allow_groups: Option<Vec<String>>,
+    /// Users allowed (TORQUE `acl_users`).
+    pub allow_users: Option<Vec<String>>,
+    /// QOS allowed (SLURM `AllowQos`).
+    pub allow_qos: Option<Vec<String>>,
+    /// Accounts refused (SLURM `DenyAccounts`).
+    pub deny_accounts: Vec<String>,
+    /// QOS refused (SLURM `DenyQos`).
+    pub deny_qos: Vec<String>,
+    /// The queue's own QOS, binding every job in it (SLURM's partition QOS).
+    pub qos: Option<String>,
+    /// The longest wall time a job may ask for, seconds.
+    pub max_wall_time: Option<u64>,
+    /// The wall time limit of a job that asks for none, seconds.
+    pub default_wall_time: Option<u64>,
+    /// The longest CPU time per slot a job may ask for, seconds.
+    pub max_cpu_time: Option<u64>,
+    /// The CPU time limit of a job that asks for none, seconds.
+    pub default_cpu_time: Option<u64>,
+    /// The most nodes one job may use.
+    pub max_nodes_per_job: Option<u32>,
+    /// The most slots a job may use on one node.
+    pub max_slots_per_node: Option<u32>,
+    /// The most slots one job may use.
+    pub max_slots_per_job: Option<u32>,
+    /// The most memory a job may use on one node, MB.
+    pub max_memory_per_node_mb: Option<u64>,
+    /// The most memory a job may use per slot, MB.
+    pub max_memory_per_slot_mb: Option<u64>,
+    /// The memory of a job that asks for none, MB.
+    pub default_memory_mb: Option<u64>,
+    /// The most virtual memory a job may use, MB.
+    pub max_virtual_memory_mb: Option<u64>,
+    /// The most jobs running at once.
+    pub max_running_jobs: Option<u32>,
+    /// The most jobs in the queue at once.
+    pub max_total_jobs: Option<u32>,
+}
+
+/// A kind of device the shares count: a CDER type and, where the LRMS
+/// tells them apart, its GRES type (`gpu:tesla`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeviceKind {
+    /// The CDER type (`gpgpu`).
+    pub cder_type: String,
+    /// The SLURM GRES type, when a class names one.
+    pub gres_type: Option<String>,
+}
+
+/// One node as a share sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Node {
+    /// Down, drained or offline: takes no jobs.
+    pub unavailable: bool,
+    /// Job slots (SLURM `CPUTot=`, TORQUE `<np>`).
+    pub slots: Option<u32>,
+    /// Slots jobs hold now (SLURM `CPUAlloc=`, TORQUE the jobs' `exec_host`).
+    pub slots_used: Option<u32>,
+    /// RAM plus swap, MB (TORQUE `totmem=`), where the LRMS reports it.
+    pub virtual_memory_mb: Option<u64>,
+    /// Its devices of each kind the groups have.
+    pub devices: BTreeMap<DeviceKind, Counts>,
+}
+
+/// One running or waiting job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Job {
+    /// Running (else waiting: queued or held).
+    pub running: bool,
+    /// Slots it holds (running) or asks for.
+    pub slots: u32,
+    /// Its time limit less what it has run, seconds; `None` without a limit.
+    pub remaining: Option<u64>,
+    /// Its queue.
+    pub queue: String,
+    /// The account it is charged to.
+    pub account: String,
+    /// The Unix group it runs as.
+    pub group: String,
+    /// The user it runs as.
+    pub user: String,
+    /// Its QOS.
+    pub qos: String,
+    /// Devices it holds, by CDER type.
+    pub devices: BTreeMap<String, u32>,
+}
+
+/// A QOS's limits on devices: by GRES name as `scontrol` prints them, by
+/// CDER type in [`Facts`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QosLimits {
+    /// The most its jobs may hold together, and what they hold now.
+    pub group: BTreeMap<String, GroupLimit>,
+    /// The most one job may hold.
+    pub per_job: BTreeMap<String, u32>,
+}
+
+/// A limit on a VO's devices: `limit` of them, `held` already taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupLimit {
+    /// The most the jobs under the limit may hold together.
+    pub limit: u32,
+    /// What they hold now.
+    pub held: u32,
+}

@@ -8,7 +8,10 @@
 //! nodes' CPUs, slots and memory come with the counts ([`host`]: this
 //! node's own, for cderd); they share
 //! [`counts`] (the vocabulary), a private group walk and [`command`] (the
-//! deadline). This module only picks the source the config names.
+//! deadline). For per-VO shares, [`scontrol`] and [`pbsnodes`] (with
+//! TORQUE's `qstat`) read the LRMS's queues, nodes and jobs into [`Facts`],
+//! which [`crate::shares`] turns into shares. This module only picks the
+//! source the config names.
 
 pub mod cderd;
 pub mod command;
@@ -24,6 +27,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::{CountSourceKind, ProviderConfig};
+use crate::error::ProviderError;
+use crate::site::NodeGroup;
 
 /// What the renderer needs besides the config: every group with its
 /// counts, the virtual environments, and when they were read. It lives with
@@ -31,7 +36,7 @@ use crate::config::{CountSourceKind, ProviderConfig};
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     /// The node groups with what the count source read for each.
-    pub groups: Vec<(crate::site::NodeGroup, GroupCounts)>,
+    pub groups: Vec<(NodeGroup, GroupCounts)>,
     /// The vGPGPU environments.
     pub virtual_environments: Vec<VirtualEnvironment>,
     /// The per-VO ComputingShares (empty without `[[vo]]`).
@@ -43,7 +48,9 @@ pub struct Snapshot {
 pub use cderd::CderdCounts;
 pub use command::run_command;
 pub use configured::{static_total, ConfiguredCounts};
-pub use counts::{CountSource, Counts, GroupCounts, HostFacts, NodeFacts, ShareDevices, VoShare};
+pub use counts::{
+    CountSource, Counts, Facts, GroupCounts, HostFacts, NodeFacts, ShareDevices, SharePolicy, VoShare, UNLIMITED_TIME,
+};
 pub use pbsnodes::{parse_pbsnodes, TorqueCounts, TorqueNode};
 pub use scontrol::{gres_count, parse_gres, parse_scontrol, Gres, SlurmCounts, SlurmNode};
 pub use vgpgpu::{virtual_from_config, RegistryVirtual, StaticVirtual, VirtualEnvironment, VirtualGpgpuSource};
@@ -64,6 +71,20 @@ pub fn from_config(config: &ProviderConfig) -> Box<dyn CountSource> {
     }
 }
 
+/// What the per-VO shares are made of, read from the batch system the
+/// counts come from; `None` without `[[vo]]` (the config check refuses
+/// `[[vo]]` with the other sources).
+pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Option<Facts>, ProviderError> {
+    if config.vos.is_empty() {
+        return Ok(None);
+    }
+    match config.counts.source.get_ref() {
+        CountSourceKind::Slurm => scontrol::share_facts(config, groups).map(Some),
+        CountSourceKind::Torque => pbsnodes::share_facts(config, groups).map(Some),
+        CountSourceKind::Cderd | CountSourceKind::Static => Ok(None),
+    }
+}
+
 fn gres_map(config: &ProviderConfig) -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
     for group in &config.groups {
@@ -81,7 +102,6 @@ fn gres_map(config: &ProviderConfig) -> BTreeMap<String, String> {
 mod tests {
     use super::walk::node_counts;
     use super::*;
-    use crate::site::NodeGroup;
     use std::path::Path;
 
     #[test]

@@ -1,13 +1,27 @@
-//! Counts from TORQUE: `pbsnodes -x`.
+//! What TORQUE says: the counts of `pbsnodes -x`, and the [`Facts`]
+//! per-VO shares are made of:
+//!
+//! * `qstat -Qf`: each queue's `acl_group_enable` / `acl_groups`,
+//!   `acl_user_enable` / `acl_users` (who may submit), `enabled` / `started`
+//!   (serving state), `resources_max` / `resources_default` limits and
+//!   `resources_default.neednodes` (the node properties that pick its
+//!   nodes; without it, every node);
+//! * `pbsnodes -x`: each node's GPUs and `<properties>` (as for the EE);
+//! * `qstat -f -1`: the running jobs' `queue`, `euser`, `egroup`,
+//!   `Account_Name`, `exec_host` and `exec_gpus` (`wn01-gpu/0+wn01-gpu/1`: two GPUs).
+//!
+//! TORQUE has no per-queue GPU limit: the shares differ by which nodes a
+//! queue runs on, who it admits and what the VO's jobs hold.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::config::ProviderConfig;
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::command::run_command;
-use crate::sources::counts::{CountSource, GroupCounts, NodeFacts};
+use crate::sources::counts::{CountSource, DeviceKind, Facts, GroupCounts, Job, Node, NodeFacts, Queue};
 use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 
 /// Counts from TORQUE: `pbsnodes -x`. A node's `<gpus>` is its total; a GPU
@@ -226,5 +240,501 @@ impl LrmsNode for TorqueNode {
             virtual_memory_mb: self.totmem_mb,
             lrms_version: self.version.clone(),
         }
+    }
+}
+
+/// One queue of `qstat -Qf`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TorqueQueue {
+    /// `Queue: <name>`.
+    pub name: String,
+    /// Every `key = value` of the queue (continuation lines joined).
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// One running or waiting job of `qstat -f -1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorqueJob {
+    /// `job_state = R` (else `Q`, `H`, `W`: waiting).
+    pub running: bool,
+    /// `exec_host` (`wn01/0-1+wn02/3`): the slots held on each node.
+    pub exec_slots: Vec<(String, u32)>,
+    /// `Resource_List.walltime` less `resources_used.walltime` in seconds;
+    /// `None` without a limit.
+    pub remaining: Option<u64>,
+    /// `queue`.
+    pub queue: String,
+    /// `euser`: the account the job runs as.
+    pub user: String,
+    /// `egroup`.
+    pub group: String,
+    /// `Account_Name`, when given.
+    pub account: String,
+    /// GPUs in `exec_gpus`.
+    pub gpus: u32,
+}
+
+/// `Queue: x` / `Job Id: x` blocks of `qstat -f`-style output: the header's
+/// value and the block's attributes. A line without ` = ` continues the
+/// previous value (qstat wraps long values without `-1`).
+fn blocks(text: &str, header: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    let mut out: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let mut last: Option<String> = None;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix(header) {
+            out.push((name.trim().to_string(), BTreeMap::new()));
+            last = None;
+            continue;
+        }
+        let Some((_, attrs)) = out.last_mut() else { continue };
+        match line.split_once(" = ") {
+            Some((k, v)) => {
+                attrs.insert(k.trim().to_string(), v.trim().to_string());
+                last = Some(k.trim().to_string());
+            }
+            None if !line.trim().is_empty() => {
+                if let Some(v) = last.as_ref().and_then(|k| attrs.get_mut(k)) {
+                    v.push_str(line.trim());
+                }
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+fn qstat_text(output: &[u8], what: &str) -> Result<String, ProviderError> {
+    String::from_utf8(output.to_vec()).map_err(|e| {
+        ProviderError::Runtime(format!("{what}: not valid UTF-8 at byte {}", e.utf8_error().valid_up_to()))
+    })
+}
+
+/// Parses `qstat -Qf`.
+pub fn parse_queues(output: &[u8]) -> Result<Vec<TorqueQueue>, ProviderError> {
+    let text = qstat_text(output, "qstat -Qf")?;
+    Ok(blocks(&text, "Queue:").into_iter().map(|(name, attributes)| TorqueQueue { name, attributes }).collect())
+}
+
+/// A TORQUE time (`HH:MM:SS`, `MM:SS` or seconds) in seconds.
+pub fn parse_qstat_time(value: &str) -> Result<u64, String> {
+    let parts: Vec<u64> = value
+        .split(':')
+        .map(|p| p.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{value:?} is not a time"))?;
+    let (h, m, s) = match parts.as_slice() {
+        [s] => (0, 0, *s),
+        [m, s] => (0, *m, *s),
+        [h, m, s] => (*h, *m, *s),
+        _ => return Err(format!("{value:?} is not a time")),
+    };
+    [(h, 3600u64), (m, 60), (s, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)))
+        .ok_or_else(|| format!("{value:?} is longer than a time holds"))
+}
+
+/// A TORQUE size (`4gb`, `512mb`, `1048576kb`, `100b`; `w`: 8-byte words) in MB.
+pub fn parse_size_mb(value: &str) -> Result<u64, String> {
+    let v = value.to_ascii_lowercase();
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits.parse().map_err(|_| format!("{value:?} is not a size"))?;
+    let bytes_per_unit: u64 = match &v[digits.len()..] {
+        "" | "b" => 1,
+        "w" => 8,
+        "kb" => 1 << 10,
+        "kw" => 8 << 10,
+        "mb" => 1 << 20,
+        "mw" => 8 << 20,
+        "gb" => 1 << 30,
+        "gw" => 8 << 30,
+        "tb" => 1 << 40,
+        "tw" => 8 << 40,
+        _ => return Err(format!("{value:?} is not a size")),
+    };
+    Ok(n.saturating_mul(bytes_per_unit) >> 20)
+}
+
+/// `wn01/0-1+wn02/3` → `[("wn01", 2), ("wn02", 1)]`.
+fn exec_slots(value: &str) -> Result<Vec<(String, u32)>, String> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for item in value.split('+').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, slots) = item.split_once('/').unwrap_or((item, "0"));
+        let mut n = 0u32;
+        for range in slots.split(',') {
+            let count = match range.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (a.parse::<u32>(), b.parse::<u32>());
+                    match (a, b) {
+                        (Ok(a), Ok(b)) if b >= a => (b - a).saturating_add(1),
+                        _ => return Err(format!("{item:?} is not a host/slots item")),
+                    }
+                }
+                None => {
+                    range.parse::<u32>().map_err(|_| format!("{item:?} is not a host/slots item"))?;
+                    1
+                }
+            };
+            n = n.saturating_add(count);
+        }
+        match out.iter_mut().find(|(h, _)| h == host) {
+            Some((_, m)) => *m = m.saturating_add(n),
+            None => out.push((host.to_string(), n)),
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the running and waiting jobs of `qstat -f -1`.
+pub fn parse_qstat_jobs(output: &[u8]) -> Result<Vec<TorqueJob>, ProviderError> {
+    let text = qstat_text(output, "qstat -f -1")?;
+    let mut out = Vec::new();
+    for (id, a) in blocks(&text, "Job Id:") {
+        let running = match a.get("job_state").map(String::as_str) {
+            Some("R") => true,
+            Some("Q" | "H" | "W") => false,
+            _ => continue,
+        };
+        let bad = |m: String| ProviderError::Runtime(format!("qstat -f -1: job {id}: {m}"));
+        let time = |k: &str| a.get(k).map(|v| parse_qstat_time(v)).transpose().map_err(|m| bad(format!("{k}: {m}")));
+        let remaining = match time("Resource_List.walltime")? {
+            None => None,
+            Some(limit) => Some(limit.saturating_sub(time("resources_used.walltime")?.unwrap_or(0))),
+        };
+        let exec_slots = match a.get("exec_host") {
+            Some(v) if running => exec_slots(v).map_err(|m| bad(format!("exec_host: {m}")))?,
+            _ => Vec::new(),
+        };
+        let gpus = a.get("exec_gpus").map_or(0, |g| g.split('+').filter(|s| !s.trim().is_empty()).count());
+        let gpus = u32::try_from(gpus)
+            .map_err(|_| ProviderError::Runtime(format!("qstat -f -1: job {id}: exec_gpus lists too many GPUs")))?;
+        let get = |k: &str| a.get(k).cloned().unwrap_or_default();
+        out.push(TorqueJob {
+            running,
+            exec_slots,
+            remaining,
+            queue: get("queue"),
+            user: get("euser"),
+            group: get("egroup"),
+            account: get("Account_Name"),
+            gpus,
+        });
+    }
+    Ok(out)
+}
+
+impl TorqueQueue {
+    fn flag(&self, key: &str) -> bool {
+        self.attributes.get(key).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        // ACL entries may carry a host (`atlas@ui.example.org`).
+        self.attributes
+            .get(key)
+            .map(|v| v.split(',').map(|e| e.split('@').next().unwrap_or(e).trim().to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// An execution queue whose enabled ACLs let one of the VO's groups and users in.
+
+    /// The node properties `resources_default.neednodes` asks for (`gpu` in `1:ppn=4:gpu`).
+    pub fn needed_properties(&self) -> Vec<String> {
+        self.attributes
+            .get("resources_default.neednodes")
+            .map(|v| {
+                v.split([':', '+'])
+                    .filter(|p| !p.is_empty() && !p.contains('=') && !p.bytes().all(|b| b.is_ascii_digit()))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn time(&self, key: &str) -> Result<Option<u64>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| parse_qstat_time(v))
+            .transpose()
+            .map_err(|m| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key}: {m}", self.name)))
+    }
+
+    fn size_mb(&self, key: &str) -> Result<Option<u64>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| parse_size_mb(v))
+            .transpose()
+            .map_err(|m| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key}: {m}", self.name)))
+    }
+
+    fn count(&self, key: &str) -> Result<Option<u32>, ProviderError> {
+        self.attributes
+            .get(key)
+            .map(|v| v.parse::<u32>())
+            .transpose()
+            .map_err(|_| ProviderError::Runtime(format!("qstat -Qf: queue {}: {key} is not a count", self.name)))
+    }
+
+    /// `GLUE2ComputingShareServingState`: a disabled queue takes no jobs
+    /// (closed); a stopped one takes but does not run them (queueing).
+    pub fn serving_state(&self) -> &'static str {
+        if self.attributes.get("enabled").is_some_and(|v| v.eq_ignore_ascii_case("false")) {
+            "closed"
+        } else if self.attributes.get("started").is_some_and(|v| v.eq_ignore_ascii_case("false")) {
+            "queueing"
+        } else {
+            "production"
+        }
+    }
+}
+
+/// Asks TORQUE what per-VO shares are made of: the queues, the nodes and
+/// the jobs, for the device kinds of `groups`.
+pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Facts, ProviderError> {
+    let timeout = Duration::from_secs((*config.counts.timeout_s.get_ref()).max(1));
+    let queues = parse_queues(&run_command(&config.counts.qstat, &["-Qf"], timeout)?)?;
+    let nodes = parse_pbsnodes(&run_command(&config.counts.pbsnodes, &["-x"], timeout)?)?;
+    let jobs = parse_qstat_jobs(&run_command(&config.counts.qstat, &["-f", "-1"], timeout)?)?;
+    facts(groups, &queues, &nodes, &jobs)
+}
+
+/// The [`Facts`] in what `qstat` and `pbsnodes` printed, separate from the
+/// commands so that they can be tested without TORQUE. A queue's nodes are
+/// those with every property its `neednodes` asks for; a node's held slots
+/// are what the jobs' `exec_host` give it.
+pub fn facts(
+    groups: &[NodeGroup],
+    queues: &[TorqueQueue],
+    nodes: &[TorqueNode],
+    jobs: &[TorqueJob],
+) -> Result<Facts, ProviderError> {
+    let nodes: BTreeMap<&str, &TorqueNode> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    // TORQUE counts GPUs only (the count source refuses other types), so
+    // every kind the groups ask for is a node's <gpus>.
+    let kinds: BTreeSet<DeviceKind> = groups
+        .iter()
+        .flat_map(|g| &g.classes)
+        .map(|c| DeviceKind { cder_type: c.cder_type.clone(), gres_type: c.gres_type.clone() })
+        .collect();
+    let held = |host: &str| {
+        jobs.iter()
+            .flat_map(|j| &j.exec_slots)
+            .filter(|(h, _)| h == host)
+            .fold(0u32, |sum, (_, n)| sum.saturating_add(*n))
+    };
+    let node = |n: &TorqueNode| {
+        let mut c = node_counts(n.gpus, n.gpus_used(), n.unavailable());
+        // An idle GPU in compute mode Prohibited is out of service.
+        let prohibited = n.gpus_prohibited.min(c.free);
+        c.free -= prohibited;
+        c.offline += prohibited;
+        Node {
+            unavailable: n.unavailable(),
+            slots: n.np,
+            slots_used: Some(held(&n.name)),
+            virtual_memory_mb: n.totmem_mb,
+            devices: kinds.iter().map(|k| (k.clone(), c)).collect(),
+        }
+    };
+    let mut out = Facts {
+        queue_word: "queue",
+        node_listing: "pbsnodes -x",
+        nodes: nodes.iter().map(|(name, n)| (name.to_string(), node(n))).collect(),
+        ..Facts::default()
+    };
+    for q in queues {
+        let needed = q.needed_properties();
+        let runs_on = nodes
+            .values()
+            .filter(|n| needed.iter().all(|p| n.properties.contains(p)))
+            .map(|n| n.name.clone())
+            .collect();
+        let enabled_acl = |flag: &str, list: &str| q.flag(flag).then(|| q.list(list));
+        // Without a default, a job is held to the queue's maximum.
+        let max_wall = q.time("resources_max.walltime")?;
+        let max_cpu = q.time("resources_max.cput")?;
+        let max_slots_per_job = q.count("resources_max.procs")?.or(q.count("resources_max.ncpus")?);
+        out.queues.push(Queue {
+            name: q.name.clone(),
+            nodes: runs_on,
+            serving_state: q.serving_state(),
+            runs_jobs: !q.attributes.get("queue_type").is_some_and(|t| !t.eq_ignore_ascii_case("execution")),
+            allow_groups: enabled_acl("acl_group_enable", "acl_groups"),
+            allow_users: enabled_acl("acl_user_enable", "acl_users"),
+            max_wall_time: max_wall,
+            default_wall_time: q.time("resources_default.walltime")?.or(max_wall),
+            max_cpu_time: max_cpu,
+            default_cpu_time: q.time("resources_default.cput")?.or(max_cpu),
+            max_slots_per_job,
+            max_memory_per_node_mb: q.size_mb("resources_max.mem")?,
+            default_memory_mb: q.size_mb("resources_default.mem")?,
+            max_virtual_memory_mb: q.size_mb("resources_max.vmem")?,
+            max_running_jobs: q.count("max_running")?.filter(|n| *n > 0),
+            max_total_jobs: q.count("max_queuable")?.filter(|n| *n > 0),
+            ..Queue::default()
+        });
+    }
+    let types: BTreeSet<&str> = kinds.iter().map(|k| k.cder_type.as_str()).collect();
+    out.jobs = jobs
+        .iter()
+        .map(|j| Job {
+            running: j.running,
+            slots: j.exec_slots.iter().fold(0u32, |sum, (_, n)| sum.saturating_add(*n)),
+            remaining: j.remaining,
+            queue: j.queue.clone(),
+            account: j.account.clone(),
+            group: j.group.clone(),
+            user: j.user.clone(),
+            qos: String::new(),
+            devices: types.iter().map(|t| (t.to_string(), j.gpus)).collect(),
+        })
+        .collect();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::Counts;
+    use std::path::Path;
+
+    const QUEUES: &[u8] = b"Queue: gpu\n    queue_type = Execution\n    total_jobs = 1\n    acl_group_enable = True\n    acl_groups = atlas,cms@ui.example.org\n    resources_default.neednodes = 1:gpu\n    enabled = True\n    started = True\n\n\
+Queue: atlasonly\n    queue_type = Execution\n    acl_group_enable = True\n    acl_groups = atlas\n    enabled = True\n    started = False\n\n\
+Queue: route\n    queue_type = Route\n    route_destinations = gpu\n    enabled = True\n    started = True\n\n\
+Queue: cpu\n    queue_type = Execution\n    resources_default.neednodes = cpu\n    enabled = True\n    started = True\n";
+
+    const NODES: &[u8] =
+        b"<Data><Node><name>wn01</name><state>job-exclusive</state><properties>gpu,k20</properties><gpus>2</gpus>\
+<gpu_status>gpu[1]=gpu_state=Exclusive,gpu[0]=gpu_state=Exclusive</gpu_status><jobs>0/7.srv</jobs></Node>\
+<Node><name>wn02</name><state>free</state><np>2</np><properties>gpu</properties><gpus>2</gpus></Node></Data>";
+
+    const JOBS: &[u8] = b"Job Id: 7.srv\n    Job_Name = train\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn01/0\n    exec_gpus = wn01-gpu/0+wn01-gpu/1\n\n\
+Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egroup = atlas\n";
+
+    fn config() -> ProviderConfig {
+        let text = crate::config::tests::SAMPLE
+            .replace("source = \"static\"", "source = \"torque\"")
+            .replace("wn[01-16]", "wn[01-02]")
+            .replace("used = 2\n", "");
+        let vos = "\n[[vo]]\nname = \"atlas\"\ngroups = [\"atlas\"]\n\n[[vo]]\nname = \"cms\"\ngroups = [\"cms\"]\n";
+        ProviderConfig::parse(&format!("{text}{vos}"), Path::new("t.toml")).unwrap()
+    }
+
+    fn listed(groups: &[NodeGroup]) -> Facts {
+        let queues = parse_queues(QUEUES).unwrap();
+        facts(groups, &queues, &parse_pbsnodes(NODES).unwrap(), &parse_qstat_jobs(JOBS).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn qstat_listings_parse() {
+        let queues = parse_queues(QUEUES).unwrap();
+        assert_eq!(queues[0].needed_properties(), ["gpu"]);
+        assert_eq!(queues[0].attributes["acl_groups"], "atlas,cms@ui.example.org");
+        let jobs = parse_qstat_jobs(JOBS).unwrap();
+        assert_eq!(jobs.len(), 2, "running and queued");
+        assert_eq!((jobs[0].group.as_str(), jobs[0].gpus, jobs[0].running), ("cms", 2, true));
+        assert_eq!(jobs[0].exec_slots, [("wn01".to_string(), 1)]);
+        assert!(!jobs[1].running);
+        assert_eq!(exec_slots("wn01/0-1,4+wn02/3").unwrap(), [("wn01".to_string(), 3), ("wn02".to_string(), 1)]);
+        assert_eq!((parse_qstat_time("48:00:00"), parse_qstat_time("90")), (Ok(172_800), Ok(90)));
+        assert_eq!((parse_size_mb("4gb"), parse_size_mb("2097152kb")), (Ok(4096), Ok(2048)));
+        assert!(parse_size_mb("4xb").is_err());
+        assert!(parse_qstat_time("99999999999999999:00:00").is_err());
+    }
+
+    #[test]
+    fn qstat_and_pbsnodes_text_becomes_facts() {
+        let groups = crate::site::node_groups(&config()).unwrap();
+        let f = listed(&groups);
+        assert_eq!((f.queue_word, f.node_listing), ("queue", "pbsnodes -x"));
+        let q: Vec<(&str, &[String], bool, &str)> =
+            f.queues.iter().map(|q| (q.name.as_str(), q.nodes.as_slice(), q.runs_jobs, q.serving_state)).collect();
+        let both = ["wn01".to_string(), "wn02".to_string()];
+        assert_eq!(
+            q,
+            [
+                ("gpu", &both[..], true, "production"),
+                ("atlasonly", &both[..], true, "queueing"),
+                ("route", &both[..], false, "production"),
+                ("cpu", &[][..], true, "production"),
+            ],
+            "neednodes picks nodes by property; a routing queue runs no jobs"
+        );
+        // An ACL entry's host is dropped; a queue without an enabled ACL admits everyone.
+        assert_eq!(f.queues[0].allow_groups.as_deref(), Some(&["atlas".to_string(), "cms".to_string()][..]));
+        assert_eq!((f.queues[0].allow_users.as_ref(), f.queues[3].allow_groups.as_ref()), (None, None));
+        let kind = DeviceKind { cder_type: "gpgpu".into(), gres_type: None };
+        assert_eq!(f.nodes["wn01"].devices[&kind], Counts { total: 2, free: 0, used: 2, offline: 0 });
+        // wn02's two slots are idle; wn01's one is held by job 7.
+        assert_eq!(
+            (f.nodes["wn01"].slots_used, f.nodes["wn02"].slots, f.nodes["wn02"].slots_used),
+            (Some(1), Some(2), Some(0))
+        );
+        assert_eq!(f.jobs.len(), 2);
+        assert_eq!((f.jobs[0].slots, f.jobs[0].devices.get("gpgpu"), f.jobs[0].qos.as_str()), (1, Some(&2), ""));
+    }
+
+    #[test]
+    fn queue_limits_and_out_of_service_gpus_become_facts() {
+        let groups = crate::site::node_groups(&config()).unwrap();
+        let queues = parse_queues(b"Queue: q\n    resources_max.walltime = 48:00:00\n    resources_default.cput = 01:00:00\n    resources_max.mem = 8gb\n    resources_default.mem = 2048mb\n    resources_max.vmem = 12gb\n    resources_max.ncpus = 3\n    max_running = 10\n    max_queuable = 0\n    enabled = False\n").unwrap();
+        let nodes = parse_pbsnodes(b"<Data><Node><name>wn01</name><state>free</state><np>4</np><status>totmem=2097152kb</status><gpus>2</gpus><gpu_status>gpu[1]=gpu_mode=Prohibited;gpu_state=Unallocated,gpu[0]=gpu_state=Exclusive</gpu_status></Node></Data>").unwrap();
+        let f = facts(&groups, &queues, &nodes, &[]).unwrap();
+        let q = &f.queues[0];
+        assert_eq!(
+            (q.max_wall_time, q.default_wall_time),
+            (Some(172_800), Some(172_800)),
+            "no default: held to the maximum"
+        );
+        assert_eq!((q.max_cpu_time, q.default_cpu_time), (None, Some(3600)));
+        assert_eq!(
+            (q.max_memory_per_node_mb, q.default_memory_mb, q.max_virtual_memory_mb),
+            (Some(8192), Some(2048), Some(12288))
+        );
+        assert_eq!(
+            (q.max_slots_per_job, q.max_running_jobs, q.max_total_jobs),
+            (Some(3), Some(10), None),
+            "0 is no limit"
+        );
+        assert_eq!(q.serving_state, "closed");
+        let n = &f.nodes["wn01"];
+        let kind = DeviceKind { cder_type: "gpgpu".into(), gres_type: None };
+        assert_eq!(
+            n.devices[&kind],
+            Counts { total: 2, free: 0, used: 1, offline: 1 },
+            "the Prohibited GPU is offline"
+        );
+        assert_eq!(n.virtual_memory_mb, Some(2048));
+        let bad = parse_queues(b"Queue: q\n    resources_max.walltime = soon\n").unwrap();
+        let e = facts(&groups, &bad, &nodes, &[]).unwrap_err();
+        assert!(e.to_string().contains("qstat -Qf: queue q: resources_max.walltime"), "{e}");
+    }
+
+    #[test]
+    fn qstat_text_through_the_shares_gives_each_vo_its_figures() {
+        let cfg = config();
+        let groups = crate::site::node_groups(&cfg).unwrap();
+        let shares = crate::shares::from_facts(&cfg, &groups, &listed(&groups)).unwrap();
+        let got: Vec<(&str, &str, [u32; 4], &str)> = shares
+            .iter()
+            .map(|s| {
+                let d = s.devices["GPGPU"];
+                (s.queue.as_str(), s.vo.as_str(), [d.total, d.free, d.used, d.max_per_job], s.serving_state)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("gpu", "atlas", [4, 2, 0, 2], "production"),
+                ("gpu", "cms", [4, 2, 2, 2], "production"),
+                ("atlasonly", "atlas", [4, 2, 0, 2], "queueing"),
+            ],
+            "the route queue takes no jobs itself, cpu's nodes carry none of the groups"
+        );
+        // gpu has idle slots (wn02's 2) for its one queued job; the stopped atlasonly starts none.
+        assert_eq!(shares[0].policy.estimated_worst_waiting_time, 0);
+        assert_eq!((shares[0].policy.waiting_jobs, shares[1].policy.running_jobs), (1, 1));
+        assert_eq!((shares[0].policy.free_slots, shares[1].policy.used_slots), (2, 1));
+        assert_eq!(shares[2].policy.estimated_worst_waiting_time, crate::sources::UNLIMITED_TIME);
     }
 }

@@ -1,13 +1,34 @@
-//! Counts from SLURM: `scontrol -d show node -o` and its GRES lists.
+//! What SLURM says, all read through `scontrol` (what slurmctld enforces,
+//! not what the database was once told): the counts of
+//! `scontrol -d show node -o` with its GRES lists, and the [`Facts`]
+//! per-VO shares are made of:
+//!
+//! * `scontrol --all show partition -o`: `Nodes=`, `AllowAccounts=`,
+//!   `AllowGroups=`, `AllowQos=` (and `DenyAccounts=`, `DenyQos=`), `QoS=`
+//!   (the partition QOS), `State=` (`--all`: without it SLURM hides a
+//!   partition whose `AllowGroups` leave out the asking user, the BDII's);
+//! * `scontrol -d show node -o`: each node's `Gres=` / `GresUsed=` and state;
+//! * `scontrol --all -d show job -o`: the running jobs' `Partition=`, `Account=`,
+//!   `GroupId=`, `UserId=`, `QOS=` and devices (`JOB_GRES=gpu:2`, else the
+//!   `gres/gpu` of `AllocTRES=` / `TRES=`);
+//! * only when a partition has a QOS or a VO names one: `scontrol show
+//!   assoc_mgr flags=qos`, whose `GrpTRES=gres/gpu=4(3)` is the limit and
+//!   what the QOS holds now, and `MaxTRESPJ=gres/gpu=2` the per-job limit.
+//!   QOS exist only with slurmdbd (`AccountingStorageType=accounting_storage/slurmdbd`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cder_request::hostlist::Hostlist;
+
+use crate::config::ProviderConfig;
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::command::run_command;
-use crate::sources::counts::{CountSource, GroupCounts, NodeFacts};
+use crate::sources::counts::{
+    CountSource, DeviceKind, Facts, GroupCounts, GroupLimit, Job, Node, NodeFacts, QosLimits, Queue,
+};
 use crate::sources::walk::{node_counts, walk_groups, LrmsNode};
 
 /// Counts from SLURM: `scontrol -d show node -o`, one line per node with
@@ -249,5 +270,568 @@ impl LrmsNode for SlurmNode {
             virtual_memory_mb: None,
             lrms_version: self.version.clone(),
         }
+    }
+}
+
+/// One partition as `scontrol show partition -o` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// `PartitionName=`.
+    pub name: String,
+    /// `Nodes=`, expanded.
+    pub nodes: Vec<String>,
+    /// `AllowAccounts=`; `None` for `ALL`.
+    pub allow_accounts: Option<Vec<String>>,
+    /// `AllowGroups=`; `None` for `ALL`.
+    pub allow_groups: Option<Vec<String>>,
+    /// `AllowQos=`; `None` for `ALL`.
+    pub allow_qos: Option<Vec<String>>,
+    /// `DenyAccounts=`.
+    pub deny_accounts: Vec<String>,
+    /// `DenyQos=`.
+    pub deny_qos: Vec<String>,
+    /// `QoS=` (the partition QOS), when not `N/A`.
+    pub qos: Option<String>,
+    /// `State=`: `UP`, `DOWN`, `DRAIN`, `INACTIVE`.
+    pub state: String,
+    /// `MaxTime=` in seconds; `None` for `UNLIMITED`.
+    pub max_time: Option<u64>,
+    /// `DefaultTime=` in seconds; `None` for `NONE` (SLURM then gives `MaxTime`).
+    pub default_time: Option<u64>,
+    /// `MaxNodes=`; `None` for `UNLIMITED`.
+    pub max_nodes: Option<u32>,
+    /// `MaxCPUsPerNode=`; `None` for `UNLIMITED`.
+    pub max_cpus_per_node: Option<u32>,
+    /// `MaxMemPerNode=` (MB), or `MaxMemPerCPU=` × the CPUs of a node, when limited.
+    pub max_mem_per_node: Option<u64>,
+    /// `MaxMemPerCPU=` (MB), when limited.
+    pub max_mem_per_cpu: Option<u64>,
+    /// `DefMemPerNode=` (MB), when set.
+    pub def_mem_per_node: Option<u64>,
+    /// `DefMemPerCPU=` (MB), when set.
+    pub def_mem_per_cpu: Option<u64>,
+}
+
+/// One running or pending job's owner, devices and time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningJob {
+    /// `JobState=RUNNING` (else `PENDING`).
+    pub running: bool,
+    /// `NumCPUs=`: the slots it holds (running) or asks for.
+    pub cpus: u32,
+    /// `TimeLimit=` less `RunTime=` in seconds; `None` for `UNLIMITED`.
+    pub remaining: Option<u64>,
+    /// `Partition=`.
+    pub partition: String,
+    /// `Account=`.
+    pub account: String,
+    /// `GroupId=` without the `(gid)`.
+    pub group: String,
+    /// `UserId=` without the `(uid)`.
+    pub user: String,
+    /// `QOS=`.
+    pub qos: String,
+    /// `gres/<name>=N` items of the allocated TRES (`gres/gpu` → N).
+    pub gres: BTreeMap<String, u32>,
+}
+
+/// `key=value` tokens of one `-o` line, the first of each key.
+fn fields(line: &str) -> BTreeMap<&str, &str> {
+    let mut out = BTreeMap::new();
+    for token in line.split_whitespace() {
+        if let Some((k, v)) = token.split_once('=') {
+            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                out.entry(k).or_insert(v);
+            }
+        }
+    }
+    out
+}
+
+fn text(output: &[u8], what: &str) -> Result<String, ProviderError> {
+    String::from_utf8(output.to_vec()).map_err(|e| {
+        ProviderError::Runtime(format!("{what}: not valid UTF-8 at byte {}", e.utf8_error().valid_up_to()))
+    })
+}
+
+fn list(value: Option<&&str>) -> Option<Vec<String>> {
+    match value.copied() {
+        None | Some("ALL") => None,
+        Some(v) => Some(v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()),
+    }
+}
+
+/// A SLURM time (`UNLIMITED`, `minutes`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`)
+/// in seconds; `Ok(None)` for no limit.
+pub fn parse_time(value: &str) -> Result<Option<u64>, String> {
+    if matches!(value, "UNLIMITED" | "INFINITE" | "NONE" | "Partition_Limit") {
+        return Ok(None);
+    }
+    let bad = || format!("{value:?} is not a SLURM time");
+    let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
+    let (days, rest) = match value.split_once('-') {
+        Some((d, r)) => (Some(number(d)?), r),
+        None => (None, value),
+    };
+    let parts: Vec<u64> = rest.split(':').map(number).collect::<Result<_, _>>()?;
+    let (h, m, sec) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, *m, 0),
+        (None, [m, s]) => (0, *m, *s),
+        (_, [h, m, s]) => (*h, *m, *s),
+        (Some(_), [h]) => (*h, 0, 0),
+        (Some(_), [h, m]) => (*h, *m, 0),
+        _ => return Err(bad()),
+    };
+    let total = [(days.unwrap_or(0), 86_400u64), (h, 3600), (m, 60), (sec, 1)]
+        .into_iter()
+        .try_fold(0u64, |sum, (n, unit)| n.checked_mul(unit).and_then(|x| sum.checked_add(x)));
+    total.map(Some).ok_or_else(bad)
+}
+
+/// `name(id)` → `name`.
+fn strip_id(v: &str) -> &str {
+    v.split_once('(').map_or(v, |(n, _)| n)
+}
+
+/// Parses `scontrol show partition -o`.
+pub fn parse_partitions(output: &[u8]) -> Result<Vec<Partition>, ProviderError> {
+    let text = text(output, "scontrol show partition -o")?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let f = fields(line);
+        let Some(name) = f.get("PartitionName") else { continue };
+        let bad = |m: String| ProviderError::Runtime(format!("scontrol show partition -o line {}: {m}", n + 1));
+        let nodes = match f.get("Nodes").copied() {
+            None | Some("(null)") => Vec::new(),
+            Some(list) => Hostlist::HOSTS.expand_all(&[list.to_string()]).map_err(|e| bad(format!("Nodes: {e}")))?,
+        };
+        let time = |key: &str| match f.get(key) {
+            None => Ok(None),
+            Some(v) => parse_time(v).map_err(|m| bad(format!("{key}: {m}"))),
+        };
+        let limit = |key: &str| match f.get(key).copied() {
+            None | Some("UNLIMITED") | Some("0") => Ok(None),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| bad(format!("{key}={v:?} is not a number"))),
+        };
+        let count = |key: &str| limit(key).map(|n| n.map(|n| u32::try_from(n).unwrap_or(u32::MAX)));
+        out.push(Partition {
+            max_time: time("MaxTime")?,
+            default_time: time("DefaultTime")?,
+            max_nodes: count("MaxNodes")?,
+            max_cpus_per_node: count("MaxCPUsPerNode")?,
+            max_mem_per_node: limit("MaxMemPerNode")?,
+            max_mem_per_cpu: limit("MaxMemPerCPU")?,
+            def_mem_per_node: limit("DefMemPerNode")?,
+            def_mem_per_cpu: limit("DefMemPerCPU")?,
+            name: name.to_string(),
+            nodes,
+            allow_accounts: list(f.get("AllowAccounts")),
+            allow_groups: list(f.get("AllowGroups")),
+            allow_qos: list(f.get("AllowQos")),
+            deny_accounts: list(f.get("DenyAccounts")).unwrap_or_default(),
+            deny_qos: list(f.get("DenyQos")).unwrap_or_default(),
+            qos: f.get("QoS").filter(|q| !matches!(**q, "N/A" | "(null)" | "")).map(|q| q.to_string()),
+            state: f.get("State").unwrap_or(&"UP").to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Parses the running and pending jobs of `scontrol -d show job -o`.
+pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
+    let text = text(output, "scontrol -d show job -o")?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let f = fields(line);
+        let running = match f.get("JobState") {
+            Some(&"RUNNING") => true,
+            Some(&"PENDING") => false,
+            _ => continue,
+        };
+        let bad = |what: String| ProviderError::Runtime(format!("scontrol -d show job -o line {}: {what}", n + 1));
+        let time = |key: &str| f.get(key).map_or(Ok(None), |v| parse_time(v)).map_err(|m| bad(format!("{key}: {m}")));
+        let remaining = match time("TimeLimit")? {
+            None => None,
+            Some(limit) => Some(limit.saturating_sub(time("RunTime")?.unwrap_or(0))),
+        };
+        let cpus = match f.get("NumCPUs") {
+            None => 1,
+            Some(v) => v.parse::<u32>().map_err(|_| bad(format!("NumCPUs={v:?} is not a count")))?,
+        };
+        // The job's devices: `JOB_GRES=gpu:2` (-d, the allocation), else the
+        // GRES items of the allocated TRES (only those in AccountingStorageTRES).
+        let mut gres = BTreeMap::new();
+        if let Some(list) = f.get("JOB_GRES").filter(|v| **v != "(null)") {
+            for g in parse_gres(list).map_err(|m| bad(format!("JOB_GRES: {m}")))? {
+                let sum = gres.entry(g.name).or_insert(0u32);
+                *sum =
+                    sum.checked_add(g.count).ok_or_else(|| bad(format!("JOB_GRES {list:?} adds up past a count")))?;
+            }
+        } else {
+            let tres = f.get("AllocTRES").or_else(|| f.get("TRES")).copied().unwrap_or("");
+            for item in tres.split(',') {
+                let Some((k, v)) = item.split_once('=') else { continue };
+                // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
+                let Some(name) = k.strip_prefix("gres/").filter(|n| !n.contains(':')) else { continue };
+                let count = v.parse::<u32>().map_err(|_| bad(format!("{k}={v:?} is not a count")))?;
+                gres.insert(name.to_string(), count);
+            }
+        }
+        out.push(RunningJob {
+            running,
+            cpus,
+            remaining,
+            partition: f.get("Partition").unwrap_or(&"").to_string(),
+            account: f.get("Account").unwrap_or(&"").to_string(),
+            group: strip_id(f.get("GroupId").unwrap_or(&"")).to_string(),
+            user: strip_id(f.get("UserId").unwrap_or(&"")).to_string(),
+            qos: f.get("QOS").unwrap_or(&"").to_string(),
+            gres,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses the QOS records of `scontrol show assoc_mgr flags=qos`:
+/// `QOS=name(id)` headers, then `GrpTRES=…,gres/gpu=4(3)` (limit, held;
+/// `N` for no limit) and `MaxTRESPJ=…,gres/gpu=2`. Account and user limits
+/// inside a record (`MaxTRESPA=`, `MaxTRESPU=`) are not the QOS's own.
+pub fn parse_assoc_mgr_qos(output: &[u8]) -> Result<BTreeMap<String, QosLimits>, ProviderError> {
+    let text = text(output, "scontrol show assoc_mgr flags=qos")?;
+    let mut out: BTreeMap<String, QosLimits> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("QOS=") {
+            current = Some(strip_id(rest).to_string());
+            out.entry(strip_id(rest).to_string()).or_default();
+            continue;
+        }
+        let Some(qos) = &current else { continue };
+        if t == "Account Limits" || t == "User Limits" {
+            current = None;
+            continue;
+        }
+        for token in t.split_whitespace() {
+            let (key, value) = match token.split_once('=') {
+                Some(kv) => kv,
+                None => continue,
+            };
+            if key != "GrpTRES" && key != "MaxTRESPJ" {
+                continue;
+            }
+            for item in value.split(',') {
+                let Some((tres, amount)) = item.split_once('=') else { continue };
+                let Some(name) = tres.strip_prefix("gres/").filter(|n| !n.contains(':')) else { continue };
+                let (limit, held) = match amount.split_once('(') {
+                    Some((l, rest)) => (l, Some(rest.trim_end_matches(')'))),
+                    None => (amount, None),
+                };
+                if limit == "N" || limit.is_empty() {
+                    continue;
+                }
+                let bad = || {
+                    ProviderError::Runtime(format!(
+                        "scontrol show assoc_mgr flags=qos: QOS {qos}: {key} {tres}={amount:?} is not a count"
+                    ))
+                };
+                let limit: u32 = limit.parse().map_err(|_| bad())?;
+                let entry = out.entry(qos.clone()).or_default();
+                if key == "GrpTRES" {
+                    let held: u32 = held.unwrap_or("0").parse().map_err(|_| bad())?;
+                    entry.group.insert(name.to_string(), GroupLimit { limit, held });
+                } else {
+                    entry.per_job.insert(name.to_string(), limit);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Partition {
+    /// `GLUE2ComputingShareServingState` of the partition's `State=`.
+    pub fn serving_state(&self) -> &'static str {
+        match self.state.as_str() {
+            "UP" => "production",
+            "DRAIN" => "draining",
+            _ => "closed",
+        }
+    }
+}
+
+/// Asks SLURM what per-VO shares are made of (the partitions, nodes, jobs
+/// and, where any applies, the QOS limits) for the device kinds of `groups`.
+pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Facts, ProviderError> {
+    let timeout = Duration::from_secs((*config.counts.timeout_s.get_ref()).max(1));
+    let scontrol = |args: &[&str]| run_command(&config.counts.scontrol, args, timeout);
+    // --all: SLURM hides the partitions (and their jobs) whose AllowGroups
+    // leave out the asking user, and the BDII's user is in no VO's group.
+    let partitions = parse_partitions(&scontrol(&["--all", "show", "partition", "-o"])?)?;
+    let nodes = parse_scontrol(&scontrol(&["-d", "show", "node", "-o"])?)?;
+    let jobs = parse_jobs(&scontrol(&["--all", "-d", "show", "job", "-o"])?)?;
+    let wants_qos = partitions.iter().any(|p| p.qos.is_some()) || config.vos.iter().any(|v| !v.qos.is_empty());
+    let qos =
+        if wants_qos { parse_assoc_mgr_qos(&scontrol(&["show", "assoc_mgr", "flags=qos"])?)? } else { BTreeMap::new() };
+    Ok(facts(config, groups, &partitions, &nodes, &jobs, &qos))
+}
+
+/// The [`Facts`] in what `scontrol` printed, separate from the commands so
+/// that they can be tested without SLURM. GRES names become the CDER types
+/// of `groups` (`[counts] gres`), so that nothing after this knows them.
+pub fn facts(
+    config: &ProviderConfig,
+    groups: &[NodeGroup],
+    partitions: &[Partition],
+    nodes: &[SlurmNode],
+    jobs: &[RunningJob],
+    qos: &BTreeMap<String, QosLimits>,
+) -> Facts {
+    let kinds: BTreeSet<DeviceKind> = groups
+        .iter()
+        .flat_map(|g| &g.classes)
+        .map(|c| DeviceKind { cder_type: c.cder_type.clone(), gres_type: c.gres_type.clone() })
+        .collect();
+    let types: BTreeMap<&str, String> =
+        kinds.iter().map(|k| (k.cder_type.as_str(), config.counts.gres_name(&k.cder_type))).collect();
+    // Per CDER type, what a GRES-keyed map holds under its GRES name.
+    let by_type = |by_gres: &BTreeMap<String, u32>| -> BTreeMap<String, u32> {
+        types.iter().filter_map(|(t, gres)| by_gres.get(gres).map(|n| (t.to_string(), *n))).collect()
+    };
+    let node = |n: &SlurmNode| {
+        let devices = kinds
+            .iter()
+            .map(|kind| {
+                let gres = &types[kind.cder_type.as_str()];
+                let gres_type = kind.gres_type.as_deref();
+                // A sum past a u32 is no real node's: all of its devices, all used.
+                let total = gres_count(&n.gres, gres, gres_type).unwrap_or(u32::MAX);
+                let used = n.gres_used.as_ref().map_or(0, |u| gres_count(u, gres, gres_type).unwrap_or(total));
+                (kind.clone(), node_counts(total, used.min(total), n.unavailable()))
+            })
+            .collect();
+        Node { unavailable: n.unavailable(), slots: n.cpus, slots_used: n.cpu_alloc, virtual_memory_mb: None, devices }
+    };
+    let queue = |p: &Partition| {
+        // SLURM limits wall time only; a slot's CPU time cannot exceed it.
+        let default_time = p.default_time.or(p.max_time);
+        Queue {
+            name: p.name.clone(),
+            nodes: p.nodes.clone(),
+            serving_state: p.serving_state(),
+            runs_jobs: true,
+            allow_accounts: p.allow_accounts.clone(),
+            allow_groups: p.allow_groups.clone(),
+            allow_users: None,
+            allow_qos: p.allow_qos.clone(),
+            deny_accounts: p.deny_accounts.clone(),
+            deny_qos: p.deny_qos.clone(),
+            qos: p.qos.clone(),
+            max_wall_time: p.max_time,
+            default_wall_time: default_time,
+            max_cpu_time: p.max_time,
+            default_cpu_time: default_time,
+            max_nodes_per_job: p.max_nodes,
+            max_slots_per_node: p.max_cpus_per_node,
+            max_slots_per_job: None,
+            max_memory_per_node_mb: p.max_mem_per_node,
+            max_memory_per_slot_mb: p.max_mem_per_cpu,
+            // A job that asks for no memory gets DefMemPerNode, or DefMemPerCPU for each of its CPUs (one at least).
+            default_memory_mb: p.def_mem_per_node.or(p.def_mem_per_cpu),
+            max_virtual_memory_mb: None,
+            max_running_jobs: None,
+            max_total_jobs: None,
+        }
+    };
+    let job = |j: &RunningJob| Job {
+        running: j.running,
+        slots: j.cpus,
+        remaining: j.remaining,
+        queue: j.partition.clone(),
+        account: j.account.clone(),
+        group: j.group.clone(),
+        user: j.user.clone(),
+        qos: j.qos.clone(),
+        devices: by_type(&j.gres),
+    };
+    let limits = |l: &QosLimits| QosLimits {
+        group: types.iter().filter_map(|(t, gres)| l.group.get(gres).map(|g| (t.to_string(), *g))).collect(),
+        per_job: by_type(&l.per_job),
+    };
+    Facts {
+        queue_word: "partition",
+        node_listing: "scontrol show node",
+        queues: partitions.iter().map(queue).collect(),
+        nodes: nodes.iter().map(|n| (n.name.clone(), node(n))).collect(),
+        jobs: jobs.iter().map(job).collect(),
+        qos: qos.iter().map(|(name, l)| (name.clone(), limits(l))).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const PARTITIONS: &[u8] = b"PartitionName=gpu AllowGroups=ALL AllowAccounts=atlas,cms AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=wn[01-02] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=16 TotalNodes=2 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED\n\
+PartitionName=cmsonly AllowGroups=ALL AllowAccounts=cms AllowQos=ALL QoS=N/A Nodes=wn02 State=DRAIN\n\
+PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL QoS=N/A Nodes=cpu01 State=UP\n";
+
+    const NODES: &[u8] = b"NodeName=wn01 Gres=gpu:4 GresUsed=gpu:3(IDX:0-2) State=MIXED\n\
+NodeName=wn02 Gres=gpu:4 GresUsed=gpu:0(IDX:N/A) State=IDLE\n\
+NodeName=cpu01 Gres=(null) GresUsed=(null) State=IDLE\n";
+
+    const JOBS: &[u8] = b"JobId=1 JobName=a UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=1 Account=atlas QOS=atlas-gpu JobState=RUNNING Reason=None Partition=gpu AllocTRES=cpu=1,mem=100M,node=1,billing=1,gres/gpu=3 TRES=cpu=1,mem=100M,node=1,billing=1,gres/gpu=3\n\
+JobId=2 UserId=cms001(2001) GroupId=cms(2001) Account=cms QOS=normal JobState=COMPLETED Partition=gpu TRES=cpu=1,gres/gpu=2\n";
+
+    const ASSOC_QOS: &[u8] = b"Current Association Manager state\n\nQOS Records\n\nQOS=normal(1)\n    UsageRaw=0.000000\n    GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00)\n    GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0),gres/gpu=N(0)\n    MaxWallPJ=\n    MaxTRESPJ=\n    MaxTRESPN=\n    Account Limits\n        No Accounts\n    User Limits\n        No Users\n\
+QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/gpu=4(3),gres/gpu:tesla=4(3)\n    MaxTRESPJ=gres/gpu=2\n    Account Limits\n      atlas\n        MaxTRESPA=gres/gpu=1(3)\n    User Limits\n        No Users\n";
+
+    fn config(vos: &str) -> ProviderConfig {
+        let text = crate::config::tests::SAMPLE
+            .replace("source = \"static\"", "source = \"slurm\"")
+            .replace("wn[01-16]", "wn[01-02]")
+            .replace("count = 2", "count = 4")
+            .replace("used = 2\n", "");
+        ProviderConfig::parse(&format!("{text}{vos}"), Path::new("t.toml")).unwrap()
+    }
+
+    const TWO_VOS: &str = "\n[[vo]]\nname = \"atlas\"\naccounts = [\"atlas\"]\nqos = [\"atlas-gpu\"]\n\n[[vo]]\nname = \"cms\"\naccounts = [\"cms\"]\n";
+
+    /// The facts of the listings above, as [`share_facts`] reads them.
+    fn listed(cfg: &ProviderConfig, groups: &[NodeGroup]) -> Facts {
+        facts(
+            cfg,
+            groups,
+            &parse_partitions(PARTITIONS).unwrap(),
+            &parse_scontrol(NODES).unwrap(),
+            &parse_jobs(JOBS).unwrap(),
+            &parse_assoc_mgr_qos(ASSOC_QOS).unwrap(),
+        )
+    }
+
+    #[test]
+    fn scontrol_listings_parse() {
+        let p = parse_partitions(PARTITIONS).unwrap();
+        assert_eq!(p[0].nodes, ["wn01", "wn02"]);
+        assert_eq!(p[0].allow_accounts.as_deref(), Some(&["atlas".to_string(), "cms".to_string()][..]));
+        assert_eq!((p[0].allow_groups.clone(), p[0].qos.clone()), (None, None));
+        assert_eq!(p[1].serving_state(), "draining");
+        let j = parse_jobs(JOBS).unwrap();
+        assert_eq!(j.len(), 1, "running and pending jobs only");
+        assert_eq!(
+            (parse_time("1-02:00:00"), parse_time("30"), parse_time("05:10")),
+            (Ok(Some(93_600)), Ok(Some(1800)), Ok(Some(310)))
+        );
+        assert_eq!(parse_time("UNLIMITED"), Ok(None));
+        assert!(parse_time("soon").is_err());
+        assert!(parse_time("999999999999999-00:00:00").is_err(), "past a u64 of seconds");
+        assert_eq!(p[0].max_time, None);
+        assert_eq!((j[0].group.as_str(), j[0].user.as_str(), j[0].gres["gpu"]), ("atlas", "atlas001", 3));
+        let q = parse_assoc_mgr_qos(ASSOC_QOS).unwrap();
+        assert!(q["normal"].group.is_empty() && q["normal"].per_job.is_empty());
+        assert_eq!(q["atlas-gpu"].group["gpu"], GroupLimit { limit: 4, held: 3 });
+        assert_eq!(q["atlas-gpu"].per_job["gpu"], 2);
+        let e = parse_assoc_mgr_qos(b"QOS=x(3)\n    GrpTRES=gres/gpu=lots(1)\n").unwrap_err();
+        assert!(e.to_string().contains("QOS x: GrpTRES gres/gpu=\"lots(1)\" is not a count"), "{e}");
+        assert!(parse_jobs(b"JobId=3 JobState=RUNNING Partition=gpu TRES=gres/gpu=-1\n").is_err());
+        let j = parse_jobs(b"JobId=4 JobState=RUNNING Partition=gpu TRES=cpu=1,node=1 JOB_GRES=gpu:tesla:1,gpu:k80:2 Nodes=wn01 GRES=gpu:tesla:1(IDX:0)\n").unwrap();
+        assert_eq!(j[0].gres["gpu"], 3);
+    }
+
+    #[test]
+    fn scontrol_text_becomes_facts_in_cder_words() {
+        let cfg = config(TWO_VOS);
+        let groups = crate::site::node_groups(&cfg).unwrap();
+        let f = listed(&cfg, &groups);
+        assert_eq!((f.queue_word, f.node_listing), ("partition", "scontrol show node"));
+        let names: Vec<&str> = f.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["gpu", "cmsonly", "cpu"]);
+        let gpu = &f.queues[0];
+        assert_eq!(gpu.nodes, ["wn01", "wn02"]);
+        assert_eq!(gpu.allow_accounts.as_deref(), Some(&["atlas".to_string(), "cms".to_string()][..]));
+        assert_eq!((gpu.allow_groups.as_ref(), gpu.allow_users.as_ref(), gpu.qos.as_ref()), (None, None, None));
+        assert!(gpu.runs_jobs);
+        assert_eq!((gpu.serving_state, f.queues[1].serving_state), ("production", "draining"));
+        // Node devices per kind the groups have: GRES `gpu` is the CDER type `gpgpu`.
+        let kind = DeviceKind { cder_type: "gpgpu".into(), gres_type: None };
+        let wn01 = &f.nodes["wn01"];
+        assert_eq!(wn01.devices[&kind], crate::sources::Counts { total: 4, free: 1, used: 3, offline: 0 });
+        assert_eq!(f.nodes["cpu01"].devices[&kind].total, 0);
+        // Jobs and QOS limits are keyed by the CDER type, not the GRES name.
+        assert_eq!(f.jobs.len(), 1);
+        let j = &f.jobs[0];
+        assert_eq!(
+            (j.queue.as_str(), j.account.as_str(), j.qos.as_str(), j.running),
+            ("gpu", "atlas", "atlas-gpu", true)
+        );
+        assert_eq!(j.devices.get("gpgpu"), Some(&3));
+        assert_eq!(f.qos["atlas-gpu"].group["gpgpu"], GroupLimit { limit: 4, held: 3 });
+        assert_eq!(f.qos["atlas-gpu"].per_job["gpgpu"], 2);
+        assert!(f.qos["normal"].group.is_empty(), "gres/gpu=N(0) is no limit");
+    }
+
+    #[test]
+    fn partition_limits_become_queue_limits() {
+        let cfg = config(TWO_VOS);
+        let groups = crate::site::node_groups(&cfg).unwrap();
+        let line = b"PartitionName=p Nodes=wn01 State=UP MaxTime=1-00:00:00 DefaultTime=01:00:00 MaxNodes=2 MaxCPUsPerNode=8 MaxMemPerCPU=4000 DefMemPerCPU=1000 QoS=gpuq DenyAccounts=lhcb DenyQos=slow AllowQos=fast\n";
+        let nodes =
+            parse_scontrol(b"NodeName=wn01 CPUTot=16 CPUAlloc=4 Gres=gpu:4 GresUsed=gpu:9 State=DOWN\n").unwrap();
+        let f = facts(&cfg, &groups, &parse_partitions(line).unwrap(), &nodes, &[], &BTreeMap::new());
+        let q = &f.queues[0];
+        assert_eq!((q.max_wall_time, q.default_wall_time), (Some(86_400), Some(3600)));
+        assert_eq!(
+            (q.max_cpu_time, q.default_cpu_time),
+            (Some(86_400), Some(3600)),
+            "CPU time is bounded by wall time"
+        );
+        assert_eq!((q.max_nodes_per_job, q.max_slots_per_node, q.max_slots_per_job), (Some(2), Some(8), None));
+        assert_eq!(
+            (q.max_memory_per_node_mb, q.max_memory_per_slot_mb, q.default_memory_mb),
+            (None, Some(4000), Some(1000))
+        );
+        assert_eq!(
+            (q.qos.as_deref(), q.deny_accounts.as_slice(), q.deny_qos.as_slice()),
+            (Some("gpuq"), &["lhcb".to_string()][..], &["slow".to_string()][..])
+        );
+        assert_eq!(q.allow_qos.as_deref(), Some(&["fast".to_string()][..]));
+        let n = &f.nodes["wn01"];
+        assert_eq!((n.unavailable, n.slots, n.slots_used, n.virtual_memory_mb), (true, Some(16), Some(4), None));
+        // More used than installed: all used; the node is down, nothing free.
+        let kind = DeviceKind { cder_type: "gpgpu".into(), gres_type: None };
+        assert_eq!(n.devices[&kind], crate::sources::Counts { total: 4, free: 0, used: 4, offline: 0 });
+    }
+
+    #[test]
+    fn scontrol_text_through_the_shares_gives_each_vo_its_figures() {
+        let cfg = config(TWO_VOS);
+        let groups = crate::site::node_groups(&cfg).unwrap();
+        let shares = crate::shares::from_facts(&cfg, &groups, &listed(&cfg, &groups)).unwrap();
+        let ids: Vec<&str> = shares.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "gpu_atlas_ce.example.org_ComputingElement",
+                "gpu_cms_ce.example.org_ComputingElement",
+                "cmsonly_cms_ce.example.org_ComputingElement"
+            ]
+        );
+        // The partition has 5 free of 8; atlas's QOS allows 4 and holds 3: 1 free, 2 per job.
+        let atlas = shares[0].devices["GPGPU"];
+        assert_eq!((atlas.total, atlas.free, atlas.used, atlas.max_per_job), (4, 1, 3, 2));
+        let cms = shares[1].devices["GPGPU"];
+        assert_eq!((cms.total, cms.free, cms.used, cms.max_per_job), (8, 5, 0, 4));
+        let mut only_cms = cfg.clone();
+        only_cms.vos[1].queues = Some(vec!["cmsonly".into()]);
+        let again = crate::shares::from_facts(&only_cms, &groups, &listed(&only_cms, &groups)).unwrap();
+        assert_eq!(
+            again.iter().map(|s| (s.queue.as_str(), s.vo.as_str())).collect::<Vec<_>>(),
+            [("gpu", "atlas"), ("cmsonly", "cms")]
+        );
+        let cms_only = &shares[2];
+        assert_eq!(cms_only.devices["GPGPU"].free, 4);
+        assert_eq!(cms_only.serving_state, "draining");
+        assert_eq!(cms_only.environments, ["ce.example.org_gts450"]);
     }
 }
