@@ -386,16 +386,8 @@ mod tests {
         Node { unavailable: false, slots: Some(slots), slots_used: Some(slots_used), virtual_memory_mb: None, devices }
     }
 
-    fn job(
-        queue: &str,
-        running: bool,
-        account: &str,
-        group: &str,
-        user: &str,
-        qos: &str,
-        slots: u32,
-        gpus: u32,
-    ) -> Job {
+    /// A job of `queue` run as `[account, group, user, qos]`.
+    fn job(queue: &str, running: bool, [account, group, user, qos]: [&str; 4], slots: u32, gpus: u32) -> Job {
         Job {
             running,
             slots,
@@ -433,11 +425,11 @@ mod tests {
             ]
             .into(),
             jobs: vec![
-                job("gpu", true, "atlas", "atlas", "atlas001", "atlas-gpu", 16, 3),
-                job("gpu", true, "cms", "cms", "cms001", "normal", 8, 1),
-                job("gpu", false, "cms", "cms", "cms002", "normal", 4, 0),
-                job("cmsq", false, "x", "cms", "cms003", "", 1, 0),
-                job("gpu", false, "ops", "ops", "ops001", "", 1, 0),
+                job("gpu", true, ["atlas", "atlas", "atlas001", "atlas-gpu"], 16, 3),
+                job("gpu", true, ["cms", "cms", "cms001", "normal"], 8, 1),
+                job("gpu", false, ["cms", "cms", "cms002", "normal"], 4, 0),
+                job("cmsq", false, ["x", "cms", "cms003", ""], 1, 0),
+                job("gpu", false, ["ops", "ops", "ops001", ""], 1, 0),
             ],
             qos: [(
                 "atlas-gpu".to_string(),
@@ -512,7 +504,7 @@ mod tests {
         assert_eq!((s.policy.max_virtual_memory_mb, s.policy.guaranteed_virtual_memory_mb), (40_000, 16384));
         assert_eq!((s.policy.max_wall_time, s.policy.max_running_jobs), (Some(7200), Some(5)));
         // big01's idle 4 of 12 allowed slots (8 held) against 3 queued jobs: they start at once.
-        assert_eq!(s.policy.free_slots, 4 + 0);
+        assert_eq!(s.policy.free_slots, 4);
         assert_eq!(s.policy.estimated_worst_waiting_time, 0);
         let mut slots_cap = f.clone();
         slots_cap.queues[0].max_slots_per_job = Some(5);
@@ -527,7 +519,7 @@ mod tests {
         f.nodes.remove("wn02");
         let e = from_facts(&cfg, &groups, &f).unwrap_err();
         assert!(e.to_string().contains("queue gpu: node \"wn02\" is not known to the listing"), "{e}");
-        f.jobs.push(job("gpu", true, "cms", "cms", "cms009", "", 1, u32::MAX));
+        f.jobs.push(job("gpu", true, ["cms", "cms", "cms009", ""], 1, u32::MAX));
         f.nodes.insert("wn02".into(), node(16, 0, gpus(4, 4, 0, 0)));
         let e = from_facts(&cfg, &groups, &f).unwrap_err();
         assert!(e.to_string().contains("queue gpu: the cms jobs hold more gpgpu devices than a count holds"), "{e}");

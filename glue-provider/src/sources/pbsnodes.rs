@@ -436,8 +436,6 @@ impl TorqueQueue {
             .unwrap_or_default()
     }
 
-    /// An execution queue whose enabled ACLs let one of the VO's groups and users in.
-
     /// The node properties `resources_default.neednodes` asks for (`gpu` in `1:ppn=4:gpu`).
     pub fn needed_properties(&self) -> Vec<String> {
         self.attributes
