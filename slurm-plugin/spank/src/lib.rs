@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! # plugstack.conf
-//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
+//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=optional
 //! ```
 //!
 //! On the submit host the options go into the job-control environment for
@@ -81,6 +81,9 @@ impl CderSpank {
     fn load_args(&mut self, words: &[String]) -> SpankResult {
         if self.args.is_none() {
             let args = PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?;
+            if let Some(deprecated) = &args.deprecated_confine {
+                log(Level::Info, &format!("spank_cder: plugstack.conf: {deprecated}"));
+            }
             if let Some(mode) = &args.legacy_mode {
                 log(
                     Level::Verbose,
