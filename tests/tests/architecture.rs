@@ -12,9 +12,10 @@
 //! path from the root (`a::b`; the root is `crate`). Module A imports
 //! module B when A's code names B or an item B defines: every leaf of
 //! every `use` tree (nested groups, `self`, `super`, `crate`, renames,
-//! globs), and every path of two segments or more in A's code — types,
-//! expressions, patterns, macro calls and their arguments, `macro_rules!`
-//! bodies (`$crate::…`) and paths in attribute strings
+//! globs); every path in A's code (types, expressions, patterns, macro
+//! calls) of two segments or more, or of one naming what a `use` brought
+//! in; and paths of two segments or more in macro arguments,
+//! `macro_rules!` bodies (`$crate::…`) and attribute strings
 //! (`serde(with = "crate::…")`). A path is followed through `use`
 //! declarations and glob imports at every level to the module that defines
 //! the item, so naming a re-export imports the module behind it; a
@@ -345,7 +346,8 @@ impl<'ast> Visit<'ast> for Paths {
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
-        if path.leading_colon.is_none() && path.segments.len() > 1 {
+        // One segment too: a name a `use` brought in (see `Crate::edges`).
+        if path.leading_colon.is_none() {
             self.0.push(path.segments.iter().map(|s| s.ident.to_string()).collect());
         }
         syn::visit::visit_path(self, path);
@@ -605,6 +607,13 @@ impl Crate {
         for (id, module) in self.modules.iter().enumerate() {
             let edges = graph.entry(module.name.clone()).or_default();
             for path in &module.named {
+                // A one-segment path names a local, a generic or an item
+                // written here, or a name a `use` brought in: only the last
+                // is an import (the crate root's `pub use`d names that its
+                // own code uses, say).
+                if path.len() == 1 && !module.imports.contains_key(&path[0]) {
+                    continue;
+                }
                 let target = match self.resolve(id, path, 0) {
                     Some(Found::Module(t) | Found::Item(t)) => t,
                     None => continue,
@@ -723,6 +732,14 @@ fn a_crate_root_with_items_is_a_module() {
     let found = cycles(&graph);
     assert_eq!(found, vec![cycle(&["", "a", ""])]);
     assert_eq!(describe(&found[0], &edges_of(&files)), "crate -(crate::a::Part)-> a -(crate::helper)-> crate");
+
+    // The root's code naming what it re-exports imports the module behind it.
+    let graph = graph_of(&[
+        ("src/lib.rs", "pub mod b;\npub use b::Shared;\npub fn helper() -> Shared {\n    Shared\n}\n"),
+        ("src/b.rs", "pub struct Shared;\npub fn g() {\n    crate::helper();\n}\n"),
+    ]);
+    assert_eq!(graph[""], set(&["b"]));
+    assert_eq!(cycles(&graph), vec![cycle(&["", "b", ""])]);
 
     // Declaring modules and re-exporting makes the root no module of its own.
     let graph = graph_of(&[
