@@ -81,9 +81,6 @@ impl CderSpank {
     fn load_args(&mut self, words: &[String]) -> SpankResult {
         if self.args.is_none() {
             let args = PluginArgs::parse(words).map_err(|e| SpankError::new(e.to_string()))?;
-            if let Some(deprecated) = &args.deprecated_confine {
-                log(Level::Info, &format!("spank_cder: plugstack.conf: {deprecated}"));
-            }
             if let Some(mode) = &args.legacy_mode {
                 log(
                     Level::Verbose,
@@ -197,6 +194,11 @@ impl Plugin for CderSpank {
         };
         if let Err(e) = self.load_args(args) {
             return fail(format!("job prolog: {e}"));
+        }
+        // Said once per job in slurmd's log, where the admin who wrote
+        // plugstack.conf reads; srun's users are not the ones to tell.
+        if let Some(deprecated) = self.args().deprecated_confine {
+            log(Level::Info, &format!("spank_cder: plugstack.conf: {deprecated}"));
         }
         let (job, job_id) = match job_key(spank).and_then(|job| Ok((job, spank.job_id()?))) {
             Ok(j) => j,
