@@ -44,5 +44,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "(run as root to see the whole path on a real ARC CE: target/debug/cder-arc-demo)"
     exit 0
 fi
+echo "== demo-arc.sh: building its programs (minutes on a first, cold build) ..."
 cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-glue-provider -p cder-jdl -p cder-demos --bin cder-arc-demo
-exec target/debug/cder-arc-demo
+target/debug/cder-arc-demo
+echo "== demo-arc.sh: passed"

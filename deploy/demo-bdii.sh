@@ -137,7 +137,9 @@ BDII_VAR_DIR=$work/bdii/var
 SLAPD_CONF=$work/bdii-slapd.conf
 CONF
 PATH=$work/bdii/shim:$PATH /usr/sbin/bdii-update -c "$work/bdii/bdii.conf" -d
-cycles() { grep -c 'Sleeping for' "$work/bdii/bdii-update.log" 2>/dev/null || true; }
+# Until bdii-update has written its log, grep prints nothing (not 0), and
+# `[ "" -ge N ]` is not a number test: count a missing log as no cycle.
+cycles() { local n; n=$(grep -c 'Sleeping for' "$work/bdii/bdii-update.log" 2>/dev/null); echo "${n:-0}"; }
 wait_cycles() { local want=$(( $(cycles) + $1 )); for _ in $(seq 300); do [ "$(cycles)" -ge "$want" ] && return; sleep 0.1; done; echo "bdii-update did not cycle" >&2; cat "$work/bdii/bdii-update.log" >&2; exit 1; }
 wait_cycles 1
 
@@ -153,4 +155,4 @@ step "A job takes a GPU (cderctl alloc); the next BDII cycle publishes one fewer
 wait_cycles 2
 query | grep -E 'dn:|GLUE2ResourceID|Instances='
 echo
-echo "demo-bdii.sh: done (everything is stopped and $work removed on exit)"
+echo "== demo-bdii.sh: passed (everything is stopped and $work removed on exit)"

@@ -11,5 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-cluster.sh: run as root (network namespaces; SLURM runs as root in the demo)" >&2
     exit 2
 fi
+echo "== demo-cluster.sh: building its programs (minutes on a first, cold build) ..."
 cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cderctl -p cder-demos --bin cder-cluster-demo
-exec target/debug/cder-cluster-demo
+target/debug/cder-cluster-demo
+echo "== demo-cluster.sh: passed"

@@ -10,5 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-slurm.sh: run as root (slurmctld and slurmd run as root in the demo)" >&2
     exit 2
 fi
+echo "== demo-slurm.sh: building its programs (minutes on a first, cold build) ..."
 cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-demos --bin cder-slurm-demo
-exec target/debug/cder-slurm-demo
+target/debug/cder-slurm-demo
+echo "== demo-slurm.sh: passed"

@@ -143,4 +143,4 @@ show "cder-torque-reconcile --pbs-home \$PBS_HOME   (generation first, then the 
 "$work/libexec/cder-torque-reconcile" --pbs-home "$work/torque"
 "$bin/cderctl" status
 echo
-echo "TORQUE demo done."
+echo "== demo-torque.sh: passed"

@@ -13,5 +13,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "demo-twophase.sh: run as root (slurmctld and slurmd run as root in the demo)" >&2
     exit 2
 fi
+echo "== demo-twophase.sh: building its programs (minutes on a first, cold build) ..."
 cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd -p cder-glue-provider -p cder-jdl -p cder-demos --bin cder-twophase-demo
-exec target/debug/cder-twophase-demo
+target/debug/cder-twophase-demo
+echo "== demo-twophase.sh: passed"

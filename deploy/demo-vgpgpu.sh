@@ -14,6 +14,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 # Two builds: the SLURM plugins alone link the registry's light client (built
 # together with cder-registry's binaries, cargo would unify its features).
+echo "== demo-vgpgpu.sh: building its programs (minutes on a first, cold build) ..."
 cargo build -q -j 2 -p spank-cder -p job-submit-cder -p cderd
 cargo build -q -j 2 -p cder-registry -p cderctl -p cder-demos -p cder-tests --bin cder-vgpgpu-demo --bin cder-test-vgpgpu-backend
-exec target/debug/cder-vgpgpu-demo
+target/debug/cder-vgpgpu-demo
+echo "== demo-vgpgpu.sh: passed"

@@ -6,14 +6,30 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=$(mktemp -d /tmp/cder-demo.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# Each part's verdict, for the summary at the end. `current` names the part
+# under way: if `set -e` ends the demo inside it, the summary says it failed.
+results=()
+current=""
+cleanup() {
+    local rc=$?
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+    if [ -n "$current" ]; then results+=("$current: failed (exit $rc)"); fi
+    printf '\n\033[1m== summary of the demo\033[0m\n'
+    printf '   %s\n' "${results[@]}"
+}
 trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+passed() { printf '\033[1m== %s: passed\033[0m\n' "$current"; results+=("$current: passed"); current=""; }
 
+current="build"
 step "Building cder"
 cargo build --quiet --workspace --bins --lib
 bin=$root/target/debug
+passed
 
+current="discovery and one node (cderctl, cderd)"
 step "Discovery from the static config (deploy/cder.example.toml)"
 "$bin/cderctl" inventory --config deploy/cder.example.toml
 
@@ -42,15 +58,31 @@ show "$bin/cderctl" status
 show "$bin/cderctl" release --job local:demo-1
 show "$bin/cderctl" alloc --job local:demo-3 --uid "$(id -u)" --count 1
 unset CDER_CONFIG
+passed
 
-# The batch-system and grid parts start real daemons; each script explains itself.
+# The batch-system and grid parts start real daemons; each script explains
+# itself. A part that fails is reported and the next one still runs.
+failed=0
 if [ "$(id -u)" -eq 0 ]; then
   for part in slurm cluster torque bdii twophase vgpgpu arc; do
     script=deploy/demo-$part.sh
     [ -x "$script" ] || continue
     step "deploy/demo-$part.sh"
-    "$script"
+    current="demo-$part.sh"
+    # Each part's script ends with its own "passed" line.
+    if "$script"; then
+      results+=("$current: passed")
+      current=""
+    else
+      rc=$?
+      printf '\033[1m== %s: failed (exit %s)\033[0m\n' "$current" "$rc"
+      results+=("$current: failed (exit $rc)")
+      current=""
+      failed=1
+    fi
   done
 else
   echo "(run as root to see the SLURM, TORQUE, BDII and grid parts)"
+  results+=("the SLURM, TORQUE, BDII and grid parts: not run (not root)")
 fi
+exit "$failed"

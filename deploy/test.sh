@@ -21,9 +21,12 @@ skip_summary() {
     rm -f "$CDER_SKIPPED_FILE"
 }
 trap skip_summary EXIT
-# Formatting and lints are gates, as in ripgrep's and jaq's CI: rustfmt.toml
-# is the style, and a clippy warning fails the run.
+# Formatting and lints are gates of this run: rustfmt.toml is the style,
+# and a clippy warning fails it (ripgrep's CI, say, gates on rustfmt alone).
+# fuzz/ is a cargo workspace of its own (docs/fuzzing.md), so each gate runs
+# there too; its targets build on stable, so clippy needs no nightly.
 cargo fmt --all --check
+cargo fmt --check --manifest-path fuzz/Cargo.toml
 # The Debian roots of the newer SLURM releases are made (or found) while
 # the workspace builds and tests: mostly downloads, and a minute each.
 roots_log=$(mktemp "${TMPDIR:-/tmp}/cder-roots.XXXXXX")
@@ -33,6 +36,7 @@ done) >"$roots_log" 2>&1 &
 roots_pid=$!
 cargo build --workspace --all-targets --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
 cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
 # Every SLURM release from 22.05 to 26.05 compiles, and cder-slurm's unit
 # tests pass with each build (deploy/slurm/releases, docs/slurm.md).

@@ -15,7 +15,8 @@ fn entries(text: &str) -> Vec<Entry> {
         .filter_map(|block| {
             let mut lines = block.lines().filter(|l| !l.is_empty());
             let dn = lines.next()?.strip_prefix("dn:")?.trim();
-            let pairs: Vec<(&str, &str)> = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim(), v.trim())).collect();
+            let pairs: Vec<(&str, &str)> =
+                lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim(), v.trim())).collect();
             Some(Entry::from_pairs(dn, pairs))
         })
         .take(256)
@@ -47,7 +48,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let prefixes = vec!["GPGPU".to_string(), "FPGA".to_string()];
-    for offers in [build_offers(&snap, &prefixes, None), { snap.policies = Some(policies); build_offers(&snap, &prefixes, Some("atlas")) }] {
+    for offers in [build_offers(&snap, &prefixes, None), {
+        snap.policies = Some(policies);
+        build_offers(&snap, &prefixes, Some("atlas"))
+    }] {
         for offer in &offers.offers {
             assert!(!offer.ce_id.is_empty(), "an offer without a CE: {:?}", offer.ad.to_string());
         }

@@ -21,7 +21,8 @@ fuzz_target!(|data: &[u8]| {
     let vgpus = StaticVirtual::from_config(&config.virtual_environments);
     let all = [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid, Strategy::TaggedEnvironment];
     if let Ok(text) = publish(&config, &ConfiguredCounts, &vgpus, &all, 1_795_291_140) {
-        let entries = ldif::parse(&text).unwrap_or_else(|e| panic!("the provider wrote LDIF it cannot read: {e}\n{text}"));
+        let entries =
+            ldif::parse(&text).unwrap_or_else(|e| panic!("the provider wrote LDIF it cannot read: {e}\n{text}"));
         assert!(!entries.is_empty(), "published nothing");
     }
 });

@@ -44,14 +44,22 @@ fn groups() -> &'static [NodeGroup] {
 fn consistent(counts: &[GroupCounts]) {
     for g in counts {
         for (key, c) in &g.devices {
-            assert_eq!(u64::from(c.free) + u64::from(c.used) + u64::from(c.offline), u64::from(c.total), "{key}: {c:?}");
+            assert_eq!(
+                u64::from(c.free) + u64::from(c.used) + u64::from(c.offline),
+                u64::from(c.total),
+                "{key}: {c:?}"
+            );
         }
     }
 }
 
 fuzz_target!(|data: &[u8]| {
     let timeout = Duration::from_secs(1);
-    let slurm = SlurmCounts { scontrol: PathBuf::from("scontrol"), gres: [("gpgpu".to_string(), "gpu".to_string())].into(), timeout };
+    let slurm = SlurmCounts {
+        scontrol: PathBuf::from("scontrol"),
+        gres: [("gpgpu".to_string(), "gpu".to_string())].into(),
+        timeout,
+    };
     let torque = TorqueCounts { pbsnodes: PathBuf::from("pbsnodes"), timeout };
     if let Ok(counts) = slurm.counts_from_output(groups(), data) {
         consistent(&counts);

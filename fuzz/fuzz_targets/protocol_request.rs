@@ -10,7 +10,8 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = Request::from_line(data) {
         let line = request.to_line();
-        let again = Request::from_line(line.as_bytes()).unwrap_or_else(|e| panic!("{line:?} was accepted once but not again: {e:?}"));
+        let again = Request::from_line(line.as_bytes())
+            .unwrap_or_else(|e| panic!("{line:?} was accepted once but not again: {e:?}"));
         assert_eq!(again, request, "{line:?} does not round-trip");
     }
     if let Ok(text) = std::str::from_utf8(data) {

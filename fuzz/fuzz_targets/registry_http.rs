@@ -18,7 +18,11 @@ fn registry() -> &'static Registry {
     &REGISTRY
         .get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
-            let config = RegistryConfig { state_dir: dir.path().join("state"), munge_socket: Some(dir.path().join("no-munged")), ..RegistryConfig::default() };
+            let config = RegistryConfig {
+                state_dir: dir.path().join("state"),
+                munge_socket: Some(dir.path().join("no-munged")),
+                ..RegistryConfig::default()
+            };
             let registry = Registry::open(&config).unwrap();
             (dir, registry)
         })
@@ -37,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         (400..500).contains(&status) || (status == 503 && json.contains("\"unavailable\"")),
         "{method} {url}: status {status}: {json}"
     );
-    let reply: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {json}"));
+    let reply: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {json}"));
     assert!(reply.get("code").is_some_and(|c| c.is_string()), "error without a code: {json}");
 });

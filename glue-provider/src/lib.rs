@@ -208,6 +208,30 @@ mod tests {
         assert!(e.to_string().contains("not ASCII"), "{e}");
     }
 
+    /// deploy/bdii/glue-provider.example.toml's commented `[service]` block,
+    /// uncommented as its comment says, has every key EGI's profile needs:
+    /// the config loads and, with counts that report no LRMS release (the
+    /// config's own), the Manager still gets its product version.
+    #[test]
+    fn the_examples_service_block_uncommented_loads_and_publishes() {
+        let text = include_str!("../../deploy/bdii/glue-provider.example.toml");
+        let start = text.find("\n#[service]\n").expect("the example's commented [service] block") + 1;
+        let end = start + text[start..].find("\n\n").expect("a blank line after the [service] block");
+        let block: Vec<&str> = text[start..end].lines().map(|l| l.strip_prefix('#').unwrap_or(l)).collect();
+        let uncommented = format!("{}{}{}", &text[..start], block.join("\n"), &text[end..]);
+        let path = Path::new("glue-provider.example.toml");
+        let cfg = config::ProviderConfig::parse(&uncommented, path).unwrap();
+        let service = cfg.service.as_ref().expect("[service] is read");
+        assert_eq!(service.quality_level, "production");
+        assert_eq!(service.manager_version.as_deref(), Some("22.05.8"));
+        let with_static_counts = uncommented.replace("source = \"slurm\"", "source = \"static\"");
+        assert_ne!(with_static_counts, uncommented, "the example's count source moved");
+        let entries =
+            run(&config::ProviderConfig::parse(&with_static_counts, path).unwrap(), &[Strategy::AttributeExtension]);
+        let manager = entries.iter().find(|e| e.dn.starts_with("GLUE2ManagerID=")).expect("a Manager entry");
+        assert_eq!(manager.values("GLUE2ManagerProductVersion").collect::<Vec<_>>(), ["22.05.8"]);
+    }
+
     #[test]
     fn service_and_virtual_environments() {
         let extra = "\n[service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"EXAMPLE\"\nmanager_product = \"SLURM\"\nmanager_version = \"22.05.8\"\n\n[[virtual]]\nmethod = \"rCUDA\"\ntotal = 8\nfree = 5\n";

@@ -1,7 +1,7 @@
 //! The arguments of `spank_cder.so` on its plugstack.conf line:
 //!
 //! ```text
-//! required /usr/lib/cder/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
+//! required /usr/lib/cder/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=optional
 //! ```
 //!
 //! `mode=managed|observe` of earlier releases is still accepted and has no
@@ -23,18 +23,13 @@ pub enum FailMode {
 }
 
 /// Whether tasks are put into cderd's device cgroup (`confine`) where
-/// SLURM gives them none (`task/cgroup` with `ConstrainDevices=yes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Confine {
-    /// Confine where cderd can; where it cannot (`enforcement_unavailable`)
-    /// the job runs with its visibility variables only, and slurmd logs it.
-    Auto,
-    /// A task that cannot be confined does not start.
-    Required,
-    /// Never confine (another mechanism enforces, e.g. cderd's device-file
-    /// modes); the variables use absolute indices.
-    Off,
-}
+/// SLURM gives them none (`task/cgroup` with `ConstrainDevices=yes`):
+/// `required` (a task that cannot be confined does not start), `optional`
+/// (the default: confine where cderd can, else the job runs with its
+/// visibility variables only and slurmd logs it) or `off` (never; the
+/// variables use absolute indices). The vocabulary is cder-model's, shared
+/// with TORQUE's torque.toml.
+pub use cder_model::Confine;
 
 /// The parsed plugin arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +42,9 @@ pub struct PluginArgs {
     pub confine: Confine,
     /// `mode=` was given: accepted for old plugstack.conf lines, no effect.
     pub legacy_mode: Option<String>,
+    /// An old spelling of `confine=` was given (`auto`): read, and worth a
+    /// warning that names the new word.
+    pub deprecated_confine: Option<cder_model::DeprecatedConfine>,
     /// How long one call to cderd may take before it counts as unreachable.
     pub timeout: Duration,
     /// `config=`: the cder.toml whose `[registry]` vGPGPU jobs use
@@ -60,8 +58,9 @@ impl Default for PluginArgs {
         PluginArgs {
             socket: cder_model::DEFAULT_SOCKET.into(),
             fail: FailMode::Closed,
-            confine: Confine::Auto,
+            confine: Confine::Optional,
             legacy_mode: None,
+            deprecated_confine: None,
             timeout: Duration::from_secs(10),
             config: None,
         }
@@ -113,12 +112,10 @@ impl PluginArgs {
                     _ => return Err(bad("mode= has no effect any more (SLURM's GRES chooses the devices); remove it")),
                 },
                 "confine" => {
-                    args.confine = match value {
-                        "auto" => Confine::Auto,
-                        "required" => Confine::Required,
-                        "off" => Confine::Off,
-                        _ => return Err(bad("confine must be auto, required or off")),
-                    }
+                    let (confine, deprecated) = Confine::read(value)
+                        .map_err(|_| bad(&format!("confine must be {}", cder_model::CONFINE_WORDS)))?;
+                    args.confine = confine;
+                    args.deprecated_confine = deprecated;
                 }
                 "timeout" => match value.parse::<u64>() {
                     Ok(s) if s > 0 => args.timeout = Duration::from_secs(s),
@@ -148,8 +145,9 @@ mod tests {
     fn defaults_are_closed_and_confining() {
         let a = PluginArgs::parse::<&str>(&[]).unwrap();
         assert_eq!(a.fail, FailMode::Closed);
-        assert_eq!(a.confine, Confine::Auto);
+        assert_eq!(a.confine, Confine::Optional);
         assert_eq!(a.legacy_mode, None);
+        assert_eq!(a.deprecated_confine, None);
         assert_eq!(a.socket, PathBuf::from("/run/cder/cderd.sock"));
     }
 
@@ -163,6 +161,20 @@ mod tests {
         assert_eq!(a.legacy_mode.as_deref(), Some("observe"));
         assert_eq!(a.confine, Confine::Required);
         assert_eq!(a.timeout, Duration::from_secs(3));
+    }
+
+    /// plugstack.conf lines of earlier releases (`confine=auto`) still load,
+    /// as `optional`, with a warning that names the word to write.
+    #[test]
+    fn the_old_confine_word_is_read_with_a_warning() {
+        let a = PluginArgs::parse(&["confine=auto"]).unwrap();
+        assert_eq!(a.confine, Confine::Optional);
+        let warning = a.deprecated_confine.expect("a deprecation").to_string();
+        assert!(warning.contains("\"auto\"") && warning.contains("write \"optional\""), "{warning}");
+        let a = PluginArgs::parse(&["confine=optional"]).unwrap();
+        assert_eq!((a.confine, a.deprecated_confine), (Confine::Optional, None));
+        let e = PluginArgs::parse(&["confine=best-effort"]).unwrap_err();
+        assert!(e.why.contains("required, optional or off"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! maui_gres = "gpus"            # the MAUI GRES name in x=GRES:<name>@N
 //! max_per_node = 64             # the filter rejects larger GPGPUPerNode
 //! cderd_timeout_s = 20          # each hook's bound on one cderd call
-//! confine = "required"          # job starter: "required", "best_effort" or "off"
+//! confine = "required"          # job starter: "required", "optional" or "off"
 //! pbs_home = "/var/spool/torque" # only where the hooks do not run from mom_priv/
 //! ```
 
@@ -50,30 +50,12 @@ impl fmt::Display for Directive {
 }
 
 /// What the job starter does about kernel enforcement (cderd's `confine`:
-/// a device cgroup that denies the job every managed device but its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Confine {
-    /// A job holding devices runs only inside its device cgroup: when cderd
-    /// cannot confine it, the job starter refuses to start it (fail closed).
-    Required,
-    /// Confine when the node can; otherwise run the job with only the
-    /// visible-device variables, and say so in its error file.
-    BestEffort,
-    /// Never ask (a site whose TORQUE already constrains devices with its
-    /// own cgroups).
-    Off,
-}
-
-impl fmt::Display for Confine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Confine::Required => "required",
-            Confine::BestEffort => "best_effort",
-            Confine::Off => "off",
-        })
-    }
-}
+/// a device cgroup that denies the job every managed device but its own):
+/// `required` (a job that cannot be confined is not started), `optional`
+/// (it runs with the visible-device variables only, and its error file says
+/// so) or `off` (never ask; TORQUE's own cgroups constrain devices). The
+/// vocabulary is cder-model's, shared with SLURM's plugstack.conf.
+pub use cder_model::Confine;
 
 /// The `[torque]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -108,6 +90,11 @@ pub struct TorqueSettings {
     /// run from, and for `cder-torque-reconcile`.
     #[serde(default)]
     pub pbs_home: Option<PathBuf>,
+    /// What the file says that still works but should be written otherwise
+    /// (an old `confine` word), each with file, line and key: the programs
+    /// an admin runs print them.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -115,6 +102,17 @@ pub struct TorqueSettings {
 struct File {
     #[serde(default)]
     torque: Option<TorqueSettings>,
+}
+
+/// The `confine` word as written, for the deprecation warning.
+#[derive(Deserialize)]
+struct Written {
+    torque: Option<WrittenTorque>,
+}
+
+#[derive(Deserialize)]
+struct WrittenTorque {
+    confine: Option<String>,
 }
 
 fn default_directive() -> Directive {
@@ -154,6 +152,7 @@ impl Default for TorqueSettings {
             cderd_timeout_s: default_timeout(),
             confine: default_confine(),
             pbs_home: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -181,7 +180,7 @@ impl TorqueSettings {
     /// Parses and checks settings text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<TorqueSettings, SettingsError> {
         let file: File = config::from_toml(text, path)?;
-        let settings = file.torque.unwrap_or_default();
+        let mut settings = file.torque.unwrap_or_default();
         let bad = |key: &str, message: String| match value_offset(text, key) {
             Some(offset) => ConfigError::at(path, text, offset, &format!("torque.{key}"), message),
             None => {
@@ -214,7 +213,19 @@ impl TorqueSettings {
         if let Some(g) = settings.gres_names.iter().find(|g| !is_name(g)) {
             return Err(bad("gres_names", format!("{g:?} is not a GRES name")));
         }
+        // The value parsed (old words are read as the new); say so where an old one was written.
+        let written = config::from_toml::<Written>(text, path).ok().and_then(|w| w.torque?.confine);
+        if let Some(Ok((_, Some(deprecated)))) = written.as_deref().map(Confine::read) {
+            settings.warnings.push(bad("confine", deprecated.to_string()).to_string());
+        }
         Ok(settings)
+    }
+
+    /// Prints [`TorqueSettings::warnings`] to stderr, each after `program: `.
+    pub fn print_warnings(&self, program: &str) {
+        for warning in &self.warnings {
+            eprintln!("{program}: warning: {warning}");
+        }
     }
 }
 
@@ -257,17 +268,33 @@ mod tests {
     #[test]
     fn reads_maui_settings() {
         let s = TorqueSettings::parse(
-            "[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\nconfine = \"best_effort\"\n",
+            "[torque]\ndirective = \"maui\"\nmaui_gres = \"gpgpu\"\ndefault_ppn = 4\nconfine = \"optional\"\n",
             Path::new("t.toml"),
         )
         .unwrap();
         assert_eq!(
             (s.directive, s.maui_gres.as_str(), s.default_ppn, s.confine),
-            (Directive::Maui, "gpgpu", 4, Confine::BestEffort)
+            (Directive::Maui, "gpgpu", 4, Confine::Optional)
         );
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(TorqueSettings::default().confine, Confine::Required);
         let e = TorqueSettings::parse("[torque]\npbs_home = \"spool\"\n", Path::new("t.toml")).unwrap_err();
         assert_eq!(e.to_string(), "t.toml:2:12: torque.pbs_home: spool is not an absolute path");
+    }
+
+    /// torque.toml files of earlier releases (`confine = "best_effort"`)
+    /// still load, as `optional`, with a warning naming file, line, key and
+    /// the word to write.
+    #[test]
+    fn the_old_confine_word_loads_with_a_warning() {
+        let s = TorqueSettings::parse("[torque]\n\nconfine = \"best_effort\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!(s.confine, Confine::Optional);
+        assert_eq!(
+            s.warnings,
+            ["t.toml:3:11: torque.confine: confine \"best_effort\" is deprecated: write \"optional\" (the same policy)"]
+        );
+        let e = TorqueSettings::parse("[torque]\nconfine = \"auto-ish\"\n", Path::new("t.toml")).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml:2:") && e.to_string().contains("required, optional or off"), "{e}");
     }
 
     #[test]

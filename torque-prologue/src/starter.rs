@@ -135,7 +135,7 @@ pub fn in_job_group(job: &JobKey, proc_cgroup: &str) -> bool {
 /// id, cderd unreachable or without a record of the job, another user's
 /// job) sets [`Fetched::refusal`]: only cderd can confine, so such a job is
 /// never run. When cderd knows the job but cannot confine it,
-/// `Required` refuses and `BestEffort` runs it with a note.
+/// `Required` refuses and `Optional` runs it with a note.
 pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: Confine) -> Fetched {
     let empty = JobEnvironment::empty(&config.cders);
     // Where the starter must confine, a job it cannot even ask about is refused.
@@ -223,11 +223,11 @@ pub fn fetch(config: &Config, job_id: Option<&str>, timeout: Duration, confine: 
             match confine {
                 Confine::Required => Fetched {
                     refusal: Some(format!(
-                        "{why}; not starting it, because every other job's devices would be open to it (torque.toml [torque] confine = \"required\"; \"best_effort\" runs it with the visible-device variables only)"
+                        "{why}; not starting it, because every other job's devices would be open to it (torque.toml [torque] confine = \"required\"; \"optional\" runs it with the visible-device variables only)"
                     )),
                     ..Fetched::new(env, Some(job), None, true)
                 },
-                _ => Fetched::new(env, Some(job), Some(format!("{why}; running with the visible-device variables only (confine = \"best_effort\")")), true),
+                _ => Fetched::new(env, Some(job), Some(format!("{why}; running with the visible-device variables only (confine = \"optional\")")), true),
             }
         }
     }
@@ -309,7 +309,7 @@ mod tests {
     fn a_job_that_cannot_be_confined_is_refused_unless_confine_is_off() {
         let mut config = fallback_config();
         config.node.socket = "/nonexistent/cderd.sock".into();
-        for confine in [Confine::Required, Confine::BestEffort] {
+        for confine in [Confine::Required, Confine::Optional] {
             let f = fetch(&config, Some("12.ce"), Duration::from_secs(1), confine);
             let refusal = f.refusal.expect("cderd unreachable: refused");
             assert!(

@@ -215,7 +215,7 @@ fn with_cderd_down_the_job_starter_does_not_start_the_job() {
     assert_eq!(node.hook("prologue", &prologue_args("1300.ce", "nodes=1:ppn=1:gpus=1")).code, 0);
     node.stop_cderd();
     let socket = node.socket.display().to_string();
-    for confine in ["required", "best_effort"] {
+    for confine in ["required", "optional"] {
         std::fs::write(&node.torque_toml, format!("[torque]\nconfine = \"{confine}\"\n")).unwrap();
         let r = node.job_starter(JOB_UID, JOB_GID, &[("PBS_JOBID", "1300.ce")], &["/bin/sh", "-sh"], b"echo JOB RAN\n");
         assert_eq!(r.code, 1, "{confine}: {r:?}");
@@ -314,7 +314,7 @@ fn a_job_that_cannot_be_confined_follows_the_confine_setting() {
         "{r:?}"
     );
 
-    std::fs::write(&node.torque_toml, "[torque]\nconfine = \"best_effort\"\n").unwrap();
+    std::fs::write(&node.torque_toml, "[torque]\nconfine = \"optional\"\n").unwrap();
     let r = node.job_starter(
         JOB_UID,
         JOB_GID,
@@ -325,7 +325,7 @@ fn a_job_that_cannot_be_confined_follows_the_confine_setting() {
     assert_eq!(r.code, 0, "{r:?}");
     let index = node.holders()["torque:950.ce"][0];
     assert_eq!(r.stdout, format!("RAN {index}\n"), "absolute indices outside a cgroup: {r:?}");
-    assert!(r.stderr.contains("best_effort"), "{r:?}");
+    assert!(r.stderr.contains("\"optional\""), "{r:?}");
 }
 
 #[test]

@@ -9,16 +9,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// In a module of their own, which every command's module uses: were they
+// here, each command would import the root that imports it.
+use failure::{print, Failure};
+
 mod apel;
+mod failure;
 mod inventory;
 mod node;
 mod registry;
 mod usage;
-
-/// Exit status for bad input or usage (clap uses it too).
-const EXIT_USAGE: u8 = 2;
-/// Exit status for a runtime failure: a service down, too few devices.
-const EXIT_FAILURE: u8 = 1;
 
 #[derive(Parser)]
 #[command(
@@ -135,31 +135,6 @@ offline, online and release need root or a [registry] operator.",
         after_help = "EXAMPLES:\n    cderctl registry status\n    cderctl registry query free --method rCUDA\n    cderctl registry offline --host gpu03 --reason \"PSU\"\n    cderctl registry slurm-licenses --slurm-conf /etc/slurm/slurm.conf"
     )]
     Registry(registry::Args),
-}
-
-/// An error with the exit status it deserves.
-pub struct Failure {
-    pub status: u8,
-    pub error: anyhow::Error,
-}
-
-impl Failure {
-    pub fn usage(error: impl Into<anyhow::Error>) -> Self {
-        Failure { status: EXIT_USAGE, error: error.into() }
-    }
-    pub fn runtime(error: impl Into<anyhow::Error>) -> Self {
-        Failure { status: EXIT_FAILURE, error: error.into() }
-    }
-}
-
-/// Writes to stdout; a reader that went away (`cderctl … | head`) is not an error.
-pub fn print(text: &str) -> Result<(), Failure> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::runtime(e)),
-        _ => Ok(()),
-    }
 }
 
 /// The error and its causes on one line, leaving out a cause whose text the

@@ -69,6 +69,10 @@ pub struct Daemon {
     operators: BTreeSet<u32>,
     /// The inventory found at start, by UUID, for the job environment.
     inventory: HashMap<String, Device>,
+    /// The devices the ledger knows that discovery did not find at start,
+    /// as they were last discovered: a job still holding one gets its
+    /// environment from them.
+    last_discovered: HashMap<String, Device>,
     /// Per-job device cgroups (`confine`).
     cgroups: Arc<DeviceCgroups>,
     /// Which job groups are set up, by group name (see [`GroupState`]).
@@ -328,6 +332,7 @@ impl Daemon {
             );
         }
         store.sync_inventory(&in_ledger)?;
+        let last_discovered = store.last_discovered()?;
         let rows = store.devices()?;
         let offers = crate::sharing::offered(&config.node.sharing, &rows);
         crate::sharing::check(&config.node.sharing, &offers, &rows, "cder.toml")?;
@@ -351,6 +356,7 @@ impl Daemon {
         let daemon = Daemon {
             mps: crate::mps::Mps::new(&config.node.mps),
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
+            last_discovered,
             config,
             store: Mutex::new(store),
             policy,
@@ -525,7 +531,10 @@ impl Daemon {
         let devices: Vec<Device> = a
             .devices
             .iter()
-            .map(|d| self.inventory.get(&d.uuid).cloned().unwrap_or_else(|| device_from_row(d)))
+            .map(|d| {
+                let known = self.inventory.get(&d.uuid).or_else(|| self.last_discovered.get(&d.uuid));
+                known.cloned().unwrap_or_else(|| device_from_row(d))
+            })
             .collect();
         Allocation {
             job: a.job.clone(),
@@ -1625,8 +1634,11 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// A device that discovery no longer reports, rebuilt from its row: enough
-/// for the environment (type, index, UUID).
+/// A device that discovery no longer reports and that the ledger has no
+/// discovered record of (a row written by a cderd before it kept one; the
+/// next start that finds the device writes it): rebuilt from its row, which
+/// is enough for the environment (type, index, UUID). Vendor, PCI bus id and
+/// the attributes beyond model and memory are not in the row.
 fn device_from_row(d: &LedgerRow) -> Device {
     Device {
         cder_type: d.cder_type.clone(),

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS devices (
     present      INTEGER NOT NULL,
     healthy      INTEGER NOT NULL,
     drained      INTEGER NOT NULL DEFAULT 0,
-    drain_reason TEXT
+    drain_reason TEXT,
+    discovered   TEXT
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id      INTEGER PRIMARY KEY,
@@ -529,6 +530,20 @@ fn query_devices(conn: &Connection, filter: &str, args: &[&dyn rusqlite::ToSql])
     Ok(out)
 }
 
+/// Gives a ledger made before `devices.discovered` existed that column.
+/// The schema version stays: the column is nullable, and a cderd that
+/// does not know it names its columns and so never reads or writes it.
+fn add_discovered_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has: bool =
+        conn.query_row("SELECT COUNT(*) FROM pragma_table_info('devices') WHERE name = 'discovered'", [], |r| {
+            r.get(0)
+        })?;
+    if !has {
+        conn.execute_batch("ALTER TABLE devices ADD COLUMN discovered TEXT")?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `path`. `types` are the
     /// configured type names in config order.
@@ -549,6 +564,7 @@ impl Store {
         // Room for every statement of the job start and end paths (the
         // default, 16, made them evict each other).
         conn.set_prepared_statement_cache_capacity(64);
+        add_discovered_column(&conn).map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
         Ok(Store { conn, path: path.to_path_buf(), type_order, share_totals: BTreeMap::new() })
     }
@@ -597,10 +613,10 @@ impl Store {
         tx.execute("UPDATE devices SET present = 0", [])?;
         for d in devices {
             tx.execute(
-                "INSERT INTO devices (uuid, type, idx, model, memory_mb, numa_node, path, present, healthy)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8)
+                "INSERT INTO devices (uuid, type, idx, model, memory_mb, numa_node, path, present, healthy, discovered)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9)
                  ON CONFLICT(uuid) DO UPDATE SET type = ?2, idx = ?3, model = ?4, memory_mb = ?5, numa_node = ?6,
-                     path = ?7, present = 1, healthy = ?8",
+                     path = ?7, present = 1, healthy = ?8, discovered = ?9",
                 params![
                     d.uuid,
                     d.cder_type,
@@ -609,7 +625,11 @@ impl Store {
                     d.attributes.memory_mb.min(i64::MAX as u64) as i64,
                     d.numa_node,
                     d.path.to_string_lossy(),
-                    d.health == Health::Healthy
+                    d.health == Health::Healthy,
+                    // The whole device as discovered (vendor, PCI bus id,
+                    // attributes, device number, health): what a job's
+                    // record needs should discovery not find it again.
+                    serde_json::to_string(d).ok(),
                 ],
             )?;
         }
@@ -661,6 +681,26 @@ impl Store {
             }
         }
         Ok(changed)
+    }
+
+    /// The devices discovery did not find at the last start, each as it was
+    /// last discovered, by UUID. Rows written before the ledger kept that
+    /// (or whose record no longer reads) are left out.
+    pub fn last_discovered(&self) -> Result<HashMap<String, Device>> {
+        let mut stmt =
+            self.conn.prepare("SELECT uuid, discovered FROM devices WHERE present = 0 AND discovered IS NOT NULL")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let (uuid, json) = row?;
+            match serde_json::from_str::<Device>(&json) {
+                Ok(device) => {
+                    out.insert(uuid, device);
+                }
+                Err(e) => tracing::warn!(device = %uuid, "the ledger's record of this device does not read: {e}"),
+            }
+        }
+        Ok(out)
     }
 
     /// Every known device with its owner, by type order then index.
@@ -1634,6 +1674,75 @@ mod tests {
         let mut store = Store::open(&dir.path().join("state.db"), &["gpgpu".to_string()]).unwrap();
         store.sync_inventory(&config.cders[0].static_devices()).unwrap();
         (dir, store)
+    }
+
+    /// A device as discovered, every field set.
+    fn discovered_device() -> Device {
+        Device {
+            cder_type: "gpgpu".into(),
+            vendor: "Nvidia".into(),
+            index: 3,
+            uuid: "GPU-5a1c0e34-0000-4000-8000-000000000003".into(),
+            pci_bus_id: "0000:3b:00.0".into(),
+            attributes: cder_model::DeviceAttributes {
+                model: "NVIDIA A100-SXM4-40GB".into(),
+                memory_mb: 40960,
+                compute_capability: Some("8.0".parse().unwrap()),
+                multiprocessors: Some(108),
+                cores_per_mp: Some(64),
+                cores: Some(6912),
+                clock_mhz: Some(1410),
+                ecc: true,
+            },
+            path: "/dev/nvidia3".into(),
+            dev: Some(cder_model::DeviceNumber { major: 195, minor: 3 }),
+            numa_node: 1,
+            health: Health::Healthy,
+        }
+    }
+
+    /// What discovery found is what the ledger gives back once discovery no
+    /// longer finds it: nothing of it is lost (vendor, bus id, attributes,
+    /// device number, health), also across a reopening.
+    #[test]
+    fn a_device_read_back_is_the_device_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let stored = discovered_device();
+        let mut s = Store::open(&db, &["gpgpu".to_string()]).unwrap();
+        s.sync_inventory(std::slice::from_ref(&stored)).unwrap();
+        // Present devices come from discovery itself.
+        assert!(s.last_discovered().unwrap().is_empty());
+        s.sync_inventory(&[]).unwrap();
+        drop(s);
+        let s = Store::open(&db, &["gpgpu".to_string()]).unwrap();
+        let read = s.last_discovered().unwrap();
+        assert_eq!(read.get(&stored.uuid), Some(&stored));
+        assert_eq!(read.len(), 1);
+    }
+
+    /// A ledger made before the column existed gets it on open, and its
+    /// rows (with no record) are left to the row's own fields.
+    #[test]
+    fn a_ledger_without_discovered_records_gains_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let s = Store::open(&db, &["gpgpu".to_string()]).unwrap();
+        s.conn.execute_batch("ALTER TABLE devices DROP COLUMN discovered").unwrap();
+        s.conn
+            .execute(
+                "INSERT INTO devices (uuid, type, idx, model, memory_mb, numa_node, path, present, healthy) \
+                 VALUES ('GPU-old', 'gpgpu', 0, 'Tesla K20m', 4800, 0, '/dev/nvidia0', 0, 1)",
+                [],
+            )
+            .unwrap();
+        drop(s);
+        let mut s = Store::open(&db, &["gpgpu".to_string()]).unwrap();
+        assert!(s.last_discovered().unwrap().is_empty());
+        s.sync_inventory(&[discovered_device()]).unwrap();
+        s.sync_inventory(&[]).unwrap();
+        assert_eq!(s.last_discovered().unwrap().len(), 1);
+        assert_eq!(s.devices().unwrap().len(), 2);
     }
 
     fn req(job: &str, count: u32) -> AllocRequest {

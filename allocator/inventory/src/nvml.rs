@@ -11,7 +11,7 @@ use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use crate::InventoryError;
+use crate::error::InventoryError;
 
 /// The driver's library name, as the dynamic loader finds it.
 pub const DRIVER_LIBRARY: &str = "libnvidia-ml.so.1";

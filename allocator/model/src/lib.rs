@@ -10,6 +10,7 @@
 //!   prefix, visibility variables, guarding device files;
 //! * [`Device`] — one device with its [`DeviceAttributes`], the set static
 //!   config ([`device_table!`]), provider groups and discovery share;
+//! * [`Confine`] — the confinement policy, in the batch systems' one vocabulary;
 //! * [`JobKey`] — the `<lrms>:<job id>` identity of a job;
 //! * [`Config`] — `/etc/cder/cder.toml`, with errors that name key and line;
 //! * [`JobEnvironment`] — the variables that make a job's devices visible.
@@ -17,12 +18,14 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod confine;
 pub mod device;
 pub mod environment;
 pub mod job;
 pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
+pub use confine::{Confine, DeprecatedConfine, UnknownConfine, CONFINE_WORDS};
 pub use device::is_mig_uuid;
 pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! # plugstack.conf
-//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=auto
+//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cder.so socket=/run/cder/cderd.sock fail=closed confine=optional
 //! ```
 //!
 //! On the submit host the options go into the job-control environment for
@@ -194,6 +194,11 @@ impl Plugin for CderSpank {
         };
         if let Err(e) = self.load_args(args) {
             return fail(format!("job prolog: {e}"));
+        }
+        // Said once per job in slurmd's log, where the admin who wrote
+        // plugstack.conf reads; srun's users are not the ones to tell.
+        if let Some(deprecated) = self.args().deprecated_confine {
+            log(Level::Info, &format!("spank_cder: plugstack.conf: {deprecated}"));
         }
         let (job, job_id) = match job_key(spank).and_then(|job| Ok((job, spank.job_id()?))) {
             Ok(j) => j,

@@ -49,7 +49,7 @@ because cderd cannot be reached, has no record of it, or says it is another
 user's, is not started (exit 1, the reason on stderr) unless torque.toml
 sets confine = \"off\". When cderd knows the job but cannot confine it,
 it is not started (confine = \"required\", the default) or runs with the
-variables only (\"best_effort\").
+variables only (\"optional\").
 
 The job never chooses the configuration: CDER_CONFIG and
 CDER_TORQUE_CONFIG are ignored here (the job sets its own variables with

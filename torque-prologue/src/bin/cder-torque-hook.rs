@@ -88,6 +88,10 @@ fn main() -> ExitCode {
         }
     };
     let settings = TorqueSettings::load(&TorqueSettings::resolve_path());
+    // pbs_mom logs a hook's stderr: where the admin reads about torque.toml.
+    if let Ok(s) = &settings {
+        s.print_warnings("cder-torque-hook");
+    }
     let config = Config::load(None);
     match kind {
         HookKind::Prologue | HookKind::PrologueParallel => {

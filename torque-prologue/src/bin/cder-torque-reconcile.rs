@@ -41,7 +41,10 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let (config, settings) =
         match (Config::load(args.config.as_deref()), TorqueSettings::load(&TorqueSettings::resolve_path())) {
-            (Ok(c), Ok(s)) => (c, s),
+            (Ok(c), Ok(s)) => {
+                s.print_warnings("cder-torque-reconcile");
+                (c, s)
+            }
             (Err(e), _) => {
                 eprintln!("cder-torque-reconcile: {e}");
                 return ExitCode::from(2);
