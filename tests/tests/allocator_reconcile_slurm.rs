@@ -7,11 +7,10 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use cder_protocol::{AllocRequest, Client};
-use cder_tests::slurm::{require_slurm, serial, target_debug_dir, workspace_root, SlurmCluster, SlurmConfig};
+use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
 /// target/debug/cderctl, built once per process (the SLURM harness's).
 fn cderctl() -> PathBuf {

@@ -278,7 +278,6 @@ fn observe_mode_records_the_devices_slurm_chose() {
     let chosen =
         visible_set(env.get("SLURM_JOB_GPUS").or(env.get("CUDA_VISIBLE_DEVICES")).map(String::as_str).unwrap_or(""));
     assert_eq!(chosen.len(), 2, "SLURM's GRES gave {chosen:?}\n{out}");
-    let mut held = held;
     held.sort_unstable();
     assert_eq!(held, chosen, "cderd recorded other devices than SLURM chose\n{out}\n{}", cluster.logs());
     cluster.run("scancel", &[&id.to_string()]).unwrap();

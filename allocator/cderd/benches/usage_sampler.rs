@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use cder_fake_nvml::{FakeDevice, FakeDeviceUsage, FakeNvml, FakeProcess, FakeUsage};
 use cder_model::Config;
-use cder_protocol::{AllocRequest, Client};
+use cder_protocol::AllocRequest;
 
 /// Nanoseconds this thread has run on a CPU (the first field of schedstat).
 fn thread_cpu_ns() -> u64 {
