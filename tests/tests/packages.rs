@@ -184,7 +184,7 @@ fn packages_build_install_run_and_purge() {
     // Build: the same target dir as the tests, so what the run built before is reused.
     let out_dir = tempfile::Builder::new().prefix("cder-debs-").tempdir().unwrap();
     let root = workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = cder_testkit::target_dir();
     let build = Command::new(root.join("deploy/build-debs.sh"))
         .arg(out_dir.path())
         .env("CARGO_TARGET_DIR", &target)

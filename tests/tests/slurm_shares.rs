@@ -182,8 +182,8 @@ fn mps_usage_case(cgroup: bool) {
     let name = if cgroup { "task/cgroup" } else { "task/none" };
     const UUID: &str = "GPU-5a3e0000-0000-4000-8000-000000000000";
     let library = cder_tests::slurm::fake_nvml_library().unwrap_or_else(|e| panic!("{e}"));
-    // The fake control daemon is a binary of the fake NVML's package, built with it.
-    let control = library.with_file_name("fake-mps-control");
+    // The fake control daemon is a binary of the fake NVML's package.
+    let control = cder_testkit::built("cder-fake-nvml", "fake-mps-control");
     assert!(control.is_file(), "{} is built with cder-fake-nvml", control.display());
     let machine = serde_json::json!({"devices": [{"uuid": UUID, "name": "NVIDIA A100-SXM4-80GB",
         "pci_bus_id": "0000:07:00.0", "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
