@@ -208,28 +208,15 @@ fn fake_scontrol(dir: &Path) -> PathBuf {
     script
 }
 
-/// A cderd we started for the benchmark; killed when dropped.
-struct Cderd(std::process::Child);
-
-impl Drop for Cderd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The provider against a real cderd (median), and one `status` round trip.
 fn cderd_times(dir: &Path, runs: usize) -> Option<(Duration, Duration)> {
-    let profile_dir = std::env::current_exe().ok()?.parent()?.parent()?.to_path_buf();
-    let cderd = profile_dir.join("cderd");
-    if !cderd.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo).args(["build", "--release", "-j", "2", "-p", "cderd"]).status().ok()?;
-        if !built.success() || !cderd.exists() {
-            eprintln!("skipping the cderd case: {} could not be built", cderd.display());
+    let cderd = match cder_testkit::workspace_binary("cderd", "cderd") {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("skipping the cderd case: {e}");
             return None;
         }
-    }
+    };
     let socket = dir.join("cderd.sock");
     let mut node = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", socket.display(), dir.join("state").display());
     for i in 0..4 {
@@ -237,16 +224,12 @@ fn cderd_times(dir: &Path, runs: usize) -> Option<(Duration, Duration)> {
     }
     let node_cfg = dir.join("cder.toml");
     std::fs::write(&node_cfg, node).unwrap();
-    let _daemon = Cderd(Command::new(&cderd).arg("--config").arg(&node_cfg).stderr(Stdio::null()).spawn().ok()?);
-    let connect = || cder_protocol::Client::connect(&socket, Duration::from_secs(5));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while connect().and_then(|mut c| c.ping()).is_err() {
-        if Instant::now() > deadline {
-            eprintln!("skipping the cderd case: cderd did not answer");
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut daemon = cder_testkit::TestNode::new(&cderd, &node_cfg, &socket, dir.join("cderd.log"));
+    if let Err(e) = daemon.try_start(Duration::from_secs(20)) {
+        eprintln!("skipping the cderd case: {e}");
+        return None;
     }
+    let connect = || cder_protocol::Client::connect(&socket, Duration::from_secs(5));
     let provider_cfg = dir.join("cderd-provider.toml");
     std::fs::write(
         &provider_cfg,

@@ -30,6 +30,10 @@
 
 pub mod args;
 pub mod devices;
+// A unit test module, not an integration test binary: each binary is a link
+// (docs/testing.md, "Test binaries").
+#[cfg(test)]
+mod fuzz_regressions;
 pub mod gres;
 pub mod gres_conf;
 pub mod job_submit;

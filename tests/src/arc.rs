@@ -33,7 +33,7 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_testkit::require_programs;
 
@@ -151,21 +151,18 @@ fn wait_port(
     what: &str,
     log: &dyn Fn() -> String,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    loop {
+    let open = cder_testkit::try_wait_for(timeout, Duration::from_millis(200), || {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
+            return Ok(Some(()));
         }
         for c in children.iter_mut() {
             if let Ok(Some(st)) = c.try_wait() {
                 return Err(format!("{what}: a process exited ({st}) before port {port} opened\n{}", log()));
             }
         }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: port {port} not open within {timeout:?}\n{}", log()));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        Ok(None)
+    })?;
+    open.ok_or_else(|| format!("{what}: port {port} not open within {timeout:?}\n{}", log()))
 }
 
 impl ArcCe {
@@ -370,13 +367,11 @@ impl ArcCe {
             "bdii-update -d",
         )?;
         let pid_file = d.join("bdii/run/bdii-update.pid");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.bdii_pid.is_none() {
-            self.bdii_pid = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok());
-            if self.bdii_pid.is_none() && Instant::now() >= deadline {
-                return Err(format!("bdii-update wrote no pid file\n{}", self.logs()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        self.bdii_pid = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(100), || {
+            std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok())
+        });
+        if self.bdii_pid.is_none() {
+            return Err(format!("bdii-update wrote no pid file\n{}", self.logs()));
         }
         Ok(())
     }
@@ -465,11 +460,11 @@ impl Drop for ArcCe {
         for c in &self.children {
             let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", c.id())]).stderr(Stdio::null()).status();
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Those still there after 10 s get SIGKILL below.
+        let _ = cder_testkit::wait_for_value(Duration::from_secs(10), Duration::from_millis(100), || {
+            self.children.iter_mut().all(|c| c.try_wait().ok().flatten().is_some()).then_some(())
+        });
         for c in &mut self.children {
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(100));
-            }
             let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", c.id())]).stderr(Stdio::null()).status();
             let _ = c.wait();
         }

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_testkit::require_programs;
 
@@ -117,16 +117,15 @@ impl Bdii {
             return Err(format!("{BDII_UPDATE} -d exited {status}: {}", self.log()));
         }
         let pid_file = self.root.join("run/bdii-update.pid");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+        let pid = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(100), || {
+            std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok())
+        });
+        match pid {
+            Some(pid) => {
                 self.pid = Some(pid);
-                return Ok(());
+                Ok(())
             }
-            if Instant::now() >= deadline {
-                return Err(format!("bdii-update wrote no pid file: {}", self.log()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            None => Err(format!("bdii-update wrote no pid file: {}", self.log())),
         }
     }
 
@@ -135,17 +134,17 @@ impl Bdii {
     pub fn stop(&mut self) -> Result<(), String> {
         let Some(pid) = self.pid.take() else { return Ok(()) };
         let _ = Command::new("kill").arg(pid.to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
         // Gone, or a zombie its new parent has not reaped yet.
         let running = || {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
         };
-        while running() {
-            if Instant::now() >= deadline {
-                return Err(format!("bdii-update (pid {pid}) did not exit on SIGTERM: {}", self.log()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(50), || {
+            (!running()).then_some(())
+        })
+        .is_none()
+        {
+            return Err(format!("bdii-update (pid {pid}) did not exit on SIGTERM: {}", self.log()));
         }
         // A stale pid file would pass for the next daemon's.
         let _ = std::fs::remove_file(self.root.join("run/bdii-update.pid"));
@@ -159,21 +158,18 @@ impl Bdii {
 
     /// Waits until `n` more cycles than `after` have finished.
     pub fn wait_cycles(&self, after: usize, n: usize, timeout: Duration) -> Result<usize, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        cder_testkit::wait_for_value(timeout, Duration::from_millis(100), || {
             let done = self.cycles();
-            if done >= after + n {
-                return Ok(done);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "bdii-update finished {done} cycles, wanted {} within {timeout:?}; log:\n{}",
-                    after + n,
-                    self.log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            (done >= after + n).then_some(done)
+        })
+        .ok_or_else(|| {
+            format!(
+                "bdii-update finished {} cycles, wanted {} within {timeout:?}; log:\n{}",
+                self.cycles(),
+                after + n,
+                self.log()
+            )
+        })
     }
 }
 
@@ -182,10 +178,10 @@ impl Drop for Bdii {
         if let Some(pid) = self.pid {
             // The daemon's own pid, from its pid file: only the process we started.
             let _ = Command::new("kill").arg(pid.to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            // Dropping: a daemon still there after 5 s is left to its fate.
+            let _ = cder_testkit::wait_for_value(Duration::from_secs(5), Duration::from_millis(50), || {
+                (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+            });
         }
     }
 }
@@ -222,28 +218,8 @@ exec {real} "$@"
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
 }
 
-/// The path of a workspace binary, built first with
-/// `cargo build -p <package> --bin <name>` so that a test always drives the
-/// current code (cargo releases its build lock before running tests).
+/// The path of a workspace binary, built first: cder-testkit's
+/// [`cder_testkit::workspace_binary`], the one locator.
 pub fn built_binary(package: &str, name: &str) -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new(&cargo)
-        .args(["build", "-q", "-j", "2", "-p", package, "--bin", name])
-        .current_dir(manifest_dir)
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build -p {package} --bin {name} failed ({status})"));
-    }
-    // Test executables live in <target>/<profile>/deps; binaries one level up.
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = exe.parent().and_then(Path::parent).ok_or("test executable has no profile dir")?;
-    let path = profile_dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("{} was not built", path.display()))
-    }
+    cder_testkit::workspace_binary(package, name)
 }

@@ -754,25 +754,29 @@ impl Campaign {
     /// Waits for a write to cderd's ledger to succeed again.
     fn wait_writes(&mut self, since: Instant) {
         let limit = bound("cderd writes");
-        loop {
-            match self.probe_write() {
-                Ok(_) => {
-                    self.report.daemons.entry("cderd writes".into()).or_default().push(since.elapsed());
-                    let socket = self.c().cderd_socket();
-                    self.unreleased.retain(|job| {
-                        Client::connect(&socket, Duration::from_secs(5)).and_then(|mut c| c.release(job)).is_err()
-                    });
-                    return;
+        // The bound runs from `since` (the disk emptied), not from now.
+        let mut refused = String::new();
+        let wrote =
+            cder_testkit::wait_for_value(limit.saturating_sub(since.elapsed()), Duration::from_millis(100), || {
+                match self.probe_write() {
+                    Ok(_) => Some(()),
+                    Err(e) => {
+                        refused = e;
+                        None
+                    }
                 }
-                Err(e) if since.elapsed() > limit => {
-                    self.violation(
-                        Check::Recovery,
-                        &format!("cderd refused writes {limit:?} after the disk emptied: {e}"),
-                    );
-                    return;
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
+            });
+        if wrote.is_some() {
+            self.report.daemons.entry("cderd writes".into()).or_default().push(since.elapsed());
+            let socket = self.c().cderd_socket();
+            self.unreleased.retain(|job| {
+                Client::connect(&socket, Duration::from_secs(5)).and_then(|mut c| c.release(job)).is_err()
+            });
+        } else {
+            self.violation(
+                Check::Recovery,
+                &format!("cderd refused writes {limit:?} after the disk emptied: {refused}"),
+            );
         }
     }
 
@@ -780,16 +784,13 @@ impl Campaign {
     /// the time it took, or None past the bound.
     fn wait_device(&self, index: u32, want: impl Fn(&str) -> bool) -> Option<Duration> {
         let since = Instant::now();
-        while since.elapsed() < bound("gpu drain/return") {
-            if let Ok(status) = self.c().cderd_status() {
-                let d = status.devices.iter().find(|d| d.index == index)?;
-                if want(d.reason.as_deref().unwrap_or("")) {
-                    return Some(since.elapsed());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
+        cder_testkit::wait_for_value(bound("gpu drain/return"), Duration::from_millis(100), || {
+            let status = self.c().cderd_status().ok()?;
+            // A GPU cderd no longer lists ends the wait: it will not pass.
+            let Some(d) = status.devices.iter().find(|d| d.index == index) else { return Some(None) };
+            want(d.reason.as_deref().unwrap_or("")).then(|| Some(since.elapsed()))
+        })
+        .flatten()
     }
 
     /// Waits until cderd, slurmctld and slurmd answer; records each one's
@@ -799,16 +800,12 @@ impl Campaign {
         let mut longest = Duration::ZERO;
         for daemon in ["cderd", "slurmctld", "slurmd"] {
             let limit = bound(daemon);
-            let answered = loop {
-                self.resume_after_slurm_state_loss();
-                if self.answers(daemon) {
-                    break Some(since.elapsed());
-                }
-                if since.elapsed() > limit {
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            };
+            // The bound runs from `since` (the fault), not from now.
+            let answered =
+                cder_testkit::wait_for_value(limit.saturating_sub(since.elapsed()), Duration::from_millis(50), || {
+                    self.resume_after_slurm_state_loss();
+                    self.answers(daemon).then(|| since.elapsed())
+                });
             match answered {
                 Some(d) => {
                     self.report.daemons.entry(daemon.into()).or_default().push(d);

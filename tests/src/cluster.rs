@@ -33,7 +33,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::munge::Munged;
 use cder_testkit::find_program;
@@ -102,6 +102,8 @@ pub struct Host {
     dir: PathBuf,
     holder: Option<Child>,
     daemons: Vec<(String, Child)>,
+    /// cderd (a worker's), started as every test's is.
+    cderd: Option<cder_testkit::TestNode>,
 }
 
 impl Host {
@@ -155,6 +157,9 @@ impl Host {
 
     /// Kills the named daemon (SIGKILL) and waits for it.
     fn kill(&mut self, name: &str) {
+        if name == "cderd" {
+            self.cderd = None;
+        }
         while let Some(at) = self.daemons.iter().position(|(n, _)| n == name) {
             let (_, mut child) = self.daemons.remove(at);
             let _ = child.kill();
@@ -164,6 +169,9 @@ impl Host {
 
     /// Why a daemon has already exited, if one has.
     fn exited(&mut self) -> Option<String> {
+        if self.cderd.as_mut().is_some_and(|c| !c.alive()) {
+            return Some(format!("cderd on {} exited", self.name));
+        }
         self.daemons.iter_mut().find_map(|(n, c)| match c.try_wait() {
             Ok(Some(status)) => Some(format!("{n} on {} exited ({status})", self.name)),
             _ => None,
@@ -294,6 +302,7 @@ impl Cluster {
             dir: d.join("hosts").join(name),
             holder: None,
             daemons: Vec::new(),
+            cderd: None,
         };
         let mut cluster = Cluster {
             tag: tag.clone(),
@@ -384,15 +393,17 @@ impl Cluster {
                 .spawn()
                 .map_err(|e| format!("entering {}: {e}", h.name))?;
             h.holder = Some(child);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !ready.exists() {
+            let started = cder_testkit::try_wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+                if ready.exists() {
+                    return Ok(Some(()));
+                }
                 if let Some(Ok(Some(status))) = h.holder.as_mut().map(Child::try_wait) {
                     return Err(format!("the holder of {} exited ({status})", h.name));
                 }
-                if Instant::now() > deadline {
-                    return Err(format!("the holder of {} did not start in 10 s", h.name));
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                Ok(None)
+            })?;
+            if started.is_none() {
+                return Err(format!("the holder of {} did not start in 10 s", h.name));
             }
         }
         Ok(())
@@ -497,25 +508,20 @@ impl Cluster {
         std::fs::write(w.run_dir().join("cder/cder.toml"), t).map_err(|e| e.to_string())
     }
 
-    /// Starts cderd on worker `i` (again), waiting for its socket.
+    /// Starts cderd on worker `i` (again), waiting for its socket: a
+    /// [`cder_testkit::TestNode`] run through `nsenter` into the host.
     pub fn start_cderd(&mut self, i: usize) -> Result<(), String> {
         let bin = artifacts()?.cderd;
         let w = &mut self.workers[i];
         let _ = std::fs::remove_file(w.cderd_socket());
-        let mut cmd = w.command(&bin.to_string_lossy());
-        cmd.args(["--config", "/run/cder/cder.toml"]);
-        w.spawn("cderd", cmd)?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if w.cderd_status().is_ok() {
-                return Ok(());
-            }
-            if let Some(why) = w.exited() {
-                return Err(format!("{why}\n{}", w.logs()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!("cderd on {} did not answer\n{}", w.name, w.logs()))
+        let holder = w.holder_pid().to_string();
+        let mut node =
+            cder_testkit::TestNode::new(&bin, "/run/cder/cder.toml", w.cderd_socket(), w.run_dir().join("cderd.out"))
+                .wrapper("nsenter", ["-t", &holder, "-n", "-m", "-u", "--"])
+                .keep_rust_log();
+        node.try_start(Duration::from_secs(20)).map_err(|e| format!("cderd on {}: {e}\n{}", w.name, w.logs()))?;
+        w.cderd = Some(node);
+        Ok(())
     }
 
     /// Stops cderd on worker `i` (SIGKILL) and removes its socket.
@@ -544,19 +550,16 @@ impl Cluster {
         let mut cmd = self.head.command(&bin.to_string_lossy());
         cmd.arg("--config").arg(self.registry_config());
         self.head.spawn("registryd", cmd)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let serving = cder_testkit::try_wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
             if self.registry_query("total").is_ok() {
-                return Ok(());
+                return Ok(Some(()));
             }
             if let Some(why) = self.head.exited() {
                 return Err(format!("{why}\n{}", self.head.logs()));
             }
-            if Instant::now() > deadline {
-                return Err(format!("cder-registryd not serving on {url} after 30 s\n{}", self.head.logs()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            Ok(None)
+        })?;
+        serving.ok_or_else(|| format!("cder-registryd not serving on {url} after 30 s\n{}", self.head.logs()))
     }
 
     /// The registry's config file (`[registry]` only).
@@ -618,9 +621,8 @@ impl Cluster {
     }
 
     fn wait_idle(&mut self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
         let mut last = String::new();
-        while Instant::now() < deadline {
+        let idle = cder_testkit::try_wait_for(timeout, Duration::from_millis(250), || {
             for h in std::iter::once(&mut self.head).chain(self.workers.iter_mut()) {
                 if let Some(why) = h.exited() {
                     return Err(format!("{why} while starting\n{}", self.logs()));
@@ -632,10 +634,13 @@ impl Cluster {
                 let idle: std::collections::BTreeSet<&str> = last.lines().filter(|l| l.ends_with(" idle")).collect();
                 let idle = idle.len();
                 if idle == self.workers.len() {
-                    return Ok(());
+                    return Ok(Some(()));
                 }
             }
-            std::thread::sleep(Duration::from_millis(250));
+            Ok(None)
+        })?;
+        if idle.is_some() {
+            return Ok(());
         }
         Err(format!("the workers did not all become idle within {timeout:?} (last {last:?})\n{}", self.logs()))
     }
@@ -727,6 +732,7 @@ impl Drop for Cluster {
             self.cancel_all();
         }
         for h in self.workers.iter_mut().chain(std::iter::once(&mut self.head)) {
+            h.cderd = None;
             for (_, mut c) in h.daemons.drain(..) {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -735,17 +741,14 @@ impl Drop for Cluster {
         // What is left (job steps, fake backends, the holders) was started
         // in these namespaces by this cluster.
         // Repeated: a step may fork between listing and killing.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        // After 10 s the namespaces are deleted with whatever is left.
+        let _ = cder_testkit::wait_for_value(Duration::from_secs(10), Duration::from_millis(50), || {
             let pids: Vec<i32> = self.pids().into_iter().filter(|p| !is_zombie(*p)).collect();
-            if pids.is_empty() || Instant::now() > deadline {
-                break;
-            }
-            for pid in pids {
+            for pid in &pids {
                 let _ = Command::new("kill").args(["-9", &pid.to_string()]).stderr(Stdio::null()).status();
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            pids.is_empty().then_some(())
+        });
         for h in self.workers.iter_mut().chain(std::iter::once(&mut self.head)) {
             if let Some(mut c) = h.holder.take() {
                 let _ = c.kill();

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Debian's BDII slapd config (package `bdii`).
 pub const BDII_SLAPD_CONF: &str = "/usr/share/bdii/bdii-slapd.conf";
@@ -149,8 +149,7 @@ impl Slapd {
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let ready = cder_testkit::try_wait_for(timeout, Duration::from_millis(100), || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 let log = std::fs::read_to_string(self.dir.path().join("slapd.log")).unwrap_or_default();
                 return Err(format!("slapd exited ({status}) at start: {log}"));
@@ -160,14 +159,9 @@ impl Slapd {
                 .stdin(Stdio::null())
                 .output()
                 .map_err(|e| format!("cannot run ldapsearch: {e}"))?;
-            if probe.status.success() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("slapd did not answer on {} within {timeout:?}", self.url()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            Ok(probe.status.success().then_some(()))
+        })?;
+        ready.ok_or_else(|| format!("slapd did not answer on {} within {timeout:?}", self.url()))
     }
 
     /// slapd's process id (to pause it with SIGSTOP, as a hung server).

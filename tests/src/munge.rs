@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The programs a MUNGE test runs.
 pub const MUNGE_PROGRAMS: [&str; 3] = ["/usr/sbin/munged", "/usr/bin/munge", "/usr/bin/unmunge"];
@@ -55,10 +55,10 @@ impl Munged {
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            // Killed below if it has not exited within 10 s.
+            let _ = cder_testkit::wait_for_value(Duration::from_secs(10), Duration::from_millis(20), || {
+                (!matches!(c.try_wait(), Ok(None))).then_some(())
+            });
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -87,23 +87,20 @@ impl Munged {
             .spawn()
             .map_err(|e| format!("starting munged: {e}"))?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let up = cder_testkit::try_wait_for(Duration::from_secs(20), Duration::from_millis(50), || {
             if self.socket().exists() {
                 if let Ok(c) = self.encode(b"ping") {
                     if self.decode(&c).is_ok() {
-                        return Ok(());
+                        return Ok(Some(()));
                     }
                 }
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 return Err(format!("munged exited ({status}): {}", self.log()));
             }
-            if Instant::now() > deadline {
-                return Err(format!("munged did not come up in 20 s: {}", self.log()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok(None)
+        })?;
+        up.ok_or_else(|| format!("munged did not come up in 20 s: {}", self.log()))
     }
 
     /// munged's socket.

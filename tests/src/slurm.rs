@@ -27,7 +27,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 use cder_testkit::find_program;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where Debian puts SLURM's own plugins.
 pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
@@ -182,9 +182,9 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The workspace's root (the parent of this crate).
+/// The workspace's root ([`cder_testkit::workspace_root`]).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    cder_testkit::workspace_root()
 }
 
 /// The cargo profile whose plugins and cderd the harness loads:
@@ -193,12 +193,10 @@ pub fn profile() -> String {
     std::env::var("CDER_TESTS_PROFILE").ok().filter(|p| p == "release").unwrap_or_else(|| "debug".into())
 }
 
-/// The folder cargo puts the artifacts of [`profile`] in.
+/// The folder cargo puts the artifacts of [`profile`] in (under
+/// [`cder_testkit::target_dir`]).
 pub fn target_debug_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join(profile())
+    cder_testkit::target_dir().join(profile())
 }
 
 /// Builds workspace packages for the test's profile (once per caller's
@@ -210,28 +208,14 @@ fn build_packages(packages: &[&str], what: &str) -> Result<(), String> {
 /// [`build_packages`] with extra environment for cargo (the SLURM
 /// release's headers and target folder).
 fn build_packages_with(packages: &[&str], what: &str, env: &[(String, String)]) -> Result<(), String> {
-    if std::env::var_os("CDER_TESTS_NO_BUILD").is_some() {
-        return Ok(());
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut args = vec!["build", "-j", "2"];
+    let mut args = Vec::new();
     for p in packages {
         args.extend(["-p", p]);
     }
     if profile() == "release" {
         args.push("--release");
     }
-    let out = Command::new(cargo)
-        .args(&args)
-        .envs(env.iter().cloned())
-        .current_dir(workspace_root())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running cargo build: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo build of {what} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(())
+    cder_testkit::cargo_build(&args, env).map_err(|e| format!("building {what}: {e}"))
 }
 
 /// Builds (once per process) the fake NVML library (`libcder_fake_nvml.so`),
@@ -470,7 +454,7 @@ pub struct SlurmCluster {
     node: String,
     slurmctld: Option<Child>,
     slurmd: Option<Child>,
-    cderd: Option<Child>,
+    cderd: Option<cder_testkit::TestNode>,
     cderd_bin: Option<PathBuf>,
     /// The SPANK plugin plugstack.conf names.
     spank: PathBuf,
@@ -719,39 +703,26 @@ impl SlurmCluster {
     pub fn start_cderd(&mut self) -> Result<(), String> {
         let bin = self.cderd_bin.clone().ok_or("no cderd binary")?;
         let _ = std::fs::remove_file(self.cderd_socket());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir().join("log/cderd.log"))
-            .map_err(|e| e.to_string())?;
         let dir = self.dir().display().to_string();
-        let env: Vec<(String, String)> =
-            self.config.cderd_env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", &dir))).collect();
-        let child = Command::new(&bin)
-            .envs(env)
-            .arg("--config")
-            .arg(self.dir().join("cder/cder.toml"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
-        self.cderd = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.cderd_status().is_ok() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!("cderd did not answer on {}\n{}", self.cderd_socket().display(), self.logs()))
+        let mut node = self.config.cderd_env.iter().fold(
+            cder_testkit::TestNode::new(
+                &bin,
+                self.dir().join("cder/cder.toml"),
+                self.cderd_socket(),
+                self.dir().join("log/cderd.log"),
+            )
+            .keep_rust_log(),
+            |node, (k, v)| node.env(k, v.replace("{dir}", &dir)),
+        );
+        node.try_start(Duration::from_secs(20)).map_err(|e| format!("{e}\n{}", self.logs()))?;
+        self.cderd = Some(node);
+        Ok(())
     }
 
     /// Stops cderd (SIGKILL: the durable state must survive that anyway).
     pub fn stop_cderd(&mut self) {
         if let Some(mut c) = self.cderd.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
         let _ = std::fs::remove_file(self.cderd_socket());
     }
@@ -760,8 +731,7 @@ impl SlurmCluster {
     /// crash does.
     pub fn kill_cderd(&mut self) {
         if let Some(mut c) = self.cderd.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
 
@@ -772,7 +742,7 @@ impl SlurmCluster {
 
     /// cderd's pid while the harness runs it.
     pub fn cderd_pid(&self) -> Option<u32> {
-        self.cderd.as_ref().map(Child::id)
+        self.cderd.as_ref().and_then(cder_testkit::TestNode::pid)
     }
 
     /// Kills slurmctld with SIGKILL, as a crash does: its state is what it
@@ -792,24 +762,21 @@ impl SlurmCluster {
         }
         let conf = self.conf.display().to_string();
         self.slurmctld = Some(self.spawn_appending("slurmctld", &["-D", "-f", &conf], "log/slurmctld.out")?);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let up = cder_testkit::try_wait_for(Duration::from_secs(60), Duration::from_millis(250), || {
             let up = self
                 .command("scontrol")
                 .arg("ping")
                 .output()
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"));
             if up {
-                return Ok(());
+                return Ok(Some(()));
             }
             if let Some(Ok(Some(status))) = self.slurmctld.as_mut().map(Child::try_wait) {
                 return Err(format!("slurmctld exited ({status}) while starting again\n{}", self.logs()));
             }
-            if Instant::now() > deadline {
-                return Err(format!("slurmctld did not answer within 60 s of its restart\n{}", self.logs()));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            Ok(None)
+        })?;
+        up.ok_or_else(|| format!("slurmctld did not answer within 60 s of its restart\n{}", self.logs()))
     }
 
     /// Stops slurmctld with SIGTERM, as `systemctl restart` does: it saves
@@ -818,14 +785,13 @@ impl SlurmCluster {
     pub fn stop_slurmctld(&mut self) -> Result<(), String> {
         let Some(mut c) = self.slurmctld.take() else { return Ok(()) };
         cder_testkit::faults::signal(c.id(), "TERM")?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                return Err(format!("slurmctld did not exit within 60 s of SIGTERM\n{}", self.logs()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let exited = cder_testkit::try_wait_for(Duration::from_secs(60), Duration::from_millis(100), || {
+            c.try_wait().map_err(|e| e.to_string())
+        })?;
+        if exited.is_none() {
+            let _ = c.kill();
+            let _ = c.wait();
+            return Err(format!("slurmctld did not exit within 60 s of SIGTERM\n{}", self.logs()));
         }
         Ok(())
     }
@@ -878,9 +844,8 @@ impl SlurmCluster {
     /// Waits until slurmctld sees the node responding: a state without
     /// SLURM's not-responding `*`, and neither down nor unknown.
     pub fn wait_responding(&mut self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
         let mut last = String::new();
-        loop {
+        let responding = cder_testkit::try_wait_for(timeout, Duration::from_millis(250), || {
             if let Some(Ok(Some(status))) = self.slurmd.as_mut().map(Child::try_wait) {
                 return Err(format!("slurmd exited ({status})\n{}", self.logs()));
             }
@@ -890,17 +855,14 @@ impl SlurmCluster {
                     || last.contains('*')
                     || ["down", "unknown", "drain"].iter().any(|s| last.contains(s));
                 if !bad {
-                    return Ok(());
+                    return Ok(Some(()));
                 }
             }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the node did not respond within {timeout:?} (last state {last:?})\n{}",
-                    self.logs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            Ok(None)
+        })?;
+        responding.ok_or_else(|| {
+            format!("the node did not respond within {timeout:?} (last state {last:?})\n{}", self.logs())
+        })
     }
 
     /// cderd's `status`.
@@ -942,9 +904,8 @@ impl SlurmCluster {
     }
 
     fn wait_idle(&mut self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
         let mut last = String::new();
-        while Instant::now() < deadline {
+        let idle = cder_testkit::try_wait_for(timeout, Duration::from_millis(250), || {
             let mut exited = None;
             for (name, child) in [("slurmctld", &mut self.slurmctld), ("slurmd", &mut self.slurmd)] {
                 if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
@@ -957,10 +918,13 @@ impl SlurmCluster {
             if let Ok(out) = self.command("sinfo").args(["-h", "-n", &self.node, "-o", "%T"]).output() {
                 last = String::from_utf8_lossy(&out.stdout).trim().to_string();
                 if last == "idle" {
-                    return Ok(());
+                    return Ok(Some(()));
                 }
             }
-            std::thread::sleep(Duration::from_millis(250));
+            Ok(None)
+        })?;
+        if idle.is_some() {
+            return Ok(());
         }
         Err(format!("the node did not become idle within {timeout:?} (last state {last:?})\n{}", self.logs()))
     }
@@ -1129,37 +1093,36 @@ pub trait SlurmClient {
 
     /// Waits until the job has left PENDING/RUNNING/CONFIGURING/COMPLETING.
     fn wait_job(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut state = String::new();
+        let ended = cder_testkit::try_wait_for::<_, String>(timeout, Duration::from_millis(250), || {
             let info = self.job(id)?;
             if !["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"].contains(&info.state.as_str()) {
-                return Ok(info);
+                return Ok(Some(info));
             }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "job {id} still {} after {timeout:?}\n{}\n{}",
-                    info.state,
-                    self.squeue(),
-                    self.logs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            state = info.state;
+            Ok(None)
+        })?;
+        ended.ok_or_else(|| format!("job {id} still {state} after {timeout:?}\n{}\n{}", self.squeue(), self.logs()))
     }
 
     /// Waits until the job is RUNNING.
     fn wait_running(&self, id: u32, timeout: Duration) -> Result<JobInfo, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut last = None;
+        let running = cder_testkit::try_wait_for(timeout, Duration::from_millis(200), || {
             let info = self.job(id)?;
             if info.state == "RUNNING" {
-                return Ok(info);
+                return Ok(Some(info));
             }
-            if Instant::now() > deadline || !["PENDING", "CONFIGURING"].contains(&info.state.as_str()) {
+            if !["PENDING", "CONFIGURING"].contains(&info.state.as_str()) {
                 return Err(format!("job {id} is {} ({}), not RUNNING\n{}", info.state, info.reason, self.logs()));
             }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            last = Some(info);
+            Ok(None)
+        })?;
+        running.ok_or_else(|| {
+            let (state, reason) = last.map(|i| (i.state, i.reason)).unwrap_or_default();
+            format!("job {id} is {state} ({reason}), not RUNNING\n{}", self.logs())
+        })
     }
 
     /// `squeue` as text.
@@ -1186,14 +1149,11 @@ pub trait SlurmClient {
     fn cancel_all(&self) {
         let _ = self.run("scancel", &["--user=root"]);
         let _ = self.run("scancel", &["--user=nobody"]);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
+        // Briefly: what is still there after 15 s, the caller's teardown kills.
+        let _ = cder_testkit::wait_for_value(Duration::from_secs(15), Duration::from_millis(200), || {
             let out = self.run("squeue", &["-h", "-t", "PD,R,CG,CF"]).map(|o| o.stdout).unwrap_or_default();
-            if out.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            out.is_empty().then_some(())
+        });
     }
 }
 
@@ -1268,18 +1228,21 @@ impl SlurmCluster {
     /// output and the daemons' logs) if the job leaves PENDING, CONFIGURING
     /// and RUNNING or the timeout passes first.
     pub fn wait_output(&self, id: u32, needle: &str, timeout: Duration) -> Result<String, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut state = String::new();
+        let found = cder_testkit::try_wait_for(timeout, Duration::from_millis(200), || {
             let out = self.job_output(id);
             if out.contains(needle) {
-                return Ok(out);
+                return Ok(Some(out));
             }
-            let state = self.job(id)?.state;
-            if Instant::now() >= deadline || !["PENDING", "RUNNING", "CONFIGURING"].contains(&state.as_str()) {
+            state = self.job(id)?.state;
+            if !["PENDING", "RUNNING", "CONFIGURING"].contains(&state.as_str()) {
                 return Err(format!("job {id} is {state} and printed no {needle:?}:\n{out}\n{}", self.logs()));
             }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            Ok(None)
+        })?;
+        found.ok_or_else(|| {
+            format!("job {id} is {state} and printed no {needle:?}:\n{}\n{}", self.job_output(id), self.logs())
+        })
     }
     /// A SLURM command's stdout as text, whatever its status (`sdiag`).
     pub fn command_stdout(&self, program: &str) -> String {
@@ -1296,9 +1259,12 @@ impl Drop for SlurmCluster {
         if self.slurmctld.is_some() {
             self.cancel_all();
         }
-        for child in [&mut self.slurmd, &mut self.slurmctld, &mut self.cderd].into_iter().flatten() {
+        for child in [&mut self.slurmd, &mut self.slurmctld].into_iter().flatten() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(mut cderd) = self.cderd.take() {
+            cderd.kill();
         }
         // A job whose slurmstepd outlived its slurmd (a test killed the
         // daemon, or cancel_all ran out of time) would spin forever on a

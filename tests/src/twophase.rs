@@ -267,15 +267,9 @@ pub fn grid_ldif(
     Ok(ldif)
 }
 
-/// A workspace binary, freshly built: beside a test executable's `deps/`,
-/// or beside this program when a harness binary (a demo) runs.
+/// A workspace binary, freshly built ([`cder_testkit::built`]).
 fn binary(package: &str, name: &str) -> PathBuf {
-    crate::bdii::built_binary(package, name)
-        .or_else(|e| {
-            let exe = std::env::current_exe().map_err(|x| x.to_string())?;
-            exe.parent().map(|d| d.join(name)).filter(|p| p.is_file()).ok_or(e)
-        })
-        .unwrap_or_else(|e| panic!("building {name}: {e}"))
+    cder_testkit::built(package, name)
 }
 
 /// The `cder-jdl` binary, freshly built.

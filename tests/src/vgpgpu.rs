@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::munge::Munged;
 
@@ -23,14 +23,10 @@ pub struct Registryd {
     starts: u32,
 }
 
-/// Builds (if needed) and finds a workspace binary: beside a test
-/// executable's `deps/`, or beside this program when a harness binary (the
-/// demo) runs.
+/// Builds (if needed) and finds a workspace binary
+/// ([`cder_testkit::workspace_binary`]).
 pub fn binary(package: &str, name: &str) -> Result<PathBuf, String> {
-    crate::bdii::built_binary(package, name).or_else(|e| {
-        let exe = std::env::current_exe().map_err(|x| x.to_string())?;
-        exe.parent().map(|d| d.join(name)).filter(|p| p.is_file()).ok_or(e)
-    })
+    cder_testkit::workspace_binary(package, name)
 }
 
 impl Registryd {
@@ -97,19 +93,16 @@ impl Registryd {
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.bin.display()))?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let serving = cder_testkit::try_wait_for(Duration::from_secs(30), Duration::from_millis(50), || {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && self.client().status().is_ok() {
-                return Ok(());
+                return Ok(Some(()));
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 return Err(format!("cder-registryd exited ({status}): {}", self.log()));
             }
-            if Instant::now() > deadline {
-                return Err(format!("cder-registryd not serving after 30 s: {}", self.log()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok(None)
+        })?;
+        serving.ok_or_else(|| format!("cder-registryd not serving after 30 s: {}", self.log()))
     }
 
     /// A client as root (the test runs as root), through this munged.

@@ -7,32 +7,14 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_protocol::{AllocRequest, Client};
-use cder_tests::slurm::{require_slurm, serial, target_debug_dir, workspace_root, SlurmCluster, SlurmConfig};
+use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
-/// target/debug/cderctl, built once per process.
+/// target/debug/cderctl, built once per process (the SLURM harness's).
 fn cderctl() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if std::env::var_os("CDER_TESTS_NO_BUILD").is_none() {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let status = Command::new(cargo)
-                    .args(["build", "-j", "2", "-p", "cderctl"])
-                    .current_dir(workspace_root())
-                    .stdin(Stdio::null())
-                    .status()
-                    .expect("running cargo build -p cderctl");
-                assert!(status.success(), "cargo build -p cderctl failed");
-            }
-            let path = target_debug_dir().join("cderctl");
-            assert!(path.exists(), "{} is missing", path.display());
-            path
-        })
-        .clone()
+    cder_tests::slurm::cderctl().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn holders(cluster: &SlurmCluster) -> Vec<String> {
@@ -94,15 +76,11 @@ fn reconcile_from_slurm_frees_only_jobs_squeue_no_longer_lists() {
 
     // Once the job is gone from squeue, its allocation goes too.
     let _ = cluster.run("scancel", &[&id.to_string()]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let left = cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(250), || {
         let out = cluster.run("squeue", &["-h", "-j", &id.to_string(), "-t", "PD,R,S,CG,CF", "-o", "%A"]).unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "job {id} did not leave squeue");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+    });
+    assert!(left.is_some(), "job {id} did not leave squeue");
     let out = reconcile(cluster.slurm_conf());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("released {live}\n1 job(s) released\n"));
@@ -126,15 +104,12 @@ fn gres_indices(cluster: &SlurmCluster, id: u32) -> Vec<u32> {
 }
 
 fn wait_state(cluster: &SlurmCluster, id: u32, state: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let info = cluster.job(id).unwrap();
-        if info.state == state {
-            return;
-        }
-        assert!(Instant::now() < deadline, "job {id} is {}, not {state}\n{}", info.state, cluster.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut last = String::new();
+    let reached = cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(200), || {
+        last = cluster.job(id).unwrap().state;
+        (last == state).then_some(())
+    });
+    assert!(reached.is_some(), "job {id} is {last}, not {state}\n{}", cluster.logs());
 }
 
 /// A STOPPED job (`scancel --signal=STOP`) is live. The

@@ -30,19 +30,8 @@ fn secs(t: Instant, t0: Instant) -> f64 {
     t.duration_since(t0).as_secs_f64()
 }
 
-/// Polls `f` every `every` until it gives `Some`, at most `timeout`.
-fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(every);
-    }
-}
+// Polls `f` every `every` until it gives `Some`, at most `timeout`.
+use cder_testkit::wait_for_value as poll;
 
 #[test]
 fn a_gpgpu_job_goes_through_arc_to_slurm_and_sees_two_devices() {

@@ -147,11 +147,10 @@ fn a_change_reaches_the_top_bdii_through_the_site_bdii() {
     let logs = |what: &str| {
         format!("{what}\n== resource ==\n{}\n== site ==\n{}\n== top ==\n{}", resource.log(), site.log(), top.log())
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while free_at(&top) != Some(4) {
-        assert!(Instant::now() < deadline, "{}", logs("the EE never reached the top BDII"));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let reached = cder_testkit::wait_for_value(Duration::from_secs(120), Duration::from_millis(200), || {
+        (free_at(&top) == Some(4)).then_some(())
+    });
+    assert!(reached.is_some(), "{}", logs("the EE never reached the top BDII"));
     let ee_dn = top.slapd.search("o=glue", &format!("(GLUE2ResourceID={EE})"), &["dn"]).unwrap();
     assert!(
         ee_dn.contains(&format!(
@@ -177,16 +176,15 @@ fn a_change_reaches_the_top_bdii_through_the_site_bdii() {
         std::fs::write(&config, provider_config(free)).unwrap();
         let t0 = Instant::now();
         let mut seen: [Option<f64>; 3] = [None; 3];
-        let deadline = t0 + Duration::from_secs(120);
-        while seen[2].is_none() {
+        let reached = cder_testkit::wait_for_value(Duration::from_secs(120), Duration::from_millis(100), || {
             for (i, b) in [&resource, &site, &top].into_iter().enumerate() {
                 if seen[i].is_none() && free_at(b) == Some(free) {
                     seen[i] = Some(t0.elapsed().as_secs_f64());
                 }
             }
-            assert!(Instant::now() < deadline, "{}", logs(&format!("free = {free} did not reach the top: {seen:?}")));
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            seen[2].map(|_| ())
+        });
+        assert!(reached.is_some(), "{}", logs(&format!("free = {free} did not reach the top: {seen:?}")));
         let [r, s, t] = seen.map(|s| s.unwrap_or(f64::NAN));
         println!("free {free}: resource {r:.1} s, site {s:.1} s, top {t:.1} s (breathe {BREATHE_S} s per level)");
         samples.push(t);

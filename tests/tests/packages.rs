@@ -93,12 +93,12 @@ impl Namespace {
             .map_err(|e| format!("unshare: {e}"))?;
         let ns = Namespace { holder, upper };
         let ours = std::fs::read_link("/proc/self/ns/mnt").map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_link(format!("/proc/{}/ns/mnt", ns.holder.id())).map_err(|e| e.to_string())? == ours {
-            if Instant::now() > deadline {
-                return Err("unshare -m did not make a mount namespace".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let made = cder_testkit::try_wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+            let mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", ns.holder.id())).map_err(|e| e.to_string())?;
+            Ok::<_, String>((mnt != ours).then_some(()))
+        })?;
+        if made.is_none() {
+            return Err("unshare -m did not make a mount namespace".into());
         }
         let up = ns.upper.path().display().to_string();
         let script = format!(
@@ -184,7 +184,7 @@ fn packages_build_install_run_and_purge() {
     // Build: the same target dir as the tests, so what the run built before is reused.
     let out_dir = tempfile::Builder::new().prefix("cder-debs-").tempdir().unwrap();
     let root = workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = cder_testkit::target_dir();
     let build = Command::new(root.join("deploy/build-debs.sh"))
         .arg(out_dir.path())
         .env("CARGO_TARGET_DIR", &target)

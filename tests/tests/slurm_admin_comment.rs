@@ -8,7 +8,7 @@
 //! `MinJobAge=3600` keeps after the job ends. slurmdbd stores the same
 //! field from that record.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{fake_nvml_library, require_slurm, serial, SlurmCluster, SlurmConfig};
 use serde_json::{json, Value};
@@ -83,14 +83,13 @@ fn run_job(cluster: &SlurmCluster, gres: &str, comment: Option<&str>) -> u32 {
 /// The comment once the epilog has written it (the job is COMPLETED while
 /// its epilog may still run).
 fn wait_comment(cluster: &SlurmCluster, id: u32, until: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = admin_comment(cluster, id).unwrap_or_default();
-        if until(&c) || Instant::now() > deadline {
-            return c;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // After 30 s the comment as it is: the caller's assertion says what is wrong.
+    let mut c = String::new();
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
+        c = admin_comment(cluster, id).unwrap_or_default();
+        until(&c).then_some(())
+    });
+    c
 }
 
 #[test]

@@ -16,7 +16,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
 
@@ -24,8 +24,7 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The pids `scontrol listpids` shows in job `id`'s extern step.
 fn extern_pids(cluster: &SlurmCluster, id: u32) -> Vec<u32> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
         let text = cluster.scontrol(&["listpids", &id.to_string()]).unwrap_or_default();
         let pids: Vec<u32> = text
             .lines()
@@ -34,11 +33,9 @@ fn extern_pids(cluster: &SlurmCluster, id: u32) -> Vec<u32> {
                 (f.get(2) == Some(&"extern")).then(|| f.first()?.parse().ok())?
             })
             .collect();
-        if !pids.is_empty() || Instant::now() > deadline {
-            return pids;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (!pids.is_empty()).then_some(pids)
+    })
+    .unwrap_or_default()
 }
 
 /// The `cgroup.procs` of the device cgroup process `pid` is in: the v1

@@ -38,11 +38,9 @@ fn step_report(report: &str) -> (Vec<u32>, String) {
 }
 
 fn wait_file(path: &Path, cluster: &SlurmCluster) {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared\n{}", path.display(), cluster.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let appeared =
+        cder_testkit::wait_for_value(JOB_TIMEOUT, Duration::from_millis(200), || path.exists().then_some(()));
+    assert!(appeared.is_some(), "{} never appeared\n{}", path.display(), cluster.logs());
 }
 
 /// `cderctl reconcile --from slurm`, as the node runs it; its stdout.

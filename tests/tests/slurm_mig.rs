@@ -15,7 +15,7 @@
 //! answer), its `CUDA_VISIBLE_DEVICES` (MIG UUIDs) and cderd's ledger.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_protocol::DeviceState;
 use cder_tests::slurm::{fake_nvml_library, parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
@@ -219,15 +219,12 @@ fn wait_done(cluster: &SlurmCluster, id: u32) {
 }
 
 fn wait_all_free(cluster: &SlurmCluster) {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
-        let status = cluster.cderd_status().unwrap();
-        if status.devices.iter().all(|d| d.state == DeviceState::Free) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "instances not released: {:?}\n{}", status.devices, cluster.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut devices = Vec::new();
+    let free = cder_testkit::wait_for_value(JOB_TIMEOUT, Duration::from_millis(200), || {
+        devices = cluster.cderd_status().unwrap().devices;
+        devices.iter().all(|d| d.state == DeviceState::Free).then_some(())
+    });
+    assert!(free.is_some(), "instances not released: {devices:?}\n{}", cluster.logs());
 }
 
 /// Three jobs of typed GRES fill the node: each gets exactly the instances
@@ -397,15 +394,11 @@ fn single_job_queries(cluster: &SlurmCluster) -> u64 {
 /// Waits for a job's report without asking slurmctld about the job (which
 /// `scontrol show job` would, with the very RPC being counted).
 fn wait_report(cluster: &SlurmCluster, id: u32) -> String {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
+    cder_testkit::wait_for_value(JOB_TIMEOUT, Duration::from_millis(200), || {
         let out = cluster.job_output(id);
-        if out.contains("CVD=") {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "job {id} printed nothing\n{}", cluster.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        out.contains("CVD=").then_some(out)
+    })
+    .unwrap_or_else(|| panic!("job {id} printed nothing\n{}", cluster.logs()))
 }
 
 /// The job prolog asks slurmctld for the job's record only when the

@@ -7,7 +7,7 @@
 //! from 0 and what it can open is checked instead of the indices.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
 
@@ -45,15 +45,17 @@ fn start(config: SlurmConfig) -> Option<(std::sync::MutexGuard<'static, ()>, Slu
 /// Polls cderd until no device is allocated (release happens in the job
 /// epilog, which may finish just after the job is reported done).
 fn wait_all_free(cluster: &SlurmCluster) -> cder_protocol::Status {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    // After 20 s the status as it is: the caller's assertion says what is wrong.
+    let mut last = None;
+    let free = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(200), || {
         let status = cluster.cderd_status().expect("cderd status");
-        let c = &status.counts["gpgpu"];
-        if c.allocated == 0 || Instant::now() > deadline {
-            return status;
+        if status.counts["gpgpu"].allocated == 0 {
+            return Some(status);
         }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        last = Some(status);
+        None
+    });
+    free.or(last).expect("looked at least once")
 }
 
 #[test]
@@ -226,20 +228,17 @@ fn a_job_killed_by_scancel_releases_its_devices() {
     let id = cluster.sbatch(&["--gpgpu-per-node=2"], "#!/bin/sh\nsleep 300\n").unwrap();
     cluster.wait_running(id, JOB_TIMEOUT).unwrap();
     let key = format!("slurm:{id}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let held = loop {
+    let mut held = Vec::new();
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
         let status = cluster.cderd_status().unwrap();
-        let held: Vec<u32> = status
+        held = status
             .devices
             .iter()
             .filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone()))
             .map(|d| d.index)
             .collect();
-        if held.len() == 2 || Instant::now() > deadline {
-            break held;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        (held.len() == 2).then_some(())
+    });
     assert_eq!(held.len(), 2, "cderd never showed the job's devices\n{}", cluster.logs());
     let out = cluster.run("scancel", &[&id.to_string()]).unwrap();
     assert!(out.status.success());
@@ -263,26 +262,22 @@ fn observe_mode_records_the_devices_slurm_chose() {
         .unwrap();
     cluster.wait_running(id, JOB_TIMEOUT).unwrap();
     let key = format!("slurm:{id}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (held, out) = loop {
+    let (mut held, mut out) = (Vec::new(), String::new());
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
         let status = cluster.cderd_status().unwrap();
-        let held: Vec<u32> = status
+        held = status
             .devices
             .iter()
             .filter(|d| d.job.as_ref().map(|j| j.to_string()) == Some(key.clone()))
             .map(|d| d.index)
             .collect();
-        let out = cluster.job_output(id);
-        if (held.len() == 2 && out.contains("CUDA_VISIBLE_DEVICES")) || Instant::now() > deadline {
-            break (held, out);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        out = cluster.job_output(id);
+        (held.len() == 2 && out.contains("CUDA_VISIBLE_DEVICES")).then_some(())
+    });
     let env: BTreeMap<String, String> = parse_env_lines(&out);
     let chosen =
         visible_set(env.get("SLURM_JOB_GPUS").or(env.get("CUDA_VISIBLE_DEVICES")).map(String::as_str).unwrap_or(""));
     assert_eq!(chosen.len(), 2, "SLURM's GRES gave {chosen:?}\n{out}");
-    let mut held = held;
     held.sort_unstable();
     assert_eq!(held, chosen, "cderd recorded other devices than SLURM chose\n{out}\n{}", cluster.logs());
     cluster.run("scancel", &[&id.to_string()]).unwrap();

@@ -6,7 +6,7 @@
 //! cderd's ledger. Runs on every SLURM release the suite is run with
 //! (`CDER_SLURM_RELEASE`, deploy/test.sh).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
 
@@ -27,20 +27,10 @@ fn holding_script(cluster: &SlurmCluster, flag: &std::path::Path) -> String {
 /// Waits for `jobs/report-<tag>` and returns it parsed.
 fn report(cluster: &SlurmCluster, tag: &str) -> std::collections::BTreeMap<String, String> {
     let path = cluster.jobs_dir().join(format!("report-{tag}"));
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            return parse_env_lines(&text);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {} after {JOB_TIMEOUT:?}\n{}\n{}",
-            path.display(),
-            cluster.squeue(),
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cder_testkit::wait_for_value(JOB_TIMEOUT, Duration::from_millis(200), || {
+        std::fs::read_to_string(&path).ok().map(|text| parse_env_lines(&text))
+    })
+    .unwrap_or_else(|| panic!("no {} after {JOB_TIMEOUT:?}\n{}\n{}", path.display(), cluster.squeue(), cluster.logs()))
 }
 
 /// The job behind a report holds exactly what it can open, `count` GPUs,
@@ -96,9 +86,8 @@ fn the_tasks_of_a_job_array_hold_disjoint_gpus() {
     let second = check(&cluster, "array task 1", &report(&cluster, "1"), 2);
     assert!(first.iter().all(|g| !second.contains(g)), "array tasks share a GPU: {first:?} and {second:?}");
     std::fs::write(&flag, "").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cluster.cderd_status().unwrap().counts["gpgpu"].free != cluster.config.gpus {
-        assert!(Instant::now() < deadline, "the array's GPUs were not released\n{}", cluster.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let released = cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(200), || {
+        (cluster.cderd_status().unwrap().counts["gpgpu"].free == cluster.config.gpus).then_some(())
+    });
+    assert!(released.is_some(), "the array's GPUs were not released\n{}", cluster.logs());
 }

@@ -12,7 +12,7 @@
 //! answers), the limits cderd set and each sharer's own usage.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
 
@@ -113,11 +113,11 @@ fn shares_case(cgroup: bool) {
     let env = wait_output(&cluster, fifth);
     assert_eq!(env["OPEN"], "0", "{name}: the fifth sharer opens GPU 0");
     assert_eq!(cluster.wait_job(fifth, JOB_TIMEOUT).unwrap().state, "COMPLETED");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cluster.cderd_status().unwrap().shares.is_empty() {
-        assert!(Instant::now() < deadline, "{name}: shares still recorded after every sharer ended");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cder_testkit::wait_for(
+        &format!("{name}: no shares recorded after every sharer ended"),
+        Duration::from_secs(20),
+        || cluster.cderd_status().unwrap().shares.is_empty(),
+    );
 }
 
 #[test]
@@ -182,8 +182,8 @@ fn mps_usage_case(cgroup: bool) {
     let name = if cgroup { "task/cgroup" } else { "task/none" };
     const UUID: &str = "GPU-5a3e0000-0000-4000-8000-000000000000";
     let library = cder_tests::slurm::fake_nvml_library().unwrap_or_else(|e| panic!("{e}"));
-    // The fake control daemon is a binary of the fake NVML's package, built with it.
-    let control = library.with_file_name("fake-mps-control");
+    // The fake control daemon is a binary of the fake NVML's package.
+    let control = cder_testkit::built("cder-fake-nvml", "fake-mps-control");
     assert!(control.is_file(), "{} is built with cder-fake-nvml", control.display());
     let machine = serde_json::json!({"devices": [{"uuid": UUID, "name": "NVIDIA A100-SXM4-80GB",
         "pci_bus_id": "0000:07:00.0", "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
@@ -292,15 +292,11 @@ fn mps_usage_case(cgroup: bool) {
         d.map(|d| (d["peak_utilisation_percent"].as_u64(), d["peak_memory_mib"].as_u64())).unwrap_or((None, None))
     };
     let want = [(Some(30), Some(1_000)), (Some(50), Some(2_000))];
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = Vec::new();
-    while Instant::now() < deadline {
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(400), || {
         seen = jobs.iter().map(|&(id, _)| peak(id)).collect();
-        if seen == want {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(400));
-    }
+        (seen == want).then_some(())
+    });
     assert_eq!(
         seen,
         want,

@@ -15,7 +15,7 @@
 //! cder-tests --test cluster slurm_stress:: -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_protocol::ReconcileRequest;
 use cder_tests::slurm::{require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
@@ -83,27 +83,21 @@ fn check(cluster: &SlurmCluster, jobs: &mut BTreeMap<u32, Life>, seed: u64, step
             continue;
         }
         let before = sample(cluster, id).map(|s| s.1).unwrap_or(0);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let fresh = loop {
-            let state = cluster.job(id).map(|j| j.state).unwrap_or_default();
+        let mut state = String::new();
+        let fresh = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(100), || {
+            state = cluster.job(id).map(|j| j.state).unwrap_or_default();
             if !["PENDING", "RUNNING", "CONFIGURING", "SUSPENDED"].contains(&state.as_str()) {
-                break None;
+                return Some(None);
             }
             match sample(cluster, id) {
                 // Stopped: its last report stands (none if it never ran).
-                s if *life == Life::Suspended => break Some(s.unwrap_or((Vec::new(), 0, String::new()))),
-                Some(s) if s.1 > before && state == "RUNNING" => break Some(s),
-                _ if state == "PENDING" => break Some((Vec::new(), 0, String::new())),
-                _ => {}
+                s if *life == Life::Suspended => Some(Some(s.unwrap_or((Vec::new(), 0, String::new())))),
+                Some(s) if s.1 > before && state == "RUNNING" => Some(Some(s)),
+                _ if state == "PENDING" => Some(Some((Vec::new(), 0, String::new()))),
+                _ => None,
             }
-            assert!(
-                Instant::now() < deadline,
-                "{}: job {id} ({state}) reported nothing new\n{}",
-                ctx(),
-                cluster.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        })
+        .unwrap_or_else(|| panic!("{}: job {id} ({state}) reported nothing new\n{}", ctx(), cluster.logs()));
         let Some((open, seq, cvd)) = fresh else {
             *life = Life::Gone;
             continue;

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_protocol::AccountingRequest;
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, visible_set, SlurmCluster, SlurmConfig};
@@ -87,14 +87,13 @@ fn wait_for_output(cluster: &SlurmCluster, id: u32, needle: &str) -> String {
 }
 
 fn wait_all_free(cluster: &SlurmCluster) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let free = cluster.cderd_status().expect("cderd status").counts["gpgpu"].free;
-        if free == cluster.config.gpus || Instant::now() > deadline {
-            return free;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // After 30 s the count as it is: the caller's assertion says what is wrong.
+    let mut free = 0;
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
+        free = cluster.cderd_status().expect("cderd status").counts["gpgpu"].free;
+        (free == cluster.config.gpus).then_some(())
+    });
+    free
 }
 
 /// Every device cderd ever recorded for `slurm:<id>`.
@@ -424,10 +423,10 @@ fn a_descriptor_passed_to_another_user_keeps_its_gpu_out_of_the_pool() {
     let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
     let given = ever_held(&cluster, id);
     assert!(info.state == "COMPLETED" && given.len() == 1, "{info:?} {given:?}\n{}", cluster.logs());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cluster.ledger(id).unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The assertion below says what is wrong if it is not empty by then.
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
+        cluster.ledger(id).unwrap().is_empty().then_some(())
+    });
     let status = cluster.cderd_status().unwrap();
     let device = status.devices.iter().find(|d| d.index == given[0]).cloned();
     let _ = receiver.kill();

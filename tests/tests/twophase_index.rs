@@ -163,19 +163,17 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
             runs
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (before, cycle_before, first) = loop {
-        let (rank, cycle, v) = answer(&index, &url, &job);
-        if let (Some(rank), Some(cycle)) = (rank, cycle.clone()) {
-            break (rank, cycle, v);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the CE never appeared from the index with a BDII cycle: {v}\n{}",
-            bdii.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let mut last = serde_json::Value::Null;
+    let (before, cycle_before, first) =
+        cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(200), || {
+            let (rank, cycle, v) = answer(&index, &url, &job);
+            if let (Some(rank), Some(cycle)) = (rank, cycle.clone()) {
+                return Some((rank, cycle, v));
+            }
+            last = v;
+            None
+        })
+        .unwrap_or_else(|| panic!("the CE never appeared from the index with a BDII cycle: {last}\n{}", bdii.log()));
     assert_eq!(before, 4.0, "four free GPUs first: {first}");
     assert_eq!(
         first["index"]["update_stats"]["hostname"], "127.0.0.1",
@@ -189,15 +187,21 @@ fn a_taken_gpu_reaches_the_index_within_a_bdii_cycle_and_a_refresh() {
     let alloc_stamp = String::from_utf8_lossy(&alloc_stamp.stdout).trim().to_string();
     let t0 = Instant::now();
     client.alloc(&AllocRequest::new("slurm:4242".parse().unwrap(), 1000, 1)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (seen_after, cycle_after, stamp_after) = loop {
-        let (rank, cycle, v) = answer(&index, &url, &job);
-        if rank == Some(3.0) {
-            break (t0.elapsed(), cycle.unwrap_or_default(), v["index"]["update_stats"]["modify_timestamp"].clone());
-        }
-        assert!(Instant::now() < deadline, "the index never showed 3 free: {v}\n{}", bdii.log());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut last = serde_json::Value::Null;
+    let (seen_after, cycle_after, stamp_after) =
+        cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(100), || {
+            let (rank, cycle, v) = answer(&index, &url, &job);
+            if rank == Some(3.0) {
+                return Some((
+                    t0.elapsed(),
+                    cycle.unwrap_or_default(),
+                    v["index"]["update_stats"]["modify_timestamp"].clone(),
+                ));
+            }
+            last = v;
+            None
+        })
+        .unwrap_or_else(|| panic!("the index never showed 3 free: {last}\n{}", bdii.log()));
     let cycles_since = bdii.cycles() - cycles_at_alloc;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let runs = refresher.join().unwrap();

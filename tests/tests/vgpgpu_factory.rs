@@ -58,11 +58,11 @@ fn factory_starts_reuses_and_retires_backends() {
     let (code, out, err) = factory_once(&a).unwrap();
     assert_eq!((code, out.contains("1 reused, 0 started, 0 failed, 1 unregistered")), (0, true), "{out}{err}");
     assert_eq!(c.query(QueryName::Total, None).unwrap(), 2);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while banner(&gone.host, gone.port).is_ok() {
-        assert!(std::time::Instant::now() < deadline, "the stop command did not stop {}:{}", gone.host, gone.port);
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let stopped =
+        cder_testkit::wait_for_value(std::time::Duration::from_secs(10), std::time::Duration::from_millis(100), || {
+            banner(&gone.host, gone.port).is_err().then_some(())
+        });
+    assert!(stopped.is_some(), "the stop command did not stop {}:{}", gone.host, gone.port);
     // It comes back: same UUID, same endpoint, a fresh backend.
     let a = node_config(&r, &backend, "127.0.0.2", "nvidia", &[(0, "GPU-aaaa-0"), (1, "GPU-aaaa-1")]).unwrap();
     let (code, out, err) = factory_once(&a).unwrap();

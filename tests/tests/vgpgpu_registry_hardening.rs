@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_model::VgpgpuMethod;
 use cder_tests::munge::require_munge;
@@ -47,14 +47,16 @@ fn sockets(pid: u32) -> usize {
 
 /// Polls `f` every 100 ms for up to 60 s; the last value.
 fn eventually<T>(mut f: impl FnMut() -> T, ok: impl Fn(&T) -> bool) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let mut last = None;
+    let found = cder_testkit::wait_for_value(Duration::from_secs(60), Duration::from_millis(100), || {
         let v = f();
-        if ok(&v) || Instant::now() > deadline {
-            return v;
+        if ok(&v) {
+            return Some(v);
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(v);
+        None
+    });
+    found.or(last).expect("looked at least once")
 }
 
 fn connect(r: &Registryd, first: &[u8]) -> TcpStream {

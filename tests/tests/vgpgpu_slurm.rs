@@ -8,9 +8,10 @@
 //! such job pending; everything is released at the end and after scancel.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_registry::api::QueryName;
+use cder_testkit::wait_for;
 use cder_tests::munge::require_munge;
 use cder_tests::slurm::{parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
 use cder_tests::vgpgpu::{binary, kill_backends, start_backends, Registryd, RCUDA_JOB};
@@ -36,14 +37,6 @@ fn registry_and_cluster() -> (Registryd, Cleanup, SlurmCluster) {
         ..SlurmConfig::default()
     };
     (r, cleanup, SlurmCluster::start(&config).unwrap())
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::munge::{require_munge, Munged};
 use cder_tests::vgpgpu::binary;
@@ -86,12 +86,14 @@ fn registry_state_is_private_whatever_the_umask() {
         let client =
             cder_registry::RegistryClient::new(&format!("http://127.0.0.1:{port}"), munge, Duration::from_secs(30))
                 .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while client.status().is_err() {
+        let serving = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(50), || {
+            if client.status().is_ok() {
+                return Some(());
+            }
             assert!(child.try_wait().unwrap().is_none(), "cder-registryd exited under umask {umask}");
-            assert!(Instant::now() < deadline, "cder-registryd not serving under umask {umask}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            None
+        });
+        assert!(serving.is_some(), "cder-registryd not serving under umask {umask}");
         // While it runs, with -wal and -shm present.
         let db = state.join("registry.db");
         assert_eq!(mode(&state), 0o700, "umask {umask}: state dir");

@@ -4,35 +4,16 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use cder_testkit::TestNode;
 
 const CDERCTL: &str = env!("CARGO_BIN_EXE_cderctl");
 
-/// The cderd binary beside cderctl, built first when missing (cargo has
-/// released its build lock by the time test binaries run).
+/// The cderd binary beside cderctl, built first.
 fn cderd_binary() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let path = Path::new(CDERCTL).with_file_name("cderd");
-            if !path.exists() {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let status = Command::new(cargo)
-                    .args(["build", "-j", "2", "-p", "cderd", "--bin", "cderd"])
-                    .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-                    .stdin(Stdio::null())
-                    .status()
-                    .expect("run cargo build -p cderd");
-                assert!(status.success(), "cargo build -p cderd failed");
-            }
-            assert!(path.exists(), "{} is missing", path.display());
-            path
-        })
-        .clone()
+    cder_testkit::built("cderd", "cderd")
 }
 
 /// Fields drop in order: the daemon stops before its dir goes.

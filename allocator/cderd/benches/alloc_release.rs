@@ -6,7 +6,6 @@
 //! number of pairs per measurement, default 2000).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cder_model::Config;
@@ -178,24 +177,14 @@ fn main() {
     std::fs::write(&config_path, &text).unwrap();
     let config = Config::parse(&text, &config_path).unwrap();
 
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_cderd"))
-        .arg("--config")
-        .arg(&config_path)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start cderd");
     let socket = dir.path().join("cderd.sock");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut client = loop {
-        if let Ok(mut c) = Client::connect(&socket, Duration::from_secs(30)) {
-            if c.ping().is_ok() {
-                break c;
-            }
-        }
-        assert!(Instant::now() < deadline, "cderd did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut daemon = cder_testkit::TestNode::started(
+        env!("CARGO_BIN_EXE_cderd"),
+        &config_path,
+        &socket,
+        dir.path().join("cderd.log"),
+    );
+    let mut client = daemon.client();
 
     socket_sequential(&mut client, pairs / 10 + 1, 10_000_000); // warm-up
                                                                 // Interleaved rounds, so that noise from other work on the machine falls
@@ -211,8 +200,7 @@ fn main() {
         store.add(store_db.run(share));
         bare.add(bare_db.run(share));
     }
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    daemon.kill();
     let pairs = seq.pairs;
 
     println!(

@@ -18,12 +18,11 @@
 //! paths do not exist (the program copied to a GPU node).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cder_fake_nvml::{FakeDevice, FakeDeviceUsage, FakeNvml, FakeProcess, FakeUsage};
 use cder_model::Config;
-use cder_protocol::{AllocRequest, Client};
+use cder_protocol::AllocRequest;
 
 /// Nanoseconds this thread has run on a CPU (the first field of schedstat).
 fn thread_cpu_ns() -> u64 {
@@ -180,25 +179,14 @@ fn job_start_round(
     let path = dir.path().join("cder.toml");
     std::fs::write(&path, config_text(dir.path(), library, usage)).unwrap();
     let cderd = std::env::var_os("CDER_BENCH_CDERD").unwrap_or_else(|| env!("CARGO_BIN_EXE_cderd").into());
-    let mut daemon = Command::new(cderd)
-        .arg("--config")
-        .arg(&path)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start cderd");
     let socket = dir.path().join("cderd.sock");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut client = loop {
-        if let Ok(mut c) = Client::connect(&socket, Duration::from_secs(30)) {
-            if c.ping().is_ok() {
-                break c;
-            }
-        }
-        assert!(Instant::now() < deadline, "cderd did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut daemon = env
+        .iter()
+        .fold(cder_testkit::TestNode::new(cderd, &path, &socket, dir.path().join("cderd.log")), |d, (k, v)| {
+            d.env(k, v)
+        });
+    daemon.start(Duration::from_secs(30));
+    let mut client = daemon.client();
     let total = client.status().unwrap().devices.len();
     let busy = total.saturating_sub(1).min(4);
     for i in 0..busy {
@@ -213,8 +201,7 @@ fn job_start_round(
         client.release(&a.job).expect("release");
         latencies.push(t.elapsed());
     }
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    daemon.kill();
     latencies
 }
 

@@ -276,11 +276,11 @@ fn alive(pid: u32) -> bool {
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let done =
+        cder_testkit::wait_for_value(std::time::Duration::from_secs(60), std::time::Duration::from_millis(10), || {
+            done().then_some(())
+        });
+    assert!(done.is_some(), "timed out waiting for {what}");
 }
 
 fn in_group(group: &Path, pid: u32) -> bool {
@@ -506,10 +506,11 @@ fn the_batch_systems_choice_is_recorded_even_when_held_open_with_a_warning() {
     // job's start path): wait for it while the holder still holds the device.
     let holder_pid = format!("pid {}", holder.id());
     let wanted = |log: &str| log.contains("the batch system chose it") && log.contains(&holder_pid);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !wanted(&node.log()) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // The assertion below says what is missing if it is not logged by then.
+    let _ =
+        cder_testkit::wait_for_value(std::time::Duration::from_secs(60), std::time::Duration::from_millis(20), || {
+            wanted(&node.log()).then_some(())
+        });
     let _ = holder.kill();
     let _ = holder.wait();
     let log = node.log();
@@ -529,10 +530,11 @@ fn late_node_probe_child() {
         Err(e) => println!("PROBE refused {e}"),
     }
     println!("PROBE waiting");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !go.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // The parent's checks say what went wrong if the go never came.
+    let _ =
+        cder_testkit::wait_for_value(std::time::Duration::from_secs(120), std::time::Duration::from_millis(20), || {
+            go.exists().then_some(())
+        });
     for p in std::env::var("CDER_LATE_PATHS").unwrap().split(',') {
         match std::fs::File::open(p) {
             Ok(_) => println!("PROBE later {p} ok"),
@@ -677,10 +679,11 @@ fn confine_holder_child() {
     use std::os::fd::AsFd;
     let Ok(go) = std::env::var("CDER_HOLD_GO") else { return };
     let job = std::env::var("CDER_HOLD_JOB").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !Path::new(&go).exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // The parent's checks say what went wrong if the go never came.
+    let _ =
+        cder_testkit::wait_for_value(std::time::Duration::from_secs(120), std::time::Duration::from_millis(20), || {
+            Path::new(&go).exists().then_some(())
+        });
     let fd = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
     let mut stream = std::os::unix::net::UnixStream::from(fd);
     let line = cder_protocol::Request::Confine(cder_protocol::JobRequest { job: job.parse().unwrap() }).to_line();

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_fake_nvml::{FakeDevice, FakeEvent, FakeNvml};
 use cder_protocol::{AccountingRequest, AllocRequest, DeviceState, DeviceStatus};
@@ -18,29 +18,25 @@ fn fake_device(i: u32) -> FakeDevice {
 
 /// Waits (generously: the machine may be loaded) until device `i` matches.
 fn wait_for(node: &Node, i: u32, what: &str, ok: impl Fn(&DeviceStatus) -> bool) -> DeviceStatus {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    let mut last = None;
+    cder_testkit::wait_for_value(Duration::from_secs(180), Duration::from_millis(100), || {
         let status = node.status();
         let device = status.devices.iter().find(|d| d.uuid == fake_device(i).uuid).expect("device in status").clone();
         if ok(&device) {
-            return device;
+            return Some(device);
         }
-        assert!(Instant::now() < deadline, "device {i} never became {what}: {device:?}\nlog:\n{}", node.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(device);
+        None
+    })
+    .unwrap_or_else(|| panic!("device {i} never became {what}: {last:?}\nlog:\n{}", node.log()))
 }
 
 /// Waits (as generously as [`wait_for`]) until cderd's log says `what`.
 fn wait_for_log(node: &Node, what: &str, ok: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let log = node.log();
-        if ok(&log) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "cderd never logged {what}:\n{log}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let logged = cder_testkit::wait_for_value(Duration::from_secs(180), Duration::from_millis(100), || {
+        ok(&node.log()).then_some(())
+    });
+    assert!(logged.is_some(), "cderd never logged {what}:\n{}", node.log());
 }
 
 #[test]

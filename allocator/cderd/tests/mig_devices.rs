@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_fake_nvml::{FakeDevice, FakeEvent, FakeMig, FakeMigInstance, FakeNvml};
 use cder_protocol::{AllocRequest, DeviceState};
@@ -85,18 +85,19 @@ fn mig_instances_are_allocated_by_uuid_and_drained_with_their_gpu() {
 
     // An Xid on the MIG GPU drains every instance of it (the job keeps its two), not the other GPU.
     FakeEvent { uuid: gpu(0).uuid, xid: Some(48), ..Default::default() }.append(&events).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    let mut last = None;
+    let drained = cder_testkit::wait_for_value(Duration::from_secs(180), Duration::from_millis(100), || {
         let status = node.status();
         let drained = status.devices.iter().filter(|d| d.reason.as_deref() == Some("Xid 48")).count();
         if drained == 3 {
-            let free: Vec<&str> =
-                status.devices.iter().filter(|d| d.state == DeviceState::Free).map(|d| d.uuid.as_str()).collect();
-            assert_eq!(free, [gpu(1).uuid.as_str()]);
-            assert_eq!(status.devices.iter().filter(|d| d.job.is_some()).count(), 2);
-            break;
+            return Some(status);
         }
-        assert!(Instant::now() < deadline, "instances not drained: {status:?}\nlog:\n{}", node.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(status);
+        None
+    });
+    let status = drained.unwrap_or_else(|| panic!("instances not drained: {last:?}\nlog:\n{}", node.log()));
+    let free: Vec<&str> =
+        status.devices.iter().filter(|d| d.state == DeviceState::Free).map(|d| d.uuid.as_str()).collect();
+    assert_eq!(free, [gpu(1).uuid.as_str()]);
+    assert_eq!(status.devices.iter().filter(|d| d.job.is_some()).count(), 2);
 }

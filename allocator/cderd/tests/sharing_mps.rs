@@ -5,31 +5,16 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::Stdio;
 
 use cder_fake_nvml::{FakeDevice, FakeNvml};
 use cder_protocol::{AllocRequest, ErrorCode};
 use cder_testkit::{is_root, require};
 use common::{as_uid, Node};
 
-/// The fake control program beside cderd, built first when missing.
+/// The fake control program beside cderd, built first.
 fn fake_control() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let path = common::sibling_binary("fake-mps-control");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-j", "2", "-p", "cder-fake-nvml", "--bin", "fake-mps-control"])
-                .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-                .stdin(Stdio::null())
-                .status()
-                .expect("run cargo build -p cder-fake-nvml");
-            assert!(status.success() && path.is_file(), "building {}", path.display());
-            path
-        })
-        .clone()
+    cder_testkit::built("cder-fake-nvml", "fake-mps-control")
 }
 
 fn gpu(i: u32) -> FakeDevice {

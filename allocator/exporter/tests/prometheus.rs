@@ -7,32 +7,15 @@ use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use cder_testkit::TestNode;
 
 const EXPORTER: &str = env!("CARGO_BIN_EXE_cder-exporter");
 
-/// The cderd binary beside cder-exporter, built first when missing.
+/// The cderd binary beside cder-exporter, built first.
 fn cderd_binary() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let path = Path::new(EXPORTER).with_file_name("cderd");
-            if !path.exists() {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let status = Command::new(cargo)
-                    .args(["build", "-j", "2", "-p", "cderd", "--bin", "cderd"])
-                    .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-                    .stdin(Stdio::null())
-                    .status()
-                    .expect("run cargo build -p cderd");
-                assert!(status.success(), "cargo build -p cderd failed");
-            }
-            path
-        })
-        .clone()
+    cder_testkit::built("cderd", "cderd")
 }
 
 /// A child process killed and reaped when dropped.

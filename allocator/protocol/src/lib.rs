@@ -25,6 +25,10 @@
 #![deny(missing_docs)]
 
 pub mod client;
+// A unit test module, not an integration test binary: each binary is a link
+// (docs/testing.md, "Test binaries").
+#[cfg(test)]
+mod fuzz_requests;
 pub mod reply;
 pub mod request;
 

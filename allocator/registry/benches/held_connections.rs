@@ -55,11 +55,10 @@ fn start_munged(dir: &Path) -> Kill {
         .stderr(Stdio::null())
         .spawn()
         .expect("munged (Debian package munge) must be installed");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("munge.socket").exists() {
-        assert!(Instant::now() < deadline, "munged did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let started = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(50), || {
+        dir.join("munge.socket").exists().then_some(())
+    });
+    assert!(started.is_some(), "munged did not start");
     Kill(child)
 }
 
@@ -159,11 +158,10 @@ fn main() {
         socket: Some(dir.path().join("munge.socket")),
     };
     let client = RegistryClient::new(&format!("http://127.0.0.1:{port}"), munge.clone(), timeout).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.status().is_err() {
-        assert!(Instant::now() < deadline, "cder-registryd not serving");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let serving = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(50), || {
+        client.status().is_ok().then_some(())
+    });
+    assert!(serving.is_some(), "cder-registryd not serving");
     for i in 0..4 {
         let r = RegisterRequest {
             uuid: format!("GPU-{i}"),

@@ -1,16 +1,20 @@
 //! The test harness every crate's tests share: a cderd started on a temp
 //! config ([`TestNode`]), the checks for installed components
 //! ([`require`], [`require_programs`], [`require_root`]) and the skip
-//! reporting that deploy/test.sh counts ([`skipped`]).
+//! reporting that deploy/test.sh counts ([`skipped`]), the workspace's
+//! binaries ([`workspace_binary`]) and the one wait loop ([`wait_for`],
+//! [`wait_for_value`], [`try_wait_for`]).
 
 #![deny(missing_docs)]
 
+mod bins;
 mod disk;
 pub mod faults;
 pub mod hostile;
 mod node;
 pub mod requirements;
 
+pub use bins::{built, cargo_build, profile_dir, target_dir, workspace_binary, workspace_root};
 pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
 pub use node::TestNode;
 
@@ -106,15 +110,44 @@ pub fn env_lock() -> MutexGuard<'static, ()> {
 /// Polls `ok` every 200 ms until it holds; panics naming `what` after
 /// `timeout` (a bound on waiting for the daemons, not a timed assertion).
 pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
+    if wait_for_value(timeout, Duration::from_millis(200), || ok().then_some(())).is_none() {
+        panic!("timed out waiting for {what}");
     }
+}
+
+/// Looks (`look`) every `every` until it finds something, and returns it;
+/// `None` when `timeout` ran out first, for the caller to say what that
+/// means (a harness returns an error with its logs, a test panics). Every
+/// wait of the tests and harnesses is this loop: the bound is on a daemon
+/// or job getting somewhere, never a timed assertion.
+pub fn wait_for_value<T>(timeout: Duration, every: Duration, mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = look() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// [`wait_for_value`] where a look may also end the wait with an error
+/// (the daemon waited for has exited): `Ok(None)` when the time ran out.
+pub fn try_wait_for<T, E>(
+    timeout: Duration,
+    every: Duration,
+    mut look: impl FnMut() -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
+    // An error is "found" too: it ends the wait, and is handed back as is.
+    wait_for_value(timeout, every, || look().transpose()).transpose()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     #[test]
     fn skips_are_listed_one_line_each() {
         let dir = tempfile::tempdir().unwrap();
@@ -126,6 +159,27 @@ mod tests {
             text.lines().collect::<Vec<_>>(),
             ["slurm_plugins::a: missing slurmctld", "ldap::b: missing slapd second line"]
         );
+    }
+
+    #[test]
+    fn a_wait_returns_what_the_look_found_and_an_error_ends_it() {
+        let mut looks = 0;
+        let found = super::wait_for_value(Duration::from_secs(600), Duration::ZERO, || {
+            looks += 1;
+            (looks == 3).then_some(looks)
+        });
+        assert_eq!(found, Some(3));
+        assert_eq!(super::wait_for_value(Duration::ZERO, Duration::ZERO, || None::<()>), None);
+        let mut looks = 0;
+        let ended: Result<Option<()>, &str> = super::try_wait_for(Duration::from_secs(600), Duration::ZERO, || {
+            looks += 1;
+            if looks == 2 {
+                Err("exited")
+            } else {
+                Ok(None)
+            }
+        });
+        assert_eq!((ended, looks), (Err("exited"), 2));
     }
 
     #[test]

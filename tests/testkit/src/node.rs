@@ -1,21 +1,25 @@
 //! A real `cderd` process on a config the test wrote, reached over its
-//! socket.
+//! socket: the one way every test and harness starts cderd, on the test's
+//! machine or (through a [`TestNode::wrapper`]) inside a host of the
+//! cluster harness.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_protocol::Client;
 
-/// A cderd the test started: `binary --config <config>`, stderr appended to
-/// `log`; killed (SIGKILL, then reaped) when dropped.
+/// A cderd the test started: `[wrapper…] binary --config <config>`, its
+/// output appended to `log`; killed (SIGKILL, then reaped) when dropped.
 pub struct TestNode {
     binary: PathBuf,
     config: PathBuf,
     socket: PathBuf,
     log: PathBuf,
     env: Vec<(OsString, OsString)>,
+    wrapper: Vec<OsString>,
+    rust_log: Option<OsString>,
     child: Option<Child>,
 }
 
@@ -33,8 +37,31 @@ impl TestNode {
             socket: socket.into(),
             log: log.into(),
             env: Vec::new(),
+            wrapper: Vec::new(),
+            rust_log: Some("warn".into()),
             child: None,
         }
+    }
+
+    /// Runs cderd through `program args…` (which must exec it in place, so
+    /// that the pid is cderd's): e.g. `nsenter -t <holder> -n -m -u --`, as
+    /// the cluster harness starts each host's cderd inside its namespaces.
+    /// `config` is then the path as the wrapped cderd sees it, `socket` and
+    /// `log` as the test sees them.
+    pub fn wrapper<S: Into<OsString>>(
+        mut self,
+        program: impl Into<OsString>,
+        args: impl IntoIterator<Item = S>,
+    ) -> TestNode {
+        self.wrapper = std::iter::once(program.into()).chain(args.into_iter().map(Into::into)).collect();
+        self
+    }
+
+    /// Leaves `RUST_LOG` as the test process has it instead of `warn`:
+    /// for the harnesses whose logs show cderd's info lines.
+    pub fn keep_rust_log(mut self) -> TestNode {
+        self.rust_log = None;
+        self
     }
 
     /// Adds a variable to the daemon's environment (e.g. the fake NVML's).
@@ -59,35 +86,60 @@ impl TestNode {
     /// when it exits first or does not answer within `timeout` (a bound on
     /// a daemon coming up, not a timing assertion).
     pub fn start(&mut self, timeout: Duration) {
+        if let Err(e) = self.try_start(timeout) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`TestNode::start`], with an error (naming the log) instead of a
+    /// panic, for the harnesses that report their own failures.
+    pub fn try_start(&mut self, timeout: Duration) -> Result<(), String> {
         assert!(self.child.is_none(), "cderd is already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open cderd's log");
-        let child = Command::new(&self.binary)
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("open cderd's log {}: {e}", self.log.display()))?;
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(&self.binary);
+                cmd
+            }
+            None => Command::new(&self.binary),
+        };
+        cmd.arg("--config").arg(&self.config);
+        if let Some(level) = &self.rust_log {
+            cmd.env("RUST_LOG", level);
+        }
+        let child = cmd
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", self.binary.display()));
+            .map_err(|e| format!("start {}: {e}", self.binary.display()))?;
         self.child = Some(child);
-        let deadline = Instant::now() + timeout;
-        loop {
+        let up = crate::try_wait_for(timeout, Duration::from_millis(10), || {
             if Client::connect(&self.socket, Duration::from_secs(5)).and_then(|mut c| c.ping()).is_ok() {
-                return;
+                return Ok(Some(()));
             }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                panic!("cderd exited with {status} at start; log:\n{}", self.log());
+            match self.child.as_mut().unwrap().try_wait().unwrap() {
+                Some(status) => Err(status),
+                None => Ok(None),
             }
-            assert!(
-                Instant::now() < deadline,
+        });
+        match up {
+            Ok(Some(())) => Ok(()),
+            Ok(None) => Err(format!(
                 "cderd did not answer on {} within {timeout:?}; log:\n{}",
                 self.socket.display(),
                 self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            )),
+            Err(status) => {
+                self.child = None;
+                Err(format!("cderd exited with {status} at start; log:\n{}", self.log()))
+            }
         }
     }
 
@@ -104,14 +156,8 @@ impl TestNode {
         let mut child = self.child.take().expect("cderd running");
         let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
         assert!(status.success(), "kill -TERM failed");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "cderd did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait_for_value(Duration::from_secs(30), Duration::from_millis(10), || child.try_wait().unwrap())
+            .expect("cderd did not stop on SIGTERM")
     }
 
     /// The daemon's pid while it runs (to freeze it, see [`crate::faults::Frozen`]).

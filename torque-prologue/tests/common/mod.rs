@@ -23,7 +23,7 @@
 //! Nothing that runs as the job's user gets those variables from here.
 //!
 //! cderd is the real daemon (`target/debug/cderd`, built by
-//! `cargo build -p cderd`). Without it the tests skip with a reason, or
+//! `cder_testkit::workspace_binary`). When it cannot be built the tests skip with a reason, or
 //! fail when `CI=true`.
 
 #![allow(dead_code)]
@@ -110,8 +110,9 @@ pub struct Node {
     cderd: TestNode,
 }
 
+/// Where cargo put this crate's binaries, beside the test executable.
 fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_cder-torque-hook")).parent().unwrap().to_path_buf()
+    cder_testkit::profile_dir()
 }
 
 /// [`cder_testkit::missing`], then no node.
@@ -129,14 +130,14 @@ impl Node {
 
     /// [`start`](Self::start) with the devices made as `devices` says.
     pub fn start_with(torque_settings: &str, devices: Devices) -> Option<Node> {
-        let cderd_bin = bin_dir().join("cderd");
-        if !cderd_bin.exists() {
-            return missing(&format!("{} not found: run `cargo build -p cderd -p cderctl` first", cderd_bin.display()));
-        }
-        let cderctl = bin_dir().join("cderctl");
-        if !cderctl.exists() {
-            return missing(&format!("{} not found: run `cargo build -p cderctl` first", cderctl.display()));
-        }
+        let cderd_bin = match cder_testkit::workspace_binary("cderd", "cderd") {
+            Ok(path) => path,
+            Err(e) => return missing(&e),
+        };
+        let cderctl = match cder_testkit::workspace_binary("cderctl", "cderctl") {
+            Ok(path) => path,
+            Err(e) => return missing(&e),
+        };
         if cder_torque::sys::current_uid() != 0 {
             return missing("pbs_mom runs hooks as root; these tests must run as root");
         }

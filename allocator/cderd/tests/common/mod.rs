@@ -205,11 +205,6 @@ pub fn live_owners(db: &Path) -> Vec<(String, String)> {
     rows.map(Result::unwrap).collect()
 }
 
-/// Path of a binary built beside cderd (e.g. for running a client as another uid).
-pub fn sibling_binary(name: &str) -> PathBuf {
-    Path::new(CDERD).with_file_name(name)
-}
-
 /// `setpriv` from util-linux drops to `uid`:`uid` with no groups and runs `argv`.
 pub fn as_uid(uid: u32, argv: &[&std::ffi::OsStr]) -> Command {
     let mut cmd = Command::new("setpriv");

@@ -18,7 +18,7 @@
 //! ```
 
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::arc::{cder_plugin, provider_config, require_arc, ArcCe, ArcOptions, ARC_EE};
 use cder_tests::bdii::require_bdii;
@@ -51,17 +51,8 @@ fn show(title: &str, cmd: &mut Command) -> Result<String, String> {
 }
 
 /// Retries `f` every 2 s for at most `timeout`.
-fn until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
+fn until<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    cder_testkit::wait_for_value(timeout, Duration::from_secs(2), f)
 }
 
 fn demo() -> Result<(), String> {

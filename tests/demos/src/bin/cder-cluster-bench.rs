@@ -27,7 +27,7 @@
 //! `sbatch` and `scontrol`, so its own build does not matter.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cder_demos::{count_arg, mean, median};
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
@@ -71,13 +71,13 @@ fn wave(cluster: &Cluster, args: &[&str], n: usize) -> Result<Vec<f64>, String> 
 /// Waits (up to 20 s) until every host's cderd holds nothing: the last
 /// cder jobs' epilogs ran before plugstack.conf changes under them.
 fn settle(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if cluster.workers.iter().all(|w| w.cderd_status().is_ok_and(|s| s.counts.values().all(|c| c.allocated == 0))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(20), Duration::from_millis(20), || {
+        cluster
+            .workers
+            .iter()
+            .all(|w| w.cderd_status().is_ok_and(|s| s.counts.values().all(|c| c.allocated == 0)))
+            .then_some(())
+    });
 }
 
 fn run(cluster: &Cluster, per_side: usize) -> Result<(), String> {

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::cluster::{require_cluster, Cluster, ClusterConfig};
 use cder_tests::slurm::SlurmClient;
@@ -77,10 +77,10 @@ fn demo() -> Result<bool, String> {
     let nodes = cluster.job_nodes(&info)?;
     println!("   job {id} runs on {}", nodes.join(", "));
     // The prolog records the job in each host's cderd; wait until both have.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !nodes.iter().all(|n| cluster.worker(n).ledger(id).is_ok_and(|l| l.len() == 2)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The ledgers printed below show what is missing after 30 s.
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
+        nodes.iter().all(|n| cluster.worker(n).ledger(id).is_ok_and(|l| l.len() == 2)).then_some(())
+    });
     println!("   cderd ledgers while it runs: {}", ledgers(&cluster));
     let mut ok = true;
     let mut held = std::collections::BTreeMap::new();
@@ -113,12 +113,11 @@ fn demo() -> Result<bool, String> {
         ok = false;
     }
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.workers.iter().any(|w| w.cderd_status().map_or(true, |s| s.counts["gpgpu"].free != GPUS))
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The ledgers printed below show what is left after 30 s.
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(30), Duration::from_millis(200), || {
+        (!cluster.workers.iter().any(|w| w.cderd_status().map_or(true, |s| s.counts["gpgpu"].free != GPUS)))
+            .then_some(())
+    });
     println!("\n   cderd ledgers after the job: {}", ledgers(&cluster));
     println!("\n== stopping the cluster and removing its namespaces");
     Ok(ok)

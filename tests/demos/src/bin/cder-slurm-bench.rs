@@ -97,13 +97,9 @@ struct Sides {
 /// Then waits out cderd's cgroup warm-up window (`warmup`), so that the
 /// other side's jobs neither gain nor lose from a lock cderd keeps warm.
 fn settle(cluster: &SlurmCluster, warmup: Duration) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if cluster.cderd_status().is_ok_and(|s| s.counts.values().all(|c| c.allocated == 0)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = cder_testkit::wait_for_value(Duration::from_secs(10), Duration::from_millis(20), || {
+        cluster.cderd_status().is_ok_and(|s| s.counts.values().all(|c| c.allocated == 0)).then_some(())
+    });
     std::thread::sleep(warmup + Duration::from_millis(100));
 }
 

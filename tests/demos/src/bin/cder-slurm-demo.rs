@@ -14,7 +14,7 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cder_tests::slurm::{parse_env_lines, require_slurm, visible_set, SlurmCluster, SlurmConfig};
 
@@ -73,14 +73,17 @@ fn demo() -> Result<bool, String> {
     for &id in &ids {
         cluster.wait_running(id, Duration::from_secs(60))?;
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
+    // After 20 s the status as it is: the demo shows it.
+    let mut last = None;
+    let all = cder_testkit::try_wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
         let s = cluster.cderd_status()?;
-        if s.counts.get("gpgpu").is_some_and(|c| c.allocated == 4) || Instant::now() > deadline {
-            break s;
+        if s.counts.get("gpgpu").is_some_and(|c| c.allocated == 4) {
+            return Ok(Some(s));
         }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        last = Some(s);
+        Ok::<_, String>(None)
+    })?;
+    let status = all.or(last).ok_or("no status from cderd")?;
     println!("\n== cderd while they run:");
     for d in &status.devices {
         let job = d.job.as_ref().map(|j| j.to_string()).unwrap_or_else(|| "-".into());

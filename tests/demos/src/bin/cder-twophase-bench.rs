@@ -186,13 +186,7 @@ fn real_main() -> Result<(), String> {
         drop(slapd);
         return Ok(());
     }
-    let here = std::env::current_exe().map_err(|e| e.to_string())?;
-    let cder_jdl = here.parent().map(|d| d.join("cder-jdl")).filter(|p| p.is_file()).ok_or_else(|| {
-        format!(
-            "no cder-jdl next to {}; build it: cargo build --release -j 2 -p cder-jdl -p cder-tests",
-            here.display()
-        )
-    })?;
+    let cder_jdl = cder_testkit::workspace_binary("cder-jdl", "cder-jdl")?;
     let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/twophase_reference.py");
     for p in [Path::new(PYTHON), reference.as_path(), Path::new("/usr/sbin/slapd"), Path::new("/usr/sbin/slapadd")] {
         if !p.exists() {

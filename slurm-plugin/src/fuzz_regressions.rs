@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use cder_slurm::gres::NodeGres;
-use cder_slurm::job_submit::{translate, Submission};
+use crate::gres::NodeGres;
+use crate::job_submit::{translate, Submission};
 
 /// `Gres=gpu:17777777777777777777g`: the G suffix multiplied past u64.
 #[test]

@@ -3,7 +3,7 @@
 //! (cargo fuzz needs nightly; this runs on stable, in CI, in bounded time.
 //! `PROPTEST_CASES` raises the case count for a longer local run.)
 
-use cder_protocol::Request;
+use crate::Request;
 use proptest::prelude::*;
 
 const SEEDS: &[&str] = &[
