@@ -21,7 +21,7 @@ use cder_protocol::{
 };
 
 use crate::args::{Confine, FailMode, PluginArgs};
-use crate::devices::{parse_index_list, slurm_constrains_devices_checked, SLURM_JOB_GPUS};
+use crate::devices::{slurm_constrains_devices_checked, SLURM_JOB_GPUS};
 use crate::gres_conf::{
     cderd_indices, detail_count, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files,
     GresDevice,
@@ -33,6 +33,7 @@ use crate::request::{
 use crate::spank::SpankOption;
 use crate::sys::{GrantedJob, Level};
 use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
+use cder_request::gres::parse_index_list;
 
 /// What a step's tasks get when it is not their plan's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -463,7 +464,7 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
     let gpus = match &prolog.job_gpus {
         None => Vec::new(),
         Some(text) => parse_index_list(text)
-            .ok_or_else(|| format!("{SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded"))?,
+            .map_err(|e| format!("{SLURM_JOB_GPUS}={text:?} is not an index list ({e}); nothing recorded"))?,
     };
     let mut alloc = AllocRequest::new(job.clone(), prolog.uid, gpus.len() as u32);
     let mut slurm_gpus = gpus.clone();
@@ -651,7 +652,7 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
     };
     check_request(step, &req, &alloc, cderd.as_mut(), node)?;
     // SLURM's GPUs for the step, as cderd's indices among the job's.
-    let step_devices = match step.gpus.as_deref().and_then(parse_index_list) {
+    let step_devices = match step.gpus.as_deref().and_then(|g| parse_index_list(g).ok()) {
         None => None,
         Some(slurm) => match node.gres().and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), cderd.as_mut()))
         {
