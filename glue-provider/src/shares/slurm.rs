@@ -114,17 +114,10 @@ pub struct QosLimits {
     pub per_job: BTreeMap<String, u32>,
 }
 
-/// `key=value` tokens of one `-o` line, the first of each key.
+/// `key=value` fields of one `-o` line, the first of each key, as the one
+/// `-o` grammar (`cder_request::gres::ScontrolLine`) reads them.
 fn fields(line: &str) -> BTreeMap<&str, &str> {
-    let mut out = BTreeMap::new();
-    for token in line.split_whitespace() {
-        if let Some((k, v)) = token.split_once('=') {
-            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                out.entry(k).or_insert(v);
-            }
-        }
-    }
-    out
+    cder_request::gres::ScontrolLine::parse(line).fields.into_iter().rev().map(|(k, v, _)| (k, v)).collect()
 }
 
 fn text(output: &[u8], what: &str) -> Result<String, ProviderError> {

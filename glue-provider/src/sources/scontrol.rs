@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cder_request::gres::ScontrolLine;
+
 use crate::error::ProviderError;
 use crate::site::NodeGroup;
 use crate::sources::command::run_command;
@@ -109,14 +111,9 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
         if line.trim().is_empty() {
             continue;
         }
-        let mut fields = BTreeMap::new();
-        for token in line.split_whitespace() {
-            if let Some((k, v)) = token.split_once('=') {
-                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                    fields.entry(k).or_insert(v);
-                }
-            }
-        }
+        // The one `-o` line grammar (cder_request::gres): the first of a key wins.
+        let fields: BTreeMap<&str, &str> =
+            ScontrolLine::parse(line).fields.into_iter().rev().map(|(k, v, _)| (k, v)).collect();
         let bad = |what: &str| ProviderError::Runtime(format!("scontrol output line {}: {what}: {line:?}", n + 1));
         let name = fields.get("NodeName").ok_or_else(|| bad("no NodeName="))?;
         let state = fields.get("State").ok_or_else(|| bad("no State="))?;
@@ -149,48 +146,20 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
     Ok(nodes)
 }
 
-/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`).
-/// `(null)` is empty.
+/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`,
+/// `gpu:4K`) with `cder_request::gres`, SLURM's own reading, so the provider
+/// counts what the plugins count. `(null)` is empty; a count past a u32 is
+/// an error (no node has that many).
 pub fn parse_gres(value: &str) -> Result<Vec<Gres>, String> {
-    let mut out = Vec::new();
-    if value.is_empty() || value == "(null)" {
-        return Ok(out);
-    }
-    let mut depth = 0i32;
-    let mut items = Vec::new();
-    let mut start = 0;
-    for (i, c) in value.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&value[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&value[start..]);
-    for item in items {
-        let item = item.split('(').next().unwrap_or(item);
-        let parts: Vec<&str> = item.split(':').collect();
-        let name = parts[0];
-        if name.is_empty() {
-            return Err(format!("empty GRES name in {value:?}"));
-        }
-        let last = parts[parts.len() - 1];
-        let (gres_type, count) = match (parts.len(), last.parse::<u32>()) {
-            // `gpu` alone is one device.
-            (1, _) => (None, 1),
-            (2, Ok(c)) => (None, c),
-            // `gpu:tesla` is one device of a type.
-            (2, Err(_)) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => (Some(last), 1),
-            (3, Ok(c)) => (Some(parts[1]), c),
-            _ => return Err(format!("{item:?} is not name[:type][:count]")),
-        };
-        out.push(Gres { name: name.to_string(), gres_type: gres_type.map(str::to_string), count });
-    }
-    Ok(out)
+    let items = cder_request::gres::parse_list(value).map_err(|e| format!("{value:?}: {e}"))?;
+    items
+        .into_iter()
+        .map(|item| {
+            let count = u32::try_from(item.count)
+                .map_err(|_| format!("{value:?}: {} {} is past {}", item.count, item.name, u32::MAX))?;
+            Ok(Gres { name: item.name, gres_type: item.gres_type, count })
+        })
+        .collect()
 }
 
 impl CountSource for SlurmCounts {
