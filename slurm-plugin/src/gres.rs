@@ -306,6 +306,32 @@ mod tests {
         nodename=big Gres=gpu:tesla:4,gpu:k80:2,fpga:1 CPUs=2\n\
         NodeName=cpu CPUs=2 Gres=\n";
 
+    /// The lists both the plugin and the GLUE provider check
+    /// (`allocator/request/testdata/gres_totals.txt`): the provider reads the
+    /// same totals from scontrol that the plugin reads here from slurm.conf.
+    #[test]
+    fn the_shared_gres_lists_read_as_the_provider_reads_them() {
+        let fixture = include_str!("../../allocator/request/testdata/gres_totals.txt");
+        let mut checked = 0;
+        for line in fixture.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let (list, totals) = line.split_once('\t').unwrap();
+            let g = NodeGres::parse(&format!("NodeName=n Gres={list}\n"), Path::new("/")).unwrap();
+            for total in totals.split(' ') {
+                let (key, want) = total.split_once('=').unwrap();
+                let want: u64 = want.parse().unwrap();
+                let got = match key.split_once(':') {
+                    None => g.max_per_node.get(key),
+                    Some((name, t)) => g.max_per_type.get(name).and_then(|types| types.get(t)),
+                };
+                assert_eq!(got, Some(&want), "{list}: {key}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
+        // `gpu:4K` is SLURM's 4096; the provider now reads it so too.
+        assert_eq!(NodeGres::parse("NodeName=n Gres=gpu:4K\n", Path::new("/")).unwrap().max_per_node["gpu"], 4096);
+    }
+
     #[test]
     fn maxima_from_slurm_conf() {
         let g = NodeGres::parse(CONF, Path::new("/")).unwrap();

@@ -19,8 +19,9 @@ use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
 
 /// What the live scontrol printed, read with the one grammar the provider
 /// and the plugins share (`cder_request::gres`): node1's `Gres=gpu:4` and
-/// its `GresUsed=` holding the running job's one GPU by index, and the job's
-/// `GRES=gpu:1(IDX:n)` naming the same index. `CDER_GRES_CAPTURE=<dir>`
+/// its `GresUsed=` holding the running job's one GPU, the job's
+/// `GRES=gpu:1(IDX:n)` naming one of the node's GPUs (the same one where
+/// `GresUsed=` names it) and its `TresPerNode=gres:gpu:1`. `CDER_GRES_CAPTURE=<dir>`
 /// keeps the texts (the grammar's fixtures come from such a run).
 fn the_grammar_reads_what_scontrol_printed(cluster: &SlurmCluster, job: u32) {
     let nodes = cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_else(|e| panic!("{e}"));
@@ -43,27 +44,31 @@ fn the_grammar_reads_what_scontrol_printed(cluster: &SlurmCluster, job: u32) {
     };
     let total: u64 = list("Gres").iter().filter(|i| i.name == "gpu").map(|i| i.count).sum();
     assert_eq!(total, 4, "{nodes}");
+    // 22.05 prints `GresUsed=gpu:1` here (no IDX without a topology);
+    // where it names indices, they are the job's.
     let used = list("GresUsed");
+    assert_eq!(used.iter().filter(|i| i.name == "gpu").map(|i| i.count).sum::<u64>(), 1, "{nodes}");
     let held: Vec<u32> = used
         .iter()
-        .filter(|i| i.name == "gpu")
         .flat_map(|i| match &i.detail {
             Some(Detail::Indices(idx)) => idx.clone(),
             _ => Vec::new(),
         })
         .collect();
-    assert_eq!((used.iter().map(|i| i.count).sum::<u64>(), held.len()), (1, 1), "{nodes}");
     for text in [&job_text, &job_line] {
         let details: Vec<&str> = text.lines().filter_map(|l| ScontrolLine::parse(l).get("GRES")).collect();
         assert_eq!(details.len(), 1, "{text}");
         let items = gres::parse_list(details[0]).unwrap_or_else(|e| panic!("GRES={}: {e}\n{text}", details[0]));
         assert_eq!(items.len(), 1, "{text}");
         assert_eq!((items[0].name.as_str(), items[0].count), ("gpu", 1), "{text}");
-        assert_eq!(
-            items[0].detail,
-            Some(Detail::Indices(held.clone())),
-            "the job's IDX is the node's used one\n{text}\n{nodes}"
-        );
+        let Some(Detail::Indices(idx)) = &items[0].detail else { panic!("GRES={}: no IDX list\n{text}", details[0]) };
+        assert!(idx.len() == 1 && idx[0] < 4, "GRES={}: one of node1's 4 GPUs\n{text}", details[0]);
+        assert!(held.is_empty() || &held == idx, "the node's used IDX is the job's\n{text}\n{nodes}");
+        let tres = ScontrolLine::parse(text.lines().find(|l| l.contains("TresPerNode=")).unwrap_or_default());
+        let per_node = tres.get("TresPerNode").unwrap_or_else(|| panic!("no TresPerNode=\n{text}"));
+        let entries = gres::tres_entries(per_node);
+        assert_eq!(entries.len(), 1, "TresPerNode={per_node}");
+        assert_eq!(entries[0].item.as_ref().map(|i| i.count), Ok(1), "TresPerNode={per_node}");
     }
 }
 

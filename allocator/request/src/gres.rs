@@ -519,4 +519,58 @@ mod tests {
         assert!(ScontrolLine::parse("").fields.is_empty());
         assert!(ScontrolLine::parse("no fields here").fields.is_empty());
     }
+
+    /// What a real SLURM 22.05 printed in the cluster tests (`glue_slurm`,
+    /// `slurm_mig`; `CDER_GRES_CAPTURE` keeps them), read as the provider and
+    /// the plugins read it.
+    mod slurm_22_05 {
+        use super::*;
+
+        const SHOW_NODE_D_O: &str = include_str!("../testdata/slurm-22.05/show_node_d_o.txt");
+        const SHOW_JOB_D: &str = include_str!("../testdata/slurm-22.05/show_job_d.txt");
+        const SHOW_JOB_D_O: &str = include_str!("../testdata/slurm-22.05/show_job_d_o.txt");
+
+        #[test]
+        fn show_node_detailed_one_line() {
+            let lines: Vec<ScontrolLine> = SHOW_NODE_D_O.lines().map(ScontrolLine::parse).collect();
+            assert_eq!(lines.len(), 2);
+            let [node1, node2] = [&lines[0], &lines[1]];
+            assert_eq!((node1.get("NodeName"), node2.get("NodeName")), (Some("node1"), Some("node2")));
+            let gpus = |l: &ScontrolLine, key: &str| -> u64 {
+                parse_list(l.get(key).unwrap()).unwrap().iter().filter(|i| i.name == "gpu").map(|i| i.count).sum()
+            };
+            assert_eq!((gpus(node1, "Gres"), gpus(node1, "GresUsed")), (4, 1));
+            assert_eq!((gpus(node2, "Gres"), gpus(node2, "GresUsed")), (2, 0));
+            assert_eq!(node1.get("State"), Some("MIXED"));
+            assert_eq!(node2.get("State"), Some("UNKNOWN+NOT_RESPONDING"));
+            assert_eq!(node1.get("OS"), Some("Linux 6.18.44-fc-v769 #1 SMP PREEMPT_DYNAMIC @0"));
+            assert_eq!(node1.get("CfgTRES"), Some("cpu=8,mem=1000M,billing=8"));
+            assert_eq!(node2.get("AllocTRES"), Some(""));
+            assert_eq!(node1.get("GresDrain"), Some("N/A"));
+            for l in &lines {
+                for key in ["CPUTot", "Sockets", "CPUAlloc"] {
+                    assert!(l.get(key).unwrap().parse::<u32>().is_ok(), "{key}");
+                }
+            }
+        }
+
+        #[test]
+        fn show_job_detailed_in_both_layouts() {
+            for text in [SHOW_JOB_D, SHOW_JOB_D_O] {
+                let fields: Vec<ScontrolLine> = text.lines().map(ScontrolLine::parse).collect();
+                let get = |key: &str| fields.iter().find_map(|l| l.get(key)).unwrap_or_else(|| panic!("{key}"));
+                let detail = parse_list(get("GRES")).unwrap();
+                assert_eq!(detail.len(), 1);
+                assert_eq!((detail[0].name.as_str(), detail[0].count), ("gpu", 1));
+                assert_eq!(detail[0].detail, Some(Detail::Indices(vec![0])));
+                let job_gres = parse_list(get("JOB_GRES")).unwrap();
+                assert_eq!((job_gres[0].name.as_str(), job_gres[0].count, &job_gres[0].detail), ("gpu", 1, &None));
+                let tres: Vec<_> = tres_entries(get("TresPerNode")).into_iter().map(|e| e.item.unwrap()).collect();
+                assert_eq!((tres.len(), tres[0].name.as_str(), tres[0].count), (1, "gpu", 1));
+                assert!(tres_entries(get("TRES")).is_empty(), "cpu=1,node=1,billing=1 holds no GRES");
+                assert_eq!(get("NodeList"), "node1");
+                assert_eq!(get("AllocNode:Sid"), "vm:6011");
+            }
+        }
+    }
 }
