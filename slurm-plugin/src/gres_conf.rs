@@ -381,6 +381,17 @@ mod tests {
         assert!(e.to_string().contains("/dev/nvidia-caps/nvidia-cap39 (gres.conf line 3)"), "{e}");
     }
 
+    /// The `GRES=` of a job of two MIG profiles as a real slurmctld 22.05
+    /// printed it (`allocator/request/testdata`): every type's indices.
+    #[test]
+    fn controller_detail_as_slurm_printed_it() {
+        let text = include_str!("../../allocator/request/testdata/slurm-22.05/show_job_d_mig_two_types.txt");
+        let detail = text.split_whitespace().find_map(|w| w.strip_prefix("GRES=")).unwrap();
+        assert_eq!(detail_indices(detail, "gpu").unwrap(), [2, 3]);
+        assert_eq!(detail_count(detail, "gpu"), Some(2));
+        assert_eq!(detail_count(detail, "shard"), Some(0));
+    }
+
     #[test]
     fn controller_detail() {
         assert_eq!(detail_indices("gpu:1g.10gb:1(IDX:0),gpu:2g.20gb:1(IDX:3)", "gpu").unwrap(), [0, 3]);

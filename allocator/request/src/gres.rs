@@ -554,6 +554,34 @@ mod tests {
             }
         }
 
+        /// MIG profiles as typed GRES (`slurm_mig`): a range of one type, and
+        /// one job of two types, each with its own index list.
+        #[test]
+        fn show_job_detailed_of_typed_gres() {
+            let of = |text: &str, key: &str| -> String {
+                text.lines().find_map(|l| ScontrolLine::parse(l).get(key)).unwrap().to_string()
+            };
+            let range = include_str!("../testdata/slurm-22.05/show_job_d_mig_range.txt");
+            let d = parse_list(&of(range, "GRES")).unwrap();
+            assert_eq!((d[0].gres_type.as_deref(), d[0].count), (Some("1g.10gb"), 2));
+            assert_eq!(d[0].detail, Some(Detail::Indices(vec![0, 1])));
+            let two = include_str!("../testdata/slurm-22.05/show_job_d_mig_two_types.txt");
+            let d = parse_list(&of(two, "GRES")).unwrap();
+            let got: Vec<_> = d.iter().map(|i| (i.gres_type.as_deref(), i.count, i.detail.clone())).collect();
+            assert_eq!(
+                got,
+                [
+                    (Some("1g.10gb"), 1, Some(Detail::Indices(vec![2]))),
+                    (Some("2g.20gb"), 1, Some(Detail::Indices(vec![3])))
+                ]
+            );
+            let tres: Vec<_> = tres_entries(&of(two, "TresPerNode")).into_iter().map(|e| e.item.unwrap()).collect();
+            let types: Vec<_> = tres.iter().map(|i| (i.gres_type.as_deref(), i.count)).collect();
+            assert_eq!(types, [(Some("1g.10gb"), 1), (Some("2g.20gb"), 1)]);
+            let job_gres = parse_list(&of(two, "JOB_GRES")).unwrap();
+            assert_eq!(job_gres.iter().map(|i| i.count).sum::<u64>(), 2);
+        }
+
         #[test]
         fn show_job_detailed_in_both_layouts() {
             for text in [SHOW_JOB_D, SHOW_JOB_D_O] {

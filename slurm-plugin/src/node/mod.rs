@@ -373,14 +373,7 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     }
     let name = node.node_name();
     let detail = node.granted(job_id).and_then(|granted| {
-        let at = match (&granted.nodes, &name) {
-            (Some(nodes), Some(name)) => {
-                node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
-            }
-            _ if granted.gres_detail.len() == 1 => 0,
-            _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
-        };
-        let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+        let text = this_nodes_detail(&granted, name.as_deref())?;
         detail_indices(&text, crate::gres::gres_name(GPGPU)).ok_or_else(|| format!("unreadable GRES detail {text:?}"))
     });
     match detail {
@@ -405,21 +398,27 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     }
 }
 
-/// The shares of a GPU slurmctld granted job `job_id` on this node (its
-/// `gres_detail_str`, `shard:3(IDX:0)`): SLURM 22.05 gives a shard job's
-/// prolog `SLURM_JOB_GPUS` (the shared GPU) but not the count, and the job's
-/// own environment is no authority. `Ok(None)`: the job holds no shares here.
-pub fn controller_shares(job_id: u32, node: &dyn Node) -> Result<Option<u32>, String> {
-    let granted = node.granted(job_id)?;
-    let name = node.node_name();
-    let at = match (&granted.nodes, &name) {
+/// This node's entry of a job's `gres_detail_str`: the one at this node's
+/// position in the job's node list, or the only one when the node cannot
+/// name itself.
+fn this_nodes_detail(granted: &GrantedJob, name: Option<&str>) -> Result<String, String> {
+    let at = match (&granted.nodes, name) {
         (Some(nodes), Some(name)) => {
             node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
         }
         _ if granted.gres_detail.len() == 1 => 0,
         _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
     };
-    let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+    Ok(granted.gres_detail.get(at).cloned().unwrap_or_default())
+}
+
+/// The shares of a GPU slurmctld granted job `job_id` on this node (its
+/// `gres_detail_str`, `shard:3(IDX:0)`): SLURM 22.05 gives a shard job's
+/// prolog `SLURM_JOB_GPUS` (the shared GPU) but not the count, and the job's
+/// own environment is no authority. `Ok(None)`: the job holds no shares here.
+pub fn controller_shares(job_id: u32, node: &dyn Node) -> Result<Option<u32>, String> {
+    let granted = node.granted(job_id)?;
+    let text = this_nodes_detail(&granted, node.node_name().as_deref())?;
     match detail_count(&text, lrms_shard()) {
         None => Err(format!("unreadable GRES detail {text:?}")),
         Some(0) => Ok(None),
