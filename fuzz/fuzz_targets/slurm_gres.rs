@@ -17,7 +17,10 @@ use libfuzzer_sys::fuzz_target;
 fn points_at_its_token(text: &str, e: &GresError) {
     let at = e.column - 1;
     assert!(at <= text.len(), "{e} past {text:?}");
-    assert!(text.get(at..).is_some_and(|rest| rest.starts_with(&e.token)), "{e} does not point at its token in {text:?}");
+    assert!(
+        text.get(at..).is_some_and(|rest| rest.starts_with(&e.token)),
+        "{e} does not point at its token in {text:?}"
+    );
 }
 
 fn check_indices(idx: &[u32]) {
@@ -57,9 +60,14 @@ fuzz_target!(|data: &[u8]| {
         let range = line.as_ptr() as usize..=line.as_ptr() as usize + line.len();
         for (key, value, column) in &parsed.fields {
             assert!(!key.is_empty());
-            assert!(range.contains(&(value.as_ptr() as usize)) && range.contains(&(value.as_ptr() as usize + value.len())));
+            assert!(
+                range.contains(&(value.as_ptr() as usize)) && range.contains(&(value.as_ptr() as usize + value.len()))
+            );
             assert_eq!(line.get(column - 1..column - 1 + key.len()), Some(*key));
-            assert_eq!(parsed.get(key).map(|v| v.as_ptr()), parsed.fields.iter().find(|f| f.0 == *key).map(|f| f.1.as_ptr()));
+            assert_eq!(
+                parsed.get(key).map(|v| v.as_ptr()),
+                parsed.fields.iter().find(|f| f.0 == *key).map(|f| f.1.as_ptr())
+            );
         }
     }
     if let Ok(records) = cder_request::gres_conf::parse(text) {
