@@ -15,31 +15,6 @@ pub const SLURM_JOB_GPUS: &str = "SLURM_JOB_GPUS";
 /// The variable slurmstepd sets for an srun step: the step's GPU indices.
 pub const SLURM_STEP_GPUS: &str = "SLURM_STEP_GPUS";
 
-/// Parses a GRES index list (`0,2,3`). `None` when any item is not an
-/// index: a malformed list must not be taken for "no devices".
-pub fn parse_index_list(text: &str) -> Option<Vec<u32>> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    let mut out = Vec::new();
-    for item in text.split(',') {
-        let item = item.trim();
-        if let Some((a, b)) = item.split_once('-') {
-            let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-            if b < a || b - a > 4096 {
-                return None;
-            }
-            out.extend(a..=b);
-        } else {
-            out.push(item.parse().ok()?);
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    Some(out)
-}
-
 /// A SLURM boolean as its config parser reads it (`s_p_handle_boolean`,
 /// case-insensitive): `None` for anything else, which SLURM refuses.
 pub fn slurm_boolean(value: &str) -> Option<bool> {
@@ -163,15 +138,6 @@ pub fn slurm_constrains_devices(task_plugin: Option<&str>, slurm_conf: Option<&P
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn index_lists() {
-        assert_eq!(parse_index_list("2,0,3"), Some(vec![0, 2, 3]));
-        assert_eq!(parse_index_list("1-3"), Some(vec![1, 2, 3]));
-        assert_eq!(parse_index_list(""), Some(vec![]));
-        assert_eq!(parse_index_list("0,x"), None);
-        assert_eq!(parse_index_list("3-1"), None);
-    }
 
     #[test]
     fn the_daemons_config_is_found_as_slurm_settles_it() {

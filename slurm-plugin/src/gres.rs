@@ -177,23 +177,6 @@ impl NodeGres {
     }
 }
 
-/// One GRES item, `name[:type][:count]`, split: the count is 1 when absent
-/// and `None` when the last part is not a count after a type.
-fn split_gres_item(item: &str) -> Option<(&str, Option<&str>, Option<u64>)> {
-    let mut parts = item.split(':');
-    let name = parts.next().filter(|n| !n.is_empty())?;
-    let rest: Vec<&str> = parts.collect();
-    Some(match rest.as_slice() {
-        [] => (name, None, Some(1)),
-        // `gpu:2` or `gpu:tesla`: a lone word that is no count is a type.
-        [one] => match parse_gres_count(one) {
-            Some(n) => (name, None, Some(n)),
-            None => (name, Some(*one), Some(1)),
-        },
-        [.., t, last] => (name, Some(*t), parse_gres_count(last)),
-    })
-}
-
 fn totals_of(spec: &str) -> BTreeMap<String, u64> {
     node_gres_counts(spec).0
 }
@@ -202,77 +185,43 @@ fn totals_of(spec: &str) -> BTreeMap<String, u64> {
 /// (`gpu:4,gpu:tesla:2,fpga`).
 type NodeCounts = (BTreeMap<String, u64>, BTreeMap<(String, String), u64>);
 
-/// `gpu:4,gpu:tesla:2,fpga` → per-name totals and typed counts for one node line.
+/// `gpu:4,gpu:tesla:2,fpga` → per-name totals and typed counts for one node
+/// line, read by `cder_request::gres`. An item SLURM would refuse counts
+/// nothing: slurmctld does not start with it, so no node has it.
 fn node_gres_counts(spec: &str) -> NodeCounts {
     let mut totals = BTreeMap::new();
     let mut typed = BTreeMap::new();
-    for item in spec.split(',') {
-        // name[:type][:count][(S:…)] — drop a socket binding suffix.
-        let item = item.split('(').next().unwrap_or("").trim();
-        let Some((name, gres_type, count)) = split_gres_item(item) else { continue };
-        let count = count.unwrap_or(0);
+    let items = cder_request::gres::split_top_level(spec, '(', ')', 1).unwrap_or_default();
+    for item in items.into_iter().filter_map(|(_, i)| cder_request::gres::parse_item(i.trim()).ok()) {
         // Saturating: a per-node bound past u64 is "more than any request" (fuzz: slurm_submit).
-        let total = totals.entry(name.to_string()).or_insert(0u64);
-        *total = total.saturating_add(count);
-        if let Some(t) = gres_type {
-            let n = typed.entry((name.to_string(), t.to_string())).or_insert(0u64);
-            *n = n.saturating_add(count);
+        let total = totals.entry(item.name.clone()).or_insert(0u64);
+        *total = total.saturating_add(item.count);
+        if let Some(t) = item.gres_type {
+            let n = typed.entry((item.name, t)).or_insert(0u64);
+            *n = n.saturating_add(item.count);
         }
     }
     (totals, typed)
-}
-
-fn parse_gres_count(s: &str) -> Option<u64> {
-    let (digits, mult) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1024),
-        'm' | 'M' => (&s[..s.len() - 1], 1024 * 1024),
-        'g' | 'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
-        _ => (s, 1),
-    };
-    // Past u64 with its suffix, as without one: not a count (fuzz: slurm_submit).
-    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(mult))
 }
 
 /// The GRES entries of a `tres_per_node` value with their counts:
 /// `gres:gpu:tesla:2,gres/fpga` → `[("gpu", 2), ("fpga", 1)]`. Entries that
 /// are not GRES (`cpu=2`) are left out.
 pub fn tres_entries(tres: &str) -> Vec<(String, u64)> {
-    tres.split([',', ';'])
-        .map(str::trim)
-        .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
-        .map(colon_count)
-        .filter_map(|body| {
-            let mut parts = body.split(':');
-            let name = parts.next().filter(|n| !n.is_empty())?.to_string();
-            let rest: Vec<&str> = parts.collect();
-            let count = match rest.last() {
-                None => 1,
-                Some(last) => parse_gres_count(last).unwrap_or(1),
-            };
-            Some((name, count))
-        })
-        .collect()
-}
-
-/// A TRES item's count after `=` (`gpu=1`, `gpu:tesla=2`: how 24.05 and
-/// later write `tres_per_task`) as the GRES form's `:count`.
-fn colon_count(body: &str) -> String {
-    match body.rsplit_once('=') {
-        Some((spec, count)) => format!("{spec}:{count}"),
-        None => body.to_string(),
-    }
+    typed_tres_entries(tres).into_iter().map(|(name, _, count)| (name, count)).collect()
 }
 
 /// Like [`tres_entries`], with each entry's GRES type (`gres:gpu:1g.10gb:2`
-/// → `("gpu", Some("1g.10gb"), 2)`).
+/// → `("gpu", Some("1g.10gb"), 2)`). An entry SLURM's grammar refuses still
+/// names its GRES and counts as one of it, untyped: a typo must not make a
+/// GPU job look like none to the checks that follow.
 pub fn typed_tres_entries(tres: &str) -> Vec<(String, Option<String>, u64)> {
-    tres.split([',', ';'])
-        .map(str::trim)
-        .filter_map(|e| e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")))
-        .map(colon_count)
-        .filter_map(|body| {
-            let (name, gres_type, count) = split_gres_item(&body)?;
-            Some((name.to_string(), gres_type.map(str::to_string), count.unwrap_or(1)))
+    cder_request::gres::tres_entries(tres)
+        .into_iter()
+        .filter(|e| !e.name.is_empty())
+        .map(|e| match e.item {
+            Ok(item) => (item.name, item.gres_type, item.count),
+            Err(_) => (e.name.to_string(), None, 1),
         })
         .collect()
 }
@@ -298,10 +247,7 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
         existing.unwrap_or("").split([',', ';']).map(str::trim).filter(|e| !e.is_empty()).map(str::to_string).collect();
     for (ty, &count) in &req.counts {
         let gres = gres_name(ty);
-        let mine = |e: &str| {
-            let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
-            body.split(':').next() == Some(gres)
-        };
+        let mine = |e: &str| typed_tres_entries(e).iter().any(|(name, _, _)| name == gres);
         let theirs: Vec<&String> = entries.iter().filter(|e| mine(e)).collect();
         let typed = req.gres_types.get(ty);
         if theirs.is_empty() {
@@ -316,13 +262,13 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
             // `--gres` only if that asks for exactly the same types and counts.
             let mut theirs_by_type: BTreeMap<String, u32> = BTreeMap::new();
             let mut untyped = false;
-            for e in &theirs {
-                let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
-                match split_gres_item(body) {
-                    Some((_, Some(t), Some(n))) => {
-                        *theirs_by_type.entry(t.to_string()).or_insert(0) += n.min(u64::from(u32::MAX)) as u32
+            for (_, gres_type, n) in theirs.iter().flat_map(|e| typed_tres_entries(e)) {
+                match gres_type {
+                    Some(t) => {
+                        let sum = theirs_by_type.entry(t).or_insert(0u32);
+                        *sum = sum.saturating_add(n.min(u64::from(u32::MAX)) as u32);
                     }
-                    _ => untyped = true,
+                    None => untyped = true,
                 }
             }
             if untyped || &theirs_by_type != by_type {
@@ -331,17 +277,7 @@ pub fn merge_tres_per_node(existing: Option<&str>, req: &Request) -> Result<Stri
             }
             continue;
         }
-        let total: u64 = theirs
-            .iter()
-            .map(|e| {
-                let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
-                let rest: Vec<&str> = body.split(':').skip(1).collect();
-                match rest.last() {
-                    None => 1,
-                    Some(last) => parse_gres_count(last).unwrap_or(1),
-                }
-            })
-            .sum();
+        let total: u64 = theirs.iter().flat_map(|e| tres_entries(e)).fold(0u64, |sum, (_, n)| sum.saturating_add(n));
         if total != u64::from(count) {
             let existing = theirs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
             return Err(GresConflict { existing, count, cder_type: ty.clone() });
@@ -369,6 +305,32 @@ mod tests {
         NodeName=a[1-4] CPUs=8 # inherits gpu:2\n\
         nodename=big Gres=gpu:tesla:4,gpu:k80:2,fpga:1 CPUs=2\n\
         NodeName=cpu CPUs=2 Gres=\n";
+
+    /// The lists both the plugin and the GLUE provider check
+    /// (`allocator/request/testdata/gres_totals.txt`): the provider reads the
+    /// same totals from scontrol that the plugin reads here from slurm.conf.
+    #[test]
+    fn the_shared_gres_lists_read_as_the_provider_reads_them() {
+        let fixture = include_str!("../../allocator/request/testdata/gres_totals.txt");
+        let mut checked = 0;
+        for line in fixture.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let (list, totals) = line.split_once('\t').unwrap();
+            let g = NodeGres::parse(&format!("NodeName=n Gres={list}\n"), Path::new("/")).unwrap();
+            for total in totals.split(' ') {
+                let (key, want) = total.split_once('=').unwrap();
+                let want: u64 = want.parse().unwrap();
+                let got = match key.split_once(':') {
+                    None => g.max_per_node.get(key),
+                    Some((name, t)) => g.max_per_type.get(name).and_then(|types| types.get(t)),
+                };
+                assert_eq!(got, Some(&want), "{list}: {key}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
+        // `gpu:4K` is SLURM's 4096; the provider now reads it so too.
+        assert_eq!(NodeGres::parse("NodeName=n Gres=gpu:4K\n", Path::new("/")).unwrap().max_per_node["gpu"], 4096);
+    }
 
     #[test]
     fn maxima_from_slurm_conf() {

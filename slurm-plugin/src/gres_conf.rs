@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cder_request::gres::{Detail, GresItem};
 use cder_request::hostlist::Hostlist;
 
 /// One device of slurmd's list for a GRES.
@@ -66,7 +67,16 @@ fn expand_list(expr: &str) -> Option<Vec<String>> {
 pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> Result<Vec<GresDevice>, GresConfError> {
     let mut out = Vec::new();
     let mut index = 0u32;
-    for (first_line, record) in cder_request::gres_conf::records(text) {
+    let records = cder_request::gres_conf::parse(text).map_err(|e| GresConfError {
+        file: file.to_string(),
+        line: e.line,
+        key: e.word.clone(),
+        value: String::new(),
+        why: "expected Key=Value".to_string(),
+        autodetect: false,
+    })?;
+    for record in &records {
+        let first_line = record.line;
         let bad = |key: &str, value: &str, why: &str| GresConfError {
             file: file.to_string(),
             line: first_line,
@@ -75,17 +85,7 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
             why: why.to_string(),
             autodetect: false,
         };
-        let mut fields: Vec<(String, String)> = Vec::new();
-        for word in record.split_whitespace() {
-            let Some((k, v)) = word.split_once('=') else {
-                return Err(bad(word, "", "expected Key=Value"));
-            };
-            fields.push((k.to_ascii_lowercase(), v.to_string()));
-        }
-        if fields.is_empty() {
-            continue;
-        }
-        let get = |key: &str| fields.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        let get = |key: &str| record.get(key);
         if let (Some(expr), Some(me)) = (get("nodename"), node) {
             let names = expand_list(expr).ok_or_else(|| bad("NodeName", expr, "not a host list"))?;
             if !names.iter().any(|n| n == me) {
@@ -104,7 +104,8 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
                 });
             }
         }
-        if get("name") != Some(gres) {
+        // slurmd matches gres.conf names case-insensitively (`Name=GPU` is gpu).
+        if !record.names(gres) {
             continue;
         }
         let gres_type = get("type").map(str::to_string);
@@ -117,9 +118,9 @@ pub fn gres_devices(text: &str, file: &str, node: Option<&str>, gres: &str) -> R
                 line: first_line,
             });
             index += 1;
-        } else if let Some((key, expr)) = fields.iter().rev().find(|(k, _)| k == "file" || k == "files") {
-            let files = expand_list(expr)
-                .ok_or_else(|| bad(if key == "file" { "File" } else { "Files" }, expr, "not a file name list"))?;
+        } else if let Some((key, expr)) = record.get_any(&["file", "files"]) {
+            let key = if key.eq_ignore_ascii_case("file") { "File" } else { "Files" };
+            let files = expand_list(expr).ok_or_else(|| bad(key, expr, "not a file name list"))?;
             for f in files {
                 out.push(GresDevice {
                     index,
@@ -173,32 +174,10 @@ pub fn several_types(devices: &[GresDevice]) -> bool {
 /// every type together, sorted. `None` when an index list is malformed.
 pub fn detail_indices(detail: &str, gres: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
-    let mut depth = 0usize;
-    let mut start = 0;
-    let mut items = Vec::new();
-    for (i, c) in detail.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                items.push(&detail[start..i]);
-                start = i + 1;
-            }
-            _ => {}
+    for item in detail_items(detail)?.into_iter().filter(|i| i.name == gres) {
+        if let Some(Detail::Indices(idx)) = item.detail {
+            out.extend(idx);
         }
-    }
-    items.push(&detail[start..]);
-    for item in items {
-        let item = item.trim();
-        if item.split([':', '(']).next() != Some(gres) {
-            continue;
-        }
-        let Some(idx) = item.split("IDX:").nth(1) else { continue };
-        let list = idx.split(')').next().unwrap_or("");
-        if list.trim() == "N/A" {
-            continue;
-        }
-        out.extend(crate::devices::parse_index_list(list)?);
     }
     out.sort_unstable();
     out.dedup();
@@ -209,32 +188,13 @@ pub fn detail_indices(detail: &str, gres: &str) -> Option<Vec<u32>> {
 /// `gres_detail_str` (`shard:3(IDX:0)` → 3), every type together; 0 when
 /// the entry has none. `None` when a count is malformed.
 pub fn detail_count(detail: &str, gres: &str) -> Option<u64> {
-    let mut total = 0u64;
-    let mut depth = 0usize;
-    let mut start = 0;
-    let mut items = Vec::new();
-    for (i, c) in detail.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                items.push(&detail[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&detail[start..]);
-    for item in items {
-        let head = item.trim().split('(').next().unwrap_or("");
-        let mut parts = head.split(':');
-        if parts.next() != Some(gres) {
-            continue;
-        }
-        let count = parts.next_back().unwrap_or("1");
-        total = total.checked_add(count.parse::<u64>().ok()?)?;
-    }
-    Some(total)
+    detail_items(detail)?.iter().filter(|i| i.name == gres).try_fold(0u64, |sum, i| sum.checked_add(i.count))
+}
+
+/// One node's `gres_detail_str` entry as `cder_request::gres` reads it;
+/// `None` when SLURM's grammar refuses it.
+fn detail_items(detail: &str) -> Option<Vec<GresItem>> {
+    cder_request::gres::parse_list(detail.trim()).ok()
 }
 
 /// The position of `node` in a job's node list (`node[1-4],gpu9`), which
@@ -318,7 +278,9 @@ mod tests {
         assert_eq!(detail_count("shard:3(IDX:0)", "shard"), Some(3));
         assert_eq!(detail_count("gpu:1(IDX:1),shard:2(IDX:0)", "shard"), Some(2));
         assert_eq!(detail_count("gpu:1(IDX:1)", "shard"), Some(0));
-        assert_eq!(detail_count("shard:x(IDX:0)", "shard"), None);
+        // After a type, only a count may follow (SLURM's grammar; `shard:x` alone is type x).
+        assert_eq!(detail_count("shard:tesla:x(IDX:0)", "shard"), None);
+        assert_eq!(detail_count("shard:4K(IDX:0)", "shard"), Some(4096));
         assert_eq!(detail_indices("shard:3(IDX:2)", "shard"), Some(vec![2]));
     }
 
@@ -379,6 +341,19 @@ mod tests {
         assert!(gres_devices("NodeName=x AutoDetect=nvml\nName=gpu File=/d0\n", "g", Some("y"), "gpu").is_ok());
     }
 
+    /// slurmd reads gres.conf's keys and `Name=` values case-insensitively:
+    /// `NAME=GPU` is a gpu record, as cderd's shard check reads it too.
+    #[test]
+    fn names_and_keys_are_case_insensitive_as_in_slurmd() {
+        let d =
+            gres_devices("NAME=GPU FILE=/dev/g[0-1]\nname=gpu type=a100 files=/dev/g2\n", "g", None, "gpu").unwrap();
+        assert_eq!(d.len(), 3);
+        assert_eq!(d[2].gres_type.as_deref(), Some("a100"));
+        assert_eq!(d[2].files, [PathBuf::from("/dev/g2")]);
+        let e = gres_devices("Name=gpu Files=/dev/g[0-\n", "g", None, "gpu").unwrap_err();
+        assert_eq!((e.key.as_str(), e.value.as_str()), ("Files", "/dev/g[0-"));
+    }
+
     #[test]
     fn indices_map_by_device_file() {
         let gres = gres_devices(MIXED, "gres.conf", Some("wn01"), "gpu").unwrap();
@@ -404,6 +379,17 @@ mod tests {
         assert_eq!(slurm_device_files(&[4], &gres).unwrap_err(), MapError::NotInGresConf { index: 4, count: 4 });
         let e = cderd_indices(&[1], &gres, &cderd[..2], "gpgpu").unwrap_err();
         assert!(e.to_string().contains("/dev/nvidia-caps/nvidia-cap39 (gres.conf line 3)"), "{e}");
+    }
+
+    /// The `GRES=` of a job of two MIG profiles as a real slurmctld 22.05
+    /// printed it (`allocator/request/testdata`): every type's indices.
+    #[test]
+    fn controller_detail_as_slurm_printed_it() {
+        let text = include_str!("../../allocator/request/testdata/slurm-22.05/show_job_d_mig_two_types.txt");
+        let detail = text.split_whitespace().find_map(|w| w.strip_prefix("GRES=")).unwrap();
+        assert_eq!(detail_indices(detail, "gpu").unwrap(), [2, 3]);
+        assert_eq!(detail_count(detail, "gpu"), Some(2));
+        assert_eq!(detail_count(detail, "shard"), Some(0));
     }
 
     #[test]

@@ -10,11 +10,67 @@
 use std::time::Duration;
 
 use cder_glue_provider::ldif;
+use cder_request::gres::{self, Detail, ScontrolLine};
 use cder_tests::glue::{
     assert_reads_back, glue_validator, other_info, publish, require_glue_validator, slurm_ce_config,
 };
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
+
+/// What the live scontrol printed, read with the one grammar the provider
+/// and the plugins share (`cder_request::gres`): node1's `Gres=gpu:4` and
+/// its `GresUsed=` holding the running job's one GPU, the job's
+/// `GRES=gpu:1(IDX:n)` naming one of the node's GPUs (the same one where
+/// `GresUsed=` names it) and its `TresPerNode=gres:gpu:1`. `CDER_GRES_CAPTURE=<dir>`
+/// keeps the texts (the grammar's fixtures come from such a run).
+fn the_grammar_reads_what_scontrol_printed(cluster: &SlurmCluster, job: u32) {
+    let nodes = cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_else(|e| panic!("{e}"));
+    let job_text = cluster.scontrol(&["show", "job", "-d", &job.to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    let job_line = cluster.scontrol(&["-o", "show", "job", "-d", &job.to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(dir) = std::env::var_os("CDER_GRES_CAPTURE") {
+        let dir = std::path::Path::new(&dir);
+        std::fs::write(dir.join("show_node_d_o.txt"), &nodes).unwrap();
+        std::fs::write(dir.join("show_job_d.txt"), &job_text).unwrap();
+        std::fs::write(dir.join("show_job_d_o.txt"), &job_line).unwrap();
+    }
+    let node1 = nodes
+        .lines()
+        .map(ScontrolLine::parse)
+        .find(|l| l.get("NodeName") == Some("node1"))
+        .unwrap_or_else(|| panic!("no node1 in\n{nodes}"));
+    let list = |key: &str| {
+        let v = node1.get(key).unwrap_or_else(|| panic!("node1 has no {key}=\n{nodes}"));
+        gres::parse_list(v).unwrap_or_else(|e| panic!("{key}={v}: {e}\n{nodes}"))
+    };
+    let total: u64 = list("Gres").iter().filter(|i| i.name == "gpu").map(|i| i.count).sum();
+    assert_eq!(total, 4, "{nodes}");
+    // 22.05 prints `GresUsed=gpu:1` here (no IDX without a topology);
+    // where it names indices, they are the job's.
+    let used = list("GresUsed");
+    assert_eq!(used.iter().filter(|i| i.name == "gpu").map(|i| i.count).sum::<u64>(), 1, "{nodes}");
+    let held: Vec<u32> = used
+        .iter()
+        .flat_map(|i| match &i.detail {
+            Some(Detail::Indices(idx)) => idx.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    for text in [&job_text, &job_line] {
+        let details: Vec<&str> = text.lines().filter_map(|l| ScontrolLine::parse(l).get("GRES")).collect();
+        assert_eq!(details.len(), 1, "{text}");
+        let items = gres::parse_list(details[0]).unwrap_or_else(|e| panic!("GRES={}: {e}\n{text}", details[0]));
+        assert_eq!(items.len(), 1, "{text}");
+        assert_eq!((items[0].name.as_str(), items[0].count), ("gpu", 1), "{text}");
+        let Some(Detail::Indices(idx)) = &items[0].detail else { panic!("GRES={}: no IDX list\n{text}", details[0]) };
+        assert!(idx.len() == 1 && idx[0] < 4, "GRES={}: one of node1's 4 GPUs\n{text}", details[0]);
+        assert!(held.is_empty() || &held == idx, "the node's used IDX is the job's\n{text}\n{nodes}");
+        let tres = ScontrolLine::parse(text.lines().find(|l| l.contains("TresPerNode=")).unwrap_or_default());
+        let per_node = tres.get("TresPerNode").unwrap_or_else(|| panic!("no TresPerNode=\n{text}"));
+        let entries = gres::tres_entries(per_node);
+        assert_eq!(entries.len(), 1, "TresPerNode={per_node}");
+        assert_eq!(entries[0].item.as_ref().map(|i| i.count), Ok(1), "TresPerNode={per_node}");
+    }
+}
 
 fn counts(text: &str, id: &str) -> ([String; 4], Vec<String>) {
     let entries = ldif::parse(text).unwrap();
@@ -93,6 +149,7 @@ fn slurm_gres_counts_are_published() {
         cluster.scontrol(&["-d", "show", "node", "-o"]).unwrap_or_default()
     );
     assert_eq!(nodes, ["1", "1", "0"]);
+    the_grammar_reads_what_scontrol_printed(&cluster, job);
 
     // EGI's glue-validator on what the real SLURM gave: no error, no warning; the Manager's
     // CPUs are scontrol's own CPUTot= and Sockets= summed over both nodes.

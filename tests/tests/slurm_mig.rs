@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cder_protocol::DeviceState;
+use cder_request::gres::{self, Detail, ScontrolLine};
 use cder_tests::slurm::{fake_nvml_library, parse_env_lines, require_slurm, serial, SlurmCluster, SlurmConfig};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -142,27 +143,28 @@ fn wait_for_output(cluster: &SlurmCluster, id: u32, needle: &str) -> String {
 }
 
 /// The capability files of the GPUs the controller allocated to a running
-/// job: `IDX:` of `scontrol show job -d` are positions in gres.conf.
+/// job: `IDX:` of `scontrol show job -d` are positions in gres.conf. Read
+/// with the grammar the plugins use (`cder_request::gres`), so a form SLURM
+/// prints that the grammar refuses fails here.
 fn controller_caps(cluster: &SlurmCluster, id: u32) -> BTreeSet<u32> {
     let text = cluster.scontrol(&["show", "job", "-d", &id.to_string()]).unwrap();
+    if let Some(dir) = std::env::var_os("CDER_GRES_CAPTURE") {
+        std::fs::write(std::path::Path::new(&dir).join(format!("show_job_d_{id}.txt")), &text).unwrap();
+    }
     let mut caps = BTreeSet::new();
-    for part in text.split("IDX:").skip(1) {
-        let list = part.split(')').next().unwrap_or("");
-        let idx = cder_slurm_index_list(list).unwrap_or_else(|| panic!("job {id}: IDX:{list} in\n{text}"));
-        caps.extend(idx.into_iter().map(|i| SLURMD_ORDER[i as usize]));
+    let details: Vec<&str> = text.lines().filter_map(|l| ScontrolLine::parse(l).get("GRES")).collect();
+    assert!(!details.is_empty(), "job {id}: no GRES= in scontrol show job -d:\n{text}");
+    for detail in details {
+        let items = gres::parse_list(detail).unwrap_or_else(|e| panic!("job {id}: GRES={detail}: {e}\n{text}"));
+        for item in items {
+            assert_eq!(item.name, "gpu", "job {id}: GRES={detail}");
+            let Some(Detail::Indices(idx)) = item.detail else { panic!("job {id}: GRES={detail}: no IDX list") };
+            assert_eq!(idx.len() as u64, item.count, "job {id}: GRES={detail}: the count is the IDX list's length");
+            caps.extend(idx.into_iter().map(|i| SLURMD_ORDER[i as usize]));
+        }
     }
     assert!(!caps.is_empty(), "job {id}: no IDX in scontrol show job -d:\n{text}");
     caps
-}
-
-/// `0-1,3` → [0, 1, 3].
-fn cder_slurm_index_list(text: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for item in text.split(',') {
-        let (a, b) = item.split_once('-').unwrap_or((item, item));
-        out.extend(a.trim().parse::<u32>().ok()?..=b.trim().parse::<u32>().ok()?);
-    }
-    Some(out)
 }
 
 fn instance(uuid: &str) -> &'static Instance {

@@ -51,24 +51,23 @@ const FILE_LIST: Hostlist = Hostlist::names(cder_request::MAX_COUNT as usize);
 
 fn records(text: &str, file: &str, node: Option<&str>) -> Result<Vec<Record>, SharingError> {
     let mut out = Vec::new();
-    for (first, record) in cder_request::gres_conf::records(text) {
+    let recs = cder_request::gres_conf::parse(text).map_err(|e| SharingError {
+        file: file.to_string(),
+        line: e.line,
+        message: format!("{:?}: expected Key=Value", e.word),
+    })?;
+    for record in &recs {
+        let first = record.line;
         let bad = |message: String| SharingError { file: file.to_string(), line: first, message };
-        let fields: Vec<(String, &str)> = record
-            .split_whitespace()
-            .filter_map(|w| w.split_once('='))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v))
-            .collect();
-        let get = |key: &str| fields.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v);
+        let get = |key: &str| record.get(key);
         if let (Some(expr), Some(me)) = (get("nodename"), node) {
             let names = FILE_LIST.expand(expr).map_err(|e| bad(format!("NodeName={expr}: {e}")))?;
             if !names.iter().any(|n| n == me) {
                 continue;
             }
         }
-        let Some(name) = get("name").map(str::to_ascii_lowercase) else { continue };
-        if name != "gpu" && name != "shard" {
-            continue;
-        }
+        let Some(name) = ["gpu", "shard"].into_iter().find(|n| record.names(n)) else { continue };
+        let name = name.to_string();
         let files = match get("file").or(get("files")) {
             Some(expr) => FILE_LIST
                 .expand(expr)
@@ -78,8 +77,12 @@ fn records(text: &str, file: &str, node: Option<&str>) -> Result<Vec<Record>, Sh
                 .collect(),
             None => Vec::new(),
         };
+        // SLURM reads Count= with its suffixes (`Count=1K` is 1024 shards).
         let count = match get("count") {
-            Some(c) => Some(c.parse::<u32>().map_err(|_| bad(format!("Count={c}: not a whole number")))?),
+            Some(c) => {
+                let n = cder_request::gres::parse_count(c).map_err(|e| bad(format!("Count={c}: {}", e.why)))?;
+                Some(u32::try_from(n).map_err(|_| bad(format!("Count={c}: more than {} shares", u32::MAX)))?)
+            }
             None => None,
         };
         out.push(Record { line: first, name, files, count });
@@ -258,6 +261,18 @@ mod tests {
         }
         let e = check_text("Name=gpu File=/dev/nvidia1\nName=shard Count=4 File=/dev/nvidia0\n", 4).unwrap_err();
         assert!(e.message.contains("no Name=gpu record names that file"), "{e}");
+    }
+
+    /// gres.conf as slurmd reads it: keys and names in any case, counts
+    /// with SLURM's suffixes, and a word that is no `Key=Value` refused.
+    #[test]
+    fn records_read_as_slurmd_reads_them() {
+        let text = "NAME=GPU FILE=/dev/nvidia[0-1]\nname=Shard count=4 file=/dev/nvidia0\nName=shard Count=4 File=/dev/nvidia1\n";
+        check_text(text, 4).unwrap();
+        let recs = records("Name=shard Count=1K File=/dev/nvidia0\n", "g", None).unwrap();
+        assert_eq!((recs[0].name.as_str(), recs[0].count), ("shard", Some(1024)));
+        let e = check_text("Name=gpu File=/dev/nvidia[0-1]\nName=shard oops\n", 4).unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "\"oops\": expected Key=Value"));
     }
 
     #[test]

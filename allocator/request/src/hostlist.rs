@@ -117,28 +117,12 @@ impl Hostlist {
     }
 }
 
+/// The names of a list, split by [`crate::gres::split_top_level`] (the one
+/// splitter of SLURM's lists); brackets do not nest.
 fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in s.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-        if !(0..=1).contains(&depth) {
-            return Err(format!("{s:?} has unbalanced or nested brackets"));
-        }
-    }
-    if depth != 0 {
-        return Err(format!("{s:?} has an unclosed bracket"));
-    }
-    parts.push(&s[start..]);
-    Ok(parts)
+    crate::gres::split_top_level(s, '[', ']', 1)
+        .map(|parts| parts.into_iter().map(|(_, p)| p).collect())
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[cfg(test)]

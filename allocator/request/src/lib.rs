@@ -18,7 +18,10 @@
 //! * [`lrms`]: what each request becomes in each batch system's own words.
 //! * [`glue`]: the GLUE keys a site publishes and the offer builder reads.
 //! * [`hostlist`]: SLURM-style host and file lists (`wn[01-16]`), bounded.
-//! * [`gres_conf`]: gres.conf split into records, as slurmd reads it.
+//! * [`gres`]: SLURM's GRES text (items, counts with SLURM's suffixes, TRES
+//!   entries, `IDX:` details, index lists, `scontrol -o` lines), one grammar
+//!   for the plugins, the provider and cderd.
+//! * [`gres_conf`]: gres.conf split into records of `Key=Value` fields, as slurmd reads it.
 //!
 //! ```
 //! use cder_request::{lrms, parse_count, VgpgpuMethod, VgpgpuRequest};
@@ -36,6 +39,7 @@
 use std::fmt;
 
 pub mod glue;
+pub mod gres;
 pub mod gres_conf;
 pub mod hostlist;
 pub mod lrms;

@@ -104,6 +104,33 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// The lists both the GLUE provider and cder-slurm check
+    /// (`allocator/request/testdata/gres_totals.txt`): the provider reads
+    /// from scontrol the totals the plugin reads from slurm.conf. `gpu:4K`
+    /// was an error here and 4096 there; now SLURM's 4096 to both.
+    #[test]
+    fn the_shared_gres_lists_read_as_the_plugin_reads_them() {
+        let fixture = include_str!("../../../allocator/request/testdata/gres_totals.txt");
+        let mut checked = 0;
+        for line in fixture.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let (list, totals) = line.split_once('\t').unwrap();
+            let g = parse_gres(list).unwrap_or_else(|e| panic!("{list}: {e}"));
+            for total in totals.split(' ') {
+                let (key, want) = total.split_once('=').unwrap();
+                let (name, gres_type) = match key.split_once(':') {
+                    None => (key, None),
+                    Some((n, t)) => (n, Some(t)),
+                };
+                assert_eq!(gres_count(&g, name, gres_type), Some(want.parse().unwrap()), "{list}: {key}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
+        assert_eq!(gres_count(&parse_gres("gpu:4K").unwrap(), "gpu", None), Some(4096));
+        // Past a u32 is no node's count: refused, not wrapped.
+        assert!(parse_gres("gpu:4G").unwrap_err().contains("past"));
+    }
+
     #[test]
     fn gres_lists_parse() {
         let g = parse_gres("gpu:tesla:2(S:0-1)").unwrap();

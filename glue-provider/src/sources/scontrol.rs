@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cder_request::gres::ScontrolLine;
 use cder_request::hostlist::Hostlist;
 
 use crate::config::ProviderConfig;
@@ -130,14 +131,9 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
         if line.trim().is_empty() {
             continue;
         }
-        let mut fields = BTreeMap::new();
-        for token in line.split_whitespace() {
-            if let Some((k, v)) = token.split_once('=') {
-                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                    fields.entry(k).or_insert(v);
-                }
-            }
-        }
+        // The one `-o` line grammar (cder_request::gres): the first of a key wins.
+        let fields: BTreeMap<&str, &str> =
+            ScontrolLine::parse(line).fields.into_iter().rev().map(|(k, v, _)| (k, v)).collect();
         let bad = |what: &str| ProviderError::Runtime(format!("scontrol output line {}: {what}: {line:?}", n + 1));
         let name = fields.get("NodeName").ok_or_else(|| bad("no NodeName="))?;
         let state = fields.get("State").ok_or_else(|| bad("no State="))?;
@@ -170,48 +166,20 @@ pub fn parse_scontrol(output: &[u8]) -> Result<Vec<SlurmNode>, ProviderError> {
     Ok(nodes)
 }
 
-/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`).
-/// `(null)` is empty.
+/// Parses a GRES list (`gpu:tesla:2(S:0-1),fpga:1`, `gpu:1(IDX:0,2)`,
+/// `gpu:4K`) with `cder_request::gres`, SLURM's own reading, so the provider
+/// counts what the plugins count. `(null)` is empty; a count past a u32 is
+/// an error (no node has that many).
 pub fn parse_gres(value: &str) -> Result<Vec<Gres>, String> {
-    let mut out = Vec::new();
-    if value.is_empty() || value == "(null)" {
-        return Ok(out);
-    }
-    let mut depth = 0i32;
-    let mut items = Vec::new();
-    let mut start = 0;
-    for (i, c) in value.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&value[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&value[start..]);
-    for item in items {
-        let item = item.split('(').next().unwrap_or(item);
-        let parts: Vec<&str> = item.split(':').collect();
-        let name = parts[0];
-        if name.is_empty() {
-            return Err(format!("empty GRES name in {value:?}"));
-        }
-        let last = parts[parts.len() - 1];
-        let (gres_type, count) = match (parts.len(), last.parse::<u32>()) {
-            // `gpu` alone is one device.
-            (1, _) => (None, 1),
-            (2, Ok(c)) => (None, c),
-            // `gpu:tesla` is one device of a type.
-            (2, Err(_)) if !last.is_empty() && !last.starts_with(|c: char| c.is_ascii_digit()) => (Some(last), 1),
-            (3, Ok(c)) => (Some(parts[1]), c),
-            _ => return Err(format!("{item:?} is not name[:type][:count]")),
-        };
-        out.push(Gres { name: name.to_string(), gres_type: gres_type.map(str::to_string), count });
-    }
-    Ok(out)
+    let items = cder_request::gres::parse_list(value).map_err(|e| format!("{value:?}: {e}"))?;
+    items
+        .into_iter()
+        .map(|item| {
+            let count = u32::try_from(item.count)
+                .map_err(|_| format!("{value:?}: {} {} is past {}", item.count, item.name, u32::MAX))?;
+            Ok(Gres { name: item.name, gres_type: item.gres_type, count })
+        })
+        .collect()
 }
 
 impl CountSource for SlurmCounts {
@@ -337,15 +305,8 @@ pub struct RunningJob {
 
 /// `key=value` tokens of one `-o` line, the first of each key.
 fn fields(line: &str) -> BTreeMap<&str, &str> {
-    let mut out = BTreeMap::new();
-    for token in line.split_whitespace() {
-        if let Some((k, v)) = token.split_once('=') {
-            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                out.entry(k).or_insert(v);
-            }
-        }
-    }
-    out
+    // Reversed so that the first field of a key is the one kept.
+    ScontrolLine::parse(line).fields.into_iter().rev().map(|(k, v, _)| (k, v)).collect()
 }
 
 fn text(output: &[u8], what: &str) -> Result<String, ProviderError> {
@@ -469,12 +430,15 @@ pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
             }
         } else {
             let tres = f.get("AllocTRES").or_else(|| f.get("TRES")).copied().unwrap_or("");
-            for item in tres.split(',') {
-                let Some((k, v)) = item.split_once('=') else { continue };
+            for entry in cder_request::gres::tres_entries(tres) {
+                let item = entry.item.map_err(|e| bad(format!("TRES {tres:?}: {e}")))?;
                 // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
-                let Some(name) = k.strip_prefix("gres/").filter(|n| !n.contains(':')) else { continue };
-                let count = v.parse::<u32>().map_err(|_| bad(format!("{k}={v:?} is not a count")))?;
-                gres.insert(name.to_string(), count);
+                if item.gres_type.is_some() {
+                    continue;
+                }
+                let count = u32::try_from(item.count)
+                    .map_err(|_| bad(format!("TRES {tres:?}: {} is past a count", item.count)))?;
+                gres.insert(item.name, count);
             }
         }
         out.push(RunningJob {

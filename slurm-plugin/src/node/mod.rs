@@ -21,7 +21,7 @@ use cder_protocol::{
 };
 
 use crate::args::{Confine, FailMode, PluginArgs};
-use crate::devices::{parse_index_list, slurm_constrains_devices_checked, SLURM_JOB_GPUS};
+use crate::devices::{slurm_constrains_devices_checked, SLURM_JOB_GPUS};
 use crate::gres_conf::{
     cderd_indices, detail_count, detail_indices, load_gres_devices, node_position, several_types, slurm_device_files,
     GresDevice,
@@ -33,6 +33,7 @@ use crate::request::{
 use crate::spank::SpankOption;
 use crate::sys::{GrantedJob, Level};
 use crate::vgpgpu::{OPT_VGPGPU_METHOD, OPT_VGPGPU_PER_NODE};
+use cder_request::gres::parse_index_list;
 
 /// What a step's tasks get when it is not their plan's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,14 +373,7 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     }
     let name = node.node_name();
     let detail = node.granted(job_id).and_then(|granted| {
-        let at = match (&granted.nodes, &name) {
-            (Some(nodes), Some(name)) => {
-                node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
-            }
-            _ if granted.gres_detail.len() == 1 => 0,
-            _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
-        };
-        let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+        let text = this_nodes_detail(&granted, name.as_deref())?;
         detail_indices(&text, crate::gres::gres_name(GPGPU)).ok_or_else(|| format!("unreadable GRES detail {text:?}"))
     });
     match detail {
@@ -404,21 +398,27 @@ pub fn controller_gpus(job: &JobKey, job_id: u32, gres: &[GresDevice], from_env:
     }
 }
 
-/// The shares of a GPU slurmctld granted job `job_id` on this node (its
-/// `gres_detail_str`, `shard:3(IDX:0)`): SLURM 22.05 gives a shard job's
-/// prolog `SLURM_JOB_GPUS` (the shared GPU) but not the count, and the job's
-/// own environment is no authority. `Ok(None)`: the job holds no shares here.
-pub fn controller_shares(job_id: u32, node: &dyn Node) -> Result<Option<u32>, String> {
-    let granted = node.granted(job_id)?;
-    let name = node.node_name();
-    let at = match (&granted.nodes, &name) {
+/// This node's entry of a job's `gres_detail_str`: the one at this node's
+/// position in the job's node list, or the only one when the node cannot
+/// name itself.
+fn this_nodes_detail(granted: &GrantedJob, name: Option<&str>) -> Result<String, String> {
+    let at = match (&granted.nodes, name) {
         (Some(nodes), Some(name)) => {
             node_position(nodes, name).ok_or_else(|| format!("{name} is not in the job's nodes {nodes}"))?
         }
         _ if granted.gres_detail.len() == 1 => 0,
         _ => return Err("cannot tell this node's entry in the job's GRES detail".to_string()),
     };
-    let text = granted.gres_detail.get(at).cloned().unwrap_or_default();
+    Ok(granted.gres_detail.get(at).cloned().unwrap_or_default())
+}
+
+/// The shares of a GPU slurmctld granted job `job_id` on this node (its
+/// `gres_detail_str`, `shard:3(IDX:0)`): SLURM 22.05 gives a shard job's
+/// prolog `SLURM_JOB_GPUS` (the shared GPU) but not the count, and the job's
+/// own environment is no authority. `Ok(None)`: the job holds no shares here.
+pub fn controller_shares(job_id: u32, node: &dyn Node) -> Result<Option<u32>, String> {
+    let granted = node.granted(job_id)?;
+    let text = this_nodes_detail(&granted, node.node_name().as_deref())?;
     match detail_count(&text, lrms_shard()) {
         None => Err(format!("unreadable GRES detail {text:?}")),
         Some(0) => Ok(None),
@@ -463,7 +463,7 @@ pub fn prolog_record(prolog: &Prolog, args: &PluginArgs, node: &dyn Node) -> Res
     let gpus = match &prolog.job_gpus {
         None => Vec::new(),
         Some(text) => parse_index_list(text)
-            .ok_or_else(|| format!("{SLURM_JOB_GPUS}={text:?} is not an index list; nothing recorded"))?,
+            .map_err(|e| format!("{SLURM_JOB_GPUS}={text:?} is not an index list ({e}); nothing recorded"))?,
     };
     let mut alloc = AllocRequest::new(job.clone(), prolog.uid, gpus.len() as u32);
     let mut slurm_gpus = gpus.clone();
@@ -651,7 +651,7 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
     };
     check_request(step, &req, &alloc, cderd.as_mut(), node)?;
     // SLURM's GPUs for the step, as cderd's indices among the job's.
-    let step_devices = match step.gpus.as_deref().and_then(parse_index_list) {
+    let step_devices = match step.gpus.as_deref().and_then(|g| parse_index_list(g).ok()) {
         None => None,
         Some(slurm) => match node.gres().and_then(|gres| to_cderd(&gres, &slurm, Some(&alloc.devices), cderd.as_mut()))
         {
