@@ -114,7 +114,7 @@ socket = "$work/cderd.sock"
 id = "$host.example.org"
 nodes = ["$host"]
 platform = "$(uname -m)"
-main_memory_mb = $(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))
+main_memory_mib = $(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))
 inventory = true
 TOML
 deploy/bdii/install-provider.sh --binary "$bin/cder-glue-provider" --prefix "$work/prefix" \

@@ -28,12 +28,12 @@ source = "slurm"
 id = "g"
 nodes = ["wn[01-04]"]
 platform = "amd64"
-main_memory_mb = 1024
+main_memory_mib = 1024
 
 [[group.device]]
 model = "Tesla K20m"
 count = 2
-memory_mb = 4800
+memory_mib = 4800
 "#;
 
 fn groups() -> &'static [NodeGroup] {

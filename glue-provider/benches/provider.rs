@@ -38,8 +38,8 @@ source = "static"
 id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
-main_memory_mb = 16384
-virtual_memory_mb = 20480
+main_memory_mib = 16384
+virtual_memory_mib = 20480
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -48,7 +48,7 @@ logical_cpus = 16
 [[group.device]]
 model = "GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 compute_capability = "2.1"
 multiprocessors = 4
 cores_per_mp = 48
@@ -172,7 +172,7 @@ fn cluster_config(dir: &Path, scontrol: &Path) -> PathBuf {
     for (g, model) in models.iter().enumerate() {
         let _ = write!(
             text,
-            "\n[[group]]\nid = \"ce.example.org_g{g}\"\nnodes = [\"g{g}n[001-125]\"]\nplatform = \"amd64\"\nmain_memory_mb = 131072\nvirtual_memory_mb = 131072\nos_name = \"Debian\"\nos_version = \"12\"\n\n[[group.device]]\nmodel = \"{model}\"\ncount = {}\nmemory_mb = 16384\ncompute_capability = \"7.0\"\n",
+            "\n[[group]]\nid = \"ce.example.org_g{g}\"\nnodes = [\"g{g}n[001-125]\"]\nplatform = \"amd64\"\nmain_memory_mib = 131072\nvirtual_memory_mib = 131072\nos_name = \"Debian\"\nos_version = \"12\"\n\n[[group.device]]\nmodel = \"{model}\"\ncount = {}\nmemory_mib = 16384\ncompute_capability = \"7.0\"\n",
             g % 4 + 1
         );
     }
@@ -220,7 +220,7 @@ fn cderd_times(dir: &Path, runs: usize) -> Option<(Duration, Duration)> {
     let socket = dir.join("cderd.sock");
     let mut node = format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n", socket.display(), dir.join("state").display());
     for i in 0..4 {
-        let _ = write!(node, "\n[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 706\necc = true\npath = \"/dev/nvidia{i}\"\n");
+        let _ = write!(node, "\n[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 706\necc = true\npath = \"/dev/nvidia{i}\"\n");
     }
     let node_cfg = dir.join("cder.toml");
     std::fs::write(&node_cfg, node).unwrap();
@@ -234,7 +234,7 @@ fn cderd_times(dir: &Path, runs: usize) -> Option<(Duration, Duration)> {
     std::fs::write(
         &provider_cfg,
         format!(
-            "[site]\ncomputing_service_id = \"wn01_ComputingElement\"\ncomputing_manager_id = \"wn01_Manager\"\nce_unique_id = \"wn01:8443/cream\"\ncder_config = \"{}\"\n\n[counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n[[group]]\nid = \"wn01\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\ninventory = true\n",
+            "[site]\ncomputing_service_id = \"wn01_ComputingElement\"\ncomputing_manager_id = \"wn01_Manager\"\nce_unique_id = \"wn01:8443/cream\"\ncder_config = \"{}\"\n\n[counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n[[group]]\nid = \"wn01\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 65536\ninventory = true\n",
             node_cfg.display(),
             socket.display()
         ),

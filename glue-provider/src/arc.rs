@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_group_of_several_kinds_is_refused() {
-        let config = arc_config("\n[[group.device]]\nmodel = \"Tesla T4\"\ncount = 1\nmemory_mb = 16000\nused = 0\n");
+        let config = arc_config("\n[[group.device]]\nmodel = \"Tesla T4\"\ncount = 1\nmemory_mib = 16000\nused = 0\n");
         let counts = crate::sources::from_config(&config);
         let snap = crate::snapshot(&config, counts.as_ref(), &StaticVirtual::from_config(&[]), 1_700_000_000).unwrap();
         let e = plugin_ldif(&config, &snap).unwrap_err();

@@ -20,12 +20,12 @@
 //! id = "ce.example.org_gts450"
 //! nodes = ["wn[01-16]"]
 //! platform = "amd64"
-//! main_memory_mb = 16384
+//! main_memory_mib = 16384
 //!
 //! [[group.device]]
 //! model = "GeForce GTS 450"
 //! count = 2
-//! memory_mb = 1024
+//! memory_mib = 1024
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -247,7 +247,8 @@ pub struct GroupConfig {
     /// `GLUE2ExecutionEnvironmentPlatform`: `amd64`, `i686`, `aarch64` …
     pub platform: String,
     /// Per node, MB.
-    pub main_memory_mb: u64,
+    #[serde(alias = "main_memory_mb")]
+    pub main_memory_mib: u64,
     /// `GLUE2ExecutionEnvironmentOSFamily` (default `linux`).
     #[serde(default = "default_os_family")]
     pub os_family: String,
@@ -281,7 +282,8 @@ pub struct GroupConfig {
     /// `GLUE2ExecutionEnvironmentVirtualMemorySize`: RAM plus swap per node,
     /// MB; needed where the count source cannot see swap (SLURM, static).
     #[serde(default)]
-    pub virtual_memory_mb: Option<u64>,
+    #[serde(alias = "virtual_memory_mb")]
+    pub virtual_memory_mib: Option<u64>,
     /// `GLUE2ExecutionEnvironmentCPUTimeScalingFactor`: the factor the LRMS
     /// applies to a job's CPU-time limit on these nodes (TORQUE's mom
     /// `$cputmult`); default 1, as SLURM and an unset `$cputmult` scale nothing.
@@ -729,8 +731,8 @@ source = "static"
 id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
-main_memory_mb = 16384
-virtual_memory_mb = 20480
+main_memory_mib = 16384
+virtual_memory_mib = 20480
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -739,7 +741,7 @@ logical_cpus = 16
 [[group.device]]
 model = "GeForce GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 compute_capability = "2.1"
 multiprocessors = 4
 cores_per_mp = 48
@@ -766,22 +768,34 @@ used = 2
     }
 
     #[test]
+    fn the_old_mb_spellings_still_load() {
+        let old =
+            SAMPLE.replace("main_memory_mib", "main_memory_mb").replace("virtual_memory_mib", "virtual_memory_mb");
+        let old = old.replace("\nmemory_mib = ", "\nmemory_mb = ");
+        assert!(old.contains("main_memory_mb") && old.contains("\nmemory_mb = "), "{old}");
+        let (o, n) = (parse(&old).unwrap(), parse(SAMPLE).unwrap());
+        assert_eq!(o.groups[0].main_memory_mib, n.groups[0].main_memory_mib);
+        assert_eq!(o.groups[0].virtual_memory_mib, n.groups[0].virtual_memory_mib);
+        assert_eq!(o.groups[0].devices[0].memory_mib, n.groups[0].devices[0].memory_mib);
+    }
+
+    #[test]
     fn missing_key_is_named_with_its_table() {
         let e = parse(&SAMPLE.replace("computing_manager_id = \"ce.example.org_ComputingElement_Manager\"\n", ""))
             .unwrap_err();
         assert!(e.message.contains("missing field `computing_manager_id`"), "{e}");
         assert_eq!(e.key.as_deref(), Some("site.computing_manager_id"), "{e}");
         assert!(e.line.is_some(), "{e}");
-        let e = parse(&SAMPLE.replace("main_memory_mb = 16384\n", "")).unwrap_err();
-        assert!(e.to_string().contains("main_memory_mb"), "{e}");
+        let e = parse(&SAMPLE.replace("main_memory_mib = 16384\n", "")).unwrap_err();
+        assert!(e.to_string().contains("main_memory_mib"), "{e}");
     }
 
     #[test]
     fn unknown_and_bad_values_are_located() {
         let e = parse(&SAMPLE.replace("count = 2", "count = 2\ncuont = 3")).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(24), Some("group.device.cuont")), "{e}");
-        let e = parse(&SAMPLE.replace("memory_mb = 1024", "memory_mb = \"lots\"")).unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (Some(24), Some("group.device.memory_mb")), "{e}");
+        let e = parse(&SAMPLE.replace("memory_mib = 1024", "memory_mib = \"lots\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_deref()), (Some(24), Some("group.device.memory_mib")), "{e}");
         let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"maui\"")).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(8), Some("counts.source")), "{e}");
     }
@@ -797,7 +811,7 @@ used = 2
         assert_eq!(e.key.as_deref(), Some("counts.source"), "{e}");
         let e = parse(&SAMPLE.replace("source = \"static\"", "source = \"slurm\"")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("group.device.free"), "{e}");
-        let twice = format!("{SAMPLE}\n[[group]]\nid = \"g2\"\nnodes = [\"wn05\"]\nplatform = \"amd64\"\nmain_memory_mb = 1\ninventory = true\n");
+        let twice = format!("{SAMPLE}\n[[group]]\nid = \"g2\"\nnodes = [\"wn05\"]\nplatform = \"amd64\"\nmain_memory_mib = 1\ninventory = true\n");
         let e = parse(&twice).unwrap_err();
         assert!(e.message.contains("\"wn05\" is in two groups"), "{e}");
     }

@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn mixed_node_publishes_one_environment_per_kind() {
-        let extra = "\n[[group.device]]\nmodel = \"Tesla K20m\"\ncount = 1\nmemory_mb = 4800\noffline = 1\n";
+        let extra = "\n[[group.device]]\nmodel = \"Tesla K20m\"\ncount = 1\nmemory_mib = 4800\noffline = 1\n";
         let entries = run(&sample(extra), &[Strategy::AttributeExtension]);
         let ids: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2ResourceID")).collect();
         assert_eq!(ids, ["ce.example.org_gts450_gpgpu-GeForce-GTS-450", "ce.example.org_gts450_gpgpu-Tesla-K20m"]);

@@ -253,11 +253,11 @@ fn queue_load(q: &Queue, groups: &[NodeGroup], facts: &Facts) -> SharePolicy {
         .or(q.max_memory_per_slot_mb.map(|mb| mb.saturating_mul(u64::from(largest_node.max(1)))));
     // A node's RAM plus swap where the LRMS reports it: the smallest of the group's nodes that do.
     let virtual_of = |g: &NodeGroup| {
-        g.nodes.iter().filter_map(|h| facts.nodes.get(h.as_str()).and_then(|n| n.virtual_memory_mb)).min()
+        g.nodes.iter().filter_map(|h| facts.nodes.get(h.as_str()).and_then(|n| n.virtual_memory_mib)).min()
     };
     let in_queue = |h: &str| q.nodes.iter().any(|n| n == h);
     let (max_main, guaranteed_main, max_virtual, guaranteed_virtual) =
-        share_memory(groups, &in_queue, &virtual_of, max_main_limit, q.default_memory_mb, q.max_virtual_memory_mb);
+        share_memory(groups, &in_queue, &virtual_of, max_main_limit, q.default_memory_mib, q.max_virtual_memory_mib);
     let queued_ahead =
         facts.jobs.iter().filter(|j| !j.running && j.queue == q.name).fold(0u32, |n, _| n.saturating_add(1));
     let remaining = facts.jobs.iter().filter(|j| j.running && j.queue == q.name).map(|j| j.remaining).collect();
@@ -272,10 +272,10 @@ fn queue_load(q: &Queue, groups: &[NodeGroup], facts: &Facts) -> SharePolicy {
         max_cpu_time: q.max_cpu_time,
         default_cpu_time: q.default_cpu_time,
         max_slots_per_job,
-        max_main_memory_mb: max_main,
-        guaranteed_main_memory_mb: guaranteed_main,
-        max_virtual_memory_mb: max_virtual,
-        guaranteed_virtual_memory_mb: guaranteed_virtual,
+        max_main_memory_mib: max_main,
+        guaranteed_main_memory_mib: guaranteed_main,
+        max_virtual_memory_mib: max_virtual,
+        guaranteed_virtual_memory_mib: guaranteed_virtual,
         max_running_jobs: q.max_running_jobs,
         max_total_jobs: q.max_total_jobs,
         free_slots,
@@ -310,7 +310,7 @@ pub fn waiting_times(free_slots: u32, queued_ahead: u32, mut remaining: Vec<Opti
 /// largest node is what a job can get at most, the smallest what it is
 /// sure of —, cut by the queue's limits where the LRMS sets them
 /// (`default_main`: what a job gets without asking). A node's virtual
-/// memory is its group's `virtual_memory_mb`, else `virtual_of` (the
+/// memory is its group's `virtual_memory_mib`, else `virtual_of` (the
 /// LRMS's figure), else its RAM; never below its RAM.
 fn share_memory(
     groups: &[NodeGroup],
@@ -323,9 +323,9 @@ fn share_memory(
     let mut main: Vec<u64> = Vec::new();
     let mut virt: Vec<u64> = Vec::new();
     for g in groups.iter().filter(|g| g.nodes.iter().any(|h| hosts(h))) {
-        let ram = g.config.main_memory_mb;
+        let ram = g.config.main_memory_mib;
         main.push(ram);
-        virt.push(g.config.virtual_memory_mb.or_else(|| virtual_of(g)).unwrap_or(ram).max(ram));
+        virt.push(g.config.virtual_memory_mib.or_else(|| virtual_of(g)).unwrap_or(ram).max(ram));
     }
     let largest = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
     let smallest = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
@@ -367,10 +367,10 @@ mod tests {
             .replace("wn[01-16]", "wn[01-02]")
             .replace("count = 2", "count = 4")
             .replace("used = 2\n", "")
-            .replace("virtual_memory_mb = 20480\n", "");
-        let big = "\n[[group]]\nid = \"big\"\nnodes = [\"big01\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\n\
+            .replace("virtual_memory_mib = 20480\n", "");
+        let big = "\n[[group]]\nid = \"big\"\nnodes = [\"big01\"]\nplatform = \"amd64\"\nmain_memory_mib = 65536\n\
                    os_name = \"CentOS\"\nos_version = \"7.9\"\nphysical_cpus = 2\nlogical_cpus = 32\n\n\
-                   [[group.device]]\nmodel = \"GeForce GTS 450\"\ncount = 2\nmemory_mb = 1024\n";
+                   [[group.device]]\nmodel = \"GeForce GTS 450\"\ncount = 2\nmemory_mib = 1024\n";
         ProviderConfig::parse(&format!("{text}{big}{vos}"), Path::new("t.toml")).unwrap()
     }
 
@@ -383,7 +383,7 @@ mod tests {
     }
 
     fn node(slots: u32, slots_used: u32, devices: BTreeMap<DeviceKind, Counts>) -> Node {
-        Node { unavailable: false, slots: Some(slots), slots_used: Some(slots_used), virtual_memory_mb: None, devices }
+        Node { unavailable: false, slots: Some(slots), slots_used: Some(slots_used), virtual_memory_mib: None, devices }
     }
 
     /// A job of `queue` run as `[account, group, user, qos]`.
@@ -479,7 +479,10 @@ mod tests {
         assert_eq!(shares[0].policy.max_slots_per_job, 64);
         // Memory: the largest node at most, the smallest for sure; no LRMS figure, so RAM.
         let m = shares[0].policy;
-        assert_eq!((m.max_main_memory_mb, m.guaranteed_main_memory_mb, m.max_virtual_memory_mb), (65536, 16384, 65536));
+        assert_eq!(
+            (m.max_main_memory_mib, m.guaranteed_main_memory_mib, m.max_virtual_memory_mib),
+            (65536, 16384, 65536)
+        );
     }
 
     #[test]
@@ -492,16 +495,16 @@ mod tests {
         q.max_nodes_per_job = Some(1);
         q.max_slots_per_node = Some(12);
         q.max_memory_per_slot_mb = Some(1000);
-        q.default_memory_mb = Some(2000);
-        q.max_virtual_memory_mb = Some(40_000);
+        q.default_memory_mib = Some(2000);
+        q.max_virtual_memory_mib = Some(40_000);
         q.max_wall_time = Some(7200);
         q.max_running_jobs = Some(5);
-        f.nodes.get_mut("big01").unwrap().virtual_memory_mb = Some(70_000);
+        f.nodes.get_mut("big01").unwrap().virtual_memory_mib = Some(70_000);
         let s = &from_facts(&cfg, &groups, &f).unwrap()[0];
         // One node of at most 12 slots; 12 × 1000 MB; the virtual cap below the largest node.
         assert_eq!(s.policy.max_slots_per_job, 12);
-        assert_eq!((s.policy.max_main_memory_mb, s.policy.guaranteed_main_memory_mb), (12_000, 2000));
-        assert_eq!((s.policy.max_virtual_memory_mb, s.policy.guaranteed_virtual_memory_mb), (40_000, 16384));
+        assert_eq!((s.policy.max_main_memory_mib, s.policy.guaranteed_main_memory_mib), (12_000, 2000));
+        assert_eq!((s.policy.max_virtual_memory_mib, s.policy.guaranteed_virtual_memory_mib), (40_000, 16384));
         assert_eq!((s.policy.max_wall_time, s.policy.max_running_jobs), (Some(7200), Some(5)));
         // big01's idle 4 of 12 allowed slots (8 held) against 3 queued jobs: they start at once.
         assert_eq!(s.policy.free_slots, 4);

@@ -259,8 +259,8 @@ mod tests {
     fn inventory_groups_by_type_and_splits_mixed_models() {
         let node = Config::parse(
             "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
-             [[cder.device]]\nindex = 0\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia0\"\n\
-             [[cder.device]]\nindex = 1\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia1\"\n",
+             [[cder.device]]\nindex = 0\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"/dev/nvidia0\"\n\
+             [[cder.device]]\nindex = 1\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"/dev/nvidia1\"\n",
             Path::new("cder.toml"),
         )
         .unwrap();

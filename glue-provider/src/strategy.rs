@@ -106,10 +106,10 @@ fn push_share_policy(e: &mut Entry, p: &crate::sources::SharePolicy) {
         e.push("GLUE2ComputingShareMaxRunningJobs", n.to_string());
     }
     e.push("GLUE2ComputingShareMaxSlotsPerJob", p.max_slots_per_job.to_string());
-    e.push("GLUE2ComputingShareMaxMainMemory", p.max_main_memory_mb.to_string());
-    e.push("GLUE2ComputingShareGuaranteedMainMemory", p.guaranteed_main_memory_mb.to_string());
-    e.push("GLUE2ComputingShareMaxVirtualMemory", p.max_virtual_memory_mb.to_string());
-    e.push("GLUE2ComputingShareGuaranteedVirtualMemory", p.guaranteed_virtual_memory_mb.to_string());
+    e.push("GLUE2ComputingShareMaxMainMemory", p.max_main_memory_mib.to_string());
+    e.push("GLUE2ComputingShareGuaranteedMainMemory", p.guaranteed_main_memory_mib.to_string());
+    e.push("GLUE2ComputingShareMaxVirtualMemory", p.max_virtual_memory_mib.to_string());
+    e.push("GLUE2ComputingShareGuaranteedVirtualMemory", p.guaranteed_virtual_memory_mib.to_string());
     let total = p.running_jobs.saturating_add(p.waiting_jobs);
     e.push("GLUE2ComputingShareTotalJobs", total.to_string());
     e.push("GLUE2ComputingShareRunningJobs", p.running_jobs.to_string());
@@ -256,7 +256,7 @@ pub(crate) fn render_entries(
             // f64's Display: 1.0 is "1", as EGI's validator reads the factor as an integer first.
             e.push("GLUE2ExecutionEnvironmentCPUTimeScalingFactor", g.cpu_time_scaling_factor.get_ref().to_string());
             e.push("GLUE2ExecutionEnvironmentWallTimeScalingFactor", g.wall_time_scaling_factor.get_ref().to_string());
-            e.push("GLUE2ExecutionEnvironmentMainMemorySize", g.main_memory_mb.to_string());
+            e.push("GLUE2ExecutionEnvironmentMainMemorySize", g.main_memory_mib.to_string());
             if let Some(v) = required(hw.required_virtual_memory(group, config).map(|n| n.to_string()))? {
                 e.push("GLUE2ExecutionEnvironmentVirtualMemorySize", v);
             }
@@ -404,7 +404,7 @@ fn glue13_entries(config: &ProviderConfig, snapshot: &Snapshot) -> Result<Vec<En
             hw.required_total_logical(group, config, "GlueSubClusterLogicalCPUs")?.to_string(),
         );
         s.push("GlueHostArchitecturePlatformType", g.platform.clone());
-        s.push("GlueHostMainMemoryRAMSize", g.main_memory_mb.to_string());
+        s.push("GlueHostMainMemoryRAMSize", g.main_memory_mib.to_string());
         let mut tags = Vec::new();
         for class in &env.classes {
             let marker = format!("{}{}", class.attribute("Vendor").unwrap_or_default(), class.prefix);
@@ -444,7 +444,7 @@ struct Hardware {
     total_physical_cpus: Option<u32>,
     total_logical_cpus: Option<u32>,
     total_slots: Option<u32>,
-    virtual_memory_mb: Option<u64>,
+    virtual_memory_mib: Option<u64>,
     os_name: Option<String>,
     os_version: Option<String>,
 }
@@ -474,19 +474,19 @@ impl Hardware {
                 None => h.total_logical_cpus,
             },
             total_slots: h.total_slots,
-            virtual_memory_mb: g.virtual_memory_mb.or(h.virtual_memory_mb),
+            virtual_memory_mib: g.virtual_memory_mib.or(h.virtual_memory_mib),
             os_name: g.os_name.clone().or_else(|| h.os_name.clone()),
             os_version: g.os_version.clone().or_else(|| h.os_version.clone()),
         })
     }
 
     fn required_virtual_memory(&self, group: &NodeGroup, config: &ProviderConfig) -> Result<u64, ProviderError> {
-        self.virtual_memory_mb.ok_or_else(|| {
+        self.virtual_memory_mib.ok_or_else(|| {
             missing(
                 group,
                 config,
                 "GLUE2ExecutionEnvironmentVirtualMemorySize",
-                "virtual_memory_mb (RAM plus swap per node, MB)",
+                "virtual_memory_mib (RAM plus swap per node, MiB)",
             )
         })
     }

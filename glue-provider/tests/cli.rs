@@ -19,15 +19,15 @@ source = "static"
 id = "ce.example.org_gts450"
 nodes = ["wn[01-16]"]
 platform = "amd64"
-main_memory_mb = 16384
-virtual_memory_mb = 20480
+main_memory_mib = 16384
+virtual_memory_mib = 20480
 os_name = "CentOS"
 os_version = "7.9"
 
 [[group.device]]
 model = "GeForce GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 "#;
 
 fn run(dir: &Path, config: &[u8], args: &[&str]) -> Output {
@@ -69,16 +69,16 @@ fn good_config_prints_ldif() {
 #[test]
 fn missing_key_names_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(dir.path(), SITE.replace("main_memory_mb = 16384\n", "").as_bytes(), &[]);
-    assert_failed(&out, 2, &["glue-provider.toml:9:", "group.main_memory_mb", "missing field"]);
+    let out = run(dir.path(), SITE.replace("main_memory_mib = 16384\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["glue-provider.toml:9:", "group.main_memory_mib", "missing field"]);
 }
 
 #[test]
 fn values_egi_requires_are_refused_when_no_one_gives_them() {
     let dir = tempfile::tempdir().unwrap();
-    // SLURM reports no swap: without virtual_memory_mb the EE would lack VirtualMemorySize.
-    let out = run(dir.path(), SITE.replace("virtual_memory_mb = 20480\n", "").as_bytes(), &[]);
-    assert_failed(&out, 2, &["GLUE2ExecutionEnvironmentVirtualMemorySize is mandatory", "group.virtual_memory_mb"]);
+    // SLURM reports no swap: without virtual_memory_mib the EE would lack VirtualMemorySize.
+    let out = run(dir.path(), SITE.replace("virtual_memory_mib = 20480\n", "").as_bytes(), &[]);
+    assert_failed(&out, 2, &["GLUE2ExecutionEnvironmentVirtualMemorySize is mandatory", "group.virtual_memory_mib"]);
     let out = run(dir.path(), SITE.replace("os_version = \"7.9\"\n", "").as_bytes(), &[]);
     assert_failed(&out, 2, &["GLUE2ExecutionEnvironmentOSVersion", "group.os_version"]);
     // [service] publishes the Manager, whose CPU totals nobody gave.

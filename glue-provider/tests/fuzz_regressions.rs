@@ -21,12 +21,12 @@ source = "SOURCE"
 id = "g"
 nodes = ["NODES"]
 platform = "amd64"
-main_memory_mb = 1024
+main_memory_mib = 1024
 
 [[group.device]]
 model = "Tesla K20m"
 count = COUNT
-memory_mb = 4800
+memory_mib = 4800
 "#;
 
 fn config(source: &str, nodes: &str, count: &str) -> String {

@@ -123,8 +123,8 @@ id = "ce.example.org_gts450"
 name = "GTS 450 nodes"
 nodes = ["wn[01-03]"]
 platform = "amd64"
-main_memory_mb = 16384
-virtual_memory_mb = 20480
+main_memory_mib = 16384
+virtual_memory_mib = 20480
 physical_cpus = 2
 logical_cpus = 16
 cpu_vendor = "Intel"
@@ -136,7 +136,7 @@ os_version = "12"
 [[group.device]]
 model = "GeForce GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 compute_capability = "2.1"
 multiprocessors = 4
 cores_per_mp = 48
@@ -531,10 +531,10 @@ fn per_vo_shares_validate_with_every_strategy() {
             max_cpu_time: None,
             default_cpu_time: None,
             max_slots_per_job: 32,
-            max_main_memory_mb: 65_536,
-            guaranteed_main_memory_mb: 16_384,
-            max_virtual_memory_mb: 81_920,
-            guaranteed_virtual_memory_mb: 20_480,
+            max_main_memory_mib: 65_536,
+            guaranteed_main_memory_mib: 16_384,
+            max_virtual_memory_mib: 81_920,
+            guaranteed_virtual_memory_mib: 20_480,
             max_running_jobs: Some(10),
             max_total_jobs: Some(100),
             running_jobs: 2,

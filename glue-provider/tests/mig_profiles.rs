@@ -10,13 +10,13 @@ fn gpu(i: u32) -> FakeDevice {
     FakeDevice { pci_bus_id: format!("0000:{:02x}:00.0", 0x1b + i * 0x20), ..FakeDevice::a100("0000000a", i, 81920) }
 }
 
-fn instance(n: u32, profile: &str, gi: u32, memory_mb: u64, multiprocessors: u32) -> FakeMigInstance {
+fn instance(n: u32, profile: &str, gi: u32, memory_mib: u64, multiprocessors: u32) -> FakeMigInstance {
     FakeMigInstance {
         uuid: format!("MIG-{n:08x}-1111-4222-8333-444444444444"),
         profile: profile.into(),
         gpu_instance: gi,
         compute_instance: 0,
-        memory_mb,
+        memory_mib,
         multiprocessors,
         slices: 1,
     }
@@ -52,7 +52,7 @@ fn each_mig_profile_is_its_own_kind() {
     )
     .unwrap();
     let provider = format!(
-        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mb = 262144\nvirtual_memory_mb = 262144\nos_name = \"debian\"\nos_version = \"12\"\n",
+        "[site]\ncomputing_service_id = \"ce\"\ncomputing_manager_id = \"ce_m\"\nce_unique_id = \"ce:8443/cream-slurm-gpgpu\"\ncluster_id = \"ce\"\ncder_config = {:?}\n[counts]\nsource = \"cderd\"\n[[group]]\nid = \"a100\"\nnodes = [\"wn01\"]\ninventory = true\nplatform = \"amd64\"\nmain_memory_mib = 262144\nvirtual_memory_mib = 262144\nos_name = \"debian\"\nos_version = \"12\"\n",
         cder_toml.to_str().unwrap()
     );
     let config = cder_glue_provider::ProviderConfig::parse(&provider, &dir.path().join("glue-provider.toml")).unwrap();

@@ -229,7 +229,7 @@ pub struct Request {
     /// the type's entry in `counts`.
     pub gres_types: BTreeMap<String, BTreeMap<String, u32>>,
     /// Only GPGPUs with at least this much memory.
-    pub gpgpu_min_memory_mb: Option<u64>,
+    pub gpgpu_min_memory_mib: Option<u64>,
 }
 
 impl Request {
@@ -406,7 +406,7 @@ impl RawRequest {
                 value: s.value.clone(),
                 why,
             })?;
-            req.gpgpu_min_memory_mb = Some(u64::from(mb));
+            req.gpgpu_min_memory_mib = Some(u64::from(mb));
         }
         Ok(req)
     }
@@ -470,7 +470,7 @@ mod tests {
         let raw = RawRequest::from_control_env(&spank).or(RawRequest::from_jdl_env(&env));
         let req = raw.parse().unwrap();
         assert_eq!(req.counts[GPGPU], 2, "the option wins over the JDL key");
-        assert_eq!(req.gpgpu_min_memory_mb, Some(4096));
+        assert_eq!(req.gpgpu_min_memory_mib, Some(4096));
         let jdl = RawRequest::from_control_env::<&str>(&[]).or(RawRequest::from_jdl_env(&env)).parse().unwrap();
         assert_eq!(jdl.counts[GPGPU], 1);
         assert_eq!(jdl.sources[GPGPU], Source::JdlKey(GPGPU_PER_NODE));
@@ -560,6 +560,6 @@ mod tests {
         // The shared bound: no GPU has more than 16 TiB.
         let e = mem("99999999999").parse().unwrap_err();
         assert!(matches!(e, RequestError::BadMemory { why: cder_request::MemoryError::TooLarge, .. }), "{e}");
-        assert_eq!(mem("16384").parse().unwrap().gpgpu_min_memory_mb, Some(16384));
+        assert_eq!(mem("16384").parse().unwrap().gpgpu_min_memory_mib, Some(16384));
     }
 }

@@ -52,8 +52,8 @@ smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.total,pci.bus
 ok = len(inv) == len(smi)
 for line, d in zip(smi, inv):
     idx, uuid, mem, bus = [x.strip() for x in line.split(",")]
-    same = d["uuid"] == uuid and int(d["index"]) == int(idx) and int(d["memory_mb"]) == int(mem)
-    print(f"inventory vs nvidia-smi: index {idx} uuid {'same' if same else 'DIFFERENT'}; memory {d['memory_mb']} MB vs {mem} MiB; bus {bus}")
+    same = d["uuid"] == uuid and int(d["index"]) == int(idx) and int(d["memory_mib"]) == int(mem)
+    print(f"inventory vs nvidia-smi: index {idx} uuid {'same' if same else 'DIFFERENT'}; memory {d['memory_mib']} MB vs {mem} MiB; bus {bus}")
     ok &= same
 print("DISCOVERY", "OK" if ok else "MISMATCH")
 PY

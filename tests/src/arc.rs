@@ -79,8 +79,8 @@ pub fn provider_config(socket: &Path) -> String {
         "[site]\ncomputing_service_id = \"urn:ogf:ComputingService:localhost:arex\"\n\
          computing_manager_id = \"urn:ogf:ComputingManager:localhost:slurm\"\nce_unique_id = \"localhost\"\n\n\
          [counts]\nsource = \"cderd\"\nsocket = \"{}\"\n\n\
-         [[group]]\nid = \"{ARC_EE}\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\n\
-         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\ncompute_capability = \"3.5\"\n",
+         [[group]]\nid = \"{ARC_EE}\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\n\
+         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mib = 4800\ncompute_capability = \"3.5\"\n",
         socket.display()
     )
 }

@@ -361,7 +361,7 @@ pub(crate) fn node_config(cgroup_parent: &str) -> Result<SlurmConfig, String> {
     let library = fake_nvml_library()?;
     let gpu = |i: u32| {
         serde_json::json!({"uuid": gpu_uuid(i), "name": "NVIDIA A100-SXM4-40GB",
-                "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 40960, "compute_capability": "8.0",
+                "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mib": 40960, "compute_capability": "8.0",
                 "cores": 6912, "clock_mhz": 1410, "ecc": true, "numa_node": i / 2, "minor": i})
     };
     let machine = serde_json::json!({"devices": (0..GPUS).map(gpu).collect::<Vec<_>>()}).to_string();

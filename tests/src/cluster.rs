@@ -500,7 +500,7 @@ impl Cluster {
             make_fake_gpu(&gpu_dir.join(format!("gpu{g}")), g)?;
             let _ = write!(
                 t,
-                "\n[[cder.device]]\nindex = {g}\nuuid = \"GPU-00000000-0000-4000-8000-0000{:04}{:04}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mb = 4800\npath = \"/run/gpu/gpu{g}\"\n",
+                "\n[[cder.device]]\nindex = {g}\nuuid = \"GPU-00000000-0000-4000-8000-0000{:04}{:04}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mib = 4800\npath = \"/run/gpu/gpu{g}\"\n",
                 i + 1,
                 g
             );

@@ -691,7 +691,7 @@ impl SlurmCluster {
         for i in (0..self.config.gpus).filter(|_| self.config.cder_types.is_none()) {
             let _ = write!(
                 t,
-                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-00000000-0000-4000-8000-00000000000{i}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mb = 4800\npath = \"{}/dev/gpu{i}\"\n",
+                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-00000000-0000-4000-8000-00000000000{i}\"\nmodel = \"Fake Tesla K20m\"\nmemory_mib = 4800\npath = \"{}/dev/gpu{i}\"\n",
                 d.display()
             );
         }

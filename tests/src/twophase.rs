@@ -54,8 +54,8 @@ impl GpuSite {
         let mut s = format!(
             "[site]\ncomputing_service_id = \"{svc}\"\ncomputing_manager_id = \"{svc}_Manager\"\nce_unique_id = \"{ce}\"\ncluster_id = \"{host}\"\n\n\
              [service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"{host}\"\nmanager_product = \"{lrms}\"\nmanager_version = \"{version}\"\n\n\
-             [counts]\nsource = \"static\"\n\n[[group]]\nid = \"{group}\"\nnodes = [\"wn[001-{nodes:03}]\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\nlogical_cpus = 16\nphysical_cpus = 2\n\
-             virtual_memory_mb = 65536\nos_name = \"CentOS\"\nos_version = \"7.9\"\n\n\
+             [counts]\nsource = \"static\"\n\n[[group]]\nid = \"{group}\"\nnodes = [\"wn[001-{nodes:03}]\"]\nplatform = \"amd64\"\nmain_memory_mib = 65536\nlogical_cpus = 16\nphysical_cpus = 2\n\
+             virtual_memory_mib = 65536\nos_name = \"CentOS\"\nos_version = \"7.9\"\n\n\
              [[group.device]]\n{device}\nfree = {free}\nused = {used}\noffline = 0\n",
             svc = self.service(),
             ce = self.ce_id(&first_queue),
@@ -87,7 +87,7 @@ pub fn gpu_sites() -> Vec<GpuSite> {
             lrms: "SLURM".into(),
             group: "ce-a_k20".into(),
             nodes: 4,
-            device: "model = \"Tesla K20m\"\ncount = 2\nmemory_mb = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 705\necc = true".into(),
+            device: "model = \"Tesla K20m\"\ncount = 2\nmemory_mib = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 705\necc = true".into(),
             free: 5,
             used: 3,
             virtual_gpgpu: Some(("rCUDA".into(), 8, 6)),
@@ -98,7 +98,7 @@ pub fn gpu_sites() -> Vec<GpuSite> {
             lrms: "TORQUE".into(),
             group: "ce-b_gtx680".into(),
             nodes: 2,
-            device: "model = \"GeForce GTX 680\"\ncount = 4\nmemory_mb = 2048\ncompute_capability = \"3.0\"\nmultiprocessors = 8\ncores_per_mp = 192\nclock_mhz = 1006\necc = false".into(),
+            device: "model = \"GeForce GTX 680\"\ncount = 4\nmemory_mib = 2048\ncompute_capability = \"3.0\"\nmultiprocessors = 8\ncores_per_mp = 192\nclock_mhz = 1006\necc = false".into(),
             free: 8,
             used: 0,
             virtual_gpgpu: Some(("VCL".into(), 20, 10)),
@@ -109,7 +109,7 @@ pub fn gpu_sites() -> Vec<GpuSite> {
             lrms: "SLURM".into(),
             group: "ce-c_s9150".into(),
             nodes: 8,
-            device: "model = \"FirePro S9150\"\nvendor = \"AMD\"\ncount = 1\nmemory_mb = 16384\nclock_mhz = 900\necc = true".into(),
+            device: "model = \"FirePro S9150\"\nvendor = \"AMD\"\ncount = 1\nmemory_mib = 16384\nclock_mhz = 900\necc = true".into(),
             free: 2,
             used: 6,
             virtual_gpgpu: None,
@@ -125,7 +125,7 @@ pub fn local_slurm_site(gpus: u32) -> GpuSite {
         lrms: "SLURM".into(),
         group: "localhost_gpu".into(),
         nodes: 1,
-        device: format!("model = \"Tesla K20m\"\ncount = {gpus}\nmemory_mb = 4800\ncompute_capability = \"3.5\""),
+        device: format!("model = \"Tesla K20m\"\ncount = {gpus}\nmemory_mib = 4800\ncompute_capability = \"3.5\""),
         free: gpus,
         used: 0,
         virtual_gpgpu: None,

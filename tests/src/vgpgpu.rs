@@ -255,7 +255,7 @@ pub fn node_config_in(
         let dev = dir.join(format!("{host}-gpu{index}"));
         std::fs::write(&dev, "").map_err(|e| e.to_string())?;
         text.push_str(&format!(
-            "\n[[cder.device]]\nindex = {index}\nuuid = \"{uuid}\"\npci_bus_id = \"0000:0{index}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\n",
+            "\n[[cder.device]]\nindex = {index}\nuuid = \"{uuid}\"\npci_bus_id = \"0000:0{index}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"{}\"\n",
             dev.display()
         ));
     }

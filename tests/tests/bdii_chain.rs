@@ -58,9 +58,9 @@ fn provider_config(free: u32) -> String {
          ce_unique_id = \"{HOST}:8443/cream-slurm-gpu\"\n\n\
          [service]\ntype = \"org.glite.ce.CREAM\"\nadmin_domain = \"{SITE}\"\nmanager_product = \"SLURM\"\nmanager_version = \"22.05.8\"\n\n\
          [counts]\nsource = \"static\"\n\n\
-         [[group]]\nid = \"{EE}\"\nnodes = [\"wn[01-02]\"]\nplatform = \"amd64\"\nmain_memory_mb = 65536\n\
-         logical_cpus = 16\nphysical_cpus = 2\nvirtual_memory_mb = 65536\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 2\nmemory_mb = 4800\ncompute_capability = \"3.5\"\n\
+         [[group]]\nid = \"{EE}\"\nnodes = [\"wn[01-02]\"]\nplatform = \"amd64\"\nmain_memory_mib = 65536\n\
+         logical_cpus = 16\nphysical_cpus = 2\nvirtual_memory_mib = 65536\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 2\nmemory_mib = 4800\ncompute_capability = \"3.5\"\n\
          free = {free}\nused = {used}\noffline = 0\n",
         used = 4 - free
     )

@@ -59,9 +59,9 @@ fn the_provider_follows_jobs_and_drains_across_the_cluster() {
         &config,
         slurm_ce_config("")
             + &format!(
-                "\n[[group]]\nid = \"{EE}\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
-                 virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = {}\nmemory_mb = 4800\n",
+                "\n[[group]]\nid = \"{EE}\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+                 virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = {}\nmemory_mib = 4800\n",
                 cluster.config.gpus
             ),
     )

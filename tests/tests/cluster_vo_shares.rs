@@ -103,9 +103,9 @@ fn each_vo_sees_its_own_share_and_phase_1_honours_it() {
     std::fs::write(
         &config,
         slurm_ce_config("")
-            + "\n[[group]]\nid = \"ce.example.org_workers\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
-               virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-               [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 2\nmemory_mb = 4800\n\n\
+            + "\n[[group]]\nid = \"ce.example.org_workers\"\nnodes = [\"w[1-3]\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+               virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+               [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 2\nmemory_mib = 4800\n\n\
                [[vo]]\nname = \"atlas\"\ngroups = [\"nogroup\"]\nqueues = [\"gpu-atlas\"]\n\n\
                [[vo]]\nname = \"cms\"\ngroups = [\"root\"]\nqueues = [\"gpu-atlas\", \"gpu-cms\"]\n",
     )

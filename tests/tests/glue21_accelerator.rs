@@ -30,8 +30,8 @@ source = "static"
 id = "ce.example.org_k20"
 nodes = ["gpu[1-4]"]
 platform = "amd64"
-main_memory_mb = 65536
-virtual_memory_mb = 81920
+main_memory_mib = 65536
+virtual_memory_mib = 81920
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -40,7 +40,7 @@ logical_cpus = 32
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 compute_capability = "3.5"
 multiprocessors = 13
 cores_per_mp = 192
@@ -53,7 +53,7 @@ type = "fpga"
 vendor = "Xilinx"
 model = "Alveo U250"
 count = 1
-memory_mb = 65536
+memory_mib = 65536
 used = 1
 "#;
 
@@ -301,7 +301,7 @@ fn list_match_reads_glue21_counts_from_the_owning_service_only() {
     // ShareAcceleratorInfo (64 free GPUs of 99999 MB): ce-c keeps its own numbers.
     let mut evil = sites[2].clone();
     evil.host = "evil.example.net".into();
-    evil.device = evil.device.replace("memory_mb = 16384", "memory_mb = 99999").replace("count = 1", "count = 8");
+    evil.device = evil.device.replace("memory_mib = 16384", "memory_mib = 99999").replace("count = 1", "count = 8");
     evil.free = 64;
     evil.used = 0;
     slapd.add(&publish21(&evil, &share_ids(&sites[2]))).unwrap_or_else(|e| panic!("{e}"));

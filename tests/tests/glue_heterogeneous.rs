@@ -54,14 +54,14 @@ pbsnodes = "{}"
 id = "ce.example.org_k20"
 nodes = ["wn[01-02]"]
 platform = "amd64"
-main_memory_mb = 65536
+main_memory_mib = 65536
 os_name = "CentOS"
 os_version = "7.9"
 
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 compute_capability = "3.5"
 ecc = true
 
@@ -69,14 +69,14 @@ ecc = true
 id = "ce.example.org_gts450"
 nodes = ["wn[03-05]"]
 platform = "amd64"
-main_memory_mb = 16384
+main_memory_mib = 16384
 os_name = "CentOS"
 os_version = "7.9"
 
 [[group.device]]
 model = "GeForce GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 compute_capability = "2.1"
 "#,
         pbsnodes.display()

@@ -34,8 +34,8 @@ virtual_source = "registry"
 id = "ce.example.org_k20"
 nodes = ["node[1-2]"]
 platform = "amd64"
-main_memory_mb = 65536
-virtual_memory_mb = 81920
+main_memory_mib = 65536
+virtual_memory_mib = 81920
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -44,7 +44,7 @@ logical_cpus = 32
 [[group.device]]
 model = "Tesla K20m"
 count = 2
-memory_mb = 4800
+memory_mib = 4800
 
 [[virtual]]
 method = "rCUDA"

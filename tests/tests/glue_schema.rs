@@ -31,7 +31,7 @@ id = "ce.example.org_gts450"
 name = "GTS 450 nodes"
 nodes = ["wn[01-16]"]
 platform = "amd64"
-main_memory_mb = 16384
+main_memory_mib = 16384
 os_name = "Debian"
 os_version = "12"
 logical_cpus = 8
@@ -39,12 +39,12 @@ physical_cpus = 1
 cpu_vendor = "Intel"
 cpu_model = "Xeon E5620"
 cpu_clock_mhz = 2400
-virtual_memory_mb = 20480
+virtual_memory_mib = 20480
 
 [[group.device]]
 model = "GeForce GTS 450"
 count = 2
-memory_mb = 1024
+memory_mib = 1024
 compute_capability = "2.1"
 multiprocessors = 4
 cores_per_mp = 48
@@ -55,9 +55,9 @@ used = 2
 id = "ce.example.org_k20"
 nodes = ["gpu[1-4]"]
 platform = "amd64"
-main_memory_mb = 65536
+main_memory_mib = 65536
 connectivity_in = true
-virtual_memory_mb = 81920
+virtual_memory_mib = 81920
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -66,7 +66,7 @@ logical_cpus = 32
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 compute_capability = "3.5"
 multiprocessors = 13
 cores_per_mp = 192
@@ -80,7 +80,7 @@ type = "fpga"
 vendor = "Xilinx"
 model = "Alveo U250"
 count = 1
-memory_mb = 65536
+memory_mib = 65536
 
 [[virtual]]
 method = "rCUDA"

@@ -120,12 +120,12 @@ fn slurm_gres_counts_are_published() {
         &config,
         slurm_ce_config(&format!("scontrol = \"{}\"", scontrol.display()))
             .replace("[service]", "cluster_id = \"ce.example.org\"\n\n[service]")
-            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
-             virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mb = 4800\n\n\
-             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mb = 1000\n\
-             virtual_memory_mb = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-             [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mb = 2048\n",
+            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+             virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mib = 4800\n\n\
+             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+             virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+             [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mib = 2048\n",
     )
     .unwrap();
 

@@ -141,8 +141,8 @@ id = "ce.example.org_k20"
 name = "K20 nodes"
 nodes = ["gpu[01-12]"]
 platform = "amd64"
-main_memory_mb = 65536
-virtual_memory_mb = 81920
+main_memory_mib = 65536
+virtual_memory_mib = 81920
 os_name = "CentOS"
 os_version = "7.9"
 physical_cpus = 2
@@ -153,7 +153,7 @@ wall_time_scaling_factor = 1
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 compute_capability = "3.5"
 used = 5
 offline = 1
@@ -202,30 +202,30 @@ fn slurm_source_every_strategy_is_clean() {
 id = "ce.example.org_k20"
 nodes = ["wn[01-02]"]
 platform = "amd64"
-main_memory_mb = 64000
-virtual_memory_mb = 72192
+main_memory_mib = 64000
+virtual_memory_mib = 72192
 os_name = "Debian"
 os_version = "11"
 
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 gres_type = "k20m"
 
 [[group]]
 id = "ce.example.org_t4"
 nodes = ["wn03"]
 platform = "amd64"
-main_memory_mb = 32000
-virtual_memory_mb = 32000
+main_memory_mib = 32000
+virtual_memory_mib = 32000
 os_name = "Debian"
 os_version = "11"
 
 [[group.device]]
 model = "Tesla T4"
 count = 2
-memory_mb = 16384
+memory_mib = 16384
 gres_type = "t4"
 "#,
     )
@@ -282,30 +282,30 @@ fn slurm_vo_shares_are_clean() {
 id = "ce.example.org_k20"
 nodes = ["wn[01-02]"]
 platform = "amd64"
-main_memory_mb = 64000
-virtual_memory_mb = 72192
+main_memory_mib = 64000
+virtual_memory_mib = 72192
 os_name = "Debian"
 os_version = "11"
 
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 gres_type = "k20m"
 
 [[group]]
 id = "ce.example.org_t4"
 nodes = ["wn03"]
 platform = "amd64"
-main_memory_mb = 32000
-virtual_memory_mb = 32000
+main_memory_mib = 32000
+virtual_memory_mib = 32000
 os_name = "Debian"
 os_version = "11"
 
 [[group.device]]
 model = "Tesla T4"
 count = 2
-memory_mb = 16384
+memory_mib = 16384
 gres_type = "t4"
 
 [[vo]]
@@ -389,14 +389,14 @@ fn torque_source_every_strategy_is_clean() {
 id = "ce.example.org_k20"
 nodes = ["wn[01-03]"]
 platform = "x86_64"
-main_memory_mb = 64378
+main_memory_mib = 64378
 os_name = "CentOS"
 os_version = "7.9"
 
 [[group.device]]
 model = "Tesla K20m"
 count = 4
-memory_mb = 4800
+memory_mib = 4800
 "#,
     )
     .unwrap();
@@ -452,7 +452,7 @@ fn cderd_source_every_strategy_is_clean() {
     );
     for i in 0..2 {
         node.push_str(&format!(
-            "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-validator-{i}\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\ncompute_capability = \"3.5\"\npath = \"/dev/nvidia{i}\"\n"
+            "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-validator-{i}\"\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\ncompute_capability = \"3.5\"\npath = \"/dev/nvidia{i}\"\n"
         ));
     }
     let node_config = work.path().join("cder.toml");
@@ -470,7 +470,7 @@ fn cderd_source_every_strategy_is_clean() {
         head(&format!("source = \"cderd\"\nsocket = \"{}\"\ntimeout_s = 5", socket.display())).replace(
             "computing_share_ids",
             &format!("cder_config = \"{}\"\ncomputing_share_ids", node_config.display()),
-        ) + "\n[[group]]\nid = \"wn01.example.org_gpgpu\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mb = 16384\ninventory = true\n",
+        ) + "\n[[group]]\nid = \"wn01.example.org_gpgpu\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 16384\ninventory = true\n",
     )
     .unwrap();
     let (entries, rows) = validate_every_strategy("cderd (this node)", &config);

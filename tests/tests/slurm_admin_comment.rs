@@ -21,7 +21,7 @@ fn config() -> Result<SlurmConfig, String> {
     let library = fake_nvml_library()?;
     let gpu = |i: u32| {
         json!({"uuid": format!("GPU-a1000000-0000-4000-8000-00000000000{i}"), "name": "NVIDIA A100-SXM4-80GB",
-            "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
+            "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mib": 81920, "compute_capability": "8.0", "cores": 6912,
             "clock_mhz": 1410, "ecc": true, "numa_node": 0, "minor": i})
     };
     let machine = json!({"devices": [gpu(0), gpu(1)]}).to_string();

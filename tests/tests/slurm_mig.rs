@@ -57,7 +57,7 @@ const SLURMD_ORDER: [u32; 4] = [21, 39, 48, 30];
 fn machine() -> String {
     let gpu = |i: u32| {
         serde_json::json!({"uuid": format!("GPU-a1000000-0000-4000-8000-00000000000{i}"), "name": "NVIDIA A100-SXM4-80GB",
-            "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
+            "pci_bus_id": format!("0000:{:02x}:00.0", 7 + i), "memory_mib": 81920, "compute_capability": "8.0", "cores": 6912,
             "clock_mhz": 1410, "ecc": true, "numa_node": 0, "minor": i})
     };
     let mig = |g: u32| {
@@ -67,7 +67,7 @@ fn machine() -> String {
             .map(|i| {
                 let slices: u32 = i.profile[..1].parse().unwrap();
                 serde_json::json!({"uuid": i.uuid, "profile": i.profile, "gpu_instance": i.gpu_instance, "compute_instance": 0,
-                    "memory_mb": 9728 * slices, "multiprocessors": 14 * slices, "slices": slices})
+                    "memory_mib": 9728 * slices, "multiprocessors": 14 * slices, "slices": slices})
             })
             .collect();
         serde_json::json!({"device": g, "enabled": true, "max_count": 7, "instances": instances})

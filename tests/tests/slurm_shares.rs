@@ -186,7 +186,7 @@ fn mps_usage_case(cgroup: bool) {
     let control = cder_testkit::built("cder-fake-nvml", "fake-mps-control");
     assert!(control.is_file(), "{} is built with cder-fake-nvml", control.display());
     let machine = serde_json::json!({"devices": [{"uuid": UUID, "name": "NVIDIA A100-SXM4-80GB",
-        "pci_bus_id": "0000:07:00.0", "memory_mb": 81920, "compute_capability": "8.0", "cores": 6912,
+        "pci_bus_id": "0000:07:00.0", "memory_mib": 81920, "compute_capability": "8.0", "cores": 6912,
         "clock_mhz": 1410, "ecc": true, "numa_node": 0, "minor": 0}]});
     let config = SlurmConfig {
         gpus: 0,

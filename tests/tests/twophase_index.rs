@@ -51,7 +51,7 @@ fn node_config(dir: &Path) -> (PathBuf, PathBuf) {
     );
     for i in 0..4 {
         text.push_str(&format!(
-            "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-idx-{i}\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 706\necc = true\npath = \"/dev/nvidia{i}\"\n"
+            "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-idx-{i}\"\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\ncompute_capability = \"3.5\"\nmultiprocessors = 13\ncores_per_mp = 192\nclock_mhz = 706\necc = true\npath = \"/dev/nvidia{i}\"\n"
         ));
     }
     let path = dir.join("cder.toml");
@@ -83,7 +83,7 @@ timeout_s = 5
 id = "wn01.example.org_gpgpu"
 nodes = ["wn01"]
 platform = "amd64"
-main_memory_mb = 65536
+main_memory_mib = 65536
 inventory = true
 "#,
         node_config.display(),

@@ -142,7 +142,7 @@ fn cderd_config(dir: &Path, state: &Path) -> PathBuf {
     let cfg = dir.join("cder.toml");
     let text = format!(
         "[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n\n[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\n\
-[[cder.device]]\nindex = 0\nuuid = \"GPU-00000000-0000-4000-8000-000000000000\"\nmodel = \"Fake Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\n",
+[[cder.device]]\nindex = 0\nuuid = \"GPU-00000000-0000-4000-8000-000000000000\"\nmodel = \"Fake Tesla K20m\"\nmemory_mib = 4800\npath = \"{}\"\n",
         dir.join("cderd.sock").display(),
         state.display(),
         dev.display()

@@ -35,7 +35,7 @@ fn table(devices: &[Device]) -> String {
                 d.cder_type.clone(),
                 d.index.to_string(),
                 d.attributes.model.clone(),
-                d.attributes.memory_mb.to_string(),
+                d.attributes.memory_mib.to_string(),
                 d.attributes.compute_capability.map_or("-".into(), |c| c.to_string()),
                 opt(d.attributes.cores),
                 opt(d.attributes.clock_mhz),

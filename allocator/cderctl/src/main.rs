@@ -44,7 +44,7 @@ enum Command {
     /// Discover this node's devices (NVML or static config) and print them
     #[command(long_about = "Runs device discovery exactly as cderd does at start-up and prints what it \
 found: a table for people, or with --json an array of device objects with the fields index, uuid, \
-pci_bus_id, model, memory_mb, compute_capability, multiprocessors, cores_per_mp, cores, clock_mhz, ecc, \
+pci_bus_id, model, memory_mib, compute_capability, multiprocessors, cores_per_mp, cores, clock_mhz, ecc, \
 path, numa_node, health, vendor and type. It does not need cderd to be running.")]
     Inventory(inventory::Args),
     /// Give a job devices (root and [node] operators)

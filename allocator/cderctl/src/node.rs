@@ -90,7 +90,7 @@ pub fn alloc(config: Option<&Path>, args: &AllocArgs) -> Result<(), Failure> {
         uid: args.uid,
         count: args.count,
         cder_type: args.cder_type.clone(),
-        min_memory_mb: args.min_memory,
+        min_memory_mib: args.min_memory,
         model: args.model.clone(),
         devices: args.devices.clone(),
         device_files: None,
@@ -201,7 +201,7 @@ fn device_cells(d: &DeviceStatus) -> [String; 10] {
         d.job.as_ref().map_or("-".into(), ToString::to_string),
         d.uid.map_or("-".into(), |u| u.to_string()),
         d.numa_node.to_string(),
-        d.memory_mb.to_string(),
+        d.memory_mib.to_string(),
         // The file a batch system's configuration names the device by
         // (gres.conf `File=`): what the job prolog maps SLURM's GPUs with.
         d.path.clone().unwrap_or_else(|| "-".into()),

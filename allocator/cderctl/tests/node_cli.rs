@@ -40,7 +40,7 @@ impl Daemon {
         );
         for i in 0..4 {
             text += &format!(
-                "[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n{}",
+                "[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n{}",
                 i / 2,
                 // The files do not exist here: root's `env` sets up the job's groups, which deny by number.
                 format_args!("dev = \"195:{i}\"\n"),

@@ -58,7 +58,7 @@ fn config_text(dir: &Path) -> String {
         dir.join("state")
     );
     for i in 0..DEVICES {
-        text += &format!("[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n", i / 4);
+        text += &format!("[[cder.device]]\nindex = {i}\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n", i / 4);
     }
     text
 }

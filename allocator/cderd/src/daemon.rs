@@ -256,7 +256,7 @@ impl Daemon {
     /// running with their limits, or stopped when none is left.
     fn mps_settle(&self, uuid: &str) -> Result<(), String> {
         let Some(mps) = &self.mps else { return Ok(()) };
-        let memory = self.inventory.get(uuid).map_or(0, |d| d.attributes.memory_mb);
+        let memory = self.inventory.get(uuid).map_or(0, |d| d.attributes.memory_mib);
         let sharers = self.sharers_by_device().remove(uuid).unwrap_or_default();
         if sharers.is_empty() {
             mps.leave(uuid, memory, &[])
@@ -562,7 +562,7 @@ impl Daemon {
         let total = self.config.node.sharing.shares_per_gpu;
         // A job's shares come from one GPU (SLURM takes them so).
         if let Some(d) = a.devices.first() {
-            env.0.extend(mps.job_env(&d.uuid, shares, total, d.memory_mb));
+            env.0.extend(mps.job_env(&d.uuid, shares, total, d.memory_mib));
         }
         env
     }
@@ -1646,7 +1646,7 @@ fn device_from_row(d: &LedgerRow) -> Device {
         index: d.index,
         uuid: d.uuid.clone(),
         pci_bus_id: String::new(),
-        attributes: cder_model::DeviceAttributes::new(d.model.clone(), d.memory_mb),
+        attributes: cder_model::DeviceAttributes::new(d.model.clone(), d.memory_mib),
         path: d.path.clone(),
         dev: None,
         numa_node: d.numa_node,

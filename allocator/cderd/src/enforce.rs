@@ -201,7 +201,7 @@ mod tests {
             cder_type: "gpgpu".into(),
             index: 0,
             model: "x".into(),
-            memory_mb: 1,
+            memory_mib: 1,
             numa_node: 0,
             path: path.to_path_buf(),
             present: true,

@@ -211,7 +211,7 @@ mod tests {
             cder_type: "gpgpu".into(),
             index,
             model: "x".into(),
-            memory_mb: 1,
+            memory_mib: 1,
             numa_node: 0,
             path: PathBuf::from(format!("/dev/nvidia{index}")),
             present: true,

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS devices (
     type         TEXT NOT NULL,
     idx          INTEGER NOT NULL,
     model        TEXT NOT NULL,
+    -- MiB; the column keeps its first name, as every ledger on disk has it.
     memory_mb    INTEGER NOT NULL,
     numa_node    INTEGER NOT NULL,
     path         TEXT NOT NULL,
@@ -261,7 +262,7 @@ pub struct LedgerRow {
     /// The model name.
     pub model: String,
     /// Memory in MiB.
-    pub memory_mb: u64,
+    pub memory_mib: u64,
     /// The NUMA node it is attached to (the locality policy's input).
     pub numa_node: u32,
     /// The device file a job opens (`/dev/nvidia0`).
@@ -328,7 +329,7 @@ impl LedgerRow {
             index: self.index,
             uuid: self.uuid.clone(),
             model: self.model.clone(),
-            memory_mb: self.memory_mb,
+            memory_mib: self.memory_mib,
             numa_node: self.numa_node,
             state: self.state(),
             job: self.job.clone(),
@@ -496,7 +497,7 @@ fn device_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(LedgerRow, Option<Stri
             cder_type: r.get(1)?,
             index: r.get(2)?,
             model: r.get(3)?,
-            memory_mb: r.get::<_, i64>(4)?.max(0) as u64,
+            memory_mib: r.get::<_, i64>(4)?.max(0) as u64,
             numa_node: r.get(5)?,
             path: PathBuf::from(r.get::<_, String>(6)?),
             present: r.get(7)?,
@@ -622,7 +623,7 @@ impl Store {
                     d.cder_type,
                     d.index,
                     d.attributes.model,
-                    d.attributes.memory_mb.min(i64::MAX as u64) as i64,
+                    d.attributes.memory_mib.min(i64::MAX as u64) as i64,
                     d.numa_node,
                     d.path.to_string_lossy(),
                     d.health == Health::Healthy,
@@ -873,7 +874,7 @@ impl Store {
                     .iter()
                     .filter(|d| d.is_free())
                     .filter(|d| !busy.contains_key(&d.uuid))
-                    .filter(|d| req.min_memory_mb.is_none_or(|m| d.memory_mb >= m))
+                    .filter(|d| req.min_memory_mib.is_none_or(|m| d.memory_mib >= m))
                     .filter(|d| model.as_ref().is_none_or(|m| d.model.to_lowercase().contains(m.as_str())))
                     .collect();
                 let candidates: Vec<Candidate> =
@@ -891,7 +892,7 @@ impl Store {
                         ))
                     }
                     None => {
-                        let constrained = req.min_memory_mb.is_some() || req.model.is_some();
+                        let constrained = req.min_memory_mib.is_some() || req.model.is_some();
                         let mut e = ErrorReply::new(
                             ErrorCode::Insufficient,
                             format!(
@@ -1663,7 +1664,7 @@ mod tests {
         let mut text = String::from("[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n");
         for i in 0..n {
             text += &format!(
-                "[[cder.device]]\nindex = {i}\nmodel = \"{}\"\nmemory_mb = {}\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n",
+                "[[cder.device]]\nindex = {i}\nmodel = \"{}\"\nmemory_mib = {}\npath = \"/dev/nvidia{i}\"\nnuma_node = {}\n",
                 if i % 2 == 0 { "Tesla K20m" } else { "Tesla T4" },
                 if i % 2 == 0 { 4800 } else { 15360 },
                 i / (n / 2).max(1)
@@ -1686,7 +1687,7 @@ mod tests {
             pci_bus_id: "0000:3b:00.0".into(),
             attributes: cder_model::DeviceAttributes {
                 model: "NVIDIA A100-SXM4-40GB".into(),
-                memory_mb: 40960,
+                memory_mib: 40960,
                 compute_capability: Some("8.0".parse().unwrap()),
                 multiprocessors: Some(108),
                 cores_per_mp: Some(64),
@@ -1837,7 +1838,7 @@ mod tests {
     fn constraints_drain_and_explicit_devices() {
         let (_d, mut s) = node(4);
         let mut r = req("slurm:1", 2);
-        r.min_memory_mb = Some(10000);
+        r.min_memory_mib = Some(10000);
         let (a, _) = s.alloc(&r, &LocalityPolicy, 1).unwrap();
         assert_eq!(indices(&a), vec![1, 3]);
         let mut r = req("slurm:2", 1);
@@ -2096,7 +2097,7 @@ mod tests {
 
     fn nvml_device(uuid: &str, index: u32) -> Device {
         let mut d = Config::parse(
-            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n[[cder.device]]\nindex = 0\nmodel = \"A100\"\nmemory_mb = 1\npath = \"/dev/nvidia0\"\n",
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n[[cder.device]]\nindex = 0\nmodel = \"A100\"\nmemory_mib = 1\npath = \"/dev/nvidia0\"\n",
             Path::new("t.toml"),
         )
         .unwrap()

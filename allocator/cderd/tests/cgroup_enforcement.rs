@@ -554,8 +554,8 @@ fn late_node(mode: &str, dev1: &str) -> (Node, PathBuf) {
     let text = format!(
         "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ncgroup_parent = {parent:?}\ncgroup = {mode:?}\n\
          [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
-         [[cder.device]]\nindex = 0\nmodel = \"Fake\"\nmemory_mb = 1\npath = {first:?}\n\
-         [[cder.device]]\nindex = 1\nmodel = \"Fake\"\nmemory_mb = 1\npath = {late:?}\n{dev1}\n",
+         [[cder.device]]\nindex = 0\nmodel = \"Fake\"\nmemory_mib = 1\npath = {first:?}\n\
+         [[cder.device]]\nindex = 1\nmodel = \"Fake\"\nmemory_mib = 1\npath = {late:?}\n{dev1}\n",
         dir.path().join("cderd.sock"),
         dir.path().join("state"),
     );

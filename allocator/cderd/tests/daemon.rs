@@ -85,7 +85,7 @@ fn alloc_and_release_are_idempotent_and_env_is_the_allocation() {
     assert_eq!(none.env.get("CUDA_VISIBLE_DEVICES"), Some(""));
     // Constraints.
     let mut r = AllocRequest::new(job("slurm:10"), 1000, 2);
-    r.min_memory_mb = Some(10_000);
+    r.min_memory_mib = Some(10_000);
     assert_eq!(indices(&c.alloc(&r).unwrap()), vec![1, 3]);
     let mut r = AllocRequest::new(job("slurm:11"), 1000, 1);
     r.model = Some("k20".into());

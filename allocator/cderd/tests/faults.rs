@@ -38,7 +38,7 @@ fn static_node(n: u32, dir: tempfile::TempDir, env: Vec<(String, PathBuf)>) -> N
         let path = dir.path().join(format!("nvidia{i}"));
         std::fs::write(&path, b"").unwrap();
         text += &format!(
-            "[[cder.device]]\nindex = {i}\nuuid = \"GPU-fault-{i}\"\nmodel = \"Tesla T4\"\nmemory_mb = 15360\npath = {path:?}\n"
+            "[[cder.device]]\nindex = {i}\nuuid = \"GPU-fault-{i}\"\nmodel = \"Tesla T4\"\nmemory_mib = 15360\npath = {path:?}\n"
         );
         devices.push(path);
     }

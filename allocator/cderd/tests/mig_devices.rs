@@ -22,7 +22,7 @@ fn instance(n: u32, profile: &str, gi: u32) -> FakeMigInstance {
         profile: profile.into(),
         gpu_instance: gi,
         compute_instance: 0,
-        memory_mb: 9728,
+        memory_mib: 9728,
         multiprocessors: 14,
         slices: 1,
     }

@@ -179,7 +179,7 @@ fn two_jobs_on_two_mig_instances_of_one_gpu_each_get_their_own_numbers() {
         profile: "3g.20gb".into(),
         gpu_instance: gi,
         compute_instance: 0,
-        memory_mb: 19968,
+        memory_mib: 19968,
         multiprocessors: 42,
         slices: 3,
     };
@@ -212,7 +212,7 @@ fn a_mig_instance_without_gpm_has_memory_but_no_utilisation() {
         profile: "7g.40gb".into(),
         gpu_instance: 0,
         compute_instance: 0,
-        memory_mb: 40192,
+        memory_mib: 40192,
         multiprocessors: 98,
         slices: 7,
     };

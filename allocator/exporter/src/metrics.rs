@@ -237,7 +237,7 @@ mod tests {
             index,
             uuid: format!("GPU-{index}"),
             model: model.into(),
-            memory_mb: 40_000,
+            memory_mib: 40_000,
             numa_node: 0,
             state: if job.is_some() { DeviceState::Allocated } else { DeviceState::Free },
             job: job.map(|j| j.parse().unwrap()),

@@ -147,7 +147,7 @@ fn static_node(n: u32) -> (tempfile::TempDir, PathBuf, TestNode) {
     );
     for i in 0..n {
         text += &format!(
-            "[[cder.device]]\nindex = {i}\nmodel = \"Tesla T4\"\nmemory_mb = 15360\npath = \"/dev/nvidia{i}\"\nnuma_node = 0\ndev = \"195:{i}\"\n"
+            "[[cder.device]]\nindex = {i}\nmodel = \"Tesla T4\"\nmemory_mib = 15360\npath = \"/dev/nvidia{i}\"\nnuma_node = 0\ndev = \"195:{i}\"\n"
         );
     }
     let config = dir.path().join("cder.toml");
@@ -168,7 +168,7 @@ fn prometheus_scrapes_the_exporter() {
         uid: 1000,
         count: 2,
         cder_type: "gpgpu".into(),
-        min_memory_mb: None,
+        min_memory_mib: None,
         model: None,
         devices: None,
         device_files: None,
@@ -279,7 +279,7 @@ fn prometheus_scrapes_the_measured_use_of_a_job() {
         uid: 1000,
         count: 2,
         cder_type: "gpgpu".into(),
-        min_memory_mb: None,
+        min_memory_mib: None,
         model: None,
         devices: None,
         device_files: None,

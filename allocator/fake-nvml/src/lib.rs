@@ -61,7 +61,8 @@ pub struct FakeDevice {
     /// `0000:3B:00.0`, NVML's 8-digit-domain form is produced from it.
     pub pci_bus_id: String,
     /// Total memory in MiB.
-    pub memory_mb: u64,
+    #[serde(alias = "memory_mb")]
+    pub memory_mib: u64,
     /// `"8.0"`.
     pub compute_capability: String,
     /// CUDA cores; `null` = the query is not supported.
@@ -80,12 +81,12 @@ impl FakeDevice {
     /// An A100 as the tests describe one: GPU `i` at PCI bus
     /// `0000:(7+i):00.0`, `/dev/nvidia<i>`, NUMA node 0, ECC on; `tag`
     /// (8 hex digits) keeps one test's UUIDs apart from another's.
-    pub fn a100(tag: &str, i: u32, memory_mb: u64) -> FakeDevice {
+    pub fn a100(tag: &str, i: u32, memory_mib: u64) -> FakeDevice {
         FakeDevice {
             uuid: format!("GPU-{tag}-0000-4000-8000-{i:012}"),
-            name: format!("NVIDIA A100-SXM4-{}GB", memory_mb / 1024),
+            name: format!("NVIDIA A100-SXM4-{}GB", memory_mib / 1024),
             pci_bus_id: format!("0000:{:02x}:00.0", 7 + i),
-            memory_mb,
+            memory_mib,
             compute_capability: "8.0".into(),
             cores: Some(6912),
             clock_mhz: Some(1410),
@@ -135,8 +136,9 @@ pub struct FakeMigInstance {
     pub gpu_instance: u32,
     /// Compute instance id within the GPU instance.
     pub compute_instance: u32,
-    /// The instance's memory, in MB.
-    pub memory_mb: u64,
+    /// The instance's memory, in MiB.
+    #[serde(alias = "memory_mb")]
+    pub memory_mib: u64,
     /// Streaming multiprocessors of the instance.
     pub multiprocessors: u32,
     /// GPU instance slices (`1` for `1g.*`).
@@ -385,7 +387,7 @@ fn instance_device(parent: &FakeDevice, instance: &FakeMigInstance) -> FakeDevic
     FakeDevice {
         uuid: instance.uuid.clone(),
         name: format!("{} MIG {}", parent.name, instance.profile),
-        memory_mb: instance.memory_mb,
+        memory_mib: instance.memory_mib,
         cores: None,
         ..parent.clone()
     }
@@ -570,7 +572,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if memory.is_null() {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         }
-        let total = d.memory_mb * 1024 * 1024;
+        let total = d.memory_mib * 1024 * 1024;
         let used = (device_usage(&d.uuid).memory_used_mib * 1024 * 1024).min(total);
         let m = &mut *memory;
         m.total = total;
@@ -831,7 +833,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
             attrs.multiprocessorCount = instance.multiprocessors;
             attrs.gpuInstanceSliceCount = instance.slices;
             attrs.computeInstanceSliceCount = instance.slices;
-            attrs.memorySizeMB = instance.memory_mb;
+            attrs.memorySizeMB = instance.memory_mib;
             put(attributes, attrs)
         }
         Target::Gpu(_) => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,

@@ -33,7 +33,7 @@ pub use sys::mig_instance_ids;
 /// [[cder.device]]
 /// index = 0
 /// model = "Alveo U250"
-/// memory_mb = 65536
+/// memory_mib = 65536
 /// path = "/dev/xclmgmt0"
 /// "#, Path::new("cder.toml")).unwrap();
 /// let devices = cder_inventory::discover(&config).unwrap();

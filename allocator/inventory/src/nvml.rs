@@ -71,7 +71,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
         };
         let model = device.name().map_err(call_failed("nvmlDeviceGetName", at))?;
         let pci_bus_id = device.pci_info().map_err(call_failed("nvmlDeviceGetPciInfo_v3", at))?.bus_id;
-        let memory_mb =
+        let memory_mib =
             device.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total / (1024 * 1024);
         let cc = device.cuda_compute_capability().map_err(call_failed("nvmlDeviceGetCudaComputeCapability", at))?;
         let compute_capability = ComputeCapability { major: cc.major as u32, minor: cc.minor as u32 };
@@ -101,7 +101,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
             pci_bus_id,
             attributes: DeviceAttributes {
                 model,
-                memory_mb,
+                memory_mib,
                 compute_capability: Some(compute_capability),
                 multiprocessors,
                 cores_per_mp,
@@ -125,7 +125,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 };
                 let uuid = instance.uuid().map_err(call_failed("nvmlDeviceGetUUID", at))?;
                 let model = instance.name().map_err(call_failed("nvmlDeviceGetName", at))?;
-                let memory_mb = instance.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total
+                let memory_mib = instance.memory_info().map_err(call_failed("nvmlDeviceGetMemoryInfo_v2", at))?.total
                     / (1024 * 1024);
                 let multiprocessors = optional(instance.attributes())
                     .map_err(call_failed("nvmlDeviceGetAttributes_v2", at))?
@@ -140,7 +140,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 let path = cder.mig_device_path.replace("{cap}", &cap.to_string()).into();
                 let dev = caps_major.map(|major| DeviceNumber { major, minor: cap });
                 let attributes =
-                    DeviceAttributes { model, memory_mb, multiprocessors, cores, ..whole.attributes.clone() };
+                    DeviceAttributes { model, memory_mib, multiprocessors, cores, ..whole.attributes.clone() };
                 devices.push(Device { index: 0, uuid, attributes, path, dev, ..whole.clone() });
             }
         } else {

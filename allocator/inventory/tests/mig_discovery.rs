@@ -12,7 +12,7 @@ fn gpu(i: u32, name: &str, mem: u64, cc: &str, cores: u32) -> FakeDevice {
         uuid: format!("GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd"),
         name: name.to_string(),
         pci_bus_id: format!("0000:{:02x}:00.0", 0x1b + i * 0x20),
-        memory_mb: mem,
+        memory_mib: mem,
         compute_capability: cc.to_string(),
         cores: Some(cores),
         clock_mhz: Some(1410),
@@ -22,13 +22,13 @@ fn gpu(i: u32, name: &str, mem: u64, cc: &str, cores: u32) -> FakeDevice {
     }
 }
 
-fn instance(n: u32, profile: &str, gi: u32, memory_mb: u64, multiprocessors: u32, slices: u32) -> FakeMigInstance {
+fn instance(n: u32, profile: &str, gi: u32, memory_mib: u64, multiprocessors: u32, slices: u32) -> FakeMigInstance {
     FakeMigInstance {
         uuid: format!("MIG-{n:08x}-1111-4222-8333-444444444444"),
         profile: profile.to_string(),
         gpu_instance: gi,
         compute_instance: 0,
-        memory_mb,
+        memory_mib,
         multiprocessors,
         slices,
     }
@@ -129,7 +129,7 @@ fn mig_instances_or_whole_gpus_by_config() {
                 d.index,
                 d.uuid.as_str(),
                 d.mig_profile(),
-                d.attributes.memory_mb,
+                d.attributes.memory_mib,
                 d.attributes.multiprocessors,
                 d.attributes.cores,
                 d.path.to_str().unwrap(),

@@ -12,7 +12,7 @@ fn fake_machine() -> FakeNvml {
         uuid: format!("GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd"),
         name: name.to_string(),
         pci_bus_id: format!("0000:{:02x}:00.0", 0x1b + i * 0x20),
-        memory_mb: mem,
+        memory_mib: mem,
         compute_capability: cc.to_string(),
         cores: Some(cores),
         clock_mhz: Some(1410 - i * 10),
@@ -58,19 +58,19 @@ fn nvml_discovery_through_the_fake_library() {
     let got = serde_json::to_value(&devices).unwrap();
     let expected = serde_json::json!([
         {"type":"gpgpu","vendor":"Nvidia","index":0,"uuid":"GPU-00000000-aaaa-bbbb-cccc-dddddddddddd",
-         "pci_bus_id":"00000000:1B:00.0","model":"NVIDIA A100-SXM4-40GB","memory_mb":40960,
+         "pci_bus_id":"00000000:1B:00.0","model":"NVIDIA A100-SXM4-40GB","memory_mib":40960,
          "compute_capability":"8.0","multiprocessors":108,"cores_per_mp":64,"cores":6912,"clock_mhz":1410,
          "ecc":true,"path":"/dev/nvidia0","numa_node":0,"health":"healthy"},
         {"type":"gpgpu","vendor":"Nvidia","index":1,"uuid":"GPU-00000001-aaaa-bbbb-cccc-dddddddddddd",
-         "pci_bus_id":"00000000:3B:00.0","model":"NVIDIA A100-SXM4-40GB","memory_mb":40960,
+         "pci_bus_id":"00000000:3B:00.0","model":"NVIDIA A100-SXM4-40GB","memory_mib":40960,
          "compute_capability":"8.0","multiprocessors":108,"cores_per_mp":64,"cores":6912,"clock_mhz":1400,
          "ecc":true,"path":"/dev/nvidia1","numa_node":0,"health":"healthy"},
         {"type":"gpgpu","vendor":"Nvidia","index":2,"uuid":"GPU-00000002-aaaa-bbbb-cccc-dddddddddddd",
-         "pci_bus_id":"00000000:5B:00.0","model":"Tesla T4","memory_mb":15360,
+         "pci_bus_id":"00000000:5B:00.0","model":"Tesla T4","memory_mib":15360,
          "compute_capability":"7.5","multiprocessors":40,"cores_per_mp":64,"cores":2560,"clock_mhz":1390,
          "ecc":false,"path":"/dev/nvidia2","numa_node":1,"health":"healthy"},
         {"type":"gpgpu","vendor":"Nvidia","index":3,"uuid":"GPU-00000003-aaaa-bbbb-cccc-dddddddddddd",
-         "pci_bus_id":"00000000:7B:00.0","model":"Tesla T4","memory_mb":15360,
+         "pci_bus_id":"00000000:7B:00.0","model":"Tesla T4","memory_mib":15360,
          "compute_capability":"7.5","multiprocessors":40,"cores_per_mp":64,"cores":2560,"clock_mhz":1380,
          "ecc":false,"path":"/dev/nvidia3","numa_node":1,"health":"healthy"}
     ]);

@@ -16,7 +16,7 @@ discovery = "static"
 index = 1
 uuid = "GPU-b"
 model = "GeForce GTS 450"
-memory_mb = 1023
+memory_mib = 1023
 compute_capability = "2.1"
 multiprocessors = 4
 cores_per_mp = 48
@@ -28,7 +28,7 @@ numa_node = 1
 index = 0
 uuid = "GPU-a"
 model = "GeForce GTS 450"
-memory_mb = 1023
+memory_mib = 1023
 compute_capability = 2.1
 multiprocessors = 4
 cores_per_mp = 48
@@ -43,7 +43,7 @@ visible_env = ["XILINX_VISIBLE_DEVICES"]
 [[cder.device]]
 index = 0
 model = "Alveo U250"
-memory_mb = 65536
+memory_mib = 65536
 path = "/dev/xclmgmt0"
 health = "unhealthy"
 "#;

@@ -2,7 +2,7 @@
 //!
 //! Every error names the file, the line and column, and the key, so an admin
 //! can go straight to the mistake:
-//! `cder.toml:14:13: cder.device.memory_mb: invalid type: string "lots", expected u64`.
+//! `cder.toml:14:14: cder.device.memory_mib: invalid type: string "lots", expected u64`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -737,7 +737,7 @@ pub struct ConfigError {
     pub line: Option<usize>,
     /// 1-based column, with `line`.
     pub column: Option<usize>,
-    /// The dotted key the error is about (`cder.device.memory_mb`).
+    /// The dotted key the error is about (`cder.device.memory_mib`).
     pub key: Option<String>,
     /// What is wrong.
     pub message: String,
@@ -791,19 +791,19 @@ impl Config {
     /// [[cder.device]]
     /// index = 0
     /// model = "Tesla K20m"
-    /// memory_mb = 4800
+    /// memory_mib = 4800
     /// path = "/dev/nvidia0"
     /// "#;
     /// let config = Config::parse(text, Path::new("cder.toml")).unwrap();
     /// let gpgpu = config.cder("gpgpu").unwrap();
     /// assert_eq!(gpgpu.prefix(), "GPGPU");
     /// assert_eq!(gpgpu.visible_env(), ["CUDA_VISIBLE_DEVICES"]);
-    /// assert_eq!(gpgpu.static_devices()[0].attributes.memory_mb, 4800);
+    /// assert_eq!(gpgpu.static_devices()[0].attributes.memory_mib, 4800);
     ///
     /// // A mistake names the file, line, column and key.
     /// let e = Config::parse(&text.replace("4800", "\"lots\""), Path::new("cder.toml")).unwrap_err();
-    /// assert_eq!((e.line, e.key.as_deref()), (Some(13), Some("cder.device.memory_mb")));
-    /// assert!(e.to_string().starts_with("cder.toml:13:13: cder.device.memory_mb:"), "{e}");
+    /// assert_eq!((e.line, e.key.as_deref()), (Some(13), Some("cder.device.memory_mib")));
+    /// assert!(e.to_string().starts_with("cder.toml:13:14: cder.device.memory_mib:"), "{e}");
     /// ```
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = from_toml(text, path)?;
@@ -1138,7 +1138,7 @@ index = 0
 uuid = "GPU-aaaa"
 pci_bus_id = "0000:3b:00.0"
 model = "Tesla K20m"
-memory_mb = 4800
+memory_mib = 4800
 compute_capability = "3.5"
 multiprocessors = 13
 cores_per_mp = 192
@@ -1156,7 +1156,7 @@ visible_env = ["XILINX_VISIBLE_DEVICES"]
 [[cder.device]]
 index = 0
 model = "Alveo U250"
-memory_mb = 65536
+memory_mib = 65536
 path = "/dev/xclmgmt0"
 "#;
 
@@ -1195,8 +1195,17 @@ path = "/dev/xclmgmt0"
     }
 
     #[test]
+    fn memory_mb_is_still_read_as_memory_mib() {
+        let old = parse(&GOOD.replace("memory_mib = 4800", "memory_mb = 4800")).unwrap();
+        let new = parse(GOOD).unwrap();
+        let (o, n) = (old.cder("gpgpu").unwrap().static_devices(), new.cder("gpgpu").unwrap().static_devices());
+        assert_eq!(o[0].attributes.memory_mib, 4800);
+        assert_eq!(o.len(), n.len());
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
-        let text = GOOD.replace("memory_mb = 4800", "memory_mb = 4800\nmemroy = 1");
+        let text = GOOD.replace("memory_mib = 4800", "memory_mib = 4800\nmemroy = 1");
         let e = parse(&text).unwrap_err();
         assert_eq!(e.line, Some(17), "{e}");
         assert_eq!(e.key.as_deref(), Some("cder.device.memroy"), "{e}");
@@ -1206,11 +1215,11 @@ path = "/dev/xclmgmt0"
 
     #[test]
     fn bad_value_names_key_and_line() {
-        let text = GOOD.replace("memory_mb = 4800", "memory_mb = \"lots\"");
+        let text = GOOD.replace("memory_mib = 4800", "memory_mib = \"lots\"");
         let e = parse(&text).unwrap_err();
         assert_eq!(e.line, Some(16), "{e}");
-        assert_eq!(e.column, Some(13), "{e}");
-        assert_eq!(e.key.as_deref(), Some("cder.device.memory_mb"), "{e}");
+        assert_eq!(e.column, Some(14), "{e}");
+        assert_eq!(e.key.as_deref(), Some("cder.device.memory_mib"), "{e}");
 
         let e = parse(&GOOD.replace("compute_capability = \"3.5\"", "compute_capability = \"three\"")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("cder.device.compute_capability"), "{e}");
@@ -1255,7 +1264,7 @@ path = "/dev/xclmgmt0"
         assert_eq!(e.key.as_deref(), Some("cder.visible_env"), "{e}");
 
         let dup_index =
-            format!("{GOOD}\n[[cder.device]]\nindex = 0\nmodel = \"x\"\nmemory_mb = 1\npath = \"/dev/x1\"\n");
+            format!("{GOOD}\n[[cder.device]]\nindex = 0\nmodel = \"x\"\nmemory_mib = 1\npath = \"/dev/x1\"\n");
         let e = parse(&dup_index).unwrap_err();
         assert_eq!((e.line, e.key.as_deref()), (Some(38), Some("cder.device.index")), "{e}");
 

@@ -13,8 +13,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct DeviceAttributes {
     /// Model name as published (`Tesla K20m`).
     pub model: String,
-    /// Device memory, in MB.
-    pub memory_mb: u64,
+    /// Device memory, in MiB.
+    #[serde(alias = "memory_mb")]
+    pub memory_mib: u64,
     /// CUDA compute capability, when the vendor has one.
     pub compute_capability: Option<ComputeCapability>,
     /// Streaming multiprocessors.
@@ -49,8 +50,9 @@ macro_rules! device_table {
             $($(#[$before_meta])* pub $before: $before_ty,)*
             /// Model name as published (`Tesla K20m`).
             pub model: $crate::device::Spanned<String>,
-            /// Device memory, in MB.
-            pub memory_mb: u64,
+            /// Device memory, in MiB.
+            #[serde(alias = "memory_mb")]
+            pub memory_mib: u64,
             /// CUDA compute capability (`"8.6"`).
             #[serde(default)]
             pub compute_capability: Option<$crate::ComputeCapability>,
@@ -78,7 +80,7 @@ macro_rules! device_table {
             pub fn attributes(&self) -> $crate::DeviceAttributes {
                 $crate::DeviceAttributes {
                     model: self.model.get_ref().clone(),
-                    memory_mb: self.memory_mb,
+                    memory_mib: self.memory_mib,
                     compute_capability: self.compute_capability,
                     multiprocessors: self.multiprocessors,
                     cores_per_mp: self.cores_per_mp,
@@ -212,10 +214,10 @@ impl Device {
 
 impl DeviceAttributes {
     /// A device known only by its model and memory (a ledger row, a test).
-    pub fn new(model: impl Into<String>, memory_mb: u64) -> DeviceAttributes {
+    pub fn new(model: impl Into<String>, memory_mib: u64) -> DeviceAttributes {
         DeviceAttributes {
             model: model.into(),
-            memory_mb,
+            memory_mib,
             compute_capability: None,
             multiprocessors: None,
             cores_per_mp: None,
@@ -231,7 +233,7 @@ impl DeviceAttributes {
         let mut out = vec![
             (format!("{prefix}Vendor"), vendor.to_string()),
             (format!("{prefix}Model"), self.model.clone()),
-            (format!("{prefix}MainMemorySize"), self.memory_mb.to_string()),
+            (format!("{prefix}MainMemorySize"), self.memory_mib.to_string()),
         ];
         if let Some(cc) = self.compute_capability {
             out.push((format!("{prefix}CUDAComputeCapability"), cc.to_string()));
@@ -361,7 +363,7 @@ mod tests {
             pci_bus_id: "0000:01:00.0".into(),
             attributes: DeviceAttributes {
                 model: "GeForce GTS 450".into(),
-                memory_mb: 1023,
+                memory_mib: 1023,
                 compute_capability: Some("2.1".parse().unwrap()),
                 multiprocessors: Some(4),
                 cores_per_mp: Some(48),
@@ -385,7 +387,7 @@ mod tests {
         assert!(attrs.contains(&("GPGPUECCSupport".into(), "false".into())));
         // Flat keys in the JSON, in their old place.
         let json = serde_json::to_string(&d).unwrap();
-        assert!(json.contains(r#""pci_bus_id":"0000:01:00.0","model":"GeForce GTS 450","memory_mb":1023,"#), "{json}");
+        assert!(json.contains(r#""pci_bus_id":"0000:01:00.0","model":"GeForce GTS 450","memory_mib":1023,"#), "{json}");
         assert!(json.contains(r#""ecc":false,"path":"/dev/nvidia0""#), "{json}");
         assert_eq!(serde_json::from_str::<Device>(&json).unwrap(), d);
     }

@@ -158,18 +158,18 @@ discovery = "static"
 [[cder.device]]
 index = 0
 model = "A"
-memory_mb = 1
+memory_mib = 1
 path = "/dev/nvidia0"
 [[cder.device]]
 index = 1
 model = "A"
-memory_mb = 1
+memory_mib = 1
 path = "/dev/nvidia1"
 [[cder.device]]
 index = 3
 uuid = "GPU-3"
 model = "A"
-memory_mb = 1
+memory_mib = 1
 path = "/dev/nvidia3"
 [[cder]]
 name = "amdgpu"

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 const SEEDS: &[&str] = &[
     r#"{"v":1,"op":"ping"}"#,
     r#"{"v":1,"op":"status"}"#,
-    r#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#,
+    r#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mib":4096}"#,
     r#"{"v":1,"op":"alloc","job":"torque:17.ce","uid":0,"count":1,"model":"K20","devices":[3]}"#,
     r#"{"v":1,"op":"release","job":"slurm:4242"}"#,
     r#"{"v":1,"op":"env","job":"local:x-1"}"#,

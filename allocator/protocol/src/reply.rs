@@ -244,7 +244,8 @@ pub struct DeviceStatus {
     /// The model name.
     pub model: String,
     /// Memory in MiB.
-    pub memory_mb: u64,
+    #[serde(alias = "memory_mb")]
+    pub memory_mib: u64,
     /// The NUMA node it is attached to.
     pub numa_node: u32,
     /// What it is doing now.
@@ -646,7 +647,7 @@ mod tests {
             index: 0,
             uuid: "GPU-0".into(),
             model: "K20".into(),
-            memory_mb: 4800,
+            memory_mib: 4800,
             numa_node: 0,
             state: DeviceState::Free,
             job: None,

@@ -86,9 +86,10 @@ pub struct AllocRequest {
     /// The CDER type (`gpgpu` unless given).
     #[serde(rename = "type", default = "default_type")]
     pub cder_type: String,
-    /// Only devices with at least this much memory, in MB.
+    /// Only devices with at least this much memory, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_memory_mb: Option<u64>,
+    #[serde(alias = "min_memory_mb")]
+    pub min_memory_mib: Option<u64>,
     /// Only devices whose model contains this text (case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -140,7 +141,7 @@ impl AllocRequest {
             uid,
             count,
             cder_type: default_type(),
-            min_memory_mb: None,
+            min_memory_mib: None,
             model: None,
             devices: None,
             device_files: None,
@@ -513,7 +514,7 @@ mod tests {
             Request::Ping,
             Request::Status,
             Request::Alloc(AllocRequest {
-                min_memory_mb: Some(4096),
+                min_memory_mib: Some(4096),
                 model: Some("K20".into()),
                 ..AllocRequest::new(job.clone(), 1000, 2)
             }),
@@ -565,11 +566,19 @@ mod tests {
     #[test]
     fn protocol_doc_examples_parse() {
         let r = Request::from_line(
-            br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#,
+            br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mib":4096}"#,
         )
         .unwrap();
         let Request::Alloc(a) = r else { panic!("not alloc") };
-        assert_eq!((a.uid, a.count, a.min_memory_mb), (1000, 2, Some(4096)));
+        assert_eq!((a.uid, a.count, a.min_memory_mib), (1000, 2, Some(4096)));
+        // The field's first name, from a plugin older than its cderd.
+        let Request::Alloc(a) = Request::from_line(
+            br#"{"v":1,"op":"alloc","job":"slurm:4242","uid":1000,"count":2,"type":"gpgpu","min_memory_mb":4096}"#,
+        )
+        .unwrap() else {
+            panic!("not alloc")
+        };
+        assert_eq!(a.min_memory_mib, Some(4096));
         assert!(Request::from_line(br#"{"v":1,"op":"drain","device":"gpgpu:3","reason":"Xid 79"}"#).is_ok());
         assert!(Request::from_line(br#"{"v":1,"op":"reconcile","live_jobs":["slurm:4243"],"lrms":"slurm"}"#).is_ok());
         let Request::Alloc(a) =

@@ -73,8 +73,8 @@ pub struct NodeFacts {
     pub logical_cpus: Option<u32>,
     /// Job slots the LRMS schedules (SLURM `CPUTot=`, TORQUE `<np>`).
     pub slots: Option<u32>,
-    /// RAM plus swap, MB (TORQUE `totmem=`, /proc/meminfo `MemTotal` + `SwapTotal`).
-    pub virtual_memory_mb: Option<u64>,
+    /// RAM plus swap, MiB (TORQUE `totmem=`, /proc/meminfo `MemTotal` + `SwapTotal`).
+    pub virtual_memory_mib: Option<u64>,
     /// The LRMS daemon's version on the node (SLURM `Version=`, TORQUE `version=`).
     pub lrms_version: Option<String>,
 }
@@ -95,7 +95,7 @@ pub struct HostFacts {
     pub total_slots: Option<u32>,
     /// RAM plus swap per node, MB: the smallest any node reports (identical
     /// nodes differ by the kernel's reservations).
-    pub virtual_memory_mb: Option<u64>,
+    pub virtual_memory_mib: Option<u64>,
     /// `GLUE2ExecutionEnvironmentOSName` in GLUE's spelling (`Debian`, `CentOS` …).
     pub os_name: Option<String>,
     /// `GLUE2ExecutionEnvironmentOSVersion`.
@@ -146,7 +146,7 @@ impl HostFacts {
             total_physical_cpus,
             total_logical_cpus,
             total_slots,
-            virtual_memory_mb: nodes.iter().filter_map(|n| n.virtual_memory_mb).min(),
+            virtual_memory_mib: nodes.iter().filter_map(|n| n.virtual_memory_mib).min(),
             os_name: None,
             os_version: None,
             lrms_version: agreed(nodes.iter().filter_map(|n| n.lrms_version.as_ref())).cloned(),
@@ -197,13 +197,13 @@ pub struct SharePolicy {
     /// `MaxSlotsPerJob`.
     pub max_slots_per_job: u32,
     /// `MaxMainMemory`.
-    pub max_main_memory_mb: u64,
+    pub max_main_memory_mib: u64,
     /// `GuaranteedMainMemory`.
-    pub guaranteed_main_memory_mb: u64,
+    pub guaranteed_main_memory_mib: u64,
     /// `MaxVirtualMemory`.
-    pub max_virtual_memory_mb: u64,
+    pub max_virtual_memory_mib: u64,
     /// `GuaranteedVirtualMemory`.
-    pub guaranteed_virtual_memory_mb: u64,
+    pub guaranteed_virtual_memory_mib: u64,
     /// `MaxRunningJobs`, where the queue has such a limit.
     pub max_running_jobs: Option<u32>,
     /// `MaxTotalJobs`, where the queue has such a limit.
@@ -308,9 +308,9 @@ pub struct Queue {
     /// The most memory a job may use per slot, MB.
     pub max_memory_per_slot_mb: Option<u64>,
     /// The memory of a job that asks for none, MB.
-    pub default_memory_mb: Option<u64>,
+    pub default_memory_mib: Option<u64>,
     /// The most virtual memory a job may use, MB.
-    pub max_virtual_memory_mb: Option<u64>,
+    pub max_virtual_memory_mib: Option<u64>,
     /// The most jobs running at once.
     pub max_running_jobs: Option<u32>,
     /// The most jobs in the queue at once.
@@ -336,8 +336,8 @@ pub struct Node {
     pub slots: Option<u32>,
     /// Slots jobs hold now (SLURM `CPUAlloc=`, TORQUE the jobs' `exec_host`).
     pub slots_used: Option<u32>,
-    /// RAM plus swap, MB (TORQUE `totmem=`), where the LRMS reports it.
-    pub virtual_memory_mb: Option<u64>,
+    /// RAM plus swap, MiB (TORQUE `totmem=`), where the LRMS reports it.
+    pub virtual_memory_mib: Option<u64>,
     /// Its devices of each kind the groups have.
     pub devices: BTreeMap<DeviceKind, Counts>,
 }

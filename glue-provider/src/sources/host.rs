@@ -86,7 +86,7 @@ pub fn local_facts(timeout: Duration) -> Result<HostFacts, ProviderError> {
         physical_cpus: sockets,
         logical_cpus: logical,
         slots: None,
-        virtual_memory_mb: parse_meminfo(&read("/proc/meminfo")?),
+        virtual_memory_mib: parse_meminfo(&read("/proc/meminfo")?),
         lrms_version: None,
     };
     let mut facts =

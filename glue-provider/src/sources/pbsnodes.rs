@@ -237,7 +237,7 @@ impl LrmsNode for TorqueNode {
             physical_cpus: self.sockets,
             logical_cpus: self.ncpus,
             slots: self.np,
-            virtual_memory_mb: self.totmem_mb,
+            virtual_memory_mib: self.totmem_mb,
             lrms_version: self.version.clone(),
         }
     }
@@ -530,7 +530,7 @@ pub fn facts(
             unavailable: n.unavailable(),
             slots: n.np,
             slots_used: Some(held(&n.name)),
-            virtual_memory_mb: n.totmem_mb,
+            virtual_memory_mib: n.totmem_mb,
             devices: kinds.iter().map(|k| (k.clone(), c)).collect(),
         }
     };
@@ -565,8 +565,8 @@ pub fn facts(
             default_cpu_time: q.time("resources_default.cput")?.or(max_cpu),
             max_slots_per_job,
             max_memory_per_node_mb: q.size_mb("resources_max.mem")?,
-            default_memory_mb: q.size_mb("resources_default.mem")?,
-            max_virtual_memory_mb: q.size_mb("resources_max.vmem")?,
+            default_memory_mib: q.size_mb("resources_default.mem")?,
+            max_virtual_memory_mib: q.size_mb("resources_max.vmem")?,
             max_running_jobs: q.count("max_running")?.filter(|n| *n > 0),
             max_total_jobs: q.count("max_queuable")?.filter(|n| *n > 0),
             ..Queue::default()
@@ -686,7 +686,7 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
         );
         assert_eq!((q.max_cpu_time, q.default_cpu_time), (None, Some(3600)));
         assert_eq!(
-            (q.max_memory_per_node_mb, q.default_memory_mb, q.max_virtual_memory_mb),
+            (q.max_memory_per_node_mb, q.default_memory_mib, q.max_virtual_memory_mib),
             (Some(8192), Some(2048), Some(12288))
         );
         assert_eq!(
@@ -702,7 +702,7 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
             Counts { total: 2, free: 0, used: 1, offline: 1 },
             "the Prohibited GPU is offline"
         );
-        assert_eq!(n.virtual_memory_mb, Some(2048));
+        assert_eq!(n.virtual_memory_mib, Some(2048));
         let bad = parse_queues(b"Queue: q\n    resources_max.walltime = soon\n").unwrap();
         let e = facts(&groups, &bad, &nodes, &[]).unwrap_err();
         assert!(e.to_string().contains("qstat -Qf: queue q: resources_max.walltime"), "{e}");

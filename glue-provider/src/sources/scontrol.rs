@@ -235,7 +235,7 @@ impl LrmsNode for SlurmNode {
             physical_cpus: self.sockets,
             logical_cpus: self.cpus,
             slots: self.cpus,
-            virtual_memory_mb: None,
+            virtual_memory_mib: None,
             lrms_version: self.version.clone(),
         }
     }
@@ -574,7 +574,7 @@ pub fn facts(
                 (kind.clone(), node_counts(total, used.min(total), n.unavailable()))
             })
             .collect();
-        Node { unavailable: n.unavailable(), slots: n.cpus, slots_used: n.cpu_alloc, virtual_memory_mb: None, devices }
+        Node { unavailable: n.unavailable(), slots: n.cpus, slots_used: n.cpu_alloc, virtual_memory_mib: None, devices }
     };
     let queue = |p: &Partition| {
         // SLURM limits wall time only; a slot's CPU time cannot exceed it.
@@ -601,8 +601,8 @@ pub fn facts(
             max_memory_per_node_mb: p.max_mem_per_node,
             max_memory_per_slot_mb: p.max_mem_per_cpu,
             // A job that asks for no memory gets DefMemPerNode, or DefMemPerCPU for each of its CPUs (one at least).
-            default_memory_mb: p.def_mem_per_node.or(p.def_mem_per_cpu),
-            max_virtual_memory_mb: None,
+            default_memory_mib: p.def_mem_per_node.or(p.def_mem_per_cpu),
+            max_virtual_memory_mib: None,
             max_running_jobs: None,
             max_total_jobs: None,
         }
@@ -752,7 +752,7 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         );
         assert_eq!((q.max_nodes_per_job, q.max_slots_per_node, q.max_slots_per_job), (Some(2), Some(8), None));
         assert_eq!(
-            (q.max_memory_per_node_mb, q.max_memory_per_slot_mb, q.default_memory_mb),
+            (q.max_memory_per_node_mb, q.max_memory_per_slot_mb, q.default_memory_mib),
             (None, Some(4000), Some(1000))
         );
         assert_eq!(
@@ -761,7 +761,7 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         );
         assert_eq!(q.allow_qos.as_deref(), Some(&["fast".to_string()][..]));
         let n = &f.nodes["wn01"];
-        assert_eq!((n.unavailable, n.slots, n.slots_used, n.virtual_memory_mb), (true, Some(16), Some(4), None));
+        assert_eq!((n.unavailable, n.slots, n.slots_used, n.virtual_memory_mib), (true, Some(16), Some(4), None));
         // More used than installed: all used; the node is down, nothing free.
         let kind = DeviceKind { cder_type: "gpgpu".into(), gres_type: None };
         assert_eq!(n.devices[&kind], crate::sources::Counts { total: 4, free: 0, used: 4, offline: 0 });

@@ -96,7 +96,7 @@ mod tests {
                 physical_cpus: Some(2),
                 logical_cpus: Some(32),
                 slots: Some(32),
-                virtual_memory_mb: None,
+                virtual_memory_mib: None,
                 lrms_version: Some("22.05.8".into())
             }
         );
@@ -113,7 +113,7 @@ mod tests {
                 physical_cpus: Some(2),
                 logical_cpus: Some(32),
                 slots: Some(40),
-                virtual_memory_mb: Some(20480),
+                virtual_memory_mib: Some(20480),
                 lrms_version: Some("6.1.3".into())
             }
         );
@@ -130,7 +130,7 @@ mod tests {
             physical_cpus: sockets,
             logical_cpus: cpus,
             slots,
-            virtual_memory_mb: mb,
+            virtual_memory_mib: mb,
             lrms_version: None,
         };
         // Every node reports: sums, and the smallest memory.
@@ -143,7 +143,7 @@ mod tests {
             (h.physical_cpus, h.total_physical_cpus, h.total_logical_cpus, h.total_slots),
             (Some(2), Some(4), Some(64), Some(64))
         );
-        assert_eq!(h.virtual_memory_mb, Some(80999));
+        assert_eq!(h.virtual_memory_mib, Some(80999));
         // A down node without figures: identical nodes, so the agreed value times the nodes; no slot total.
         let h =
             HostFacts::from_nodes(&[node(Some(2), Some(32), Some(32), None), node(None, None, None, None)]).unwrap();

@@ -744,15 +744,15 @@ fn check_request(
             }
         }
     }
-    if let Some(min) = req.gpgpu_min_memory_mb {
+    if let Some(min) = req.gpgpu_min_memory_mib {
         let status = cderd.status().map_err(|e| Refusal::Unserved(e.to_string()))?;
         let small: Vec<String> = alloc
             .devices
             .iter()
             .filter(|d| d.cder_type == GPGPU)
             .filter_map(|d| status.devices.iter().find(|s| s.cder_type == d.cder_type && s.index == d.index))
-            .filter(|s| s.memory_mb < min)
-            .map(|s| format!("{} {}: {} MB", s.cder_type, s.index, s.memory_mb))
+            .filter(|s| s.memory_mib < min)
+            .map(|s| format!("{} {}: {} MB", s.cder_type, s.index, s.memory_mib))
             .collect();
         if !small.is_empty() {
             return Err(Refusal::Unserved(format!(

@@ -193,7 +193,7 @@ impl Node {
             }
             device_paths.push(path.clone());
             config.push_str(&format!(
-                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-6f1a0c2e-0000-4000-8000-00000000000{i}\"\npci_bus_id = \"0000:0{}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mb = 4800\npath = \"{}\"\nnuma_node = {}\n",
+                "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-6f1a0c2e-0000-4000-8000-00000000000{i}\"\npci_bus_id = \"0000:0{}:00.0\"\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\npath = \"{}\"\nnuma_node = {}\n",
                 i + 2,
                 path.display(),
                 i / 2

@@ -101,7 +101,7 @@ impl Node {
             std::fs::write(&path, b"").unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
             text += &format!(
-                "[[cder.device]]\nindex = {i}\nuuid = \"GPU-test-{i}\"\nmodel = \"{}\"\nmemory_mb = {}\npath = {:?}\nnuma_node = {}\n",
+                "[[cder.device]]\nindex = {i}\nuuid = \"GPU-test-{i}\"\nmodel = \"{}\"\nmemory_mib = {}\npath = {:?}\nnuma_node = {}\n",
                 if i % 2 == 0 { "Tesla K20m" } else { "Tesla T4" },
                 if i % 2 == 0 { 4800 } else { 15360 },
                 path,
@@ -333,7 +333,7 @@ pub fn char_device_node(dir: tempfile::TempDir, minors: &[u32], enforcement: &st
         let ok = Command::new("mknod").arg(&path).args(["c", "1", &minor.to_string()]).status().unwrap().success();
         assert!(ok, "mknod {}", path.display());
         text += &format!(
-            "[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mb = 1\npath = {path:?}\nnuma_node = {}\n",
+            "[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mib = 1\npath = {path:?}\nnuma_node = {}\n",
             i % 2
         );
         devices.push(path);
