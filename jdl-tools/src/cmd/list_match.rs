@@ -9,7 +9,7 @@ pub struct Args {
     #[command(flatten)]
     pub phase1: Phase1Args,
     /// Print JSON: {"bdii", "matches": [{"ce", "rank", "queue", "share", "execution_environment",
-    /// "schema"}], "excluded", "warnings"}.
+    /// "schema"}], "warnings", …}; with --explain also "excluded" (each CE left out and why).
     #[arg(long)]
     pub json: bool,
     /// For each CE left out, say which Requirements clause was false or undefined, and which
@@ -21,8 +21,9 @@ pub struct Args {
     pub job: String,
 }
 
-/// The JSON report of phase 1.
-pub fn to_json(p: &Phase1) -> serde_json::Value {
+/// The JSON report of phase 1; `"excluded"` only when `explain` (the
+/// explanations cost more than the match itself, so they are made only when asked for).
+pub fn to_json(p: &Phase1, explain: bool) -> serde_json::Value {
     let matches: Vec<serde_json::Value> = p
         .result
         .matches
@@ -39,19 +40,22 @@ pub fn to_json(p: &Phase1) -> serde_json::Value {
             })
         })
         .collect();
-    let excluded: Vec<serde_json::Value> =
-        p.result.excluded.iter().map(|e| serde_json::json!({"ce": e.ce_id, "reasons": e.reasons})).collect();
-    serde_json::json!({
+    let mut report = serde_json::json!({
         "bdii": p.url,
         "matches": matches,
-        "excluded": excluded,
         "offers": p.offer_count,
         "queries": p.queries,
         "warnings": p.offers.warnings,
         "closed_to_vo": p.offers.closed_to_vo.iter().map(|c| serde_json::json!({"share": c.share_id, "queue": c.queue, "vo": c.vo})).collect::<Vec<_>>(),
         "index": p.index.as_ref().map(|i| i.json()),
         "refused_claims": p.offers.refused_claims.iter().map(|c| serde_json::json!({"ce": c.ce_id, "share": c.share, "reason": c.reason})).collect::<Vec<_>>(),
-    })
+    });
+    if explain {
+        let excluded: Vec<serde_json::Value> =
+            p.result.excluded.iter().map(|e| serde_json::json!({"ce": e.ce_id, "reasons": e.reasons})).collect();
+        report["excluded"] = serde_json::Value::Array(excluded);
+    }
+    report
 }
 
 /// The text report: the matching CEs, best rank first.
@@ -78,10 +82,10 @@ pub fn to_text(p: &Phase1, explain: bool) -> String {
 
 /// Runs `list-match`.
 pub fn run(args: &Args) -> Result<(), Failure> {
-    let p = phase1(&args.phase1, &args.job, args.explain || args.json)?;
+    let p = phase1(&args.phase1, &args.job, args.explain)?;
     p.report_source();
     if args.json {
-        println!("{}", to_json(&p));
+        println!("{}", to_json(&p, args.explain));
     } else {
         print!("{}", to_text(&p, args.explain));
     }
