@@ -352,7 +352,7 @@ mod tests {
     /// its own counts (no lent ones, no "given twice" that would drop it).
     #[test]
     fn a_hostile_services_accelerator_info_lends_nothing_to_another_ce() {
-        use crate::bdii::{build_offers, Snapshot};
+        use crate::bdii::{build_offers, Fetched};
         use cder_classad::ast::Expr;
         use cder_classad::value::Value;
         let share = |service: &str, id: &str, host: &str| {
@@ -397,7 +397,7 @@ mod tests {
                 [("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee1")],
             );
             ee.set("glue2executionenvironmentcomputingmanagerforeignkey", vec!["m".into()]);
-            Snapshot {
+            Fetched {
                 carriers: vec![ee, share(S1, "q1", "ce1.example.org"), share(S2, "q2", "evil.example.net")],
                 extensions: as_extensions(entries),
                 managers: vec![manager(S1), manager(S2)],

@@ -158,7 +158,7 @@ pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
 
 /// Everything phase 1 fetched: the raw material of the offers.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct Fetched {
     /// GLUE 2.0 ExecutionEnvironments, ComputingShares and
     /// ApplicationEnvironments that carry CDER data.
     pub carriers: Vec<Entry>,
@@ -543,12 +543,12 @@ impl Bdii {
     /// is made as above; a service whose early plan differs is asked again.
     ///
     /// No filter ORs values of an unindexed attribute over a whole tree.
-    pub fn fetch(&mut self, wanted: &Wanted) -> Result<Snapshot, BdiiError> {
+    pub fn fetch(&mut self, wanted: &Wanted) -> Result<Fetched, BdiiError> {
         let base = self.opts.base.clone();
         let base13 = self.opts.base13.clone();
         let s = self.opts.strategies;
         let glue2 = s.attribute_extension || s.class_extension;
-        let mut snap = Snapshot::default();
+        let mut snap = Fetched::default();
         let attrs2 = glue2_attrs(wanted);
 
         // 1. Discovery. The OtherInfo scan of ComputingShares (and of
@@ -790,7 +790,7 @@ impl Bdii {
         attrs: &[String],
         extra: Vec<Search>,
         seen: &mut HashSet<String>,
-        snap: &mut Snapshot,
+        snap: &mut Fetched,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
         let mut pending = Vec::new();
@@ -839,7 +839,7 @@ fn absorb_services(
     plans: &BTreeMap<String, ServicePlan>,
     results: Vec<Vec<Entry>>,
     seen: &mut HashSet<String>,
-    snap: &mut Snapshot,
+    snap: &mut Fetched,
     policies: &mut Vec<Entry>,
 ) {
     for (plan, entries) in plans.values().zip(results) {

@@ -11,7 +11,7 @@ pub mod submit;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
+use crate::bdii::{build_offers, Bdii, Fetched, Offers, QueryOptions, Strategies};
 use crate::index::cache::Cache;
 use crate::index::refresh::{open_fresh, Source};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
@@ -176,7 +176,7 @@ pub struct Phase1 {
     pub index: Option<IndexInfo>,
     /// The connection and what it fetched, kept so that [`Phase1::exit`]
     /// can leave them to the process's end instead of freeing them.
-    _retained: Option<(Bdii, Snapshot)>,
+    _retained: Option<(Bdii, Fetched)>,
 }
 
 impl Phase1 {

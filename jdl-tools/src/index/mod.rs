@@ -2,7 +2,8 @@
 //!
 //! A refresher fetches the BDII once for every VO and every CDER key
 //! ([`snapshot_wanted`]), builds every offer the live path could build
-//! ([`crate::bdii::offers::build_offers_for_index`]) and writes them with
+//! ([`crate::bdii::offers::every_offer`]: the live path's pipeline for every
+//! VO, each offer with the traits that settle it per job) and writes them with
 //! [`encode`] into one immutable file ([`snapshot`] has its layout). A query
 //! maps the file ([`OfferIndex::load`]) and:
 //!
@@ -33,8 +34,8 @@ use cder_classad::ast::{ClassAd, Expr};
 use cder_classad::value::Value;
 use cder_request::keys;
 
-use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
-use crate::bdii::query::{Snapshot, Strategies, Wanted};
+use crate::bdii::offers::{every_offer, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
+use crate::bdii::query::{Fetched, Strategies, Wanted};
 use crate::listmatch::{best_per_ce, list_match, list_match_best, ranked, MatchResult, RankPreset, Request};
 use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
 
@@ -224,31 +225,29 @@ pub fn snapshot_wanted(prefixes: &[String]) -> Wanted {
     }
 }
 
-/// The offers of a snapshot and what the index keeps beside them.
+/// The offers of a fetch, as the index encodes them.
 pub struct IndexBuild {
-    /// The offers, every attribute, in list-match's order, and the build's warnings.
+    /// The offers, every attribute, in list-match's order, each with what
+    /// settles it per job and VO, and the build's warnings.
     pub offers: Offers,
-    /// Per offer, what settles it per job and VO.
-    pub traits: Vec<OfferTraits>,
 }
 
 impl IndexBuild {
-    /// Builds every offer of `snap` (fetched with [`snapshot_wanted`]).
-    pub fn new(snap: &Snapshot, prefixes: &[String]) -> IndexBuild {
-        let (offers, traits) = build_offers_for_index(snap, prefixes);
-        IndexBuild { offers, traits }
+    /// Builds every offer of `fetched` (fetched with [`snapshot_wanted`]).
+    pub fn new(fetched: &Fetched, prefixes: &[String]) -> IndexBuild {
+        IndexBuild { offers: every_offer(fetched, prefixes) }
     }
 }
 
 /// The file's bytes for `build` (write them to a temp file and rename it into place).
 pub fn encode(build: &IndexBuild, meta: &IndexMeta) -> Vec<u8> {
     let meta_json = meta.to_json(&build.offers.warnings).to_string();
-    snapshot::encode(&build.offers, &build.traits, meta_json.as_bytes())
+    snapshot::encode(&build.offers, meta_json.as_bytes())
 }
 
 /// [`IndexBuild::new`] with `meta.prefixes`, then [`encode`].
-pub fn encode_snapshot(snap: &Snapshot, meta: &IndexMeta) -> Vec<u8> {
-    encode(&IndexBuild::new(snap, &meta.prefixes), meta)
+pub fn encode_fetched(fetched: &Fetched, meta: &IndexMeta) -> Vec<u8> {
+    encode(&IndexBuild::new(fetched, &meta.prefixes), meta)
 }
 
 impl std::fmt::Debug for OfferIndex {
@@ -695,6 +694,7 @@ impl OfferIndex {
             ee_id: self.string(r.ee_id)?.map(str::to_string),
             schema: if r.flags & flag::GLUE13 != 0 { "GLUE1.3" } else { "GLUE2" },
             ad,
+            traits: OfferTraits::default(),
         })
     }
 

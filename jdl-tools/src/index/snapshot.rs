@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cder_classad::value::Value;
 
-use crate::bdii::offers::{OfferTraits, Offers};
+use crate::bdii::offers::Offers;
 
 /// `CDERIDX\0`.
 pub const MAGIC: [u8; 8] = *b"CDERIDX\0";
@@ -280,15 +280,16 @@ fn write_postings(out: &mut Vec<u8>, map: &BTreeMap<Vec<u8>, BTreeSet<u32>>) {
     pad8(out);
 }
 
-/// Writes the file's bytes: `offers` and `traits` as [`crate::bdii::offers::build_offers_for_index`] gives them.
-pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) -> Vec<u8> {
+/// Writes the file's bytes: `offers` as [`crate::bdii::offers::every_offer`] gives them, each with its traits.
+pub(crate) fn encode(offers: &Offers, meta_json: &[u8]) -> Vec<u8> {
     let n = offers.offers.len();
     let mut strings = Strings::default();
     // What a query reads (names, and the IDs of the offers it answers with) first, the DNs
     // after: a query maps only the table's first pages, not a page per offer it answers with.
-    for (o, t) in offers.offers.iter().zip(traits) {
-        let names = t.open_to.iter().chain(&t.ee_keys).chain(t.share_keys.iter().flatten());
-        for s in names.chain(&t.apps).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
+    for o in &offers.offers {
+        let t = &o.traits;
+        let names = t.open_to.iter().chain(t.ee_keys.iter()).chain(t.share_keys.iter().flat_map(|k| k.iter()));
+        for s in names.chain(t.apps.iter()).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
             strings.id(s);
         }
         strings.id(&o.ce_id);
@@ -311,7 +312,8 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
     // VO and key names: the only strings a query looks up by value.
     let mut names: BTreeSet<u32> = BTreeSet::new();
     let mut columns: BTreeMap<String, ColumnBuilder> = BTreeMap::new();
-    for (i, (o, t)) in offers.offers.iter().zip(traits).enumerate() {
+    for (i, o) in offers.offers.iter().enumerate() {
+        let t = &o.traits;
         let ids = |strings: &mut Strings, set: &BTreeSet<String>| set.iter().map(|s| strings.id(s)).collect::<Vec<_>>();
         let open_to = ids(&mut strings, &t.open_to);
         let ee_keys = ids(&mut strings, &t.ee_keys);
@@ -319,7 +321,7 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
         names.extend(open_to.iter().chain(&ee_keys).chain(share_keys.iter().flatten()));
         let apps: Vec<u32> = t.apps.iter().map(|a| strings.id(a)).collect();
         let mut vg: Vec<u32> = Vec::new();
-        for (k, v) in &t.vgpgpu {
+        for (k, v) in t.vgpgpu.iter() {
             let (tg, p) = match v {
                 Value::Int(x) => (tag::INT, *x as u64),
                 Value::Real(r) => (tag::REAL, r.to_bits()),

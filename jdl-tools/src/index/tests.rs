@@ -220,7 +220,7 @@ fn prefixes() -> Vec<String> {
 }
 
 /// What slapd answers the live path's searches for `w` with (the filters of `bdii::query`).
-fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
+fn fetch(entries: &[Entry], w: &Wanted) -> Fetched {
     let prefix_ok = |k: &str| {
         if w.keys.is_empty() {
             w.prefixes.iter().any(|p| k.starts_with(p.as_str()))
@@ -229,7 +229,7 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
         }
     };
     let vgpgpu_keys = ["TotalVGPGPU", "FreeVGPGPU"];
-    let mut snap = Snapshot::default();
+    let mut snap = Fetched::default();
     let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
     for e in entries {
         let oi_keys: Vec<&str> =
@@ -323,7 +323,7 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
 
 fn index_of(entries: &[Entry]) -> OfferIndex {
     let snap = fetch(entries, &snapshot_wanted(&prefixes()));
-    let bytes = encode_snapshot(&snap, &IndexMeta::new("ldap://bdii.example.org:2170"));
+    let bytes = encode_fetched(&snap, &IndexMeta::new("ldap://bdii.example.org:2170"));
     OfferIndex::from_bytes(bytes, Path::new("test.idx")).unwrap()
 }
 
