@@ -1597,6 +1597,229 @@ mod tests {
         snap
     }
 
+    fn policy(vo: &str, share: &str) -> Entry {
+        let rule = format!("VO:{vo}");
+        Entry::from_pairs(
+            &format!("GLUE2PolicyID={vo}_{share},o=glue"),
+            [("GLUE2PolicyRule", rule.as_str()), ("GLUE2MappingPolicyShareForeignKey", share)],
+        )
+    }
+
+    fn joined<R>(snap: &Fetched, then: impl FnOnce(&Joined, Vec<String>) -> R) -> R {
+        let grid = Grid::of(snap);
+        let mut warnings = Vec::new();
+        let prefixes = prefixes();
+        let carriers = Carriers::read(snap, &prefixes, &grid, &mut warnings);
+        then(&Joined::join(snap, &prefixes, &carriers, &grid), warnings)
+    }
+
+    /// Stage 1: one carrier per DN (the first entry wins), an Extension's key
+    /// merged into its entity's pairs; one that contradicts OtherInfo makes the
+    /// entity unusable, with a warning naming it.
+    #[test]
+    fn carriers_are_read_once_per_dn_with_their_extensions() {
+        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]);
+        let mut again = snap.carriers[0].clone();
+        again.set("glue2entityotherinfo", vec!["GPGPUVendor=AMD".into()]);
+        snap.carriers.push(again);
+        let ext = |v: &str| {
+            Entry::from_pairs(
+                "GLUE2ExtensionLocalID=x,GLUE2ResourceID=ee1,o=glue",
+                [
+                    ("GLUE2ExtensionKey", "GPGPUMainMemorySize"),
+                    ("GLUE2ExtensionValue", v),
+                    ("GLUE2ExtensionEntityForeignKey", "ee1"),
+                ],
+            )
+        };
+        snap.extensions = vec![ext("4096")];
+        let (grid, mut warnings) = (Grid::of(&snap), Vec::new());
+        let c = Carriers::read(&snap, &prefixes(), &grid, &mut warnings);
+        assert_eq!(c.list.len(), 1, "{warnings:?}");
+        let pairs = c.list[0].pairs.as_deref().expect("usable");
+        assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(v)) if &**v == "Nvidia"), "the first entry wins");
+        assert!(matches!(pairs.get("GPGPUMainMemorySize"), Some(Value::Int(4096))), "the Extension's key");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(c.at_dn("glue2resourceid=EE1,o=glue").is_some(), "DNs compare as LDAP does");
+        // The same key in OtherInfo and an Extension, with two values.
+        snap.carriers[0].push("GLUE2EntityOtherInfo", "GPGPUMainMemorySize=8192".into());
+        let c = Carriers::read(&snap, &prefixes(), &grid, &mut warnings);
+        assert!(c.list[0].pairs.is_none());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GPGPUMainMemorySize"), "{warnings:?}");
+    }
+
+    /// Stage 2: a service gathers its manager, endpoint and EEs; an EE whose
+    /// manager is unknown belongs to no service; MappingPolicies open a share
+    /// to their VOs (to any job when the job names no VO), and none is closed
+    /// to every VO at once.
+    #[test]
+    fn services_join_their_managers_endpoints_ees_and_policies() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        let stray = [("GLUE2ResourceID", "ee9"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m9")];
+        let mut stray = Entry::from_pairs("GLUE2ResourceID=ee9,o=glue", stray);
+        stray.push("objectClass", "GLUE2ExecutionEnvironment".into());
+        stray.push("GLUE2EntityOtherInfo", "GPGPUVendor=Nvidia".into());
+        snap.carriers.push(stray);
+        snap.policies = Some(vec![policy("atlas", "q1")]);
+        joined(&snap, |j, warnings| {
+            assert!(warnings.is_empty(), "{warnings:?}");
+            assert_eq!(j.shares.len(), 1);
+            let svc = &j.services.list[j.shares[0].service];
+            assert_eq!(&*svc.key, "id:s1");
+            assert_eq!((svc.managers.len(), svc.endpoints.len(), svc.ees.len()), (1, 1, 1));
+            assert_eq!(svc.ees[0].0, Some("ee1"));
+            assert!(j.open(svc, "q1", Audience::Vo(Some("atlas"))));
+            assert!(!j.open(svc, "q1", Audience::Vo(Some("cms"))));
+            assert!(j.open(svc, "q1", Audience::Vo(None)), "a policy names it");
+            assert!(!j.open(svc, "q2", Audience::Vo(None)), "no policy names it");
+            assert!(j.open(svc, "q2", Audience::EveryVo));
+            assert_eq!(j.open_to(svc, "q1"), BTreeSet::from(["atlas".to_string()]));
+        });
+    }
+
+    /// Stage 3: every VO's build keeps a refused claim as an offer that says
+    /// why; one VO's build leaves out the shares closed to it, and says so.
+    #[test]
+    fn offers_are_built_for_their_audience_with_their_traits() {
+        let mut snap = site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu");
+        snap.policies = Some(vec![policy("atlas", "q1"), policy("cms", "q2")]);
+        joined(&snap, |j, _| {
+            let mut every = Offers::default();
+            j.offers(&Keep(None), Audience::EveryVo, false, &mut every);
+            assert_eq!(every.offers.len(), 2, "{:?}", every.offers);
+            assert!(every.closed_to_vo.is_empty() && every.refused_claims.is_empty());
+            let by_share = |id: &str| every.offers.iter().find(|o| o.share_id.as_deref() == Some(id)).unwrap();
+            let (own, hostile) = (by_share("q1"), by_share("q2"));
+            assert!(own.traits.proven && own.traits.refused.is_none());
+            assert!(!hostile.traits.proven);
+            assert!(hostile.traits.refused.as_deref().is_some_and(|r| r.contains("s2")), "{:?}", hostile.traits);
+            assert_eq!((*own.traits.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
+            assert_eq!(&*hostile.traits.share_dn, "GLUE2ShareID=q2,o=glue");
+            assert_eq!([own.traits.seq, hostile.traits.seq], [0, 1]);
+            assert_eq!(own.traits.ee_keys.iter().collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+            let mut atlas = Offers::default();
+            j.offers(&Keep(None), Audience::Vo(Some("atlas")), false, &mut atlas);
+            assert_eq!(atlas.offers.iter().map(|o| o.share_id.as_deref()).collect::<Vec<_>>(), [Some("q1")]);
+            assert_eq!(atlas.closed_to_vo.len(), 1);
+            assert_eq!((atlas.closed_to_vo[0].share_id.as_str(), atlas.closed_to_vo[0].vo.as_str()), ("q2", "atlas"));
+        });
+    }
+
+    /// A share with keys of its own and EEs it names: every VO's build also
+    /// offers the share alone (for jobs whose keys fetch it and none of its
+    /// EEs); one job's build, whose fetch had those EEs, does not.
+    #[test]
+    fn a_share_with_keys_is_also_offered_alone_to_the_index() {
+        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        let mut share = snap.shares.remove(0);
+        share.push("GLUE2EntityOtherInfo", "GPGPUPerNode=2".into());
+        snap.carriers.push(share);
+        let every = every_offer(&snap, &prefixes());
+        let alone: Vec<&Offer> = every.offers.iter().filter(|o| o.traits.share_only).collect();
+        assert_eq!((every.offers.len(), alone.len()), (2, 1), "{:?}", every.offers);
+        assert_eq!(alone[0].ee_id, None);
+        assert_eq!(alone[0].traits.ee_keys.iter().collect::<Vec<_>>(), ["GPGPUVendor"]);
+        assert_eq!(
+            alone[0].traits.share_keys.as_deref().map(|k| k.iter().collect::<Vec<_>>()),
+            Some(vec!["GPGPUPerNode"])
+        );
+        let live = build_offers(&snap, &prefixes(), None);
+        assert_eq!(live.offers.len(), 1);
+        assert_eq!(live.offers[0].ee_id.as_deref(), Some("ee1"));
+    }
+
+    fn settled(ce: &str, service: &str, share: &str, edit: impl FnOnce(&mut OfferTraits)) -> Offer {
+        let mut traits =
+            OfferTraits { service: service.into(), share_dn: share.into(), proven: true, ..Default::default() };
+        edit(&mut traits);
+        let mut ad = ClassAd::new();
+        ad.insert(RTE, Expr::Lit(Value::List(vec![Value::Str("NvidiaGPGPU".into())].into())));
+        Offer { ce_id: ce.into(), queue: None, share_id: None, ee_id: None, schema: "GLUE2", ad, traits }
+    }
+
+    /// Stage 4: settling for a job shows refused claims (once per share)
+    /// instead of their offers, drops the shares offered alone, refuses the
+    /// unproven claims of a contested CE ID, and adds the service's vGPGPU
+    /// counts and methods and the job's VO to what the job may look up.
+    #[test]
+    fn settling_for_a_job_refuses_claims_and_adds_what_the_job_sees() {
+        let offers = || Offers {
+            offers: vec![
+                settled("a", "dn:s1", "S1", |_| {}),
+                settled("b", "dn:s3", "S3", |t| t.refused = Some("not its own".into())),
+                settled("b", "dn:s3", "S3", |t| t.refused = Some("not its own".into())),
+                settled("a", "dn:s2", "S2", |t| t.proven = false),
+                settled("c", "dn:s1", "S1", |t| t.share_only = true),
+                settled("d", "dn:s4", "S4", |t| {
+                    t.vgpgpu = vec![("TotalVGPGPU_rCUDA".to_string(), Value::Int(8))].into();
+                    t.apps = vec!["rCUDA".to_string()].into();
+                }),
+            ],
+            ..Offers::default()
+        };
+        let mut out = offers();
+        settle(&mut out, Some("atlas"), &Keep(None));
+        assert_eq!(out.offers.iter().map(|o| o.ce_id.as_str()).collect::<Vec<_>>(), ["a", "d"]);
+        let claims: Vec<(&str, &str)> =
+            out.refused_claims.iter().map(|c| (c.ce_id.as_str(), c.share.as_str())).collect();
+        assert_eq!(claims, [("b", "S3"), ("a", "S2")]);
+        assert!(out.refused_claims[1].reason.contains("several services"), "{:?}", out.refused_claims);
+        let d = &out.offers[1].ad;
+        assert_eq!(d.eval_attr("TotalVGPGPU_rCUDA").to_string(), "8");
+        assert_eq!(d.eval_attr(RTE).to_string(), "{ \"NvidiaGPGPU\", \"rCUDA\" }");
+        assert_eq!(d.eval_attr(ACCESS_RULE).to_string(), "{ \"VO:atlas\" }");
+        // Only what the job may look up is added.
+        let mut out = offers();
+        settle(&mut out, Some("atlas"), &Keep(Some(vec!["gpgpuvendor"])));
+        assert!(
+            out.offers[1].ad.lookup("TotalVGPGPU_rCUDA").is_none() && out.offers[1].ad.lookup(ACCESS_RULE).is_none()
+        );
+        assert_eq!(out.offers[1].ad.eval_attr(RTE).to_string(), "{ \"NvidiaGPGPU\" }");
+    }
+
+    /// GLUE 1.3: a SubCluster's tags read (vGPGPU counts renamed, ranges
+    /// checked); a CE offered in GLUE 2.0 too is left to that offer.
+    #[test]
+    fn glue13_tags_are_read_and_a_glue2_ce_wins() {
+        let sc = |tags: &[&str]| {
+            let mut e = Entry::from_pairs(
+                "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
+                [("GlueSubClusterUniqueID", "sc"), ("GlueChunkKey", "GlueClusterUniqueID=c")],
+            );
+            tags.iter().for_each(|t| e.push("GlueHostApplicationSoftwareRunTimeEnvironment", t.to_string()));
+            e
+        };
+        let (pairs, tags) =
+            glue13_tags(&sc(&["GPGPUVendor=Nvidia", "rCUDATotalVGPGPU=8", "SOME_TAG"]), &prefixes()).unwrap();
+        assert_eq!(tags.len(), 3);
+        assert!(matches!(pairs.get("TotalVGPGPU_rCUDA"), Some(Value::Int(8))));
+        assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(_))));
+        let bad = glue13_tags(&sc(&["rCUDATotalVGPGPU=-1"]), &prefixes()).unwrap_err();
+        assert!(bad.contains("negative"), "{bad}");
+        let snap = Fetched {
+            subclusters: vec![sc(&["GPGPUVendor=Nvidia", "rCUDATotalVGPGPU=8"])],
+            glue13_ces: vec![Entry::from_pairs(
+                "GlueCEUniqueID=ce,mds-vo-name=resource,o=grid",
+                [
+                    ("GlueCEUniqueID", "ce"),
+                    ("GlueForeignKey", "GlueClusterUniqueID=c"),
+                    ("GlueCEAccessControlBaseRule", "VO:atlas"),
+                ],
+            )],
+            ..Default::default()
+        };
+        let mut out = Offers::default();
+        glue13_offers(&snap, &prefixes(), &BTreeSet::new(), &mut out);
+        assert_eq!(out.offers.len(), 1, "{:?}", out.warnings);
+        let t = &out.offers[0].traits;
+        assert!(t.prefix_tagged && t.vgpgpu_tagged);
+        assert_eq!((*t.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
+        let mut out = Offers::default();
+        glue13_offers(&snap, &prefixes(), &BTreeSet::from(["ce".to_string()]), &mut out);
+        assert!(out.offers.is_empty());
+    }
+
     #[test]
     fn a_share_cannot_speak_for_another_services_ce() {
         let o = build_offers(&site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu"), &prefixes(), None);
