@@ -657,7 +657,7 @@ impl OfferIndex {
     /// Which offers the live build would make for the job's keys and VO
     /// (VO shares one job cannot tell apart kept once), and the shares it
     /// would meet and leave out as not open to the VO (DN, ID and queue ids).
-    fn built_for(&self, w: &Wanted) -> Result<(Vec<bool>, Vec<(u32, u32, u32)>), IndexError> {
+    fn built_for(&self, w: &Wanted) -> Result<(Vec<bool>, Vec<ClosedIds>), IndexError> {
         let n = self.n;
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
@@ -942,6 +942,9 @@ fn read_columns(
     }
     Ok(columns)
 }
+
+/// A share closed to the job's VO: the string ids of its DN, ID and queue.
+type ClosedIds = (u32, u32, u32);
 
 /// What [`OfferIndex::visible`] finds: the offers the live path would build,
 /// the claims it would refuse, and the shares it would leave out for the VO.
