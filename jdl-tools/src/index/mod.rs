@@ -34,7 +34,7 @@ use cder_classad::ast::{ClassAd, Expr};
 use cder_classad::value::Value;
 use cder_request::keys;
 
-use crate::bdii::offers::{every_offer, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
+use crate::bdii::offers::{every_offer, ClosedShare, Offer, Offers, RefusedClaim};
 use crate::bdii::query::{Fetched, Strategies, Wanted};
 use crate::listmatch::{best_per_ce, list_match, list_match_best, ranked, MatchResult, RankPreset, Request};
 use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
@@ -625,7 +625,7 @@ impl OfferIndex {
             ee_id: self.string(r.ee_id)?.map(str::to_string),
             schema: if r.flags & flag::GLUE13 != 0 { "GLUE1.3" } else { "GLUE2" },
             ad,
-            traits: OfferTraits::default(),
+            traits: Box::default(),
         })
     }
 
