@@ -383,7 +383,7 @@ mod tests {
                 ],
             )
         };
-        let snap = |hostile: bool| {
+        let fetched = |hostile: bool| {
             let mut entries = vec![gpu_environment(S1, "ee1"), share_info(S1, "q1_GPU", "GPU", "q1", "3")];
             if hostile {
                 entries.extend([
@@ -407,7 +407,7 @@ mod tests {
         };
         let prefixes = vec!["GPGPU".to_string(), "FPGA".to_string()];
         for hostile in [false, true] {
-            let o = build_offers(&snap(hostile), &prefixes, None);
+            let o = build_offers(&fetched(hostile), &prefixes, None);
             assert!(o.warnings.is_empty(), "{:?}", o.warnings);
             let ce1: Vec<_> = o.offers.iter().filter(|x| x.ce_id.starts_with("ce1.example.org")).collect();
             assert_eq!(ce1.len(), 1, "{:?}", o.offers);

@@ -154,8 +154,8 @@ fn host_port(url: &str) -> Option<&str> {
 struct Keep(Option<Vec<&'static str>>);
 
 impl Keep {
-    fn of(snap: &Fetched) -> Keep {
-        Keep(snap.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
+    fn of(fetched: &Fetched) -> Keep {
+        Keep(fetched.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
     }
 
     fn wants(&self, name: &str) -> bool {
@@ -514,15 +514,16 @@ struct Carriers<'a> {
 }
 
 impl<'a> Carriers<'a> {
-    /// Reads and files every carrier of `snap`; an unusable one keeps its slot,
+    /// Reads and files every carrier of `fetched`; an unusable one keeps its slot,
     /// its pairs None, and a warning says why.
-    fn read(snap: &'a Fetched, prefixes: &[String], grid: &Grid<'a>, warnings: &mut Vec<String>) -> Carriers<'a> {
-        let mut list: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
+    fn read(fetched: &'a Fetched, prefixes: &[String], grid: &Grid<'a>, warnings: &mut Vec<String>) -> Carriers<'a> {
+        let mut list: Vec<Carrier> = Vec::with_capacity(fetched.carriers.len());
         let dns = DnHashes::default();
-        let mut by_dn: ByDn = ByDn::with_capacity_and_hasher(snap.carriers.len(), Default::default());
-        let check = snap.extensions.is_empty();
-        let facts = read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, check, &grid.managers_by_id, &dns);
-        for (c, f) in snap.carriers.iter().zip(facts) {
+        let mut by_dn: ByDn = ByDn::with_capacity_and_hasher(fetched.carriers.len(), Default::default());
+        let check = fetched.extensions.is_empty();
+        let facts =
+            read_carriers(&fetched.carriers, &fetched.carrier_reads, prefixes, check, &grid.managers_by_id, &dns);
+        for (c, f) in fetched.carriers.iter().zip(facts) {
             let Some(id) = f.id else {
                 warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
                 continue;
@@ -541,7 +542,7 @@ impl<'a> Carriers<'a> {
             list.push(Carrier { entry: c, id, service, pairs, checked, share_id, ee, app_env });
         }
         let mut carriers = Carriers { list, by_dn, dns };
-        carriers.add_extensions(&snap.extensions, prefixes, warnings);
+        carriers.add_extensions(&fetched.extensions, prefixes, warnings);
         carriers.check(prefixes, warnings);
         carriers
     }
@@ -628,8 +629,8 @@ struct Grid<'a> {
 }
 
 impl<'a> Grid<'a> {
-    fn of(snap: &'a Fetched) -> Grid<'a> {
-        Grid { managers_by_id: snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect() }
+    fn of(fetched: &'a Fetched) -> Grid<'a> {
+        Grid { managers_by_id: fetched.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect() }
     }
 }
 
@@ -665,7 +666,7 @@ fn addr(e: &Entry) -> usize {
 
 impl<'c> Joined<'c> {
     fn join<'a: 'c>(
-        snap: &'a Fetched,
+        fetched: &'a Fetched,
         prefixes: &'c [String],
         carriers: &'c Carriers<'a>,
         grid: &Grid<'a>,
@@ -675,12 +676,12 @@ impl<'c> Joined<'c> {
             services: Services::default(),
             ee_pairs: HashMap::new(),
             open_anywhere: BTreeMap::new(),
-            policies: snap.policies.is_some(),
+            policies: fetched.policies.is_some(),
             shares: Vec::new(),
         };
-        joined.add_services(snap, carriers, grid);
-        joined.add_policies(snap.policies.as_deref().unwrap_or_default());
-        joined.shares = joined.place_shares(snap, carriers, grid);
+        joined.add_services(fetched, carriers, grid);
+        joined.add_policies(fetched.policies.as_deref().unwrap_or_default());
+        joined.shares = joined.place_shares(fetched, carriers, grid);
         for svc in &mut joined.services.list {
             svc.ees.sort_by_key(|&(id, _)| id);
             svc.endpoints.sort_by(|a, b| a.first("GLUE2EndpointID").cmp(&b.first("GLUE2EndpointID")));
@@ -691,14 +692,14 @@ impl<'c> Joined<'c> {
     }
 
     /// Managers, endpoints, and the EEs and AppEnvs with CDER data, by service.
-    fn add_services<'a: 'c>(&mut self, snap: &'a Fetched, carriers: &'c Carriers<'a>, grid: &Grid<'a>) {
+    fn add_services<'a: 'c>(&mut self, fetched: &'a Fetched, carriers: &'c Carriers<'a>, grid: &Grid<'a>) {
         let services = &mut self.services;
-        for m in &snap.managers {
+        for m in &fetched.managers {
             if let Some(key) = service_key(m, &grid.managers_by_id) {
                 services.slot(key).managers.push(m);
             }
         }
-        for e in &snap.endpoints {
+        for e in &fetched.endpoints {
             if let Some(key) = service_key(e, &grid.managers_by_id) {
                 services.slot(key).endpoints.push(e);
             }
@@ -751,11 +752,11 @@ impl<'c> Joined<'c> {
     /// together), so that the offers can then be built on several threads.
     fn place_shares<'a: 'c>(
         &mut self,
-        snap: &'a Fetched,
+        fetched: &'a Fetched,
         carriers: &'c Carriers<'a>,
         grid: &Grid<'a>,
     ) -> Vec<PlacedShare<'c>> {
-        let read = if snap.shares.is_empty() && carriers.list.len() == snap.carriers.len() {
+        let read = if fetched.shares.is_empty() && carriers.list.len() == fetched.carriers.len() {
             // Every carrier kept, each DN once (a fetch of keys on shares): the
             // shares are the carriers that are shares, each its own carrier, its service known.
             in_parts(&carriers.list, |_, part| {
@@ -766,8 +767,8 @@ impl<'c> Joined<'c> {
             })
         } else {
             let mut shares: Vec<&Entry> = Vec::new();
-            let mut seen: HashSet<Caseless> = HashSet::with_capacity(snap.shares.len() + snap.carriers.len());
-            for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
+            let mut seen: HashSet<Caseless> = HashSet::with_capacity(fetched.shares.len() + fetched.carriers.len());
+            for s in fetched.shares.iter().chain(fetched.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
                 if seen.insert(Caseless(&s.dn)) {
                     shares.push(s);
                 }
@@ -1208,18 +1209,18 @@ impl<'c> Joined<'c> {
     }
 }
 
-/// Stages 1 to 3: every GLUE 2.0 offer of `snap` that `audience` may use,
+/// Stages 1 to 3: every GLUE 2.0 offer of `fetched` that `audience` may use,
 /// undecided: each with the [`OfferTraits`] that settle it per job and VO.
-fn glue2_offers(snap: &Fetched, prefixes: &[String], audience: Audience) -> Offers {
+fn glue2_offers(fetched: &Fetched, prefixes: &[String], audience: Audience) -> Offers {
     let mut out = Offers::default();
-    let keep = Keep::of(snap);
-    let grid = Grid::of(snap);
-    let carriers = Carriers::read(snap, prefixes, &grid, &mut out.warnings);
-    let joined = Joined::join(snap, prefixes, &carriers, &grid);
+    let keep = Keep::of(fetched);
+    let grid = Grid::of(fetched);
+    let carriers = Carriers::read(fetched, prefixes, &grid, &mut out.warnings);
+    let joined = Joined::join(fetched, prefixes, &carriers, &grid);
     // Offers that differ only in what the job never looks at are built once: the
     // VO shares of a queue offering the same EE, when the job names nothing of the
     // share or its endpoint. The first (the one list-match would report) is kept.
-    let blind = snap.names.as_ref().is_some_and(share_blind);
+    let blind = fetched.names.as_ref().is_some_and(share_blind);
     joined.offers(&keep, audience, blind, &mut out);
     out
 }
@@ -1229,11 +1230,11 @@ fn glue2_offers(snap: &Fetched, prefixes: &[String], audience: Audience) -> Offe
 /// Joins follow the DN tree: a share, the EEs it names, their manager,
 /// Extensions and the MappingPolicies are matched within one
 /// ComputingService, because real top-level BDIIs reuse IDs across sites.
-pub fn build_offers(snap: &Fetched, prefixes: &[String], vo: Option<&str>) -> Offers {
-    let mut out = glue2_offers(snap, prefixes, Audience::Vo(vo));
-    settle(&mut out, vo, &Keep::of(snap));
+pub fn build_offers(fetched: &Fetched, prefixes: &[String], vo: Option<&str>) -> Offers {
+    let mut out = glue2_offers(fetched, prefixes, Audience::Vo(vo));
+    settle(&mut out, vo, &Keep::of(fetched));
     let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
-    glue13_offers(snap, prefixes, &glue2_ces, &mut out);
+    glue13_offers(fetched, prefixes, &glue2_ces, &mut out);
     sort_offers(&mut out.offers);
     out
 }
@@ -1243,9 +1244,9 @@ pub fn build_offers(snap: &Fetched, prefixes: &[String], vo: Option<&str>) -> Of
 /// recorded in each offer's [`OfferTraits`]: which VOs open each share, the
 /// keys of its EE and share, the vGPGPU counts, and the claims that contested
 /// CE IDs and GLUE 1.3 duplicates are settled by. What the index encodes.
-pub fn every_offer(snap: &Fetched, prefixes: &[String]) -> Offers {
-    let mut out = glue2_offers(snap, prefixes, Audience::EveryVo);
-    glue13_offers(snap, prefixes, &BTreeSet::new(), &mut out);
+pub fn every_offer(fetched: &Fetched, prefixes: &[String]) -> Offers {
+    let mut out = glue2_offers(fetched, prefixes, Audience::EveryVo);
+    glue13_offers(fetched, prefixes, &BTreeSet::new(), &mut out);
     sort_offers(&mut out.offers);
     out
 }
@@ -1380,22 +1381,22 @@ fn refuse_contested(out: &mut Offers) {
 /// Stage 3 for GLUE 1.3 (Tagged-Environment): one offer per GlueCE and
 /// SubCluster, but for the CEs of `glue2_ces` (a site publishing both
 /// schemas: its GLUE 2.0 offer wins).
-fn glue13_offers(snap: &Fetched, prefixes: &[String], glue2_ces: &BTreeSet<String>, out: &mut Offers) {
+fn glue13_offers(fetched: &Fetched, prefixes: &[String], glue2_ces: &BTreeSet<String>, out: &mut Offers) {
     // Every GLUE 1.3 offer is a GlueCE's.
-    if snap.glue13_ces.is_empty() {
+    if fetched.glue13_ces.is_empty() {
         return;
     }
-    let keep = Keep::of(snap);
+    let keep = Keep::of(fetched);
     let mut names = AdNames::default();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
-    for sc in &snap.subclusters {
+    for sc in &fetched.subclusters {
         for k in sc.all("GlueChunkKey") {
             if let Some(c) = k.strip_prefix("GlueClusterUniqueID=") {
                 subs_of_cluster.entry(c).or_default().push(sc);
             }
         }
     }
-    for ce in &snap.glue13_ces {
+    for ce in &fetched.glue13_ces {
         let Some(ce_id) = ce.first("GlueCEUniqueID").filter(|id| !id.trim().is_empty()) else {
             out.warnings.push(format!("{}: skipped: no GlueCEUniqueID", ce.dn));
             continue;
@@ -1568,16 +1569,16 @@ mod tests {
     /// service's CE ID (and its own queue), and a GPU EE of its own.
     fn site_with_hostile_share(hostile_ce_id: &str) -> Fetched {
         let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
-        let mut snap = site(&gpu);
-        snap.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
+        let mut fetched = site(&gpu);
+        fetched.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
         let mut ee2 = vec![
             ("objectClass", "GLUE2ExecutionEnvironment"),
             ("GLUE2ResourceID", "ee2"),
             ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2"),
         ];
         ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
-        snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
-        snap.managers.push(Entry::from_pairs(
+        fetched.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
+        fetched.managers.push(Entry::from_pairs(
             "GLUE2ManagerID=m2,o=glue",
             [
                 ("objectClass", "GLUE2ComputingManager"),
@@ -1587,7 +1588,7 @@ mod tests {
             ],
         ));
         let claim = format!("CREAMCEId={hostile_ce_id}");
-        snap.shares.push(Entry::from_pairs(
+        fetched.shares.push(Entry::from_pairs(
             "GLUE2ShareID=q2,o=glue",
             [
                 ("objectClass", "GLUE2ComputingShare"),
@@ -1598,7 +1599,7 @@ mod tests {
                 ("GLUE2EntityOtherInfo", claim.as_str()),
             ],
         ));
-        snap.endpoints.push(Entry::from_pairs(
+        fetched.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e2,o=glue",
             [
                 ("GLUE2EndpointID", "e2"),
@@ -1606,7 +1607,7 @@ mod tests {
                 ("GLUE2EndpointServiceForeignKey", "s2"),
             ],
         ));
-        snap
+        fetched
     }
 
     fn policy(vo: &str, share: &str) -> Entry {
@@ -1617,12 +1618,12 @@ mod tests {
         )
     }
 
-    fn joined<R>(snap: &Fetched, then: impl FnOnce(&Joined, Vec<String>) -> R) -> R {
-        let grid = Grid::of(snap);
+    fn joined<R>(fetched: &Fetched, then: impl FnOnce(&Joined, Vec<String>) -> R) -> R {
+        let grid = Grid::of(fetched);
         let mut warnings = Vec::new();
         let prefixes = prefixes();
-        let carriers = Carriers::read(snap, &prefixes, &grid, &mut warnings);
-        then(&Joined::join(snap, &prefixes, &carriers, &grid), warnings)
+        let carriers = Carriers::read(fetched, &prefixes, &grid, &mut warnings);
+        then(&Joined::join(fetched, &prefixes, &carriers, &grid), warnings)
     }
 
     /// Stage 1: one carrier per DN (the first entry wins), an Extension's key
@@ -1630,10 +1631,10 @@ mod tests {
     /// entity unusable, with a warning naming it.
     #[test]
     fn carriers_are_read_once_per_dn_with_their_extensions() {
-        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]);
-        let mut again = snap.carriers[0].clone();
+        let mut fetched = site(&["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]);
+        let mut again = fetched.carriers[0].clone();
         again.set("glue2entityotherinfo", vec!["GPGPUVendor=AMD".into()]);
-        snap.carriers.push(again);
+        fetched.carriers.push(again);
         let ext = |v: &str| {
             Entry::from_pairs(
                 "GLUE2ExtensionLocalID=x,GLUE2ResourceID=ee1,o=glue",
@@ -1644,10 +1645,10 @@ mod tests {
                 ],
             )
         };
-        snap.extensions = vec![ext("4096")];
+        fetched.extensions = vec![ext("4096")];
         let mut warnings = Vec::new();
-        let grid = Grid::of(&snap);
-        let c = Carriers::read(&snap, &prefixes(), &grid, &mut warnings);
+        let grid = Grid::of(&fetched);
+        let c = Carriers::read(&fetched, &prefixes(), &grid, &mut warnings);
         assert_eq!(c.list.len(), 1, "{warnings:?}");
         let pairs = c.list[0].pairs.as_deref().expect("usable");
         assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(v)) if &**v == "Nvidia"), "the first entry wins");
@@ -1655,9 +1656,9 @@ mod tests {
         assert!(warnings.is_empty(), "{warnings:?}");
         assert!(c.at_dn("glue2resourceid=EE1,o=glue").is_some(), "DNs compare as LDAP does");
         // The same key in OtherInfo and an Extension, with two values.
-        snap.carriers[0].push("GLUE2EntityOtherInfo", "GPGPUMainMemorySize=8192".into());
-        let grid = Grid::of(&snap);
-        let c = Carriers::read(&snap, &prefixes(), &grid, &mut warnings);
+        fetched.carriers[0].push("GLUE2EntityOtherInfo", "GPGPUMainMemorySize=8192".into());
+        let grid = Grid::of(&fetched);
+        let c = Carriers::read(&fetched, &prefixes(), &grid, &mut warnings);
         assert!(c.list[0].pairs.is_none());
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GPGPUMainMemorySize"), "{warnings:?}");
@@ -1669,14 +1670,14 @@ mod tests {
     /// to every VO at once.
     #[test]
     fn services_join_their_managers_endpoints_ees_and_policies() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
         let stray = [("GLUE2ResourceID", "ee9"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m9")];
         let mut stray = Entry::from_pairs("GLUE2ResourceID=ee9,o=glue", stray);
         stray.push("objectClass", "GLUE2ExecutionEnvironment".into());
         stray.push("GLUE2EntityOtherInfo", "GPGPUVendor=Nvidia".into());
-        snap.carriers.push(stray);
-        snap.policies = Some(vec![policy("atlas", "q1")]);
-        joined(&snap, |j, warnings| {
+        fetched.carriers.push(stray);
+        fetched.policies = Some(vec![policy("atlas", "q1")]);
+        joined(&fetched, |j, warnings| {
             assert!(warnings.is_empty(), "{warnings:?}");
             assert_eq!(j.shares.len(), 1);
             let svc = &j.services.list[j.shares[0].service];
@@ -1696,9 +1697,9 @@ mod tests {
     /// why; one VO's build leaves out the shares closed to it, and says so.
     #[test]
     fn offers_are_built_for_their_audience_with_their_traits() {
-        let mut snap = site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu");
-        snap.policies = Some(vec![policy("atlas", "q1"), policy("cms", "q2")]);
-        joined(&snap, |j, _| {
+        let mut fetched = site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu");
+        fetched.policies = Some(vec![policy("atlas", "q1"), policy("cms", "q2")]);
+        joined(&fetched, |j, _| {
             let mut every = Offers::default();
             j.offers(&Keep(None), Audience::EveryVo, false, &mut every);
             assert_eq!(every.offers.len(), 2, "{:?}", every.offers);
@@ -1725,11 +1726,11 @@ mod tests {
     /// EEs); one job's build, whose fetch had those EEs, does not.
     #[test]
     fn a_share_with_keys_is_also_offered_alone_to_the_index() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        let mut share = snap.shares.remove(0);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        let mut share = fetched.shares.remove(0);
         share.push("GLUE2EntityOtherInfo", "GPGPUPerNode=2".into());
-        snap.carriers.push(share);
-        let every = every_offer(&snap, &prefixes());
+        fetched.carriers.push(share);
+        let every = every_offer(&fetched, &prefixes());
         let alone: Vec<&Offer> = every.offers.iter().filter(|o| o.traits.share_only).collect();
         assert_eq!((every.offers.len(), alone.len()), (2, 1), "{:?}", every.offers);
         assert_eq!(alone[0].ee_id, None);
@@ -1738,7 +1739,7 @@ mod tests {
             alone[0].traits.share_keys.as_deref().map(|k| k.iter().collect::<Vec<_>>()),
             Some(vec![&"GPGPUPerNode".to_string()])
         );
-        let live = build_offers(&snap, &prefixes(), None);
+        let live = build_offers(&fetched, &prefixes(), None);
         assert_eq!(live.offers.len(), 1);
         assert_eq!(live.offers[0].ee_id.as_deref(), Some("ee1"));
     }
@@ -1824,7 +1825,7 @@ mod tests {
         assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(_))));
         let bad = glue13_tags(&sc(&["rCUDATotalVGPGPU=-1"]), &prefixes()).unwrap_err();
         assert!(bad.contains("negative"), "{bad}");
-        let snap = Fetched {
+        let fetched = Fetched {
             subclusters: vec![sc(&["GPGPUVendor=Nvidia", "rCUDATotalVGPGPU=8"])],
             glue13_ces: vec![Entry::from_pairs(
                 "GlueCEUniqueID=ce,mds-vo-name=resource,o=grid",
@@ -1837,13 +1838,13 @@ mod tests {
             ..Default::default()
         };
         let mut out = Offers::default();
-        glue13_offers(&snap, &prefixes(), &BTreeSet::new(), &mut out);
+        glue13_offers(&fetched, &prefixes(), &BTreeSet::new(), &mut out);
         assert_eq!(out.offers.len(), 1, "{:?}", out.warnings);
         let t = &out.offers[0].traits;
         assert!(t.prefix_tagged && t.vgpgpu_tagged);
         assert_eq!((*t.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
         let mut out = Offers::default();
-        glue13_offers(&snap, &prefixes(), &BTreeSet::from(["ce".to_string()]), &mut out);
+        glue13_offers(&fetched, &prefixes(), &BTreeSet::from(["ce".to_string()]), &mut out);
         assert!(out.offers.is_empty());
     }
 
@@ -1872,8 +1873,8 @@ mod tests {
 
     #[test]
     fn an_arc_ce_is_named_by_its_rest_endpoint() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.endpoints.push(Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e-rest,o=glue",
             [
                 ("GLUE2EndpointID", "e-rest"),
@@ -1882,7 +1883,7 @@ mod tests {
                 ("GLUE2EndpointServiceForeignKey", "s1"),
             ],
         ));
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert_eq!(
             o.offers.iter().map(|x| x.ce_id.as_str()).collect::<Vec<_>>(),
             ["https://arc.example.org:8443/arex"]
@@ -1895,13 +1896,13 @@ mod tests {
     #[test]
     fn a_ce_id_claimed_by_two_services_that_neither_owns_is_left_out() {
         // Both shares fall back to the share ID "shared-id": no endpoint proves either.
-        let mut snap = site_with_hostile_share("x");
-        for sh in &mut snap.shares {
+        let mut fetched = site_with_hostile_share("x");
+        for sh in &mut fetched.shares {
             sh.remove("glue2entityotherinfo");
             sh.remove("glue2computingsharemappingqueue");
             sh.set("glue2shareid", vec!["shared-id".into()]);
         }
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(
             o.offers.iter().all(|x| x.ce_id != "shared-id"),
             "{:?}",
@@ -1943,9 +1944,9 @@ mod tests {
     fn a_share_without_any_ce_id_gives_no_offer() {
         // Found by the bdii_offers fuzz target: no endpoint URL, no CREAMCEId
         // and an empty GLUE2ShareID made an offer whose CE ID was "".
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.endpoints.clear();
-        snap.shares = vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.endpoints.clear();
+        fetched.shares = vec![Entry::from_pairs(
             "GLUE2ShareID=,o=glue",
             [
                 ("objectClass", "GLUE2ComputingShare"),
@@ -1954,7 +1955,7 @@ mod tests {
                 ("GLUE2ComputingShareMappingQueue", "gpu"),
             ],
         )];
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(
             o.offers.iter().all(|offer| !offer.ce_id.is_empty()),
             "{:?}",
@@ -2020,13 +2021,13 @@ mod tests {
             assert!(crate::bdii::carrier::cder_key(k).is_some());
         }
         let plain = site(&info);
-        let mut snap = site(&info);
+        let mut fetched = site(&info);
         let mut reads = CarrierReads::new(prefixes(), true);
-        let read = reads.read(&snap.carriers[0]);
+        let read = reads.read(&fetched.carriers[0]);
         assert!(read.is_none(), "read early with {} keys", info.len());
         reads.file(0, read);
-        snap.carrier_reads = reads;
-        let o = build_offers(&snap, &prefixes(), None);
+        fetched.carrier_reads = reads;
+        let o = build_offers(&fetched, &prefixes(), None);
         assert_eq!(o.offers.len(), 1, "{:?}", o.warnings);
         assert_eq!(format!("{o:?}"), format!("{:?}", build_offers(&plain, &prefixes(), None)));
     }
@@ -2061,25 +2062,25 @@ mod tests {
             let plain = site(info);
             let expected = format!("{:?}", build_offers(&plain, &prefixes(), None));
             for (with, at) in [(prefixes(), 0), (prefixes(), 1), (vec!["NPU".to_string()], 0)] {
-                let mut snap = site(info);
-                let mut reads = CarrierReads::new(with, snap.extensions.is_empty());
-                let read = reads.read(&snap.carriers[0]);
+                let mut fetched = site(info);
+                let mut reads = CarrierReads::new(with, fetched.extensions.is_empty());
+                let read = reads.read(&fetched.carriers[0]);
                 assert!(read.is_some(), "{info:?} not read early");
                 reads.file(at, read);
-                snap.carrier_reads = reads;
+                fetched.carrier_reads = reads;
                 if at == 1 {
                     // Filed for a carrier that is another entry: a copy of the first.
-                    snap.carriers.push(snap.carriers[0].clone());
-                    snap.carriers.swap(0, 1);
+                    fetched.carriers.push(fetched.carriers[0].clone());
+                    fetched.carriers.swap(0, 1);
                     let mut again = plain.clone();
                     again.carriers.push(again.carriers[0].clone());
                     assert_eq!(
-                        format!("{:?}", build_offers(&snap, &prefixes(), None)),
+                        format!("{:?}", build_offers(&fetched, &prefixes(), None)),
                         format!("{:?}", build_offers(&again, &prefixes(), None))
                     );
                     continue;
                 }
-                assert_eq!(format!("{:?}", build_offers(&snap, &prefixes(), None)), expected, "{info:?}");
+                assert_eq!(format!("{:?}", build_offers(&fetched, &prefixes(), None)), expected, "{info:?}");
             }
         }
     }
@@ -2104,15 +2105,15 @@ mod tests {
 
     #[test]
     fn shares_closed_to_the_vo_are_left_out() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.policies = Some(vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.policies = Some(vec![Entry::from_pairs(
             "GLUE2PolicyID=p,o=glue",
             [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")],
         )]);
-        assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
-        assert!(build_offers(&snap, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
-        snap.policies = Some(vec![]);
-        let o = build_offers(&snap, &prefixes(), Some("cms"));
+        assert_eq!(build_offers(&fetched, &prefixes(), Some("atlas")).offers.len(), 1);
+        assert!(build_offers(&fetched, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
+        fetched.policies = Some(vec![]);
+        let o = build_offers(&fetched, &prefixes(), Some("cms"));
         assert_eq!(o.offers.len(), 0);
         assert_eq!(o.closed_to_vo.len(), 1, "{:?}", o.closed_to_vo);
         assert_eq!((o.closed_to_vo[0].share_id.as_str(), o.closed_to_vo[0].vo.as_str()), ("q1", "cms"));
@@ -2143,8 +2144,8 @@ mod tests {
         let ok = build_offers(&site(&["GPGPUVendor=Nvidia", &format!("GPGPUTotalInstances={max}")]), &prefixes(), None);
         assert_eq!(ok.offers.len(), 1, "{:?}", ok.warnings);
         // The same in an Extension: its DN and the value attribute are named.
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.extensions = vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.extensions = vec![Entry::from_pairs(
             "GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue",
             [
                 ("GLUE2ExtensionKey", "GPGPUTotalInstances"),
@@ -2152,7 +2153,7 @@ mod tests {
                 ("GLUE2ExtensionEntityForeignKey", "ee1"),
             ],
         )];
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:")
@@ -2161,14 +2162,14 @@ mod tests {
             o.warnings
         );
         // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
-        let o = build_offers(&snap, &prefixes(), None);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
-        let o = build_offers(&snap, &prefixes(), None);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"),
@@ -2176,7 +2177,7 @@ mod tests {
             o.warnings
         );
         // GLUE 1.3 tags.
-        let snap = Fetched {
+        let fetched = Fetched {
             subclusters: vec![Entry::from_pairs(
                 "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
                 [
@@ -2192,7 +2193,7 @@ mod tests {
             )],
             ..Default::default()
         };
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"),
@@ -2203,14 +2204,14 @@ mod tests {
 
     #[test]
     fn offers_differing_only_in_what_the_job_ignores_are_built_once() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        let mut second = snap.shares[0].clone();
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        let mut second = fetched.shares[0].clone();
         second.dn = "GLUE2ShareID=q2,o=glue".into();
         second.set("glue2shareid", vec!["q2".into()]);
         second.set("glue2computingsharefreeslots", vec!["99".into()]);
-        snap.shares.push(second);
+        fetched.shares.push(second);
         let count = |names: Option<&[&str]>| {
-            let mut s = snap.clone();
+            let mut s = fetched.clone();
             s.names = names.map(|n| n.iter().map(|x| x.to_string()).collect());
             build_offers(&s, &prefixes(), None).offers
         };
@@ -2226,10 +2227,10 @@ mod tests {
 
     #[test]
     fn offers_carry_only_what_the_job_may_look_up_and_match_alike() {
-        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
-        let full = build_offers(&snap, &prefixes(), None).offers;
-        snap.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
-        let slim = build_offers(&snap, &prefixes(), None).offers;
+        let mut fetched = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
+        let full = build_offers(&fetched, &prefixes(), None).offers;
+        fetched.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
+        let slim = build_offers(&fetched, &prefixes(), None).offers;
         assert_eq!(full.len(), 1);
         assert_eq!(slim.len(), 1);
         assert!(full[0].ad.len() > 10, "{}", full[0].ad);

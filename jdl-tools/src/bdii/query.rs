@@ -749,7 +749,7 @@ impl Bdii {
 
     /// Stage 3 for `plans` (plus `extra` searches, whose entries are returned):
     /// one search per service; managers, endpoints, shares, policies and the
-    /// entities Extensions extend (as carriers) go into `snap`.
+    /// entities Extensions extend (as carriers) go into `fetched`.
     #[allow(clippy::too_many_arguments)]
     fn services(
         &mut self,
@@ -760,7 +760,7 @@ impl Bdii {
         attrs: &[String],
         extra: Vec<Search>,
         seen: &mut HashSet<String>,
-        snap: &mut Fetched,
+        fetched: &mut Fetched,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
         let mut pending = Vec::new();
@@ -781,7 +781,7 @@ impl Bdii {
         pending.extend(self.spawn_all(extra));
         let mut results = self.join_all(pending)?;
         let rest = results.split_off(n);
-        absorb_services(plans, results, seen, snap, policies);
+        absorb_services(plans, results, seen, fetched, policies);
         Ok(rest.into_iter().flatten().collect())
     }
 
@@ -929,13 +929,13 @@ fn glue13_searches(plan: &FetchPlan, subclusters: &[Entry]) -> Vec<Search> {
 }
 
 /// Files the answers of [`Bdii::service_searches`] (in `plans` order) into
-/// `snap`: managers, endpoints, shares, policies, and the entities
+/// `fetched`: managers, endpoints, shares, policies, and the entities
 /// Extensions extend (as carriers).
 fn absorb_services(
     plans: &BTreeMap<String, ServicePlan>,
     results: Vec<Vec<Entry>>,
     seen: &mut HashSet<String>,
-    snap: &mut Fetched,
+    fetched: &mut Fetched,
     policies: &mut Vec<Entry>,
 ) {
     for (plan, entries) in plans.values().zip(results) {
@@ -944,16 +944,16 @@ fn absorb_services(
                 continue;
             }
             if e.is_a("GLUE2ComputingManager") {
-                snap.managers.push(e);
+                fetched.managers.push(e);
             } else if e.is_a("GLUE2ComputingEndpoint") {
-                snap.endpoints.push(e);
+                fetched.endpoints.push(e);
             } else if e.is_a("GLUE2MappingPolicy") {
                 policies.push(e);
             } else if entity_id(&e).is_some_and(|id| plan.ids.iter().any(|ids| ids.contains(&id))) {
                 // An entity its Extensions extend: a carrier.
-                snap.carriers.push(e);
+                fetched.carriers.push(e);
             } else if e.is_a("GLUE2ComputingShare") {
-                snap.shares.push(e);
+                fetched.shares.push(e);
             }
         }
     }
