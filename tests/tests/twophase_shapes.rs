@@ -204,7 +204,7 @@ fn cders_ldap_reader_and_ldap3_fetch_the_same_entries() {
         return;
     }
     use cder_jdl::bdii::query::Entry;
-    use cder_jdl::bdii::{Bdii, QueryOptions, Fetched, Wanted};
+    use cder_jdl::bdii::{Bdii, Fetched, QueryOptions, Wanted};
     for spec in [
         SnapshotSpec { glue13: true, ..spec(Placement::ExecutionEnvironments, Strategy::AttributeExtension) },
         spec(Placement::Shares, Strategy::ClassExtension),
