@@ -816,9 +816,9 @@ impl<'c> Joined<'c> {
     }
 
     /// The VOs that open the share, in its service or anywhere.
-    fn open_to(&self, svc: &Service, share_id: &str) -> BTreeSet<String> {
+    fn open_to<'s>(&'s self, svc: &'s Service<'s>, share_id: &str) -> impl Iterator<Item = &'s str> + 's {
         let vos = svc.open_to.get(share_id).into_iter().chain(self.open_anywhere.get(share_id));
-        vos.flatten().map(|v| v.to_string()).collect()
+        vos.flatten().copied()
     }
 }
 /// The services of a fetch, each met once by its [`ServiceRef`].
@@ -949,13 +949,17 @@ struct PartCache<'c> {
 }
 
 impl<'c> PartCache<'c> {
-    /// The keys of `pairs` as one shared set: most carriers of a grid have the
-    /// same keys, so a set is made once per thread, not once per offer.
+    /// The keys of `pairs` as one shared set.
     fn keys(&mut self, pairs: impl IntoIterator<Item = &'c Pairs<&'c str>>) -> Arc<BTreeSet<String>> {
+        self.shared(pairs.into_iter().flat_map(|p| p.keys().copied()))
+    }
+
+    /// `items` as one shared set: most carriers of a grid have the same keys,
+    /// most shares are open to the same VOs, so a set is made once per
+    /// thread, not once per offer.
+    fn shared(&mut self, items: impl IntoIterator<Item = &'c str>) -> Arc<BTreeSet<String>> {
         self.scratch.clear();
-        for p in pairs {
-            self.scratch.extend(p.keys().copied());
-        }
+        self.scratch.extend(items);
         self.scratch.sort_unstable();
         self.scratch.dedup();
         if let Some(set) = self.key_sets.get(self.scratch.as_slice()) {
@@ -1004,7 +1008,8 @@ impl<'c> Joined<'c> {
             let mut got = ShareOffers::default();
             let mut cache = PartCache::default();
             for &share in part {
-                let Some(d) = self.draft(share, audience, &mut got) else { continue };
+                let Some(mut d) = self.draft(share, audience, &mut got) else { continue };
+                d.open_to = cache.shared(self.open_to(d.svc, d.share.id));
                 self.offers_of(&d, keep, blind, &mut cache, &mut got);
             }
             got
@@ -1090,8 +1095,20 @@ impl<'c> Joined<'c> {
                 svc.key.split_once(':').map_or(&*svc.key, |(_, k)| k)
             )
         });
-        let (dn, open_to) = (Arc::from(e.dn.as_str()), Arc::new(self.open_to(svc, share.id)));
-        Some(ShareDraft { share, svc, ees, queue, endpoint, manager, ce_id, proven, refused, dn, open_to })
+        let dn = Arc::from(e.dn.as_str());
+        Some(ShareDraft {
+            share,
+            svc,
+            ees,
+            queue,
+            endpoint,
+            manager,
+            ce_id,
+            proven,
+            refused,
+            dn,
+            open_to: Arc::default(),
+        })
     }
 
     /// The offers of one share: one per EE it offers (else the share alone),
@@ -1689,7 +1706,7 @@ mod tests {
             assert!(j.open(svc, "q1", Audience::Vo(None)), "a policy names it");
             assert!(!j.open(svc, "q2", Audience::Vo(None)), "no policy names it");
             assert!(j.open(svc, "q2", Audience::EveryVo));
-            assert_eq!(j.open_to(svc, "q1"), BTreeSet::from(["atlas".to_string()]));
+            assert_eq!(j.open_to(svc, "q1").collect::<Vec<_>>(), ["atlas"]);
         });
     }
 
