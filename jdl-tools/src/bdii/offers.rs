@@ -60,10 +60,18 @@ pub struct Offer {
     pub schema: &'static str,
     /// The ClassAd.
     pub ad: ClassAd,
-    /// What settles it per job and VO (default for an offer read back from
-    /// the index, which has settled them). Boxed: offers are sorted and
-    /// moved whole, 10^4 of them per build.
-    pub traits: Box<OfferTraits>,
+    /// What settles it per job and VO ([`Offer::traits`]); None for an offer
+    /// read back from the index, which has settled them. Boxed: offers are
+    /// sorted and moved whole, 10^4 of them per build.
+    pub traits: Option<Box<OfferTraits>>,
+}
+
+impl Offer {
+    /// What settles it per job and VO (an offer read back from the index: none, all settled).
+    pub fn traits(&self) -> &OfferTraits {
+        static SETTLED: std::sync::OnceLock<OfferTraits> = std::sync::OnceLock::new();
+        self.traits.as_deref().unwrap_or_else(|| SETTLED.get_or_init(OfferTraits::default))
+    }
 }
 
 /// Offers and the warnings met while building them.
@@ -1023,7 +1031,9 @@ impl<'c> Joined<'c> {
                     continue;
                 }
                 let mut offer = b.offer;
-                offer.traits.seq = out.offers.len();
+                if let Some(t) = offer.traits.as_mut() {
+                    t.seq = out.offers.len();
+                }
                 out.offers.push(offer);
             }
         }
@@ -1134,7 +1144,7 @@ impl<'c> Joined<'c> {
                 continue;
             }
             let ad = self.ad_of(d, ee, keep, &mut cache.names);
-            let traits = Box::new(self.traits_of(d, ee, cache));
+            let traits = Some(Box::new(self.traits_of(d, ee, cache)));
             let offer = Offer {
                 ce_id: d.ce_id.clone(),
                 queue: d.queue.map(str::to_string),
@@ -1328,12 +1338,12 @@ fn settle(out: &mut Offers, vo: Option<&str>, keep: &Keep) {
     let mut refused: HashSet<(String, Arc<str>)> = HashSet::new();
     let offers = std::mem::take(&mut out.offers);
     for o in offers {
-        if let Some(reason) = &o.traits.refused {
-            if refused.insert((o.ce_id.clone(), o.traits.share_dn.clone())) {
-                let share = o.traits.share_dn.to_string();
+        if let Some(reason) = &o.traits().refused {
+            if refused.insert((o.ce_id.clone(), o.traits().share_dn.clone())) {
+                let share = o.traits().share_dn.to_string();
                 out.refused_claims.push(RefusedClaim { ce_id: o.ce_id.clone(), share, reason: reason.clone() });
             }
-        } else if !o.traits.share_only {
+        } else if !o.traits().share_only {
             out.offers.push(o);
         }
     }
@@ -1349,7 +1359,7 @@ fn settle(out: &mut Offers, vo: Option<&str>, keep: &Keep) {
 /// The service's vGPGPU counts and methods, and the job's VO's `access` rule,
 /// on a GLUE 2.0 offer's ad (only what `keep` wants).
 fn add_job_view(o: &mut Offer, access: Option<&Expr>, keep: &Keep) {
-    let t = &o.traits;
+    let Some(t) = o.traits.as_deref() else { return };
     for (k, v) in t.vgpgpu.iter().filter(|(k, _)| keep.wants(k)) {
         o.ad.insert(k, Expr::Lit(v.clone()));
     }
@@ -1372,8 +1382,8 @@ fn refuse_contested(out: &mut Offers) {
     // Per CE ID, the first service met offering it, and whether another one does too.
     let mut services_of: HashMap<&str, (&Arc<str>, bool)> = HashMap::with_capacity(out.offers.len());
     for o in &out.offers {
-        let seen = services_of.entry(o.ce_id.as_str()).or_insert((&o.traits.service, false));
-        seen.1 |= seen.0 != &o.traits.service;
+        let seen = services_of.entry(o.ce_id.as_str()).or_insert((&o.traits().service, false));
+        seen.1 |= seen.0 != &o.traits().service;
     }
     let contested: BTreeSet<String> =
         services_of.iter().filter(|(_, (_, several))| *several).map(|(id, _)| id.to_string()).collect();
@@ -1383,12 +1393,12 @@ fn refuse_contested(out: &mut Offers) {
     let mut refused: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
     let offers = std::mem::take(&mut out.offers);
     for offer in offers {
-        if !contested.contains(&offer.ce_id) || offer.traits.proven {
+        if !contested.contains(&offer.ce_id) || offer.traits().proven {
             out.offers.push(offer);
-        } else if refused.insert((offer.ce_id.clone(), offer.traits.share_dn.clone())) {
+        } else if refused.insert((offer.ce_id.clone(), offer.traits().share_dn.clone())) {
             out.refused_claims.push(RefusedClaim {
                 ce_id: offer.ce_id.clone(),
-                share: offer.traits.share_dn.to_string(),
+                share: offer.traits().share_dn.to_string(),
                 reason: "published by several services, and this share's service does not own it".into(),
             });
         }
@@ -1439,8 +1449,7 @@ fn glue13_offers(fetched: &Fetched, prefixes: &[String], glue2_ces: &BTreeSet<St
             }
             let mut ad = Ad::new(&keep, &mut names);
             glue13_ad(&mut ad, ce_id, ce, sc, pairs, tags);
-            let mut traits = Box::new(glue13_traits(ce, sc, prefixes));
-            traits.seq = out.offers.len();
+            let traits = Some(Box::new(OfferTraits { seq: out.offers.len(), ..glue13_traits(ce, sc, prefixes) }));
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),
@@ -1723,13 +1732,13 @@ mod tests {
             assert!(every.closed_to_vo.is_empty() && every.refused_claims.is_empty());
             let by_share = |id: &str| every.offers.iter().find(|o| o.share_id.as_deref() == Some(id)).unwrap();
             let (own, hostile) = (by_share("q1"), by_share("q2"));
-            assert!(own.traits.proven && own.traits.refused.is_none());
-            assert!(!hostile.traits.proven);
-            assert!(hostile.traits.refused.as_deref().is_some_and(|r| r.contains("s2")), "{:?}", hostile.traits);
-            assert_eq!((*own.traits.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
-            assert_eq!(&*hostile.traits.share_dn, "GLUE2ShareID=q2,o=glue");
-            assert_eq!([own.traits.seq, hostile.traits.seq], [0, 1]);
-            assert_eq!(own.traits.ee_keys.iter().collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+            assert!(own.traits().proven && own.traits().refused.is_none());
+            assert!(!hostile.traits().proven);
+            assert!(hostile.traits().refused.as_deref().is_some_and(|r| r.contains("s2")), "{:?}", hostile.traits());
+            assert_eq!((*own.traits().open_to).clone(), BTreeSet::from(["atlas".to_string()]));
+            assert_eq!(&*hostile.traits().share_dn, "GLUE2ShareID=q2,o=glue");
+            assert_eq!([own.traits().seq, hostile.traits().seq], [0, 1]);
+            assert_eq!(own.traits().ee_keys.iter().collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
             let mut atlas = Offers::default();
             j.offers(&Keep(None), Audience::Vo(Some("atlas")), false, &mut atlas);
             assert_eq!(atlas.offers.iter().map(|o| o.share_id.as_deref()).collect::<Vec<_>>(), [Some("q1")]);
@@ -1748,12 +1757,12 @@ mod tests {
         share.push("GLUE2EntityOtherInfo", "GPGPUPerNode=2".into());
         fetched.carriers.push(share);
         let every = every_offer(&fetched, &prefixes());
-        let alone: Vec<&Offer> = every.offers.iter().filter(|o| o.traits.share_only).collect();
+        let alone: Vec<&Offer> = every.offers.iter().filter(|o| o.traits().share_only).collect();
         assert_eq!((every.offers.len(), alone.len()), (2, 1), "{:?}", every.offers);
         assert_eq!(alone[0].ee_id, None);
-        assert_eq!(alone[0].traits.ee_keys.iter().collect::<Vec<_>>(), ["GPGPUVendor"]);
+        assert_eq!(alone[0].traits().ee_keys.iter().collect::<Vec<_>>(), ["GPGPUVendor"]);
         assert_eq!(
-            alone[0].traits.share_keys.as_deref().map(|k| k.iter().collect::<Vec<_>>()),
+            alone[0].traits().share_keys.as_deref().map(|k| k.iter().collect::<Vec<_>>()),
             Some(vec![&"GPGPUPerNode".to_string()])
         );
         let live = build_offers(&fetched, &prefixes(), None);
@@ -1774,7 +1783,7 @@ mod tests {
             ee_id: None,
             schema: "GLUE2",
             ad,
-            traits: Box::new(traits),
+            traits: Some(Box::new(traits)),
         }
     }
 
@@ -1857,7 +1866,7 @@ mod tests {
         let mut out = Offers::default();
         glue13_offers(&fetched, &prefixes(), &BTreeSet::new(), &mut out);
         assert_eq!(out.offers.len(), 1, "{:?}", out.warnings);
-        let t = &out.offers[0].traits;
+        let t = out.offers[0].traits();
         assert!(t.prefix_tagged && t.vgpgpu_tagged);
         assert_eq!((*t.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
         let mut out = Offers::default();

@@ -172,7 +172,7 @@ mod tests {
             ee_id: ee.map(Into::into),
             schema: "GLUE2",
             ad: ClassAd::new(),
-            traits: Default::default(),
+            traits: None,
         };
         let offers = Offers {
             offers: vec![offer("a:1/q", Some("q\"1"), Some("ee")), offer("b\n", None, None)],

@@ -625,7 +625,7 @@ impl OfferIndex {
             ee_id: self.string(r.ee_id)?.map(str::to_string),
             schema: if r.flags & flag::GLUE13 != 0 { "GLUE1.3" } else { "GLUE2" },
             ad,
-            traits: Box::default(),
+            traits: None,
         })
     }
 

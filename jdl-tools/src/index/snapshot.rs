@@ -302,7 +302,7 @@ pub(crate) fn encode(offers: &Offers, meta_json: &[u8]) -> Vec<u8> {
 fn hot_strings(offers: &Offers) -> Strings {
     let mut strings = Strings::default();
     for o in &offers.offers {
-        let t = &o.traits;
+        let t = o.traits();
         let names = t.open_to.iter().chain(t.ee_keys.iter()).chain(t.share_keys.iter().flat_map(|k| k.iter()));
         for s in names.chain(t.apps.iter()).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
             strings.id(s);
@@ -346,7 +346,7 @@ impl Encoder {
 
     /// An offer's record: its IDs, its traits' strings and lists, its flags.
     fn record(&mut self, o: &Offer) {
-        let t = &o.traits;
+        let t = o.traits();
         let open_to = self.ids(&t.open_to);
         let ee_keys = self.ids(&t.ee_keys);
         let share_keys = t.share_keys.as_ref().map(|k| self.ids(k));
