@@ -1004,8 +1004,9 @@ struct ShareDraft<'c> {
     /// Why its claim to `ce_id` is refused.
     refused: Option<String>,
     /// Its DN and the VOs that open it, shared by its offers' traits.
-    dn: Arc<str>,
-    open_to: Arc<BTreeSet<String>>,
+    /// Made once an offer of the share is built (VO shares a job cannot tell apart are not).
+    dn: Option<Arc<str>>,
+    open_to: Option<Arc<BTreeSet<String>>>,
 }
 
 impl<'c> Joined<'c> {
@@ -1017,8 +1018,7 @@ impl<'c> Joined<'c> {
             let mut cache = PartCache::default();
             for &share in part {
                 let Some(mut d) = self.draft(share, audience, &mut got) else { continue };
-                d.open_to = cache.shared(self.open_to(d.svc, d.share.id));
-                self.offers_of(&d, keep, blind, &mut cache, &mut got);
+                self.offers_of(&mut d, keep, blind, &mut cache, &mut got);
             }
             got
         });
@@ -1105,20 +1105,7 @@ impl<'c> Joined<'c> {
                 svc.key.split_once(':').map_or(&*svc.key, |(_, k)| k)
             )
         });
-        let dn = Arc::from(e.dn.as_str());
-        Some(ShareDraft {
-            share,
-            svc,
-            ees,
-            queue,
-            endpoint,
-            manager,
-            ce_id,
-            proven,
-            refused,
-            dn,
-            open_to: Arc::default(),
-        })
+        Some(ShareDraft { share, svc, ees, queue, endpoint, manager, ce_id, proven, refused, dn: None, open_to: None })
     }
 
     /// The offers of one share: one per EE it offers (else the share alone),
@@ -1126,7 +1113,7 @@ impl<'c> Joined<'c> {
     /// too (what a job whose keys fetch the share and none of its EEs is offered).
     fn offers_of<'s>(
         &'s self,
-        d: &ShareDraft<'s>,
+        d: &mut ShareDraft<'s>,
         keep: &Keep,
         blind: bool,
         cache: &mut PartCache<'s>,
@@ -1142,6 +1129,10 @@ impl<'c> Joined<'c> {
                 .map(|e| (d.ce_id.clone(), addr(e)));
             if blind.as_ref().is_some_and(|key| !cache.built.insert(key.clone())) {
                 continue;
+            }
+            if d.dn.is_none() {
+                d.dn = Some(Arc::from(d.share.entry.dn.as_str()));
+                d.open_to = Some(cache.shared(self.open_to(d.svc, d.share.id)));
             }
             let ad = self.ad_of(d, ee, keep, &mut cache.names);
             let traits = Some(Box::new(self.traits_of(d, ee, cache)));
@@ -1222,8 +1213,8 @@ impl<'c> Joined<'c> {
         OfferTraits {
             service: d.svc.key.clone(),
             proven: d.proven,
-            share_dn: d.dn.clone(),
-            open_to: d.open_to.clone(),
+            share_dn: d.dn.clone().unwrap_or_default(),
+            open_to: d.open_to.clone().unwrap_or_default(),
             ee_dn,
             ee_keys,
             share_keys: d.share.pairs.map(|p| cache.keys([p])),
@@ -1260,8 +1251,11 @@ fn glue2_offers(fetched: &Fetched, prefixes: &[String], audience: Audience) -> O
 pub fn build_offers(fetched: &Fetched, prefixes: &[String], vo: Option<&str>) -> Offers {
     let mut out = glue2_offers(fetched, prefixes, Audience::Vo(vo));
     settle(&mut out, vo, &Keep::of(fetched));
-    let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
-    glue13_offers(fetched, prefixes, &glue2_ces, &mut out);
+    // Every GLUE 1.3 offer is a GlueCE's: the GLUE 2.0 CE IDs are gathered only when there are some.
+    if !fetched.glue13_ces.is_empty() {
+        let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
+        glue13_offers(fetched, prefixes, &glue2_ces, &mut out);
+    }
     sort_offers(&mut out.offers);
     out
 }
@@ -1336,17 +1330,18 @@ const ACCESS_RULE: &str = "GlueCEAccessControlBaseRule";
 /// service's vGPGPU counts and methods and the job's VO added to the ads.
 fn settle(out: &mut Offers, vo: Option<&str>, keep: &Keep) {
     let mut refused: HashSet<(String, Arc<str>)> = HashSet::new();
-    let offers = std::mem::take(&mut out.offers);
-    for o in offers {
-        if let Some(reason) = &o.traits().refused {
+    let mut claims = Vec::new();
+    out.offers.retain(|o| match &o.traits().refused {
+        Some(reason) => {
             if refused.insert((o.ce_id.clone(), o.traits().share_dn.clone())) {
                 let share = o.traits().share_dn.to_string();
-                out.refused_claims.push(RefusedClaim { ce_id: o.ce_id.clone(), share, reason: reason.clone() });
+                claims.push(RefusedClaim { ce_id: o.ce_id.clone(), share, reason: reason.clone() });
             }
-        } else if !o.traits().share_only {
-            out.offers.push(o);
+            false
         }
-    }
+        None => !o.traits().share_only,
+    });
+    out.refused_claims.extend(claims);
     refuse_contested(out);
     let access = vo
         .filter(|_| keep.wants(ACCESS_RULE))
