@@ -481,6 +481,7 @@ mod tests {
             ee_id: None,
             schema: "GLUE2",
             ad: ClassAd::parse(src).unwrap(),
+            traits: None,
         }
     }
 

@@ -32,7 +32,7 @@
 use std::fmt;
 
 use cder_request::keys::htcondor as htc;
-use cder_request::{keys, lrms as names, VgpgpuMethod, VgpgpuRequest};
+use cder_request::{keys, lrms as names, VgpgpuError, VgpgpuMethod, VgpgpuRequest};
 
 use cder_classad::ast::{ClassAd, Pos};
 use cder_classad::value::Value;
@@ -267,12 +267,16 @@ impl JobResources {
             Some(v) => return Err(err(method_key, format!("must be a string, not {v}"))),
         };
         let vgpgpus_per_node = device_count(src, keys::VIRTUAL_GPGPU_PER_NODE)?;
-        // One decision for every door (cder_request::VgpgpuRequest::read): no
-        // method means rCUDA; a method without a count is refused.
-        let vgpgpu_method = match (vgpgpus_per_node, method) {
-            (Some(_), m) => Some(m.unwrap_or(VgpgpuMethod::Rcuda).name().to_string()),
-            (None, Some(_)) => return Err(err(method_key, format!("needs {}", keys::VIRTUAL_GPGPU_PER_NODE))),
-            (None, None) => None,
+        // The decision every door shares (no method means rCUDA; a method without a
+        // count is refused) is cder_request's; the count and method were checked above,
+        // so that their own errors keep naming the key and value the JDL wrote.
+        let per_node = vgpgpus_per_node.map(|n| n.to_string());
+        let vgpgpu_method = match VgpgpuRequest::read(per_node.as_deref(), method.map(VgpgpuMethod::name)) {
+            Ok(r) => r.map(|r| r.method.name().to_string()),
+            Err(VgpgpuError::MethodWithoutCount) => {
+                return Err(err(method_key, format!("needs {}", keys::VIRTUAL_GPGPU_PER_NODE)))
+            }
+            Err(e) => return Err(err(keys::VIRTUAL_GPGPU_PER_NODE, e.to_string())),
         };
         let gpgpus = device_count(src, keys::GPGPU_PER_NODE)?;
         let request_gpus = device_count(src, htc::REQUEST_GPUS)?;

@@ -139,6 +139,16 @@ fn thesis_examples(strategy: &str, read_as: &[&str]) {
     assert_eq!(why.iter().map(|w| w.0.clone()).collect::<Vec<_>>(), [b.clone(), c.clone()], "{v}");
     assert_eq!(why[0].1, ["GPGPUMainMemorySize >= 4096 is false"], "{v}");
     assert_eq!(why[1].1, ["GPGPUVendor == \"Nvidia\" is false"], "{v}");
+    // Without --explain the JSON carries the same matches and no explanations (none were made).
+    let plain = list_match(
+        &url,
+        &args(&["--vo", VO]),
+        "[ Requirements = GPGPUVendor == \"Nvidia\" && GPGPUMainMemorySize >= 4096 ]",
+        d,
+    );
+    let p: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(p.get("excluded").is_none(), "{p}");
+    assert_eq!((&p["matches"], &p["closed_to_vo"], &p["offers"]), (&v["matches"], &v["closed_to_vo"], &v["offers"]));
 }
 
 #[test]

@@ -204,7 +204,7 @@ fn cders_ldap_reader_and_ldap3_fetch_the_same_entries() {
         return;
     }
     use cder_jdl::bdii::query::Entry;
-    use cder_jdl::bdii::{Bdii, QueryOptions, Snapshot, Wanted};
+    use cder_jdl::bdii::{Bdii, Fetched, QueryOptions, Wanted};
     for spec in [
         SnapshotSpec { glue13: true, ..spec(Placement::ExecutionEnvironments, Strategy::AttributeExtension) },
         spec(Placement::Shares, Strategy::ClassExtension),
@@ -218,7 +218,7 @@ fn cders_ldap_reader_and_ldap3_fetch_the_same_entries() {
             vo: Some(cder_tests::twophase::VO.into()),
             ..Default::default()
         };
-        let fetch = |url: &str| -> Snapshot {
+        let fetch = |url: &str| -> Fetched {
             let mut opts = QueryOptions::new(url);
             opts.page_size = 5;
             Bdii::connect(&opts).and_then(|mut b| b.fetch(&wanted)).unwrap_or_else(|e| panic!("{url}: {e}"))
@@ -229,7 +229,7 @@ fn cders_ldap_reader_and_ldap3_fetch_the_same_entries() {
             v.sort_by(|a, b| a.dn.cmp(&b.dn));
             v
         };
-        let classes = |s: &Snapshot| {
+        let classes = |s: &Fetched| {
             [&s.carriers, &s.extensions, &s.managers, &s.shares, &s.endpoints, &s.subclusters, &s.glue13_ces]
                 .map(|v| sorted(v))
         };

@@ -310,7 +310,7 @@ pub struct CarrierReads {
     check: bool,
     /// The shared copy of each key met ([`cder_key`]), without the lock.
     keys: HashMap<Box<str>, &'static str>,
-    /// Per carrier of the snapshot, in its order (None or missing: not read).
+    /// Per carrier of the fetch, in its order (None or missing: not read).
     reads: Vec<Option<EarlyRead>>,
 }
 
@@ -376,7 +376,7 @@ impl CarrierReads {
         Some(shared)
     }
 
-    /// Files `read` as the read of the snapshot's carrier number `at`.
+    /// Files `read` as the read of the fetch's carrier number `at`.
     pub fn file(&mut self, at: usize, read: Option<EarlyRead>) {
         if self.reads.len() <= at {
             self.reads.resize_with(at + 1, || None);

@@ -7,7 +7,7 @@ use std::sync::{OnceLock, RwLock};
 
 /// One LDAP entry: its DN and its values by attribute name.
 ///
-/// Compact: a grid's snapshot holds 10^4–10^5 of these, so the names are
+/// Compact: a grid's fetch holds 10^4–10^5 of these, so the names are
 /// interned (lower-cased, shared by every entry) and the values lie back to
 /// back in one string per entry (a share has some 40 values: one
 /// allocation each cost the scan a third of its decoding time).

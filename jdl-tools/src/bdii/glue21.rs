@@ -352,7 +352,7 @@ mod tests {
     /// its own counts (no lent ones, no "given twice" that would drop it).
     #[test]
     fn a_hostile_services_accelerator_info_lends_nothing_to_another_ce() {
-        use crate::bdii::{build_offers, Snapshot};
+        use crate::bdii::{build_offers, Fetched};
         use cder_classad::ast::Expr;
         use cder_classad::value::Value;
         let share = |service: &str, id: &str, host: &str| {
@@ -383,7 +383,7 @@ mod tests {
                 ],
             )
         };
-        let snap = |hostile: bool| {
+        let fetched = |hostile: bool| {
             let mut entries = vec![gpu_environment(S1, "ee1"), share_info(S1, "q1_GPU", "GPU", "q1", "3")];
             if hostile {
                 entries.extend([
@@ -397,7 +397,7 @@ mod tests {
                 [("objectClass", "GLUE2ExecutionEnvironment"), ("GLUE2ResourceID", "ee1")],
             );
             ee.set("glue2executionenvironmentcomputingmanagerforeignkey", vec!["m".into()]);
-            Snapshot {
+            Fetched {
                 carriers: vec![ee, share(S1, "q1", "ce1.example.org"), share(S2, "q2", "evil.example.net")],
                 extensions: as_extensions(entries),
                 managers: vec![manager(S1), manager(S2)],
@@ -407,7 +407,7 @@ mod tests {
         };
         let prefixes = vec!["GPGPU".to_string(), "FPGA".to_string()];
         for hostile in [false, true] {
-            let o = build_offers(&snap(hostile), &prefixes, None);
+            let o = build_offers(&fetched(hostile), &prefixes, None);
             assert!(o.warnings.is_empty(), "{:?}", o.warnings);
             let ce1: Vec<_> = o.offers.iter().filter(|x| x.ce_id.starts_with("ce1.example.org")).collect();
             assert_eq!(ce1.len(), 1, "{:?}", o.offers);

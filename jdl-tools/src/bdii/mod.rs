@@ -17,4 +17,4 @@ pub mod spelling;
 pub mod wire;
 
 pub use offers::{build_offers, ClosedShare, Offer, Offers};
-pub use query::{Bdii, BdiiError, QueryOptions, Snapshot, Strategies, Wanted};
+pub use query::{Bdii, BdiiError, Fetched, QueryOptions, Strategies, Wanted};

@@ -28,7 +28,7 @@ pub use crate::bdii::carrier::{typed, typed_checked};
 use crate::bdii::entry::Values;
 pub use crate::bdii::glue13::glue2_sources;
 use crate::bdii::glue13::{EE_COUNTS, EE_STRINGS, SHARE_COUNTS, SHARE_MINUTES, SHARE_STRINGS};
-use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Snapshot};
+use crate::bdii::query::{entity_id, parent_dn, service_dn, Entry, Fetched};
 use crate::bdii::spelling::{glue13_spelling, glue2_spelling};
 use crate::parts::in_parts;
 use cder_classad::ast::{ClassAd, Expr, Pos, Sym};
@@ -60,6 +60,18 @@ pub struct Offer {
     pub schema: &'static str,
     /// The ClassAd.
     pub ad: ClassAd,
+    /// What settles it per job and VO ([`Offer::traits`]); None for an offer
+    /// read back from the index, which has settled them. Boxed: offers are
+    /// sorted and moved whole, 10^4 of them per build.
+    pub traits: Option<Box<OfferTraits>>,
+}
+
+impl Offer {
+    /// What settles it per job and VO (an offer read back from the index: none, all settled).
+    pub fn traits(&self) -> &OfferTraits {
+        static SETTLED: std::sync::OnceLock<OfferTraits> = std::sync::OnceLock::new();
+        self.traits.as_deref().unwrap_or_else(|| SETTLED.get_or_init(OfferTraits::default))
+    }
 }
 
 /// Offers and the warnings met while building them.
@@ -144,14 +156,14 @@ fn host_port(url: &str) -> Option<&str> {
 }
 
 /// The offer attributes a job may look up (lower-cased, interned), from
-/// [`Snapshot::names`]; None: every attribute. Matching and ranking read
+/// [`Fetched::names`]; None: every attribute. Matching and ranking read
 /// nothing else, so an offer is built with those alone (a grid has 10^4
 /// offers of some 40 attributes each).
 struct Keep(Option<Vec<&'static str>>);
 
 impl Keep {
-    fn of(snap: &Snapshot) -> Keep {
-        Keep(snap.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
+    fn of(fetched: &Fetched) -> Keep {
+        Keep(fetched.names.as_ref().map(|names| names.iter().map(|n| crate::bdii::entry::intern(n)).collect()))
     }
 
     fn wants(&self, name: &str) -> bool {
@@ -327,7 +339,7 @@ fn manager_fk(e: &Entry) -> Option<&str> {
 }
 
 /// A DN as LDAP compares it (ASCII case folded), hashed and compared without
-/// a lower-cased copy: a grid's snapshot has 10^4–10^5 of them.
+/// a lower-cased copy: a grid's fetch has 10^4–10^5 of them.
 #[derive(Clone, Copy, Debug)]
 struct Caseless<'a>(&'a str);
 
@@ -488,28 +500,336 @@ impl std::hash::Hasher for PassThrough {
 /// Carriers by DN, each DN hashed before it is filed ([`HashedDn`]).
 type ByDn<'a> = std::collections::HashMap<HashedDn<'a>, usize, std::hash::BuildHasherDefault<PassThrough>>;
 
-/// What a run of shares gave: their offers and what was said of them, in
-/// the shares' order.
-#[derive(Default)]
-struct ShareOffers<'a> {
-    warnings: Vec<String>,
-    closed: Vec<ClosedShare>,
-    refused: Vec<RefusedClaim>,
-    offers: Vec<BuiltOffer<'a>>,
+/// Who offers are built for: a job of one VO (None: a job that names
+/// none), or every VO at once (the index's refresh, which settles each job's
+/// VO when it answers). A share closed to the job's VO is left out before it
+/// is built, and says nothing (warnings included) but that it is closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audience<'v> {
+    /// A job of this VO.
+    Vo(Option<&'v str>),
+    /// Every VO.
+    EveryVo,
 }
 
-/// One offer of a share, with what the merge of the parts needs.
-struct BuiltOffer<'a> {
-    offer: Offer,
-    /// The share-blind key `(CE ID, EE)` that dedupes it, when it has one.
-    blind: Option<(String, usize)>,
-    /// Its service, whether that service owns its CE ID, the share's DN.
-    claim: (usize, bool, &'a str),
-    /// For the index: its traits (`seq` set when merged).
-    traits: Option<OfferTraits>,
+/// The carriers of a fetch, one per DN, their CDER pairs merged from
+/// OtherInfo and Extensions and checked (stage 1 of the pipeline).
+struct Carriers<'a> {
+    list: Vec<Carrier<'a>>,
+    by_dn: ByDn<'a>,
+    /// How `by_dn`'s DNs were hashed.
+    dns: DnHashes,
 }
 
-/// The services of a snapshot, each met once by its [`ServiceRef`].
+impl<'a> Carriers<'a> {
+    /// Reads and files every carrier of `fetched`; an unusable one keeps its slot,
+    /// its pairs None, and a warning says why.
+    fn read(fetched: &'a Fetched, prefixes: &[String], grid: &Grid<'a>, warnings: &mut Vec<String>) -> Carriers<'a> {
+        let mut list: Vec<Carrier> = Vec::with_capacity(fetched.carriers.len());
+        let dns = DnHashes::default();
+        let mut by_dn: ByDn = ByDn::with_capacity_and_hasher(fetched.carriers.len(), Default::default());
+        let check = fetched.extensions.is_empty();
+        let facts =
+            read_carriers(&fetched.carriers, &fetched.carrier_reads, prefixes, check, &grid.managers_by_id, &dns);
+        for (c, f) in fetched.carriers.iter().zip(facts) {
+            let Some(id) = f.id else {
+                warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
+                continue;
+            };
+            // One carrier per DN: the first entry wins.
+            match by_dn.entry(f.dn) {
+                MapEntry::Occupied(_) => continue,
+                MapEntry::Vacant(slot) => slot.insert(list.len()),
+            };
+            let pairs = f
+                .read
+                .pairs
+                .map_err(|why| warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn)))
+                .ok();
+            let (service, checked, share_id, ee, app_env) = (f.service, f.read.checked, f.share_id, f.ee, f.app_env);
+            list.push(Carrier { entry: c, id, service, pairs, checked, share_id, ee, app_env });
+        }
+        let mut carriers = Carriers { list, by_dn, dns };
+        carriers.add_extensions(&fetched.extensions, prefixes, warnings);
+        carriers.check(prefixes, warnings);
+        carriers
+    }
+
+    /// The carrier filed under `dn`.
+    fn at_dn(&self, dn: &str) -> Option<&Carrier<'a>> {
+        self.by_dn.get(&self.dns.of(dn)).map(|&i| &self.list[i])
+    }
+
+    /// Extensions: a key set twice on one entity with different values is malformed;
+    /// the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
+    fn add_extensions(&mut self, extensions: &'a [Entry], prefixes: &[String], warnings: &mut Vec<String>) {
+        if extensions.is_empty() {
+            return;
+        }
+        // Carriers by (service, ID) and by ID alone, for Extensions not placed under their entity.
+        let mut by_service_id: HashMap<(Option<ServiceRef>, &str), Vec<usize>> = HashMap::new();
+        by_service_id.reserve(2 * self.list.len());
+        for (i, c) in self.list.iter().enumerate() {
+            by_service_id.entry((c.service, c.id)).or_default().push(i);
+            by_service_id.entry((None, c.id)).or_default().push(i);
+        }
+        // By carrier, merged in the carriers' order.
+        let mut from_ext: BTreeMap<usize, Pairs<&str>> = BTreeMap::new();
+        for x in extensions {
+            let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
+                warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
+                continue;
+            };
+            let parent = parent_dn(&x.dn).and_then(|p| self.by_dn.get(&self.dns.of(p)).copied());
+            let service = service_dn(&x.dn).map(|s| ServiceRef::Dn(Caseless(s)));
+            for fk in x.all("GLUE2ExtensionEntityForeignKey") {
+                // The entity above the Extension; else the one of that ID in its service; else,
+                // for an Extension outside any service, the only one of that ID anywhere (one
+                // inside a service speaks only for that service's entities).
+                let unique =
+                    |key: &(Option<ServiceRef>, &str)| by_service_id.get(key).filter(|v| v.len() == 1).map(|v| v[0]);
+                let target = parent
+                    .filter(|&p| self.list[p].id == fk)
+                    .or_else(|| unique(&(service, fk)))
+                    .or_else(|| unique(&(None, fk)).filter(|_| service.is_none()));
+                let Some(target) = target.filter(|&t| self.list[t].pairs.is_some()) else { continue };
+                if let Err(why) = add_pair(from_ext.entry(target).or_default(), k, v, prefixes) {
+                    warnings
+                        .push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
+                    self.list[target].pairs = None;
+                }
+            }
+        }
+        for (t, pairs) in from_ext {
+            let carrier = &mut self.list[t];
+            let Some(slot) = carrier.pairs.as_mut().map(Cow::to_mut) else { continue };
+            for (k, v) in pairs {
+                if let Some(old) = slot.get(k) {
+                    if old.identical(&v) != Some(true) {
+                        let dn = &carrier.entry.dn;
+                        warnings.push(format!("{dn}: skipped: {k} is {old} in OtherInfo but {v} in an Extension"));
+                        carrier.pairs = None;
+                        break;
+                    }
+                }
+                slot.insert(k, v);
+            }
+        }
+    }
+
+    /// The range checks of every carrier's pairs (made early when no Extension could add to them).
+    fn check(&mut self, prefixes: &[String], warnings: &mut Vec<String>) {
+        for c in &mut self.list {
+            let Some(pairs) = &c.pairs else { continue };
+            let checked = c.checked.take().unwrap_or_else(|| check_carrier(c.entry, pairs, prefixes));
+            if let Err(why) = checked {
+                warnings.push(format!("{}: skipped: {why}", c.entry.dn));
+                c.pairs = None;
+            }
+        }
+    }
+}
+
+/// The managers of a fetch by ID: what [`service_key`] follows for entities
+/// outside any service's DN tree.
+struct Grid<'a> {
+    managers_by_id: HashMap<&'a str, &'a Entry>,
+}
+
+impl<'a> Grid<'a> {
+    fn of(fetched: &'a Fetched) -> Grid<'a> {
+        Grid { managers_by_id: fetched.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect() }
+    }
+}
+
+/// A share met in a fetch, with its own CDER pairs (when it carries keys) and its service.
+#[derive(Clone, Copy)]
+struct PlacedShare<'c> {
+    entry: &'c Entry,
+    id: &'c str,
+    pairs: Option<&'c Pairs<&'c str>>,
+    service: usize,
+}
+
+/// Services, managers, endpoints, EEs, AppEnvs and MappingPolicies joined
+/// under each service's DN tree, and the shares placed in them (stage 2).
+struct Joined<'c> {
+    services: Services<'c>,
+    /// The CDER pairs of each offered EE, by the entry itself: an EE is one
+    /// entry per DN, and offers of a grid look them up 10^4 times.
+    ee_pairs: HashMap<usize, &'c Pairs<&'c str>>,
+    /// Policies outside any service: the VOs that open each share ID anywhere.
+    open_anywhere: BTreeMap<&'c str, BTreeSet<&'c str>>,
+    /// Whether the fetch read MappingPolicies at all (none read: every share is open).
+    policies: bool,
+    shares: Vec<PlacedShare<'c>>,
+    /// `<prefix>Vendor` with its prefix: a vendor's offers name it in their RTE list (`NvidiaGPGPU`).
+    vendors: Vec<(String, &'c str)>,
+}
+
+/// The address of an entry, what [`Joined::ee_pairs`] and the share-blind key use.
+fn addr(e: &Entry) -> usize {
+    std::ptr::from_ref(e) as usize
+}
+
+impl<'c> Joined<'c> {
+    fn join<'a: 'c>(
+        fetched: &'a Fetched,
+        prefixes: &'c [String],
+        carriers: &'c Carriers<'a>,
+        grid: &Grid<'a>,
+    ) -> Joined<'c> {
+        let mut joined = Joined {
+            vendors: prefixes.iter().map(|p| (format!("{p}Vendor"), p.as_str())).collect(),
+            services: Services::default(),
+            ee_pairs: HashMap::new(),
+            open_anywhere: BTreeMap::new(),
+            policies: fetched.policies.is_some(),
+            shares: Vec::new(),
+        };
+        joined.add_services(fetched, carriers, grid);
+        joined.add_policies(fetched.policies.as_deref().unwrap_or_default());
+        joined.shares = joined.place_shares(fetched, carriers, grid);
+        for svc in &mut joined.services.list {
+            svc.ees.sort_by_key(|&(id, _)| id);
+            svc.endpoints.sort_by(|a, b| a.first("GLUE2EndpointID").cmp(&b.first("GLUE2EndpointID")));
+            svc.shared_vgpgpu = svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            svc.shared_apps = svc.apps.iter().cloned().collect();
+        }
+        joined
+    }
+
+    /// Managers, endpoints, and the EEs and AppEnvs with CDER data, by service.
+    fn add_services<'a: 'c>(&mut self, fetched: &'a Fetched, carriers: &'c Carriers<'a>, grid: &Grid<'a>) {
+        let services = &mut self.services;
+        for m in &fetched.managers {
+            if let Some(key) = service_key(m, &grid.managers_by_id) {
+                services.slot(key).managers.push(m);
+            }
+        }
+        for e in &fetched.endpoints {
+            if let Some(key) = service_key(e, &grid.managers_by_id) {
+                services.slot(key).endpoints.push(e);
+            }
+        }
+        // In DN order (ties of EE IDs keep it).
+        let mut placed: Vec<&Carrier> =
+            carriers.list.iter().filter(|c| c.pairs.is_some() && c.service.is_some() && (c.ee || c.app_env)).collect();
+        placed.sort_by_cached_key(|c| c.entry.dn.to_ascii_lowercase());
+        for c in placed {
+            let (Some(pairs), Some(key), e) = (&c.pairs, c.service, c.entry) else { continue };
+            // An EE or AppEnv counts only under a manager the BDII publishes.
+            if !e.is_a("GLUE2ComputingShare") && services.get(key).is_none_or(|s| s.managers.is_empty()) {
+                continue;
+            }
+            let svc = services.slot(key);
+            if e.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(k)) {
+                svc.ees.push((id_of(e), e));
+                self.ee_pairs.insert(addr(e), pairs);
+            }
+            if e.is_a("GLUE2ApplicationEnvironment") {
+                let id = id_of(e).unwrap_or_default();
+                let method = e.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
+                svc.apps.insert(method.clone());
+                for (k, v) in &**pairs {
+                    if VGPGPU_KEYS.contains(k) {
+                        svc.vgpgpu.insert(format!("{k}_{method}"), v.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Policies: under their share (DN tree), else by the share IDs they name in their
+    /// service; a policy outside any service opens shares of that ID anywhere.
+    fn add_policies(&mut self, policies: &'c [Entry]) {
+        for p in policies {
+            let vos: Vec<&str> = p.all("GLUE2PolicyRule").iter().filter_map(|r| r.strip_prefix("VO:")).collect();
+            let open_to = match service_dn(&p.dn) {
+                Some(s) => &mut self.services.slot(ServiceRef::Dn(Caseless(s))).open_to,
+                None => &mut self.open_anywhere,
+            };
+            for share in p.all("GLUE2MappingPolicyShareForeignKey") {
+                open_to.entry(share).or_default().extend(vos.iter().copied());
+            }
+        }
+    }
+
+    /// Each share with its carrier and service, read on a few threads, then met in
+    /// order here (this makes the services' slots; a service's shares usually come
+    /// together), so that the offers can then be built on several threads.
+    fn place_shares<'a: 'c>(
+        &mut self,
+        fetched: &'a Fetched,
+        carriers: &'c Carriers<'a>,
+        grid: &Grid<'a>,
+    ) -> Vec<PlacedShare<'c>> {
+        let read = if fetched.shares.is_empty() && carriers.list.len() == fetched.carriers.len() {
+            // Every carrier kept, each DN once (a fetch of keys on shares): the
+            // shares are the carriers that are shares, each its own carrier, its service known.
+            in_parts(&carriers.list, |_, part| {
+                part.iter()
+                    .filter(|c| c.pairs.is_some())
+                    .filter_map(|c| Some((c.entry, c.share_id?, c.pairs.as_deref(), c.service?)))
+                    .collect::<Vec<_>>()
+            })
+        } else {
+            let mut shares: Vec<&Entry> = Vec::new();
+            let mut seen: HashSet<Caseless> = HashSet::with_capacity(fetched.shares.len() + fetched.carriers.len());
+            for s in fetched.shares.iter().chain(fetched.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
+                if seen.insert(Caseless(&s.dn)) {
+                    shares.push(s);
+                }
+            }
+            in_parts(&shares, |_, part| {
+                part.iter()
+                    .filter_map(|&share| {
+                        let share_id = share.first("GLUE2ShareID")?;
+                        let carrier = carriers.at_dn(&share.dn);
+                        if carrier.is_some_and(|c| c.pairs.is_none()) {
+                            return None;
+                        }
+                        let pairs = carrier.and_then(|c| c.pairs.as_deref());
+                        Some((share, share_id, pairs, service_key(share, &grid.managers_by_id)?))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let mut placed = Vec::with_capacity(read.iter().map(Vec::len).sum());
+        let mut last: Option<(ServiceRef, usize)> = None;
+        for (entry, id, pairs, key) in read.into_iter().flatten() {
+            let service = match last {
+                Some((k, i)) if k == key => i,
+                _ => self.services.index(key),
+            };
+            last = Some((key, service));
+            placed.push(PlacedShare { entry, id, pairs, service });
+        }
+        placed
+    }
+
+    /// The CDER prefix of a `<prefix>Vendor` key.
+    fn vendor_prefix(&self, key: &str) -> Option<&str> {
+        self.vendors.iter().find(|(k, _)| k == key).map(|&(_, p)| p)
+    }
+
+    /// Whether a job of `audience` may use the share (what its MappingPolicies open).
+    fn open(&self, svc: &Service, share_id: &str, audience: Audience) -> bool {
+        let vo = match audience {
+            Audience::EveryVo => return true,
+            Audience::Vo(vo) => vo,
+        };
+        let opens = |vos: Option<&BTreeSet<&str>>| vos.is_some_and(|vos| vo.is_none_or(|vo| vos.contains(vo)));
+        !self.policies || opens(svc.open_to.get(share_id)) || opens(self.open_anywhere.get(share_id))
+    }
+
+    /// The VOs that open the share, in its service or anywhere.
+    fn open_to<'s>(&'s self, svc: &'s Service<'s>, share_id: &str) -> impl Iterator<Item = &'s str> + 's {
+        let vos = svc.open_to.get(share_id).into_iter().chain(self.open_anywhere.get(share_id));
+        vos.flatten().copied()
+    }
+}
+/// The services of a fetch, each met once by its [`ServiceRef`].
 #[derive(Default)]
 struct Services<'a> {
     by_ref: HashMap<ServiceRef<'a>, usize>,
@@ -520,7 +840,7 @@ impl<'a> Services<'a> {
     fn index(&mut self, r: ServiceRef<'a>) -> usize {
         let list = &mut self.list;
         *self.by_ref.entry(r).or_insert_with(|| {
-            list.push(Service { key: r.key(), ..Service::default() });
+            list.push(Service { key: r.key().into(), ..Service::default() });
             list.len() - 1
         })
     }
@@ -539,7 +859,7 @@ impl<'a> Services<'a> {
 #[derive(Default)]
 struct Service<'a> {
     /// `dn:…` or `id:…` ([`ServiceRef::key`]).
-    key: String,
+    key: Arc<str>,
     managers: Vec<&'a Entry>,
     endpoints: Vec<&'a Entry>,
     /// EEs with CDER data.
@@ -548,33 +868,48 @@ struct Service<'a> {
     vgpgpu: BTreeMap<String, Value>,
     /// vGPGPU methods (RTE tags).
     apps: BTreeSet<String>,
-    /// Share IDs open to the job's VO.
-    open: BTreeSet<String>,
-    /// Per share ID, the VOs whose MappingPolicies open it (index builds).
-    open_to: BTreeMap<String, BTreeSet<String>>,
+    /// Per share ID its MappingPolicies name, the VOs they open it to.
+    open_to: BTreeMap<&'a str, BTreeSet<&'a str>>,
+    /// `vgpgpu` and `apps` as every offer of the service shares them.
+    shared_vgpgpu: Arc<[(String, Value)]>,
+    shared_apps: Arc<[String]>,
 }
 
-/// What the local index keeps of an offer beside its ad, so that one build
-/// over every VO and every CDER key answers as the live path's build for one
-/// job and one VO would (`crate::index`).
+impl Service<'_> {
+    /// The manager an EE names, else the service's first.
+    fn manager_of(&self, e: &Entry) -> Option<&Entry> {
+        let fk = manager_fk(e);
+        self.managers
+            .iter()
+            .find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk))
+            .or_else(|| self.managers.first())
+            .copied()
+    }
+}
+
+/// What settles an offer per job and VO beside its ad: what the live path
+/// decides for one job (and [`build_offers`] settles), and what the local
+/// index records so that one build over every VO and every CDER key answers
+/// as the live path's build for one job and one VO would (`crate::index`).
+/// Parts many offers share are shared, not copied.
 #[derive(Clone, Debug, Default)]
 pub struct OfferTraits {
     /// The ComputingService the offer belongs to (`dn:…` or `id:…`); GLUE 1.3: empty.
-    pub service: String,
+    pub service: Arc<str>,
     /// Whether that service owns the offer's CE ID (its endpoint names the host).
     pub proven: bool,
     /// The share's (GLUE 1.3: the GlueCE's) DN, for refused claims.
-    pub share_dn: String,
+    pub share_dn: Arc<str>,
     /// The VOs whose MappingPolicy rules (`VO:<name>`) open the share; GLUE
     /// 1.3: the CE's `GlueCEAccessControlBaseRule` `VO:` names.
-    pub open_to: BTreeSet<String>,
+    pub open_to: Arc<BTreeSet<String>>,
     /// The EE's DN, lower-cased: offers of one CE and EE are built once for a
     /// job that names nothing of the share.
-    pub ee_dn: Option<String>,
+    pub ee_dn: Option<Arc<str>>,
     /// The CDER keys of the EE (GLUE 1.3: the SubCluster's tag keys).
-    pub ee_keys: BTreeSet<String>,
+    pub ee_keys: Arc<BTreeSet<String>>,
     /// The CDER keys of the share itself (None: the share carries none).
-    pub share_keys: Option<BTreeSet<String>>,
+    pub share_keys: Option<Arc<BTreeSet<String>>>,
     /// GLUE 1.3: a tag starts or ends with a CDER prefix (`GPGPU…`, `NvidiaGPGPU`).
     pub prefix_tagged: bool,
     /// GLUE 1.3: a tag publishes a vGPGPU count (`rCUDATotalVGPGPU=8`).
@@ -584,39 +919,362 @@ pub struct OfferTraits {
     /// share and none of those EEs (`ee_keys`: all their keys).
     pub share_only: bool,
     /// GLUE 2.0: the service's vGPGPU counts (`TotalVGPGPU_rCUDA`), added for vGPGPU jobs.
-    pub vgpgpu: Vec<(String, Value)>,
+    pub vgpgpu: Arc<[(String, Value)]>,
     /// GLUE 2.0: the service's vGPGPU methods, added to the RTE list for vGPGPU jobs.
-    pub apps: Vec<String>,
+    pub apps: Arc<[String]>,
     /// Why the share's claim to its CE ID is refused (the offer is never
     /// shown; the claim is, when the share is open to the job's VO).
     pub refused: Option<String>,
-    /// The order the live build meets the offer in (refused claims are listed in it).
+    /// The order the build meets the offer in (refused claims are listed in it).
     pub seq: usize,
 }
 
-/// Builds the offers of a snapshot. `prefixes`: the CDER key prefixes (`GPGPU`).
+/// What a run of shares gave: their offers and what was said of them, in
+/// the shares' order.
+#[derive(Default)]
+struct ShareOffers {
+    warnings: Vec<String>,
+    closed: Vec<ClosedShare>,
+    offers: Vec<BuiltOffer>,
+}
+
+/// One offer of a share, with the share-blind key `(CE ID, EE)` that dedupes it, when it has one.
+struct BuiltOffer {
+    offer: Offer,
+    blind: Option<(String, usize)>,
+}
+
+/// What one build thread keeps across its shares: the interned names of the
+/// ads, and the traits every offer of one EE or key set shares.
+#[derive(Default)]
+struct PartCache<'c> {
+    names: AdNames,
+    key_sets: HashMap<Vec<&'c str>, Arc<BTreeSet<String>>>,
+    scratch: Vec<&'c str>,
+    ees: HashMap<usize, (Arc<str>, Arc<BTreeSet<String>>)>,
+    /// First-wins share-blind keys within the part; the merge settles them across parts.
+    built: HashSet<(String, usize)>,
+}
+
+impl<'c> PartCache<'c> {
+    /// The keys of `pairs` as one shared set.
+    fn keys(&mut self, pairs: impl IntoIterator<Item = &'c Pairs<&'c str>>) -> Arc<BTreeSet<String>> {
+        self.shared(pairs.into_iter().flat_map(|p| p.keys().copied()))
+    }
+
+    /// `items` as one shared set: most carriers of a grid have the same keys,
+    /// most shares are open to the same VOs, so a set is made once per
+    /// thread, not once per offer.
+    fn shared(&mut self, items: impl IntoIterator<Item = &'c str>) -> Arc<BTreeSet<String>> {
+        self.scratch.clear();
+        self.scratch.extend(items);
+        self.scratch.sort_unstable();
+        self.scratch.dedup();
+        if let Some(set) = self.key_sets.get(self.scratch.as_slice()) {
+            return set.clone();
+        }
+        let set: Arc<BTreeSet<String>> = Arc::new(self.scratch.iter().map(|k| k.to_string()).collect());
+        self.key_sets.insert(self.scratch.clone(), set.clone());
+        set
+    }
+
+    /// An EE's lower-cased DN and its keys.
+    fn ee(&mut self, e: &Entry, pairs: Option<&'c Pairs<&'c str>>) -> (Arc<str>, Arc<BTreeSet<String>>) {
+        if let Some(known) = self.ees.get(&addr(e)) {
+            return known.clone();
+        }
+        let known = (Arc::from(e.dn.to_ascii_lowercase()), self.keys(pairs));
+        self.ees.insert(addr(e), known.clone());
+        known
+    }
+}
+
+/// A share about to be offered: what every offer of it shares.
+struct ShareDraft<'c> {
+    share: PlacedShare<'c>,
+    svc: &'c Service<'c>,
+    /// The EEs it offers (none: the share alone).
+    ees: Vec<&'c Entry>,
+    queue: Option<&'c str>,
+    endpoint: Option<&'c Entry>,
+    manager: Option<&'c Entry>,
+    ce_id: String,
+    /// Whether its service owns `ce_id`.
+    proven: bool,
+    /// Why its claim to `ce_id` is refused.
+    refused: Option<String>,
+    /// Its DN and the VOs that open it, shared by its offers' traits.
+    /// Made once an offer of the share is built (VO shares a job cannot tell apart are not).
+    dn: Option<Arc<str>>,
+    open_to: Option<Arc<BTreeSet<String>>>,
+}
+
+impl<'c> Joined<'c> {
+    /// Stage 3: every offer of every placed share, built on a few threads and
+    /// merged in the shares' order; VO shares a job cannot tell apart built once.
+    fn offers(&self, keep: &Keep, audience: Audience, blind: bool, out: &mut Offers) {
+        let parts = in_parts(&self.shares, |_, part| {
+            let mut got = ShareOffers::default();
+            let mut cache = PartCache::default();
+            for &share in part {
+                let Some(mut d) = self.draft(share, audience, &mut got) else { continue };
+                self.offers_of(&mut d, keep, blind, &mut cache, &mut got);
+            }
+            got
+        });
+        let mut built: HashSet<(String, usize)> = HashSet::new();
+        for part in parts {
+            out.warnings.extend(part.warnings);
+            out.closed_to_vo.extend(part.closed);
+            for b in part.offers {
+                if b.blind.is_some_and(|key| !built.insert(key)) {
+                    continue;
+                }
+                let mut offer = b.offer;
+                if let Some(t) = offer.traits.as_mut() {
+                    t.seq = out.offers.len();
+                }
+                out.offers.push(offer);
+            }
+        }
+    }
+
+    /// What every offer of `share` shares, or None when it has none to give (or
+    /// is closed to `audience`, or unusable: then `got` says so).
+    fn draft<'s>(
+        &'s self,
+        share: PlacedShare<'s>,
+        audience: Audience,
+        got: &mut ShareOffers,
+    ) -> Option<ShareDraft<'s>> {
+        let (e, svc) = (share.entry, &self.services.list[share.service]);
+        // A share names one or two EEs and endpoints: looked up in place, not collected.
+        let (ee_fks, resource_fks) =
+            (e.all("GLUE2ComputingShareExecutionEnvironmentForeignKey"), e.all("GLUE2ShareResourceForeignKey"));
+        let named = |id: &str| ee_fks.iter().chain(resource_fks.iter()).any(|n| n == id);
+        let names_none = ee_fks.is_empty() && resource_fks.is_empty();
+        let ees: Vec<&Entry> =
+            svc.ees.iter().filter(|(id, _)| names_none || id.is_some_and(named)).map(|&(_, e)| e).collect();
+        if ees.is_empty() && share.pairs.is_none() {
+            return None;
+        }
+        if !self.open(svc, share.id, audience) {
+            // A share that would be offered, but not to this VO: `--explain` says so.
+            if let Audience::Vo(Some(vo)) = audience {
+                got.closed.push(ClosedShare {
+                    share_id: share.id.to_string(),
+                    queue: e.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
+                    dn: e.dn.clone(),
+                    vo: vo.to_string(),
+                });
+            }
+            return None;
+        }
+        if share.pairs.is_none() {
+            // A share offering an EE's devices: its own numbers are read too.
+            if let Err(why) = check_glue_numbers(e, GLUE2_COUNTS) {
+                got.warnings.push(format!("{}: skipped: {why}", e.dn));
+                return None;
+            }
+        }
+        let queue = e.first("GLUE2ComputingShareMappingQueue");
+        let (endpoint_fks, computing_endpoint_fks) =
+            (e.all("GLUE2ShareEndpointForeignKey"), e.all("GLUE2ComputingShareComputingEndpointForeignKey"));
+        let named_endpoint = |id: &str| endpoint_fks.iter().chain(computing_endpoint_fks.iter()).any(|n| n == id);
+        let endpoint = svc
+            .endpoints
+            .iter()
+            .find(|e| e.first("GLUE2EndpointID").is_some_and(named_endpoint))
+            .or_else(|| svc.endpoints.first())
+            .copied();
+        let manager = ees.first().and_then(|e| svc.manager_of(e)).or_else(|| svc.managers.first().copied());
+        let (ce_id, source) = ce_unique_id(e, endpoint, manager, queue, &svc.endpoints);
+        // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
+        if ce_id.trim().is_empty() {
+            got.warnings
+                .push(format!("{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)", e.dn));
+            return None;
+        }
+        // A share speaks only for its own service's CEs: another site could
+        // otherwise divert jobs to its queue, or fake a CE's GPUs.
+        let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &svc.key, svc);
+        let host_form = ce_id.contains(':') || ce_id.contains('/');
+        let refused = (!proven && (source == CeIdSource::Published || host_form)).then(|| {
+            format!(
+                "published by a share of another service ({}): the CE's host is none of that service's endpoints",
+                svc.key.split_once(':').map_or(&*svc.key, |(_, k)| k)
+            )
+        });
+        Some(ShareDraft { share, svc, ees, queue, endpoint, manager, ce_id, proven, refused, dn: None, open_to: None })
+    }
+
+    /// The offers of one share: one per EE it offers (else the share alone),
+    /// and, when the share carries keys of its own, the share without its EEs
+    /// too (what a job whose keys fetch the share and none of its EEs is offered).
+    fn offers_of<'s>(
+        &'s self,
+        d: &mut ShareDraft<'s>,
+        keep: &Keep,
+        blind: bool,
+        cache: &mut PartCache<'s>,
+        got: &mut ShareOffers,
+    ) {
+        let mut targets: Vec<Option<&Entry>> = d.ees.iter().map(|e| Some(*e)).collect();
+        if targets.is_empty() || d.share.pairs.is_some() {
+            targets.push(None);
+        }
+        for ee in targets {
+            let blind = ee
+                .filter(|_| blind && d.share.pairs.is_none() && d.refused.is_none())
+                .map(|e| (d.ce_id.clone(), addr(e)));
+            if blind.as_ref().is_some_and(|key| !cache.built.insert(key.clone())) {
+                continue;
+            }
+            if d.dn.is_none() {
+                d.dn = Some(Arc::from(d.share.entry.dn.as_str()));
+                d.open_to = Some(cache.shared(self.open_to(d.svc, d.share.id)));
+            }
+            let ad = self.ad_of(d, ee, keep, &mut cache.names);
+            let traits = Some(Box::new(self.traits_of(d, ee, cache)));
+            let offer = Offer {
+                ce_id: d.ce_id.clone(),
+                queue: d.queue.map(str::to_string),
+                share_id: Some(d.share.id.to_string()),
+                ee_id: ee.and_then(entity_id),
+                schema: "GLUE2",
+                ad,
+                traits,
+            };
+            got.offers.push(BuiltOffer { offer, blind });
+        }
+    }
+
+    /// The ad of a share and one of its EEs (None: the share alone).
+    fn ad_of(&self, d: &ShareDraft, ee: Option<&Entry>, keep: &Keep, names: &mut AdNames) -> ClassAd {
+        let share = d.share.entry;
+        let mut ad = Ad::new(keep, names);
+        ad.put_str("MyType", "Machine");
+        ad.put_str("Name", &d.ce_id);
+        ad.put_str("GlueCEUniqueID", &d.ce_id);
+        if let Some(hp) = host_port(&d.ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
+            ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(hp));
+        }
+        copy_glue2(&mut ad, share);
+        if let Some(e) = ee {
+            copy_glue2(&mut ad, e);
+        }
+        if let Some(ep) = d.endpoint {
+            for a in [
+                "GLUE2EndpointURL",
+                "GLUE2EndpointImplementationName",
+                "GLUE2EndpointInterfaceName",
+                "GLUE2EndpointHealthState",
+            ] {
+                if let Some(v) = ep.first(a) {
+                    ad.put_str(a, v);
+                }
+            }
+        }
+        glue13_names(&mut ad, Some(share), ee, ee.and_then(|e| d.svc.manager_of(e)).or(d.manager));
+        let mut rte: Vec<String> = Vec::new();
+        let ee_pairs = ee.and_then(|e| self.ee_pairs.get(&addr(e)).copied());
+        for pairs in ee_pairs.into_iter().chain(d.share.pairs) {
+            for (&k, v) in pairs {
+                if VGPGPU_KEYS.contains(&k) {
+                    continue;
+                }
+                if ad.wants(k) {
+                    ad.put(k, v.clone());
+                }
+                if let (Some(p), Value::Str(vendor)) = (self.vendor_prefix(k), v) {
+                    rte.push(format!("{vendor}{p}"));
+                }
+            }
+        }
+        if ad.wants(RTE) {
+            rte.dedup();
+            ad.put(RTE, Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()));
+        }
+        ad.put(keys::REQUIREMENTS, Value::Bool(true));
+        ad.ad
+    }
+
+    /// What settles an offer of `d` per job and VO.
+    fn traits_of<'s>(&'s self, d: &ShareDraft<'s>, ee: Option<&Entry>, cache: &mut PartCache<'s>) -> OfferTraits {
+        let share_only = ee.is_none() && !d.ees.is_empty();
+        let (ee_dn, ee_keys) = match ee {
+            Some(e) => {
+                let (dn, keys) = cache.ee(e, self.ee_pairs.get(&addr(e)).copied());
+                (Some(dn), keys)
+            }
+            // The share alone stands for EEs whose keys the job's fetch did not ask for.
+            None => (None, cache.keys(d.ees.iter().filter_map(|e| self.ee_pairs.get(&addr(e)).copied()))),
+        };
+        OfferTraits {
+            service: d.svc.key.clone(),
+            proven: d.proven,
+            share_dn: d.dn.clone().unwrap_or_default(),
+            open_to: d.open_to.clone().unwrap_or_default(),
+            ee_dn,
+            ee_keys,
+            share_keys: d.share.pairs.map(|p| cache.keys([p])),
+            share_only,
+            vgpgpu: d.svc.shared_vgpgpu.clone(),
+            apps: d.svc.shared_apps.clone(),
+            refused: d.refused.clone(),
+            ..OfferTraits::default()
+        }
+    }
+}
+
+/// Stages 1 to 3: every GLUE 2.0 offer of `fetched` that `audience` may use,
+/// undecided: each with the [`OfferTraits`] that settle it per job and VO.
+fn glue2_offers(fetched: &Fetched, prefixes: &[String], audience: Audience) -> Offers {
+    let mut out = Offers::default();
+    let keep = Keep::of(fetched);
+    let grid = Grid::of(fetched);
+    let carriers = Carriers::read(fetched, prefixes, &grid, &mut out.warnings);
+    let joined = Joined::join(fetched, prefixes, &carriers, &grid);
+    // Offers that differ only in what the job never looks at are built once: the
+    // VO shares of a queue offering the same EE, when the job names nothing of the
+    // share or its endpoint. The first (the one list-match would report) is kept.
+    let blind = fetched.names.as_ref().is_some_and(share_blind);
+    joined.offers(&keep, audience, blind, &mut out);
+    out
+}
+
+/// Builds the offers of a fetch for a job of `vo`. `prefixes`: the CDER key prefixes (`GPGPU`).
 ///
 /// Joins follow the DN tree: a share, the EEs it names, their manager,
 /// Extensions and the MappingPolicies are matched within one
 /// ComputingService, because real top-level BDIIs reuse IDs across sites.
-pub fn build_offers(snap: &Snapshot, prefixes: &[String], vo: Option<&str>) -> Offers {
-    build(snap, prefixes, vo, None)
+pub fn build_offers(fetched: &Fetched, prefixes: &[String], vo: Option<&str>) -> Offers {
+    let mut out = glue2_offers(fetched, prefixes, Audience::Vo(vo));
+    settle(&mut out, vo, &Keep::of(fetched));
+    // Every GLUE 1.3 offer is a GlueCE's: the GLUE 2.0 CE IDs are gathered only when there are some.
+    if !fetched.glue13_ces.is_empty() {
+        let glue2_ces: BTreeSet<String> = out.offers.iter().map(|o| o.ce_id.clone()).collect();
+        glue13_offers(fetched, prefixes, &glue2_ces, &mut out);
+    }
+    sort_offers(&mut out.offers);
+    out
 }
 
-/// Every offer of a snapshot fetched for every VO and CDER key, with what
-/// [`build_offers`] would decide per job and VO left undecided and recorded
-/// in the [`OfferTraits`] (same order as the offers): which VOs open each
-/// share, the keys of its EE and share, the vGPGPU counts, and the claims
-/// that contested CE IDs and GLUE 1.3 duplicates are settled by. Every
-/// attribute is kept; `snap.names` is ignored.
-pub fn build_offers_for_index(snap: &Snapshot, prefixes: &[String]) -> (Offers, Vec<OfferTraits>) {
-    let mut traits = Vec::new();
-    let mut out = build(snap, prefixes, None, Some(&mut traits));
-    let mut both: Vec<(Offer, OfferTraits)> = std::mem::take(&mut out.offers).into_iter().zip(traits).collect();
-    both.sort_by(|(a, _), (b, _)| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
-    let (offers, traits) = both.into_iter().unzip();
-    out.offers = offers;
-    (out, traits)
+/// Every offer of a fetch made for every VO and CDER key ([`snapshot_wanted`](crate::index::snapshot_wanted)),
+/// with what [`build_offers`] decides per job and VO left undecided and
+/// recorded in each offer's [`OfferTraits`]: which VOs open each share, the
+/// keys of its EE and share, the vGPGPU counts, and the claims that contested
+/// CE IDs and GLUE 1.3 duplicates are settled by. What the index encodes.
+pub fn every_offer(fetched: &Fetched, prefixes: &[String]) -> Offers {
+    let mut out = glue2_offers(fetched, prefixes, Audience::EveryVo);
+    glue13_offers(fetched, prefixes, &BTreeSet::new(), &mut out);
+    sort_offers(&mut out.offers);
+    out
+}
+
+/// list-match's order: CE ID, schema, EE.
+fn sort_offers(offers: &mut [Offer]) {
+    offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
 }
 
 /// Whether a job that looks up only `names` sees no difference between the
@@ -630,484 +1288,6 @@ pub fn share_blind(names: &BTreeSet<String>) -> bool {
             .any(|t| t.iter().any(|(g13, _)| g13.eq_ignore_ascii_case(n)));
         (ee_only || !l.starts_with("glue2")) && !from_share
     })
-}
-
-/// [`build_offers`]; with `index`, the index's build (see [`build_offers_for_index`]).
-fn build(snap: &Snapshot, prefixes: &[String], vo: Option<&str>, mut index: Option<&mut Vec<OfferTraits>>) -> Offers {
-    let mut out = Offers::default();
-    let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
-    let vendor_keys: Vec<String> = prefixes.iter().map(|p| format!("{p}Vendor")).collect();
-    let managers_by_id: HashMap<&str, &Entry> =
-        snap.managers.iter().filter_map(|m| Some((m.first("GLUE2ManagerID")?, m))).collect();
-    // One carrier per DN (the first entry wins), with its CDER pairs; an unusable
-    // carrier keeps its slot, its pairs None, and a warning says why.
-    let mut carriers: Vec<Carrier> = Vec::with_capacity(snap.carriers.len());
-    let dns = DnHashes::default();
-    let mut by_dn: ByDn = ByDn::with_capacity_and_hasher(snap.carriers.len(), Default::default());
-    let facts =
-        read_carriers(&snap.carriers, &snap.carrier_reads, prefixes, snap.extensions.is_empty(), &managers_by_id, &dns);
-    for (c, f) in snap.carriers.iter().zip(facts) {
-        let Some(id) = f.id else {
-            out.warnings.push(format!("{}: skipped: no GLUE2 ID", c.dn));
-            continue;
-        };
-        match by_dn.entry(f.dn) {
-            MapEntry::Occupied(_) => continue,
-            MapEntry::Vacant(slot) => slot.insert(carriers.len()),
-        };
-        let pairs = f
-            .read
-            .pairs
-            .map_err(|why| out.warnings.push(format!("{}: skipped: malformed OtherInfo: {why}", c.dn)))
-            .ok();
-        let (service, checked, share_id, ee, app_env) = (f.service, f.read.checked, f.share_id, f.ee, f.app_env);
-        carriers.push(Carrier { entry: c, id, service, pairs, checked, share_id, ee, app_env });
-    }
-    // Carriers by (service, ID) and by ID alone, for Extensions not placed under their entity.
-    let mut by_service_id: HashMap<(Option<ServiceRef>, &str), Vec<usize>> = HashMap::new();
-    if !snap.extensions.is_empty() {
-        by_service_id.reserve(2 * carriers.len());
-        for (i, c) in carriers.iter().enumerate() {
-            by_service_id.entry((c.service, c.id)).or_default().push(i);
-            by_service_id.entry((None, c.id)).or_default().push(i);
-        }
-    }
-    // Extensions: a key set twice on one entity with different values is malformed;
-    // the same key and value in OtherInfo and an Extension (hybrid publishing) is not.
-    // By carrier, merged in the carriers' order.
-    let mut from_ext: BTreeMap<usize, Pairs<&str>> = BTreeMap::new();
-    for x in &snap.extensions {
-        let (Some(k), Some(v)) = (x.first("GLUE2ExtensionKey"), x.first("GLUE2ExtensionValue")) else {
-            out.warnings.push(format!("{}: skipped: Extension without key or value", x.dn));
-            continue;
-        };
-        let parent = parent_dn(&x.dn).and_then(|p| by_dn.get(&dns.of(p)).copied());
-        let service = service_dn(&x.dn).map(|s| ServiceRef::Dn(Caseless(s)));
-        for fk in x.all("GLUE2ExtensionEntityForeignKey") {
-            // The entity above the Extension; else the one of that ID in its service; else,
-            // for an Extension outside any service, the only one of that ID anywhere (one
-            // inside a service speaks only for that service's entities).
-            let unique =
-                |key: &(Option<ServiceRef>, &str)| by_service_id.get(key).filter(|v| v.len() == 1).map(|v| v[0]);
-            let target = parent
-                .filter(|&p| carriers[p].id == fk)
-                .or_else(|| unique(&(service, fk)))
-                .or_else(|| unique(&(None, fk)).filter(|_| service.is_none()));
-            let Some(target) = target else { continue };
-            if carriers[target].pairs.is_none() {
-                continue;
-            }
-            if let Err(why) = add_pair(from_ext.entry(target).or_default(), k, v, prefixes) {
-                out.warnings
-                    .push(format!("{}: skipped: malformed Extension of {fk}: GLUE2ExtensionValue: {why}", x.dn));
-                carriers[target].pairs = None;
-            }
-        }
-    }
-    for (t, pairs) in from_ext {
-        let carrier = &mut carriers[t];
-        let Some(slot) = carrier.pairs.as_mut().map(Cow::to_mut) else { continue };
-        for (k, v) in pairs {
-            if let Some(old) = slot.get(k) {
-                if old.identical(&v) != Some(true) {
-                    out.warnings.push(format!(
-                        "{}: skipped: {k} is {old} in OtherInfo but {v} in an Extension",
-                        carrier.entry.dn
-                    ));
-                    carrier.pairs = None;
-                    break;
-                }
-            }
-            slot.insert(k, v);
-        }
-    }
-    for c in &mut carriers {
-        let Some(pairs) = &c.pairs else { continue };
-        let checked = c.checked.take().unwrap_or_else(|| check_carrier(c.entry, pairs, prefixes));
-        if let Err(why) = checked {
-            out.warnings.push(format!("{}: skipped: {why}", c.entry.dn));
-            c.pairs = None;
-        }
-    }
-
-    let mut services = Services::default();
-    // The CDER pairs of each offered EE, by the entry itself: an EE is one
-    // entry per DN (`by_dn`), and offers of a grid look them up 10^4 times.
-    let mut ee_pairs: HashMap<usize, &Pairs<&str>> = HashMap::new();
-    for m in &snap.managers {
-        if let Some(key) = service_key(m, &managers_by_id) {
-            services.slot(key).managers.push(m);
-        }
-    }
-    for e in &snap.endpoints {
-        if let Some(key) = service_key(e, &managers_by_id) {
-            services.slot(key).endpoints.push(e);
-        }
-    }
-    // EEs and AppEnvs with CDER data, by service, in DN order (ties of EE IDs keep it).
-    let mut placed: Vec<&Carrier> =
-        carriers.iter().filter(|c| c.pairs.is_some() && c.service.is_some() && (c.ee || c.app_env)).collect();
-    placed.sort_by_cached_key(|c| c.entry.dn.to_ascii_lowercase());
-    for c in placed {
-        let (Some(pairs), Some(key), e) = (&c.pairs, c.service, c.entry) else { continue };
-        // An EE or AppEnv counts only under a manager the BDII publishes.
-        if !e.is_a("GLUE2ComputingShare") && services.get(key).is_none_or(|s| s.managers.is_empty()) {
-            continue;
-        }
-        let svc = services.slot(key);
-        if e.is_a("GLUE2ExecutionEnvironment") && pairs.keys().any(|k| !VGPGPU_KEYS.contains(k)) {
-            svc.ees.push((id_of(e), e));
-            ee_pairs.insert(std::ptr::from_ref(e) as usize, pairs);
-        }
-        if e.is_a("GLUE2ApplicationEnvironment") {
-            let id = id_of(e).unwrap_or_default();
-            let method = e.first("GLUE2ApplicationEnvironmentAppName").unwrap_or(id).to_string();
-            svc.apps.insert(method.clone());
-            for (k, v) in &**pairs {
-                if VGPGPU_KEYS.contains(k) {
-                    svc.vgpgpu.insert(format!("{k}_{method}"), v.clone());
-                }
-            }
-        }
-    }
-    for svc in &mut services.list {
-        svc.ees.sort_by_key(|&(id, _)| id);
-        svc.endpoints.sort_by(|a, b| a.first("GLUE2EndpointID").cmp(&b.first("GLUE2EndpointID")));
-    }
-    // Policies: under their share (DN tree), else by the share IDs they name in their
-    // service; a policy outside any service opens shares of that ID anywhere.
-    let mut open_anywhere: BTreeSet<&str> = BTreeSet::new();
-    // Policies outside any service (index builds), by share ID.
-    let mut anywhere_open_to: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    if let Some(ps) = &snap.policies {
-        if index.is_some() {
-            for p in ps {
-                let vos: Vec<&str> = p.all("GLUE2PolicyRule").iter().filter_map(|r| r.strip_prefix("VO:")).collect();
-                let open_to = match service_dn(&p.dn) {
-                    Some(s) => &mut services.slot(ServiceRef::Dn(Caseless(s))).open_to,
-                    None => &mut anywhere_open_to,
-                };
-                for share in p.all("GLUE2MappingPolicyShareForeignKey") {
-                    open_to.entry(share.to_string()).or_default().extend(vos.iter().map(|v| v.to_string()));
-                }
-            }
-        }
-        for p in ps.iter().filter(|p| {
-            index.is_none()
-                && vo.is_none_or(|vo| {
-                    p.all("GLUE2PolicyRule").iter().any(|r| r.strip_prefix("VO:").is_some_and(|v| v == vo))
-                })
-        }) {
-            match service_dn(&p.dn) {
-                Some(s) => {
-                    let svc = services.slot(ServiceRef::Dn(Caseless(s)));
-                    svc.open.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter().map(str::to_string));
-                }
-                None => open_anywhere.extend(p.all("GLUE2MappingPolicyShareForeignKey").iter()),
-            }
-        }
-    }
-
-    // Each share with its carrier and service, read on a few threads, then met in order
-    // here (this makes the services' slots; a service's shares usually come together), so
-    // that the offers can then be built on several threads.
-    let read = if snap.shares.is_empty() && carriers.len() == snap.carriers.len() {
-        // Every carrier kept, each DN once (a fetch's snapshot of keys on shares): the
-        // shares are the carriers that are shares, each its own carrier, its service known.
-        in_parts(&carriers, |_, part| {
-            part.iter()
-                .filter(|c| c.pairs.is_some())
-                .filter_map(|c| Some((c.entry, c.share_id?, Some(c), c.service?)))
-                .collect::<Vec<_>>()
-        })
-    } else {
-        let mut shares: Vec<&Entry> = Vec::new();
-        let mut seen: HashSet<Caseless> = HashSet::with_capacity(snap.shares.len() + snap.carriers.len());
-        for s in snap.shares.iter().chain(snap.carriers.iter().filter(|c| c.is_a("GLUE2ComputingShare"))) {
-            if seen.insert(Caseless(&s.dn)) {
-                shares.push(s);
-            }
-        }
-        in_parts(&shares, |_, part| {
-            part.iter()
-                .filter_map(|&share| {
-                    let share_id = share.first("GLUE2ShareID")?;
-                    let carrier = by_dn.get(&dns.of(&share.dn)).map(|&i| &carriers[i]);
-                    if carrier.is_some_and(|c| c.pairs.is_none()) {
-                        return None;
-                    }
-                    Some((share, share_id, carrier, service_key(share, &managers_by_id)?))
-                })
-                .collect::<Vec<_>>()
-        })
-    };
-    let mut placed_shares: Vec<(&Entry, &str, Option<&Carrier>, usize)> =
-        Vec::with_capacity(read.iter().map(Vec::len).sum());
-    let mut last: Option<(ServiceRef, usize)> = None;
-    for (share, share_id, carrier, key) in read.into_iter().flatten() {
-        let service = match last {
-            Some((k, i)) if k == key => i,
-            _ => services.index(key),
-        };
-        last = Some((key, service));
-        placed_shares.push((share, share_id, carrier, service));
-    }
-    // Offers that differ only in what the job never looks at are built once: the
-    // VO shares of a queue offering the same EE, when the job names nothing of the
-    // share or its endpoint. The first (the one list-match would report) is kept.
-    let share_blind = index.is_none() && snap.names.as_ref().is_some_and(share_blind);
-    let for_index = index.is_some();
-    let (services, ee_pairs, keep) = (&services, &ee_pairs, &keep);
-    // Per GLUE 2.0 offer: its service, whether that service owns its CE ID, the share.
-    let mut claims: Vec<(usize, bool, &str)> = Vec::new();
-    let mut built: HashSet<(String, usize)> = HashSet::new();
-    let parts = in_parts(&placed_shares, |_, part| {
-        let mut got = ShareOffers::default();
-        let mut names = AdNames::default();
-        // First-wins within the part; the merge below settles it across parts.
-        let mut built: HashSet<(String, usize)> = HashSet::new();
-        for &(share, share_id, carrier, service) in part {
-            let svc = &services.list[service];
-            let share_cder = carrier.and_then(|c| c.pairs.as_deref());
-            // A share names one or two EEs and endpoints: looked up in place, not collected.
-            let (ee_fks, resource_fks) = (
-                share.all("GLUE2ComputingShareExecutionEnvironmentForeignKey"),
-                share.all("GLUE2ShareResourceForeignKey"),
-            );
-            let named = |id: &str| ee_fks.iter().chain(resource_fks.iter()).any(|n| n == id);
-            let names_none = ee_fks.is_empty() && resource_fks.is_empty();
-            let ees: Vec<&Entry> =
-                svc.ees.iter().filter(|(id, _)| names_none || id.is_some_and(named)).map(|&(_, e)| e).collect();
-            if ees.is_empty() && share_cder.is_none() {
-                continue;
-            }
-            if !for_index
-                && snap.policies.is_some()
-                && !svc.open.contains(share_id)
-                && !open_anywhere.contains(share_id)
-            {
-                // A share that would be offered, but not to this VO: `--explain` says so.
-                if let Some(vo) = vo {
-                    got.closed.push(ClosedShare {
-                        share_id: share_id.to_string(),
-                        queue: share.first("GLUE2ComputingShareMappingQueue").map(str::to_string),
-                        dn: share.dn.clone(),
-                        vo: vo.to_string(),
-                    });
-                }
-                continue;
-            }
-            if share_cder.is_none() {
-                // A share offering an EE's devices: its own numbers are read too.
-                if let Err(why) = check_glue_numbers(share, GLUE2_COUNTS) {
-                    got.warnings.push(format!("{}: skipped: {why}", share.dn));
-                    continue;
-                }
-            }
-            let queue = share.first("GLUE2ComputingShareMappingQueue");
-            let (endpoint_fks, computing_endpoint_fks) = (
-                share.all("GLUE2ShareEndpointForeignKey"),
-                share.all("GLUE2ComputingShareComputingEndpointForeignKey"),
-            );
-            let named_endpoint = |id: &str| endpoint_fks.iter().chain(computing_endpoint_fks.iter()).any(|n| n == id);
-            let endpoint = svc
-                .endpoints
-                .iter()
-                .find(|e| e.first("GLUE2EndpointID").is_some_and(named_endpoint))
-                .or_else(|| svc.endpoints.first())
-                .copied();
-            let manager_of = |e: &Entry| -> Option<&Entry> {
-                let fk = manager_fk(e);
-                svc.managers
-                    .iter()
-                    .find(|m| m.first("GLUE2ManagerID").is_some_and(|id| Some(id) == fk))
-                    .or_else(|| svc.managers.first())
-                    .copied()
-            };
-            let manager = ees.first().and_then(|e| manager_of(e)).or_else(|| svc.managers.first().copied());
-            let (ce_id, source) = ce_unique_id(share, endpoint, manager, queue, &svc.endpoints);
-            // Phase 2 restricts a job to CE IDs: an offer without one can never be chosen.
-            if ce_id.trim().is_empty() {
-                got.warnings.push(format!(
-                    "{}: skipped: no CE ID (CREAMCEId, endpoint URL and queue, or GLUE2ShareID)",
-                    share.dn
-                ));
-                continue;
-            }
-            // A share speaks only for its own service's CEs: another site could
-            // otherwise divert jobs to its queue, or fake a CE's GPUs.
-            let proven = source == CeIdSource::Endpoint || service_owns(&ce_id, &svc.key, svc);
-            let host_form = ce_id.contains(':') || ce_id.contains('/');
-            let mut refused = None;
-            if !proven && (source == CeIdSource::Published || host_form) {
-                let claim = RefusedClaim {
-                    ce_id: ce_id.clone(),
-                    share: share.dn.clone(),
-                    reason: format!(
-                        "published by a share of another service ({}): the CE's host is none of that service's endpoints",
-                        svc.key.split_once(':').map_or(svc.key.as_str(), |(_, k)| k)
-                    ),
-                };
-                // The index keeps the claim and settles it per VO, as this build would.
-                if !for_index {
-                    got.refused.push(claim);
-                    continue;
-                }
-                refused = Some(claim.reason);
-            }
-            let mut targets: Vec<Option<&Entry>> =
-                if ees.is_empty() { vec![None] } else { ees.iter().map(|e| Some(*e)).collect() };
-            // The index also keeps the share's offer without its EEs, for jobs whose
-            // keys fetch the share but none of them.
-            let share_only = for_index && share_cder.is_some() && !ees.is_empty();
-            if share_only {
-                targets.push(None);
-            }
-            for ee in targets {
-                let blind = ee
-                    .filter(|_| share_blind && share_cder.is_none())
-                    .map(|e| (ce_id.clone(), std::ptr::from_ref(e) as usize));
-                if blind.as_ref().is_some_and(|key| !built.insert(key.clone())) {
-                    continue;
-                }
-                let mut ad = Ad::new(keep, &mut names);
-                ad.put_str("MyType", "Machine");
-                ad.put_str("Name", &ce_id);
-                ad.put_str("GlueCEUniqueID", &ce_id);
-                if let Some(hp) = host_port(&ce_id).filter(|_| ad.wants("GlueCEInfoHostName")) {
-                    ad.put_str("GlueCEInfoHostName", hp.split(':').next().unwrap_or(hp));
-                }
-                copy_glue2(&mut ad, share);
-                if let Some(e) = ee {
-                    copy_glue2(&mut ad, e);
-                }
-                if let Some(ep) = endpoint {
-                    for a in [
-                        "GLUE2EndpointURL",
-                        "GLUE2EndpointImplementationName",
-                        "GLUE2EndpointInterfaceName",
-                        "GLUE2EndpointHealthState",
-                    ] {
-                        if let Some(v) = ep.first(a) {
-                            ad.put_str(a, v);
-                        }
-                    }
-                }
-                glue13_names(&mut ad, Some(share), ee, ee.and_then(manager_of).or(manager));
-                let mut rte: Vec<String> = Vec::new();
-                let mut add_cder = |ad: &mut Ad, pairs: &Pairs<&str>| {
-                    for (&k, v) in pairs {
-                        if VGPGPU_KEYS.contains(&k) {
-                            continue;
-                        }
-                        if ad.wants(k) {
-                            ad.put(k, v.clone());
-                        }
-                        if let Some(p) = vendor_keys.iter().position(|vk| vk == k).map(|i| &prefixes[i]) {
-                            if let Value::Str(vendor) = v {
-                                rte.push(format!("{vendor}{p}"));
-                            }
-                        }
-                    }
-                };
-                if let Some(pairs) = ee.and_then(|e| ee_pairs.get(&(std::ptr::from_ref(e) as usize))) {
-                    add_cder(&mut ad, pairs);
-                }
-                if let Some(pairs) = share_cder {
-                    add_cder(&mut ad, pairs);
-                }
-                if !for_index {
-                    for (k, v) in &svc.vgpgpu {
-                        ad.put(k, v.clone());
-                    }
-                }
-                if ad.wants("GlueHostApplicationSoftwareRunTimeEnvironment") {
-                    if !for_index {
-                        rte.extend(svc.apps.iter().cloned());
-                    }
-                    rte.dedup();
-                    ad.put(
-                        "GlueHostApplicationSoftwareRunTimeEnvironment",
-                        Value::List(rte.into_iter().map(|s| Value::Str(s.into())).collect::<Vec<_>>().into()),
-                    );
-                }
-                if let Some(vo) = vo.filter(|_| ad.wants("GlueCEAccessControlBaseRule")) {
-                    ad.put(
-                        "GlueCEAccessControlBaseRule",
-                        Value::List(vec![Value::Str(format!("VO:{vo}").into())].into()),
-                    );
-                }
-                ad.put(keys::REQUIREMENTS, Value::Bool(true));
-                let offer = Offer {
-                    ce_id: ce_id.clone(),
-                    queue: queue.map(str::to_string),
-                    share_id: Some(share_id.to_string()),
-                    ee_id: ee.and_then(entity_id),
-                    schema: "GLUE2",
-                    ad: ad.ad,
-                };
-                let traits = for_index.then(|| {
-                    let mut open_to: BTreeSet<String> = svc.open_to.get(share_id).cloned().unwrap_or_default();
-                    open_to.extend(anywhere_open_to.get(share_id).into_iter().flatten().cloned());
-                    OfferTraits {
-                        service: svc.key.clone(),
-                        proven,
-                        share_dn: share.dn.clone(),
-                        open_to,
-                        ee_dn: ee.map(|e| e.dn.to_ascii_lowercase()),
-                        ee_keys: match ee {
-                            Some(e) => ee_pairs
-                                .get(&(std::ptr::from_ref(e) as usize))
-                                .map(|p| p.keys().map(|k| k.to_string()).collect()),
-                            None if share_only => Some(
-                                ees.iter()
-                                    .filter_map(|e| ee_pairs.get(&(std::ptr::from_ref(*e) as usize)))
-                                    .flat_map(|p| p.keys().map(|k| k.to_string()))
-                                    .collect(),
-                            ),
-                            None => None,
-                        }
-                        .unwrap_or_default(),
-                        share_only: share_only && ee.is_none(),
-                        share_keys: share_cder.map(|p| p.keys().map(|k| k.to_string()).collect()),
-                        vgpgpu: svc.vgpgpu.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                        apps: svc.apps.iter().cloned().collect(),
-                        refused: refused.clone(),
-                        ..OfferTraits::default()
-                    }
-                });
-                got.offers.push(BuiltOffer { offer, blind, claim: (service, proven, &share.dn), traits });
-            }
-        }
-        got
-    });
-    for part in parts {
-        out.warnings.extend(part.warnings);
-        out.closed_to_vo.extend(part.closed);
-        out.refused_claims.extend(part.refused);
-        for b in part.offers {
-            if b.blind.is_some_and(|key| !built.insert(key)) {
-                continue;
-            }
-            out.offers.push(b.offer);
-            claims.push(b.claim);
-            if let (Some(traits), Some(mut t)) = (index.as_deref_mut(), b.traits) {
-                t.seq = traits.len();
-                traits.push(t);
-            }
-        }
-    }
-    if index.is_none() {
-        refuse_contested(&mut out, &claims);
-    }
-    let for_index = index.is_some();
-    glue13_offers(snap, prefixes, &mut out, index);
-    // The index's build sorts its offers with their traits (zipped in push order).
-    if for_index {
-        return out;
-    }
-    out.offers.sort_by(|a, b| (a.ce_id.as_str(), a.schema, &a.ee_id).cmp(&(b.ce_id.as_str(), b.schema, &b.ee_id)));
-    out
 }
 
 /// The `GlueCEUniqueID` of a GLUE 2.0 share: CREAM publishes it as
@@ -1138,100 +1318,124 @@ fn ce_unique_id(
     (share.first("GLUE2ShareID").unwrap_or_default().to_string(), CeIdSource::ShareId)
 }
 
+/// The RTE list of an offer.
+const RTE: &str = "GlueHostApplicationSoftwareRunTimeEnvironment";
+/// The VOs a GLUE 1.3 CE admits; a GLUE 2.0 offer gets the job's own.
+const ACCESS_RULE: &str = "GlueCEAccessControlBaseRule";
+
+/// Stage 4 of the live path: what [`OfferTraits`] leave undecided, settled for
+/// a job of `vo` (the index settles the same per job when it answers):
+/// refused claims shown instead of offered, the share-alone offers dropped
+/// (the live fetch has the EEs they stand for), contested CE IDs, and the
+/// service's vGPGPU counts and methods and the job's VO added to the ads.
+fn settle(out: &mut Offers, vo: Option<&str>, keep: &Keep) {
+    let mut refused: HashSet<(String, Arc<str>)> = HashSet::new();
+    let mut claims = Vec::new();
+    out.offers.retain(|o| match &o.traits().refused {
+        Some(reason) => {
+            if refused.insert((o.ce_id.clone(), o.traits().share_dn.clone())) {
+                let share = o.traits().share_dn.to_string();
+                claims.push(RefusedClaim { ce_id: o.ce_id.clone(), share, reason: reason.clone() });
+            }
+            false
+        }
+        None => !o.traits().share_only,
+    });
+    out.refused_claims.extend(claims);
+    refuse_contested(out);
+    let access = vo
+        .filter(|_| keep.wants(ACCESS_RULE))
+        .map(|vo| Expr::Lit(Value::List(vec![Value::Str(format!("VO:{vo}").into())].into())));
+    for o in &mut out.offers {
+        add_job_view(o, access.as_ref(), keep);
+    }
+}
+
+/// The service's vGPGPU counts and methods, and the job's VO's `access` rule,
+/// on a GLUE 2.0 offer's ad (only what `keep` wants).
+fn add_job_view(o: &mut Offer, access: Option<&Expr>, keep: &Keep) {
+    let Some(t) = o.traits.as_deref() else { return };
+    for (k, v) in t.vgpgpu.iter().filter(|(k, _)| keep.wants(k)) {
+        o.ad.insert(k, Expr::Lit(v.clone()));
+    }
+    if !t.apps.is_empty() {
+        if let Some(Expr::Lit(Value::List(rte))) = o.ad.lookup(RTE) {
+            let mut items = rte.to_vec();
+            items.extend(t.apps.iter().map(|a| Value::Str(a.as_str().into())));
+            items.dedup_by(|a, b| a.identical(b) == Some(true));
+            o.ad.insert(RTE, Expr::Lit(Value::List(items.into())));
+        }
+    }
+    if let Some(rule) = access {
+        o.ad.insert(ACCESS_RULE, rule.clone());
+    }
+}
+
 /// A CE ID offered under several services is kept only from the services
 /// that own it; when none does, every claim is left out (and explained).
-fn refuse_contested(out: &mut Offers, claims: &[(usize, bool, &str)]) {
+fn refuse_contested(out: &mut Offers) {
     // Per CE ID, the first service met offering it, and whether another one does too.
-    let mut services_of: HashMap<&str, (usize, bool)> = HashMap::with_capacity(out.offers.len());
-    for (offer, (service, _, _)) in out.offers.iter().zip(claims) {
-        let seen = services_of.entry(offer.ce_id.as_str()).or_insert((*service, false));
-        seen.1 |= seen.0 != *service;
+    let mut services_of: HashMap<&str, (&Arc<str>, bool)> = HashMap::with_capacity(out.offers.len());
+    for o in &out.offers {
+        let seen = services_of.entry(o.ce_id.as_str()).or_insert((&o.traits().service, false));
+        seen.1 |= seen.0 != &o.traits().service;
     }
     let contested: BTreeSet<String> =
         services_of.iter().filter(|(_, (_, several))| *several).map(|(id, _)| id.to_string()).collect();
     if contested.is_empty() {
         return;
     }
-    let mut refused: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut refused: BTreeSet<(String, Arc<str>)> = BTreeSet::new();
     let offers = std::mem::take(&mut out.offers);
-    for (offer, (_, proven, share)) in offers.into_iter().zip(claims) {
-        if !contested.contains(&offer.ce_id) || *proven {
+    for offer in offers {
+        if !contested.contains(&offer.ce_id) || offer.traits().proven {
             out.offers.push(offer);
-        } else if refused.insert((offer.ce_id.clone(), share.to_string())) {
+        } else if refused.insert((offer.ce_id.clone(), offer.traits().share_dn.clone())) {
             out.refused_claims.push(RefusedClaim {
                 ce_id: offer.ce_id.clone(),
-                share: share.to_string(),
+                share: offer.traits().share_dn.to_string(),
                 reason: "published by several services, and this share's service does not own it".into(),
             });
         }
     }
 }
 
-/// GLUE 1.3 (Tagged-Environment): one offer per GlueCE and SubCluster.
-fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut index: Option<&mut Vec<OfferTraits>>) {
+/// Stage 3 for GLUE 1.3 (Tagged-Environment): one offer per GlueCE and
+/// SubCluster, but for the CEs of `glue2_ces` (a site publishing both
+/// schemas: its GLUE 2.0 offer wins).
+fn glue13_offers(fetched: &Fetched, prefixes: &[String], glue2_ces: &BTreeSet<String>, out: &mut Offers) {
     // Every GLUE 1.3 offer is a GlueCE's.
-    if snap.glue13_ces.is_empty() {
+    if fetched.glue13_ces.is_empty() {
         return;
     }
-    let keep = if index.is_some() { Keep(None) } else { Keep::of(snap) };
+    let keep = Keep::of(fetched);
     let mut names = AdNames::default();
-    let glue2_ces: BTreeSet<String> = out.offers.iter().filter(|_| index.is_none()).map(|o| o.ce_id.clone()).collect();
     let mut subs_of_cluster: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
-    for sc in &snap.subclusters {
+    for sc in &fetched.subclusters {
         for k in sc.all("GlueChunkKey") {
             if let Some(c) = k.strip_prefix("GlueClusterUniqueID=") {
                 subs_of_cluster.entry(c).or_default().push(sc);
             }
         }
     }
-    for ce in &snap.glue13_ces {
+    for ce in &fetched.glue13_ces {
         let Some(ce_id) = ce.first("GlueCEUniqueID").filter(|id| !id.trim().is_empty()) else {
             out.warnings.push(format!("{}: skipped: no GlueCEUniqueID", ce.dn));
             continue;
         };
-        // A site publishing both schemas: its GLUE 2.0 offer wins.
         if glue2_ces.contains(ce_id) {
             continue;
         }
         let clusters: Vec<&str> =
             ce.all("GlueForeignKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")).collect();
         for sc in clusters.iter().flat_map(|c| subs_of_cluster.get(c).into_iter().flatten()) {
-            let mut pairs = Pairs::default();
-            let mut tags = Vec::new();
-            let mut broken = None;
-            for tag in sc.all("GlueHostApplicationSoftwareRunTimeEnvironment") {
-                tags.push(Value::Str(tag.into()));
-                let Some((k, v)) = tag.split_once('=') else { continue };
-                // `rCUDATotalVGPGPU=8` → `TotalVGPGPU_rCUDA`.
-                let key = VGPGPU_KEYS
-                    .iter()
-                    .find_map(|vk| k.strip_suffix(vk).filter(|m| !m.is_empty()).map(|m| format!("{vk}_{m}")))
-                    .unwrap_or_else(|| k.to_string());
-                let res = if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
-                    match typed_checked(v) {
-                        Ok(n @ Value::Int(0..)) => {
-                            pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice")))
-                        }
-                        Ok(Value::Int(_)) => Err(format!("{k}={v:?} is out of range (negative)")),
-                        Ok(Value::Real(_)) => Err(format!("{k}={v:?} is not a whole number")),
-                        Ok(_) => Err(format!("{k}={v:?} is not a number")),
-                        Err(why) => Err(format!("{k}={why}")),
-                    }
-                } else {
-                    add_pair(&mut pairs, &key, v, prefixes)
-                };
-                if let Err(why) = res {
-                    broken = Some(why);
-                    break;
+            let (pairs, tags) = match glue13_tags(sc, prefixes) {
+                Ok(read) => read,
+                Err(why) => {
+                    out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
+                    continue;
                 }
-            }
-            if broken.is_none() {
-                broken = check_cder_numbers(&pairs, prefixes).err();
-            }
-            if let Some(why) = broken {
-                out.warnings.push(format!("{}: skipped: malformed tag: {why}", sc.dn));
-                continue;
-            }
+            };
             if let Some((e, why)) =
                 [ce, *sc].into_iter().find_map(|e| check_glue_numbers(e, &[]).err().map(|why| (e, why)))
             {
@@ -1239,52 +1443,8 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
                 continue;
             }
             let mut ad = Ad::new(&keep, &mut names);
-            ad.put_str("MyType", "Machine");
-            ad.put_str("Name", ce_id);
-            for e in [ce, *sc] {
-                let mut names: Vec<(&str, Values)> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
-                names.sort_unstable_by_key(|(n, _)| *n);
-                for (lname, vals) in names {
-                    if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
-                        continue;
-                    }
-                    let name = glue13_spelling(lname);
-                    if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
-                        ad.put(&name, Value::List(vals.iter().map(typed).collect::<Vec<_>>().into()));
-                    } else if let Some(v) = vals.first() {
-                        ad.put(&name, typed(v));
-                    }
-                }
-            }
-            ad.put_str("GlueCEUniqueID", ce_id);
-            ad.put("GlueHostApplicationSoftwareRunTimeEnvironment", Value::List(tags.into()));
-            for (k, v) in pairs {
-                ad.put(&k, v);
-            }
-            ad.put(keys::REQUIREMENTS, Value::Bool(true));
-            if let Some(traits) = index.as_deref_mut() {
-                let tags = sc.all("GlueHostApplicationSoftwareRunTimeEnvironment");
-                let affix = |t: &str, p: &str| {
-                    let (t, p) = (t.as_bytes(), p.as_bytes());
-                    t.len() >= p.len()
-                        && (t[..p.len()].eq_ignore_ascii_case(p) || t[t.len() - p.len()..].eq_ignore_ascii_case(p))
-                };
-                traits.push(OfferTraits {
-                    share_dn: ce.dn.clone(),
-                    open_to: ce
-                        .all("GlueCEAccessControlBaseRule")
-                        .iter()
-                        .filter_map(|r| {
-                            r.get(..3).filter(|p| p.eq_ignore_ascii_case("VO:")).map(|_| r[3..].to_string())
-                        })
-                        .collect(),
-                    ee_keys: tags.iter().filter_map(|t| t.split_once('=')).map(|(k, _)| k.to_string()).collect(),
-                    prefix_tagged: tags.iter().any(|t| prefixes.iter().any(|p| affix(t, p))),
-                    vgpgpu_tagged: tags.iter().any(|t| t.to_ascii_lowercase().contains("totalvgpgpu=")),
-                    seq: traits.len(),
-                    ..OfferTraits::default()
-                });
-            }
+            glue13_ad(&mut ad, ce_id, ce, sc, pairs, tags);
+            let traits = Some(Box::new(OfferTraits { seq: out.offers.len(), ..glue13_traits(ce, sc, prefixes) }));
             out.offers.push(Offer {
                 ce_id: ce_id.to_string(),
                 queue: ce.first("GlueCEName").map(str::to_string),
@@ -1292,8 +1452,86 @@ fn glue13_offers(snap: &Snapshot, prefixes: &[String], out: &mut Offers, mut ind
                 ee_id: sc.first("GlueSubClusterUniqueID").map(str::to_string),
                 schema: "GLUE1.3",
                 ad: ad.ad,
+                traits,
             });
         }
+    }
+}
+
+/// A SubCluster's CDER tags (`GPGPUVendor=Nvidia`; `rCUDATotalVGPGPU=8` as
+/// `TotalVGPGPU_rCUDA`), range-checked, and every tag as a list item.
+fn glue13_tags(sc: &Entry, prefixes: &[String]) -> Result<(Pairs<String>, Vec<Value>), String> {
+    let mut pairs = Pairs::default();
+    let mut tags = Vec::new();
+    for tag in sc.all("GlueHostApplicationSoftwareRunTimeEnvironment") {
+        tags.push(Value::Str(tag.into()));
+        let Some((k, v)) = tag.split_once('=') else { continue };
+        let key = VGPGPU_KEYS
+            .iter()
+            .find_map(|vk| k.strip_suffix(vk).filter(|m| !m.is_empty()).map(|m| format!("{vk}_{m}")))
+            .unwrap_or_else(|| k.to_string());
+        if key.contains('_') && VGPGPU_KEYS.iter().any(|vk| key.starts_with(vk)) {
+            match typed_checked(v) {
+                Ok(n @ Value::Int(0..)) => {
+                    pairs.insert(key.clone(), n).map_or(Ok(()), |_| Err(format!("{key} is given twice")))
+                }
+                Ok(Value::Int(_)) => Err(format!("{k}={v:?} is out of range (negative)")),
+                Ok(Value::Real(_)) => Err(format!("{k}={v:?} is not a whole number")),
+                Ok(_) => Err(format!("{k}={v:?} is not a number")),
+                Err(why) => Err(format!("{k}={why}")),
+            }
+        } else {
+            add_pair(&mut pairs, &key, v, prefixes)
+        }?;
+    }
+    check_cder_numbers(&pairs, prefixes)?;
+    Ok((pairs, tags))
+}
+
+/// The ad of a GlueCE and one of its SubClusters: their GLUE 1.3 attributes, the tags and the CDER keys.
+fn glue13_ad(ad: &mut Ad, ce_id: &str, ce: &Entry, sc: &Entry, pairs: Pairs<String>, tags: Vec<Value>) {
+    ad.put_str("MyType", "Machine");
+    ad.put_str("Name", ce_id);
+    for e in [ce, sc] {
+        let mut names: Vec<(&str, Values)> = e.iter().filter(|(n, _)| ad.wants(n)).collect();
+        names.sort_unstable_by_key(|(n, _)| *n);
+        for (lname, vals) in names {
+            if !lname.starts_with("glue") || lname == "gluehostapplicationsoftwareruntimeenvironment" {
+                continue;
+            }
+            let name = glue13_spelling(lname);
+            if lname == "glueceaccesscontrolbaserule" || vals.len() > 1 {
+                ad.put(&name, Value::List(vals.iter().map(typed).collect::<Vec<_>>().into()));
+            } else if let Some(v) = vals.first() {
+                ad.put(&name, typed(v));
+            }
+        }
+    }
+    ad.put_str("GlueCEUniqueID", ce_id);
+    ad.put(RTE, Value::List(tags.into()));
+    for (k, v) in pairs {
+        ad.put(&k, v);
+    }
+    ad.put(keys::REQUIREMENTS, Value::Bool(true));
+}
+
+/// What settles a GLUE 1.3 offer per job and VO: the CE's `VO:` rules and the SubCluster's tags.
+fn glue13_traits(ce: &Entry, sc: &Entry, prefixes: &[String]) -> OfferTraits {
+    let tags = sc.all("GlueHostApplicationSoftwareRunTimeEnvironment");
+    let affix = |t: &str, p: &str| {
+        let (t, p) = (t.as_bytes(), p.as_bytes());
+        t.len() >= p.len() && (t[..p.len()].eq_ignore_ascii_case(p) || t[t.len() - p.len()..].eq_ignore_ascii_case(p))
+    };
+    let rules = ce.all("GlueCEAccessControlBaseRule");
+    let open_to =
+        rules.iter().filter_map(|r| r.get(..3).filter(|p| p.eq_ignore_ascii_case("VO:")).map(|_| r[3..].to_string()));
+    OfferTraits {
+        share_dn: Arc::from(ce.dn.as_str()),
+        open_to: Arc::new(open_to.collect()),
+        ee_keys: Arc::new(tags.iter().filter_map(|t| t.split_once('=')).map(|(k, _)| k.to_string()).collect()),
+        prefix_tagged: tags.iter().any(|t| prefixes.iter().any(|p| affix(t, p))),
+        vgpgpu_tagged: tags.iter().any(|t| t.to_ascii_lowercase().contains("totalvgpgpu=")),
+        ..OfferTraits::default()
     }
 }
 
@@ -1305,7 +1543,7 @@ mod tests {
         vec![DEFAULT_PREFIX.to_string()]
     }
 
-    fn site(other_info: &[&str]) -> Snapshot {
+    fn site(other_info: &[&str]) -> Fetched {
         let mut ee = vec![
             ("objectClass", "GLUE2ExecutionEnvironment"),
             ("GLUE2ResourceID", "ee1"),
@@ -1313,7 +1551,7 @@ mod tests {
             ("GLUE2ExecutionEnvironmentMainMemorySize", "65536"),
         ];
         ee.extend(other_info.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
-        Snapshot {
+        Fetched {
             carriers: vec![Entry::from_pairs("GLUE2ResourceID=ee1,o=glue", ee)],
             managers: vec![Entry::from_pairs(
                 "GLUE2ManagerID=m1,o=glue",
@@ -1350,18 +1588,18 @@ mod tests {
 
     /// `site()` plus a second service that publishes a share naming the first
     /// service's CE ID (and its own queue), and a GPU EE of its own.
-    fn site_with_hostile_share(hostile_ce_id: &str) -> Snapshot {
+    fn site_with_hostile_share(hostile_ce_id: &str) -> Fetched {
         let gpu = ["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4800"];
-        let mut snap = site(&gpu);
-        snap.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
+        let mut fetched = site(&gpu);
+        fetched.shares[0].push("GLUE2EntityOtherInfo", "CREAMCEId=ce1.example.org:8443/cream-slurm-gpu".into());
         let mut ee2 = vec![
             ("objectClass", "GLUE2ExecutionEnvironment"),
             ("GLUE2ResourceID", "ee2"),
             ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m2"),
         ];
         ee2.extend(gpu.iter().map(|v| ("GLUE2EntityOtherInfo", *v)));
-        snap.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
-        snap.managers.push(Entry::from_pairs(
+        fetched.carriers.push(Entry::from_pairs("GLUE2ResourceID=ee2,o=glue", ee2));
+        fetched.managers.push(Entry::from_pairs(
             "GLUE2ManagerID=m2,o=glue",
             [
                 ("objectClass", "GLUE2ComputingManager"),
@@ -1371,7 +1609,7 @@ mod tests {
             ],
         ));
         let claim = format!("CREAMCEId={hostile_ce_id}");
-        snap.shares.push(Entry::from_pairs(
+        fetched.shares.push(Entry::from_pairs(
             "GLUE2ShareID=q2,o=glue",
             [
                 ("objectClass", "GLUE2ComputingShare"),
@@ -1382,7 +1620,7 @@ mod tests {
                 ("GLUE2EntityOtherInfo", claim.as_str()),
             ],
         ));
-        snap.endpoints.push(Entry::from_pairs(
+        fetched.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e2,o=glue",
             [
                 ("GLUE2EndpointID", "e2"),
@@ -1390,7 +1628,245 @@ mod tests {
                 ("GLUE2EndpointServiceForeignKey", "s2"),
             ],
         ));
-        snap
+        fetched
+    }
+
+    fn policy(vo: &str, share: &str) -> Entry {
+        let rule = format!("VO:{vo}");
+        Entry::from_pairs(
+            &format!("GLUE2PolicyID={vo}_{share},o=glue"),
+            [("GLUE2PolicyRule", rule.as_str()), ("GLUE2MappingPolicyShareForeignKey", share)],
+        )
+    }
+
+    fn joined<R>(fetched: &Fetched, then: impl FnOnce(&Joined, Vec<String>) -> R) -> R {
+        let grid = Grid::of(fetched);
+        let mut warnings = Vec::new();
+        let prefixes = prefixes();
+        let carriers = Carriers::read(fetched, &prefixes, &grid, &mut warnings);
+        then(&Joined::join(fetched, &prefixes, &carriers, &grid), warnings)
+    }
+
+    /// Stage 1: one carrier per DN (the first entry wins), an Extension's key
+    /// merged into its entity's pairs; one that contradicts OtherInfo makes the
+    /// entity unusable, with a warning naming it.
+    #[test]
+    fn carriers_are_read_once_per_dn_with_their_extensions() {
+        let mut fetched = site(&["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]);
+        let mut again = fetched.carriers[0].clone();
+        again.set("glue2entityotherinfo", vec!["GPGPUVendor=AMD".into()]);
+        fetched.carriers.push(again);
+        let ext = |v: &str| {
+            Entry::from_pairs(
+                "GLUE2ExtensionLocalID=x,GLUE2ResourceID=ee1,o=glue",
+                [
+                    ("GLUE2ExtensionKey", "GPGPUMainMemorySize"),
+                    ("GLUE2ExtensionValue", v),
+                    ("GLUE2ExtensionEntityForeignKey", "ee1"),
+                ],
+            )
+        };
+        fetched.extensions = vec![ext("4096")];
+        let mut warnings = Vec::new();
+        let grid = Grid::of(&fetched);
+        let c = Carriers::read(&fetched, &prefixes(), &grid, &mut warnings);
+        assert_eq!(c.list.len(), 1, "{warnings:?}");
+        let pairs = c.list[0].pairs.as_deref().expect("usable");
+        assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(v)) if &**v == "Nvidia"), "the first entry wins");
+        assert!(matches!(pairs.get("GPGPUMainMemorySize"), Some(Value::Int(4096))), "the Extension's key");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(c.at_dn("glue2resourceid=EE1,o=glue").is_some(), "DNs compare as LDAP does");
+        // The same key in OtherInfo and an Extension, with two values.
+        fetched.carriers[0].push("GLUE2EntityOtherInfo", "GPGPUMainMemorySize=8192".into());
+        let grid = Grid::of(&fetched);
+        let c = Carriers::read(&fetched, &prefixes(), &grid, &mut warnings);
+        assert!(c.list[0].pairs.is_none());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GPGPUMainMemorySize"), "{warnings:?}");
+    }
+
+    /// Stage 2: a service gathers its manager, endpoint and EEs; an EE whose
+    /// manager is unknown belongs to no service; MappingPolicies open a share
+    /// to their VOs (to any job when the job names no VO), and none is closed
+    /// to every VO at once.
+    #[test]
+    fn services_join_their_managers_endpoints_ees_and_policies() {
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        let stray = [("GLUE2ResourceID", "ee9"), ("GLUE2ExecutionEnvironmentComputingManagerForeignKey", "m9")];
+        let mut stray = Entry::from_pairs("GLUE2ResourceID=ee9,o=glue", stray);
+        stray.push("objectClass", "GLUE2ExecutionEnvironment".into());
+        stray.push("GLUE2EntityOtherInfo", "GPGPUVendor=Nvidia".into());
+        fetched.carriers.push(stray);
+        fetched.policies = Some(vec![policy("atlas", "q1")]);
+        joined(&fetched, |j, warnings| {
+            assert!(warnings.is_empty(), "{warnings:?}");
+            assert_eq!(j.shares.len(), 1);
+            let svc = &j.services.list[j.shares[0].service];
+            assert_eq!(&*svc.key, "id:s1");
+            assert_eq!((svc.managers.len(), svc.endpoints.len(), svc.ees.len()), (1, 1, 1));
+            assert_eq!(svc.ees[0].0, Some("ee1"));
+            assert!(j.open(svc, "q1", Audience::Vo(Some("atlas"))));
+            assert!(!j.open(svc, "q1", Audience::Vo(Some("cms"))));
+            assert!(j.open(svc, "q1", Audience::Vo(None)), "a policy names it");
+            assert!(!j.open(svc, "q2", Audience::Vo(None)), "no policy names it");
+            assert!(j.open(svc, "q2", Audience::EveryVo));
+            assert_eq!(j.open_to(svc, "q1").collect::<Vec<_>>(), ["atlas"]);
+        });
+    }
+
+    /// Stage 3: every VO's build keeps a refused claim as an offer that says
+    /// why; one VO's build leaves out the shares closed to it, and says so.
+    #[test]
+    fn offers_are_built_for_their_audience_with_their_traits() {
+        let mut fetched = site_with_hostile_share("ce1.example.org:8443/cream-slurm-gpu");
+        fetched.policies = Some(vec![policy("atlas", "q1"), policy("cms", "q2")]);
+        joined(&fetched, |j, _| {
+            let mut every = Offers::default();
+            j.offers(&Keep(None), Audience::EveryVo, false, &mut every);
+            assert_eq!(every.offers.len(), 2, "{:?}", every.offers);
+            assert!(every.closed_to_vo.is_empty() && every.refused_claims.is_empty());
+            let by_share = |id: &str| every.offers.iter().find(|o| o.share_id.as_deref() == Some(id)).unwrap();
+            let (own, hostile) = (by_share("q1"), by_share("q2"));
+            assert!(own.traits().proven && own.traits().refused.is_none());
+            assert!(!hostile.traits().proven);
+            assert!(hostile.traits().refused.as_deref().is_some_and(|r| r.contains("s2")), "{:?}", hostile.traits());
+            assert_eq!((*own.traits().open_to).clone(), BTreeSet::from(["atlas".to_string()]));
+            assert_eq!(&*hostile.traits().share_dn, "GLUE2ShareID=q2,o=glue");
+            assert_eq!([own.traits().seq, hostile.traits().seq], [0, 1]);
+            assert_eq!(own.traits().ee_keys.iter().collect::<Vec<_>>(), ["GPGPUMainMemorySize", "GPGPUVendor"]);
+            let mut atlas = Offers::default();
+            j.offers(&Keep(None), Audience::Vo(Some("atlas")), false, &mut atlas);
+            assert_eq!(atlas.offers.iter().map(|o| o.share_id.as_deref()).collect::<Vec<_>>(), [Some("q1")]);
+            assert_eq!(atlas.closed_to_vo.len(), 1);
+            assert_eq!((atlas.closed_to_vo[0].share_id.as_str(), atlas.closed_to_vo[0].vo.as_str()), ("q2", "atlas"));
+        });
+    }
+
+    /// A share with keys of its own and EEs it names: every VO's build also
+    /// offers the share alone (for jobs whose keys fetch it and none of its
+    /// EEs); one job's build, whose fetch had those EEs, does not.
+    #[test]
+    fn a_share_with_keys_is_also_offered_alone_to_the_index() {
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        let mut share = fetched.shares.remove(0);
+        share.push("GLUE2EntityOtherInfo", "GPGPUPerNode=2".into());
+        fetched.carriers.push(share);
+        let every = every_offer(&fetched, &prefixes());
+        let alone: Vec<&Offer> = every.offers.iter().filter(|o| o.traits().share_only).collect();
+        assert_eq!((every.offers.len(), alone.len()), (2, 1), "{:?}", every.offers);
+        assert_eq!(alone[0].ee_id, None);
+        assert_eq!(alone[0].traits().ee_keys.iter().collect::<Vec<_>>(), ["GPGPUVendor"]);
+        assert_eq!(
+            alone[0].traits().share_keys.as_deref().map(|k| k.iter().collect::<Vec<_>>()),
+            Some(vec![&"GPGPUPerNode".to_string()])
+        );
+        let live = build_offers(&fetched, &prefixes(), None);
+        assert_eq!(live.offers.len(), 1);
+        assert_eq!(live.offers[0].ee_id.as_deref(), Some("ee1"));
+    }
+
+    fn settled(ce: &str, service: &str, share: &str, edit: impl FnOnce(&mut OfferTraits)) -> Offer {
+        let mut traits =
+            OfferTraits { service: service.into(), share_dn: share.into(), proven: true, ..Default::default() };
+        edit(&mut traits);
+        let mut ad = ClassAd::new();
+        ad.insert(RTE, Expr::Lit(Value::List(vec![Value::Str("NvidiaGPGPU".into())].into())));
+        Offer {
+            ce_id: ce.into(),
+            queue: None,
+            share_id: None,
+            ee_id: None,
+            schema: "GLUE2",
+            ad,
+            traits: Some(Box::new(traits)),
+        }
+    }
+
+    /// Stage 4: settling for a job shows refused claims (once per share)
+    /// instead of their offers, drops the shares offered alone, refuses the
+    /// unproven claims of a contested CE ID, and adds the service's vGPGPU
+    /// counts and methods and the job's VO to what the job may look up.
+    #[test]
+    fn settling_for_a_job_refuses_claims_and_adds_what_the_job_sees() {
+        let offers = || Offers {
+            offers: vec![
+                settled("a", "dn:s1", "S1", |_| {}),
+                settled("b", "dn:s3", "S3", |t| t.refused = Some("not its own".into())),
+                settled("b", "dn:s3", "S3", |t| t.refused = Some("not its own".into())),
+                settled("a", "dn:s2", "S2", |t| t.proven = false),
+                settled("c", "dn:s1", "S1", |t| t.share_only = true),
+                settled("d", "dn:s4", "S4", |t| {
+                    t.vgpgpu = vec![("TotalVGPGPU_rCUDA".to_string(), Value::Int(8))].into();
+                    t.apps = vec!["rCUDA".to_string()].into();
+                }),
+            ],
+            ..Offers::default()
+        };
+        let mut out = offers();
+        settle(&mut out, Some("atlas"), &Keep(None));
+        assert_eq!(out.offers.iter().map(|o| o.ce_id.as_str()).collect::<Vec<_>>(), ["a", "d"]);
+        let claims: Vec<(&str, &str)> =
+            out.refused_claims.iter().map(|c| (c.ce_id.as_str(), c.share.as_str())).collect();
+        assert_eq!(claims, [("b", "S3"), ("a", "S2")]);
+        assert!(out.refused_claims[1].reason.contains("several services"), "{:?}", out.refused_claims);
+        let d = &out.offers[1].ad;
+        assert_eq!(d.eval_attr("TotalVGPGPU_rCUDA").to_string(), "8");
+        assert_eq!(d.eval_attr(RTE).to_string(), "{ \"NvidiaGPGPU\",\"rCUDA\" }");
+        assert_eq!(d.eval_attr(ACCESS_RULE).to_string(), "{ \"VO:atlas\" }");
+        // Only what the job may look up is added.
+        let mut out = offers();
+        settle(&mut out, Some("atlas"), &Keep(Some(vec!["gpgpuvendor"])));
+        assert!(
+            out.offers[1].ad.lookup("TotalVGPGPU_rCUDA").is_none() && out.offers[1].ad.lookup(ACCESS_RULE).is_none()
+        );
+        // The methods join an RTE list only where the ad has one (the job may look it up).
+        let mut out = offers();
+        out.offers.iter_mut().for_each(|o| o.ad = ClassAd::new());
+        settle(&mut out, None, &Keep(None));
+        assert!(out.offers[1].ad.lookup(RTE).is_none() && out.offers[1].ad.lookup(ACCESS_RULE).is_none());
+        assert_eq!(out.offers[1].ad.eval_attr("TotalVGPGPU_rCUDA").to_string(), "8");
+    }
+
+    /// GLUE 1.3: a SubCluster's tags read (vGPGPU counts renamed, ranges
+    /// checked); a CE offered in GLUE 2.0 too is left to that offer.
+    #[test]
+    fn glue13_tags_are_read_and_a_glue2_ce_wins() {
+        let sc = |tags: &[&str]| {
+            let mut e = Entry::from_pairs(
+                "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
+                [("GlueSubClusterUniqueID", "sc"), ("GlueChunkKey", "GlueClusterUniqueID=c")],
+            );
+            tags.iter().for_each(|t| e.push("GlueHostApplicationSoftwareRunTimeEnvironment", t.to_string()));
+            e
+        };
+        let (pairs, tags) =
+            glue13_tags(&sc(&["GPGPUVendor=Nvidia", "rCUDATotalVGPGPU=8", "SOME_TAG"]), &prefixes()).unwrap();
+        assert_eq!(tags.len(), 3);
+        assert!(matches!(pairs.get("TotalVGPGPU_rCUDA"), Some(Value::Int(8))));
+        assert!(matches!(pairs.get("GPGPUVendor"), Some(Value::Str(_))));
+        let bad = glue13_tags(&sc(&["rCUDATotalVGPGPU=-1"]), &prefixes()).unwrap_err();
+        assert!(bad.contains("negative"), "{bad}");
+        let fetched = Fetched {
+            subclusters: vec![sc(&["GPGPUVendor=Nvidia", "rCUDATotalVGPGPU=8"])],
+            glue13_ces: vec![Entry::from_pairs(
+                "GlueCEUniqueID=ce,mds-vo-name=resource,o=grid",
+                [
+                    ("GlueCEUniqueID", "ce"),
+                    ("GlueForeignKey", "GlueClusterUniqueID=c"),
+                    ("GlueCEAccessControlBaseRule", "VO:atlas"),
+                ],
+            )],
+            ..Default::default()
+        };
+        let mut out = Offers::default();
+        glue13_offers(&fetched, &prefixes(), &BTreeSet::new(), &mut out);
+        assert_eq!(out.offers.len(), 1, "{:?}", out.warnings);
+        let t = out.offers[0].traits();
+        assert!(t.prefix_tagged && t.vgpgpu_tagged);
+        assert_eq!((*t.open_to).clone(), BTreeSet::from(["atlas".to_string()]));
+        let mut out = Offers::default();
+        glue13_offers(&fetched, &prefixes(), &BTreeSet::from(["ce".to_string()]), &mut out);
+        assert!(out.offers.is_empty());
     }
 
     #[test]
@@ -1418,8 +1894,8 @@ mod tests {
 
     #[test]
     fn an_arc_ce_is_named_by_its_rest_endpoint() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.endpoints.push(Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.endpoints.push(Entry::from_pairs(
             "GLUE2EndpointID=e-rest,o=glue",
             [
                 ("GLUE2EndpointID", "e-rest"),
@@ -1428,7 +1904,7 @@ mod tests {
                 ("GLUE2EndpointServiceForeignKey", "s1"),
             ],
         ));
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert_eq!(
             o.offers.iter().map(|x| x.ce_id.as_str()).collect::<Vec<_>>(),
             ["https://arc.example.org:8443/arex"]
@@ -1441,13 +1917,13 @@ mod tests {
     #[test]
     fn a_ce_id_claimed_by_two_services_that_neither_owns_is_left_out() {
         // Both shares fall back to the share ID "shared-id": no endpoint proves either.
-        let mut snap = site_with_hostile_share("x");
-        for sh in &mut snap.shares {
+        let mut fetched = site_with_hostile_share("x");
+        for sh in &mut fetched.shares {
             sh.remove("glue2entityotherinfo");
             sh.remove("glue2computingsharemappingqueue");
             sh.set("glue2shareid", vec!["shared-id".into()]);
         }
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(
             o.offers.iter().all(|x| x.ce_id != "shared-id"),
             "{:?}",
@@ -1489,9 +1965,9 @@ mod tests {
     fn a_share_without_any_ce_id_gives_no_offer() {
         // Found by the bdii_offers fuzz target: no endpoint URL, no CREAMCEId
         // and an empty GLUE2ShareID made an offer whose CE ID was "".
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.endpoints.clear();
-        snap.shares = vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.endpoints.clear();
+        fetched.shares = vec![Entry::from_pairs(
             "GLUE2ShareID=,o=glue",
             [
                 ("objectClass", "GLUE2ComputingShare"),
@@ -1500,7 +1976,7 @@ mod tests {
                 ("GLUE2ComputingShareMappingQueue", "gpu"),
             ],
         )];
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(
             o.offers.iter().all(|offer| !offer.ce_id.is_empty()),
             "{:?}",
@@ -1509,8 +1985,8 @@ mod tests {
         assert!(o.offers.is_empty(), "{:?}", o.offers.len());
     }
 
-    /// Keys on shares: the shares of a fetch's snapshot (each DN once) are read
-    /// from its carriers; a snapshot with a DN twice is read the general way, and
+    /// Keys on shares: the shares of a fetch (each DN once) are read
+    /// from its carriers; a fetch with a DN twice is read the general way, and
     /// both give the same offers and warnings.
     #[test]
     fn shares_carrying_keys_build_alike_whichever_way_they_are_met() {
@@ -1535,7 +2011,7 @@ mod tests {
                 ],
             )
         };
-        let unique = Snapshot {
+        let unique = Fetched {
             carriers: vec![
                 share(1, "q1", &["GPGPUVendor=Nvidia", "GPGPUPerNode=2"]),
                 share(1, "q2", &["GPGPUVendor=Nvidia", "GPGPUPerNode=2", "GPGPUPerNode=4"]),
@@ -1566,13 +2042,13 @@ mod tests {
             assert!(crate::bdii::carrier::cder_key(k).is_some());
         }
         let plain = site(&info);
-        let mut snap = site(&info);
+        let mut fetched = site(&info);
         let mut reads = CarrierReads::new(prefixes(), true);
-        let read = reads.read(&snap.carriers[0]);
+        let read = reads.read(&fetched.carriers[0]);
         assert!(read.is_none(), "read early with {} keys", info.len());
         reads.file(0, read);
-        snap.carrier_reads = reads;
-        let o = build_offers(&snap, &prefixes(), None);
+        fetched.carrier_reads = reads;
+        let o = build_offers(&fetched, &prefixes(), None);
         assert_eq!(o.offers.len(), 1, "{:?}", o.warnings);
         assert_eq!(format!("{o:?}"), format!("{:?}", build_offers(&plain, &prefixes(), None)));
     }
@@ -1607,25 +2083,25 @@ mod tests {
             let plain = site(info);
             let expected = format!("{:?}", build_offers(&plain, &prefixes(), None));
             for (with, at) in [(prefixes(), 0), (prefixes(), 1), (vec!["NPU".to_string()], 0)] {
-                let mut snap = site(info);
-                let mut reads = CarrierReads::new(with, snap.extensions.is_empty());
-                let read = reads.read(&snap.carriers[0]);
+                let mut fetched = site(info);
+                let mut reads = CarrierReads::new(with, fetched.extensions.is_empty());
+                let read = reads.read(&fetched.carriers[0]);
                 assert!(read.is_some(), "{info:?} not read early");
                 reads.file(at, read);
-                snap.carrier_reads = reads;
+                fetched.carrier_reads = reads;
                 if at == 1 {
                     // Filed for a carrier that is another entry: a copy of the first.
-                    snap.carriers.push(snap.carriers[0].clone());
-                    snap.carriers.swap(0, 1);
+                    fetched.carriers.push(fetched.carriers[0].clone());
+                    fetched.carriers.swap(0, 1);
                     let mut again = plain.clone();
                     again.carriers.push(again.carriers[0].clone());
                     assert_eq!(
-                        format!("{:?}", build_offers(&snap, &prefixes(), None)),
+                        format!("{:?}", build_offers(&fetched, &prefixes(), None)),
                         format!("{:?}", build_offers(&again, &prefixes(), None))
                     );
                     continue;
                 }
-                assert_eq!(format!("{:?}", build_offers(&snap, &prefixes(), None)), expected, "{info:?}");
+                assert_eq!(format!("{:?}", build_offers(&fetched, &prefixes(), None)), expected, "{info:?}");
             }
         }
     }
@@ -1650,15 +2126,15 @@ mod tests {
 
     #[test]
     fn shares_closed_to_the_vo_are_left_out() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.policies = Some(vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.policies = Some(vec![Entry::from_pairs(
             "GLUE2PolicyID=p,o=glue",
             [("GLUE2PolicyRule", "VO:atlas"), ("GLUE2MappingPolicyShareForeignKey", "q1")],
         )]);
-        assert_eq!(build_offers(&snap, &prefixes(), Some("atlas")).offers.len(), 1);
-        assert!(build_offers(&snap, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
-        snap.policies = Some(vec![]);
-        let o = build_offers(&snap, &prefixes(), Some("cms"));
+        assert_eq!(build_offers(&fetched, &prefixes(), Some("atlas")).offers.len(), 1);
+        assert!(build_offers(&fetched, &prefixes(), Some("atlas")).closed_to_vo.is_empty());
+        fetched.policies = Some(vec![]);
+        let o = build_offers(&fetched, &prefixes(), Some("cms"));
         assert_eq!(o.offers.len(), 0);
         assert_eq!(o.closed_to_vo.len(), 1, "{:?}", o.closed_to_vo);
         assert_eq!((o.closed_to_vo[0].share_id.as_str(), o.closed_to_vo[0].vo.as_str()), ("q1", "cms"));
@@ -1689,8 +2165,8 @@ mod tests {
         let ok = build_offers(&site(&["GPGPUVendor=Nvidia", &format!("GPGPUTotalInstances={max}")]), &prefixes(), None);
         assert_eq!(ok.offers.len(), 1, "{:?}", ok.warnings);
         // The same in an Extension: its DN and the value attribute are named.
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.extensions = vec![Entry::from_pairs(
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.extensions = vec![Entry::from_pairs(
             "GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue",
             [
                 ("GLUE2ExtensionKey", "GPGPUTotalInstances"),
@@ -1698,7 +2174,7 @@ mod tests {
                 ("GLUE2ExtensionEntityForeignKey", "ee1"),
             ],
         )];
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GLUE2ExtensionLocalID=GPGPUTotalInstances,GLUE2ResourceID=ee1,o=glue: skipped:")
@@ -1707,14 +2183,14 @@ mod tests {
             o.warnings
         );
         // GLUE 2.0 numbers the offer reads: the share's free slots, the EE's memory.
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
-        let o = build_offers(&snap, &prefixes(), None);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.shares[0].set("glue2computingsharefreeslots", vec![huge.into()]);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert_eq!(o.warnings, [format!("GLUE2ShareID=q1,o=glue: skipped: GLUE2ComputingShareFreeSlots: \"{huge}\" is out of range (not a 64-bit integer)")]);
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        snap.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
-        let o = build_offers(&snap, &prefixes(), None);
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        fetched.carriers[0].set("glue2executionenvironmentmainmemorysize", vec!["-1".into()]);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GLUE2ResourceID=ee1,o=glue: skipped: GLUE2ExecutionEnvironmentMainMemorySize"),
@@ -1722,7 +2198,7 @@ mod tests {
             o.warnings
         );
         // GLUE 1.3 tags.
-        let snap = Snapshot {
+        let fetched = Fetched {
             subclusters: vec![Entry::from_pairs(
                 "GlueSubClusterUniqueID=sc,GlueClusterUniqueID=c,mds-vo-name=resource,o=grid",
                 [
@@ -1738,7 +2214,7 @@ mod tests {
             )],
             ..Default::default()
         };
-        let o = build_offers(&snap, &prefixes(), None);
+        let o = build_offers(&fetched, &prefixes(), None);
         assert!(o.offers.is_empty());
         assert!(
             o.warnings[0].starts_with("GlueSubClusterUniqueID=sc,") && o.warnings[0].contains("rCUDATotalVGPGPU"),
@@ -1749,14 +2225,14 @@ mod tests {
 
     #[test]
     fn offers_differing_only_in_what_the_job_ignores_are_built_once() {
-        let mut snap = site(&["GPGPUVendor=Nvidia"]);
-        let mut second = snap.shares[0].clone();
+        let mut fetched = site(&["GPGPUVendor=Nvidia"]);
+        let mut second = fetched.shares[0].clone();
         second.dn = "GLUE2ShareID=q2,o=glue".into();
         second.set("glue2shareid", vec!["q2".into()]);
         second.set("glue2computingsharefreeslots", vec!["99".into()]);
-        snap.shares.push(second);
+        fetched.shares.push(second);
         let count = |names: Option<&[&str]>| {
-            let mut s = snap.clone();
+            let mut s = fetched.clone();
             s.names = names.map(|n| n.iter().map(|x| x.to_string()).collect());
             build_offers(&s, &prefixes(), None).offers
         };
@@ -1772,10 +2248,10 @@ mod tests {
 
     #[test]
     fn offers_carry_only_what_the_job_may_look_up_and_match_alike() {
-        let mut snap = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
-        let full = build_offers(&snap, &prefixes(), None).offers;
-        snap.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
-        let slim = build_offers(&snap, &prefixes(), None).offers;
+        let mut fetched = site(&["GPGPUVendor=Nvidia", "GPGPUMainMemorySize=4096"]);
+        let full = build_offers(&fetched, &prefixes(), None).offers;
+        fetched.names = Some(["GPGPUMainMemorySize".to_string(), "GlueCEStateFreeCPUs".to_string()].into());
+        let slim = build_offers(&fetched, &prefixes(), None).offers;
         assert_eq!(full.len(), 1);
         assert_eq!(slim.len(), 1);
         assert!(full[0].ad.len() > 10, "{}", full[0].ad);

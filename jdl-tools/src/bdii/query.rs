@@ -158,7 +158,7 @@ pub fn glue2_attrs(wanted: &Wanted) -> Vec<String> {
 
 /// Everything phase 1 fetched: the raw material of the offers.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct Fetched {
     /// GLUE 2.0 ExecutionEnvironments, ComputingShares and
     /// ApplicationEnvironments that carry CDER data.
     pub carriers: Vec<Entry>,
@@ -543,45 +543,73 @@ impl Bdii {
     /// is made as above; a service whose early plan differs is asked again.
     ///
     /// No filter ORs values of an unindexed attribute over a whole tree.
-    pub fn fetch(&mut self, wanted: &Wanted) -> Result<Snapshot, BdiiError> {
-        let base = self.opts.base.clone();
-        let base13 = self.opts.base13.clone();
-        let s = self.opts.strategies;
-        let glue2 = s.attribute_extension || s.class_extension;
-        let mut snap = Snapshot::default();
-        let attrs2 = glue2_attrs(wanted);
-
+    pub fn fetch(&mut self, wanted: &Wanted) -> Result<Fetched, BdiiError> {
+        let plan = FetchPlan::new(&self.opts, wanted);
+        let mut fetched = Fetched::default();
         // 1. Discovery. The OtherInfo scan of ComputingShares (and of
         // ApplicationEnvironments) is by far the slowest search — every share of
         // the grid is read — so it runs while everything found by the others is
         // followed up.
-        const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
-        let oi = if s.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
+        let oi = if plan.strategies.attribute_extension { other_info_filters(wanted) } else { Vec::new() };
         let (slow_filters, fast_filters): (Vec<String>, Vec<String>) =
             oi.into_iter().partition(|f| !f.starts_with("(&(objectClass=GLUE2ExecutionEnvironment)"));
-        let (tap, mut slow_entries) = tokio::sync::mpsc::unbounded_channel();
-        let slow = self
-            .spawn_tapped(slow_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect(), Some(tap));
-        // Policies by prefix (unindexed substring: the service's entries only, not the
-        // VO's whole index entry); the exact rule is checked in memory.
-        let policy = wanted.vo.as_ref().map(|vo| {
-            format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str()))
-        });
-        // The carrier scans stream: each service is asked as soon as the scan has moved past
-        // it, beside the scan, on the plan seen so far (a guess, checked against the exact
-        // plan below, which asks again where the guess differs).
-        let mut streamed: Vec<Search> = fast_filters.iter().map(|f| Search::scan(&base, f.clone(), &attrs2)).collect();
-        if s.class_extension {
-            streamed.push(Search::scan(&base, extension_filter(wanted), EXT_ATTRS));
+        let (tap, slow_entries) = tokio::sync::mpsc::unbounded_channel();
+        let slow = self.spawn_tapped(
+            slow_filters.iter().map(|f| Search::scan(&plan.base, f.clone(), &plan.attrs)).collect(),
+            Some(tap),
+        );
+        let mut found = self.discover(&plan, &fast_filters)?;
+        let (mut carrier_dns, mut plans) = found.file(&plan, fast_filters.len(), &mut fetched);
+        if plan.strategies.class_extension {
+            self.fetch_extended(&plan, &mut fetched, &mut carrier_dns, &mut plans)?;
+        }
+        // 3. Per service and per GLUE 1.3 site, all at once.
+        let glue13_searches = glue13_searches(&plan, &fetched.subclusters);
+        let mut seen: HashSet<String> = carrier_dns.clone();
+        let mut policies = Vec::new();
+        fetched.glue13_ces = self.services(
+            &plans,
+            found.early.asked,
+            plan.glue2,
+            plan.policy.as_deref(),
+            &plan.attrs,
+            glue13_searches,
+            &mut seen,
+            &mut fetched,
+            &mut policies,
+        )?;
+        let done: BTreeSet<String> = plans.into_keys().collect();
+        let scanned = SlowScan { pending: slow, entries: slow_entries, done };
+        self.follow_slow_scan(&plan, scanned, &mut carrier_dns, &mut seen, &mut fetched, &mut policies)?;
+        // A carrier also fetched as another EE's share is kept once, as a carrier.
+        fetched.shares.retain(|sh| !carrier_dns.contains(&sh.dn.to_ascii_lowercase()));
+        if plan.glue2 && wanted.vo.is_some() {
+            fetched.policies = Some(policies);
+        }
+        fetched.queries = self.queries;
+        fetched.names = wanted.names.clone();
+        Ok(fetched)
+    }
+
+    /// Stage 1 but the slow scan: the EEs' OtherInfo and the Extensions
+    /// stream, each service asked as soon as a scan has moved past it (on the
+    /// plan seen so far); GLUE 2.1's accelerators and GLUE 1.3's SubClusters
+    /// are read beside them.
+    fn discover(&mut self, plan: &FetchPlan, fast_filters: &[String]) -> Result<Discovered, BdiiError> {
+        let base = &plan.base;
+        let mut streamed: Vec<Search> =
+            fast_filters.iter().map(|f| Search::scan(base, f.clone(), &plan.attrs)).collect();
+        if plan.strategies.class_extension {
+            streamed.push(Search::scan(base, extension_filter(plan.wanted), EXT_ATTRS));
         }
         let (tap, mut streamed_entries) = tokio::sync::mpsc::unbounded_channel();
         let streaming = self.spawn_tapped(streamed, Some(tap));
         let mut first: Vec<Search> = Vec::new();
-        if s.class_extension {
-            first.push(Search::scan(&base, crate::bdii::glue21::FILTER.to_string(), crate::bdii::glue21::ATTRIBUTES));
+        if plan.strategies.class_extension {
+            first.push(Search::scan(base, crate::bdii::glue21::FILTER.to_string(), crate::bdii::glue21::ATTRIBUTES));
         }
-        if s.glue13 {
-            first.push(Search::scan(&base13, subcluster_filter(wanted), &[] as &[&str]));
+        if plan.strategies.glue13 {
+            first.push(Search::scan(&plan.base13, subcluster_filter(plan.wanted), &[] as &[&str]));
         }
         let first = self.spawn_all(first);
         let mut early = EarlyAsks { current: vec![None; streaming.len()], ..Default::default() };
@@ -598,13 +626,16 @@ impl Bdii {
                         .filter(|service| early.current[at].as_ref() != Some(service))
                 };
                 // The scan has moved past a service: ask it, on the plan seen so far.
-                if let Some(done) = service.filter(|_| glue2).and_then(|s| early.current[at].replace(s)) {
-                    let plan = &early.plans[&done];
-                    if early.asked.get(&done).is_none_or(|(sent, _)| sent != plan) {
-                        let search =
-                            self.service_searches(std::iter::once((done.as_str(), plan)), policy.as_deref(), &attrs2);
+                if let Some(done) = service.filter(|_| plan.glue2).and_then(|s| early.current[at].replace(s)) {
+                    let sent = &early.plans[&done];
+                    if early.asked.get(&done).is_none_or(|(asked, _)| asked != sent) {
+                        let search = self.service_searches(
+                            std::iter::once((done.as_str(), sent)),
+                            plan.policy.as_deref(),
+                            &plan.attrs,
+                        );
                         let pending = self.spawn_all(search).pop().expect("one search per plan");
-                        early.asked.insert(done, (plan.clone(), pending));
+                        early.asked.insert(done, (sent.clone(), pending));
                     }
                 }
                 found[at].push(e);
@@ -612,140 +643,86 @@ impl Bdii {
         }
         // The streamed searches' own results are empty (tapped); joined for their errors.
         self.join_all(streaming)?;
-        let mut results = self.join_all(first)?.into_iter();
-        let mut carrier_dns: HashSet<String> = HashSet::with_capacity(found.iter().map(Vec::len).sum());
-        let mut found = found.into_iter();
-        let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
-        for _ in &fast_filters {
-            for e in found.next().unwrap_or_default() {
-                if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                    note_carrier(&mut plans, &e);
-                    snap.carriers.push(e);
-                }
-            }
-        }
-        if s.class_extension {
-            snap.extensions = found.next().unwrap_or_default();
-            // GLUE 2.1 accelerator entities read as the Extensions they stand for.
-            // That scan reads every accelerator entity: keep, as the Extension search
-            // above does, only the keys the job uses, so that an EE or share is a
-            // carrier for the same jobs whichever way its site publishes.
-            let published = snap.extensions.len();
-            crate::bdii::glue21::add_extensions(&mut snap.extensions, results.next().unwrap_or_default());
-            let accelerators = snap.extensions.split_off(published);
-            snap.extensions.extend(
-                accelerators
-                    .into_iter()
-                    .filter(|x| x.first("GLUE2ExtensionKey").is_some_and(|k| extension_key_wanted(wanted, k))),
-            );
-        }
-        if s.glue13 {
-            snap.subclusters = results.next().unwrap_or_default();
-        }
+        let first = self.join_all(first)?;
+        Ok(Discovered { streamed: found, first, early })
+    }
 
-        if s.class_extension {
-            // 2. An Extension usually sits under the entity it extends: its parent's RDN
-            // says the class, the service above it where to look. Otherwise every
-            // carrier class is asked by ID (indexed).
-            let known: BTreeSet<String> = snap.carriers.iter().filter_map(entity_id).collect();
-            let mut loose: [BTreeSet<String>; 3] = Default::default();
-            for x in &snap.extensions {
-                let fetched = |parent: &str| carrier_dns.contains(&parent.to_ascii_lowercase());
-                if note_extension(&mut plans, x, |parent| !fetched(parent)).is_some() {
-                    continue;
-                }
-                for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
-                    loose.iter_mut().for_each(|m| {
-                        m.insert(id.to_string());
-                    });
-                }
+    /// Stage 2: an Extension usually sits under the entity it extends: its parent's RDN
+    /// says the class, the service above it where to look. Otherwise every
+    /// carrier class is asked by ID (indexed).
+    fn fetch_extended(
+        &mut self,
+        plan: &FetchPlan,
+        fetched: &mut Fetched,
+        carrier_dns: &mut HashSet<String>,
+        plans: &mut BTreeMap<String, ServicePlan>,
+    ) -> Result<(), BdiiError> {
+        let known: BTreeSet<String> = fetched.carriers.iter().filter_map(entity_id).collect();
+        let mut loose: [BTreeSet<String>; 3] = Default::default();
+        for x in &fetched.extensions {
+            let is_carrier = |parent: &str| carrier_dns.contains(&parent.to_ascii_lowercase());
+            if note_extension(plans, x, |parent| !is_carrier(parent)).is_some() {
+                continue;
             }
-            let mut by_id = Vec::new();
-            for ((class, attr), ids) in CARRIERS.iter().zip(&loose) {
-                let ids: Vec<&String> = ids.iter().collect();
-                for chunk in ids.chunks(500) {
-                    if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
-                        by_id.push(Search::scan(&base, format!("(&(objectClass={class}){any})"), &attrs2));
-                    }
-                }
+            for id in x.all("GLUE2ExtensionEntityForeignKey").iter().filter(|id| !known.contains(*id)) {
+                loose.iter_mut().for_each(|m| {
+                    m.insert(id.to_string());
+                });
             }
-            for e in self.search_all(by_id)?.into_iter().flatten() {
-                if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                    note_carrier(&mut plans, &e);
-                    snap.carriers.push(e);
+        }
+        let mut by_id = Vec::new();
+        for ((class, attr), ids) in CARRIERS.iter().zip(&loose) {
+            let ids: Vec<&String> = ids.iter().collect();
+            for chunk in ids.chunks(500) {
+                if let Some(any) = any_of(attr, chunk.iter().map(|s| s.as_str())) {
+                    by_id.push(Search::scan(&plan.base, format!("(&(objectClass={class}){any})"), &plan.attrs));
                 }
             }
         }
-
-        // 3. Per service and per GLUE 1.3 site, all at once.
-        let mut glue13_searches = Vec::new();
-        if s.glue13 {
-            let mut vo_filter = String::new();
-            // An empty VO (the local index's fetch) asks every VO's CEs.
-            if let Some(vo) = wanted.vo.as_ref().filter(|vo| !vo.is_empty()) {
-                vo_filter = format!("(GlueCEAccessControlBaseRule=VO:{})", ldap_escape(vo.as_str()));
-            }
-            // GlueCEs are siblings of their GlueCluster, the SubCluster's parent.
-            let mut sites: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for sc in &snap.subclusters {
-                let under_cluster =
-                    parent_rdn_attr(&sc.dn).is_some_and(|a| a.eq_ignore_ascii_case("GlueClusterUniqueID"));
-                let site = parent_dn(&sc.dn).and_then(parent_dn).filter(|_| under_cluster).map(str::to_string);
-                for c in sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")) {
-                    sites.entry(site.clone().unwrap_or_else(|| base13.clone())).or_default().insert(c.to_string());
-                }
-            }
-            for (site, clusters) in &sites {
-                let scope = if site.eq_ignore_ascii_case(&base13) { Scope::Subtree } else { Scope::OneLevel };
-                for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
-                    let fk = any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}")))
-                        .unwrap_or_default();
-                    glue13_searches.push(Search::under(
-                        site,
-                        scope,
-                        format!("(&(objectClass=GlueCE){fk}{vo_filter})"),
-                        &[] as &[&str],
-                    ));
-                }
+        for e in self.search_all(by_id)?.into_iter().flatten() {
+            if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                note_carrier(plans, &e);
+                fetched.carriers.push(e);
             }
         }
-        let mut seen: HashSet<String> = carrier_dns.clone();
-        let mut policies = Vec::new();
-        let mut done: BTreeSet<String> = BTreeSet::new();
-        snap.glue13_ces = self.services(
-            &plans,
-            early.asked,
-            glue2,
-            policy.as_deref(),
-            &attrs2,
-            glue13_searches,
-            &mut seen,
-            &mut snap,
-            &mut policies,
-        )?;
-        done.extend(plans.into_keys());
+        Ok(())
+    }
 
-        // The slow scan's carriers: their services, where not asked already,
-        // each asked as soon as its first carrier streams in, beside the scan
-        // (which takes most of the time), not after it. A service whose plan
-        // grows later is asked again; the last answer is the one kept.
+    /// The slow scan's carriers: their services, where not asked already,
+    /// each asked as soon as its first carrier streams in, beside the scan
+    /// (which takes most of the time), not after it. A service whose plan
+    /// grows later is asked again; the last answer is the one kept.
+    fn follow_slow_scan(
+        &mut self,
+        plan: &FetchPlan,
+        scan: SlowScan,
+        carrier_dns: &mut HashSet<String>,
+        seen: &mut HashSet<String>,
+        fetched: &mut Fetched,
+        policies: &mut Vec<Entry>,
+    ) -> Result<(), BdiiError> {
+        let SlowScan { pending: slow, entries: mut slow_entries, done } = scan;
         let mut late: BTreeMap<String, ServicePlan> = BTreeMap::new();
         let mut asked: BTreeMap<String, (ServicePlan, Pending)> = BTreeMap::new();
         // Per slow search, its entries in the order it returned them.
         let mut found: Vec<Vec<(Entry, Option<EarlyRead>)>> = vec![Vec::new(); slow.len()];
         // Their CDER pairs are read here, while each batch is in cache: this thread
         // would only wait for the scan, and the build would read them all again after it.
-        let mut reads = CarrierReads::new(wanted.prefixes.iter().cloned().collect(), snap.extensions.is_empty());
+        let mut reads =
+            CarrierReads::new(plan.wanted.prefixes.iter().cloned().collect(), fetched.extensions.is_empty());
         while let Some((at, batch)) = self.rt.block_on(slow_entries.recv()) {
             for e in batch {
                 let service = service_base(&e.dn);
                 if !done.contains(service) {
-                    let plan = note_carrier(&mut late, &e);
-                    if asked.get(service).is_none_or(|(sent, _)| sent != plan) {
-                        let search =
-                            self.service_searches(std::iter::once((service, plan)), policy.as_deref(), &attrs2);
+                    let sent = note_carrier(&mut late, &e);
+                    if asked.get(service).is_none_or(|(before, _)| before != sent) {
+                        let search = self.service_searches(
+                            std::iter::once((service, sent)),
+                            plan.policy.as_deref(),
+                            &plan.attrs,
+                        );
                         let pending = self.spawn_all(search).pop().expect("one search per plan");
-                        asked.insert(service.to_string(), (plan.clone(), pending));
+                        asked.insert(service.to_string(), (sent.clone(), pending));
                     }
                 }
                 let read = reads.read(&e);
@@ -756,30 +733,23 @@ impl Bdii {
         self.join_all(slow)?;
         for (e, read) in found.into_iter().flatten() {
             if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
-                reads.file(snap.carriers.len(), read);
-                snap.carriers.push(e);
+                reads.file(fetched.carriers.len(), read);
+                fetched.carriers.push(e);
             }
         }
-        snap.carrier_reads = reads;
-        if glue2 && !asked.is_empty() {
+        fetched.carrier_reads = reads;
+        if plan.glue2 && !asked.is_empty() {
             let (plans, pending): (BTreeMap<String, ServicePlan>, Vec<Pending>) =
                 asked.into_iter().map(|(service, (plan, pending))| ((service, plan), pending)).unzip();
             let results = self.join_all(pending)?;
-            absorb_services(&plans, results, &mut seen, &mut snap, &mut policies);
+            absorb_services(&plans, results, seen, fetched, policies);
         }
-        // A carrier also fetched as another EE's share is kept once, as a carrier.
-        snap.shares.retain(|sh| !carrier_dns.contains(&sh.dn.to_ascii_lowercase()));
-        if glue2 && wanted.vo.is_some() {
-            snap.policies = Some(policies);
-        }
-        snap.queries = self.queries;
-        snap.names = wanted.names.clone();
-        Ok(snap)
+        Ok(())
     }
 
     /// Stage 3 for `plans` (plus `extra` searches, whose entries are returned):
     /// one search per service; managers, endpoints, shares, policies and the
-    /// entities Extensions extend (as carriers) go into `snap`.
+    /// entities Extensions extend (as carriers) go into `fetched`.
     #[allow(clippy::too_many_arguments)]
     fn services(
         &mut self,
@@ -790,7 +760,7 @@ impl Bdii {
         attrs: &[String],
         extra: Vec<Search>,
         seen: &mut HashSet<String>,
-        snap: &mut Snapshot,
+        fetched: &mut Fetched,
         policies: &mut Vec<Entry>,
     ) -> Result<Vec<Entry>, BdiiError> {
         let mut pending = Vec::new();
@@ -811,7 +781,7 @@ impl Bdii {
         pending.extend(self.spawn_all(extra));
         let mut results = self.join_all(pending)?;
         let rest = results.split_off(n);
-        absorb_services(plans, results, seen, snap, policies);
+        absorb_services(plans, results, seen, fetched, policies);
         Ok(rest.into_iter().flatten().collect())
     }
 
@@ -832,14 +802,140 @@ impl Bdii {
     }
 }
 
+/// The attributes an Extension search reads.
+const EXT_ATTRS: &[&str] = &["GLUE2ExtensionKey", "GLUE2ExtensionValue", "GLUE2ExtensionEntityForeignKey"];
+
+/// What one fetch asks for, worked out once from the options and the job.
+struct FetchPlan<'w> {
+    wanted: &'w Wanted,
+    base: String,
+    base13: String,
+    strategies: Strategies,
+    /// Whether a GLUE 2.0 strategy is read at all.
+    glue2: bool,
+    /// The GLUE 2.0 attributes every search reads.
+    attrs: Vec<String>,
+    /// The job's VO's MappingPolicies, by prefix (unindexed substring: the
+    /// service's entries only, not the VO's whole index entry); the exact rule
+    /// is checked in memory.
+    policy: Option<String>,
+}
+
+impl<'w> FetchPlan<'w> {
+    fn new(opts: &QueryOptions, wanted: &'w Wanted) -> FetchPlan<'w> {
+        let strategies = opts.strategies;
+        let policy = wanted.vo.as_ref().map(|vo| {
+            format!("(&(GLUE2MappingPolicyShareForeignKey=*)(GLUE2PolicyRule=VO:{}*))", ldap_escape(vo.as_str()))
+        });
+        FetchPlan {
+            wanted,
+            base: opts.base.clone(),
+            base13: opts.base13.clone(),
+            strategies,
+            glue2: strategies.attribute_extension || strategies.class_extension,
+            attrs: glue2_attrs(wanted),
+            policy,
+        }
+    }
+}
+
+/// What [`Bdii::discover`] found: per streamed scan its entries, the other
+/// scans' results, and the services asked while the scans streamed.
+struct Discovered {
+    streamed: Vec<Vec<Entry>>,
+    first: Vec<Vec<Entry>>,
+    early: EarlyAsks,
+}
+
+impl Discovered {
+    /// Files the carriers (each DN once), the Extensions and the SubClusters
+    /// found into `fetched`: the carriers' DNs and their services' plans.
+    fn file(
+        &mut self,
+        plan: &FetchPlan,
+        carrier_scans: usize,
+        fetched: &mut Fetched,
+    ) -> (HashSet<String>, BTreeMap<String, ServicePlan>) {
+        let mut carrier_dns: HashSet<String> = HashSet::with_capacity(self.streamed.iter().map(Vec::len).sum());
+        let mut plans: BTreeMap<String, ServicePlan> = BTreeMap::new();
+        let mut found = std::mem::take(&mut self.streamed).into_iter();
+        for e in found.by_ref().take(carrier_scans).flatten() {
+            if carrier_dns.insert(e.dn.to_ascii_lowercase()) {
+                note_carrier(&mut plans, &e);
+                fetched.carriers.push(e);
+            }
+        }
+        let mut results = std::mem::take(&mut self.first).into_iter();
+        if plan.strategies.class_extension {
+            fetched.extensions = found.next().unwrap_or_default();
+            // GLUE 2.1 accelerator entities read as the Extensions they stand for.
+            // That scan reads every accelerator entity: keep, as the Extension search
+            // above does, only the keys the job uses, so that an EE or share is a
+            // carrier for the same jobs whichever way its site publishes.
+            let published = fetched.extensions.len();
+            crate::bdii::glue21::add_extensions(&mut fetched.extensions, results.next().unwrap_or_default());
+            let accelerators = fetched.extensions.split_off(published);
+            fetched.extensions.extend(
+                accelerators
+                    .into_iter()
+                    .filter(|x| x.first("GLUE2ExtensionKey").is_some_and(|k| extension_key_wanted(plan.wanted, k))),
+            );
+        }
+        if plan.strategies.glue13 {
+            fetched.subclusters = results.next().unwrap_or_default();
+        }
+        (carrier_dns, plans)
+    }
+}
+
+/// The slow scan under way, and the services asked already (not asked again for its carriers).
+struct SlowScan {
+    pending: Vec<Pending>,
+    entries: tokio::sync::mpsc::UnboundedReceiver<(usize, Vec<Entry>)>,
+    done: BTreeSet<String>,
+}
+
+/// Stage 3 for GLUE 1.3: per site, its GlueCEs of the SubClusters' clusters
+/// (siblings of their GlueCluster, the SubCluster's parent), of the job's VO.
+fn glue13_searches(plan: &FetchPlan, subclusters: &[Entry]) -> Vec<Search> {
+    let mut searches = Vec::new();
+    if !plan.strategies.glue13 {
+        return searches;
+    }
+    let mut vo_filter = String::new();
+    // An empty VO (the local index's fetch) asks every VO's CEs.
+    if let Some(vo) = plan.wanted.vo.as_ref().filter(|vo| !vo.is_empty()) {
+        vo_filter = format!("(GlueCEAccessControlBaseRule=VO:{})", ldap_escape(vo.as_str()));
+    }
+    let base13 = &plan.base13;
+    let mut sites: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for sc in subclusters {
+        let under_cluster = parent_rdn_attr(&sc.dn).is_some_and(|a| a.eq_ignore_ascii_case("GlueClusterUniqueID"));
+        let site = parent_dn(&sc.dn).and_then(parent_dn).filter(|_| under_cluster).map(str::to_string);
+        for c in sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")) {
+            sites.entry(site.clone().unwrap_or_else(|| base13.clone())).or_default().insert(c.to_string());
+        }
+    }
+    for (site, clusters) in &sites {
+        let scope = if site.eq_ignore_ascii_case(base13) { Scope::Subtree } else { Scope::OneLevel };
+        for chunk in clusters.iter().collect::<Vec<_>>().chunks(500) {
+            let fk =
+                any_of("GlueForeignKey", chunk.iter().map(|c| format!("GlueClusterUniqueID={c}"))).unwrap_or_default();
+            let filter = format!("(&(objectClass=GlueCE){fk}{vo_filter})");
+            searches.push(Search::under(site, scope, filter, &[] as &[&str]));
+        }
+    }
+    searches
+}
+
 /// Files the answers of [`Bdii::service_searches`] (in `plans` order) into
-/// `snap`: managers, endpoints, shares, policies, and the entities
+/// `fetched`: managers, endpoints, shares, policies, and the entities
 /// Extensions extend (as carriers).
 fn absorb_services(
     plans: &BTreeMap<String, ServicePlan>,
     results: Vec<Vec<Entry>>,
     seen: &mut HashSet<String>,
-    snap: &mut Snapshot,
+    fetched: &mut Fetched,
     policies: &mut Vec<Entry>,
 ) {
     for (plan, entries) in plans.values().zip(results) {
@@ -848,16 +944,16 @@ fn absorb_services(
                 continue;
             }
             if e.is_a("GLUE2ComputingManager") {
-                snap.managers.push(e);
+                fetched.managers.push(e);
             } else if e.is_a("GLUE2ComputingEndpoint") {
-                snap.endpoints.push(e);
+                fetched.endpoints.push(e);
             } else if e.is_a("GLUE2MappingPolicy") {
                 policies.push(e);
             } else if entity_id(&e).is_some_and(|id| plan.ids.iter().any(|ids| ids.contains(&id))) {
                 // An entity its Extensions extend: a carrier.
-                snap.carriers.push(e);
+                fetched.carriers.push(e);
             } else if e.is_a("GLUE2ComputingShare") {
-                snap.shares.push(e);
+                fetched.shares.push(e);
             }
         }
     }

@@ -11,7 +11,7 @@ pub mod submit;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::bdii::{build_offers, Bdii, Offers, QueryOptions, Snapshot, Strategies};
+use crate::bdii::{build_offers, Bdii, Fetched, Offers, QueryOptions, Strategies};
 use crate::index::cache::Cache;
 use crate::index::refresh::{open_fresh, Source};
 use crate::listmatch::{list_match, MatchResult, RankPreset, Request};
@@ -176,7 +176,7 @@ pub struct Phase1 {
     pub index: Option<IndexInfo>,
     /// The connection and what it fetched, kept so that [`Phase1::exit`]
     /// can leave them to the process's end instead of freeing them.
-    _retained: Option<(Bdii, Snapshot)>,
+    _retained: Option<(Bdii, Fetched)>,
 }
 
 impl Phase1 {
@@ -262,23 +262,33 @@ fn live(args: &Phase1Args, source: Source, job: ClassAd, request: Request, expla
     let wanted = request.wanted(&source.prefixes, args.vo.as_deref());
     let started = std::time::Instant::now();
     let mut bdii = Bdii::connect(&source.query).map_err(|e| Failure::runtime(e.to_string()))?;
-    let snap = bdii.fetch(&wanted).map_err(|e| Failure::runtime(e.to_string()))?;
-    let fetched = started.elapsed();
-    let offers = build_offers(&snap, &source.prefixes, wanted.vo.as_deref());
+    let fetched = bdii.fetch(&wanted).map_err(|e| Failure::runtime(e.to_string()))?;
+    let fetch_time = started.elapsed();
+    let offers = build_offers(&fetched, &source.prefixes, wanted.vo.as_deref());
     tracing::debug!(
-        queries = snap.queries,
+        queries = fetched.queries,
         offers = offers.offers.len(),
-        fetch_ms = fetched.as_secs_f64() * 1e3,
-        offers_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3,
+        fetch_ms = fetch_time.as_secs_f64() * 1e3,
+        offers_ms = (started.elapsed() - fetch_time).as_secs_f64() * 1e3,
         "phase 1"
     );
     for w in &offers.warnings {
         tracing::warn!("{url}: {w}");
     }
     let result = list_match(&request, &offers.offers, explain);
-    let queries = snap.queries;
+    let queries = fetched.queries;
     let offer_count = offers.offers.len();
-    Ok(Phase1 { job, request, offers, offer_count, result, url, queries, index: None, _retained: Some((bdii, snap)) })
+    Ok(Phase1 {
+        job,
+        request,
+        offers,
+        offer_count,
+        result,
+        url,
+        queries,
+        index: None,
+        _retained: Some((bdii, fetched)),
+    })
 }
 
 fn from_index(

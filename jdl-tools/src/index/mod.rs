@@ -2,7 +2,8 @@
 //!
 //! A refresher fetches the BDII once for every VO and every CDER key
 //! ([`snapshot_wanted`]), builds every offer the live path could build
-//! ([`crate::bdii::offers::build_offers_for_index`]) and writes them with
+//! ([`crate::bdii::offers::every_offer`]: the live path's pipeline for every
+//! VO, each offer with the traits that settle it per job) and writes them with
 //! [`encode`] into one immutable file ([`snapshot`] has its layout). A query
 //! maps the file ([`OfferIndex::load`]) and:
 //!
@@ -33,8 +34,8 @@ use cder_classad::ast::{ClassAd, Expr};
 use cder_classad::value::Value;
 use cder_request::keys;
 
-use crate::bdii::offers::{build_offers_for_index, ClosedShare, Offer, OfferTraits, Offers, RefusedClaim};
-use crate::bdii::query::{Snapshot, Strategies, Wanted};
+use crate::bdii::offers::{every_offer, ClosedShare, Offer, Offers, RefusedClaim};
+use crate::bdii::query::{Fetched, Strategies, Wanted};
 use crate::listmatch::{best_per_ce, list_match, list_match_best, ranked, MatchResult, RankPreset, Request};
 use snapshot::{flag, tag, Bytes, Column, StrTable, HEADER_LEN, MAGIC, NONE, OFFER_LEN, STRING_BLOCK, VERSION};
 
@@ -224,31 +225,29 @@ pub fn snapshot_wanted(prefixes: &[String]) -> Wanted {
     }
 }
 
-/// The offers of a snapshot and what the index keeps beside them.
+/// The offers of a fetch, as the index encodes them.
 pub struct IndexBuild {
-    /// The offers, every attribute, in list-match's order, and the build's warnings.
+    /// The offers, every attribute, in list-match's order, each with what
+    /// settles it per job and VO, and the build's warnings.
     pub offers: Offers,
-    /// Per offer, what settles it per job and VO.
-    pub traits: Vec<OfferTraits>,
 }
 
 impl IndexBuild {
-    /// Builds every offer of `snap` (fetched with [`snapshot_wanted`]).
-    pub fn new(snap: &Snapshot, prefixes: &[String]) -> IndexBuild {
-        let (offers, traits) = build_offers_for_index(snap, prefixes);
-        IndexBuild { offers, traits }
+    /// Builds every offer of `fetched` (fetched with [`snapshot_wanted`]).
+    pub fn new(fetched: &Fetched, prefixes: &[String]) -> IndexBuild {
+        IndexBuild { offers: every_offer(fetched, prefixes) }
     }
 }
 
 /// The file's bytes for `build` (write them to a temp file and rename it into place).
 pub fn encode(build: &IndexBuild, meta: &IndexMeta) -> Vec<u8> {
     let meta_json = meta.to_json(&build.offers.warnings).to_string();
-    snapshot::encode(&build.offers, &build.traits, meta_json.as_bytes())
+    snapshot::encode(&build.offers, meta_json.as_bytes())
 }
 
 /// [`IndexBuild::new`] with `meta.prefixes`, then [`encode`].
-pub fn encode_snapshot(snap: &Snapshot, meta: &IndexMeta) -> Vec<u8> {
-    encode(&IndexBuild::new(snap, &meta.prefixes), meta)
+pub fn encode_fetched(fetched: &Fetched, meta: &IndexMeta) -> Vec<u8> {
+    encode(&IndexBuild::new(fetched, &meta.prefixes), meta)
 }
 
 impl std::fmt::Debug for OfferIndex {
@@ -350,59 +349,9 @@ impl OfferIndex {
 
     fn parse(path: PathBuf, data: Data) -> Result<OfferIndex, IndexError> {
         let b = Bytes(data.bytes());
-        let truncated = |what: &str| IndexError::Truncated { path: path.clone(), what: what.to_string() };
         let corrupt = |what: &str| IndexError::Corrupt { path: path.clone(), what: what.to_string() };
-        if b.0.len() < 12 {
-            return Err(if b.0.len() >= 8 && b.0[..8] != MAGIC || b.0.is_empty() {
-                if b.0.is_empty() {
-                    truncated("empty file")
-                } else {
-                    IndexError::BadMagic { path }
-                }
-            } else {
-                truncated("header")
-            });
-        }
-        if b.0[..8] != MAGIC {
-            return Err(IndexError::BadMagic { path });
-        }
-        let version = b.u32(8).unwrap_or_default();
-        if version != VERSION {
-            return Err(IndexError::Version { path, found: version, expected: VERSION });
-        }
-        if b.0.len() < HEADER_LEN {
-            return Err(truncated("header"));
-        }
-        let file_len = b.u64(16).unwrap_or_default();
-        if (b.0.len() as u64) < file_len {
-            return Err(truncated(&format!("{} of {file_len} bytes", b.0.len())));
-        }
-        if (b.0.len() as u64) > file_len {
-            return Err(corrupt(&format!("{} bytes, the header says {file_len}", b.0.len())));
-        }
-        let section = |i: usize| -> Result<(usize, usize), IndexError> {
-            let at = b.u64(24 + i * 16).unwrap_or(u64::MAX) as usize;
-            let len = b.u64(32 + i * 16).unwrap_or(u64::MAX) as usize;
-            b.slice(at, len).ok_or_else(|| corrupt("section out of bounds"))?;
-            Ok((at, len))
-        };
-        let (meta_at, meta_len) = section(0)?;
-        let (strings_at, strings_len) = section(1)?;
-        let (offers_at, offers_len) = section(2)?;
-        let lists = section(3)?;
-        let names = section(4)?;
-        let string_checks = section(5)?;
-        let (dir_at, dir_len) = section(6)?;
-        let crc = b.u32(12).unwrap_or_default();
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&b.0[16..strings_at]);
-        hasher.update(b.0.get(strings_at + strings_len..dir_at + dir_len).ok_or_else(|| corrupt("sections"))?);
-        if hasher.finalize() != crc {
-            return Err(corrupt("checksum mismatch"));
-        }
-        if string_checks.1 != strings_len.div_ceil(STRING_BLOCK) * 4 {
-            return Err(corrupt("string checks"));
-        }
+        let [(meta_at, meta_len), (strings_at, strings_len), (offers_at, offers_len), lists, names, string_checks, (dir_at, _)] =
+            check_header(b, &path)?;
         let meta_json: serde_json::Value =
             serde_json::from_slice(&b.0[meta_at..meta_at + meta_len]).map_err(|e| corrupt(&format!("meta: {e}")))?;
         let (meta, warnings) = IndexMeta::from_json(&meta_json).ok_or_else(|| corrupt("meta: missing fields"))?;
@@ -419,26 +368,7 @@ impl OfferIndex {
         }
         let name_ids: Vec<u32> =
             (0..count).map(|k| b.u32(names.0 + 4 + k * 4)).collect::<Option<_>>().ok_or_else(|| corrupt("names"))?;
-        let mut columns = HashMap::new();
-        let count = b.u32(dir_at).ok_or_else(|| corrupt("column directory"))? as usize;
-        let mut at = dir_at + 4;
-        for _ in 0..count {
-            let l = b.u16(at).ok_or_else(|| corrupt("column directory"))? as usize;
-            let name = b
-                .slice(at + 2, l)
-                .and_then(|s| std::str::from_utf8(s).ok())
-                .ok_or_else(|| corrupt("column directory"))?
-                .to_string();
-            at += 2 + l;
-            let (off, len, crc) = (|| Some((b.u64(at)? as usize, b.u64(at + 8)? as usize, b.u32(at + 16)?)))()
-                .ok_or_else(|| corrupt("column directory"))?;
-            b.slice(off, len).ok_or_else(|| corrupt(&format!("column {name} out of bounds")))?;
-            at += 20;
-            columns.insert(
-                name.to_ascii_lowercase(),
-                ColumnAt { spelling: name, at: off, len, crc, checked: OnceLock::new() },
-            );
-        }
+        let columns = read_columns(b, dir_at, &corrupt)?;
         let blocks = strings_len.div_ceil(STRING_BLOCK);
         let mut index = OfferIndex {
             path,
@@ -695,6 +625,7 @@ impl OfferIndex {
             ee_id: self.string(r.ee_id)?.map(str::to_string),
             schema: if r.flags & flag::GLUE13 != 0 { "GLUE1.3" } else { "GLUE2" },
             ad,
+            traits: None,
         })
     }
 
@@ -702,6 +633,31 @@ impl OfferIndex {
     /// job's VirtualOrganisation when None), in its order, and the claims it
     /// would refuse.
     fn visible(&self, w: &Wanted) -> Result<Visible, IndexError> {
+        let (mut keep, closed) = self.built_for(w)?;
+        // Below, the records are read again from the map, not held: 60 bytes an offer.
+        let mut claims = self.refused_claims(&mut keep)?;
+        self.refuse_contested(&mut keep, &mut claims)?;
+        self.drop_glue13_twins(&mut keep)?;
+        let n = self.n;
+        let vo = w.vo.clone().unwrap_or_default();
+        let closed = closed
+            .into_iter()
+            .map(|(dn, id, queue)| {
+                Ok(ClosedShare {
+                    share_id: self.string(id)?.unwrap_or_default().to_string(),
+                    queue: self.string(queue)?.map(str::to_string),
+                    dn: self.string(dn)?.unwrap_or_default().to_string(),
+                    vo: vo.clone(),
+                })
+            })
+            .collect::<Result<_, IndexError>>()?;
+        Ok(((0..n).filter(|&i| keep[i]).collect(), claims, closed))
+    }
+
+    /// Which offers the live build would make for the job's keys and VO
+    /// (VO shares one job cannot tell apart kept once), and the shares it
+    /// would meet and leave out as not open to the VO (DN, ID and queue ids).
+    fn built_for(&self, w: &Wanted) -> Result<(Vec<bool>, Vec<ClosedIds>), IndexError> {
         let n = self.n;
         let vgpgpu = w.vgpgpu;
         let keys: &BTreeSet<String> = &w.keys;
@@ -759,8 +715,11 @@ impl OfferIndex {
                 *k = exists;
             }
         }
-        // Below, the records are read again from the map, not held: 60 bytes an offer.
+        Ok((keep, closed))
+    }
 
+    /// Claims refused outright, in the order the live build meets them (their offers left out).
+    fn refused_claims(&self, keep: &mut [bool]) -> Result<Vec<RefusedClaim>, IndexError> {
         // Claims refused outright, in the order the live build meets them.
         let mut refused: Vec<(u32, RefusedClaim)> = Vec::new();
         let mut seen: BTreeSet<(u32, u32)> = BTreeSet::new();
@@ -784,8 +743,12 @@ impl OfferIndex {
             }
         }
         refused.sort_by_key(|(seq, _)| *seq);
-        let mut claims: Vec<RefusedClaim> = refused.into_iter().map(|(_, c)| c).collect();
-        // Contested CE IDs: offered under several services, kept from those that own them.
+        Ok(refused.into_iter().map(|(_, c)| c).collect())
+    }
+
+    /// Contested CE IDs: offered under several services, kept from those that own them.
+    fn refuse_contested(&self, keep: &mut [bool], claims: &mut Vec<RefusedClaim>) -> Result<(), IndexError> {
+        let n = self.n;
         // Per CE ID: its first service, and whether another one offers it too.
         // A dense table by string id (each record's CE id was checked against the table above).
         let ids = self.strings().count;
@@ -822,7 +785,12 @@ impl OfferIndex {
                 }
             }
         }
-        // A CE published in both schemas gets its GLUE 2.0 offer.
+        Ok(())
+    }
+
+    /// A CE published in both schemas gets its GLUE 2.0 offer.
+    fn drop_glue13_twins(&self, keep: &mut [bool]) -> Result<(), IndexError> {
+        let (n, ids) = (self.n, self.strings().count);
         let mut glue2 = vec![false; ids];
         let mut glue13 = Vec::new();
         for i in (0..n).filter(|&i| keep[i]) {
@@ -838,19 +806,7 @@ impl OfferIndex {
                 keep[i] = false;
             }
         }
-        let vo = w.vo.clone().unwrap_or_default();
-        let closed = closed
-            .into_iter()
-            .map(|(dn, id, queue)| {
-                Ok(ClosedShare {
-                    share_id: self.string(id)?.unwrap_or_default().to_string(),
-                    queue: self.string(queue)?.map(str::to_string),
-                    dn: self.string(dn)?.unwrap_or_default().to_string(),
-                    vo: vo.clone(),
-                })
-            })
-            .collect::<Result<_, IndexError>>()?;
-        Ok(((0..n).filter(|&i| keep[i]).collect(), claims, closed))
+        Ok(())
     }
 
     /// Phase 1 from the snapshot: what [`list_match`] gives over the offers
@@ -902,6 +858,93 @@ impl OfferIndex {
         })
     }
 }
+
+/// Checks a snapshot's header (magic, version, length, the checksum of
+/// everything but the string table and the columns), and gives its seven sections' (offset, length).
+fn check_header(b: Bytes, path: &Path) -> Result<[(usize, usize); 7], IndexError> {
+    let path = path.to_path_buf();
+    let truncated = |what: &str| IndexError::Truncated { path: path.clone(), what: what.to_string() };
+    let corrupt = |what: &str| IndexError::Corrupt { path: path.clone(), what: what.to_string() };
+    if b.0.len() < 12 {
+        return Err(if b.0.len() >= 8 && b.0[..8] != MAGIC || b.0.is_empty() {
+            if b.0.is_empty() {
+                truncated("empty file")
+            } else {
+                IndexError::BadMagic { path }
+            }
+        } else {
+            truncated("header")
+        });
+    }
+    if b.0[..8] != MAGIC {
+        return Err(IndexError::BadMagic { path });
+    }
+    let version = b.u32(8).unwrap_or_default();
+    if version != VERSION {
+        return Err(IndexError::Version { path, found: version, expected: VERSION });
+    }
+    if b.0.len() < HEADER_LEN {
+        return Err(truncated("header"));
+    }
+    let file_len = b.u64(16).unwrap_or_default();
+    if (b.0.len() as u64) < file_len {
+        return Err(truncated(&format!("{} of {file_len} bytes", b.0.len())));
+    }
+    if (b.0.len() as u64) > file_len {
+        return Err(corrupt(&format!("{} bytes, the header says {file_len}", b.0.len())));
+    }
+    let section = |i: usize| -> Result<(usize, usize), IndexError> {
+        let at = b.u64(24 + i * 16).unwrap_or(u64::MAX) as usize;
+        let len = b.u64(32 + i * 16).unwrap_or(u64::MAX) as usize;
+        b.slice(at, len).ok_or_else(|| corrupt("section out of bounds"))?;
+        Ok((at, len))
+    };
+    let sections = [section(0)?, section(1)?, section(2)?, section(3)?, section(4)?, section(5)?, section(6)?];
+    let ((strings_at, strings_len), (dir_at, dir_len)) = (sections[1], sections[6]);
+    let crc = b.u32(12).unwrap_or_default();
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&b.0[16..strings_at]);
+    hasher.update(b.0.get(strings_at + strings_len..dir_at + dir_len).ok_or_else(|| corrupt("sections"))?);
+    if hasher.finalize() != crc {
+        return Err(corrupt("checksum mismatch"));
+    }
+    if sections[5].1 != strings_len.div_ceil(STRING_BLOCK) * 4 {
+        return Err(corrupt("string checks"));
+    }
+    Ok(sections)
+}
+
+/// The column directory at `dir_at`: each column's place, checked to lie in the file.
+fn read_columns(
+    b: Bytes,
+    dir_at: usize,
+    corrupt: &dyn Fn(&str) -> IndexError,
+) -> Result<HashMap<String, ColumnAt>, IndexError> {
+    let mut columns = HashMap::new();
+    let count = b.u32(dir_at).ok_or_else(|| corrupt("column directory"))? as usize;
+    let mut at = dir_at + 4;
+    for _ in 0..count {
+        let l = b.u16(at).ok_or_else(|| corrupt("column directory"))? as usize;
+        let name = b
+            .slice(at + 2, l)
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .ok_or_else(|| corrupt("column directory"))?
+            .to_string();
+        at += 2 + l;
+        let (off, len, crc) = (|| Some((b.u64(at)? as usize, b.u64(at + 8)? as usize, b.u32(at + 16)?)))()
+            .ok_or_else(|| corrupt("column directory"))?;
+        b.slice(off, len).ok_or_else(|| corrupt(&format!("column {name} out of bounds")))?;
+        at += 20;
+        columns.insert(
+            name.to_ascii_lowercase(),
+            ColumnAt { spelling: name, at: off, len, crc, checked: OnceLock::new() },
+        );
+    }
+    Ok(columns)
+}
+
+/// A share closed to the job's VO: the string ids of its DN, ID and queue.
+type ClosedIds = (u32, u32, u32);
 
 /// What [`OfferIndex::visible`] finds: the offers the live path would build,
 /// the claims it would refuse, and the shares it would leave out for the VO.

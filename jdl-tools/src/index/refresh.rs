@@ -198,7 +198,7 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
     }
     let wanted = snapshot_wanted(&source.prefixes);
     let mut fetched_at = SystemTime::now();
-    let mut snap = bdii.fetch(&wanted)?;
+    let mut fetched = bdii.fetch(&wanted)?;
     for _ in 0..2 {
         let after = read_update_stats(&mut bdii)?;
         if after.as_ref().map(cycle) == before.as_ref().map(cycle) {
@@ -207,9 +207,9 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
         tracing::info!(url = source.query.url, "the BDII finished a cycle during the read; reading again");
         before = after;
         fetched_at = SystemTime::now();
-        snap = bdii.fetch(&wanted)?;
+        fetched = bdii.fetch(&wanted)?;
     }
-    let offers = IndexBuild::new(&snap, &source.prefixes);
+    let offers = IndexBuild::new(&fetched, &source.prefixes);
     report.fetch = started.elapsed();
     let meta = IndexMeta {
         bdii_url: source.query.url.clone(),
@@ -219,7 +219,7 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
         update_stats: before.clone(),
         strategies: source.query.strategies,
         prefixes: source.prefixes.clone(),
-        queries: snap.queries,
+        queries: fetched.queries,
     };
     let written = Instant::now();
     let bytes = encode(&offers, &meta);
@@ -230,7 +230,7 @@ pub fn refresh(cache: &Cache, source: &Source, policy: &Policy) -> Result<Report
     report.bytes = Some(bytes.len() as u64);
     report.stats = before;
     // The process may exit next: dropping the connection and offers is all it would do.
-    std::mem::forget((offers, snap, bdii));
+    std::mem::forget((offers, fetched, bdii));
     drop(lock);
     Ok(report)
 }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cder_classad::value::Value;
 
-use crate::bdii::offers::{OfferTraits, Offers};
+use crate::bdii::offers::{Offer, Offers};
 
 /// `CDERIDX\0`.
 pub const MAGIC: [u8; 8] = *b"CDERIDX\0";
@@ -280,15 +280,31 @@ fn write_postings(out: &mut Vec<u8>, map: &BTreeMap<Vec<u8>, BTreeSet<u32>>) {
     pad8(out);
 }
 
-/// Writes the file's bytes: `offers` and `traits` as [`crate::bdii::offers::build_offers_for_index`] gives them.
-pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) -> Vec<u8> {
+/// Writes the file's bytes: `offers` as [`crate::bdii::offers::every_offer`] gives them, each with its traits.
+pub(crate) fn encode(offers: &Offers, meta_json: &[u8]) -> Vec<u8> {
+    let mut enc = Encoder { strings: hot_strings(offers), ..Encoder::default() };
     let n = offers.offers.len();
+    enc.records.reserve(n * OFFER_LEN);
+    for (i, o) in offers.offers.iter().enumerate() {
+        enc.record(o);
+        for (name, expr) in o.ad.iter() {
+            let cder_classad::ast::Expr::Lit(v) = expr else { continue };
+            let col = enc.columns.entry(name.to_ascii_lowercase()).or_insert_with(|| ColumnBuilder::new(name, n));
+            col.set(i, v);
+        }
+    }
+    enc.layout(meta_json)
+}
+
+/// The strings a query reads (names, and the IDs of the offers it answers with), interned
+/// first, the DNs after: a query maps only the table's first pages, not a page per offer it
+/// answers with.
+fn hot_strings(offers: &Offers) -> Strings {
     let mut strings = Strings::default();
-    // What a query reads (names, and the IDs of the offers it answers with) first, the DNs
-    // after: a query maps only the table's first pages, not a page per offer it answers with.
-    for (o, t) in offers.offers.iter().zip(traits) {
-        let names = t.open_to.iter().chain(&t.ee_keys).chain(t.share_keys.iter().flatten());
-        for s in names.chain(&t.apps).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
+    for o in &offers.offers {
+        let t = o.traits();
+        let names = t.open_to.iter().chain(t.ee_keys.iter()).chain(t.share_keys.iter().flat_map(|k| k.iter()));
+        for s in names.chain(t.apps.iter()).chain(t.vgpgpu.iter().map(|(k, _)| k)) {
             strings.id(s);
         }
         strings.id(&o.ce_id);
@@ -296,38 +312,57 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
             strings.opt(s.as_deref());
         }
     }
-    let mut lists: Vec<u32> = Vec::new();
-    // Equal lists are stored once: most offers of a grid list the same keys and VOs.
-    let mut stored: HashMap<Vec<u32>, u32> = HashMap::new();
-    let mut list = |items: Vec<u32>| -> u32 {
-        *stored.entry(items).or_insert_with_key(|items| {
+    strings
+}
+
+/// The file's sections as they are built, offer by offer.
+#[derive(Default)]
+struct Encoder {
+    strings: Strings,
+    /// The u32 arena of lists.
+    lists: Vec<u32>,
+    /// Equal lists are stored once: most offers of a grid list the same keys and VOs.
+    stored: HashMap<Vec<u32>, u32>,
+    records: Vec<u8>,
+    /// VO and key names: the only strings a query looks up by value.
+    names: BTreeSet<u32>,
+    columns: BTreeMap<String, ColumnBuilder>,
+}
+
+impl Encoder {
+    fn list(&mut self, items: Vec<u32>) -> u32 {
+        let lists = &mut self.lists;
+        *self.stored.entry(items).or_insert_with_key(|items| {
             let at = lists.len() as u32;
             lists.push(items.len() as u32);
             lists.extend(items);
             at
         })
-    };
-    let mut records: Vec<u8> = Vec::with_capacity(n * OFFER_LEN);
-    // VO and key names: the only strings a query looks up by value.
-    let mut names: BTreeSet<u32> = BTreeSet::new();
-    let mut columns: BTreeMap<String, ColumnBuilder> = BTreeMap::new();
-    for (i, (o, t)) in offers.offers.iter().zip(traits).enumerate() {
-        let ids = |strings: &mut Strings, set: &BTreeSet<String>| set.iter().map(|s| strings.id(s)).collect::<Vec<_>>();
-        let open_to = ids(&mut strings, &t.open_to);
-        let ee_keys = ids(&mut strings, &t.ee_keys);
-        let share_keys = t.share_keys.as_ref().map(|k| ids(&mut strings, k));
-        names.extend(open_to.iter().chain(&ee_keys).chain(share_keys.iter().flatten()));
-        let apps: Vec<u32> = t.apps.iter().map(|a| strings.id(a)).collect();
+    }
+
+    fn ids(&mut self, set: &BTreeSet<String>) -> Vec<u32> {
+        set.iter().map(|s| self.strings.id(s)).collect()
+    }
+
+    /// An offer's record: its IDs, its traits' strings and lists, its flags.
+    fn record(&mut self, o: &Offer) {
+        let t = o.traits();
+        let open_to = self.ids(&t.open_to);
+        let ee_keys = self.ids(&t.ee_keys);
+        let share_keys = t.share_keys.as_ref().map(|k| self.ids(k));
+        self.names.extend(open_to.iter().chain(&ee_keys).chain(share_keys.iter().flatten()));
+        let apps: Vec<u32> = t.apps.iter().map(|a| self.strings.id(a)).collect();
         let mut vg: Vec<u32> = Vec::new();
-        for (k, v) in &t.vgpgpu {
+        for (k, v) in t.vgpgpu.iter() {
             let (tg, p) = match v {
                 Value::Int(x) => (tag::INT, *x as u64),
                 Value::Real(r) => (tag::REAL, r.to_bits()),
                 _ => continue,
             };
-            vg.extend([strings.id(k), tg as u32, p as u32, (p >> 32) as u32]);
+            vg.extend([self.strings.id(k), tg as u32, p as u32, (p >> 32) as u32]);
         }
-        let fields = [
+        let strings = &mut self.strings;
+        let ids = [
             strings.id(&o.ce_id),
             strings.id(&t.service),
             strings.id(&t.share_dn),
@@ -335,112 +370,101 @@ pub(crate) fn encode(offers: &Offers, traits: &[OfferTraits], meta_json: &[u8]) 
             strings.opt(o.queue.as_deref()),
             strings.opt(o.share_id.as_deref()),
             strings.opt(o.ee_id.as_deref()),
-            list(open_to),
-            list(ee_keys),
-            share_keys.map_or(NONE, &mut list),
-            list(apps),
-            list(vg),
-            strings.opt(t.refused.as_deref()),
-            t.seq as u32,
         ];
-        for f in fields {
-            put_u32(&mut records, f);
+        let lists = [self.list(open_to), self.list(ee_keys), share_keys.map_or(NONE, |k| self.list(k))];
+        let (apps, vg) = (self.list(apps), self.list(vg));
+        let tail = [apps, vg, self.strings.opt(t.refused.as_deref()), t.seq as u32];
+        for f in ids.into_iter().chain(lists).chain(tail) {
+            put_u32(&mut self.records, f);
         }
-        let mut flags = 0u8;
-        if o.schema != "GLUE2" {
-            flags |= flag::GLUE13;
-        }
-        if t.proven {
-            flags |= flag::PROVEN;
-        }
-        if t.prefix_tagged {
-            flags |= flag::PREFIX_TAGGED;
-        }
-        if t.vgpgpu_tagged {
-            flags |= flag::VGPGPU_TAGGED;
-        }
-        if t.share_only {
-            flags |= flag::SHARE_ONLY;
-        }
-        records.extend_from_slice(&[flags, 0, 0, 0, 0, 0, 0, 0]);
-        for (name, expr) in o.ad.iter() {
-            let cder_classad::ast::Expr::Lit(v) = expr else { continue };
-            let col = columns.entry(name.to_ascii_lowercase()).or_insert_with(|| ColumnBuilder::new(name, n));
-            col.set(i, v);
-        }
+        let flags = [
+            (o.schema != "GLUE2", flag::GLUE13),
+            (t.proven, flag::PROVEN),
+            (t.prefix_tagged, flag::PREFIX_TAGGED),
+            (t.vgpgpu_tagged, flag::VGPGPU_TAGGED),
+            (t.share_only, flag::SHARE_ONLY),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0u8, |all, (_, f)| all | f);
+        self.records.extend_from_slice(&[flags, 0, 0, 0, 0, 0, 0, 0]);
     }
 
-    let mut out = vec![0u8; HEADER_LEN];
-    pad8(&mut out);
-    let mut sections: Vec<(u64, u64)> = Vec::new();
-    let mut section = |out: &mut Vec<u8>, body: &dyn Fn(&mut Vec<u8>)| {
-        let at = out.len();
-        body(out);
-        sections.push((at as u64, (out.len() - at) as u64));
-        pad8(out);
-    };
-    section(&mut out, &|o| o.extend_from_slice(meta_json));
-    let mut table = Vec::new();
-    write_strings(&mut table, strings.list.iter().map(String::as_str));
-    section(&mut out, &|o| o.extend_from_slice(&table));
-    section(&mut out, &|o| o.extend_from_slice(&records));
-    section(&mut out, &|o| lists.iter().for_each(|x| put_u32(o, *x)));
-    section(&mut out, &|o| {
-        put_u32(o, names.len() as u32);
-        names.iter().for_each(|x| put_u32(o, *x));
-    });
-    section(&mut out, &|o| table.chunks(STRING_BLOCK).for_each(|b| put_u32(o, crc32fast::hash(b))));
-    // The directory, then the columns it points at.
-    let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
-    for (lower, col) in &columns {
-        let mut b = Vec::new();
-        col.write(&mut b);
-        blobs.push((lower.clone(), b));
+    /// The file: header, sections, the column directory, then the columns.
+    fn layout(self, meta_json: &[u8]) -> Vec<u8> {
+        let Encoder { strings, lists, records, names, columns, .. } = self;
+        let mut out = vec![0u8; HEADER_LEN];
+        pad8(&mut out);
+        let mut sections: Vec<(u64, u64)> = Vec::new();
+        let mut section = |out: &mut Vec<u8>, body: &dyn Fn(&mut Vec<u8>)| {
+            let at = out.len();
+            body(out);
+            sections.push((at as u64, (out.len() - at) as u64));
+            pad8(out);
+        };
+        section(&mut out, &|o| o.extend_from_slice(meta_json));
+        let mut table = Vec::new();
+        write_strings(&mut table, strings.list.iter().map(String::as_str));
+        section(&mut out, &|o| o.extend_from_slice(&table));
+        section(&mut out, &|o| o.extend_from_slice(&records));
+        section(&mut out, &|o| lists.iter().for_each(|x| put_u32(o, *x)));
+        section(&mut out, &|o| {
+            put_u32(o, names.len() as u32);
+            names.iter().for_each(|x| put_u32(o, *x));
+        });
+        section(&mut out, &|o| table.chunks(STRING_BLOCK).for_each(|b| put_u32(o, crc32fast::hash(b))));
+        // The directory, then the columns it points at.
+        let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
+        for (lower, col) in &columns {
+            let mut b = Vec::new();
+            col.write(&mut b);
+            blobs.push((lower.clone(), b));
+        }
+        let dir_len: usize = 4 + columns.values().map(|c| 2 + c.spelling.len() + 20).sum::<usize>();
+        let dir_at = out.len();
+        let mut at = (dir_at + dir_len).div_ceil(8) * 8;
+        let mut dir = Vec::with_capacity(dir_len);
+        put_u32(&mut dir, blobs.len() as u32);
+        let mut placed = Vec::new();
+        for ((_, col), (_, b)) in columns.iter().zip(&blobs) {
+            dir.extend_from_slice(&(col.spelling.len() as u16).to_le_bytes());
+            dir.extend_from_slice(col.spelling.as_bytes());
+            put_u64(&mut dir, at as u64);
+            put_u64(&mut dir, b.len() as u64);
+            put_u32(&mut dir, crc32fast::hash(b));
+            placed.push(at);
+            at = (at + b.len()).div_ceil(8) * 8;
+        }
+        out.extend_from_slice(&dir);
+        sections.push((dir_at as u64, dir.len() as u64));
+        let hot_end = out.len();
+        pad8(&mut out);
+        for ((_, b), at) in blobs.iter().zip(placed) {
+            out.resize(at, 0);
+            out.extend_from_slice(b);
+        }
+        pad8(&mut out);
+        // Header.
+        let len = out.len() as u64;
+        let mut h = Vec::with_capacity(HEADER_LEN);
+        h.extend_from_slice(&MAGIC);
+        put_u32(&mut h, VERSION);
+        put_u32(&mut h, 0);
+        put_u64(&mut h, len);
+        for (o, l) in &sections {
+            put_u64(&mut h, *o);
+            put_u64(&mut h, *l);
+        }
+        out[..HEADER_LEN].copy_from_slice(&h);
+        // The string table is left to its blocks' own checksums.
+        let (table_at, table_len) = (sections[1].0 as usize, sections[1].1 as usize);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&out[16..table_at]);
+        crc.update(&out[table_at + table_len..hot_end]);
+        let crc = crc.finalize();
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
+        out
     }
-    let dir_len: usize = 4 + columns.values().map(|c| 2 + c.spelling.len() + 20).sum::<usize>();
-    let dir_at = out.len();
-    let mut at = (dir_at + dir_len).div_ceil(8) * 8;
-    let mut dir = Vec::with_capacity(dir_len);
-    put_u32(&mut dir, blobs.len() as u32);
-    let mut placed = Vec::new();
-    for ((_, col), (_, b)) in columns.iter().zip(&blobs) {
-        dir.extend_from_slice(&(col.spelling.len() as u16).to_le_bytes());
-        dir.extend_from_slice(col.spelling.as_bytes());
-        put_u64(&mut dir, at as u64);
-        put_u64(&mut dir, b.len() as u64);
-        put_u32(&mut dir, crc32fast::hash(b));
-        placed.push(at);
-        at = (at + b.len()).div_ceil(8) * 8;
-    }
-    out.extend_from_slice(&dir);
-    sections.push((dir_at as u64, dir.len() as u64));
-    let hot_end = out.len();
-    pad8(&mut out);
-    for ((_, b), at) in blobs.iter().zip(placed) {
-        out.resize(at, 0);
-        out.extend_from_slice(b);
-    }
-    pad8(&mut out);
-    // Header.
-    let len = out.len() as u64;
-    let mut h = Vec::with_capacity(HEADER_LEN);
-    h.extend_from_slice(&MAGIC);
-    put_u32(&mut h, VERSION);
-    put_u32(&mut h, 0);
-    put_u64(&mut h, len);
-    for (o, l) in &sections {
-        put_u64(&mut h, *o);
-        put_u64(&mut h, *l);
-    }
-    out[..HEADER_LEN].copy_from_slice(&h);
-    // The string table is left to its blocks' own checksums.
-    let (table_at, table_len) = (sections[1].0 as usize, sections[1].1 as usize);
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&out[16..table_at]);
-    crc.update(&out[table_at + table_len..hot_end]);
-    let crc = crc.finalize();
-    out[12..16].copy_from_slice(&crc.to_le_bytes());
-    out
 }
 
 /// Reads little-endian numbers at byte offsets of a slice; None when out of bounds.

@@ -220,7 +220,7 @@ fn prefixes() -> Vec<String> {
 }
 
 /// What slapd answers the live path's searches for `w` with (the filters of `bdii::query`).
-fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
+fn fetch(entries: &[Entry], w: &Wanted) -> Fetched {
     let prefix_ok = |k: &str| {
         if w.keys.is_empty() {
             w.prefixes.iter().any(|p| k.starts_with(p.as_str()))
@@ -229,7 +229,7 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
         }
     };
     let vgpgpu_keys = ["TotalVGPGPU", "FreeVGPGPU"];
-    let mut snap = Snapshot::default();
+    let mut fetched = Fetched::default();
     let mut carrier_dns: BTreeSet<String> = BTreeSet::new();
     for e in entries {
         let oi_keys: Vec<&str> =
@@ -241,7 +241,7 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
         };
         if carrier {
             carrier_dns.insert(e.dn.to_ascii_lowercase());
-            snap.carriers.push(e.clone());
+            fetched.carriers.push(e.clone());
         }
     }
     let by_dn: std::collections::HashMap<String, &Entry> =
@@ -249,11 +249,11 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
     for e in entries.iter().filter(|e| e.is_a("GLUE2Extension")) {
         let k = e.first("GLUE2ExtensionKey").unwrap_or_default();
         if prefix_ok(k) || (w.vgpgpu && vgpgpu_keys.contains(&k)) {
-            snap.extensions.push(e.clone());
+            fetched.extensions.push(e.clone());
             let parent = crate::bdii::query::parent_dn(&e.dn).unwrap_or_default().to_ascii_lowercase();
             if let Some(p) = by_dn.get(&parent) {
                 if carrier_dns.insert(parent) {
-                    snap.carriers.push((*p).clone());
+                    fetched.carriers.push((*p).clone());
                 }
             }
         }
@@ -263,15 +263,15 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
             continue;
         }
         if e.is_a("GLUE2ComputingManager") {
-            snap.managers.push(e.clone());
+            fetched.managers.push(e.clone());
         } else if e.is_a("GLUE2ComputingEndpoint") {
-            snap.endpoints.push(e.clone());
+            fetched.endpoints.push(e.clone());
         } else if e.is_a("GLUE2ComputingShare") {
-            snap.shares.push(e.clone());
+            fetched.shares.push(e.clone());
         }
     }
     if let Some(vo) = &w.vo {
-        snap.policies = Some(
+        fetched.policies = Some(
             entries
                 .iter()
                 .filter(|e| e.is_a("GLUE2MappingPolicy"))
@@ -294,14 +294,14 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
             hit || (w.vgpgpu && l.contains("totalvgpgpu="))
         })
     };
-    snap.subclusters = entries.iter().filter(|e| e.is_a("GlueSubCluster") && rte(e)).cloned().collect();
-    let clusters: BTreeSet<String> = snap
+    fetched.subclusters = entries.iter().filter(|e| e.is_a("GlueSubCluster") && rte(e)).cloned().collect();
+    let clusters: BTreeSet<String> = fetched
         .subclusters
         .iter()
         .flat_map(|sc| sc.all("GlueChunkKey").iter().filter_map(|k| k.strip_prefix("GlueClusterUniqueID=")))
         .map(str::to_string)
         .collect();
-    snap.glue13_ces = entries
+    fetched.glue13_ces = entries
         .iter()
         .filter(|e| e.is_a("GlueCE"))
         .filter(|e| {
@@ -317,13 +317,13 @@ fn fetch(entries: &[Entry], w: &Wanted) -> Snapshot {
         })
         .cloned()
         .collect();
-    snap.names = w.names.clone();
-    snap
+    fetched.names = w.names.clone();
+    fetched
 }
 
 fn index_of(entries: &[Entry]) -> OfferIndex {
-    let snap = fetch(entries, &snapshot_wanted(&prefixes()));
-    let bytes = encode_snapshot(&snap, &IndexMeta::new("ldap://bdii.example.org:2170"));
+    let fetched = fetch(entries, &snapshot_wanted(&prefixes()));
+    let bytes = encode_fetched(&fetched, &IndexMeta::new("ldap://bdii.example.org:2170"));
     OfferIndex::from_bytes(bytes, Path::new("test.idx")).unwrap()
 }
 
@@ -522,7 +522,7 @@ fn the_cut_leaves_only_what_the_clauses_allow() {
 #[test]
 fn the_file_round_trips_and_bad_files_are_refused_with_their_name() {
     let entries = grid(6, 5);
-    let snap = fetch(&entries, &snapshot_wanted(&prefixes()));
+    let fetched = fetch(&entries, &snapshot_wanted(&prefixes()));
     let mut meta = IndexMeta::new("ldap://top-bdii.example.org:2170");
     meta.update_stats = Some(UpdateStats {
         hostname: "top-bdii".into(),
@@ -534,7 +534,7 @@ fn the_file_round_trips_and_bad_files_are_refused_with_their_name() {
         modify_timestamp: Some("20261126090000Z".into()),
     });
     meta.queries = 9;
-    let build = IndexBuild::new(&snap, &meta.prefixes);
+    let build = IndexBuild::new(&fetched, &meta.prefixes);
     let bytes = encode(&build, &meta);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("offers.idx");
@@ -730,11 +730,11 @@ fn random_requirements_match_and_rank_from_the_index_as_classad2_over_its_offers
 fn sizes_and_times() {
     let sites: usize = std::env::var("CDER_INDEX_SITES").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
     let entries = grid(sites, 17);
-    let snap = fetch(&entries, &snapshot_wanted(&prefixes()));
-    let carriers = snap.carriers.len();
+    let fetched = fetch(&entries, &snapshot_wanted(&prefixes()));
+    let carriers = fetched.carriers.len();
     let meta = IndexMeta::new("ldap://bdii.example.org:2170");
     let t = std::time::Instant::now();
-    let build = IndexBuild::new(&snap, &meta.prefixes);
+    let build = IndexBuild::new(&fetched, &meta.prefixes);
     let built = t.elapsed();
     let t = std::time::Instant::now();
     let bytes = encode(&build, &meta);

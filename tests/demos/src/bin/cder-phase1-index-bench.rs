@@ -90,11 +90,25 @@ struct Args {
     reference_up_to: usize,
     /// Report arms that answer differently and go on, instead of failing.
     keep_going: bool,
-    /// The arms to run (`--arms`; default all four): leaving the live ones out profiles the index.
+    /// The arms to run (`--arms`; default the first four): leaving the live ones out profiles the index.
     arms: Vec<&'static str>,
+    /// Another `cder-jdl` (`--baseline`, e.g. built at an older commit), timed in the same run.
+    baseline: Option<PathBuf>,
 }
 
-const ARMS: [&str; 4] = ["live", "indexed-db", "scan", "index"];
+/// Every arm: the four of the table; `list-match --json` and `--json --explain` from the
+/// index; and, with `--baseline`, the other binary live, from its own index, and with `--json`.
+const ARMS: [&str; 9] = [
+    "live",
+    "indexed-db",
+    "scan",
+    "index",
+    "index-json",
+    "index-json-explain",
+    "live-base",
+    "index-base",
+    "index-json-base",
+];
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
@@ -103,7 +117,8 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         shapes: SHAPES.to_vec(),
         reference_up_to: 10_000,
         keep_going: false,
-        arms: ARMS.to_vec(),
+        arms: ARMS[..4].to_vec(),
+        baseline: None,
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -118,10 +133,11 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                         ARMS.iter()
                             .find(|x| **x == s.trim())
                             .copied()
-                            .ok_or_else(|| format!("--arms {s}: one of live, indexed-db, scan, index"))
+                            .ok_or_else(|| format!("--arms {s}: one of {}", ARMS.join(", ")))
                     })
                     .collect::<Result<_, _>>()?
             }
+            "--baseline" => a.baseline = Some(PathBuf::from(val()?)),
             "--reference-up-to" => a.reference_up_to = val()?.parse().map_err(|e| format!("--reference-up-to: {e}"))?,
             "--carriers" => {
                 a.carriers = val()?
@@ -140,7 +156,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N] [--keep-going] [--arms live,indexed-db,scan,index]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
+                println!("cder-phase1-index-bench [--runs N] [--carriers 10000,30000,100000] [--shapes shares-attr,shares-class,ees-attr,ees-class] [--reference-up-to N] [--keep-going] [--arms live,indexed-db,scan,index,index-json,index-json-explain,live-base,index-base,index-json-base] [--baseline OTHER-CDER-JDL]\ncder-phase1-index-bench --scan SNAPSHOT JOB.jdl   (the linear-scan arm, one answer)");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -148,6 +164,9 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     }
     if a.runs == 0 || a.carriers.is_empty() || a.shapes.is_empty() || a.arms.is_empty() {
         return Err("--runs, --carriers, --shapes and --arms must not be empty".into());
+    }
+    if a.baseline.is_none() && a.arms.iter().any(|x| x.ends_with("-base")) {
+        return Err("the -base arms need --baseline".into());
     }
     Ok(a)
 }
@@ -241,6 +260,17 @@ fn answer_lines(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The `(CE, rank)` lines of a `list-match --json` answer, as the text answer writes them.
+fn json_answer_lines(text: &str) -> Vec<(String, String)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else { return Vec::new() };
+    let matches = v["matches"].as_array().cloned().unwrap_or_default();
+    let rank = |m: &serde_json::Value| m["rank"].as_f64().unwrap_or(f64::NAN);
+    matches
+        .iter()
+        .map(|m| (m["ce"].as_str().unwrap_or_default().to_string(), cder_classad::value::format_real(rank(m))))
+        .collect()
+}
+
 /// An arm's answer: its name, its `(CE, rank)` lines and its standard error.
 type Answer<'a> = (&'a str, Vec<(String, String)>, String);
 
@@ -251,7 +281,8 @@ fn run_timed(cmd: &mut Command) -> Result<(Duration, String, String), String> {
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
     let d = t.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() && !stdout.contains("No CE matches") {
+    let no_match = stdout.contains("No CE matches") || (out.status.code() == Some(1) && stdout.starts_with('{'));
+    if !out.status.success() && !no_match {
         return Err(format!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
     }
     Ok((d, stdout, String::from_utf8_lossy(&out.stderr).into_owned()))
@@ -513,6 +544,15 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
         .ok_or_else(|| format!("no snapshot in {} after the refresh: {refreshed}", cache.display()))?;
     let size = std::fs::metadata(&snapshot).map_err(|e| format!("{}: {e}", snapshot.display()))?.len();
     println!("  refresh: {}", refreshed.trim());
+    // The baseline's own index, refreshed by it from the same slapd.
+    let base_cache = tools.work.path().join(format!("cache-base-{n}-{}", shape.name));
+    if let Some(base) = &args.baseline {
+        std::fs::create_dir_all(&base_cache).map_err(|e| e.to_string())?;
+        let mut refresh = Command::new(base);
+        refresh.args(["index", "refresh", "--force", "--bdii", &stock.url(), "--index-dir"]).arg(&base_cache);
+        let (d, out, _) = run_timed(&mut refresh)?;
+        println!("  baseline refresh ({} ms): {}", ms(d), out.trim());
+    }
 
     for (job_name, job) in &tools.jobs {
         let live = |url: &str| {
@@ -526,16 +566,31 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
         let mut c = Command::new(&tools.me);
         c.arg("--scan").arg(&snapshot).arg(job);
         arms.push(("scan", c));
-        let mut c = Command::new(&tools.cder_jdl);
-        c.args(["list-match", "--bdii", &stock.url(), "--index-dir"]).arg(&cache).arg(job);
-        arms.push(("index", c));
+        let from_index = |jdl: &Path, cache: &Path, extra: &[&str]| {
+            let mut c = Command::new(jdl);
+            c.args(["list-match", "--bdii", &stock.url(), "--index-dir"]).arg(cache).args(extra).arg(job);
+            c
+        };
+        arms.push(("index", from_index(&tools.cder_jdl, &cache, &[])));
+        arms.push(("index-json", from_index(&tools.cder_jdl, &cache, &["--json"])));
+        arms.push(("index-json-explain", from_index(&tools.cder_jdl, &cache, &["--json", "--explain"])));
+        if let Some(base) = &args.baseline {
+            let mut c = Command::new(base);
+            c.args(["list-match", "--live", "--bdii", &stock.url(), "--strategy", shape.strategy_arg()])
+                .arg(job)
+                .env_remove("LCG_GFAL_INFOSYS");
+            arms.push(("live-base", c));
+            arms.push(("index-base", from_index(base, &base_cache, &[])));
+            arms.push(("index-json-base", from_index(base, &base_cache, &["--json"])));
+        }
         arms.retain(|(name, _)| args.arms.contains(name));
 
         // Warm-up, and every arm's answer checked against the others'.
         let mut answers: Vec<Answer> = Vec::new();
         for (name, cmd) in arms.iter_mut() {
             let (_, out, err) = run_retried(cmd)?;
-            answers.push((name, answer_lines(&out), err));
+            let lines = if name.contains("json") { json_answer_lines(&out) } else { answer_lines(&out) };
+            answers.push((name, lines, err));
         }
         let mut differs = Vec::new();
         for (name, lines, _) in &answers[1..] {
@@ -632,6 +687,23 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
             ratio("indexed-db"),
             ratio("scan"),
         );
+        let extra: Vec<String> =
+            ARMS[4..].iter().filter(|a| times.contains_key(**a)).map(|a| format!("{a} {}", cell(a))).collect();
+        if !extra.is_empty() {
+            let vs = |a: &str, b: &str| match (p50(a), p50(b)) {
+                (Some(x), Some(y)) => format!(" {a} / {b} {:.2}×;", x.as_secs_f64() / y.as_secs_f64()),
+                _ => String::new(),
+            };
+            println!(
+                "  also (p50 / p90 ms): {};{}{}{}{}{}",
+                extra.join("; "),
+                vs("index-json", "index"),
+                vs("index-json-explain", "index"),
+                vs("live", "live-base"),
+                vs("index", "index-base"),
+                vs("index-json", "index-json-base"),
+            );
+        }
         if let Some(age) = age {
             println!("  index answer: {}", age.trim());
         }
@@ -653,7 +725,7 @@ fn measure(args: &Args, tools: &Tools, n: usize, shape: Shape) -> Result<(), Str
                 load()
             );
         }
-        if *job_name == "broad" && arms.len() == ARMS.len() {
+        if *job_name == "broad" && ARMS[..4].iter().all(|a| arm(a).is_some()) {
             // Live against ldapsearch running the live path's own searches; RSS; refresh.
             let mut debug = live(&stock.url());
             debug.env("CDER_LOG", "debug").env("NO_COLOR", "1");
