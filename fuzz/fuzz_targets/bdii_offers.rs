@@ -7,7 +7,7 @@
 #![no_main]
 
 use cder_jdl::bdii::offers::build_offers;
-use cder_jdl::bdii::query::{Entry, Snapshot};
+use cder_jdl::bdii::query::{Entry, Fetched};
 use libfuzzer_sys::fuzz_target;
 
 fn entries(text: &str) -> Vec<Entry> {
@@ -25,32 +25,32 @@ fn entries(text: &str) -> Vec<Entry> {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let mut snap = Snapshot::default();
+    let mut fetched = Fetched::default();
     let mut policies = Vec::new();
     for e in entries(text) {
         if e.is_a("GLUE2Extension") {
-            snap.extensions.push(e);
+            fetched.extensions.push(e);
         } else if e.is_a("GLUE2ComputingManager") {
-            snap.managers.push(e);
+            fetched.managers.push(e);
         } else if e.is_a("GLUE2ComputingEndpoint") {
-            snap.endpoints.push(e);
+            fetched.endpoints.push(e);
         } else if e.is_a("GLUE2MappingPolicy") {
             policies.push(e);
         } else if e.is_a("GlueSubCluster") {
-            snap.subclusters.push(e);
+            fetched.subclusters.push(e);
         } else if e.is_a("GlueCE") {
-            snap.glue13_ces.push(e);
+            fetched.glue13_ces.push(e);
         } else if e.is_a("GLUE2ComputingShare") {
-            snap.shares.push(e.clone());
-            snap.carriers.push(e);
+            fetched.shares.push(e.clone());
+            fetched.carriers.push(e);
         } else {
-            snap.carriers.push(e);
+            fetched.carriers.push(e);
         }
     }
     let prefixes = vec!["GPGPU".to_string(), "FPGA".to_string()];
-    for offers in [build_offers(&snap, &prefixes, None), {
-        snap.policies = Some(policies);
-        build_offers(&snap, &prefixes, Some("atlas"))
+    for offers in [build_offers(&fetched, &prefixes, None), {
+        fetched.policies = Some(policies);
+        build_offers(&fetched, &prefixes, Some("atlas"))
     }] {
         for offer in &offers.offers {
             assert!(!offer.ce_id.is_empty(), "an offer without a CE: {:?}", offer.ad.to_string());
