@@ -26,7 +26,7 @@ pub fn run(config_path: Option<&Path>, args: &Args) -> Result<(), Failure> {
 
 /// A fixed-width table, one device per line, the way `nvidia-smi -L` users read.
 fn table(devices: &[Device]) -> String {
-    let header = ["TYPE", "IDX", "MODEL", "MEM(MB)", "CC", "CORES", "MHZ", "ECC", "NUMA", "HEALTH", "PATH", "UUID"];
+    let header = ["TYPE", "IDX", "MODEL", "MEM(MiB)", "CC", "CORES", "MHZ", "ECC", "NUMA", "HEALTH", "PATH", "UUID"];
     let rows: Vec<[String; 12]> = devices
         .iter()
         .map(|d| {

@@ -155,7 +155,7 @@ pub fn status(config: Option<&Path>, args: &StatusArgs) -> Result<(), Failure> {
 }
 
 fn status_table(status: &Status) -> String {
-    let header = ["TYPE", "IDX", "STATE", "JOB", "UID", "NUMA", "MEM(MB)", "PATH", "MODEL", "REASON"];
+    let header = ["TYPE", "IDX", "STATE", "JOB", "UID", "NUMA", "MEM(MiB)", "PATH", "MODEL", "REASON"];
     let rows: Vec<[String; 10]> = status.devices.iter().map(device_cells).collect();
     let mut widths = header.map(str::len);
     for row in &rows {
