@@ -16,7 +16,7 @@ pub mod requirements;
 
 pub use bins::{built, cargo_build, profile_dir, target_dir, workspace_binary, workspace_root};
 pub use disk::{require_quota_dir, require_tmpfs, QuotaDir, Tmpfs};
-pub use node::TestNode;
+pub use node::{remove_cgroup_parent, unique_cgroup_parent, TestNode};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};

@@ -2,10 +2,16 @@
 //! socket: the one way every test and harness starts cderd, on the test's
 //! machine or (through a [`TestNode::wrapper`]) inside a host of the
 //! cluster harness.
+//!
+//! cderd ends the processes of every group under its `cgroup_parent` that
+//! its ledger does not know (reconcile's sweep), so two test daemons on one
+//! parent kill each other's jobs: a node whose config names no parent gets
+//! one of its own ([`unique_cgroup_parent`]), removed when it is dropped.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use cder_protocol::Client;
@@ -21,6 +27,45 @@ pub struct TestNode {
     wrapper: Vec<OsString>,
     rust_log: Option<OsString>,
     child: Option<Child>,
+    /// The parent this node wrote into a config that named none.
+    own_cgroup_parent: Option<String>,
+}
+
+/// A `cgroup_parent` no other test node on the machine uses.
+pub fn unique_cgroup_parent() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("cder-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Removes `parent` and its groups from every cgroup mount (best effort: a
+/// group with processes in it stays).
+pub fn remove_cgroup_parent(parent: &str) {
+    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"] {
+        let dir = Path::new(root).join(parent);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+/// `text` with `cgroup_parent = "<parent>"` in its `[node.enforcement]`
+/// table (added at the end when there is none, so no line moves), or `None`
+/// when the text names a parent already.
+fn with_cgroup_parent(text: &str, parent: &str) -> Option<String> {
+    if text.lines().any(|l| l.trim_start().starts_with("cgroup_parent")) {
+        return None;
+    }
+    let line = format!("cgroup_parent = \"{parent}\"\n");
+    match text.find("\n[node.enforcement]\n").or_else(|| text.starts_with("[node.enforcement]\n").then_some(0)) {
+        Some(at) => {
+            let after = at + text[at..].find("]\n").unwrap() + 2;
+            Some(format!("{}{line}{}", &text[..after], &text[after..]))
+        }
+        None => Some(format!("{text}\n[node.enforcement]\n{line}")),
+    }
 }
 
 impl TestNode {
@@ -40,6 +85,7 @@ impl TestNode {
             wrapper: Vec::new(),
             rust_log: Some("warn".into()),
             child: None,
+            own_cgroup_parent: None,
         }
     }
 
@@ -95,6 +141,7 @@ impl TestNode {
     /// panic, for the harnesses that report their own failures.
     pub fn try_start(&mut self, timeout: Duration) -> Result<(), String> {
         assert!(self.child.is_none(), "cderd is already running");
+        self.give_own_cgroup_parent()?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -140,6 +187,26 @@ impl TestNode {
                 self.child = None;
                 Err(format!("cderd exited with {status} at start; log:\n{}", self.log()))
             }
+        }
+    }
+
+    /// Writes this node's own `cgroup_parent` into a config that names none
+    /// (the same one on every start). A config behind a wrapper is the
+    /// wrapper's business: its path is not the test's.
+    fn give_own_cgroup_parent(&mut self) -> Result<(), String> {
+        if !self.wrapper.is_empty() {
+            return Ok(());
+        }
+        let Ok(text) = std::fs::read_to_string(&self.config) else { return Ok(()) };
+        let parent = self.own_cgroup_parent.get_or_insert_with(unique_cgroup_parent);
+        match with_cgroup_parent(&text, parent) {
+            Some(text) => std::fs::write(&self.config, text)
+                .map_err(|e| format!("write a cgroup_parent into {}: {e}", self.config.display())),
+            None if !text.contains(parent.as_str()) => {
+                self.own_cgroup_parent = None;
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
@@ -189,5 +256,37 @@ impl TestNode {
 impl Drop for TestNode {
     fn drop(&mut self) {
         self.kill();
+        if let Some(parent) = &self.own_cgroup_parent {
+            remove_cgroup_parent(parent);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_cgroup_parent;
+
+    #[test]
+    fn a_config_without_a_parent_gets_one_and_no_line_moves() {
+        let text = "[node]\nsocket = \"/s\"\n[[cder]]\nname = \"gpgpu\"\n";
+        let out = with_cgroup_parent(text, "cder-test-1-0").unwrap();
+        assert!(out.starts_with(text), "{out}");
+        let value: toml::Table = out.parse().unwrap();
+        assert_eq!(value["node"]["enforcement"]["cgroup_parent"].as_str(), Some("cder-test-1-0"));
+    }
+
+    #[test]
+    fn an_enforcement_table_gets_the_parent_inside_it() {
+        for text in ["[node.enforcement]\ncgroup = \"v1\"\n", "[node]\nx = 1\n[node.enforcement]\ncgroup = \"v1\"\n[[cder]]\n"] {
+            let out = with_cgroup_parent(text, "p").unwrap();
+            let value: toml::Table = out.parse().unwrap_or_else(|e| panic!("{e}\n{out}"));
+            assert_eq!(value["node"]["enforcement"]["cgroup_parent"].as_str(), Some("p"), "{out}");
+            assert_eq!(value["node"]["enforcement"]["cgroup"].as_str(), Some("v1"), "{out}");
+        }
+    }
+
+    #[test]
+    fn a_config_naming_a_parent_is_left_alone() {
+        assert_eq!(with_cgroup_parent("[node.enforcement]\ncgroup_parent = \"mine\"\n", "p"), None);
     }
 }

@@ -40,27 +40,7 @@ pub struct Node {
     daemon: TestNode,
 }
 
-/// A `cgroup_parent` no other test node uses.
-pub fn unique_cgroup_parent() -> String {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    format!("cder-test-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-}
-
-/// Removes `parent` and its groups from every cgroup mount (best effort:
-/// a group with processes in it stays).
-pub fn remove_cgroup_parent(parent: &str) {
-    for root in ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer"] {
-        let dir = Path::new(root).join(parent);
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = std::fs::remove_dir(e.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(&dir);
-    }
-}
+pub use cder_testkit::{remove_cgroup_parent, unique_cgroup_parent};
 
 impl Node {
     /// `n` gpgpu devices, the first half on NUMA node 0, the rest on 1.
