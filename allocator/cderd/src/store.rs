@@ -1689,6 +1689,7 @@ mod tests {
                 model: "NVIDIA A100-SXM4-40GB".into(),
                 memory_mib: 40960,
                 compute_capability: Some("8.0".parse().unwrap()),
+                architecture: None,
                 multiprocessors: Some(108),
                 cores_per_mp: Some(64),
                 cores: Some(6912),

@@ -2,7 +2,10 @@
 //!
 //! Each configured type is discovered its own way: `static` types are taken
 //! from the config as written, `nvml` types are asked of the NVIDIA driver
-//! through nvml-wrapper (or of the fake NVML library the tests build).
+//! through nvml-wrapper (or of the fake NVML library the tests build),
+//! `rocm-smi` types of AMD's through ROCm SMI, `level-zero` types of Intel's
+//! through the Level Zero loader, `dev-scan` types of the kernel's DRM
+//! devices, and `auto` types of the vendor's library or else the scan.
 
 #![deny(missing_docs)]
 
@@ -10,8 +13,11 @@ use cder_model::{CderType, Config, Device, Discovery};
 
 // The error is a module of its own because nvml.rs returns it and the
 // root calls nvml.rs: in the root, the two would import each other.
+mod dev_scan;
 mod error;
+mod level_zero;
 mod nvml;
+mod rocm_smi;
 mod sys;
 
 pub use error::InventoryError;
@@ -53,7 +59,40 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let mut devices = match cder.discovery {
         Discovery::Static => cder.static_devices(),
         Discovery::Nvml => discover_nvml(cder)?,
+        Discovery::RocmSmi => rocm_smi::discover(cder)?,
+        Discovery::LevelZero => level_zero::discover(cder)?,
+        Discovery::DevScan => dev_scan::discover(cder)?,
+        Discovery::Auto => unimplemented!("issue 46: auto discovery"),
     };
     devices.sort_by_key(|d| d.index);
     Ok(devices)
+}
+
+/// What a vendor library says of one device now: for the health watch and
+/// the usage sampler of the types NVML does not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceReading {
+    /// The device's `uuid`, as discovery gave it.
+    pub uuid: String,
+    /// Why the device cannot be used now (lost, a RAS fault), if it cannot.
+    pub fault: Option<String>,
+    /// Uncorrectable memory errors since the driver loaded, where reported:
+    /// a count that grows drains the device.
+    pub uncorrected_errors: Option<u64>,
+    /// Busy percentage of the device's compute engines, where reported.
+    pub utilisation_percent: Option<u32>,
+    /// Device memory in use, in MiB, where reported.
+    pub memory_used_mib: Option<u64>,
+}
+
+/// Reads every device of a `rocm-smi` or `level-zero` type (an `auto` type
+/// through its vendor's library); an empty list for the other sources,
+/// which have nothing to say.
+pub fn read_devices(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
+    match cder.discovery {
+        Discovery::RocmSmi => rocm_smi::read(cder),
+        Discovery::LevelZero => level_zero::read(cder),
+        Discovery::Auto => unimplemented!("issue 46: auto discovery"),
+        Discovery::Nvml | Discovery::DevScan | Discovery::Static => Ok(Vec::new()),
+    }
 }

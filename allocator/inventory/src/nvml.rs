@@ -103,6 +103,7 @@ pub fn discover_nvml(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 model,
                 memory_mib,
                 compute_capability: Some(compute_capability),
+                architecture: None,
                 multiprocessors,
                 cores_per_mp,
                 cores,

@@ -478,10 +478,21 @@ fn default_held_open_ignore_users() -> Vec<String> {
 
 /// How a type's devices are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Discovery {
     /// Ask the NVIDIA driver through NVML.
     Nvml,
+    /// Ask the AMD driver through ROCm SMI (`librocm_smi64`).
+    RocmSmi,
+    /// Ask Intel's driver through the Level Zero loader (`libze_loader`),
+    /// Sysman for health and use.
+    LevelZero,
+    /// Read the kernel's DRM devices (`/sys/class/drm`, `/dev/dri`), no
+    /// vendor library: what a node without one still shows.
+    DevScan,
+    /// The vendor's library when it is installed and loads, else the `/dev`
+    /// scan.
+    Auto,
     /// Take the `[[cder.device]]` entries of the config as they are.
     Static,
 }
@@ -624,9 +635,37 @@ pub struct CderType {
     /// up the NVIDIA driver's (`nvidia-frontend`, `nvidia-caps`).
     #[serde(default = "default_proc_devices")]
     pub proc_devices: PathBuf,
+    /// ROCm SMI library to load instead of `librocm_smi64.so.1`.
+    #[serde(default)]
+    pub rocm_smi_library: Option<PathBuf>,
+    /// Level Zero loader to load instead of `libze_loader.so.1`.
+    #[serde(default)]
+    pub level_zero_library: Option<PathBuf>,
+    /// Where the `/dev` scan reads `class/drm/*/device/{vendor,device,numa_node}`.
+    #[serde(default = "default_sysfs_root")]
+    pub sysfs_root: PathBuf,
+    /// Device file of a DRM render node; `{minor}` is replaced (128 + N).
+    #[serde(default = "default_render_node_path")]
+    pub render_node_path: String,
+    /// AMD's compute interface, one file for every GPU of the node: a job
+    /// holding any device of an AMD type may open it, others may not.
+    #[serde(default = "default_kfd_path")]
+    pub kfd_path: PathBuf,
     /// Devices of a `static` type.
     #[serde(default, rename = "device")]
     pub devices: Vec<StaticDevice>,
+}
+
+fn default_sysfs_root() -> PathBuf {
+    PathBuf::from("/sys")
+}
+
+fn default_render_node_path() -> String {
+    "/dev/dri/renderD{minor}".to_string()
+}
+
+fn default_kfd_path() -> PathBuf {
+    PathBuf::from("/dev/kfd")
 }
 
 fn default_mig_capabilities() -> PathBuf {
@@ -664,6 +703,15 @@ impl CderType {
     /// Constant variables set beside the visible list.
     pub fn extra_env(&self) -> BTreeMap<String, String> {
         self.extra_env.clone().unwrap_or_else(|| self.vendor.default_extra_env())
+    }
+
+    /// Files every job holding one of this type's devices may open, and no
+    /// other job: AMD's `/dev/kfd`, shared by all of a node's AMD GPUs.
+    pub fn shared_files(&self) -> Vec<PathBuf> {
+        match self.vendor {
+            VendorKind::Amd => vec![self.kfd_path.clone()],
+            _ => Vec::new(),
+        }
     }
 
     /// The statically configured devices as full [`Device`]s.

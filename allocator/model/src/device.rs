@@ -18,6 +18,10 @@ pub struct DeviceAttributes {
     pub memory_mib: u64,
     /// CUDA compute capability, when the vendor has one.
     pub compute_capability: Option<ComputeCapability>,
+    /// The instruction set's name where the vendor gives one instead
+    /// (`gfx90a` for an MI250, `Xe-HPC` for a Data Center GPU Max).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
     /// Streaming multiprocessors.
     pub multiprocessors: Option<u32>,
     /// Cores per multiprocessor.
@@ -56,6 +60,9 @@ macro_rules! device_table {
             /// CUDA compute capability (`"8.6"`).
             #[serde(default)]
             pub compute_capability: Option<$crate::ComputeCapability>,
+            /// The vendor's architecture name (`"gfx90a"`, `"Xe-HPC"`).
+            #[serde(default)]
+            pub architecture: Option<String>,
             /// Streaming multiprocessors.
             #[serde(default)]
             pub multiprocessors: Option<u32>,
@@ -82,6 +89,7 @@ macro_rules! device_table {
                     model: self.model.get_ref().clone(),
                     memory_mib: self.memory_mib,
                     compute_capability: self.compute_capability,
+                    architecture: self.architecture.clone(),
                     multiprocessors: self.multiprocessors,
                     cores_per_mp: self.cores_per_mp,
                     cores: self.cores.or_else(|| self.multiprocessors?.checked_mul(self.cores_per_mp?)),
@@ -219,6 +227,7 @@ impl DeviceAttributes {
             model: model.into(),
             memory_mib,
             compute_capability: None,
+            architecture: None,
             multiprocessors: None,
             cores_per_mp: None,
             cores: None,
