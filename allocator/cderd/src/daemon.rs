@@ -13,7 +13,7 @@ use cder_protocol::{
     TypeCounts, Usage, UsageRequest, Utilisation, PROTOCOL_VERSION,
 };
 
-use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced};
+use crate::cgroup::{DeviceCgroups, DeviceNumber, Fenced, SharedFile};
 use crate::enforce::Enforcer;
 use crate::intake::{Intake, Record};
 use crate::policy::{LocalityPolicy, SelectionPolicy};
@@ -75,6 +75,8 @@ pub struct Daemon {
     last_discovered: HashMap<String, Device>,
     /// Per-job device cgroups (`confine`).
     cgroups: Arc<DeviceCgroups>,
+    /// Files open to the jobs holding a device of some types (AMD's kfd).
+    shared_files: Vec<SharedFile>,
     /// Which job groups are set up, by group name (see [`GroupState`]).
     groups: Arc<Mutex<HashMap<String, GroupState>>>,
     /// Uids whose open descriptors do not make a device busy.
@@ -348,6 +350,7 @@ impl Daemon {
             }
         }
         let config_usage = config.node.usage.clone();
+        let config_cders = config.cders.clone();
         if config.node.mps.enabled && config.node.sharing.shares_per_gpu == 0 {
             return Err(StartError::Mps(
                 "enabled = true, but [node.sharing] shares_per_gpu is 0: MPS runs on GPUs offered as shares".into(),
@@ -363,6 +366,7 @@ impl Daemon {
             enforcer,
             operators,
             cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
+            shared_files: SharedFile::of_config(&config_cders),
             groups: Arc::default(),
             held_open_ignore,
             ending: Arc::default(),
@@ -1384,7 +1388,7 @@ impl Daemon {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if groups.get(&name) != Some(&GroupState::Ready) {
             let devices = store.devices().map_err(|e| store.reply(e))?;
-            let deny = deny_list(&devices, allocation, &self.inventory);
+            let deny = deny_list(&devices, allocation, &self.inventory, &self.shared_files);
             deny.and_then(|deny| self.cgroups.prepare(&name, &deny)).map_err(|e| {
                 tracing::error!(job = %allocation.job, "setting up the job's device cgroups: {e}");
                 ErrorReply::new(
@@ -1436,7 +1440,7 @@ impl Daemon {
         if !self.cgroups.is_available() {
             return Ok(());
         }
-        let deny = match deny_list(&store.devices().map_err(|e| store.reply(e))?, allocation, &self.inventory) {
+        let deny = match deny_list(&store.devices().map_err(|e| store.reply(e))?, allocation, &self.inventory, &self.shared_files) {
             Ok(deny) => deny,
             Err(e) => {
                 // Left unset: the job's `confine` (or root's `env`) answers it.
@@ -1513,14 +1517,18 @@ impl Daemon {
 }
 
 /// Every present device this node manages, by number, except the job's own
-/// (see [`crate::cgroup::deny_list`]); `inventory` has the numbers discovery knows.
+/// (see [`crate::cgroup::deny_list`]); `inventory` has the numbers discovery
+/// knows. A shared file (kfd) is the job's own when it holds any device of
+/// the file's types, and another's otherwise: a job without one, NVIDIA's
+/// or none at all, is denied it.
 fn deny_list(
     devices: &[LedgerRow],
     allocation: &JobAllocation,
     inventory: &HashMap<String, Device>,
+    shared: &[SharedFile],
 ) -> Result<Vec<DeviceNumber>, crate::cgroup::CgroupError> {
     let own: BTreeSet<&str> = allocation.devices.iter().map(|d| d.uuid.as_str()).collect();
-    let fenced: Vec<Fenced<'_>> = devices
+    let mut fenced: Vec<Fenced<'_>> = devices
         .iter()
         .filter(|d| d.present)
         .map(|d| Fenced {
@@ -1530,6 +1538,20 @@ fn deny_list(
             own: own.contains(d.uuid.as_str()),
         })
         .collect();
+    let held: BTreeSet<&str> = allocation.devices.iter().map(|d| d.cder_type.as_str()).collect();
+    let present: BTreeSet<&str> = devices.iter().filter(|d| d.present).map(|d| d.cder_type.as_str()).collect();
+    for file in shared {
+        let own = file.types.iter().any(|t| held.contains(t.as_str()));
+        // Read only while the file is missing: an existing file's own number wins.
+        let known = if file.path.exists() { None } else { file.registered_number() };
+        // No device of its types here and no driver to make it: nothing
+        // can open it, nor can a number be denied. With devices present,
+        // an unknown number fails closed (`UnknownNumber`), as for a device.
+        if !own && known.is_none() && !file.path.exists() && !file.types.iter().any(|t| present.contains(t.as_str())) {
+            continue;
+        }
+        fenced.push(Fenced { name: file.name(), path: &file.path, known, own });
+    }
     crate::cgroup::deny_list(&fenced)
 }
 
@@ -1719,5 +1741,120 @@ fn warmup_for(cgroups: &DeviceCgroups, window_ms: u64) -> MigrationWarmup {
             tracing::warn!(procs = %procs.display(), "cgroup warm-up off: {e}; confine may wait for RCU grace periods");
             MigrationWarmup::off()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn row(cder_type: &str, index: u32, path: &str) -> LedgerRow {
+        LedgerRow {
+            uuid: format!("{cder_type}-{index}"),
+            cder_type: cder_type.into(),
+            index,
+            model: "x".into(),
+            memory_mib: 1,
+            numa_node: 0,
+            path: path.into(),
+            present: true,
+            healthy: true,
+            drained: false,
+            drain_reason: None,
+            job: None,
+            uid: None,
+            leftover: None,
+            shared: 0,
+        }
+    }
+
+    fn holding(devices: Vec<LedgerRow>) -> JobAllocation {
+        JobAllocation {
+            job: "slurm:1".parse().unwrap(),
+            uid: 1000,
+            cder_type: devices.first().map_or("gpgpu".into(), |d| d.cder_type.clone()),
+            count: devices.len() as u32,
+            token: "t".into(),
+            start: 0,
+            devices,
+            seq: 1,
+            batch_confined: false,
+            shares: None,
+        }
+    }
+
+    fn config(text: &str) -> Config {
+        Config::parse(text, Path::new("cder.toml")).unwrap()
+    }
+
+    const N: fn(u32, u32) -> DeviceNumber = |major, minor| DeviceNumber { major, minor };
+
+    /// A node with two AMD GPUs (/dev/zero, /dev/full as their render
+    /// nodes), an NVIDIA one (/dev/random) and kfd at /dev/urandom (1:9).
+    #[test]
+    fn kfd_is_open_exactly_to_jobs_holding_an_amd_device() {
+        let c = config(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = \"/dev/urandom\"\n\
+             [[cder]]\nname = \"nv\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+        );
+        let shared = SharedFile::of_config(&c.cders);
+        assert_eq!(shared.len(), 1, "only the AMD type has a shared file: {shared:?}");
+        let devices = [row("gpgpu", 0, "/dev/zero"), row("gpgpu", 1, "/dev/full"), row("nv", 0, "/dev/random")];
+        let inventory = HashMap::new();
+        let deny = |held: Vec<LedgerRow>| deny_list(&devices, &holding(held), &inventory, &shared).unwrap();
+        // An AMD job: its render node and kfd open, the others' denied.
+        assert_eq!(deny(vec![devices[0].clone()]), [N(1, 7), N(1, 8)]);
+        assert_eq!(deny(vec![devices[1].clone()]), [N(1, 5), N(1, 8)]);
+        // An NVIDIA job and a job with no device: kfd denied as well.
+        assert_eq!(deny(vec![devices[2].clone()]), [N(1, 5), N(1, 7), N(1, 9)]);
+        assert_eq!(deny(vec![]), [N(1, 5), N(1, 7), N(1, 8), N(1, 9)]);
+    }
+
+    #[test]
+    fn a_missing_kfd_is_denied_by_its_registered_number_or_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let kfd = dir.path().join("kfd");
+        let majors = dir.path().join("devices");
+        std::fs::write(&majors, "Character devices:\n  1 mem\n226 drm\n235 kfd\n\nBlock devices:\n  8 sd\n").unwrap();
+        let text = |proc_devices: &Path| {
+            format!(
+                "[[cder]]\nname = \"gpgpu\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = {kfd:?}\nproc_devices = {proc_devices:?}\n\
+                 [[cder]]\nname = \"mi100\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = {kfd:?}\n"
+            )
+        };
+        let shared = SharedFile::of_config(&config(&text(&majors)).cders);
+        assert_eq!(shared.len(), 1, "two AMD types share one kfd: {shared:?}");
+        assert_eq!(shared[0].types.len(), 2);
+        let devices = [row("gpgpu", 0, "/dev/zero"), row("mi100", 0, "/dev/full")];
+        let inventory = HashMap::new();
+        // Not made yet: amdgpu's major from the list, minor 0.
+        assert_eq!(deny_list(&devices, &holding(vec![]), &inventory, &shared).unwrap(), [N(1, 5), N(1, 7), N(235, 0)]);
+        // Either type's device opens it.
+        assert_eq!(deny_list(&devices, &holding(vec![devices[1].clone()]), &inventory, &shared).unwrap(), [N(1, 5)]);
+        // Driver not loaded, GPUs configured: no job is confined until it is known.
+        let shared = SharedFile::of_config(&config(&text(&dir.path().join("none"))).cders);
+        let e = deny_list(&devices, &holding(vec![]), &inventory, &shared).unwrap_err().to_string();
+        assert!(e.contains("kfd of gpgpu,mi100") && e.contains(&kfd.display().to_string()), "{e}");
+        // A job holding an AMD device needs nothing denied for it.
+        assert_eq!(deny_list(&devices, &holding(vec![devices[0].clone()]), &inventory, &shared).unwrap(), [N(1, 7)]);
+        // No AMD device at all and no driver: nothing to fence.
+        let nvidia_only = [row("nv", 0, "/dev/random")];
+        assert_eq!(deny_list(&nvidia_only, &holding(vec![]), &inventory, &shared).unwrap(), [N(1, 8)]);
+    }
+
+    /// Render nodes are device files like any other: `/dev/dri/renderD129`
+    /// (226:129) not made yet is denied by the number discovery knows.
+    #[test]
+    fn render_nodes_are_denied_by_number() {
+        let devices = [row("gpgpu", 0, "/nonexistent/dri/renderD128"), row("gpgpu", 1, "/nonexistent/dri/renderD129")];
+        let mut inventory = HashMap::new();
+        for (i, d) in devices.iter().enumerate() {
+            let mut dev = device_from_row(d);
+            dev.dev = Some(N(226, 128 + i as u32));
+            inventory.insert(d.uuid.clone(), dev);
+        }
+        let deny = deny_list(&devices, &holding(vec![devices[0].clone()]), &inventory, &[]).unwrap();
+        assert_eq!(deny, [N(226, 129)]);
     }
 }
