@@ -5,6 +5,7 @@
 
 mod common;
 
+mod amd_fencing;
 mod cgroup_enforcement;
 mod crash;
 mod daemon;
