@@ -381,6 +381,42 @@ mod tests {
         assert!(e.to_string().contains("/dev/nvidia-caps/nvidia-cap39 (gres.conf line 3)"), "{e}");
     }
 
+    /// AMD and Intel GPUs are DRM render nodes, as SLURM's docs write
+    /// gres.conf for them (`Flags=amd_gpu_env` / `intel_gpu_env`): the files
+    /// are not named nvidiaN, and ROCm SMI's or Level Zero's order (cderd's
+    /// indices) need not be the minors' order.
+    #[test]
+    fn render_nodes_map_by_device_file() {
+        let text = "# MI250X: two GCDs per card
+            NodeName=gn[01-16] Name=gpu Type=mi250 File=/dev/dri/renderD[128-131] Flags=amd_gpu_env
+            NodeName=pvc[01-02] Name=gpu Type=max1550 File=/dev/dri/renderD[128-129] Flags=intel_gpu_env
+";
+        let amd = gres_devices(text, "gres.conf", Some("gn07"), "gpu").unwrap();
+        assert_eq!(amd.len(), 4);
+        assert!(amd.iter().all(|d| d.gres_type.as_deref() == Some("mi250") && d.line == 2), "{amd:?}");
+        assert_eq!(amd[3].files, [PathBuf::from("/dev/dri/renderD131")]);
+        // ROCm SMI enumerates renderD130 first on this node.
+        let cderd: Vec<(u32, PathBuf)> = [130, 131, 128, 129]
+            .iter()
+            .enumerate()
+            .map(|(i, minor)| (i as u32, PathBuf::from(format!("/dev/dri/renderD{minor}"))))
+            .collect();
+        assert_eq!(cderd_indices(&[0, 1], &amd, &cderd, "gpgpu").unwrap(), [2, 3]);
+        assert_eq!(cderd_indices(&[2], &amd, &cderd, "gpgpu").unwrap(), [0]);
+        assert_eq!(
+            slurm_device_files(&[1, 3], &amd).unwrap(),
+            [vec!["/dev/dri/renderD129".to_string()], vec!["/dev/dri/renderD131".to_string()]]
+        );
+        let intel = gres_devices(text, "gres.conf", Some("pvc02"), "gpu").unwrap();
+        assert_eq!(intel.iter().map(|d| d.gres_type.as_deref()).collect::<Vec<_>>(), [Some("max1550"); 2]);
+        assert_eq!(cderd_indices(&[1], &intel, &cderd[2..], "gpgpu").unwrap(), [3]);
+        // A card node named where cderd guards the render node is no match, and says which file.
+        let card = gres_devices("Name=gpu Type=max1550 File=/dev/dri/card[0-1]
+", "gres.conf", None, "gpu").unwrap();
+        let e = cderd_indices(&[1], &card, &cderd, "gpgpu").unwrap_err().to_string();
+        assert!(e.contains("/dev/dri/card1 (gres.conf line 1)") && e.contains("gpgpu"), "{e}");
+    }
+
     /// The `GRES=` of a job of two MIG profiles as a real slurmctld 22.05
     /// printed it (`allocator/request/testdata`): every type's indices.
     #[test]

@@ -301,6 +301,22 @@ fn the_prolog_records_slurms_gpus_by_file() {
     assert!(beyond.contains("cannot tell which of cderd's devices are SLURM's GPU(s) [9]"), "{beyond}");
 }
 
+/// AMD's render nodes: the prolog names SLURM's choice by file, as for
+/// NVIDIA; cderd maps the files to its own indices.
+#[test]
+fn the_prolog_records_render_nodes_by_file() {
+    let mut node = FakeNode::new(None);
+    let text = "NodeName=gn01 Name=gpu Type=mi250 File=/dev/dri/renderD[128-131] Flags=amd_gpu_env\n";
+    node.gres = Ok(crate::gres_conf::gres_devices(text, "gres.conf", Some("gn01"), "gpu").unwrap());
+    let prolog = Prolog { job: job(), job_id: 7, uid: 1000, job_gpus: Some("0,2".into()), node_gres: None };
+    let r = prolog_record(&prolog, &PluginArgs::default(), &node).unwrap();
+    assert_eq!(
+        r.alloc.device_files,
+        Some(vec![vec!["/dev/dri/renderD128".to_string()], vec!["/dev/dri/renderD130".to_string()]])
+    );
+    assert_eq!((r.alloc.count, r.alloc.devices.clone(), r.slurm_gpus), (2, None, vec![0, 2]));
+}
+
 /// With the controller's stamp, the prolog takes the shares and the GPUs
 /// from it and SLURM_JOB_GPUS without asking slurmctld (the fake node
 /// has no slurmctld: asking would fail); without it, or with a stamp
