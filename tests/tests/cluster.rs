@@ -27,6 +27,7 @@ mod glue_validator;
 mod ldap_capacity;
 mod sharing_discovery;
 mod slurm_admin_comment;
+mod slurm_amd;
 mod slurm_extern;
 mod slurm_faults;
 mod slurm_mig;

@@ -91,7 +91,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| CgroupError::Io { action, path: path.to_path_buf(), source }
 }
 
-pub use cder_model::DeviceNumber;
+pub use cder_model::{DeviceNumber, SharedFile};
 
 /// A device a job's group may have to deny.
 #[derive(Debug, Clone)]
@@ -129,58 +129,6 @@ pub fn deny_list(devices: &[Fenced<'_>]) -> Result<Vec<DeviceNumber>, CgroupErro
         }
     }
     Ok(others.difference(&own).copied().collect())
-}
-
-/// A file every job holding a device of `types` may open, and no other
-/// job: AMD's `/dev/kfd`, one compute interface for all of a node's AMD
-/// GPUs ([`cder_model::CderType::shared_files`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedFile {
-    /// The file (`kfd_path`).
-    pub path: PathBuf,
-    /// The CDER types whose devices open it (two AMD types share one kfd).
-    pub types: BTreeSet<String>,
-    /// Where its driver's major is listed while the file does not exist
-    /// yet (the types' `proc_devices`).
-    pub proc_devices: PathBuf,
-}
-
-impl SharedFile {
-    /// The shared files of the configured types, one entry per path.
-    pub fn of_config(cders: &[cder_model::CderType]) -> Vec<SharedFile> {
-        let mut out: Vec<SharedFile> = Vec::new();
-        for cder in cders {
-            for path in cder.shared_files() {
-                match out.iter_mut().find(|f| f.path == path) {
-                    Some(f) => {
-                        f.types.insert(cder.name().to_string());
-                    }
-                    None => out.push(SharedFile {
-                        path,
-                        types: BTreeSet::from([cder.name().to_string()]),
-                        proc_devices: cder.proc_devices.clone(),
-                    }),
-                }
-            }
-        }
-        out
-    }
-
-    /// The number it will have once it exists: its driver registers the
-    /// major under the file's name (amdgpu's `kfd`) and uses minor 0. `None`
-    /// when the driver is not loaded: no such file can appear until root
-    /// loads it, and then cderd is restarted to discover the GPUs anyway.
-    pub fn registered_number(&self) -> Option<DeviceNumber> {
-        let name = self.path.file_name()?.to_str()?;
-        let text = std::fs::read_to_string(&self.proc_devices).ok()?;
-        cder_inventory::char_major(&text, name).map(|major| DeviceNumber { major, minor: 0 })
-    }
-
-    /// How the fence names it in messages: `kfd of gpgpu`.
-    pub fn name(&self) -> String {
-        let file = self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into());
-        format!("{file} of {}", self.types.iter().cloned().collect::<Vec<_>>().join(","))
-    }
 }
 
 /// The device program: deny (return 0) a character-device access whose

@@ -366,7 +366,7 @@ impl Daemon {
             enforcer,
             operators,
             cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
-            shared_files: SharedFile::of_config(&config_cders),
+            shared_files: SharedFile::of_types(&config_cders),
             groups: Arc::default(),
             held_open_ignore,
             ending: Arc::default(),
@@ -1541,13 +1541,13 @@ fn deny_list(
     let held: BTreeSet<&str> = allocation.devices.iter().map(|d| d.cder_type.as_str()).collect();
     let present: BTreeSet<&str> = devices.iter().filter(|d| d.present).map(|d| d.cder_type.as_str()).collect();
     for file in shared {
-        let own = file.types.iter().any(|t| held.contains(t.as_str()));
+        let own = file.opened_by(held.iter().copied());
         // Read only while the file is missing: an existing file's own number wins.
-        let known = if file.path.exists() { None } else { file.registered_number() };
+        let known = if file.exists() { None } else { file.registered_number() };
         // No device of its types here and no driver to make it: nothing
         // can open it, nor can a number be denied. With devices present,
         // an unknown number fails closed (`UnknownNumber`), as for a device.
-        if !own && known.is_none() && !file.path.exists() && !file.types.iter().any(|t| present.contains(t.as_str())) {
+        if !own && known.is_none() && !file.exists() && !file.types.iter().any(|t| present.contains(t.as_str())) {
             continue;
         }
         fenced.push(Fenced { name: file.name(), path: &file.path, known, own });
@@ -1798,7 +1798,7 @@ mod tests {
             "[[cder]]\nname = \"gpgpu\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = \"/dev/urandom\"\n\
              [[cder]]\nname = \"nv\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
         );
-        let shared = SharedFile::of_config(&c.cders);
+        let shared = SharedFile::of_types(&c.cders);
         assert_eq!(shared.len(), 1, "only the AMD type has a shared file: {shared:?}");
         let devices = [row("gpgpu", 0, "/dev/zero"), row("gpgpu", 1, "/dev/full"), row("nv", 0, "/dev/random")];
         let inventory = HashMap::new();
@@ -1823,7 +1823,7 @@ mod tests {
                  [[cder]]\nname = \"mi100\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = {kfd:?}\n"
             )
         };
-        let shared = SharedFile::of_config(&config(&text(&majors)).cders);
+        let shared = SharedFile::of_types(&config(&text(&majors)).cders);
         assert_eq!(shared.len(), 1, "two AMD types share one kfd: {shared:?}");
         assert_eq!(shared[0].types.len(), 2);
         let devices = [row("gpgpu", 0, "/dev/zero"), row("mi100", 0, "/dev/full")];
@@ -1833,7 +1833,7 @@ mod tests {
         // Either type's device opens it.
         assert_eq!(deny_list(&devices, &holding(vec![devices[1].clone()]), &inventory, &shared).unwrap(), [N(1, 5)]);
         // Driver not loaded, GPUs configured: no job is confined until it is known.
-        let shared = SharedFile::of_config(&config(&text(&dir.path().join("none"))).cders);
+        let shared = SharedFile::of_types(&config(&text(&dir.path().join("none"))).cders);
         let e = deny_list(&devices, &holding(vec![]), &inventory, &shared).unwrap_err().to_string();
         assert!(e.contains("kfd of gpgpu,mi100") && e.contains(&kfd.display().to_string()), "{e}");
         // A job holding an AMD device needs nothing denied for it.

@@ -176,12 +176,7 @@ fn mig_access_minor(cder: &CderType, gpu_minor: u32, gi: u32, ci: u32, uuid: &st
 /// The major of the character-device driver `name` in `/proc/devices`'s
 /// text (its "Character devices:" section, `<major> <name>` lines).
 pub fn char_major(proc_devices: &str, name: &str) -> Option<u32> {
-    proc_devices
-        .lines()
-        .skip_while(|l| l.trim() != "Character devices:")
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        .find_map(|l| l.trim().split_once(' ').filter(|(_, n)| n.trim() == name).and_then(|(m, _)| m.parse().ok()))
+    cder_model::shared::char_major(proc_devices, name)
 }
 
 /// Whether a GPU is in MIG mode now; a GPU without MIG support is not.

@@ -23,6 +23,7 @@ pub mod device;
 pub mod environment;
 pub mod job;
 pub mod registry;
+pub mod shared;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use confine::{Confine, DeprecatedConfine, UnknownConfine, CONFINE_WORDS};
@@ -35,4 +36,5 @@ pub use config::{
     CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Sharing, UsageSampling, VendorKind,
     VisibleIds,
 };
+pub use shared::SharedFile;
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};
