@@ -411,8 +411,14 @@ mod tests {
         assert_eq!(intel.iter().map(|d| d.gres_type.as_deref()).collect::<Vec<_>>(), [Some("max1550"); 2]);
         assert_eq!(cderd_indices(&[1], &intel, &cderd[2..], "gpgpu").unwrap(), [3]);
         // A card node named where cderd guards the render node is no match, and says which file.
-        let card = gres_devices("Name=gpu Type=max1550 File=/dev/dri/card[0-1]
-", "gres.conf", None, "gpu").unwrap();
+        let card = gres_devices(
+            "Name=gpu Type=max1550 File=/dev/dri/card[0-1]
+",
+            "gres.conf",
+            None,
+            "gpu",
+        )
+        .unwrap();
         let e = cderd_indices(&[1], &card, &cderd, "gpgpu").unwrap_err().to_string();
         assert!(e.contains("/dev/dri/card1 (gres.conf line 1)") && e.contains("gpgpu"), "{e}");
     }

@@ -20,6 +20,8 @@
 //! * [`node`] — the node side of `spank_cder.so` as plain functions: the
 //!   prolog's record, the step's plan, the tasks' confinement, vGPGPU
 //!   backends; SLURM and cderd behind traits;
+//! * [`shared_fence`] — a shared device file (AMD's kfd) denied inside
+//!   SLURM's own device cgroup to a job holding none of its devices;
 //! * [`args`] — the plugstack.conf arguments (`socket=`, `fail=`, `mode=`);
 //! * [`vgpgpu`] — vGPGPU requests (`--vgpgpu-per-node`, `VirtualGPGPUPerNode`) and the `vgpgpu` licence;
 //! * [`sys`] — the only unsafe code: thin wrappers over the bindgen'd API.
@@ -40,6 +42,7 @@ pub mod job_submit;
 pub mod node;
 pub mod node_gres;
 pub mod request;
+pub mod shared_fence;
 pub mod spank;
 pub mod sys;
 pub mod vgpgpu;

@@ -1440,7 +1440,12 @@ impl Daemon {
         if !self.cgroups.is_available() {
             return Ok(());
         }
-        let deny = match deny_list(&store.devices().map_err(|e| store.reply(e))?, allocation, &self.inventory, &self.shared_files) {
+        let deny = match deny_list(
+            &store.devices().map_err(|e| store.reply(e))?,
+            allocation,
+            &self.inventory,
+            &self.shared_files,
+        ) {
             Ok(deny) => deny,
             Err(e) => {
                 // Left unset: the job's `confine` (or root's `env`) answers it.

@@ -187,8 +187,10 @@ fn v2_render_nodes_and_kfd_per_job() {
 /// denied by the major the driver registered, not by the file.
 #[test]
 fn kfd_made_after_start_is_denied_by_its_registered_number() {
-    if !require(cder_testkit::is_root() && (cgroup_available(false) || cgroup_available(true)), "root and a device cgroup")
-    {
+    if !require(
+        cder_testkit::is_root() && (cgroup_available(false) || cgroup_available(true)),
+        "root and a device cgroup",
+    ) {
         return;
     }
     let n = amd_node("auto", false);
@@ -209,8 +211,10 @@ fn kfd_made_after_start_is_denied_by_its_registered_number() {
 /// (refused: mknod needs CAP_MKNOD), and root's own copy elsewhere.
 #[test]
 fn links_and_copies_of_another_jobs_render_node_are_refused() {
-    if !require(cder_testkit::is_root() && (cgroup_available(false) || cgroup_available(true)), "root and a device cgroup")
-    {
+    if !require(
+        cder_testkit::is_root() && (cgroup_available(false) || cgroup_available(true)),
+        "root and a device cgroup",
+    ) {
         return;
     }
     let n = amd_node("auto", true);

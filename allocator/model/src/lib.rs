@@ -36,5 +36,5 @@ pub use config::{
     CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Sharing, UsageSampling, VendorKind,
     VisibleIds,
 };
-pub use shared::SharedFile;
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};
+pub use shared::SharedFile;

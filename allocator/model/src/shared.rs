@@ -64,7 +64,8 @@ impl SharedFile {
 
     /// How fences name it in messages: `kfd of gpgpu`.
     pub fn name(&self) -> String {
-        let file = self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into());
+        let file =
+            self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into());
         format!("{file} of {}", self.types.iter().cloned().collect::<Vec<_>>().join(","))
     }
 

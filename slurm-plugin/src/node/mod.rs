@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cder_model::{DeviceCgroup, JobEnvironment, JobKey, VendorKind};
+use cder_model::{DeviceCgroup, DeviceNumber, JobEnvironment, JobKey, SharedFile, VendorKind};
 use cder_protocol::{
     AllocRequest, AllocatedDevice, Allocation, Client, ClientError, Confined, EnvRequest, ErrorCode, Status, Usage,
     UsageRequest,
@@ -89,6 +89,10 @@ pub struct Plan {
     /// cder keeps the tasks to the job's devices (`confine`): SLURM does
     /// not, and `confine=` allows it.
     pub confine: bool,
+    /// Where SLURM confines: the shared files (kfd) the job holds no
+    /// device of, which SLURM leaves open and each task denies in the
+    /// job's SLURM group ([`crate::shared_fence`]).
+    pub shared_denied: Vec<cder_model::SharedFile>,
 }
 
 /// What the node functions ask of cderd: [`Client`] in the plugin.
@@ -150,6 +154,9 @@ pub trait Node {
     fn granted(&self, job_id: u32) -> Result<GrantedJob, String>;
     /// SLURM keeps the tasks to their devices itself (ConstrainDevices).
     fn slurm_cgroup(&self) -> bool;
+    /// Denies `numbers` in the SLURM device cgroup of job `job_id` that
+    /// task `pid` is in; returns the group.
+    fn deny_in_slurm_cgroup(&self, job_id: &str, pid: u32, numbers: &[DeviceNumber]) -> Result<PathBuf, String>;
     /// A connection to cderd.
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError>;
     /// One line for SLURM's log.
@@ -204,6 +211,10 @@ impl Node for Slurmd {
                 false
             },
         )
+    }
+
+    fn deny_in_slurm_cgroup(&self, job_id: &str, pid: u32, numbers: &[DeviceNumber]) -> Result<PathBuf, String> {
+        crate::shared_fence::deny_in_slurm_group(job_id, pid, numbers)
     }
 
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError> {
@@ -616,6 +627,7 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
                 cgroups: None,
                 step_devices: None,
                 confine: false,
+                shared_denied: shared_denied(slurm_cgroup, args, std::iter::empty(), node),
             });
         }
         Err(e) if !has_devices => {
@@ -674,6 +686,7 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
             cderd.env(&again).map_err(|e| Refusal::Unserved(e.to_string()))?
         }
     };
+    let held = alloc.devices.iter().map(|d| d.cder_type.as_str());
     Ok(Plan {
         job: job.clone(),
         env: answer.env,
@@ -681,7 +694,50 @@ pub fn plan_step(step: &Step, args: &PluginArgs, node: &dyn Node) -> Result<Plan
         cgroups: alloc.cgroups,
         step_devices: narrowed.cloned(),
         confine,
+        shared_denied: shared_denied(slurm_cgroup, args, held, node),
     })
+}
+
+/// Where SLURM confines (`slurm_cgroup`), the shared files of cder.toml's
+/// types (read from the path plugstack.conf names, never the job's) that a
+/// job holding devices of `held` types may not open; none elsewhere (cderd's
+/// own groups deny them). A missing cder.toml names none; an unreadable one
+/// is logged.
+fn shared_denied<'a>(
+    slurm_cgroup: bool,
+    args: &PluginArgs,
+    held: impl Iterator<Item = &'a str> + Clone,
+    node: &dyn Node,
+) -> Vec<SharedFile> {
+    if !slurm_cgroup {
+        return Vec::new();
+    }
+    let path = args.config_path();
+    match cder_model::Config::load(Some(&path)) {
+        Ok(config) => crate::shared_fence::denied(&SharedFile::of_types(&config.cders), held),
+        Err(e) => {
+            let level = if path.exists() { Level::Error } else { Level::Verbose };
+            node.log(level, &format!("spank_cder: {e}; no shared device file (kfd) is fenced inside SLURM's cgroup"));
+            Vec::new()
+        }
+    }
+}
+
+/// In the task, as root, where SLURM confines: denies the shared files the
+/// job may not open in its SLURM group. A file with no number yet (its
+/// driver is not loaded) cannot be opened either. `Err`: why not.
+fn deny_shared(plan: &Plan, pid: u32, node: &dyn Node) -> Result<(), String> {
+    let numbers: Vec<DeviceNumber> = plan.shared_denied.iter().filter_map(SharedFile::number).collect();
+    if numbers.is_empty() {
+        return Ok(());
+    }
+    let group = node.deny_in_slurm_cgroup(plan.job.id(), pid, &numbers)?;
+    let names: Vec<String> = plan.shared_denied.iter().map(SharedFile::name).collect();
+    node.log(
+        Level::Debug,
+        &format!("spank_cder: {}: task {pid}: {} denied in {}", plan.job, names.join(", "), group.display()),
+    );
+    Ok(())
 }
 
 /// A step's request only selects among its job's devices: one asking for
@@ -874,6 +930,20 @@ pub fn end_extern(pids: &[u32]) {
 /// `pid` into the job's (children inherit it), then settle the variables
 /// it gets. `Err`: the task is not started, with this message.
 pub fn confine_task(plan: &Plan, args: &PluginArgs, pid: u32, node: &dyn Node) -> Result<JobEnvironment, String> {
+    if let Err(e) = deny_shared(plan, pid, node) {
+        let job = &plan.job;
+        let names: Vec<String> = plan.shared_denied.iter().map(SharedFile::name).collect();
+        node.log(
+            Level::Error,
+            &format!("spank_cder: {job}: task {pid}: fencing {} inside SLURM's device cgroup: {e}", names.join(", ")),
+        );
+        if args.confine == Confine::Required {
+            return Err(format!(
+                "cder: {job}: fencing {} inside SLURM's device cgroup: {e} (confine=required); the job is not started",
+                names.join(", ")
+            ));
+        }
+    }
     if !plan.confine {
         return Ok(plan.env.clone());
     }

@@ -119,6 +119,11 @@ impl Node for FakeNode {
     fn slurm_cgroup(&self) -> bool {
         self.slurm_cgroup
     }
+    fn deny_in_slurm_cgroup(&self, job_id: &str, pid: u32, numbers: &[DeviceNumber]) -> Result<PathBuf, String> {
+        let denied: Vec<String> = numbers.iter().map(DeviceNumber::to_string).collect();
+        self.logged.borrow_mut().push(format!("DENIED job_{job_id} pid {pid}: {}", denied.join(",")));
+        Ok(PathBuf::from(format!("/slurm/job_{job_id}")))
+    }
     fn cderd(&self, args: &PluginArgs) -> Result<Box<dyn Cderd>, ClientError> {
         if !self.up {
             return Err(ClientError::Connect {
@@ -469,4 +474,47 @@ fn slurm_accounts_gpu_use_itself_only_where_it_can_measure_it() {
     assert_eq!(slurm_measures_gpu_use(0x18_0b_05, &no_gather, nvml, all), None);
     let untracked = conf.replace("gres/gpu", "cpu,mem");
     assert_eq!(slurm_measures_gpu_use(0x18_0b_05, &untracked, nvml, all), None);
+}
+
+/// Inside SLURM's device cgroup, a task of a job holding no device of the
+/// AMD type denies kfd in its SLURM group; a job holding one does not, and
+/// where cder confines (its own groups deny kfd) nothing is written.
+#[test]
+fn kfd_is_denied_inside_slurms_cgroup_to_a_job_without_amd_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cder.toml");
+    // /dev/null stands for kfd: its number, 1:3, is what gets denied.
+    std::fs::write(
+        &config,
+        "[[cder]]\nname = \"gpgpu\"\nvendor = \"amd\"\ndiscovery = \"static\"\nkfd_path = \"/dev/null\"\n",
+    )
+    .unwrap();
+    let args = PluginArgs { config: Some(config), ..PluginArgs::default() };
+    let denied =
+        |node: &FakeNode| node.logged.borrow().iter().filter(|l| l.starts_with("DENIED")).cloned().collect::<Vec<_>>();
+
+    let mut none = FakeNode::new(Some(held(&[])));
+    none.slurm_cgroup = true;
+    let plan = plan_step(&step(RawRequest::default(), None), &args, &none).unwrap();
+    assert_eq!(plan.shared_denied.iter().map(|f| f.name()).collect::<Vec<_>>(), ["null of gpgpu"]);
+    confine_task(&plan, &args, 42, &none).unwrap();
+    assert_eq!(denied(&none), ["DENIED job_7 pid 42: 1:3"]);
+
+    let mut amd = FakeNode::new(Some(held(&[1])));
+    amd.slurm_cgroup = true;
+    let plan = plan_step(&step(RawRequest::default(), Some("1")), &args, &amd).unwrap();
+    assert!(plan.shared_denied.is_empty(), "{:?}", plan.shared_denied);
+    confine_task(&plan, &args, 42, &amd).unwrap();
+    assert!(denied(&amd).is_empty());
+
+    // cder's own groups deny kfd by themselves.
+    let own = FakeNode::new(Some(held(&[])));
+    let plan = plan_step(&step(RawRequest::default(), None), &args, &own).unwrap();
+    assert!(plan.shared_denied.is_empty() && plan.confine);
+
+    // No cder.toml: nothing known to deny, said in the log.
+    let missing = PluginArgs { config: Some(dir.path().join("none.toml")), ..PluginArgs::default() };
+    let plan = plan_step(&step(RawRequest::default(), None), &missing, &none).unwrap();
+    assert!(plan.shared_denied.is_empty());
+    assert!(none.logged.borrow().iter().any(|l| l.contains("no shared device file (kfd) is fenced")));
 }
