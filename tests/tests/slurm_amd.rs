@@ -167,3 +167,27 @@ fn a_job_without_gpus_opens_no_render_node_nor_kfd() {
         assert_eq!((env["ROCR"].as_str(), env["HIP"].as_str()), ("", ""), "{plugin}: never \"all\"\n{report}");
     });
 }
+
+/// A job without GPUs that links a render node into /tmp reaches nothing
+/// through the link (the cgroup checks the device number), and cannot make
+/// a device file of its own.
+#[test]
+fn a_link_or_a_node_of_its_own_opens_nothing() {
+    each_task_plugin(|cluster, devices, plugin| {
+        let target = devices.render[0].display();
+        let script = format!(
+            "{}link=$(mktemp -u /tmp/cder-link.XXXXXX)\nln -s '{target}' \"$link\"\nprobe LINK \"$link\"\nrm -f \"$link\"\n\
+             node=$(mktemp -u /tmp/cder-node.XXXXXX)\n\
+             if mknod \"$node\" c 226 128 2>/dev/null; then echo MKNOD=made; rm -f \"$node\"; else echo MKNOD=refused; fi\n",
+            probe_script(devices)
+        );
+        let id = cluster.sbatch_as_user(&[], &script).unwrap();
+        let info = cluster.wait_job(id, JOB_TIMEOUT).unwrap();
+        let report = cluster.job_output(id);
+        assert_eq!(info.state, "COMPLETED", "{plugin}: {info:?}\n{report}\n{}", cluster.logs());
+        let env = parse_env_lines(&report);
+        assert_eq!(env["R0"], "EPERM", "{plugin}\n{report}");
+        assert_eq!(env["LINK"], "EPERM", "{plugin}: a symlink reached a render node\n{report}");
+        assert_eq!(env["MKNOD"], "refused", "{plugin}: a user made a device file\n{report}");
+    });
+}

@@ -283,6 +283,35 @@ impl Daemon {
         Ok(())
     }
 
+    /// Under `device_files`, opens each shared file (kfd) to exactly the uids
+    /// the ledger now shows holding a device of its types, whole or in
+    /// shares. Called under the ledger lock after every change of holders;
+    /// the files are root's (`/dev/kfd`), never a user's. A failure is
+    /// logged: the job keeps its devices, and the next change tries again.
+    fn open_shared_files(&self, store: &Store) {
+        if !self.enforcer.manages_files() || self.shared_files.is_empty() {
+            return;
+        }
+        let (devices, shares) = match (store.devices(), store.shares()) {
+            (Ok(d), Ok(s)) => (d, s),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("opening the shared device files to their holders: {e}");
+                return;
+            }
+        };
+        for file in &self.shared_files {
+            let mut holders: BTreeSet<u32> = devices
+                .iter()
+                .filter(|d| d.present && file.types.contains(&d.cder_type))
+                .filter_map(|d| d.uid)
+                .collect();
+            holders.extend(shares.iter().filter(|s| file.types.contains(&s.device.cder_type)).map(|s| s.uid));
+            if let Err(e) = self.enforcer.apply_shared_file(&file.path, &file.name(), &holders) {
+                tracing::error!("opening {} to the jobs holding its devices: {e}", file.name());
+            }
+        }
+    }
+
     /// Opens each of `devices` to exactly its sharers in the ledger now:
     /// the device file's ACL (`device_files`) and the GPU's MPS
     /// directories. A device no job shares any more is the caller's to
@@ -401,6 +430,7 @@ impl Daemon {
                 tracing::error!(device = %d.name(), "re-opening a shared device to its sharers: {e}");
             }
         }
+        self.open_shared_files(&store);
         if !self.enforcer.is_active() {
             return Ok(());
         }
@@ -719,6 +749,7 @@ impl Daemon {
                 if let Err(e) = self.open_to_sharers(&store, &released) {
                     tracing::error!(job = %allocation.job, "re-opening shared devices to their sharers: {e}");
                 }
+                self.open_shared_files(&store);
                 return Err(ErrorReply::new(
                     ErrorCode::Internal,
                     format!("enforcement failed, allocation undone: {e}"),
@@ -737,6 +768,7 @@ impl Daemon {
                     if let Err(e) = self.open_to_sharers(&store, &released) {
                         tracing::error!(job = %allocation.job, "re-opening shared devices to their sharers: {e}");
                     }
+                    self.open_shared_files(&store);
                     drop(store);
                     for uuid in &uuids {
                         if let Err(m) = self.mps_settle(uuid) {
@@ -747,6 +779,7 @@ impl Daemon {
                 }
                 store = self.store();
             }
+            self.open_shared_files(&store);
             let indices: Vec<String> = allocation.devices.iter().map(LedgerRow::name).collect();
             tracing::info!(job = %allocation.job, uid = allocation.uid, token = %allocation.token, devices = %indices.join(","), "allocated");
             if !allocation.batch_confined {
@@ -816,6 +849,7 @@ impl Daemon {
         if let Err(e) = self.open_to_sharers(&store, &released) {
             tracing::error!(job = %job, "re-opening shared devices to their sharers: {e}");
         }
+        self.open_shared_files(&store);
         drop(store);
         self.mps_after_release(job, allocation, &released);
         if let Some(a) = allocation {

@@ -139,6 +139,35 @@ impl Enforcer {
         Ok(())
     }
 
+    /// Whether device files change owner and mode (`device_files`).
+    pub fn manages_files(&self) -> bool {
+        self.settings.device_files
+    }
+
+    /// Opens a file shared by a vendor's GPUs (AMD's kfd, named `name` in
+    /// messages) to exactly `holders`, the uids holding a device of its
+    /// types, as a shared GPU is opened to its sharers: the idle owner and
+    /// group keep it with `job_mode`'s group and other bits, each holder gets
+    /// an ACL entry with its owner bits. No holder: nobody but the idle
+    /// owner. A file not made yet (its driver not loaded) is left for the
+    /// next change.
+    pub fn apply_shared_file(&self, path: &Path, name: &str, holders: &BTreeSet<u32>) -> Result<(), EnforcementError> {
+        if !self.settings.device_files || !path.exists() {
+            return Ok(());
+        }
+        let err = |action, source| EnforcementError::File {
+            device: name.to_string(),
+            action,
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut acl = Acl::from_mode(self.settings.job_mode & 0o777);
+        acl.users = holders.iter().map(|&uid| (uid, acl.owner)).collect();
+        std::os::unix::fs::chown(path, Some(self.settings.idle_owner), Some(self.settings.idle_group))
+            .map_err(|e| err("chown", e))?;
+        crate::acl::set(path, &acl).map_err(|e| err("set the ACL of", e))
+    }
+
     /// Returns `devices` to their idle owner and mode. Tries every device
     /// and step, and reports every failure.
     pub fn restore(&self, devices: &[LedgerRow]) -> Vec<EnforcementError> {

@@ -252,3 +252,53 @@ fn links_and_copies_of_another_jobs_render_node_are_refused() {
         assert_eq!(seen("after", p), EPERM, "{}: job 602's render node under another name", p.display());
     }
 }
+
+/// Opens `paths` as `uid` without any device cgroup: path → errno or `ok`.
+fn open_as(node: &Node, uid: u32, paths: &[&Path]) -> Vec<String> {
+    let paths: Vec<PathBuf> = paths.iter().map(|p| p.to_path_buf()).collect();
+    let lines = common::run_probe("amd_fencing::amd_probe_child", node, uid, "slurm:1", &paths);
+    paths
+        .iter()
+        .map(|p| {
+            let prefix = format!("PROBE before {} ", p.display());
+            lines.iter().find_map(|l| l.strip_prefix(&prefix).map(String::from)).unwrap_or_else(|| panic!("{lines:?}"))
+        })
+        .collect()
+}
+
+/// With `device_files = true` and no device cgroup, kfd is open to exactly
+/// the uids holding an AMD device (an ACL entry each), as a shared GPU is
+/// to its sharers; a restart puts the entries back.
+#[test]
+fn device_files_open_kfd_to_exactly_the_uids_holding_an_amd_device() {
+    if !require(cder_testkit::is_root(), "root (chown and ACLs of device files)") {
+        return;
+    }
+    let mut n = amd_node("off", true);
+    let text = std::fs::read_to_string(&n.node.config)
+        .unwrap()
+        .replace("cgroup = \"off\"\n", "cgroup = \"off\"\ndevice_files = true\njob_mode = \"0600\"\n");
+    std::fs::write(&n.node.config, text).unwrap();
+    n.node.kill();
+    n.node.start();
+    const EACCES: &str = "13";
+    let kfd = n.kfd.as_path();
+    // No holder: the idle owner's alone (it was 0666 as mknod made it).
+    assert_eq!(open_as(&n.node, 1000, &[kfd]), [EACCES]);
+    alloc(&n.node, "slurm:701", 1000, "gpgpu", &[0]);
+    alloc(&n.node, "slurm:702", 1002, "gpgpu", &[1]);
+    alloc(&n.node, "slurm:703", 1001, "nv", &[0]);
+    assert_eq!(open_as(&n.node, 1000, &[kfd, &n.render[1]]), ["ok", EACCES]);
+    assert_eq!(open_as(&n.node, 1002, &[kfd]), ["ok"]);
+    assert_eq!(open_as(&n.node, 1001, &[kfd, &n.nvidia]), [EACCES, "ok"], "an NVIDIA job's uid reached kfd");
+    // Opened wide behind cderd's back, then a restart: the holders only again.
+    std::fs::set_permissions(kfd, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    n.node.kill();
+    n.node.start();
+    assert_eq!(open_as(&n.node, 1001, &[kfd]), [EACCES]);
+    assert_eq!(open_as(&n.node, 1000, &[kfd]), ["ok"]);
+    // A released job's uid leaves; the other holder stays.
+    n.node.client().release(&"slurm:701".parse().unwrap()).unwrap();
+    assert_eq!(open_as(&n.node, 1000, &[kfd]), [EACCES]);
+    assert_eq!(open_as(&n.node, 1002, &[kfd]), ["ok"]);
+}
