@@ -508,6 +508,44 @@ offline = 1
     }
 
     #[test]
+    fn slurm_must_tell_apart_vendors_counted_by_one_gres() {
+        let slurm =
+            MIXED.replace("source = \"static\"", "source = \"slurm\"\ngres = { gpgpu = \"gpu\", amdgpu = \"gpu\" }");
+        let slurm = slurm.replace("used = 4\n", "").replace("used = 1\n", "").replace("offline = 1\n", "");
+        let e = config::ProviderConfig::parse(&slurm, Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.gres_type"), "{e}");
+        assert!(e.message.contains("GRES \"gpu\""), "{e}");
+        // With a GRES type each, SLURM's gpu:a100:2,gpu:mi210:1 counts each vendor apart.
+        let typed = slurm
+            .replace("compute_capability = \"8.0\"\n", "compute_capability = \"8.0\"\ngres_type = \"a100\"\n")
+            .replace("architecture = \"gfx90a\"\n", "architecture = \"gfx90a\"\ngres_type = \"mi210\"\n");
+        let cfg = config::ProviderConfig::parse(&typed, Path::new("t.toml")).unwrap();
+        let groups = site::node_groups(&cfg).unwrap();
+        let counts = sources::SlurmCounts {
+            scontrol: "scontrol".into(),
+            gres: cfg.counts.gres.clone(),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let listing: String = (1..=3)
+            .map(|n| {
+                format!(
+                    "NodeName=wn0{n} Gres=gpu:a100:2,gpu:mi210:1 GresUsed=gpu:a100:1(IDX:0),gpu:mi210:0 State=MIXED\n"
+                )
+            })
+            .collect();
+        let c = counts.counts_from_output(&groups, listing.as_bytes()).unwrap();
+        assert_eq!((c[0].devices["gpgpu"].total, c[0].devices["gpgpu"].used), (6, 3));
+        assert_eq!((c[0].devices["amdgpu"].total, c[0].devices["amdgpu"].used), (3, 0));
+        // Without GRES types (an inventory group, say) the counts would be each other's: refused.
+        let mut untyped = groups.clone();
+        for class in &mut untyped[0].classes {
+            class.gres_type = None;
+        }
+        let e = counts.counts_from_output(&untyped, listing.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("both counted by SLURM's GRES \"gpu\""), "{e}");
+    }
+
+    #[test]
     fn static_counts_must_add_up() {
         let cfg =
             config::ProviderConfig::parse(&SAMPLE.replace("used = 2", "used = 2\nfree = 31"), Path::new("t.toml"))
