@@ -65,12 +65,36 @@ mod tests {
     use crate::sources::StaticVirtual;
     use std::path::Path;
 
-    fn arc_config(extra: &str) -> ProviderConfig {
-        let text = SAMPLE
+    fn arc_text() -> String {
+        SAMPLE
             .replace("ce.example.org_ComputingElement_Manager", "urn:ogf:ComputingManager:arc.example.org:slurm")
             .replace("ce.example.org_ComputingElement", "urn:ogf:ComputingService:arc.example.org:arex")
-            .replace("ce.example.org_gts450", "urn:ogf:ExecutionEnvironment:arc.example.org:execenv0");
-        ProviderConfig::parse(&format!("{text}{extra}"), Path::new("t.toml")).unwrap()
+            .replace("ce.example.org_gts450", "urn:ogf:ExecutionEnvironment:arc.example.org:execenv0")
+    }
+
+    fn arc_config(extra: &str) -> ProviderConfig {
+        ProviderConfig::parse(&format!("{}{extra}", arc_text()), Path::new("t.toml")).unwrap()
+    }
+
+    #[test]
+    fn an_amd_ee_gets_its_vendor_and_architecture() {
+        let text = arc_text()
+            .replace(
+                "model = \"GeForce GTS 450\"",
+                "model = \"AMD Instinct MI210\"\nvendor = \"amd\"\narchitecture = \"gfx90a\"",
+            )
+            .replace("compute_capability = \"2.1\"\n", "");
+        let config = ProviderConfig::parse(&text, Path::new("t.toml")).unwrap();
+        let counts = crate::sources::from_config(&config);
+        let snap = crate::snapshot(&config, counts.as_ref(), &StaticVirtual::from_config(&[]), 1_700_000_000).unwrap();
+        let records = ldif::parse(&plugin_ldif(&config, &snap).unwrap()).unwrap();
+        let info: Vec<&str> = records[0].values("GLUE2EntityOtherInfo").collect();
+        for kv in
+            ["GPGPUVendor=AMD", "GPGPUModel=AMD Instinct MI210", "GPGPUArchitecture=gfx90a", "GPGPUFreeInstances=30"]
+        {
+            assert!(info.contains(&kv), "{kv} missing: {info:?}");
+        }
+        assert!(!info.iter().any(|v| v.contains("CUDA")), "{info:?}");
     }
 
     #[test]

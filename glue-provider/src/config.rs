@@ -504,16 +504,23 @@ impl ProviderConfig {
                 if !kinds.insert((dev.cder_type.clone(), dev.model.get_ref().clone(), dev.gres_type.clone())) {
                     return Err(at(dev_at, "group.device.model", format!("{:?} of type {:?} is listed twice in group {:?}: give it one entry with the per-node count", dev.model.get_ref(), dev.cder_type, group.id.get_ref())));
                 }
-                if same_type > 1 {
-                    match source {
-                        CountSourceKind::Slurm if dev.gres_type.is_none() => {
-                            return Err(at(dev_at, "group.device.gres_type", format!("group {:?} has several kinds of {} device: SLURM counts each by its GRES type (gpu:<type>:N), so set gres_type on each", group.id.get_ref(), dev.cder_type)));
-                        }
-                        CountSourceKind::Torque => {
-                            return Err(at(dev_at, "group.device.type", format!("group {:?} has several kinds of {} device, which TORQUE's <gpus> count cannot tell apart", group.id.get_ref(), dev.cder_type)));
-                        }
-                        _ => {}
-                    }
+                // Several kinds under one GRES name (models of one type, or an
+                // NVIDIA and an AMD type both counted as `gpu`): only the GRES type tells them apart.
+                let gres = self.counts.gres_name(&dev.cder_type);
+                let same_gres = group.devices.iter().filter(|d| self.counts.gres_name(&d.cder_type) == gres).count();
+                if source == CountSourceKind::Slurm && same_gres > 1 && dev.gres_type.is_none() {
+                    return Err(at(dev_at, "group.device.gres_type", format!("group {:?} has several kinds of device counted by SLURM's GRES {gres:?}: SLURM counts each by its GRES type ({gres}:<type>:N), so set gres_type on each", group.id.get_ref())));
+                }
+                if source == CountSourceKind::Torque && same_type > 1 {
+                    return Err(at(
+                        dev_at,
+                        "group.device.type",
+                        format!(
+                            "group {:?} has several kinds of {} device, which TORQUE's <gpus> count cannot tell apart",
+                            group.id.get_ref(),
+                            dev.cder_type
+                        ),
+                    ));
                 }
                 if dev.model.get_ref().trim().is_empty() {
                     return Err(at(dev_at, "group.device.model", "must not be empty".into()));

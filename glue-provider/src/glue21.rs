@@ -3,7 +3,8 @@
 //! * one `GLUE2AcceleratorEnvironment` per kind of device of each published
 //!   ExecutionEnvironment (foreign key to it), with its per-node counts
 //!   (`PhysicalAccelerators`, `LogicalAccelerators`) and what it is (Type,
-//!   Vendor, Model, ClockSpeed, Memory, ComputeCapability);
+//!   Vendor, Model, ClockSpeed, Memory, ComputeCapability: CUDA's for
+//!   NVIDIA, the architecture for AMD and Intel, [`compute_capability`]);
 //! * one `GLUE2ComputingManagerAcceleratorInfo` per accelerator type
 //!   (TotalPhysicalAccelerators, TotalAcceleratorSlots, UsedAcceleratorSlots);
 //! * one `GLUE2ComputingShareAcceleratorInfo` per `site.computing_share_ids`
@@ -35,6 +36,13 @@ pub fn accelerator_type(class: &DeviceClass) -> &'static str {
     } else {
         "GPU"
     }
+}
+
+/// GLUE 2.1's ComputeCapability, "the feature set the accelerator supports,
+/// as declared by the vendor": NVIDIA's CUDA compute capability (`8.0`),
+/// else the architecture AMD and Intel declare instead (`gfx90a`, `Xe-HPC`).
+pub fn compute_capability(class: &DeviceClass) -> Option<&str> {
+    class.attribute("CUDAComputeCapability").or_else(|| class.attribute(cder_request::glue::ARCHITECTURE))
 }
 
 fn is_mig(class: &DeviceClass) -> bool {
@@ -100,11 +108,13 @@ pub fn entries(config: &ProviderConfig, snapshot: &Snapshot, service_dn: &str, c
                     ("Model", "Model"),
                     ("ClockSpeed", "ClockSpeed"),
                     ("Memory", "MainMemorySize"),
-                    ("ComputeCapability", "CUDAComputeCapability"),
                 ] {
                     if let Some(value) = class.attribute(published) {
                         e.push(&format!("GLUE2AcceleratorEnvironment{attribute}"), value);
                     }
+                }
+                if let Some(value) = compute_capability(class) {
+                    e.push("GLUE2AcceleratorEnvironmentComputeCapability", value);
                 }
                 e.push("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey", env.id.clone());
                 out.push(e);

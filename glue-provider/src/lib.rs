@@ -288,6 +288,263 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("group.device.gres_type"), "{e}");
     }
 
+    /// An AMD group and an Intel group, vendors written as an admin might.
+    const VENDORS: &str = r#"
+[[group]]
+id = "ce.example.org_mi250"
+nodes = ["amd[01-04]"]
+platform = "amd64"
+main_memory_mib = 524288
+virtual_memory_mib = 524288
+os_name = "Debian"
+os_version = "12"
+physical_cpus = 2
+logical_cpus = 128
+
+[[group.device]]
+model = "AMD Instinct MI250X"
+vendor = "amd"
+count = 8
+memory_mib = 65536
+architecture = "gfx90a"
+clock_mhz = 1700
+ecc = true
+used = 5
+offline = 1
+
+[[group]]
+id = "ce.example.org_max1550"
+nodes = ["xe[01-02]"]
+platform = "amd64"
+main_memory_mib = 262144
+virtual_memory_mib = 262144
+os_name = "Debian"
+os_version = "12"
+physical_cpus = 2
+logical_cpus = 112
+
+[[group.device]]
+model = "Intel Data Center GPU Max 1550"
+vendor = "Intel"
+count = 4
+memory_mib = 131072
+architecture = "Xe-HPC"
+used = 0
+"#;
+
+    /// Every CDER `Key=Value` an entity carries, as OtherInfo or as its Extensions.
+    fn published(entries: &[ldif::Entry], id: &str) -> Vec<String> {
+        let entity = entries.iter().find(|e| e.values("GLUE2ResourceID").any(|v| v == id)).unwrap();
+        let mut out: Vec<String> = entity.values("GLUE2EntityOtherInfo").map(str::to_string).collect();
+        for x in entries.iter().filter(|e| e.values("GLUE2ExtensionEntityForeignKey").any(|v| v == id)) {
+            let key = x.values("GLUE2ExtensionKey").next().unwrap();
+            out.push(format!("{key}={}", x.values("GLUE2ExtensionValue").next().unwrap()));
+        }
+        out
+    }
+
+    #[test]
+    fn amd_and_intel_publish_vendor_architecture_and_no_cuda_in_every_glue2_strategy() {
+        let cfg = sample(VENDORS);
+        for strategy in [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid] {
+            let entries = run(&cfg, &[strategy]);
+            let nvidia = published(&entries, "ce.example.org_gts450");
+            assert!(nvidia.contains(&"GPGPUVendor=Nvidia".into()), "{strategy:?}: {nvidia:?}");
+            assert!(!nvidia.iter().any(|v| v.starts_with("GPGPUArchitecture=")), "{strategy:?}: {nvidia:?}");
+            for (id, expected) in [
+                (
+                    "ce.example.org_mi250",
+                    [
+                        "GPGPUVendor=AMD",
+                        "GPGPUModel=AMD Instinct MI250X",
+                        "GPGPUMainMemorySize=65536",
+                        "GPGPUArchitecture=gfx90a",
+                        "GPGPUTotalInstances=32",
+                        "GPGPUFreeInstances=26",
+                    ],
+                ),
+                (
+                    "ce.example.org_max1550",
+                    [
+                        "GPGPUVendor=Intel",
+                        "GPGPUModel=Intel Data Center GPU Max 1550",
+                        "GPGPUMainMemorySize=131072",
+                        "GPGPUArchitecture=Xe-HPC",
+                        "GPGPUTotalInstances=8",
+                        "GPGPUFreeInstances=8",
+                    ],
+                ),
+            ] {
+                let got = published(&entries, id);
+                for e in expected {
+                    assert!(got.contains(&e.to_string()), "{strategy:?} {id}: {e} missing from {got:?}");
+                }
+                assert!(!got.iter().any(|v| v.starts_with("GPGPUCUDAComputeCapability")), "{strategy:?}: {got:?}");
+                assert_eq!(got.iter().filter(|v| v.starts_with("GPGPUVendor=")).count(), 1, "{got:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn amd_and_intel_are_tagged_by_vendor_in_glue13() {
+        let entries = run(&sample(VENDORS), &[Strategy::TaggedEnvironment]);
+        let tags = |id: &str| -> Vec<String> {
+            let sub = entries.iter().find(|e| e.values("GlueSubClusterUniqueID").any(|v| v == id)).unwrap();
+            sub.values("GlueHostApplicationSoftwareRunTimeEnvironment").map(str::to_string).collect()
+        };
+        let amd = tags("ce.example.org_mi250");
+        for t in ["AMDGPGPU", "GPGPUVendor=AMD", "GPGPUArchitecture=gfx90a", "GPGPUFreeInstances=26"] {
+            assert!(amd.contains(&t.to_string()), "{t} missing from {amd:?}");
+        }
+        assert!(!amd.iter().any(|t| t.starts_with("NvidiaGPGPU") || t.contains("CUDA")), "{amd:?}");
+        let intel = tags("ce.example.org_max1550");
+        for t in ["IntelGPGPU", "GPGPUVendor=Intel", "GPGPUArchitecture=Xe-HPC"] {
+            assert!(intel.contains(&t.to_string()), "{t} missing from {intel:?}");
+        }
+    }
+
+    #[test]
+    fn amd_and_intel_accelerator_environments_declare_their_architecture() {
+        let entries = run(&sample(VENDORS), &[Strategy::Glue21Accelerator]);
+        let ae = |ee: &str| {
+            entries
+                .iter()
+                .find(|e| e.values("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey").any(|v| v == ee))
+                .unwrap_or_else(|| panic!("no AcceleratorEnvironment of {ee}"))
+        };
+        let one = |e: &ldif::Entry, a: &str| e.values(a).collect::<Vec<_>>().join("|");
+        for (ee, vendor, model, memory, capability) in [
+            ("ce.example.org_gts450", "Nvidia", "GeForce GTS 450", "1024", "2.1"),
+            ("ce.example.org_mi250", "AMD", "AMD Instinct MI250X", "65536", "gfx90a"),
+            ("ce.example.org_max1550", "Intel", "Intel Data Center GPU Max 1550", "131072", "Xe-HPC"),
+        ] {
+            let e = ae(ee);
+            assert_eq!(one(e, "GLUE2AcceleratorEnvironmentType"), "GPU", "{ee}");
+            assert_eq!(one(e, "GLUE2AcceleratorEnvironmentVendor"), vendor, "{ee}");
+            assert_eq!(one(e, "GLUE2AcceleratorEnvironmentModel"), model, "{ee}");
+            assert_eq!(one(e, "GLUE2AcceleratorEnvironmentMemory"), memory, "{ee}");
+            assert_eq!(one(e, "GLUE2AcceleratorEnvironmentComputeCapability"), capability, "{ee}");
+        }
+        // One GPU type site-wide: 32 GTS 450 + 32 MI250X + 8 Max 1550.
+        let m = entries.iter().find(|e| e.dn.starts_with("GLUE2ComputingManagerAcceleratorInfoID=")).unwrap();
+        assert_eq!(one(m, "GLUE2ComputingManagerAcceleratorInfoTotalPhysicalAccelerators"), "72");
+    }
+
+    /// One node group with an NVIDIA type and an AMD type that shares its
+    /// prefix: two ExecutionEnvironments, each with its own vendor and counts.
+    const MIXED: &str = r#"[site]
+computing_service_id = "ce.example.org_ComputingElement"
+computing_manager_id = "ce.example.org_ComputingElement_Manager"
+ce_unique_id = "ce.example.org:8443/cream-slurm-gpgpu"
+cluster_id = "ce.example.org"
+
+[counts]
+source = "static"
+
+[[group]]
+id = "ce.example.org_mixed"
+name = "mixed nodes"
+nodes = ["wn[01-03]"]
+platform = "amd64"
+main_memory_mib = 262144
+virtual_memory_mib = 262144
+os_name = "Debian"
+os_version = "12"
+physical_cpus = 2
+logical_cpus = 64
+
+[[group.device]]
+model = "NVIDIA A100-SXM4-40GB"
+count = 2
+memory_mib = 40960
+compute_capability = "8.0"
+used = 4
+
+[[group.device]]
+type = "amdgpu"
+prefix = "GPGPU"
+vendor = "AMD"
+model = "AMD Instinct MI210"
+count = 1
+memory_mib = 65536
+architecture = "gfx90a"
+used = 1
+offline = 1
+"#;
+
+    #[test]
+    fn a_mixed_vendor_node_is_two_environments_not_merged() {
+        let cfg = config::ProviderConfig::parse(MIXED, Path::new("t.toml")).unwrap();
+        for strategy in [Strategy::AttributeExtension, Strategy::ClassExtension, Strategy::Hybrid] {
+            let entries = run(&cfg, &[strategy]);
+            let ees: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2ResourceID")).collect();
+            assert_eq!(ees, ["ce.example.org_mixed_gpgpu", "ce.example.org_mixed_amdgpu"], "{strategy:?}");
+            let nvidia = published(&entries, "ce.example.org_mixed_gpgpu");
+            let amd = published(&entries, "ce.example.org_mixed_amdgpu");
+            for e in ["GPGPUVendor=Nvidia", "GPGPUTotalInstances=6", "GPGPUFreeInstances=2", "GPGPUPerNode=2"] {
+                assert!(nvidia.contains(&e.to_string()), "{strategy:?}: {e} missing from {nvidia:?}");
+            }
+            for e in [
+                "GPGPUVendor=AMD",
+                "GPGPUArchitecture=gfx90a",
+                "GPGPUTotalInstances=3",
+                "GPGPUFreeInstances=1",
+                "GPGPUOfflineInstances=1",
+                "GPGPUPerNode=1",
+            ] {
+                assert!(amd.contains(&e.to_string()), "{strategy:?}: {e} missing from {amd:?}");
+            }
+            assert!(!amd.iter().any(|v| v.contains("A100") || v.contains("CUDA")), "{amd:?}");
+            assert!(!nvidia.iter().any(|v| v.contains("MI210") || v.contains("Architecture")), "{nvidia:?}");
+        }
+        let entries = run(&cfg, &[Strategy::TaggedEnvironment]);
+        let subs: Vec<&str> = entries.iter().flat_map(|e| e.values("GlueSubClusterUniqueID")).collect();
+        assert_eq!(subs, ["ce.example.org_mixed_gpgpu", "ce.example.org_mixed_amdgpu"]);
+        assert!(entries[1].values("GlueHostApplicationSoftwareRunTimeEnvironment").any(|t| t == "AMDGPGPU"));
+        assert!(!entries[1].values("GlueHostApplicationSoftwareRunTimeEnvironment").any(|t| t == "NvidiaGPGPU"));
+        let entries = run(&cfg, &[Strategy::Glue21Accelerator]);
+        let vendors: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2AcceleratorEnvironmentVendor")).collect();
+        assert_eq!(vendors, ["Nvidia", "AMD"]);
+    }
+
+    #[test]
+    fn slurm_must_tell_apart_vendors_counted_by_one_gres() {
+        let slurm =
+            MIXED.replace("source = \"static\"", "source = \"slurm\"\ngres = { gpgpu = \"gpu\", amdgpu = \"gpu\" }");
+        let slurm = slurm.replace("used = 4\n", "").replace("used = 1\n", "").replace("offline = 1\n", "");
+        let e = config::ProviderConfig::parse(&slurm, Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("group.device.gres_type"), "{e}");
+        assert!(e.message.contains("GRES \"gpu\""), "{e}");
+        // With a GRES type each, SLURM's gpu:a100:2,gpu:mi210:1 counts each vendor apart.
+        let typed = slurm
+            .replace("compute_capability = \"8.0\"\n", "compute_capability = \"8.0\"\ngres_type = \"a100\"\n")
+            .replace("architecture = \"gfx90a\"\n", "architecture = \"gfx90a\"\ngres_type = \"mi210\"\n");
+        let cfg = config::ProviderConfig::parse(&typed, Path::new("t.toml")).unwrap();
+        let groups = site::node_groups(&cfg).unwrap();
+        let counts = sources::SlurmCounts {
+            scontrol: "scontrol".into(),
+            gres: cfg.counts.gres.clone(),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let listing: String = (1..=3)
+            .map(|n| {
+                format!(
+                    "NodeName=wn0{n} Gres=gpu:a100:2,gpu:mi210:1 GresUsed=gpu:a100:1(IDX:0),gpu:mi210:0 State=MIXED\n"
+                )
+            })
+            .collect();
+        let c = counts.counts_from_output(&groups, listing.as_bytes()).unwrap();
+        assert_eq!((c[0].devices["gpgpu"].total, c[0].devices["gpgpu"].used), (6, 3));
+        assert_eq!((c[0].devices["amdgpu"].total, c[0].devices["amdgpu"].used), (3, 0));
+        // Without GRES types (an inventory group, say) the counts would be each other's: refused.
+        let mut untyped = groups.clone();
+        for class in &mut untyped[0].classes {
+            class.gres_type = None;
+        }
+        let e = counts.counts_from_output(&untyped, listing.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("both counted by SLURM's GRES \"gpu\""), "{e}");
+    }
+
     #[test]
     fn static_counts_must_add_up() {
         let cfg =

@@ -70,13 +70,22 @@ impl NodeGroup {
         self.classes.iter().any(|c| c.key != c.cder_type)
     }
 
+    /// True when two classes publish under one prefix: several kinds of one
+    /// type, or types of different vendors that share a prefix (an NVIDIA
+    /// `gpgpu` and an AMD `amdgpu` both published as `GPGPU…`).
+    pub fn shares_a_prefix(&self) -> bool {
+        let mut seen = std::collections::BTreeSet::new();
+        self.classes.iter().any(|c| !seen.insert(c.prefix.as_str()))
+    }
+
     /// The ExecutionEnvironments this group publishes. A homogeneous group
     /// is one EE with all its types. A group whose nodes carry several kinds
-    /// of one type is published as one EE per class (`<group id>_<class
-    /// key>`), so that every EE still describes identical devices and no
-    /// count is published twice.
+    /// of device under one prefix (kinds of one type, or types of several
+    /// vendors) is published as one EE per class (`<group id>_<class key>`),
+    /// so that every EE still describes identical devices, each with its own
+    /// vendor and counts, and no key is published twice on one entity.
     pub fn environments(&self) -> Vec<Environment<'_>> {
-        if !self.is_mixed() {
+        if !self.shares_a_prefix() {
             return vec![Environment {
                 id: self.id().to_string(),
                 name: self.config.name.clone(),
@@ -128,7 +137,20 @@ fn assign_keys(classes: &mut [DeviceClass]) {
 }
 
 /// The order design.md lists the static attributes in.
-const STATIC_ORDER: [&str; 9] = cder_request::glue::ATTRIBUTE_SUFFIXES;
+const STATIC_ORDER: [&str; 10] = cder_request::glue::ATTRIBUTE_SUFFIXES;
+
+/// A configured vendor as cderd's inventory publishes it (`VendorKind`'s
+/// name): `amd` is `AMD`, `intel` is `Intel`, `nvidia` is `Nvidia`, so that
+/// a JDL's `GPGPUVendor == "AMD"` finds a static group as it finds a
+/// discovered one; any other vendor as written.
+pub fn published_vendor(vendor: &str) -> String {
+    use serde::de::IntoDeserializer;
+    let d: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = vendor.into_deserializer();
+    match <cder_model::config::VendorKind as serde::Deserialize>::deserialize(d) {
+        Ok(kind) => kind.published_name().to_string(),
+        Err(_) => vendor.to_string(),
+    }
+}
 
 /// The static attributes of `device` without the prefix, in design.md's order.
 pub fn static_attributes(attributes: &DeviceAttributes, vendor: &str) -> Vec<(String, String)> {
@@ -164,16 +186,6 @@ pub fn node_groups(config: &ProviderConfig) -> Result<Vec<NodeGroup>, ProviderEr
         };
         let mut classes = classes;
         assign_keys(&mut classes);
-        let mut prefixes = std::collections::BTreeMap::new();
-        for c in &classes {
-            if prefixes.insert(c.prefix.clone(), c.cder_type.clone()).is_some_and(|t| t != c.cder_type) {
-                return Err(ProviderError::Input(format!(
-                    "group {:?}: two device types publish under the prefix {:?}; give each type its own prefix",
-                    group.id.get_ref(),
-                    c.prefix
-                )));
-            }
-        }
         groups.push(NodeGroup { config: group.clone(), nodes, classes });
     }
     Ok(groups)
@@ -185,7 +197,7 @@ fn class_from_config(dev: &GroupDevice) -> DeviceClass {
         cder_type: dev.cder_type.clone(),
         prefix: dev.prefix.clone().unwrap_or_else(|| dev.cder_type.to_ascii_uppercase()),
         per_node: dev.count,
-        attributes: static_attributes(&dev.attributes(), &dev.vendor),
+        attributes: static_attributes(&dev.attributes(), &published_vendor(&dev.vendor)),
         members: Vec::new(),
         gres_type: dev.gres_type.clone(),
     }
@@ -253,6 +265,47 @@ mod tests {
         assert_eq!(class.attribute("Cores"), Some("192"));
         assert_eq!(class.prefix, "GPGPU");
         assert_eq!(class.per_node, 2);
+    }
+
+    #[test]
+    fn inventory_of_a_mixed_vendor_node_is_one_environment_per_vendor() {
+        let node = Config::parse(
+            "[[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n\
+             [[cder.device]]\nindex = 0\nmodel = \"NVIDIA A100-SXM4-40GB\"\nmemory_mib = 40960\ncompute_capability = \"8.0\"\npath = \"/dev/nvidia0\"\n\
+             [[cder]]\nname = \"amdgpu\"\nvendor = \"amd\"\nprefix = \"GPGPU\"\ndiscovery = \"static\"\n\
+             [[cder.device]]\nindex = 0\nmodel = \"AMD Instinct MI210\"\nmemory_mib = 65536\narchitecture = \"gfx90a\"\npath = \"/dev/dri/renderD128\"\n\
+             [[cder.device]]\nindex = 1\nmodel = \"AMD Instinct MI210\"\nmemory_mib = 65536\narchitecture = \"gfx90a\"\npath = \"/dev/dri/renderD129\"\n",
+            Path::new("cder.toml"),
+        )
+        .unwrap();
+        let devices = cder_inventory::discover(&node).unwrap();
+        let mut classes = classes_from_inventory("g", &devices, &node).unwrap();
+        assign_keys(&mut classes);
+        assert_eq!(
+            classes.iter().map(|c| (c.key.as_str(), c.per_node)).collect::<Vec<_>>(),
+            [("gpgpu", 1), ("amdgpu", 2)]
+        );
+        assert_eq!(classes[1].attribute("Vendor"), Some("AMD"));
+        assert_eq!(classes[1].attribute("Architecture"), Some("gfx90a"));
+        assert_eq!(classes[1].attribute("CUDAComputeCapability"), None);
+        assert_eq!(classes[1].members, ["amdgpu-0", "amdgpu-1"]);
+        let cfg = ProviderConfig::parse(crate::config::tests::SAMPLE, Path::new("t.toml")).unwrap();
+        let group = NodeGroup { config: cfg.groups[0].clone(), nodes: vec!["wn01".into()], classes };
+        assert!(group.shares_a_prefix() && !group.is_mixed());
+        let envs = group.environments();
+        assert_eq!(
+            envs.iter().map(|e| (e.id.as_str(), e.classes[0].attribute("Vendor"))).collect::<Vec<_>>(),
+            [("ce.example.org_gts450_gpgpu", Some("Nvidia")), ("ce.example.org_gts450_amdgpu", Some("AMD"))]
+        );
+    }
+
+    #[test]
+    fn configured_vendors_are_published_as_discovery_names_them() {
+        for (written, published) in
+            [("amd", "AMD"), ("AMD", "AMD"), ("intel", "Intel"), ("NVIDIA", "Nvidia"), ("Xilinx", "Xilinx")]
+        {
+            assert_eq!(published_vendor(written), published, "{written}");
+        }
     }
 
     #[test]

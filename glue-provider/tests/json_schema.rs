@@ -322,6 +322,46 @@ fn every_strategy_and_count_source_validates() {
     assert_eq!(checked, 24);
 }
 
+/// AMD and Intel groups and a group of NVIDIA and AMD types under one prefix
+/// (issue 46): every GLUE 2 document validates; the architecture is the
+/// AcceleratorEnvironment's ComputeCapability where CUDA has none.
+#[test]
+fn amd_intel_and_mixed_vendor_documents_validate() {
+    let text = SITE
+        .replace("SOURCE", "\n[counts]\nsource = \"static\"\n")
+        .replace("STATIC", "")
+        .replace(
+            "model = \"GeForce GTS 450\"\ncount = 2\nmemory_mib = 1024\ncompute_capability = \"2.1\"\nmultiprocessors = 4\ncores_per_mp = 48\nclock_mhz = 1660\n",
+            "model = \"NVIDIA A100-SXM4-40GB\"\ncount = 2\nmemory_mib = 40960\ncompute_capability = \"8.0\"\n\n\
+             [[group.device]]\ntype = \"amdgpu\"\nprefix = \"GPGPU\"\nvendor = \"amd\"\nmodel = \"AMD Instinct MI210\"\ncount = 2\nmemory_mib = 65536\narchitecture = \"gfx90a\"\n\n\
+             [[group]]\nid = \"ce.example.org_max1550\"\nnodes = [\"xe01\"]\nplatform = \"amd64\"\nmain_memory_mib = 262144\nvirtual_memory_mib = 262144\n\
+             physical_cpus = 2\nlogical_cpus = 112\nos_name = \"debian\"\nos_version = \"12\"\n\n\
+             [[group.device]]\nmodel = \"Intel Data Center GPU Max 1550\"\nvendor = \"intel\"\ncount = 4\nmemory_mib = 131072\narchitecture = \"Xe-HPC\"\n",
+        );
+    assert!(text.contains("MI210"), "the SITE fixture's device moved");
+    let config = ProviderConfig::parse(&format!("{text}{SERVICE}"), Path::new("glue-provider.toml")).unwrap();
+    let counts = cder_glue_provider::sources::from_config(&config);
+    for strategies in GLUE2_STRATEGIES {
+        let what = format!("AMD, Intel, mixed {strategies:?}");
+        let (doc, _) = document(&config, counts.as_ref(), strategies);
+        assert_valid(&doc, &what);
+        let ids: Vec<&str> = entities(&doc, "ExecutionEnvironment").iter().map(|e| e["ID"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["ce.example.org_gts450_gpgpu", "ce.example.org_gts450_amdgpu", "ce.example.org_max1550"]);
+        if strategies.contains(&Strategy::Glue21Accelerator) {
+            let acc: Vec<(&Value, &Value)> = entities(&doc, "AcceleratorEnvironment")
+                .iter()
+                .map(|a| (&a["Vendor"], &a["ComputeCapability"]))
+                .collect();
+            let expected = [
+                (json!("Nvidia"), json!(["8.0"])),
+                (json!("AMD"), json!(["gfx90a"])),
+                (json!("Intel"), json!(["Xe-HPC"])),
+            ];
+            assert_eq!(acc, expected.iter().map(|(a, b)| (a, b)).collect::<Vec<_>>(), "{what}");
+        }
+    }
+}
+
 #[test]
 fn glue13_alone_is_refused_with_exit_2() {
     let (_, config, counts, _) = sites().remove(0);

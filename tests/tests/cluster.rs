@@ -47,6 +47,7 @@ mod twophase_shapes;
 mod twophase_slurm;
 mod twophase_snapshot;
 mod twophase_submit;
+mod twophase_vendors;
 mod vgpgpu_cli;
 mod vgpgpu_factory;
 mod vgpgpu_faults;

@@ -485,3 +485,194 @@ fn cderd_source_every_strategy_is_clean() {
     assert!((vmem - machine["vmem"].parse::<i64>().unwrap()).abs() <= 1, "{vmem} vs free -k's {}", machine["vmem"]);
     assert_eq!(value(ee, "GLUE2ExecutionEnvironmentOSVersion"), machine["os_version"]);
 }
+
+/// An AMD group, an Intel group, and a group whose nodes carry an NVIDIA
+/// type and an AMD type that publish under one prefix (issue 46): every
+/// strategy is clean, each vendor keeps its own environment and counts, and
+/// the architecture stands where NVIDIA's compute capability stands.
+#[test]
+fn amd_intel_and_mixed_vendor_groups_every_strategy_are_clean() {
+    if !require_glue_validator() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("glue-provider.toml");
+    let group = |id: &str, nodes: &str| {
+        format!(
+            "\n[[group]]\nid = \"{id}\"\nnodes = [\"{nodes}\"]\nplatform = \"amd64\"\nmain_memory_mib = 524288\nvirtual_memory_mib = 524288\nos_name = \"Debian\"\nos_version = \"12\"\nphysical_cpus = 2\nlogical_cpus = 128\n"
+        )
+    };
+    let text = head("source = \"static\"")
+        + &group("ce.example.org_mi250", "amd[01-04]")
+        + r#"
+[[group.device]]
+model = "AMD Instinct MI250X"
+vendor = "amd"
+count = 8
+memory_mib = 65536
+architecture = "gfx90a"
+clock_mhz = 1700
+ecc = true
+used = 5
+offline = 1
+"# + &group("ce.example.org_max1550", "xe[01-02]")
+        + r#"
+[[group.device]]
+model = "Intel Data Center GPU Max 1550"
+vendor = "intel"
+count = 4
+memory_mib = 131072
+architecture = "Xe-HPC"
+clock_mhz = 1600
+used = 2
+"# + &group("ce.example.org_mixed", "mix[01-03]")
+        + r#"
+[[group.device]]
+model = "NVIDIA A100-SXM4-40GB"
+count = 2
+memory_mib = 40960
+compute_capability = "8.0"
+used = 4
+
+[[group.device]]
+type = "amdgpu"
+prefix = "GPGPU"
+vendor = "AMD"
+model = "AMD Instinct MI210"
+count = 1
+memory_mib = 65536
+architecture = "gfx90a"
+used = 1
+"#;
+    std::fs::write(&config, text).unwrap();
+    let (entries, rows) = validate_every_strategy("static AMD, Intel, mixed", &config);
+    print_table(&rows);
+    let ees: Vec<&str> = entries.iter().flat_map(|e| e.values("GLUE2ResourceID")).collect();
+    assert_eq!(
+        ees,
+        ["ce.example.org_mi250", "ce.example.org_max1550", "ce.example.org_mixed_gpgpu", "ce.example.org_mixed_amdgpu"]
+    );
+    let info = |id: &str| -> Vec<String> {
+        entry(&entries, &format!("GLUE2ResourceID={id},")).values("GLUE2EntityOtherInfo").map(str::to_string).collect()
+    };
+    for (id, expected, absent) in [
+        ("ce.example.org_mi250", ["GPGPUVendor=AMD", "GPGPUArchitecture=gfx90a", "GPGPUFreeInstances=26"], "CUDA"),
+        ("ce.example.org_max1550", ["GPGPUVendor=Intel", "GPGPUArchitecture=Xe-HPC", "GPGPUFreeInstances=6"], "CUDA"),
+        (
+            "ce.example.org_mixed_gpgpu",
+            ["GPGPUVendor=Nvidia", "GPGPUCUDAComputeCapability=8.0", "GPGPUFreeInstances=2"],
+            "Architecture",
+        ),
+        (
+            "ce.example.org_mixed_amdgpu",
+            ["GPGPUVendor=AMD", "GPGPUArchitecture=gfx90a", "GPGPUFreeInstances=2"],
+            "CUDA",
+        ),
+    ] {
+        let got = info(id);
+        for e in expected {
+            assert!(got.contains(&e.to_string()), "{id}: {e} missing from {got:?}");
+        }
+        assert!(!got.iter().any(|v| v.contains(absent)), "{id}: {absent} in {got:?}");
+    }
+    let glue21 = ldif::parse(&publish(&config, &["glue21-accelerator"])).unwrap();
+    let capability: Vec<(&str, &str)> = glue21
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e.values("GLUE2AcceleratorEnvironmentVendor").next()?,
+                value(e, "GLUE2AcceleratorEnvironmentComputeCapability"),
+            ))
+        })
+        .collect();
+    assert_eq!(capability, [("AMD", "gfx90a"), ("Intel", "Xe-HPC"), ("Nvidia", "8.0"), ("AMD", "gfx90a")]);
+}
+
+/// A real cderd on a node with NVIDIA, AMD and Intel types (static
+/// discovery: no GPU here), all published under `GPGPU`: the inventory
+/// source gives one clean environment per vendor, each counted by cderd.
+#[test]
+fn cderd_source_of_a_three_vendor_node_every_strategy_is_clean() {
+    if !require_glue_validator() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let socket = work.path().join("cderd.sock");
+    let mut node =
+        format!("[node]\nsocket = \"{}\"\nstate_dir = \"{}\"\n", socket.display(), work.path().join("state").display());
+    for (name, vendor, model, memory, key, value, paths) in [
+        (
+            "gpgpu",
+            "nvidia",
+            "NVIDIA A100-SXM4-40GB",
+            40960,
+            "compute_capability",
+            "8.0",
+            ["/dev/nvidia0", "/dev/nvidia1"],
+        ),
+        (
+            "amdgpu",
+            "amd",
+            "AMD Instinct MI210",
+            65536,
+            "architecture",
+            "gfx90a",
+            ["/dev/dri/renderD128", "/dev/dri/renderD129"],
+        ),
+        (
+            "xegpu",
+            "intel",
+            "Intel Data Center GPU Max 1100",
+            49152,
+            "architecture",
+            "Xe-HPC",
+            ["/dev/dri/renderD130", "/dev/dri/renderD131"],
+        ),
+    ] {
+        node.push_str(&format!(
+            "\n[[cder]]\nname = \"{name}\"\nvendor = \"{vendor}\"\nprefix = \"GPGPU\"\ndiscovery = \"static\"\n"
+        ));
+        for (i, path) in paths.iter().enumerate() {
+            node.push_str(&format!(
+                "\n[[cder.device]]\nindex = {i}\nuuid = \"{name}-validator-{i}\"\nmodel = \"{model}\"\nmemory_mib = {memory}\n{key} = \"{value}\"\npath = \"{path}\"\n"
+            ));
+        }
+    }
+    let node_config = work.path().join("cder.toml");
+    std::fs::write(&node_config, node).unwrap();
+    let _cderd = TestNode::started(
+        built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}")),
+        &node_config,
+        &socket,
+        work.path().join("cderd.log"),
+    );
+    let config = work.path().join("glue-provider.toml");
+    std::fs::write(
+        &config,
+        head(&format!("source = \"cderd\"\nsocket = \"{}\"\ntimeout_s = 5", socket.display())).replace(
+            "computing_share_ids",
+            &format!("cder_config = \"{}\"\ncomputing_share_ids", node_config.display()),
+        ) + "\n[[group]]\nid = \"wn01.example.org\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 16384\ninventory = true\n",
+    )
+    .unwrap();
+    let (entries, rows) = validate_every_strategy("cderd (NVIDIA, AMD, Intel)", &config);
+    print_table(&rows);
+    for (id, vendor, model) in [
+        ("wn01.example.org_gpgpu", "Nvidia", "NVIDIA A100-SXM4-40GB"),
+        ("wn01.example.org_amdgpu", "AMD", "AMD Instinct MI210"),
+        ("wn01.example.org_xegpu", "Intel", "Intel Data Center GPU Max 1100"),
+    ] {
+        let info: Vec<&str> =
+            entry(&entries, &format!("GLUE2ResourceID={id},")).values("GLUE2EntityOtherInfo").collect();
+        for e in [
+            format!("GPGPUVendor={vendor}"),
+            format!("GPGPUModel={model}"),
+            "GPGPUTotalInstances=2".into(),
+            "GPGPUFreeInstances=2".into(),
+            "GPGPUPerNode=2".into(),
+        ] {
+            assert!(info.contains(&e.as_str()), "{id}: {e} missing from {info:?}");
+        }
+        assert_eq!(info.iter().filter(|v| v.starts_with("GPGPUVendor=")).count(), 1, "{id}: {info:?}");
+    }
+}

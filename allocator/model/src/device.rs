@@ -260,6 +260,10 @@ impl DeviceAttributes {
             out.push((format!("{prefix}ClockSpeed"), v.to_string()));
         }
         out.push((format!("{prefix}ECCSupport"), if self.ecc { "true" } else { "false" }.into()));
+        // AMD's and Intel's word for what CUDA calls the compute capability.
+        if let Some(v) = &self.architecture {
+            out.push((format!("{prefix}Architecture"), v.clone()));
+        }
         out
     }
 }
@@ -374,6 +378,7 @@ mod tests {
                 model: "GeForce GTS 450".into(),
                 memory_mib: 1023,
                 compute_capability: Some("2.1".parse().unwrap()),
+                architecture: None,
                 multiprocessors: Some(4),
                 cores_per_mp: Some(48),
                 cores: Some(192),
@@ -395,6 +400,14 @@ mod tests {
         assert!(attrs.contains(&("GPGPUCUDAComputeCapability".into(), "2.1".into())));
         assert!(attrs.contains(&("GPGPUCores".into(), "192".into())));
         assert!(attrs.contains(&("GPGPUECCSupport".into(), "false".into())));
+        assert!(!attrs.iter().any(|(k, _)| k == "GPGPUArchitecture"), "absent when unknown: {attrs:?}");
+        // An AMD device names its architecture and has no CUDA compute capability.
+        let mut mi250 = DeviceAttributes::new("AMD Instinct MI250X", 65536);
+        mi250.architecture = Some("gfx90a".into());
+        let amd = mi250.published("GPGPU", "AMD");
+        assert!(amd.contains(&("GPGPUVendor".into(), "AMD".into())), "{amd:?}");
+        assert!(amd.contains(&("GPGPUArchitecture".into(), "gfx90a".into())), "{amd:?}");
+        assert!(!amd.iter().any(|(k, _)| k == "GPGPUCUDAComputeCapability"), "{amd:?}");
         // Flat keys in the JSON, in their old place.
         let json = serde_json::to_string(&d).unwrap();
         assert!(json.contains(r#""pci_bus_id":"0000:01:00.0","model":"GeForce GTS 450","memory_mib":1023,"#), "{json}");

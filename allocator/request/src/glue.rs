@@ -35,7 +35,9 @@ pub const SHARE_SUFFIXES: [&str; 3] = [TOTAL_SHARES, FREE_SHARES, USED_SHARES];
 pub const PER_NODE_SUFFIX: &str = "PerNode";
 
 /// Device attributes, in publication order (design.md, "Contracts").
-pub const ATTRIBUTE_SUFFIXES: [&str; 9] = [
+/// `Architecture` is the vendor's instruction-set name where it has no CUDA
+/// compute capability (`gfx90a`, `Xe-HPC`); a string, absent when unknown.
+pub const ATTRIBUTE_SUFFIXES: [&str; 10] = [
     "CUDAComputeCapability",
     "MainMemorySize",
     "MP",
@@ -45,7 +47,13 @@ pub const ATTRIBUTE_SUFFIXES: [&str; 9] = [
     "ECCSupport",
     "Vendor",
     "Model",
+    ARCHITECTURE,
 ];
+
+/// The device's architecture (see [`ATTRIBUTE_SUFFIXES`]).
+pub const ARCHITECTURE: &str = "Architecture";
+/// The device's vendor as published (`Nvidia`, `AMD`, `Intel`).
+pub const VENDOR: &str = "Vendor";
 
 /// Suffixes whose values are numbers (an offer refuses anything else).
 pub const NUMERIC_SUFFIXES: [&str; 14] = [
@@ -101,7 +109,9 @@ mod tests {
         let mut expected: Vec<&str> = COUNT_SUFFIXES.to_vec();
         expected.extend(SHARE_SUFFIXES);
         expected.push(PER_NODE_SUFFIX);
-        expected.extend(ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model")));
+        expected.extend(
+            ATTRIBUTE_SUFFIXES.iter().filter(|s| !matches!(**s, "ECCSupport" | "Vendor" | "Model" | "Architecture")),
+        );
         assert_eq!(NUMERIC_SUFFIXES.to_vec(), expected);
         assert_eq!(key(GPGPU_PREFIX, COUNT_SUFFIXES[1]), "GPGPUFreeInstances");
         assert!(WHOLE_NUMBER_SUFFIXES.iter().all(|s| NUMERIC_SUFFIXES.contains(s)));

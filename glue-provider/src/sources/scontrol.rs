@@ -195,11 +195,12 @@ impl SlurmCounts {
     /// [`CountSource::counts`] runs); separate so that the parsing and the
     /// sums can be tested and fuzzed without SLURM.
     pub fn counts_from_output(&self, groups: &[NodeGroup], output: &[u8]) -> Result<Vec<GroupCounts>, ProviderError> {
+        self.check_kinds_apart(groups)?;
         let nodes: BTreeMap<String, SlurmNode> =
             parse_scontrol(output)?.into_iter().map(|n| (n.name.clone(), n)).collect();
         let listing = format!("SLURM ({} -d show node -o)", self.scontrol.display());
         walk_groups(groups, &nodes, &listing, |host, node, class| {
-            let gres = self.gres.get(&class.cder_type).cloned().unwrap_or_else(|| class.cder_type.clone());
+            let gres = self.gres_name(&class.cder_type);
             let too_many = |field: &str| {
                 ProviderError::Runtime(format!(
                     "{listing}: node {host}: the {gres} items of {field}= add up past {}",
@@ -219,6 +220,37 @@ impl SlurmCounts {
             };
             Ok(node_counts(total, used, node.unavailable()))
         })
+    }
+}
+
+impl SlurmCounts {
+    /// The GRES name that counts `cder_type`'s devices.
+    fn gres_name(&self, cder_type: &str) -> String {
+        self.gres.get(cder_type).cloned().unwrap_or_else(|| cder_type.to_string())
+    }
+
+    /// Refuses a group where two classes are counted by one GRES name and a
+    /// GRES type does not tell them apart (an inventory group whose NVIDIA
+    /// and AMD types are both `gpu`): each would be given the other's devices.
+    fn check_kinds_apart(&self, groups: &[NodeGroup]) -> Result<(), ProviderError> {
+        for group in groups {
+            for (i, a) in group.classes.iter().enumerate() {
+                let gres = self.gres_name(&a.cder_type);
+                let clash = group.classes[i + 1..].iter().find(|b| {
+                    self.gres_name(&b.cder_type) == gres
+                        && (a.gres_type.is_none() || b.gres_type.is_none() || a.gres_type == b.gres_type)
+                });
+                if let Some(b) = clash {
+                    return Err(ProviderError::Input(format!(
+                        "group {:?}: {} and {} devices are both counted by SLURM's GRES {gres:?} with no GRES type to tell them apart: list them in [[group.device]] with gres_type, or give each type its own GRES name in counts.gres",
+                        group.id(),
+                        a.attribute("Model").unwrap_or(&a.cder_type),
+                        b.attribute("Model").unwrap_or(&b.cder_type),
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

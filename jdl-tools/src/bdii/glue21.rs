@@ -9,7 +9,8 @@
 //! * an `AcceleratorEnvironment` stands for Extensions of its
 //!   ExecutionEnvironment: Vendor → `Vendor`, Model → `Model`, Memory →
 //!   `MainMemorySize`, ClockSpeed → `ClockSpeed`, ComputeCapability →
-//!   `CUDAComputeCapability`, LogicalAccelerators → `PerNode`;
+//!   `CUDAComputeCapability` when it is a number (`8.0`), else
+//!   `Architecture` (`gfx90a`, `Xe-HPC`), LogicalAccelerators → `PerNode`;
 //! * a `ComputingShareAcceleratorInfo` stands for Extensions of its
 //!   ComputingShare: FreeAcceleratorSlots → `FreeInstances`,
 //!   UsedAcceleratorSlots → `UsedInstances`, MaxAcceleratorSlotsPerJob →
@@ -64,7 +65,8 @@ pub const ATTRIBUTES: &[&str] = &[
     "GLUE2ComputingManagerAcceleratorInfoComputingManagerForeignKey",
 ];
 
-/// GLUE 2.1 AcceleratorEnvironment attribute → CDER key suffix.
+/// GLUE 2.1 AcceleratorEnvironment attribute → CDER key suffix
+/// (ComputeCapability: [`capability_suffix`]).
 const KEYS: [(&str, &str); 6] = [
     ("GLUE2AcceleratorEnvironmentVendor", "Vendor"),
     ("GLUE2AcceleratorEnvironmentModel", "Model"),
@@ -73,6 +75,16 @@ const KEYS: [(&str, &str); 6] = [
     ("GLUE2AcceleratorEnvironmentComputeCapability", "CUDAComputeCapability"),
     ("GLUE2AcceleratorEnvironmentLogicalAccelerators", glue::PER_NODE_SUFFIX),
 ];
+
+/// The key a ComputeCapability is read as: a number (`8.0`) is CUDA's
+/// compute capability; a name (`gfx90a`, `Xe-HPC`) is the architecture AMD
+/// and Intel declare instead, as the provider publishes it.
+fn capability_suffix(value: &str) -> &'static str {
+    match crate::bdii::carrier::typed(value) {
+        cder_classad::value::Value::Int(_) | cder_classad::value::Value::Real(_) => "CUDAComputeCapability",
+        _ => glue::ARCHITECTURE,
+    }
+}
 
 /// The GLUE 2.0 count suffixes the AcceleratorInfo counts are read as.
 const TOTAL: &str = glue::COUNT_SUFFIXES[0];
@@ -149,6 +161,7 @@ pub fn as_extensions(entries: Vec<Entry>) -> Vec<Entry> {
             described.insert((owner, prefix.clone()));
             for (attribute, suffix) in KEYS {
                 if let Some(value) = e.first(attribute) {
+                    let suffix = if suffix == "CUDAComputeCapability" { capability_suffix(value) } else { suffix };
                     out.push(extension("GLUE2ResourceID", ee, service, &glue::key(&prefix, suffix), value));
                 }
             }
@@ -245,6 +258,43 @@ mod tests {
             "GLUE2ExtensionLocalID=GPGPUModel,GLUE2ResourceID=ee1,GLUE2ServiceID=ce1,GLUE2GroupID=resource,o=glue"
         );
         assert_eq!(prefix("FPGA"), "FPGA");
+    }
+
+    #[test]
+    fn a_compute_capability_reads_as_cuda_s_when_a_number_else_as_the_architecture() {
+        let ae = |ee: &str, vendor: &str, capability: &str| {
+            Entry::from_pairs(
+                &format!("GLUE2AcceleratorEnvironmentID={ee}_gpu,GLUE2ServiceID=ce1,GLUE2GroupID=resource,o=glue"),
+                [
+                    ("GLUE2AcceleratorEnvironmentType", "GPU"),
+                    ("GLUE2AcceleratorEnvironmentVendor", vendor),
+                    ("GLUE2AcceleratorEnvironmentComputeCapability", capability),
+                    ("GLUE2AcceleratorEnvironmentExecutionEnvironmentForeignKey", ee),
+                ],
+            )
+        };
+        let x = as_extensions(vec![ae("a", "Nvidia", "8.0"), ae("b", "AMD", "gfx90a"), ae("c", "Intel", "Xe-HPC")]);
+        let pairs: Vec<(&str, &str, &str)> = x
+            .iter()
+            .map(|e| {
+                (
+                    e.first("GLUE2ExtensionEntityForeignKey").unwrap(),
+                    e.first("GLUE2ExtensionKey").unwrap(),
+                    e.first("GLUE2ExtensionValue").unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("a", "GPGPUVendor", "Nvidia"),
+                ("a", "GPGPUCUDAComputeCapability", "8.0"),
+                ("b", "GPGPUVendor", "AMD"),
+                ("b", "GPGPUArchitecture", "gfx90a"),
+                ("c", "GPGPUVendor", "Intel"),
+                ("c", "GPGPUArchitecture", "Xe-HPC"),
+            ]
+        );
     }
 
     const S1: &str = "GLUE2ServiceID=ce1,GLUE2GroupID=resource,o=glue";

@@ -1962,6 +1962,30 @@ mod tests {
     }
 
     #[test]
+    fn an_amd_or_intel_offer_carries_the_published_vendor_and_architecture() {
+        for (vendor, architecture) in [("AMD", "gfx90a"), ("Intel", "Xe-HPC")] {
+            let o = build_offers(
+                &site(&[
+                    &format!("GPGPUVendor={vendor}"),
+                    "GPGPUMainMemorySize=65536",
+                    &format!("GPGPUArchitecture={architecture}"),
+                ]),
+                &prefixes(),
+                None,
+            );
+            assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+            let ad = &o.offers[0].ad;
+            assert_eq!(ad.eval_attr("GPGPUVendor").to_string(), format!("\"{vendor}\""));
+            assert_eq!(ad.eval_attr("GPGPUArchitecture").to_string(), format!("\"{architecture}\""));
+            assert!(matches!(ad.eval_attr("GPGPUCUDAComputeCapability"), Value::Undefined), "{vendor}");
+            assert_eq!(
+                ad.eval_attr("GlueHostApplicationSoftwareRunTimeEnvironment").to_string(),
+                format!("{{ \"{vendor}GPGPU\" }}")
+            );
+        }
+    }
+
+    #[test]
     fn a_share_without_any_ce_id_gives_no_offer() {
         // Found by the bdii_offers fuzz target: no endpoint URL, no CREAMCEId
         // and an empty GLUE2ShareID made an offer whose CE ID was "".
