@@ -96,7 +96,9 @@ struct MixedNode {
 impl MixedNode {
     fn new() -> MixedNode {
         let node = MixedNode { dir: tempfile::tempdir().unwrap() };
-        for (minor, slot, name) in [(128, "0000:c1:00.0", "AMD Instinct MI210"), (129, "0000:03:00.0", "AMD Instinct MI210")] {
+        for (minor, slot, name) in
+            [(128, "0000:c1:00.0", "AMD Instinct MI210"), (129, "0000:03:00.0", "AMD Instinct MI210")]
+        {
             let dev = node.path(&format!("sys/class/drm/renderD{minor}"));
             std::fs::create_dir_all(dev.join("device")).unwrap();
             for (file, text) in [
@@ -114,8 +116,11 @@ impl MixedNode {
             let kfd = node.path(&format!("sys/class/kfd/kfd/topology/nodes/{}", minor - 127));
             std::fs::create_dir_all(&kfd).unwrap();
             let bus = u32::from_str_radix(&slot[5..7], 16).unwrap();
-            std::fs::write(kfd.join("properties"), format!("gfx_target_version 90010\nlocation_id {}\ndomain 0\n", bus << 8))
-                .unwrap();
+            std::fs::write(
+                kfd.join("properties"),
+                format!("gfx_target_version 90010\nlocation_id {}\ndomain 0\n", bus << 8),
+            )
+            .unwrap();
         }
         std::fs::create_dir_all(node.path("dev/dri")).unwrap();
         node
@@ -126,7 +131,8 @@ impl MixedNode {
     }
 
     fn mknod(&self, rel: &str, major: u32, minor: u32) {
-        let out = Command::new("mknod").arg(self.path(rel)).args(["c", &major.to_string(), &minor.to_string()]).output();
+        let out =
+            Command::new("mknod").arg(self.path(rel)).args(["c", &major.to_string(), &minor.to_string()]).output();
         let out = out.expect("mknod (coreutils)");
         assert!(out.status.success(), "mknod {rel}: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -176,7 +182,10 @@ fn a_mixed_node_shows_each_type_with_its_vendor_source_and_devices() {
     let lines: Vec<Vec<&str>> = table.lines().map(columns).collect();
     assert_eq!(
         lines[0],
-        ["TYPE", "VENDOR", "SOURCE", "IDX", "MODEL", "MEM(MiB)", "CC", "ARCH", "CORES", "MHZ", "ECC", "NUMA", "HEALTH", "PATH", "UUID"]
+        [
+            "TYPE", "VENDOR", "SOURCE", "IDX", "MODEL", "MEM(MiB)", "CC", "ARCH", "CORES", "MHZ", "ECC", "NUMA",
+            "HEALTH", "PATH", "UUID"
+        ]
     );
     let summary: Vec<(&str, &str, &str, &str)> = lines[1..].iter().map(|c| (c[0], c[1], c[2], c[4])).collect();
     assert_eq!(
@@ -193,8 +202,16 @@ fn a_mixed_node_shows_each_type_with_its_vendor_source_and_devices() {
     );
     let dri = node.path("dev/dri");
     // AMD: numbered in PCI bus order (03:00.0 first), gfx90a from KFD, the render node as device file.
-    assert_eq!((lines[5][3], lines[5][5], lines[5][6], lines[5][7], lines[5][11]), ("0", "65520", "-", "gfx90a", "1"), "{table}");
-    assert_eq!(lines[5][13..], [dri.join("renderD129").display().to_string(), "GPU-51e2000000000081".into()], "{table}");
+    assert_eq!(
+        (lines[5][3], lines[5][5], lines[5][6], lines[5][7], lines[5][11]),
+        ("0", "65520", "-", "gfx90a", "1"),
+        "{table}"
+    );
+    assert_eq!(
+        lines[5][13..],
+        [dri.join("renderD129").display().to_string(), "GPU-51e2000000000081".into()],
+        "{table}"
+    );
     assert_eq!(lines[6][13], dri.join("renderD128").display().to_string(), "{table}");
     assert_eq!(lines[1][6..8], ["8.0", "-"], "{table}");
 
@@ -228,8 +245,14 @@ fn a_mixed_node_shows_each_type_with_its_vendor_source_and_devices() {
     let out = out.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("gpgpu: 4 total, 4 free, 0 allocated, 0 offline, 0 unhealthy; devices from nvml"), "{stdout}");
-    assert!(stdout.contains("amdgpu: 2 total, 2 free, 0 allocated, 0 offline, 0 unhealthy; devices from dev-scan"), "{stdout}");
+    assert!(
+        stdout.contains("gpgpu: 4 total, 4 free, 0 allocated, 0 offline, 0 unhealthy; devices from nvml"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("amdgpu: 2 total, 2 free, 0 allocated, 0 offline, 0 unhealthy; devices from dev-scan"),
+        "{stdout}"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("discovery = \"auto\": cannot load") && stderr.contains("librocm_smi64.so.1"), "{stderr}");
 

@@ -103,11 +103,8 @@ fn within<T: Send + 'static>(
     let spawned = std::thread::Builder::new().name(format!("dev-scan-{cder_type}")).spawn(move || {
         let _ = tx.send(work());
     });
-    let timed_out = |reason: String| InventoryError::DevScan {
-        cder_type: cder_type.clone(),
-        path: "class/drm".into(),
-        reason,
-    };
+    let timed_out =
+        |reason: String| InventoryError::DevScan { cder_type: cder_type.clone(), path: "class/drm".into(), reason };
     spawned.map_err(|e| timed_out(format!("cannot start the scan thread: {e}")))?;
     rx.recv_timeout(deadline).map_err(|_| {
         timed_out(format!(
@@ -173,11 +170,15 @@ fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
         let pci_bus_id = pci_slot(&device_dir).map_err(|e| {
             failed(&device_dir.join("uevent"), format!("{e} (PCI_SLOT_NAME: the PCI bus id that orders devices)"))
         })?;
-        let order = bus_order(&pci_bus_id)
-            .ok_or_else(|| failed(&device_dir.join("uevent"), format!("PCI_SLOT_NAME={pci_bus_id:?} is no PCI bus id")))?;
+        let order = bus_order(&pci_bus_id).ok_or_else(|| {
+            failed(&device_dir.join("uevent"), format!("PCI_SLOT_NAME={pci_bus_id:?} is no PCI bus id"))
+        })?;
         let device_id = read_hex(&device_dir.join("device")).ok();
         if device_id.is_none() {
-            out.notes.push(format!("{}: unreadable (the device id, for the model name)", device_dir.join("device").display()));
+            out.notes.push(format!(
+                "{}: unreadable (the device id, for the model name)",
+                device_dir.join("device").display()
+            ));
         }
         let numa_file = device_dir.join("numa_node");
         let numa_node = match read_attr(&numa_file).map(|t| t.parse::<i64>()) {
@@ -285,7 +286,8 @@ fn pci_slot(device_dir: &Path) -> Result<String, Unread> {
         Ok(Some(slot)) => Ok(slot),
         other => {
             let target = std::fs::read_link(device_dir).ok();
-            let name = target.as_deref().and_then(Path::file_name).and_then(|n| n.to_str()).map(str::to_ascii_lowercase);
+            let name =
+                target.as_deref().and_then(Path::file_name).and_then(|n| n.to_str()).map(str::to_ascii_lowercase);
             match (name, other) {
                 (Some(name), _) if bus_order(&name).is_some() => Ok(name),
                 (_, Err(e)) => Err(e),
@@ -379,9 +381,10 @@ fn nvidia_file(cder: &CderType, pci_bus_id: &str) -> Result<(PathBuf, DeviceNumb
         .find_map(|l| l.strip_prefix("Device Minor:").and_then(|v| v.trim().parse::<u32>().ok()))
         .ok_or_else(|| (info.clone(), "no \"Device Minor: N\" line (the GPU's /dev/nvidiaN minor)".to_string()))?;
     let majors = std::fs::read_to_string(&cder.proc_devices).unwrap_or_default();
-    let major = crate::char_major(&majors, "nvidia-frontend").or_else(|| crate::char_major(&majors, "nvidia")).ok_or_else(
-        || (cder.proc_devices.clone(), "no \"nvidia\" character device (the driver's major)".to_string()),
-    )?;
+    let major =
+        crate::char_major(&majors, "nvidia-frontend").or_else(|| crate::char_major(&majors, "nvidia")).ok_or_else(
+            || (cder.proc_devices.clone(), "no \"nvidia\" character device (the driver's major)".to_string()),
+        )?;
     let path = cder.device_path.replace("{index}", &minor.to_string()).replace("{minor}", &minor.to_string());
     Ok((PathBuf::from(path), DeviceNumber { major, minor }))
 }
@@ -432,7 +435,9 @@ fn kfd_architectures(cder: &CderType, notes: &mut Vec<String>) -> Vec<((u32, u32
             continue;
         };
         let get = |key: &str| {
-            text.lines().find_map(|l| l.split_once(' ').filter(|(k, _)| *k == key).and_then(|(_, v)| v.trim().parse::<u64>().ok()))
+            text.lines().find_map(|l| {
+                l.split_once(' ').filter(|(k, _)| *k == key).and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            })
         };
         let (Some(version), Some(location)) = (get("gfx_target_version"), get("location_id")) else { continue };
         if version == 0 {

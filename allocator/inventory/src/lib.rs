@@ -94,13 +94,21 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     if devices.is_empty() {
         let place = match library(cder, source) {
             Some(library) => format!(" (library {})", library.to_string_lossy()),
-            None => format!(" (render nodes of vendor {} in {})", cder.vendor.published_name(), dev_scan::drm_dir(cder).display()),
+            None => format!(
+                " (render nodes of vendor {} in {})",
+                cder.vendor.published_name(),
+                dev_scan::drm_dir(cder).display()
+            ),
         };
         let why = match fallback {
             Some(reason) => format!("{place}; discovery = \"auto\" did not use the vendor's library: {reason}"),
             None => place,
         };
-        return Err(InventoryError::NoDevice { cder_type: cder.name().to_string(), source_name: source_name(source), why });
+        return Err(InventoryError::NoDevice {
+            cder_type: cder.name().to_string(),
+            source_name: source_name(source),
+            why,
+        });
     }
     Ok(devices)
 }

@@ -91,7 +91,9 @@ fn auto_falls_back_to_the_dev_scan_when_the_vendor_library_is_absent() {
     let devices = cder_inventory::discover(&config).unwrap();
     let got: Vec<(&str, u32, &str, &str, String)> = devices
         .iter()
-        .map(|d| (d.cder_type.as_str(), d.index, d.vendor.as_str(), d.pci_bus_id.as_str(), d.path.display().to_string()))
+        .map(|d| {
+            (d.cder_type.as_str(), d.index, d.vendor.as_str(), d.pci_bus_id.as_str(), d.path.display().to_string())
+        })
         .collect();
     let dev = node.path("dev").display().to_string();
     assert_eq!(
@@ -108,7 +110,8 @@ fn auto_falls_back_to_the_dev_scan_when_the_vendor_library_is_absent() {
 #[test]
 fn auto_takes_the_real_rocm_smi_and_level_zero_where_they_load() {
     // Debian's libraries, as a node with ROCm or oneAPI installed has them.
-    if !cder_testkit::require_programs(&["/usr/lib/librocm_smi64.so.1", "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"]) {
+    if !cder_testkit::require_programs(&["/usr/lib/librocm_smi64.so.1", "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"])
+    {
         return;
     }
     let node = Node::new();
@@ -130,7 +133,8 @@ fn auto_for_nvidia_uses_nvml_while_the_driver_answers() {
     let _env = cder_testkit::env_lock();
     let node = Node::new();
     let machine = node.path("machine.json");
-    let keys = |discovery: &str| format!("vendor = \"nvidia\"\ndiscovery = \"{discovery}\"\nnvml_library = {:?}", fake_nvml());
+    let keys =
+        |discovery: &str| format!("vendor = \"nvidia\"\ndiscovery = \"{discovery}\"\nnvml_library = {:?}", fake_nvml());
     let auto = node.config(&[("gpgpu", &keys("auto"))]);
 
     // 1. The driver answers: NVML, with everything it tells.
@@ -157,10 +161,8 @@ fn a_library_that_sees_fewer_devices_than_the_kernel_is_an_error() {
     let _env = cder_testkit::env_lock();
     let node = Node::new();
     let machine = node.path("machine.json");
-    let config = node.config(&[(
-        "gpgpu",
-        &format!("vendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}", fake_nvml()),
-    )]);
+    let config = node
+        .config(&[("gpgpu", &format!("vendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}", fake_nvml()))]);
     std::env::set_var("CDER_FAKE_NVML", &machine);
 
     // NVML sees two GPUs, as many as nvidia-drm's render nodes: fine.

@@ -126,8 +126,28 @@ fn amd_gpus_are_numbered_in_pci_bus_order_with_what_amdgpu_publishes() {
     assert_eq!(
         got,
         [
-            (0, "0000:03:00.0", "AMD Instinct MI250X", 65520, "GPU-1b2c3d4e5f607182", 0, "226:129".into(), Some("gfx90a"), "AMD"),
-            (1, "0000:c1:00.0", "AMD Instinct MI210", 65520, "GPU-7f3a5c0012345678", 1, "226:128".into(), Some("gfx90a"), "AMD"),
+            (
+                0,
+                "0000:03:00.0",
+                "AMD Instinct MI250X",
+                65520,
+                "GPU-1b2c3d4e5f607182",
+                0,
+                "226:129".into(),
+                Some("gfx90a"),
+                "AMD"
+            ),
+            (
+                1,
+                "0000:c1:00.0",
+                "AMD Instinct MI210",
+                65520,
+                "GPU-7f3a5c0012345678",
+                1,
+                "226:128".into(),
+                Some("gfx90a"),
+                "AMD"
+            ),
         ]
     );
     assert_eq!(scan.devices[0].path, tree.path("dev/dri/renderD129"));
@@ -173,11 +193,7 @@ fn what_amdgpu_does_not_publish_is_named_and_replaced() {
 
 #[test]
 fn odd_contents_of_needed_files_are_errors_naming_the_file() {
-    let good = [
-        ("dev", "226:128\n"),
-        ("device/vendor", "0x1002\n"),
-        ("device/uevent", "PCI_SLOT_NAME=0000:03:00.0\n"),
-    ];
+    let good = [("dev", "226:128\n"), ("device/vendor", "0x1002\n"), ("device/uevent", "PCI_SLOT_NAME=0000:03:00.0\n")];
     for (file, text, needle) in [
         ("device/vendor", "banana\n", "\"banana\" is not a hexadecimal id (needed to tell whose device it is)"),
         ("dev", "226\n", "(the render node's MAJOR:MINOR, which fences it)"),
@@ -185,8 +201,7 @@ fn odd_contents_of_needed_files_are_errors_naming_the_file() {
         ("device/uevent", "PCI_SLOT_NAME=slot-3\n", "PCI_SLOT_NAME=\"slot-3\" is no PCI bus id"),
     ] {
         let tree = Tree::new();
-        let files: Vec<(&str, &str)> =
-            good.iter().map(|&(f, t)| if f == file { (f, text) } else { (f, t) }).collect();
+        let files: Vec<(&str, &str)> = good.iter().map(|&(f, t)| if f == file { (f, text) } else { (f, t) }).collect();
         tree.node("renderD128", &files);
         let err = scan_of(&tree.config("amd", "dev-scan")).unwrap_err().to_string();
         let named = if file == "device/uevent" { "device/uevent" } else { file };
@@ -267,7 +282,10 @@ fn intel_gpus_are_named_by_device_id_and_numbered_by_bus() {
     let scan = scan_of(&tree.config("intel", "dev-scan")).unwrap();
     let got: Vec<_> =
         scan.devices.iter().map(|d| (d.index, d.attributes.model.as_str(), d.uuid.as_str(), d.numa_node)).collect();
-    assert_eq!(got, [(0, "Intel GPU 0x0bd6", "intel-0000:3a:00.0", 1), (1, "Intel GPU 0x0bd5", "intel-0000:8a:00.0", 1)]);
+    assert_eq!(
+        got,
+        [(0, "Intel GPU 0x0bd6", "intel-0000:3a:00.0", 1), (1, "Intel GPU 0x0bd5", "intel-0000:8a:00.0", 1)]
+    );
     assert_eq!(scan.devices[0].path, tree.path("dev/dri/renderD129"));
     assert!(scan.notes.iter().any(|n| n.contains("publishes no memory size in sysfs; memory 0")), "{:?}", scan.notes);
 }
@@ -290,7 +308,8 @@ fn nvidia_gpus_get_the_drivers_device_file_not_the_render_node() {
     let info = tree.path("proc/driver/nvidia/gpus/0000:1b:00.0/information");
     std::fs::create_dir_all(info.parent().unwrap()).unwrap();
     std::fs::write(&info, "Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nDevice Minor: \t 3\n").unwrap();
-    std::fs::write(tree.path("proc/devices"), "Character devices:\n  1 mem\n195 nvidia-frontend\n\nBlock devices:\n").unwrap();
+    std::fs::write(tree.path("proc/devices"), "Character devices:\n  1 mem\n195 nvidia-frontend\n\nBlock devices:\n")
+        .unwrap();
     let d = scan_of(&cder).unwrap().devices.remove(0);
     assert_eq!((d.attributes.model.as_str(), d.uuid.as_str()), ("NVIDIA GPU 0x2330", "nvidia-0000:1b:00.0"));
     assert_eq!((d.path.clone(), d.dev.unwrap().to_string()), (tree.path("dev/nvidia3"), "195:3".to_string()));
