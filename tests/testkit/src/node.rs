@@ -277,7 +277,9 @@ mod tests {
 
     #[test]
     fn an_enforcement_table_gets_the_parent_inside_it() {
-        for text in ["[node.enforcement]\ncgroup = \"v1\"\n", "[node]\nx = 1\n[node.enforcement]\ncgroup = \"v1\"\n[[cder]]\n"] {
+        for text in
+            ["[node.enforcement]\ncgroup = \"v1\"\n", "[node]\nx = 1\n[node.enforcement]\ncgroup = \"v1\"\n[[cder]]\n"]
+        {
             let out = with_cgroup_parent(text, "p").unwrap();
             let value: toml::Table = out.parse().unwrap_or_else(|e| panic!("{e}\n{out}"));
             assert_eq!(value["node"]["enforcement"]["cgroup_parent"].as_str(), Some("p"), "{out}");
