@@ -1,9 +1,13 @@
 //! Discovery of the kernel's DRM devices, without a vendor library: what a
 //! node without ROCm SMI, Level Zero or NVML still shows.
 //!
-//! Each `<sysfs_root>/class/drm/renderD*` whose PCI `device/vendor` is the
-//! type's vendor is one device; cards without a render node (a BMC's VGA)
-//! and render nodes of other vendors or of no PCI device (vgem) are not.
+//! AMD and Intel: each `<sysfs_root>/class/drm/renderD*` whose PCI
+//! `device/vendor` is the type's vendor is one device; cards without a
+//! render node (a BMC's VGA) and render nodes of other vendors or of no PCI
+//! device (vgem) are not. NVIDIA: CUDA does not compute through a render
+//! node, and a node without `nvidia-drm` has none (an H200 node seen had no
+//! `class/drm` at all), so each display-class PCI device
+//! (`<sysfs_root>/bus/pci/devices/*/class` 0x03….) of vendor 0x10de is one.
 //! Devices are numbered in PCI bus order, as the vendors' runtimes number
 //! them (`ROCR_VISIBLE_DEVICES`, `ZE_AFFINITY_MASK`, CUDA's `PCI_BUS_ID`).
 //!
@@ -12,7 +16,7 @@
 //! | field | from | when absent |
 //! |---|---|---|
 //! | `pci_bus_id` | `device/uevent` `PCI_SLOT_NAME=` | the `device` link's name, else an error |
-//! | `dev` | the render node's `dev` (`226:128`) | an error |
+//! | `dev` | the render node's `dev` (`226:128`); NVIDIA: `proc_devices`' `nvidia` major and the driver's minor | an error |
 //! | `path` | `render_node_path` with `{minor}` (AMD, Intel); NVIDIA: `device_path` with the minor of the driver's `gpus/<bus>/information` | an error |
 //! | `model` | amdgpu's `device/product_name` | `"<Vendor> GPU 0x<device id>"` |
 //! | `memory_mib` | amdgpu's `device/mem_info_vram_total` | 0, with a note |
@@ -57,23 +61,76 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     Ok(scan.devices)
 }
 
-/// How many render nodes of this type's vendor sysfs shows (for checking a
+/// How many devices of this type's vendor sysfs shows (for checking a
 /// library's count); `None` when the vendor has no PCI id cder knows or
-/// `class/drm` cannot be read (no DRM at all).
+/// the directory cannot be read (no DRM at all).
 pub(crate) fn count(cder: &CderType) -> Option<usize> {
     let vendor = pci_vendor(&cder.vendor)?;
     let cder = cder.clone();
     within(cder.name().to_string(), SCAN_DEADLINE, move || {
-        let nodes = render_nodes(&cder).ok()?;
-        Some(nodes.iter().filter(|n| read_hex(&n.join("device/vendor")).ok() == Some(vendor)).count())
+        let found = candidates(&cder).ok()?;
+        Some(found.iter().filter(|c| is_ours(&cder, vendor, c).unwrap_or(false)).count())
     })
     .ok()
     .flatten()
 }
 
-/// The class/drm directory the scan reads, for messages.
-pub(crate) fn drm_dir(cder: &CderType) -> PathBuf {
-    cder.sysfs_root.join("class/drm")
+/// The directory the scan reads, for messages: `class/drm`, or NVIDIA's
+/// `bus/pci/devices`.
+pub(crate) fn scan_dir(cder: &CderType) -> PathBuf {
+    match cder.vendor {
+        VendorKind::Nvidia => cder.sysfs_root.join("bus/pci/devices"),
+        _ => cder.sysfs_root.join("class/drm"),
+    }
+}
+
+/// A device the scan looks at: its PCI directory and, for a render node,
+/// the node's `dev` file.
+struct Candidate {
+    device_dir: PathBuf,
+    dev_file: Option<PathBuf>,
+}
+
+/// The render nodes (or, for NVIDIA, the PCI devices), sorted by name.
+fn candidates(cder: &CderType) -> std::io::Result<Vec<Candidate>> {
+    let nvidia = cder.vendor == VendorKind::Nvidia;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(scan_dir(cder))?
+        .filter_map(|e| e.ok())
+        .filter(|e| nvidia || e.file_name().to_str().is_some_and(|n| n.starts_with("renderD")))
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    Ok(entries
+        .into_iter()
+        .map(|path| match nvidia {
+            true => Candidate { device_dir: path, dev_file: None },
+            false => Candidate { device_dir: path.join("device"), dev_file: Some(path.join("dev")) },
+        })
+        .collect())
+}
+
+/// Whether a candidate is a GPU of `vendor`; an error names the file that
+/// could not tell.
+fn is_ours(cder: &CderType, vendor: u32, candidate: &Candidate) -> Result<bool, (PathBuf, String)> {
+    let vendor_file = candidate.device_dir.join("vendor");
+    match read_hex(&vendor_file) {
+        Ok(v) if v == vendor => {}
+        Ok(_) => return Ok(false),
+        // No PCI device behind it (vgem, a virtual display): not a GPU to hand out.
+        Err(Unread::Missing) => {
+            tracing::debug!(device = %candidate.device_dir.display(), "no vendor file: not a PCI device, skipped");
+            return Ok(false);
+        }
+        Err(e) => return Err((vendor_file, format!("{e} (needed to tell whose device it is)"))),
+    }
+    if cder.vendor != VendorKind::Nvidia {
+        return Ok(true);
+    }
+    // NVIDIA's NVSwitches (0x0680) and HDMI audio (0x0403) are no GPUs.
+    let class_file = candidate.device_dir.join("class");
+    read_hex(&class_file)
+        .map(|class| class >> 16 == 0x03)
+        .map_err(|e| (class_file, format!("{e} (the PCI class, whether it is a GPU)")))
 }
 
 /// The PCI vendor id of a vendor cder knows.
@@ -114,17 +171,6 @@ fn within<T: Send + 'static>(
     })
 }
 
-/// The `renderD*` entries of class/drm, sorted by name.
-fn render_nodes(cder: &CderType) -> std::io::Result<Vec<PathBuf>> {
-    let mut nodes: Vec<PathBuf> = std::fs::read_dir(drm_dir(cder))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("renderD")))
-        .map(|e| e.path())
-        .collect();
-    nodes.sort();
-    Ok(nodes)
-}
-
 fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
     let name = cder.name().to_string();
     let failed = |path: &Path, reason: String| InventoryError::DevScan {
@@ -143,30 +189,28 @@ fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
             failed(&cder.kfd_path, format!("{e} (kfd_path: AMD's compute interface; is the amdgpu driver loaded?)"))
         })?;
     }
-    let drm = drm_dir(cder);
-    let nodes = render_nodes(cder).map_err(|e| failed(&drm, format!("{e} (where the kernel lists DRM devices)")))?;
+    let dir = scan_dir(cder);
+    let where_listed = match cder.vendor {
+        VendorKind::Nvidia => "where the kernel lists PCI devices",
+        _ => "where the kernel lists DRM devices",
+    };
+    let candidates = candidates(cder).map_err(|e| failed(&dir, format!("{e} ({where_listed})")))?;
     let kfd = kfd_architectures(cder, &mut out.notes);
     let mut found: Vec<((u32, u32, u32, u32), Device)> = Vec::new();
-    for node in nodes {
-        let vendor_file = node.join("device/vendor");
-        let vendor = match read_hex(&vendor_file) {
-            Ok(v) => v,
-            // No PCI device behind it (vgem, a virtual display): not a GPU to hand out.
-            Err(Unread::Missing) => {
-                tracing::debug!(node = %node.display(), "no device/vendor: not a PCI device, skipped");
-                continue;
-            }
-            Err(e) => return Err(failed(&vendor_file, format!("{e} (needed to tell whose device it is)"))),
-        };
-        if vendor != vendor_id {
+    for candidate in candidates {
+        if !is_ours(cder, vendor_id, &candidate).map_err(|(path, e)| failed(&path, e))? {
             continue;
         }
-        let dev_file = node.join("dev");
-        let dev = read_attr(&dev_file)
-            .map_err(|e| e.to_string())
-            .and_then(|t| t.parse::<DeviceNumber>().map_err(|e| format!("{t:?}: {e}")))
-            .map_err(|e| failed(&dev_file, format!("{e} (the render node's MAJOR:MINOR, which fences it)")))?;
-        let device_dir = node.join("device");
+        let render_dev = match &candidate.dev_file {
+            Some(dev_file) => Some(
+                read_attr(dev_file)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| t.parse::<DeviceNumber>().map_err(|e| format!("{t:?}: {e}")))
+                    .map_err(|e| failed(dev_file, format!("{e} (the render node's MAJOR:MINOR, which fences it)")))?,
+            ),
+            None => None,
+        };
+        let device_dir = candidate.device_dir;
         let pci_bus_id = pci_slot(&device_dir).map_err(|e| {
             failed(&device_dir.join("uevent"), format!("{e} (PCI_SLOT_NAME: the PCI bus id that orders devices)"))
         })?;
@@ -199,9 +243,9 @@ fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
                 (generic_model(&cder.vendor, device_id), 0, fallback_uuid(&cder.vendor, &pci_bus_id))
             }
         };
-        let (path, dev) = match cder.vendor {
-            VendorKind::Nvidia => nvidia_file(cder, &pci_bus_id).map_err(|(p, e)| failed(&p, e))?,
-            _ => (PathBuf::from(cder.render_node_path.replace("{minor}", &dev.minor.to_string())), dev),
+        let (path, dev) = match render_dev {
+            Some(dev) => (PathBuf::from(cder.render_node_path.replace("{minor}", &dev.minor.to_string())), dev),
+            None => nvidia_file(cder, &pci_bus_id).map_err(|(p, e)| failed(&p, e))?,
         };
         check_device_file(&path, dev, &mut out.notes).map_err(|e| failed(&path, e))?;
         let architecture = kfd.iter().find(|(at, _)| *at == order).map(|(_, arch)| arch.clone());

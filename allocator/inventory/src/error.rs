@@ -68,9 +68,9 @@ pub enum InventoryError {
         /// Where it looked, and for `auto` why the library was not used.
         why: String,
     },
-    /// A vendor library sees fewer devices than the kernel's DRM devices
-    /// of that vendor: the ones it misses would be left unmanaged.
-    #[error("type {cder_type:?}: {library} sees {found} device(s), but {sysfs} shows {scanned} render node(s) of vendor {vendor}; a device the library misses would be given to no job and fenced from none")]
+    /// A vendor library sees fewer devices than sysfs shows of that vendor
+    /// (render nodes; NVIDIA's display-class PCI devices): the ones it misses would be left unmanaged.
+    #[error("type {cder_type:?}: {library} sees {found} device(s), but {sysfs} shows {scanned} device(s) of vendor {vendor}; a device the library misses would be given to no job and fenced from none")]
     FewerThanScan {
         /// The CDER type whose discovery failed.
         cder_type: String,
@@ -78,9 +78,9 @@ pub enum InventoryError {
         library: String,
         /// Devices it reports.
         found: usize,
-        /// The class/drm directory scanned.
+        /// The sysfs directory scanned.
         sysfs: String,
-        /// Render nodes of the vendor there.
+        /// Devices of the vendor there.
         scanned: usize,
         /// The vendor.
         vendor: String,

@@ -62,8 +62,9 @@ pub fn discover(config: &Config) -> Result<Vec<Device>, InventoryError> {
 ///
 /// Never a silent 0: every source but `static` that finds no device is an
 /// error naming the type and the source, and a vendor library that sees
-/// fewer devices than the kernel's DRM devices of that vendor
-/// (`<sysfs_root>/class/drm`) is an error naming both counts.
+/// fewer devices than sysfs shows of that vendor (render nodes in
+/// `<sysfs_root>/class/drm`; NVIDIA's display-class devices in
+/// `<sysfs_root>/bus/pci/devices`) is an error naming both counts.
 pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let (source, fallback) = resolution(cder)?;
     let mut devices = match source {
@@ -85,7 +86,7 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 cder_type: cder.name().to_string(),
                 library: library.to_string_lossy().into_owned(),
                 found,
-                sysfs: dev_scan::drm_dir(cder).display().to_string(),
+                sysfs: dev_scan::scan_dir(cder).display().to_string(),
                 scanned,
                 vendor: cder.vendor.published_name().to_string(),
             });
@@ -95,9 +96,9 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
         let place = match library(cder, source) {
             Some(library) => format!(" (library {})", library.to_string_lossy()),
             None => format!(
-                " (render nodes of vendor {} in {})",
+                " (devices of vendor {} in {})",
                 cder.vendor.published_name(),
-                dev_scan::drm_dir(cder).display()
+                dev_scan::scan_dir(cder).display()
             ),
         };
         let why = match fallback {

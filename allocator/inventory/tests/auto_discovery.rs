@@ -20,8 +20,19 @@ impl Node {
     fn new() -> Node {
         let node = Node { dir: tempfile::tempdir().unwrap() };
         std::fs::create_dir_all(node.path("sys/class/drm")).unwrap();
+        std::fs::create_dir_all(node.path("sys/bus/pci/devices")).unwrap();
         std::fs::write(node.path("kfd"), "").unwrap();
         node
+    }
+
+    /// An NVIDIA GPU as the kernel lists it among PCI devices.
+    fn nvidia_gpu(&self, slot: &str) {
+        let dir = self.path(&format!("sys/bus/pci/devices/{slot}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("vendor"), "0x10de\n").unwrap();
+        std::fs::write(dir.join("device"), "0x20b0\n").unwrap();
+        std::fs::write(dir.join("class"), "0x030200\n").unwrap();
+        std::fs::write(dir.join("uevent"), format!("DRIVER=nvidia\nPCI_SLOT_NAME={slot}\n")).unwrap();
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -147,12 +158,12 @@ fn auto_for_nvidia_uses_nvml_while_the_driver_answers() {
     assert!(devices[1].attributes.compute_capability.is_some());
 
     // 2. The library loads but the driver is down: the scan, and since it
-    //    shows no NVIDIA render node either, an error that says both.
+    //    shows no NVIDIA GPU either, an error that says both.
     std::env::remove_var("CDER_FAKE_NVML");
     assert_eq!(cder_inventory::resolve(&auto.cders[0]).unwrap(), Discovery::DevScan);
     let err = cder_inventory::discover(&auto).unwrap_err().to_string();
     assert!(err.starts_with("type \"gpgpu\": discovery through dev-scan found no device"), "{err}");
-    assert!(err.contains(&node.path("sys/class/drm").display().to_string()), "{err}");
+    assert!(err.contains(&node.path("sys/bus/pci/devices").display().to_string()), "{err}");
     assert!(err.contains("did not use the vendor's library") && err.contains("cannot load NVML"), "{err}");
 }
 
@@ -165,10 +176,10 @@ fn a_library_that_sees_fewer_devices_than_the_kernel_is_an_error() {
         .config(&[("gpgpu", &format!("vendor = \"nvidia\"\ndiscovery = \"nvml\"\nnvml_library = {:?}", fake_nvml()))]);
     std::env::set_var("CDER_FAKE_NVML", &machine);
 
-    // NVML sees two GPUs, as many as nvidia-drm's render nodes: fine.
+    // NVML sees two GPUs, as many as the kernel lists: fine.
     one_gpu(&machine, 2);
-    node.render_node(128, 0x10de, 0x20b0, "0000:07:00.0");
-    node.render_node(129, 0x10de, 0x20b0, "0000:08:00.0");
+    node.nvidia_gpu("0000:07:00.0");
+    node.nvidia_gpu("0000:08:00.0");
     node.render_node(130, 0x1002, 0x740c, "0000:c1:00.0");
     assert_eq!(cder_inventory::discover(&config).unwrap().len(), 2);
 
@@ -178,16 +189,16 @@ fn a_library_that_sees_fewer_devices_than_the_kernel_is_an_error() {
     assert_eq!(
         err,
         format!(
-            "type \"gpgpu\": {} sees 1 device(s), but {} shows 2 render node(s) of vendor Nvidia; a device the library misses would be given to no job and fenced from none",
+            "type \"gpgpu\": {} sees 1 device(s), but {} shows 2 device(s) of vendor Nvidia; a device the library misses would be given to no job and fenced from none",
             fake_nvml().display(),
-            node.path("sys/class/drm").display()
+            node.path("sys/bus/pci/devices").display()
         )
     );
 
     // None at all, and no render node either: still no silent 0.
     one_gpu(&machine, 0);
-    std::fs::remove_dir_all(node.path("sys/class/drm/renderD128")).unwrap();
-    std::fs::remove_dir_all(node.path("sys/class/drm/renderD129")).unwrap();
+    std::fs::remove_dir_all(node.path("sys/bus/pci/devices/0000:07:00.0")).unwrap();
+    std::fs::remove_dir_all(node.path("sys/bus/pci/devices/0000:08:00.0")).unwrap();
     let err = cder_inventory::discover(&config).unwrap_err().to_string();
     assert_eq!(
         err,

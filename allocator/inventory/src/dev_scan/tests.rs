@@ -258,7 +258,7 @@ fn a_type_whose_vendor_has_no_render_node_finds_no_device_and_says_so() {
     assert_eq!(
         err,
         format!(
-            "type \"gpu\": discovery through dev-scan found no device (render nodes of vendor Intel in {})",
+            "type \"gpu\": discovery through dev-scan found no device (devices of vendor Intel in {})",
             tree.path("sys/class/drm").display()
         )
     );
@@ -291,28 +291,52 @@ fn intel_gpus_are_named_by_device_id_and_numbered_by_bus() {
 }
 
 #[test]
-fn nvidia_gpus_get_the_drivers_device_file_not_the_render_node() {
+fn nvidia_gpus_are_the_display_class_pci_devices_with_the_drivers_device_file() {
     let tree = Tree::new();
-    tree.node(
-        "renderD128",
-        &[
-            ("dev", "226:128\n"),
-            ("device/vendor", "0x10de\n"),
-            ("device/device", "0x2330\n"),
-            ("device/uevent", "DRIVER=nvidia\nPCI_SLOT_NAME=0000:1b:00.0\n"),
-        ],
-    );
+    // What an H200 node showed: no class/drm at all (no nvidia-drm), the
+    // GPU as a PCI device with the nvidia driver's proc entry.
+    std::fs::remove_dir_all(tree.path("sys/class/drm")).unwrap();
+    let pci = |slot: &str, vendor: &str, class: &str| {
+        let dir = tree.path(&format!("sys/bus/pci/devices/{slot}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, text) in [
+            ("vendor", vendor.to_string()),
+            ("device", "0x2335".to_string()),
+            ("class", class.to_string()),
+            ("numa_node", "-1".to_string()),
+            ("uevent", format!("DRIVER=nvidia\nPCI_CLASS={}\nPCI_SLOT_NAME={slot}", &class[2..])),
+        ] {
+            std::fs::write(dir.join(file), text + "\n").unwrap();
+        }
+    };
+    pci("0000:00:06.0", "0x10de", "0x030200");
+    pci("0000:00:07.0", "0x10de", "0x068000"); // an NVSwitch
+    pci("0000:00:06.1", "0x10de", "0x040300"); // HDMI audio
+    pci("0000:00:01.0", "0x8086", "0x030000"); // another vendor's VGA
     let cder = tree.config("nvidia", "dev-scan");
     let err = scan_of(&cder).unwrap_err().to_string();
-    assert!(err.contains("gpus/0000:1b:00.0/information: no such file (the GPU's /dev/nvidiaN minor)"), "{err}");
-    let info = tree.path("proc/driver/nvidia/gpus/0000:1b:00.0/information");
+    assert!(err.contains("gpus/0000:00:06.0/information: no such file (the GPU's /dev/nvidiaN minor)"), "{err}");
+    let info = tree.path("proc/driver/nvidia/gpus/0000:00:06.0/information");
     std::fs::create_dir_all(info.parent().unwrap()).unwrap();
-    std::fs::write(&info, "Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nDevice Minor: \t 3\n").unwrap();
-    std::fs::write(tree.path("proc/devices"), "Character devices:\n  1 mem\n195 nvidia-frontend\n\nBlock devices:\n")
-        .unwrap();
-    let d = scan_of(&cder).unwrap().devices.remove(0);
-    assert_eq!((d.attributes.model.as_str(), d.uuid.as_str()), ("NVIDIA GPU 0x2330", "nvidia-0000:1b:00.0"));
-    assert_eq!((d.path.clone(), d.dev.unwrap().to_string()), (tree.path("dev/nvidia3"), "195:3".to_string()));
+    // The H200's own file, as its driver (580.159.04) wrote it.
+    std::fs::write(
+        &info,
+        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nBus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Excluded:\t No\n",
+    )
+    .unwrap();
+    let err = scan_of(&cder).unwrap_err().to_string();
+    assert!(err.contains("no \"nvidia\" character device (the driver's major)"), "{err}");
+    std::fs::write(
+        tree.path("proc/devices"),
+        "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n241 nvidia-caps\n\n",
+    )
+    .unwrap();
+    let scan = scan_of(&cder).unwrap();
+    assert_eq!(scan.devices.len(), 1, "{:?}", scan.devices);
+    let d = &scan.devices[0];
+    assert_eq!((d.attributes.model.as_str(), d.uuid.as_str()), ("NVIDIA GPU 0x2335", "nvidia-0000:00:06.0"));
+    assert_eq!((d.path.clone(), d.dev.unwrap().to_string()), (tree.path("dev/nvidia0"), "195:0".to_string()));
+    assert_eq!(count(&cder), Some(1));
 }
 
 #[test]
