@@ -135,14 +135,7 @@ pub fn resolved(config: &Config) -> Result<Config, InventoryError> {
 
 /// The name a source has in the config (`dev-scan`).
 pub fn source_name(source: Discovery) -> &'static str {
-    match source {
-        Discovery::Nvml => "nvml",
-        Discovery::RocmSmi => "rocm-smi",
-        Discovery::LevelZero => "level-zero",
-        Discovery::DevScan => "dev-scan",
-        Discovery::Auto => "auto",
-        Discovery::Static => "static",
-    }
+    source.name()
 }
 
 /// The library name ROCm SMI is loaded by unless `rocm_smi_library` says otherwise.
