@@ -18,10 +18,10 @@
 //! | `pci_bus_id` | `device/uevent` `PCI_SLOT_NAME=` | the `device` link's name, else an error |
 //! | `dev` | the render node's `dev` (`226:128`); NVIDIA: `proc_devices`' `nvidia` major and the driver's minor | an error |
 //! | `path` | `render_node_path` with `{minor}` (AMD, Intel); NVIDIA: `device_path` with the minor of the driver's `gpus/<bus>/information` | an error |
-//! | `model` | amdgpu's `device/product_name` | `"<Vendor> GPU 0x<device id>"` |
+//! | `model` | amdgpu's `device/product_name`; NVIDIA: the driver's `Model:` | `"<Vendor> GPU 0x<device id>"` |
 //! | `memory_mib` | amdgpu's `device/mem_info_vram_total` | 0, with a note |
 //! | `architecture` | KFD's `class/kfd/kfd/topology/nodes/*/properties` `gfx_target_version` | none |
-//! | `uuid` | amdgpu's `device/unique_id`, as ROCr's `GPU-<hex>` | `<vendor>-<pci bus id>` (`amd-0000:c1:00.0`) |
+//! | `uuid` | amdgpu's `device/unique_id`, as ROCr's `GPU-<hex>`; NVIDIA: the driver's `GPU UUID:`, as NVML's | `<vendor>-<pci bus id>` (`amd-0000:c1:00.0`) |
 //! | `numa_node` | `device/numa_node` (`-1`: node 0) | 0, with a note |
 //!
 //! sysfs is the kernel's, not a user's, but an attribute read goes into the
@@ -67,7 +67,7 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
 pub(crate) fn count(cder: &CderType) -> Option<usize> {
     let vendor = pci_vendor(&cder.vendor)?;
     let cder = cder.clone();
-    within(cder.name().to_string(), SCAN_DEADLINE, move || {
+    within(cder.name().to_string(), scan_dir(&cder), SCAN_DEADLINE, move || {
         let found = candidates(&cder).ok()?;
         Some(found.iter().filter(|c| is_ours(&cder, vendor, c).unwrap_or(false)).count())
     })
@@ -146,13 +146,14 @@ pub(crate) fn pci_vendor(vendor: &VendorKind) -> Option<u32> {
 /// Runs the scan on a thread of its own and waits at most `deadline`.
 pub(crate) fn scan_within(cder: &CderType, deadline: Duration) -> Result<Scan, InventoryError> {
     let owned = cder.clone();
-    within(cder.name().to_string(), deadline, move || scan(&owned))?
+    within(cder.name().to_string(), scan_dir(cder), deadline, move || scan(&owned))?
 }
 
 /// `work` on a thread of its own, or an error naming the type when it has
 /// not returned after `deadline` (the thread is left to finish or not).
 fn within<T: Send + 'static>(
     cder_type: String,
+    dir: PathBuf,
     deadline: Duration,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, InventoryError> {
@@ -160,8 +161,11 @@ fn within<T: Send + 'static>(
     let spawned = std::thread::Builder::new().name(format!("dev-scan-{cder_type}")).spawn(move || {
         let _ = tx.send(work());
     });
-    let timed_out =
-        |reason: String| InventoryError::DevScan { cder_type: cder_type.clone(), path: "class/drm".into(), reason };
+    let timed_out = |reason: String| InventoryError::DevScan {
+        cder_type: cder_type.clone(),
+        path: dir.display().to_string(),
+        reason,
+    };
     spawned.map_err(|e| timed_out(format!("cannot start the scan thread: {e}")))?;
     rx.recv_timeout(deadline).map_err(|_| {
         timed_out(format!(
@@ -232,6 +236,13 @@ fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
                 0
             }
         };
+        let (path, dev, nvidia) = match render_dev {
+            Some(dev) => (PathBuf::from(cder.render_node_path.replace("{minor}", &dev.minor.to_string())), dev, None),
+            None => {
+                let info = nvidia_driver_info(cder, &pci_bus_id).map_err(|(p, e)| failed(&p, e))?;
+                (info.path.clone(), info.dev, Some(info))
+            }
+        };
         let (model, memory_mib, uuid) = match cder.vendor {
             VendorKind::Amd => amdgpu_identity(&device_dir, device_id, &pci_bus_id, &mut out.notes),
             _ => {
@@ -240,13 +251,17 @@ fn scan(cder: &CderType) -> Result<Scan, InventoryError> {
                     device_dir.display(),
                     cder.vendor.published_name()
                 ));
-                (generic_model(&cder.vendor, device_id), 0, fallback_uuid(&cder.vendor, &pci_bus_id))
+                // NVIDIA's driver names the GPU as NVML does (model, `GPU-…` UUID).
+                let named = nvidia.as_ref().and_then(|n| n.model.clone());
+                let uuid = nvidia.as_ref().and_then(|n| n.uuid.clone());
+                (
+                    named.unwrap_or_else(|| generic_model(&cder.vendor, device_id)),
+                    0,
+                    uuid.unwrap_or_else(|| fallback_uuid(&cder.vendor, &pci_bus_id)),
+                )
             }
         };
-        let (path, dev) = match render_dev {
-            Some(dev) => (PathBuf::from(cder.render_node_path.replace("{minor}", &dev.minor.to_string())), dev),
-            None => nvidia_file(cder, &pci_bus_id).map_err(|(p, e)| failed(&p, e))?,
-        };
+
         check_device_file(&path, dev, &mut out.notes).map_err(|e| failed(&path, e))?;
         let architecture = kfd.iter().find(|(at, _)| *at == order).map(|(_, arch)| arch.clone());
         let device = Device {
@@ -412,17 +427,34 @@ fn fallback_uuid(vendor: &VendorKind, pci_bus_id: &str) -> String {
     format!("{}-{pci_bus_id}", vendor_label(vendor).to_ascii_lowercase())
 }
 
+/// What NVIDIA's driver says of one GPU in `gpus/<bus id>/information`.
+struct NvidiaInfo {
+    /// `device_path` with the GPU's minor (`/dev/nvidia0`).
+    path: PathBuf,
+    /// The `nvidia` major of `proc_devices` and that minor.
+    dev: DeviceNumber,
+    /// `Model:` (`NVIDIA H200`), as NVML names it.
+    model: Option<String>,
+    /// `GPU UUID:` (`GPU-54403f61-…`), as NVML gives it.
+    uuid: Option<String>,
+}
+
 /// NVIDIA's render node gives no CUDA access: the device file is the
 /// driver's `/dev/nvidiaN` (`device_path`), N from the driver's
 /// `gpus/<bus id>/information` beside `mig_capabilities`
 /// (`/proc/driver/nvidia`), its major from `proc_devices`.
-fn nvidia_file(cder: &CderType, pci_bus_id: &str) -> Result<(PathBuf, DeviceNumber), (PathBuf, String)> {
+fn nvidia_driver_info(cder: &CderType, pci_bus_id: &str) -> Result<NvidiaInfo, (PathBuf, String)> {
     let driver = cder.mig_capabilities.parent().unwrap_or(Path::new("/proc/driver/nvidia"));
     let info = driver.join("gpus").join(pci_bus_id).join("information");
-    let minor = read_attr(&info)
-        .map_err(|e| (info.clone(), format!("{e} (the GPU's /dev/nvidiaN minor)")))?
-        .lines()
-        .find_map(|l| l.strip_prefix("Device Minor:").and_then(|v| v.trim().parse::<u32>().ok()))
+    let text = read_attr(&info).map_err(|e| (info.clone(), format!("{e} (the GPU's /dev/nvidiaN minor)")))?;
+    // `Key: \t value` lines.
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.trim() == key).map(|(_, v)| v.trim().to_string()))
+            .filter(|v| !v.is_empty())
+    };
+    let minor = field("Device Minor")
+        .and_then(|v| v.parse::<u32>().ok())
         .ok_or_else(|| (info.clone(), "no \"Device Minor: N\" line (the GPU's /dev/nvidiaN minor)".to_string()))?;
     let majors = std::fs::read_to_string(&cder.proc_devices).unwrap_or_default();
     let major =
@@ -430,7 +462,12 @@ fn nvidia_file(cder: &CderType, pci_bus_id: &str) -> Result<(PathBuf, DeviceNumb
             || (cder.proc_devices.clone(), "no \"nvidia\" character device (the driver's major)".to_string()),
         )?;
     let path = cder.device_path.replace("{index}", &minor.to_string()).replace("{minor}", &minor.to_string());
-    Ok((PathBuf::from(path), DeviceNumber { major, minor }))
+    Ok(NvidiaInfo {
+        path: PathBuf::from(path),
+        dev: DeviceNumber { major, minor },
+        model: field("Model"),
+        uuid: field("GPU UUID").filter(|u| u.starts_with("GPU-")),
+    })
 }
 
 /// A device file that exists must be the character device sysfs names: a

@@ -321,7 +321,9 @@ fn nvidia_gpus_are_the_display_class_pci_devices_with_the_drivers_device_file() 
     // The H200's own file, as its driver (580.159.04) wrote it.
     std::fs::write(
         &info,
-        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nBus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Excluded:\t No\n",
+        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t GPU-54403f61-0734-043b-fae7-ea09302624a4\n\
+         Video BIOS: \t 96.00.a5.00.1a\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n\
+         Bus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n",
     )
     .unwrap();
     let err = scan_of(&cder).unwrap_err().to_string();
@@ -334,9 +336,17 @@ fn nvidia_gpus_are_the_display_class_pci_devices_with_the_drivers_device_file() 
     let scan = scan_of(&cder).unwrap();
     assert_eq!(scan.devices.len(), 1, "{:?}", scan.devices);
     let d = &scan.devices[0];
-    assert_eq!((d.attributes.model.as_str(), d.uuid.as_str()), ("NVIDIA GPU 0x2335", "nvidia-0000:00:06.0"));
+    assert_eq!(
+        (d.attributes.model.as_str(), d.uuid.as_str()),
+        ("NVIDIA H200", "GPU-54403f61-0734-043b-fae7-ea09302624a4")
+    );
     assert_eq!((d.path.clone(), d.dev.unwrap().to_string()), (tree.path("dev/nvidia0"), "195:0".to_string()));
     assert_eq!(count(&cder), Some(1));
+
+    // An older driver's file without Model or UUID: the device id and the bus.
+    std::fs::write(&info, "IRQ: 41\nDevice Minor: 0\n").unwrap();
+    let d = scan_of(&cder).unwrap().devices.remove(0);
+    assert_eq!((d.attributes.model.as_str(), d.uuid.as_str()), ("NVIDIA GPU 0x2335", "nvidia-0000:00:06.0"));
 }
 
 #[test]
