@@ -44,6 +44,9 @@ pub enum StartError {
     /// `[node.sharing]` and SLURM's gres.conf disagree.
     #[error("[node.sharing]: {0}")]
     Sharing(#[from] crate::sharing::SharingError),
+    /// SLURM's gres.conf counts a type's devices otherwise than discovery found them.
+    #[error("gres.conf and discovery disagree: {0}")]
+    GresCount(crate::sharing::SharingError),
     /// The state folder could not be created or secured.
     #[error("state dir {}: {source}", path.display())]
     StateDir {
@@ -342,7 +345,15 @@ impl Daemon {
 
     fn open(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {
         let operators = resolve_operators(&config.node.operators).map_err(StartError::Operator)?;
+        // `auto` is decided once: the health watch, the usage sampler and
+        // enforcement follow the source that was actually used.
+        let config = cder_inventory::resolved(&config)?;
+        for cder in &config.cders {
+            let source = cder_inventory::source_name(cder.discovery);
+            tracing::info!(cder_type = cder.name(), source, "type {:?}: devices from {source}", cder.name());
+        }
         let devices = cder_inventory::discover(&config)?;
+        crate::gres_count::check(&config.node.sharing, &config.cders, &devices).map_err(StartError::GresCount)?;
         let dir = &config.node.state_dir;
         // 0700 whatever the umask, and refused if others could write it.
         crate::durable::create_state_dir(dir)

@@ -74,7 +74,9 @@ struct Watched {
 
 fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), String> {
     let nvml = cder_inventory::open_nvml(cder).map_err(|e| e.to_string())?;
-    let ours: Vec<Device> = cder_inventory::discover_type(cder).map_err(|e| e.to_string())?;
+    // NVML's own answer, without discover_type's "no device" and count
+    // checks: a GPU lost since start must still be found missing and drained.
+    let ours: Vec<Device> = cder_inventory::discover_nvml(cder).map_err(|e| e.to_string())?;
     let mut gpus = Vec::new();
     let mut ecc_at_start = Vec::new();
     let count = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount_v2: {e}"))?;

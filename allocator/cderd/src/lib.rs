@@ -12,6 +12,8 @@
 //!   to exactly its sharers.
 //! * [`sharing`] — GPUs offered as shares (`[node.sharing]`, SLURM
 //!   `gres/shard`) and the check of gres.conf against them at start.
+//! * [`gres_count`] — the check at start that gres.conf counts each type's
+//!   devices as discovery found them.
 //! * [`cgroup`] — per-job device cgroups (v1 `devices`, v2 BPF) for `confine`.
 //! * [`warmup`] — keeps the kernel's cgroup migration lock warm while tasks
 //!   are about to be confined (no RCU grace period on the job's start path).
@@ -38,6 +40,7 @@ pub mod cgroup;
 pub mod daemon;
 pub mod ending;
 pub mod enforce;
+pub mod gres_count;
 pub mod health;
 pub mod held;
 pub mod intake;

@@ -190,15 +190,19 @@ pub fn check(
         line: 0,
         message: format!("cannot read it: {e}"),
     })?;
-    let host;
-    let node = match &sharing.slurm_node_name {
-        Some(n) => Some(n.as_str()),
+    let node = gres_node_name(sharing);
+    check_gres_conf(&text, &file, node.as_deref(), offered, devices, config_file)
+}
+
+/// This node's `NodeName` in gres.conf: `slurm_node_name`, else the short host name.
+pub(crate) fn gres_node_name(sharing: &Sharing) -> Option<String> {
+    match &sharing.slurm_node_name {
+        Some(n) => Some(n.clone()),
         None => {
-            host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            host.trim().split('.').next().filter(|h| !h.is_empty())
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            host.trim().split('.').next().filter(|h| !h.is_empty()).map(str::to_string)
         }
-    };
-    check_gres_conf(&text, &file, node, offered, devices, config_file)
+    }
 }
 
 #[cfg(test)]

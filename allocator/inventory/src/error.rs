@@ -39,4 +39,50 @@ pub enum InventoryError {
         /// What was wrong with it.
         reason: String,
     },
+    /// The `/dev` scan could not read a file it needs (or took too long).
+    #[error("type {cder_type:?}: /dev scan: {path}: {reason}")]
+    DevScan {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The file or directory at fault.
+        path: String,
+        /// What was wrong with it, and what it was needed for.
+        reason: String,
+    },
+    /// A type whose vendor has no PCI vendor id cder knows asked for the
+    /// `/dev` scan or `auto`.
+    #[error("type {cder_type:?}: vendor {vendor:?} is none whose GPUs cder can find (NVIDIA, AMD, Intel); list its devices with discovery = \"static\"")]
+    UnknownVendor {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// Its vendor as configured.
+        vendor: String,
+    },
+    /// A configured type found no device at all: never a silent 0.
+    #[error("type {cder_type:?}: discovery through {source_name} found no device{why}")]
+    NoDevice {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The source used (`nvml`, `dev-scan` …).
+        source_name: &'static str,
+        /// Where it looked, and for `auto` why the library was not used.
+        why: String,
+    },
+    /// A vendor library sees fewer devices than sysfs shows of that vendor
+    /// (render nodes; NVIDIA's display-class PCI devices): the ones it misses would be left unmanaged.
+    #[error("type {cder_type:?}: {library} sees {found} device(s), but {sysfs} shows {scanned} device(s) of vendor {vendor}; a device the library misses would be given to no job and fenced from none")]
+    FewerThanScan {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The library loaded.
+        library: String,
+        /// Devices it reports.
+        found: usize,
+        /// The sysfs directory scanned.
+        sysfs: String,
+        /// Devices of the vendor there.
+        scanned: usize,
+        /// The vendor.
+        vendor: String,
+    },
 }

@@ -9,7 +9,10 @@
 
 #![deny(missing_docs)]
 
-use cder_model::{CderType, Config, Device, Discovery};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+
+use cder_model::{CderType, Config, Device, Discovery, VendorKind};
 
 // The error is a module of its own because nvml.rs returns it and the
 // root calls nvml.rs: in the root, the two would import each other.
@@ -54,18 +57,160 @@ pub fn discover(config: &Config) -> Result<Vec<Device>, InventoryError> {
     Ok(devices)
 }
 
-/// Discovers the devices of one type.
+/// Discovers the devices of one type, through its source (for `auto`, the
+/// one [`resolve`] picks).
+///
+/// Never a silent 0: every source but `static` that finds no device is an
+/// error naming the type and the source, and a vendor library that sees
+/// fewer devices than sysfs shows of that vendor (render nodes in
+/// `<sysfs_root>/class/drm`; NVIDIA's display-class devices in
+/// `<sysfs_root>/bus/pci/devices`) is an error naming both counts.
 pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
-    let mut devices = match cder.discovery {
+    let (source, fallback) = resolution(cder)?;
+    let mut devices = match source {
         Discovery::Static => cder.static_devices(),
         Discovery::Nvml => discover_nvml(cder)?,
         Discovery::RocmSmi => rocm_smi::discover(cder)?,
         Discovery::LevelZero => level_zero::discover(cder)?,
-        Discovery::DevScan => dev_scan::discover(cder)?,
-        Discovery::Auto => unimplemented!("issue 46: auto discovery"),
+        // Resolution never leaves `auto`; the scan is its last resort.
+        Discovery::DevScan | Discovery::Auto => dev_scan::discover(cder)?,
     };
     devices.sort_by_key(|d| d.index);
+    if source == Discovery::Static {
+        return Ok(devices);
+    }
+    if let Some(library) = library(cder, source) {
+        let found = library_count(cder, source, &devices);
+        if let Some(scanned) = dev_scan::count(cder).filter(|&n| n > found) {
+            return Err(InventoryError::FewerThanScan {
+                cder_type: cder.name().to_string(),
+                library: library.to_string_lossy().into_owned(),
+                found,
+                sysfs: dev_scan::scan_dir(cder).display().to_string(),
+                scanned,
+                vendor: cder.vendor.published_name().to_string(),
+            });
+        }
+    }
+    if devices.is_empty() {
+        let place = match library(cder, source) {
+            Some(library) => format!(" (library {})", library.to_string_lossy()),
+            None => format!(
+                " (devices of vendor {} in {})",
+                cder.vendor.published_name(),
+                dev_scan::scan_dir(cder).display()
+            ),
+        };
+        let why = match fallback {
+            Some(reason) => format!("{place}; discovery = \"auto\" did not use the vendor's library: {reason}"),
+            None => place,
+        };
+        return Err(InventoryError::NoDevice {
+            cder_type: cder.name().to_string(),
+            source_name: source_name(source),
+            why,
+        });
+    }
     Ok(devices)
+}
+
+/// The source `auto` stands for on this node: the vendor's library when it
+/// loads (NVML: when `nvmlInit` succeeds, so the driver is up too), else
+/// the `/dev` scan, logging why. Any other `discovery` is itself. A vendor
+/// with no library cder knows is an error naming the type.
+pub fn resolve(cder: &CderType) -> Result<Discovery, InventoryError> {
+    resolution(cder).map(|(source, _)| source)
+}
+
+/// A copy of `config` whose `auto` types name the source [`resolve`] picked
+/// for them: what cderd runs with, so that its NVML-only features (health
+/// watch, usage sampler, MIG, enforcement) follow what was actually used.
+pub fn resolved(config: &Config) -> Result<Config, InventoryError> {
+    let mut config = config.clone();
+    for cder in &mut config.cders {
+        cder.discovery = resolve(cder)?;
+    }
+    Ok(config)
+}
+
+/// The name a source has in the config (`dev-scan`).
+pub fn source_name(source: Discovery) -> &'static str {
+    source.name()
+}
+
+/// The library name ROCm SMI is loaded by unless `rocm_smi_library` says otherwise.
+const ROCM_SMI_LIBRARY: &str = "librocm_smi64.so.1";
+/// The library name the Level Zero loader is loaded by unless `level_zero_library` says otherwise.
+const LEVEL_ZERO_LIBRARY: &str = "libze_loader.so.1";
+
+/// The library a library source loads for this type; `None` for the others.
+fn library(cder: &CderType, source: Discovery) -> Option<OsString> {
+    let (configured, default) = match source {
+        Discovery::Nvml => (&cder.nvml_library, DRIVER_LIBRARY),
+        Discovery::RocmSmi => (&cder.rocm_smi_library, ROCM_SMI_LIBRARY),
+        Discovery::LevelZero => (&cder.level_zero_library, LEVEL_ZERO_LIBRARY),
+        Discovery::DevScan | Discovery::Auto | Discovery::Static => return None,
+    };
+    Some(configured.as_ref().map(|p| p.as_os_str().to_owned()).unwrap_or_else(|| default.into()))
+}
+
+/// The source, and for `auto` that fell back to the scan, why.
+fn resolution(cder: &CderType) -> Result<(Discovery, Option<String>), InventoryError> {
+    if cder.discovery != Discovery::Auto {
+        return Ok((cder.discovery, None));
+    }
+    let source = match cder.vendor {
+        VendorKind::Nvidia => Discovery::Nvml,
+        VendorKind::Amd => Discovery::RocmSmi,
+        VendorKind::Intel => Discovery::LevelZero,
+        VendorKind::XeonPhi | VendorKind::Other(_) => {
+            return Err(InventoryError::UnknownVendor {
+                cder_type: cder.name().to_string(),
+                vendor: cder.vendor.published_name().to_string(),
+            })
+        }
+    };
+    let loaded = match source {
+        Discovery::Nvml => open_nvml(cder).map(drop).map_err(|e| e.to_string()),
+        _ => {
+            let library = library(cder, source).unwrap_or_default();
+            sys::library_loads(&library).map_err(|e| format!("cannot load {}: {e}", library.to_string_lossy()))
+        }
+    };
+    match loaded {
+        Ok(()) => Ok((source, None)),
+        Err(reason) => {
+            tracing::warn!(
+                cder_type = cder.name(),
+                "discovery = \"auto\": {reason}; using the /dev scan (no health watch or usage sampling for this type)"
+            );
+            Ok((Discovery::DevScan, Some(reason)))
+        }
+    }
+}
+
+/// The physical devices a library sees: NVML's device count (which keeps a
+/// GPU that fell off the bus, and counts a GPU, not its MIG instances),
+/// else the distinct PCI bus ids discovery returned.
+fn library_count(cder: &CderType, source: Discovery, devices: &[Device]) -> usize {
+    if source == Discovery::Nvml {
+        if let Ok(count) = open_nvml(cder).and_then(|nvml| {
+            nvml.device_count().map_err(|source| InventoryError::NvmlCall {
+                cder_type: cder.name().to_string(),
+                call: "nvmlDeviceGetCount_v2",
+                device: String::new(),
+                source,
+            })
+        }) {
+            return count as usize;
+        }
+    }
+    let buses: BTreeSet<&str> = devices.iter().map(|d| d.pci_bus_id.as_str()).filter(|b| !b.is_empty()).collect();
+    if buses.is_empty() {
+        devices.len()
+    } else {
+        buses.len()
+    }
 }
 
 /// What a vendor library says of one device now: for the health watch and
@@ -92,7 +237,11 @@ pub fn read_devices(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryErro
     match cder.discovery {
         Discovery::RocmSmi => rocm_smi::read(cder),
         Discovery::LevelZero => level_zero::read(cder),
-        Discovery::Auto => unimplemented!("issue 46: auto discovery"),
+        Discovery::Auto => match resolve(cder)? {
+            Discovery::RocmSmi => rocm_smi::read(cder),
+            Discovery::LevelZero => level_zero::read(cder),
+            _ => Ok(Vec::new()),
+        },
         Discovery::Nvml | Discovery::DevScan | Discovery::Static => Ok(Vec::new()),
     }
 }

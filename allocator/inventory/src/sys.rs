@@ -1,5 +1,6 @@
-//! The one place cder-inventory calls NVML itself: the MIG instance ids,
-//! which nvml-wrapper 0.13 loads but does not wrap.
+//! The one place cder-inventory calls foreign code itself: NVML's MIG
+//! instance ids, which nvml-wrapper 0.13 loads but does not wrap, and the
+//! loader, for whether a vendor library loads at all (`auto`).
 
 use std::os::raw::c_uint;
 
@@ -22,4 +23,14 @@ pub fn mig_instance_ids(device: &Device<'_>) -> Result<(u32, u32), NvmlError> {
         nvml_try(compute_instance(handle, &mut ci))?;
     }
     Ok((gi, ci))
+}
+
+/// Whether the dynamic loader can load `library` (a name it searches for,
+/// or a path): what `auto` asks of a vendor library before using it.
+pub fn library_loads(library: &std::ffi::OsStr) -> Result<(), libloading::Error> {
+    // SAFETY: loading runs the library's initialisers. The library is the
+    // one root configured for this type (or the vendor's default name),
+    // which discovery itself would load next; it is unloaded at once and
+    // nothing of it is called here.
+    unsafe { libloading::Library::new(library) }.map(drop)
 }

@@ -497,6 +497,20 @@ pub enum Discovery {
     Static,
 }
 
+impl Discovery {
+    /// The name it has in the config (`dev-scan`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Discovery::Nvml => "nvml",
+            Discovery::RocmSmi => "rocm-smi",
+            Discovery::LevelZero => "level-zero",
+            Discovery::DevScan => "dev-scan",
+            Discovery::Auto => "auto",
+            Discovery::Static => "static",
+        }
+    }
+}
+
 /// Which identifiers go into the visibility variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -998,11 +1012,12 @@ impl Config {
                 }
             }
             match cder.discovery {
-                Discovery::Nvml if !cder.devices.is_empty() => {
+                // Discovered types would drop the entries silently.
+                source if source != Discovery::Static && !cder.devices.is_empty() => {
                     return Err(at(
                         cder.devices[0].index.span().start,
                         "cder.device",
-                        format!("type {name:?} uses discovery = \"nvml\"; [[cder.device]] entries are only for discovery = \"static\""),
+                        format!("type {name:?} uses discovery = \"{}\"; [[cder.device]] entries are only for discovery = \"static\"", source.name()),
                     ));
                 }
                 Discovery::Static if cder.nvml_library.is_some() => {
@@ -1337,6 +1352,21 @@ path = "/dev/xclmgmt0"
         assert_eq!(e.line, Some(5), "{e}");
         let e = parse(&instances.replace("\"nvml\"", "\"static\"")).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("cder.mig"), "{e}");
+    }
+
+    #[test]
+    fn device_entries_of_a_discovered_type_are_refused_not_dropped() {
+        for source in ["nvml", "rocm-smi", "level-zero", "dev-scan", "auto"] {
+            let text = format!(
+                "[[cder]]\nname = \"gpgpu\"\nvendor = \"amd\"\ndiscovery = \"{source}\"\n\n[[cder.device]]\nindex = 0\nmodel = \"MI210\"\nmemory_mib = 1\npath = \"/dev/dri/renderD128\"\n"
+            );
+            let e = parse(&text).unwrap_err();
+            assert_eq!((e.line, e.key.as_deref()), (Some(7), Some("cder.device")), "{e}");
+            assert!(
+                e.message.contains(&format!("uses discovery = \"{source}\"; [[cder.device]] entries are only for")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

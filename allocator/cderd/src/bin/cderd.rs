@@ -21,7 +21,9 @@ stream socket ([node] socket, default /run/cder/cderd.sock) with newline-delimit
 allocate, release, drain, resume and reconcile; any user may read status and its own jobs.\n\n\
 State lives in SQLite (WAL, synchronous=FULL) at <[node] state_dir>/cderd.db; every change is \
 committed before it is acknowledged, so the daemon may be killed at any moment. At start it \
-discovers the devices (NVML or the static config), reconciles the device table with them \
+discovers the devices (each type through its discovery: NVML, ROCm SMI, Level Zero, the /dev scan, \
+`auto` decided once here and logged, or the static config; a type with no device, or SLURM's gres.conf \
+counting otherwise, stops it), reconciles the device table with them \
 (a vanished device keeps its allocation until released) and re-asserts device-file \
 enforcement when [node.enforcement] is on.\n\n\
 Logs go to stderr (journald captures them under systemd); set RUST_LOG (e.g. cderd=debug) \
@@ -76,8 +78,9 @@ fn main() -> ExitCode {
         return match daemon.status().and_then(|s| daemon.check_invariants().map(|p| (s, p))) {
             Ok((status, problems)) if problems.is_empty() => {
                 for (t, c) in &status.counts {
+                    let source = daemon.config().cder(t).map_or("?", |c| cder_inventory::source_name(c.discovery));
                     println!(
-                        "{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy",
+                        "{t}: {} total, {} free, {} allocated, {} offline, {} unhealthy; devices from {source}",
                         c.total, c.free, c.allocated, c.offline, c.unhealthy
                     );
                 }
