@@ -384,7 +384,6 @@ mod tests {
                 cores: Some(192),
                 clock_mhz: Some(1566),
                 ecc: false,
-                architecture: None,
             },
             path: "/dev/nvidia0".into(),
             dev: None,
