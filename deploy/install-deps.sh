@@ -43,6 +43,9 @@ packages=(
   # a real EDQUOT for the full-disk tests: a btrfs image whose subvolume
   # has a qgroup limit (a limit root is held to, unlike user quotas)
   btrfs-progs
+  # Level Zero 1.8.12: the headers cder-level-zero-sys binds, and the real
+  # loader, which tests load to see that a node without Intel's driver says so
+  libze-dev libze1
   # getfacl: the ACL unit test compares cderd's encoding with it (shared GPUs)
   acl
 )
