@@ -75,6 +75,15 @@ pub struct FakeDevice {
     pub bdf: String,
     /// Memory regions (`zeDeviceGetMemoryProperties`), MiB each.
     pub memory_mib: Vec<u64>,
+    /// Xe-cores (`numSlices` × `numSubslicesPerSlice`, one slice here).
+    #[serde(default)]
+    pub xe_cores: u32,
+    /// EUs per Xe-core (`numEUsPerSubslice`).
+    #[serde(default)]
+    pub eus_per_xe_core: u32,
+    /// `coreClockRate`, MHz.
+    #[serde(default)]
+    pub clock_mhz: u32,
     /// Tiles (`zeDeviceGetSubDevices`).
     #[serde(default)]
     pub sub_devices: Vec<FakeSubDevice>,
@@ -95,6 +104,9 @@ pub struct FakeSubDevice {
     pub uuid: String,
     /// The tile's memory, MiB.
     pub memory_mib: u64,
+    /// The tile's Xe-cores.
+    #[serde(default)]
+    pub xe_cores: u32,
     /// The tile's compute engines' busy percentage (0-100).
     #[serde(default)]
     pub busy_percent: u32,
@@ -160,6 +172,20 @@ impl FakeControl {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_vec(self)?)?;
         std::fs::rename(tmp, path)
+    }
+}
+
+/// Where cargo put this library (`libze_loader.so`), for tests: beside the
+/// test executable or one folder up (`target/debug/deps` → `target/debug`).
+pub fn library_path() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors().skip(1).take(3).map(|dir| dir.join("libze_loader.so")).find(|candidate| candidate.is_file())
+}
+
+impl FakeLevelZero {
+    /// Writes the description to `path`, for `CDER_FAKE_LEVEL_ZERO`.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        std::fs::write(path, serde_json::to_vec_pretty(self)?)
     }
 }
 
@@ -229,7 +255,7 @@ fn decode(raw: usize) -> Option<(usize, usize, Option<usize>, usize)> {
 fn lookup(machine: &'static Machine, raw: usize, kind: usize) -> Option<(&'static FakeDevice, Option<usize>, usize)> {
     let (k, device, tile, item) = decode(raw)?;
     let d = machine.description.devices.get(device)?;
-    (k == kind && tile.map_or(true, |t| t < d.sub_devices.len())).then_some((d, tile, item))
+    (k == kind && !matches!(tile, Some(t) if t >= d.sub_devices.len())).then_some((d, tile, item))
 }
 
 /// Runs an exported function: catches panics, answers the description's
@@ -414,10 +440,17 @@ pub unsafe extern "C" fn zeDeviceGetProperties(
         p.deviceId = device.device_id;
         p.flags = ZE_DEVICE_PROPERTY_FLAG_ECC;
         p.subdeviceId = 0;
+        p.coreClockRate = device.clock_mhz;
+        p.numSlices = 1;
+        p.numSubslicesPerSlice = device.xe_cores;
+        p.numEUsPerSubslice = device.eus_per_xe_core;
+        p.physicalEUSimdWidth = 8;
+        p.numThreadsPerEU = 8;
         p.uuid.id = uuid_bytes(&device.uuid);
         if let Some(t) = tile {
             p.flags |= ZE_DEVICE_PROPERTY_FLAG_SUBDEVICE;
             p.subdeviceId = t as u32;
+            p.numSubslicesPerSlice = device.sub_devices[t].xe_cores;
             p.uuid.id = uuid_bytes(&device.sub_devices[t].uuid);
         }
         copy_name(&mut p.name, &device.name);
@@ -475,11 +508,8 @@ pub unsafe extern "C" fn zeDevicePciGetPropertiesExt(
         if p.stype != ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES {
             return ZE_RESULT_ERROR_INVALID_ARGUMENT;
         }
-        let parts: Vec<u32> = device
-            .bdf
-            .split([':', '.'])
-            .map(|x| u32::from_str_radix(x, 16).unwrap_or(u32::MAX))
-            .collect();
+        let parts: Vec<u32> =
+            device.bdf.split([':', '.']).map(|x| u32::from_str_radix(x, 16).unwrap_or(u32::MAX)).collect();
         let [domain, bus, dev, function] = parts[..] else { return ZE_RESULT_ERROR_UNKNOWN };
         p.address = ze_pci_address_ext_t { domain, bus, device: dev, function };
         p.maxSpeed = ze_pci_speed_ext_t { genVersion: 5, width: 16, maxBandwidth: 63_000_000_000 };
@@ -492,7 +522,10 @@ pub unsafe extern "C" fn zeDevicePciGetPropertiesExt(
 /// # Safety
 /// As Level Zero's.
 #[no_mangle]
-pub unsafe extern "C" fn zesDeviceGetState(hDevice: zes_device_handle_t, pState: *mut zes_device_state_t) -> ze_result_t {
+pub unsafe extern "C" fn zesDeviceGetState(
+    hDevice: zes_device_handle_t,
+    pState: *mut zes_device_state_t,
+) -> ze_result_t {
     on_device("zesDeviceGetState", hDevice as usize, KIND_DEVICE, |_, _, _, health| {
         let Some(s) = pState.as_mut() else { return ZE_RESULT_ERROR_INVALID_NULL_POINTER };
         if s.stype != ZES_STRUCTURE_TYPE_DEVICE_STATE {
@@ -549,7 +582,10 @@ pub unsafe extern "C" fn zesEngineGetProperties(
 /// # Safety
 /// As Level Zero's.
 #[no_mangle]
-pub unsafe extern "C" fn zesEngineGetActivity(hEngine: zes_engine_handle_t, pStats: *mut zes_engine_stats_t) -> ze_result_t {
+pub unsafe extern "C" fn zesEngineGetActivity(
+    hEngine: zes_engine_handle_t,
+    pStats: *mut zes_engine_stats_t,
+) -> ze_result_t {
     on_device("zesEngineGetActivity", hEngine as usize, KIND_ENGINE, |device, tile, _, health| {
         let Some(s) = pStats.as_mut() else { return ZE_RESULT_ERROR_INVALID_NULL_POINTER };
         let busy = match tile {
@@ -590,7 +626,10 @@ pub unsafe extern "C" fn zesDeviceEnumMemoryModules(
 /// # Safety
 /// As Level Zero's.
 #[no_mangle]
-pub unsafe extern "C" fn zesMemoryGetProperties(hMemory: zes_mem_handle_t, pProperties: *mut zes_mem_properties_t) -> ze_result_t {
+pub unsafe extern "C" fn zesMemoryGetProperties(
+    hMemory: zes_mem_handle_t,
+    pProperties: *mut zes_mem_properties_t,
+) -> ze_result_t {
     on_device("zesMemoryGetProperties", hMemory as usize, KIND_MEMORY, |device, tile, _, _| {
         let Some(p) = pProperties.as_mut() else { return ZE_RESULT_ERROR_INVALID_NULL_POINTER };
         if p.stype != ZES_STRUCTURE_TYPE_MEM_PROPERTIES {
@@ -652,7 +691,10 @@ pub unsafe extern "C" fn zesDeviceEnumRasErrorSets(
 /// # Safety
 /// As Level Zero's.
 #[no_mangle]
-pub unsafe extern "C" fn zesRasGetProperties(hRas: zes_ras_handle_t, pProperties: *mut zes_ras_properties_t) -> ze_result_t {
+pub unsafe extern "C" fn zesRasGetProperties(
+    hRas: zes_ras_handle_t,
+    pProperties: *mut zes_ras_properties_t,
+) -> ze_result_t {
     on_device("zesRasGetProperties", hRas as usize, KIND_RAS, |_, _, item, _| {
         let Some(p) = pProperties.as_mut() else { return ZE_RESULT_ERROR_INVALID_NULL_POINTER };
         if p.stype != ZES_STRUCTURE_TYPE_RAS_PROPERTIES {
@@ -670,7 +712,11 @@ pub unsafe extern "C" fn zesRasGetProperties(hRas: zes_ras_handle_t, pProperties
 /// # Safety
 /// As Level Zero's.
 #[no_mangle]
-pub unsafe extern "C" fn zesRasGetState(hRas: zes_ras_handle_t, _clear: ze_bool_t, pState: *mut zes_ras_state_t) -> ze_result_t {
+pub unsafe extern "C" fn zesRasGetState(
+    hRas: zes_ras_handle_t,
+    _clear: ze_bool_t,
+    pState: *mut zes_ras_state_t,
+) -> ze_result_t {
     on_device("zesRasGetState", hRas as usize, KIND_RAS, |_, _, item, health| {
         let Some(s) = pState.as_mut() else { return ZE_RESULT_ERROR_INVALID_NULL_POINTER };
         if s.stype != ZES_STRUCTURE_TYPE_RAS_STATE {
@@ -692,7 +738,8 @@ mod tests {
 
     #[test]
     fn handles_round_trip_and_are_never_null() {
-        for (kind, device, tile, item) in [(KIND_DEVICE, 0, None, 0), (KIND_ENGINE, 3, Some(1), 0), (KIND_RAS, 7, None, 1)]
+        for (kind, device, tile, item) in
+            [(KIND_DEVICE, 0, None, 0), (KIND_ENGINE, 3, Some(1), 0), (KIND_RAS, 7, None, 1)]
         {
             let raw = handle(kind, device, tile, item);
             assert_ne!(raw, 0);
