@@ -10,7 +10,10 @@
 //! What a device becomes:
 //! - `uuid`: `GPU-` and the 16 bytes of `ze_device_properties_t.uuid` in
 //!   order, as lowercase hex grouped 8-4-4-4-12 (the shape NVIDIA's have);
-//!   a tile's is its own sub-device UUID in the same form.
+//!   a tile's is its own sub-device UUID in the same form. With
+//!   `tiles = "tiles"` every UUID of the type ends in the `ZE_AFFINITY_MASK`
+//!   entry that selects the device (`GPU-…@0.1`: tile 1 of GPU 0; `@1`: GPU
+//!   1 whole), which the job environment writes.
 //! - `model`: the device name; `memory_mib`: the sum of its memory regions.
 //! - `multiprocessors`: Xe-cores (sub-slices), `cores_per_mp`: EUs per
 //!   Xe-core, `cores`: EUs, `clock_mhz`: the core clock.
@@ -107,8 +110,9 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
             TileOffer::Whole => Vec::new(),
         };
         if tiles.is_empty() {
-            known.push(vec![uuid]);
-            devices.push(whole);
+            let uuid = offered_uuid(cder, &uuid, index, None);
+            known.push(vec![uuid.clone()]);
+            devices.push(Device { uuid, ..whole });
             continue;
         }
         let mut uuids = Vec::new();
@@ -118,7 +122,7 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                 .properties(tile, index)
                 .map_err(|Lost| session.failed("zeDeviceGetProperties", &at, ze::ZE_RESULT_ERROR_DEVICE_LOST))??;
             let memory_mib = session.memory_mib(tile, &at)?;
-            let uuid = uuid_text(&tp.uuid.id);
+            let uuid = offered_uuid(cder, &uuid_text(&tp.uuid.id), index, Some(t as u32));
             let tile_cores = tp.numSlices * tp.numSubslicesPerSlice;
             let attributes = DeviceAttributes {
                 model: format!("{} (tile {t})", whole.attributes.model),
@@ -180,6 +184,7 @@ pub fn read(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
         };
         let mut uuids = Vec::new();
         if tiles.is_empty() {
+            let uuid = offered_uuid(cder, &uuid, index as u32, None);
             targets.push(session.read_target(root, None, &uuid, &at)?);
             uuids.push(uuid);
         } else {
@@ -188,7 +193,7 @@ pub fn read(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
                 let tp = session.properties(tile, index as u32).map_err(|Lost| {
                     session.failed("zeDeviceGetProperties", &tile_at, ze::ZE_RESULT_ERROR_DEVICE_LOST)
                 })??;
-                let tile_uuid = uuid_text(&tp.uuid.id);
+                let tile_uuid = offered_uuid(cder, &uuid_text(&tp.uuid.id), index as u32, Some(t as u32));
                 targets.push(session.read_target(root, Some(t as u32), &tile_uuid, &at)?);
                 uuids.push(tile_uuid);
             }
@@ -251,6 +256,18 @@ pub fn architecture(device_id: u32) -> Option<&'static str> {
 pub fn uuid_text(bytes: &[u8; 16]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// The UUID a device is offered under. With `tiles = "tiles"` it ends in
+/// the `ZE_AFFINITY_MASK` entry that selects it (`@0.1`, `@2`; see
+/// [`cder_model::ze_affinity`]): once tiles are devices, the type's indices
+/// no longer match the loader's GPU numbers, and the environment needs both.
+fn offered_uuid(cder: &CderType, uuid: &str, gpu: u32, tile: Option<u32>) -> String {
+    match (cder.tiles, tile) {
+        (TileOffer::Whole, _) => uuid.to_string(),
+        (TileOffer::Tiles, None) => format!("{uuid}@{gpu}"),
+        (TileOffer::Tiles, Some(t)) => format!("{uuid}@{gpu}.{t}"),
+    }
 }
 
 /// The name of a `ze_result_t`, as ze_api.h spells it.

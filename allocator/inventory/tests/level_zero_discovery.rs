@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use cder_inventory::{DeviceReading, InventoryError};
-use cder_model::{Config, Device};
+use cder_model::{Config, Device, JobEnvironment};
 use fake_level_zero::{FakeControl, FakeDevice, FakeHealth, FakeLevelZero, FakeSubDevice};
 
 const MAX_1550: &str = "Intel(R) Data Center GPU Max 1550";
@@ -145,7 +145,7 @@ fn level_zero_discovery_and_readings_through_the_fake_loader() {
         vec![
             (
                 0,
-                "GPU-8680d50b-0000-0000-0000-290000000001",
+                "GPU-8680d50b-0000-0000-0000-290000000001@0.0",
                 "Intel(R) Data Center GPU Max 1550 (tile 0)",
                 65536,
                 Some(512),
@@ -153,16 +153,23 @@ fn level_zero_discovery_and_readings_through_the_fake_loader() {
             ),
             (
                 1,
-                "GPU-8680d50b-0000-0000-0000-290000000002",
+                "GPU-8680d50b-0000-0000-0000-290000000002@0.1",
                 "Intel(R) Data Center GPU Max 1550 (tile 1)",
                 65536,
                 Some(512),
                 "/dev/dri/renderD128".into()
             ),
-            (2, "GPU-8680c056-0000-0000-0000-9a0000000000", FLEX_170, 16384, Some(512), "/dev/dri/renderD129".into()),
+            (2, "GPU-8680c056-0000-0000-0000-9a0000000000@1", FLEX_170, 16384, Some(512), "/dev/dri/renderD129".into()),
         ]
     );
     assert!(devices[..2].iter().all(|d| d.dev == devices[0].dev && d.numa_node == 1 && d.pci_bus_id == "0000:29:00.0"));
+    // A job holding tile 1 of the Max and the Flex sees them as Level Zero
+    // names them: by the loader's GPU numbers, not the type's indices.
+    let held = [devices[1].clone(), devices[2].clone()];
+    let env = JobEnvironment::for_devices(&tiles.cders, &held);
+    assert_eq!(env.get("ZE_AFFINITY_MASK"), Some("0.1,1"));
+    let env = JobEnvironment::for_devices_relative(&tiles.cders, &devices[2..]);
+    assert_eq!(env.get("ZE_AFFINITY_MASK"), Some("0"), "in its device cgroup the job opens one GPU");
 
     // 3. Readings without Sysman: an error that says what to set.
     let err = cder_inventory::read_devices(&whole.cders[0]).unwrap_err();
@@ -184,8 +191,8 @@ fn level_zero_discovery_and_readings_through_the_fake_loader() {
     // 5. Tiles read apart: each its own engines and memory.
     let readings = cder_inventory::read_devices(&tiles.cders[0]).unwrap();
     let (t0, t1) = (
-        reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000001"),
-        reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000002"),
+        reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000001@0.0"),
+        reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000002@0.1"),
     );
     assert!(near(t0.utilisation_percent, 20) && near(t1.utilisation_percent, 70), "{t0:?} {t1:?}");
     assert_eq!((t0.memory_used_mib, t1.memory_used_mib), (Some(1000), Some(2000)));

@@ -26,7 +26,7 @@ pub mod registry;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use confine::{Confine, DeprecatedConfine, UnknownConfine, CONFINE_WORDS};
-pub use device::is_mig_uuid;
+pub use device::{is_mig_uuid, ze_affinity};
 pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
