@@ -548,9 +548,13 @@ pub unsafe extern "C" fn zesDeviceEnumEngineGroups(
     phEngine: *mut zes_engine_handle_t,
 ) -> ze_result_t {
     let raw = hDevice as usize;
-    on_device("zesDeviceEnumEngineGroups", raw, KIND_DEVICE, |device, _, _, _| {
+    on_device("zesDeviceEnumEngineGroups", raw, KIND_DEVICE, |device, _, _, health| {
         let index = decode(raw).map_or(0, |(_, d, _, _)| d);
-        let mut handles = vec![handle(KIND_ENGINE, index, None, 0)];
+        // A GPU with tiles has a device-wide group only where the
+        // description gives it a `busy_percent`; otherwise only the tiles'
+        // groups exist, as on a Data Center GPU Max.
+        let device_wide = device.sub_devices.is_empty() || health.busy_percent.is_some();
+        let mut handles: Vec<usize> = device_wide.then(|| handle(KIND_ENGINE, index, None, 0)).into_iter().collect();
         handles.extend((0..device.sub_devices.len()).map(|t| handle(KIND_ENGINE, index, Some(t), 0)));
         fill(pCount, phEngine, &handles)
     })

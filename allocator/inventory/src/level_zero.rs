@@ -57,9 +57,11 @@ const ACTIVITY_GAP: Duration = Duration::from_millis(100);
 /// Discovers every GPU the loader reports for this type.
 pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     let session = Session::open(cder)?;
+    let remembered = session.remembered();
     let mut devices = Vec::new();
     let mut known = Vec::new();
     for (index, root) in session.root_devices()?.into_iter().enumerate() {
+        let seen = remembered.get(index).cloned().unwrap_or_default();
         let index = index as u32;
         let props = match session.properties(root, index) {
             Err(Lost) => {
@@ -68,7 +70,8 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
                     index,
                     "Level Zero: GPU {index} is lost; left out of the inventory"
                 );
-                known.push(Vec::new());
+                // Still read as lost under the UUIDs it had, until it returns.
+                known.push(seen);
                 continue;
             }
             Ok(p) => p?,
@@ -161,7 +164,7 @@ pub fn read(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
                     tracing::error!(
                         cder_type = cder.name(),
                         index,
-                        "Level Zero: GPU {index} is lost and was never seen whole"
+                        "Level Zero: GPU {index} is lost and was not seen before"
                     );
                 }
                 for uuid in &uuids {
@@ -325,10 +328,11 @@ impl Target {
 }
 
 /// The loaders opened by this process, by the name they were opened with,
-/// and the UUIDs each last saw at each root index (for a GPU later lost).
+/// and the UUIDs each last offered at each root index (for a GPU later
+/// lost), whole (`[0]`) and by tiles (`[1]`).
 struct Loaded {
     loader: &'static ze::ZeLoader,
-    seen: Vec<Vec<String>>,
+    seen: [Vec<Vec<String>>; 2],
 }
 
 fn loaders() -> &'static Mutex<HashMap<PathBuf, Loaded>> {
@@ -363,7 +367,7 @@ impl<'a> Session<'a> {
                     })?;
                     // Kept for the process's life: the driver cannot be unloaded and started again.
                     let loader: &'static ze::ZeLoader = Box::leak(Box::new(loaded));
-                    map.insert(library.clone(), Loaded { loader, seen: Vec::new() });
+                    map.insert(library.clone(), Loaded { loader, seen: Default::default() });
                     loader
                 }
             }
@@ -377,6 +381,10 @@ impl<'a> Session<'a> {
             ze::ZE_RESULT_ERROR_UNINITIALIZED => Err(session.no_driver("zeInit", result_name(result))),
             other => Err(session.failed("zeInit", "", other)),
         }
+    }
+
+    fn by_tiles(&self) -> usize {
+        usize::from(self.cder.tiles == TileOffer::Tiles)
     }
 
     fn library_name(&self) -> String {
@@ -438,7 +446,7 @@ impl<'a> Session<'a> {
 
     fn remember(&self, seen: Vec<Vec<String>>) {
         if let Some(l) = loaders().lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.library) {
-            l.seen = seen;
+            l.seen[self.by_tiles()] = seen;
         }
     }
 
@@ -447,7 +455,7 @@ impl<'a> Session<'a> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&self.library)
-            .map(|l| l.seen.clone())
+            .map(|l| l.seen[self.by_tiles()].clone())
             .unwrap_or_default()
     }
 
@@ -663,7 +671,8 @@ impl<'a> Session<'a> {
         {
             // SAFETY: count-then-fill on a Sysman-enabled handle.
             let groups = self.sysman_list("zesDeviceEnumEngineGroups", at, |c, o| unsafe { enum_eng(root, c, o) })?;
-            let mut compute = Vec::new();
+            // (handle, on a tile, that tile, kind) of every group.
+            let mut all = Vec::new();
             for group in groups.unwrap_or_default() {
                 // SAFETY: plain data, valid all-zero (null pNext).
                 let mut p: ze::zes_engine_properties_t = unsafe { std::mem::zeroed() };
@@ -672,15 +681,28 @@ impl<'a> Session<'a> {
                 if self.sysman_result("zesEngineGetProperties", at, unsafe { eng_props(group, &mut p) })?.is_none() {
                     continue;
                 }
-                let on_sub = p.onSubdevice != 0;
-                // A whole device reads its device-wide group; a tile its own.
-                let wanted = match tile {
-                    None => !on_sub,
-                    Some(t) => on_sub && p.subdeviceId == t,
-                };
-                if wanted && p.type_ == ze::ZES_ENGINE_GROUP_COMPUTE_ALL {
-                    compute.push(group);
-                }
+                all.push((group, p.onSubdevice != 0, p.subdeviceId, p.type_));
+            }
+            // A tile reads its own groups; a whole device its device-wide
+            // ones, or, where the driver has only per-tile groups (as on
+            // GPUs with tiles), every tile's, averaged.
+            let scope = |device_wide: bool| -> Vec<_> {
+                all.iter()
+                    .filter(|(_, on_sub, sub, _)| match tile {
+                        Some(t) => *on_sub && *sub == t,
+                        None => *on_sub != device_wide,
+                    })
+                    .collect()
+            };
+            let mut candidates = scope(true);
+            if tile.is_none() && candidates.is_empty() {
+                candidates = scope(false);
+            }
+            // The compute engines, or all engines where no compute group is offered.
+            let kind = |k| candidates.iter().filter(|g| g.3 == k).map(|g| g.0).collect::<Vec<_>>();
+            let mut compute = kind(ze::ZES_ENGINE_GROUP_COMPUTE_ALL);
+            if compute.is_empty() {
+                compute = kind(ze::ZES_ENGINE_GROUP_ALL);
             }
             for group in compute {
                 if let Some(first) = self.activity(group, at)? {

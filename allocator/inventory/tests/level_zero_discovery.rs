@@ -41,7 +41,7 @@ fn machine() -> FakeLevelZero {
                         memory_used_mib: 1000 * (t as u64 + 1),
                     })
                     .collect(),
-                health: health(45, 0),
+                health: health(60, 0),
             },
             FakeDevice {
                 name: FLEX_170.into(),
@@ -183,10 +183,20 @@ fn level_zero_discovery_and_readings_through_the_fake_loader() {
     assert_eq!(readings.len(), 2, "{readings:?}");
     let max = reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000000");
     assert_eq!((max.fault.as_deref(), max.uncorrected_errors), (None, Some(0)), "{max:?}");
-    assert!(near(max.utilisation_percent, 45), "{max:?}");
+    assert!(near(max.utilisation_percent, 60), "the device-wide engines: {max:?}");
     assert_eq!(max.memory_used_mib, Some(3000), "the tiles' memory modules add up: {max:?}");
     let flex = reading(&readings, "GPU-8680c056-0000-0000-0000-9a0000000000");
     assert!(near(flex.utilisation_percent, 75) && flex.memory_used_mib == Some(4096), "{flex:?}");
+
+    // 4b. Where the driver has only the tiles' engine groups, the whole GPU
+    // reads as their average.
+    let mut per_tile = machine();
+    per_tile.devices[0].health.busy_percent = None;
+    per_tile.write(&description).unwrap();
+    let readings = cder_inventory::read_devices(&whole.cders[0]).unwrap();
+    let max = reading(&readings, "GPU-8680d50b-0000-0000-0000-290000000000");
+    assert!(near(max.utilisation_percent, 45), "tiles at 20 and 70: {max:?}");
+    machine().write(&description).unwrap();
 
     // 5. Tiles read apart: each its own engines and memory.
     let readings = cder_inventory::read_devices(&tiles.cders[0]).unwrap();
