@@ -4,8 +4,17 @@
 //!
 //! Nothing links against the loader: [`ZeLoader::new`] opens it at run time
 //! with libloading, and each function is a `Result` field, an error when the
-//! loader lacks it.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, missing_docs)]
+//! loader lacks it. Nothing here is safe to call directly; cder-inventory's
+//! `level_zero` module wraps what discovery and the readings need.
+
+#![deny(missing_docs)]
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
 #![allow(clippy::all)]
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+/// The generated declarations, re-exported at the crate root. They are
+/// documented by Level Zero's headers, so only here is `missing_docs` allowed.
+#[allow(missing_docs)]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+pub use bindings::*;
