@@ -758,6 +758,58 @@ mod tests {
         assert_eq!((b[0], b[1], b[2], b[15]), (0x86, 0x80, 0xd5, 0xff));
     }
 
+    /// The calls check `stype` as drivers do, follow count-then-fill, and
+    /// answer as the real loader does without a description.
+    #[test]
+    fn calls_answer_with_the_headers_layouts_and_codes() {
+        let dir = std::env::temp_dir().join(format!("fake-ze-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("machine.json");
+        let device = FakeDevice {
+            name: "Intel(R) Arc(TM) A770 Graphics".into(),
+            uuid: "868056a0000000000000030000000000".into(),
+            device_id: 0x56a0,
+            device_type: "gpu".into(),
+            bdf: "0000:03:00.0".into(),
+            memory_mib: vec![16384],
+            xe_cores: 32,
+            eus_per_xe_core: 16,
+            clock_mhz: 2400,
+            sub_devices: vec![],
+            health: FakeHealth::default(),
+        };
+        FakeLevelZero { devices: vec![device], ..Default::default() }.write(&path).unwrap();
+        // The only test here that touches the environment.
+        std::env::set_var(DESCRIPTION_ENV, &path);
+        std::env::remove_var("ZES_ENABLE_SYSMAN");
+        assert_eq!(zeInit(ZE_INIT_FLAG_GPU_ONLY), ZE_RESULT_SUCCESS);
+        let mut count = 0u32;
+        let mut driver: ze_driver_handle_t = std::ptr::null_mut();
+        let mut root: ze_device_handle_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointers, one slot each.
+        unsafe {
+            assert_eq!(zeDriverGet(&mut count, std::ptr::null_mut()), ZE_RESULT_SUCCESS);
+            assert_eq!(count, 1);
+            assert_eq!(zeDriverGet(&mut count, &mut driver), ZE_RESULT_SUCCESS);
+            assert_eq!(zeDeviceGet(driver, &mut count, &mut root), ZE_RESULT_SUCCESS);
+            let mut props: ze_device_properties_t = std::mem::zeroed();
+            assert_eq!(zeDeviceGetProperties(root, &mut props), ZE_RESULT_ERROR_INVALID_ARGUMENT, "stype 0");
+            props.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+            assert_eq!(zeDeviceGetProperties(root, &mut props), ZE_RESULT_SUCCESS);
+            assert_eq!((props.deviceId, props.type_, props.uuid.id[2]), (0x56a0, ZE_DEVICE_TYPE_GPU, 0x56));
+            let mut state: zes_device_state_t = std::mem::zeroed();
+            state.stype = ZES_STRUCTURE_TYPE_DEVICE_STATE;
+            assert_eq!(zesDeviceGetState(root, &mut state), ZE_RESULT_ERROR_UNINITIALIZED, "Sysman is off");
+            assert_eq!(
+                zeDeviceGetProperties(0x1234 as ze_device_handle_t, &mut props),
+                ZE_RESULT_ERROR_INVALID_NULL_HANDLE
+            );
+        }
+        std::env::remove_var(DESCRIPTION_ENV);
+        assert_eq!(zeInit(ZE_INIT_FLAG_GPU_ONLY), ZE_RESULT_ERROR_UNINITIALIZED);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn control_overrides_only_what_it_names() {
         let base = FakeHealth { busy_percent: Some(40), memory_health: Some("ok".into()), ..Default::default() };
