@@ -43,9 +43,10 @@ packages=(
   # a real EDQUOT for the full-disk tests: a btrfs image whose subvolume
   # has a qgroup limit (a limit root is held to, unlike user quotas)
   btrfs-progs
-  # AMD's ROCm SMI and Intel's Level Zero loader: the real libraries load
-  # here (and see no device); discovery = "auto" picks them where they load
-  librocm-smi64-1 libze1
+  # AMD's ROCm SMI and Intel's Level Zero: the headers the sys crates bind
+  # (librocm-smi-dev, libze-dev) and the real libraries, which load here,
+  # see no device and must say so; discovery = "auto" picks them where they load
+  librocm-smi-dev librocm-smi64-1 libze-dev libze1
   # getfacl: the ACL unit test compares cderd's encoding with it (shared GPUs)
   acl
 )

@@ -14,17 +14,20 @@ use std::ffi::OsString;
 
 use cder_model::{CderType, Config, Device, Discovery, VendorKind};
 
-// The error is a module of its own because nvml.rs returns it and the
-// root calls nvml.rs: in the root, the two would import each other.
+// The error and the reading are modules of their own because the vendor
+// modules return them and the root calls those: in the root, the two would
+// import each other.
 mod dev_scan;
 mod error;
 mod level_zero;
 mod nvml;
+mod reading;
 mod rocm_smi;
 mod sys;
 
 pub use error::InventoryError;
 pub use nvml::{char_major, discover_nvml, open_nvml, DRIVER_LIBRARY};
+pub use reading::DeviceReading;
 pub use sys::mig_instance_ids;
 
 /// Discovers the devices of every configured type, in config order and,
@@ -141,7 +144,7 @@ pub fn source_name(source: Discovery) -> &'static str {
 /// The library name ROCm SMI is loaded by unless `rocm_smi_library` says otherwise.
 const ROCM_SMI_LIBRARY: &str = "librocm_smi64.so.1";
 /// The library name the Level Zero loader is loaded by unless `level_zero_library` says otherwise.
-const LEVEL_ZERO_LIBRARY: &str = "libze_loader.so.1";
+const LEVEL_ZERO_LIBRARY: &str = level_zero::LOADER_LIBRARY;
 
 /// The library a library source loads for this type; `None` for the others.
 fn library(cder: &CderType, source: Discovery) -> Option<OsString> {
@@ -211,23 +214,6 @@ fn library_count(cder: &CderType, source: Discovery, devices: &[Device]) -> usiz
     } else {
         buses.len()
     }
-}
-
-/// What a vendor library says of one device now: for the health watch and
-/// the usage sampler of the types NVML does not serve.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceReading {
-    /// The device's `uuid`, as discovery gave it.
-    pub uuid: String,
-    /// Why the device cannot be used now (lost, a RAS fault), if it cannot.
-    pub fault: Option<String>,
-    /// Uncorrectable memory errors since the driver loaded, where reported:
-    /// a count that grows drains the device.
-    pub uncorrected_errors: Option<u64>,
-    /// Busy percentage of the device's compute engines, where reported.
-    pub utilisation_percent: Option<u32>,
-    /// Device memory in use, in MiB, where reported.
-    pub memory_used_mib: Option<u64>,
 }
 
 /// Reads every device of a `rocm-smi` or `level-zero` type (an `auto` type

@@ -536,6 +536,21 @@ pub enum MigOffer {
     Instances,
 }
 
+/// How an Intel GPU with tiles (Level Zero sub-devices, e.g. the two of a
+/// Data Center GPU Max 1550) is offered (`tiles = "whole" | "tiles"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TileOffer {
+    /// The GPU is one device; its tiles are the job's business.
+    #[default]
+    Whole,
+    /// A GPU with tiles is offered as its tiles, each a device of its own,
+    /// made visible as `ZE_AFFINITY_MASK` names one (`0.1`: GPU 0, tile 1).
+    /// Tiles share their GPU's render node, so jobs on two tiles of one GPU
+    /// are not fenced from each other (docs/security.md).
+    Tiles,
+}
+
 /// The vendor families whose visibility variables cder knows by default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum VendorKind {
@@ -655,6 +670,10 @@ pub struct CderType {
     /// Level Zero loader to load instead of `libze_loader.so.1`.
     #[serde(default)]
     pub level_zero_library: Option<PathBuf>,
+    /// Whether an Intel GPU with tiles is offered whole or as its tiles
+    /// (Level Zero discovery, or `auto` where Level Zero answers).
+    #[serde(default)]
+    pub tiles: TileOffer,
     /// Where the `/dev` scan reads `class/drm/*/device/{vendor,device,numa_node}`.
     #[serde(default = "default_sysfs_root")]
     pub sysfs_root: PathBuf,
@@ -1034,6 +1053,13 @@ impl Config {
                 }
                 _ => {}
             }
+            if cder.tiles == TileOffer::Tiles && !matches!(cder.discovery, Discovery::LevelZero | Discovery::Auto) {
+                return Err(at(
+                    name_at,
+                    "cder.tiles",
+                    format!("type {name:?}: tiles = \"tiles\" is only for discovery = \"level-zero\" (or \"auto\")"),
+                ));
+            }
             let mut indices = BTreeSet::new();
             let mut uuids = BTreeSet::new();
             for dev in &cder.devices {
@@ -1367,6 +1393,19 @@ path = "/dev/xclmgmt0"
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn tiles_are_whole_unless_asked_and_only_for_level_zero() {
+        let ze = "[[cder]]\nname = \"xe\"\nvendor = \"intel\"\ndiscovery = \"level-zero\"\n";
+        assert_eq!(parse(ze).unwrap().cders[0].tiles, TileOffer::Whole);
+        let tiles = format!("{ze}tiles = \"tiles\"\n");
+        assert_eq!(parse(&tiles).unwrap().cders[0].tiles, TileOffer::Tiles);
+        let e = parse(&format!("{ze}tiles = \"halves\"\n")).unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        let e = parse(&tiles.replace("\"level-zero\"", "\"dev-scan\"")).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("cder.tiles"), Some(2)), "{e}");
+        assert!(e.to_string().contains("only for discovery = \"level-zero\""), "{e}");
     }
 
     #[test]

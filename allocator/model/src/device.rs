@@ -201,6 +201,17 @@ pub fn is_mig_uuid(uuid: &str) -> bool {
     uuid.starts_with("MIG-")
 }
 
+/// The `ZE_AFFINITY_MASK` entry a Level Zero device offered with
+/// `tiles = "tiles"` carries at the end of its UUID: `GPU-…@0.1` is tile 1
+/// of the loader's GPU 0, `GPU-…@2` the whole GPU 2. `(GPU, tile)`.
+pub fn ze_affinity(uuid: &str) -> Option<(u32, Option<u32>)> {
+    let (_, entry) = uuid.rsplit_once('@')?;
+    match entry.split_once('.') {
+        Some((gpu, tile)) => Some((gpu.parse().ok()?, Some(tile.parse().ok()?))),
+        None => Some((entry.parse().ok()?, None)),
+    }
+}
+
 impl Device {
     /// The MIG profile (`1g.10gb`) when this device is a MIG instance: its
     /// UUID is `MIG-…` and its model is NVML's `<GPU model> MIG <profile>`.

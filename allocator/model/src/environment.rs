@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{CderType, VisibleIds};
-use crate::device::{is_mig_uuid, Device};
+use crate::config::{CderType, VendorKind, VisibleIds};
+use crate::device::{is_mig_uuid, ze_affinity, Device};
 
 /// One device a job holds, by the names the environment needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,20 +97,34 @@ impl JobEnvironment {
             }
             let mine = of_type(visible, cder.name());
             // Relative positions count whole GPUs only: a MIG instance is
-            // named by UUID and takes no runtime index of its own.
-            let openable: Vec<u32> = match cgroup {
+            // named by UUID and takes no runtime index of its own, and a
+            // Level Zero tile counts as its GPU (the loader's number).
+            let affinity = |uuid: &str| if cder.vendor == VendorKind::Intel { ze_affinity(uuid) } else { None };
+            let runtime_gpu = |d: &HeldDevice<'_>| affinity(d.uuid).map_or(d.index, |(gpu, _)| gpu);
+            let mut openable: Vec<u32> = match cgroup {
                 DeviceCgroup::None => Vec::new(),
                 DeviceCgroup::Job => {
-                    of_type(job, cder.name()).iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect()
+                    of_type(job, cder.name()).iter().filter(|d| !is_mig_uuid(d.uuid)).map(runtime_gpu).collect()
                 }
-                DeviceCgroup::Step => mine.iter().filter(|d| !is_mig_uuid(d.uuid)).map(|d| d.index).collect(),
+                DeviceCgroup::Step => mine.iter().filter(|d| !is_mig_uuid(d.uuid)).map(runtime_gpu).collect(),
             };
+            openable.sort_unstable();
+            openable.dedup();
             let list = mine
                 .iter()
                 .map(|d| match (cder.visible_ids, cgroup) {
                     // The CUDA runtime selects a MIG instance only by its
                     // UUID: an index names the whole parent GPU.
                     _ if is_mig_uuid(d.uuid) => d.uuid.to_string(),
+                    // ZE_AFFINITY_MASK takes `GPU[.tile]`, never a UUID.
+                    _ if affinity(d.uuid).is_some() => {
+                        let (gpu, tile) = affinity(d.uuid).unwrap_or((d.index, None));
+                        let gpu = match cgroup {
+                            DeviceCgroup::None => gpu,
+                            _ => openable.iter().position(|&g| g == gpu).unwrap_or(0) as u32,
+                        };
+                        tile.map_or(gpu.to_string(), |t| format!("{gpu}.{t}"))
+                    }
                     (VisibleIds::Index, DeviceCgroup::None) => d.index.to_string(),
                     (VisibleIds::Index, _) => openable.iter().position(|&i| i == d.index).unwrap_or(0).to_string(),
                     (VisibleIds::Uuid, _) => d.uuid.to_string(),
@@ -193,6 +207,31 @@ discovery = "static"
         assert_eq!(env.get("HIP_VISIBLE_DEVICES"), Some(""));
         assert_eq!(env.get("GPU_DEVICE_ORDINAL"), Some(""));
         assert_eq!(env.to_lines().lines().next(), Some("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
+    }
+
+    #[test]
+    fn level_zero_tiles_are_named_as_ze_affinity_mask_writes_them() {
+        let c = Config::parse(
+            "[[cder]]\nname = \"xe\"\nvendor = \"intel\"\ndiscovery = \"level-zero\"\ntiles = \"tiles\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        // GPU 0 has two tiles (indices 0, 1), GPU 1 has none (index 2), GPU 2 two tiles (3, 4).
+        let held = |index, uuid| HeldDevice { cder_type: "xe", index, uuid };
+        let job = [held(1, "GPU-a1@0.1"), held(2, "GPU-b@1"), held(4, "GPU-c1@2.1")];
+        let absolute = JobEnvironment::for_held(&c.cders, &job, false);
+        assert_eq!(absolute.get("ZE_AFFINITY_MASK"), Some("0.1,1,2.1"));
+        // In the job's device cgroup the loader numbers the GPUs it can open from 0.
+        let relative = JobEnvironment::for_held(&c.cders, &job, true);
+        assert_eq!(relative.get("ZE_AFFINITY_MASK"), Some("0.1,1,2.1"));
+        let step = JobEnvironment::for_step(&c.cders, &job, &job[2..], DeviceCgroup::Step);
+        assert_eq!(step.get("ZE_AFFINITY_MASK"), Some("0.1"));
+        let two_tiles = [held(3, "GPU-c0@2.0"), held(4, "GPU-c1@2.1")];
+        let env = JobEnvironment::for_held(&c.cders, &two_tiles, true);
+        assert_eq!(env.get("ZE_AFFINITY_MASK"), Some("0.0,0.1"));
+        assert_eq!(ze_affinity("GPU-8680@10.3"), Some((10, Some(3))));
+        assert_eq!(ze_affinity("GPU-8680"), None);
+        assert_eq!(ze_affinity("fpga-0"), None);
     }
 
     #[test]

@@ -27,14 +27,14 @@ pub mod shared;
 
 pub use config::{Config, ConfigError, NodeConfig, DEFAULT_CONFIG_PATH, DEFAULT_SOCKET};
 pub use confine::{Confine, DeprecatedConfine, UnknownConfine, CONFINE_WORDS};
-pub use device::is_mig_uuid;
+pub use device::{is_mig_uuid, ze_affinity};
 pub use device::{ComputeCapability, Device, DeviceAttributes, DeviceNumber, Health};
 pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{
-    CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Sharing, UsageSampling, VendorKind,
-    VisibleIds,
+    CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Sharing, TileOffer, UsageSampling,
+    VendorKind, VisibleIds,
 };
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};
 pub use shared::SharedFile;
