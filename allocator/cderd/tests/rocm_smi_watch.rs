@@ -65,7 +65,7 @@ fn set_umc(machine: &mut FakeRocmSmi, i: usize, count: u64) {
 #[test]
 fn a_grown_ecc_count_or_a_lost_gpu_drains_it_with_the_reason() {
     // GPU 1 comes with errors from before cderd: the baseline, not a drain.
-    let mut machine = FakeRocmSmi { devices: (0..3).map(gpu).collect(), fail: vec![] };
+    let mut machine = FakeRocmSmi { devices: (0..3).map(gpu).collect(), ..Default::default() };
     set_umc(&mut machine, 1, 4);
     let (mut node, description) = amd_node(&machine, "interval_s = 1", "sample = false");
     let status = node.status();
@@ -120,7 +120,7 @@ fn a_grown_ecc_count_or_a_lost_gpu_drains_it_with_the_reason() {
 
 #[test]
 fn a_busy_amd_gpu_shows_in_the_jobs_usage() {
-    let mut machine = FakeRocmSmi { devices: (0..2).map(gpu).collect(), fail: vec![] };
+    let mut machine = FakeRocmSmi { devices: (0..2).map(gpu).collect(), ..Default::default() };
     let (node, description) =
         amd_node(&machine, "watch = false", "sample_period_s = 0.2\nactive_threshold_percent = 5");
     let mut request = AllocRequest::new("slurm:7".parse().unwrap(), 4321, 1);
@@ -145,4 +145,45 @@ fn a_busy_amd_gpu_shows_in_the_jobs_usage() {
     // The idle GPU nobody holds is not sampled for anyone.
     let all = node.client().usage(&UsageRequest::default()).unwrap().devices;
     assert!(all.iter().all(|d| d.uuid == gpu(1).uuid()), "{all:?}");
+}
+
+/// Other processes on the node use ROCm SMI too: one holding its shared
+/// lock, or a call that keeps cderd waiting, must drain nothing and delay no
+/// request; the watch takes up again once the library answers.
+#[test]
+fn a_held_or_slow_rocm_smi_drains_nothing_and_stalls_no_request() {
+    let mut machine = FakeRocmSmi { devices: (0..2).map(gpu).collect(), ..Default::default() };
+    let (node, description) = amd_node(&machine, "interval_s = 1", "sample = false");
+
+    // 1. The lock is held: each check is skipped, and says why.
+    machine.busy = true;
+    machine.write(&description).unwrap();
+    cder_testkit::wait_for("a skipped check", Duration::from_secs(180), || {
+        node.log().contains("A resource or mutex could not be acquired")
+    });
+
+    // 2. The library answers after 15 s: the read is given up at 10 s.
+    machine.busy = false;
+    machine.delay_ms = 15_000;
+    machine.write(&description).unwrap();
+    cder_testkit::wait_for("a read past its deadline", Duration::from_secs(180), || {
+        node.log().contains("ROCm SMI did not answer within 10 s")
+    });
+    // Meanwhile every request is answered at once.
+    let asked = std::time::Instant::now();
+    let mut c = node.client();
+    let a = c.alloc(&AllocRequest::new("slurm:3".parse().unwrap(), 4321, 1)).unwrap();
+    let status = c.status().unwrap();
+    c.release(&"slurm:3".parse().unwrap()).unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(2), "requests took {:?}", asked.elapsed());
+    assert_eq!(a.devices.len(), 1);
+    assert!(status.devices.iter().all(|d| d.reason.is_none()), "drained while unreadable: {:?}", status.devices);
+
+    // 3. It answers again: an error that came meanwhile drains.
+    machine.delay_ms = 0;
+    set_umc(&mut machine, 1, 2);
+    machine.write(&description).unwrap();
+    let d1 = wait_for(&node, 1, "drained by ECC", |d| d.reason.is_some());
+    assert_eq!(d1.reason.as_deref(), Some("uncorrectable ECC error (2 since the driver loaded, 0 before)"));
+    assert_eq!(wait_for(&node, 0, "healthy", |_| true).reason, None);
 }

@@ -24,6 +24,10 @@
 //! answer `RSMI_STATUS_FILE_ERROR` (missing) or `RSMI_STATUS_UNEXPECTED_DATA`
 //! (not the JSON below), with the reason on stderr.
 //!
+//! Two knobs stand for a node where other processes use ROCm SMI too:
+//! `busy` (its shared lock is held) and `delay_ms` (a call that keeps its
+//! caller waiting).
+//!
 //! No panic crosses the FFI boundary: each function answers
 //! `RSMI_STATUS_INTERNAL_EXCEPTION` instead, as ROCm SMI does for a C++
 //! exception.
@@ -46,6 +50,18 @@ pub struct FakeRocmSmi {
     /// tests can check that a failing call is reported by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fail: Vec<String>,
+    /// Every per-device call answers `RSMI_STATUS_BUSY`, as when another
+    /// process on the node holds ROCm SMI's shared lock past its wait.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
+    /// `rsmi_num_monitor_devices` (once per enumeration) first sleeps this
+    /// long: a driver or lock that keeps the caller waiting.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One fake AMD GPU.
@@ -159,6 +175,9 @@ fn gpu<T>(call: &str, index: u32, out: *mut T) -> Result<FakeGpu, rsmi_status_t>
     let machine = machine()?;
     if machine.fail.iter().any(|f| f == call) {
         return Err(RSMI_STATUS_UNKNOWN_ERROR);
+    }
+    if machine.busy {
+        return Err(RSMI_STATUS_BUSY);
     }
     let gpu = machine.devices.get(index as usize).cloned().ok_or(RSMI_STATUS_INVALID_ARGS)?;
     if gpu.lost && call != "rsmi_dev_pci_id_get" {
@@ -274,7 +293,11 @@ pub unsafe extern "C" fn rsmi_num_monitor_devices(num_devices: *mut u32) -> rsmi
         if INITIALISED.load(Ordering::SeqCst) == 0 {
             return answer(num_devices, Ok(0));
         }
-        answer(num_devices, machine().map(|m| m.devices.len() as u32))
+        let machine = machine();
+        if let Ok(m) = &machine {
+            std::thread::sleep(std::time::Duration::from_millis(m.delay_ms));
+        }
+        answer(num_devices, machine.map(|m| m.devices.len() as u32))
     })
 }
 

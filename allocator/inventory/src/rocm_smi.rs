@@ -99,16 +99,21 @@ pub fn discover(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
 
 /// Reads health and use of every device the library reports. A GPU whose
 /// unique id (or busy percentage) can no longer be read is reported with a
-/// fault, under the uuid it had when last read; what a board does not
-/// report, or what ROCm SMI's lock (shared with every process on the node
-/// that uses ROCm SMI) kept it from reading now, is `None`, never a fault.
+/// fault, under the uuid it had when last read. What a board does not
+/// report is `None`, as is what ROCm SMI's lock (shared with every process
+/// on the node that uses ROCm SMI) kept from being read now; a read that
+/// cannot name every GPU for that reason fails as a whole, since a GPU left
+/// out would look lost.
 pub fn read(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
     let session = Session::open(cder)?;
     let lib = &session.lib;
     let count = session.call("rsmi_num_monitor_devices", None, lib.num_monitor_devices())?;
     let mut readings = Vec::with_capacity(count as usize);
     for index in 0..count {
-        let Ok(bdfid) = lib.dev_pci_id(index) else { continue };
+        let at = Some(index);
+        // A GPU that cannot be named fails the whole read: a reading left
+        // out would look like a GPU gone.
+        let bdfid = session.call("rsmi_dev_pci_id_get", at, lib.dev_pci_id(index))?;
         let pci_bus_id = bus_id(bdfid);
         let mut fault = None;
         let uuid = match device_uuid(lib, index, &pci_bus_id) {
@@ -116,16 +121,19 @@ pub fn read(cder: &CderType) -> Result<Vec<DeviceReading>, InventoryError> {
                 remember(bdfid, &uuid);
                 uuid
             }
-            Err(status) => {
-                let Some(uuid) = remembered(bdfid) else {
+            Err(status) if status == RSMI_STATUS_BUSY => {
+                return Err(session.failed("rsmi_dev_unique_id_get", at, status))
+            }
+            Err(status) => match remembered(bdfid) {
+                Some(uuid) => {
+                    fault = Some(format!("GPU lost: rsmi_dev_unique_id_get: {}", lib.status_string(status)));
+                    uuid
+                }
+                None => {
                     tracing::warn!(cder_type = cder.name(), index, pci_bus_id, "ROCm SMI: GPU {index} ({pci_bus_id}) has no readable unique id and was never seen: not read: {}", lib.status_string(status));
                     continue;
-                };
-                if !is_unreported(status) {
-                    fault = Some(format!("GPU lost: rsmi_dev_unique_id_get: {}", lib.status_string(status)));
                 }
-                uuid
-            }
+            },
         };
         let busy = lib.dev_busy_percent(index);
         // Its sysfs files gone: a board without the busy file says "not supported".
@@ -307,12 +315,6 @@ fn optional<T>(result: Result<T, Status>) -> Result<Option<T>, Status> {
         Err(status) if status == RSMI_STATUS_NOT_SUPPORTED || status == RSMI_STATUS_NOT_YET_IMPLEMENTED => Ok(None),
         Err(status) => Err(status),
     }
-}
-
-/// Statuses that say nothing about the GPU itself: the board does not
-/// report it, or another process holds ROCm SMI's lock now.
-fn is_unreported(status: Status) -> bool {
-    status == RSMI_STATUS_NOT_SUPPORTED || status == RSMI_STATUS_NOT_YET_IMPLEMENTED || status == RSMI_STATUS_BUSY
 }
 
 #[cfg(test)]

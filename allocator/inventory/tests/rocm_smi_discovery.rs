@@ -25,7 +25,7 @@ fn fake_machine() -> FakeRocmSmi {
         ecc: None,
         lost: false,
     };
-    FakeRocmSmi { devices: vec![FakeGpu::mi210(0x5eed, 0), FakeGpu::mi210(0x5eed, 1), w6800], fail: vec![] }
+    FakeRocmSmi { devices: vec![FakeGpu::mi210(0x5eed, 0), FakeGpu::mi210(0x5eed, 1), w6800], ..Default::default() }
 }
 
 /// A sysfs tree with the KFD topology of the two MI210s (gfx90a) and a
@@ -126,7 +126,20 @@ fn rocm_smi_discovery_through_the_fake_library() {
     );
     assert!(readings.iter().filter(|r| r.uuid != "GPU-00005eed00001001").all(|r| r.fault.is_none()), "{readings:?}");
 
-    // 4. A failing call is reported by name, with the device, the library
+    // 4. Another process holds ROCm SMI's lock: no GPU can be named now,
+    //    which is no fault of theirs, so the read fails as a whole (a GPU
+    //    left out of it would look lost).
+    let mut held = busy.clone();
+    held.busy = true;
+    held.write(&machine).unwrap();
+    let err = cder_inventory::read_devices(&config.cders[0]).unwrap_err().to_string();
+    assert!(
+        err.contains("rsmi_dev_pci_id_get failed for device 0")
+            && err.contains("A resource or mutex could not be acquired because it is already being used"),
+        "{err}"
+    );
+
+    // 5. A failing call is reported by name, with the device, the library
     //    and ROCm SMI's own words.
     let mut failing = gpus.clone();
     failing.fail = vec!["rsmi_dev_name_get".into()];
@@ -139,17 +152,17 @@ fn rocm_smi_discovery_through_the_fake_library() {
         "{err}"
     );
 
-    // 5. A library that reports no GPU: an empty list, not an error (the
+    // 6. A library that reports no GPU: an empty list, not an error (the
     //    scan of /dev decides whether that is wrong).
     FakeRocmSmi::default().write(&machine).unwrap();
     assert!(cder_inventory::discover(&config).unwrap().is_empty());
 
-    // 6. A description the fake cannot read: rsmi_init fails, named.
+    // 7. A description the fake cannot read: rsmi_init fails, named.
     std::fs::write(&machine, b"{\"devices\": [ {").unwrap();
     let err = cder_inventory::discover(&config).unwrap_err().to_string();
     assert!(err.contains("rsmi_init failed") && err.contains("not of the type that was expected"), "{err}");
 
-    // 7. No amdgpu driver: rsmi_init fails as the real library's does, and
+    // 8. No amdgpu driver: rsmi_init fails as the real library's does, and
     //    the error says what is missing.
     std::env::remove_var("CDER_FAKE_ROCM_SMI");
     let err = cder_inventory::discover(&config).unwrap_err();
@@ -165,7 +178,7 @@ fn rocm_smi_discovery_through_the_fake_library() {
     let err = cder_inventory::read_devices(&config.cders[0]).unwrap_err().to_string();
     assert!(err.contains("rsmi_init failed: An error occurred during initialization"), "{err}");
 
-    // 8. A library that does not exist at all.
+    // 9. A library that does not exist at all.
     let mut missing = config.clone();
     missing.cders[0].rocm_smi_library = Some(dir.path().join("librocm_smi64.so.1"));
     let err = cder_inventory::discover(&missing).unwrap_err().to_string();
