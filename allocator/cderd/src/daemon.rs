@@ -1157,7 +1157,7 @@ impl Daemon {
         // The types whose devices a library can say something about.
         let sampled = |t: &str| {
             self.config.cder(t).is_some_and(|c| {
-                c.discovery == cder_model::Discovery::Nvml || crate::vendor_watch::reads_devices(c.discovery)
+                c.discovery == cder_model::Discovery::Nvml || cder_inventory::reads_devices(c.discovery)
             })
         };
         let whole = devices.into_iter().filter(|d| d.present && sampled(&d.cder_type)).filter_map(|d| {

@@ -1,5 +1,5 @@
 //! The health watch: cderd drains an NVML device that fails (and, through
-//! [`crate::vendor_watch`], a ROCm SMI or Level Zero one).
+//! `vendor_watch`, a ROCm SMI or Level Zero one).
 //!
 //! One thread per `discovery = "nvml"` type (`[node.health] watch`, on by
 //! default) registers for NVML's critical Xid and double-bit ECC events and,
@@ -61,7 +61,6 @@ pub fn spawn(daemon: &Arc<Daemon>) {
             tracing::error!(cder_type = name, "cannot start the health watch thread: {e}");
         }
     }
-    crate::vendor_watch::spawn_health(daemon, interval);
 }
 
 /// One physical GPU being watched.

@@ -55,7 +55,7 @@ pub fn spawn(daemon: &Arc<Daemon>) {
         tracing::info!("[node.usage] sample = false: device use is not sampled");
         return;
     }
-    let vendor_types = daemon.config().cders.iter().any(|c| crate::vendor_watch::reads_devices(c.discovery));
+    let vendor_types = daemon.config().cders.iter().any(|c| cder_inventory::reads_devices(c.discovery));
     if !vendor_types && !daemon.config().cders.iter().any(|c| c.discovery == Discovery::Nvml) {
         tracing::info!("no discovery = \"nvml\", \"rocm-smi\" or \"level-zero\" type: no device use to sample");
         return;
@@ -186,7 +186,11 @@ impl<'n> Sampler<'n> {
             }
             out.push(own_share(&shared_seen[&target.uuid], &target.job));
         }
-        out.extend(crate::vendor_watch::observe(daemon, &targets, (at_ms, previous_ms), &mut self.vendor_readers));
+        // A sharer's part of a device these libraries list no process of is unknown.
+        let vendor = crate::vendor_watch::observe(daemon, &targets, (at_ms, previous_ms), &mut self.vendor_readers);
+        out.extend(
+            vendor.into_iter().map(|(whole, shared)| if shared { own_share(&whole, &whole.job) } else { whole }),
+        );
         // Instances no longer held keep no GPM sample.
         self.gpm_previous.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
         self.process_seen.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));

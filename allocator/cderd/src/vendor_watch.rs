@@ -19,7 +19,7 @@
 //! again. `[node.health] return_after_s` returns the lost-GPU drains as it
 //! does NVML's.
 //!
-//! Use: the usage sampler ([`crate::usage`]) records each held device's
+//! Use: the usage sampler (`usage`) records each held device's
 //! busy percentage (source `device`) and memory in use from the same reads,
 //! once per type and period. These libraries list no process per device
 //! here, so there is no per-process attribution, and a device shared by
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use cder_inventory::DeviceReading;
+use cder_inventory::{reads_devices, DeviceReading};
 use cder_model::{CderType, Discovery};
 
 use crate::daemon::{Daemon, UsageTarget};
@@ -45,11 +45,6 @@ use crate::store::UsageObservation;
 
 /// The longest a health check or a usage sample waits for one type's read.
 pub const READ_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Whether a type's devices are read through [`cder_inventory::read_devices`].
-pub fn reads_devices(discovery: Discovery) -> bool {
-    matches!(discovery, Discovery::RocmSmi | Discovery::LevelZero)
-}
 
 /// The library a type's readings come from, for logs and drain reasons.
 fn source(cder: &CderType) -> &'static str {
@@ -92,8 +87,14 @@ impl Reader {
     }
 }
 
-/// Starts one watch thread per type read through its vendor's library.
-pub fn spawn_health(daemon: &Arc<Daemon>, interval: Duration) {
+/// Starts one watch thread per type read through its vendor's library,
+/// unless `[node.health] watch = false`.
+pub fn spawn_health(daemon: &Arc<Daemon>) {
+    let health = &daemon.config().node.health;
+    if !health.watch {
+        return;
+    }
+    let interval = Duration::from_secs(health.interval_s);
     for cder in daemon.config().cders.iter().filter(|c| reads_devices(c.discovery)) {
         let (daemon, cder) = (Arc::clone(daemon), cder.clone());
         let name = cder.name().to_string();
@@ -213,14 +214,14 @@ fn ecc_verdict(seen: Option<u64>, now: u64) -> Option<String> {
 
 /// The usage sampler's observations of the `targets` whose types are read
 /// through their vendor's library: one read per type (within the deadline),
-/// a sample per target; a shared device's sharer gets only its own part,
-/// which without a process list is unknown.
+/// the whole device's sample per target, with whether the target is a
+/// sharer's (whose part the sampler takes).
 pub fn observe(
     daemon: &Daemon,
     targets: &[UsageTarget],
     at: (i64, Option<i64>),
     readers: &mut HashMap<String, Reader>,
-) -> Vec<UsageObservation> {
+) -> Vec<(UsageObservation, bool)> {
     let mut read: HashMap<&str, HashMap<String, DeviceReading>> = HashMap::new();
     let mut out = Vec::new();
     for target in targets {
@@ -250,7 +251,7 @@ pub fn observe(
             memory_mib: reading.and_then(|r| r.memory_used_mib),
             processes: None,
         };
-        out.push(if target.shared { crate::usage::own_share(&whole, &target.job) } else { whole });
+        out.push((whole, target.shared));
     }
     out
 }
@@ -268,12 +269,5 @@ mod tests {
             ecc_verdict(Some(1), 3).as_deref(),
             Some("uncorrectable ECC error (3 since the driver loaded, 1 before)")
         );
-    }
-
-    #[test]
-    fn only_vendor_library_types_are_read_here() {
-        assert!(reads_devices(Discovery::RocmSmi) && reads_devices(Discovery::LevelZero));
-        assert!(!reads_devices(Discovery::Nvml) && !reads_devices(Discovery::Static));
-        assert!(!reads_devices(Discovery::DevScan));
     }
 }

@@ -17,11 +17,13 @@ mod dev_scan;
 mod error;
 mod level_zero;
 mod nvml;
+mod reading;
 mod rocm_smi;
 mod sys;
 
 pub use error::InventoryError;
 pub use nvml::{char_major, discover_nvml, open_nvml, DRIVER_LIBRARY};
+pub use reading::DeviceReading;
 pub use sys::mig_instance_ids;
 
 /// Discovers the devices of every configured type, in config order and,
@@ -68,21 +70,17 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
     Ok(devices)
 }
 
-/// What a vendor library says of one device now: for the health watch and
-/// the usage sampler of the types NVML does not serve.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceReading {
-    /// The device's `uuid`, as discovery gave it.
-    pub uuid: String,
-    /// Why the device cannot be used now (lost, a RAS fault), if it cannot.
-    pub fault: Option<String>,
-    /// Uncorrectable memory errors since the driver loaded, where reported:
-    /// a count that grows drains the device.
-    pub uncorrected_errors: Option<u64>,
-    /// Busy percentage of the device's compute engines, where reported.
-    pub utilisation_percent: Option<u32>,
-    /// Device memory in use, in MiB, where reported.
-    pub memory_used_mib: Option<u64>,
+/// Whether [`read_devices`] reads a type of this discovery through its
+/// vendor's library: the types whose health and use cderd watches through
+/// it (NVML types have a watch of their own).
+///
+/// ```
+/// use cder_model::Discovery;
+/// assert!(cder_inventory::reads_devices(Discovery::RocmSmi) && cder_inventory::reads_devices(Discovery::LevelZero));
+/// assert!(!cder_inventory::reads_devices(Discovery::Nvml) && !cder_inventory::reads_devices(Discovery::Static));
+/// ```
+pub fn reads_devices(discovery: Discovery) -> bool {
+    matches!(discovery, Discovery::RocmSmi | Discovery::LevelZero)
 }
 
 /// Reads every device of a `rocm-smi` or `level-zero` type (an `auto` type
