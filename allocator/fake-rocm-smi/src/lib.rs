@@ -115,10 +115,14 @@ impl FakeGpu {
         }
     }
 
-    /// The uuid cder gives this GPU (`GPU-` and its unique id in 16 hex
-    /// digits, as ROCm's `ROCR_VISIBLE_DEVICES` writes one).
+    /// The uuid cder gives this GPU: `GPU-` and its unique id in 16 hex
+    /// digits, as ROCm's `ROCR_VISIBLE_DEVICES` writes one; `AMD-PCI-` and
+    /// its bus id without a unique id.
     pub fn uuid(&self) -> String {
-        format!("GPU-{:016x}", self.unique_id.unwrap_or_default())
+        match self.unique_id {
+            Some(id) => format!("GPU-{id:016x}"),
+            None => format!("AMD-PCI-{}", self.pci_bus_id),
+        }
     }
 }
 
@@ -266,12 +270,27 @@ pub unsafe extern "C" fn rsmi_status_string(status: rsmi_status_t, status_string
             RSMI_STATUS_INVALID_ARGS => c"RSMI_STATUS_INVALID_ARGS: The provided arguments do not meet the preconditions required for calling this function.",
             RSMI_STATUS_NOT_SUPPORTED => c"RSMI_STATUS_NOT_SUPPORTED: This function is not supported in the current environment.",
             RSMI_STATUS_FILE_ERROR => c"RSMI_STATUS_FILE_ERROR: There was an error in finding or opening a file or directory. The operation may not be supported by this Linux kernel version.",
+            RSMI_STATUS_PERMISSION => c"RSMI_STATUS_PERMISSION: The user ID of the calling process does not have sufficient permission to execute a command.  Often this is fixed by running as root (sudo).",
+            RSMI_STATUS_OUT_OF_RESOURCES => c"Unable to acquire memory or other resource",
             RSMI_STATUS_INTERNAL_EXCEPTION => c"An internal exception was caught",
+            RSMI_STATUS_INPUT_OUT_OF_BOUNDS => c"The provided input is out of allowable or safe range",
             RSMI_STATUS_INIT_ERROR => c"An error occurred during initialization, during monitor discovery or when when initializing internal data structures",
+            RSMI_STATUS_NOT_YET_IMPLEMENTED => c"The called function has not been implemented in this system for this device type",
+            RSMI_STATUS_NOT_FOUND => c"An item required to complete the call was not found",
+            RSMI_STATUS_INSUFFICIENT_SIZE => c"Not enough resources were available to fully execute the call",
+            RSMI_STATUS_INTERRUPT => c"An interrupt occurred while executing the function",
+            RSMI_STATUS_UNEXPECTED_SIZE => c"Data (usually from reading a file) was out of range from what was expected",
+            RSMI_STATUS_NO_DATA => c"No data was found (usually from reading a file) where data was expected",
             RSMI_STATUS_UNEXPECTED_DATA => c"Data (usually from reading a file) was not of the type that was expected",
             RSMI_STATUS_BUSY => c"A resource or mutex could not be acquired because it is already being used",
+            RSMI_STATUS_REFCOUNT_OVERFLOW => c"An internal reference counter exceeded INT32_MAX",
             RSMI_STATUS_UNKNOWN_ERROR => c"An unknown error prevented the call from completing successfully",
-            _ => c"An unknown error occurred",
+            // The real one points at this text and answers RSMI_STATUS_UNKNOWN_ERROR.
+            _ => {
+                // SAFETY: checked non-null; the string is static.
+                unsafe { status_string.write(c"An unknown error occurred".as_ptr()) };
+                return RSMI_STATUS_UNKNOWN_ERROR;
+            }
         };
         // SAFETY: checked non-null; the string is static.
         unsafe { status_string.write(text.as_ptr()) };

@@ -89,7 +89,8 @@ fn rocm_smi_discovery_through_the_fake_library() {
          "path":"/dev/dri/renderD130","dev":"226:130","numa_node":0,"health":"healthy"}
     ]);
     assert_eq!(got, expected, "discovered:\n{}", serde_json::to_string_pretty(&got).unwrap());
-    assert_eq!(devices[0].uuid, gpus.devices[0].uuid());
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    assert_eq!(uuids, gpus.devices.iter().map(FakeGpu::uuid).collect::<Vec<_>>());
 
     // 2. What the health watch and the usage sampler read.
     let mut busy = gpus.clone();
@@ -222,5 +223,31 @@ fn the_real_rocm_smi_library_says_why_it_sees_no_gpu() {
         assert!(device.path.to_string_lossy().starts_with("/dev/dri/renderD"), "{device:?}");
         assert_eq!(device.dev.map(|d| d.major), Some(226), "{device:?}");
         assert!(device.attributes.memory_mib > 0 && !device.attributes.model.is_empty(), "{device:?}");
+    }
+}
+
+/// The fake's status strings are the real library's, code for code: the
+/// errors cder prints through the fake read as they will on an AMD node.
+#[test]
+fn the_fake_speaks_the_real_librarys_words() {
+    let real = Path::new("/usr/lib/librocm_smi64.so.1");
+    if !cder_testkit::require(real.exists(), "librocm-smi64-1 (/usr/lib/librocm_smi64.so.1)") {
+        return;
+    }
+    let fake = cder_fake_rocm_smi::library_path().expect("librocm_smi64.so is built beside the test binary");
+    let real = cder_rocm_smi_sys::RocmSmi::load(real.as_os_str()).unwrap();
+    let fake = cder_rocm_smi_sys::RocmSmi::load(fake.as_os_str()).unwrap();
+    for code in (0..=17).chain([0x55, cder_rocm_smi_sys::RSMI_STATUS_UNKNOWN_ERROR]) {
+        assert_eq!(fake.status_string(code), real.status_string(code), "status {code}");
+    }
+    // Without the driver (and, for the fake, without its file), both fail
+    // to start alike, and answer alike after.
+    if !Path::new("/sys/module/amdgpu").exists() {
+        let _env = cder_testkit::env_lock();
+        std::env::remove_var("CDER_FAKE_ROCM_SMI");
+        let answers = |lib: &cder_rocm_smi_sys::RocmSmi| (lib.init(0), lib.num_monitor_devices(), lib.shut_down());
+        let init_error = cder_rocm_smi_sys::RSMI_STATUS_INIT_ERROR;
+        assert_eq!(answers(&real), (Err(init_error), Ok(0), Err(init_error)));
+        assert_eq!(answers(&fake), answers(&real));
     }
 }
