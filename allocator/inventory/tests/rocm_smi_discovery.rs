@@ -139,6 +139,9 @@ fn rocm_smi_discovery_through_the_fake_library() {
             && err.contains("A resource or mutex could not be acquired because it is already being used"),
         "{err}"
     );
+    // Discovery too fails, naming the call (cderd then does not start).
+    let err = cder_inventory::discover(&config).unwrap_err().to_string();
+    assert!(err.contains("rsmi_dev_pci_id_get failed for device 0: A resource or mutex"), "{err}");
 
     // 5. A failing call is reported by name, with the device, the library
     //    and ROCm SMI's own words.

@@ -374,6 +374,7 @@ mod tests {
                 model: "GeForce GTS 450".into(),
                 memory_mib: 1023,
                 compute_capability: Some("2.1".parse().unwrap()),
+                architecture: None,
                 multiprocessors: Some(4),
                 cores_per_mp: Some(48),
                 cores: Some(192),
