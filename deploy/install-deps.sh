@@ -20,6 +20,9 @@ packages=(
   # the site/top BDII chain test runs third-party/glite-info-provider-ldap
   # (Perl, LWP::Simple), which Debian does not package
   libwww-perl
+  # AMD GPUs: ROCm SMI's header (cder-rocm-smi-sys binds it at build time)
+  # and library (loaded at run time; the tests load the real one)
+  librocm-smi-dev librocm-smi64-1
   # MUNGE: cluster credentials for the vGPGPU registry
   munge libmunge-dev
   # the ClassAd reference and the test harness

@@ -1190,8 +1190,8 @@ impl Daemon {
         store.idle(after_ms, now_ms()).map_err(|e| store.reply(e))
     }
 
-    /// The devices running jobs hold, of types discovered through NVML:
-    /// what the usage sampler asks NVML about.
+    /// The devices running jobs hold, of types discovered through NVML or
+    /// another vendor's library: what the usage sampler asks about.
     pub fn usage_targets(&self) -> Result<Vec<UsageTarget>, ErrorReply> {
         let store = self.store();
         let tokens: HashMap<JobKey, String> = store
@@ -1203,13 +1203,18 @@ impl Daemon {
         let devices = store.devices().map_err(|e| store.reply(e))?;
         let shares = store.shares().map_err(|e| store.reply(e))?;
         drop(store);
-        let nvml = |t: &str| self.config.cder(t).is_some_and(|c| c.discovery == cder_model::Discovery::Nvml);
-        let whole = devices.into_iter().filter(|d| d.present && nvml(&d.cder_type)).filter_map(|d| {
+        // The types whose devices a library can say something about.
+        let sampled = |t: &str| {
+            self.config.cder(t).is_some_and(|c| {
+                c.discovery == cder_model::Discovery::Nvml || cder_inventory::reads_devices(c.discovery)
+            })
+        };
+        let whole = devices.into_iter().filter(|d| d.present && sampled(&d.cder_type)).filter_map(|d| {
             let job = d.job?;
             let token = tokens.get(&job)?.clone();
             Some(UsageTarget { job, token, uuid: d.uuid, cder_type: d.cder_type, shared: false })
         });
-        let shared = shares.into_iter().filter(|s| s.device.present && nvml(&s.device.cder_type)).filter_map(|s| {
+        let shared = shares.into_iter().filter(|s| s.device.present && sampled(&s.device.cder_type)).filter_map(|s| {
             let token = tokens.get(&s.job)?.clone();
             Some(UsageTarget { job: s.job, token, uuid: s.device.uuid, cder_type: s.device.cder_type, shared: true })
         });

@@ -1,4 +1,5 @@
-//! The health watch: cderd drains an NVML device that fails.
+//! The health watch: cderd drains an NVML device that fails (and, through
+//! `vendor_watch`, a ROCm SMI or Level Zero one).
 //!
 //! One thread per `discovery = "nvml"` type (`[node.health] watch`, on by
 //! default) registers for NVML's critical Xid and double-bit ECC events and,
@@ -63,13 +64,13 @@ pub fn spawn(daemon: &Arc<Daemon>) {
 }
 
 /// One physical GPU being watched.
-struct Watched {
-    uuid: String,
+pub(crate) struct Watched {
+    pub(crate) uuid: String,
     /// Volatile uncorrected ECC errors when last seen; `None` when the board
     /// has no ECC (or could not say yet).
-    ecc_seen: Option<u64>,
+    pub(crate) ecc_seen: Option<u64>,
     /// cderd's devices on it: the GPU, or its MIG instances.
-    devices: Vec<String>,
+    pub(crate) devices: Vec<String>,
 }
 
 fn watch(daemon: &Daemon, cder: &CderType, interval: Duration) -> Result<(), String> {
@@ -235,7 +236,7 @@ fn ecc_verdict(seen: Option<u64>, now: u64) -> Option<String> {
 
 /// The ECC counts kept by [`write_ecc`]; none when missing or unreadable
 /// (then every count is a baseline, as at a first start).
-fn read_ecc(path: &Path) -> BTreeMap<String, u64> {
+pub(crate) fn read_ecc(path: &Path) -> BTreeMap<String, u64> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
             tracing::warn!(file = %path.display(), "health watch: unreadable ECC baseline ({e}); counts seen now are the baseline");
@@ -246,7 +247,7 @@ fn read_ecc(path: &Path) -> BTreeMap<String, u64> {
 }
 
 /// Keeps the ECC counts (write, fsync, rename), so a restart compares with them.
-fn write_ecc(path: &Path, counts: &BTreeMap<String, u64>) {
+pub(crate) fn write_ecc(path: &Path, counts: &BTreeMap<String, u64>) {
     let tmp = path.with_extension("json.tmp");
     let written = serde_json::to_vec(counts).map_err(std::io::Error::other).and_then(|bytes| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -304,7 +305,7 @@ fn poll(nvml: &Nvml, gpu: &mut Watched) -> Option<String> {
 
 /// Drains a failed GPU's devices that are not drained yet, and says what the
 /// batch system's admin should do.
-fn fail(daemon: &Daemon, gpu: &Watched, reason: &str, failed: &mut BTreeSet<String>) {
+pub(crate) fn fail(daemon: &Daemon, gpu: &Watched, reason: &str, failed: &mut BTreeSet<String>) {
     let drained: BTreeMap<String, bool> = match daemon.status() {
         Ok(status) => status.devices.into_iter().map(|d| (d.uuid, d.reason.is_some())).collect(),
         Err(e) => {
@@ -344,7 +345,7 @@ fn is_returnable(reason: &str) -> bool {
 
 /// The return policy: resumes the GPU's devices the watch drained. True
 /// when one was returned.
-fn give_back(daemon: &Daemon, gpu: &Watched) -> bool {
+pub(crate) fn give_back(daemon: &Daemon, gpu: &Watched) -> bool {
     let Ok(status) = daemon.status() else { return false };
     let mut returned = false;
     for d in status.devices.iter().filter(|d| gpu.devices.contains(&d.uuid)) {

@@ -18,6 +18,9 @@
 //! * [`warmup`] — keeps the kernel's cgroup migration lock warm while tasks
 //!   are about to be confined (no RCU grace period on the job's start path).
 //! * [`health`] — drains an NVML device that fails (Xid, double-bit ECC, lost).
+//! * [`vendor_watch`] — the same drains, and the usage samples, for the
+//!   devices of the other vendors' libraries (ROCm SMI, Level Zero), read
+//!   through `cder_inventory::read_devices` with a deadline.
 //! * [`held`] — which processes hold a device open (never handed out then),
 //!   found without following a descriptor into a user's file system.
 //! * [`ending`] — ending a released job's leftover processes off the ledger
@@ -51,6 +54,7 @@ pub mod sharing;
 pub mod store;
 pub mod sys;
 pub mod usage;
+pub mod vendor_watch;
 pub mod warmup;
 
 pub use cder_ledger::{durable, policy};

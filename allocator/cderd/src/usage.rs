@@ -25,6 +25,10 @@
 //! with no utilisation, with no compute process) for `idle_after_s` is
 //! logged once per idle spell, shows in `status`, and starts `idle_hook`
 //! (if set) in the background, killed after `idle_hook_timeout_s`.
+//!
+//! Devices of `rocm-smi` and `level-zero` types are sampled in the same
+//! periods through [`crate::vendor_watch::observe`]: utilisation and memory
+//! in use, no process list.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -43,21 +47,23 @@ use crate::store::UsageObservation;
 
 const MIB: u64 = 1024 * 1024;
 
-/// Starts the sampler thread, unless sampling is off or no type uses NVML.
+/// Starts the sampler thread, unless sampling is off or no type uses NVML
+/// or another vendor's library.
 pub fn spawn(daemon: &Arc<Daemon>) {
     let usage = &daemon.config().node.usage;
     if !usage.sample {
         tracing::info!("[node.usage] sample = false: device use is not sampled");
         return;
     }
-    if !daemon.config().cders.iter().any(|c| c.discovery == Discovery::Nvml) {
-        tracing::info!("no discovery = \"nvml\" type: no device use to sample");
+    let vendor_types = daemon.config().cders.iter().any(|c| cder_inventory::reads_devices(c.discovery));
+    if !vendor_types && !daemon.config().cders.iter().any(|c| c.discovery == Discovery::Nvml) {
+        tracing::info!("no discovery = \"nvml\", \"rocm-smi\" or \"level-zero\" type: no device use to sample");
         return;
     }
     let daemon = Arc::clone(daemon);
     let spawned = std::thread::Builder::new().name("cderd-usage".into()).spawn(move || loop {
         let nvmls = open_types(&daemon);
-        if nvmls.is_empty() {
+        if nvmls.is_empty() && !vendor_types {
             std::thread::sleep(Duration::from_secs(60));
             continue;
         }
@@ -94,6 +100,8 @@ pub struct Sampler<'n> {
     previous_ms: Option<i64>,
     /// Where `PID/cgroup` is read to tag a process with its job.
     proc_root: PathBuf,
+    /// The readers of the types read through their vendor's library.
+    vendor_readers: HashMap<String, crate::vendor_watch::Reader>,
 }
 
 impl<'n> Sampler<'n> {
@@ -106,6 +114,7 @@ impl<'n> Sampler<'n> {
             warned: BTreeSet::new(),
             previous_ms: None,
             proc_root: PathBuf::from("/proc"),
+            vendor_readers: HashMap::new(),
         }
     }
 
@@ -177,6 +186,11 @@ impl<'n> Sampler<'n> {
             }
             out.push(own_share(&shared_seen[&target.uuid], &target.job));
         }
+        // A sharer's part of a device these libraries list no process of is unknown.
+        let vendor = crate::vendor_watch::observe(daemon, &targets, (at_ms, previous_ms), &mut self.vendor_readers);
+        out.extend(
+            vendor.into_iter().map(|(whole, shared)| if shared { own_share(&whole, &whole.job) } else { whole }),
+        );
         // Instances no longer held keep no GPM sample.
         self.gpm_previous.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));
         self.process_seen.retain(|uuid, _| targets.iter().any(|t| &t.uuid == uuid));

@@ -15,6 +15,7 @@ mod health_watch;
 mod ledger_lock;
 mod mig_devices;
 mod nvml_enforcement;
+mod rocm_smi_watch;
 mod sharing_mps;
 mod stress_interleaving;
 mod usage_sampling;

@@ -152,4 +152,41 @@ pub enum InventoryError {
         /// What was wrong with it.
         reason: String,
     },
+    /// The ROCm SMI library of a type could not be loaded (not installed,
+    /// wrong path, not ROCm SMI).
+    #[error("type {cder_type:?}: cannot load ROCm SMI from {library}: {reason} (install librocm-smi64-1 or set rocm_smi_library)")]
+    RocmSmiLoad {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The library name or path tried.
+        library: String,
+        /// The dynamic loader's words.
+        reason: String,
+    },
+    /// `rsmi_init` failed on a node where the amdgpu driver is not loaded.
+    #[error("type {cder_type:?}: ROCm SMI ({library}): no AMD GPU driver loaded: rsmi_init: {status} ({module} does not exist)")]
+    RocmSmiNoDriver {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The library loaded.
+        library: String,
+        /// ROCm SMI's own words for its status (`rsmi_status_string`).
+        status: String,
+        /// The sysfs directory the loaded driver would have made.
+        module: String,
+    },
+    /// A ROCm SMI call failed, for the whole library or for one device.
+    #[error("type {cder_type:?}: ROCm SMI ({library}): {call} failed{device}: {status}")]
+    RocmSmiCall {
+        /// The CDER type whose discovery failed.
+        cder_type: String,
+        /// The library loaded.
+        library: String,
+        /// The ROCm SMI function, e.g. `rsmi_dev_unique_id_get`.
+        call: &'static str,
+        /// ` for device N`, or empty for a library-wide call.
+        device: String,
+        /// ROCm SMI's own words for its status (`rsmi_status_string`).
+        status: String,
+    },
 }

@@ -118,7 +118,7 @@ pub fn discover_type(cder: &CderType) -> Result<Vec<Device>, InventoryError> {
 }
 
 /// The source `auto` stands for on this node: the vendor's library when it
-/// loads (NVML: when `nvmlInit` succeeds, so the driver is up too), else
+/// loads and its driver answers (`nvmlInit`, `rsmi_init`, `zeInit`), else
 /// the `/dev` scan, logging why. Any other `discovery` is itself. A vendor
 /// with no library cder knows is an error naming the type.
 pub fn resolve(cder: &CderType) -> Result<Discovery, InventoryError> {
@@ -173,12 +173,28 @@ fn resolution(cder: &CderType) -> Result<(Discovery, Option<String>), InventoryE
             })
         }
     };
+    // A library that is missing or finds no driver leaves the scan; one
+    // that fails otherwise is a real failure, reported as it is.
     let loaded = match source {
         Discovery::Nvml => open_nvml(cder).map(drop).map_err(|e| e.to_string()),
-        _ => {
-            let library = library(cder, source).unwrap_or_default();
-            sys::library_loads(&library).map_err(|e| format!("cannot load {}: {e}", library.to_string_lossy()))
-        }
+        Discovery::RocmSmi => match rocm_smi::discover(cder) {
+            Err(e @ (InventoryError::RocmSmiLoad { .. } | InventoryError::RocmSmiNoDriver { .. })) => {
+                Err(e.to_string())
+            }
+            other => {
+                other?;
+                Ok(())
+            }
+        },
+        _ => match level_zero::discover(cder) {
+            Err(e @ (InventoryError::LevelZeroLoad { .. } | InventoryError::LevelZeroNoDriver { .. })) => {
+                Err(e.to_string())
+            }
+            other => {
+                other?;
+                Ok(())
+            }
+        },
     };
     match loaded {
         Ok(()) => Ok((source, None)),
@@ -214,6 +230,19 @@ fn library_count(cder: &CderType, source: Discovery, devices: &[Device]) -> usiz
     } else {
         buses.len()
     }
+}
+
+/// Whether [`read_devices`] reads a type of this discovery through its
+/// vendor's library: the types whose health and use cderd watches through
+/// it (NVML types have a watch of their own).
+///
+/// ```
+/// use cder_model::Discovery;
+/// assert!(cder_inventory::reads_devices(Discovery::RocmSmi) && cder_inventory::reads_devices(Discovery::LevelZero));
+/// assert!(!cder_inventory::reads_devices(Discovery::Nvml) && !cder_inventory::reads_devices(Discovery::Static));
+/// ```
+pub fn reads_devices(discovery: Discovery) -> bool {
+    matches!(discovery, Discovery::RocmSmi | Discovery::LevelZero)
 }
 
 /// Reads every device of a `rocm-smi` or `level-zero` type (an `auto` type

@@ -1,4 +1,5 @@
-//! What a vendor library says of a device now.
+//! What a vendor library says of a device now. A module of its own, as
+//! `error` is, because the root calls the modules that make readings.
 
 /// What a vendor library says of one device now: for the health watch and
 /// the usage sampler of the types NVML does not serve.

@@ -24,13 +24,3 @@ pub fn mig_instance_ids(device: &Device<'_>) -> Result<(u32, u32), NvmlError> {
     }
     Ok((gi, ci))
 }
-
-/// Whether the dynamic loader can load `library` (a name it searches for,
-/// or a path): what `auto` asks of a vendor library before using it.
-pub fn library_loads(library: &std::ffi::OsStr) -> Result<(), libloading::Error> {
-    // SAFETY: loading runs the library's initialisers. The library is the
-    // one root configured for this type (or the vendor's default name),
-    // which discovery itself would load next; it is unloaded at once and
-    // nothing of it is called here.
-    unsafe { libloading::Library::new(library) }.map(drop)
-}

@@ -118,9 +118,11 @@ fn auto_falls_back_to_the_dev_scan_when_the_vendor_library_is_absent() {
     assert_eq!(devices[0].attributes.model, "AMD GPU 0x740c");
 }
 
+/// Debian's libraries, as a node with ROCm or oneAPI installed but no GPU
+/// driver loaded has them: they load, their init says there is no driver,
+/// and `auto` takes the scan, saying why.
 #[test]
-fn auto_takes_the_real_rocm_smi_and_level_zero_where_they_load() {
-    // Debian's libraries, as a node with ROCm or oneAPI installed has them.
+fn auto_leaves_the_real_rocm_smi_and_level_zero_for_the_scan_without_a_driver() {
     if !cder_testkit::require_programs(&["/usr/lib/librocm_smi64.so.1", "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"])
     {
         return;
@@ -131,8 +133,13 @@ fn auto_takes_the_real_rocm_smi_and_level_zero_where_they_load() {
         ("xe", "vendor = \"intel\"\ndiscovery = \"auto\""),
         ("fpga", "vendor = \"Xilinx\"\ndiscovery = \"auto\"\nvisible_env = [\"XILINX_VISIBLE_DEVICES\"]"),
     ]);
-    assert_eq!(cder_inventory::resolve(&config.cders[0]).unwrap(), Discovery::RocmSmi);
-    assert_eq!(cder_inventory::resolve(&config.cders[1]).unwrap(), Discovery::LevelZero);
+    assert_eq!(cder_inventory::resolve(&config.cders[0]).unwrap(), Discovery::DevScan);
+    assert_eq!(cder_inventory::resolve(&config.cders[1]).unwrap(), Discovery::DevScan);
+    for (cder, why) in [(&config.cders[0], "no AMD GPU driver loaded"), (&config.cders[1], "no driver")] {
+        let err = cder_inventory::discover_type(cder).unwrap_err().to_string();
+        assert!(err.contains("discovery through dev-scan found no device"), "{err}");
+        assert!(err.contains("did not use the vendor's library") && err.contains(why), "{err}");
+    }
     let err = cder_inventory::resolve(&config.cders[2]).unwrap_err().to_string();
     assert!(err.starts_with("type \"fpga\": vendor \"Xilinx\" is none whose GPUs cder can find"), "{err}");
 }

@@ -107,6 +107,7 @@ fn main() -> ExitCode {
     };
     tracing::info!(socket = %socket.display(), mode = format!("{mode:o}"), version = env!("CARGO_PKG_VERSION"), "cderd listening");
     cderd::health::spawn(&daemon);
+    cderd::vendor_watch::spawn_health(&daemon);
     cderd::usage::spawn(&daemon);
     cderd::Daemon::watch_leftovers(&daemon, std::time::Duration::from_secs(10));
     let stopping = Arc::clone(&daemon);
