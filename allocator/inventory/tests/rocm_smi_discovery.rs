@@ -156,10 +156,14 @@ fn rocm_smi_discovery_through_the_fake_library() {
         "{err}"
     );
 
-    // 6. A library that reports no GPU: an empty list, not an error (the
-    //    scan of /dev decides whether that is wrong).
+    // 6. A library that reports no GPU: never a silent 0, the error names
+    //    the library.
     FakeRocmSmi::default().write(&machine).unwrap();
-    assert!(cder_inventory::discover(&config).unwrap().is_empty());
+    let err = cder_inventory::discover(&config).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("type \"gpgpu\": discovery through rocm-smi found no device (library {})", library.display())
+    );
 
     // 7. A description the fake cannot read: rsmi_init fails, named.
     std::fs::write(&machine, b"{\"devices\": [ {").unwrap();
