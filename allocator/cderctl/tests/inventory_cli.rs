@@ -254,7 +254,11 @@ fn a_mixed_node_shows_each_type_with_its_vendor_source_and_devices() {
         "{stdout}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("discovery = \"auto\": cannot load") && stderr.contains("librocm_smi64.so.1"), "{stderr}");
+    assert!(
+        stderr.contains("discovery = \"auto\": type \"amdgpu\": cannot load ROCm SMI from")
+            && stderr.contains("librocm_smi64.so.1"),
+        "{stderr}"
+    );
     assert!(stderr.contains("type \"amdgpu\": devices from dev-scan"), "{stderr}");
     assert!(stderr.contains("type \"gpgpu\": devices from nvml"), "{stderr}");
 
