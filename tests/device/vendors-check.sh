@@ -47,7 +47,9 @@ step "NVML and the scan compared"
 python3 - "$T/auto.json" "$T/scan.json" <<'PY' || fail=1
 import json, sys
 nvml, scan = (json.load(open(p)) for p in sys.argv[1:3])
-keys = lambda d: (d["uuid"], d["pci_bus_id"].lower(), d["path"], d["attributes"]["model"] if "attributes" in d else d["model"])
+# NVML writes the PCI domain with 8 digits (00000000:00:06.0), sysfs with 4.
+bus = lambda b: (lambda dom, rest: f"{int(dom, 16):04x}:{rest.lower()}")(*b.split(":", 1))
+keys = lambda d: (d["uuid"], bus(d["pci_bus_id"]), d["path"], d["model"])
 a, b = [keys(d) for d in nvml], [keys(d) for d in scan]
 for x, y in zip(a, b):
     print("nvml", x); print("scan", y)
