@@ -455,24 +455,7 @@ fn cderd_source_every_strategy_is_clean() {
             "\n[[cder.device]]\nindex = {i}\nuuid = \"GPU-validator-{i}\"\nmodel = \"Tesla K20m\"\nmemory_mib = 4800\ncompute_capability = \"3.5\"\npath = \"/dev/nvidia{i}\"\n"
         ));
     }
-    let node_config = work.path().join("cder.toml");
-    std::fs::write(&node_config, node).unwrap();
-    let _cderd = TestNode::started(
-        built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}")),
-        &node_config,
-        &socket,
-        work.path().join("cderd.log"),
-    );
-    let config = work.path().join("glue-provider.toml");
-    // No CPU, memory or OS keys: a cderd site is this node, read from /proc and /etc/os-release.
-    std::fs::write(
-        &config,
-        head(&format!("source = \"cderd\"\nsocket = \"{}\"\ntimeout_s = 5", socket.display())).replace(
-            "computing_share_ids",
-            &format!("cder_config = \"{}\"\ncomputing_share_ids", node_config.display()),
-        ) + "\n[[group]]\nid = \"wn01.example.org_gpgpu\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 16384\ninventory = true\n",
-    )
-    .unwrap();
+    let (_cderd, config) = cderd_site(work.path(), &socket, &node, "wn01.example.org_gpgpu");
     let (entries, rows) = validate_every_strategy("cderd (this node)", &config);
     print_table(&rows);
     let machine = this_machine();
@@ -638,23 +621,7 @@ fn cderd_source_of_a_three_vendor_node_every_strategy_is_clean() {
             ));
         }
     }
-    let node_config = work.path().join("cder.toml");
-    std::fs::write(&node_config, node).unwrap();
-    let _cderd = TestNode::started(
-        built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}")),
-        &node_config,
-        &socket,
-        work.path().join("cderd.log"),
-    );
-    let config = work.path().join("glue-provider.toml");
-    std::fs::write(
-        &config,
-        head(&format!("source = \"cderd\"\nsocket = \"{}\"\ntimeout_s = 5", socket.display())).replace(
-            "computing_share_ids",
-            &format!("cder_config = \"{}\"\ncomputing_share_ids", node_config.display()),
-        ) + "\n[[group]]\nid = \"wn01.example.org\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 16384\ninventory = true\n",
-    )
-    .unwrap();
+    let (_cderd, config) = cderd_site(work.path(), &socket, &node, "wn01.example.org");
     let (entries, rows) = validate_every_strategy("cderd (NVIDIA, AMD, Intel)", &config);
     print_table(&rows);
     for (id, vendor, model) in [
@@ -675,4 +642,29 @@ fn cderd_source_of_a_three_vendor_node_every_strategy_is_clean() {
         }
         assert_eq!(info.iter().filter(|v| v.starts_with("GPGPUVendor=")).count(), 1, "{id}: {info:?}");
     }
+}
+
+/// A cderd on `node` (its config text, whose socket is `socket`) and a
+/// provider config in `dir` reading it as one inventory group `group`: no
+/// CPU, memory or OS keys, since a cderd site is this node, read from /proc
+/// and /etc/os-release.
+fn cderd_site(dir: &Path, socket: &Path, node: &str, group: &str) -> (TestNode, PathBuf) {
+    let node_config = dir.join("cder.toml");
+    std::fs::write(&node_config, node).unwrap();
+    let cderd = TestNode::started(
+        built_binary("cderd", "cderd").unwrap_or_else(|e| panic!("{e}")),
+        &node_config,
+        socket,
+        dir.join("cderd.log"),
+    );
+    let config = dir.join("glue-provider.toml");
+    std::fs::write(
+        &config,
+        head(&format!("source = \"cderd\"\nsocket = \"{}\"\ntimeout_s = 5", socket.display())).replace(
+            "computing_share_ids",
+            &format!("cder_config = \"{}\"\ncomputing_share_ids", node_config.display()),
+        ) + &format!("\n[[group]]\nid = \"{group}\"\nnodes = [\"wn01\"]\nplatform = \"amd64\"\nmain_memory_mib = 16384\ninventory = true\n"),
+    )
+    .unwrap();
+    (cderd, config)
 }

@@ -1805,23 +1805,7 @@ mod tests {
     use std::path::Path;
 
     fn row(cder_type: &str, index: u32, path: &str) -> LedgerRow {
-        LedgerRow {
-            uuid: format!("{cder_type}-{index}"),
-            cder_type: cder_type.into(),
-            index,
-            model: "x".into(),
-            memory_mib: 1,
-            numa_node: 0,
-            path: path.into(),
-            present: true,
-            healthy: true,
-            drained: false,
-            drain_reason: None,
-            job: None,
-            uid: None,
-            leftover: None,
-            shared: 0,
-        }
+        LedgerRow::for_test(cder_type, index, &format!("{cder_type}-{index}"), path)
     }
 
     fn holding(devices: Vec<LedgerRow>) -> JobAllocation {

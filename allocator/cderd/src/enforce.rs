@@ -225,23 +225,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     fn row(path: &Path) -> LedgerRow {
-        LedgerRow {
-            uuid: "gpgpu-0".into(),
-            cder_type: "gpgpu".into(),
-            index: 0,
-            model: "x".into(),
-            memory_mib: 1,
-            numa_node: 0,
-            path: path.to_path_buf(),
-            present: true,
-            healthy: true,
-            drained: false,
-            drain_reason: None,
-            job: None,
-            uid: None,
-            leftover: None,
-            shared: 0,
-        }
+        LedgerRow::for_test("gpgpu", 0, "gpgpu-0", path)
     }
 
     #[test]

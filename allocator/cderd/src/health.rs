@@ -230,8 +230,16 @@ fn drain_lost_since_start(daemon: &Daemon, cder: &CderType, found: &BTreeSet<&st
 /// Whether an uncorrected ECC count drains, given the one seen before
 /// (`None`: never seen): only growth does; a lower count is a reset counter.
 fn ecc_verdict(seen: Option<u64>, now: u64) -> Option<String> {
+    grown_count(seen, now, "double-bit ECC error", "uncorrected since boot")
+}
+
+/// The drain reason when an error count grew since it was `seen`: a first
+/// sight is the baseline, and a lower count (a reset) the new one. The
+/// words name the error and what the count counts (NVML's and the other
+/// vendors' watches share the rule, not the words).
+pub(crate) fn grown_count(seen: Option<u64>, now: u64, error: &str, counted: &str) -> Option<String> {
     let before = seen?;
-    (now > before).then(|| format!("double-bit ECC error ({now} uncorrected since boot, {before} before)"))
+    (now > before).then(|| format!("{error} ({now} {counted}, {before} before)"))
 }
 
 /// The ECC counts kept by [`write_ecc`]; none when missing or unreadable

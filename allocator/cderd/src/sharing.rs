@@ -210,23 +210,7 @@ mod tests {
     use super::*;
 
     fn gpu(index: u32) -> LedgerRow {
-        LedgerRow {
-            uuid: format!("GPU-{index}"),
-            cder_type: "gpgpu".into(),
-            index,
-            model: "x".into(),
-            memory_mib: 1,
-            numa_node: 0,
-            path: PathBuf::from(format!("/dev/nvidia{index}")),
-            present: true,
-            healthy: true,
-            drained: false,
-            drain_reason: None,
-            job: None,
-            uid: None,
-            leftover: None,
-            shared: 0,
-        }
+        LedgerRow::for_test("gpgpu", index, &format!("GPU-{index}"), format!("/dev/nvidia{index}"))
     }
 
     fn check_text(text: &str, shares_per_gpu: u32) -> Result<(), SharingError> {

@@ -290,6 +290,29 @@ pub struct LedgerRow {
 }
 
 impl LedgerRow {
+    /// A free, healthy, present device row for the unit tests: type,
+    /// index, uuid and file as given, every other field a plain default.
+    #[cfg(test)]
+    pub(crate) fn for_test(cder_type: &str, index: u32, uuid: &str, path: impl Into<PathBuf>) -> LedgerRow {
+        LedgerRow {
+            uuid: uuid.into(),
+            cder_type: cder_type.into(),
+            index,
+            model: "x".into(),
+            memory_mib: 1,
+            numa_node: 0,
+            path: path.into(),
+            present: true,
+            healthy: true,
+            drained: false,
+            drain_reason: None,
+            job: None,
+            uid: None,
+            leftover: None,
+            shared: 0,
+        }
+    }
+
     /// The state `status` reports: a held device is allocated even when
     /// drained meanwhile (it goes offline when released).
     pub fn state(&self) -> DeviceState {

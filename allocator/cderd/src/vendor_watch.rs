@@ -208,8 +208,7 @@ impl Watch {
 /// Whether an uncorrectable ECC count drains, given the one seen before
 /// (`None`: never seen): only growth does; a lower count is a reset counter.
 fn ecc_verdict(seen: Option<u64>, now: u64) -> Option<String> {
-    let before = seen?;
-    (now > before).then(|| format!("uncorrectable ECC error ({now} since the driver loaded, {before} before)"))
+    health::grown_count(seen, now, "uncorrectable ECC error", "since the driver loaded")
 }
 
 /// The usage sampler's observations of the `targets` whose types are read
