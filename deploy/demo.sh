@@ -43,6 +43,41 @@ nvml_library = "$bin/libcder_fake_nvml.so"
 TOML
 CDER_FAKE_NVML=deploy/fake-nvml.example.json "$bin/cderctl" inventory --config "$work/nvml.toml"
 
+step "A mixed node: NVIDIA through NVML, AMD through ROCm SMI (fake libraries standing in for both drivers)"
+# Each type its own vendor and source; the AMD type shares the GPGPU prefix
+# so that a JDL's GPGPUVendor == "AMD" reaches it (docs/vendors.md).
+cat >"$work/mixed.toml" <<TOML
+[node]
+socket = "$work/mixed.sock"
+state_dir = "$work/mixed-state"
+operators = ["$(id -u)"]
+
+[node.enforcement]
+cgroup = "off"
+
+[[cder]]
+name = "gpgpu"
+vendor = "nvidia"
+discovery = "nvml"
+nvml_library = "$bin/libcder_fake_nvml.so"
+
+[[cder]]
+name = "amdgpu"
+vendor = "amd"
+prefix = "GPGPU"
+discovery = "rocm-smi"
+rocm_smi_library = "$bin/librocm_smi64.so"
+TOML
+export CDER_FAKE_NVML=deploy/fake-nvml.example.json CDER_FAKE_ROCM_SMI=deploy/fake-rocm-smi.example.json
+"$bin/cderctl" inventory --config "$work/mixed.toml"
+"$bin/cderd" --config "$work/mixed.toml" 2>"$work/mixed.log" & mixed=$!; pids+=($mixed)
+for _ in $(seq 50); do [ -S "$work/mixed.sock" ] && break; sleep 0.1; done
+printf '\033[2m# an AMD job sees ROCR_VISIBLE_DEVICES; an NVIDIA job gets the AMD variables empty\033[0m\n'
+"$bin/cderctl" alloc --config "$work/mixed.toml" --job local:amd-1 --uid "$(id -u)" --count 2 --type amdgpu
+"$bin/cderctl" alloc --config "$work/mixed.toml" --job local:cuda-1 --uid "$(id -u)" --count 1
+kill "$mixed"; wait "$mixed" 2>/dev/null || true
+unset CDER_FAKE_NVML CDER_FAKE_ROCM_SMI
+
 step "Exclusivity on one node: cderd hands two jobs disjoint GPUs"
 mkdir -p "$work/state"
 sed -e "s|/run/cder/cderd.sock|$work/cderd.sock|" -e "s|/var/lib/cder|$work/state|" \
