@@ -23,18 +23,11 @@ const FILE_LIST: Hostlist = Hostlist::names(cder_request::MAX_COUNT as usize);
 /// Reads `[node.sharing] slurm_gres_conf`, if set, and checks every type's
 /// count against `devices` (what discovery found at start).
 pub fn check(sharing: &Sharing, cders: &[CderType], devices: &[Device]) -> Result<(), SharingError> {
-    let Some(path) = &sharing.slurm_gres_conf else {
+    let Some(gres) = crate::sharing::GresConf::read(sharing)? else {
         tracing::info!("[node.sharing] slurm_gres_conf is not set: device counts are not checked against SLURM's");
         return Ok(());
     };
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SharingError {
-        file: file.clone(),
-        line: 0,
-        message: format!("cannot read it: {e}"),
-    })?;
-    let node = crate::sharing::gres_node_name(sharing);
-    check_counts(&text, &file, node.as_deref(), cders, devices)
+    check_counts(&gres.text, &gres.file, gres.node.as_deref(), cders, devices)
 }
 
 /// Checks gres.conf `text` (at `file`, records of `node`; every record when

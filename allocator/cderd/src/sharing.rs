@@ -176,6 +176,32 @@ pub fn check_gres_conf(
     Ok(())
 }
 
+/// SLURM's gres.conf as `[node.sharing] slurm_gres_conf` names it: the
+/// file's name, its text and the node whose records apply; `None` when the
+/// key is not set. The sharing check and the count check both read it so.
+pub struct GresConf {
+    /// The path, as errors name it.
+    pub file: String,
+    /// Its whole text.
+    pub text: String,
+    /// The `NodeName` whose records apply (every record when `None`).
+    pub node: Option<String>,
+}
+
+impl GresConf {
+    /// Reads the file `sharing` names, if it names one.
+    pub fn read(sharing: &Sharing) -> Result<Option<GresConf>, SharingError> {
+        let Some(path) = &sharing.slurm_gres_conf else { return Ok(None) };
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| SharingError {
+            file: file.clone(),
+            line: 0,
+            message: format!("cannot read it: {e}"),
+        })?;
+        Ok(Some(GresConf { file, text, node: gres_node_name(sharing) }))
+    }
+}
+
 /// Reads and checks `[node.sharing] slurm_gres_conf`, if set.
 pub fn check(
     sharing: &Sharing,
@@ -183,15 +209,8 @@ pub fn check(
     devices: &[LedgerRow],
     config_file: &str,
 ) -> Result<(), SharingError> {
-    let Some(path) = &sharing.slurm_gres_conf else { return Ok(()) };
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SharingError {
-        file: file.clone(),
-        line: 0,
-        message: format!("cannot read it: {e}"),
-    })?;
-    let node = gres_node_name(sharing);
-    check_gres_conf(&text, &file, node.as_deref(), offered, devices, config_file)
+    let Some(gres) = GresConf::read(sharing)? else { return Ok(()) };
+    check_gres_conf(&gres.text, &gres.file, gres.node.as_deref(), offered, devices, config_file)
 }
 
 /// This node's `NodeName` in gres.conf: `slurm_node_name`, else the short host name.
