@@ -86,6 +86,16 @@ else
   cargo install --locked --quiet cargo-fuzz --version "$cargo_fuzz_version"
 fi
 
+# cargo-nextest runs deploy/test.sh's tests (one process per test, no
+# fail-fast, JUnit with per-test times; .config/nextest.toml). This kind of
+# machine comes with it; elsewhere it is built from crates.io.
+if cargo nextest --version >/dev/null 2>&1; then
+  echo "install-deps: $(cargo nextest --version | head -1) present"
+else
+  echo "install-deps: installing cargo-nextest"
+  cargo install --locked --quiet cargo-nextest
+fi
+
 venv=${CDER_VENV:-/opt/cder-venv}
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import classad2' 2>/dev/null; then
   echo "install-deps: creating $venv with htcondor (classad2)"

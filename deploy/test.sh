@@ -4,15 +4,38 @@
 # munged on loopback, then a short bounded fuzz run of every parser that
 # takes outside input (deploy/fuzz.sh). It first checks formatting
 # (cargo fmt --check) and lints (clippy -D warnings). Needs root and
-# deploy/install-deps.sh done first.
+# deploy/install-deps.sh done first (it installs cargo-nextest, which runs
+# the tests: one process per test, a JUnit report under target/nextest/).
+#
+# One failure hides nothing: every step runs whatever failed before it, and
+# the run ends with the failed steps, each step's time, the ten slowest
+# tests and the skipped ones, and exits 1 if any step failed.
 # Under CI=true a missing component fails the run instead of skipping.
-# The run ends with the number of skipped tests and why (each skip appends a
-# line to $CDER_SKIPPED_FILE: cder_testkit::skipped, which every crate's tests use).
-set -euo pipefail
+# Each skip appends a line to $CDER_SKIPPED_FILE (cder_testkit::skipped,
+# which every crate's tests use).
+#
+#   CDER_TEST_BESIDE_LOAD=N  run the whole suite beside N CPU-bound busy
+#                            loops and a writer that fsyncs 64 MiB at a time
+#                            (docs/testing.md, "Beside load")
+#   CDER_TEST_THREADS        tests run side by side (default 4)
+#   CDER_DEB_RELEASES        the Debian releases whose packages are built
+#                            and linted in their roots (default none)
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 CDER_SKIPPED_FILE="$(mktemp "${TMPDIR:-/tmp}/cder-skipped.XXXXXX")"
 export CDER_SKIPPED_FILE
+reports=target/nextest/ci
+load_pids=()
+failed=()
+timings=()
+
+stop_load() {
+    ((${#load_pids[@]})) || return 0
+    kill "${load_pids[@]}" 2>/dev/null
+    wait "${load_pids[@]}" 2>/dev/null
+    load_pids=()
+}
 skip_summary() {
     local n
     n=$(wc -l < "$CDER_SKIPPED_FILE")
@@ -20,13 +43,61 @@ skip_summary() {
     if [ "$n" -gt 0 ]; then sed 's/^/   /' "$CDER_SKIPPED_FILE"; fi
     rm -f "$CDER_SKIPPED_FILE"
 }
-trap skip_summary EXIT
+trap 'stop_load; skip_summary' EXIT
+
+# The load a busy node puts beside the tests: N shells spinning and one
+# writer forcing data to disk, for the whole run. Tests must pass beside it;
+# one that fails only here is a race in the product or a wrong wait in the test.
+load=${CDER_TEST_BESIDE_LOAD:-0}
+case $load in '' | *[!0-9]*) echo "test.sh: CDER_TEST_BESIDE_LOAD must be a number of busy loops, not '$load'" >&2; exit 2 ;; esac
+if ((load > 0)); then
+    for ((i = 0; i < load; i++)); do
+        bash -c 'while :; do :; done' &
+        load_pids+=($!)
+    done
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/cder-load.XXXXXX")
+    bash -c 'trap "rm -rf \"$1\"" EXIT; while :; do dd if=/dev/zero of="$1/fill" bs=1M count=64 conv=fsync status=none; rm -f "$1/fill"; done' _ "$scratch" &
+    load_pids+=($!)
+    echo "== beside load: $load busy loops and an fsyncing writer (pids ${load_pids[*]})"
+fi
+
+# step NAME COMMAND...: runs it, records its time, and goes on if it fails.
+step() {
+    local name=$1 started=$SECONDS rc=0
+    shift
+    echo "== step $name: $*"
+    "$@" || rc=$?
+    timings+=("$(printf '%6d s  %s' $((SECONDS - started)) "$name")")
+    if ((rc != 0)); then
+        failed+=("$name (exit $rc)")
+        echo "== step $name: FAILED (exit $rc) after $((SECONDS - started)) s"
+    else
+        echo "== step $name: passed in $((SECONDS - started)) s"
+    fi
+}
+
+# nextest NAME ARGS...: a nextest run whose JUnit report is kept as
+# $reports/junit-NAME.xml for the slowest-tests list.
+nextest() {
+    local name=$1 rc=0
+    shift
+    cargo nextest run --locked --profile ci --no-tests=fail "$@" || rc=$?
+    if [ -f "$reports/junit.xml" ]; then mv "$reports/junit.xml" "$reports/junit-$name.xml"; fi
+    return $rc
+}
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "test.sh: cargo-nextest is not installed (run deploy/install-deps.sh)" >&2
+    exit 1
+fi
+rm -f "$reports"/junit*.xml
+
 # Formatting and lints are gates of this run: rustfmt.toml is the style,
 # and a clippy warning fails it (ripgrep's CI, say, gates on rustfmt alone).
 # fuzz/ is a cargo workspace of its own (docs/fuzzing.md), so each gate runs
 # there too; its targets build on stable, so clippy needs no nightly.
-cargo fmt --all --check
-cargo fmt --check --manifest-path fuzz/Cargo.toml
+step fmt cargo fmt --all --check
+step fmt-fuzz cargo fmt --check --manifest-path fuzz/Cargo.toml
 # The Debian roots of the newer SLURM releases are made (or found) while
 # the workspace builds and tests: mostly downloads, and a minute each.
 roots_log=$(mktemp "${TMPDIR:-/tmp}/cder-roots.XXXXXX")
@@ -34,28 +105,29 @@ roots_log=$(mktemp "${TMPDIR:-/tmp}/cder-roots.XXXXXX")
     bash deploy/slurm-root.sh "$release" || exit 1
 done) >"$roots_log" 2>&1 &
 roots_pid=$!
-cargo build --workspace --all-targets --locked
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
-cargo test --workspace --locked -- --test-threads="${CDER_TEST_THREADS:-4}"
+step build cargo build --workspace --all-targets --locked
+step clippy cargo clippy --workspace --all-targets --locked -- -D warnings
+step clippy-fuzz cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
+step tests nextest workspace --workspace --test-threads "${CDER_TEST_THREADS:-4}"
+step doctests cargo test --workspace --doc --locked
 # Every SLURM release from 22.05 to 26.05 compiles, and cder-slurm's unit
 # tests pass with each build (deploy/slurm/releases, docs/slurm.md).
-if ! wait "$roots_pid"; then
+roots() {
+    local rc=0
+    wait "$roots_pid" || rc=$?
     cat "$roots_log"
-    echo "== the SLURM release roots could not be made" >&2
-    exit 1
-fi
-cat "$roots_log"
-bash deploy/slurm-headers.sh
+    ((rc == 0)) || echo "== the SLURM release roots could not be made" >&2
+    return $rc
+}
+step roots roots
+step headers bash deploy/slurm-headers.sh
 # The SLURM suites that matter for exclusivity and trust run again on each
 # release that runs from a Debian root (made or found by
 # deploy/slurm-root.sh); the stress test runs shorter there.
 mapfile -t suites < <(awk '!/^#/ && NF {print $1 "::"}' deploy/slurm/release-suites)
 for release in $(awk '!/^#/ && $3 == "root" {print $1}' deploy/slurm/releases); do
-    started=$SECONDS
     CDER_SLURM_RELEASE=$release CDER_STRESS_OPERATIONS=${CDER_STRESS_OPERATIONS:-2} \
-        cargo test --locked -p cder-tests --test cluster -- --test-threads=1 "${suites[@]}"
-    echo "== SLURM $release: suites passed in $((SECONDS - started)) s"
+        step "slurm-$release" nextest "slurm-$release" -p cder-tests --test cluster --test-threads 1 "${suites[@]}"
 done
 # The packages of each Debian release with a newer SLURM, built in that
 # release's root, installed in a throwaway overlay of it and linted by its
@@ -64,8 +136,20 @@ done
 # minutes on 2 cores, more than CI's 40 minutes leave: CDER_DEB_RELEASES
 # says which (e.g. 24.11; none by default; docs/packaging.md).
 for release in ${CDER_DEB_RELEASES:-}; do
-    bash deploy/test-debs.sh "$release"
+    step "debs-$release" bash deploy/test-debs.sh "$release"
 done
 # A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
 # 5 s a target here (CI's 40 minutes); deploy/fuzz.sh alone runs 15.
-CDER_FUZZ_SECONDS=${CDER_FUZZ_SECONDS:-5} bash deploy/fuzz.sh
+CDER_FUZZ_SECONDS=${CDER_FUZZ_SECONDS:-5} step fuzz bash deploy/fuzz.sh
+stop_load
+
+echo "== the ten slowest tests"
+python3 deploy/slowest-tests.py 10 "$reports"/junit-*.xml
+echo "== time of each step"
+printf '   %s\n' "${timings[@]}"
+if ((${#failed[@]})); then
+    echo "== FAILED steps: ${failed[*]}"
+    echo "   (each failed test is listed above, after its step; JUnit reports in $reports/)"
+    exit 1
+fi
+echo "== every step passed in $SECONDS s${CDER_TEST_BESIDE_LOAD:+ (beside load $load)}"

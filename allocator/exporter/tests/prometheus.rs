@@ -56,15 +56,31 @@ fn encode(q: &str) -> String {
         .collect()
 }
 
-/// An instant query's result vector.
+/// An instant query's result vector, or why there is none: Prometheus not
+/// reachable, or answering other than 200 (a starting one says 503).
+fn try_query(port: u16, q: &str) -> Result<Vec<serde_json::Value>, String> {
+    let (head, body) = get(port, &format!("/api/v1/query?query={}", encode(q)), "application/json")
+        .ok_or_else(|| format!("{q}: no answer from Prometheus on port {port}"))?;
+    if !(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200")) {
+        return Err(format!("{q}: {head}\n{body}"));
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("{q}: {e}: {body}"))?;
+    if v["status"] != "success" {
+        return Err(format!("{q}: {body}"));
+    }
+    Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+/// An instant query's result vector, from a Prometheus known to be ready.
 fn query(port: u16, q: &str) -> Vec<serde_json::Value> {
-    let Some((head, body)) = get(port, &format!("/api/v1/query?query={}", encode(q)), "application/json") else {
-        return vec![];
-    };
-    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{q}: {head}\n{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["status"], "success", "{q}: {body}");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
+    try_query(port, q).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Prometheus's own readiness: `/-/ready` answers 200 once its storage and
+/// rules are loaded, 503 before.
+fn prometheus_ready(port: u16) -> bool {
+    get(port, "/-/ready", "*/*")
+        .is_some_and(|(head, _)| head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"))
 }
 
 fn have_prometheus() -> bool {
@@ -129,8 +145,11 @@ fn scrape(dir: &Path, socket: &Path) -> (Running, Running, u16, impl Fn() -> Str
     );
     let log_path = dir.join("prometheus.log");
     let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+    cder_testkit::wait_for("Prometheus to be ready (/-/ready)", Duration::from_secs(60), || {
+        prometheus_ready(prom_port)
+    });
     cder_testkit::wait_for("Prometheus to scrape cder-exporter", Duration::from_secs(60), || {
-        query(prom_port, "up{job=\"cder\"} == 1").len() == 1
+        try_query(prom_port, "up{job=\"cder\"} == 1").is_ok_and(|r| r.len() == 1)
     });
     (exporter, prometheus, prom_port, log)
 }
@@ -200,7 +219,8 @@ fn prometheus_scrapes_the_exporter() {
     // Releasing the job shows up in the next scrapes.
     client.release(&"slurm:4242".parse().unwrap()).unwrap();
     cder_testkit::wait_for("the release to reach Prometheus", Duration::from_secs(30), || {
-        query(prom_port, "sum(cder_device_allocated)").first().map(|r| r["value"][1].clone()) == Some("0".into())
+        try_query(prom_port, "sum(cder_device_allocated)")
+            .is_ok_and(|r| r.first().map(|r| r["value"][1].clone()) == Some("0".into()))
     });
 }
 
