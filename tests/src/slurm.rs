@@ -175,11 +175,29 @@ pub fn require_slurm() -> bool {
     ))
 }
 
-/// Only one SLURM cluster at a time per test process: the machine has two
-/// cores, and scheduling assertions need the daemons to get CPU.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+/// Held while a SLURM cluster runs: see [`serial`].
+pub struct Serial {
+    _thread: std::sync::MutexGuard<'static, ()>,
+    _machine: Option<std::fs::File>,
+}
+
+/// Only one SLURM cluster at a time on the machine: two would share
+/// slurmd's cgroup paths (`/slurm/uid_U/job_J`, job ids from 1 in both)
+/// and the two cores. A mutex orders the threads of one test process, a
+/// lock on a file in the temp dir every process (nextest runs each test in
+/// a process of its own, and two checkouts' tests may run at once).
+pub fn serial() -> Serial {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let thread = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join("cder-tests-slurm.lock");
+    let machine = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|f| f.lock().map(|()| f));
+    if let Err(e) = &machine {
+        eprintln!(
+            "cder-tests: cannot lock {} ({e}): SLURM clusters of other processes may run beside this one",
+            path.display()
+        );
+    }
+    Serial { _thread: thread, _machine: machine.ok() }
 }
 
 /// The workspace's root ([`cder_testkit::workspace_root`]).

@@ -14,7 +14,7 @@ use cder_tests::slurm::{parse_env_lines, serial, visible_set, SlurmClient};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn start(config: ClusterConfig) -> Option<(std::sync::MutexGuard<'static, ()>, Cluster)> {
+fn start(config: ClusterConfig) -> Option<(cder_tests::slurm::Serial, Cluster)> {
     if !require_cluster() {
         return None;
     }

@@ -146,7 +146,7 @@ fn granted_job(stderr: &str) -> Option<u32> {
 /// A cluster whose job prolog runs at allocation time (`PrologFlags=Alloc`),
 /// so that a job's prolog and its first step are apart: `salloc --no-shell`
 /// allocates (the prolog sends its `alloc`), `srun --jobid` starts a step.
-fn prolog_at_allocation() -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
+fn prolog_at_allocation() -> Option<(cder_tests::slurm::Serial, SlurmCluster)> {
     if !require_slurm() {
         return None;
     }

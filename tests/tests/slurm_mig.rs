@@ -101,7 +101,7 @@ fn mig_config(cgroup: bool) -> Result<SlurmConfig, String> {
     })
 }
 
-fn start(cgroup: bool) -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
+fn start(cgroup: bool) -> Option<(cder_tests::slurm::Serial, SlurmCluster)> {
     if !require_slurm() {
         return None;
     }

@@ -33,7 +33,7 @@ echo END=$(date +%s.%N)\n",
     )
 }
 
-fn start(config: SlurmConfig) -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
+fn start(config: SlurmConfig) -> Option<(cder_tests::slurm::Serial, SlurmCluster)> {
     if !require_slurm() {
         return None;
     }

@@ -50,7 +50,7 @@ fn check(
     open
 }
 
-fn start() -> Option<(std::sync::MutexGuard<'static, ()>, SlurmCluster)> {
+fn start() -> Option<(cder_tests::slurm::Serial, SlurmCluster)> {
     if !require_slurm() {
         return None;
     }
