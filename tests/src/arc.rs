@@ -314,6 +314,25 @@ impl ArcCe {
         ce.children.push(spawn("/usr/share/arc/arc-arex-ws-start", "ws.out", &loc)?);
         let logs = || ce_logs(&d);
         wait_port(rest_port, Duration::from_secs(60), &mut ce.children, "A-REX web service", &logs)?;
+        // A listening port is not a ready A-REX: it serves its REST `info`
+        // (and arcsub's brokering) from what its infoprovider wrote into the
+        // control dir, so it is ready once that first run has written it.
+        let info = d.join("control").join("info.xml");
+        let written = cder_testkit::try_wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
+            if std::fs::metadata(&info).is_ok_and(|m| m.len() > 0) {
+                return Ok(Some(()));
+            }
+            for c in ce.children.iter_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    return Err(format!(
+                        "A-REX: a process exited ({st}) before its first infoprovider run\n{}",
+                        logs()
+                    ));
+                }
+            }
+            Ok(None)
+        })?;
+        written.ok_or_else(|| format!("A-REX: no {} within 120 s of start\n{}", info.display(), logs()))?;
         let out = ce.client("arcproxy").output().map_err(|e| format!("arcproxy: {e}"))?;
         if !out.status.success() {
             return Err(format!(
