@@ -61,19 +61,25 @@ if ((load > 0)); then
     echo "== beside load: $load busy loops and an fsyncing writer (pids ${load_pids[*]})"
 fi
 
+# ended NAME RC STARTED [NOTE]: records a step's time and verdict.
+ended() {
+    local name=$1 rc=$2 took=$((SECONDS - $3))
+    timings+=("$(printf '%6d s  %s%s' $took "$name" "${4:-}")")
+    if (($2 != 0)); then
+        failed+=("$name (exit $2)")
+        echo "== step $name: FAILED (exit $2) after $took s"
+    else
+        echo "== step $name: passed in $took s"
+    fi
+}
+
 # step NAME COMMAND...: runs it, records its time, and goes on if it fails.
 step() {
     local name=$1 started=$SECONDS rc=0
     shift
     echo "== step $name: $*"
     "$@" || rc=$?
-    timings+=("$(printf '%6d s  %s' $((SECONDS - started)) "$name")")
-    if ((rc != 0)); then
-        failed+=("$name (exit $rc)")
-        echo "== step $name: FAILED (exit $rc) after $((SECONDS - started)) s"
-    else
-        echo "== step $name: passed in $((SECONDS - started)) s"
-    fi
+    ended "$name" $rc "$started"
 }
 
 # step_beside NAME COMMAND...: starts a step in the background, its output
@@ -96,14 +102,7 @@ step_joined() {
     echo "== step $name: its output"
     cat "${beside_log[$name]}"
     rm -f "${beside_log[$name]}"
-    local took=$((SECONDS - beside_started[$name]))
-    timings+=("$(printf '%6d s  %s (beside the release suites)' $took "$name")")
-    if ((rc != 0)); then
-        failed+=("$name (exit $rc)")
-        echo "== step $name: FAILED (exit $rc) after $took s"
-    else
-        echo "== step $name: passed in $took s"
-    fi
+    ended "$name" $rc "${beside_started[$name]}" " (beside the release suites)"
 }
 
 # nextest NAME [--profile P] ARGS...: a nextest run (profile ci unless

@@ -2,7 +2,7 @@
 //! (a binary per file made linking most of a test build):
 //! `cargo test -p cder-tests --test cluster slurm_trust::` runs one area.
 //! Tests that start a SLURM cluster take `cder_tests::slurm::serial()`, so
-//! one cluster at a time runs in this process.
+//! one cluster at a time runs on the machine.
 
 mod adversary_campaign;
 mod allocator_reconcile_slurm;
