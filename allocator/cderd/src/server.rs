@@ -20,6 +20,10 @@ use cder_protocol::{error_line, ok_line, ErrorCode, ErrorReply, Request};
 use crate::daemon::Daemon;
 use crate::peer::{Caller, ProcessIdentity};
 
+/// Connections waiting to be accepted; a client connecting past that
+/// waits in connect(2) for room. Small, so that root's connection never
+/// queues behind thousands of a user's.
+pub const BACKLOG: i32 = 64;
 /// Connections served at once; more are answered with an error and closed.
 pub const MAX_CONNECTIONS: usize = 256;
 /// A connection idle this long is closed, freeing its slot.
@@ -136,6 +140,7 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServeError> {
     // The socket is created under the process umask (tighter or equal), then
     // opened up to the configured mode: never looser than configured.
     let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
+    crate::sys::set_backlog(&listener, BACKLOG).map_err(|e| io("setting its backlog", e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| io("setting its mode", e))?;
     Ok(listener)
 }
@@ -187,9 +192,41 @@ impl Slots {
     }
 }
 
+/// The nice value of a thread while it serves a connection of neither root
+/// nor an operator: under CPU contention the batch system's requests, and
+/// the thread accepting connections, run first.
+pub const USER_CONNECTION_NICE: i32 = 10;
+/// Refused connections of one uid are logged at most once in this long.
+pub const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
+
+/// The log lines about refused connections: a flood of them must not cost
+/// the accepting thread a line each.
+#[derive(Default)]
+struct Refusals {
+    by_uid: HashMap<u32, (std::time::Instant, u64)>,
+}
+
+impl Refusals {
+    fn refused(&mut self, uid: u32, pid: i32, why: &str) {
+        let now = std::time::Instant::now();
+        match self.by_uid.get_mut(&uid) {
+            Some((logged, unlogged)) if now.duration_since(*logged) < REFUSALS_LOGGED_EVERY => *unlogged += 1,
+            Some((logged, unlogged)) => {
+                tracing::warn!(uid, pid, "refusing a connection: {why} ({unlogged} more refused since the last line)");
+                (*logged, *unlogged) = (now, 0);
+            }
+            None => {
+                tracing::warn!(uid, pid, "refusing a connection: {why}");
+                self.by_uid.insert(uid, (now, 0));
+            }
+        }
+    }
+}
+
 /// Serves `listener` forever (until accept fails fatally).
 pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()> {
     let slots = Arc::new(Slots::default());
+    let mut refusals = Refusals::default();
     let threads = Arc::new(Threads::default());
     let max_line = daemon.config().node.max_request_bytes;
     for stream in listener.incoming() {
@@ -209,26 +246,31 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
                 continue;
             }
         };
-        let caller = Caller { uid: cred.uid, pid: cred.pid, process: ProcessIdentity::at_connect(&stream, cred.pid) };
         // Before a thread takes it: an `env` arriving later waits for this
         // connection's first request (a job prolog's unanswered `alloc`).
         // Only the batch system's connections can carry one: a user's
-        // silent connections must not make every `env` wait (issue 44).
-        let operator = daemon.is_operator(caller.uid);
+        // silent connections must not make every `env` wait.
+        let operator = daemon.is_operator(cred.uid);
         let arrival = operator.then(|| daemon.arrived());
-        if let Err(why) = slots.take(caller.uid, operator) {
+        if let Err(why) = slots.take(cred.uid, operator) {
             if let Some(seq) = arrival {
                 daemon.arrival_read(seq);
             }
-            tracing::warn!(uid = caller.uid, pid = caller.pid, "refusing a connection: {why}");
+            refusals.refused(cred.uid, cred.pid, &why);
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = (&stream).write_all(error_line(&ErrorReply::new(ErrorCode::Internal, why)).as_bytes());
             continue;
         }
+        // Only for a connection taken: a refused one costs no more reads.
+        let caller = Caller { uid: cred.uid, pid: cred.pid, process: ProcessIdentity::at_connect(&stream, cred.pid) };
         let slots_here = Arc::clone(&slots);
         let daemon_here = Arc::clone(&daemon);
         let spawned = threads.run(Box::new(move || {
+            let lowered = !operator && lower_priority(USER_CONNECTION_NICE);
             connection(&daemon_here, stream, caller, arrival, max_line);
+            if lowered {
+                lower_priority(0);
+            }
             slots_here.give_back(caller.uid);
         }));
         if let Err(e) = spawned {
@@ -240,6 +282,23 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+/// Sets this thread's nice value; whether it was set (a daemon not run as
+/// root cannot raise it back, so it never lowers it either).
+fn lower_priority(nice: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ROOT.get_or_init(|| std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)) {
+        return false;
+    }
+    match crate::sys::set_thread_nice(nice) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("setting a connection thread's nice value to {nice}: {e}");
+            false
+        }
+    }
 }
 
 /// Marks the connection's arrival read however its thread leaves it.
@@ -344,6 +403,50 @@ fn answer_arrival(daemon: &Daemon, caller: Caller, line: &[u8], arrival: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_socket_queues_few_connections_ahead_of_roots() {
+        // ss(8) prints a listening socket's backlog as its Send-Q.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cderd.sock");
+        let _listener = bind(&path, 0o666).unwrap();
+        let out = std::process::Command::new("ss").args(["-xlnH"]).output().expect("ss (iproute2)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.contains(path.to_str().unwrap())).unwrap_or_else(|| panic!("{text}"));
+        let send_q: i32 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert_eq!(send_q, BACKLOG, "{line}");
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_one_log_line_per_uid_and_period() {
+        let mut refusals = Refusals::default();
+        for _ in 0..1000 {
+            refusals.refused(65534, 1, "busy");
+        }
+        refusals.refused(1000, 2, "busy");
+        assert_eq!(refusals.by_uid[&65534].1, 999, "the first was logged, the rest counted");
+        assert_eq!(refusals.by_uid[&1000].1, 0);
+        // After the period the next refusal is logged and the count starts again.
+        refusals.by_uid.get_mut(&65534).unwrap().0 -= REFUSALS_LOGGED_EVERY;
+        refusals.refused(65534, 1, "busy");
+        assert_eq!(refusals.by_uid[&65534].1, 0);
+    }
+
+    #[test]
+    fn a_users_connection_is_served_at_a_lower_priority_and_the_thread_gets_its_own_back() {
+        let nice_of_thread = || {
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            // Field 19 (nice): the 17th after the command's closing ')'.
+            stat.rsplit_once(')').unwrap().1.split_whitespace().nth(16).unwrap().parse::<i32>().unwrap()
+        };
+        if !lower_priority(USER_CONNECTION_NICE) {
+            eprintln!("skipping: a thread's nice value can be raised back only by root");
+            return;
+        }
+        assert_eq!(nice_of_thread(), USER_CONNECTION_NICE);
+        assert!(lower_priority(0));
+        assert_eq!(nice_of_thread(), 0);
+    }
 
     #[test]
     fn connection_threads_are_reused_and_never_too_few() {

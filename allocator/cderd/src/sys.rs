@@ -140,6 +140,33 @@ pub fn pidfs_inode(pidfd: &OwnedFd) -> Option<u64> {
 
 pub use cder_ledger::sys::uid_of_user;
 
+/// Sets how many connections may wait to be accepted on `listener`
+/// (listen(2) again on a listening socket changes only that). std asks for
+/// the system's maximum (4096): a flood of a user's connections queued
+/// ahead of root's would make root wait for every one of them.
+pub fn set_backlog(listener: &std::os::unix::net::UnixListener, backlog: i32) -> std::io::Result<()> {
+    // SAFETY: listen takes the listener's open descriptor and an integer.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the nice value of the calling thread alone (Linux keeps one per
+/// thread): a user's connection is served at a lower CPU priority than the
+/// batch system's, so a user's flood cannot starve root's requests.
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Blocks SIGTERM and SIGINT in the calling thread and every thread it
 /// starts afterwards, so that [`wait_for_termination`] can take them
 /// synchronously. Call it first thing in `main`.
