@@ -1034,6 +1034,23 @@ impl SlurmCluster {
         Ok(held)
     }
 
+    /// Waits until cderd's ledger holds `count` devices for job `id`, and
+    /// returns them. slurmctld calls a job RUNNING when it allocates it;
+    /// the node records the devices later, in the job's prolog.
+    pub fn wait_ledger(&self, id: u32, count: usize, timeout: Duration) -> Result<Vec<u32>, String> {
+        let mut last = Vec::new();
+        let held = cder_testkit::wait_for_value(timeout, Duration::from_millis(100), || {
+            last = self.ledger(id).ok()?;
+            (last.len() == count).then(|| last.clone())
+        });
+        held.ok_or_else(|| {
+            format!(
+                "job {id}: cderd's ledger holds {last:?}, not {count} device(s), after {timeout:?}\n{}",
+                self.logs()
+            )
+        })
+    }
+
     /// The last lines of every log, for a failing test's message.
     pub fn logs(&self) -> String {
         let mut out = String::new();

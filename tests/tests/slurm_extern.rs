@@ -89,9 +89,9 @@ fn a_login_adopted_into_the_extern_step_opens_only_its_jobs_gpus() {
     for id in [mine, other] {
         cluster.wait_running(id, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
     }
-    let held = cluster.ledger(mine).unwrap();
-    let others = cluster.ledger(other).unwrap();
-    assert_eq!((held.len(), others.len()), (1, 1), "each job holds one GPU\n{}", cluster.logs());
+    // Each job holds one GPU once its prolog has run.
+    let held = cluster.wait_ledger(mine, 1, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+    let others = cluster.wait_ledger(other, 1, JOB_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
 
     let pids = extern_pids(&cluster, mine);
     let Some(&extern_pid) = pids.first() else {
