@@ -15,7 +15,7 @@ use cder_tests::glue::{
     assert_reads_back, glue_validator, other_info, publish, require_glue_validator, slurm_ce_config,
 };
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
+use cder_tests::slurm::{release, require_slurm, serial, workspace_root, SlurmCluster, SlurmConfig};
 
 /// What the live scontrol printed, read with the one grammar the provider
 /// and the plugins share (`cder_request::gres`): node1's `Gres=gpu:4` and
@@ -104,10 +104,20 @@ fn two_groups_config(counts_extra: &str) -> String {
          [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mib = 2048\n"
 }
 
-/// A SLURM client aimed at the test cluster, as the provider would run it on a CE.
+/// A SLURM client aimed at the test cluster, as the provider would run it
+/// on a CE: the release's own (in its root), as a client speaks only its
+/// release's protocol and two older ones.
 fn client_wrapper(cluster: &SlurmCluster, dir: &std::path::Path, program: &str) -> std::path::PathBuf {
     let path = dir.join(program);
-    std::fs::write(&path, format!("#!/bin/sh\nSLURM_CONF={} exec {program} \"$@\"\n", cluster.slurm_conf().display()))
+    let exec = match release().ok().and_then(|r| r.root.as_ref()) {
+        Some(root) => format!(
+            "'{}' '{}' / /usr/bin/{program}",
+            workspace_root().join("deploy/slurm/in-root.sh").display(),
+            root.display()
+        ),
+        None => program.to_string(),
+    };
+    std::fs::write(&path, format!("#!/bin/sh\nSLURM_CONF={} exec {exec} \"$@\"\n", cluster.slurm_conf().display()))
         .unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
