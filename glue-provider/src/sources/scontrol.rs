@@ -569,6 +569,8 @@ fn squeue_job(fields: &[&str]) -> Result<Option<RunningJob>, String> {
     let time = |key: &str| parse_time(field(key)).map_err(|m| format!("{key}: {m}"));
     let remaining = match time("TimeLimit")? {
         None => None,
+        // squeue prints INVALID for a time clock skew made negative: none used yet.
+        Some(_) if field("TimeUsed") == "INVALID" => time("TimeLimit")?,
         Some(limit) => Some(limit.saturating_sub(time("TimeUsed")?.unwrap_or(0))),
     };
     Ok(Some(RunningJob {
@@ -902,6 +904,8 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         .jobs;
         assert_eq!((j[0].gres["gpu"], j[0].remaining, j[0].cpus), (6, Some(59), 2));
         assert_eq!((j[1].gres["gpu"], j[1].running), (6, false), "2 per job and 1 for each of 4 tasks");
+        let skewed = parse_jobs(&squeue("6~RUNNING~gpu~a~q~u~g~1~1~1~1:00~INVALID~cpu=1~N/A~N/A~N/A~\n"), SEP);
+        assert_eq!(skewed.jobs[0].remaining, Some(60), "{:?}", skewed.skipped);
     }
 
     #[test]
