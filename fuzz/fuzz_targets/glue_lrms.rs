@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = parse_pbsnodes(data);
     // The per-VO share listings: partitions, jobs, QOS limits, TORQUE queues and jobs.
     let _ = cder_glue_provider::sources::scontrol::parse_partitions(data);
-    let _ = cder_glue_provider::sources::scontrol::parse_jobs(data);
+    let _ = cder_glue_provider::sources::scontrol::parse_jobs(data, "|");
     let _ = cder_glue_provider::sources::scontrol::parse_assoc_mgr_qos(data);
     let _ = cder_glue_provider::sources::pbsnodes::parse_queues(data);
     let _ = cder_glue_provider::sources::pbsnodes::parse_qstat_jobs(data);

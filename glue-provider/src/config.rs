@@ -173,6 +173,9 @@ pub struct CountsConfig {
     /// The `scontrol` program for `source = "slurm"` (default: from `PATH`).
     #[serde(default = "default_scontrol")]
     pub scontrol: PathBuf,
+    /// The `squeue` program that lists SLURM's jobs for `[[vo]]` shares (default: from `PATH`).
+    #[serde(default = "default_squeue")]
+    pub squeue: PathBuf,
     /// The `pbsnodes` program for `source = "torque"` (default: from `PATH`).
     #[serde(default = "default_pbsnodes")]
     pub pbsnodes: PathBuf,
@@ -204,6 +207,9 @@ pub enum VirtualSourceKind {
 
 fn default_scontrol() -> PathBuf {
     "scontrol".into()
+}
+fn default_squeue() -> PathBuf {
+    "squeue".into()
 }
 fn default_pbsnodes() -> PathBuf {
     "pbsnodes".into()

@@ -15,7 +15,7 @@ use cder_tests::glue::{
     assert_reads_back, glue_validator, other_info, publish, require_glue_validator, slurm_ce_config,
 };
 use cder_tests::ldap::{require_slapd, Slapd, SlapdOptions};
-use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
+use cder_tests::slurm::{release, require_slurm, serial, workspace_root, SlurmCluster, SlurmConfig};
 
 /// What the live scontrol printed, read with the one grammar the provider
 /// and the plugins share (`cder_request::gres`): node1's `Gres=gpu:4` and
@@ -92,6 +92,37 @@ fn counts(text: &str, id: &str) -> ([String; 4], Vec<String>) {
     (gpus, nodes)
 }
 
+/// The provider's config for node1 (4 GPUs) and node2 (2 GPUs), with
+/// `counts_extra` in `[counts]`.
+fn two_groups_config(counts_extra: &str) -> String {
+    slurm_ce_config(counts_extra).replace("[service]", "cluster_id = \"ce.example.org\"\n\n[service]")
+        + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+         virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+         [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mib = 4800\n\n\
+         [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+         virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+         [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mib = 2048\n"
+}
+
+/// A SLURM client aimed at the test cluster, as the provider would run it
+/// on a CE: the release's own (in its root), as a client speaks only its
+/// release's protocol and two older ones.
+fn client_wrapper(cluster: &SlurmCluster, dir: &std::path::Path, program: &str) -> std::path::PathBuf {
+    let path = dir.join(program);
+    let exec = match release().ok().and_then(|r| r.root.as_ref()) {
+        Some(root) => format!(
+            "'{}' '{}' / /usr/bin/{program}",
+            workspace_root().join("deploy/slurm/in-root.sh").display(),
+            root.display()
+        ),
+        None => program.to_string(),
+    };
+    std::fs::write(&path, format!("#!/bin/sh\nSLURM_CONF={} exec {exec} \"$@\"\n", cluster.slurm_conf().display()))
+        .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
 #[test]
 fn slurm_gres_counts_are_published() {
     let _one_cluster = serial();
@@ -107,27 +138,9 @@ fn slurm_gres_counts_are_published() {
     };
     let cluster = SlurmCluster::start(&two_nodes).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    // scontrol aimed at the test cluster, as the provider would run it on a CE.
-    let scontrol = dir.path().join("scontrol");
-    std::fs::write(
-        &scontrol,
-        format!("#!/bin/sh\nSLURM_CONF={} exec scontrol \"$@\"\n", cluster.slurm_conf().display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&scontrol, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let scontrol = client_wrapper(&cluster, dir.path(), "scontrol");
     let config = dir.path().join("glue-provider.toml");
-    std::fs::write(
-        &config,
-        slurm_ce_config(&format!("scontrol = \"{}\"", scontrol.display()))
-            .replace("[service]", "cluster_id = \"ce.example.org\"\n\n[service]")
-            + "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
-             virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-             [[group.device]]\nmodel = \"Tesla K20m\"\ncount = 4\nmemory_mib = 4800\n\n\
-             [[group]]\nid = \"ce.example.org_node2\"\nnodes = [\"node2\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
-             virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
-             [[group.device]]\nmodel = \"GeForce GTX 680\"\ncount = 2\nmemory_mib = 2048\n",
-    )
-    .unwrap();
+    std::fs::write(&config, two_groups_config(&format!("scontrol = \"{}\"", scontrol.display()))).unwrap();
 
     let idle = publish(&config, &[]);
     assert_eq!(counts(&idle, "ce.example.org_node1").0, ["4", "4", "0", "0"].map(String::from), "{}", cluster.logs());
@@ -192,5 +205,108 @@ fn slurm_gres_counts_are_published() {
     let (gpus, nodes) = counts(&drained, "ce.example.org_node1");
     assert_eq!(gpus, ["4", "0", "1", "3"].map(String::from), "{drained}");
     assert_eq!(nodes, ["1", "0", "1"]);
+    cluster.cancel_all();
+}
+
+/// Per-VO shares on a real SLURM while users name their jobs to look like
+/// the facts the provider reads (`scontrol show job -o` prints the name
+/// before them): one running and several held jobs of atlas (the group
+/// `nogroup`) in `debug`, named to spell a bad count, another partition,
+/// root's group, a running state, `|`, quotes, a line break, a long name.
+/// The provider still publishes, with no warning, and each job counts where
+/// it is: atlas 1 running (1 GPU) and every held job waiting in `debug`;
+/// cms nothing, in `debug` or in its own `gpu-cms`.
+#[test]
+fn slurm_job_names_are_never_facts() {
+    let _one_cluster = serial();
+    if !require_slurm() {
+        return;
+    }
+    let cfg = SlurmConfig {
+        extra_slurm_conf: "NodeName=node2 NodeAddr=127.0.0.2 NodeHostname=node2 Port=1 CPUs=4 RealMemory=1000 Gres=gpu:2 State=UNKNOWN\n\
+                           PartitionName=gpu-cms Nodes=node2 AllowGroups=root State=UP"
+            .into(),
+        ..SlurmConfig::default()
+    };
+    let cluster = SlurmCluster::start(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let scontrol = client_wrapper(&cluster, dir.path(), "scontrol");
+    let squeue = client_wrapper(&cluster, dir.path(), "squeue");
+    let config = dir.path().join("glue-provider.toml");
+    std::fs::write(
+        &config,
+        two_groups_config(&format!("scontrol = \"{}\"\nsqueue = \"{}\"", scontrol.display(), squeue.display()))
+            + "\n[[vo]]\nname = \"atlas\"\ngroups = [\"nogroup\"]\n\n[[vo]]\nname = \"cms\"\ngroups = [\"root\"]\n",
+    )
+    .unwrap();
+
+    let forged = "x Partition=gpu-cms GroupId=root(0) JobState=RUNNING JOB_GRES=gpu:4 NumCPUs=4";
+    let running = cluster
+        .sbatch_as_user(&["--gpgpu-per-node=1", &format!("--job-name={forged}")], "#!/bin/sh\nsleep 300\n")
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    cluster.wait_running(running, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    let long = format!("l{}", "JobState=RUNNING ".repeat(12));
+    let names = [
+        "y NumCPUs=many".to_string(),
+        forged.to_string(),
+        "p JobState=RUNNING".to_string(),
+        "q|RUNNING|gpu-cms|\"'=;Account=cms".to_string(),
+        "n\nJobId=99 JobState=RUNNING Partition=gpu-cms GroupId=root(0) UserId=root(0)".to_string(),
+        "JobID=1 State=RUNNING Partition=gpu-cms Account=cms QOS=normal UserName=root GroupName=root NumCPUs=x TimeLimit=x tres-alloc=gres/gpu=9".to_string(),
+        long,
+    ];
+    let mut held = Vec::new();
+    for name in &names {
+        match cluster
+            .sbatch_as_user(&["--hold", "--gpgpu-per-node=1", &format!("--job-name={name}")], "#!/bin/sh\nsleep 1\n")
+        {
+            Ok(id) => held.push(id),
+            // SLURM may refuse a name (a line break); what it takes is what is tested.
+            Err(e) => eprintln!("sbatch refused the name {name:?}: {e}"),
+        }
+    }
+    assert!(held.len() >= 5, "SLURM took too few of the names: {held:?}");
+
+    let out = cder_tests::glue::run_provider(&config, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cder-glue-provider failed: {stderr}");
+    assert!(stderr.trim().is_empty(), "no job was unreadable: {stderr}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let entries = ldif::parse(&text).unwrap();
+    let share = |id: &str| {
+        let e = entries
+            .iter()
+            .find(|e| e.values("GLUE2ShareID").any(|i| i == id))
+            .unwrap_or_else(|| panic!("no share {id} in\n{text}"));
+        let value = |a: &str| e.values(a).next().unwrap_or_else(|| panic!("{id}: no {a}")).to_string();
+        [
+            value("GLUE2ComputingShareRunningJobs"),
+            value("GLUE2ComputingShareWaitingJobs"),
+            other_info(e)["GPGPUUsedInstances"].clone(),
+        ]
+    };
+    let squeue_text = || {
+        let out = cluster.command("squeue").args(["--all", "-o", "%i %T %P %u %g %j"]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    };
+    let held_n = held.len().to_string();
+    assert_eq!(
+        share("debug_atlas_ce.example.org_ComputingElement"),
+        ["1".to_string(), held_n, "1".to_string()],
+        "{text}\n{}",
+        squeue_text()
+    );
+    assert_eq!(
+        share("debug_cms_ce.example.org_ComputingElement"),
+        ["0", "0", "0"].map(String::from),
+        "{}",
+        squeue_text()
+    );
+    assert_eq!(
+        share("gpu-cms_cms_ce.example.org_ComputingElement"),
+        ["0", "0", "0"].map(String::from),
+        "{}",
+        squeue_text()
+    );
     cluster.cancel_all();
 }

@@ -251,12 +251,26 @@ gres_type = "t4"
 const PARTITION: &str = "PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A DefaultTime=04:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=1 MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=16 Nodes=wn[01-03] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=80 TotalNodes=3 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerCPU=2000 MaxMemPerNode=48000
 ";
 
-/// `scontrol --all -d show job -o`: an atlas and a cms job fill wn01 and
-/// wn02, a second atlas job waits.
-const JOBS: &str = "JobId=21 JobName=train UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=4294901739 Nice=0 Account=atlas QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 RunTime=10:00:00 TimeLimit=1-00:00:00 TimeMin=N/A Partition=gpu NodeList=wn01 NumNodes=1 NumCPUs=32 NumTasks=1 CPUs/Task=1 TRES=cpu=32,mem=64000M,node=1,billing=32,gres/gpu=2 JOB_GRES=gpu:k20m:2
-JobId=22 JobName=reco UserId=cms001(2001) GroupId=cms(2001) MCS_label=N/A Priority=4294901738 Nice=0 Account=cms QOS=normal JobState=RUNNING Reason=None RunTime=01:00:00 TimeLimit=04:00:00 Partition=gpu NodeList=wn02 NumNodes=1 NumCPUs=32 NumTasks=1 TRES=cpu=32,mem=2000M,node=1,billing=32
-JobId=23 JobName=train2 UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=4294901737 Nice=0 Account=atlas QOS=normal JobState=PENDING Reason=Resources RunTime=00:00:00 TimeLimit=04:00:00 Partition=gpu NodeList=(null) NumNodes=1 NumCPUs=16 NumTasks=1 TRES=cpu=16,node=1,billing=16
+/// `squeue --all --noheader --states=PENDING,RUNNING --Format …` (the
+/// provider's fields, `~` for the run's separator): an atlas and a cms job
+/// fill wn01 and wn02, a second atlas job waits.
+const JOBS: &str = "21~RUNNING~gpu~atlas~normal~atlas001~atlas~32~1~1~1-00:00:00~10:00:00~cpu=32,mem=64000M,node=1,billing=32,gres/gpu=2,gres/gpu:k20m=2~N/A~gres:gpu:k20m:2~N/A~
+22~RUNNING~gpu~cms~normal~cms001~cms~32~1~1~4:00:00~1:00:00~cpu=32,mem=2000M,node=1,billing=32~N/A~N/A~N/A~
+23~PENDING~gpu~atlas~normal~atlas001~atlas~16~1~1~4:00:00~0:00~cpu=16,node=1,billing=16~N/A~N/A~N/A~
 ";
+
+/// A stand-in `squeue` that prints [`JOBS`] with the separator the provider
+/// asked for (the suffix of its first `--Format` field).
+fn fake_squeue(dir: &Path) -> PathBuf {
+    executable(
+        dir,
+        "squeue",
+        &format!(
+            "#!/bin/sh\n[ \"$1 $2 $3 $4\" = '--all --noheader --states=PENDING,RUNNING --Format' ] || exit 2\n\
+             sep=${{5%%,*}}; sep=${{sep#JobID:0}}\nsed \"s/~/$sep/g\" <<'EOF'\n{JOBS}EOF\n"
+        ),
+    )
+}
 
 #[test]
 fn slurm_vo_shares_are_clean() {
@@ -270,14 +284,17 @@ fn slurm_vo_shares_are_clean() {
         dir.path(),
         "scontrol",
         &format!(
-            "#!/bin/sh\ncase \"$*\" in\n'-d show node -o') cat <<'EOF'\n{nodes}EOF\n;;\n'--all show partition -o') cat <<'EOF'\n{PARTITION}EOF\n;;\n'--all -d show job -o') cat <<'EOF'\n{JOBS}EOF\n;;\n*) exit 2;;\nesac\n"
+            "#!/bin/sh\ncase \"$*\" in\n'-d show node -o') cat <<'EOF'\n{nodes}EOF\n;;\n'--all show partition -o') cat <<'EOF'\n{PARTITION}EOF\n;;\n*) exit 2;;\nesac\n"
         ),
     );
     let config = dir.path().join("glue-provider.toml");
     std::fs::write(
         &config,
-        head(&format!("source = \"slurm\"\nscontrol = \"{}\"", scontrol.display()))
-            + r#"
+        head(&format!(
+            "source = \"slurm\"\nscontrol = \"{}\"\nsqueue = \"{}\"",
+            scontrol.display(),
+            fake_squeue(dir.path()).display()
+        )) + r#"
 [[group]]
 id = "ce.example.org_k20"
 nodes = ["wn[01-02]"]

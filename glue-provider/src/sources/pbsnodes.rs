@@ -53,6 +53,8 @@ pub struct TorqueNode {
     pub gpus_prohibited: u32,
     /// The node lists running jobs (`<jobs>`).
     pub has_jobs: bool,
+    /// The jobs `<jobs>` lists (`0/7.srv,1/7.srv`), by [`job_number`] (`7`).
+    pub jobs: Vec<String>,
     /// `<properties>`: the node's features, by which queues choose nodes (`resources_default.neednodes`).
     pub properties: Vec<String>,
     /// `<np>`: the job slots TORQUE schedules on the node.
@@ -125,7 +127,14 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
         let gpus_prohibited = gpu_count(status.as_ref().map_or(0, |s| {
             s.split(',').filter(|g| !allocated(g) && gpu_field(g, "gpu_mode").as_deref() == Some("Prohibited")).count()
         }))?;
-        let has_jobs = xml_element(body, "jobs").is_some_and(|j| !j.trim().is_empty());
+        let job_list = xml_element(body, "jobs").unwrap_or_default();
+        let has_jobs = !job_list.trim().is_empty();
+        let mut jobs: Vec<String> = job_list
+            .split(',')
+            .map(|slot| job_number(slot.rsplit_once('/').map_or(slot, |(_, id)| id).trim()).to_string())
+            .filter(|id| !id.is_empty())
+            .collect();
+        jobs.dedup();
         let properties = xml_element(body, "properties")
             .unwrap_or_default()
             .split(',')
@@ -160,6 +169,7 @@ pub fn parse_pbsnodes(output: &[u8]) -> Result<Vec<TorqueNode>, ProviderError> {
             gpus_allocated,
             gpus_prohibited,
             has_jobs,
+            jobs,
             properties,
             np,
             ncpus,
@@ -255,6 +265,8 @@ pub struct TorqueQueue {
 /// One running or waiting job of `qstat -f -1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TorqueJob {
+    /// `Job Id:` (`7.srv.example.org`).
+    pub id: String,
     /// `job_state = R` (else `Q`, `H`, `W`: waiting).
     pub running: bool,
     /// `exec_host` (`wn01/0-1+wn02/3`): the slots held on each node.
@@ -274,26 +286,44 @@ pub struct TorqueJob {
     pub gpus: u32,
 }
 
-/// `Queue: x` / `Job Id: x` blocks of `qstat -f`-style output: the header's
-/// value and the block's attributes. A line without ` = ` continues the
-/// previous value (qstat wraps long values without `-1`).
-fn blocks(text: &str, header: &str) -> Vec<(String, BTreeMap<String, String>)> {
-    let mut out: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+/// One `Queue: x` / `Job Id: x` block of `qstat -f`-style output.
+#[derive(Debug, Clone, Default)]
+struct Block {
+    /// The header's value.
+    name: String,
+    /// The attributes, by key.
+    attrs: BTreeMap<String, String>,
+    /// Keys printed more than once: qstat prints each once, so a second is
+    /// a line inside some value (a job's name, its variables) that only
+    /// looks like an attribute.
+    repeated: BTreeSet<String>,
+    /// The keys in the order printed.
+    order: Vec<String>,
+}
+
+/// The blocks of `qstat -f`-style output. An attribute is a line of four
+/// blanks, a key and ` = `; any other line continues the previous value
+/// (qstat wraps long values without `-1`, and a value may hold line breaks).
+fn blocks(text: &str, header: &str) -> Vec<Block> {
+    let mut out: Vec<Block> = Vec::new();
     let mut last: Option<String> = None;
     for line in text.lines() {
         if let Some(name) = line.strip_prefix(header) {
-            out.push((name.trim().to_string(), BTreeMap::new()));
+            out.push(Block { name: name.trim().to_string(), ..Block::default() });
             last = None;
             continue;
         }
-        let Some((_, attrs)) = out.last_mut() else { continue };
-        match line.split_once(" = ") {
+        let Some(block) = out.last_mut() else { continue };
+        match attribute(line) {
             Some((k, v)) => {
-                attrs.insert(k.trim().to_string(), v.trim().to_string());
-                last = Some(k.trim().to_string());
+                if block.attrs.insert(k.to_string(), v.trim().to_string()).is_some() {
+                    block.repeated.insert(k.to_string());
+                }
+                block.order.push(k.to_string());
+                last = Some(k.to_string());
             }
             None if !line.trim().is_empty() => {
-                if let Some(v) = last.as_ref().and_then(|k| attrs.get_mut(k)) {
+                if let Some(v) = last.as_ref().and_then(|k| block.attrs.get_mut(k)) {
                     v.push_str(line.trim());
                 }
             }
@@ -301,6 +331,20 @@ fn blocks(text: &str, header: &str) -> Vec<(String, BTreeMap<String, String>)> {
         }
     }
     out
+}
+
+/// `    key = value` → (`key`, `value`); a key is letters, digits, `_` and `.`.
+fn attribute(line: &str) -> Option<(&str, &str)> {
+    let (key, value) = line.strip_prefix("    ")?.split_once(" = ")?;
+    let is_key = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    is_key.then_some((key, value))
+}
+
+/// A TORQUE job id's sequence number, the part before the server's name
+/// (`7.srv.example.org` → `7`, `8[1].srv` → `8[1]`): `pbsnodes` and
+/// `qstat` may spell the server differently.
+pub fn job_number(id: &str) -> &str {
+    id.split('.').next().unwrap_or(id)
 }
 
 fn qstat_text(output: &[u8], what: &str) -> Result<String, ProviderError> {
@@ -312,7 +356,7 @@ fn qstat_text(output: &[u8], what: &str) -> Result<String, ProviderError> {
 /// Parses `qstat -Qf`.
 pub fn parse_queues(output: &[u8]) -> Result<Vec<TorqueQueue>, ProviderError> {
     let text = qstat_text(output, "qstat -Qf")?;
-    Ok(blocks(&text, "Queue:").into_iter().map(|(name, attributes)| TorqueQueue { name, attributes }).collect())
+    Ok(blocks(&text, "Queue:").into_iter().map(|b| TorqueQueue { name: b.name, attributes: b.attrs }).collect())
 }
 
 /// A TORQUE time (`HH:MM:SS`, `MM:SS` or seconds) in seconds.
@@ -385,42 +429,115 @@ fn exec_slots(value: &str) -> Result<Vec<(String, u32)>, String> {
     Ok(out)
 }
 
-/// Parses the running and waiting jobs of `qstat -f -1`.
+/// What `qstat -f -1` listed: the jobs read, and a warning for each job skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QstatJobs {
+    /// The running and waiting jobs.
+    pub jobs: Vec<TorqueJob>,
+    /// One message per job that could not be read, naming it.
+    pub skipped: Vec<String>,
+}
+
+/// Parses the running and waiting jobs of `qstat -f -1` (see [`parse_qstat_job_listing`]).
 pub fn parse_qstat_jobs(output: &[u8]) -> Result<Vec<TorqueJob>, ProviderError> {
-    let text = qstat_text(output, "qstat -f -1")?;
-    let mut out = Vec::new();
-    for (id, a) in blocks(&text, "Job Id:") {
-        let running = match a.get("job_state").map(String::as_str) {
-            Some("R") => true,
-            Some("Q" | "H" | "W") => false,
-            _ => continue,
-        };
-        let bad = |m: String| ProviderError::Runtime(format!("qstat -f -1: job {id}: {m}"));
-        let time = |k: &str| a.get(k).map(|v| parse_qstat_time(v)).transpose().map_err(|m| bad(format!("{k}: {m}")));
-        let remaining = match time("Resource_List.walltime")? {
-            None => None,
-            Some(limit) => Some(limit.saturating_sub(time("resources_used.walltime")?.unwrap_or(0))),
-        };
-        let exec_slots = match a.get("exec_host") {
-            Some(v) if running => exec_slots(v).map_err(|m| bad(format!("exec_host: {m}")))?,
-            _ => Vec::new(),
-        };
-        let gpus = a.get("exec_gpus").map_or(0, |g| g.split('+').filter(|s| !s.trim().is_empty()).count());
-        let gpus = u32::try_from(gpus)
-            .map_err(|_| ProviderError::Runtime(format!("qstat -f -1: job {id}: exec_gpus lists too many GPUs")))?;
-        let get = |k: &str| a.get(k).cloned().unwrap_or_default();
-        out.push(TorqueJob {
-            running,
-            exec_slots,
-            remaining,
-            queue: get("queue"),
-            user: get("euser"),
-            group: get("egroup"),
-            account: get("Account_Name"),
-            gpus,
-        });
+    Ok(parse_qstat_job_listing(output).jobs)
+}
+
+/// Parses the running and waiting jobs of `qstat -f -1`, skipping with a
+/// warning each job whose block cannot be trusted or read: one printing an
+/// attribute twice (a value of the job's own, its name or variables, holds
+/// a line that looks like one), one whose id is printed twice (a forged
+/// `Job Id:` line), one without `job_state` or `queue` (a block a forged
+/// header cut short), one whose values do not read. Running jobs are
+/// checked against `pbsnodes` by [`running_on_nodes`]. Bytes that are not
+/// UTF-8 are replaced, never fatal: a job's name may hold any.
+pub fn parse_qstat_job_listing(output: &[u8]) -> QstatJobs {
+    let text = String::from_utf8_lossy(output);
+    let blocks = blocks(&text, "Job Id:");
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in &blocks {
+        *seen.entry(job_number(&b.name)).or_default() += 1;
     }
-    Ok(out)
+    let mut listing = QstatJobs::default();
+    for b in &blocks {
+        let id = &b.name;
+        match qstat_job(b, seen[job_number(id)]) {
+            Ok(Some(job)) => listing.jobs.push(job),
+            Ok(None) => {}
+            Err(why) => listing.skipped.push(format!("qstat -f -1: skipping job {id:?}: {why}")),
+        }
+    }
+    listing
+}
+
+/// One job block; `Ok(None)` for a job neither running nor waiting.
+fn qstat_job(b: &Block, blocks_of_id: usize) -> Result<Option<TorqueJob>, String> {
+    let a = &b.attrs;
+    if blocks_of_id > 1 {
+        return Err(format!("{blocks_of_id} blocks carry its id"));
+    }
+    // qstat prints Job_Owner right after Job_Name: a line between them is the name's.
+    let at = |key: &str| b.order.iter().position(|k| k == key);
+    if let (Some(name), Some(owner)) = (at("Job_Name"), at("Job_Owner")) {
+        if owner != name + 1 {
+            return Err("Job_Name spans lines that look like attributes".into());
+        }
+    }
+    if !b.repeated.is_empty() {
+        let keys: Vec<&str> = b.repeated.iter().map(String::as_str).collect();
+        return Err(format!("{} printed twice: a value holds a line that looks like an attribute", keys.join(", ")));
+    }
+    let running = match a.get("job_state").map(String::as_str) {
+        Some("R") => true,
+        Some("Q" | "H" | "W") => false,
+        Some(_) => return Ok(None),
+        None if a.is_empty() => return Ok(None),
+        None => return Err("no job_state: its block was cut short".into()),
+    };
+    let queue = a.get("queue").ok_or("no queue: its block was cut short")?;
+    let time = |k: &str| a.get(k).map(|v| parse_qstat_time(v)).transpose().map_err(|m| format!("{k}: {m}"));
+    let remaining = match time("Resource_List.walltime")? {
+        None => None,
+        Some(limit) => Some(limit.saturating_sub(time("resources_used.walltime")?.unwrap_or(0))),
+    };
+    let exec_slots = match a.get("exec_host") {
+        Some(v) if running => exec_slots(v).map_err(|m| format!("exec_host: {m}"))?,
+        _ => Vec::new(),
+    };
+    let gpus = a.get("exec_gpus").map_or(0, |g| g.split('+').filter(|s| !s.trim().is_empty()).count());
+    let gpus = u32::try_from(gpus).map_err(|_| "exec_gpus lists too many GPUs".to_string())?;
+    let get = |k: &str| a.get(k).cloned().unwrap_or_default();
+    Ok(Some(TorqueJob {
+        id: b.name.clone(),
+        running,
+        exec_slots,
+        remaining,
+        queue: queue.clone(),
+        user: get("euser"),
+        group: get("egroup"),
+        account: get("Account_Name"),
+        gpus,
+    }))
+}
+
+/// Keeps the waiting jobs, and the running ones that a node's `<jobs>` in
+/// `pbsnodes -x` lists; a running block no node knows is text that spans
+/// lines and forges a whole job (a `Job Id:` line inside a value): it is
+/// skipped, with a warning.
+pub fn running_on_nodes(jobs: Vec<TorqueJob>, nodes: &[TorqueNode]) -> (Vec<TorqueJob>, Vec<String>) {
+    let on_nodes: BTreeSet<&str> = nodes.iter().flat_map(|n| &n.jobs).map(String::as_str).collect();
+    let mut skipped = Vec::new();
+    let kept = jobs
+        .into_iter()
+        .filter(|j| {
+            let known = !j.running || on_nodes.contains(job_number(&j.id));
+            if !known {
+                skipped.push(format!("qstat -f -1: skipping job {:?}: running, but no node's <jobs> lists it", j.id));
+            }
+            known
+        })
+        .collect();
+    (kept, skipped)
 }
 
 impl TorqueQueue {
@@ -492,7 +609,11 @@ pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Fact
     let timeout = Duration::from_secs((*config.counts.timeout_s.get_ref()).max(1));
     let queues = parse_queues(&run_command(&config.counts.qstat, &["-Qf"], timeout)?)?;
     let nodes = parse_pbsnodes(&run_command(&config.counts.pbsnodes, &["-x"], timeout)?)?;
-    let jobs = parse_qstat_jobs(&run_command(&config.counts.qstat, &["-f", "-1"], timeout)?)?;
+    let listing = parse_qstat_job_listing(&run_command(&config.counts.qstat, &["-f", "-1"], timeout)?);
+    let (jobs, unknown) = running_on_nodes(listing.jobs, &nodes);
+    for warning in listing.skipped.iter().chain(&unknown) {
+        eprintln!("cder-glue-provider: warning: {warning}");
+    }
     facts(groups, &queues, &nodes, &jobs)
 }
 
@@ -734,5 +855,65 @@ Job Id: 8.srv\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egr
         assert_eq!((shares[0].policy.waiting_jobs, shares[1].policy.running_jobs), (1, 1));
         assert_eq!((shares[0].policy.free_slots, shares[1].policy.used_slots), (2, 1));
         assert_eq!(shares[2].policy.estimated_worst_waiting_time, crate::sources::UNLIMITED_TIME);
+    }
+
+    /// Blocks of realistic `qstat -f -1` output (Job_Owner right after
+    /// Job_Name, as qstat prints it), hostile where the owner writes: the
+    /// job's name and its variables.
+    const HOSTILE: &str = "Job Id: 30.srv\n    Job_Name = x\n    exec_gpus = wn02-gpu/0+wn02-gpu/1\n    Account_Name = atlas\n    Job_Owner = cms001@ui\n    job_state = R\n    queue = gpu\n    exec_host = wn02/0\n    euser = cms001\n    egroup = cms\n\n\
+Job Id: 31.srv\n    Job_Name = v\n    Job_Owner = cms001@ui\n    job_state = Q\n    queue = gpu\n    Variable_List = PBS_O_HOME=/home/cms001,X=a\n    queue = atlasonly\n    egroup = atlas\n    euser = cms001\n    egroup = cms\n\n\
+Job Id: 32.srv\n    Job_Name = a = b    queue = other euser = root\n    Job_Owner = atlas001@ui\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egroup = atlas\n\n\
+Job Id: 35.srv\n    Job_Name = ok\n    Job_Owner = atlas001@ui\n    job_state = R\n    queue = gpu\n    exec_host = wn01/1\n    euser = atlas001\n    egroup = atlas\n";
+
+    #[test]
+    fn lines_inside_a_job_s_own_values_are_not_attributes() {
+        let jobs = parse_qstat_jobs(HOSTILE.as_bytes()).unwrap();
+        let got: Vec<(&str, &str, &str, u32, bool)> =
+            jobs.iter().map(|j| (j.id.as_str(), j.queue.as_str(), j.group.as_str(), j.gpus, j.running)).collect();
+        assert_eq!(got, [("32.srv", "gpu", "atlas", 0, false), ("35.srv", "gpu", "atlas", 0, true)]);
+        let skipped = parse_qstat_job_listing(HOSTILE.as_bytes()).skipped.join("\n");
+        assert!(skipped.contains("job \"30.srv\": Job_Name spans lines"), "{skipped}");
+        assert!(skipped.contains("job \"31.srv\": egroup, queue printed twice"), "{skipped}");
+    }
+
+    #[test]
+    fn one_unreadable_job_is_skipped_and_the_rest_read() {
+        let mut text = b"Job Id: 40.srv\n    Job_Name = \xff\xfe".to_vec();
+        text.extend("n".repeat(200_000).as_bytes());
+        text.extend(b"\n    Job_Owner = atlas001@ui\n    job_state = Q\n    queue = gpu\n    euser = atlas001\n    egroup = atlas\n\n");
+        text.extend(b"Job Id: 41.srv\n    Job_Name = t\n    Job_Owner = atlas001@ui\n    job_state = Q\n    queue = gpu\n    Resource_List.walltime = soon\n\n");
+        text.extend(b"Job Id: 42.srv\n    Job_Name = t\n    Job_Owner = cms001@ui\n    job_state = R\n    queue = gpu\n    exec_host = wn01/many\n");
+        let jobs = parse_qstat_jobs(&text).unwrap();
+        assert_eq!(
+            jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+            ["40.srv"],
+            "a name that is not UTF-8 is only a name"
+        );
+        let skipped = parse_qstat_job_listing(&text).skipped;
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(
+            skipped[0].contains("\"41.srv\": Resource_List.walltime") && skipped[1].contains("\"42.srv\": exec_host")
+        );
+    }
+
+    /// A name that holds `Job Id:` lines forges whole jobs: the job it cuts
+    /// short is skipped, and a forged running job no node runs is too.
+    #[test]
+    fn forged_job_blocks_are_skipped() {
+        let text = "Job Id: 50.srv\n    Job_Name = x\nJob Id: 99.srv\n    Job_Name = y\n    Job_Owner = cms001@ui\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn02/0-1\n    exec_gpus = wn02-gpu/0+wn02-gpu/1\nJob Id: 7.other\n    Job_Name = z\n    Job_Owner = cms001@ui\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn01/0\n\n\
+Job Id: 7.srv\n    Job_Name = train\n    Job_Owner = cms001@ui\n    job_state = R\n    queue = gpu\n    euser = cms001\n    egroup = cms\n    exec_host = wn01/0\n    exec_gpus = wn01-gpu/0+wn01-gpu/1\n";
+        let listing = parse_qstat_job_listing(text.as_bytes());
+        let skipped = listing.skipped.join("\n");
+        assert!(skipped.contains("\"50.srv\": no job_state"), "{skipped}");
+        assert!(
+            skipped.contains("\"7.other\": 2 blocks carry its id") && skipped.contains("\"7.srv\": 2 blocks"),
+            "{skipped}"
+        );
+        let (jobs, unknown) = running_on_nodes(listing.jobs, &parse_pbsnodes(NODES).unwrap());
+        assert!(jobs.is_empty(), "{jobs:?}");
+        assert_eq!(unknown, ["qstat -f -1: skipping job \"99.srv\": running, but no node's <jobs> lists it"]);
+        // The real job alone is kept: wn01's <jobs> lists it.
+        let (jobs, unknown) = running_on_nodes(parse_qstat_jobs(JOBS).unwrap(), &parse_pbsnodes(NODES).unwrap());
+        assert_eq!((jobs.len(), unknown.len()), (2, 0));
     }
 }

@@ -1,5 +1,5 @@
-//! What SLURM says, all read through `scontrol` (what slurmctld enforces,
-//! not what the database was once told): the counts of
+//! What SLURM says, read through `scontrol` and `squeue` (what slurmctld
+//! enforces, not what the database was once told): the counts of
 //! `scontrol -d show node -o` with its GRES lists, and the [`Facts`]
 //! per-VO shares are made of:
 //!
@@ -8,9 +8,12 @@
 //!   (the partition QOS), `State=` (`--all`: without it SLURM hides a
 //!   partition whose `AllowGroups` leave out the asking user, the BDII's);
 //! * `scontrol -d show node -o`: each node's `Gres=` / `GresUsed=` and state;
-//! * `scontrol --all -d show job -o`: the running jobs' `Partition=`, `Account=`,
-//!   `GroupId=`, `UserId=`, `QOS=` and devices (`JOB_GRES=gpu:2`, else the
-//!   `gres/gpu` of `AllocTRES=` / `TRES=`);
+//! * `squeue --all --noheader --states=PENDING,RUNNING --Format ...`: the
+//!   jobs' `Partition`, `Account`, `GroupName`, `UserName`, `QOS`, CPUs,
+//!   times and devices (the `gres/gpu` of `tres-alloc`, else `tres-per-job`,
+//!   `tres-per-node` × nodes, `tres-per-task` × tasks), each field ended by
+//!   a separator drawn for the run. Not `scontrol show job -o`: it prints the
+//!   job's name, the user's text, before the facts, where it can spell them;
 //! * only when a partition has a QOS or a VO names one: `scontrol show
 //!   assoc_mgr flags=qos`, whose `GrpTRES=gres/gpu=4(3)` is the limit and
 //!   what the QOS holds now, and `MaxTRESPJ=gres/gpu=2` the per-job limit.
@@ -315,23 +318,23 @@ pub struct Partition {
 /// One running or pending job's owner, devices and time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningJob {
-    /// `JobState=RUNNING` (else `PENDING`).
+    /// `State` `RUNNING` (else `PENDING`).
     pub running: bool,
-    /// `NumCPUs=`: the slots it holds (running) or asks for.
+    /// `NumCPUs`: the slots it holds (running) or asks for.
     pub cpus: u32,
-    /// `TimeLimit=` less `RunTime=` in seconds; `None` for `UNLIMITED`.
+    /// `TimeLimit` less `TimeUsed` in seconds; `None` for `UNLIMITED`.
     pub remaining: Option<u64>,
-    /// `Partition=`.
+    /// `Partition`.
     pub partition: String,
-    /// `Account=`.
+    /// `Account`.
     pub account: String,
-    /// `GroupId=` without the `(gid)`.
+    /// `GroupName`.
     pub group: String,
-    /// `UserId=` without the `(uid)`.
+    /// `UserName`.
     pub user: String,
-    /// `QOS=`.
+    /// `QOS`.
     pub qos: String,
-    /// `gres/<name>=N` items of the allocated TRES (`gres/gpu` → N).
+    /// Devices by GRES name (`gpu` → N): see [`parse_jobs`].
     pub gres: BTreeMap<String, u32>,
 }
 
@@ -430,62 +433,200 @@ pub fn parse_partitions(output: &[u8]) -> Result<Vec<Partition>, ProviderError> 
     Ok(out)
 }
 
-/// Parses the running and pending jobs of `scontrol -d show job -o`.
-pub fn parse_jobs(output: &[u8]) -> Result<Vec<RunningJob>, ProviderError> {
-    let text = text(output, "scontrol -d show job -o")?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let f = fields(line);
-        let running = match f.get("JobState") {
-            Some(&"RUNNING") => true,
-            Some(&"PENDING") => false,
-            _ => continue,
-        };
-        let bad = |what: String| ProviderError::Runtime(format!("scontrol -d show job -o line {}: {what}", n + 1));
-        let time = |key: &str| f.get(key).map_or(Ok(None), |v| parse_time(v)).map_err(|m| bad(format!("{key}: {m}")));
-        let remaining = match time("TimeLimit")? {
-            None => None,
-            Some(limit) => Some(limit.saturating_sub(time("RunTime")?.unwrap_or(0))),
-        };
-        let cpus = match f.get("NumCPUs") {
-            None => 1,
-            Some(v) => v.parse::<u32>().map_err(|_| bad(format!("NumCPUs={v:?} is not a count")))?,
-        };
-        // The job's devices: `JOB_GRES=gpu:2` (-d, the allocation), else the
-        // GRES items of the allocated TRES (only those in AccountingStorageTRES).
-        let mut gres = BTreeMap::new();
-        if let Some(list) = f.get("JOB_GRES").filter(|v| **v != "(null)") {
-            for g in parse_gres(list).map_err(|m| bad(format!("JOB_GRES: {m}")))? {
-                let sum = gres.entry(g.name).or_insert(0u32);
-                *sum =
-                    sum.checked_add(g.count).ok_or_else(|| bad(format!("JOB_GRES {list:?} adds up past a count")))?;
-            }
-        } else {
-            let tres = f.get("AllocTRES").or_else(|| f.get("TRES")).copied().unwrap_or("");
-            for entry in cder_request::gres::tres_entries(tres) {
-                let item = entry.item.map_err(|e| bad(format!("TRES {tres:?}: {e}")))?;
-                // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
-                if item.gres_type.is_some() {
-                    continue;
-                }
-                let count = u32::try_from(item.count)
-                    .map_err(|_| bad(format!("TRES {tres:?}: {} is past a count", item.count)))?;
-                gres.insert(item.name, count);
-            }
+/// The `squeue --Format` fields the provider reads, in the order printed.
+/// None of them is text a user writes (no name, comment, command or
+/// directory): each is a number, a state, or a name SLURM or the admin
+/// controls. The job id comes first, so that a skipped line can be named.
+pub const SQUEUE_FIELDS: [&str; 16] = [
+    "JobID",
+    "State",
+    "Partition",
+    "Account",
+    "QOS",
+    "UserName",
+    "GroupName",
+    "NumCPUs",
+    "NumNodes",
+    "NumTasks",
+    "TimeLimit",
+    "TimeUsed",
+    "tres-alloc",
+    "tres-per-job",
+    "tres-per-node",
+    "tres-per-task",
+];
+
+/// A field separator no submitted text can contain: it is drawn anew for
+/// each run, so a value cannot be written in advance to spell it.
+pub fn squeue_separator() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS's randomness; two draws give 128 bits.
+    let draw = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(salt);
+        h.write_u32(std::process::id());
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
         }
-        out.push(RunningJob {
-            running,
-            cpus,
-            remaining,
-            partition: f.get("Partition").unwrap_or(&"").to_string(),
-            account: f.get("Account").unwrap_or(&"").to_string(),
-            group: strip_id(f.get("GroupId").unwrap_or(&"")).to_string(),
-            user: strip_id(f.get("UserId").unwrap_or(&"")).to_string(),
-            qos: f.get("QOS").unwrap_or(&"").to_string(),
-            gres,
-        });
+        h.finish()
+    };
+    format!("|cder{:016x}{:016x}|", draw(1), draw(2))
+}
+
+/// The arguments of the `squeue` run that lists the running and pending
+/// jobs of every partition (`--all`: hidden ones too), each field followed
+/// by `separator` (`:0`: never cut to a width).
+pub fn squeue_args(separator: &str) -> Vec<String> {
+    let format: Vec<String> = SQUEUE_FIELDS.iter().map(|f| format!("{f}:0{separator}")).collect();
+    ["--all", "--noheader", "--states=PENDING,RUNNING", "--Format"]
+        .into_iter()
+        .map(str::to_string)
+        .chain([format.join(",")])
+        .collect()
+}
+
+/// What `squeue` listed: the jobs read, and a warning for each line skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobListing {
+    /// The running and pending jobs.
+    pub jobs: Vec<RunningJob>,
+    /// One message per line that could not be read, naming its job where it can.
+    pub skipped: Vec<String>,
+}
+
+/// Parses the output of `squeue` run with [`squeue_args`]`(separator)`. A
+/// line that does not hold exactly the fields asked for, each ended by the
+/// separator, or whose values do not read, is skipped with a warning: one
+/// job's line never stops the listing. A value holding a line break splits
+/// its line into pieces that each lack fields, so both are skipped.
+pub fn parse_jobs(output: &[u8], separator: &str) -> JobListing {
+    let mut listing = JobListing::default();
+    if separator.is_empty() {
+        listing.skipped.push("squeue: no field separator".into());
+        return listing;
     }
-    Ok(out)
+    for (n, raw) in output.split(|&b| b == b'\n').enumerate() {
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let line = String::from_utf8_lossy(raw);
+        let mut fields: Vec<&str> = line.split(separator).collect();
+        // Every field ends with the separator: the last piece is what follows the last one.
+        let trailer = fields.pop().unwrap_or_default();
+        let id = fields.first().map(|id| id.trim()).filter(|id| is_job_id(id));
+        let name = match id {
+            Some(id) => format!("job {id}"),
+            None => format!("line {}", n + 1),
+        };
+        let result = if std::str::from_utf8(raw).is_err() {
+            Err("not valid UTF-8".to_string())
+        } else if fields.len() != SQUEUE_FIELDS.len() || !trailer.trim().is_empty() {
+            Err(format!("{} fields where {} were asked for", fields.len(), SQUEUE_FIELDS.len()))
+        } else if id.is_none() {
+            Err("no job id".to_string())
+        } else {
+            squeue_job(&fields)
+        };
+        match result {
+            Ok(Some(job)) => listing.jobs.push(job),
+            Ok(None) => {}
+            Err(why) => listing.skipped.push(format!("squeue: skipping {name}: {why}")),
+        }
+    }
+    listing
+}
+
+/// A SLURM job id as squeue's `JobID` prints it: digits.
+fn is_job_id(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The value of [`SQUEUE_FIELDS`]' `name` in a line's `fields`.
+fn squeue_field<'a>(fields: &[&'a str], name: &str) -> &'a str {
+    let at = SQUEUE_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
+    fields.get(at).map_or("", |v| v.trim())
+}
+
+/// One job of [`SQUEUE_FIELDS`]; `Ok(None)` for a job neither running nor pending.
+fn squeue_job(fields: &[&str]) -> Result<Option<RunningJob>, String> {
+    let field = |name: &str| squeue_field(fields, name);
+    let running = match field("State") {
+        "RUNNING" => true,
+        "PENDING" => false,
+        _ => return Ok(None),
+    };
+    // Names the admin or the system gives; one with a blank or a control
+    // character is no such name, and is not guessed at.
+    let name = |key: &str| {
+        let v = field(key);
+        if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            Err(format!("{key} {v:?} is not a name"))
+        } else {
+            Ok(v.to_string())
+        }
+    };
+    let count = |key: &str| field(key).parse::<u32>().map_err(|_| format!("{key} {:?} is not a count", field(key)));
+    let time = |key: &str| parse_time(field(key)).map_err(|m| format!("{key}: {m}"));
+    let remaining = match time("TimeLimit")? {
+        None => None,
+        // squeue prints INVALID for a time clock skew made negative: none used yet.
+        Some(_) if field("TimeUsed") == "INVALID" => time("TimeLimit")?,
+        Some(limit) => Some(limit.saturating_sub(time("TimeUsed")?.unwrap_or(0))),
+    };
+    Ok(Some(RunningJob {
+        running,
+        cpus: count("NumCPUs")?,
+        remaining,
+        partition: name("Partition")?,
+        account: name("Account")?,
+        group: name("GroupName")?,
+        user: name("UserName")?,
+        qos: name("QOS")?,
+        gres: job_gres(fields)?,
+    }))
+}
+
+/// A job's devices by GRES name: the GRES items of `tres-alloc` (the
+/// allocation of a running job, the request of a pending one) where SLURM
+/// accounts for them (`AccountingStorageTRES`), else what the job asked
+/// for: per job, per node times its nodes, per task times its tasks.
+fn job_gres(fields: &[&str]) -> Result<BTreeMap<String, u32>, String> {
+    let field = |name: &str| squeue_field(fields, name);
+    let mut alloc = BTreeMap::new();
+    for entry in cder_request::gres::tres_entries(field("tres-alloc")) {
+        let item = entry.item.map_err(|e| format!("tres-alloc {:?}: {e}", field("tres-alloc")))?;
+        // Typed items (`gres/gpu:tesla=2`) repeat the untyped total.
+        if item.gres_type.is_none() {
+            let count = u32::try_from(item.count).map_err(|_| format!("tres-alloc: {} is past a count", item.count))?;
+            alloc.insert(item.name, count);
+        }
+    }
+    if !alloc.is_empty() {
+        return Ok(alloc);
+    }
+    let mut asked: BTreeMap<String, u32> = BTreeMap::new();
+    for (key, times) in [("tres-per-job", "1"), ("tres-per-node", "NumNodes"), ("tres-per-task", "NumTasks")] {
+        let list = field(key);
+        let entries = cder_request::gres::tres_entries(list);
+        if entries.is_empty() {
+            continue;
+        }
+        let times: u32 = if times == "1" {
+            1
+        } else {
+            field(times).parse().map_err(|_| format!("{times} {:?} is not a count", field(times)))?
+        };
+        for entry in entries {
+            let item = entry.item.map_err(|e| format!("{key} {list:?}: {e}"))?;
+            let count = u32::try_from(item.count)
+                .ok()
+                .and_then(|c| c.checked_mul(times))
+                .ok_or_else(|| format!("{key} {list:?}: past a count"))?;
+            let sum = asked.entry(item.name).or_insert(0);
+            *sum = sum.checked_add(count).ok_or_else(|| format!("{key} {list:?}: past a count"))?;
+        }
+    }
+    Ok(asked)
 }
 
 /// Parses the QOS records of `scontrol show assoc_mgr flags=qos`:
@@ -565,7 +706,16 @@ pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Fact
     // leave out the asking user, and the BDII's user is in no VO's group.
     let partitions = parse_partitions(&scontrol(&["--all", "show", "partition", "-o"])?)?;
     let nodes = parse_scontrol(&scontrol(&["-d", "show", "node", "-o"])?)?;
-    let jobs = parse_jobs(&scontrol(&["--all", "-d", "show", "job", "-o"])?)?;
+    // Jobs from squeue's fixed fields, never scontrol's `-o` line: there the
+    // job's name, user text, comes before the facts and can spell them.
+    let separator = squeue_separator();
+    let args = squeue_args(&separator);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let listing = parse_jobs(&run_command(&config.counts.squeue, &args, timeout)?, &separator);
+    for warning in &listing.skipped {
+        eprintln!("cder-glue-provider: warning: {warning}");
+    }
+    let jobs = listing.jobs;
     let wants_qos = partitions.iter().any(|p| p.qos.is_some()) || config.vos.iter().any(|v| !v.qos.is_empty());
     let qos =
         if wants_qos { parse_assoc_mgr_qos(&scontrol(&["show", "assoc_mgr", "flags=qos"])?)? } else { BTreeMap::new() };
@@ -677,8 +827,17 @@ PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL QoS=N/A Nodes=c
 NodeName=wn02 Gres=gpu:4 GresUsed=gpu:0(IDX:N/A) State=IDLE\n\
 NodeName=cpu01 Gres=(null) GresUsed=(null) State=IDLE\n";
 
-    const JOBS: &[u8] = b"JobId=1 JobName=a UserId=atlas001(1001) GroupId=atlas(1001) MCS_label=N/A Priority=1 Account=atlas QOS=atlas-gpu JobState=RUNNING Reason=None Partition=gpu AllocTRES=cpu=1,mem=100M,node=1,billing=1,gres/gpu=3 TRES=cpu=1,mem=100M,node=1,billing=1,gres/gpu=3\n\
-JobId=2 UserId=cms001(2001) GroupId=cms(2001) Account=cms QOS=normal JobState=COMPLETED Partition=gpu TRES=cpu=1,gres/gpu=2\n";
+    /// The separator the tests' listings use (a run draws its own).
+    const SEP: &str = "|cder0123456789abcdef|";
+
+    /// `squeue` output of [`squeue_args`]`(SEP)`: each line's fields, `~` for the separator.
+    fn squeue(lines: &str) -> Vec<u8> {
+        lines.replace('~', SEP).into_bytes()
+    }
+
+    /// One running atlas job holding 3 GPUs, and one that has ended.
+    const JOBS: &str = "1~RUNNING~gpu~atlas~atlas-gpu~atlas001~atlas~1~1~1~UNLIMITED~5:00~cpu=1,mem=100M,node=1,billing=1,gres/gpu=3~N/A~N/A~N/A~\n\
+2~COMPLETED~gpu~cms~normal~cms001~cms~1~1~1~UNLIMITED~0:00~cpu=1,gres/gpu=2~N/A~N/A~N/A~\n";
 
     const ASSOC_QOS: &[u8] = b"Current Association Manager state\n\nQOS Records\n\nQOS=normal(1)\n    UsageRaw=0.000000\n    GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00)\n    GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0),gres/gpu=N(0)\n    MaxWallPJ=\n    MaxTRESPJ=\n    MaxTRESPN=\n    Account Limits\n        No Accounts\n    User Limits\n        No Users\n\
 QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/gpu=4(3),gres/gpu:tesla=4(3)\n    MaxTRESPJ=gres/gpu=2\n    Account Limits\n      atlas\n        MaxTRESPA=gres/gpu=1(3)\n    User Limits\n        No Users\n";
@@ -701,7 +860,7 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
             groups,
             &parse_partitions(PARTITIONS).unwrap(),
             &parse_scontrol(NODES).unwrap(),
-            &parse_jobs(JOBS).unwrap(),
+            &parse_jobs(&squeue(JOBS), SEP).jobs,
             &parse_assoc_mgr_qos(ASSOC_QOS).unwrap(),
         )
     }
@@ -713,8 +872,9 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         assert_eq!(p[0].allow_accounts.as_deref(), Some(&["atlas".to_string(), "cms".to_string()][..]));
         assert_eq!((p[0].allow_groups.clone(), p[0].qos.clone()), (None, None));
         assert_eq!(p[1].serving_state(), "draining");
-        let j = parse_jobs(JOBS).unwrap();
-        assert_eq!(j.len(), 1, "running and pending jobs only");
+        let listing = parse_jobs(&squeue(JOBS), SEP);
+        let j = listing.jobs;
+        assert_eq!((j.len(), listing.skipped.len()), (1, 0), "running and pending jobs only");
         assert_eq!(
             (parse_time("1-02:00:00"), parse_time("30"), parse_time("05:10")),
             (Ok(Some(93_600)), Ok(Some(1800)), Ok(Some(310)))
@@ -730,9 +890,122 @@ QOS=atlas-gpu(2)\n    UsageRaw=10.000000\n    GrpTRES=cpu=N(1),mem=N(100),gres/g
         assert_eq!(q["atlas-gpu"].per_job["gpu"], 2);
         let e = parse_assoc_mgr_qos(b"QOS=x(3)\n    GrpTRES=gres/gpu=lots(1)\n").unwrap_err();
         assert!(e.to_string().contains("QOS x: GrpTRES gres/gpu=\"lots(1)\" is not a count"), "{e}");
-        assert!(parse_jobs(b"JobId=3 JobState=RUNNING Partition=gpu TRES=gres/gpu=-1\n").is_err());
-        let j = parse_jobs(b"JobId=4 JobState=RUNNING Partition=gpu TRES=cpu=1,node=1 JOB_GRES=gpu:tesla:1,gpu:k80:2 Nodes=wn01 GRES=gpu:tesla:1(IDX:0)\n").unwrap();
-        assert_eq!(j[0].gres["gpu"], 3);
+        let bad = parse_jobs(&squeue("3~RUNNING~gpu~a~q~u~g~1~1~1~1:00~0:01~gres/gpu=-1~N/A~N/A~N/A~\n"), SEP);
+        assert_eq!(bad.jobs.len(), 0);
+        assert!(bad.skipped[0].starts_with("squeue: skipping job 3: tres-alloc"), "{:?}", bad.skipped);
+        // Not accounted in tres-alloc: what the job asked for, per node times its nodes.
+        let j = parse_jobs(
+            &squeue(
+                "4~RUNNING~gpu~a~q~u~g~2~2~2~1:00~0:01~cpu=2,node=2~N/A~gres:gpu:tesla:1,gres:gpu:k80:2~N/A~\n\
+                     5~PENDING~gpu~a~q~u~g~2~1~4~1:00~0:00~cpu=2,node=1~gres/gpu:2~N/A~gres/gpu=1~\n",
+            ),
+            SEP,
+        )
+        .jobs;
+        assert_eq!((j[0].gres["gpu"], j[0].remaining, j[0].cpus), (6, Some(59), 2));
+        assert_eq!((j[1].gres["gpu"], j[1].running), (6, false), "2 per job and 1 for each of 4 tasks");
+        let skewed = parse_jobs(&squeue("6~RUNNING~gpu~a~q~u~g~1~1~1~1:00~INVALID~cpu=1~N/A~N/A~N/A~\n"), SEP);
+        assert_eq!(skewed.jobs[0].remaining, Some(60), "{:?}", skewed.skipped);
+    }
+
+    #[test]
+    fn squeue_is_asked_for_no_user_text() {
+        // Every field the job's owner writes; none may be printed.
+        for text in ["Name", "Comment", "Command", "WorkDir", "StdOut", "StdErr", "StdIn", "admin_comment", "Reason"] {
+            assert!(!SQUEUE_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(text)), "{text}");
+        }
+        let (a, b) = (squeue_separator(), squeue_separator());
+        assert_ne!(a, b, "drawn anew for each run");
+        assert!(a.len() >= 36 && !a.contains([',', ':', '%', ' ', '\n']), "{a}");
+        let args = squeue_args(&a);
+        assert_eq!(args[..4], ["--all", "--noheader", "--states=PENDING,RUNNING", "--Format"]);
+        let format: Vec<&str> = args[4].split(',').collect();
+        assert_eq!(format.len(), SQUEUE_FIELDS.len());
+        assert!(format.iter().zip(SQUEUE_FIELDS).all(|(f, name)| *f == format!("{name}:0{a}")), "{format:?}");
+    }
+
+    /// What squeue prints when the values a user may choose (an account
+    /// SLURM does not check, without slurmdbd) hold hostile text: each job
+    /// keeps its own state, partition and VO, or is skipped with a warning
+    /// naming it; the jobs around it are read as ever.
+    #[test]
+    fn hostile_text_in_squeue_values_is_never_a_fact() {
+        let long = "A".repeat(200_000);
+        let every_key = SQUEUE_FIELDS.join("=RUNNING,") + "=gpu-cms";
+        let text = [
+            "10~RUNNING~gpu~atlas~normal~atlas001~atlas~2~1~1~1:00:00~10:00~cpu=2,gres/gpu=1~N/A~N/A~N/A~".to_string(),
+            // Blanks and scontrol's spelling of the facts: no account is named so.
+            "11~PENDING~gpu~x Partition=gpu-cms GroupId=root(0) JobState=RUNNING JOB_GRES=gpu:4~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~".to_string(),
+            // `=`, quotes and `|` are only characters of a name.
+            "12~PENDING~gpu~a=\"b\"|RUNNING|gpu-cms|'c'~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~".to_string(),
+            // A line break and a whole forged line, with a separator guessed (not this run's).
+            "13~PENDING~gpu~p\n99|cderffffffffffffffff|RUNNING|cderffffffffffffffff|gpu-cms~cms~normal~cms001~cms~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~".to_string(),
+            format!("14~PENDING~gpu~{long}~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~"),
+            format!("15~PENDING~gpu~{every_key}~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~"),
+            // A count that is none (the provider once stopped on `NumCPUs="many"`).
+            "16~PENDING~gpu~atlas~normal~atlas001~atlas~many~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~".to_string(),
+            // A field too many, one too few, no separator at all.
+            "17~PENDING~gpu~atlas~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~extra~".to_string(),
+            "18~PENDING~gpu~atlas~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~".to_string(),
+            "JobId=19 JobName=y NumCPUs=many JobState=RUNNING Partition=gpu-cms".to_string(),
+            "20~RUNNING~gpu~cms~normal~cms001~cms~1~1~1~UNLIMITED~1:00~cpu=1,gres/gpu=2~N/A~N/A~N/A~".to_string(),
+        ]
+        .join("\n");
+        let mut bytes = squeue(&text);
+        // An account that is not UTF-8.
+        bytes.extend(squeue("\n21~PENDING~gpu~"));
+        bytes.push(0xff);
+        bytes.extend(squeue("~normal~atlas001~atlas~1~1~1~1:00:00~0:00~cpu=1~N/A~N/A~N/A~\n"));
+        let listing = parse_jobs(&bytes, SEP);
+        let ids: Vec<(&str, &str, &str, bool)> = listing
+            .jobs
+            .iter()
+            .map(|j| (j.partition.as_str(), j.account.as_str(), j.group.as_str(), j.running))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("gpu", "atlas", "atlas", true),
+                ("gpu", "a=\"b\"|RUNNING|gpu-cms|'c'", "atlas", false),
+                ("gpu", long.as_str(), "atlas", false),
+                ("gpu", every_key.as_str(), "atlas", false),
+                ("gpu", "cms", "cms", true),
+            ]
+        );
+        assert_eq!((listing.jobs[0].gres["gpu"], listing.jobs[4].gres["gpu"]), (1, 2));
+        assert!(listing.jobs[1..4].iter().all(|j| j.gres.is_empty()));
+        let skipped = listing.skipped.join("\n");
+        for id in [11, 13, 16, 17, 18, 21] {
+            assert!(skipped.contains(&format!("skipping job {id}:")), "job {id}: {skipped}");
+        }
+        assert!(skipped.contains("NumCPUs \"many\" is not a count"), "{skipped}");
+        // The forged piece of job 13 and scontrol's line hold no job id of this run's format.
+        assert_eq!(listing.skipped.len(), 8, "{skipped}");
+        assert!(!skipped.contains("job 99") && !skipped.contains("job 19"), "{skipped}");
+
+        // Through the shares: cms's share holds cms's job only; atlas's pending jobs stay pending.
+        let cfg = config(TWO_VOS);
+        let groups = crate::site::node_groups(&cfg).unwrap();
+        let nodes = parse_scontrol(NODES).unwrap();
+        let f = facts(&cfg, &groups, &parse_partitions(PARTITIONS).unwrap(), &nodes, &listing.jobs, &BTreeMap::new());
+        let shares = crate::shares::from_facts(&cfg, &groups, &f).unwrap();
+        let figures = |id: &str| {
+            let s = shares.iter().find(|s| s.id == id).unwrap_or_else(|| panic!("no {id}"));
+            (s.policy.running_jobs, s.policy.waiting_jobs, s.devices["GPGPU"].used)
+        };
+        assert_eq!(figures("gpu_atlas_ce.example.org_ComputingElement"), (1, 0, 1));
+        assert_eq!(figures("gpu_cms_ce.example.org_ComputingElement"), (1, 0, 2));
+        assert_eq!(figures("cmsonly_cms_ce.example.org_ComputingElement").0, 0);
+    }
+
+    /// Any bytes: a listing never panics, and every job read is running or pending.
+    #[test]
+    fn squeue_listing_of_noise_is_skipped_line_by_line() {
+        for noise in [&b""[..], b"\n\n", SEP.as_bytes(), b"|||||", &[0xff, 0xfe, b'\n', 0], b"1~RUNNING"] {
+            let listing = parse_jobs(noise, SEP);
+            assert!(listing.jobs.is_empty(), "{noise:?}");
+        }
+        assert_eq!(parse_jobs(&squeue(JOBS), "").skipped.len(), 1, "no separator: nothing read");
     }
 
     #[test]
