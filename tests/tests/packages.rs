@@ -231,9 +231,8 @@ fn packages_build_install_run_and_purge() {
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
             .unwrap_or_default()
     };
-    // From the install to the purge no other SLURM cluster runs: the build
-    // and lintian above run beside them (deploy/test.sh runs this test
-    // beside the release suites).
+    // From the install to the purge no other SLURM cluster runs; the build
+    // and lintian above may run beside one.
     let _one_cluster = serial();
     let mut etc_before = list("/etc/cder");
     let ns = Namespace::new().expect("a mount namespace with an overlay over SLURM's plugin folder");
