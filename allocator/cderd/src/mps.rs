@@ -27,13 +27,6 @@ use cder_model::Mps as MpsConfig;
 
 use crate::acl::Acl;
 
-/// Whether cderd runs as root (an ordinary user's, in tests, keeps its
-/// directories its own).
-fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// One GPU's sharer: job, uid, shares held, device total.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sharer {
@@ -119,7 +112,7 @@ impl Mps {
                 Err(e) => return Err(format!("MPS: cannot make {}: {e}", dir.display())),
             }
             // Root's whoever made it before (an older cderd made it 0755).
-            if running_as_root() {
+            if crate::sys::running_as_root() {
                 std::os::unix::fs::chown(&dir, Some(0), Some(0))
                     .map_err(|e| format!("MPS: chown {}: {e}", dir.display()))?;
             }

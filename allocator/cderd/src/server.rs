@@ -266,11 +266,8 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
         let slots_here = Arc::clone(&slots);
         let daemon_here = Arc::clone(&daemon);
         let spawned = threads.run(Box::new(move || {
-            let lowered = !operator && lower_priority(USER_CONNECTION_NICE);
+            let _niced = if operator { None } else { Niced::to(USER_CONNECTION_NICE) };
             connection(&daemon_here, stream, caller, arrival, max_line);
-            if lowered {
-                lower_priority(0);
-            }
             slots_here.give_back(caller.uid);
         }));
         if let Err(e) = spawned {
@@ -284,19 +281,31 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) -> std::io::Result<()>
     Ok(())
 }
 
-/// Sets this thread's nice value; whether it was set (a daemon not run as
-/// root cannot raise it back, so it never lowers it either).
-fn lower_priority(nice: i32) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ROOT.get_or_init(|| std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)) {
-        return false;
+/// A connection thread running at a user's nice value until dropped, when
+/// it gets its own back (also if serving the connection panicked).
+struct Niced;
+
+impl Niced {
+    /// Lowers this thread's priority to `nice`; `None` where it could not
+    /// be raised back (a daemon not run as root), so it is left as it is.
+    fn to(nice: i32) -> Option<Niced> {
+        if !crate::sys::running_as_root() {
+            return None;
+        }
+        match crate::sys::set_thread_nice(nice) {
+            Ok(()) => Some(Niced),
+            Err(e) => {
+                tracing::warn!("setting a connection thread's nice value to {nice}: {e}");
+                None
+            }
+        }
     }
-    match crate::sys::set_thread_nice(nice) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!("setting a connection thread's nice value to {nice}: {e}");
-            false
+}
+
+impl Drop for Niced {
+    fn drop(&mut self) {
+        if let Err(e) = crate::sys::set_thread_nice(0) {
+            tracing::warn!("giving a connection thread its nice value back: {e}");
         }
     }
 }
@@ -439,12 +448,12 @@ mod tests {
             // Field 19 (nice): the 17th after the command's closing ')'.
             stat.rsplit_once(')').unwrap().1.split_whitespace().nth(16).unwrap().parse::<i32>().unwrap()
         };
-        if !lower_priority(USER_CONNECTION_NICE) {
+        let Some(niced) = Niced::to(USER_CONNECTION_NICE) else {
             eprintln!("skipping: a thread's nice value can be raised back only by root");
             return;
-        }
+        };
         assert_eq!(nice_of_thread(), USER_CONNECTION_NICE);
-        assert!(lower_priority(0));
+        drop(niced);
         assert_eq!(nice_of_thread(), 0);
     }
 

@@ -152,6 +152,13 @@ pub fn set_backlog(listener: &std::os::unix::net::UnixListener, backlog: i32) ->
     Ok(())
 }
 
+/// Whether cderd runs as root (an ordinary user's, in tests, keeps its
+/// directories its own and cannot raise a thread's priority back).
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Sets the nice value of the calling thread alone (Linux keeps one per
 /// thread): a user's connection is served at a lower CPU priority than the
 /// batch system's, so a user's flood cannot starve root's requests.
