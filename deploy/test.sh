@@ -61,10 +61,10 @@ if ((load > 0)); then
     echo "== beside load: $load busy loops and an fsyncing writer (pids ${load_pids[*]})"
 fi
 
-# ended NAME RC STARTED [NOTE]: records a step's time and verdict.
+# ended NAME RC STARTED: records a step's time and verdict.
 ended() {
     local name=$1 rc=$2 took=$((SECONDS - $3))
-    timings+=("$(printf '%6d s  %s%s' $took "$name" "${4:-}")")
+    timings+=("$(printf '%6d s  %s' $took "$name")")
     if (($2 != 0)); then
         failed+=("$name (exit $2)")
         echo "== step $name: FAILED (exit $2) after $took s"
