@@ -73,6 +73,16 @@ pub struct Release {
     pub root: Option<PathBuf>,
 }
 
+impl Release {
+    /// Whether `scontrol reconfigure` restarts slurmctld and slurmd in place
+    /// (slurmd re-executes itself on SIGHUP from 24.11), rather than having
+    /// them read their files again in the running process.
+    pub fn reconfigure_restarts_daemons(&self) -> bool {
+        let mut parts = self.name.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (24, 11)
+    }
+}
+
 impl std::fmt::Display for Release {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.root {
@@ -482,6 +492,10 @@ pub struct SlurmCluster {
     pub ctld_port: u16,
     /// The loopback port slurmd listens on (`SlurmdPort`).
     pub slurmd_port: u16,
+    /// The wall-clock second slurmd last started (or was told to restart)
+    /// in, as SLURM writes `SlurmdStartTime`: a slurmd that registers with
+    /// an earlier start time is the one before.
+    slurmd_since: String,
 }
 
 fn free_port() -> Result<u16, String> {
@@ -616,6 +630,7 @@ impl SlurmCluster {
             config: config.clone(),
             ctld_port,
             slurmd_port,
+            slurmd_since: String::new(),
         };
         cluster.set_plugstack(config.spank, &config.spank_args)?;
         cluster.write_cder_toml()?;
@@ -627,11 +642,7 @@ impl SlurmCluster {
             &["-D", "-f", &cluster.conf.display().to_string()],
             "log/slurmctld.out",
         )?);
-        cluster.slurmd = Some(cluster.spawn(
-            "slurmd",
-            &["-D", "-N", &cluster.node.clone(), "-f", &cluster.conf.display().to_string()],
-            "log/slurmd.out",
-        )?);
+        cluster.spawn_slurmd()?;
         cluster.wait_idle(Duration::from_secs(60))?;
         Ok(cluster)
     }
@@ -829,10 +840,12 @@ impl SlurmCluster {
         }
     }
 
-    /// Starts slurmd (again) and waits until slurmctld sees the node
-    /// responding (a state without `*`, and not down).
+    /// Starts slurmd (again) and waits until this slurmd has registered
+    /// with slurmctld and the node is responding (a state without `*`, and
+    /// not down): the state alone may still be the one before the restart.
     pub fn start_slurmd(&mut self) -> Result<(), String> {
         self.spawn_slurmd()?;
+        self.wait_registered(Duration::from_secs(60))?;
         self.wait_responding(Duration::from_secs(60))
     }
 
@@ -844,6 +857,7 @@ impl SlurmCluster {
         }
         let conf = self.conf.display().to_string();
         let node = self.node.clone();
+        self.slurmd_since = self.second_after(&self.slurmd_since)?;
         self.slurmd = Some(self.spawn_appending("slurmd", &["-D", "-N", &node, "-f", &conf], "log/slurmd.out")?);
         Ok(())
     }
@@ -854,9 +868,54 @@ impl SlurmCluster {
         self.start_slurmd()
     }
 
-    /// `scontrol reconfigure`: slurmctld and slurmd read their configs again.
-    pub fn reconfigure(&self) -> Result<(), String> {
-        self.scontrol(&["reconfigure"]).map(|_| ())
+    /// `scontrol reconfigure`: slurmctld and slurmd read their configs
+    /// again. From 24.11 both restart in place to do it, and slurmctld sets
+    /// a step asked for before slurmd registers again aside as pending, for
+    /// up to SlurmctldTimeout; so on those releases this returns only once
+    /// the restarted slurmd has registered.
+    pub fn reconfigure(&mut self) -> Result<(), String> {
+        let restarts = release()?.reconfigure_restarts_daemons();
+        if restarts {
+            self.slurmd_since = self.second_after(&self.slurmd_since)?;
+        }
+        self.scontrol(&["reconfigure"])?;
+        if restarts {
+            self.wait_registered(Duration::from_secs(60))?;
+        }
+        self.wait_responding(Duration::from_secs(60))
+    }
+
+    /// Waits until slurmctld has the registration of a slurmd started in or
+    /// after the second `slurmd_since` names (its `SlurmdStartTime`).
+    fn wait_registered(&self, timeout: Duration) -> Result<(), String> {
+        let mut last = String::new();
+        let registered = cder_testkit::try_wait_for(timeout, Duration::from_millis(250), || {
+            let out = self.scontrol(&["-o", "show", "node", &self.node]).unwrap_or_default();
+            last = out.split_whitespace().find_map(|f| f.strip_prefix("SlurmdStartTime=")).unwrap_or_default().into();
+            Ok::<_, String>(
+                Some(()).filter(|_| last.starts_with(|c: char| c.is_ascii_digit()) && last >= self.slurmd_since),
+            )
+        })?;
+        registered.ok_or_else(|| {
+            format!(
+                "slurmd started at {} did not register within {timeout:?} (SlurmdStartTime {last:?})\n{}",
+                self.slurmd_since,
+                self.logs()
+            )
+        })
+    }
+
+    /// The first wall-clock second after `after`, as SLURM writes times
+    /// (`2026-11-29T11:58:21`, local time, read in the release's root):
+    /// whole seconds, so a restart must fall in a later one to be told apart.
+    fn second_after(&self, after: &str) -> Result<String, String> {
+        let mut now = String::new();
+        let later = cder_testkit::try_wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+            let out = self.command("date").arg("+%Y-%m-%dT%H:%M:%S").output().map_err(|e| format!("date: {e}"))?;
+            now = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            Ok::<_, String>(Some(()).filter(|_| now.as_str() > after))
+        })?;
+        later.map(|()| now.clone()).ok_or_else(|| format!("the clock stayed at {now:?}, not after {after:?}"))
     }
 
     /// Waits until slurmctld sees the node responding: a state without
