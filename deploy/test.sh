@@ -82,6 +82,43 @@ step() {
     ended "$name" $rc "$started"
 }
 
+# step_beside NAME COMMAND...: starts a step in the background, its output
+# kept for step_joined NAME, which waits for it, prints it and records it
+# as step does. For CPU-bound steps (release builds) that can run while the
+# SLURM tests mostly wait on their daemons: the suites hold beside load.
+declare -A beside_pid beside_log beside_started
+step_beside() {
+    local name=$1
+    shift
+    beside_log[$name]=$(mktemp "${TMPDIR:-/tmp}/cder-step-$name.XXXXXX")
+    beside_started[$name]=$SECONDS
+    echo "== step $name (beside the next steps): $*"
+    "$@" >"${beside_log[$name]}" 2>&1 &
+    beside_pid[$name]=$!
+}
+step_joined() {
+    local name=$1 rc=0
+    wait "${beside_pid[$name]}" || rc=$?
+    echo "== step $name: its output"
+    cat "${beside_log[$name]}"
+    rm -f "${beside_log[$name]}"
+    ended "$name" $rc "${beside_started[$name]}"
+}
+
+# fuzz/ gates and runs: its lints (clippy -D warnings of its own workspace),
+# then a bounded run of every fuzz target (docs/fuzzing.md), failing on any
+# crash; 5 s a target here (CI's 40 minutes), deploy/fuzz.sh alone runs 15.
+# Both run whatever the other did; each says its time.
+fuzz_steps() {
+    local rc=0 started=$SECONDS
+    cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings || rc=$?
+    echo "== clippy-fuzz: exit $rc after $((SECONDS - started)) s"
+    started=$SECONDS
+    CDER_FUZZ_SECONDS=${CDER_FUZZ_SECONDS:-5} bash deploy/fuzz.sh || rc=$?
+    echo "== fuzz: exit $rc after $((SECONDS - started)) s"
+    return $rc
+}
+
 # nextest NAME [--profile P] ARGS...: a nextest run (profile ci unless
 # told) whose JUnit report is kept as $reports/junit-NAME.xml for the
 # slowest-tests list.
@@ -117,8 +154,10 @@ done) >"$roots_log" 2>&1 &
 roots_pid=$!
 step build cargo build --workspace --all-targets --locked
 step clippy cargo clippy --workspace --all-targets --locked -- -D warnings
-step clippy-fuzz cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
-# The packages test is a step of its own (below).
+# Fuzzing's release build and runs go beside the workspace's tests, whose
+# length is the serial chain of SLURM clusters, mostly waiting on daemons.
+step_beside fuzz fuzz_steps
+# The packages test runs beside the release suites (below).
 step tests nextest workspace --workspace --test-threads "${CDER_TEST_THREADS:-4}" -E 'not binary_id(cder-tests::packages)'
 step doctests cargo test --workspace --doc --locked
 # Every SLURM release from 22.05 to 26.05 compiles, and cder-slurm's unit
@@ -136,6 +175,12 @@ step headers bash deploy/slurm-headers.sh
 # release that runs from a Debian root (made or found by
 # deploy/slurm-root.sh); the stress test runs shorter there.
 mapfile -t suites < <(awk '!/^#/ && NF {print $1 "::"}' deploy/slurm/release-suites)
+# Beside them, the Debian packages built, linted, installed and run
+# (tests/tests/packages.rs): a release build, then an install on this
+# machine whose SLURM part waits for the suites' cluster through
+# cder_tests::slurm::serial(); apart from the workspace's tests, because
+# TORQUE's tests lay their own /etc/cder over the host's.
+step_beside packages nextest packages --profile ci-packages -p cder-tests --test packages
 for release in $(awk '!/^#/ && $3 == "root" {print $1}' deploy/slurm/releases); do
     CDER_SLURM_RELEASE=$release CDER_STRESS_OPERATIONS=${CDER_STRESS_OPERATIONS:-2} \
         step "slurm-$release" nextest "slurm-$release" -p cder-tests --test cluster --test-threads 1 "${suites[@]}"
@@ -149,13 +194,8 @@ done
 for release in ${CDER_DEB_RELEASES:-}; do
     step "debs-$release" bash deploy/test-debs.sh "$release"
 done
-# The Debian packages built, linted, installed and run (tests/tests/packages.rs),
-# apart from the workspace's tests: it installs on this machine, and TORQUE's
-# tests lay their own /etc/cder over the host's.
-step packages nextest packages --profile ci-packages -p cder-tests --test packages
-# A bounded run of every fuzz target (docs/fuzzing.md); fails on any crash.
-# 5 s a target here (CI's 40 minutes); deploy/fuzz.sh alone runs 15.
-CDER_FUZZ_SECONDS=${CDER_FUZZ_SECONDS:-5} step fuzz bash deploy/fuzz.sh
+step_joined packages
+step_joined fuzz
 stop_load
 
 echo "== the ten slowest tests"

@@ -1368,7 +1368,9 @@ impl Drop for SlurmCluster {
         }
         // A job whose slurmstepd outlived its slurmd (a test killed the
         // daemon, or cancel_all ran out of time) would spin forever on a
-        // flag in a folder about to vanish: end whatever still runs from it.
+        // flag in a folder about to vanish: end whatever still runs from it,
+        // and whatever a test left holding one of its fake GPUs, which the
+        // next cluster's cderd would find holding that GPU's numbers.
         kill_processes_naming(self.dir.path());
         if std::env::var_os("CDER_KEEP_TMP").is_some() {
             let kept = self.dir.path().to_path_buf();
@@ -1379,13 +1381,20 @@ impl Drop for SlurmCluster {
 }
 
 /// SIGKILLs every process whose command line names `dir` (a cluster's job
-/// scripts, `spool/job…/slurm_script`).
+/// scripts, `spool/job…/slurm_script`) or that holds a file under it open.
 fn kill_processes_naming(dir: &Path) {
     let needle = dir.as_os_str().as_encoded_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else { return };
     for pid in entries.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+        if pid == std::process::id() {
+            continue;
+        }
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        if pid != std::process::id() && cmdline.windows(needle.len()).any(|w| w == needle) {
+        let holds = || {
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+            fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|target| target.starts_with(dir))
+        };
+        if cmdline.windows(needle.len()).any(|w| w == needle) || holds() {
             let _ = cder_testkit::faults::signal(pid, "KILL");
         }
     }
