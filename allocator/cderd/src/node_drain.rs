@@ -67,11 +67,14 @@ pub struct KeptOut {
 }
 
 /// The devices of `devices` kept out of the pool with no job on them: each
-/// present device that is neither free nor held (whole or in shares).
-/// `leftovers` say which job's release left one out.
+/// present device that is neither free nor held, and a drained one still
+/// shared (its sharers keep it, but no new share is recorded, while SLURM
+/// would go on placing shard jobs there). `leftovers` say which job's
+/// release left one out.
 pub fn kept_out(devices: &[LedgerRow], leftovers: &[Leftover]) -> Vec<KeptOut> {
     let mut out = Vec::new();
-    for d in devices.iter().filter(|d| d.present && d.job.is_none() && d.shared == 0 && !d.is_free()) {
+    let out_of_pool = |d: &&LedgerRow| d.present && d.job.is_none() && (d.drained || (d.shared == 0 && !d.is_free()));
+    for d in devices.iter().filter(out_of_pool) {
         let why = if d.drained {
             match d.drain_reason.as_deref().map(|r| plain(r, MAX_WHY)).filter(|r| !r.is_empty()) {
                 Some(r) => format!("drained ({r})"),
@@ -605,6 +608,40 @@ mod tests {
         let text = note(&many).unwrap();
         assert!(text.len() <= MAX_NOTE && text.ends_with("more (cderctl status)"), "{text}");
         assert!(text.starts_with("cder: gpgpu:0 (/dev/nvidia0) kept out: drained"), "{text}");
+    }
+
+    #[test]
+    fn every_device_out_of_the_pool_with_no_job_is_named_with_why() {
+        let row = |i: u32| LedgerRow::for_test("gpgpu", i, &format!("GPU-{i}"), format!("/dev/nvidia{i}"));
+        let mut rows: Vec<LedgerRow> = (0..7).map(row).collect();
+        rows[1].leftover = Some("released by job slurm:5, but held open by pid 7 (uid 4242, \"x=1\")".into());
+        rows[2].drained = true;
+        rows[2].drain_reason = Some("Xid 79".into());
+        rows[3].healthy = false;
+        // Held by a job, drained meanwhile: the job keeps it, SLURM counts it taken.
+        (rows[4].job, rows[4].drained) = (Some("slurm:9".parse().unwrap()), true);
+        // Drained with sharers on it: no new sharer is recorded.
+        (rows[5].shared, rows[5].drained) = (2, true);
+        // Gone from discovery: not in SLURM's count either.
+        rows[6].present = false;
+        let leftovers = [Leftover {
+            device: "GPU-1".into(),
+            job: "slurm:5".parse().unwrap(),
+            uid: 4242,
+            token: "t".into(),
+            reason: rows[1].leftover.clone().unwrap(),
+        }];
+        let kept = kept_out(&rows, &leftovers);
+        let named: Vec<(&str, &str)> = kept.iter().map(|k| (k.name.as_str(), k.why.as_str())).collect();
+        assert_eq!(
+            named,
+            [
+                ("gpgpu:1", "still held after job slurm:5 ended"),
+                ("gpgpu:2", "drained (Xid 79)"),
+                ("gpgpu:3", "reported unhealthy by discovery"),
+                ("gpgpu:5", "drained"),
+            ]
+        );
     }
 
     #[test]
