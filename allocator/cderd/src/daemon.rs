@@ -348,7 +348,7 @@ impl Daemon {
                     tracing::warn!(
                         device = %d.name(),
                         path = %d.path.display(),
-                        "device file found {found}, not as cder set it (re-created by nvidia-modprobe? see docs/security.md, \"Device files stay as cder sets them\"): owner, mode and ACL set again"
+                        "device file found {found}, not as cder set it (re-created by nvidia-modprobe? deploy/cderd.md, \"The NVIDIA driver and device_files\"): owner, mode and ACL set again"
                     );
                 }
                 Err(e) => tracing::error!(device = %d.name(), "setting a changed device file again: {e}"),
