@@ -26,7 +26,8 @@ bin=${CARGO_TARGET_DIR:-$root/target}/debug
 # The node: deploy/cder.example.toml's four Tesla K20m, socket and state in $work.
 sed -e "s|^socket = .*|socket = \"$work/run/cderd.sock\"|" \
     -e "s|^state_dir = .*|state_dir = \"$work/state\"|" \
-    -e "s|^operators = .*|operators = []|" deploy/cder.example.toml >"$work/cder.toml"
+    -e "s|^operators = .*|operators = []|" \
+    -e 's|^drain_node = .*|drain_node = "off"   # the demo has no pbs_server|' deploy/cder.example.toml >"$work/cder.toml"
 printf '[torque]\ndirective = "native"\ncderd_timeout_s = 3\n' >"$work/torque.toml"
 chmod 0644 "$work/cder.toml" "$work/torque.toml"
 export CDER_CONFIG=$work/cder.toml CDER_TORQUE_CONFIG=$work/torque.toml

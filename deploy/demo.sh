@@ -81,7 +81,9 @@ unset CDER_FAKE_NVML CDER_FAKE_ROCM_SMI
 step "Exclusivity on one node: cderd hands two jobs disjoint GPUs"
 mkdir -p "$work/state"
 sed -e "s|/run/cder/cderd.sock|$work/cderd.sock|" -e "s|/var/lib/cder|$work/state|" \
-    -e "s|^operators = .*|operators = [\"$(id -u)\"]|" deploy/cder.example.toml >"$work/cder.toml"
+    -e "s|^operators = .*|operators = [\"$(id -u)\"]|" \
+    -e 's|^drain_node = .*|drain_node = "off"   # no batch system here: never drain a real node|' \
+    deploy/cder.example.toml >"$work/cder.toml"
 export CDER_CONFIG=$work/cder.toml
 "$bin/cderd" 2>"$work/cderd.log" & pids+=($!)
 for _ in $(seq 50); do [ -S "$work/cderd.sock" ] && break; sleep 0.1; done

@@ -434,6 +434,11 @@ pub struct SlurmConfig {
     pub cderd_sharing: String,
     /// slurm.conf's `GresTypes` (`gpu,shard` where GPUs are shared).
     pub gres_types: String,
+    /// cderd drains the node in this cluster while it keeps a device out
+    /// of the pool (`[node.batch] drain_node = "slurm"`, through a wrapper
+    /// of the release's `scontrol`: [`SlurmCluster::cderd_scontrol`]);
+    /// `drain_node = "off"` otherwise, whatever the machine has in /etc.
+    pub cderd_drains_node: bool,
 }
 
 impl Default for SlurmConfig {
@@ -456,6 +461,7 @@ impl Default for SlurmConfig {
             cderd_enforcement: String::new(),
             cderd_sharing: String::new(),
             gres_types: "gpu".into(),
+            cderd_drains_node: false,
         }
     }
 }
@@ -682,6 +688,27 @@ impl SlurmCluster {
         Ok(env)
     }
 
+    /// The `scontrol` cderd runs to drain this cluster's node (written
+    /// here): the release's own, with this cluster's `SLURM_CONF`, through
+    /// deploy/slurm/in-root.sh for a release in a root.
+    pub fn cderd_scontrol(&self) -> Result<PathBuf, String> {
+        let wrapper = self.dir().join("cderd-scontrol");
+        let scontrol = slurm_program("scontrol").ok_or("scontrol not found")?;
+        let exec = match release()?.root.as_ref() {
+            None => format!("exec '{}' \"$@\"", scontrol.display()),
+            Some(root) => format!(
+                "exec '{}' '{}' / '{}' \"$@\"",
+                workspace_root().join("deploy/slurm/in-root.sh").display(),
+                root.display(),
+                scontrol.display()
+            ),
+        };
+        let text = format!("#!/bin/sh\nSLURM_CONF='{}'\nexport SLURM_CONF\n{exec}\n", self.conf.display());
+        std::fs::write(&wrapper, text).map_err(|e| format!("{}: {e}", wrapper.display()))?;
+        let _ = Command::new("chmod").arg("0755").arg(&wrapper).status();
+        Ok(wrapper)
+    }
+
     /// A folder job scripts may write into.
     pub fn jobs_dir(&self) -> PathBuf {
         self.dir().join("jobs")
@@ -712,6 +739,17 @@ impl SlurmCluster {
         if !self.config.cderd_sharing.is_empty() {
             let sharing = self.config.cderd_sharing.replace("{dir}", &d.display().to_string());
             let _ = write!(t, "[node.sharing]\n{}\n\n", sharing.trim_end());
+        }
+        if self.config.cderd_drains_node {
+            let scontrol = self.cderd_scontrol()?;
+            let _ = write!(
+                t,
+                "[node.batch]\ndrain_node = \"slurm\"\nnode_name = \"{}\"\nscontrol = \"{}\"\n\n",
+                self.node,
+                scontrol.display()
+            );
+        } else {
+            t.push_str("[node.batch]\ndrain_node = \"off\"\n\n");
         }
         match &self.config.cder_types {
             Some(types) => t.push_str(&types.replace("{dir}", &d.display().to_string())),

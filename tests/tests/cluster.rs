@@ -28,6 +28,7 @@ mod ldap_capacity;
 mod sharing_discovery;
 mod slurm_admin_comment;
 mod slurm_amd;
+mod slurm_drain;
 mod slurm_extern;
 mod slurm_faults;
 mod slurm_mig;

@@ -302,7 +302,12 @@ fn a_device_drained_in_cderd_but_given_by_slurm_fails_the_job_readably() {
     assert!(out.contains(&format!("cder: cderd holds no record of the devices SLURM gave slurm:{id}")), "{out}");
     // The job prolog does not wait for cderd's answer; the step asks cderd
     // why it refused, and the user reads it.
-    assert!(out.contains("it refused the job prolog's record: device gpgpu:0 is offline, not free"), "{out}");
+    assert!(
+        out.contains(
+            "it refused the job prolog's record: device gpgpu:0 is offline, not free (test: drained in cderd only)"
+        ),
+        "the refusal names the device and why: {out}"
+    );
     let status = cluster.cderd_status().unwrap();
     assert!(status.devices.iter().all(|d| d.job.is_none()), "{status:?}");
 }

@@ -100,6 +100,9 @@ pub struct Daemon {
     /// The last period's sample of each device a running job holds (for
     /// gauges; empty until the sampler's first period).
     latest: Mutex<Vec<cder_protocol::UsageSample>>,
+    /// The node's drain in the batch system while a device is kept out
+    /// (`[node.batch]`); the ledger pokes it at every change.
+    node_drain: Arc<crate::node_drain::NodeDrain>,
 }
 
 /// A device a running job holds, for the usage sampler.
@@ -303,16 +306,81 @@ impl Daemon {
             }
         };
         for file in &self.shared_files {
-            let mut holders: BTreeSet<u32> = devices
-                .iter()
-                .filter(|d| d.present && file.types.contains(&d.cder_type))
-                .filter_map(|d| d.uid)
-                .collect();
-            holders.extend(shares.iter().filter(|s| file.types.contains(&s.device.cder_type)).map(|s| s.uid));
+            let holders = shared_file_holders(file, &devices, &shares);
             if let Err(e) = self.enforcer.apply_shared_file(&file.path, &file.name(), &holders) {
                 tracing::error!("opening {} to the jobs holding its devices: {e}", file.name());
             }
         }
+    }
+
+    /// Under `device_files`, checks every present device's file (and each
+    /// shared file, kfd) against how cder set it for who holds the device
+    /// in the ledger now, and sets each one that differs again, logging
+    /// what was found: the NVIDIA driver's `nvidia-modprobe` re-creates a
+    /// device file 0666 root:root where `ModifyDeviceFiles` is 1, udev
+    /// re-applies its rules. Under the ledger lock, as every change of
+    /// these files is (cderd's own files: nothing here can be made to
+    /// wait). The number of files set again.
+    pub fn reassert_device_files(&self) -> usize {
+        if !self.enforcer.manages_files() {
+            return 0;
+        }
+        let store = self.store();
+        let (devices, shares) = match (store.devices(), store.shares()) {
+            (Ok(d), Ok(s)) => (d, s),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("checking the device files: {e}");
+                return 0;
+            }
+        };
+        let mut fixed = 0;
+        for d in devices.iter().filter(|d| d.present) {
+            let sharers: BTreeSet<u32> = shares.iter().filter(|s| s.device.uuid == d.uuid).map(|s| s.uid).collect();
+            let want = match d.uid {
+                Some(uid) => crate::enforce::FileWant::Job(uid),
+                None if !sharers.is_empty() => crate::enforce::FileWant::Shared(&sharers),
+                None => crate::enforce::FileWant::Idle,
+            };
+            match self.enforcer.reassert_file(d, want) {
+                Ok(None) => {}
+                Ok(Some(found)) => {
+                    fixed += 1;
+                    tracing::warn!(
+                        device = %d.name(),
+                        path = %d.path.display(),
+                        "device file found {found}, not as cder set it (re-created by nvidia-modprobe? deploy/cderd.md, \"The NVIDIA driver and device_files\"): owner, mode and ACL set again"
+                    );
+                }
+                Err(e) => tracing::error!(device = %d.name(), "setting a changed device file again: {e}"),
+            }
+        }
+        for file in &self.shared_files {
+            let holders = shared_file_holders(file, &devices, &shares);
+            match self.enforcer.reassert_shared_file(&file.path, &file.name(), &holders) {
+                Ok(None) => {}
+                Ok(Some(found)) => {
+                    fixed += 1;
+                    tracing::warn!(file = %file.path.display(), "shared device file found {found}, not as cder set it: owner, mode and ACL set again");
+                }
+                Err(e) => tracing::error!("setting {} again: {e}", file.name()),
+            }
+        }
+        drop(store);
+        fixed
+    }
+
+    /// The device files cder sets under `device_files` (every present
+    /// device's, and the shared files): what the watcher watches.
+    pub fn managed_files(&self) -> Vec<std::path::PathBuf> {
+        if !self.enforcer.manages_files() {
+            return Vec::new();
+        }
+        let devices = { self.store().devices().unwrap_or_default() };
+        let mut out: Vec<std::path::PathBuf> = devices.into_iter().filter(|d| d.present).map(|d| d.path).collect();
+        out.extend(self.shared_files.iter().map(|f| f.path.clone()));
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Opens each of `devices` to exactly its sharers in the ledger now:
@@ -361,6 +429,17 @@ impl Daemon {
         let types: Vec<String> = config.cders.iter().map(|c| c.name().to_string()).collect();
         let db = dir.join("cderd.db");
         let mut store = Store::open(&db, &types)?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let slurm_conf = std::env::var_os("SLURM_CONF").map(std::path::PathBuf::from);
+        let node_drain = Arc::new(crate::node_drain::NodeDrain::new(crate::node_drain::resolve(
+            &config.node.batch,
+            config.node.sharing.slurm_node_name.as_deref(),
+            &host,
+            slurm_conf.as_deref(),
+            |p| p.exists(),
+        )));
+        let poke = Arc::clone(&node_drain);
+        store.on_keep_out_change(Box::new(move || poke.poke()));
         // The ledger numbers a device for good by its UUID: discovery's
         // numbering shifts when a GPU disappears. `devices` keep
         // discovery's, the runtimes' own, for the job environment.
@@ -416,6 +495,7 @@ impl Daemon {
             files_seen: Mutex::default(),
             usage_rules: UsageRules::from_config(&config_usage),
             latest: Mutex::new(Vec::new()),
+            node_drain,
         };
         daemon.drain_vanished_files(&mut daemon.store()).map_err(|e| StartError::Store(StoreError::Refused(e)))?;
         Ok(daemon)
@@ -905,6 +985,31 @@ impl Daemon {
             ending.ask();
         };
         crate::ending::within("end-job", crate::ending::RELEASE_WAITS, work, overran).unwrap_or_else(pending)
+    }
+
+    /// Starts the thread that drains this node in the batch system while a
+    /// device is kept out of the pool, and returns it once every device is
+    /// back (`[node.batch]`, see [`crate::node_drain`]).
+    pub fn watch_node_drain(daemon: &Arc<Daemon>) {
+        let reader = Arc::clone(daemon);
+        crate::node_drain::spawn(Arc::clone(&daemon.node_drain), move || {
+            reader.kept_out_devices().map_err(|e| e.message)
+        });
+    }
+
+    /// The node's drain in the batch system (`[node.batch]`).
+    pub fn node_drain(&self) -> &crate::node_drain::NodeDrain {
+        &self.node_drain
+    }
+
+    /// The devices kept out of the pool with no job on them now, as the
+    /// batch system's drain reason names them (read under the ledger lock).
+    pub fn kept_out_devices(&self) -> Result<Vec<crate::node_drain::KeptOut>, ErrorReply> {
+        let (devices, leftovers) = {
+            let store = self.store();
+            (store.devices().map_err(|e| store.reply(e))?, store.leftovers().map_err(|e| store.reply(e))?)
+        };
+        Ok(crate::node_drain::kept_out(&devices, &leftovers))
     }
 
     /// Starts a thread that looks again every `period` at the devices kept
@@ -1608,6 +1713,15 @@ fn deny_list(
         fenced.push(Fenced { name: file.name(), path: &file.path, known, own });
     }
     crate::cgroup::deny_list(&fenced)
+}
+
+/// The uids the ledger shows holding a device of `file`'s types, whole or
+/// in shares: whom a shared file (kfd) is open to.
+fn shared_file_holders(file: &SharedFile, devices: &[LedgerRow], shares: &[crate::store::ShareRow]) -> BTreeSet<u32> {
+    let mut holders: BTreeSet<u32> =
+        devices.iter().filter(|d| d.present && file.types.contains(&d.cder_type)).filter_map(|d| d.uid).collect();
+    holders.extend(shares.iter().filter(|s| file.types.contains(&s.device.cder_type)).map(|s| s.uid));
+    holders
 }
 
 /// Logs each of `devices` that a process (not root, not an ignored uid)

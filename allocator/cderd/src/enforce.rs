@@ -206,6 +206,169 @@ impl Enforcer {
     }
 }
 
+/// How cder sets a device file, by who holds the device now.
+#[derive(Debug, Clone, Copy)]
+pub enum FileWant<'a> {
+    /// A job of this uid holds it whole: its owner, `job_mode`, no ACL.
+    Job(u32),
+    /// These uids share it: `idle_owner:idle_group`, an ACL entry each.
+    Shared(&'a BTreeSet<u32>),
+    /// Nobody holds it: `idle_owner:idle_group`, `idle_mode`, no ACL.
+    Idle,
+}
+
+/// A file's owner, group, mode and named ACL users, as found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileState {
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    acl: Option<Acl>,
+}
+
+impl std::fmt::Display for FileState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{} {:04o}", self.uid, self.gid, self.mode)?;
+        if let Some(acl) = self.acl.as_ref().filter(|a| !a.users.is_empty()) {
+            let users: Vec<String> = acl.users.keys().map(ToString::to_string).collect();
+            write!(f, " with ACL entries for uid {}", users.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+fn file_state(path: &Path) -> std::io::Result<FileState> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok(FileState { uid: meta.uid(), gid: meta.gid(), mode: meta.mode() & 0o7777, acl: crate::acl::get(path)? })
+}
+
+impl Enforcer {
+    /// The ACL a file shared by `uids` gets (see [`Enforcer::apply_shared`]).
+    fn shared_acl(&self, uids: &BTreeSet<u32>) -> Acl {
+        let mut acl = Acl::from_mode(self.settings.job_mode & 0o777);
+        acl.users = uids.iter().map(|&uid| (uid, acl.owner)).collect();
+        acl
+    }
+
+    /// Whether `found` is as cder sets a file for `want`.
+    fn is_as_set(&self, found: &FileState, want: FileWant<'_>) -> bool {
+        let s = &self.settings;
+        match want {
+            FileWant::Job(uid) => found.uid == uid && found.mode == s.job_mode & 0o7777 && found.acl.is_none(),
+            FileWant::Idle => {
+                found.uid == s.idle_owner
+                    && found.gid == s.idle_group
+                    && found.mode == s.idle_mode & 0o7777
+                    && found.acl.is_none()
+            }
+            FileWant::Shared(uids) => {
+                let acl = self.shared_acl(uids);
+                let acl_ok = if uids.is_empty() { found.acl.is_none() } else { found.acl.as_ref() == Some(&acl) };
+                found.uid == s.idle_owner && found.gid == s.idle_group && found.mode == acl.mode() && acl_ok
+            }
+        }
+    }
+
+    /// Under `device_files`: checks device `d`'s file against how cder set
+    /// it for `want`, and sets it so again where it differs (the driver's
+    /// `nvidia-modprobe` re-creates a device file 0666 root:root when its
+    /// mode or owner differ from the driver's settings, udev re-applies its
+    /// rules on a `change` event). `Some(what was found)` when it set it
+    /// again; a missing file is left alone (the drain of a vanished file is
+    /// the ledger's).
+    pub fn reassert_file(&self, d: &LedgerRow, want: FileWant<'_>) -> Result<Option<String>, EnforcementError> {
+        self.reassert_path(&d.path, &d.name(), want, |e| match want {
+            FileWant::Job(uid) => set_owner(d, &d.path, uid, None, e.settings.job_mode),
+            FileWant::Idle => {
+                set_owner(d, &d.path, e.settings.idle_owner, Some(e.settings.idle_group), e.settings.idle_mode)
+            }
+            FileWant::Shared(uids) => e.apply_shared(std::slice::from_ref(d), uids),
+        })
+    }
+
+    /// As [`Enforcer::reassert_file`], for a file shared by a vendor's
+    /// GPUs (kfd, named `name`) held by `holders`.
+    pub fn reassert_shared_file(
+        &self,
+        path: &Path,
+        name: &str,
+        holders: &BTreeSet<u32>,
+    ) -> Result<Option<String>, EnforcementError> {
+        self.reassert_path(path, name, FileWant::Shared(holders), |e| e.apply_shared_file(path, name, holders))
+    }
+
+    fn reassert_path(
+        &self,
+        path: &Path,
+        name: &str,
+        want: FileWant<'_>,
+        set: impl FnOnce(&Enforcer) -> Result<(), EnforcementError>,
+    ) -> Result<Option<String>, EnforcementError> {
+        if !self.settings.device_files {
+            return Ok(None);
+        }
+        let found = match file_state(path) {
+            Ok(found) => found,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(EnforcementError::File {
+                    device: name.to_string(),
+                    action: "read the owner, mode and ACL of",
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        if self.is_as_set(&found, want) {
+            return Ok(None);
+        }
+        set(self)?;
+        Ok(Some(found.to_string()))
+    }
+}
+
+/// What the NVIDIA driver's parameters (`[[cder]] nvidia_params`, default
+/// `/proc/driver/nvidia/params`) say against `device_files = true`: one
+/// warning per parameters file that says `ModifyDeviceFiles: 1`. The driver
+/// then re-creates `/dev/nvidiaN` (through the set-uid `nvidia-modprobe`)
+/// with its own owner and mode whenever they differ from its settings,
+/// undoing a job's owner or a shared GPU's ACL. A file that cannot be read
+/// (no NVIDIA driver loaded) says nothing.
+pub fn driver_warnings(config: &Config) -> Vec<String> {
+    if !config.node.enforcement.device_files {
+        return Vec::new();
+    }
+    let mut read = BTreeSet::new();
+    let mut out = Vec::new();
+    for cder in config.cders.iter().filter(|c| c.vendor == VendorKind::Nvidia) {
+        if !read.insert(cder.nvidia_params.clone()) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&cder.nvidia_params) else { continue };
+        let param = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
+                .map(|v| v.trim().to_string())
+        };
+        if param("ModifyDeviceFiles").as_deref() != Some("1") {
+            continue;
+        }
+        let settings = match (param("DeviceFileUID"), param("DeviceFileGID"), param("DeviceFileMode")) {
+            (Some(uid), Some(gid), Some(mode)) => {
+                let mode = mode.parse::<u32>().map_or(mode.clone(), |m| format!("{m:04o}"));
+                format!(" as {uid}:{gid} {mode}")
+            }
+            _ => String::new(),
+        };
+        out.push(format!(
+            "{} says ModifyDeviceFiles: 1: the NVIDIA driver (nvidia-modprobe) re-creates /dev/nvidia* device files{settings}              whenever their owner or mode differ from its settings, undoing [node.enforcement] device_files (a job's owner,              a shared GPU's ACL); set `options nvidia NVreg_ModifyDeviceFiles=0` in /etc/modprobe.d/ and reload the driver              (docs/security.md). Until then cderd sets a changed device file again when its watcher finds it",
+            cder.nvidia_params.display()
+        ));
+    }
+    out
+}
+
 fn set_owner(d: &LedgerRow, path: &Path, uid: u32, gid: Option<u32>, mode: u32) -> Result<(), EnforcementError> {
     let err = |action, source| EnforcementError::File { device: d.name(), action, path: path.to_path_buf(), source };
     // Mode first when tightening, so the file is never owned by the job

@@ -330,7 +330,8 @@ pub(crate) fn fail(daemon: &Daemon, gpu: &Watched, reason: &str, failed: &mut BT
         match daemon.handle(Caller { uid: 0, pid: std::process::id() as i32, process: None }, &request) {
             Ok(_) => {
                 tracing::error!(device = %uuid, gpu = %gpu.uuid, reason, "health watch drained the device; a job holding it keeps it; `cderctl undrain {uuid}` returns it");
-                if failed.insert(gpu.uuid.clone()) {
+                // Where cderd drains the node itself ([node.batch]), the advice is moot.
+                if failed.insert(gpu.uuid.clone()) && daemon.node_drain().batch().is_none() {
                     tracing::error!(
                         "SLURM: to keep jobs off this node until it is repaired, run: scontrol update nodename={} state=drain reason=\"cder: {reason} on {}\"",
                         short_hostname(),

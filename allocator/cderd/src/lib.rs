@@ -8,6 +8,8 @@
 //! * [`policy`] — (from `cder-ledger`) which free devices a job gets ([`policy::SelectionPolicy`],
 //!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
 //! * [`enforce`] — device-file ownership and NVML compute mode, as root.
+//! * [`file_watch`] — sets a device file cder manages again when its owner,
+//!   mode or ACL changed behind cder's back (nvidia-modprobe, udev).
 //! * [`acl`] — POSIX ACLs that open a shared GPU (and its MPS directories)
 //!   to exactly its sharers.
 //! * [`sharing`] — GPUs offered as shares (`[node.sharing]`, SLURM
@@ -26,6 +28,9 @@
 //! * [`ending`] — ending a released job's leftover processes off the ledger
 //!   lock, each request waiting a bounded time (the ledger lock covers only
 //!   the ledger).
+//! * [`node_drain`] — drains the node in the batch system (SLURM, TORQUE)
+//!   while a device is kept out of the pool, off the ledger lock, each call
+//!   with a deadline; returns only a drain of its own.
 //! * [`intake`] — `alloc`s on their way in (the SLURM job prolog does not
 //!   wait for its answer): what the job's first `env` waits for.
 //! * [`peer`] — the calling process: SO_PEERCRED, and its pidfd or start time
@@ -43,11 +48,13 @@ pub mod cgroup;
 pub mod daemon;
 pub mod ending;
 pub mod enforce;
+pub mod file_watch;
 pub mod gres_count;
 pub mod health;
 pub mod held;
 pub mod intake;
 pub mod mps;
+pub mod node_drain;
 pub mod peer;
 pub mod server;
 pub mod sharing;

@@ -504,6 +504,11 @@ pub struct Store {
     /// The devices offered as shares, (type, index) → shares each: never
     /// held whole, and the only ones shares are recorded of.
     share_totals: BTreeMap<(String, u32), u32>,
+    /// Told after each commit that may have kept a device out of the pool
+    /// or put one back (a release, a leftover settled, a drain or resume):
+    /// the batch system's drain of the node follows it (see
+    /// [`crate::node_drain`]). It must not block: it runs under the ledger lock.
+    keep_out_changed: Option<Box<dyn Fn() + Send>>,
 }
 
 const DEVICE_COLUMNS: &str = "d.uuid, d.type, d.idx, d.model, d.memory_mb, d.numa_node, d.path, d.present, d.healthy, d.drained, d.drain_reason, j.job, j.uid, l.reason, \
@@ -590,7 +595,7 @@ impl Store {
         conn.set_prepared_statement_cache_capacity(64);
         add_discovered_column(&conn).map_err(|source| StoreError::Open { path: path.to_path_buf(), source })?;
         let type_order = types.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        Ok(Store { conn, path: path.to_path_buf(), type_order, share_totals: BTreeMap::new() })
+        Ok(Store { conn, path: path.to_path_buf(), type_order, share_totals: BTreeMap::new(), keep_out_changed: None })
     }
 
     /// The protocol error for `e` from this store: a failed statement names
@@ -1013,9 +1018,10 @@ impl Store {
                 ));
             }
             if d.drained || !d.present || !d.healthy {
+                let why = d.status().reason.map(|r| format!(" ({r})")).unwrap_or_default();
                 return Err(StoreError::refused(
                     ErrorCode::Conflict,
-                    format!("device {} is {}, not shareable", d.name(), format!("{:?}", d.state()).to_lowercase()),
+                    format!("device {} is {}, not shareable{why}", d.name(), format!("{:?}", d.state()).to_lowercase()),
                 ));
             }
             if let Some(why) = d.leftover.as_deref() {
@@ -1123,9 +1129,12 @@ impl Store {
                 ));
             }
             if !d.is_free() {
+                // Why, as status says it (a drain's reason): the refusal
+                // reaches the job whose batch system chose the device.
+                let why = d.status().reason.map(|r| format!(" ({r})")).unwrap_or_default();
                 return Err(StoreError::refused(
                     ErrorCode::Conflict,
-                    format!("device {} is {:?}, not free", d.name(), d.state()).to_lowercase(),
+                    format!("{}{why}", format!("device {} is {:?}, not free", d.name(), d.state()).to_lowercase()),
                 ));
             }
             chosen.push(d.clone());
@@ -1166,6 +1175,10 @@ impl Store {
             }
         }
         tx.commit()?;
+        // A device kept out, or a drained one that goes offline now its job is gone.
+        if !released.is_empty() {
+            self.kept_out_changed();
+        }
         Ok(released)
     }
 
@@ -1191,7 +1204,20 @@ impl Store {
                 .prepare_cached("UPDATE leftovers SET reason = ?2 WHERE device = ?1")?
                 .execute(params![device, r])?,
         };
+        self.kept_out_changed();
         Ok(())
+    }
+
+    /// Sets what is told after each change of what is kept out of the pool
+    /// (it must not block: it is called under the ledger lock).
+    pub fn on_keep_out_change(&mut self, tell: Box<dyn Fn() + Send>) {
+        self.keep_out_changed = Some(tell);
+    }
+
+    fn kept_out_changed(&self) {
+        if let Some(tell) = &self.keep_out_changed {
+            tell();
+        }
     }
 
     fn release_in(&self, tx: &Transaction<'_>, job: &JobKey, now: i64) -> Result<Vec<LedgerRow>> {
@@ -1274,6 +1300,7 @@ impl Store {
         )?;
         record_drain(&tx, &device.uuid, reason)?;
         tx.commit()?;
+        self.kept_out_changed();
         self.find_device(&device.uuid)
     }
 

@@ -212,6 +212,59 @@ fn termination_set() -> libc::sigset_t {
     }
 }
 
+/// Sends SIGKILL to every process of the process group `pgid` (a batch
+/// system command cderd started as its group's leader, and its children).
+/// A group that is already gone (ESRCH) is not an error.
+pub fn kill_process_group(pgid: u32) -> std::io::Result<()> {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return Ok(()) };
+    if pgid <= 1 {
+        return Ok(());
+    }
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; a
+    // negative pid names the group, and pgid > 1 never names every process.
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// A new inotify instance (close-on-exec, non-blocking), read through the
+/// returned file.
+pub fn inotify_new() -> std::io::Result<std::fs::File> {
+    // SAFETY: plain syscall with constant flags.
+    let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor nobody else owns.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
+}
+
+/// Watches `dir` for `mask`'s events on `inotify`; the watch descriptor.
+pub fn inotify_watch(inotify: &std::fs::File, dir: &std::path::Path, mask: u32) -> std::io::Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: a live descriptor and a NUL-terminated path that outlives the call.
+    let wd = unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), path.as_ptr(), mask) };
+    if wd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(wd)
+}
+
+/// Whether `fd` has something to read within `timeout` (poll(2)).
+pub fn readable_within(fd: &impl AsRawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, which lives across the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
+}
+
 /// Sends SIGKILL to `pid` (a process left in a released job's cgroup).
 /// A process that is already gone (ESRCH) is not an error.
 pub fn kill_process(pid: u32) -> std::io::Result<()> {

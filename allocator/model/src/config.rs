@@ -128,6 +128,87 @@ pub struct NodeConfig {
     /// proportion to each job's shares.
     #[serde(default)]
     pub mps: Mps,
+    /// What cderd tells the batch system while it keeps a device out of
+    /// the pool (drains the node).
+    #[serde(default)]
+    pub batch: BatchNode,
+}
+
+/// `[node.batch]`: while cderd keeps one of this node's devices out of the
+/// pool (a process still holds it after its job, it is drained, its file
+/// vanished, discovery found it unhealthy), the batch system must place no
+/// job on it. Neither SLURM nor TORQUE can take one GPU of a node out of
+/// the schedule (SLURM changes a file-bound GRES count only to zero, and
+/// back only with a restart), so cderd drains the whole node, with a reason
+/// that names each device and why, and returns it once every device is
+/// back, but only a drain of its own: a reason it did not write is an
+/// admin's (or SLURM's), and is left alone.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BatchNode {
+    /// Which batch system to tell (`auto`: the one whose configuration this
+    /// node has).
+    #[serde(default)]
+    pub drain_node: DrainNode,
+    /// This node's name in the batch system; default: `[node.sharing]
+    /// slurm_node_name` for SLURM, else the host name up to its first dot.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// The `scontrol` cderd runs (a bare name is looked up in `PATH`).
+    #[serde(default = "default_scontrol")]
+    pub scontrol: PathBuf,
+    /// The `pbsnodes` cderd runs (a bare name is looked up in `PATH`).
+    #[serde(default = "default_pbsnodes")]
+    pub pbsnodes: PathBuf,
+    /// Seconds each `scontrol` or `pbsnodes` may take before it is killed
+    /// (and tried again later).
+    #[serde(default = "default_batch_timeout_s")]
+    pub timeout_s: u64,
+}
+
+impl Default for BatchNode {
+    fn default() -> Self {
+        BatchNode {
+            drain_node: DrainNode::default(),
+            node_name: None,
+            scontrol: default_scontrol(),
+            pbsnodes: default_pbsnodes(),
+            timeout_s: default_batch_timeout_s(),
+        }
+    }
+}
+
+/// `[node.batch] drain_node`. A config without the key tells no batch
+/// system (`off`): a test's or a demo's cderd on a machine that happens to
+/// have a slurm.conf must not drain a real node; the packaged
+/// `/etc/cder/cder.toml` (deploy/cder.example.toml) says `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainNode {
+    /// `slurm` where the node has SLURM's configuration (`SLURM_CONF`,
+    /// `/etc/slurm/slurm.conf`, a configless cache), else `torque` where it
+    /// has TORQUE's `server_name`, else `off`; decided once at start, and
+    /// logged.
+    Auto,
+    /// `scontrol update NodeName=… State=DRAIN Reason="cder: …"`, and
+    /// `State=UNDRAIN` when every device is back.
+    Slurm,
+    /// `pbsnodes -o -N "cder: …"`, and `pbsnodes -c -N ""` when every
+    /// device is back.
+    Torque,
+    /// Tell no batch system (the default where the key is not given): a
+    /// job placed on a kept-out device is refused by cderd (its prolog's
+    /// record fails, naming the device and why).
+    #[default]
+    Off,
+}
+
+fn default_pbsnodes() -> PathBuf {
+    "pbsnodes".into()
+}
+
+fn default_batch_timeout_s() -> u64 {
+    10
 }
 
 /// `[node.mps]`: with `enabled`, each GPU offered as shares (`[node.sharing]`)
@@ -441,6 +522,7 @@ impl Default for NodeConfig {
             usage: UsageSampling::default(),
             sharing: Sharing::default(),
             mps: Mps::default(),
+            batch: BatchNode::default(),
         }
     }
 }
@@ -664,6 +746,11 @@ pub struct CderType {
     /// up the NVIDIA driver's (`nvidia-frontend`, `nvidia-caps`).
     #[serde(default = "default_proc_devices")]
     pub proc_devices: PathBuf,
+    /// The NVIDIA driver's parameters (`ModifyDeviceFiles: 1` means the
+    /// driver's `nvidia-modprobe` rewrites device files cderd set); read by
+    /// `cderd --check` and at start where `device_files = true`.
+    #[serde(default = "default_nvidia_params")]
+    pub nvidia_params: PathBuf,
     /// ROCm SMI library to load instead of `librocm_smi64.so.1`.
     #[serde(default)]
     pub rocm_smi_library: Option<PathBuf>,
@@ -707,6 +794,10 @@ fn default_mig_capabilities() -> PathBuf {
 
 fn default_mig_device_path() -> String {
     "/dev/nvidia-caps/nvidia-cap{cap}".to_string()
+}
+
+fn default_nvidia_params() -> PathBuf {
+    PathBuf::from("/proc/driver/nvidia/params")
 }
 
 fn default_proc_devices() -> PathBuf {
@@ -976,6 +1067,26 @@ impl Config {
         }
         if !(1..=10_000_000).contains(&usage.ring_samples) {
             return Err(anywhere("node.usage.ring_samples", "must be 1 to 10000000".into()));
+        }
+        let batch = &self.node.batch;
+        if !(1..=300).contains(&batch.timeout_s) {
+            return Err(anywhere("node.batch.timeout_s", "must be 1 to 300 seconds".into()));
+        }
+        if let Some(name) = &batch.node_name {
+            let ok = !name.is_empty()
+                && name.len() <= 255
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            if !ok {
+                return Err(anywhere(
+                    "node.batch.node_name",
+                    format!("{name:?} must be a node name: letters, digits, '.', '_' or '-'"),
+                ));
+            }
+        }
+        for (key, program) in [("node.batch.scontrol", &batch.scontrol), ("node.batch.pbsnodes", &batch.pbsnodes)] {
+            if program.as_os_str().is_empty() {
+                return Err(anywhere(key, "must name a program".into()));
+            }
         }
         if self.node.max_request_bytes < 256 {
             return Err(anywhere("node.max_request_bytes", "must be at least 256".into()));

@@ -26,6 +26,17 @@ discovers the devices (each type through its discovery: NVML, ROCm SMI, Level Ze
 counting otherwise, stops it), reconciles the device table with them \
 (a vanished device keeps its allocation until released) and re-asserts device-file \
 enforcement when [node.enforcement] is on.\n\n\
+While cderd keeps a device out of the pool (a process still holds it after its job, it is drained, \
+its file vanished, discovery found it unhealthy) it drains this node in the batch system, so that no \
+job is placed on it: `scontrol update NodeName=N State=DRAIN Reason=\"cder: gpgpu:1 (/dev/nvidia1) kept \
+out: …\"` (SLURM) or `pbsnodes -o -N \"cder: …\" N` (TORQUE), and returns the node (State=UNDRAIN, \
+`pbsnodes -c`) once every device is back; a node drained with a reason not beginning `cder:` (an \
+admin's) is never touched. Off the ledger lock, each call killed after [node.batch] timeout_s; \
+[node.batch] drain_node (auto | slurm | torque | off) and node_name set it.\n\n\
+With [node.enforcement] device_files = true the NVIDIA driver must leave device files alone \
+(NVreg_ModifyDeviceFiles=0, e.g. in /etc/modprobe.d/): --check and the start warn when \
+/proc/driver/nvidia/params says ModifyDeviceFiles: 1, and a watcher sets owner, mode and ACL again \
+(and logs it) when it finds a device file changed, e.g. re-created 0666 by nvidia-modprobe.\n\n\
 Logs go to stderr (journald captures them under systemd); set RUST_LOG (e.g. cderd=debug) \
 for more or less detail.",
     after_help = "EXAMPLES:\n    cderd --config /etc/cder/cder.toml\n    CDER_CONFIG=/tmp/test.toml RUST_LOG=debug cderd\n    cderd --config /etc/cder/cder.toml --check    # validate config, discovery and state, then exit\n\n\
@@ -35,7 +46,8 @@ pub(crate) struct Args {
     /// Configuration file [default: $CDER_CONFIG, else /etc/cder/cder.toml].
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Check the configuration, discovery and state (no device is touched), print the counts and exit.
+    /// Check the configuration, discovery and state (no device is touched), print the counts and exit;
+    /// warns (on stderr) where the NVIDIA driver would undo device_files (ModifyDeviceFiles: 1).
     #[arg(long)]
     check: bool,
 }
@@ -74,6 +86,14 @@ fn main() -> ExitCode {
                 );
             }
         };
+    // The NVIDIA driver would undo device_files (docs/security.md).
+    for warning in cderd::enforce::driver_warnings(daemon.config()) {
+        if args.check {
+            eprintln!("cderd: warning: {warning}");
+        } else {
+            tracing::warn!("{warning}");
+        }
+    }
     if args.check {
         return match daemon.status().and_then(|s| daemon.check_invariants().map(|p| (s, p))) {
             Ok((status, problems)) if problems.is_empty() => {
@@ -110,6 +130,8 @@ fn main() -> ExitCode {
     cderd::vendor_watch::spawn_health(&daemon);
     cderd::usage::spawn(&daemon);
     cderd::Daemon::watch_leftovers(&daemon, std::time::Duration::from_secs(10));
+    cderd::Daemon::watch_node_drain(&daemon);
+    cderd::file_watch::spawn(&daemon);
     let stopping = Arc::clone(&daemon);
     let socket_path = socket.clone();
     // SIGTERM/SIGINT: let the operation in progress finish, remove the

@@ -25,6 +25,9 @@ pub struct Options {
     pub socket_mode: Option<String>,
     /// `[node] state_dir`; `<temp dir>/state` unless given.
     pub state_dir: Option<PathBuf>,
+    /// cderd's `RUST_LOG` instead of `warn` (e.g. `info`, for a test that
+    /// reads an info line of the log).
+    pub rust_log: Option<String>,
 }
 
 /// A test node: a temp dir with the config, state, socket and device files.
@@ -91,7 +94,10 @@ impl Node {
         }
         let config = dir.path().join("cder.toml");
         std::fs::write(&config, text).unwrap();
-        let daemon = TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log"));
+        let mut daemon = TestNode::new(CDERD, &config, &socket, dir.path().join("cderd.log"));
+        if let Some(level) = &options.rust_log {
+            daemon = daemon.env("RUST_LOG", level);
+        }
         let mut node = Node { dir, config, socket, devices, cgroup_parent: Some(cgroup_parent), daemon };
         node.start();
         node
