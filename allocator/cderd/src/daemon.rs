@@ -1270,7 +1270,7 @@ impl Daemon {
         for o in &outside {
             let pidfd = i32::try_from(o.pid).ok().and_then(|p| crate::sys::pidfd_open(p).ok());
             // Checked with the pidfd open: the pidfd is this process's.
-            if crate::held::start_ticks(proc_root, o.pid) == Some(o.started) {
+            if crate::held::runs(proc_root, o.pid, o.started) {
                 if let Some(fd) = &pidfd {
                     let _ = crate::sys::pidfd_kill(fd);
                 }

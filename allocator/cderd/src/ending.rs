@@ -93,7 +93,7 @@ pub fn end_holders(
         for (ended, pidfd) in killed.iter_mut().filter(|(e, _)| !e.gone) {
             ended.gone = match pidfd {
                 Some(fd) => crate::sys::pidfd_exited(fd),
-                None => crate::held::start_ticks(proc_root, ended.holder.pid) != Some(ended.holder.start_ticks),
+                None => !crate::held::runs(proc_root, ended.holder.pid, ended.holder.start_ticks),
             };
         }
         if killed.iter().all(|(e, _)| e.gone) || Instant::now() >= deadline {

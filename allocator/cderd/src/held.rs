@@ -388,6 +388,19 @@ pub fn start_ticks(proc_root: &Path, pid: u32) -> Option<u64> {
     rest.split_ascii_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether the process that started at `start_ticks` still runs as `pid`:
+/// neither gone nor a zombie (which holds no descriptors, and whose parent
+/// may never reap it).
+pub fn runs(proc_root: &Path, pid: u32, start_ticks: u64) -> bool {
+    let Ok(stat) = std::fs::read(proc_root.join(pid.to_string()).join("stat")) else { return false };
+    let Some(close) = stat.iter().rposition(|b| *b == b')') else { return false };
+    let Ok(rest) = std::str::from_utf8(&stat[close + 1..]) else { return false };
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next().unwrap_or("X");
+    let started: Option<u64> = fields.nth(18).and_then(|f| f.parse().ok());
+    !matches!(state, "Z" | "X" | "x") && started == Some(start_ticks)
+}
+
 /// When a process that started `start_ticks` clock ticks after boot
 /// started, in unix seconds (`btime` of /proc/stat; to about a second).
 pub fn started_unix(start_ticks: u64) -> Option<f64> {

@@ -295,7 +295,18 @@ fn in_group(group: &Path, pid: u32) -> bool {
 /// refused. (A holder that SIGKILL cannot end keeps it out:
 /// `round_four::a_holder_sigkill_cannot_end_keeps_the_device_out_until_it_ends`.)
 fn leftover_processes_are_ended_at_release(mode: &str, uid: u32) {
-    let node = node(mode);
+    // Device 0 is a pty: a number no other test holds (the release ends
+    // whatever holds it outside the job).
+    let pty = common::Ptys::open(1);
+    let mut paths = pty.paths.clone();
+    let dir = tempfile::tempdir().unwrap();
+    for minor in [7, 8, 9] {
+        let path = dir.path().join(format!("mem{minor}"));
+        assert!(Command::new("mknod").arg(&path).args(["c", "1", &minor.to_string()]).status().unwrap().success());
+        paths.push(path);
+    }
+    let enforcement = format!("device_files = true\njob_mode = \"0600\"\ncgroup = {mode:?}\nheld_open = \"allow\"");
+    let node = common::device_node(dir, &paths, &enforcement);
     let job = "slurm:501";
     alloc(&node, job, uid, 0);
     let out = retry_busy(|| {
@@ -370,11 +381,13 @@ fn a_shared_device_whose_last_sharer_left_a_holder_is_ended() {
     if !require(cder_testkit::is_root(), "root (to hold a device open as another uid)") {
         return;
     }
-    // Device 0 is a copy of 1:11 (/dev/kmsg), which unprivileged processes do not hold.
-    let node = common::char_device_node(
+    // Device 0 is a pty: a number no other test holds.
+    let pty = common::Ptys::open(2);
+    let node = common::device_node(
         tempfile::tempdir().unwrap(),
-        &[11, 7, 8, 9],
-        "device_files = true\njob_mode = \"0600\"\ncgroup = \"off\"\nheld_open = \"allow\"\n[node.sharing]\nshares_per_gpu = 2",
+        &pty.paths,
+        // devpts keeps no ACLs: the ptys stay 0666 (device_files off).
+        "cgroup = \"off\"\nheld_open = \"allow\"\n[node.sharing]\nshares_per_gpu = 2",
     );
     let share = |job: &str, uid: u32| AllocRequest {
         devices: Some(vec![0]),

@@ -16,6 +16,7 @@ mod ledger_lock;
 mod mig_devices;
 mod nvml_enforcement;
 mod rocm_smi_watch;
+mod round_four;
 mod sharing_mps;
 mod stress_interleaving;
 mod usage_sampling;
