@@ -247,12 +247,14 @@ fn a_busy_node_keeps_its_gpus() {
     }
     let ptys = Ptys::open(4);
     let node = common::device_node(tempfile::tempdir().unwrap(), &ptys.paths, ENFORCE);
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Thousands of processes, and one spinning per core, in one process group.
+    // Twice as many CPU-bound processes as cores: every core busy.
+    let spinners = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+    // Thousands of processes of ten descriptors each, and one spinning per
+    // core, in one process group.
     use std::os::unix::process::CommandExt;
     let script = format!(
-        "i=0; while [ $i -lt 3000 ]; do sleep 600 & i=$((i+1)); done; \
-         j=0; while [ $j -lt {cores} ]; do (while :; do :; done) & j=$((j+1)); done; echo ready; wait"
+        "i=0; while [ $i -lt 4000 ]; do sleep 600 3<&0 4<&0 5<&0 6<&0 7<&0 8<&0 9<&0 & i=$((i+1)); done; \
+         j=0; while [ $j -lt {spinners} ]; do (while :; do :; done) & j=$((j+1)); done; echo ready; wait"
     );
     let mut crowd = Command::new("sh").args(["-c", &script]).process_group(0).stdout(Stdio::piped()).spawn().unwrap();
     let group = crowd.id();
