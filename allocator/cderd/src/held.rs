@@ -633,6 +633,9 @@ pub fn holders(proc_root: &Path, targets: &Targets, ignore_uids: &BTreeSet<u32>)
     scan_whole(proc_root, targets, trusted, Budget::default()).holders
 }
 
+/// Work to run with a finished scan.
+type AfterScan = Box<dyn FnOnce(&Scan) + Send>;
+
 /// What a caller waits for.
 #[derive(Default)]
 struct State {
@@ -645,7 +648,7 @@ struct State {
     /// Whether the thread runs.
     running: bool,
     /// Work to run with the first scan numbered at least this.
-    after: Vec<(u64, Box<dyn FnOnce(&Scan) + Send>)>,
+    after: Vec<(u64, AfterScan)>,
 }
 
 struct Shared {

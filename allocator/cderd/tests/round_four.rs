@@ -292,6 +292,7 @@ fn a_busy_node_keeps_its_gpus() {
     }
     eprintln!("releases on the busy node: {took:?}");
     let _ = crowd.kill();
+    let _ = crowd.wait();
 }
 
 /// Item 2: a device is kept out only for something found, and for as long
