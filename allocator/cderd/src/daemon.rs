@@ -1793,7 +1793,7 @@ impl Daemon {
     /// Of `free` devices, those that some process (not root, not an
     /// ignored uid) holds open: UUID → why. From the latest scan if it
     /// started within [`crate::ending::SCAN_FRESH`] (scans follow every
-    /// release), else the next one, waited for at most
+    /// release) or another is under way, else the next one, waited for at most
     /// [`crate::ending::SCAN_WAITS`]; each holder it names is looked at
     /// again where it held the device (one `statx`), so one that has closed
     /// it or ended is no reason. A look that did not finish names only what
@@ -1802,6 +1802,12 @@ impl Daemon {
         let latest = self.scanner.latest();
         let scan = match latest {
             Some(s) if s.started.elapsed() < crate::ending::SCAN_FRESH => Some(s),
+            // A scan under way on a crowded node may take seconds: the
+            // latest and the look again at its holders do meanwhile.
+            Some(s) if self.scanner.scanning() => {
+                self.scanner.ask();
+                Some(s)
+            }
             latest => {
                 let ticket = self.scanner.ask();
                 self.scanner.wait(ticket, crate::ending::SCAN_WAITS).or(latest)

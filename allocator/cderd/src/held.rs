@@ -647,6 +647,8 @@ struct State {
     latest: Option<Arc<Scan>>,
     /// Whether the thread runs.
     running: bool,
+    /// Whether a scan is under way now.
+    scanning: bool,
     /// Work to run with the first scan numbered at least this.
     after: Vec<(u64, AfterScan)>,
 }
@@ -738,6 +740,11 @@ impl Scanner {
         state.latest.clone().filter(|l| l.generation >= ticket)
     }
 
+    /// Whether a scan is under way now.
+    pub fn scanning(&self) -> bool {
+        lock(&self.shared.state).scanning
+    }
+
     /// The latest scan finished, if any.
     pub fn latest(&self) -> Option<Arc<Scan>> {
         lock(&self.shared.state).latest.clone()
@@ -786,6 +793,7 @@ fn run(shared: &Shared) {
             let mut state = shared.changed.wait_while(state, |s| s.wanted < s.next).unwrap_or_else(|p| p.into_inner());
             let generation = state.next;
             state.next += 1;
+            state.scanning = true;
             generation
         };
         // A scan cut short by its budget is followed by a pause as long as
@@ -806,6 +814,7 @@ fn run(shared: &Shared) {
         let due = {
             let mut state = lock(&shared.state);
             state.latest = Some(Arc::clone(&scan));
+            state.scanning = false;
             let (due, later): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut state.after).into_iter().partition(|(t, _)| *t <= generation);
             state.after = later;
