@@ -1060,8 +1060,10 @@ pub(crate) fn usage_problems(records: &[AccountingRecord]) -> Vec<String> {
                 r.job, r.index, r.start, r.end, r.device_seconds
             ));
         }
-        // Sharers of a device overlap by design: only whole holders must not.
-        if r.shares.is_none() {
+        // Sharers of a device overlap by design, and so does a use after a
+        // release by a process outside the job (ended by cderd, counted for
+        // the job it came from, issue 52): only whole holders must not.
+        if r.shares.is_none() && r.after_release.is_none() {
             by_device.entry(&r.uuid).or_default().push(r);
         }
     }
@@ -1266,6 +1268,7 @@ mod tests {
             shares: None,
             shares_total: None,
             fraction: 1.0,
+            after_release: None,
         };
         // The wall clock stepped back: a release recorded at its start, the
         // next allocation starting there.

@@ -434,6 +434,7 @@ mod tests {
             shares: None,
             shares_total: None,
             fraction: 1.0,
+            after_release: None,
         }
     }
 

@@ -469,6 +469,17 @@ impl DeviceCgroups {
     /// is caught by the next). Returns the pids still there after
     /// [`END_WITHIN`]: the caller keeps the devices out of the pool.
     pub fn end_processes(&self, name: &str) -> Vec<u32> {
+        self.end_processes_within(name, END_WITHIN)
+    }
+
+    /// Whether any process is in `name`'s groups now (a read of each
+    /// group's `cgroup.procs`: the kernel's, bounded by the processes there).
+    pub fn has_processes(&self, name: &str) -> bool {
+        self.paths(name).iter().any(|g| !procs(g).is_empty())
+    }
+
+    /// As [`DeviceCgroups::end_processes`], giving up after `within`.
+    pub fn end_processes_within(&self, name: &str, within: std::time::Duration) -> Vec<u32> {
         let groups: Vec<PathBuf> = self.paths(name).into_iter().filter(|g| g.is_dir()).collect();
         if groups.iter().all(|g| procs(g).is_empty()) {
             return Vec::new();
@@ -486,7 +497,7 @@ impl DeviceCgroups {
                 tracing::warn!(group = name, "freezing the released job's processes: {e}; killing them without");
             }
         }
-        let deadline = std::time::Instant::now() + END_WITHIN;
+        let deadline = std::time::Instant::now() + within;
         loop {
             let left: BTreeSet<u32> = groups.iter().flat_map(|g| procs(g)).collect();
             if left.is_empty() {

@@ -82,10 +82,17 @@ pub struct Daemon {
     shared_files: Vec<SharedFile>,
     /// Which job groups are set up, by group name (see [`GroupState`]).
     groups: Arc<Mutex<HashMap<String, GroupState>>>,
-    /// Uids whose open descriptors do not make a device busy.
-    held_open_ignore: BTreeSet<u32>,
     /// Released jobs' leftovers being ended, off the ledger lock.
     ending: Arc<crate::ending::Ending>,
+    /// The held-open scan: one thread, shared by every caller that needs a
+    /// look at the node's open descriptors (see [`crate::held`]).
+    scanner: crate::held::Scanner,
+    /// The looks asked for by releases, each until a finished round covers
+    /// it (see [`AfterRelease`]).
+    looks: Mutex<Vec<AfterRelease>>,
+    /// What end-job threads found after their release had answered, for the
+    /// leftover watcher to record.
+    late: Arc<Mutex<Vec<LateEnd>>>,
     /// Warms the kernel's cgroup migration lock before tasks are confined.
     warmup: MigrationWarmup,
     /// Runs what follows an `alloc`'s reply (cgroup set-up, held-open warning).
@@ -120,6 +127,51 @@ pub struct UsageTarget {
     /// sample is then its own processes' only, never the whole device's.
     pub shared: bool,
 }
+
+/// A look at a released device's holders, asked for by its release: a
+/// process outside the ledger found holding the device (a descriptor
+/// passed out of the job) is ended and its use counted for the job it came
+/// from. Done once a finished round of the scan that started after the
+/// release covers it; a round that could not finish is looked at again,
+/// and never taken for a finding (docs/architecture.md, "The held-open
+/// scan"). The device is in the pool meanwhile.
+#[derive(Debug, Clone)]
+struct AfterRelease {
+    job: JobKey,
+    token: String,
+    device: String,
+    rdev: u64,
+    /// The release, unix seconds: a use found counts from here.
+    released: i64,
+    since: std::time::Instant,
+    /// Whether the log said it has taken long.
+    warned: bool,
+}
+
+/// What an end-job thread ended after its release had stopped waiting.
+#[derive(Debug)]
+struct LateEnd {
+    job: JobKey,
+    token: String,
+    devices: Vec<(String, u64)>,
+    ended: Vec<crate::ending::Ended>,
+    released: i64,
+}
+
+/// Whether `holder` may hold a device whose live allocations or shares are
+/// `rights`: a process of a sharer's uid (a shared GPU: the sharers' own
+/// helpers, such as their MPS server, outlive any one of their jobs), or
+/// of the whole device's owner that started no earlier than its
+/// allocation (to the second). A process older than the allocation got
+/// its descriptor from elsewhere: passed out of an earlier job.
+fn is_rightful(holder: &crate::held::Holder, rights: &[crate::store::Right]) -> bool {
+    let started = crate::held::started_unix(holder.start_ticks);
+    rights.iter().any(|r| r.uid == holder.uid && (r.shared || started.is_none_or(|s| s.floor() >= r.start as f64)))
+}
+
+/// Releases whose holders are ended within this much are not logged as
+/// still pending.
+const LOOK_TAKES_LONG: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The longest an `alloc` waits out a conflict (the protocol's bound).
 pub const MAX_ALLOC_WAIT: std::time::Duration = std::time::Duration::from_millis(cder_protocol::MAX_WAIT_MS);
@@ -475,6 +527,26 @@ impl Daemon {
                 "enabled = true, but [node.sharing] shares_per_gpu is 0: MPS runs on GPUs offered as shares".into(),
             ));
         }
+        let ending: Arc<crate::ending::Ending> = Arc::default();
+        let scanner = {
+            // cderd's own device files (root's, under /dev): their numbers
+            // are read again at each scan (nvidia-modprobe may make one late).
+            let paths: Vec<std::path::PathBuf> = rows.iter().map(|d| d.path.clone()).collect();
+            // Uids whose open descriptors do not make a device busy.
+            let ignore = held_open_ignore;
+            let scanner = crate::held::Scanner::new(
+                std::path::Path::new("/proc"),
+                move || crate::held::Targets::of(paths.iter().map(std::path::PathBuf::as_path)),
+                Arc::new(move |uid| uid == 0 || ignore.contains(&uid)),
+                crate::held::Budget::default(),
+            );
+            // Each scan may settle looks after releases: the watcher looks.
+            let ending = Arc::clone(&ending);
+            scanner.on_scan(move || {
+                ending.ask();
+            });
+            scanner
+        };
         let daemon = Daemon {
             mps: crate::mps::Mps::new(&config.node.mps),
             inventory: devices.into_iter().map(|d| (d.uuid.clone(), d)).collect(),
@@ -487,8 +559,10 @@ impl Daemon {
             cgroups: Arc::new(DeviceCgroups::off("cderd --check does not touch cgroups")),
             shared_files: SharedFile::of_types(&config_cders),
             groups: Arc::default(),
-            held_open_ignore,
-            ending: Arc::default(),
+            ending,
+            scanner,
+            looks: Mutex::default(),
+            late: Arc::default(),
             warmup: MigrationWarmup::off(),
             background: Background::start(),
             intake: Intake::default(),
@@ -894,21 +968,24 @@ impl Daemon {
         Ok(self.allocation(&allocation))
     }
 
-    /// `release`: idempotent; the number of devices freed. The job's
-    /// processes left in its device cgroups are ended first, off the lock
-    /// and waited for at most [`crate::ending::RELEASE_WAITS`]; a device
-    /// that one of them may still hold stays out of the pool (see
-    /// [`Daemon::end_job`]).
+    /// `release`: idempotent; the number of devices freed. What is left of
+    /// the job is ended first, off the lock and waited for at most
+    /// [`crate::ending::RELEASE_WAITS`]: its processes in its device
+    /// cgroups, and any process the last scan saw holding one of its
+    /// devices that may not hold it now. A device is kept out of the pool
+    /// only for something found that SIGKILL has not ended (see
+    /// [`Daemon::end_job`]); a look at the whole node follows, off every
+    /// request's path (see [`AfterRelease`]).
     pub fn release(&self, job: &JobKey) -> Result<u32, ErrorReply> {
         let allocation = {
             let store = self.store();
             store.job(job).map_err(|e| store.reply(e))?
         };
-        let held = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
+        let (held, ended) = allocation.as_ref().map(|a| self.end_job(a)).unwrap_or_default();
         for (device, reason) in &held {
             tracing::error!(device = %device, "{reason}");
         }
-        let released = self.release_ended(job, allocation.as_ref(), &held)?;
+        let released = self.release_ended(job, allocation.as_ref(), &held, &ended)?;
         if !released.is_empty() {
             tracing::info!(job = %job, devices = released.len(), "released");
         }
@@ -916,20 +993,24 @@ impl Daemon {
     }
 
     /// Ends `allocation` in the ledger, keeping `held` (UUID → why) out of
-    /// the pool, unless the job's record changed since `allocation` was read
-    /// (another request released it): then nothing is done.
+    /// the pool and recording the processes outside the job that `ended`
+    /// names, unless the job's record changed since `allocation` was read
+    /// (another request released it): then nothing is done. Each released
+    /// device gets a look at the whole node after it.
     fn release_ended(
         &self,
         job: &JobKey,
         allocation: Option<&JobAllocation>,
         held: &BTreeMap<String, String>,
+        ended: &[crate::ending::Ended],
     ) -> Result<Vec<LedgerRow>, ErrorReply> {
         let mut store = self.store();
         let now_held = store.job(job).map_err(|e| store.reply(e))?;
         if now_held.as_ref().map(|a| &a.token) != allocation.map(|a| &a.token) {
             return Ok(Vec::new());
         }
-        let released = store.release_keeping(job, now(), held).map_err(|e| store.reply(e))?;
+        let released_at = now();
+        let released = store.release_keeping(job, released_at, held).map_err(|e| store.reply(e))?;
         self.drain_vanished_files(&mut store)?;
         // A shared device goes back to idle when its last sharer leaves.
         let idle: Vec<LedgerRow> = released.iter().filter(|d| d.shared == 0).cloned().collect();
@@ -942,6 +1023,13 @@ impl Daemon {
         }
         self.open_shared_files(&store);
         drop(store);
+        if let Some(a) = allocation {
+            let (by_rdev, _) = targets_of(&a.devices);
+            let devices: Vec<(String, u64)> =
+                by_rdev.iter().flat_map(|(rdev, rows)| rows.iter().map(|d| (d.uuid.clone(), *rdev))).collect();
+            self.record_ended(job, &a.token, &devices, ended, released_at);
+            self.look_after_release(job, &a.token, &devices, released_at);
+        }
         self.mps_after_release(job, allocation, &released);
         if let Some(a) = allocation {
             // Groups still holding processes stay; the look that finds them
@@ -952,39 +1040,168 @@ impl Daemon {
         Ok(released)
     }
 
+    /// Asks for a look at the whole node for `devices` (UUID, number) of
+    /// `job`'s allocation `token`, released at `released`.
+    fn look_after_release(&self, job: &JobKey, token: &str, devices: &[(String, u64)], released: i64) {
+        if devices.is_empty() {
+            return;
+        }
+        let since = std::time::Instant::now();
+        {
+            let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+            for (device, rdev) in devices {
+                looks.push(AfterRelease {
+                    job: job.clone(),
+                    token: token.to_string(),
+                    device: device.clone(),
+                    rdev: *rdev,
+                    released,
+                    since,
+                    warned: false,
+                });
+            }
+        }
+        self.scanner.ask();
+    }
+
+    /// Records and logs each process of `ended` (found outside allocation
+    /// `token` of `job` holding one of `devices`): its use counts for the
+    /// job from `start` until it was seen gone.
+    fn record_ended(
+        &self,
+        job: &JobKey,
+        token: &str,
+        devices: &[(String, u64)],
+        ended: &[crate::ending::Ended],
+        start: i64,
+    ) {
+        if ended.is_empty() {
+            return;
+        }
+        let at = now();
+        let mut store = self.store();
+        for e in ended {
+            for (device, _) in devices.iter().filter(|(_, rdev)| e.rdevs.contains(rdev)) {
+                let h = &e.holder;
+                if e.gone {
+                    tracing::error!(
+                        device = %device, job = %job, pid = h.pid, uid = h.uid, command = %h.comm, exe = %e.exe,
+                        "ended {e}: it held the device after job {job} released it (a descriptor outside the job); its use is counted for {job}"
+                    );
+                } else {
+                    tracing::error!(
+                        device = %device, job = %job, pid = h.pid, uid = h.uid, command = %h.comm, exe = %e.exe,
+                        "{e} holds the device after job {job} released it and SIGKILL has not ended it yet; its use is counted for {job} until it ends"
+                    );
+                }
+                let recorded = store.record_outside_use(
+                    token,
+                    device,
+                    h.pid,
+                    h.uid,
+                    &h.comm,
+                    h.start_ticks,
+                    start,
+                    e.gone.then_some(at),
+                );
+                if let Err(e) = recorded {
+                    tracing::error!(device = %device, job = %job, "recording a use outside the job: {e}");
+                }
+            }
+        }
+    }
+
+    /// The processes the latest scan saw holding one of `devices` that may
+    /// not hold it (see [`is_rightful`]), leaving out the allocation `token`
+    /// (being released): candidates to end, each looked at again first.
+    fn known_outsiders(&self, devices: &[LedgerRow], token: &str) -> Vec<crate::held::Holder> {
+        let Some(scan) = self.scanner.latest() else { return Vec::new() };
+        let (by_rdev, _) = targets_of(devices);
+        let mut out = Vec::new();
+        for (rdev, rows) in &by_rdev {
+            let holders = scan.holders_of(*rdev);
+            if holders.is_empty() {
+                continue;
+            }
+            let mut rights = Vec::new();
+            {
+                let store = self.store();
+                for d in rows {
+                    rights.extend(store.rightful(&d.uuid).unwrap_or_default());
+                }
+            }
+            rights.retain(|r| r.token != token);
+            out.extend(holders.iter().filter(|h| !is_rightful(h, &rights)).cloned());
+        }
+        out
+    }
+
     /// Ends what is left of `allocation`'s job before its devices go back:
-    /// every process in its device cgroups, whatever `held_open` says. Then
-    /// looks for a process of the job's uid that still holds one of its
-    /// devices (one that left the groups, or a job cder did not confine).
-    /// Returns the devices to keep out of the pool: UUID → why. All of it
-    /// runs off the ledger lock, on a thread waited for at most
-    /// [`crate::ending::RELEASE_WAITS`]: past that (a process in
-    /// uninterruptible sleep), every device is kept out and the watcher
-    /// settles them once the thread is done.
-    fn end_job(&self, allocation: &JobAllocation) -> BTreeMap<String, String> {
+    /// every process in its device cgroups, whatever `held_open` says, and
+    /// every process the last scan saw holding one of its devices that may
+    /// not hold it after this release (another user's, a process outside
+    /// the job that got a descriptor passed; the other sharers of a shared
+    /// GPU may). Returns the devices to keep out of the pool, UUID → why:
+    /// only for something found that has not ended. All of it runs off the
+    /// ledger lock, on a thread (started only when something was found)
+    /// waited for at most [`crate::ending::RELEASE_WAITS`]: past that (a
+    /// process in uninterruptible sleep), the devices stay out and the
+    /// watcher settles them once the thread is done.
+    fn end_job(&self, allocation: &JobAllocation) -> (BTreeMap<String, String>, Vec<crate::ending::Ended>) {
         let name = DeviceCgroups::group_name(&allocation.job, &allocation.token);
+        let candidates = self.known_outsiders(&allocation.devices, &allocation.token);
+        let in_groups = self.cgroups.is_available() && self.cgroups.has_processes(&name);
+        if !in_groups && candidates.is_empty() {
+            return Default::default();
+        }
+        let job = allocation.job.clone();
+        let what = {
+            let mut what = Vec::new();
+            if in_groups {
+                what.push("its processes in its device cgroups".to_string());
+            }
+            if !candidates.is_empty() {
+                what.push(describe_holders(&candidates));
+            }
+            what.join(" and ")
+        };
         let pending = || {
-            let reason = format!(
-                "released by job {}, whose processes are still being ended; kept out of the pool until that ends",
-                allocation.job
-            );
-            allocation.devices.iter().map(|d| (d.uuid.clone(), reason.clone())).collect()
+            let reason =
+                format!("released by job {job}, but {what}: still being ended; kept out of the pool until that ends");
+            allocation.devices.iter().map(|d| (d.uuid.clone(), reason.clone())).collect::<BTreeMap<_, _>>()
         };
-        let Some(claim) = self.ending.claim(&name) else { return pending() };
-        let (cgroups, ignore, ending) =
-            (Arc::clone(&self.cgroups), self.held_open_ignore.clone(), Arc::clone(&self.ending));
-        let (job, devices) = (allocation.job.clone(), allocation.devices.clone());
+        let Some(claim) = self.ending.claim(&name) else { return (pending(), Vec::new()) };
+        let (by_rdev, targets) = targets_of(&allocation.devices);
+        let devices: Vec<(String, u64)> =
+            by_rdev.iter().flat_map(|(rdev, rows)| rows.iter().map(|d| (d.uuid.clone(), *rdev))).collect();
+        let rdevs = targets.rdevs;
+        let (cgroups, proc_root) = (Arc::clone(&self.cgroups), self.scanner.proc_root().to_path_buf());
         let work = move || {
-            let survivors = if cgroups.is_available() { cgroups.end_processes(&name) } else { Vec::new() };
-            let holders = holders_of(&ignore, &devices);
+            let survivors = if in_groups { cgroups.end_processes(&name) } else { Vec::new() };
+            let deadline = std::time::Instant::now() + crate::ending::KILL_WAITS;
+            let ended = crate::ending::end_holders(&proc_root, &candidates, &rdevs, deadline);
             drop(claim);
-            kept_out(&job, &devices, &survivors, &holders)
+            (survivors, ended)
         };
-        // Overran: the watcher looks again now that the thread is done.
-        let overran = move |_| {
+        // Overran: the watcher records what it ended and looks again.
+        let (late, ending, token, late_job) =
+            (Arc::clone(&self.late), Arc::clone(&self.ending), allocation.token.clone(), allocation.job.clone());
+        let late_devices = devices.clone();
+        let released = now();
+        let overran = move |(_, ended): (Vec<u32>, Vec<crate::ending::Ended>)| {
+            late.lock().unwrap_or_else(|p| p.into_inner()).push(LateEnd {
+                job: late_job,
+                token,
+                devices: late_devices,
+                ended,
+                released,
+            });
             ending.ask();
         };
-        crate::ending::within("end-job", crate::ending::RELEASE_WAITS, work, overran).unwrap_or_else(pending)
+        match crate::ending::within("end-job", crate::ending::RELEASE_WAITS, work, overran) {
+            Some((survivors, ended)) => (kept_out(&allocation.job, &devices, &survivors, &ended), ended),
+            None => (pending(), Vec::new()),
+        }
     }
 
     /// Starts the thread that drains this node in the batch system while a
@@ -1013,8 +1230,9 @@ impl Daemon {
     }
 
     /// Starts a thread that looks again every `period` at the devices kept
-    /// out after a release (and whenever a request asks), so that one goes
-    /// back to the pool soon after its holder is gone.
+    /// out after a release (and whenever a request asks, or a scan ends),
+    /// so that one goes back to the pool soon after its holder is gone,
+    /// and settles the looks asked for after releases.
     pub fn watch_leftovers(daemon: &Arc<Daemon>, period: std::time::Duration) {
         let daemon = Arc::clone(daemon);
         daemon.ending.watched();
@@ -1023,6 +1241,7 @@ impl Daemon {
             if let Err(e) = daemon.recheck_leftovers() {
                 tracing::warn!("looking again at devices kept out after a release: {}", e.message);
             }
+            daemon.settle_looks();
             daemon.ending.done(ticket);
         });
         if let Err(e) = spawned {
@@ -1039,20 +1258,100 @@ impl Daemon {
             if !wait.is_zero() {
                 self.ending.wait(ticket, wait);
             }
-        } else if let Err(e) = self.recheck_leftovers() {
-            tracing::warn!("looking again at devices kept out after a release: {}", e.message);
+        } else {
+            if let Err(e) = self.recheck_leftovers() {
+                tracing::warn!("looking again at devices kept out after a release: {}", e.message);
+            }
+            self.settle_looks();
+        }
+    }
+
+    /// The looks asked for after releases, with the latest scan: each
+    /// process it found holding a released device that may not hold it
+    /// (see [`is_rightful`]) is ended, logged and its use counted for the
+    /// job the device came from; a free device whose holder SIGKILL has not
+    /// ended is kept out. A look is done once a finished round that
+    /// started after the release covers it; otherwise another scan is
+    /// asked for. Runs off the ledger lock but for the ledger's reads and
+    /// writes.
+    fn settle_looks(&self) {
+        let pending: Vec<AfterRelease> = self.looks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if pending.is_empty() {
+            return;
+        }
+        let Some(scan) = self.scanner.latest() else {
+            self.scanner.ask();
+            return;
+        };
+        let mut done = Vec::new();
+        for look in pending.iter().filter(|l| scan.started >= l.since) {
+            let holders = scan.holders_of(look.rdev);
+            if !holders.is_empty() {
+                let rights = {
+                    let store = self.store();
+                    store.rightful(&look.device).unwrap_or_default()
+                };
+                let outsiders: Vec<crate::held::Holder> =
+                    holders.iter().filter(|h| !is_rightful(h, &rights)).cloned().collect();
+                if !outsiders.is_empty() {
+                    let deadline = std::time::Instant::now() + crate::ending::KILL_WAITS;
+                    let ended =
+                        crate::ending::end_holders(self.scanner.proc_root(), &outsiders, &[look.rdev].into(), deadline);
+                    let devices = [(look.device.clone(), look.rdev)];
+                    self.record_ended(&look.job, &look.token, &devices, &ended, look.released);
+                    let alive: Vec<crate::held::Holder> =
+                        ended.iter().filter(|e| !e.gone).map(|e| e.holder.clone()).collect();
+                    if !alive.is_empty() {
+                        let reason = format!(
+                            "released by job {}, but {}, which SIGKILL has not ended; kept out of the pool until that ends",
+                            look.job,
+                            describe_holders(&alive)
+                        );
+                        let mut store = self.store();
+                        match store.keep_out(&look.device, &look.job, &look.token, &reason, now()) {
+                            Ok(true) => tracing::error!(device = %look.device, "{reason}"),
+                            Ok(false) => {}
+                            Err(e) => tracing::error!(device = %look.device, "keeping a device out of the pool: {e}"),
+                        }
+                    }
+                }
+            }
+            if scan.covers(look.since) {
+                done.push((look.token.clone(), look.device.clone()));
+            }
+        }
+        let mut looks = self.looks.lock().unwrap_or_else(|p| p.into_inner());
+        looks.retain(|l| !done.iter().any(|(t, d)| *t == l.token && *d == l.device));
+        for l in looks.iter_mut().filter(|l| !l.warned && l.since.elapsed() > LOOK_TAKES_LONG) {
+            l.warned = true;
+            tracing::warn!(
+                device = %l.device,
+                job = %l.job,
+                "the look at the node after job {}'s release has not covered every process yet (each scan's budget ran out); the device is in the pool meanwhile, and the look goes on",
+                l.job
+            );
+        }
+        if !looks.is_empty() {
+            self.scanner.ask();
         }
     }
 
     /// Looks again at the devices kept out after a release, and puts back
     /// in the pool each whose job has nothing left on it; ends and removes
-    /// the device cgroups of jobs released earlier. Off the ledger lock but
+    /// the device cgroups of jobs released earlier. Looks again at each
+    /// process recorded outside its job holding a released device (one
+    /// `statx`; SIGKILL again while it holds it). Off the ledger lock but
     /// for reading and writing the ledger itself.
     fn recheck_leftovers(&self) -> Result<(), ErrorReply> {
+        // What end-job threads ended after their release had answered.
+        let late: Vec<LateEnd> = std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()));
+        for l in &late {
+            self.record_ended(&l.job, &l.token, &l.devices, &l.ended, l.released);
+        }
         // The groups first: each one seen belongs to a job recorded before
         // the ledger is read below, so a job starting now is never swept.
         let groups = if self.cgroups.is_available() { self.cgroups.group_names() } else { BTreeSet::new() };
-        let (leftovers, devices, live) = {
+        let (leftovers, devices, live, outside) = {
             let store = self.store();
             let leftovers = store.leftovers().map_err(|e| store.reply(e))?;
             let devices = store.devices().map_err(|e| store.reply(e))?;
@@ -1062,8 +1361,37 @@ impl Daemon {
                 .iter()
                 .map(|(job, _, token)| DeviceCgroups::group_name(job, token))
                 .collect();
-            (leftovers, devices, live)
+            let outside = store.open_outside_use().map_err(|e| store.reply(e))?;
+            (leftovers, devices, live, outside)
         };
+        // Processes outside their job that held a released device, ended
+        // once already: a process still there is asleep in the kernel past
+        // SIGKILL (it cannot close a descriptor either); SIGKILL again.
+        let (by_rdev, _) = targets_of(&devices);
+        let rdev_of: BTreeMap<&str, u64> =
+            by_rdev.iter().flat_map(|(rdev, rows)| rows.iter().map(move |d| (d.uuid.as_str(), *rdev))).collect();
+        let proc_root = self.scanner.proc_root();
+        let mut still: BTreeMap<String, Vec<crate::held::Holder>> = BTreeMap::new();
+        for o in &outside {
+            let pidfd = i32::try_from(o.pid).ok().and_then(|p| crate::sys::pidfd_open(p).ok());
+            // Checked with the pidfd open: the pidfd is this process's.
+            if crate::held::runs(proc_root, o.pid, o.started) {
+                if let Some(fd) = &pidfd {
+                    let _ = crate::sys::pidfd_kill(fd);
+                }
+                still.entry(o.device.clone()).or_default().push(crate::held::Holder {
+                    pid: o.pid,
+                    uid: o.uid,
+                    comm: o.comm.clone(),
+                    start_ticks: o.started,
+                    at: BTreeMap::new(),
+                });
+                continue;
+            }
+            let mut store = self.store();
+            store.close_outside_use(o.id, now()).map_err(|e| store.reply(e))?;
+            tracing::info!(device = %o.device, job = %o.job, pid = o.pid, "the process outside job {} that held the device is gone", o.job);
+        }
         let mut by_job: BTreeMap<String, Vec<&crate::store::Leftover>> = BTreeMap::new();
         for l in &leftovers {
             by_job.entry(DeviceCgroups::group_name(&l.job, &l.token)).or_default().push(l);
@@ -1073,10 +1401,6 @@ impl Daemon {
             let Some(_claim) = self.ending.claim(name) else { continue };
             let job = &group[0].job;
             let survivors = if self.cgroups.is_available() { self.cgroups.end_processes(name) } else { Vec::new() };
-            let rows: Vec<LedgerRow> =
-                devices.iter().filter(|d| group.iter().any(|l| l.device == d.uuid)).cloned().collect();
-            let holders = holders_of(&self.held_open_ignore, &rows);
-            let why = kept_out(job, &rows, &survivors, &holders);
             let mut store = self.store();
             let now_kept = store.leftovers().map_err(|e| store.reply(e))?;
             for l in group {
@@ -1084,17 +1408,32 @@ impl Daemon {
                 let Some(current) = now_kept.iter().find(|c| c.device == l.device && c.token == l.token) else {
                     continue;
                 };
-                match why.get(&l.device) {
-                    None => {
-                        store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
-                        tracing::info!(device = %l.device, job = %job, "nothing of the released job holds the device any more: back in the pool");
-                        back += 1;
+                let mut why = Vec::new();
+                if !survivors.is_empty() {
+                    let pids: Vec<String> = survivors.iter().take(5).map(ToString::to_string).collect();
+                    why.push(format!("pid {} stayed in its device cgroups after SIGKILL", pids.join(", ")));
+                }
+                if let Some(h) = still.get(&l.device) {
+                    why.push(format!("{}, which SIGKILL has not ended", describe_holders(h)));
+                }
+                if why.is_empty() {
+                    store.set_leftover(&l.device, None).map_err(|e| store.reply(e))?;
+                    tracing::info!(device = %l.device, job = %job, "nothing found of the released job holds the device any more: back in the pool");
+                    back += 1;
+                    // A look at the whole node after it, as after a release.
+                    if let Some(rdev) = rdev_of.get(l.device.as_str()) {
+                        let devices = [(l.device.clone(), *rdev)];
+                        drop(store);
+                        self.look_after_release(job, &l.token, &devices, now());
+                        store = self.store();
                     }
-                    Some(reason) if *reason != current.reason => {
-                        tracing::error!(device = %l.device, "{reason}");
-                        store.set_leftover(&l.device, Some(reason)).map_err(|e| store.reply(e))?;
-                    }
-                    Some(_) => {}
+                    continue;
+                }
+                let reason =
+                    format!("released by job {job}, but {}; kept out of the pool until that ends", why.join("; "));
+                if reason != current.reason {
+                    tracing::error!(device = %l.device, "{reason}");
+                    store.set_leftover(&l.device, Some(&reason)).map_err(|e| store.reply(e))?;
                 }
             }
             drop(store);
@@ -1395,11 +1734,11 @@ impl Daemon {
         // Each job's leftovers are ended off the lock, as by its release.
         let mut jobs = Vec::new();
         for allocation in allocations {
-            let held = self.end_job(&allocation);
+            let (held, ended) = self.end_job(&allocation);
             for (device, reason) in &held {
                 tracing::error!(device = %device, "{reason}");
             }
-            let devices = self.release_ended(&allocation.job, Some(&allocation), &held)?;
+            let devices = self.release_ended(&allocation.job, Some(&allocation), &held, &ended)?;
             if devices.is_empty() {
                 // Released meanwhile, by its epilog.
                 continue;
@@ -1557,36 +1896,72 @@ impl Daemon {
     }
 
     /// Of `free` devices, those that some process (not root, not an
-    /// ignored uid) holds open: UUID → why. The scan reads what users'
-    /// processes hold, so it runs on a thread of its own, waited for at
-    /// most [`crate::ending::SCAN_WAITS`] (it cannot stall on a user's file
-    /// system, see [`crate::held`]; the bound is for what nobody foresaw).
+    /// ignored uid) holds open: UUID → why. From the latest scan if it
+    /// started within [`crate::ending::SCAN_FRESH`] (scans follow every
+    /// release) or another is under way, else the next one, waited for at most
+    /// [`crate::ending::SCAN_WAITS`]; each holder it names is looked at
+    /// again where it held the device (one `statx`), so one that has closed
+    /// it or ended is no reason. A look that did not finish names only what
+    /// it found: it never keeps a device from a job.
     fn held_open(&self, free: Vec<LedgerRow>) -> BTreeMap<String, String> {
-        let ignore = self.held_open_ignore.clone();
-        let scan = move || {
-            let (by_rdev, targets) = targets_of(&free);
-            let mut out = BTreeMap::new();
-            for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, &ignore) {
-                let why = describe_holders(&holders);
-                for d in by_rdev.get(&rdev).into_iter().flatten() {
-                    out.insert(d.uuid.clone(), why.clone());
-                }
+        let latest = self.scanner.latest();
+        let scan = match latest {
+            Some(s) if s.started.elapsed() < crate::ending::SCAN_FRESH => Some(s),
+            // A scan under way on a crowded node may take seconds: the
+            // latest and the look again at its holders do meanwhile.
+            Some(s) if self.scanner.scanning() => {
+                self.scanner.ask();
+                Some(s)
             }
-            out
+            latest => {
+                let ticket = self.scanner.ask();
+                self.scanner.wait(ticket, crate::ending::SCAN_WAITS).or(latest)
+            }
         };
-        crate::ending::within("held-open-scan", crate::ending::SCAN_WAITS, scan, |_| ()).unwrap_or_default()
+        let Some(scan) = scan else { return BTreeMap::new() };
+        let mut out = BTreeMap::new();
+        let (by_rdev, _) = targets_of(&free);
+        for (rdev, rows) in &by_rdev {
+            let still = still_holding(self.scanner.proc_root(), scan.holders_of(*rdev), *rdev);
+            if still.is_empty() {
+                continue;
+            }
+            let why = describe_holders(&still);
+            for d in rows {
+                out.insert(d.uuid.clone(), why.clone());
+            }
+        }
+        out
     }
 
-    /// After a new allocation from the batch system's list: logs, on a
-    /// thread of its own, each of its devices that another process holds
-    /// open (that process can use it beside the job).
+    /// After a new allocation from the batch system's list: logs, with the
+    /// next scan (on the scanner's thread), each of its devices that
+    /// another process holds open (that process can use it beside the job).
     fn warn_held_open_later(&self, allocation: &JobAllocation) {
         let devices: Vec<LedgerRow> = allocation.devices.clone();
         if devices.is_empty() {
             return;
         }
-        let (job, ignore) = (allocation.job.clone(), self.held_open_ignore.clone());
-        self.background.run(Box::new(move || warn_held_open(&job, &devices, &ignore)));
+        let job = allocation.job.clone();
+        let proc_root = self.scanner.proc_root().to_path_buf();
+        let ticket = self.scanner.ask();
+        self.scanner.then(ticket, move |scan| {
+            let (by_rdev, _) = targets_of(&devices);
+            for (rdev, rows) in &by_rdev {
+                let still = still_holding(&proc_root, scan.holders_of(*rdev), *rdev);
+                if still.is_empty() {
+                    continue;
+                }
+                for d in rows {
+                    tracing::warn!(
+                        device = %d.name(),
+                        job = %job,
+                        "handing out a device that {} (the batch system chose it): that process can use it beside the job",
+                        describe_holders(&still)
+                    );
+                }
+            }
+        });
     }
 
     /// After a new allocation: sets its device cgroups up on the background
@@ -1724,20 +2099,11 @@ fn shared_file_holders(file: &SharedFile, devices: &[LedgerRow], shares: &[crate
     holders
 }
 
-/// Logs each of `devices` that a process (not root, not an ignored uid)
-/// holds open: the batch system chose it for `job`, so it was recorded.
-fn warn_held_open(job: &JobKey, devices: &[LedgerRow], ignore: &BTreeSet<u32>) {
-    let (by_rdev, targets) = targets_of(devices);
-    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, ignore) {
-        for d in by_rdev.get(&rdev).into_iter().flatten() {
-            tracing::warn!(
-                device = %d.name(),
-                job = %job,
-                "handing out a device that {} (the batch system chose it): that process can use it beside the job",
-                describe_holders(&holders)
-            );
-        }
-    }
+/// Of `holders` (of device `rdev`, from a scan), those still holding it
+/// where the scan found it (at most the first eight are looked at).
+fn still_holding(proc_root: &std::path::Path, holders: &[crate::held::Holder], rdev: u64) -> Vec<crate::held::Holder> {
+    let wanted: BTreeSet<u64> = [rdev].into();
+    holders.iter().take(8).filter(|h| crate::held::still_holds(proc_root, h, &wanted).is_some()).cloned().collect()
 }
 
 /// Character devices by device number, and what the held-open scan looks for.
@@ -1754,42 +2120,30 @@ fn targets_of(devices: &[LedgerRow]) -> (BTreeMap<u64, Vec<&LedgerRow>>, crate::
     (by_rdev, crate::held::Targets::of(devices.iter().map(|d| d.path.as_path())))
 }
 
-/// `devices` of a released job that a process holds open: UUID → why.
-/// Root's and the `ignore`d uids' processes are trusted, as for the
-/// held-open scan; any other uid counts, not only the job's own (a job can
-/// pass a descriptor to another user's process over a socket).
-fn holders_of(ignore: &BTreeSet<u32>, devices: &[LedgerRow]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let (by_rdev, targets) = targets_of(devices);
-    for (rdev, holders) in crate::held::holders(std::path::Path::new("/proc"), &targets, ignore) {
-        let why = describe_holders(&holders);
-        for d in by_rdev.get(&rdev).into_iter().flatten() {
-            out.insert(d.uuid.clone(), why.clone());
-        }
-    }
-    out
-}
-
 /// The devices of released `job` to keep out of the pool, UUID → why:
 /// every one while processes `survivors` stayed in its device cgroups,
-/// and each one that `holders` (of [`holders_of`]) names.
+/// and each one that a process of `ended` held and has not ended.
 fn kept_out(
     job: &JobKey,
-    devices: &[LedgerRow],
+    devices: &[(String, u64)],
     survivors: &[u32],
-    holders: &BTreeMap<String, String>,
+    ended: &[crate::ending::Ended],
 ) -> BTreeMap<String, String> {
     let mut held = BTreeMap::new();
-    for d in devices {
+    for (uuid, rdev) in devices {
         let mut why = Vec::new();
         if !survivors.is_empty() {
             let pids: Vec<String> = survivors.iter().take(5).map(ToString::to_string).collect();
             why.push(format!("pid {} stayed in its device cgroups after SIGKILL", pids.join(", ")));
         }
-        why.extend(holders.get(&d.uuid).cloned());
+        let alive: Vec<crate::held::Holder> =
+            ended.iter().filter(|e| !e.gone && e.rdevs.contains(rdev)).map(|e| e.holder.clone()).collect();
+        if !alive.is_empty() {
+            why.push(format!("{}, which SIGKILL has not ended", describe_holders(&alive)));
+        }
         if !why.is_empty() {
             let reason = format!("released by job {job}, but {}; kept out of the pool until that ends", why.join("; "));
-            held.insert(d.uuid.clone(), reason);
+            held.insert(uuid.clone(), reason);
         }
     }
     held

@@ -7,8 +7,14 @@
 //! threads of their own, each request waits for that at most a bounded
 //! time, and the devices such a process may still hold stay out of the
 //! pool (a leftover in the ledger) until a later look finds it gone.
+//!
+//! A device is kept out only for something found: a process of the job
+//! left in its device cgroups, or a process found holding the device
+//! (issue 52). A process outside the job that holds a released device (a
+//! descriptor passed over a Unix socket) is ended too ([`end_holders`]).
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -19,8 +25,83 @@ pub const RELEASE_WAITS: Duration = Duration::from_millis(400);
 /// How long `status` and `reconcile` wait for a look at the devices kept
 /// out after a release before they answer with what the ledger says.
 pub const RECHECK_WAITS: Duration = Duration::from_millis(200);
-/// How long an `alloc` waits for the scan of the node's open descriptors.
+/// How long an `alloc` waits for a scan of the node's open descriptors
+/// when the latest is older than [`SCAN_FRESH`].
 pub const SCAN_WAITS: Duration = Duration::from_millis(500);
+/// The oldest scan an `alloc` where cderd chooses takes as it is (the
+/// holders it names are looked at again first): scans run after every
+/// release, so on a busy node the latest is always this recent.
+pub const SCAN_FRESH: Duration = Duration::from_secs(2);
+/// How long a holder outside its job, killed, is waited for before it
+/// counts as not ended (asleep in the kernel past SIGKILL).
+pub const KILL_WAITS: Duration = Duration::from_millis(300);
+
+/// A process found holding a device it has no right to (a released job's
+/// device, outside the job), and what became of it.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    /// The process.
+    pub holder: crate::held::Holder,
+    /// `/proc/<pid>/exe`, for the log (`?` when unreadable).
+    pub exe: String,
+    /// Which of the devices looked for it held.
+    pub rdevs: BTreeSet<u64>,
+    /// Whether it was gone by the deadline.
+    pub gone: bool,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} running {}", self.holder, self.exe)
+    }
+}
+
+/// Ends each of `candidates` that is still the same process (its start
+/// time) and still holds one of `rdevs` where it was found
+/// ([`crate::held::still_holds`]): SIGKILL through a pidfd, so never
+/// another process that took the pid, then waits until `deadline` for each
+/// to be gone. Candidates that are gone or no longer hold a device there
+/// are left out.
+pub fn end_holders(
+    proc_root: &Path,
+    candidates: &[crate::held::Holder],
+    rdevs: &BTreeSet<u64>,
+    deadline: Instant,
+) -> Vec<Ended> {
+    let mut killed: Vec<(Ended, Option<std::os::fd::OwnedFd>)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for h in candidates {
+        if !seen.insert(h.pid) {
+            continue;
+        }
+        // Opened first: if the start time below still matches, the pidfd
+        // is this process's (a pid is not reused while its process lives).
+        let pidfd = i32::try_from(h.pid).ok().and_then(|p| crate::sys::pidfd_open(p).ok());
+        let Some(held) = crate::held::still_holds(proc_root, h, rdevs) else { continue };
+        let exe = std::fs::read_link(proc_root.join(h.pid.to_string()).join("exe"))
+            .map_or_else(|_| "?".to_string(), |p| p.display().to_string());
+        let sent = match &pidfd {
+            Some(fd) => crate::sys::pidfd_kill(fd),
+            None => crate::sys::kill_process(h.pid),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(pid = h.pid, "SIGKILL to a process holding a released device: {e}");
+        }
+        killed.push((Ended { holder: h.clone(), exe, rdevs: held, gone: false }, pidfd));
+    }
+    loop {
+        for (ended, pidfd) in killed.iter_mut().filter(|(e, _)| !e.gone) {
+            ended.gone = match pidfd {
+                Some(fd) => crate::sys::pidfd_exited(fd),
+                None => !crate::held::runs(proc_root, ended.holder.pid, ended.holder.start_ticks),
+            };
+        }
+        if killed.iter().all(|(e, _)| e.gone) || Instant::now() >= deadline {
+            return killed.into_iter().map(|(e, _)| e).collect();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
 
 /// Which device cgroups are being ended now, and the looks asked for at
 /// the devices kept out after a release (done by the watcher thread).

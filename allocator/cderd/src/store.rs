@@ -161,6 +161,24 @@ CREATE TABLE IF NOT EXISTS shares (
 );
 CREATE INDEX IF NOT EXISTS shares_by_device ON shares(device, end);
 CREATE INDEX IF NOT EXISTS shares_by_job ON shares(job_id);
+-- A process outside a released job found holding one of its devices (a
+-- descriptor passed out of the job, issue 52): cderd ends it, and its use
+-- from the release until it was seen gone (`end`, NULL while it lives)
+-- counts for the job the device came from. `started` (clock ticks after
+-- boot) tells the process from a later one with its pid. Additive, so
+-- older databases gain it at open.
+CREATE TABLE IF NOT EXISTS outside_use (
+    id      INTEGER PRIMARY KEY,
+    job_id  INTEGER NOT NULL REFERENCES jobs(id),
+    device  TEXT NOT NULL REFERENCES devices(uuid),
+    pid     INTEGER NOT NULL,
+    uid     INTEGER NOT NULL,
+    comm    TEXT NOT NULL,
+    started INTEGER NOT NULL,
+    start   INTEGER NOT NULL,
+    end     INTEGER
+);
+CREATE INDEX IF NOT EXISTS outside_use_open ON outside_use(device, end);
 ";
 
 /// Keeps the drain history in step with a drain (`Some`) or resume (`None`)
@@ -427,6 +445,45 @@ pub struct Leftover {
     pub token: String,
     /// Why it is kept out, for `status`.
     pub reason: String,
+}
+
+/// A live allocation or share of a device: whose processes may hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Right {
+    /// The allocation's token.
+    pub token: String,
+    /// Its job's uid.
+    pub uid: u32,
+    /// When it began, unix seconds.
+    pub start: i64,
+    /// A share of the device (other sharers hold it too), not the whole.
+    pub shared: bool,
+}
+
+/// A process outside a released job found holding one of its devices (see
+/// the `outside_use` table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutsideUse {
+    /// The row's id.
+    pub id: i64,
+    /// The device's UUID.
+    pub device: String,
+    /// The job the device came from.
+    pub job: JobKey,
+    /// That job's uid.
+    pub job_uid: u32,
+    /// That allocation's token.
+    pub token: String,
+    /// The process.
+    pub pid: u32,
+    /// Its uid.
+    pub uid: u32,
+    /// Its command, as it named itself.
+    pub comm: String,
+    /// Its start, clock ticks after boot.
+    pub started: u64,
+    /// From when its use counts (the release), unix seconds.
+    pub start: i64,
 }
 
 /// One sample of one device held by a job, as the usage sampler took it.
@@ -1220,6 +1277,135 @@ impl Store {
         }
     }
 
+    /// Keeps a free device out of the pool for the released allocation
+    /// `token` of `job` (a process found holding it later, which SIGKILL has
+    /// not ended); `false` when the device is not free now (held again, or
+    /// kept out already).
+    pub fn keep_out(&mut self, device: &str, job: &JobKey, token: &str, reason: &str, now: i64) -> Result<bool> {
+        let tx = self.begin()?;
+        let row = query_devices(&tx, "WHERE d.uuid = ?1", &[&device])?.into_iter().next();
+        let uid: Option<u32> =
+            tx.query_row("SELECT uid FROM jobs WHERE token = ?1", [token], |r| r.get(0)).optional()?;
+        let (Some(row), Some(uid)) = (row, uid) else { return Ok(false) };
+        if row.job.is_some() || row.shared > 0 || row.leftover.is_some() {
+            return Ok(false);
+        }
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO leftovers (device, job, uid, token, reason, since) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![device, job.to_string(), uid, token, reason, now])?;
+        tx.commit()?;
+        self.kept_out_changed();
+        Ok(true)
+    }
+
+    /// Who may hold `device` now: its live owner, or each live sharer.
+    pub fn rightful(&self, device: &str) -> Result<Vec<Right>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT j.token, j.uid, a.start, 0 FROM allocations a JOIN jobs j ON j.id = a.job_id WHERE a.device = ?1 AND a.end IS NULL
+             UNION ALL
+             SELECT j.token, j.uid, s.start, 1 FROM shares s JOIN jobs j ON j.id = s.job_id WHERE s.device = ?1 AND s.end IS NULL",
+        )?;
+        let rows = stmt.query_map([device], |r| {
+            Ok(Right { token: r.get(0)?, uid: r.get(1)?, start: r.get(2)?, shared: r.get::<_, i64>(3)? != 0 })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records that `pid` (started at `started`), outside the allocation
+    /// `token`, held `device` after its release at `start`; `end` when it
+    /// is already gone. A process already recorded for the device is not
+    /// recorded again (its open record is closed instead when `end` is given).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_outside_use(
+        &mut self,
+        token: &str,
+        device: &str,
+        pid: u32,
+        uid: u32,
+        comm: &str,
+        started: u64,
+        start: i64,
+        end: Option<i64>,
+    ) -> Result<()> {
+        let tx = self.begin()?;
+        let Some(job_id): Option<i64> =
+            tx.query_row("SELECT id FROM jobs WHERE token = ?1", [token], |r| r.get(0)).optional()?
+        else {
+            return Ok(());
+        };
+        let known: Option<(i64, Option<i64>)> = tx
+            .query_row(
+                "SELECT id, end FROM outside_use WHERE device = ?1 AND pid = ?2 AND started = ?3",
+                params![device, pid, started as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match known {
+            None => {
+                tx.execute(
+                    "INSERT INTO outside_use (job_id, device, pid, uid, comm, started, start, end) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![job_id, device, pid, uid, comm, started as i64, start, end.map(|e| e.max(start))],
+                )?;
+            }
+            Some((id, None)) if end.is_some() => {
+                tx.execute("UPDATE outside_use SET end = MAX(?2, start) WHERE id = ?1", params![id, end])?;
+            }
+            Some(_) => {}
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The processes outside their job recorded as holding a released
+    /// device and not yet seen gone.
+    pub fn open_outside_use(&self) -> Result<Vec<OutsideUse>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT o.id, o.device, j.job, j.uid, j.token, o.pid, o.uid, o.comm, o.started, o.start
+             FROM outside_use o JOIN jobs j ON j.id = o.job_id WHERE o.end IS NULL ORDER BY o.id",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, u32>(5)?,
+                    r.get::<_, u32>(6)?,
+                    r.get::<_, String>(7)?,
+                    r.get::<_, i64>(8)?,
+                    r.get::<_, i64>(9)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(id, device, job, job_uid, token, pid, uid, comm, started, start)| {
+                Ok(OutsideUse {
+                    id,
+                    device,
+                    job: parse_job(&job)?,
+                    job_uid,
+                    token,
+                    pid,
+                    uid,
+                    comm,
+                    started: started as u64,
+                    start,
+                })
+            })
+            .collect()
+    }
+
+    /// The process of record `id` was seen gone at `end`.
+    pub fn close_outside_use(&mut self, id: i64, end: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE outside_use SET end = MAX(?2, start) WHERE id = ?1 AND end IS NULL")?
+            .execute(params![id, end])?;
+        Ok(())
+    }
+
     fn release_in(&self, tx: &Transaction<'_>, job: &JobKey, now: i64) -> Result<Vec<LedgerRow>> {
         let Some(allocation) = self.allocation_of(tx, job)? else {
             return Ok(Vec::new());
@@ -1332,9 +1518,12 @@ impl Store {
     /// devices held whole, and shares of devices (with their fraction).
     pub fn accounting(&self, since: i64, until: i64, uid: Option<u32>, now: i64) -> Result<Vec<AccountingRecord>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, a.start, a.end, a.shares, a.total
-             FROM (SELECT id, job_id, device, start, end, NULL AS shares, NULL AS total FROM allocations
-                   UNION ALL SELECT id, job_id, device, start, end, shares, total FROM shares) a
+            "SELECT j.job, j.uid, d.type, d.idx, d.uuid, a.start, a.end, a.shares, a.total, a.outside
+             FROM (SELECT id, job_id, device, start, end, NULL AS shares, NULL AS total, NULL AS outside FROM allocations
+                   UNION ALL SELECT id, job_id, device, start, end, shares, total, NULL FROM shares
+                   UNION ALL SELECT o.id, o.job_id, o.device, o.start, o.end, s.shares, s.total,
+                          'pid ' || o.pid || ' (uid ' || o.uid || ', ' || quote(o.comm) || '), outside the job, ended by cderd'
+                          FROM outside_use o LEFT JOIN shares s ON s.job_id = o.job_id AND s.device = o.device) a
              JOIN jobs j ON j.id = a.job_id JOIN devices d ON d.uuid = a.device
              WHERE a.start <= ?2 AND (a.end IS NULL OR a.end >= ?1) AND (?3 IS NULL OR j.uid = ?3)
              ORDER BY a.start, a.job_id, d.type, d.idx",
@@ -1350,11 +1539,12 @@ impl Store {
                 r.get::<_, Option<i64>>(6)?,
                 r.get::<_, Option<u32>>(7)?,
                 r.get::<_, Option<u32>>(8)?,
+                r.get::<_, Option<String>>(9)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (job, uid, cder_type, index, uuid, start, end, shares, total) = row?;
+            let (job, uid, cder_type, index, uuid, start, end, shares, total, after_release) = row?;
             // The shares transaction never records more than the total, nor
             // a total of 0; a hand-edited row still never counts above whole.
             let fraction = match (shares, total) {
@@ -1373,6 +1563,7 @@ impl Store {
                 shares,
                 shares_total: shares.and(total),
                 fraction,
+                after_release,
             });
         }
         Ok(out)

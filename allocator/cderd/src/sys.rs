@@ -107,6 +107,32 @@ pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(rc as libc::c_int) })
 }
 
+/// Sends SIGKILL to the process of `pidfd` (Linux 5.1+): never to another
+/// process that has taken its pid since.
+pub fn pidfd_kill(pidfd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: pidfd_send_signal takes a live descriptor, a signal, a null
+    // siginfo and flags; no memory of ours is written.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Whether the process of `pidfd` has exited (its descriptors are closed
+/// by then): a pidfd polls readable once it has.
+pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd, owned here; a zero timeout never blocks.
+    let n = unsafe { libc::poll(&mut poll, 1, 0) };
+    n > 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
 /// The pid a pidfd refers to, from `/proc/self/fdinfo` (`Pid:`); `None`
 /// once that process has been reaped (the kernel writes -1) or where the
 /// kernel does not say.

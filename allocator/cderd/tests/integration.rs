@@ -18,6 +18,7 @@ mod mig_devices;
 mod node_drain;
 mod nvml_enforcement;
 mod rocm_smi_watch;
+mod round_four;
 mod sharing_mps;
 mod stress_interleaving;
 mod usage_sampling;

@@ -30,6 +30,7 @@ const ITERATIONS: usize = 20;
 const WORKERS: usize = 3;
 const JOBS: u64 = 10;
 /// /dev/zero, /dev/full, /dev/random, /dev/urandom, /dev/kmsg, /dev/null.
+/// One per device (the devices are ptys: see `run`).
 const MINORS: [u32; 6] = [5, 7, 8, 9, 11, 3];
 
 #[test]
@@ -141,7 +142,10 @@ fn run(seed: u64, cgroups: bool) {
     eprintln!("stress seed {seed} (CDER_STRESS_SEED={seed} replays it)");
     let mut rng = Rng(seed | 1);
     let enforcement = format!("cgroup = {:?}\nheld_open = \"allow\"", if cgroups { "auto" } else { "off" });
-    let mut node = common::char_device_node(tempfile::tempdir().unwrap(), &MINORS, &enforcement);
+    // Ptys: numbers no other test holds (a release ends whatever holds
+    // its device's number outside the job).
+    let ptys = common::Ptys::open(MINORS.len());
+    let mut node = common::device_node(tempfile::tempdir().unwrap(), &ptys.paths, &enforcement);
     let shared = Arc::new(Shared::default());
     for iteration in 0..ITERATIONS {
         let stop = Arc::new(AtomicBool::new(false));

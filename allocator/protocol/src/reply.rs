@@ -391,6 +391,13 @@ pub struct AccountingRecord {
     /// utilisation and in APEL's `Count`. 1 from daemons that predate it.
     #[serde(default = "whole_device")]
     pub fraction: f64,
+    /// Set on a use of the device after the job's release by a process
+    /// outside the job (a descriptor passed out of it, issue 52): which
+    /// process, ended by cderd; the record runs from the release until it
+    /// was seen gone (`end` is `null` while it lives). It counts for the
+    /// job the device came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_release: Option<String>,
 }
 
 /// A record's `fraction` where the daemon gave none: it predates shares,

@@ -341,3 +341,60 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Pseudo-terminal slaves as fake devices: each `/dev/pts/N` (136:N) is a
+/// character device that any process may open and that no other test
+/// holds, so a release here (which ends every process outside the job
+/// holding the released device's number) never ends another test's
+/// process. The masters stay open as long as this lives.
+pub struct Ptys {
+    masters: Vec<std::fs::File>,
+    pub paths: Vec<PathBuf>,
+}
+
+impl Ptys {
+    pub fn open(n: usize) -> Ptys {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut ptys = Ptys { masters: Vec::new(), paths: Vec::new() };
+        for _ in 0..n {
+            let master = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open("/dev/ptmx")
+                .expect("/dev/ptmx");
+            let mut index: libc::c_uint = 0;
+            let unlock: libc::c_int = 0;
+            // SAFETY: TIOCGPTN writes one c_uint and TIOCSPTLCK reads one c_int,
+            // both valid for the call; the descriptor is the open master.
+            unsafe {
+                assert_eq!(libc::ioctl(master.as_raw_fd(), libc::TIOCGPTN, &mut index), 0);
+                assert_eq!(libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock), 0);
+            }
+            let path = PathBuf::from(format!("/dev/pts/{index}"));
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+            ptys.masters.push(master);
+            ptys.paths.push(path);
+        }
+        ptys
+    }
+}
+
+/// A node whose devices are the character devices at `paths` (see [`Ptys`]).
+pub fn device_node(dir: tempfile::TempDir, paths: &[PathBuf], enforcement: &str) -> Node {
+    let parent = unique_cgroup_parent();
+    let mut text = format!(
+        "[node]\nsocket = {:?}\nstate_dir = {:?}\n[node.enforcement]\ncgroup_parent = {parent:?}\n{enforcement}\n\
+         [[cder]]\nname = \"gpgpu\"\nvendor = \"nvidia\"\ndiscovery = \"static\"\n",
+        dir.path().join("cderd.sock"),
+        dir.path().join("state"),
+    );
+    for (i, path) in paths.iter().enumerate() {
+        text += &format!(
+            "[[cder.device]]\nindex = {i}\nmodel = \"Fake\"\nmemory_mib = 1\npath = {path:?}\nnuma_node = {}\n",
+            i % 2
+        );
+    }
+    Node::custom(dir, &text, paths.to_vec(), Vec::new())
+}

@@ -119,6 +119,23 @@ fn demo() -> Result<bool, String> {
             .then_some(())
     });
     println!("\n   cderd ledgers after the job: {}", ledgers(&cluster));
+    // What the demo prints, it asserts: every worker's GPUs back in its pool.
+    for w in &cluster.workers {
+        match w.cderd_status() {
+            Ok(s) if s.counts["gpgpu"].free == GPUS => {}
+            Ok(s) => {
+                println!(
+                    "   UNEXPECTED: {} has {} of {GPUS} GPUs free after the job ended",
+                    w.name, s.counts["gpgpu"].free
+                );
+                ok = false;
+            }
+            Err(e) => {
+                println!("   UNEXPECTED: {}: {e}", w.name);
+                ok = false;
+            }
+        }
+    }
     println!("\n== stopping the cluster and removing its namespaces");
     Ok(ok)
 }
