@@ -124,6 +124,16 @@ fn devices_held(proc_dir: &Path, targets: &Targets, mounts: &mut Mounts) -> BTre
         if !link.as_os_str().as_encoded_bytes().starts_with(b"/") {
             continue;
         }
+        // MUTATION fdinfo-scan (test builds only): read fdinfo, which lists every lock on the file.
+        if cder_model::mutation::on("fdinfo-scan") {
+            let _ = std::fs::read_to_string(proc_dir.join("fdinfo").join(fd.file_name()));
+        }
+        // MUTATION fuse-stat (test builds only): stat through the link, into any file system.
+        if cder_model::mutation::on("fuse-stat") {
+            let meta = std::fs::metadata(fd.path()).ok().filter(|m| m.file_type().is_char_device());
+            found.extend(meta.map(|m| m.rdev()).filter(|r| targets.rdevs.contains(r)));
+            continue;
+        }
         let info = proc_dir.join("fdinfo").join(fd.file_name());
         let Some(mount) = std::fs::read_to_string(info).ok().as_deref().and_then(mount_id) else { continue };
         let rdev = match mounts.find(proc_dir, mount) {
