@@ -121,6 +121,7 @@ def locks(path, n, dups, seconds):
         except OSError:
             break
     print("LOCKED %d %d" % (n, len(held)), flush=True)
+    open(path + ".ready", "w").close()
     time.sleep(seconds)
 
 
