@@ -1244,14 +1244,14 @@ impl Adversary {
     /// `name`, waits: it must publish, count that job as waiting, and
     /// count no more running jobs than SLURM ran.
     fn check_published(&mut self, held: u32, name: &str) {
-        let running = |c: &SlurmCluster| {
+        let count = |c: &SlurmCluster, state: &str| {
             c.command("squeue")
-                .args(["--noheader", "--all", "--states=RUNNING", "--format=%i"])
+                .args(["--noheader", "--all", &format!("--states={state}"), "--format=%i"])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.trim().is_empty()).count())
                 .unwrap_or(0)
         };
-        let before = running(self.c());
+        let before = (count(self.c(), "RUNNING"), count(self.c(), "PENDING"));
         let mut provider = Command::new("setpriv");
         provider
             .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
@@ -1264,7 +1264,7 @@ impl Adversary {
             provider.env(cder_model::mutation::VARIABLE, m);
         }
         let out = provider.output();
-        let after = running(self.c());
+        let after = (count(self.c(), "RUNNING"), count(self.c(), "PENDING"));
         let out = match out {
             Ok(o) => o,
             Err(e) => return self.say(&format!("running cder-glue-provider: {e}")),
@@ -1289,12 +1289,14 @@ impl Adversary {
         };
         let count = |a: &str| share.values(a).next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
         let (published_running, waiting) = (count("GLUE2ComputingShareRunningJobs"), count("GLUE2ComputingShareWaitingJobs"));
-        if waiting == 0 || published_running > before.max(after) {
+        // Jobs start and end while the provider runs: it may publish any
+        // count between SLURM's before and after, never past them.
+        if waiting == 0 || waiting < before.1.min(after.1) || published_running > before.0.max(after.0) {
             self.violation(
                 Check::Published,
                 &format!(
                     "with held job {held} named {name:?} the provider published {published_running} running, \
-                     {waiting} waiting; SLURM ran {before} before and {after} after"
+                     {waiting} waiting; SLURM had (running, pending) {before:?} before and {after:?} after"
                 ),
             );
         } else {
