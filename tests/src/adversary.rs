@@ -1234,7 +1234,8 @@ impl Adversary {
             match report.lines().find_map(|l| l.strip_prefix(&prefix)) {
                 None => self.observe("a job with a forged stamp never reached its prolog".into()),
                 Some("unset") => self.observe("a forged stamp: removed before the prolog".into()),
-                Some(v) => self.violation(Check::Granted, &format!("job {id}'s prolog read the stamp its submitter forged: {v}")),
+                Some(v) => self
+                    .violation(Check::Granted, &format!("job {id}'s prolog read the stamp its submitter forged: {v}")),
             }
         }
     }
@@ -1285,10 +1286,14 @@ impl Adversary {
             entries.into_iter().find(|e| e.values("objectClass").any(|c| c == "GLUE2ComputingShare"))
         });
         let Some(share) = share else {
-            return self.violation(Check::Published, &format!("the provider published no share while job {held} was named {name:?}"));
+            return self.violation(
+                Check::Published,
+                &format!("the provider published no share while job {held} was named {name:?}"),
+            );
         };
         let count = |a: &str| share.values(a).next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-        let (published_running, waiting) = (count("GLUE2ComputingShareRunningJobs"), count("GLUE2ComputingShareWaitingJobs"));
+        let (published_running, waiting) =
+            (count("GLUE2ComputingShareRunningJobs"), count("GLUE2ComputingShareWaitingJobs"));
         // Jobs start and end while the provider runs: it may publish any
         // count between SLURM's before and after, never past them.
         if waiting == 0 || waiting < before.1.min(after.1) || published_running > before.0.max(after.0) {

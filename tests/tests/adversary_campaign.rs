@@ -26,14 +26,13 @@ fn no_hostile_action_breaks_the_nodes_promises() {
     let _serial = serial();
     let seed = std::env::var("CDER_ADVERSARY_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(SEED);
     eprintln!("adversary_campaign: seed {seed} (CDER_ADVERSARY_SEED={seed} to replay)");
-    let config =
-        AdversaryConfig {
-            seed,
-            duration: Duration::from_secs(60),
-            actions: Action::ALL.to_vec(),
-            verbose: true,
-            mutation: None,
-        };
+    let config = AdversaryConfig {
+        seed,
+        duration: Duration::from_secs(60),
+        actions: Action::ALL.to_vec(),
+        verbose: true,
+        mutation: None,
+    };
     let report = Adversary::start(config).and_then(Adversary::run).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let table = report.table();
     eprintln!("{table}");
@@ -95,7 +94,8 @@ fn the_campaign_reports_each_mutation_it_guards_against() {
     let mut missed = Vec::new();
     for (mutation, (actions, checks)) in &all {
         let report = short_run(SEED, actions, Some(mutation));
-        let tripped: Vec<&Check> = checks.iter().filter(|c| report.violations.get(c).is_some_and(|v| !v.is_empty())).collect();
+        let tripped: Vec<&Check> =
+            checks.iter().filter(|c| report.violations.get(c).is_some_and(|v| !v.is_empty())).collect();
         if report.violation_count() == 0 || tripped.is_empty() {
             missed.push(format!("{mutation}: none of {checks:?} tripped\n{}", report.table()));
         }
