@@ -60,6 +60,10 @@ pub fn stamp(
 /// A job-control environment without any [`NODE_GRES`] the submitter set
 /// (either spelling: slurmd prefixes only what lacks `SPANK_`).
 pub fn without_stamp(spank_job_env: &[String]) -> Vec<String> {
+    // MUTATION forged-stamp (test builds only): keep what the submitter wrote.
+    if cder_model::mutation::on("forged-stamp") {
+        return spank_job_env.to_vec();
+    }
     spank_job_env
         .iter()
         .filter(|e| {

@@ -27,7 +27,17 @@
 //!   SLURM's jobs and the processes holding each device file open agree,
 //!   and the fault campaign's invariants hold (no lost allocation, no leak);
 //! - no hostile request got what it asked: an operator request, another
-//!   user's job or data, a cgroup write, an injected command.
+//!   user's job or data, a cgroup write, an injected command, a stamp the
+//!   prolog reads;
+//! - no GPU is kept out of the pool without a holder found (measured
+//!   before the campaign puts anything back);
+//! - what the GLUE provider publishes is what SLURM runs, whatever a job
+//!   is named.
+//!
+//! Each [`Check`] names the regression it must catch, and the mutation
+//! (`CDER_MUTATION`, cder_model::mutation) that puts it back; the
+//! `adversary_mutations` test of the `cluster` binary applies each and
+//! sees the campaign report it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -75,9 +85,23 @@ pub enum Action {
     /// held job whose owner edits `TresPerNode`, `ExcNodeList` and
     /// `NumNodes` before releasing it (item 5).
     RequestForms,
-    /// job_submit's fields: the plugin's stamp forged in the environment,
-    /// shell in the job name and comment, odd `--gres` strings.
+    /// job_submit's fields: shell in the job name and comment, odd
+    /// `--gres` strings.
     SubmitFields,
+    /// cder's stamp (`CDER_NODE_GRES`, what the prolog trusts for the
+    /// job's GPUs and shares) forged into the job-control environment by
+    /// a SPANK plugin in the submitter's `sbatch` (the forger of
+    /// `slurm_trust`): the prolog must never read it.
+    ForgedStamp,
+    /// A process outside any job holding 10,000 POSIX byte-range locks on
+    /// its own file and 2,000 dups of that descriptor (each `fdinfo` of it
+    /// lists every lock), while a GPU job of its user ends: no release may
+    /// cost what that process makes it cost.
+    LockHeavy,
+    /// A held job whose name spells facts (`JobState=RUNNING`,
+    /// `NumCPUs=many`, another partition and group): the GLUE provider
+    /// still publishes, and counts it as the waiting job it is.
+    HostileJobName,
     /// A job leaves a `setsid` double-forked process holding its GPU open
     /// (with and without its environment) and ends.
     Escape,
@@ -103,7 +127,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order the table prints them.
-    pub const ALL: [Action; 13] = [
+    pub const ALL: [Action; 16] = [
         Action::SilentConnections,
         Action::ConnectionFlood,
         Action::Snoop,
@@ -111,6 +135,9 @@ impl Action {
         Action::SpankInjection,
         Action::RequestForms,
         Action::SubmitFields,
+        Action::ForgedStamp,
+        Action::LockHeavy,
+        Action::HostileJobName,
         Action::Escape,
         Action::FdPassing,
         Action::OpenOutsideJob,
@@ -129,6 +156,9 @@ impl Action {
             Action::SpankInjection => "spank-injection",
             Action::RequestForms => "request-forms",
             Action::SubmitFields => "submit-fields",
+            Action::ForgedStamp => "forged-stamp",
+            Action::LockHeavy => "lock-heavy",
+            Action::HostileJobName => "hostile-job-name",
             Action::Escape => "escape",
             Action::FdPassing => "fd-passing",
             Action::OpenOutsideJob => "open-outside-job",
@@ -144,28 +174,54 @@ impl Action {
     }
 }
 
-/// What the checker verifies.
+/// What the checker verifies. Each names the regression it must catch
+/// ([`Check::regression`]) and the mutations that put one back
+/// ([`Check::mutations`]; docs/testing.md has the table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Check {
     /// A process of a job could open a device the ledger did not give
-    /// that job (or two running jobs one device).
+    /// that job (or two running jobs one device). Must catch: a job's
+    /// device cgroup or device-file owner not applied, or one device
+    /// given to two jobs.
     OpenedOutsideLedger,
     /// An honest request took longer than [`HONEST_BOUND`] (a step start
-    /// [`STEP_START_BOUND`]), or failed.
+    /// [`STEP_START_BOUND`]), or failed: always a violation, whatever a
+    /// hostile user held meanwhile. Must catch: a user's file system or
+    /// process stalling cderd (`fuse-stat`, `fdinfo-scan`).
     SlowAnswer,
     /// cderd's ledger, SLURM and the device files' holders disagree: a
     /// device held open by a process its holder is not, a running job
     /// without a record, a device, group or process of an ended job, usage
-    /// counted twice.
+    /// counted twice. Must catch: holders ignored at release
+    /// (`ignore-holders`).
     Accounting,
     /// A hostile request got what it asked: an operator request, another
-    /// user's job or data, a cgroup write, an injected command that ran.
+    /// user's job or data, a cgroup write, an injected command that ran, a
+    /// forged stamp the prolog read. Must catch: job_submit keeping the
+    /// submitter's stamp (`forged-stamp`).
     Granted,
+    /// A GPU kept out of the pool with no holder found (no process holds
+    /// its file, none of the job it names survives) past
+    /// [`KEPT_OUT_GRACE`]; measured before the campaign puts anything
+    /// back. Must catch: a release whose scan stalls or overruns
+    /// (`fuse-stat`, `fdinfo-scan`).
+    KeptOut,
+    /// The GLUE provider published nothing, or counts SLURM does not
+    /// have, while a job's name spelled facts. Must catch: the provider
+    /// reading a job name as a fact (`provider-job-name`).
+    Published,
 }
 
 impl Check {
     /// Every check, in the order the table prints them.
-    pub const ALL: [Check; 4] = [Check::OpenedOutsideLedger, Check::SlowAnswer, Check::Accounting, Check::Granted];
+    pub const ALL: [Check; 6] = [
+        Check::OpenedOutsideLedger,
+        Check::SlowAnswer,
+        Check::Accounting,
+        Check::Granted,
+        Check::KeptOut,
+        Check::Published,
+    ];
 
     /// The name in the table.
     pub fn name(self) -> &'static str {
@@ -174,6 +230,33 @@ impl Check {
             Check::SlowAnswer => "an honest request answered late or not at all",
             Check::Accounting => "a device not accounted to exactly its holders",
             Check::Granted => "a hostile request granted",
+            Check::KeptOut => "a GPU kept out of the pool with no holder found",
+            Check::Published => "the provider's published counts are not SLURM's",
+        }
+    }
+
+    /// The regression this check must catch.
+    pub fn regression(self) -> &'static str {
+        match self {
+            Check::OpenedOutsideLedger => "a job's device cgroup or device-file owner not applied",
+            Check::SlowAnswer => "cderd waiting on a user's file system or process",
+            Check::Accounting => "a released device handed out while a process still holds it",
+            Check::Granted => "a submitter's forged stamp reaching the prolog",
+            Check::KeptOut => "a release that keeps a GPU out for a look that did not finish",
+            Check::Published => "the provider reading a job name as a fact",
+        }
+    }
+
+    /// The mutations (cder_model::mutation) that must trip this check,
+    /// with the actions that show each.
+    pub fn mutations(self) -> &'static [(&'static str, &'static [Action])] {
+        match self {
+            Check::OpenedOutsideLedger => &[],
+            Check::SlowAnswer => &[("fuse-stat", &[Action::StalledMount])],
+            Check::Accounting => &[("ignore-holders", &[Action::FdPassing])],
+            Check::Granted => &[("forged-stamp", &[Action::ForgedStamp])],
+            Check::KeptOut => &[("fuse-stat", &[Action::StalledMount]), ("fdinfo-scan", &[Action::LockHeavy])],
+            Check::Published => &[("provider-job-name", &[Action::HostileJobName])],
         }
     }
 
@@ -186,10 +269,6 @@ impl Check {
         }
     }
 }
-
-/// The actions whose hostile user may still hold a GPU after its job ended
-/// (a passed descriptor, an escaped process, one asleep past SIGKILL).
-const HOLDER_ACTIONS: [Action; 4] = [Action::FdPassing, Action::Escape, Action::StuckProcess, Action::StalledMount];
 
 /// How long an honest request to cderd may take, under any hostile action.
 pub const HONEST_BOUND: Duration = Duration::from_secs(1);
@@ -212,6 +291,11 @@ fn bound(kind: &str) -> Duration {
     }
 }
 
+/// How long a GPU may stay kept out with no holder found before it is a
+/// violation: cderd looks again on its own, and a release's scan may
+/// outlast its wait on a loaded node.
+pub const KEPT_OUT_GRACE: Duration = Duration::from_secs(10);
+
 /// How long the checker waits for the node to settle after an action.
 pub const SETTLE: Duration = Duration::from_secs(30);
 
@@ -233,6 +317,10 @@ pub struct AdversaryConfig {
     pub actions: Vec<Action>,
     /// Print each step as it happens (stderr).
     pub verbose: bool,
+    /// `CDER_MUTATION` for cderd, slurmctld (job_submit) and the GLUE
+    /// provider: a regression put back in a debug build, which the
+    /// campaign must report (cder_model::mutation).
+    pub mutation: Option<String>,
 }
 
 /// What a campaign found.
@@ -321,6 +409,8 @@ struct Underway {
     /// The hostile user's never-answering FUSE mount: unmounted (every
     /// sleeper in it woken) at the action's end, after its checks.
     fuse: Option<StalledFuse>,
+    /// Jobs submitted with a forged stamp: their prolog must not read it.
+    forged: Vec<u32>,
 }
 
 /// One campaign: the cluster, the jobs, the figures.
@@ -359,11 +449,23 @@ impl Adversary {
         let cgroup_parent = format!("cder-adversary-{}", std::process::id());
         let mut slurm = node_config(&cgroup_parent)?;
         slurm.cderd_enforcement.push_str("\ndevice_files = true");
-        let mut cluster = SlurmCluster::start(&slurm)?;
+        let variable = cder_model::mutation::VARIABLE;
+        if let Some(m) = &config.mutation {
+            slurm.cderd_env.push((variable.into(), m.clone()));
+            // slurmctld (job_submit_cder.so) inherits it as it starts.
+            std::env::set_var(variable, m);
+        }
+        let started = SlurmCluster::start(&slurm);
+        if config.mutation.is_some() {
+            std::env::remove_var(variable);
+        }
+        let mut cluster = started?;
         cluster.start_cderd()?;
         write_probe(&cluster)?;
         let helper = cluster.jobs_dir().join("hostile.py");
         std::fs::write(&helper, include_str!("hostile.py")).map_err(|e| format!("{}: {e}", helper.display()))?;
+        install_forger(&cluster)?;
+        write_provider_config(&cluster)?;
         Ok(Adversary {
             rng: Rng::new(config.seed ^ 0xAD7E_0044),
             action_rng: Rng::new(config.seed),
@@ -530,53 +632,10 @@ impl Adversary {
             .collect();
         if let Some(id) = running.get(self.rng.below(running.len() as u64) as usize) {
             let key = job_key(*id).expect("a valid key");
-            // SLURM knows nothing of a GPU cderd keeps out of the pool for
-            // a hostile holder and may give it to an honest job: that job's
-            // `alloc` then waits for the holder to go, and its `env` for the
-            // `alloc`. The device stays fenced; the wait is the hostile
-            // user's holding it, not cderd's lock: seen, not a violation,
-            // when the job's device is one kept out as the `env` began.
-            let kept_out: BTreeSet<u32> = Client::connect(self.c().cderd_socket(), Duration::from_secs(10))
-                .and_then(|mut c| c.status())
-                .map(|s| {
-                    s.devices
-                        .iter()
-                        .filter(|d| d.reason.as_deref().is_some_and(|r| r.starts_with("released by job")))
-                        .map(|d| d.index)
-                        .collect()
-                })
-                .unwrap_or_default();
-            let kind = "env of a running job";
-            let since = Instant::now();
-            let result =
-                Client::connect(self.c().cderd_socket(), Duration::from_secs(10)).and_then(|mut c| c.env(&key));
-            let took = since.elapsed();
-            self.report.honest.entry(kind.to_string()).or_default().push(took);
-            // Given the device at last, or refused it after the wait, while
-            // a GPU was kept out or an action that leaves a hostile holder
-            // of one (its holder may be ended only at the action's end) ran.
-            let holder_left = HOLDER_ACTIONS.iter().any(|a| self.current.starts_with(a.name()));
-            let waited_for_kept_out = (holder_left || !kept_out.is_empty())
-                && match &result {
-                    Ok(a) => holder_left || a.devices.iter().any(|d| kept_out.contains(&d.index)),
-                    Err(e) => e.code() == Some(ErrorCode::UnknownJob),
-                };
-            if took > HONEST_BOUND && waited_for_kept_out {
-                self.observe(
-                    "an honest job's env waited for its alloc, which waited for a GPU kept out for a hostile holder \
-                     (SLURM gave the job that GPU)"
-                        .to_string(),
-                );
-            } else if took > HONEST_BOUND {
-                self.violation(Check::SlowAnswer, &format!("the operator's {kind} took {:.2} s", took.as_secs_f64()));
-            }
-            // The job may have ended since squeue answered.
-            match result {
-                Err(e) if e.code() != Some(ErrorCode::UnknownJob) => {
-                    self.violation(Check::SlowAnswer, &format!("the operator's {kind} failed: {e}"));
-                }
-                _ => {}
-            }
+            // Over the bound is a violation whatever a hostile user held
+            // meanwhile: an honest job is never made to wait for one. The
+            // job may have ended since squeue answered.
+            self.timed("env of a running job", Some(ErrorCode::UnknownJob), |c| c.env(&key));
         }
     }
 
@@ -801,11 +860,7 @@ impl Adversary {
             }
             Action::SubmitFields => {
                 let pwned = self.tripwire(&mut u).display().to_string();
-                let forms: [Vec<String>; 5] = [
-                    vec![
-                        "--gres=gpu:1".into(),
-                        "--export=ALL,SPANK_CDER_NODE_GRES=gres/gpu:4,CDER_NODE_GRES=gres/gpu:4".into(),
-                    ],
+                let forms: [Vec<String>; 4] = [
                     vec![
                         "--gres=gpu:1".into(),
                         format!("--job-name=$(touch {pwned})"),
@@ -818,6 +873,48 @@ impl Adversary {
                 let form = &forms[self.action_rng.below(forms.len() as u64) as usize];
                 let args: Vec<&str> = form.iter().map(String::as_str).collect();
                 self.submit_hostile(&args, &format!("sh {probe} 2\n"), &mut u);
+            }
+            Action::ForgedStamp => {
+                let forged = ["gres/shard:4", "gres/gpu:4", "gres/gpu:1,gres/shard:2"];
+                let value = forged[self.action_rng.below(forged.len() as u64) as usize];
+                // Per job or none: job_submit writes no stamp of its own, so
+                // only the guard stands between the forgery and the prolog.
+                let form: &[&str] = if self.action_rng.below(2) == 0 { &["--gpus=1"] } else { &[] };
+                let control = forge_control(self.c());
+                std::fs::write(&control, value).map_err(|e| format!("{}: {e}", control.display()))?;
+                let before = u.jobs.len();
+                self.submit_hostile(form, &format!("sh {probe} 1\n"), &mut u);
+                let _ = std::fs::remove_file(&control);
+                u.forged.extend(u.jobs[before..].iter().copied());
+            }
+            Action::LockHeavy => {
+                let file = self.c().jobs_dir().join(format!("hostile-locks-{}", self.started.elapsed().as_millis()));
+                let file = file.display().to_string();
+                let child = self
+                    .hostile(uid, &["locks", &file, "10000", "2000", "60"])
+                    .spawn()
+                    .map_err(|e| format!("starting hostile.py: {e}"))?;
+                u.outsiders.push((format!("a lock-heavy process of uid {uid}"), child));
+                // The GPU job ends once the locks are all taken.
+                let body = format!(
+                    "n=0; while [ ! -e {file}.ready ] && [ $n -lt 400 ]; do sleep 0.1; n=$((n+1)); done\nsh {probe} 1\n"
+                );
+                self.submit_hostile(&["--gres=gpu:1"], &body, &mut u);
+            }
+            Action::HostileJobName => {
+                let names = [
+                    "p NumCPUs=many JobState=RUNNING",
+                    "x JobState=RUNNING Partition=gpu-cms GroupId=root(0) UserId=root(0) TRES=cpu=1,gres/gpu=4",
+                    "q JobState=RUNNING NumNodes=x JOB_GRES=gpu:4 TimeLimit=forever",
+                ];
+                let name = names[self.action_rng.below(names.len() as u64) as usize];
+                let arg = format!("--job-name={name}");
+                let mut held = Underway::default();
+                self.submit_hostile(&["-H", "--gres=gpu:1", &arg], &format!("sh {probe} 1\n"), &mut held);
+                if let Some(&id) = held.jobs.first() {
+                    self.check_published(id, name);
+                    let _ = self.c().command("scancel").arg(id.to_string()).output();
+                }
             }
             Action::Escape => {
                 let marker = self.c().jobs_dir().join("hostile-escape").display().to_string();
@@ -952,8 +1049,12 @@ impl Adversary {
             }
         }
         // A descriptor passed out of a job that ended: cderd must keep its
-        // device out of the pool while the receiver holds it.
+        // device out of the pool while the receiver holds it; and nothing
+        // else may keep one out (measured while the action's programs,
+        // its stalled mount included, are still there).
         self.holders();
+        self.unfounded_kept_out();
+        self.judge_stamps(&u.forged);
         for (what, mut child) in u.outsiders {
             let _ = child.kill();
             if let Ok(out) = child.wait_with_output() {
@@ -1053,6 +1154,161 @@ impl Adversary {
         self.say(&format!("checked {} in {:.1} s", self.current, since.elapsed().as_secs_f64()));
     }
 
+    /// GPUs cderd keeps out after a release with no holder found: no
+    /// process holds the device's file and no process of the job the
+    /// reason names survives. One that cderd puts back by itself within
+    /// [`KEPT_OUT_GRACE`] (the honest workload going on meanwhile) is
+    /// seen, not a violation; the rest are.
+    fn unfounded_kept_out(&mut self) {
+        let since = Instant::now();
+        let mut first = true;
+        loop {
+            let unfounded = self.unfounded();
+            if unfounded.is_empty() {
+                if !first {
+                    self.observe("a GPU kept out with no holder found, put back by cderd within the grace".into());
+                }
+                return;
+            }
+            if since.elapsed() >= KEPT_OUT_GRACE {
+                for (gpu, reason) in unfounded {
+                    self.violation(
+                        Check::KeptOut,
+                        &format!(
+                            "GPU {gpu} kept out of the pool for {:.0} s with no holder found: {reason}",
+                            since.elapsed().as_secs_f64()
+                        ),
+                    );
+                }
+                return;
+            }
+            first = false;
+            self.tick();
+        }
+    }
+
+    /// The kept-out GPUs (index, reason) without a holder, now.
+    fn unfounded(&self) -> Vec<(u32, String)> {
+        let Ok(status) = self.c().cderd_status() else { return Vec::new() };
+        let paths: BTreeMap<PathBuf, u32> = (0..GPUS).map(|i| (self.c().gpu_path(i), i)).collect();
+        let held: BTreeSet<u32> = open_descriptors(&paths).into_iter().map(|(_, gpu)| gpu).collect();
+        let mut survivors: Option<BTreeSet<u32>> = None;
+        let mut out = Vec::new();
+        for d in status.devices.iter().filter(|d| d.job.is_none()) {
+            // An operator's drain or a health verdict is no release's.
+            let Some(reason) = d.reason.as_deref().filter(|r| r.starts_with("released by job")) else { continue };
+            if held.contains(&d.index) {
+                continue;
+            }
+            let job = reason
+                .strip_prefix("released by job slurm:")
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            let alive = survivors.get_or_insert_with(|| self.job_processes());
+            if job.is_some_and(|id| alive.contains(&id)) {
+                continue;
+            }
+            out.push((d.index, reason.to_string()));
+        }
+        out
+    }
+
+    /// The SLURM jobs of this cluster with a process alive.
+    fn job_processes(&self) -> BTreeSet<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return BTreeSet::new() };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| process_job(pid, self.c().slurm_conf(), &self.cgroup_parent))
+            .collect()
+    }
+
+    /// The jobs submitted with a forged stamp: what their prolog read.
+    fn judge_stamps(&mut self, forged: &[u32]) {
+        if forged.is_empty() {
+            return;
+        }
+        let report = std::fs::read_to_string(self.c().dir().join(FORGER_REPORT)).unwrap_or_default();
+        for id in forged {
+            let prefix = format!("{id}=");
+            match report.lines().find_map(|l| l.strip_prefix(&prefix)) {
+                None => self.observe("a job with a forged stamp never reached its prolog".into()),
+                Some("unset") => self.observe("a forged stamp: removed before the prolog".into()),
+                Some(v) => self
+                    .violation(Check::Granted, &format!("job {id}'s prolog read the stamp its submitter forged: {v}")),
+            }
+        }
+    }
+
+    /// Runs the GLUE provider (as the BDII's unprivileged user, with a
+    /// share for the campaign's users) while held job `held`, named
+    /// `name`, waits: it must publish, count that job as waiting, and
+    /// count no more running jobs than SLURM ran.
+    fn check_published(&mut self, held: u32, name: &str) {
+        let count = |c: &SlurmCluster, state: &str| {
+            c.command("squeue")
+                .args(["--noheader", "--all", &format!("--states={state}"), "--format=%i"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.trim().is_empty()).count())
+                .unwrap_or(0)
+        };
+        let before = (count(self.c(), "RUNNING"), count(self.c(), "PENDING"));
+        let mut provider = Command::new("setpriv");
+        provider
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(crate::glue::provider())
+            .arg("--config")
+            .arg(self.c().dir().join(PROVIDER_CONFIG))
+            .env("SLURM_CONF", self.c().slurm_conf())
+            .stdin(Stdio::null());
+        if let Some(m) = &self.config.mutation {
+            provider.env(cder_model::mutation::VARIABLE, m);
+        }
+        let out = provider.output();
+        let after = (count(self.c(), "RUNNING"), count(self.c(), "PENDING"));
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => return self.say(&format!("running cder-glue-provider: {e}")),
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            let why = stderr.lines().last().unwrap_or("").to_string();
+            return self.violation(
+                Check::Published,
+                &format!("the provider published nothing while job {held} was named {name:?}: {why}"),
+            );
+        }
+        if stderr.contains(&format!("job {held}")) {
+            self.observe("the provider skipped the hostile-named job with a warning".into());
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let share = cder_glue_provider::ldif::parse(&text).ok().and_then(|entries| {
+            entries.into_iter().find(|e| e.values("objectClass").any(|c| c == "GLUE2ComputingShare"))
+        });
+        let Some(share) = share else {
+            return self.violation(
+                Check::Published,
+                &format!("the provider published no share while job {held} was named {name:?}"),
+            );
+        };
+        let count = |a: &str| share.values(a).next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        let (published_running, waiting) =
+            (count("GLUE2ComputingShareRunningJobs"), count("GLUE2ComputingShareWaitingJobs"));
+        // Jobs start and end while the provider runs: it may publish any
+        // count between SLURM's before and after, never past them.
+        if waiting == 0 || waiting < before.1.min(after.1) || published_running > before.0.max(after.0) {
+            self.violation(
+                Check::Published,
+                &format!(
+                    "with held job {held} named {name:?} the provider published {published_running} running, \
+                     {waiting} waiting; SLURM had (running, pending) {before:?} before and {after:?} after"
+                ),
+            );
+        } else {
+            self.observe("the provider counted the hostile-named job as waiting".into());
+        }
+    }
+
     /// Every job that ended: the devices it could ever open against those
     /// cderd ever gave it.
     fn judge_opens(&mut self) {
@@ -1095,7 +1351,10 @@ impl Adversary {
     /// Ends what the hostile actions left (processes of its users naming
     /// this cluster's hostile helpers), and puts back a device cderd kept
     /// out of the pool for them, as an operator would once they are gone.
+    /// A GPU kept out with no holder found is recorded first: nothing is
+    /// put back before it is measured.
     fn sweep(&mut self) {
+        self.unfounded_kept_out();
         let marker = self.c().jobs_dir().join("hostile").display().to_string();
         let mut ended = 0;
         for pid in processes_naming(&marker) {
@@ -1214,6 +1473,104 @@ fn processes_naming(marker: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Where the forger's prolog writes `<job id>=<the stamp it read>`.
+const FORGER_REPORT: &str = "prolog-stamps";
+
+/// The file whose content the forger writes as the stamp, while it exists.
+fn forge_control(cluster: &SlurmCluster) -> PathBuf {
+    cluster.dir().join("forge-stamp")
+}
+
+/// The stamp forger of `slurm_trust`, as a submitter's own SPANK plugin:
+/// in `sbatch` of the hostile user (uid 65534), while the control file
+/// exists, it writes its content as cder's stamp in both spellings; in
+/// every job's prolog it reports what the prolog's environment holds.
+fn install_forger(cluster: &SlurmCluster) -> Result<(), String> {
+    let source = cluster.dir().join("forge.c");
+    let plugin = cluster.dir().join("plugins/forge.so");
+    let text = format!(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n#include <slurm/spank.h>\n\
+         SPANK_PLUGIN(forge, 1);\n\
+         int slurm_spank_init(spank_t sp, int ac, char **av) {{\n\
+           if ((spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR) && getuid() == {uid}) {{\n\
+             char v[256] = \"\"; FILE *f = fopen(\"{control}\", \"r\");\n\
+             if (f) {{\n\
+               if (fgets(v, sizeof v, f)) {{\n\
+                 v[strcspn(v, \"\\n\")] = 0;\n\
+                 spank_job_control_setenv(sp, \"CDER_NODE_GRES\", v, 1);\n\
+                 spank_job_control_setenv(sp, \"SPANK_CDER_NODE_GRES\", v, 1);\n\
+               }}\n\
+               fclose(f);\n\
+             }}\n\
+           }}\n\
+           return 0;\n\
+         }}\n\
+         int slurm_spank_job_prolog(spank_t sp, int ac, char **av) {{\n\
+           const char *v = getenv(\"SPANK_CDER_NODE_GRES\"); const char *id = getenv(\"SLURM_JOB_ID\");\n\
+           FILE *f = fopen(\"{report}\", \"a\");\n\
+           if (f) {{ fprintf(f, \"%s=%s\\n\", id ? id : \"?\", v ? v : \"unset\"); fclose(f); }}\n\
+           return 0;\n\
+         }}\n",
+        uid = HOSTILE_USER.1,
+        control = forge_control(cluster).display(),
+        report = cluster.dir().join(FORGER_REPORT).display()
+    );
+    std::fs::write(&source, text).map_err(|e| format!("{}: {e}", source.display()))?;
+    let include = crate::slurm::release_include_dir()?;
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&plugin)
+        .arg("-I")
+        .arg(&include)
+        .arg(&source)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the stamp forger: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let plugstack = cluster.dir().join("plugstack.conf");
+    let mut conf = std::fs::read_to_string(&plugstack).map_err(|e| format!("{}: {e}", plugstack.display()))?;
+    conf.push_str(&format!("optional {}\n", plugin.display()));
+    std::fs::write(&plugstack, conf).map_err(|e| format!("{}: {e}", plugstack.display()))
+}
+
+/// The GLUE provider's configuration for the campaign's node: one VO
+/// share of the `debug` partition for the honest and hostile users'
+/// groups, so that it lists their jobs.
+const PROVIDER_CONFIG: &str = "glue-provider.toml";
+
+fn write_provider_config(cluster: &SlurmCluster) -> Result<(), String> {
+    let mut clients = String::new();
+    for program in ["scontrol", "squeue"] {
+        let path = cluster.dir().join(format!("provider-{program}"));
+        let exec = match crate::slurm::release().ok().and_then(|r| r.root.as_ref()) {
+            Some(root) => format!(
+                "'{}' '{}' / /usr/bin/{program}",
+                crate::slurm::workspace_root().join("deploy/slurm/in-root.sh").display(),
+                root.display()
+            ),
+            None => program.to_string(),
+        };
+        std::fs::write(&path, format!("#!/bin/sh\nSLURM_CONF={} exec {exec} \"$@\"\n", cluster.slurm_conf().display()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = writeln!(clients, "{program} = \"{}\"", path.display());
+    }
+    let text = crate::glue::slurm_ce_config(&clients)
+        + &format!(
+            "\n[[group]]\nid = \"ce.example.org_node1\"\nnodes = [\"node1\"]\nplatform = \"amd64\"\nmain_memory_mib = 1000\n\
+             virtual_memory_mib = 1000\nos_name = \"Debian\"\nos_version = \"12\"\n\n\
+             [[group.device]]\nmodel = \"NVIDIA A100-SXM4-40GB\"\ncount = {GPUS}\nmemory_mib = 40960\n\n\
+             [[vo]]\nname = \"ops\"\ngroups = [\"{}\", \"nogroup\"]\nqueues = [\"debug\"]\n",
+            HONEST_USER.0
+        );
+    let path = cluster.dir().join(PROVIDER_CONFIG);
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

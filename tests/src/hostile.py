@@ -8,7 +8,11 @@
 #   send-fd SOCKET DEVICE...   open the first DEVICE it can, send it to SOCKET
 #   open DEVICE...             print OPEN=<positions of the devices it can open>
 #   hold PATH SECONDS          hold an O_PATH descriptor on PATH (nothing sent to its file system)
+#   locks FILE N DUPS SECONDS  N POSIX byte-range locks on its own FILE and DUPS dups of
+#                              that descriptor: each fdinfo of it lists every lock
+import fcntl
 import os
+import resource
 import select
 import socket
 import sys
@@ -102,6 +106,25 @@ def send_fd(path, devices):
     print("SENT nothing", flush=True)
 
 
+def locks(path, n, dups, seconds):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    # Every other byte: adjacent ranges of one owner would merge into one lock.
+    for i in range(n):
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * i)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = dups + 64 if hard == resource.RLIM_INFINITY else min(hard, dups + 64)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    held = []
+    for _ in range(dups):
+        try:
+            held.append(os.dup(fd))
+        except OSError:
+            break
+    print("LOCKED %d %d" % (n, len(held)), flush=True)
+    open(path + ".ready", "w").close()
+    time.sleep(seconds)
+
+
 def can_open(devices):
     opened = []
     for i, device in enumerate(devices):
@@ -126,6 +149,8 @@ elif mode == "send-fd":
     send_fd(args[0], args[1:])
 elif mode == "open":
     can_open(args)
+elif mode == "locks":
+    locks(args[0], int(args[1]), int(args[2]), float(args[3]))
 elif mode == "hold":
     held = os.open(args[0], os.O_PATH)
     print("HELD", flush=True)

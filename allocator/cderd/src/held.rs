@@ -286,6 +286,18 @@ fn decimal(n: u32, buf: &mut [u8; 16]) -> &CStr {
 /// cached: `AT_STATX_DONT_SYNC` (no file system asks its server) and
 /// `AT_NO_AUTOMOUNT`; `None` for anything else, or what cannot be read.
 fn char_rdev_at(dir: RawFd, name: &CStr) -> Option<u64> {
+    // MUTATION fdinfo-scan (test builds only): read fdinfo, which lists every lock on the file.
+    if cder_model::mutation::on("fdinfo-scan") {
+        let _ = std::fs::read_to_string(format!("/proc/self/fd/{dir}/../fdinfo/{}", name.to_string_lossy()));
+    }
+    // MUTATION fuse-stat (test builds only): stat through the link, into any file system.
+    if cder_model::mutation::on("fuse-stat") {
+        // SAFETY: stat is plain data; all zeroes is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatat fills `st`, which lives across the call; the name is NUL-terminated.
+        let done = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, 0) };
+        return (done == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR).then_some(st.st_rdev);
+    }
     // SAFETY: statx is plain data; all zeroes is a valid value.
     let mut buf: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: statx fills `buf`, which lives across the call; the name is NUL-terminated.

@@ -22,6 +22,7 @@ pub mod confine;
 pub mod device;
 pub mod environment;
 pub mod job;
+pub mod mutation;
 pub mod registry;
 pub mod shared;
 

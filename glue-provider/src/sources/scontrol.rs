@@ -711,7 +711,12 @@ pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Fact
     let separator = squeue_separator();
     let args = squeue_args(&separator);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let listing = parse_jobs(&run_command(&config.counts.squeue, &args, timeout)?, &separator);
+    // MUTATION provider-job-name (test builds only): the `-o` line, its job name read as facts.
+    let listing = if cder_model::mutation::on("provider-job-name") {
+        mutated_scontrol_jobs(&scontrol(&["--all", "-d", "show", "job", "-o"])?)?
+    } else {
+        parse_jobs(&run_command(&config.counts.squeue, &args, timeout)?, &separator)
+    };
     for warning in &listing.skipped {
         eprintln!("cder-glue-provider: warning: {warning}");
     }
@@ -720,6 +725,41 @@ pub fn share_facts(config: &ProviderConfig, groups: &[NodeGroup]) -> Result<Fact
     let qos =
         if wants_qos { parse_assoc_mgr_qos(&scontrol(&["show", "assoc_mgr", "flags=qos"])?)? } else { BTreeMap::new() };
     Ok(facts(config, groups, &partitions, &nodes, &jobs, &qos))
+}
+
+/// The regression the `provider-job-name` mutation puts back: jobs read
+/// from `scontrol -d show job -o`, where the job's name comes before every
+/// fact and the first of each key is taken, and a value that does not read
+/// stops the provider.
+fn mutated_scontrol_jobs(output: &[u8]) -> Result<JobListing, ProviderError> {
+    let text = text(output, "scontrol -d show job -o")?;
+    let mut listing = JobListing::default();
+    for line in text.lines() {
+        let f = fields(line);
+        let get = |k: &str| f.get(k).copied().unwrap_or("");
+        let values: Vec<String> = SQUEUE_FIELDS
+            .iter()
+            .map(|k| match *k {
+                "JobID" => get("JobId").to_string(),
+                "State" => get("JobState").to_string(),
+                "UserName" => strip_id(get("UserId")).to_string(),
+                "GroupName" => strip_id(get("GroupId")).to_string(),
+                "TimeUsed" => get("RunTime").to_string(),
+                "tres-alloc" => get("AllocTRES").to_string(),
+                "tres-per-job" => get("TresPerJob").to_string(),
+                "tres-per-node" => get("TresPerNode").to_string(),
+                "tres-per-task" => get("TresPerTask").to_string(),
+                other => get(other).to_string(),
+            })
+            .collect();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        match squeue_job(&values) {
+            Ok(Some(job)) => listing.jobs.push(job),
+            Ok(None) => {}
+            Err(why) => return Err(ProviderError::Runtime(format!("scontrol -d show job -o: {why}"))),
+        }
+    }
+    Ok(listing)
 }
 
 /// The [`Facts`] in what `scontrol` printed, separate from the commands so
