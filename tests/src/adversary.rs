@@ -253,7 +253,11 @@ impl Check {
         match self {
             Check::OpenedOutsideLedger => &[],
             Check::SlowAnswer => &[("fuse-stat", &[Action::StalledMount])],
-            Check::Accounting => &[("ignore-holders", &[Action::FdPassing])],
+            Check::Accounting => &[
+                ("ignore-holders", &[Action::FdPassing]),
+                ("fuse-stat", &[Action::StalledMount]),
+                ("fdinfo-scan", &[Action::LockHeavy]),
+            ],
             Check::Granted => &[("forged-stamp", &[Action::ForgedStamp])],
             Check::KeptOut => &[("fuse-stat", &[Action::StalledMount]), ("fdinfo-scan", &[Action::LockHeavy])],
             Check::Published => &[("provider-job-name", &[Action::HostileJobName])],
@@ -895,9 +899,13 @@ impl Adversary {
                     .spawn()
                     .map_err(|e| format!("starting hostile.py: {e}"))?;
                 u.outsiders.push((format!("a lock-heavy process of uid {uid}"), child));
-                // The GPU job ends once the locks are all taken.
+                // The GPU job ends once the locks are all taken, passing its
+                // GPU out first: a scan the locks slow to minutes never
+                // finds (nor ends) the receiver in time.
+                let send = self.pass_descriptors(uid, &mut u)?;
                 let body = format!(
-                    "n=0; while [ ! -e {file}.ready ] && [ $n -lt 400 ]; do sleep 0.1; n=$((n+1)); done\nsh {probe} 1\n"
+                    "n=0; while [ ! -e {file}.ready ] && [ $n -lt 400 ]; do sleep 0.1; n=$((n+1)); done\n\
+                     sh {probe} 1 &\n{send}wait\n"
                 );
                 self.submit_hostile(&["--gres=gpu:1"], &body, &mut u);
             }
@@ -927,20 +935,8 @@ impl Adversary {
                 self.submit_hostile(&["--gres=gpu:1"], &body, &mut u);
             }
             Action::FdPassing => {
-                let sock = self.c().jobs_dir().join(format!("fd-{}.sock", self.started.elapsed().as_millis()));
-                let sock = sock.display().to_string();
-                let child = self
-                    .hostile(uid, &["recv-fd", &sock, "25"])
-                    .spawn()
-                    .map_err(|e| format!("starting hostile.py: {e}"))?;
-                u.outsiders.push((format!("descriptor receiver of uid {uid}"), child));
-                let wait = format!("n=0; while [ ! -S {sock} ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done\n");
-                let helper = self.c().jobs_dir().join("hostile.py").display().to_string();
-                let body = format!(
-                    "sh {probe} 1 &\n{wait}{} {helper} send-fd {sock} {}\nwait\n",
-                    python3(),
-                    self.gpu_paths().join(" ")
-                );
+                let send = self.pass_descriptors(uid, &mut u)?;
+                let body = format!("sh {probe} 1 &\n{send}wait\n");
                 self.submit_hostile(&["--gres=gpu:1"], &body, &mut u);
             }
             Action::OpenOutsideJob => {
@@ -977,7 +973,10 @@ impl Adversary {
                         .spawn()
                         .map_err(|e| format!("starting hostile.py: {e}"))?;
                     u.outsiders.push(("a descriptor on the stalled mount".into(), child));
-                    format!("sh {probe} 1\n")
+                    // The job also passes its GPU out: a scan the stalled
+                    // file system blinds never finds (nor ends) the receiver.
+                    let send = self.pass_descriptors(HOSTILE_USER.1, &mut u)?;
+                    format!("sh {probe} 1 &\n{send}wait\n")
                 } else {
                     // The job's own process stalls; SLURM's SIGKILL at the
                     // job's end leaves it asleep in D state.
@@ -1010,6 +1009,20 @@ impl Adversary {
             }
         }
         Ok(u)
+    }
+
+    /// Starts a process of `uid` outside any job that waits on a socket for
+    /// descriptors (and holds them 25 s); returns the job script's lines
+    /// that send it every GPU file the job can open.
+    fn pass_descriptors(&mut self, uid: u32, u: &mut Underway) -> Result<String, String> {
+        let sock = self.c().jobs_dir().join(format!("fd-{}.sock", self.started.elapsed().as_millis()));
+        let sock = sock.display().to_string();
+        let child =
+            self.hostile(uid, &["recv-fd", &sock, "25"]).spawn().map_err(|e| format!("starting hostile.py: {e}"))?;
+        u.outsiders.push((format!("descriptor receiver of uid {uid}"), child));
+        let wait = format!("n=0; while [ ! -S {sock} ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done\n");
+        let helper = self.c().jobs_dir().join("hostile.py").display().to_string();
+        Ok(format!("{wait}{} {helper} send-fd {sock} {}\n", python3(), self.gpu_paths().join(" ")))
     }
 
     /// The owner of held job `id` edits it, then releases it: each edit
