@@ -112,6 +112,11 @@ pub struct NodeConfig {
     /// Longest request line cderd accepts, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
+    /// Which free devices cderd chooses where it chooses (TORQUE with MAUI
+    /// or without NVML, `cderctl alloc`): `locality` (fewest NUMA nodes,
+    /// Mendonca's best-effort local) or `first` (lowest indices).
+    #[serde(default)]
+    pub selection: Selection,
     /// Device-file ownership and NVML compute-mode enforcement.
     #[serde(default)]
     pub enforcement: Enforcement,
@@ -128,6 +133,29 @@ pub struct NodeConfig {
     /// proportion to each job's shares.
     #[serde(default)]
     pub mps: Mps,
+}
+
+/// `[node] selection`: the device selection policy by name
+/// (`cder_ledger::policy::by_name` maps it to the policy itself, for cderd
+/// and `cder-sim` alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selection {
+    /// Fewest NUMA nodes (the default).
+    #[default]
+    Locality,
+    /// Lowest indices.
+    First,
+}
+
+impl Selection {
+    /// The name in the config, which is also the policy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Selection::Locality => "locality",
+            Selection::First => "first",
+        }
+    }
 }
 
 /// `[node.mps]`: with `enabled`, each GPU offered as shares (`[node.sharing]`)
@@ -436,6 +464,7 @@ impl Default for NodeConfig {
             state_dir: default_state_dir(),
             operators: Vec::new(),
             max_request_bytes: default_max_request_bytes(),
+            selection: Selection::default(),
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
             usage: UsageSampling::default(),
