@@ -3,7 +3,7 @@
 //! question goes to cder's policies ([`crate::place`]). Conservative
 //! backfilling has its own planner ([`crate::conservative`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::cluster::Cluster;
 use crate::conservative;
@@ -14,7 +14,7 @@ use crate::policy::{Estimates, Policy, Queue};
 use crate::service::Service;
 use crate::state::{Placement, State};
 use crate::time::Time;
-use crate::workload::Job;
+use crate::workload::{Job, Request};
 
 enum Event {
     Arrive(usize),
@@ -25,6 +25,97 @@ struct Running {
     placement: Placement,
     /// When the scheduler expects it to end (its estimate).
     expected_end: Time,
+}
+
+/// EASY's reservation for the queue's head: when it will fit, and what
+/// will be free then besides it.
+enum Shadow {
+    /// A head of processors anywhere fits on free cores in all: `extra`
+    /// cores at `time` are more than it needs.
+    Cores { time: Time, extra: u64 },
+    /// Any other head: the whole state at `time`.
+    State { time: Time, state: State },
+    /// It never fits with what runs now (it waits for nothing known).
+    Never,
+}
+
+impl Shadow {
+    fn time(&self) -> Time {
+        match self {
+            Shadow::Cores { time, .. } | Shadow::State { time, .. } => *time,
+            Shadow::Never => Time::MAX,
+        }
+    }
+
+    /// Whether `p`, still held at the reservation, leaves the head room
+    /// (and if so, counts it as held then).
+    fn leaves_room(&mut self, head: &Request, p: &Placement, placer: &Placer<'_>) -> bool {
+        match self {
+            Shadow::Cores { extra, .. } => {
+                let cores: u64 = p.parts.iter().map(|x| x.cores as u64).sum();
+                if cores <= *extra {
+                    *extra -= cores;
+                    true
+                } else {
+                    false
+                }
+            }
+            Shadow::State { state, .. } => {
+                state.take(p);
+                if placer.fits(head, state) {
+                    true
+                } else {
+                    state.give_back(p);
+                    false
+                }
+            }
+            Shadow::Never => true,
+        }
+    }
+}
+
+/// Works out the head's reservation from the running jobs' expected ends.
+fn reservation(
+    head: &Request,
+    state: &State,
+    by_end: &BTreeSet<(Time, usize)>,
+    running: &[Option<Running>],
+    now: Time,
+    cluster: &Cluster,
+    placer: &Placer<'_>,
+) -> Shadow {
+    let mut ends = by_end.iter().peekable();
+    if Placer::spread_cores(head) {
+        let need = head.cores as u64;
+        let mut free = state.free_cores_total;
+        while let Some(&(t, slot)) = ends.next() {
+            if let Some(r) = &running[slot] {
+                free += r.placement.parts.iter().map(|p| p.cores as u64).sum::<u64>();
+            }
+            let t = t.max(now);
+            if ends.peek().is_some_and(|&&(u, _)| u.max(now) == t) {
+                continue;
+            }
+            if free >= need {
+                return Shadow::Cores { time: t, extra: free - need };
+            }
+        }
+        return Shadow::Never;
+    }
+    let mut s = state.clone();
+    while let Some(&(t, slot)) = ends.next() {
+        if let Some(r) = &running[slot] {
+            s.give(&r.placement, cluster);
+        }
+        let t = t.max(now);
+        if ends.peek().is_some_and(|&&(u, _)| u.max(now) == t) {
+            continue;
+        }
+        if placer.fits(head, &s) {
+            return Shadow::State { time: t, state: s };
+        }
+    }
+    Shadow::Never
 }
 
 /// Calls back with (jobs done, jobs in all) as a replay goes.
@@ -53,6 +144,8 @@ pub fn replay(
     let mut records: Vec<Option<Record>> = vec![None; jobs.len()];
     let mut queue: VecDeque<usize> = VecDeque::new();
     let mut running: Vec<Option<Running>> = Vec::new();
+    // Running jobs by expected end (and slot): EASY's reservation walks it.
+    let mut by_end: BTreeSet<(Time, usize)> = BTreeSet::new();
     let mut free_slots: Vec<usize> = Vec::new();
     let mut done = 0usize;
     let dispatch = |vgpgpu: bool, job: &Job| {
@@ -91,10 +184,11 @@ pub fn replay(
                 }
                 Event::End(slot) => {
                     if let Some(r) = running[slot].take() {
+                        by_end.remove(&(r.expected_end, slot));
                         state.give(&r.placement, cluster);
                         free_slots.push(slot);
                         done += 1;
-                        if done % 4096 == 0 {
+                        if done.is_multiple_of(4096) {
                             progress(done, jobs.len());
                         }
                     }
@@ -107,6 +201,7 @@ pub fn replay(
                          state: &mut State,
                          events: &mut Events<Event>,
                          running: &mut Vec<Option<Running>>,
+                         by_end: &mut BTreeSet<(Time, usize)>,
                          placer: &Placer<'_>| {
             let j = &jobs[i];
             let d = dispatch(policy.vgpgpu, j);
@@ -123,7 +218,8 @@ pub fn replay(
                 local: placer.local(&j.request, &p),
                 placed: true,
             });
-            let r = Running { placement: p, expected_end: now + d + estimate(j) };
+            let expected_end = now + d + estimate(j);
+            let r = Running { placement: p, expected_end };
             let slot = match free_slots.pop() {
                 Some(s) => {
                     running[s] = Some(r);
@@ -134,6 +230,7 @@ pub fn replay(
                     running.len() - 1
                 }
             };
+            by_end.insert((expected_end, slot));
             events.at(end, Event::End(slot));
         };
         // First come, first served, as far as it goes.
@@ -141,7 +238,7 @@ pub fn replay(
             match placer.place(&jobs[head].request, &state) {
                 Some(p) => {
                     queue.pop_front();
-                    start(head, p, &mut state, &mut events, &mut running, &placer);
+                    start(head, p, &mut state, &mut events, &mut running, &mut by_end, &placer);
                 }
                 None => break,
             }
@@ -157,7 +254,7 @@ pub fn replay(
                     if placer.fits(&jobs[i].request, &state) {
                         if let Some(p) = placer.place(&jobs[i].request, &state) {
                             queue.remove(k);
-                            start(i, p, &mut state, &mut events, &mut running, &placer);
+                            start(i, p, &mut state, &mut events, &mut running, &mut by_end, &placer);
                             continue;
                         }
                     }
@@ -166,29 +263,9 @@ pub fn replay(
             }
             Queue::Easy => {
                 let Some(&head) = queue.front() else { continue };
-                // The head's reservation: when enough will have ended.
-                let mut ending: Vec<(Time, usize)> = running
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(s, r)| r.as_ref().map(|r| (r.expected_end.max(now), s)))
-                    .collect();
-                ending.sort_unstable();
-                let mut shadow_state = state.clone();
-                let mut shadow = Time::MAX;
-                let mut k = 0;
-                while k < ending.len() {
-                    let t = ending[k].0;
-                    while k < ending.len() && ending[k].0 == t {
-                        if let Some(r) = &running[ending[k].1] {
-                            shadow_state.give(&r.placement, cluster);
-                        }
-                        k += 1;
-                    }
-                    if placer.fits(&jobs[head].request, &shadow_state) {
-                        shadow = t;
-                        break;
-                    }
-                }
+                // The head's reservation: when enough will have ended, and
+                // what is free then; worked out once a job could use it.
+                let mut shadow: Option<Shadow> = None;
                 let mut k = 1;
                 let mut looked = 0;
                 while k < queue.len() && looked < policy.backfill_depth {
@@ -199,23 +276,21 @@ pub fn replay(
                         k += 1;
                         continue;
                     }
-                    let ends_in_time = now.saturating_add(dispatch(policy.vgpgpu, j) + estimate(j)) <= shadow;
+                    let shadow = shadow.get_or_insert_with(|| {
+                        reservation(&jobs[head].request, &state, &by_end, &running, now, cluster, &placer)
+                    });
+                    let ends_in_time = now.saturating_add(dispatch(policy.vgpgpu, j) + estimate(j)) <= shadow.time();
                     let Some(p) = placer.place(&j.request, &state) else {
                         k += 1;
                         continue;
                     };
-                    if !ends_in_time {
-                        // It may still start if the head fits beside it then.
-                        let mut beside = shadow_state.clone();
-                        beside.take(&p);
-                        if !placer.fits(&jobs[head].request, &beside) {
-                            k += 1;
-                            continue;
-                        }
-                        shadow_state = beside;
+                    // Ending later, it may still start if the head fits beside it then.
+                    if !ends_in_time && !shadow.leaves_room(&jobs[head].request, &p, &placer) {
+                        k += 1;
+                        continue;
                     }
                     queue.remove(k);
-                    start(i, p, &mut state, &mut events, &mut running, &placer);
+                    start(i, p, &mut state, &mut events, &mut running, &mut by_end, &placer);
                 }
             }
         }
@@ -269,12 +344,8 @@ mod tests {
         let cluster = Cluster::uniform("n", 2, 4, 2, "X");
         // A: 2 nodes for 100 s at 0. B: both nodes' 2 GPUs at 1 (must wait).
         // C: 1 node, 1 GPU, 10 s, at 2: fits only after A; D: never fits.
-        let jobs = vec![
-            job(1, 0, 100, 1, 4, 2),
-            job(2, 1, 50, 2, 4, 2),
-            job(3, 2, 10, 1, 1, 0),
-            job(4, 3, 10, 3, 1, 0),
-        ];
+        let jobs =
+            vec![job(1, 0, 100, 1, 4, 2), job(2, 1, 50, 2, 4, 2), job(3, 2, 10, 1, 1, 0), job(4, 3, 10, 3, 1, 0)];
         let o = replay(&cluster, &jobs, &policy("fcfs"), &Recorded, 1, &mut |_, _| {}).unwrap();
         assert_eq!(o.records[1].start, seconds(100));
         assert_eq!(o.records[2].start, seconds(150), "C waits behind B under FCFS");
@@ -294,7 +365,8 @@ mod tests {
         let cluster = Cluster::uniform("n", 1, 4, 0, "");
         // A holds 2 cores to 100; B wants 4 (reserved at 100); C (2 cores,
         // 200 s) would delay B and must wait; D (2 cores, 50 s) fits.
-        let jobs = vec![job(1, 0, 100, 1, 2, 0), job(2, 1, 10, 1, 4, 0), job(3, 2, 200, 1, 2, 0), job(4, 3, 50, 1, 2, 0)];
+        let jobs =
+            vec![job(1, 0, 100, 1, 2, 0), job(2, 1, 10, 1, 4, 0), job(3, 2, 200, 1, 2, 0), job(4, 3, 50, 1, 2, 0)];
         let o = replay(&cluster, &jobs, &policy("easy"), &Recorded, 1, &mut |_, _| {}).unwrap();
         assert_eq!(o.records[1].start, seconds(100));
         assert_eq!(o.records[3].start, seconds(3));

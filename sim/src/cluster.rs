@@ -172,10 +172,7 @@ impl Cluster {
             }
             for name in names {
                 let gpus = (0..t.gpus)
-                    .map(|g| Gpu {
-                        model: t.gpu_model.clone(),
-                        numa: t.gpu_numa.as_ref().map_or(0, |n| n[g as usize]),
-                    })
+                    .map(|g| Gpu { model: t.gpu_model.clone(), numa: t.gpu_numa.as_ref().map_or(0, |n| n[g as usize]) })
                     .collect();
                 nodes.push(Node { name, cores: t.cores, mem_mib: t.memory_mib, gpus, group: t.group });
             }

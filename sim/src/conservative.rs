@@ -25,7 +25,7 @@ struct Bits(Vec<u64>);
 impl Bits {
     fn full(n: usize) -> Bits {
         let mut w = vec![u64::MAX; n.div_ceil(64)];
-        if n % 64 != 0 {
+        if !n.is_multiple_of(64) {
             if let Some(last) = w.last_mut() {
                 *last = (1u64 << (n % 64)) - 1;
             }
@@ -145,7 +145,7 @@ pub fn replay(
     let placer = Placer::new(cluster, policy, seed);
     let mut node_of = Vec::new();
     for (n, node) in cluster.nodes.iter().enumerate() {
-        node_of.extend(std::iter::repeat(n as u32).take(node.cores as usize));
+        node_of.extend(std::iter::repeat_n(n as u32, node.cores as usize));
     }
     let units = node_of.len();
     let mut profile = Profile { slices: vec![Slice { start: 0, free: Bits::full(units) }] };
@@ -177,7 +177,8 @@ pub fn replay(
             });
             continue;
         };
-        let candidates: Vec<Candidate> = free.ones().map(|u| Candidate { index: u, domain: node_of[u as usize] }).collect();
+        let candidates: Vec<Candidate> =
+            free.ones().map(|u| Candidate { index: u, domain: node_of[u as usize] }).collect();
         let chosen = select
             .select(&candidates, size)
             .ok_or_else(|| format!("selection policy {} chose nothing for job {}", select.name(), j.id))?;
@@ -201,7 +202,7 @@ pub fn replay(
             local: placer.local(&j.request, &placement),
             placed: true,
         });
-        if records.len() % 4096 == 0 {
+        if records.len().is_multiple_of(4096) {
             progress(records.len(), jobs.len());
         }
     }

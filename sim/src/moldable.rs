@@ -62,7 +62,11 @@ impl MoldableJob {
 
     /// Its fastest version on the nodes it asks for (what a user requests).
     pub fn requested(&self) -> Version {
-        VERSIONS.iter().copied().min_by_key(|&v| (self.time(self.nodes, v).unwrap_or(Time::MAX), v)).unwrap_or(Version::CpuGpu)
+        VERSIONS
+            .iter()
+            .copied()
+            .min_by_key(|&v| (self.time(self.nodes, v).unwrap_or(Time::MAX), v))
+            .unwrap_or(Version::CpuGpu)
     }
 }
 
@@ -155,7 +159,9 @@ fn options(job: &MoldableJob, scheduler: Scheduler) -> Vec<(Version, u32)> {
         Scheduler::Fms(_) => vec![job.requested()],
     };
     let counts: Vec<u32> = match scheduler {
-        Scheduler::Fms(m) if m.nodes => [job.nodes, job.nodes / 2, job.nodes / 4].into_iter().filter(|&n| n > 0).collect(),
+        Scheduler::Fms(m) if m.nodes => {
+            [job.nodes, job.nodes / 2, job.nodes / 4].into_iter().filter(|&n| n > 0).collect()
+        }
         _ => vec![job.nodes],
     };
     let mut out = Vec::new();
@@ -204,7 +210,9 @@ pub fn replay(jobs: &[MoldableJob], nodes: u32, scheduler: Scheduler, selection:
         let now = events.now();
         if let Scheduler::Fms(_) = scheduler {
             // Grouped by node count, then by CPU+GPU time (§III-B).
-            batch.sort_by_key(|&i| (jobs[i].nodes, jobs[i].time(jobs[i].nodes, Version::CpuGpu).unwrap_or(Time::MAX), i));
+            batch.sort_by_key(|&i| {
+                (jobs[i].nodes, jobs[i].time(jobs[i].nodes, Version::CpuGpu).unwrap_or(Time::MAX), i)
+            });
             for pair in batch.chunks(2) {
                 let (a, b) = (pair[0], pair.get(1).copied());
                 let mut best: Option<(Time, Time, Vec<Planned>)> = None;
@@ -232,7 +240,8 @@ pub fn replay(jobs: &[MoldableJob], nodes: u32, scheduler: Scheduler, selection:
                         }
                     }
                 }
-                let (_, _, chosen) = best.ok_or_else(|| format!("job {} fits no option on {nodes} nodes", jobs[a].name))?;
+                let (_, _, chosen) =
+                    best.ok_or_else(|| format!("job {} fits no option on {nodes} nodes", jobs[a].name))?;
                 for p in chosen {
                     free.take(&p.nodes, p.version, p.end);
                     planned.push(p);
@@ -243,7 +252,9 @@ pub fn replay(jobs: &[MoldableJob], nodes: u32, scheduler: Scheduler, selection:
                 let mut best: Option<Planned> = None;
                 for o in options(&jobs[i], scheduler) {
                     // A FIFO queue: no job starts before the one ahead of it.
-                    let Some((s, e, n)) = plan_one(&free, now.max(last_start), &jobs[i], o, select.as_ref()) else { continue };
+                    let Some((s, e, n)) = plan_one(&free, now.max(last_start), &jobs[i], o, select.as_ref()) else {
+                        continue;
+                    };
                     if best.as_ref().is_none_or(|b| e < b.end) {
                         best = Some(Planned { job: i, version: o.0, nodes: n, start: s, end: e });
                     }
@@ -293,8 +304,10 @@ mod tests {
         // Two 4-node jobs on 4 nodes: halved, they run side by side.
         let j = |n: &str| job(n, 0, 4, &[(4, [100, 100, 50]), (2, [200, 200, 90])]);
         let jobs = [j("a"), j("b")];
-        let plain = completion(&replay(&jobs, 4, Scheduler::Fms(Molding { version: true, nodes: false }), "first").unwrap());
-        let molded = completion(&replay(&jobs, 4, Scheduler::Fms(Molding { version: true, nodes: true }), "first").unwrap());
+        let plain =
+            completion(&replay(&jobs, 4, Scheduler::Fms(Molding { version: true, nodes: false }), "first").unwrap());
+        let molded =
+            completion(&replay(&jobs, 4, Scheduler::Fms(Molding { version: true, nodes: true }), "first").unwrap());
         assert_eq!((plain, molded), (100, 90));
     }
 }

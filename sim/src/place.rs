@@ -67,7 +67,9 @@ impl<'a> Placer<'a> {
         self.policy
     }
 
-    fn spread_cores(req: &Request) -> bool {
+    /// True for a job of processors anywhere (no nodes, no GPUs): whether it
+    /// fits depends on the free cores in all, nothing else.
+    pub fn spread_cores(req: &Request) -> bool {
         req.nodes == 0 && !req.wants_gpu()
     }
 
@@ -90,7 +92,7 @@ impl<'a> Placer<'a> {
         let model = req.model.as_deref();
         if req.gpus > 0 {
             let free = (0..node.gpus.len())
-                .filter(|&g| state.gpu_free[n][g] == WHOLE && model_ok(model, &node.gpus[g].model))
+                .filter(|&g| state.gpus(n)[g] == WHOLE && model_ok(model, &node.gpus[g].model))
                 .count();
             if free < req.gpus as usize {
                 return false;
@@ -98,13 +100,13 @@ impl<'a> Placer<'a> {
         }
         if req.gpu_milli > 0 {
             return (0..node.gpus.len())
-                .any(|g| state.gpu_free[n][g] >= req.gpu_milli && model_ok(model, &node.gpus[g].model));
+                .any(|g| state.gpus(n)[g] >= req.gpu_milli && model_ok(model, &node.gpus[g].model));
         }
         true
     }
 
     fn free_backends(state: &State) -> usize {
-        state.gpu_free.iter().flatten().filter(|&&f| f == WHOLE).count()
+        state.all_gpus().iter().filter(|&&f| f == WHOLE).count()
     }
 
     /// True when `req` could start now.
@@ -146,7 +148,7 @@ impl<'a> Placer<'a> {
         let mut placement = Placement::default();
         // Backends taken so far, this job's included (vGPGPU jobs only).
         let mut taken: Vec<Vec<bool>> = if self.vgpus(req) > 0 {
-            state.gpu_free.iter().map(|g| g.iter().map(|&f| f < WHOLE).collect()).collect()
+            (0..self.cluster.nodes.len()).map(|n| state.gpus(n).iter().map(|&f| f < WHOLE).collect()).collect()
         } else {
             Vec::new()
         };
@@ -164,7 +166,7 @@ impl<'a> Placer<'a> {
                 let model = req.model.as_deref();
                 if req.gpus > 0 {
                     let candidates: Vec<Candidate> = (0..node.gpus.len())
-                        .filter(|&g| state.gpu_free[n][g] == WHOLE && model_ok(model, &node.gpus[g].model))
+                        .filter(|&g| state.gpus(n)[g] == WHOLE && model_ok(model, &node.gpus[g].model))
                         .map(|g| Candidate { index: g as u32, domain: node.gpus[g].numa })
                         .collect();
                     part.gpus = self.answer.devices.select(&candidates, req.gpus as usize)?;
@@ -179,30 +181,104 @@ impl<'a> Placer<'a> {
         Some(placement)
     }
 
-    /// Processors anywhere: cderd's selection policy over the free cores,
-    /// each node a domain (seed 002's processors in clusters).
+    /// Processors anywhere. With `node=locality`, cderd's selection policy
+    /// chooses among every free core, each node a domain (as seed 002's
+    /// allocation step does); otherwise the batch system fills nodes in its
+    /// order: first-fit the lowest-numbered, least-loaded the most free
+    /// cores first, best-fit the fewest free cores first (packing),
+    /// random-fit a random order, rank:EXPR the highest Rank first.
     fn place_cores(&mut self, req: &Request, state: &State) -> Option<Placement> {
         if state.free_cores_total < req.cores as u64 {
             return None;
         }
-        let mut candidates = Vec::with_capacity(state.free_cores_total as usize);
-        for (n, &free) in state.free_cores.iter().enumerate() {
-            let base = self.core_base[n];
-            candidates.extend((0..free).map(|k| Candidate { index: base + k, domain: n as u32 }));
-        }
-        let chosen = self.answer.devices.select(&candidates, req.cores as usize)?;
         let mut placement = Placement::default();
-        for index in chosen {
-            let n = self.core_base.partition_point(|&b| b <= index) - 1;
-            match placement.parts.last_mut() {
-                Some(p) if p.node as usize == n => p.cores += 1,
-                _ => placement.parts.push(Part { node: n as u32, cores: 1, ..Part::default() }),
+        if self.policy.node == NodeChoice::Locality {
+            let mut candidates = Vec::with_capacity(state.free_cores_total as usize);
+            for (n, &free) in state.free_cores.iter().enumerate() {
+                let base = self.core_base[n];
+                candidates.extend((0..free).map(|k| Candidate { index: base + k, domain: n as u32 }));
+            }
+            let chosen = self.answer.devices.select(&candidates, req.cores as usize)?;
+            for index in chosen {
+                let n = self.core_base.partition_point(|&b| b <= index) - 1;
+                match placement.parts.last_mut() {
+                    Some(p) if p.node as usize == n => p.cores += 1,
+                    _ => placement.parts.push(Part { node: n as u32, cores: 1, ..Part::default() }),
+                }
+            }
+            return Some(placement);
+        }
+        let mut left = req.cores;
+        if self.policy.node == NodeChoice::FirstFit {
+            for (n, &free) in state.free_cores.iter().enumerate() {
+                if free == 0 {
+                    continue;
+                }
+                let take = free.min(left);
+                placement.parts.push(Part { node: n as u32, cores: take, ..Part::default() });
+                left -= take;
+                if left == 0 {
+                    return Some(placement);
+                }
+            }
+            return None;
+        }
+        let mut order: Vec<usize> = (0..self.cluster.nodes.len()).filter(|&n| state.free_cores[n] > 0).collect();
+        match &self.policy.node {
+            NodeChoice::FirstFit | NodeChoice::Locality => {}
+            NodeChoice::LeastLoaded => order.sort_by_key(|&n| (std::cmp::Reverse(state.free_cores[n]), n)),
+            NodeChoice::BestFit => order.sort_by_key(|&n| (state.free_cores[n], n)),
+            NodeChoice::RandomFit => self.rng.shuffle(&mut order),
+            NodeChoice::Rank(_) => order = self.ranked(req, state, order)?,
+        }
+        for n in order {
+            let take = state.free_cores[n].min(left);
+            placement.parts.push(Part { node: n as u32, cores: take, ..Part::default() });
+            left -= take;
+            if left == 0 {
+                break;
             }
         }
-        Some(placement)
+        placement.parts.sort_by_key(|p| p.node);
+        (left == 0).then_some(placement)
     }
 
-    fn choose_nodes(&mut self, req: &Request, state: &State, mut eligible: Vec<usize>, count: usize) -> Option<Vec<usize>> {
+    /// `eligible` by phase 1's Rank of each node's offer, highest first
+    /// (ties: the lowest-numbered).
+    fn ranked(&self, req: &Request, state: &State, eligible: Vec<usize>) -> Option<Vec<usize>> {
+        let nodes = &self.cluster.nodes;
+        let rank = self.answer.rank.as_ref()?;
+        let request = rank_request(rank, req.cores, req.gpus, req.gpu_milli);
+        let mut ranked: Vec<(f64, usize)> = eligible
+            .iter()
+            .map(|&n| {
+                let node = &nodes[n];
+                let offer = offer_ad(&NodeOffer {
+                    name: &node.name,
+                    group: node.group,
+                    cores: node.cores,
+                    free_cores: state.free_cores[n],
+                    running_jobs: state.jobs_on[n],
+                    gpus: node.gpus.len() as u32,
+                    free_gpus: state.gpus(n).iter().filter(|&&f| f == WHOLE).count() as u32,
+                    free_gpu_milli: state.gpus(n).iter().sum(),
+                    free_mem_mib: state.free_mem[n],
+                    model: node.gpus.first().map_or("", |g| g.model.as_str()),
+                });
+                (request.rank(&offer), n)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        Some(ranked.into_iter().map(|(_, n)| n).collect())
+    }
+
+    fn choose_nodes(
+        &mut self,
+        req: &Request,
+        state: &State,
+        mut eligible: Vec<usize>,
+        count: usize,
+    ) -> Option<Vec<usize>> {
         let nodes = &self.cluster.nodes;
         match &self.policy.node {
             NodeChoice::FirstFit => {}
@@ -210,7 +286,7 @@ impl<'a> Placer<'a> {
             NodeChoice::BestFit => {
                 let gpu_left = |n: usize| -> u64 {
                     let held = if req.gpu_milli > 0 { req.gpu_milli } else { req.gpus * WHOLE };
-                    (state.gpu_free[n].iter().map(|&f| f as u64).sum::<u64>()).saturating_sub(held as u64)
+                    (state.gpus(n).iter().map(|&f| f as u64).sum::<u64>()).saturating_sub(held as u64)
                 };
                 eligible.sort_by_cached_key(|&n| {
                     let cores_left = state.free_cores[n] - req.cores;
@@ -233,43 +309,25 @@ impl<'a> Placer<'a> {
                 let chosen = self.answer.devices.select(&candidates, count)?;
                 return Some(chosen.into_iter().map(|n| n as usize).collect());
             }
-            NodeChoice::Rank(_) => {
-                let rank = self.answer.rank.as_ref()?;
-                let request = rank_request(rank, req.cores, req.gpus, req.gpu_milli);
-                let mut ranked: Vec<(f64, usize)> = eligible
-                    .iter()
-                    .map(|&n| {
-                        let node = &nodes[n];
-                        let offer = offer_ad(&NodeOffer {
-                            name: &node.name,
-                            group: node.group,
-                            cores: node.cores,
-                            free_cores: state.free_cores[n],
-                            running_jobs: state.jobs_on[n],
-                            gpus: node.gpus.len() as u32,
-                            free_gpus: state.gpu_free[n].iter().filter(|&&f| f == WHOLE).count() as u32,
-                            free_gpu_milli: state.gpu_free[n].iter().sum(),
-                            free_mem_mib: state.free_mem[n],
-                            model: node.gpus.first().map_or("", |g| g.model.as_str()),
-                        });
-                        (request.rank(&offer), n)
-                    })
-                    .collect();
-                ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                eligible = ranked.into_iter().map(|(_, n)| n).collect();
-            }
+            NodeChoice::Rank(_) => eligible = self.ranked(req, state, eligible)?,
         }
         eligible.truncate(count);
         Some(eligible)
     }
 
-    fn choose_backends(&mut self, state: &State, taken: &[Vec<bool>], frontend: usize, count: u32) -> Option<Vec<Backend>> {
+    fn choose_backends(
+        &mut self,
+        state: &State,
+        taken: &[Vec<bool>],
+        frontend: usize,
+        count: u32,
+    ) -> Option<Vec<Backend>> {
         let nodes = &self.cluster.nodes;
         let mut candidates = Vec::new();
         let mut at = Vec::new();
         for (n, node) in nodes.iter().enumerate() {
-            for g in 0..node.gpus.len() {
-                if !taken[n][g] {
+            for (g, &held) in taken[n].iter().enumerate() {
+                if !held {
                     candidates.push(BackendCandidate {
                         uuid: format!("{}:{g}", node.name),
                         host: node.name.clone(),
@@ -292,12 +350,12 @@ impl<'a> Placer<'a> {
     fn choose_share(&mut self, state: &State, n: usize, milli: u32, model: Option<&str>) -> Option<usize> {
         let node = &self.cluster.nodes[n];
         let room: Vec<usize> = (0..node.gpus.len())
-            .filter(|&g| state.gpu_free[n][g] >= milli && model_ok(model, &node.gpus[g].model))
+            .filter(|&g| state.gpus(n)[g] >= milli && model_ok(model, &node.gpus[g].model))
             .collect();
         match self.policy.share {
             ShareChoice::First => room.first().copied(),
-            ShareChoice::Best => room.iter().copied().min_by_key(|&g| (state.gpu_free[n][g], g)),
-            ShareChoice::Spread => room.iter().copied().max_by_key(|&g| (state.gpu_free[n][g], std::cmp::Reverse(g))),
+            ShareChoice::Best => room.iter().copied().min_by_key(|&g| (state.gpus(n)[g], g)),
+            ShareChoice::Spread => room.iter().copied().max_by_key(|&g| (state.gpus(n)[g], std::cmp::Reverse(g))),
             ShareChoice::Random => {
                 if room.is_empty() {
                     None

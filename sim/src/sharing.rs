@@ -100,13 +100,13 @@ pub fn replay(
         }
     }
     let start_jobs = |active: &mut Vec<Active>,
-                          busy: &mut Vec<Vec<bool>>,
-                          queues: &mut Vec<std::collections::VecDeque<usize>>,
-                          events: &mut Events<(usize, u64)>,
-                          epoch: &mut u64|
+                      busy: &mut Vec<Vec<bool>>,
+                      queues: &mut Vec<std::collections::VecDeque<usize>>,
+                      events: &mut Events<(usize, u64)>,
+                      epoch: &mut u64|
      -> Result<(), String> {
-        for q in 0..queues.len() {
-            while let Some(&i) = queues[q].front() {
+        for (q, queue) in queues.iter_mut().enumerate() {
+            while let Some(&i) = queue.front() {
                 // Free slots on this queue's node, else (offloading) elsewhere, as candidates.
                 let free_on = |here: bool| -> Vec<Candidate> {
                     gpus.iter()
@@ -128,7 +128,7 @@ pub fn replay(
                 let Some(chosen) = select.select(&candidates, 1) else { break };
                 let slot = chosen[0] as usize;
                 let (g, s) = (slot / 64, slot % 64);
-                queues[q].pop_front();
+                queue.pop_front();
                 busy[g][s] = true;
                 let j = jobs[i];
                 let remote = match dispatch {
@@ -139,7 +139,13 @@ pub fn replay(
                 let solo = (j.host as f64 * 1000.0 * remote).round() as u64 + gpu_us;
                 // Progress already made by the others on g up to now is
                 // accounted in `advance` before this call.
-                active.push(Active { job: i, gpu: g, left_us: solo, duty: (gpu_us * 1000).checked_div(solo).unwrap_or(0), epoch: 0 });
+                active.push(Active {
+                    job: i,
+                    gpu: g,
+                    left_us: solo,
+                    duty: (gpu_us * 1000).checked_div(solo).unwrap_or(0),
+                    epoch: 0,
+                });
                 reschedule(active, g, events, epoch);
             }
         }
@@ -216,7 +222,8 @@ mod tests {
     #[test]
     fn locality_spreads_shares_and_offloading_balances_nodes() {
         // Node 0: two GPUs; node 1: one. Six jobs, 1 s each, GPU only.
-        let gpus = [SharedGpu { node: 0, speed: 1.0 }, SharedGpu { node: 0, speed: 1.0 }, SharedGpu { node: 1, speed: 1.0 }];
+        let gpus =
+            [SharedGpu { node: 0, speed: 1.0 }, SharedGpu { node: 0, speed: 1.0 }, SharedGpu { node: 1, speed: 1.0 }];
         let jobs = [PhasedJob { host: 0, gpu: 1000 }; 6];
         let rr = replay(&gpus, 2, 4, &jobs, Dispatch::RoundRobin, "locality").unwrap();
         assert_eq!(rr.iter().max(), Some(&3000), "three jobs on node 1's one GPU");

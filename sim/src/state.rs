@@ -43,11 +43,8 @@ pub struct Placement {
 impl Placement {
     /// Thousandths of GPU held in all (whole GPUs, shares, backends).
     pub fn gpu_milli(&self) -> u64 {
-        let on_nodes: u64 = self
-            .parts
-            .iter()
-            .map(|p| p.gpus.len() as u64 * WHOLE as u64 + p.share.map_or(0, |(_, m)| m as u64))
-            .sum();
+        let on_nodes: u64 =
+            self.parts.iter().map(|p| p.gpus.len() as u64 * WHOLE as u64 + p.share.map_or(0, |(_, m)| m as u64)).sum();
         on_nodes + self.backends.len() as u64 * WHOLE as u64
     }
 }
@@ -59,8 +56,11 @@ pub struct State {
     pub free_cores: Vec<u32>,
     /// Free memory (MiB; nodes with 0 do not count memory).
     pub free_mem: Vec<u64>,
-    /// Thousandths free of each GPU ([`WHOLE`]: free).
-    pub gpu_free: Vec<Vec<u32>>,
+    /// Thousandths free of each GPU ([`WHOLE`]: free), node after node
+    /// (flat, so that a copy of the state is a few `memcpy`s).
+    gpu_free: Vec<u32>,
+    /// Where each node's GPUs start in `gpu_free` (one more: the end).
+    gpu_base: Vec<u32>,
     /// Jobs running on each node (parts there).
     pub jobs_on: Vec<u32>,
     /// Jobs holding backends on each node.
@@ -75,11 +75,31 @@ impl State {
         State {
             free_cores: cluster.nodes.iter().map(|n| n.cores).collect(),
             free_mem: cluster.nodes.iter().map(|n| n.mem_mib).collect(),
-            gpu_free: cluster.nodes.iter().map(|n| vec![WHOLE; n.gpus.len()]).collect(),
+            gpu_free: vec![WHOLE; cluster.gpus()],
+            gpu_base: std::iter::once(0)
+                .chain(cluster.nodes.iter().scan(0u32, |at, n| {
+                    *at += n.gpus.len() as u32;
+                    Some(*at)
+                }))
+                .collect(),
             jobs_on: vec![0; cluster.nodes.len()],
             backend_jobs: vec![0; cluster.nodes.len()],
             free_cores_total: cluster.cores(),
         }
+    }
+
+    /// Thousandths free of node `n`'s GPUs, by index.
+    pub fn gpus(&self, n: usize) -> &[u32] {
+        &self.gpu_free[self.gpu_base[n] as usize..self.gpu_base[n + 1] as usize]
+    }
+
+    /// Thousandths free of every GPU, node after node.
+    pub fn all_gpus(&self) -> &[u32] {
+        &self.gpu_free
+    }
+
+    fn gpu_mut(&mut self, n: usize, g: u32) -> &mut u32 {
+        &mut self.gpu_free[self.gpu_base[n] as usize + g as usize]
     }
 
     /// Takes what `p` holds.
@@ -90,10 +110,10 @@ impl State {
             self.free_cores_total -= part.cores as u64;
             self.free_mem[n] = self.free_mem[n].saturating_sub(part.mem_mib);
             for &g in &part.gpus {
-                self.gpu_free[n][g as usize] = 0;
+                *self.gpu_mut(n, g) = 0;
             }
             if let Some((g, m)) = part.share {
-                self.gpu_free[n][g as usize] -= m;
+                *self.gpu_mut(n, g) -= m;
             }
             self.jobs_on[n] += 1;
         }
@@ -101,25 +121,38 @@ impl State {
         hosts.sort_unstable();
         hosts.dedup();
         for b in &p.backends {
-            self.gpu_free[b.node as usize][b.gpu as usize] = 0;
+            *self.gpu_mut(b.node as usize, b.gpu) = 0;
         }
         for h in hosts {
             self.backend_jobs[h as usize] += 1;
         }
     }
 
+    /// Undoes [`State::take`] of `p` (memory included, with no cluster to
+    /// bound it: the inverse of a take, not a release).
+    pub fn give_back(&mut self, p: &Placement) {
+        self.release(p, None);
+    }
+
     /// Gives back what `p` held.
     pub fn give(&mut self, p: &Placement, cluster: &Cluster) {
+        self.release(p, Some(cluster));
+    }
+
+    fn release(&mut self, p: &Placement, cluster: Option<&Cluster>) {
         for part in &p.parts {
             let n = part.node as usize;
             self.free_cores[n] += part.cores;
             self.free_cores_total += part.cores as u64;
-            self.free_mem[n] = (self.free_mem[n] + part.mem_mib).min(cluster.nodes[n].mem_mib);
+            self.free_mem[n] += part.mem_mib;
+            if let Some(c) = cluster {
+                self.free_mem[n] = self.free_mem[n].min(c.nodes[n].mem_mib);
+            }
             for &g in &part.gpus {
-                self.gpu_free[n][g as usize] = WHOLE;
+                *self.gpu_mut(n, g) = WHOLE;
             }
             if let Some((g, m)) = part.share {
-                self.gpu_free[n][g as usize] += m;
+                *self.gpu_mut(n, g) += m;
             }
             self.jobs_on[n] -= 1;
         }
@@ -127,7 +160,7 @@ impl State {
         hosts.sort_unstable();
         hosts.dedup();
         for b in &p.backends {
-            self.gpu_free[b.node as usize][b.gpu as usize] = WHOLE;
+            *self.gpu_mut(b.node as usize, b.gpu) = WHOLE;
         }
         for h in hosts {
             self.backend_jobs[h as usize] -= 1;

@@ -49,7 +49,8 @@ pub fn parse_duration(text: &str) -> Result<Time, String> {
         if digits == 0 {
             return Err(format!("{text:?} is not a duration (say 45.29s, 17410ms, 1h30m)"));
         }
-        let value: f64 = rest[..digits].parse().map_err(|_| format!("{text:?}: {:?} is not a number", &rest[..digits]))?;
+        let value: f64 =
+            rest[..digits].parse().map_err(|_| format!("{text:?}: {:?} is not a number", &rest[..digits]))?;
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {

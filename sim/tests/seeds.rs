@@ -21,7 +21,12 @@ fn walsh_table_4_5() {
         report += "\n";
     }
     for (i, &(t, ours)) in r.totals.iter().enumerate() {
-        report += &format!("total {:>11}: thesis {} cder-sim {}\n", walsh::MODES[i], walsh::TABLE_4_5_TOTALS[i], hours_minutes((ours * 1000.0) as u64));
+        report += &format!(
+            "total {:>11}: thesis {} cder-sim {}\n",
+            walsh::MODES[i],
+            walsh::TABLE_4_5_TOTALS[i],
+            hours_minutes((ours * 1000.0) as u64)
+        );
         let _ = t;
     }
     println!("{report}");

@@ -117,9 +117,8 @@ pub fn read(path: &Path, rule: OnBadLine, limit: Option<usize>) -> Result<Worklo
         };
         let mut values = [None; 7];
         let mut skip = false;
-        for (slot, col) in [Some(cpu), Some(num_gpu), Some(gpu_milli), memory, creation, scheduled, deletion]
-            .into_iter()
-            .enumerate()
+        for (slot, col) in
+            [Some(cpu), Some(num_gpu), Some(gpu_milli), memory, creation, scheduled, deletion].into_iter().enumerate()
         {
             if let Some(col) = col {
                 match number(col)? {
@@ -205,7 +204,10 @@ mod tests {
         )
         .unwrap();
         let e = read(f.path(), OnBadLine::Refuse, None).unwrap_err().to_string();
-        assert!(e.ends_with(":5: gpu_milli: 500 with num_gpu 2: a task takes whole GPUs (1000) or a part (1..999) of one"), "{e}");
+        assert!(
+            e.ends_with(":5: gpu_milli: 500 with num_gpu 2: a task takes whole GPUs (1000) or a part (1..999) of one"),
+            "{e}"
+        );
         let w = read(f.path(), OnBadLine::Skip, None).unwrap();
         assert_eq!(w.jobs.len(), 3);
         assert_eq!(w.skipped.len(), 2);

@@ -18,6 +18,9 @@ pub struct Lines {
     buf: Vec<u8>,
 }
 
+/// One line: its number, and its text (or, not UTF-8, its number again).
+pub type Line<'a> = (usize, Result<&'a str, usize>);
+
 /// Opens `path`, decompressing it if it is gzip.
 pub fn open(path: &Path) -> Result<Lines, TraceError> {
     let io = |source| TraceError::Io { path: path.to_path_buf(), source };
@@ -48,7 +51,7 @@ impl Lines {
     /// The next line without its end (`\n`, `\r\n`), with its number; a
     /// line that is not UTF-8 comes back as `Err(number)`.
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> Option<Result<(usize, Result<&str, usize>), TraceError>> {
+    pub fn next(&mut self) -> Option<Result<Line<'_>, TraceError>> {
         self.buf.clear();
         match self.reader.read_until(b'\n', &mut self.buf) {
             Ok(0) => None,

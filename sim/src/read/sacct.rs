@@ -98,7 +98,8 @@ type FieldError = (&'static str, String);
 fn parse_job<'a>(id: &str, get: &dyn Fn(&str) -> Option<&'a str>) -> Result<Option<Job>, FieldError> {
     let unknown = |v: &str| v.is_empty() || v.eq_ignore_ascii_case("unknown") || v.eq_ignore_ascii_case("none");
     let submit = get("submit").unwrap_or("");
-    let submit = timestamp(submit).ok_or(("Submit", format!("{submit:?} is not a time such as 2024-05-01T12:00:00")))?;
+    let submit =
+        timestamp(submit).ok_or(("Submit", format!("{submit:?} is not a time such as 2024-05-01T12:00:00")))?;
     let start = get("start").filter(|v| !unknown(v));
     let end = get("end").filter(|v| !unknown(v));
     if get("start").is_some_and(unknown) {
@@ -167,13 +168,7 @@ fn parse_job<'a>(id: &str, get: &dyn Fn(&str) -> Option<&'a str>) -> Result<Opti
         submit: seconds(submit),
         run: seconds(run),
         limit,
-        request: Request {
-            nodes,
-            cores: per_node(cpus as u64),
-            gpus: per_node(gpus),
-            model,
-            ..Request::default()
-        },
+        request: Request { nodes, cores: per_node(cpus as u64), gpus: per_node(gpus), model, ..Request::default() },
         class: 0,
     }))
 }

@@ -15,7 +15,7 @@
 //! nodes it asks for is 100 s or more (five of the 18), and batches arrive
 //! 60 s apart on average.
 
-use crate::moldable::{completion, replay, Molding, MoldableJob, Scheduler};
+use crate::moldable::{completion, replay, MoldableJob, Molding, Scheduler};
 use crate::rng::Rng;
 use crate::time::{as_secs_f64, from_secs_f64, Time};
 
@@ -79,9 +79,8 @@ pub fn pool() -> Result<Vec<MoldableJob>, String> {
 
 /// One experiment: `JOBS` jobs, a share `long` of them long, in batches.
 pub fn workload(pool: &[MoldableJob], long: f64, seed: u64) -> Vec<MoldableJob> {
-    let is_long = |j: &MoldableJob| {
-        j.time(j.nodes, crate::moldable::Version::CpuGpu).is_some_and(|t| as_secs_f64(t) >= LONG_S)
-    };
+    let is_long =
+        |j: &MoldableJob| j.time(j.nodes, crate::moldable::Version::CpuGpu).is_some_and(|t| as_secs_f64(t) >= LONG_S);
     let longs: Vec<&MoldableJob> = pool.iter().filter(|j| is_long(j)).collect();
     let shorts: Vec<&MoldableJob> = pool.iter().filter(|j| !is_long(j)).collect();
     let mut rng = Rng::new(seed);
@@ -120,4 +119,32 @@ pub fn mix(long: f64, samples: u32) -> Result<Vec<(&'static str, f64)>, String> 
 pub fn gain(row: &[(&str, f64)]) -> f64 {
     let baseline = row[0].1.min(row[1].1);
     1.0 - row[4].1 / baseline
+}
+
+/// The three mixes of Fig. 6: the share of long jobs.
+pub const MIXES: [f64; 3] = [0.25, 0.5, 0.75];
+
+/// Fig. 6 beside cder-sim's, as docs/simulation.md shows it: each
+/// scheduler's completion time over FMS's, per mix.
+pub fn markdown(samples: u32) -> Result<String, String> {
+    let mut out = format!(
+        "{JOBS} jobs in batches of {BATCH}, {NODES} nodes, {samples} samples per mix; completion time over FMS's \
+         (Fig. 6 plots the same ratio).\n\n| mix |"
+    );
+    for (name, _) in schedulers() {
+        out += &format!(" {name} |");
+    }
+    out += " FMS's gain over the faster of TORQUE and MCT (seed: up to 42 %) |\n|---|";
+    out += &"---|".repeat(schedulers().len() + 1);
+    out.push('\n');
+    for long in MIXES {
+        let row = mix(long, samples)?;
+        let fms = row[4].1;
+        out += &format!("| {:.0} SJ / {:.0} LJ |", (1.0 - long) * 100.0, long * 100.0);
+        for (_, t) in &row {
+            out += &format!(" {:.3} ({t:.0} s) |", t / fms);
+        }
+        out += &format!(" {:.1} % |\n", gain(&row) * 100.0);
+    }
+    Ok(out)
 }

@@ -118,7 +118,7 @@ pub fn cluster() -> Cluster {
 
 /// One sample of a mix: its jobs in a shuffled order, all at time 0.
 pub fn workload((one, two): (u32, u32), seed: u64) -> Vec<Job> {
-    let mut gpus: Vec<u32> = std::iter::repeat(1).take(one as usize).chain(std::iter::repeat(2).take(two as usize)).collect();
+    let mut gpus: Vec<u32> = std::iter::repeat_n(1, one as usize).chain(std::iter::repeat_n(2, two as usize)).collect();
     Rng::new(seed).shuffle(&mut gpus);
     gpus.into_iter()
         .enumerate()
@@ -188,7 +188,8 @@ pub struct Reproduction {
 
 /// Fits the two latencies and replays every cell over `samples` samples.
 pub fn reproduce(samples: u32) -> Reproduction {
-    let dispatch = (fit("physical", MIXES[0], TABLE_4_5[0][0], samples), fit("local-first", MIXES[0], TABLE_4_5[0][2], samples));
+    let dispatch =
+        (fit("physical", MIXES[0], TABLE_4_5[0][0], samples), fit("local-first", MIXES[0], TABLE_4_5[0][2], samples));
     let mut cells = [[(0.0, 0.0); 3]; 5];
     let mut totals = [(0.0, 0.0); 3];
     for (r, mix) in MIXES.iter().enumerate() {
@@ -200,4 +201,37 @@ pub fn reproduce(samples: u32) -> Reproduction {
         }
     }
     Reproduction { dispatch, cells, totals }
+}
+
+/// A mode's order in a row, fastest first (`local-first < physical < random`).
+pub fn ordering(values: [f64; 3]) -> String {
+    let mut idx = [0usize, 1, 2];
+    idx.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    idx.iter().map(|&i| MODES[i]).collect::<Vec<_>>().join(" < ")
+}
+
+/// Table 4.5 beside cder-sim's, as docs/simulation.md shows it.
+pub fn markdown(r: &Reproduction) -> String {
+    let mut out = format!(
+        "Fitted dispatch latency: physical {:.2} s (on Mix 100/0, physical), vGPGPU {:.2} s (on Mix 100/0, \
+         local first); the other 13 cells are predictions.\n\n\
+         | Workload | pGPGPU (thesis) | cder-sim | vGPGPU random (thesis) | cder-sim | vGPGPU prioritised (thesis) | cder-sim | ordering, thesis | ordering, cder-sim |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        r.dispatch.0 as f64 / 1000.0,
+        r.dispatch.1 as f64 / 1000.0
+    );
+    for (row, mix) in r.cells.iter().zip(MIXES) {
+        out += &format!("| Mix {} {} |", mix.0, mix.1);
+        for &(thesis, ours) in row {
+            out += &format!(" {thesis:.1} s | {ours:.1} s ({:+.1} %) |", (ours / thesis - 1.0) * 100.0);
+        }
+        out += &format!(" {} | {} |\n", ordering(row.map(|c| c.0)), ordering(row.map(|c| c.1)));
+    }
+    out += "| Total Time |";
+    for (i, &(thesis, ours)) in r.totals.iter().enumerate() {
+        let _ = thesis;
+        out += &format!(" {} | {} |", TABLE_4_5_TOTALS[i], crate::time::hours_minutes((ours * 1000.0) as u64));
+    }
+    out += &format!(" {} | {} |\n", ordering(r.totals.map(|t| t.0)), ordering(r.totals.map(|t| t.1)));
+    out
 }

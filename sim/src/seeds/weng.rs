@@ -59,3 +59,22 @@ pub fn curves(cluster: &Cluster, tasks: &[Job], samples: u32) -> Result<Vec<(&'s
     }
     Ok(out)
 }
+
+/// The fill curves, as docs/simulation.md shows them.
+pub fn markdown(curves: &[(&str, Vec<FillPoint>)]) -> String {
+    let mut out = String::from("| GPU asked for / capacity |");
+    for (label, _) in curves {
+        out += &format!(" {label}: GPU unplaced (tasks failed) |");
+    }
+    out += "\n|---|";
+    out += &"---|".repeat(curves.len());
+    out.push('\n');
+    for (k, target) in POINTS.iter().enumerate() {
+        out += &format!("| {:.0} % |", target * 100.0);
+        for (_, points) in curves {
+            out += &format!(" {:.2} % ({:.2} %) |", points[k].unplaced * 100.0, points[k].failed_tasks * 100.0);
+        }
+        out.push('\n');
+    }
+    out
+}
