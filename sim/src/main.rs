@@ -66,11 +66,12 @@ as 4 shares? It replays a workload - a Standard Workload Format log, Alibaba's G
 `sacct -P` output of the site's own SLURM - on a cluster described in cluster.toml, once per policy, \
 in a seeded, single-threaded discrete-event loop with integer (millisecond) times, and prints one \
 table: makespan, mean wait, bounded slowdown, GPU utilisation, locality and the unplaceable fraction.\n\n\
-Every placement question is asked of cder's own code, in-process: which devices (cderd's [node] \
-selection: locality, first), which vGPGPU backends (the registry's [registry] policy: random, \
-local-first, spread), and, with rank:EXPR, phase 1's ClassAd Rank of each node. The batch system \
-around them is a model: FCFS, list scheduling, EASY or conservative backfilling; which nodes a job gets \
-(first-fit, least-loaded, best-fit, random-fit); which GPU a share takes.\n\n\
+Every placement question is asked of cder's own code, in-process: which devices of a node (cderd's \
+[node] selection: locality, first; also which processors, in conservative backfilling or with \
+node=locality), which vGPGPU backends (the registry's [registry] policy: random, local-first, spread), \
+and, with rank:EXPR, phase 1's ClassAd Rank of each node. The batch system around them is a model: \
+FCFS, list scheduling, EASY or conservative backfilling; which nodes a job gets (first-fit, \
+least-loaded, best-fit, random-fit); which GPU a share takes.\n\n\
 A POLICY is words joined by `+`, each answering one question; what a policy leaves out comes from \
 the cluster's [scheduler] table: e.g. `physical`, `local-first`, `random`, `first+conservative`, \
 `best-fit+share=best`, `easy+estimates=requested`, `fcfs+rank:other.FreeCores`. \

@@ -1302,6 +1302,15 @@ path = "/dev/xclmgmt0"
     }
 
     #[test]
+    fn the_selection_policy_is_named_and_checked() {
+        assert_eq!(parse(GOOD).unwrap().node.selection, Selection::Locality);
+        let first = parse(&GOOD.replace("[node]\n", "[node]\nselection = \"first\"\n")).unwrap();
+        assert_eq!((first.node.selection, first.node.selection.name()), (Selection::First, "first"));
+        let e = parse(&GOOD.replace("[node]\n", "[node]\nselection = \"fastest\"\n")).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("node.selection"), Some(3)), "{e}");
+    }
+
+    #[test]
     fn static_device_number_is_optional_and_checked() {
         let with = GOOD.replace("path = \"/dev/xclmgmt0\"", "path = \"/dev/xclmgmt0\"\ndev = \"511:0\"");
         let c = parse(&with).unwrap();
