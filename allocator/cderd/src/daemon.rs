@@ -229,6 +229,12 @@ pub fn now_ms() -> i64 {
 }
 
 /// How long `request` may wait out a conflict.
+/// The policy `[node] selection` names (cder-ledger maps names to
+/// policies, for cderd and `cder-sim` alike).
+fn selection_policy(config: &Config) -> Box<dyn SelectionPolicy> {
+    crate::policy::by_name(config.node.selection.name()).unwrap_or_else(|| Box::new(LocalityPolicy))
+}
+
 fn alloc_wait(request: &AllocRequest) -> std::time::Duration {
     request.wait_ms.map_or(std::time::Duration::ZERO, |ms| std::time::Duration::from_millis(ms).min(MAX_ALLOC_WAIT))
 }
@@ -276,7 +282,8 @@ impl Daemon {
     /// the device table in line with the inventory and re-asserts
     /// enforcement on every device (a crash may have left it half done).
     pub fn start(config: Config) -> Result<Daemon, StartError> {
-        Self::start_with(config, Box::new(LocalityPolicy))
+        let policy = selection_policy(&config);
+        Self::start_with(config, policy)
     }
 
     /// As [`Daemon::start`], with another selection policy.
@@ -460,7 +467,8 @@ impl Daemon {
     /// without touching devices (no enforcement) or starting threads: for
     /// `cderd --check`, which may run beside a live daemon.
     pub fn inspect(config: Config) -> Result<Daemon, StartError> {
-        Self::open(config, Box::new(LocalityPolicy))
+        let policy = selection_policy(&config);
+        Self::open(config, policy)
     }
 
     fn open(config: Config, policy: Box<dyn SelectionPolicy>) -> Result<Daemon, StartError> {

@@ -5,7 +5,8 @@
 //! * [`durable`] — opening SQLite the durable way (WAL, `synchronous=FULL`,
 //!   versioned schema, private state directory).
 //! * [`policy`] — which free devices a job gets ([`policy::SelectionPolicy`],
-//!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality).
+//!   default [`policy::LocalityPolicy`], Mendonca's best-effort locality;
+//!   [`policy::FirstPolicy`], his basic allocation; [`policy::by_name`]).
 //! * [`sys`] — the one libc call it needs (user lookup through NSS).
 //! * [`resolve_operators`], [`now`] — the operator uids of a config and the
 //!   clock both ledgers stamp rows with.
@@ -31,7 +32,7 @@ pub mod sys;
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use policy::{Candidate, LocalityPolicy, SelectionPolicy};
+pub use policy::{Candidate, FirstPolicy, LocalityPolicy, SelectionPolicy};
 
 /// Unix seconds now.
 pub fn now() -> i64 {

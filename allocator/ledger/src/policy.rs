@@ -3,6 +3,9 @@
 //! [`SelectionPolicy`] is the extension point; [`LocalityPolicy`] is the
 //! default: Mendonca's "best-effort local" allocation (Algorithm 4 of the
 //! locality paper) applied to devices, with NUMA nodes as the clusters.
+//! [`FirstPolicy`] is that paper's "basic" allocation (Algorithm 2): the
+//! lowest indices, wherever they are. [`by_name`] maps `[node] selection`
+//! to a policy, for cderd and for `cder-sim` alike.
 
 use std::collections::BTreeMap;
 
@@ -70,6 +73,42 @@ impl SelectionPolicy for LocalityPolicy {
     }
 }
 
+/// Basic: the `count` lowest-indexed candidates, whatever their domains
+/// (Mendonca's Algorithm 2, the allocation step of plain backfilling, and
+/// what a batch system that numbers its devices in order does).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FirstPolicy;
+
+impl SelectionPolicy for FirstPolicy {
+    fn name(&self) -> &'static str {
+        "first"
+    }
+
+    fn select(&self, candidates: &[Candidate], count: usize) -> Option<Vec<u32>> {
+        let mut indices: Vec<u32> = candidates.iter().map(|c| c.index).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        if indices.len() < count {
+            return None;
+        }
+        indices.truncate(count);
+        Some(indices)
+    }
+}
+
+/// The names [`by_name`] knows, the default first.
+pub const POLICY_NAMES: [&str; 2] = ["locality", "first"];
+
+/// The policy `[node] selection` names (`locality`, `first`), or None for
+/// a name no policy has.
+pub fn by_name(name: &str) -> Option<Box<dyn SelectionPolicy>> {
+    match name {
+        "locality" => Some(Box::new(LocalityPolicy)),
+        "first" => Some(Box::new(FirstPolicy)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +151,24 @@ mod tests {
         assert_eq!(p.select(&c, 2), Some(vec![2, 3]));
         assert_eq!(p.select(&c, 3), Some(vec![2, 3, 6]));
         assert_eq!(p.select(&[], 0), Some(vec![]));
+    }
+
+    #[test]
+    fn first_takes_the_lowest_indices_anywhere() {
+        let c = node(&[(6, 1), (7, 1), (2, 0), (5, 1)]);
+        assert_eq!(FirstPolicy.select(&c, 2), Some(vec![2, 5]));
+        assert_eq!(FirstPolicy.select(&c, 4), Some(vec![2, 5, 6, 7]));
+        assert_eq!(FirstPolicy.select(&c, 5), None);
+        // Locality keeps a pair in domain 1 instead.
+        assert_eq!(LocalityPolicy.select(&c, 2), Some(vec![5, 6]));
+    }
+
+    #[test]
+    fn every_name_has_its_policy() {
+        for name in POLICY_NAMES {
+            assert_eq!(by_name(name).map(|p| p.name()), Some(name));
+        }
+        assert!(by_name("fastest").is_none());
     }
 
     #[test]

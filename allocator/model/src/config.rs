@@ -112,6 +112,11 @@ pub struct NodeConfig {
     /// Longest request line cderd accepts, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
+    /// Which free devices cderd chooses where it chooses (TORQUE with MAUI
+    /// or without NVML, `cderctl alloc`): `locality` (fewest NUMA nodes,
+    /// Mendonca's best-effort local) or `first` (lowest indices).
+    #[serde(default)]
+    pub selection: Selection,
     /// Device-file ownership and NVML compute-mode enforcement.
     #[serde(default)]
     pub enforcement: Enforcement,
@@ -209,6 +214,29 @@ fn default_pbsnodes() -> PathBuf {
 
 fn default_batch_timeout_s() -> u64 {
     10
+}
+
+/// `[node] selection`: the device selection policy by name
+/// (`cder_ledger::policy::by_name` maps it to the policy itself, for cderd
+/// and `cder-sim` alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selection {
+    /// Fewest NUMA nodes (the default).
+    #[default]
+    Locality,
+    /// Lowest indices.
+    First,
+}
+
+impl Selection {
+    /// The name in the config, which is also the policy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Selection::Locality => "locality",
+            Selection::First => "first",
+        }
+    }
 }
 
 /// `[node.mps]`: with `enabled`, each GPU offered as shares (`[node.sharing]`)
@@ -517,6 +545,7 @@ impl Default for NodeConfig {
             state_dir: default_state_dir(),
             operators: Vec::new(),
             max_request_bytes: default_max_request_bytes(),
+            selection: Selection::default(),
             enforcement: Enforcement::default(),
             health: HealthWatch::default(),
             usage: UsageSampling::default(),
@@ -1381,6 +1410,15 @@ path = "/dev/xclmgmt0"
         assert_eq!(fpga.static_devices()[0].uuid, "fpga-0");
         assert_eq!(fpga.static_devices()[0].attributes.cores, None);
         assert_eq!(fpga.static_devices()[0].dev, None);
+    }
+
+    #[test]
+    fn the_selection_policy_is_named_and_checked() {
+        assert_eq!(parse(GOOD).unwrap().node.selection, Selection::Locality);
+        let first = parse(&GOOD.replace("[node]\n", "[node]\nselection = \"first\"\n")).unwrap();
+        assert_eq!((first.node.selection, first.node.selection.name()), (Selection::First, "first"));
+        let e = parse(&GOOD.replace("[node]\n", "[node]\nselection = \"fastest\"\n")).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("node.selection"), Some(3)), "{e}");
     }
 
     #[test]

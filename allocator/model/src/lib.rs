@@ -34,8 +34,8 @@ pub use environment::{DeviceCgroup, HeldDevice, JobEnvironment};
 pub use job::{JobKey, JobKeyError, Lrms};
 
 pub use config::{
-    CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Sharing, TileOffer, UsageSampling,
-    VendorKind, VisibleIds,
+    CderType, CgroupMode, Discovery, HealthWatch, HeldOpen, MigOffer, Mps, Selection, Sharing, TileOffer,
+    UsageSampling, VendorKind, VisibleIds,
 };
 pub use registry::{FactoryConfig, RegistryConfig, RegistryPolicy, VgpgpuMethod};
 pub use shared::SharedFile;

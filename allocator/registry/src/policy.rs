@@ -10,6 +10,7 @@
 //! that must go remote, so that part spans the fewest hosts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use cder_ledger::policy::{Candidate, LocalityPolicy, SelectionPolicy};
 use cder_model::RegistryPolicy;
@@ -40,15 +41,41 @@ pub trait BackendPolicy: Send + Sync {
 /// The policy `[registry] policy` names.
 pub fn from_config(p: RegistryPolicy) -> Box<dyn BackendPolicy> {
     match p {
-        RegistryPolicy::Random => Box::new(RandomPolicy),
+        RegistryPolicy::Random => Box::new(RandomPolicy::default()),
         RegistryPolicy::LocalFirst => Box::new(LocalFirstPolicy),
         RegistryPolicy::Spread => Box::new(SpreadPolicy),
     }
 }
 
-/// Uniformly random (the thesis's "random" allocation).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RandomPolicy;
+/// As [`from_config`], with `random` drawing from `seed` instead of the
+/// kernel, so that a replay (`cder-sim`) or a test is repeatable.
+pub fn seeded(p: RegistryPolicy, seed: u64) -> Box<dyn BackendPolicy> {
+    match p {
+        RegistryPolicy::Random => Box::new(RandomPolicy::seeded(seed)),
+        other => from_config(other),
+    }
+}
+
+/// Uniformly random (the thesis's "random" allocation). The default draws
+/// a fresh seed from the kernel for each request; [`RandomPolicy::seeded`]
+/// draws every request from one repeatable stream.
+#[derive(Debug, Default)]
+pub struct RandomPolicy {
+    /// The xorshift64* state of a seeded policy; None: the kernel's.
+    state: Option<Mutex<u64>>,
+}
+
+impl RandomPolicy {
+    /// A policy whose choices follow from `seed` alone.
+    pub fn seeded(seed: u64) -> RandomPolicy {
+        // splitmix64 of the seed: neighbouring seeds give unrelated streams,
+        // and the state is never 0 (xorshift's fixed point).
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        RandomPolicy { state: Some(Mutex::new((z ^ (z >> 31)) | 1)) }
+    }
+}
 
 /// 64 random bits from the kernel; a fixed odd constant if that fails
 /// (randomness here only spreads load, it protects nothing).
@@ -71,8 +98,12 @@ impl BackendPolicy for RandomPolicy {
             return None;
         }
         // Partial Fisher-Yates with xorshift64*.
-        let mut state = random_seed();
-        let mut next = move || {
+        let mut seeded = self.state.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut state = match &seeded {
+            Some(s) => **s,
+            None => random_seed(),
+        };
+        let mut next = || {
             state ^= state >> 12;
             state ^= state << 25;
             state ^= state >> 27;
@@ -84,6 +115,9 @@ impl BackendPolicy for RandomPolicy {
             order.swap(i, j);
         }
         order.truncate(count);
+        if let Some(s) = seeded.as_mut() {
+            **s = state;
+        }
         Some(order)
     }
 }
@@ -230,8 +264,21 @@ mod tests {
     fn random_covers_more_than_one_choice() {
         let p = pool();
         let seen: std::collections::BTreeSet<Vec<usize>> =
-            (0..64).map(|_| RandomPolicy.select(&p, 1, "n1").unwrap()).collect();
+            (0..64).map(|_| RandomPolicy::default().select(&p, 1, "n1").unwrap()).collect();
         assert!(seen.len() > 1, "64 random draws all gave {seen:?}");
+    }
+
+    #[test]
+    fn a_seeded_random_policy_repeats_itself_and_still_varies() {
+        let p = pool();
+        let draws = |seed| {
+            let policy = seeded(RegistryPolicy::Random, seed);
+            (0..32).map(|_| policy.select(&p, 2, "n1").unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        assert_ne!(draws(7), draws(8));
+        let seen: std::collections::BTreeSet<Vec<usize>> = draws(7).into_iter().collect();
+        assert!(seen.len() > 4, "one seeded stream gave only {seen:?}");
     }
 
     #[test]

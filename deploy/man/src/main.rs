@@ -53,6 +53,9 @@ mod bin_reconcile;
 #[path = "../../../allocator/registry/src/bin/cder-registryd.rs"]
 mod bin_registryd;
 #[allow(dead_code, unused_imports, clippy::all)]
+#[path = "../../../sim/src/main.rs"]
+mod bin_sim;
+#[allow(dead_code, unused_imports, clippy::all)]
 #[path = "../../../torque-prologue/src/bin/cder-job-starter.rs"]
 mod bin_starter;
 
@@ -111,6 +114,7 @@ fn programs() -> Vec<(clap::Command, &'static str)> {
         (bin_env::Args::command(), "1"),
         (bin_reconcile::Args::command(), "8"),
         (bin_monitor::Args::command(), "8"),
+        (bin_sim::Args::command(), "1"),
     ]
 }
 
