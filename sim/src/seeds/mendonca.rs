@@ -44,11 +44,20 @@ pub const SEED_WITHIN_2_PERCENT: f64 = 0.996;
 pub const SEED_LOCAL_SHARE: f64 = 0.90;
 
 /// Where the traces are: `$CDER_TRACES`, else `../shared/traces` beside
-/// the repository (as the workspace keeps them; README there).
+/// the repository (as the workspace keeps them; README there), else
+/// `/work/shared/traces` (a clone elsewhere on the same machine, as CI's).
 pub fn traces_dir() -> PathBuf {
     match std::env::var_os("CDER_TRACES") {
         Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"),
+        _ => {
+            let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
+            let machine = PathBuf::from("/work/shared/traces");
+            if beside.exists() || !machine.exists() {
+                beside
+            } else {
+                machine
+            }
+        }
     }
 }
 
