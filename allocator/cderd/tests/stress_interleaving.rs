@@ -49,6 +49,8 @@ struct Shared {
     fresh: AtomicU64,
     violations: Mutex<Vec<String>>,
     reconciles_checked: AtomicU64,
+    /// Requests answered (either way) in this daemon's life.
+    answered: AtomicU64,
 }
 
 fn worker(socket: std::path::PathBuf, shared: Arc<Shared>, stop: Arc<AtomicBool>, mut rng: Rng, devices: u32) {
@@ -76,6 +78,7 @@ fn worker(socket: std::path::PathBuf, shared: Arc<Shared>, stop: Arc<AtomicBool>
                 return;
             }
         }
+        shared.answered.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -156,7 +159,15 @@ fn run(seed: u64, cgroups: bool) {
                 std::thread::spawn(move || worker(socket, shared, stop, r, MINORS.len() as u32))
             })
             .collect();
-        std::thread::sleep(Duration::from_micros(rng.below(60_000)));
+        // The kill lands after a random number of answered requests, not
+        // after a random time: on a loaded machine a time can pass before
+        // the workers have asked anything, and the run would test nothing.
+        shared.answered.store(0, Ordering::Relaxed);
+        let target = rng.below(40);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while shared.answered.load(Ordering::Relaxed) < target && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         node.kill();
         stop.store(true, Ordering::Relaxed);
         for h in handles {
