@@ -5,7 +5,7 @@
 //! (22.05) and, with `CDER_SLURM_RELEASE=24.11|26.05`, on those releases.
 
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use cder_tests::slurm::{require_slurm, serial, SlurmCluster, SlurmConfig};
@@ -14,11 +14,42 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 /// The uid of the process that holds the GPU after its job (no user of the node).
 const HOLDER_UID: u32 = 4242;
 
-/// A process of uid 4242, in no job, holding `path` open (its stdin): what
-/// a descriptor passed out of a job, or a process that escaped it, leaves.
-fn hold(path: &std::path::Path) -> Child {
-    let file = std::fs::File::open(path).unwrap();
-    Command::new("sleep").arg("600").stdin(file).stdout(Stdio::null()).uid(HOLDER_UID).gid(HOLDER_UID).spawn().unwrap()
+/// A process of uid 4242, in no job, holding `path` open (its stdin) that
+/// SIGKILL cannot end: what a descriptor passed out of a job leaves when its
+/// holder sleeps in the kernel (here in its owner's stalled FUSE mount).
+/// cderd ends a holder it can end at the release; this one keeps the GPU
+/// out until [`Holder::end`] lets it go.
+struct Holder {
+    fuse: Option<cder_testkit::hostile::StalledFuse>,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+fn hold(path: &std::path::Path) -> Holder {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fuse = cder_testkit::hostile::StalledFuse::mount(&dir.path().join("m"), HOLDER_UID, HOLDER_UID).unwrap();
+    let mut stat = fuse.stat_command();
+    stat.uid(HOLDER_UID).gid(HOLDER_UID).stdin(std::fs::File::open(path).unwrap());
+    let mut child = fuse.stall(&mut stat).unwrap();
+    cder_testkit::hostile::make_unkillable(&mut child).unwrap();
+    Holder { fuse: Some(fuse), child, _dir: dir }
+}
+
+impl Holder {
+    /// The mount goes: the holder wakes to its SIGKILL and ends.
+    fn end(&mut self) {
+        drop(self.fuse.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.end();
+    }
 }
 
 /// `scontrol -o show node`: the node's state and reason (without SLURM's
@@ -103,8 +134,7 @@ fn a_gpu_kept_out_drains_the_node_until_it_is_back() {
 
     // The holder ends: the leftover watcher finds the GPU free, cderd
     // returns its own drain, and job B runs on the GPU.
-    let _ = holder.kill();
-    let _ = holder.wait();
+    holder.end();
     wait_node(&cluster, "returned", |s, _| !drained(s));
     // UNDRAIN (as RESUME) leaves the node NOT_RESPONDING until slurmd
     // registers again (docs/slurm.md): how long that takes here.
@@ -168,8 +198,7 @@ fn a_job_placed_on_a_kept_out_gpu_anyway_is_refused_naming_it() {
     let b = cluster.sbatch(&["--gres=gpu:1"], "#!/bin/sh\necho RAN=B\n").unwrap();
     let info = cluster.wait_job(b, JOB_TIMEOUT).unwrap();
     let out = cluster.job_output(b);
-    let _ = holder.kill();
-    let _ = holder.wait();
+    holder.end();
     assert_eq!(info.state, "FAILED", "{info:?}\n{out}\n{}", cluster.logs());
     assert!(!out.contains("RAN=B"), "the job ran on a GPU kept out:\n{out}");
     let refused =
