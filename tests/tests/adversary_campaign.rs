@@ -7,8 +7,8 @@
 //! And the campaign catches what it claims to guard: each mutation its
 //! checks name (cder_model::mutation, debug builds) put back in turn, with
 //! only the actions that show it, and the campaign must report at least
-//! one violation of a check that names it; the same actions unmutated,
-//! none.
+//! one violation of a check that names it; unmutated, none (the 60 s
+//! campaign above runs every action, those included, and asserts none).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -109,15 +109,4 @@ fn the_campaign_reports_each_mutation_it_guards_against() {
         }
     }
     assert!(missed.is_empty(), "mutations the campaign did not report:\n{}", missed.join("\n"));
-}
-
-#[test]
-fn the_same_actions_unmutated_report_no_violation() {
-    if !require_slurm() || !cder_testkit::require_root("device cgroups, device files, jobs as other users") {
-        return;
-    }
-    let _serial = serial();
-    let actions: BTreeSet<Action> = mutations().into_values().flat_map(|(a, _)| a).collect();
-    let report = short_run(SEED, &actions, None);
-    assert_eq!(report.violation_count(), 0, "unmutated\n{}", report.table());
 }
