@@ -93,16 +93,18 @@ step_beside() {
     beside_log[$name]=$(mktemp "${TMPDIR:-/tmp}/cder-step-$name.XXXXXX")
     beside_started[$name]=$SECONDS
     echo "== step $name (beside the next steps): $*"
-    "$@" >"${beside_log[$name]}" 2>&1 &
+    # Its own end is kept, so its time is its own, not its wait to be joined.
+    ("$@"; rc=$?; echo $SECONDS >"${beside_log[$name]}.end"; exit $rc) >"${beside_log[$name]}" 2>&1 &
     beside_pid[$name]=$!
 }
 step_joined() {
-    local name=$1 rc=0
+    local name=$1 rc=0 took
     wait "${beside_pid[$name]}" || rc=$?
     echo "== step $name: its output"
     cat "${beside_log[$name]}"
-    rm -f "${beside_log[$name]}"
-    ended "$name" $rc "${beside_started[$name]}"
+    took=$(($(cat "${beside_log[$name]}.end" 2>/dev/null || echo $SECONDS) - ${beside_started[$name]}))
+    rm -f "${beside_log[$name]}" "${beside_log[$name]}.end"
+    ended "$name" $rc $((SECONDS - took))
 }
 
 # fuzz/ gates and runs: its lints (clippy -D warnings of its own workspace),
