@@ -1550,18 +1550,7 @@ fn install_forger(cluster: &SlurmCluster) -> Result<(), String> {
         report = cluster.dir().join(FORGER_REPORT).display()
     );
     std::fs::write(&source, text).map_err(|e| format!("{}: {e}", source.display()))?;
-    let include = crate::slurm::release_include_dir()?;
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&plugin)
-        .arg("-I")
-        .arg(&include)
-        .arg(&source)
-        .output()
-        .map_err(|e| format!("cc: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("building the stamp forger: {}", String::from_utf8_lossy(&out.stderr)));
-    }
+    crate::slurm::build_spank_plugin(&source, &plugin).map_err(|e| format!("building the stamp forger: {e}"))?;
     let plugstack = cluster.dir().join("plugstack.conf");
     let mut conf = std::fs::read_to_string(&plugstack).map_err(|e| format!("{}: {e}", plugstack.display()))?;
     conf.push_str(&format!("optional {}\n", plugin.display()));

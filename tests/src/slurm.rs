@@ -1443,6 +1443,24 @@ fn kill_processes_naming(dir: &Path) {
 /// allow one and deny another).
 pub const FAKE_GPU_NUMBERS: [(u32, u32); 4] = [(1, 5), (1, 7), (1, 8), (1, 9)];
 
+/// Compiles the SPANK plugin `source` (C) into `plugin` against the headers
+/// of the release under test: SLURM loads only a plugin built for its own.
+pub fn build_spank_plugin(source: &Path, plugin: &Path) -> Result<(), String> {
+    let include = release_include_dir()?;
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(plugin)
+        .arg("-I")
+        .arg(&include)
+        .arg(source)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cc {}: {}", source.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
 /// A fake GPU device file. SLURM's GRES only sets `CUDA_VISIBLE_DEVICES`
 /// and `SLURM_JOB_GPUS` for character devices, and a device cgroup tells
 /// devices apart by major:minor, so as root this makes a character device

@@ -180,20 +180,7 @@ fn trivial_prolog_plugin(dir: &std::path::Path) -> Result<std::path::PathBuf, St
                 int slurm_spank_job_prolog(spank_t sp, int ac, char **av) { return 0; }\n\
                 int slurm_spank_job_epilog(spank_t sp, int ac, char **av) { return 0; }\n";
     std::fs::write(&source, text).map_err(|e| e.to_string())?;
-    // Against the headers of the release under test: SLURM loads only a
-    // plugin built for its own release.
-    let include = cder_tests::slurm::release_include_dir()?;
-    let out = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&plugin)
-        .arg("-I")
-        .arg(&include)
-        .arg(&source)
-        .output()
-        .map_err(|e| format!("cc: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cc {}: {}", source.display(), String::from_utf8_lossy(&out.stderr)));
-    }
+    cder_tests::slurm::build_spank_plugin(&source, &plugin)?;
     Ok(plugin)
 }
 
